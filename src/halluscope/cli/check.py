@@ -1,0 +1,82 @@
+"""``halluscope check``: score one target against one source."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from halluscope.cli.common import (ApiKeyOpt, BaseUrlOpt, ConcurrencyOpt, InputFileError, ModelOpt, NoCacheOpt,
+                                   OptionOpt, fail, make_config, parse_options, read_text_input)
+from halluscope.records import Report
+
+
+def print_report(report: Report, target: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    score = "unscored" if report.score is None else f"{report.score:.3f}"
+    console.print(f"[bold]{report.method}[/bold] ({report.model or 'no LLM'}): score [bold]{score}[/bold]"
+                  + (f" -> {report.label}" if report.label else ""))
+    if report.unscored_reason:
+        console.print(f"[yellow]could not score:[/yellow] {report.unscored_reason}")
+    if report.subscores:
+        console.print("  " + ", ".join(f"{k}={'-' if v is None else f'{v:.3f}'}" for k, v in report.subscores.items()))
+    if report.findings:
+        table = Table("kind", "where in target", "description", show_lines=True)
+        for f in report.findings:
+            where = " | ".join(s.of(target) for s in f.target_spans) or "-"
+            table.add_row(f.kind, where, f.description)
+        console.print(table)
+    unscored = sum(v.label == "unscored" for v in report.verdicts)
+    if unscored:
+        console.print(f"[yellow]{unscored} of {len(report.verdicts)} claims could not be scored[/yellow]")
+    u = report.usage
+    console.print(f"[dim]{u.calls} LLM calls, {u.prompt_tokens}+{u.completion_tokens} tokens, "
+                  f"{u.cache_hits} cache hits, {report.elapsed_s:.2f}s[/dim]")
+
+
+def check_command(
+    source: Annotated[str, typer.Option("--source", "-s", help="Source text file ('-' for stdin).")],
+    target: Annotated[str, typer.Option("--target", "-t", help="Target text file to check ('-' for stdin).")],
+    method: Annotated[Optional[str], typer.Option("--method", help="Method name (see `halluscope methods`).")] = None,
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    api_key: ApiKeyOpt = None,
+    no_cache: NoCacheOpt = False,
+    concurrency: ConcurrencyOpt = None,
+    option: OptionOpt = None,
+    threshold: Annotated[Optional[float], typer.Option(help="Label consistent when score >= threshold.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the full Report as JSON.")] = False,
+    fail_under: Annotated[Optional[float], typer.Option("--fail-under", help="Exit 1 when the score is below this (or unscored).")] = None,
+) -> None:
+    """Check TARGET against SOURCE and print the score, findings and cost."""
+    import halluscope
+    from halluscope.llm import LLMError
+    from halluscope.methods import InputError, get_method
+
+    if source == "-" and target == "-":
+        raise fail("only one of --source/--target can read standard input")
+    try:
+        src = read_text_input(source, "source")
+        tgt = read_text_input(target, "target")
+    except InputFileError as exc:
+        raise fail(str(exc))
+    config = make_config(model, base_url, api_key, no_cache, concurrency)
+    try:
+        m = get_method(method or halluscope.DEFAULT_METHOD, config=config, **parse_options(option))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise fail(str(exc).strip("'\""))
+    try:
+        report = m.check(src, tgt)
+    except (InputError, LLMError, ValueError) as exc:
+        raise fail(str(exc))
+    if threshold is not None:
+        report = report.with_threshold(threshold)
+    if json_out:
+        typer.echo(report.model_dump_json(indent=2))
+    else:
+        print_report(report, tgt)
+    if fail_under is not None and (report.score is None or report.score < fail_under):
+        raise typer.Exit(1)

@@ -1,0 +1,79 @@
+"""Shared CLI helpers: input reading with clear errors, model flags -> Config, report printing."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from halluscope.config import Config
+
+
+class InputFileError(Exception):
+    pass
+
+
+def read_text_input(path: str, what: str) -> str:
+    """Read a UTF-8 text file (or stdin for ``-``) and refuse missing, binary, non-UTF-8 or empty input."""
+    if path == "-":
+        data = sys.stdin.buffer.read()
+        label = "standard input"
+    else:
+        p = Path(path)
+        if not p.exists():
+            raise InputFileError(f"{what} file not found: {path}")
+        if p.is_dir():
+            raise InputFileError(f"{what} is a directory, not a file: {path}")
+        data = p.read_bytes()
+        label = path
+    if b"\x00" in data[:8192]:
+        raise InputFileError(f"{what} ({label}) looks binary (contains NUL bytes); expected UTF-8 text")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputFileError(f"{what} ({label}) is not valid UTF-8: {exc.reason} at byte {exc.start}") from exc
+    if not text.strip():
+        raise InputFileError(f"{what} ({label}) is empty")
+    return text
+
+
+def fail(message: str, code: int = 2) -> "typer.Exit":
+    typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
+    return typer.Exit(code)
+
+
+ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="Model: 'embedded' (default, offline), 'embedded:<name|path.gguf>', or a model name at --base-url.", envvar="HALLUSCOPE_MODEL")]
+BaseUrlOpt = Annotated[Optional[str], typer.Option("--base-url", help="OpenAI-compatible endpoint (also HALLUSCOPE_BASE_URL / OPENAI_BASE_URL).", envvar="HALLUSCOPE_BASE_URL")]
+ApiKeyOpt = Annotated[Optional[str], typer.Option("--api-key", help="API key (also HALLUSCOPE_API_KEY / OPENAI_API_KEY).", envvar="HALLUSCOPE_API_KEY", show_default=False)]
+NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Do not read or write the response cache.")]
+ConcurrencyOpt = Annotated[Optional[int], typer.Option("--concurrency", help="Max LLM requests in flight.")]
+OptionOpt = Annotated[Optional[list[str]], typer.Option("--option", "-o", help="Method option KEY=VALUE (repeatable), e.g. -o style=cot.")]
+
+
+def make_config(model: str | None = None, base_url: str | None = None, api_key: str | None = None,
+                no_cache: bool = False, concurrency: int | None = None) -> Config:
+    try:
+        return Config().with_overrides(
+            model=model, base_url=base_url, api_key=api_key, max_concurrency=concurrency,
+            cache=False if no_cache else None,
+        )
+    except ValueError as exc:
+        raise fail(f"bad configuration: {exc}")
+
+
+def parse_options(pairs: list[str] | None) -> dict[str, Any]:
+    """``["k=v", ...]`` -> dict; values parse as JSON when they can (numbers, true/false), else strings."""
+    import json
+
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        if "=" not in pair:
+            raise fail(f"--option expects KEY=VALUE, got {pair!r}")
+        key, value = pair.split("=", 1)
+        try:
+            out[key.strip().replace("-", "_")] = json.loads(value)
+        except ValueError:
+            out[key.strip().replace("-", "_")] = value
+    return out

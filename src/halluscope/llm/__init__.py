@@ -1,0 +1,59 @@
+"""LLM backends behind one async ``generate``; see :func:`get_llm` to build one from a Config."""
+
+from __future__ import annotations
+
+from halluscope.config import Config
+from halluscope.llm.base import Completion, ContextOverflowError, GenerateParams, LLMError, Message, ModelAPI
+from halluscope.llm.cache import ResponseCache
+from halluscope.llm.client import LLM, CallLog, track_calls
+from halluscope.llm.fake import FakeModel
+
+__all__ = [
+    "LLM", "CallLog", "Completion", "Config", "ContextOverflowError", "FakeModel", "GenerateParams",
+    "LLMError", "Message", "ModelAPI", "ResponseCache", "build_api", "get_llm", "track_calls",
+]
+
+_EMBEDDED_APIS: dict[tuple, ModelAPI] = {}  # loaded weights are reused across LLM clients
+
+
+def build_api(config: Config) -> ModelAPI:
+    """Pick the backend named by ``config.model`` (see :class:`Config.model`)."""
+    model = config.model
+    if model == "fake":
+        raise ValueError("the fake model is scripted: build FakeModel(...) and wrap it in LLM(...) yourself")
+    if model is None and not config.base_url:
+        model = "embedded"
+    if model is not None and (model == "embedded" or model.startswith("embedded:")):
+        from halluscope.llm.embedded import EmbeddedModel
+
+        name = model.split(":", 1)[1] if ":" in model else config.embedded_model
+        key = (name, config.embedded_n_ctx, config.embedded_threads, config.seed)
+        if key not in _EMBEDDED_APIS:
+            _EMBEDDED_APIS[key] = EmbeddedModel(
+                name, n_ctx=config.embedded_n_ctx, n_threads=config.embedded_threads, seed=config.seed or 0
+            )
+        return _EMBEDDED_APIS[key]
+    if not config.base_url:
+        raise ValueError(
+            f"model {model!r} needs an OpenAI-compatible endpoint: set --base-url / HALLUSCOPE_BASE_URL "
+            "(or OPENAI_BASE_URL, e.g. https://api.openai.com/v1)"
+        )
+    from halluscope.llm.openai_compat import OpenAICompatibleModel
+
+    return OpenAICompatibleModel(
+        model or "default",
+        config.base_url,
+        config.api_key,
+        timeout_s=config.timeout_s,
+        max_retries=config.max_retries,
+        max_concurrency=config.max_concurrency,
+    )
+
+
+def get_llm(config: Config | None = None, api: ModelAPI | None = None) -> LLM:
+    """An :class:`LLM` client for ``config`` (or for an explicit backend ``api``)."""
+    config = config or Config()
+    api = api or build_api(config)
+    cache = ResponseCache(config.cache_path) if config.cache else None
+    params = GenerateParams(temperature=config.temperature, max_tokens=config.max_tokens, seed=config.seed)
+    return LLM(api, cache=cache, max_concurrency=config.max_concurrency, default_params=params)

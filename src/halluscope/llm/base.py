@@ -1,0 +1,56 @@
+"""The one provider method every stage depends on: ``generate(messages, params) -> Completion``."""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from halluscope.records import Usage
+
+Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": "..."}
+
+
+class GenerateParams(BaseModel):
+    """Sampling parameters. Part of the cache key, so two calls differing here never share a reply."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    temperature: float = 0.0
+    max_tokens: int = 1024
+    seed: int | None = 0
+    stop: tuple[str, ...] | None = None
+    json_mode: bool = False  # ask the backend for a JSON object when it supports that
+
+
+class Completion(BaseModel):
+    text: str
+    model: str
+    usage: Usage = Field(default_factory=Usage)
+    cached: bool = False
+
+
+class LLMError(RuntimeError):
+    """A model could not be reached or refused the request after bounded retries."""
+
+
+class ContextOverflowError(LLMError):
+    """The prompt does not fit the model's context window. Never silently truncated."""
+
+
+@runtime_checkable
+class ModelAPI(Protocol):
+    """A backend. Implementations only talk to their model; caching, concurrency and accounting live
+    in :class:`halluscope.llm.client.LLM`."""
+
+    name: str
+    max_concurrency: int | None  # None = no backend-imposed limit
+
+    async def generate(self, messages: list[Message], params: GenerateParams) -> Completion: ...
+
+    def count_tokens(self, text: str) -> int | None:
+        """Tokens in ``text`` for this model, or None when unknown."""
+        ...
+
+    @property
+    def context_window(self) -> int | None: ...

@@ -1,0 +1,56 @@
+"""Persistent SQLite response cache keyed by (model, params, messages)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+from pathlib import Path
+
+from halluscope.llm.base import Completion, GenerateParams, Message
+
+
+def cache_key(model: str, params: GenerateParams, messages: list[Message]) -> str:
+    payload = json.dumps(
+        {"model": model, "params": params.model_dump(mode="json"), "messages": messages},
+        sort_keys=True,
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+class ResponseCache:
+    """Thread-safe; one connection guarded by a lock (SQLite calls are microseconds next to an LLM's)."""
+
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+        if str(path) != ":memory:":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute(
+            "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, model TEXT, completion TEXT,"
+            " created REAL DEFAULT (julianday('now')))"
+        )
+
+    def get(self, key: str) -> Completion | None:
+        with self._lock:
+            row = self._conn.execute("SELECT completion FROM responses WHERE key = ?", (key,)).fetchone()
+        return Completion.model_validate_json(row[0]) if row else None
+
+    def put(self, key: str, completion: Completion) -> None:
+        with self._lock:
+            self._conn.execute(
+                "INSERT OR REPLACE INTO responses (key, model, completion) VALUES (?, ?, ?)",
+                (key, completion.model, completion.model_dump_json()),
+            )
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()

@@ -1,0 +1,45 @@
+"""The method registry. Built-in methods are imported lazily by name; third-party methods register with
+:func:`register_method`."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from halluscope.methods.base import InputError, Method
+
+__all__ = ["InputError", "Method", "get_method", "list_methods", "method_class", "register_method"]
+
+# name -> "module:Class". Lazy so `import halluscope` stays light.
+_BUILTIN: dict[str, str] = {
+    "geval": "halluscope.methods.geval:GEval",
+    "rouge": "halluscope.methods.rouge:Rouge",
+}
+_REGISTERED: dict[str, type[Method]] = {}
+
+
+def register_method(cls: type[Method]) -> type[Method]:
+    """Class decorator / function to make a Method available by ``cls.name`` everywhere (CLI, bench)."""
+    existing = _REGISTERED.get(cls.name)
+    if existing is not None and existing is not cls:
+        raise ValueError(f"method {cls.name!r} is already registered by {existing.__module__}.{existing.__name__}")
+    _REGISTERED[cls.name] = cls
+    return cls
+
+
+def method_class(name: str) -> type[Method]:
+    if name in _REGISTERED:
+        return _REGISTERED[name]
+    if name not in _BUILTIN:
+        raise KeyError(f"unknown method {name!r}; available: {', '.join(list_methods())}")
+    module, cls_name = _BUILTIN[name].split(":")
+    return getattr(importlib.import_module(module), cls_name)
+
+
+def get_method(name: str, **kwargs: Any) -> Method:
+    """An instance of the named method; ``kwargs`` go to its constructor (``llm=``, ``config=``, options)."""
+    return method_class(name)(**kwargs)
+
+
+def list_methods() -> list[str]:
+    return sorted(set(_BUILTIN) | set(_REGISTERED))

@@ -1,0 +1,103 @@
+"""``Method``: the common shape of every detector: ``check(source, target) -> Report``, plus async and batch."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from typing import Any, ClassVar
+
+from halluscope.config import Config
+from halluscope.llm import LLM, LLMError, get_llm, track_calls
+from halluscope.prompts import PromptTemplate
+from halluscope.records import Report
+
+
+class InputError(ValueError):
+    """Bad user input (empty or non-text source/target)."""
+
+
+def validate_pair(source: object, target: object) -> None:
+    for name, value in (("source", source), ("target", target)):
+        if not isinstance(value, str):
+            raise InputError(f"{name} must be a string, got {type(value).__name__}")
+        if not value.strip():
+            raise InputError(f"{name} is empty")
+
+
+class Method(ABC):
+    """Subclasses set ``name``/``description`` and implement :meth:`run`. Options are constructor keyword
+    arguments; :meth:`options` reports them for benchmark records."""
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+    uses_llm: ClassVar[bool] = True
+    default_threshold: ClassVar[float] = 0.5
+    prompts: ClassVar[tuple[PromptTemplate, ...]] = ()  # the templates this method renders
+
+    def __init__(self, llm: LLM | None = None, config: Config | None = None):
+        self.config = config or Config()
+        self._llm = llm
+
+    @property
+    def llm(self) -> LLM:
+        if self._llm is None:
+            self._llm = get_llm(self.config)
+        return self._llm
+
+    @property
+    def model_name(self) -> str | None:
+        if not self.uses_llm:
+            return None
+        return self.llm.name
+
+    def options(self) -> dict[str, Any]:
+        """Method-specific settings, recorded with benchmark results."""
+        return {}
+
+    @property
+    def prompt_version(self) -> str:
+        return ",".join(f"{p.name}@{p.version}" for p in self.prompts) or "none"
+
+    @abstractmethod
+    async def run(self, source: str, target: str) -> Report:
+        """Score one pair. ``usage``, ``elapsed_s``, ``model`` and ``label`` are filled in by :meth:`acheck`."""
+
+    async def acheck(self, source: str, target: str) -> Report:
+        validate_pair(source, target)
+        started = time.perf_counter()
+        with track_calls() as log:
+            try:
+                report = await self.run(source, target)
+            except LLMError as exc:
+                report = Report(method=self.name, unscored_reason=f"LLM error: {exc}")
+        update: dict[str, Any] = {
+            "usage": log.usage,
+            "elapsed_s": time.perf_counter() - started,
+            "model": self.model_name,
+        }
+        report = report.model_copy(update=update)
+        return report.with_threshold(report.threshold if report.threshold is not None else self.default_threshold)
+
+    def check(self, source: str, target: str) -> Report:
+        return asyncio.run(self.acheck(source, target))
+
+    async def acheck_many(
+        self, pairs: Iterable[tuple[str, str]], *, concurrency: int | None = None
+    ) -> list[Report]:
+        """Check many pairs concurrently; one failing pair becomes an unscored Report, not a crash."""
+        items: Sequence[tuple[str, str]] = list(pairs)
+        sem = asyncio.Semaphore(concurrency or self.config.max_concurrency)
+
+        async def one(source: str, target: str) -> Report:
+            async with sem:
+                try:
+                    return await self.acheck(source, target)
+                except InputError as exc:
+                    return Report(method=self.name, model=self.model_name, unscored_reason=f"bad input: {exc}")
+
+        return list(await asyncio.gather(*(one(s, t) for s, t in items)))
+
+    def check_many(self, pairs: Iterable[tuple[str, str]], *, concurrency: int | None = None) -> list[Report]:
+        return asyncio.run(self.acheck_many(pairs, concurrency=concurrency))

@@ -1,0 +1,160 @@
+"""The typed vocabulary shared by every stage, method, generator and report (SPEC §1).
+
+All records are pydantic models, so ``Report.model_validate_json(r.model_dump_json())`` is lossless.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+ClaimKind = Literal["event", "descriptive", "sentence", "atomic", "paragraph"]
+Relation = Literal["supports", "contradicts", "related"]
+Label = Literal["supported", "unsupported", "contradicted", "unscored"]
+FindingKind = Literal["unsupported", "contradicted", "event_order", "inconsistent", "other"]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Span(_Record):
+    """Half-open character interval ``[start, end)``: ``text[start:end]`` is the span."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    start: int = Field(ge=0)
+    end: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "Span":
+        if self.end < self.start:
+            raise ValueError(f"span end {self.end} < start {self.start}")
+        return self
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+    def of(self, text: str) -> str:
+        return text[self.start : self.end]
+
+    def overlaps(self, other: "Span") -> bool:
+        return self.start < other.end and other.start < self.end
+
+
+class Usage(_Record):
+    """LLM cost accounting. ``calls`` counts requests that reached a model; cache hits are separate."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cache_hits: int = 0
+
+    def __add__(self, other: "Usage") -> "Usage":
+        return Usage(
+            calls=self.calls + other.calls,
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            cache_hits=self.cache_hits + other.cache_hits,
+        )
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class LLMCall(_Record):
+    """One exchange with a model, kept for audit: the exact messages sent and the raw reply."""
+
+    model: str
+    messages: list[dict[str, str]]
+    reply: str
+    cached: bool = False
+    usage: Usage = Field(default_factory=Usage)
+
+
+class Claim(_Record):
+    """A checkable unit of the target."""
+
+    text: str
+    kind: ClaimKind = "sentence"
+    id: str | None = None
+    target_spans: list[Span] = Field(default_factory=list)
+    order: int | None = None  # position among event claims, in target order
+
+
+class Evidence(_Record):
+    """A piece of the source related to a claim. ``span`` is ``None`` only if the text could not be
+    located in the source (it is then a model's paraphrase, never a verified quote)."""
+
+    text: str
+    span: Span | None = None
+    relation: Relation = "related"
+
+
+class Verdict(_Record):
+    """The judgment on one claim. ``unscored`` always carries a ``reason`` saying why."""
+
+    claim: Claim
+    label: Label
+    reason: str = ""
+    score: float | None = None  # e.g. a per-claim probability or +1/-1, when a method has one
+    evidence: list[Evidence] = Field(default_factory=list)
+    calls: list[LLMCall] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unscored_has_reason(self) -> "Verdict":
+        if self.label == "unscored" and not self.reason:
+            raise ValueError("an unscored verdict needs a reason")
+        return self
+
+    @classmethod
+    def unscored(cls, claim: Claim, reason: str, calls: list[LLMCall] | None = None) -> "Verdict":
+        return cls(claim=claim, label="unscored", reason=reason, calls=list(calls or []))
+
+
+class Finding(_Record):
+    """A located problem: why (free-form description), where (target spans) and the source evidence."""
+
+    description: str
+    kind: FindingKind = "unsupported"
+    target_spans: list[Span] = Field(default_factory=list)
+    evidence: list[Evidence] = Field(default_factory=list)
+    claim_ids: list[str] = Field(default_factory=list)
+
+
+class Report(_Record):
+    """What every method returns. ``score`` is in [0, 1], higher = better aligned with the source;
+    ``None`` means the method could not score this pair, and ``unscored_reason`` says why."""
+
+    method: str
+    model: str | None = None
+    score: float | None = None
+    label: Literal["consistent", "inconsistent"] | None = None
+    threshold: float | None = None
+    unscored_reason: str | None = None
+    subscores: dict[str, float | None] = Field(default_factory=dict)
+    claims: list[Claim] = Field(default_factory=list)
+    verdicts: list[Verdict] = Field(default_factory=list)
+    findings: list[Finding] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    elapsed_s: float = 0.0
+    calls: list[LLMCall] = Field(default_factory=list)
+    details: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check_score(self) -> "Report":
+        if self.score is not None and not (0.0 <= self.score <= 1.0):
+            raise ValueError(f"score {self.score} outside [0, 1]")
+        if self.score is None and not self.unscored_reason:
+            raise ValueError("a report without a score needs an unscored_reason")
+        return self
+
+    @property
+    def scored(self) -> bool:
+        return self.score is not None
+
+    def with_threshold(self, threshold: float) -> "Report":
+        label = None if self.score is None else ("consistent" if self.score >= threshold else "inconsistent")
+        return self.model_copy(update={"threshold": threshold, "label": label})

@@ -1,0 +1,102 @@
+"""Defensive parsing of model replies: broken JSON, code fences, prose around the answer, lists.
+
+Every parser raises :class:`ParseError` (with a reason) or returns a value; nothing else escapes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import json_repair
+
+
+class ParseError(ValueError):
+    """A reply could not be turned into the expected structure; the message says why."""
+
+
+_THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
+_FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.S)
+
+
+def _candidates(text: str) -> list[str]:
+    text = _THINK.sub("", text)
+    out = [m.group(1) for m in _FENCE.finditer(text)]
+    starts = [i for i in (text.find("{"), text.find("[")) if i >= 0]
+    if starts:
+        out.append(text[min(starts):])
+    out.append(text)
+    return out
+
+
+def extract_json(text: str, expect: type | tuple[type, ...] = (dict, list)) -> Any:
+    """The first JSON value of type ``expect`` in ``text``; tolerates fences, prose and broken syntax."""
+    if not isinstance(text, str) or not text.strip():
+        raise ParseError("empty reply")
+    decoder = json.JSONDecoder()
+    for cand in _candidates(text):
+        cand = cand.strip()
+        try:  # strict first: a complete JSON value at the start of the candidate
+            value, _ = decoder.raw_decode(cand)
+        except (json.JSONDecodeError, RecursionError):
+            continue
+        if isinstance(value, expect):
+            return value
+    for cand in _candidates(text):
+        if not cand.lstrip().startswith(("{", "[")):
+            continue
+        try:
+            value = json_repair.loads(cand)
+        except Exception:  # json_repair may raise anything on hostile input; treated as unparseable
+            continue
+        # An empty container after repair means the repair found nothing (a real "{}" parsed strictly).
+        if isinstance(value, expect) and value:
+            return value
+    raise ParseError(f"no JSON {_type_names(expect)} found in reply: {text[:120]!r}")
+
+
+def _type_names(expect: type | tuple[type, ...]) -> str:
+    types = expect if isinstance(expect, tuple) else (expect,)
+    return "/".join({dict: "object", list: "array"}.get(t, t.__name__) for t in types)
+
+
+_BULLET = re.compile(r"^\s*(?:[-*•]+|\d+[.)]|\(\d+\)|[a-z][.)])\s+")
+_NONE_ANSWERS = {"none", "none.", "no inconsistencies", "no inconsistencies.", "n/a", "[]", "nothing"}
+
+
+def parse_items_after_marker(text: str, marker: str | None = None) -> list[str]:
+    """A list of free-form items (one per line, bullets/numbers removed), taken from after the last
+    ``marker`` when one is given. An explicit "None" answer gives ``[]``. Raises ParseError when the
+    marker is required but missing or when there is nothing that reads as an answer."""
+    if not isinstance(text, str) or not text.strip():
+        raise ParseError("empty reply")
+    body = _THINK.sub("", text)
+    if marker:
+        idx = body.lower().rfind(marker.lower())
+        if idx < 0:
+            raise ParseError(f"marker {marker!r} not found in reply")
+        body = body[idx + len(marker) :]
+    body = body.strip().strip(":").strip()
+    if not body:
+        raise ParseError("nothing after the marker" if marker else "empty reply")
+    try:
+        value = json.loads(body)
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return [v.strip() for v in value if v.strip()]
+    except (json.JSONDecodeError, RecursionError):
+        pass
+    items: list[str] = []
+    for line in body.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        if line.lower() in _NONE_ANSWERS:
+            if not items:
+                return []
+            continue
+        items.append(_BULLET.sub("", line).strip())
+    items = [i for i in items if i]
+    if not items:
+        raise ParseError("no items found in reply")
+    return items
