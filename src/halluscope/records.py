@@ -158,3 +158,22 @@ class Report(_Record):
     def with_threshold(self, threshold: float) -> "Report":
         label = None if self.score is None else ("consistent" if self.score >= threshold else "inconsistent")
         return self.model_copy(update={"threshold": threshold, "label": label})
+
+
+class Example(_Record):
+    """One labelled item in halluscope's generic JSONL dataset format (one JSON object per line).
+
+    Only ``source`` and ``target`` are required; benchmarks use whichever labels are present.
+    """
+
+    id: str
+    source: str
+    target: str
+    label: int | None = Field(default=None, ge=0, le=1)  # 1 = consistent, 0 = inconsistent
+    human_score: float | None = None  # graded human judgment (higher = more consistent)
+    descriptions: list[str] | None = None  # gold free-form inconsistency descriptions; [] = consistent
+    gold_spans: list[Span] | None = None  # gold hallucinated character spans in the target
+    group: str | None = None  # items that share a source/truth, e.g. a montage-lie group
+    difficulty: str | None = None  # e.g. truth / easy / medium / hard / extreme, or a perturbation name
+    split: str | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
