@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 from halluscope.config import Config
 from halluscope.llm import LLM, LLMError, get_llm, track_calls
 from halluscope.prompts import PromptTemplate
-from halluscope.records import Report
+from halluscope.records import Example, Report
 
 
 class InputError(ValueError):
@@ -64,12 +64,24 @@ class Method(ABC):
     async def run(self, source: str, target: str) -> Report:
         """Score one pair. ``usage``, ``elapsed_s``, ``model`` and ``label`` are filled in by :meth:`acheck`."""
 
+    async def run_example(self, example: Example) -> Report:
+        """Score a labelled example. Defaults to :meth:`run`; override to use gold information the harness
+        may legitimately pass (e.g. oracle labels for a 2-step localizer)."""
+        return await self.run(example.source, example.target)
+
     async def acheck(self, source: str, target: str) -> Report:
         validate_pair(source, target)
+        return await self._accounted(self.run(source, target))
+
+    async def acheck_example(self, example: Example) -> Report:
+        validate_pair(example.source, example.target)
+        return await self._accounted(self.run_example(example))
+
+    async def _accounted(self, work) -> Report:
         started = time.perf_counter()
         with track_calls() as log:
             try:
-                report = await self.run(source, target)
+                report = await work
             except LLMError as exc:
                 report = Report(method=self.name, unscored_reason=f"LLM error: {exc}")
         update: dict[str, Any] = {

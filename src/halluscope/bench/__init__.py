@@ -1,0 +1,1 @@
+"""Meta-evaluation harness: datasets, metrics, judge matching, resumable benchmark runs, reports."""
