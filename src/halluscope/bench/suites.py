@@ -4,10 +4,16 @@ them and returns metrics, Markdown tables and plots. The bench runner calls ever
 
     @register_suite("montage_auc", applies=lambda exs: any(e.difficulty for e in exs))
     def montage_auc(examples, reports, ctx): ...
+
+``reports[i]`` is the report for ``examples[i]``; unscored reports are included so a suite can count
+them: use :func:`scored_pairs` to drop them (and report how many were dropped). Suites live in modules
+listed in :data:`SUITE_MODULES`; the bench runner imports them (this module stays cheap to import).
+A suite module for a new metric appends its dotted module path to ``SUITE_MODULES``.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +31,8 @@ class SuiteContext:
     judge: Any = None  # an LLM for suites that need a judge (e.g. FINAL matching); None if not configured
     seed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. reports of the same items from a dev split
+    n_bootstrap: int = 1000  # resamples for bootstrap CIs (0 = no CIs)
+    prompts_dir: Path | None = None  # prompt overrides for suites that prompt a judge
 
 
 @dataclass
@@ -59,3 +67,26 @@ def register_suite(name: str, applies: Callable[[list[Example]], bool] = lambda 
 
 def suites() -> dict[str, Suite]:
     return dict(_SUITES)
+
+
+# Modules that define suites, imported by the bench runner (append yours; keep the built-ins first).
+SUITE_MODULES: list[str] = [
+    "halluscope.bench.builtin_suites",
+    "halluscope.bench.suite_stress",
+    "halluscope.bench.suite_improve",
+]
+
+
+def load_suite_modules(modules: list[str] | None = None) -> dict[str, Suite]:
+    """Import every suite module (registering its suites) and return all registered suites."""
+    for module in SUITE_MODULES if modules is None else modules:
+        importlib.import_module(module)
+    return suites()
+
+
+def scored_pairs(examples: list[Example], reports: list[Report]) -> tuple[list[Example], list[Report], int]:
+    """The (example, report) pairs whose report has a score, and how many were unscored."""
+    if len(examples) != len(reports):
+        raise ValueError(f"{len(examples)} examples but {len(reports)} reports")
+    keep = [(e, r) for e, r in zip(examples, reports) if r.score is not None]
+    return [e for e, _ in keep], [r for _, r in keep], len(examples) - len(keep)

@@ -68,6 +68,11 @@ def check_command(
         m = get_method(method or halluscope.DEFAULT_METHOD, config=config, **parse_options(option))
     except (KeyError, TypeError, ValueError) as exc:
         raise fail(str(exc).strip("'\""))
+    if m.uses_llm:
+        try:  # a backend that cannot be built is a set-up error, not an unscored pair
+            m.llm  # noqa: B018
+        except (LLMError, ValueError) as exc:
+            raise fail(str(exc))
     try:
         report = m.check(src, tgt)
     except (InputError, LLMError, ValueError) as exc:

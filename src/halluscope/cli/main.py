@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import typer
 
+from halluscope.cli.bench import bench_command
+from halluscope.cli.bench_sweep import bench_sweep_command
 from halluscope.cli.check import check_command
+from halluscope.cli.improve import improve_command
+from halluscope.cli.serve import serve_command
+from halluscope.cli.generate_inject import inject_command
+from halluscope.cli.generate_montage import montage_command
+from halluscope.cli.generate_perturb import perturb_command
 
 app = typer.Typer(
     name="halluscope",
@@ -30,6 +37,13 @@ def methods_command() -> None:
 
 
 app.command("check")(check_command)
+app.command("improve")(improve_command)
+app.command("serve")(serve_command)
+app.command("bench")(bench_command)
+app.command("bench-sweep")(bench_sweep_command)
+generate_app.command("montage")(montage_command)
+generate_app.command("perturb")(perturb_command)
+generate_app.command("inject")(inject_command)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ import sqlite3
 import threading
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from halluscope.llm.base import Completion, GenerateParams, Message
 
 
@@ -30,6 +32,9 @@ class ResponseCache:
         self._lock = threading.Lock()
         self._conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
         self._conn.execute("PRAGMA journal_mode=WAL")
+        # In WAL mode NORMAL never corrupts the file; it only skips an fsync per reply, which would
+        # otherwise block the event loop for milliseconds on every cache write.
+        self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.execute(
             "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, model TEXT, completion TEXT,"
             " created REAL DEFAULT (julianday('now')))"
@@ -38,7 +43,12 @@ class ResponseCache:
     def get(self, key: str) -> Completion | None:
         with self._lock:
             row = self._conn.execute("SELECT completion FROM responses WHERE key = ?", (key,)).fetchone()
-        return Completion.model_validate_json(row[0]) if row else None
+        if row is None:
+            return None
+        try:
+            return Completion.model_validate_json(row[0])
+        except ValidationError:  # written by an incompatible version: a miss, overwritten on put
+            return None
 
     def put(self, key: str, completion: Completion) -> None:
         with self._lock:

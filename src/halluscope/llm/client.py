@@ -82,7 +82,8 @@ class LLM:
 
     async def generate(self, messages: list[Message], params: GenerateParams | None = None) -> Completion:
         params = params or self.default_params
-        key = cache_key(self.api.name, params, messages) if self.cache is not None else None
+        cache_id = getattr(self.api, "cache_id", None) or self.api.name
+        key = cache_key(cache_id, params, messages) if self.cache is not None else None
         completion: Completion | None = None
         if key is not None:
             hit = self.cache.get(key)  # type: ignore[union-attr]

@@ -9,6 +9,7 @@ for integration tests. The cost is a ~5 minute source build on install, cached b
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import threading
 from importlib import metadata
@@ -51,6 +52,8 @@ class EmbeddedModel:
     max_concurrency: int | None = 1
 
     def __init__(self, model: str = "smollm2", *, n_ctx: int = 8192, n_threads: int | None = None, seed: int = 0):
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise LLMError(f"the embedded model needs llama-cpp-python: {INSTALL_HINT}")
         self.model_path = resolve_gguf(model)
         self.name = f"embedded:{model if model in KNOWN_MODELS else self.model_path.name}"
         self._n_ctx = n_ctx
@@ -104,7 +107,14 @@ class EmbeddedModel:
                 kwargs["seed"] = params.seed
             if params.json_mode:
                 kwargs["response_format"] = {"type": "json_object"}
-            out = llama.create_chat_completion(**kwargs)
+            try:
+                out = llama.create_chat_completion(**kwargs)
+            except ValueError as exc:  # llama.cpp reports an over-long prompt as a ValueError
+                if "context" in str(exc).lower():
+                    raise ContextOverflowError(f"{self.name}: {exc}") from exc
+                raise LLMError(f"{self.name}: {exc}") from exc
+            except RuntimeError as exc:  # e.g. llama_decode failures
+                raise LLMError(f"{self.name}: {exc}") from exc
         text = out["choices"][0]["message"].get("content") or ""
         u = out.get("usage") or {}
         usage = Usage(calls=1, prompt_tokens=u.get("prompt_tokens", 0), completion_tokens=u.get("completion_tokens", 0))

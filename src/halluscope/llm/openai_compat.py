@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import weakref
 
 import httpx
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from halluscope.llm.base import Completion, ContextOverflowError, GenerateParams, LLMError, Message
 from halluscope.records import Usage
@@ -15,7 +16,18 @@ _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
 class _Retryable(Exception):
-    pass
+    def __init__(self, message: str, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def _retry_after_s(resp: httpx.Response) -> float | None:
+    """The server's Retry-After in seconds (numeric form only; HTTP dates are ignored)."""
+    value = resp.headers.get("retry-after")
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
 
 
 def _is_retryable(exc: BaseException) -> bool:
@@ -50,6 +62,22 @@ class OpenAICompatibleModel:
             weakref.WeakKeyDictionary()
         )
 
+    @property
+    def cache_id(self) -> str:
+        """Cache identity: two endpoints may serve different models under one name (e.g. "default")."""
+        return f"{self.name}@{self.base_url}"
+
+    def _wait(self, retry_state: RetryCallState) -> float:
+        """Exponential backoff with jitter, but never sooner than the server's Retry-After (capped)."""
+        initial, _ = self._backoff
+        delay = initial * 2 ** (retry_state.attempt_number - 1)
+        delay += random.uniform(0, delay / 2)
+        exc = retry_state.outcome.exception() if retry_state.outcome else None
+        retry_after = getattr(exc, "retry_after", None)
+        if retry_after is not None:
+            delay = max(delay, retry_after)
+        return min(delay, self._backoff[1])
+
     def count_tokens(self, text: str) -> int | None:
         return None
 
@@ -83,7 +111,7 @@ class OpenAICompatibleModel:
     async def _post_once(self, body: dict) -> dict:
         resp = await self._client().post("/chat/completions", json=body)
         if resp.status_code in _RETRY_STATUS:
-            raise _Retryable(f"HTTP {resp.status_code}: {resp.text[:300]}")
+            raise _Retryable(f"HTTP {resp.status_code}: {resp.text[:300]}", _retry_after_s(resp))
         if resp.status_code >= 400:
             text = resp.text[:500]
             if "context" in text.lower() and ("length" in text.lower() or "exceed" in text.lower()):
@@ -100,7 +128,7 @@ class OpenAICompatibleModel:
             async for attempt in AsyncRetrying(
                 retry=retry_if_exception(_is_retryable),
                 stop=stop_after_attempt(self.max_retries + 1),
-                wait=wait_exponential_jitter(initial=self._backoff[0], max=self._backoff[1]),
+                wait=self._wait,
                 reraise=True,
             ):
                 with attempt:

@@ -94,9 +94,12 @@ def json_parser(schema: type[M]) -> Callable[[str], M]:
     accepted for a schema with a single list field (small models often drop the wrapper object)."""
     list_fields = [n for n, f in schema.model_fields.items() if getattr(f.annotation, "__origin__", None) is list]
 
+    bare_list_ok = len(schema.model_fields) == 1 and bool(list_fields)
+    expect: tuple[type, ...] = (dict, list) if bare_list_ok else (dict,)
+
     def parse(text: str) -> M:
-        data: Any = extract_json(text)
-        if isinstance(data, list) and len(schema.model_fields) == 1 and list_fields:
+        data: Any = extract_json(text, expect)
+        if isinstance(data, list):
             data = {list_fields[0]: data}
         return schema.model_validate(data)
 

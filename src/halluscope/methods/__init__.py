@@ -12,8 +12,15 @@ __all__ = ["InputError", "Method", "get_method", "list_methods", "method_class",
 
 # name -> "module:Class". Lazy so `import halluscope` stays light.
 _BUILTIN: dict[str, str] = {
+    "dove": "halluscope.methods.dove:Dove",
     "geval": "halluscope.methods.geval:GEval",
     "rouge": "halluscope.methods.rouge:Rouge",
+    "dcr": "halluscope.methods.dcr:DCR",
+    "improve": "halluscope.methods.improve:Improve",
+    "localize": "halluscope.methods.localize:Localize",
+    "factscore": "halluscope.methods.factscore:FactScore",
+    "probe": "halluscope.methods.probe:Probe",
+    "embed": "halluscope.methods.embed:Embed",
 }
 _REGISTERED: dict[str, type[Method]] = {}
 

@@ -48,9 +48,14 @@ class Method(ABC):
 
     @property
     def model_name(self) -> str | None:
+        """The model's name; the configured one when the backend could not be built (so reporting an
+        unscored Report never raises the same error a second time)."""
         if not self.uses_llm:
             return None
-        return self.llm.name
+        try:
+            return self.llm.name
+        except LLMError:
+            return self.config.model
 
     def options(self) -> dict[str, Any]:
         """Method-specific settings, recorded with benchmark results."""

@@ -33,7 +33,8 @@ class GevalReply(BaseModel):
     score: int = Field(ge=1, le=5)
 
 
-_LOOSE_SCORE = re.compile(r"\b(?:score|rating)\b\W{0,5}([1-5])(?:\s*/\s*5)?\b", re.I)
+# "score: 4", "Rating - 4/5"; never the 4 of "4.5" (a fractional rating is not silently truncated).
+_LOOSE_SCORE = re.compile(r"\b(?:score|rating)\b\W{0,5}([1-5])(?![.,]?\d)(?:\s*/\s*5)?\b", re.I)
 
 
 def parse_geval(text: str) -> GevalReply:

@@ -6,6 +6,7 @@ matters for grounding. The score is the mean of the three precisions unless ``va
 
 from __future__ import annotations
 
+import re
 from functools import cached_property
 from typing import Any, Literal
 
@@ -13,6 +14,7 @@ from halluscope.methods import register_method
 from halluscope.methods.base import Method
 from halluscope.records import Report
 
+_TOKEN = re.compile(r"[a-z0-9]", re.I)
 Variant = Literal["mean", "rouge1", "rouge2", "rougeL"]
 
 
@@ -38,6 +40,10 @@ class Rouge(Method):
         return rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=True)
 
     async def run(self, source: str, target: str) -> Report:
+        for name, text in (("source", source), ("target", target)):
+            if not _TOKEN.search(text):
+                # rouge-score keeps only [a-z0-9] tokens; scoring 0 here would be an invented verdict.
+                return Report(method=self.name, unscored_reason=f"{name} has no a-z/0-9 tokens for ROUGE")
         scores = self._scorer.score(source, target)  # (reference, prediction)
         sub = {k: float(v.precision) for k, v in scores.items()}
         score = sum(sub.values()) / len(sub) if self.variant == "mean" else sub[self.variant]

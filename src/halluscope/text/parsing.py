@@ -20,6 +20,9 @@ _THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.S)
 
 
+_MAX_STARTS = 200  # strict decoding is tried at this many "{"/"[" positions at most
+
+
 def _candidates(text: str) -> list[str]:
     text = _THINK.sub("", text)
     out = [m.group(1) for m in _FENCE.finditer(text)]
@@ -30,17 +33,57 @@ def _candidates(text: str) -> list[str]:
     return out
 
 
+def _top_level_starts(text: str) -> list[int]:
+    """Positions of "{"/"[" that open a value at nesting depth 0 (quotes only count inside a value, so
+    prose quotes do not hide it). An inner object of a truncated reply is never a candidate on its own."""
+    starts: list[int] = []
+    depth = 0
+    in_string = escaped = False
+    for i, ch in enumerate(text):
+        if depth == 0:
+            if ch in "{[":
+                starts.append(i)
+                if len(starts) >= _MAX_STARTS:
+                    break
+                depth = 1
+        elif in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+    return starts
+
+
+def _strict_values(text: str):
+    """Complete JSON values that start at a top-level "{" or "[" of ``text`` (fenced blocks first)."""
+    decoder = json.JSONDecoder()
+    text = _THINK.sub("", text)
+    sources = [m.group(1).strip() for m in _FENCE.finditer(text)] + [text]
+    for src in sources:
+        for pos in _top_level_starts(src):
+            try:
+                value, _ = decoder.raw_decode(src, pos)
+            except (json.JSONDecodeError, RecursionError):
+                continue
+            yield value
+
+
 def extract_json(text: str, expect: type | tuple[type, ...] = (dict, list)) -> Any:
-    """The first JSON value of type ``expect`` in ``text``; tolerates fences, prose and broken syntax."""
+    """The first JSON value of type ``expect`` in ``text``; tolerates fences, prose and broken syntax.
+
+    A complete, valid JSON value anywhere in the reply wins over a repaired one, so prose like
+    "I think [maybe] {...}" yields the object rather than a repaired ``["maybe"]``."""
     if not isinstance(text, str) or not text.strip():
         raise ParseError("empty reply")
-    decoder = json.JSONDecoder()
-    for cand in _candidates(text):
-        cand = cand.strip()
-        try:  # strict first: a complete JSON value at the start of the candidate
-            value, _ = decoder.raw_decode(cand)
-        except (json.JSONDecodeError, RecursionError):
-            continue
+    for value in _strict_values(text):
         if isinstance(value, expect):
             return value
     for cand in _candidates(text):
@@ -61,7 +104,7 @@ def _type_names(expect: type | tuple[type, ...]) -> str:
     return "/".join({dict: "object", list: "array"}.get(t, t.__name__) for t in types)
 
 
-_BULLET = re.compile(r"^\s*(?:[-*•]+|\d+[.)]|\(\d+\)|[a-z][.)])\s+")
+_BULLET = re.compile(r"^\s*(?:[-*•]+|\d+[.)]|\(\d+\)|[a-z][.)])(?:\s+|$)")  # a bare bullet is no item
 _NONE_ANSWERS = {"none", "none.", "no inconsistencies", "no inconsistencies.", "n/a", "[]", "nothing"}
 
 

@@ -57,22 +57,28 @@ def _blocks(text: str) -> list[tuple[int, int]]:
 
 def split_sentences(text: str, language: str = "en") -> list[Sentence]:
     """Sentences of ``text`` with spans such that ``text[s.span.start:s.span.end] == s.text``
-    (leading/trailing whitespace excluded)."""
+    (leading/trailing whitespace excluded). Every non-whitespace character belongs to exactly one sentence:
+    pysbd only proposes where sentences start, and text it drops (it does, e.g. "a.??") stays attached to
+    the sentence before it."""
     out: list[Sentence] = []
     for b_start, b_end in _blocks(text):
         block = text[b_start:b_end]
+        starts: list[int] = []
         cursor = 0
         for seg in _segmenter(language).segment(block):
             piece = seg.strip()
+            found = block.find(piece, cursor) if piece else -1
+            if found < 0:
+                continue
+            starts.append(found)
+            cursor = found + len(piece)
+        if not starts or starts[0] != 0:
+            starts.insert(0, 0)
+        for begin, end in zip(starts, starts[1:] + [len(block)]):
+            region = block[begin:end]
+            piece = region.strip()
             if not piece:
                 continue
-            found = block.find(piece, cursor)
-            if found < 0:  # pysbd altered the text; fall back to the raw segment position
-                found = block.find(seg, cursor)
-                if found < 0:
-                    continue
-                piece = seg
-            start = b_start + found
+            start = b_start + begin + (len(region) - len(region.lstrip()))
             out.append(Sentence(text=piece, span=Span(start=start, end=start + len(piece)), index=len(out)))
-            cursor = found + len(piece)
     return out

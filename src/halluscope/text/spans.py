@@ -42,10 +42,21 @@ def _normalize_with_map(text: str) -> tuple[str, list[int]]:
     return "".join(out), index
 
 
+_QUOTE_CHARS = "\"“”„«»"
+
+
+def _strip_quotes(needle: str) -> str:
+    """Drop surrounding whitespace and the quotation marks a model puts around a quote."""
+    needle = needle.strip().strip(_QUOTE_CHARS).strip()
+    if len(needle) >= 2 and needle[0] in "'‘" and needle[-1] in "'’":
+        needle = needle[1:-1].strip()
+    return needle
+
+
 def locate(needle: str, haystack: str, *, min_fuzzy: float = 85.0, start: int = 0) -> Match | None:
     """Where ``needle`` occurs in ``haystack[start:]``, or None. Fuzzy matches below ``min_fuzzy`` are rejected,
     so an invented quote does not get pinned to the nearest look-alike."""
-    needle = needle.strip().strip('"').strip()
+    needle = _strip_quotes(needle)
     if not needle or not haystack:
         return None
     pos = haystack.find(needle, start)
@@ -65,11 +76,20 @@ def locate(needle: str, haystack: str, *, min_fuzzy: float = 85.0, start: int = 
         return None  # fuzzy matching short strings gives nonsense
     hay_part = norm_hay[norm_start:]
     res = fuzz.partial_ratio_alignment(norm_needle, hay_part, score_cutoff=min_fuzzy)
-    if res is None:
+    if res is None or res.dest_end <= res.dest_start:
+        return None
+    # partial_ratio scores the shorter string inside the longer one, so a needle that merely *contains*
+    # the haystack (plus invented text) would score 100; judge the found region against the whole needle.
+    score = fuzz.ratio(norm_needle, hay_part[res.dest_start : res.dest_end])
+    if score < min_fuzzy:
         return None
     s = hay_map[norm_start + res.dest_start]
-    e = hay_map[norm_start + max(res.dest_end - 1, res.dest_start)] + 1
-    return Match(Span(start=s, end=e), "fuzzy", float(res.score))
+    e = hay_map[norm_start + res.dest_end - 1] + 1
+    while s < e and haystack[s].isspace():  # an alignment may start or end on a space
+        s += 1
+    while e > s and haystack[e - 1].isspace():
+        e -= 1
+    return Match(Span(start=s, end=e), "fuzzy", float(score))
 
 
 def locate_all(needles: list[str], haystack: str, **kwargs) -> list[Match | None]:

@@ -1,0 +1,409 @@
+"""The built-in metric suites: each applies when the dataset carries the labels it needs.
+
+| suite | applies when examples have | metrics |
+|---|---|---|
+| ``binary`` | ``label`` | AUC-ROC, balanced accuracy (threshold from the dev split), P/R/F1 of "inconsistent" |
+| ``correlation`` | ``human_score`` | Pearson, Spearman, Kendall |
+| ``montage_auc`` | ``group`` + ``difficulty`` | AUC-ROC per difficulty and averaged (MontageLie protocol) |
+| ``span`` | ``gold_spans`` | character-level P/R/F1 of finding spans vs gold spans |
+| ``final_matching`` | ``descriptions`` | FINAL recall/precision/F1 via an LLM judge |
+
+Every suite leaves out unscored reports and says how many it left out (``n_unscored``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from halluscope.bench import metrics as M
+from halluscope.bench.suites import SuiteContext, SuiteResult, register_suite, scored_pairs
+from halluscope.records import Example, Report, Usage
+
+DEV_SPLIT_NAMES = ("evaluation", "validation", "dev", "val")
+
+
+# --- formatting helpers shared by the suites -------------------------------------------------------
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    """A metric for a Markdown cell: ``0.712 [0.650, 0.770]`` for a CI dict, ``-`` when undefined."""
+    if isinstance(value, dict) and "value" in value:
+        if value["value"] is None:
+            return "-"
+        text = f"{value['value']:.{digits}f}"
+        if value.get("low") is not None:
+            text += f" [{value['low']:.{digits}f}, {value['high']:.{digits}f}]"
+        return text
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(fmt(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _ci(ctx: SuiteContext, statistic: Callable[[np.ndarray], float | None], n: int,
+        clusters: Sequence[Any] | None = None) -> dict[str, Any]:
+    return M.bootstrap_ci(statistic, n, n_resamples=ctx.n_bootstrap, seed=ctx.seed, clusters=clusters)
+
+
+def _plot_path(ctx: SuiteContext, name: str) -> Path:
+    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+    return ctx.out_dir / f"{name}.png"
+
+
+# --- binary labels: AUC, balanced accuracy, P/R/F1 -------------------------------------------------
+
+
+def pick_dev_split(splits: Sequence[str | None]) -> str | None:
+    """The split that thresholds are chosen on: one named like a dev split, and only when another split
+    remains to evaluate on. None means there is a single split (thresholds are then chosen in-sample)."""
+    present = set(splits)
+    if len(present) < 2:
+        return None
+    for name in DEV_SPLIT_NAMES:
+        if name in present:
+            return name
+    return None
+
+
+@register_suite("binary", applies=lambda examples: any(e.label is not None for e in examples))
+def binary_suite(examples: list[Example], reports: list[Report], ctx: SuiteContext) -> SuiteResult:
+    """AUC-ROC and balanced accuracy per domain (``meta["domain"]``, SummEdits protocol) with the threshold
+    chosen on the dev split of that domain and applied to its other split(s); the overall figure is the
+    mean over domains. With a single split the threshold is chosen on the same items (optimistic: it is
+    labelled so), and balanced accuracy at the method's own default threshold is reported next to it."""
+    labelled = [(e, r) for e, r in zip(examples, reports) if e.label is not None]
+    exs, reps, n_unscored = scored_pairs([e for e, _ in labelled], [r for _, r in labelled])
+    result = SuiteResult(metrics={"n": len(labelled), "n_unscored": n_unscored})
+    if not exs:
+        return result
+    dev_split = pick_dev_split([e.split for e in exs])
+    domains = sorted({str(e.meta.get("domain", "all")) for e in exs})
+    dom = [str(e.meta.get("domain", "all")) for e in exs]
+    labels = np.array([e.label for e in exs])
+    scores = np.array([r.score for r in reps], dtype=float)
+    is_dev = np.array([dev_split is not None and e.split == dev_split for e in exs])
+    is_test = ~is_dev if dev_split is not None else np.ones(len(exs), bool)
+
+    thresholds: dict[str, float] = {}
+    notes: list[str] = []
+    for d in domains:
+        fit = [i for i in range(len(exs)) if dom[i] == d and (is_dev[i] if dev_split else True)]
+        t = M.best_threshold(labels[fit].tolist(), scores[fit].tolist())
+        if t is None:
+            t = reps[fit[0]].threshold if fit and reps[fit[0]].threshold is not None else 0.5
+            notes.append(f"{d}: threshold split has one class; used the method threshold {t}")
+        thresholds[d] = t
+    test_idx = np.flatnonzero(is_test)
+    t_dom = np.array([dom[i] for i in test_idx])
+    t_lab, t_sco = labels[test_idx], scores[test_idx]
+    t_thr = np.array([thresholds[d] for d in t_dom])
+    method_pred = np.array([1 if reps[i].label == "consistent" else 0 for i in test_idx])
+
+    def per_domain(fn: Callable[[np.ndarray], float | None]) -> Callable[[np.ndarray], float | None]:
+        def macro(idx: np.ndarray) -> float | None:
+            vals = [fn(idx[t_dom[idx] == d]) for d in domains]
+            vals = [v for v in vals if v is not None]
+            return float(np.mean(vals)) if vals else None
+        return macro
+
+    def auc(idx: np.ndarray) -> float | None:
+        return M.roc_auc(t_lab[idx].tolist(), t_sco[idx].tolist())
+
+    def bacc(idx: np.ndarray) -> float | None:
+        if len(set(t_lab[idx].tolist())) < 2:
+            return None
+        from sklearn.metrics import balanced_accuracy_score
+
+        return float(balanced_accuracy_score(t_lab[idx], (t_sco[idx] >= t_thr[idx]).astype(int)))
+
+    def bacc_method(idx: np.ndarray) -> float | None:
+        if len(set(t_lab[idx].tolist())) < 2:
+            return None
+        from sklearn.metrics import balanced_accuracy_score
+
+        return float(balanced_accuracy_score(t_lab[idx], method_pred[idx]))
+
+    def prf(key: str) -> Callable[[np.ndarray], float | None]:
+        return lambda idx: M.binary_prf(t_lab[idx].tolist(), (t_sco[idx] >= t_thr[idx]).astype(int).tolist())[key]
+
+    n_test = len(test_idx)
+    m = result.metrics
+    m.update({
+        "n_scored": len(exs),
+        "n_dev": int(is_dev.sum()),
+        "n_test": n_test,
+        "dev_split": dev_split,
+        "threshold_chosen_on": f"the {dev_split!r} split" if dev_split else "the same items (in-sample, optimistic)",
+        "thresholds": thresholds,
+        "averaging": "mean over domains" if len(domains) > 1 else "single domain",
+        "auc": _ci(ctx, per_domain(auc), n_test),
+        "balanced_accuracy": _ci(ctx, per_domain(bacc), n_test),
+        "balanced_accuracy_at_method_threshold": _ci(ctx, per_domain(bacc_method), n_test),
+        "inconsistent_precision": _ci(ctx, prf("precision"), n_test),
+        "inconsistent_recall": _ci(ctx, prf("recall"), n_test),
+        "inconsistent_f1": _ci(ctx, prf("f1"), n_test),
+    })
+    if len(domains) > 1:
+        m["auc_pooled"] = _ci(ctx, auc, n_test)
+    if notes:
+        m["notes"] = notes
+    rows = []
+    per_dom: dict[str, Any] = {}
+    for d in domains:
+        idx = np.flatnonzero(t_dom == d)
+        per_dom[d] = {"n_dev": int(sum(1 for i in range(len(exs)) if dom[i] == d and is_dev[i])),
+                      "n_test": len(idx), "threshold": thresholds[d], "auc": auc(idx), "balanced_accuracy": bacc(idx),
+                      "balanced_accuracy_at_method_threshold": bacc_method(idx)}
+        rows.append([d, per_dom[d]["n_dev"], per_dom[d]["n_test"], thresholds[d], per_dom[d]["auc"],
+                     per_dom[d]["balanced_accuracy"], per_dom[d]["balanced_accuracy_at_method_threshold"]])
+    if len(domains) > 1:
+        m["per_domain"] = per_dom
+        rows.append(["**mean over domains**", m["n_dev"], n_test, "", m["auc"], m["balanced_accuracy"],
+                     m["balanced_accuracy_at_method_threshold"]])
+    else:
+        rows = [[domains[0], m["n_dev"], n_test, thresholds[domains[0]], m["auc"], m["balanced_accuracy"],
+                 m["balanced_accuracy_at_method_threshold"]]]
+    result.tables.append((
+        f"Binary consistency (threshold chosen on {m['threshold_chosen_on']}; {n_unscored} unscored left out)",
+        md_table(["domain", "n dev", "n test", "threshold", "AUC-ROC", "BAcc", "BAcc @ method threshold"], rows),
+    ))
+    result.tables.append((
+        "Detecting inconsistent items (positive = label 0, predicted when score < threshold)",
+        md_table(["precision", "recall", "F1"],
+                 [[m["inconsistent_precision"], m["inconsistent_recall"], m["inconsistent_f1"]]]),
+    ))
+    violin: dict[str, list[float]] = {}
+    for d in domains:
+        for lab, name in ((1, "consistent"), (0, "inconsistent")):
+            key = name if len(domains) == 1 else f"{d}\n{name}"
+            violin[key] = [float(scores[i]) for i in range(len(exs)) if dom[i] == d and labels[i] == lab]
+    from halluscope.bench.plots import roc_plot, violin_plot
+
+    result.plots.append(violin_plot(violin, _plot_path(ctx, "binary_scores_by_label"),
+                                    title=f"{ctx.method} scores by label ({ctx.dataset})"))
+    curves = {d: (t_lab[t_dom == d].tolist(), t_sco[t_dom == d].tolist()) for d in domains}
+    if len(domains) > 1:
+        curves["pooled"] = (t_lab.tolist(), t_sco.tolist())
+    result.plots.append(roc_plot(curves, _plot_path(ctx, "binary_roc"),
+                                 title=f"ROC, {ctx.method} ({ctx.dataset}, {'test split' if dev_split else 'all'})"))
+    return result
+
+
+# --- graded human scores: correlations -------------------------------------------------------------
+
+
+@register_suite("correlation", applies=lambda examples: any(e.human_score is not None for e in examples))
+def correlation_suite(examples: list[Example], reports: list[Report], ctx: SuiteContext) -> SuiteResult:
+    graded = [(e, r) for e, r in zip(examples, reports) if e.human_score is not None]
+    exs, reps, n_unscored = scored_pairs([e for e, _ in graded], [r for _, r in graded])
+    human = np.array([e.human_score for e in exs], dtype=float)
+    scores = np.array([r.score for r in reps], dtype=float)
+    m: dict[str, Any] = {"n": len(graded), "n_unscored": n_unscored, "n_scored": len(exs)}
+    for name in ("pearson", "spearman", "kendall"):
+        m[name] = _ci(ctx, lambda idx, name=name: M.correlations(scores[idx].tolist(), human[idx].tolist())[name],
+                      len(exs))
+    result = SuiteResult(metrics=m)
+    result.tables.append((
+        f"Correlation with human scores (n={len(exs)}, {n_unscored} unscored left out)",
+        md_table(["Pearson", "Spearman", "Kendall"], [[m["pearson"], m["spearman"], m["kendall"]]]),
+    ))
+    if len(exs):
+        from halluscope.bench.plots import scatter_plot
+
+        result.plots.append(scatter_plot(human.tolist(), scores.tolist(), _plot_path(ctx, "correlation_scatter"),
+                                         title=f"{ctx.method} vs human ({ctx.dataset})", xlabel="human score",
+                                         ylabel=f"{ctx.method} score"))
+    return result
+
+
+# --- MontageLie AUC per difficulty -----------------------------------------------------------------
+
+
+def _has_montage(examples: list[Example]) -> bool:
+    return any(e.difficulty and e.group for e in examples)
+
+
+@register_suite("montage_auc", applies=_has_montage)
+def montage_suite(examples: list[Example], reports: list[Report], ctx: SuiteContext) -> SuiteResult:
+    grouped = [(e, r) for e, r in zip(examples, reports) if e.group is not None]
+    exs, reps, n_unscored = scored_pairs([e for e, _ in grouped], [r for _, r in grouped])
+    scores = np.array([r.score for r in reps], dtype=float)
+    labels = [e.label for e in exs]
+    groups = [e.group for e in exs]
+    diffs = [e.difficulty for e in exs]
+
+    def stat(key: str) -> Callable[[np.ndarray], float | None]:
+        # Copies of a resampled group need no separate keys: a group only decides which truths and lies
+        # enter the pooled AUC, and every copy of it enters with the same members.
+        return lambda idx: M.auc_per_difficulty(scores[idx].tolist(), [labels[i] for i in idx],
+                                                [groups[i] for i in idx], [diffs[i] for i in idx]).get(key)
+
+    point = M.auc_per_difficulty(scores.tolist(), labels, groups, diffs)
+    m: dict[str, Any] = {"n": len(grouped), "n_unscored": n_unscored, "n_groups": len(set(groups))}
+    difficulties = [k for k in point if k != "average"]
+    for key in [*difficulties, "average"]:
+        m[f"auc_{key}"] = _ci(ctx, stat(key), len(exs), clusters=groups)
+    result = SuiteResult(metrics=m)
+    result.tables.append((
+        f"AUC-ROC per difficulty, MontageLie protocol ({m['n_groups']} groups; {n_unscored} unscored left out)",
+        md_table([*difficulties, "average"], [[m[f"auc_{k}"] for k in [*difficulties, "average"]]]),
+    ))
+    violin = {M.TRUTH: [float(s) for s, e in zip(scores, exs) if e.label == 1 or e.difficulty == M.TRUTH]}
+    for d in difficulties:
+        violin[d] = [float(s) for s, e in zip(scores, exs) if e.difficulty == d and e.label != 1]
+    from halluscope.bench.plots import violin_plot
+
+    result.plots.append(violin_plot(violin, _plot_path(ctx, "montage_scores_by_difficulty"),
+                                    title=f"{ctx.method} scores by difficulty ({ctx.dataset})"))
+    return result
+
+
+# --- character-level spans -------------------------------------------------------------------------
+
+
+def predicted_spans(report: Report) -> list:
+    return [s for f in report.findings for s in f.target_spans]
+
+
+@register_suite("span", applies=lambda examples: any(e.gold_spans is not None for e in examples))
+def span_suite(examples: list[Example], reports: list[Report], ctx: SuiteContext) -> SuiteResult:
+    """Micro-averaged character P/R/F1 of the union of every finding's target spans against the gold spans.
+    Empty cases (see :func:`metrics.prf_from_counts`): no predicted and no gold characters anywhere is a
+    perfect 1.0; otherwise a zero denominator gives 0."""
+    with_gold = [(e, r) for e, r in zip(examples, reports) if e.gold_spans is not None]
+    exs, reps, n_unscored = scored_pairs([e for e, _ in with_gold], [r for _, r in with_gold])
+    counts = np.array([M.span_counts(predicted_spans(r), e.gold_spans or []) for e, r in zip(exs, reps)],
+                      dtype=int).reshape(-1, 3)
+
+    def stat(key: str) -> Callable[[np.ndarray], float]:
+        return lambda idx: getattr(M.prf_from_counts(*counts[idx].sum(axis=0).tolist()), key)
+
+    m: dict[str, Any] = {
+        "n": len(with_gold), "n_unscored": n_unscored, "n_scored": len(exs),
+        "n_with_gold_spans": int((counts[:, 2] > 0).sum()), "n_with_predicted_spans": int((counts[:, 1] > 0).sum()),
+        "gold_chars": int(counts[:, 2].sum()), "predicted_chars": int(counts[:, 1].sum()),
+    }
+    for key in ("precision", "recall", "f1"):
+        m[f"char_{key}"] = _ci(ctx, stat(key), len(exs))
+    result = SuiteResult(metrics=m)
+    result.tables.append((
+        f"Character-level span P/R/F1, micro (n={len(exs)}; {n_unscored} unscored left out)",
+        md_table(["precision", "recall", "F1", "items with predicted spans"],
+                 [[m["char_precision"], m["char_recall"], m["char_f1"], m["n_with_predicted_spans"]]]),
+    ))
+    return result
+
+
+# --- FINAL description matching --------------------------------------------------------------------
+
+FINAL_MATCHES_FILE = "final_matches.jsonl"
+
+
+def predicted_descriptions(report: Report) -> list[str]:
+    return [f.description.strip() for f in report.findings if f.description.strip()]
+
+
+def _load_matches(path: Path) -> dict[str, Any]:
+    from pydantic import ValidationError
+
+    from halluscope.bench.judge import MatchResult
+
+    stored: dict[str, MatchResult] = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                result = MatchResult.model_validate_json(line)
+            except ValidationError:
+                continue  # a line cut short by an interrupted run: that item is judged again
+            stored[result.example_id] = result
+    return stored
+
+
+@register_suite("final_matching", applies=lambda examples: any(e.descriptions is not None for e in examples))
+async def final_matching_suite(examples: list[Example], reports: list[Report], ctx: SuiteContext) -> SuiteResult:
+    """FINAL P/R/F1 (micro over items): an LLM judge (``ctx.judge``) aligns each item's predicted
+    descriptions (``Report.findings[*].description``) with its gold ``descriptions``. Judge results are
+    stored in ``final_matches.jsonl`` as they arrive, so a re-run asks the judge only about new items."""
+    from halluscope.bench.judge import MATCH_PROMPT, match_descriptions, match_key
+    from halluscope.prompts import apply_overrides
+
+    prompt = apply_overrides(MATCH_PROMPT, ctx.prompts_dir)
+    with_gold = [(e, r) for e, r in zip(examples, reports) if e.descriptions is not None]
+    exs, reps, n_unscored = scored_pairs([e for e, _ in with_gold], [r for _, r in with_gold])
+    judge_name = ctx.judge.name if ctx.judge is not None else "none"
+    path = ctx.out_dir / FINAL_MATCHES_FILE
+    stored = _load_matches(path)
+    results: dict[str, Any] = {}
+    todo = []
+    for e, r in zip(exs, reps):
+        gold, pred = list(e.descriptions or []), predicted_descriptions(r)
+        old = stored.get(e.id)
+        if old is not None and old.key == match_key(judge_name, gold, pred, prompt) and old.matches is not None:
+            results[e.id] = old
+        else:
+            todo.append((e, gold, pred))
+    judge_usage = Usage()
+    if todo:
+        ctx.out_dir.mkdir(parents=True, exist_ok=True)
+        sem = asyncio.Semaphore(max(1, getattr(ctx.judge, "max_concurrency", 4) or 4))
+
+        async def one(e: Example, gold: list[str], pred: list[str]):
+            async with sem:
+                return await match_descriptions(ctx.judge, e.id, e.target, gold, pred, prompt)
+
+        with path.open("a", encoding="utf-8") as fh:
+            for fut in asyncio.as_completed([one(*t) for t in todo]):
+                res = await fut
+                results[res.example_id] = res
+                for call in res.calls:
+                    judge_usage = judge_usage + call.usage
+                fh.write(res.model_dump_json() + "\n")
+                fh.flush()
+    ordered = [results[e.id] for e in exs]
+    usable = [res for res in ordered if res.matches is not None]
+    counts = np.array([(res.matched_gold, res.n_pred, res.n_gold) for res in usable], dtype=int).reshape(-1, 3)
+    no_gold = [res for res in usable if res.n_gold == 0]
+
+    def stat(key: str) -> Callable[[np.ndarray], float]:
+        return lambda idx: getattr(M.final_prf(counts[idx].tolist()), key)
+
+    m: dict[str, Any] = {
+        "n": len(with_gold), "n_unscored": n_unscored, "n_judge_unscored": len(ordered) - len(usable),
+        "n_scored": len(usable), "n_judged": sum(res.judged for res in ordered),
+        "judge_model": judge_name, "judge_prompt_version": f"{prompt.name}@{prompt.version}",
+        "predictions": int(counts[:, 1].sum()), "gold": int(counts[:, 2].sum()),
+        "gold_matched": int(counts[:, 0].sum()),
+        "false_positives_on_consistent_items": int(sum(res.n_pred for res in no_gold)),
+        "judge_usage": sum((c.usage for res in ordered for c in res.calls), Usage()).model_dump(),
+        "judge_usage_this_run": judge_usage.model_dump(),
+        "averaging": "micro over items (counts summed, then ratios)",
+    }
+    for key in ("recall", "precision", "f1"):
+        m[key] = _ci(ctx, stat(key), len(usable))
+    if m["predictions"] == 0:
+        m["note"] = "the method made no predictions: precision is 0 by convention (nothing predicted correctly)"
+    reasons = [res.unscored_reason for res in ordered if res.unscored_reason]
+    if reasons:
+        m["judge_unscored_reasons"] = reasons[:20]
+    result = SuiteResult(metrics=m)
+    result.tables.append((
+        f"FINAL matching (judge {judge_name}; n={len(usable)}, {n_unscored} unscored by the method and "
+        f"{m['n_judge_unscored']} by the judge left out)",
+        md_table(["recall", "precision", "F1", "predictions", "gold", "gold matched", "judge calls needed"],
+                 [[m["recall"], m["precision"], m["f1"], m["predictions"], m["gold"], m["gold_matched"],
+                   m["n_judged"]]]),
+    ))
+    return result

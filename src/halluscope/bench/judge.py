@@ -1,0 +1,168 @@
+"""FINAL matching (seed 002 §4.2, App. D): an LLM judge aligns predicted inconsistency descriptions with
+gold descriptions. Each prediction matches at most one gold item; recall counts distinct gold items
+matched, so repeated predictions lower precision without adding true positives.
+
+The judge is only asked when there is something to align: with no predictions nothing can match, and
+with no gold (a consistent item) every prediction is a false positive. A judge reply we cannot parse
+(after one repair round) makes the item *unscored for matching*, never "no match".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from halluscope.bench.metrics import count_matched_gold
+from halluscope.llm.client import LLM
+from halluscope.llm.structured import generate_parsed
+from halluscope.prompts import PromptTemplate
+from halluscope.records import LLMCall
+from halluscope.text.parsing import ParseError, extract_json
+
+MATCH_PROMPT = PromptTemplate(
+    name="final_match",
+    version="1",
+    system=(
+        "You are a meticulous annotator who decides whether two descriptions of errors in a text point "
+        "at the same error."
+    ),
+    user=(
+        "A SUMMARY was checked against its source document. Two lists describe facts in the summary that "
+        "the source does not support or contradicts: REFERENCE errors (written by expert annotators, ids "
+        "G1, G2, ...) and CANDIDATE errors (written by a system, ids P1, P2, ...).\n\n"
+        "For every candidate, decide which reference error it describes, if any.\n"
+        "- A candidate describes a reference error when both single out the same piece of information in "
+        "the summary as wrong. The wording and the explanation of why it is wrong may differ.\n"
+        "- A candidate that is vague, lumps several unrelated problems together, or does not pin down one "
+        "specific piece of information in the summary describes no reference error.\n"
+        "- Each candidate describes at most one reference error. Several candidates may describe the same "
+        "reference error.\n\n"
+        "SUMMARY:\n$summary\n\n"
+        "REFERENCE errors:\n$gold\n\n"
+        "CANDIDATE errors:\n$predicted\n\n"
+        "Think it through briefly, then answer with one JSON object: a short \"reasoning\" string and "
+        "\"matches\", which maps every candidate id to the id of the reference error it describes, or to "
+        "null when it describes none. Example shape:\n"
+        '{"reasoning": "P1 and G2 both question the date; P2 is about nothing in the references.", '
+        '"matches": {"P1": "G2", "P2": null}}'
+    ),
+)
+
+_PRED_KEY = re.compile(r"^\s*(?:P|CANDIDATE)?\s*[-_#]?\s*(\d+)\s*$", re.I)
+_GOLD_VALUE = re.compile(r"^\s*(?:G|REFERENCE)?\s*[-_#]?\s*(\d+)\s*$", re.I)
+_NO_MATCH = {"", "none", "null", "n/a", "na", "no match", "no", "nothing", "-", "unmatched", "false"}
+
+
+def _gold_index(value: Any, n_gold: int, key: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ParseError(f"{key}: expected a reference id or null, got {value!r}")
+    if isinstance(value, list):
+        if len(value) > 1:
+            raise ParseError(f"{key}: matched to several references {value!r}; at most one is allowed")
+        return _gold_index(value[0], n_gold, key) if value else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value != int(value):
+            raise ParseError(f"{key}: reference id {value!r} is not an integer")
+        number = int(value)
+    elif isinstance(value, str):
+        if value.strip().lower().strip(".") in _NO_MATCH:
+            return None
+        m = _GOLD_VALUE.match(value)
+        if m is None:
+            raise ParseError(f"{key}: {value[:40]!r} is not a reference id (G1..G{n_gold}) or null")
+        number = int(m.group(1))
+    else:
+        raise ParseError(f"{key}: expected a reference id or null, got {type(value).__name__}")
+    if not 1 <= number <= n_gold:
+        raise ParseError(f"{key}: reference G{number} does not exist (there are {n_gold})")
+    return number - 1
+
+
+def parse_matches(text: str, n_pred: int, n_gold: int) -> dict[int, int | None]:
+    """``{prediction index: gold index or None}`` (0-based) for every prediction, from a judge reply.
+
+    Accepts ``{"matches": {...}}`` or the mapping at the top level, keys ``P1``/``1``, values ``G2``/``2``/
+    null/"none"/a one-element list. Raises ParseError when the reply is not JSON, names an unknown id,
+    gives several references for one candidate, or leaves a candidate undecided."""
+    data = extract_json(text, dict)
+    mapping = data.get("matches", data) if isinstance(data, dict) else None
+    if not isinstance(mapping, dict):
+        raise ParseError(f"'matches' should be an object, got {type(mapping).__name__}")
+    out: dict[int, int | None] = {}
+    for key, value in mapping.items():
+        m = _PRED_KEY.match(str(key))
+        if m is None:
+            continue  # e.g. "reasoning" given at the top level
+        number = int(m.group(1))
+        if not 1 <= number <= n_pred:
+            raise ParseError(f"candidate P{number} does not exist (there are {n_pred})")
+        gold = _gold_index(value, n_gold, f"P{number}")
+        if number - 1 in out and out[number - 1] != gold:
+            raise ParseError(f"candidate P{number} is given two different answers")
+        out[number - 1] = gold
+    missing = [f"P{i + 1}" for i in range(n_pred) if i not in out]
+    if missing:
+        raise ParseError(f"no decision for {', '.join(missing)}")
+    return out
+
+
+class MatchResult(BaseModel):
+    """The matching of one item. ``matches`` is None when the judge's reply could not be used
+    (``unscored_reason`` says why); the item is then left out of the FINAL P/R/F1."""
+
+    example_id: str
+    key: str  # fingerprint of (judge, prompt version, gold, predictions): a stored result is reused only if equal
+    n_gold: int
+    n_pred: int
+    matches: dict[int, int | None] | None = None
+    matched_gold: int | None = None
+    judged: bool = False  # False when no judge call was needed (no predictions or no gold)
+    unscored_reason: str | None = None
+    calls: list[LLMCall] = Field(default_factory=list)
+
+
+def match_key(judge_name: str, gold: list[str], predicted: list[str], prompt: PromptTemplate = MATCH_PROMPT) -> str:
+    payload = json.dumps([judge_name, prompt.name, prompt.version, prompt.user, gold, predicted], ensure_ascii=False)
+    return hashlib.sha256(payload.encode()).hexdigest()[:24]
+
+
+def _numbered(prefix: str, items: list[str]) -> str:
+    return "\n".join(f"{prefix}{i + 1}. {text.strip()}" for i, text in enumerate(items))
+
+
+async def match_descriptions(
+    judge: LLM | None,
+    example_id: str,
+    summary: str,
+    gold: list[str],
+    predicted: list[str],
+    prompt: PromptTemplate = MATCH_PROMPT,
+) -> MatchResult:
+    """Align ``predicted`` with ``gold`` for one item (asks the judge only when both lists are non-empty)."""
+    judge_name = judge.name if judge is not None else "none"
+    base = dict(example_id=example_id, key=match_key(judge_name, gold, predicted, prompt), n_gold=len(gold),
+                n_pred=len(predicted))
+    if not predicted or not gold:
+        return MatchResult(**base, matches={i: None for i in range(len(predicted))}, matched_gold=0)
+    if judge is None:
+        return MatchResult(**base, unscored_reason="no judge model configured")
+    messages = prompt.render(summary=summary, gold=_numbered("G", gold), predicted=_numbered("P", predicted))
+    parsed = await generate_parsed(
+        judge,
+        messages,
+        lambda text: parse_matches(text, len(predicted), len(gold)),
+        params=judge.params(json_mode=True),
+        format_hint='one JSON object like {"reasoning": "...", "matches": {"P1": "G1", "P2": null}} '
+        f"with every candidate P1..P{len(predicted)}",
+    )
+    if parsed.value is None:
+        return MatchResult(**base, judged=True, unscored_reason=f"judge reply unusable: {parsed.error}",
+                           calls=parsed.calls)
+    return MatchResult(**base, judged=True, matches=parsed.value, matched_gold=count_matched_gold(parsed.value),
+                       calls=parsed.calls)

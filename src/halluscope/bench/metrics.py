@@ -1,0 +1,256 @@
+"""Metric functions with plain signatures (lists in, numbers out), reusable by any suite.
+
+Conventions
+- Scores are "higher = more consistent"; label 1 = consistent, 0 = inconsistent.
+- A metric that is undefined on its input (one class only, constant scores, no items) returns ``None``,
+  never a made-up number; :func:`bootstrap_ci` drops resamples where the metric is undefined.
+- Detection metrics (binary P/R/F1, spans, FINAL matching) treat *inconsistent* as the positive class.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from halluscope.records import Span
+
+TRUTH = "truth"
+DIFFICULTY_ORDER = ("easy", "medium", "hard", "extreme")
+
+
+def _clean(value: float | None) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return None if math.isnan(value) else value
+
+
+# --- ranking / threshold metrics -------------------------------------------------------------------
+
+
+def roc_auc(labels: Sequence[int], scores: Sequence[float]) -> float | None:
+    """AUC-ROC of ``scores`` for separating label 1 (consistent) from label 0; None with one class."""
+    from sklearn.metrics import roc_auc_score
+
+    if len(set(labels)) < 2:
+        return None
+    return float(roc_auc_score(labels, scores))
+
+
+def best_threshold(labels: Sequence[int], scores: Sequence[float]) -> float | None:
+    """The threshold ``t`` (predict consistent when ``score >= t``) that maximizes balanced accuracy on
+    these items, i.e. Youden's J on the ROC curve; ties go to the highest threshold. None with one class."""
+    from sklearn.metrics import roc_curve
+
+    if len(set(labels)) < 2:
+        return None
+    fpr, tpr, thresholds = roc_curve(labels, scores)
+    finite = np.isfinite(thresholds)
+    j = np.where(finite, tpr - fpr, -np.inf)
+    best = int(np.flatnonzero(j >= j.max() - 1e-12)[0])  # tolerance: 2/3 and 1 - 1/3 are a tie
+    return float(thresholds[best])
+
+
+def balanced_accuracy(labels: Sequence[int], scores: Sequence[float], threshold: float) -> float | None:
+    """Balanced accuracy of "consistent iff score >= threshold"; None with one class in ``labels``."""
+    from sklearn.metrics import balanced_accuracy_score
+
+    if len(set(labels)) < 2:
+        return None
+    predicted = [1 if s >= threshold else 0 for s in scores]
+    return float(balanced_accuracy_score(labels, predicted))
+
+
+def binary_prf(labels: Sequence[int], predicted: Sequence[int], positive: int = 0) -> dict[str, float]:
+    """Precision, recall and F1 for detecting class ``positive`` (default 0 = inconsistent).
+    A ratio with a zero denominator is 0 (scikit-learn's ``zero_division=0``)."""
+    from sklearn.metrics import precision_recall_fscore_support
+
+    p, r, f, _ = precision_recall_fscore_support(
+        labels, predicted, pos_label=positive, average="binary", zero_division=0
+    )
+    return {"precision": float(p), "recall": float(r), "f1": float(f)}
+
+
+# --- correlations ----------------------------------------------------------------------------------
+
+
+def correlations(scores: Sequence[float], human: Sequence[float]) -> dict[str, float | None]:
+    """Pearson, Spearman and Kendall (tau-b) between method scores and human scores (scipy).
+    None when fewer than 3 items or either side is constant."""
+    from scipy import stats
+
+    if len(scores) < 3 or len(set(scores)) < 2 or len(set(human)) < 2:
+        return {"pearson": None, "spearman": None, "kendall": None}
+    return {
+        "pearson": _clean(stats.pearsonr(scores, human).statistic),
+        "spearman": _clean(stats.spearmanr(scores, human).statistic),
+        "kendall": _clean(stats.kendalltau(scores, human).statistic),
+    }
+
+
+# --- MontageLie AUC per difficulty -----------------------------------------------------------------
+
+
+def auc_per_difficulty(
+    scores: Sequence[float],
+    labels: Sequence[int | None],
+    groups: Sequence[Hashable],
+    difficulties: Sequence[str | None],
+) -> dict[str, float | None]:
+    """MontageLie protocol (seed 000 §3.3): for each lie difficulty, AUC-ROC of the truths against the lies
+    of that difficulty, using only groups that have both (a group's truths are its items with label 1 or
+    difficulty "truth"). Returns ``{difficulty: auc, ..., "average": mean of the defined ones}``."""
+    truths_by_group: dict[Hashable, list[float]] = {}
+    lies: dict[str, dict[Hashable, list[float]]] = {}
+    for s, lab, g, d in zip(scores, labels, groups, difficulties):
+        if d == TRUTH or lab == 1:
+            truths_by_group.setdefault(g, []).append(s)
+        elif d is not None:
+            lies.setdefault(d, {}).setdefault(g, []).append(s)
+    out: dict[str, float | None] = {}
+    for d in ordered_difficulties(lies):
+        y: list[int] = []
+        x: list[float] = []
+        for g, lie_scores in lies[d].items():
+            if g not in truths_by_group:
+                continue
+            y += [1] * len(truths_by_group[g]) + [0] * len(lie_scores)
+            x += truths_by_group[g] + lie_scores
+        out[d] = roc_auc(y, x)
+    defined = [v for v in out.values() if v is not None]
+    out["average"] = float(np.mean(defined)) if defined else None
+    return out
+
+
+def ordered_difficulties(names: Iterable[str]) -> list[str]:
+    """easy, medium, hard, extreme first (in that order), then any other names alphabetically."""
+    names = set(names) - {TRUTH}
+    known = [d for d in DIFFICULTY_ORDER if d in names]
+    return known + sorted(names - set(DIFFICULTY_ORDER))
+
+
+# --- counts -> P/R/F1 ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PRF:
+    precision: float
+    recall: float
+    f1: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {"precision": self.precision, "recall": self.recall, "f1": self.f1}
+
+
+def prf_from_counts(tp: int, n_pred: int, n_gold: int) -> PRF:
+    """P = tp/n_pred, R = tp/n_gold. Empty cases: nothing predicted and nothing gold is perfect agreement
+    (P = R = F1 = 1); otherwise a ratio with a zero denominator is 0."""
+    if n_pred == 0 and n_gold == 0:
+        return PRF(1.0, 1.0, 1.0)
+    p = tp / n_pred if n_pred else 0.0
+    r = tp / n_gold if n_gold else 0.0
+    f = 2 * p * r / (p + r) if p + r else 0.0
+    return PRF(p, r, f)
+
+
+# --- character-level spans -------------------------------------------------------------------------
+
+
+def _chars(spans: Iterable[Span]) -> set[int]:
+    out: set[int] = set()
+    for s in spans:
+        out.update(range(s.start, s.end))
+    return out
+
+
+def span_counts(pred_spans: Iterable[Span], gold_spans: Iterable[Span]) -> tuple[int, int, int]:
+    """(overlapping chars, predicted chars, gold chars) for one item; overlapping spans are merged."""
+    pred, gold = _chars(pred_spans), _chars(gold_spans)
+    return len(pred & gold), len(pred), len(gold)
+
+
+def span_prf(pred_spans: Iterable[Span], gold_spans: Iterable[Span]) -> PRF:
+    """Character-level P/R/F1 of predicted vs gold spans of one text (empty cases: :func:`prf_from_counts`)."""
+    return prf_from_counts(*span_counts(pred_spans, gold_spans))
+
+
+def span_prf_micro(items: Iterable[tuple[Iterable[Span], Iterable[Span]]]) -> PRF:
+    """Micro-averaged character P/R/F1 over many (pred_spans, gold_spans) items: counts are summed first."""
+    tp = n_pred = n_gold = 0
+    for pred, gold in items:
+        a, b, c = span_counts(pred, gold)
+        tp, n_pred, n_gold = tp + a, n_pred + b, n_gold + c
+    return prf_from_counts(tp, n_pred, n_gold)
+
+
+# --- FINAL description matching --------------------------------------------------------------------
+
+
+def count_matched_gold(matches: dict[int, int | None] | Sequence[int | None]) -> int:
+    """Distinct gold items matched by at least one prediction: repeats of one gold item count once, so a
+    method that repeats itself gains predictions (lower precision) but no true positives (seed 002 §D)."""
+    values = matches.values() if isinstance(matches, dict) else matches
+    return len({g for g in values if g is not None})
+
+
+def final_prf(items: Iterable[tuple[int, int, int]]) -> PRF:
+    """Micro P/R/F1 over items given as (distinct gold matched, n_predictions, n_gold):
+    recall = matched gold / gold, precision = matched gold / predictions (seed 002 §4.2)."""
+    tp = n_pred = n_gold = 0
+    for a, b, c in items:
+        tp, n_pred, n_gold = tp + a, n_pred + b, n_gold + c
+    return prf_from_counts(tp, n_pred, n_gold)
+
+
+# --- bootstrap -------------------------------------------------------------------------------------
+
+
+def bootstrap_ci(
+    statistic: Callable[[np.ndarray], float | None],
+    n_items: int,
+    *,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    clusters: Sequence[Hashable] | None = None,
+) -> dict[str, float | int | None]:
+    """Percentile bootstrap CI of ``statistic(indices)``, where ``indices`` is a resample (with replacement)
+    of ``range(n_items)``. With ``clusters`` (one key per item, e.g. a montage group) whole clusters are
+    resampled, so a truth stays with its lies. Resamples where the statistic is undefined (None/NaN, e.g.
+    one class only) are dropped and counted. Returns ``{"value", "low", "high", "n", "resamples"}``.
+
+    (Hand-written rather than ``scipy.stats.bootstrap`` because we need cluster resampling and must drop
+    undefined resamples instead of turning the whole interval into NaN.)"""
+    all_idx = np.arange(n_items)
+    value = _clean(statistic(all_idx)) if n_items else None
+    result: dict[str, float | int | None] = {"value": value, "low": None, "high": None, "n": n_items,
+                                              "resamples": 0}
+    if value is None or n_items < 2 or n_resamples < 1:
+        return result
+    rng = np.random.default_rng(seed)
+    if clusters is not None:
+        keys = list(dict.fromkeys(clusters))
+        members = {k: [] for k in keys}
+        for i, k in enumerate(clusters):
+            members[k].append(i)
+        member_arrays = [np.asarray(members[k]) for k in keys]
+    stats: list[float] = []
+    for _ in range(n_resamples):
+        if clusters is not None:
+            picks = rng.integers(0, len(member_arrays), len(member_arrays))
+            idx = np.concatenate([member_arrays[p] for p in picks])
+        else:
+            idx = rng.integers(0, n_items, n_items)
+        v = _clean(statistic(idx))
+        if v is not None:
+            stats.append(v)
+    if stats:
+        alpha = (1 - confidence) / 2
+        result["low"] = float(np.quantile(stats, alpha))
+        result["high"] = float(np.quantile(stats, 1 - alpha))
+    result["resamples"] = len(stats)
+    return result

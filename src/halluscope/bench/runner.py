@@ -1,0 +1,296 @@
+"""``run_bench``: score every example of a dataset with a method, resumably, then compute every applicable
+metric suite and write ``results.json``, ``results.md`` and plots.
+
+Resuming: each finished item is appended to ``items.jsonl`` (example id + full Report) and flushed at
+once. A re-run skips the ids already there, so finished items cost nothing; an item that was in flight
+when the run stopped is redone, and the LLM response cache makes the calls it had already completed
+free. ``run.json`` pins what the folder holds (dataset, subsample, method, options, model, prompts), so
+a different configuration is refused instead of being mixed into the same results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import inspect
+import json
+import re
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from halluscope.bench.datasets import Dataset, sample_examples
+from halluscope.bench.suites import SuiteContext, SuiteResult, load_suite_modules
+from halluscope.methods.base import InputError, Method
+from halluscope.records import Example, Report, Usage
+
+ITEMS_FILE = "items.jsonl"
+RUN_FILE = "run.json"
+RESULTS_JSON = "results.json"
+RESULTS_MD = "results.md"
+
+
+class BenchError(RuntimeError):
+    """A benchmark run that cannot go ahead (e.g. an output folder holding a different configuration)."""
+
+
+def default_out_dir(dataset: str, method: str, model: str | None, sample: int | None = None, seed: int = 0) -> Path:
+    """``runs/<dataset>-<method>-<model>[-sample<N>-seed<S>]`` with unsafe characters replaced."""
+    parts = [dataset, method, model or "nollm"]
+    if sample:
+        parts.append(f"sample{sample}-seed{seed}")
+    name = "-".join(re.sub(r"[^A-Za-z0-9._+]+", "-", p).strip("-") for p in parts)
+    return Path("runs") / name
+
+
+class ItemStore:
+    """The append-only per-item JSONL: one ``{"example_id", "report"}`` object per line."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def load(self) -> dict[str, Report]:
+        """Finished reports by example id (a later line wins). A line cut short by a crash is dropped and
+        the file is rewritten without it, so the next append starts on a clean line."""
+        done: dict[str, Report] = {}
+        if not self.path.is_file():
+            return done
+        good_lines: list[str] = []
+        bad = 0
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                done[row["example_id"]] = Report.model_validate(row["report"])
+                good_lines.append(line)
+            except (json.JSONDecodeError, KeyError, TypeError, ValidationError):
+                bad += 1
+        if bad:
+            tmp = self.path.with_suffix(".jsonl.tmp")
+            tmp.write_text("".join(line + "\n" for line in good_lines), encoding="utf-8")
+            tmp.replace(self.path)
+            print(f"warning: dropped {bad} unreadable line(s) from {self.path} (an interrupted write); "
+                  "those items will be redone", file=sys.stderr)
+        return done
+
+    def open(self):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        return self.path.open("a", encoding="utf-8")
+
+    @staticmethod
+    def write(fh, example_id: str, report: Report) -> None:
+        fh.write(json.dumps({"example_id": example_id, "report": report.model_dump(mode="json")},
+                            ensure_ascii=False) + "\n")
+        fh.flush()
+
+
+def select_examples(dataset: Dataset, *, sample: int | None = None, seed: int = 0,
+                    limit: int | None = None) -> list[Example]:
+    """The items a run covers: the seeded stratified subsample (if any), then the first ``limit``."""
+    examples = list(dataset.examples)
+    if sample:
+        examples = sample_examples(examples, sample, seed)
+    if limit is not None:
+        examples = examples[: max(0, limit)]
+    return examples
+
+
+def _identity(dataset: Dataset, method: Method, model: str | None, sample: int | None, seed: int) -> dict[str, Any]:
+    return {
+        "dataset": dataset.spec,
+        "sample_per_stratum": sample,
+        "sample_seed": seed if sample else None,
+        "method": method.name,
+        "method_options": method.options(),
+        "model": model,
+        "prompt_version": method.prompt_version,
+    }
+
+
+def _check_identity(out_dir: Path, identity: dict[str, Any]) -> None:
+    path = out_dir / RUN_FILE
+    if path.is_file():
+        old = json.loads(path.read_text(encoding="utf-8"))
+        clash = {k: (old.get(k), v) for k, v in identity.items() if json.dumps(old.get(k)) != json.dumps(v)}
+        if clash:
+            detail = "; ".join(f"{k}: folder has {a!r}, this run {b!r}" for k, (a, b) in clash.items())
+            raise BenchError(f"{out_dir} holds a different run ({detail}); use another --out or delete the folder")
+    else:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(identity, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _progress(enabled: bool):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TimeRemainingColumn(), disable=not enabled, transient=False)
+
+
+async def _score_pending(method: Method, pending: Sequence[Example], store: ItemStore, done: dict[str, Report],
+                         concurrency: int, progress: bool, description: str) -> None:
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(ex: Example) -> tuple[Example, Report]:
+        async with sem:
+            try:
+                return ex, await method.acheck_example(ex)
+            except InputError as exc:
+                return ex, Report(method=method.name, model=method.model_name, unscored_reason=f"bad input: {exc}")
+
+    tasks = [asyncio.ensure_future(one(ex)) for ex in pending]
+    try:
+        with store.open() as fh, _progress(progress) as bar:
+            task_id = bar.add_task(description, total=len(pending))
+            for fut in asyncio.as_completed(tasks):
+                ex, report = await fut
+                ItemStore.write(fh, ex.id, report)  # one coroutine writes: lines never interleave
+                done[ex.id] = report
+                bar.advance(task_id)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def run_bench(
+    method: Method,
+    dataset: Dataset,
+    out_dir: Path | None = None,
+    *,
+    judge: Any = None,
+    sample: int | None = None,
+    seed: int = 0,
+    limit: int | None = None,
+    n_bootstrap: int = 1000,
+    retry_unscored: bool = False,
+    concurrency: int | None = None,
+    progress: bool = True,
+    suite_names: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """Run (or resume) a benchmark and write its results; returns the ``results.json`` content."""
+    started = time.perf_counter()
+    model = method.model_name
+    out_dir = Path(out_dir) if out_dir is not None else default_out_dir(dataset.spec, method.name, model, sample, seed)
+    examples = select_examples(dataset, sample=sample, seed=seed, limit=limit)
+    if not examples:
+        raise BenchError(f"dataset {dataset.spec} has no items to run (after --sample/--limit)")
+    _check_identity(out_dir, _identity(dataset, method, model, sample, seed))
+
+    store = ItemStore(out_dir / ITEMS_FILE)
+    done = store.load()
+    pending = [e for e in examples if e.id not in done or (retry_unscored and done[e.id].score is None)]
+    before = {e.id for e in pending}
+    if pending:
+        await _score_pending(method, pending, store, done, concurrency or method.config.max_concurrency, progress,
+                             f"{method.name} on {dataset.spec}")
+    reports = [done[e.id] for e in examples]
+
+    run_usage = sum((done[i].usage for i in before), Usage())
+    total_usage = sum((r.usage for r in reports), Usage())
+    n = len(examples)
+    unscored = [r for r in reports if r.score is None]
+    results: dict[str, Any] = {
+        "dataset": dataset.spec,
+        "dataset_name": dataset.name,
+        "split": dataset.subset,
+        "splits": dict(Counter(e.split or "-" for e in examples)),
+        "data_files": [str(p) for p in dataset.files],
+        "n": n,
+        "n_dataset": len(dataset.examples),
+        "sample_per_stratum": sample,
+        "seed": seed,
+        "limit": limit,
+        "n_scored": n - len(unscored),
+        "n_unscored": len(unscored),
+        "unscored_reasons": dict(Counter(_reason_kind(r.unscored_reason) for r in unscored).most_common(10)),
+        "method": method.name,
+        "method_options": method.options(),
+        "prompt_version": method.prompt_version,
+        "model": model,
+        "judge_model": getattr(judge, "name", None),
+        "usage": {**total_usage.model_dump(), "per_item": _per_item(total_usage, n)},
+        "usage_this_run": {**run_usage.model_dump(), "items_run": len(before)},
+        "item_time_s": {"total": round(sum(r.elapsed_s for r in reports), 3),
+                        "mean": round(sum(r.elapsed_s for r in reports) / n, 4)},
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "metrics": {},
+        "tables": [],
+        "plots": [],
+    }
+    ctx = SuiteContext(out_dir=out_dir, method=method.name, model=model, dataset=dataset.spec, judge=judge,
+                       seed=seed, n_bootstrap=n_bootstrap, prompts_dir=method.config.prompts_dir)
+    for name, suite in load_suite_modules().items():
+        if suite_names is not None and name not in suite_names:
+            continue
+        if not suite.applies(examples):
+            continue
+        outcome = suite.fn(examples, reports, ctx)
+        if inspect.isawaitable(outcome):
+            outcome = await outcome
+        _merge(results, name, outcome, out_dir)
+    results["wall_time_s"] = round(time.perf_counter() - started, 3)
+    write_results(out_dir, results)
+    return results
+
+
+def _per_item(usage: Usage, n: int) -> dict[str, float]:
+    return {"calls": round(usage.calls / n, 3), "tokens": round(usage.total_tokens / n, 1),
+            "cache_hits": round(usage.cache_hits / n, 3)}
+
+
+def _reason_kind(reason: str | None) -> str:
+    """A short bucket for an unscored reason (the full text stays in items.jsonl)."""
+    text = (reason or "unknown").split(":")[0].strip()
+    return text[:80] or "unknown"
+
+
+def _merge(results: dict[str, Any], name: str, outcome: SuiteResult, out_dir: Path) -> None:
+    results["metrics"][name] = outcome.metrics
+    results["tables"] += [{"suite": name, "title": t, "markdown": md} for t, md in outcome.tables]
+    for p in outcome.plots:
+        p = Path(p)
+        results["plots"].append(str(p.relative_to(out_dir)) if p.is_relative_to(out_dir) else str(p))
+
+
+def write_results(out_dir: Path, results: dict[str, Any]) -> None:
+    (out_dir / RESULTS_JSON).write_text(json.dumps(results, indent=2, ensure_ascii=False, default=str) + "\n",
+                                        encoding="utf-8")
+    (out_dir / RESULTS_MD).write_text(render_markdown(results), encoding="utf-8")
+
+
+def render_markdown(results: dict[str, Any]) -> str:
+    u = results["usage"]
+    lines = [
+        f"# {results['method']} on {results['dataset']}",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| method | `{results['method']}` options `{json.dumps(results['method_options'])}` |",
+        f"| prompt version | `{results['prompt_version']}` |",
+        f"| model | `{results['model'] or 'none (no LLM)'}` |",
+        f"| judge | `{results['judge_model'] or '-'}` |",
+        f"| dataset | `{results['dataset']}` splits {results['splits']} |",
+        f"| items | {results['n']} of {results['n_dataset']}"
+        + (f" (seeded sample of {results['sample_per_stratum']} per split/domain, seed {results['seed']})"
+           if results["sample_per_stratum"] else "")
+        + (f" (limit {results['limit']})" if results["limit"] is not None else "") + " |",
+        f"| unscored | {results['n_unscored']} (left out of every metric) {results['unscored_reasons'] or ''} |",
+        f"| LLM usage | {u['calls']} calls, {u['prompt_tokens']}+{u['completion_tokens']} tokens, "
+        f"{u['cache_hits']} cache hits; per item {u['per_item']} |",
+        f"| time | {results['item_time_s']['total']} s summed over items; this run {results['wall_time_s']} s wall |",
+        "",
+        "Values are point estimates with bootstrap 95% confidence intervals in brackets.",
+        "",
+    ]
+    for table in results["tables"]:
+        lines += [f"## {table['title']}", "", table["markdown"], ""]
+    for plot in results["plots"]:
+        lines += [f"![{plot}]({plot})", ""]
+    return "\n".join(lines)

@@ -1,0 +1,83 @@
+"""``halluscope bench``: score a dataset with a method (resumable) and write metrics, tables and plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from halluscope.cli.common import (ApiKeyOpt, BaseUrlOpt, ConcurrencyOpt, ModelOpt, NoCacheOpt, OptionOpt, fail,
+                                   make_config, parse_options)
+
+
+def bench_command(
+    dataset: Annotated[str, typer.Option("--dataset", "-d", help="final[:dev], summedits[:domain], qags[:dev], squality[:dev], or a path to a .jsonl in the generic Example format.")],
+    method: Annotated[str, typer.Option("--method", help="Method name (see `halluscope methods`).")],
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    api_key: ApiKeyOpt = None,
+    judge_model: Annotated[Optional[str], typer.Option("--judge-model", help="Model for the FINAL matching judge (default: the method's model).", envvar="HALLUSCOPE_JUDGE_MODEL")] = None,
+    judge_base_url: Annotated[Optional[str], typer.Option("--judge-base-url", help="Endpoint for the judge, if different.", envvar="HALLUSCOPE_JUDGE_BASE_URL")] = None,
+    judge_api_key: Annotated[Optional[str], typer.Option("--judge-api-key", help="API key for the judge, if different.", envvar="HALLUSCOPE_JUDGE_API_KEY", show_default=False)] = None,
+    option: OptionOpt = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", help="Only the first N items (after --sample). Raising it later resumes the same run.")] = None,
+    sample: Annotated[Optional[int], typer.Option("--sample", help="Seeded stratified subsample: N items per (split, domain), label mix kept; montage sets are sampled by group.")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for --sample and the bootstrap.")] = 0,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Output folder (default runs/<dataset>-<method>-<model>/).")] = None,
+    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Shared data folder (default ../shared/data).", envvar="HALLUSCOPE_DATA_DIR")] = None,
+    bootstrap: Annotated[int, typer.Option("--bootstrap", help="Bootstrap resamples for 95% CIs (0 = none).")] = 1000,
+    retry_unscored: Annotated[bool, typer.Option("--retry-unscored", help="On resume, run the items whose report was unscored again.")] = False,
+    no_cache: NoCacheOpt = False,
+    concurrency: ConcurrencyOpt = None,
+    no_progress: Annotated[bool, typer.Option("--no-progress", help="Hide the progress bar.")] = False,
+) -> None:
+    """Benchmark a METHOD on a DATASET: per-item reports stream to items.jsonl (a re-run resumes), then
+    results.json, results.md and PNG plots are written to the output folder."""
+    import asyncio
+
+    from halluscope.bench.datasets import DatasetError, load_dataset
+    from halluscope.bench.runner import BenchError, run_bench
+    from halluscope.llm import get_llm
+    from halluscope.methods import get_method
+
+    if sample is not None and sample < 1:
+        raise fail("--sample must be >= 1")
+    try:
+        data = load_dataset(dataset, data_dir)
+    except DatasetError as exc:
+        raise fail(str(exc))
+    config = make_config(model, base_url, api_key, no_cache, concurrency)
+    try:
+        m = get_method(method, config=config, **parse_options(option))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise fail(str(exc).strip("'\""))
+    judge_flags = (judge_model, judge_base_url, judge_api_key)
+    try:
+        if any(judge_flags):
+            judge = get_llm(config.with_overrides(model=judge_model, base_url=judge_base_url, api_key=judge_api_key))
+        else:
+            judge = m.llm if m.uses_llm else get_llm(config)
+    except ValueError as exc:
+        raise fail(f"judge model: {exc}")
+    try:
+        results = asyncio.run(run_bench(m, data, out, judge=judge, sample=sample, seed=seed, limit=limit,
+                                        n_bootstrap=bootstrap, retry_unscored=retry_unscored,
+                                        concurrency=concurrency, progress=not no_progress))
+    except (BenchError, ValueError) as exc:
+        raise fail(str(exc))
+    _print_summary(results, out)
+
+
+def _print_summary(results: dict, out: Path | None) -> None:
+    from halluscope.bench.runner import default_out_dir
+
+    folder = out or default_out_dir(results["dataset"], results["method"], results["model"],
+                                    results["sample_per_stratum"], results["seed"])
+    u = results["usage"]
+    typer.echo(f"{results['method']} on {results['dataset']}: {results['n']} items, {results['n_unscored']} unscored; "
+               f"{u['calls']} LLM calls, {u['prompt_tokens'] + u['completion_tokens']} tokens, "
+               f"{u['cache_hits']} cache hits; {results['wall_time_s']} s")
+    for table in results["tables"]:
+        typer.echo(f"\n{table['title']}\n{table['markdown']}")
+    typer.echo(f"\nwrote {folder}/results.json, results.md and {len(results['plots'])} plot(s)")

@@ -1,0 +1,67 @@
+"""``halluscope bench-sweep``: ``halluscope bench`` once per value of one method option, plus a combined table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from halluscope.cli.common import (ApiKeyOpt, BaseUrlOpt, ConcurrencyOpt, ModelOpt, NoCacheOpt, OptionOpt, fail,
+                                   make_config, parse_options)
+
+
+def bench_sweep_command(
+    dataset: Annotated[str, typer.Option("--dataset", "-d", help="Dataset name or Example .jsonl (as for `halluscope bench`).")],
+    method: Annotated[str, typer.Option("--method", help="Method name (ignored when sweeping `method`).")],
+    sweep: Annotated[str, typer.Option("--sweep", help="KEY=V1,V2,... e.g. window=0,1,2 or method=rouge,dcr.")],
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    api_key: ApiKeyOpt = None,
+    option: OptionOpt = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", help="Only the first N items (after --sample).")] = None,
+    sample: Annotated[Optional[int], typer.Option("--sample", help="Seeded stratified subsample (as for `halluscope bench`).")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for --sample and the bootstrap.")] = 0,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Output folder (default runs/sweep-<dataset>-<method>-<key>/); one sub-folder per value.")] = None,
+    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Shared data folder.", envvar="HALLUSCOPE_DATA_DIR")] = None,
+    bootstrap: Annotated[int, typer.Option("--bootstrap", help="Bootstrap resamples for 95% CIs (0 = none).")] = 1000,
+    no_cache: NoCacheOpt = False,
+    concurrency: ConcurrencyOpt = None,
+    no_progress: Annotated[bool, typer.Option("--no-progress", help="Hide the progress bars.")] = False,
+) -> None:
+    """Benchmark METHOD once per value of one option (e.g. the retrieval window) and compare the runs."""
+    import asyncio
+    import re
+
+    from halluscope.bench.datasets import DatasetError, load_dataset
+    from halluscope.bench.runner import BenchError
+    from halluscope.bench.sweep import SWEEP_MD, SweepError, parse_sweep, render_markdown, run_sweep
+    from halluscope.llm import LLMError, get_llm
+    from halluscope.methods import get_method
+
+    try:
+        key, values = parse_sweep(sweep)
+        data = load_dataset(dataset, data_dir)
+    except (SweepError, DatasetError) as exc:
+        raise fail(str(exc))
+    config = make_config(model, base_url, api_key, no_cache, concurrency)
+    options = parse_options(option)
+    try:  # one judge for every run (only suites that need a judge use it)
+        judge = get_llm(config)
+    except (ValueError, LLMError):
+        judge = None
+    if out is None:
+        name = "-".join(re.sub(r"[^A-Za-z0-9._+]+", "-", p).strip("-") for p in (data.spec, method, key))
+        out = Path("runs") / f"sweep-{name}"
+
+    def make_method(name: str, opts: dict):
+        return get_method(name, config=config, **opts)
+
+    try:
+        summary = asyncio.run(run_sweep(method, key, values, data, out, make_method=make_method, options=options,
+                                        judge=judge, sample=sample, seed=seed, limit=limit, n_bootstrap=bootstrap,
+                                        concurrency=concurrency, progress=not no_progress))
+    except (SweepError, BenchError, ValueError) as exc:
+        raise fail(str(exc))
+    typer.echo(render_markdown(summary))
+    typer.echo(f"wrote {out}/{SWEEP_MD}, sweep.json, sweep.png and one run folder per value")

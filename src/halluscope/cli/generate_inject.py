@@ -1,0 +1,98 @@
+"""``halluscope generate inject``: weave invented facts into faithful targets, recording the gold spans."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from halluscope.cli.common import ApiKeyOpt, BaseUrlOpt, ModelOpt, NoCacheOpt, fail, make_config
+
+
+def inject_command(
+    dataset: Annotated[str, typer.Argument(help="Faithful targets: a dataset spec (e.g. 'squality:dev', 'summedits:news') or a harness-format .jsonl file.")],
+    output: Annotated[Path, typer.Option("--output", "-O", help="Where to write the Example JSONL.")],
+    complexity: Annotated[Optional[list[int]], typer.Option("--complexity", "-c", help="Complexity level 1-3 (repeatable; level c injects c facts). Default: 1, 2 and 3.")] = None,
+    weave: Annotated[str, typer.Option(help="'llm' (the model edits the text, insertions tagged and verified) or 'boundary' (no LLM: facts inserted as sentences at sentence boundaries).")] = "llm",
+    fact: Annotated[Optional[list[str]], typer.Option("--fact", help="Use these facts instead of inventing them with the LLM (repeatable; the same facts go into every item).")] = None,
+    split: Annotated[Optional[str], typer.Option(help="Keep only input items of this split (e.g. 'evaluation' for SummEdits dev).")] = None,
+    sample: Annotated[Optional[int], typer.Option(help="Draw this many input items at random (seeded) instead of taking them in order.")] = None,
+    limit: Annotated[Optional[int], typer.Option(help="Use at most this many input items.")] = None,
+    max_sentences: Annotated[Optional[int], typer.Option(help="Cut each input target to its first N sentences before injecting (long summaries).")] = None,
+    include_inconsistent: Annotated[bool, typer.Option(help="Also inject into items labelled inconsistent (by default only label 1 / unlabelled items are used).")] = False,
+    truth: Annotated[bool, typer.Option(help="Also write each original target as a consistent example (label 1, difficulty 'truth').")] = True,
+    seed: Annotated[int, typer.Option(help="Random seed (sampling and boundary placement).")] = 0,
+    data_dir: Annotated[Optional[Path], typer.Option(help="Folder of the shared benchmark data (default: ../shared/data or HALLUSCOPE_DATA_DIR).")] = None,
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    api_key: ApiKeyOpt = None,
+    no_cache: NoCacheOpt = False,
+) -> None:
+    """Invent plausible facts the source does not support and weave them into faithful targets at complexity
+    1-3. Each written Example has label 0, the facts as descriptions and the inserted text as gold spans."""
+    import asyncio
+    from collections import Counter
+
+    from rich.progress import track
+
+    from halluscope.bench.datasets import DatasetError, load_dataset, write_examples
+    from halluscope.generators.inject import COMPLEXITIES, InjectionGenerator
+    from halluscope.llm import LLMError, get_llm
+    from halluscope.text import split_sentences
+
+    levels = complexity or list(COMPLEXITIES)
+    if any(c not in COMPLEXITIES for c in levels):
+        raise fail("--complexity must be 1, 2 or 3")
+    if weave not in ("llm", "boundary"):
+        raise fail("--weave must be 'llm' or 'boundary'")
+    if fact is not None and len(fact) < max(levels):
+        raise fail(f"complexity {max(levels)} needs {max(levels)} --fact values, got {len(fact)}")
+    try:
+        items = load_dataset(dataset, data_dir).examples
+    except (DatasetError, OSError) as exc:
+        raise fail(str(exc))
+    if split is not None:
+        items = [e for e in items if e.split == split]
+    if not include_inconsistent:
+        items = [e for e in items if e.label != 0]
+    if sample is not None:
+        items = random.Random(seed).sample(items, min(sample, len(items)))
+    items = items[:limit]
+    if max_sentences is not None:
+        cut = []
+        for e in items:
+            sents = split_sentences(e.target)
+            if len(sents) > max_sentences:
+                e = e.model_copy(update={"target": e.target[: sents[max_sentences - 1].span.end],
+                                         "meta": {**e.meta, "target_cut_to_sentences": max_sentences}})
+            cut.append(e)
+        items = cut
+    if not items:
+        raise fail("no input items left after filtering (check --split / --include-inconsistent)")
+
+    needs_llm = fact is None or weave == "llm"
+    llm = get_llm(make_config(model, base_url, api_key, no_cache)) if needs_llm else None
+    generator = InjectionGenerator(llm, weave=weave, seed=seed, include_truth=truth)  # type: ignore[arg-type]
+    written, dropped = [], Counter()
+    reasons: list[str] = []
+    for example in track(items, description="inject", transient=True):
+        try:
+            examples, failures = asyncio.run(generator.generate(example, levels, fact))
+        except LLMError as exc:
+            raise fail(f"item {example.id}: {exc}")
+        written += examples
+        for f in failures:
+            dropped[f.drop_kind or "other"] += 1
+            reasons.append(f"{example.id}: {f.dropped}")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    write_examples(output, written)
+    injected = sum(e.label == 0 for e in written)
+    typer.echo(f"wrote {len(written)} examples ({injected} injected, {len(written) - injected} truths) "
+               f"from {len(items)} items to {output}")
+    if dropped:
+        typer.echo(f"dropped {sum(dropped.values())} of {len(items) * len(levels)} injections: "
+                   + ", ".join(f"{k}={v}" for k, v in dropped.most_common()))
+        for r in reasons[:10]:
+            typer.echo(f"  {r[:200]}")

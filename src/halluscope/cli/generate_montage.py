@@ -1,0 +1,106 @@
+"""``halluscope generate montage``: build MontageLie groups (truth + reordered lies) as harness JSONL."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from halluscope.cli.common import ApiKeyOpt, BaseUrlOpt, ModelOpt, NoCacheOpt, fail, make_config
+
+
+def _read_items(path: Path) -> list[dict]:
+    if not path.is_file():
+        raise fail(f"input file not found: {path}")
+    items: list[dict] = []
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise fail(f"{path}:{lineno}: not valid JSON ({exc.msg})")
+            if not isinstance(item, dict):
+                raise fail(f"{path}:{lineno}: expected a JSON object per line")
+            items.append(item)
+    return items
+
+
+def _pairs(items: list[dict], source_field: str, target_field: str, id_field: str, targets_per_item: int | None):
+    """(group, source, target, origin meta) for every target; a list-valued target gives one group each."""
+    for n, item in enumerate(items):
+        if source_field not in item or target_field not in item:
+            raise fail(f"item {n} lacks the field {source_field!r} or {target_field!r} (see --source-field/--target-field)")
+        item_id = str(item.get(id_field, n))
+        source, targets = item[source_field], item[target_field]
+        if isinstance(targets, str):
+            yield item_id, source, targets, {"source_id": item_id}
+            continue
+        if not isinstance(targets, list):
+            raise fail(f"item {item_id}: {target_field!r} must be a string or a list of strings")
+        for k, target in enumerate(targets[:targets_per_item]):
+            if isinstance(target, str) and target.strip():
+                yield f"{item_id}#{k}", source, target, {"source_id": item_id, "target_index": k}
+
+
+def montage_command(
+    input: Annotated[Path, typer.Argument(help="JSONL with a source and a correct target per line.")],
+    output: Annotated[Path, typer.Option("--output", "-O", help="Where to write the Example JSONL.")],
+    level: Annotated[str, typer.Option(help="'sentence' (reorder sentences, no LLM) or 'event' (LLM decomposition and incremental lies).")] = "sentence",
+    difficulty: Annotated[Optional[list[str]], typer.Option("--difficulty", "-d", help="Difficulty to generate (repeatable): easy, medium, hard, extreme. Default: all four.")] = None,
+    paraphrase: Annotated[bool, typer.Option(help="Also paraphrase truth and lies with a different narrative technique (LLM).")] = False,
+    seed: Annotated[int, typer.Option(help="Random seed (each group draws from its own seeded generator).")] = 0,
+    limit: Annotated[Optional[int], typer.Option(help="Use only the first N input lines.")] = None,
+    targets_per_item: Annotated[Optional[int], typer.Option(help="When the target field is a list, use at most this many per line.")] = None,
+    source_field: Annotated[str, typer.Option(help="Field holding the source text.")] = "source",
+    target_field: Annotated[str, typer.Option(help="Field holding the correct target (a string or a list of strings, e.g. SQuALITY's plot_summaries).")] = "target",
+    id_field: Annotated[str, typer.Option(help="Field holding the item id.")] = "id",
+    split: Annotated[Optional[str], typer.Option(help="Value for the examples' split field.")] = None,
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    api_key: ApiKeyOpt = None,
+    no_cache: NoCacheOpt = False,
+) -> None:
+    """Build montage-lie groups: per target, the truth (label 1) and lies whose event order is shuffled to an
+    exact ShuffleD per difficulty (label 0), sharing a group id."""
+    import asyncio
+
+    from rich.progress import track
+
+    from halluscope.generators.montage import DIFFICULTIES, MontageGenerator
+    from halluscope.llm import LLMError
+
+    items = _read_items(input)[:limit]
+    pairs = list(_pairs(items, source_field, target_field, id_field, targets_per_item))
+    if not pairs:
+        raise fail("no (source, target) pairs in the input")
+    try:
+        generator = MontageGenerator(
+            config=make_config(model, base_url, api_key, no_cache), level=level,  # type: ignore[arg-type]
+            difficulties=difficulty or DIFFICULTIES, paraphrase=paraphrase, seed=seed,
+        )
+    except ValueError as exc:
+        raise fail(str(exc))
+    output.parent.mkdir(parents=True, exist_ok=True)
+    written = 0
+    skipped: list[dict[str, str]] = []
+    with output.open("w", encoding="utf-8") as out:
+        for group, source, target, meta in track(pairs, description="montage", transient=True):
+            try:
+                result = asyncio.run(generator.generate(source, target, group, split=split, meta=meta))
+            except LLMError as exc:
+                raise fail(f"group {group}: {exc}")
+            for ex in result.examples:
+                out.write(ex.model_dump_json() + "\n")
+            written += len(result.examples)
+            skipped += result.skipped
+    typer.echo(f"wrote {written} examples from {len(pairs)} targets to {output}")
+    if skipped:
+        typer.echo(f"skipped {len(skipped)} lies:")
+        for s in skipped[:20]:
+            typer.echo(f"  {s['group']} {s['difficulty']}: {s['reason']}")
+        if len(skipped) > 20:
+            typer.echo(f"  ... and {len(skipped) - 20} more")

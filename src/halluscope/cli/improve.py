@@ -1,0 +1,97 @@
+"""``halluscope improve``: DCR evaluation + reason-assisted rewriting, with every rewrite re-verified."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from halluscope.cli.common import (ApiKeyOpt, BaseUrlOpt, ConcurrencyOpt, InputFileError, ModelOpt, NoCacheOpt,
+                                   OptionOpt, fail, make_config, parse_options, read_text_input)
+from halluscope.records import Report
+
+
+def print_improvement(report: Report) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    details = report.details
+    rounds = details.get("rounds", [])
+    if report.unscored_reason:
+        console.print(f"[yellow]could not score the target:[/yellow] {report.unscored_reason}")
+    table = Table("round", "score", "consistent", "flagged sentences", "changed sentences", title="Rounds")
+    for r in rounds:
+        score = "unscored" if r["score"] is None else f"{r['score']:.3f}"
+        table.add_row(str(r["round"]), score, "yes" if r["consistent"] else "no",
+                      ", ".join(map(str, r["inconsistent_sentences"])) or "-",
+                      ", ".join(str(c["sentence"]) for c in r["changes"]) or "-")
+    console.print(table)
+    for r in rounds:
+        for c in r["changes"]:
+            console.print(f"[bold]round {r['round']}, sentence {c['sentence']}[/bold] ({c['reason']})")
+            console.print(f"  [red]- {c['before']}[/red]")
+            console.print(f"  [green]+ {c['after'] or '(deleted)'}[/green]")
+        if r.get("rewrite_error"):
+            console.print(f"[yellow]round {r['round'] + 1} rewrite not used:[/yellow] {r['rewrite_error']}")
+    console.print(f"stopped: {details.get('stop_reason', '-')}")
+    if details.get("improved"):
+        console.print(f"[bold]verified improvement[/bold] (round {details['best_round']}): "
+                      f"{report.subscores.get('initial_score'):.3f} -> {report.subscores.get('final_score'):.3f}")
+        console.print(details["diff"], markup=False, highlight=False)
+        console.print("[bold]improved text:[/bold]")
+        console.print(details["improved_target"], markup=False, highlight=False)
+    else:
+        console.print("no verified improvement: the original text is kept")
+    u = report.usage
+    console.print(f"[dim]{u.calls} LLM calls, {u.prompt_tokens}+{u.completion_tokens} tokens, "
+                  f"{u.cache_hits} cache hits, {report.elapsed_s:.2f}s[/dim]")
+
+
+def improve_command(
+    source: Annotated[str, typer.Option("--source", "-s", help="Source text file ('-' for stdin).")],
+    target: Annotated[str, typer.Option("--target", "-t", help="Target text file to improve ('-' for stdin).")],
+    rounds: Annotated[int, typer.Option("--rounds", "-n", min=1, max=10, help="Maximum rewrite rounds.")] = 2,
+    level: Annotated[str, typer.Option(help="'sentence' (rewrite flagged sentences) or 'paragraph' (whole text).")] = "sentence",
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    api_key: ApiKeyOpt = None,
+    no_cache: NoCacheOpt = False,
+    concurrency: ConcurrencyOpt = None,
+    option: OptionOpt = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-O", help="Write the verified improved text here.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the full Report as JSON.")] = False,
+) -> None:
+    """Evaluate TARGET against SOURCE with DCR, rewrite the inconsistent sentences, re-verify, repeat.
+
+    Only a rewrite whose re-evaluation scores strictly higher than the original is reported as an
+    improvement; otherwise the original text is kept."""
+    from halluscope.llm import LLMError
+    from halluscope.methods import InputError, get_method
+
+    if source == "-" and target == "-":
+        raise fail("only one of --source/--target can read standard input")
+    try:
+        src = read_text_input(source, "source")
+        tgt = read_text_input(target, "target")
+    except InputFileError as exc:
+        raise fail(str(exc))
+    config = make_config(model, base_url, api_key, no_cache, concurrency)
+    options = parse_options(option)
+    options.setdefault("rounds", rounds)
+    options.setdefault("level", level)
+    try:
+        method = get_method("improve", config=config, **options)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise fail(str(exc).strip("'\""))
+    try:
+        report = method.check(src, tgt)
+    except (InputError, LLMError, ValueError) as exc:
+        raise fail(str(exc))
+    if output is not None:
+        output.write_text(report.details.get("improved_target", tgt), encoding="utf-8")
+    if json_out:
+        typer.echo(report.model_dump_json(indent=2))
+    else:
+        print_improvement(report)

@@ -1,0 +1,344 @@
+"""Hallucination injection (seed 004 §3.2, App. B.2): weave invented, plausible facts into a faithful target
+and record exactly where they went.
+
+Complexity levels (ours, after the paper's three levels; level ``c`` injects ``c`` facts):
+
+1. **plain mention** — one invented fact, stated plainly as a statement of its own in an otherwise
+   faithful text.
+2. **attached support** — two invented facts, fastened to true statements of the text: told as a detail,
+   reason, or consequence of the true statement they sit next to (a clause or a follow-up sentence), so
+   they borrow its credibility.
+3. **false premise** — three invented facts woven in as in level 2, at least one of them presented as the
+   background or cause from which a true statement of the text appears to follow, so a reader takes the
+   invention as the premise of something correct.
+
+Two steps, each swappable:
+
+- **invent** (LLM, or facts given by the caller): ``k`` statements about the subject that the source does not
+  state and does not imply. Facts that can be located in the source or the target are dropped.
+- **weave**: ``llm`` — the model returns the whole edited text with each insertion wrapped in
+  ``<ins>…</ins>``; the text outside the tags must equal the original target (whitespace aside), otherwise
+  the model rewrote other parts, the spans cannot be trusted, and the item is dropped and counted.
+  ``boundary`` — no LLM: each fact is inserted as its own sentence at a sentence boundary (level 1: a seeded
+  random boundary; levels 2-3: right after the target sentence most similar to the fact, the closest we can
+  get to "attached" without rewriting).
+
+Either way, every gold span is checked against the new target (``new_target[span] == inserted text``)
+before an Example is written. Output: ``label=0``, ``descriptions`` = the injected facts, ``gold_spans`` =
+the inserted text, ``difficulty="complexity-<c>"``, ``group`` = the original item, and ``meta`` with the
+complexity, the injected claims (fact, inserted text, span) and the original target. With ``include_truth``
+the original target is also written (``label=1``, no spans, ``difficulty="truth"``), so the set has the
+paper's hallucination-free baseline and the MontageLie AUC-per-difficulty suite applies to it.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel
+from rapidfuzz import fuzz
+
+from halluscope.llm import LLM
+from halluscope.llm.structured import generate_parsed, json_parser
+from halluscope.prompts import PromptTemplate, apply_overrides
+from halluscope.records import Example, LLMCall, Span
+from halluscope.retrieval import fits_in_context
+from halluscope.text import ParseError, locate, split_sentences
+
+Weave = Literal["llm", "boundary"]
+COMPLEXITIES = (1, 2, 3)
+TRUTH = "truth"
+
+COMPLEXITY_INSTRUCTIONS = {
+    1: "Insert the single new fact as a plain statement of its own, at a place in the TEXT where it fits.",
+    2: ("Fasten each new fact to something the TEXT already says: present it as a detail, a reason or a "
+        "consequence of the true statement it sits next to (as a clause of that sentence or as the sentence "
+        "right after it)."),
+    3: ("Fasten the new facts to what the TEXT already says, as details, reasons or consequences of the true "
+        "statements next to them; and present at least one new fact as the background or cause from which a "
+        "statement of the TEXT follows, so that the invented fact reads as the premise of something the TEXT "
+        "says."),
+}
+
+INVENT_PROMPT = PromptTemplate(
+    name="inject_invent",
+    version="1",
+    system="You write believable but unsupported statements, used to test hallucination detectors.",
+    user=(
+        "Invent $k new statements about the subject of the TEXT below. Each statement must:\n"
+        "- be one declarative sentence that can be judged true or false, with something concrete in it "
+        "(a name, number, date, place, cause or event);\n"
+        "- be believable next to the TEXT, and not simply negate or contradict what it says;\n"
+        "- NOT be stated in the source material, and NOT follow logically from anything in it.\n\n"
+        "${source_block}"
+        "TEXT:\n$target\n\n"
+        'Reply with one JSON object: {"facts": ["<statement>", ...]}'
+    ),
+)
+
+WEAVE_PROMPT = PromptTemplate(
+    name="inject_weave",
+    version="1",
+    system="You are a careful editor who inserts given sentences into a text without changing anything else.",
+    user=(
+        "Edit the TEXT so that it also states the NEW FACTS.\n\n"
+        "Rules:\n"
+        "- Leave every existing word and punctuation mark of the TEXT exactly as it is: do not reword, "
+        "reorder, shorten or delete anything. You may only insert.\n"
+        "- Wrap every piece you insert in <ins> and </ins>, including any linking words or punctuation you "
+        'add, e.g. "The bridge<ins>, finished in 1820,</ins> crosses the river."\n'
+        "- $instructions\n"
+        "- The insertions must read naturally and be spread through the text, not all put at the end.\n"
+        "- Add no information beyond the NEW FACTS.\n\n"
+        "TEXT:\n$target\n\n"
+        "NEW FACTS:\n$facts\n\n"
+        "Reply with the complete edited text and nothing else."
+    ),
+)
+
+
+class _Facts(BaseModel):
+    facts: list[str]
+
+
+@dataclass(frozen=True)
+class InjectedClaim:
+    fact: str  # the invented statement (a gold description)
+    inserted_text: str  # what was inserted into the target (``new_target[span]``)
+    span: Span
+
+    def as_meta(self) -> dict[str, Any]:
+        return {"fact": self.fact, "inserted_text": self.inserted_text, "span": self.span.model_dump()}
+
+
+@dataclass
+class InjectionResult:
+    example: Example | None
+    dropped: str | None = None  # why no example was written
+    drop_kind: str | None = None  # short reason category, for counting
+    calls: list[LLMCall] = field(default_factory=list)
+
+
+# --- weaving -------------------------------------------------------------------------------------------------
+
+_INS = re.compile(r"<ins>(.*?)</ins>", re.S | re.I)
+_STRAY_TAG = re.compile(r"</?ins>", re.I)
+
+
+def parse_marked_text(reply: str) -> tuple[str, list[tuple[int, int]]]:
+    """Strip ``<ins>…</ins>`` from a reply: the new text and the (start, end) of each inserted piece in it
+    (surrounding whitespace excluded). Raises ParseError without any well-formed insertion."""
+    if not isinstance(reply, str) or not reply.strip():
+        raise ParseError("empty reply")
+    text = reply.strip()
+    if text.startswith("```"):
+        text = re.sub(r"^```[a-zA-Z]*\n?|\n?```$", "", text).strip()
+    out: list[str] = []
+    pieces: list[tuple[int, int]] = []
+    length = pos = 0
+    for m in _INS.finditer(text):
+        before = text[pos : m.start()]
+        out.append(before)
+        length += len(before)
+        inner = m.group(1)
+        if _STRAY_TAG.search(inner):
+            raise ParseError("nested <ins> tags")
+        lead = len(inner) - len(inner.lstrip())
+        core = inner.strip()
+        if core:
+            pieces.append((length + lead, length + lead + len(core)))
+        out.append(inner)
+        length += len(inner)
+        pos = m.end()
+    rest = text[pos:]
+    if _STRAY_TAG.search(rest) or any(_STRAY_TAG.search(t) for t in out[::2]):
+        raise ParseError("unbalanced <ins> tags")
+    out.append(rest)
+    if not pieces:
+        raise ParseError("no <ins>…</ins> insertion in the reply")
+    return "".join(out), pieces
+
+
+def _normalize(text: str) -> str:
+    text = re.sub(r"\s+", " ", text).strip()
+    return re.sub(r"\s+([.,;:!?)])", r"\1", text)
+
+
+def outside_matches_original(new_text: str, pieces: Sequence[tuple[int, int]], original: str) -> bool:
+    """Whether deleting the inserted pieces gives back the original text (whitespace aside)."""
+    kept, pos = [], 0
+    for start, end in sorted(pieces):
+        kept.append(new_text[pos:start])
+        pos = end
+    kept.append(new_text[pos:])
+    return _normalize(" ".join(kept)) == _normalize(original)
+
+
+def _as_sentence(fact: str) -> str:
+    fact = fact.strip()
+    return fact if fact[-1:] in ".!?\"'" else fact + "."
+
+
+def weave_at_boundaries(target: str, facts: Sequence[str], complexity: int, rng: random.Random
+                        ) -> tuple[str, list[InjectedClaim]]:
+    """Insert each fact as its own sentence after a target sentence (see module docstring); exact spans."""
+    sentences = split_sentences(target)
+    if not sentences:
+        raise ValueError("the target has no sentences to insert after")
+    placements: list[tuple[int, int, str]] = []  # (insert position, order, fact)
+    for order, fact in enumerate(facts):
+        if complexity == 1:
+            after = rng.choice(sentences)
+        else:
+            after = max(sentences, key=lambda s: (fuzz.token_set_ratio(fact, s.text), -s.index))
+        placements.append((after.span.end, order, fact))
+    pieces: list[str] = []
+    claims: list[InjectedClaim] = []
+    cursor = length = 0
+    for position, _, fact in sorted(placements):
+        chunk = target[cursor:position]
+        pieces.append(chunk)
+        length += len(chunk)
+        inserted = _as_sentence(fact)
+        pieces.append(" " + inserted)
+        claims.append(InjectedClaim(fact=fact.strip(), inserted_text=inserted,
+                                    span=Span(start=length + 1, end=length + 1 + len(inserted))))
+        length += 1 + len(inserted)
+        cursor = position
+    pieces.append(target[cursor:])
+    return "".join(pieces), claims
+
+
+def verify_spans(new_target: str, claims: Sequence[InjectedClaim]) -> str | None:
+    """None when every span holds exactly its inserted text (and is found there by ``locate``), else why not."""
+    for c in claims:
+        if c.span.end > len(new_target) or c.span.of(new_target) != c.inserted_text or not c.inserted_text:
+            return f"span {c.span.start}-{c.span.end} does not hold the inserted text {c.inserted_text[:60]!r}"
+        match = locate(c.inserted_text, new_target, start=c.span.start)
+        if match is None or match.how != "exact" or match.span != c.span:
+            return f"inserted text {c.inserted_text[:60]!r} not found at its span"
+    return None
+
+
+# --- the generator -------------------------------------------------------------------------------------------
+
+
+class InjectionGenerator:
+    """Builds injected Examples from faithful ones. ``llm`` may be None with ``weave="boundary"`` and facts
+    given by the caller (the deterministic, model-free mode)."""
+
+    def __init__(self, llm: LLM | None = None, *, weave: Weave = "llm", seed: int = 0,
+                 prompts_dir=None, include_truth: bool = True):
+        if weave not in ("llm", "boundary"):
+            raise ValueError("weave must be 'llm' or 'boundary'")
+        self.llm, self.weave, self.seed, self.include_truth = llm, weave, seed, include_truth
+        self.invent_prompt = apply_overrides(INVENT_PROMPT, prompts_dir)
+        self.weave_prompt = apply_overrides(WEAVE_PROMPT, prompts_dir)
+
+    def _need_llm(self, what: str) -> LLM:
+        if self.llm is None:
+            raise ValueError(f"{what} needs an LLM (or give facts and use weave='boundary')")
+        return self.llm
+
+    def _rng(self, example_id: str, complexity: int) -> random.Random:
+        return random.Random(f"{self.seed}:{example_id}:{complexity}")
+
+    async def invent(self, source: str, target: str, k: int) -> tuple[list[str], str | None, list[LLMCall]]:
+        """``k`` invented facts (fewer when some had to be dropped), an error when the reply was unusable."""
+        llm = self._need_llm("inventing facts")
+        block = f"SOURCE (the material the TEXT was written from):\n{source}\n\n"
+        overhead = sum(llm.count_tokens(m["content"]) for m in self.invent_prompt.render(k=k, source_block="", target=target))
+        if not fits_in_context(llm, block, reserve_tokens=overhead + 512):
+            block = ""  # a long source does not fit: invent from the TEXT alone, then drop facts found in the source
+        parsed = await generate_parsed(llm, self.invent_prompt.render(k=k, source_block=block, target=target),
+                                       json_parser(_Facts), params=llm.params(json_mode=True, max_tokens=512),
+                                       format_hint='one JSON object like {"facts": ["...", "..."]}')
+        if parsed.value is None:
+            return [], f"fact invention failed: {parsed.error}", parsed.calls
+        facts: list[str] = []
+        for fact in parsed.value.facts:
+            fact = fact.strip() if isinstance(fact, str) else ""
+            if len(fact.split()) < 3 or not re.search(r"[A-Za-z]", fact):
+                continue
+            if locate(fact, source, min_fuzzy=90) or locate(fact, target, min_fuzzy=90):
+                continue  # not invented: it is in the source or already in the text
+            if fact not in facts:
+                facts.append(fact)
+        return facts[:k], None, parsed.calls
+
+    async def weave_llm(self, target: str, facts: Sequence[str], complexity: int
+                        ) -> tuple[str | None, list[InjectedClaim], str | None, str | None, list[LLMCall]]:
+        """(new target, claims, error, error kind, calls)."""
+        llm = self._need_llm("weave='llm'")
+        messages = self.weave_prompt.render(target=target, facts="\n".join(f"- {f}" for f in facts),
+                                            instructions=COMPLEXITY_INSTRUCTIONS[complexity])
+        budget = min(llm.default_params.max_tokens, 2 * llm.count_tokens(target) + 400)
+        parsed = await generate_parsed(llm, messages, parse_marked_text, params=llm.params(max_tokens=budget),
+                                       format_hint="the complete edited text with each insertion wrapped in <ins>…</ins>")
+        if parsed.value is None:
+            return None, [], f"weaving failed: {parsed.error}", "weave_unparseable", parsed.calls
+        new_target, pieces = parsed.value
+        if not outside_matches_original(new_target, pieces, target):
+            return None, [], "the model changed text outside its <ins> insertions, so the spans cannot be trusted", \
+                "rewrote_outside_insertions", parsed.calls
+        claims = []
+        for start, end in pieces:
+            inserted = new_target[start:end]
+            best = max(facts, key=lambda f: fuzz.token_set_ratio(f, inserted))
+            claims.append(InjectedClaim(fact=best, inserted_text=inserted, span=Span(start=start, end=end)))
+        return new_target, claims, None, None, parsed.calls
+
+    async def inject(self, example: Example, complexity: int, facts: Sequence[str] | None = None) -> InjectionResult:
+        """One injected Example at ``complexity`` (1-3) from a faithful ``example``."""
+        if complexity not in COMPLEXITIES:
+            raise ValueError(f"complexity must be one of {COMPLEXITIES}")
+        calls: list[LLMCall] = []
+        if facts is None:
+            invented, error, calls = await self.invent(example.source, example.target, complexity)
+            if error:
+                return InjectionResult(None, error, "invent_failed", calls)
+            facts = invented
+        facts = [f.strip() for f in facts if f and f.strip()][:complexity]
+        if len(facts) < complexity:
+            return InjectionResult(None, f"only {len(facts)} usable fact(s) for complexity {complexity}",
+                                   "too_few_facts", calls)
+        if self.weave == "boundary":
+            try:
+                new_target, claims = weave_at_boundaries(example.target, facts, complexity,
+                                                         self._rng(example.id, complexity))
+            except ValueError as exc:
+                return InjectionResult(None, str(exc), "no_sentence_boundary", calls)
+        else:
+            new_target, claims, error, kind, weave_calls = await self.weave_llm(example.target, facts, complexity)
+            calls += weave_calls
+            if error or new_target is None:
+                return InjectionResult(None, error, kind, calls)
+        problem = verify_spans(new_target, claims)
+        if problem:
+            return InjectionResult(None, problem, "span_mismatch", calls)
+        meta = {"generator": "inject", "complexity": complexity, "weave": self.weave,
+                "injected_claims": [c.as_meta() for c in claims], "facts": list(facts),
+                "original_id": example.id, "original_target": example.target,
+                "model": self.llm.name if self.llm is not None else None}
+        injected = Example(id=f"{example.id}-inject-c{complexity}", source=example.source, target=new_target,
+                           label=0, descriptions=list(facts), gold_spans=[c.span for c in claims],
+                           group=example.id, difficulty=f"complexity-{complexity}", split=example.split, meta=meta)
+        return InjectionResult(injected, calls=calls)
+
+    def truth(self, example: Example) -> Example:
+        """The original, faithful target in the same format (the hallucination-free baseline)."""
+        return Example(id=f"{example.id}-inject-truth", source=example.source, target=example.target, label=1,
+                       descriptions=[], gold_spans=[], group=example.id, difficulty=TRUTH, split=example.split,
+                       meta={"generator": "inject", "complexity": 0, "original_id": example.id})
+
+    async def generate(self, example: Example, complexities: Sequence[int] = COMPLEXITIES,
+                       facts: Sequence[str] | None = None) -> tuple[list[Example], list[InjectionResult]]:
+        """The truth (if ``include_truth``) and one injected Example per complexity; failures are returned."""
+        results = [await self.inject(example, c, facts) for c in complexities]
+        out = [self.truth(example)] if self.include_truth and any(r.example for r in results) else []
+        out += [r.example for r in results if r.example is not None]
+        return out, [r for r in results if r.example is None]

@@ -1,0 +1,84 @@
+"""``embed``: embedding-similarity baseline (no LLM; seed 003's sentence encoder used as the metric itself).
+
+Each target sentence is embedded and compared with every source sentence; its score is the best cosine
+similarity (the closest source sentence), and the target's score is the mean over its sentences. Cosines
+below 0 are clipped to 0 so the score stays in [0, 1]. This measures "is each sentence close to something in
+the source", not entailment: a negated or number-swapped sentence stays close to its source sentence, so
+expect it to miss such edits. It needs the ``embeddings`` extra (no BM25 fallback: BM25 scores are not
+similarities on a fixed scale).
+
+Per-sentence details (best source span, cosine, information density of seed 003 Eq. 3) are in
+``Report.details["sentences"]``. With ``flag_below`` set, sentences whose best cosine is below it become
+``unsupported`` verdicts and findings, so the baseline can also be scored on span metrics.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from halluscope.methods import register_method
+from halluscope.methods.base import Method
+from halluscope.records import Claim, Evidence, Finding, Report, Verdict
+from halluscope.retrieval import DEFAULT_EMBEDDING_MODEL, IndexCache, RetrievalConfig, resolve_retriever
+from halluscope.text import split_sentences
+
+
+@register_method
+class Embed(Method):
+    name = "embed"
+    description = "Embedding similarity: per target sentence the max cosine to a source sentence, averaged (no LLM)."
+    uses_llm = False
+
+    def __init__(self, llm=None, config=None, *, embedding_model: str = DEFAULT_EMBEDDING_MODEL,
+                 flag_below: float | None = None):
+        """
+        Args:
+            embedding_model: sentence-transformers model name or local directory.
+            flag_below: if set, target sentences whose best cosine is below this are reported as findings.
+        """
+        super().__init__(llm, config)
+        resolve_retriever("embedding")  # fail now, with the install hint, when the extra is missing
+        if flag_below is not None and not -1.0 <= flag_below <= 1.0:
+            raise ValueError("flag_below must be a cosine similarity in [-1, 1]")
+        self.embedding_model, self.flag_below = embedding_model, flag_below
+        self._indexes = IndexCache()
+
+    def options(self) -> dict[str, Any]:
+        return {"embedding_model": self.embedding_model, "flag_below": self.flag_below}
+
+    async def run(self, source: str, target: str) -> Report:
+        config = RetrievalConfig(retriever="embedding", top_k=1, window=0, embedding_model=self.embedding_model)
+        index = await self._indexes.get(source, config)
+        sentences = split_sentences(target)
+        if not sentences or not len(index):
+            return Report(method=self.name, unscored_reason="no sentences in the source or the target")
+        index.embed_queries([s.text for s in sentences])
+        claims, verdicts, findings, rows = [], [], [], []
+        best_scores: list[float] = []
+        for s in sentences:
+            scores = index.sentence_scores(s.text)
+            best = int(np.argmax(scores))
+            cosine = float(scores[best])
+            source_sentence = index.sentences[best]
+            claim = Claim(text=s.text, kind="sentence", id=f"s{s.index + 1}", target_spans=[s.span])
+            claims.append(claim)
+            best_scores.append(max(0.0, cosine))
+            rows.append({"id": claim.id, "span": s.span.model_dump(), "max_cosine": cosine,
+                         "best_source_span": source_sentence.span.model_dump(),
+                         "density": float(np.mean(scores))})
+            if self.flag_below is not None:
+                evidence = [Evidence(text=source_sentence.text, span=source_sentence.span, relation="related")]
+                low = cosine < self.flag_below
+                verdict = Verdict(claim=claim, label="unsupported" if low else "supported", score=cosine,
+                                  evidence=evidence, reason=f"closest source sentence has cosine {cosine:.3f}")
+                verdicts.append(verdict)
+                if low:
+                    findings.append(Finding(
+                        description=f'"{s.text}" has no close counterpart in the source (best cosine '
+                                    f"{cosine:.3f} < {self.flag_below}).",
+                        kind="unsupported", target_spans=[s.span], evidence=evidence, claim_ids=[claim.id or ""]))
+        return Report(method=self.name, score=float(np.mean(best_scores)), claims=claims, verdicts=verdicts,
+                      findings=findings, subscores={"min_sentence": float(min(best_scores))},
+                      details={"sentences": rows, "retrieval": index.describe()})

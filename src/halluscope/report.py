@@ -1,0 +1,147 @@
+"""The web report: one self-contained HTML page for a Report.
+
+Source and target side by side; hallucinated target spans highlighted (hover shows the description,
+click jumps to and flashes the evidence in the source); sub-scores; findings list; and, for methods that
+reason about event order, the events in target order with the inverted pairs.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+from halluscope.records import Report, Span
+
+_KIND_CLASS = {"unsupported": "unsup", "contradicted": "contra", "event_order": "order"}
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:0;color:#1d1d1f;background:#fafafa}
+header{padding:14px 22px;background:#fff;border-bottom:1px solid #ddd}
+header h1{font-size:18px;margin:0 0 6px} .score{font-size:28px;font-weight:700}
+.bad{color:#b3261e}.good{color:#1b6e3a}.muted{color:#777;font-size:13px}
+main{display:grid;grid-template-columns:1fr 1fr;gap:16px;padding:16px 22px}
+section{background:#fff;border:1px solid #ddd;border-radius:8px;padding:12px 16px;overflow:auto}
+section.full{grid-column:1 / span 2}
+.text{white-space:pre-wrap;line-height:1.55;max-height:70vh;overflow:auto}
+mark{border-radius:3px;padding:0 1px;cursor:pointer}
+mark.unsup{background:#ffd6d1}mark.contra{background:#ffb4a8}mark.order{background:#ffe9a8}
+mark.other{background:#e3d7ff}mark.ev{background:#d5ecff;cursor:default}
+mark.flash{outline:3px solid #1a73e8;transition:outline .2s}
+table{border-collapse:collapse;font-size:14px}td,th{border-bottom:1px solid #eee;padding:4px 10px;text-align:left;vertical-align:top}
+ol.findings li{margin-bottom:8px}.kind{font-size:12px;padding:1px 6px;border-radius:8px;background:#eee;margin-right:6px}
+"""
+
+_JS = """
+document.querySelectorAll('mark[data-f]').forEach(function(m){
+  m.addEventListener('click', function(){
+    var ids = m.dataset.f.split(' ');
+    for (var i = 0; i < ids.length; i++) {
+      var ev = document.querySelector('mark.ev[data-f~="' + ids[i] + '"]');
+      if (ev) { ev.scrollIntoView({behavior:'smooth', block:'center'}); ev.classList.add('flash');
+                setTimeout(function(){ ev.classList.remove('flash'); }, 1500); return; }
+    }
+    var item = document.getElementById('finding-' + ids[0]);
+    if (item) item.scrollIntoView({behavior:'smooth', block:'center'});
+  });
+});
+"""
+
+
+def _highlight(text: str, marks: list[tuple[Span, int, str, str]]) -> str:
+    """HTML of ``text`` with possibly overlapping spans marked. ``marks``: (span, finding id, css class, title)."""
+    cuts = {0, len(text)}
+    for span, *_ in marks:
+        cuts.update((max(0, min(span.start, len(text))), max(0, min(span.end, len(text)))))
+    bounds = sorted(cuts)
+    out: list[str] = []
+    for a, b in zip(bounds, bounds[1:]):
+        if a == b:
+            continue
+        piece = html.escape(text[a:b])
+        covering = [(fid, cls, title) for span, fid, cls, title in marks if span.start <= a and b <= span.end]
+        if not covering:
+            out.append(piece)
+            continue
+        ids = " ".join(str(fid) for fid, _, _ in covering)
+        title = html.escape(" | ".join(dict.fromkeys(t for _, _, t in covering)), quote=True)
+        out.append(f'<mark class="{covering[0][1]}" data-f="{ids}" title="{title}">{piece}</mark>')
+    return "".join(out)
+
+
+def _fmt(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+def render_html(report: Report, source: str, target: str, title: str = "halluscope report") -> str:
+    target_marks: list[tuple[Span, int, str, str]] = []
+    source_marks: list[tuple[Span, int, str, str]] = []
+    for i, f in enumerate(report.findings):
+        cls = _KIND_CLASS.get(f.kind, "other")
+        for span in f.target_spans:
+            target_marks.append((span, i, cls, f.description))
+        for ev in f.evidence:
+            if ev.span is not None:
+                source_marks.append((ev.span, i, "ev", f"evidence ({ev.relation}) for finding {i + 1}"))
+    for v in report.verdicts:  # supporting evidence of verdicts also shows in the source
+        for ev in v.evidence:
+            if ev.span is not None and ev.relation == "supports":
+                source_marks.append((ev.span, -1, "ev", f"supports: {v.claim.text[:80]}"))
+
+    score_cls = "good" if (report.score or 0) >= (report.threshold or 0.5) else "bad"
+    score = "unscored" if report.score is None else f"{report.score:.3f}"
+    sub_rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{_fmt(v)}</td></tr>" for k, v in report.subscores.items())
+    finding_items = []
+    for i, f in enumerate(report.findings):
+        where = "; ".join(html.escape(s.of(target)) for s in f.target_spans) or "<i>not located in the text</i>"
+        evid = "".join(f"<div class='muted'>evidence: “{html.escape(e.text[:300])}”</div>" for e in f.evidence)
+        finding_items.append(
+            f"<li id='finding-{i}'><span class='kind'>{html.escape(f.kind)}</span>{html.escape(f.description)}"
+            f"<div class='muted'>target: {where}</div>{evid}</li>"
+        )
+    events = [c for c in report.claims if c.kind == "event"]
+    order_section = ""
+    if events:
+        rows = "".join(
+            f"<tr><td>{c.order if c.order is not None else ''}</td><td>{html.escape(c.text)}</td></tr>" for c in events
+        )
+        inversions = [f for f in report.findings if f.kind == "event_order"]
+        inv = "".join(f"<li>{html.escape(f.description)}</li>" for f in inversions) or "<li>none</li>"
+        order_section = (
+            "<section class='full'><h3>Events in target order</h3>"
+            f"<table><tr><th>#</th><th>event</th></tr>{rows}</table><h4>Order violations</h4><ul>{inv}</ul></section>"
+        )
+    unscored = sum(v.label == "unscored" for v in report.verdicts)
+    u = report.usage
+    meta = (
+        f"{html.escape(report.method)} · {html.escape(report.model or 'no LLM')} · {u.calls} LLM calls · "
+        f"{u.prompt_tokens + u.completion_tokens} tokens · {u.cache_hits} cache hits · {report.elapsed_s:.2f}s"
+        + (f" · {unscored} unscored claims" if unscored else "")
+    )
+    reason = f"<div class='bad'>could not score: {html.escape(report.unscored_reason)}</div>" if report.unscored_reason else ""
+    data = html.escape(report.model_dump_json(), quote=False)
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>{_CSS}</style></head><body>
+<header><h1>{html.escape(title)}</h1><span class="score {score_cls}">{score}</span>
+{f'<span class="muted"> {html.escape(report.label)}</span>' if report.label else ''}
+<div class="muted">{meta}</div>{reason}</header>
+<main>
+<section><h3>Source</h3><div class="text" id="source">{_highlight(source, source_marks)}</div></section>
+<section><h3>Target</h3><div class="text" id="target">{_highlight(target, target_marks)}</div></section>
+<section><h3>Sub-scores</h3><table>{sub_rows or '<tr><td>none</td></tr>'}</table></section>
+<section><h3>Findings ({len(report.findings)})</h3><ol class="findings">{''.join(finding_items) or '<li>none</li>'}</ol></section>
+{order_section}
+</main>
+<script type="application/json" id="report-data">{data}</script>
+<script>{_JS}</script></body></html>"""
+
+
+def write_html(report: Report, source: str, target: str, path: str | Path, title: str | None = None) -> Path:
+    path = Path(path)
+    path.write_text(render_html(report, source, target, title or f"halluscope · {report.method}"), encoding="utf-8")
+    return path
+
+
+def report_json_with_texts(report: Report, source: str, target: str) -> str:
+    """Report JSON plus the texts it indexes into, for tools that render later."""
+    return json.dumps({"source": source, "target": target, "report": json.loads(report.model_dump_json())})

@@ -1,0 +1,67 @@
+"""The embedded offline model (llama.cpp + SmolLM2-135M-Instruct) for real. Short inputs, few tokens."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from halluscope.config import Config
+from halluscope.llm import ContextOverflowError, GenerateParams, LLMError, build_api, get_llm
+from halluscope.llm.embedded import KNOWN_MODELS, resolve_gguf
+from tests.conftest import requires_embedded
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+pytestmark = [pytest.mark.embedded, requires_embedded]
+
+
+def test_resolve_gguf_finds_the_packaged_weights() -> None:
+    path = resolve_gguf("smollm2")
+    assert path.suffix == ".gguf" and path.is_file()
+    assert resolve_gguf(str(path)) == path
+    with pytest.raises(LLMError, match="unknown embedded model"):
+        resolve_gguf("no-such-model")
+    with pytest.raises(LLMError, match="not found"):
+        resolve_gguf("/nonexistent/model.gguf")
+    assert set(KNOWN_MODELS) >= {"smollm2"}
+
+
+async def test_generate_counts_tokens(embedded_config) -> None:
+    llm = get_llm(embedded_config)
+    assert llm.name == "embedded:smollm2" and llm.max_concurrency == 1
+    completion = await llm.generate([{"role": "user", "content": "Say hello."}], llm.params(max_tokens=6))
+    assert isinstance(completion.text, str)
+    assert completion.usage.calls == 1 and completion.usage.prompt_tokens > 0
+    assert 0 < completion.usage.completion_tokens <= 6
+    again = await llm.generate([{"role": "user", "content": "Say hello."}], llm.params(max_tokens=6))
+    assert again.cached and again.text == completion.text  # temperature 0 + cache: a re-run is free
+    assert llm.count_tokens("one two three") > 0
+
+
+async def test_prompt_longer_than_the_context_is_refused(tmp_path) -> None:
+    api = build_api(Config(model="embedded", embedded_n_ctx=256, cache=False))
+    long_prompt = "word " * 2000
+    with pytest.raises(ContextOverflowError, match="does not fit"):
+        await api.generate([{"role": "user", "content": long_prompt}], GenerateParams(max_tokens=4))
+
+
+def test_check_on_the_bundled_example_with_the_embedded_model(tmp_path) -> None:
+    """The README's quick-start command, end to end on the real model (completion tokens capped)."""
+    from halluscope.cli.main import app
+
+    env = {"HALLUSCOPE_MAX_TOKENS": "48", "HALLUSCOPE_CACHE_PATH": str(tmp_path / "cache.sqlite")}
+    args = ["check", "--source", str(EXAMPLES / "source.txt"), "--target", str(EXAMPLES / "summary.txt"),
+            "--model", "embedded", "--json"]
+    result = CliRunner().invoke(app, args, env=env)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["method"] == "geval" and report["model"] == "embedded:smollm2"
+    assert 1 <= report["usage"]["calls"] <= 2 and len(report["calls"]) == report["usage"]["calls"]
+    assert all(c["usage"]["completion_tokens"] <= 48 for c in report["calls"])
+    # A 135M model may fail to give a rating: then the Report says so, it never invents one.
+    if report["score"] is None:
+        assert report["unscored_reason"]
+    else:
+        assert 0.0 <= report["score"] <= 1.0 and report["subscores"]["rating"] in (1.0, 2.0, 3.0, 4.0, 5.0)

@@ -1,0 +1,256 @@
+"""RAI: splicing, parsers, the multi-round loop (only verified fixes are returned), the improvement-rate
+suite, the CLI, fuzzing, and one run on the embedded model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from halluscope.bench.suites import SuiteContext, load_suite_modules
+from halluscope.llm import LLM, FakeModel
+from halluscope.methods import get_method
+from halluscope.methods.improve import (Improve, ImprovementRound, parse_rai_paragraph, parse_rai_sentences,
+                                        sentence_diff, splice)
+from halluscope.records import Example, Report
+from halluscope.text import ParseError, split_sentences
+from tests.conftest import fake_llm
+from tests.garble import garbled_replies
+
+SOURCE = "Alice founded Acme in 2001 in Paris. The company makes rockets. Bob joined Acme in 2005."
+TARGET = "Alice founded Acme in 1999.  Acme makes rockets and cars. It is based in Paris."
+
+
+def dce(*reasons) -> str:
+    return json.dumps({"sentences": [{"id": i, "reason": r} for i, r in enumerate(reasons, 1)]})
+
+
+def rewrites(**by_id) -> str:
+    return json.dumps({"rewrites": [{"id": int(k[1:]), "improved_sentence": v} for k, v in by_id.items()]})
+
+
+# ---------------------------------------------------------------------------------------------- splicing
+
+
+def test_splice_replaces_only_the_given_sentences():
+    sentences = split_sentences(TARGET)
+    out = splice(TARGET, sentences, {0: "Alice founded Acme in 2001."})
+    assert out == "Alice founded Acme in 2001.  Acme makes rockets and cars. It is based in Paris."
+
+
+def test_splice_deletes_middle_and_last_sentences_cleanly():
+    sentences = split_sentences(TARGET)
+    assert splice(TARGET, sentences, {1: ""}) == "Alice founded Acme in 1999.  It is based in Paris."
+    assert splice(TARGET, sentences, {2: ""}) == "Alice founded Acme in 1999.  Acme makes rockets and cars."
+
+
+def test_sentence_diff_lists_changed_sentences():
+    diff = sentence_diff("A b c. D e f.", "A b c. D e g.")
+    assert "-D e f." in diff and "+D e g." in diff and " A b c." in diff
+
+
+# ---------------------------------------------------------------------------------------------- parsers
+
+
+def test_parse_rai_sentences_ignores_sentences_that_were_not_flagged():
+    reply = json.dumps({"rewrites": [{"id": 1, "improved_sentence": "Fixed  one."},
+                                     {"id": 2, "improved_sentence": "Touched a consistent one."}]})
+    got, ignored = parse_rai_sentences(reply, {0}, 3)
+    assert got == {0: "Fixed one."} and ignored == [2]
+    with pytest.raises(ParseError):
+        parse_rai_sentences(json.dumps({"rewrites": [{"id": 2, "improved_sentence": "x"}]}), {0}, 3)
+
+
+def test_parse_rai_paragraph():
+    assert parse_rai_paragraph('{"improved_text": "  New text. "}') == "New text."
+    with pytest.raises(ParseError):
+        parse_rai_paragraph('{"improved_text": ""}')
+
+
+def test_rai_parsers_survive_garbled_replies():
+    for reply in garbled_replies(1000, seed=5):
+        for parse in (lambda t: parse_rai_sentences(t, {0, 1}, 3), parse_rai_paragraph):
+            try:
+                parse(reply)
+            except ParseError:
+                pass
+
+
+# ------------------------------------------------------------------------------------------------- loop
+
+
+def test_two_rounds_until_consistent():
+    llm = fake_llm(
+        dce("Inconsistent: 2001, not 1999.", "Inconsistent: no cars in the source.", "Consistent: Paris."),
+        # RAI round 1 tries to touch sentence 3 too: ignored
+        json.dumps({"rewrites": [{"id": 1, "improved_sentence": "Alice founded Acme in 2001."},
+                                 {"id": 2, "improved_sentence": "Acme makes rockets and trucks."},
+                                 {"id": 3, "improved_sentence": "It is based in London."}]}),
+        dce("Consistent: ok.", "Inconsistent: no trucks either.", "Consistent: Paris."),
+        rewrites(s2="Acme makes rockets."),
+        dce("Consistent: ok.", "Consistent: rockets.", "Consistent: Paris."),
+    )
+    report = Improve(llm=llm, amc="rule", rounds=3).check(SOURCE, TARGET)
+    details = report.details
+    rounds = [ImprovementRound.model_validate(r) for r in details["rounds"]]
+    assert [r.score for r in rounds] == pytest.approx([1 / 3, 2 / 3, 1.0])
+    assert rounds[0].inconsistent_sentences == [1, 2]
+    assert [c.sentence for c in rounds[1].changes] == [1, 2]
+    assert rounds[1].ignored_rewrites == [3]
+    assert "It is based in Paris." in rounds[1].text  # the consistent sentence is never rewritten
+    assert [c.sentence for c in rounds[2].changes] == [2]
+    assert details["improved"] is True and details["best_round"] == 2
+    assert details["improved_target"] == "Alice founded Acme in 2001.  Acme makes rockets. It is based in Paris."
+    assert details["stop_reason"] == "consistent"
+    assert "+Acme makes rockets." in details["diff"]
+    # the report itself is about the given target
+    assert report.score == pytest.approx(1 / 3)
+    assert report.subscores["initial_score"] == pytest.approx(1 / 3) and report.subscores["final_score"] == 1.0
+    assert report.usage.calls == 5 and len(report.calls) == 5
+
+
+def test_a_rewrite_that_cannot_be_reverified_is_not_returned():
+    llm = fake_llm(dce("Inconsistent: wrong year.", "Consistent: a", "Consistent: b"),
+                   rewrites(s1="Alice founded Acme in 2001."),
+                   "garbage", "more garbage")  # the re-evaluation fails twice (with its repair round)
+    report = Improve(llm=llm, amc="rule", rounds=2).check(SOURCE, TARGET)
+    assert report.details["improved"] is False
+    assert report.details["improved_target"] == TARGET
+    assert report.details["diff"] == ""
+    assert report.details["rounds"][1]["score"] is None
+    assert "could not evaluate" in report.details["stop_reason"]
+
+
+def test_a_worse_rewrite_is_not_returned():
+    llm = fake_llm(dce("Inconsistent: a", "Consistent: b", "Consistent: c"), rewrites(s1="Worse sentence."),
+                   dce("Inconsistent: a", "Inconsistent: b", "Consistent: c"))
+    report = Improve(llm=llm, amc="rule", rounds=1).check(SOURCE, TARGET)
+    assert report.details["rounds"][1]["score"] == pytest.approx(1 / 3)
+    assert report.details["improved"] is False and report.details["improved_target"] == TARGET
+    assert report.subscores["final_score"] == report.subscores["initial_score"]
+
+
+def test_unusable_rewrite_stops_with_a_reason():
+    llm = fake_llm(dce("Inconsistent: a", "Consistent: b", "Consistent: c"), "not json", "still not json")
+    report = Improve(llm=llm, amc="rule", rounds=2).check(SOURCE, TARGET)
+    assert len(report.details["rounds"]) == 1
+    assert report.details["rounds"][0]["rewrite_error"]
+    assert "could not be used" in report.details["stop_reason"]
+    assert report.details["improved"] is False
+
+
+def test_consistent_target_needs_no_rewrite():
+    llm = fake_llm(dce("Consistent: a", "Consistent: b", "Consistent: c"))
+    report = Improve(llm=llm, amc="rule").check(SOURCE, TARGET)
+    assert report.details["stop_reason"] == "consistent"
+    assert report.usage.calls == 1 and report.details["improved"] is False
+
+
+def test_dcr_improve_option_and_paragraph_level():
+    llm = fake_llm(json.dumps({"reason": "Inconsistent: year", "is_consistent": False}),
+                   json.dumps({"improved_text": "Alice founded Acme in 2001 in Paris."}),
+                   json.dumps({"reason": "Consistent: all stated", "is_consistent": True}))
+    report = get_method("dcr", llm=llm, amc="rule", level="paragraph", improve=1).check(SOURCE, TARGET)
+    assert report.details["improved_target"] == "Alice founded Acme in 2001 in Paris."
+    assert report.details["rounds"][1]["changes"][0]["before"] == TARGET.strip()
+    assert report.details["max_rounds"] == 1
+
+
+def test_improve_options():
+    assert Improve(llm=fake_llm(), rounds=3).options()["rounds"] == 3
+    with pytest.raises(ValueError):
+        Improve(llm=fake_llm(), rounds=0)
+
+
+@pytest.mark.parametrize("level", ["sentence", "paragraph"])
+def test_improve_garbled_replies_never_escape(level):
+    replies = iter(garbled_replies(1000, seed=11))
+    llm = LLM(FakeModel(responder=lambda messages: next(replies)))
+    method = Improve(llm=llm, rounds=2, level=level)
+    for _ in range(30):
+        report = method.check(SOURCE, TARGET)
+        assert report.score is not None or report.unscored_reason
+        assert report.details["stop_reason"]
+        assert report.details["improved"] is False or report.subscores["final_score"] > report.subscores["initial_score"]
+
+
+# ------------------------------------------------------------------------------------------------ suite
+
+
+def _report_with_rounds(scores: list[float | None], consistent: list[bool], flagged0: list[int],
+                        improved: bool) -> Report:
+    rounds = [ImprovementRound(round=i, text="t", score=s, consistent=c,
+                               inconsistent_sentences=flagged0 if i == 0 else []).model_dump()
+              for i, (s, c) in enumerate(zip(scores, consistent))]
+    return Report(method="improve", score=scores[0] if scores[0] is not None else None,
+                  unscored_reason=None if scores[0] is not None else "x",
+                  subscores={"initial_score": scores[0], "final_score": max(s for s in scores if s is not None)
+                             if scores[0] is not None else None},
+                  details={"rounds": rounds, "improved": improved, "max_rounds": 2, "stop_reason": "consistent"})
+
+
+def test_improvement_rate_suite(tmp_path: Path):
+    suite = load_suite_modules()["rai_improvement"]
+    examples = [Example(id=str(i), source="s", target="t", label=lab) for i, lab in enumerate([0, 0, 0, 1, 1])]
+    reports = [
+        _report_with_rounds([0.5, 1.0], [False, True], [1], True),  # fixed in round 1
+        _report_with_rounds([0.5, 0.5, 1.0], [False, False, True], [1], True),  # fixed in round 2
+        _report_with_rounds([0.0, 0.5, 0.5], [False, False, False], [1, 2], True),  # never fixed
+        _report_with_rounds([1.0], [True], [], False),  # not flagged
+        _report_with_rounds([None], [False], [], False),  # original unscored
+    ]
+    result = suite.fn(examples, reports, SuiteContext(out_dir=tmp_path, method="improve", model="fake",
+                                                     dataset="toy", n_bootstrap=50))
+    m = result.metrics
+    assert m["n_flagged"] == 3 and m["n_original_unscored"] == 1
+    assert m["improvement_rate_after_1"]["value"] == pytest.approx(1 / 3)
+    assert m["improvement_rate_after_2"]["value"] == pytest.approx(2 / 3)
+    assert m["flagged_by_gold_label"] == {"gold_inconsistent": {"n_flagged": 3, "fixed_after_1": 1, "fixed_after_2": 2}}
+    assert result.tables and result.plots[0].is_file()
+
+
+def test_improvement_rate_suite_ignores_other_methods(tmp_path: Path):
+    suite = load_suite_modules()["rai_improvement"]
+    result = suite.fn([Example(id="1", source="s", target="t")], [Report(method="rouge", score=0.4)],
+                      SuiteContext(out_dir=tmp_path, method="rouge", model=None, dataset="toy"))
+    assert result.metrics == {} and not result.tables
+
+
+# -------------------------------------------------------------------------------------------------- CLI
+
+
+def test_cli_improve(tmp_path: Path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import halluscope.methods as methods
+    from halluscope.cli.main import app
+
+    llm = fake_llm(dce("Inconsistent: wrong year.", "Consistent: b", "Consistent: c"),
+                   rewrites(s1="Alice founded Acme in 2001."),
+                   dce("Consistent: a", "Consistent: b", "Consistent: c"))
+    real = methods.get_method
+    monkeypatch.setattr(methods, "get_method", lambda name, **kw: real(name, **{**kw, "llm": llm, "amc": "rule"}))
+    (tmp_path / "s.txt").write_text(SOURCE)
+    (tmp_path / "t.txt").write_text(TARGET)
+    out = tmp_path / "fixed.txt"
+    result = CliRunner().invoke(app, ["improve", "-s", str(tmp_path / "s.txt"), "-t", str(tmp_path / "t.txt"),
+                                      "--rounds", "2", "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "verified improvement" in result.output and "+Alice founded Acme in 2001." in result.output
+    assert out.read_text() == "Alice founded Acme in 2001.  Acme makes rockets and cars. It is based in Paris."
+
+
+# --------------------------------------------------------------------------------------------- embedded
+
+
+@pytest.mark.embedded
+def test_improve_on_the_embedded_model(embedded_config):
+    config = embedded_config.with_overrides(max_tokens=200)
+    report = get_method("improve", config=config, rounds=1, amc="rule").check(
+        "The cat sat on the mat.", "The dog sat on the mat.")
+    assert report.usage.calls >= 1
+    assert report.details["rounds"][0]["round"] == 0
+    assert report.details["stop_reason"]
+    if report.details["improved"]:
+        assert report.details["rounds"][report.details["best_round"]]["score"] > report.details["rounds"][0]["score"]
