@@ -16,26 +16,31 @@ pytestmark = pytest.mark.embedded
 SOURCE = "The museum opened in 1999 in Lyon. It shows Roman coins and pottery found near the river."
 
 
-async def test_geval_bench_on_embedded_model(embedded_config, tmp_path):
+@pytest.fixture
+def short_config(embedded_config):
+    # short replies keep the test fast; the prompts are unchanged
+    return embedded_config.with_overrides(max_tokens=160)
+
+
+async def test_geval_bench_on_embedded_model(short_config, tmp_path):
     examples = [
         Example(id="ok", source=SOURCE, target="The museum in Lyon opened in 1999.", label=1, human_score=1.0),
         Example(id="bad", source=SOURCE, target="The museum in Paris opened in 2005.", label=0, human_score=0.0),
-        Example(id="mid", source=SOURCE, target="The museum shows Roman coins from Paris.", label=0, human_score=0.5),
     ]
-    method = get_method("geval", config=embedded_config)
+    method = get_method("geval", config=short_config)
     res = await run_bench(method, Dataset("tiny", None, examples), tmp_path / "run", progress=False, n_bootstrap=50)
-    assert res["n"] == 3 and res["model"].startswith("embedded:")
-    assert res["usage"]["calls"] >= 3  # at least one call per item (a repair round adds one)
-    assert res["n_scored"] + res["n_unscored"] == 3
+    assert res["n"] == 2 and res["model"].startswith("embedded:")
+    assert res["usage"]["calls"] >= 2  # at least one call per item (a repair round adds one)
+    assert res["n_scored"] + res["n_unscored"] == 2
     assert res["metrics"]["binary"]["n_unscored"] == res["n_unscored"]
     # a second run resumes everything: no new model call
-    again = await run_bench(get_method("geval", config=embedded_config), Dataset("tiny", None, examples),
+    again = await run_bench(get_method("geval", config=short_config), Dataset("tiny", None, examples),
                             tmp_path / "run", progress=False, n_bootstrap=50)
     assert again["usage_this_run"]["items_run"] == 0
 
 
-async def test_final_judge_on_embedded_model(embedded_config):
-    judge = get_llm(embedded_config)
+async def test_final_judge_on_embedded_model(short_config):
+    judge = get_llm(short_config.with_overrides(max_tokens=256))
     res = await match_descriptions(judge, "x", "The museum in Paris opened in 2005.",
                                    ["The city is Paris, but the source says Lyon", "The year 2005 is wrong"],
                                    ["The museum is in Lyon, not Paris"])

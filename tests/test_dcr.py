@@ -330,8 +330,9 @@ def test_dcr_garbled_replies_never_escape(options):
 
 @pytest.mark.embedded
 def test_dcr_on_the_embedded_model(embedded_config):
-    config = embedded_config.with_overrides(max_tokens=200)
-    report = get_method("dcr", config=config).check("The cat sat on the mat. It was sunny.", "The cat sat on the mat.")
+    # one thread: llama.cpp threads spin-wait, which is very slow on a shared, oversubscribed CPU
+    config = embedded_config.with_overrides(max_tokens=120, embedded_threads=1)
+    report = get_method("dcr", config=config, amc="rule").check("The cat sat on the mat. It was sunny.", "The cat sat on the mat.")
     assert report.model and report.model.startswith("embedded")
     assert report.usage.calls >= 1
     assert report.score is not None or report.unscored_reason

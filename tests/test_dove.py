@@ -328,7 +328,7 @@ def test_unscored_facts_are_left_out_and_listed():
 def test_long_source_goes_through_retrieval():
     """A small context window forces retrieval: every fact is checked against retrieved snippets."""
     long_source = " ".join(f"Filler sentence number {i} talks about the weather." for i in range(200)) + " " + SOURCE
-    fake = FakeModel(responder=responder, context_window=2500)  # FakeModel counts words as tokens
+    fake = FakeModel(responder=responder, context_window=1500)  # FakeModel counts words as tokens
     method = Dove(llm=LLM(fake), top_k=2, window=0, retriever="bm25")
     report = method.check(long_source, TARGET)
     assert report.details["context"]["mode"] == "retrieval"

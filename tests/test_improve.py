@@ -246,7 +246,8 @@ def test_cli_improve(tmp_path: Path, monkeypatch):
 
 @pytest.mark.embedded
 def test_improve_on_the_embedded_model(embedded_config):
-    config = embedded_config.with_overrides(max_tokens=200)
+    # one thread: llama.cpp threads spin-wait, which is very slow on a shared, oversubscribed CPU
+    config = embedded_config.with_overrides(max_tokens=120, embedded_threads=1)
     report = get_method("improve", config=config, rounds=1, amc="rule").check(
         "The cat sat on the mat.", "The dog sat on the mat.")
     assert report.usage.calls >= 1

@@ -31,6 +31,14 @@ def rep(score, label=None, verdicts=()):
     return Report(method="m", score=score, label=label, verdicts=list(verdicts))
 
 
+@pytest.fixture
+def no_embeddings(monkeypatch):
+    """Density through the TF-IDF fallback: keeps these tests free of a sentence-embedding model load."""
+    import halluscope.retrieval as retrieval
+
+    monkeypatch.setattr(retrieval, "embeddings_available", lambda: False)
+
+
 def ctx(tmp_path, **extra):
     return SuiteContext(out_dir=tmp_path, method="m", model=None, dataset="crafted", n_bootstrap=200, extra=extra)
 
@@ -164,16 +172,13 @@ def test_tfidf_density_is_mean_cosine_to_source_sentences():
     assert 0.0 < values[0] <= 1.0 / 5 + 1e-9  # identical to one of five sentences, unrelated to the rest
 
 
-def test_embedding_density_falls_back_to_tfidf_without_embeddings(monkeypatch):
-    import halluscope.retrieval as retrieval
-
-    monkeypatch.setattr(retrieval, "embeddings_available", lambda: False)
+def test_embedding_density_falls_back_to_tfidf_without_embeddings(no_embeddings):
     density = EmbeddingDensity()
     values = density(SOURCE, ["The mill burned in May."])
     assert density.measure == "tfidf" and values == tfidf_density(SOURCE, ["The mill burned in May."])
 
 
-def test_suite_through_the_bench_runner(tmp_path):
+def test_suite_through_the_bench_runner(tmp_path, no_embeddings):
     """A crafted stress set benched with rouge: the runner picks up the stress suite."""
     from halluscope.bench.runner import run_bench
     from halluscope.methods import get_method
@@ -187,6 +192,7 @@ def test_suite_through_the_bench_runner(tmp_path):
     stress = results["metrics"]["stress"]
     assert stress["delta"]["paraphrased"]["mean_delta"]["value"] < 0  # lexical overlap drops on a paraphrase
     assert stress["density"]["unit"] == "target" and stress["density"]["n"] == 1
+    assert stress["density"]["measure"] == "tfidf"
     assert "stress_deltas.png" in results["plots"]
     assert "score change vs the original" in (tmp_path / "run" / "results.md").read_text()
 
@@ -205,7 +211,7 @@ def test_parse_sweep():
             parse_sweep(bad)
 
 
-def test_sweep_rouge_variant_writes_one_run_per_value_and_a_combined_table(tmp_path):
+def test_sweep_rouge_variant_writes_one_run_per_value_and_a_combined_table(tmp_path, no_embeddings):
     from halluscope.bench.sweep import run_sweep
     from halluscope.methods import get_method
 
@@ -227,7 +233,8 @@ def test_sweep_rouge_variant_writes_one_run_per_value_and_a_combined_table(tmp_p
     for row, variant in zip(summary["rows"], ["rouge1", "rouge2"]):
         run = json.loads((tmp_path / f"variant={variant}" / "results.json").read_text())
         assert run["method_options"] == {"variant": variant} and row["n"] == 4
-        items = [json.loads(line) for line in (tmp_path / f"variant={variant}" / "items.jsonl").read_text().splitlines()]
+        lines = (tmp_path / f"variant={variant}" / "items.jsonl").read_text().splitlines()
+        items = [json.loads(line) for line in lines]
         scores = [i["report"]["score"] for i in items]
         assert row["mean_score"]["value"] == pytest.approx(np.mean(scores))
         originals = [i["report"]["score"] for i in items if "::" not in i["example_id"]]
@@ -242,7 +249,7 @@ def test_sweep_rouge_variant_writes_one_run_per_value_and_a_combined_table(tmp_p
     assert json.loads((tmp_path / "sweep.json").read_text())["key"] == "variant"
 
 
-def test_sweep_over_methods_and_option_clash(tmp_path):
+def test_sweep_over_methods_and_option_clash(tmp_path, no_embeddings):
     from halluscope.bench.sweep import SweepError, run_sweep
     from halluscope.methods import get_method
 
@@ -259,7 +266,7 @@ def test_sweep_over_methods_and_option_clash(tmp_path):
                               progress=False))
 
 
-def test_sweep_with_a_fake_model_method(tmp_path):
+def test_sweep_with_a_fake_model_method(tmp_path, no_embeddings):
     """An LLM method whose score depends on the swept option: the table follows the option."""
     from halluscope.bench.sweep import run_sweep
     from halluscope.methods.geval import GEval
@@ -282,7 +289,7 @@ def test_sweep_with_a_fake_model_method(tmp_path):
     assert summary["rows"][0]["mean_delta"]["negated"]["value"] == 0.0
 
 
-def test_bench_sweep_cli(tmp_path):
+def test_bench_sweep_cli(tmp_path, no_embeddings):
     from typer.testing import CliRunner
 
     from halluscope.cli.main import app

@@ -74,6 +74,7 @@ SUITE_MODULES: list[str] = [
     "halluscope.bench.builtin_suites",
     "halluscope.bench.suite_stress",
     "halluscope.bench.suite_improve",
+    "halluscope.bench.suite_probe",
 ]
 
 

@@ -131,7 +131,7 @@ def _mean_ci(values: Sequence[float], seed: int, n_bootstrap: int) -> dict[str, 
                         n_resamples=n_bootstrap, seed=seed)
 
 
-def scalar_metrics(metrics: dict[str, Any], prefix: str = "", depth: int = 3) -> dict[str, float]:
+def scalar_metrics(metrics: dict[str, Any], prefix: str = "", depth: int = 4) -> dict[str, float]:
     """Flatten a results' metrics into ``"suite.key.sub": number`` (CI dicts give their ``value``); lists
     and deeper nesting are left out."""
     out: dict[str, float] = {}

@@ -57,7 +57,8 @@ def perturb_command(
     config = make_config(model, base_url, api_key, no_cache, concurrency)
     try:
         generator = PerturbGenerator(config=config, perturbations=names, unit=unit,  # type: ignore[arg-type]
-                                     insert_with=insert_with, seed=seed, require_tags=require_tags)  # type: ignore[arg-type]
+                                     insert_with=insert_with,  # type: ignore[arg-type]
+                                     seed=seed, require_tags=require_tags)
     except ValueError as exc:
         raise fail(str(exc))
     skipped = skipped or out.with_suffix(".skipped.jsonl")

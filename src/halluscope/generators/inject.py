@@ -255,7 +255,7 @@ class InjectionGenerator:
         if not fits_in_context(llm, block, reserve_tokens=overhead + 512):
             block = ""  # a long source does not fit: invent from the TEXT alone, then drop facts found in the source
         parsed = await generate_parsed(llm, self.invent_prompt.render(k=k, source_block=block, target=target),
-                                       json_parser(_Facts), params=llm.params(json_mode=True, max_tokens=512),
+                                       json_parser(_Facts), params=llm.params(json_mode=True, max_tokens=min(512, llm.default_params.max_tokens)),
                                        format_hint='one JSON object like {"facts": ["...", "..."]}')
         if parsed.value is None:
             return [], f"fact invention failed: {parsed.error}", parsed.calls

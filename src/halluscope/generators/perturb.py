@@ -46,6 +46,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from rapidfuzz import fuzz
 
@@ -383,13 +384,12 @@ def retrieval_relatedness(source: str, candidates: Sequence, target_sentences: S
     """Relatedness from the shared retrieval stage (embedding cosine, or BM25 score when no embedding model
     is installed): a candidate's best similarity to any target sentence. Returns the scores and the
     retriever used."""
-    import numpy as np
-
     from halluscope.retrieval import RetrievalConfig, SourceIndex
 
     index = index_cache.get(source) if index_cache is not None else None
     if index is None:
-        index = SourceIndex.build(source, RetrievalConfig(top_k=1, window=0, retriever=retriever))  # type: ignore[arg-type]
+        config = RetrievalConfig(top_k=1, window=0, retriever=retriever)  # type: ignore[arg-type]
+        index = SourceIndex.build(source, config)
         if index_cache is not None:
             while len(index_cache) >= 8:  # several targets usually share a source; keep the last few
                 index_cache.pop(next(iter(index_cache)))
@@ -625,8 +625,9 @@ class InsertSourceSentence:
             return await self._with_llm(original)
         rng = random.Random(f"{self.seed}:{original.id}:{self.perturbation}")
         try:
-            choice = await asyncio.to_thread(choose_unrelated_sentence, original.source, original.target, rng,
-                                             how=self.how, index_cache=self._indexes)
+            # in the event-loop thread on purpose: sentence splitting (pysbd) is not thread-safe
+            choice = choose_unrelated_sentence(original.source, original.target, rng, how=self.how,
+                                               index_cache=self._indexes)
         except (ImportError, ValueError, RuntimeError) as exc:
             return self._skip(original, f"selecting a source sentence failed: {exc}", [])
         if choice is None:

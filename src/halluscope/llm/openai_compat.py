@@ -7,7 +7,6 @@ import random
 import weakref
 
 import httpx
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from halluscope.llm.base import Completion, ContextOverflowError, GenerateParams, LLMError, Message
 from halluscope.records import Usage
@@ -30,8 +29,34 @@ def _retry_after_s(resp: httpx.Response) -> float | None:
         return None
 
 
-def _is_retryable(exc: BaseException) -> bool:
-    return isinstance(exc, (_Retryable, httpx.TimeoutException, httpx.TransportError))
+_RETRYABLE = (_Retryable, httpx.TransportError)  # TransportError covers timeouts and refused connections
+
+
+class _ClientPool:
+    """Several small httpx clients instead of one big one. httpcore's connection pool does work proportional
+    to (connections x waiting requests) on every request, so one pool of 32 connections costs ~4 ms of CPU
+    per call; pools of at most 8 bring that under 1 ms. Each request goes to the least busy client."""
+
+    CONNECTIONS_PER_CLIENT = 8
+
+    def __init__(self, max_connections: int, make_client):
+        n_clients = -(-max_connections // self.CONNECTIONS_PER_CLIENT)
+        per_client = -(-max_connections // n_clients)
+        limits = httpx.Limits(max_connections=per_client, max_keepalive_connections=per_client)
+        self.clients: list[httpx.AsyncClient] = [make_client(limits) for _ in range(n_clients)]
+        self.in_flight = [0] * n_clients
+
+    async def post(self, url: str, **kwargs) -> httpx.Response:
+        i = min(range(len(self.clients)), key=self.in_flight.__getitem__)
+        self.in_flight[i] += 1
+        try:
+            return await self.clients[i].post(url, **kwargs)
+        finally:
+            self.in_flight[i] -= 1
+
+    async def aclose(self) -> None:
+        for client in self.clients:
+            await client.aclose()
 
 
 class OpenAICompatibleModel:
@@ -58,40 +83,44 @@ class OpenAICompatibleModel:
         self.max_concurrency = max_concurrency
         self.context_window = context_window
         self._backoff = (backoff_initial_s, backoff_max_s)
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _ClientPool] = weakref.WeakKeyDictionary()
 
     @property
     def cache_id(self) -> str:
         """Cache identity: two endpoints may serve different models under one name (e.g. "default")."""
         return f"{self.name}@{self.base_url}"
 
-    def _wait(self, retry_state: RetryCallState) -> float:
-        """Exponential backoff with jitter, but never sooner than the server's Retry-After (capped)."""
-        initial, _ = self._backoff
-        delay = initial * 2 ** (retry_state.attempt_number - 1)
+    def _backoff_s(self, attempt: int, exc: BaseException) -> float:
+        """Exponential backoff with jitter, but never sooner than the server's Retry-After (all capped)."""
+        initial, cap = self._backoff
+        delay = initial * 2 ** (attempt - 1)
         delay += random.uniform(0, delay / 2)
-        exc = retry_state.outcome.exception() if retry_state.outcome else None
         retry_after = getattr(exc, "retry_after", None)
         if retry_after is not None:
             delay = max(delay, retry_after)
-        return min(delay, self._backoff[1])
+        return min(delay, cap)
 
     def count_tokens(self, text: str) -> int | None:
         return None
 
-    def _client(self) -> httpx.AsyncClient:
+    def _pool(self) -> _ClientPool:
         loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
+        pool = self._pools.get(loop)
+        if pool is None:
             headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-            limits = httpx.Limits(max_connections=self.max_concurrency or 64, max_keepalive_connections=64)
-            client = httpx.AsyncClient(
-                base_url=self.base_url, headers=headers, timeout=self.timeout_s, limits=limits
+            ssl_context = httpx.create_ssl_context()  # ~50 ms to build: one for all clients of the pool
+            pool = self._pools[loop] = _ClientPool(
+                self.max_concurrency or 64,
+                lambda limits: httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=self.timeout_s,
+                                                 limits=limits, verify=ssl_context),
             )
-            self._clients[loop] = client
-        return client
+        return pool
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections opened from the running event loop (optional; they also close with it)."""
+        pool = self._pools.pop(asyncio.get_running_loop(), None)
+        if pool is not None:
+            await pool.aclose()
 
     def _payload(self, messages: list[Message], params: GenerateParams) -> dict:
         body: dict = {
@@ -109,7 +138,7 @@ class OpenAICompatibleModel:
         return body
 
     async def _post_once(self, body: dict) -> dict:
-        resp = await self._client().post("/chat/completions", json=body)
+        resp = await self._pool().post("/chat/completions", json=body)
         if resp.status_code in _RETRY_STATUS:
             raise _Retryable(f"HTTP {resp.status_code}: {resp.text[:300]}", _retry_after_s(resp))
         if resp.status_code >= 400:
@@ -124,27 +153,27 @@ class OpenAICompatibleModel:
 
     async def generate(self, messages: list[Message], params: GenerateParams) -> Completion:
         body = self._payload(messages, params)
-        try:
-            async for attempt in AsyncRetrying(
-                retry=retry_if_exception(_is_retryable),
-                stop=stop_after_attempt(self.max_retries + 1),
-                wait=self._wait,
-                reraise=True,
-            ):
-                with attempt:
-                    data = await self._post_once(body)
-        except (_Retryable, httpx.HTTPError) as exc:
-            raise LLMError(
-                f"{self.name} at {self.base_url}: failed after {self.max_retries + 1} attempts: {exc}"
-            ) from exc
+        attempts = self.max_retries + 1
+        # A plain bounded loop: a retry library's per-call bookkeeping cost more CPU than everything else
+        # halluscope adds to a request (measured in benchmarks/overhead.py).
+        for attempt in range(1, attempts + 1):
+            try:
+                data = await self._post_once(body)
+                break
+            except _RETRYABLE as exc:
+                if attempt == attempts:
+                    raise LLMError(f"{self.name} at {self.base_url}: failed after {attempts} attempts: {exc!r}") from exc
+                await asyncio.sleep(self._backoff_s(attempt, exc))
+            except httpx.HTTPError as exc:  # e.g. an invalid URL: retrying cannot help
+                raise LLMError(f"{self.name} at {self.base_url}: {exc!r}") from exc
         try:
             text = data["choices"][0]["message"].get("content") or ""
-        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            raw_usage = data.get("usage") or {}
+            usage = Usage(
+                calls=1,
+                prompt_tokens=int(raw_usage.get("prompt_tokens") or 0),
+                completion_tokens=int(raw_usage.get("completion_tokens") or 0),
+            )
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
             raise LLMError(f"{self.name}: unexpected response shape: {str(data)[:300]}") from exc
-        raw_usage = data.get("usage") or {}
-        usage = Usage(
-            calls=1,
-            prompt_tokens=int(raw_usage.get("prompt_tokens") or 0),
-            completion_tokens=int(raw_usage.get("completion_tokens") or 0),
-        )
         return Completion(text=text, model=self.name, usage=usage)

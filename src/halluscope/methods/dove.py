@@ -137,10 +137,10 @@ SORT_PROMPT = PromptTemplate(
         "TEXT: The guests arrived after Paul had set the table. Before setting the table, he cooked the soup. "
         "Once everyone had eaten, they played cards.\n"
         "EVENTS:\n1. The guests played cards\n2. Paul cooked the soup\n3. The guests arrived\n4. Paul set the table\n"
-        "ORDER: [2, 4, 3, 1]\n\n"
+        'ORDER: {"order": [2, 4, 3, 1]}\n\n'
         "TEXT:\n$text\n\n"
         "EVENTS:\n$events\n\n"
-        "Reply with the event numbers as one JSON array, earliest first, and nothing else."
+        'Reply with one JSON object and nothing else: {"order": [<event numbers, earliest first>]}'
     ),
 )
 
@@ -444,6 +444,15 @@ def target_spans_for(fact: str, target: str, sentences: list[tuple[str, Span]]) 
     return [sentences[best[2]][1]] if best is not None else []
 
 
+CHECK_REPLY_TOKENS = 256  # a reason, a short quote and a verdict
+
+
+def _json_params(llm: LLM, reply_tokens: int) -> GenerateParams:
+    """JSON mode with a reply budget sized to the answer (never above the configured ``max_tokens``), so a
+    model that rambles is cut off early instead of running to the global limit."""
+    return llm.params(json_mode=True, max_tokens=min(reply_tokens, llm.default_params.max_tokens))
+
+
 @dataclass
 class Decomposed:
     events: list[Claim]
@@ -461,7 +470,8 @@ class DoveDecomposer:
 
     async def __call__(self, target: str) -> Decomposed:
         parsed = await generate_parsed(
-            self.llm, self.prompt.render(target=target), parse_decomposition, params=self.params,
+            self.llm, self.prompt.render(target=target), parse_decomposition,
+            params=self.params or self.llm.params(json_mode=True),
             format_hint='one JSON object like {"event_facts": ["..."], "descriptive_facts": ["..."]}',
         )
         if parsed.value is None:
@@ -507,7 +517,7 @@ class DoveFactChecker:
     async def one(self, claim: Claim, context: str, source: str) -> Verdict:
         parsed = await generate_parsed(
             self.llm, self.prompt.render(source=context, fact=claim.text), parse_fact_judgment,
-            params=self.params,
+            params=self.params or _json_params(self.llm, CHECK_REPLY_TOKENS),
             format_hint='one JSON object like {"reason": "...", "evidence": "...", "verdict": "supported"}',
         )
         if parsed.value is None:
@@ -518,7 +528,8 @@ class DoveFactChecker:
         listing = "\n".join(f"{i + 1}. {c.text}" for i, c in enumerate(claims))
         parsed = await generate_parsed(
             self.llm, self.batch_prompt.render(source=context, facts=listing),
-            lambda reply: parse_batch_judgments(reply, len(claims)), params=self.params,
+            lambda reply: parse_batch_judgments(reply, len(claims)),
+            params=self.params or _json_params(self.llm, 64 + CHECK_REPLY_TOKENS * len(claims)),
             format_hint='one JSON object like {"results": [{"id": 1, "reason": "...", "evidence": "...", '
                         '"verdict": "supported"}]}',
         )
@@ -572,8 +583,9 @@ class DoveSorter:
         listing = "\n".join(f"{n + 1}. {t}" for n, t in enumerate(shown_texts))
         parsed = await generate_parsed(
             self.llm, self.prompt.render(text=text, events=listing),
-            lambda reply: parse_event_order(reply, shown_texts), params=self.params,
-            format_hint="one JSON array of the event numbers, earliest first, e.g. [2, 1, 3]",
+            lambda reply: parse_event_order(reply, shown_texts),
+            params=self.params or _json_params(self.llm, 32 + 8 * len(events)),
+            format_hint='one JSON object like {"order": [2, 1, 3]} (event numbers, earliest first)',
         )
         if parsed.value is None:
             return Sorted(None, f"sorter: {parsed.error}", parsed.calls)
@@ -712,8 +724,11 @@ class Dove(Method):
                    self._prompt(SORT_PROMPT).render(text="", events="\n".join(c.text for c in claims))]
         if self.batch_size > 1:
             prompts.append(self._prompt(CHECK_BATCH_PROMPT).render(source="", facts=listing))
+        replies = [CHECK_REPLY_TOKENS, 32 + 8 * len(claims)]
+        if self.batch_size > 1:
+            replies.append(64 + CHECK_REPLY_TOKENS * len(batch))
         overhead = max(sum(self.llm.count_tokens(m["content"]) + 8 for m in p) for p in prompts)
-        return fits_in_context(self.llm, source, reserve_tokens=overhead + self.llm.default_params.max_tokens)
+        return fits_in_context(self.llm, source, reserve_tokens=overhead + max(replies))
 
     async def _context(self, source: str, claims: list[Claim], checker: DoveFactChecker,
                        why: str | None = None) -> "_SourceContext":
@@ -733,7 +748,7 @@ class Dove(Method):
         """Tokens the source-side sorter prompt needs besides the source text, reply included."""
         messages = self._prompt(SORT_PROMPT).render(text="", events="\n".join(f"{i + 1}. {c.text}" for i, c in
                                                                             enumerate(events)))
-        return sum(self.llm.count_tokens(m["content"]) + 8 for m in messages) + self.llm.default_params.max_tokens
+        return sum(self.llm.count_tokens(m["content"]) + 8 for m in messages) + 32 + 8 * len(events)
 
     async def _order(self, events: list[Claim], target: str, context: "_SourceContext", sorter: DoveSorter,
                      details: dict[str, Any]) -> "_OrderResult":

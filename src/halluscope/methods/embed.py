@@ -64,7 +64,7 @@ class Embed(Method):
             source_sentence = index.sentences[best]
             claim = Claim(text=s.text, kind="sentence", id=f"s{s.index + 1}", target_spans=[s.span])
             claims.append(claim)
-            best_scores.append(max(0.0, cosine))
+            best_scores.append(min(1.0, max(0.0, cosine)))  # float32 cosines can overshoot 1 slightly
             rows.append({"id": claim.id, "span": s.span.model_dump(), "max_cosine": cosine,
                          "best_source_span": source_sentence.span.model_dump(),
                          "density": float(np.mean(scores))})

@@ -105,6 +105,14 @@ EVALUATE_PROMPT = PromptTemplate(
     ),
 )
 
+FIND_REPLY_TOKENS = 768  # reply budgets per step, capped by Config.max_tokens
+EVALUATE_REPLY_TOKENS = 512
+
+
+def reply_budget(llm: LLM, wanted: int) -> int:
+    """``wanted`` completion tokens, capped by the client's configured ``max_tokens``."""
+    return min(wanted, llm.default_params.max_tokens)
+
 FULL_SOURCE_HEADING = "SOURCE"
 NARROWED_SOURCE_HEADING = ("SOURCE (excerpts of a longer document, the parts most related to the assertion; "
                            "[...] marks omitted text)")
@@ -364,7 +372,7 @@ class ProbeFindEvidence:
         snippets = index.retrieve(claim.text) if index is not None else []
         shown = "\n[...]\n".join(s.text for s in sorted(snippets, key=lambda s: s.span.start)) if index else source
         parsed = await generate_parsed(self.llm, self.render(claim.text, shown, index is not None), parse_evidence,
-                                       params=self.llm.params(json_mode=True, max_tokens=768),
+                                       params=self.llm.params(json_mode=True, max_tokens=reply_budget(self.llm, FIND_REPLY_TOKENS)),
                                        format_hint='one JSON object like {"reasoning": "...", "evidence": ["..."]}')
         found = FoundEvidence(claim.id or "", [], [], parsed.calls, narrowed=index is not None,
                               snippets=[s.span for s in snippets])
@@ -401,9 +409,10 @@ class Judge:
         return self.llm.name if self.sample == 0 else f"{self.llm.name}#{self.sample}"
 
     def params(self) -> GenerateParams:
+        budget = reply_budget(self.llm, EVALUATE_REPLY_TOKENS)
         if self.sample == 0:
-            return self.llm.params(json_mode=True, max_tokens=512)
-        return self.llm.params(json_mode=True, max_tokens=512, temperature=self.temperature, seed=self.sample)
+            return self.llm.params(json_mode=True, max_tokens=budget)
+        return self.llm.params(json_mode=True, max_tokens=budget, temperature=self.temperature, seed=self.sample)
 
 
 @register_stage("probe.evaluate")
@@ -502,7 +511,7 @@ class Probe(Method):
             return self.narrow == "always"
         longest = max((c.text for c in claims), key=len, default="")
         overhead = sum(self.llm.count_tokens(m["content"]) + 8 for m in finder.render(longest, "", False))
-        return not fits_in_context(self.llm, source, reserve_tokens=overhead + min(768, self.llm.default_params.max_tokens))
+        return not fits_in_context(self.llm, source, reserve_tokens=overhead + reply_budget(self.llm, FIND_REPLY_TOKENS))
 
     async def run(self, source: str, target: str) -> Report:
         decomposer = ProbeDecompose(self.llm, self._prompt(DECOMPOSE_PROMPT),

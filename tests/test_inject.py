@@ -1,0 +1,149 @@
+"""Hallucination injection: gold spans hold exactly the inserted text; rewrites are dropped and counted."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+
+import pytest
+from typer.testing import CliRunner
+
+from halluscope.cli.main import app
+from halluscope.generators.inject import (InjectedClaim, InjectionGenerator, outside_matches_original, parse_marked_text,
+                                          verify_spans, weave_at_boundaries)
+from halluscope.llm import LLM, FakeModel
+from halluscope.records import Example, Span
+from halluscope.text import ParseError
+from tests.garble import garbled_replies
+
+SOURCE = "The Elm Street bridge opened in 1820. It crosses the Avon river. Local masons built it from granite."
+TARGET = "The Elm Street bridge opened in 1820. It spans the Avon. Masons built it from granite."
+ITEM = Example(id="bridge", source=SOURCE, target=TARGET, label=1, split="dev")
+FACTS = ["The bridge was designed by Thomas Telford.", "Its central arch is 40 metres long.",
+         "A toll of one penny was charged until 1901."]
+
+
+def gen(*replies, **kwargs) -> InjectionGenerator:
+    llm = LLM(FakeModel(list(replies)), cache=None) if replies else None
+    return InjectionGenerator(llm, **kwargs)
+
+
+def test_boundary_weave_spans_hold_the_inserted_sentences_exactly():
+    for complexity in (1, 2, 3):
+        new, claims = weave_at_boundaries(TARGET, FACTS[:complexity], complexity, random.Random(0))
+        assert len(claims) == complexity
+        for c in claims:
+            assert new[c.span.start:c.span.end] == c.inserted_text == c.fact
+        assert verify_spans(new, claims) is None
+        assert outside_matches_original(new, [(c.span.start, c.span.end) for c in claims], TARGET)
+
+
+def test_boundary_weave_attaches_levels_2_3_to_the_most_similar_sentence():
+    new, [claim] = weave_at_boundaries(TARGET, ["The Avon spans three counties near the bridge."], 2, random.Random(0))
+    assert new.startswith("The Elm Street bridge opened in 1820. It spans the Avon. The Avon spans three")
+    new, [claim] = weave_at_boundaries("One. Two", ["a fact without a full stop"], 1, random.Random(1))
+    assert claim.inserted_text == "a fact without a full stop." and claim.span.of(new) == claim.inserted_text
+
+
+async def test_no_llm_mode_writes_truth_and_injected_examples():
+    examples, failures = await gen(weave="boundary").generate(ITEM, (1, 2, 3), FACTS)
+    assert not failures
+    truth, *injected = examples
+    assert truth.label == 1 and truth.gold_spans == [] and truth.descriptions == [] and truth.difficulty == "truth"
+    for ex, c in zip(injected, (1, 2, 3)):
+        assert ex.label == 0 and ex.difficulty == f"complexity-{c}" and ex.group == "bridge"
+        assert ex.descriptions == FACTS[:c]
+        assert [s.of(ex.target) for s in ex.gold_spans] == [m["inserted_text"] for m in ex.meta["injected_claims"]]
+        assert ex.meta["complexity"] == c and ex.meta["original_target"] == TARGET
+        Example.model_validate_json(ex.model_dump_json())
+    # deterministic: the same seed gives the same placements
+    again, _ = await gen(weave="boundary").generate(ITEM, (1, 2, 3), FACTS)
+    assert [e.target for e in again] == [e.target for e in examples]
+
+
+def test_parse_marked_text():
+    text, pieces = parse_marked_text("The bridge<ins>, designed by Telford,</ins> opened in 1820.<ins> It cost £5.</ins>")
+    assert text == "The bridge, designed by Telford, opened in 1820. It cost £5."
+    assert [text[s:e] for s, e in pieces] == [", designed by Telford,", "It cost £5."]
+    for bad in ("no tags at all", "<ins>a <ins>b</ins></ins>", "open <ins>never closed", "", "<ins>   </ins>"):
+        with pytest.raises(ParseError):
+            parse_marked_text(bad)
+
+
+async def test_llm_weave_keeps_exact_spans():
+    reply = ("The Elm Street bridge<ins>, designed by Thomas Telford,</ins> opened in 1820. It spans the Avon. "
+             "Masons built it from granite.")
+    g = gen(json.dumps({"facts": [FACTS[0]]}), reply)
+    [truth, ex], failures = await g.generate(ITEM, (1,))
+    assert not failures
+    [span] = ex.gold_spans
+    assert span.of(ex.target) == ", designed by Thomas Telford,"
+    assert ex.descriptions == [FACTS[0]]
+    assert ex.meta["injected_claims"][0]["fact"] == FACTS[0]
+    assert ex.meta["model"] == "fake"
+
+
+async def test_llm_weave_that_rewrites_other_text_is_dropped_and_counted():
+    rewritten = ("The Elm St. bridge<ins>, designed by Thomas Telford,</ins> was opened in 1820. "
+                 "It spans the Avon. Masons built it from granite.")
+    g = gen(json.dumps({"facts": [FACTS[0]]}), rewritten)
+    examples, [failure] = await g.generate(ITEM, (1,))
+    assert examples == []  # no truth without an injected partner
+    assert failure.drop_kind == "rewrote_outside_insertions" and "outside" in failure.dropped
+    assert len(failure.calls) == 2  # invent + weave, kept for audit
+
+
+async def test_invented_facts_found_in_the_source_are_dropped():
+    g = gen(json.dumps({"facts": ["Local masons built it from granite.", "It had a gas lamp on each pier."]}))
+    _, [failure] = await g.generate(ITEM, (2,))
+    assert failure.drop_kind == "too_few_facts"
+
+
+async def test_garbled_replies_never_raise_and_always_say_why():
+    replies = garbled_replies(1000, seed=7)
+    counter = {"i": 0}
+
+    def reply(messages):
+        counter["i"] += 1
+        return replies[counter["i"] % len(replies)]
+
+    g = InjectionGenerator(LLM(FakeModel(responder=reply), cache=None))
+    kinds = set()
+    for k in range(40):
+        item = ITEM.model_copy(update={"id": f"b{k}"})
+        examples, failures = await g.generate(item, (1, 2, 3))
+        for f in failures:
+            assert f.dropped and f.drop_kind
+            kinds.add(f.drop_kind)
+        for ex in examples:
+            if ex.label == 0:
+                claims = [InjectedClaim(m["fact"], m["inserted_text"], Span(**m["span"]))
+                          for m in ex.meta["injected_claims"]]
+                assert claims and verify_spans(ex.target, claims) is None
+    assert kinds  # garbage produced failures, each with a reason
+
+
+def test_weave_without_llm_needs_facts():
+    with pytest.raises(ValueError, match="needs an LLM"):
+        asyncio.run(gen(weave="boundary").generate(ITEM, (1,)))
+    with pytest.raises(ValueError):
+        InjectionGenerator(None, weave="sideways")  # type: ignore[arg-type]
+
+
+def test_cli_boundary_mode(tmp_path):
+    data = tmp_path / "in.jsonl"
+    rows = [ITEM, ITEM.model_copy(update={"id": "bad", "label": 0})]
+    data.write_text("\n".join(r.model_dump_json() for r in rows) + "\n")
+    out = tmp_path / "out.jsonl"
+    args = ["generate", "inject", str(data), "-O", str(out), "--weave", "boundary", "-c", "1", "-c", "2"]
+    for f in FACTS[:2]:
+        args += ["--fact", f]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    written = [Example.model_validate_json(line) for line in out.read_text().splitlines()]
+    assert [e.id for e in written] == ["bridge-inject-truth", "bridge-inject-c1", "bridge-inject-c2"]  # label-0 input skipped
+    assert "wrote 3 examples (2 injected, 1 truths)" in result.output
+    bad = CliRunner().invoke(app, ["generate", "inject", str(data), "-O", str(out), "--weave", "boundary",
+                                   "-c", "3", "--fact", "only one"])
+    assert bad.exit_code != 0 and "needs 3 --fact" in bad.output

@@ -1,0 +1,43 @@
+"""``probe`` end to end on the real embedded model over a long SQuALITY story (one short summary sentence).
+
+Kept small: BM25 narrowing (no embedding-model load), one passage per claim, short replies. The tiny model's
+answers are not judged for quality; the test checks that every step ran, every quote that was kept is real
+source text, every claim span is inside the target, and nothing failed silently."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from halluscope.methods import get_method
+from halluscope.records import Report
+
+pytestmark = pytest.mark.embedded
+
+
+def test_probe_on_a_long_source_with_the_embedded_model(embedded_config, data_dir):
+    row = json.loads((data_dir / "squality" / "dev.jsonl").read_text().splitlines()[0])
+    source = row["document"]
+    target = "Strike is given command of the Aphrodite, an old and unreliable spaceship."
+    config = embedded_config.with_overrides(max_tokens=192)
+    probe = get_method("probe", config=config, retriever="bm25", top_k=2, window=0, max_evidence=1)
+    report = probe.check(source, target)
+    Report.model_validate_json(report.model_dump_json())
+
+    assert report.usage.calls >= 2  # decomposition + at least one evidence-finding call
+    assert report.score is not None or report.unscored_reason
+    steps = report.details["steps"]
+    assert report.details["source_mode"].startswith("retrieval")  # a 4k-word story does not fit with the prompt
+    assert steps["decomposition"]["claims"], "no claims, not even the sentence fallback"
+    for claim in report.claims:
+        for span in claim.target_spans:
+            assert 0 <= span.start < span.end <= len(target)
+    for verdict in report.verdicts:
+        assert verdict.label != "unscored" or verdict.reason
+        for ev in verdict.evidence:
+            assert ev.span is not None and ev.span.of(source) == ev.text
+    for f in steps["evidence_finding"]:
+        assert f["narrowed"] and f["snippets"]
+        for q in f["quotes"]:
+            assert q["status"] in ("verified", "rejected", "duplicate")
