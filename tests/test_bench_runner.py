@@ -156,7 +156,7 @@ async def test_a_different_configuration_is_refused(tmp_path):
 
 
 async def test_registered_suites_are_plugged_in(tmp_path, monkeypatch):
-    monkeypatch.setattr(suites_mod, "_SUITES", dict(suites_mod._SUITES))
+    monkeypatch.setattr(suites_mod, "_SUITES", dict(suites_mod.load_suite_modules()))
     seen = {}
 
     @suites_mod.register_suite("toy_suite", applies=lambda exs: all(e.id.startswith("ex") for e in exs))
@@ -197,3 +197,17 @@ def test_suite_modules_list_imports_builtins():
     loaded = suites_mod.load_suite_modules()
     assert {"binary", "correlation", "montage_auc", "span", "final_matching"} <= set(loaded)
     assert "halluscope.bench.builtin_suites" in suites_mod.SUITE_MODULES
+
+
+async def test_a_failing_suite_is_reported_and_the_others_still_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(suites_mod, "_SUITES", dict(suites_mod.load_suite_modules()))
+
+    @suites_mod.register_suite("broken_suite")
+    def broken(examples, reports, ctx):
+        raise ZeroDivisionError("oops")
+
+    res = await run_bench(get_method("rouge"), Dataset("toy", None, _examples(4)), tmp_path / "r", progress=False,
+                          n_bootstrap=0)
+    assert res["suite_errors"] == {"broken_suite": "ZeroDivisionError: oops"}
+    assert "binary" in res["metrics"] and "broken_suite" not in res["metrics"]
+    assert "suite `broken_suite` failed" in (tmp_path / "r" / "results.md").read_text()

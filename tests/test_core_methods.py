@@ -165,3 +165,19 @@ def test_top_level_check_api() -> None:
     assert halluscope.check(SOURCE, TARGET, method="geval", llm=llm).score == 1.0
     reports = halluscope.check_many([(SOURCE, TARGET), (SOURCE, SOURCE)], method="rouge", variant="rouge1")
     assert [r.method for r in reports] == ["rouge", "rouge"] and reports[1].score == 1.0
+
+
+def test_geval_caps_completion_tokens() -> None:
+    seen = []
+
+    class Recording(FakeModel):
+        async def generate(self, messages, params):
+            seen.append(params.max_tokens)
+            return await super().generate(messages, params)
+
+    GEval(llm=LLM(Recording(['{"reason": "ok", "score": 5}']), cache=None)).check(SOURCE, TARGET)
+    GEval(llm=LLM(Recording(['{"reason": "ok", "score": 5}']), cache=None), max_tokens=2000).check(SOURCE, TARGET)
+    assert seen == [256, 1024]  # the option, never above the configured per-call bound
+    assert GEval(max_tokens=64).options() == {"max_tokens": 64}
+    with pytest.raises(ValueError):
+        GEval(max_tokens=0)

@@ -170,6 +170,10 @@ def test_checks():
         check_rewrite("paraphrased", TARGET, hallucinated.replace("British", "british"))
     with pytest.raises(ParseError, match="names of the original are missing: island, keel"):
         check_rewrite("paraphrased", TARGET, GOOD["paraphrased"].replace("on Keel Island", "on the rock"))
+    with pytest.raises(ParseError, match="not a paraphrase"):
+        check_rewrite("paraphrased", TARGET, TARGET.replace("twenty years", "20 years"))
+    with pytest.raises(ParseError, match="sentences did not get shorter"):
+        check_rewrite("simplified", TARGET, GOOD["synonym_replaced"])
     check_rewrite("synonym_replaced", "The boat sank.", "The boat sank.", part=True)  # a part may stay as is
     check_rewrite("compressed", "In 1952 the boat sank.", "In 1952 the vessel went down.", part=True)
 

@@ -120,24 +120,16 @@ def binary_suite(examples: list[Example], reports: list[Report], ctx: SuiteConte
         return macro
 
     def auc(idx: np.ndarray) -> float | None:
-        return M.roc_auc(t_lab[idx].tolist(), t_sco[idx].tolist())
+        return M.roc_auc(t_lab[idx], t_sco[idx])
 
     def bacc(idx: np.ndarray) -> float | None:
-        if len(set(t_lab[idx].tolist())) < 2:
-            return None
-        from sklearn.metrics import balanced_accuracy_score
-
-        return float(balanced_accuracy_score(t_lab[idx], (t_sco[idx] >= t_thr[idx]).astype(int)))
+        return M.balanced_accuracy_of(t_lab[idx], (t_sco[idx] >= t_thr[idx]).astype(int))
 
     def bacc_method(idx: np.ndarray) -> float | None:
-        if len(set(t_lab[idx].tolist())) < 2:
-            return None
-        from sklearn.metrics import balanced_accuracy_score
-
-        return float(balanced_accuracy_score(t_lab[idx], method_pred[idx]))
+        return M.balanced_accuracy_of(t_lab[idx], method_pred[idx])
 
     def prf(key: str) -> Callable[[np.ndarray], float | None]:
-        return lambda idx: M.binary_prf(t_lab[idx].tolist(), (t_sco[idx] >= t_thr[idx]).astype(int).tolist())[key]
+        return lambda idx: M.binary_prf(t_lab[idx], (t_sco[idx] >= t_thr[idx]).astype(int))[key]
 
     n_test = len(test_idx)
     m = result.metrics

@@ -221,6 +221,7 @@ async def run_bench(
                         "mean": round(sum(r.elapsed_s for r in reports) / n, 4)},
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "metrics": {},
+        "suite_errors": {},
         "tables": [],
         "plots": [],
     }
@@ -231,10 +232,16 @@ async def run_bench(
             continue
         if not suite.applies(examples):
             continue
-        outcome = suite.fn(examples, reports, ctx)
-        if inspect.isawaitable(outcome):
-            outcome = await outcome
-        _merge(results, name, outcome, out_dir)
+        try:
+            outcome = suite.fn(examples, reports, ctx)
+            if inspect.isawaitable(outcome):
+                outcome = await outcome
+        except Exception as exc:  # one broken suite must not lose the others' metrics; it is reported
+            results["suite_errors"][name] = f"{type(exc).__name__}: {exc}"
+            print(f"error: suite {name!r} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            continue
+        if outcome.metrics or outcome.tables or outcome.plots:
+            _merge(results, name, outcome, out_dir)
     results["wall_time_s"] = round(time.perf_counter() - started, 3)
     write_results(out_dir, results)
     return results
@@ -289,6 +296,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         "Values are point estimates with bootstrap 95% confidence intervals in brackets.",
         "",
     ]
+    for name, error in results.get("suite_errors", {}).items():
+        lines += [f"**suite `{name}` failed:** {error}", ""]
     for table in results["tables"]:
         lines += [f"## {table['title']}", "", table["markdown"], ""]
     for plot in results["plots"]:

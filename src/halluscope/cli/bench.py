@@ -67,6 +67,8 @@ def bench_command(
     except (BenchError, ValueError) as exc:
         raise fail(str(exc))
     _print_summary(results, out)
+    if results["suite_errors"]:
+        raise fail(f"metric suite(s) failed: {results['suite_errors']}", code=1)
 
 
 def _print_summary(results: dict, out: Path | None) -> None:

@@ -19,7 +19,9 @@ for small models). Every rewrite is checked before it is kept: the reply gives t
 ``<rewritten>`` tags (a reply with no tags at all is taken whole, as the paper's prompts ask for bare
 text, unless ``require_tags``), which must be non-empty, differ from the original, stay within a sane
 length ratio, keep the original's names without inventing new ones or new multi-digit numbers, and meet
-the perturbation's own check (``compressed`` must be shorter, ``negated`` must add a negation). These are
+the perturbation's own check (``compressed`` must be shorter, ``negated`` must add a negation,
+``paraphrased`` must change more than 10% of the characters, ``simplified`` must shorten the average
+sentence). These are
 heuristic gates against obvious failures, not a proof of equivalence. A failed check gets one repair
 request; after that the item is *skipped* with the reason and the raw replies kept
 (:class:`PerturbationSkip`) -- the original is never passed off as a perturbation.
@@ -250,11 +252,20 @@ def numbers_in(text: str) -> set[str]:
     return found
 
 
+MAX_PARAPHRASE_SIMILARITY = 0.9  # character-level similarity above which a "paraphrase" is a near copy
+
+
+def mean_sentence_words(text: str) -> float:
+    sentences = split_sentences(text)
+    return word_count(text) / max(1, len(sentences))
+
+
 def check_rewrite(perturbation: str, original: str, rewritten: str, *, part: bool = False) -> None:
     """Raise ParseError with a reason when ``rewritten`` is not an acceptable ``perturbation`` of
     ``original``. Heuristic gates that catch the obvious failures -- a copy, a truncated or rambling reply,
-    a "compression" that is longer, a "negation" without a negation, names dropped or invented, new
-    multi-digit numbers -- they cannot prove that the meaning was preserved. ``part=True`` checks one
+    a "compression" that is longer, a "negation" without a negation, a "paraphrase" that is a near copy, a
+    "simplification" whose sentences are not shorter on average, names dropped or invented, new multi-digit
+    numbers -- they cannot prove that the meaning was preserved. ``part=True`` checks one
     sentence of a sentence-by-sentence rewrite: it may stay unchanged, and the whole-text checks (shorter,
     negation added) are left to the joined text."""
     if not rewritten.strip():
@@ -272,6 +283,14 @@ def check_rewrite(perturbation: str, original: str, rewritten: str, *, part: boo
         raise ParseError(f"length ratio {ratio:.2f} ({n_new} vs {n_orig} words) outside [{low}, {high}]")
     if not part and perturbation == "negated" and negation_count(rewritten) <= negation_count(original):
         raise ParseError("no negation was introduced")
+    if not part and perturbation == "paraphrased":
+        similarity = fuzz.ratio(original, rewritten) / 100.0
+        if similarity > MAX_PARAPHRASE_SIMILARITY:
+            raise ParseError(f"not a paraphrase: {similarity:.0%} of the text is unchanged")
+    if not part and perturbation == "simplified":
+        before, after = mean_sentence_words(original), mean_sentence_words(rewritten)
+        if after >= before:
+            raise ParseError(f"sentences did not get shorter ({after:.1f} vs {before:.1f} words on average)")
     original_words = {_bare(t) for t in _NAME_TOKEN.findall(original)}
     rewritten_words = {_bare(t) for t in _NAME_TOKEN.findall(rewritten)}
     dropped = sorted(names_in(original) - rewritten_words)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -54,12 +55,25 @@ class GEval(Method):
     description = "LLM judge: one 1-5 consistency rating for the whole target, normalized to [0, 1]."
     prompts = (GEVAL_PROMPT,)
 
+    def __init__(self, llm=None, config=None, max_tokens: int = 256):
+        super().__init__(llm, config)
+        if max_tokens < 1:
+            raise ValueError("max_tokens must be >= 1")
+        self.max_tokens = max_tokens
+
+    def options(self) -> dict[str, Any]:
+        return {"max_tokens": self.max_tokens}
+
     async def run(self, source: str, target: str) -> Report:
         prompt = apply_overrides(GEVAL_PROMPT, self.config.prompts_dir)
+        # A rating and a sentence or two: cap the reply (a looping model otherwise burns the whole budget).
+        # Raise it for reasoning models whose hidden thinking counts as completion tokens.
+        max_tokens = min(self.max_tokens, self.llm.default_params.max_tokens)
         parsed = await generate_parsed(
             self.llm,
             prompt.render(source=source, target=target),
             parse_geval,
+            params=self.llm.params(max_tokens=max_tokens),
             format_hint='one JSON object like {"reason": "...", "score": 3}',
         )
         if parsed.value is None:
