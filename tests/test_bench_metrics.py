@@ -171,3 +171,17 @@ def test_bootstrap_undefined_value_gives_no_interval():
     out = M.bootstrap_ci(lambda idx: None, 5, n_resamples=50)
     assert out["value"] is None and out["low"] is None and out["high"] is None
     assert M.bootstrap_ci(lambda idx: 1.0, 0)["value"] is None
+
+
+def test_fast_metrics_equal_sklearn_on_random_data():
+    from sklearn.metrics import precision_recall_fscore_support
+
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        y = rng.integers(0, 2, 60)
+        s = np.round(rng.random(60), 1)  # coarse scores: many ties
+        assert M.roc_auc(y, s) == pytest.approx(roc_auc_score(y, s))
+        pred = (s >= 0.5).astype(int)
+        assert M.balanced_accuracy_of(y, pred) == pytest.approx(balanced_accuracy_score(y, pred))
+        p, r, f, _ = precision_recall_fscore_support(y, pred, pos_label=0, average="binary", zero_division=0)
+        assert M.binary_prf(y, pred) == pytest.approx({"precision": p, "recall": r, "f1": f})

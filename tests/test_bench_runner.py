@@ -16,7 +16,8 @@ from halluscope.bench.suites import SuiteResult
 from halluscope.config import Config
 from halluscope.llm import LLM, FakeModel, ResponseCache
 from halluscope.methods import get_method
-from halluscope.records import Example
+from halluscope.methods.base import Method
+from halluscope.records import Example, Finding, Report, Span
 from tests.garble import garbled_replies
 
 GOOD = '{"reason": "fine", "score": 4}'
@@ -211,3 +212,41 @@ async def test_a_failing_suite_is_reported_and_the_others_still_run(tmp_path, mo
     assert res["suite_errors"] == {"broken_suite": "ZeroDivisionError: oops"}
     assert "binary" in res["metrics"] and "broken_suite" not in res["metrics"]
     assert "suite `broken_suite` failed" in (tmp_path / "r" / "results.md").read_text()
+
+
+class _SpanOracle(Method):
+    """A scripted method: flags the word "Paris" and scores by the number of flags (no LLM)."""
+
+    name = "span_oracle"
+    uses_llm = False
+
+    async def run(self, source, target):
+        start = target.find("Paris")
+        if start < 0:
+            return Report(method=self.name, score=0.9)
+        span = Span(start=start, end=start + 5)
+        return Report(method=self.name, score=0.2, findings=[Finding(description="Paris is unsupported", target_spans=[span])])
+
+
+async def test_montage_and_span_suites_through_the_runner(tmp_path):
+    truth = "The museum opened in Lyon."
+    examples = []
+    for g in range(4):
+        examples.append(Example(id=f"g{g}-truth", source="s", target=truth, label=1, group=f"g{g}", difficulty="truth",
+                                gold_spans=[]))
+        lie = "The museum opened in Paris."
+        examples.append(Example(id=f"g{g}-easy", source="s", target=lie, label=0, group=f"g{g}", difficulty="easy",
+                                gold_spans=[Span(start=21, end=26)]))
+        # a hard lie the method misses; its gold span is a different word
+        examples.append(Example(id=f"g{g}-hard", source="s", target="The museum closed in Lyon.", label=0,
+                                group=f"g{g}", difficulty="hard", gold_spans=[Span(start=11, end=17)]))
+    res = await run_bench(_SpanOracle(), Dataset("montage", None, examples), tmp_path / "r", progress=False,
+                          n_bootstrap=100)
+    montage = res["metrics"]["montage_auc"]
+    assert montage["auc_easy"]["value"] == 1.0 and montage["auc_hard"]["value"] == 0.5
+    assert montage["auc_average"]["value"] == 0.75 and montage["n_groups"] == 4
+    span = res["metrics"]["span"]
+    # predicted: "Paris" in 4 easy lies (20 chars, all gold); gold also has 4 x 6 chars in the hard lies
+    assert span["char_precision"]["value"] == 1.0
+    assert span["char_recall"]["value"] == pytest.approx(20 / 44)
+    assert (tmp_path / "r" / "montage_scores_by_difficulty.png").is_file()

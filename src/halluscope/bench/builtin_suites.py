@@ -14,7 +14,6 @@ Every suite leaves out unscored reports and says how many it left out (``n_unsco
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any

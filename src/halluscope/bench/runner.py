@@ -291,7 +291,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"| unscored | {results['n_unscored']} (left out of every metric) {results['unscored_reasons'] or ''} |",
         f"| LLM usage | {u['calls']} calls, {u['prompt_tokens']}+{u['completion_tokens']} tokens, "
         f"{u['cache_hits']} cache hits; per item {u['per_item']} |",
-        f"| time | {results['item_time_s']['total']} s summed over items; this run {results['wall_time_s']} s wall |",
+        f"| time | this run {results['wall_time_s']} s wall; {results['item_time_s']['total']} s summed over items "
+        "(includes waiting for the model when items run concurrently) |",
         "",
         "Values are point estimates with bootstrap 95% confidence intervals in brackets.",
         "",

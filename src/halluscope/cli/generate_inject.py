@@ -37,7 +37,7 @@ def inject_command(
 
     from rich.progress import track
 
-    from halluscope.bench.datasets import DatasetError, load_dataset, write_examples
+    from halluscope.bench.datasets import DatasetError, load_dataset
     from halluscope.generators.inject import COMPLEXITIES, InjectionGenerator
     from halluscope.llm import LLMError, get_llm
     from halluscope.text import split_sentences
@@ -77,17 +77,20 @@ def inject_command(
     generator = InjectionGenerator(llm, weave=weave, seed=seed, include_truth=truth)  # type: ignore[arg-type]
     written, dropped = [], Counter()
     reasons: list[str] = []
-    for example in track(items, description="inject", transient=True):
-        try:
-            examples, failures = asyncio.run(generator.generate(example, levels, fact))
-        except LLMError as exc:
-            raise fail(f"item {example.id}: {exc}")
-        written += examples
-        for f in failures:
-            dropped[f.drop_kind or "other"] += 1
-            reasons.append(f"{example.id}: {f.dropped}")
     output.parent.mkdir(parents=True, exist_ok=True)
-    write_examples(output, written)
+    with output.open("w", encoding="utf-8") as out:  # streamed, so an interrupted run keeps what it made
+        for example in track(items, description="inject", transient=True):
+            try:
+                examples, failures = asyncio.run(generator.generate(example, levels, fact))
+            except LLMError as exc:
+                raise fail(f"item {example.id}: {exc}")
+            for ex in examples:
+                out.write(ex.model_dump_json(exclude_none=True) + "\n")
+            out.flush()
+            written += examples
+            for f in failures:
+                dropped[f.drop_kind or "other"] += 1
+                reasons.append(f"{example.id}: {f.dropped}")
     injected = sum(e.label == 0 for e in written)
     typer.echo(f"wrote {len(written)} examples ({injected} injected, {len(written) - injected} truths) "
                f"from {len(items)} items to {output}")
