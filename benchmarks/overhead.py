@@ -209,6 +209,33 @@ async def run_geval(base_url: str, pairs: int, concurrency: int) -> tuple[float,
     return time.perf_counter() - started, reports
 
 
+class _InstantBackend:
+    """Answers at once, so what remains is halluscope's own per-call work (no network at all)."""
+
+    name = "instant"
+    max_concurrency = None
+    context_window = None
+
+    def count_tokens(self, text: str) -> None:
+        return None
+
+    async def generate(self, messages, params):
+        from halluscope.llm import Completion
+        from halluscope.records import Usage
+
+        return Completion(text=CANNED_REPLY, model=self.name, usage=Usage(calls=1, prompt_tokens=20, completion_tokens=10))
+
+
+async def orchestration_cpu_us(calls: int, concurrency: int) -> float:
+    from halluscope.llm import LLM, track_calls
+
+    llm = LLM(_InstantBackend(), cache=None, max_concurrency=concurrency)
+    with track_calls():
+        started = time.process_time()
+        await asyncio.gather(*(llm.generate(messages_for(i, "instant")) for i in range(calls)))
+    return 1e6 * (time.process_time() - started) / calls
+
+
 async def benchmark(args: argparse.Namespace, endpoint: EndpointProcess) -> dict:
     latency_s = args.latency_ms / 1000
     ideal_s = args.calls * latency_s / args.concurrency
@@ -232,6 +259,8 @@ async def benchmark(args: argparse.Namespace, endpoint: EndpointProcess) -> dict
     cpu_ms = {k: 1000 * statistics.median(v) / args.calls for k, v in cpu.items()}
     raw_s, hs_s = wall["raw_pooled"], wall["halluscope"]
 
+    instant_us = statistics.median([await orchestration_cpu_us(5000, args.concurrency) for _ in range(3)])
+
     with tempfile.TemporaryDirectory() as tmp:
         cached_llm = halluscope_llm(endpoint.base_url, args.concurrency, Path(tmp) / "cache.sqlite")
         fill_s, _, fill_usage = await run_halluscope(cached_llm, args.calls, "cache")
@@ -251,6 +280,7 @@ async def benchmark(args: argparse.Namespace, endpoint: EndpointProcess) -> dict
         "overhead": {"raw_httpx_s": raw_s, "halluscope_s": hs_s, "overhead_pct": 100 * (hs_s / raw_s - 1),
                      "naive_raw_httpx_s": wall["raw"], "overhead_vs_naive_pct": 100 * (hs_s / wall["raw"] - 1),
                      "rounds_s": times, "client_cpu_ms_per_call": cpu_ms,
+                     "orchestration_cpu_us_per_call_no_network": instant_us,
                      "usage_per_round": hs_usage.model_dump() if hs_usage else None},
         "throughput": {"ideal_s": ideal_s, "halluscope_s": hs_s, "efficiency": ideal_s / hs_s,
                        "raw_efficiency": ideal_s / raw_s, "naive_raw_efficiency": ideal_s / wall["raw"]},
@@ -284,6 +314,8 @@ def print_table(result: dict) -> None:
                   f"{o['naive_raw_httpx_s']:.3f} s / {o['overhead_vs_naive_pct']:+.1f} %", "")
     table.add_row("(a) client CPU per call: naive raw / pooled raw / halluscope",
                   f"{cpu['raw']:.2f} / {cpu['raw_pooled']:.2f} / {cpu['halluscope']:.2f} ms", "")
+    table.add_row("(a) halluscope's own CPU per call, instant backend (no network)",
+                  f"{o['orchestration_cpu_us_per_call_no_network']:.0f} us", "")
     table.add_row("(b) ideal wall time (calls x latency / concurrency)", f"{t['ideal_s']:.3f} s", "")
     table.add_row("(b) throughput efficiency (ideal / actual)", f"{t['efficiency']:.3f}", ">= 0.9")
     table.add_row("(b) efficiency of pooled / naive raw httpx, for reference",

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from halluscope.cli.main import app
-from halluscope.generators.inject import (InjectedClaim, InjectionGenerator, outside_matches_original, parse_marked_text,
+from halluscope.generators.inject import (InjectedClaim, InjectionGenerator, donor_facts, outside_matches_original, parse_marked_text,
                                           verify_spans, weave_at_boundaries)
 from halluscope.llm import LLM, FakeModel
 from halluscope.records import Example, Span
@@ -147,3 +147,29 @@ def test_cli_boundary_mode(tmp_path):
     bad = CliRunner().invoke(app, ["generate", "inject", str(data), "-O", str(out), "--weave", "boundary",
                                    "-c", "3", "--fact", "only one"])
     assert bad.exit_code != 0 and "needs 3 --fact" in bad.output
+
+
+def test_donor_facts_come_from_other_sources_and_are_not_in_this_source():
+    other_source = "Quarterly results were strong. Revenue rose."
+    pool = [
+        ITEM,
+        Example(id="same-source", source=SOURCE, target="The bridge was repainted green in 1990 by the council."),
+        Example(id="o1", source=other_source, target="Revenue at the bridge toll company rose by nine percent last year."),
+        Example(id="o2", source=other_source, target="Revenue at the bridge toll company rose by ten percent last year."),
+        Example(id="o3", source="Another.", target="The mayor opened a new ferry service across the river in May."),
+        Example(id="o4", source="Copy.", target="Local masons built it from granite blocks, the records say."),
+    ]
+    facts = donor_facts(ITEM, pool, 2, random.Random(0))
+    assert len(facts) == 2
+    assert "The bridge was repainted green in 1990 by the council." not in facts  # shares the source
+    assert sum("toll company" in f for f in facts) == 1  # one sentence per donor source, no near-duplicates
+    assert "The mayor opened a new ferry service across the river in May." in facts
+    assert not any("masons" in f for f in facts)  # too close to a source sentence
+
+
+async def test_donor_mode_needs_no_llm():
+    pool = [Example(id="o1", source="Doc 1.", target="Officials in the county approved a new budget for schools."),
+            Example(id="o2", source="Doc 2.", target="A storm closed the harbour for three days in March.")]
+    examples, failures = await gen(weave="boundary").generate(ITEM, (1, 2), donors=pool)
+    assert not failures and [e.meta.get("facts_from") for e in examples[1:]] == ["donor", "donor"]
+    assert all(s.of(e.target) in e.descriptions for e in examples[1:] for s in e.gold_spans)

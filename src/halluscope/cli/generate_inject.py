@@ -17,6 +17,7 @@ def inject_command(
     complexity: Annotated[Optional[list[int]], typer.Option("--complexity", "-c", help="Complexity level 1-3 (repeatable; level c injects c facts). Default: 1, 2 and 3.")] = None,
     weave: Annotated[str, typer.Option(help="'llm' (the model edits the text, insertions tagged and verified) or 'boundary' (no LLM: facts inserted as sentences at sentence boundaries).")] = "llm",
     fact: Annotated[Optional[list[str]], typer.Option("--fact", help="Use these facts instead of inventing them with the LLM (repeatable; the same facts go into every item).")] = None,
+    facts_from: Annotated[str, typer.Option(help="Where facts come from when no --fact is given: 'llm' (invented) or 'donor' (no LLM: sentences from targets of other sources in the same dataset, closest topic first).")] = "llm",
     split: Annotated[Optional[str], typer.Option(help="Keep only input items of this split (e.g. 'evaluation' for SummEdits dev).")] = None,
     sample: Annotated[Optional[int], typer.Option(help="Draw this many input items at random (seeded) instead of taking them in order.")] = None,
     limit: Annotated[Optional[int], typer.Option(help="Use at most this many input items.")] = None,
@@ -47,12 +48,15 @@ def inject_command(
         raise fail("--complexity must be 1, 2 or 3")
     if weave not in ("llm", "boundary"):
         raise fail("--weave must be 'llm' or 'boundary'")
+    if facts_from not in ("llm", "donor"):
+        raise fail("--facts-from must be 'llm' or 'donor'")
     if fact is not None and len(fact) < max(levels):
         raise fail(f"complexity {max(levels)} needs {max(levels)} --fact values, got {len(fact)}")
     try:
         items = load_dataset(dataset, data_dir).examples
     except (DatasetError, OSError) as exc:
         raise fail(str(exc))
+    donors = list(items) if fact is None and facts_from == "donor" else None  # the whole dataset, before sampling
     if split is not None:
         items = [e for e in items if e.split == split]
     if not include_inconsistent:
@@ -72,7 +76,7 @@ def inject_command(
     if not items:
         raise fail("no input items left after filtering (check --split / --include-inconsistent)")
 
-    needs_llm = fact is None or weave == "llm"
+    needs_llm = (fact is None and donors is None) or weave == "llm"
     llm = get_llm(make_config(model, base_url, api_key, no_cache)) if needs_llm else None
     generator = InjectionGenerator(llm, weave=weave, seed=seed, include_truth=truth)  # type: ignore[arg-type]
     written, dropped = [], Counter()
@@ -81,7 +85,7 @@ def inject_command(
     with output.open("w", encoding="utf-8") as out:  # streamed, so an interrupted run keeps what it made
         for example in track(items, description="inject", transient=True):
             try:
-                examples, failures = asyncio.run(generator.generate(example, levels, fact))
+                examples, failures = asyncio.run(generator.generate(example, levels, fact, donors))
             except LLMError as exc:
                 raise fail(f"item {example.id}: {exc}")
             for ex in examples:

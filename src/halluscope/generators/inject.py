@@ -14,8 +14,11 @@ Complexity levels (ours, after the paper's three levels; level ``c`` injects ``c
 
 Two steps, each swappable:
 
-- **invent** (LLM, or facts given by the caller): ``k`` statements about the subject that the source does not
-  state and does not imply. Facts that can be located in the source or the target are dropped.
+- **invent** (LLM, or facts given by the caller, or *donor* facts): ``k`` statements about the subject that the
+  source does not state and does not imply. Facts that can be located in the source or the target are
+  dropped. Donor facts need no LLM: sentences from the targets of other sources in the same dataset, on the
+  closest topic available (:func:`donor_facts`; easier to detect than invented ones, and labelled as such in
+  ``meta["facts_from"]``).
 - **weave**: ``llm`` — the model returns the whole edited text with each insertion wrapped in
   ``<ins>…</ins>``; the text outside the tags must equal the original target (whitespace aside), otherwise
   the model rewrote other parts, the spans cannot be trusted, and the item is dropped and counted.
@@ -41,6 +44,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 from rapidfuzz import fuzz
+from rapidfuzz.utils import default_process
 
 from halluscope.llm import LLM
 from halluscope.llm.structured import generate_parsed, json_parser
@@ -224,6 +228,51 @@ def verify_spans(new_target: str, claims: Sequence[InjectedClaim]) -> str | None
     return None
 
 
+# --- donor facts (no LLM) ------------------------------------------------------------------------------------
+
+
+def donor_facts(example: Example, pool: Sequence[Example], k: int, rng: random.Random, *, shortlist: int = 12,
+                min_words: int = 6, max_words: int = 35) -> list[str]:
+    """``k`` unsupported statements without an LLM: sentences taken from the targets of OTHER sources in
+    ``pool`` (never one that shares this example's source), preferring those closest in wording to this
+    target so they stay on a similar topic, and rejecting any that resembles a sentence of this source
+    (rapidfuzz token-sort ratio >= 75, token-set ratio >= 90 against a source sentence of 5+ words, or
+    locatable in it). Easier to spot than invented facts (they come
+    from another document), but fluent, in-domain, and certainly not entailed by this source."""
+    source_sentences = [s.text for s in split_sentences(example.source)]
+    seen: set[str] = set()
+    candidates: list[tuple[float, str, str]] = []  # (closeness to this target, sentence, its source)
+    for other in pool:
+        if other.source == example.source or other.id == example.id:
+            continue
+        for s in split_sentences(other.target):
+            text = s.text.strip()
+            if text in seen or not min_words <= len(text.split()) <= max_words:
+                continue
+            seen.add(text)
+            candidates.append((fuzz.token_set_ratio(text, example.target), text, other.source))
+    candidates.sort(key=lambda c: -c[0])
+    shortlisted = candidates[: max(shortlist, k)]
+    rng.shuffle(shortlisted)
+    chosen: list[str] = []
+    used_sources: set[str] = set()
+    for _, text, donor_source in shortlisted + candidates[max(shortlist, k):]:
+        if len(chosen) == k:
+            break
+        # one sentence per donor source, and no two near-duplicates (datasets hold edited variants of a summary)
+        if donor_source in used_sources or any(fuzz.token_sort_ratio(text, c) >= 60 for c in chosen):
+            continue
+        if locate(text, example.source, min_fuzzy=80) is not None:
+            continue
+        if any(fuzz.token_sort_ratio(text, src, processor=default_process) >= 75
+               or (len(src.split()) >= 5 and fuzz.token_set_ratio(text, src, processor=default_process) >= 90)
+               for src in source_sentences):
+            continue
+        chosen.append(text)
+        used_sources.add(donor_source)
+    return chosen
+
+
 # --- the generator -------------------------------------------------------------------------------------------
 
 
@@ -292,11 +341,16 @@ class InjectionGenerator:
             claims.append(InjectedClaim(fact=best, inserted_text=inserted, span=Span(start=start, end=end)))
         return new_target, claims, None, None, parsed.calls
 
-    async def inject(self, example: Example, complexity: int, facts: Sequence[str] | None = None) -> InjectionResult:
-        """One injected Example at ``complexity`` (1-3) from a faithful ``example``."""
+    async def inject(self, example: Example, complexity: int, facts: Sequence[str] | None = None,
+                     donors: Sequence[Example] | None = None) -> InjectionResult:
+        """One injected Example at ``complexity`` (1-3) from a faithful ``example``. Facts: ``facts`` when
+        given, else donor sentences from ``donors`` when given, else invented by the LLM."""
         if complexity not in COMPLEXITIES:
             raise ValueError(f"complexity must be one of {COMPLEXITIES}")
         calls: list[LLMCall] = []
+        facts_from = "given" if facts is not None else "donor" if donors is not None else "llm"
+        if facts is None and donors is not None:
+            facts = donor_facts(example, donors, complexity, self._rng(example.id, complexity))
         if facts is None:
             invented, error, calls = await self.invent(example.source, example.target, complexity)
             if error:
@@ -320,10 +374,10 @@ class InjectionGenerator:
         problem = verify_spans(new_target, claims)
         if problem:
             return InjectionResult(None, problem, "span_mismatch", calls)
-        meta = {"generator": "inject", "complexity": complexity, "weave": self.weave,
+        meta = {"generator": "inject", "complexity": complexity, "weave": self.weave, "facts_from": facts_from,
                 "injected_claims": [c.as_meta() for c in claims], "facts": list(facts),
                 "original_id": example.id, "original_target": example.target,
-                "model": self.llm.name if self.llm is not None else None}
+                "model": self.llm.name if self.llm is not None and "llm" in (facts_from, self.weave) else None}
         injected = Example(id=f"{example.id}-inject-c{complexity}", source=example.source, target=new_target,
                            label=0, descriptions=list(facts), gold_spans=[c.span for c in claims],
                            group=example.id, difficulty=f"complexity-{complexity}", split=example.split, meta=meta)
@@ -336,9 +390,10 @@ class InjectionGenerator:
                        meta={"generator": "inject", "complexity": 0, "original_id": example.id})
 
     async def generate(self, example: Example, complexities: Sequence[int] = COMPLEXITIES,
-                       facts: Sequence[str] | None = None) -> tuple[list[Example], list[InjectionResult]]:
+                       facts: Sequence[str] | None = None, donors: Sequence[Example] | None = None
+                       ) -> tuple[list[Example], list[InjectionResult]]:
         """The truth (if ``include_truth``) and one injected Example per complexity; failures are returned."""
-        results = [await self.inject(example, c, facts) for c in complexities]
+        results = [await self.inject(example, c, facts, donors) for c in complexities]
         out = [self.truth(example)] if self.include_truth and any(r.example for r in results) else []
         out += [r.example for r in results if r.example is not None]
         return out, [r for r in results if r.example is None]
