@@ -137,6 +137,31 @@ def test_rule_mark_refuses_to_guess():
         rule_mark("The article mentions Paris.")
 
 
+# Verbatim replies of the embedded SmolLM2-135M model captured during benchmark runs (json_mode on, 160-token cap).
+REAL_DCE_TRUNCATED = '{"sentences": [{"id": 1, "reason": "' + "1." * 71 + "'"[:0]
+REAL_DCE_BROKEN = (
+    '{\n"sentences": [{"id": 1, "reason": "The sentence is consistent with the source\'s consistent message, so it '
+    'is a consistent sentence.", "text": "The sentence is consistent with the source\'s consistent message, so it is '
+    'a consistent sentence.", "is_consistent": false},\n"sentences[2]: The sentence is inconsistent with the '
+    'source\'s inconsistent message, so it is inconsistent with the source\'s inconsistent message.", "text: "\n,'
+    '"is_consistent: false"\n,"is_consistent_message_is_a_consistent_message_is_a_consistent_message_is')
+REAL_AMC_RUNAWAY = '{"marks": [' + "1, " * 52
+
+
+def test_real_embedded_replies():
+    one = split_sentences("Tom sold the car.")
+    truncated = parse_dce_sentences(REAL_DCE_TRUNCATED, one)
+    assert [r.sentence_index for r in truncated.reasons] == [0]
+    with pytest.raises(ParseError):  # "1.1.1..." carries no verdict: unscored, not guessed
+        rule_mark(truncated.reasons[0].text)
+    three = split_sentences("Tom sold the car. He bought a bike. Then he left.")
+    broken = parse_dce_sentences(REAL_DCE_BROKEN, three)
+    assert broken.reasons[0].sentence_index == 0 and rule_mark(broken.reasons[0].text) == 1
+    assert all(r.sentence_index is None for r in broken.reasons[1:])  # the mangled rest is not pinned to sentences
+    with pytest.raises(ParseError, match="expected 1 marks"):
+        parse_amc(REAL_AMC_RUNAWAY, 1)
+
+
 def test_parsers_survive_garbled_replies():
     sentences = split_sentences(TARGET)
     for reply in garbled_replies(1000):

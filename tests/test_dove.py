@@ -366,3 +366,23 @@ def test_report_round_trips_as_json():
 
     report = dove()[0].check(SOURCE, TARGET)
     assert Report.model_validate_json(report.model_dump_json()) == report
+
+
+def test_sentence_decomposer_needs_no_decomposition_call():
+    def no_decomposition(messages):
+        assert "Split the TEXT below" not in first_prompt(messages)
+        user = first_prompt(messages)
+        if "EVENTS:" in user:
+            keys = {"Ben arrived at six.": "arrived", "Anna baked a cake.": "baked", "They ate the cake.": "ate"}
+            text = user.split("TEXT:\n", 2)[-1].split("\n\nEVENTS:")[0]
+            shown = re.findall(r"^(\d+)\. (.+)$", user.split("EVENTS:\n")[-1], re.M)
+            return json.dumps({"order": [int(n) for n, e in sorted(shown, key=lambda i: text.find(keys[i[1]]))]})
+        return json.dumps({"verdict": "supported", "reason": "stated"})
+
+    method, fake = dove(no_decomposition, decomposer="sentences", target_order="decomposition")
+    target = "Ben arrived at six. Anna baked a cake. They ate the cake."
+    report = method.check(SOURCE, target)
+    assert [c.text for c in report.claims] == ["Ben arrived at six.", "Anna baked a cake.", "They ate the cake."]
+    assert [c.target_spans[0].of(target) for c in report.claims] == [c.text for c in report.claims]
+    assert report.subscores["alpha"] == 1.0 and report.subscores["ShuffleD"] == pytest.approx(1 / 3)
+    assert len(fake.requests) == 3 + 1

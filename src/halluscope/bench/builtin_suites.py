@@ -87,6 +87,7 @@ def binary_suite(examples: list[Example], reports: list[Report], ctx: SuiteConte
     exs, reps, n_unscored = scored_pairs([e for e, _ in labelled], [r for _, r in labelled])
     result = SuiteResult(metrics={"n": len(labelled), "n_unscored": n_unscored})
     if not exs:
+        result.tables.append(("Binary consistency", f"No scored item: all {n_unscored} labelled items were unscored."))
         return result
     dev_split = pick_dev_split([e.split for e in exs])
     domains = sorted({str(e.meta.get("domain", "all")) for e in exs})

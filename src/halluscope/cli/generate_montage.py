@@ -53,6 +53,7 @@ def montage_command(
     difficulty: Annotated[Optional[list[str]], typer.Option("--difficulty", "-d", help="Difficulty to generate (repeatable): easy, medium, hard, extreme. Default: all four.")] = None,
     paraphrase: Annotated[bool, typer.Option(help="Also paraphrase truth and lies with a different narrative technique (LLM).")] = False,
     seed: Annotated[int, typer.Option(help="Random seed (each group draws from its own seeded generator).")] = 0,
+    max_events: Annotated[Optional[int], typer.Option(help="Keep only the first N events (sentences) of each target; the truth is cut the same way.")] = None,
     limit: Annotated[Optional[int], typer.Option(help="Use only the first N input lines.")] = None,
     targets_per_item: Annotated[Optional[int], typer.Option(help="When the target field is a list, use at most this many per line.")] = None,
     source_field: Annotated[str, typer.Option(help="Field holding the source text.")] = "source",
@@ -80,7 +81,7 @@ def montage_command(
     try:
         generator = MontageGenerator(
             config=make_config(model, base_url, api_key, no_cache), level=level,  # type: ignore[arg-type]
-            difficulties=difficulty or DIFFICULTIES, paraphrase=paraphrase, seed=seed,
+            difficulties=difficulty or DIFFICULTIES, paraphrase=paraphrase, seed=seed, max_events=max_events,
         )
     except ValueError as exc:
         raise fail(str(exc))

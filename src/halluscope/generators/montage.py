@@ -17,6 +17,10 @@ that the lie tells in the OPPOSITE of their true order, not the fraction kept. B
 hardest to spot). A target whose event count admits no integer inversion count in a bin (n <= 4 for
 some bins) gets no lie at that difficulty; the skip and its reason are returned, never papered over.
 
+``max_events`` keeps only the first N events of each target (a cost control for small models): at the
+sentence level the truth is its first N sentences; at the event level the truth is then rebuilt from the
+first N events incrementally, exactly like the lies, so truth and lies tell the same events.
+
 Output: harness ``Example`` records sharing ``group``: the truth (label 1, difficulty "truth") and the
 lies (label 0, difficulty easy/medium/hard/extreme); ``meta`` holds the permutation (lie position i tells
 original event ``permutation[i]``), the inversion count, ShuffleD, the events and the seed. Sentence-level
@@ -234,6 +238,7 @@ class MontageGenerator:
         difficulties: Sequence[str] = DIFFICULTIES,
         paraphrase: bool = False,
         seed: int = 0,
+        max_events: int | None = None,
     ):
         if level not in ("sentence", "event"):
             raise ValueError(f"unknown level {level!r}; use 'sentence' or 'event'")
@@ -246,6 +251,9 @@ class MontageGenerator:
         self.difficulties = tuple(difficulties)
         self.paraphrase = paraphrase
         self.seed = seed
+        if max_events is not None and max_events < 2:
+            raise ValueError("max_events must be >= 2")
+        self.max_events = max_events
 
     @property
     def needs_llm(self) -> bool:
@@ -266,8 +274,10 @@ class MontageGenerator:
         result = MontageResult()
         rng = group_rng(self.seed, group)
         base_meta = {"level": self.level, "seed": self.seed, "variant": "original", **(meta or {})}
+        if self.max_events is not None:
+            base_meta["max_events"] = self.max_events
         if self.level == "sentence":
-            events = [s.text for s in split_sentences(target)]
+            events = [s.text for s in split_sentences(target)][: self.max_events]
             truth_text = " ".join(events)
         else:
             parsed = await generate_parsed(
@@ -280,6 +290,13 @@ class MontageGenerator:
                 return result
             events = parsed.value
             truth_text = target  # the paper's truth is the original summary
+            if self.max_events is not None and len(events) > self.max_events:
+                # The truth must tell the same events as its lies, so it is rebuilt from the kept ones.
+                events = events[: self.max_events]
+                truth_text = await self._write_lie(
+                    events, LiePlan("truth", tuple(range(len(events))), 0, 0.0), group, result)
+                if truth_text is None:
+                    return result
         plans, impossible = plan_lies(len(events), self.difficulties, rng)
         result.skipped += [{"group": group, "difficulty": d, "reason": r} for d, r in impossible.items()]
         if not plans:

@@ -9,9 +9,11 @@ for integration tests. The cost is a ~5 minute source build on install, cached b
 from __future__ import annotations
 
 import asyncio
+import atexit
 import importlib.util
 import os
 import threading
+import weakref
 from importlib import metadata
 from pathlib import Path
 
@@ -46,6 +48,12 @@ def resolve_gguf(name_or_path: str) -> Path:
     raise LLMError(f"package {dist!r} is installed but ships no .gguf file")
 
 
+def _close_if_alive(ref: "weakref.ref[EmbeddedModel]") -> None:
+    model = ref()
+    if model is not None:
+        model.close()
+
+
 class EmbeddedModel:
     """One llama.cpp model; requests run one at a time in a worker thread (llama.cpp is not re-entrant)."""
 
@@ -75,7 +83,17 @@ class EmbeddedModel:
                 seed=self._seed,
                 verbose=False,
             )
+            # Free the weights before interpreter teardown; llama-cpp-python's own __del__ at exit runs
+            # after its C bindings are gone and prints "TypeError: 'NoneType' object is not callable".
+            atexit.register(_close_if_alive, weakref.ref(self))
         return self._llama
+
+    def close(self) -> None:
+        """Release the loaded weights (they load again on the next request)."""
+        with self._lock:
+            if self._llama is not None:
+                self._llama.close()
+                self._llama = None
 
     @property
     def context_window(self) -> int:

@@ -471,7 +471,7 @@ class DoveDecomposer:
     async def __call__(self, target: str) -> Decomposed:
         parsed = await generate_parsed(
             self.llm, self.prompt.render(target=target), parse_decomposition,
-            params=self.params or self.llm.params(json_mode=True),
+            params=self.params or _json_params(self.llm, 128 + 2 * self.llm.count_tokens(target)),
             format_hint='one JSON object like {"event_facts": ["..."], "descriptive_facts": ["..."]}',
         )
         if parsed.value is None:
@@ -484,6 +484,18 @@ class DoveDecomposer:
                              target_spans=target_spans_for(t, target, sentences))
                        for i, t in enumerate(parsed.value.descriptive)]
         return Decomposed(events, descriptive, None, parsed.calls)
+
+
+@register_stage("dove.sentences")
+class SentenceDecomposer:
+    """No-LLM decomposer: every target sentence is an event fact, in target order, no descriptive facts.
+    A sentence-level DoveScore (an extension, not the paper's decomposer): no decomposition call, exact target
+    spans, but no pronoun resolution and no event/descriptive split."""
+
+    async def __call__(self, target: str) -> Decomposed:
+        events = [Claim(text=s.text, kind="event", id=f"E{s.index + 1}", order=s.index, target_spans=[s.span])
+                  for s in split_sentences(target)]
+        return Decomposed(events, [], None, [])
 
 
 def _evidence(judgment: FactJudgment, source: str) -> list[Evidence]:
@@ -607,11 +619,14 @@ class Dove(Method):
                    "verified events (catches true facts told in a misleading order).")
     prompts = (DECOMPOSE_PROMPT, CHECK_PROMPT, CHECK_BATCH_PROMPT, SORT_PROMPT)
 
-    def __init__(self, llm=None, config=None, *, batch_size: int = 1, target_order: TargetOrder = "sorter",
+    def __init__(self, llm=None, config=None, *, decomposer: Literal["llm", "sentences"] = "llm",
+                 batch_size: int = 1, target_order: TargetOrder = "sorter",
                  retrieval: Literal["auto", "always", "never"] = "auto", top_k: int = 3, window: int = 1,
                  retriever: RetrieverName = "auto"):
         """
         Args:
+            decomposer: "llm" (the paper: event and descriptive facts, pronouns resolved) or "sentences"
+                (every target sentence is an event fact; no decomposition call).
             batch_size: facts per fact-checker call (1 = the paper's one call per fact).
             target_order: how the verified events are ordered by the target: "sorter" (the paper: an LLM
                 sorter reads the target) or "decomposition" (the order the decomposer listed them, one call
@@ -626,25 +641,29 @@ class Dove(Method):
         super().__init__(llm, config)
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
+        if decomposer not in ("llm", "sentences"):
+            raise ValueError("decomposer must be 'llm' or 'sentences'")
         if target_order not in ("sorter", "decomposition"):
             raise ValueError("target_order must be 'sorter' or 'decomposition'")
         if retrieval not in ("auto", "always", "never"):
             raise ValueError("retrieval must be 'auto', 'always' or 'never'")
         if top_k < 1 or window < 0:
             raise ValueError("top_k must be >= 1 and window >= 0")
+        self.decomposer = decomposer
         self.batch_size, self.target_order, self.retrieval = batch_size, target_order, retrieval
         self.top_k, self.window = top_k, window
         self.retrieval_config = RetrievalConfig(top_k=top_k, window=window, retriever=retriever)
 
     def options(self) -> dict[str, Any]:
-        return {"batch_size": self.batch_size, "target_order": self.target_order, "retrieval": self.retrieval,
+        return {"decomposer": self.decomposer, "batch_size": self.batch_size, "target_order": self.target_order, "retrieval": self.retrieval,
                 "top_k": self.top_k, "window": self.window, "retriever": self.retrieval_config.retriever}
 
     def _prompt(self, template: PromptTemplate) -> PromptTemplate:
         return apply_overrides(template, self.config.prompts_dir)
 
     async def run(self, source: str, target: str) -> Report:
-        decomposer = DoveDecomposer(self.llm, self._prompt(DECOMPOSE_PROMPT))
+        decomposer = (DoveDecomposer(self.llm, self._prompt(DECOMPOSE_PROMPT)) if self.decomposer == "llm"
+                      else SentenceDecomposer())
         checker = DoveFactChecker(self.llm, prompt=self._prompt(CHECK_PROMPT),
                                   batch_prompt=self._prompt(CHECK_BATCH_PROMPT), batch_size=self.batch_size)
         sorter = DoveSorter(self.llm, self._prompt(SORT_PROMPT), seed=self.config.seed or 0)
