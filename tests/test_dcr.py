@@ -138,7 +138,7 @@ def test_rule_mark_refuses_to_guess():
 
 
 # Verbatim replies of the embedded SmolLM2-135M model captured during benchmark runs (json_mode on, 160-token cap).
-REAL_DCE_TRUNCATED = '{"sentences": [{"id": 1, "reason": "' + "1." * 71 + "'"[:0]
+REAL_DCE_TRUNCATED = '{"sentences": [{"id": 1, "reason": "' + "1." * 71
 REAL_DCE_BROKEN = (
     '{\n"sentences": [{"id": 1, "reason": "The sentence is consistent with the source\'s consistent message, so it '
     'is a consistent sentence.", "text": "The sentence is consistent with the source\'s consistent message, so it is '

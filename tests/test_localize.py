@@ -59,6 +59,20 @@ def test_parse_after_marker_uses_the_last_marker():
         parse_description_list("Final Output:   ", FINAL_MARKER)
 
 
+# A verbatim reply of the embedded SmolLM2-135M model to the CoT prompt (160-token cap): no marker, a runaway list.
+REAL_COT_REPLY = "\n".join(
+    f"{i}. The text is about a former Rangers owner and ex-chief executive {name}."
+    for i, name in enumerate(["Charles Green", "Craig Whyte", "Craig Green", "Craig Whyte", "Charles Green",
+                              "Craig Whyte", "Craig Green"], 1)) + "\n8. The text is about a former Rangers owner and ex-chief executive Craig"
+
+
+def test_real_embedded_reply():
+    with pytest.raises(ParseError, match="marker"):
+        parse_description_list(REAL_COT_REPLY, FINAL_MARKER)
+    items = parse_description_list(REAL_COT_REPLY)  # as a zero-shot answer it is a (poor) list of 8 items
+    assert len(items) == 8 and items[0].endswith("Charles Green.")
+
+
 def test_parse_binary_verdict():
     assert parse_binary_verdict("It matches.\nFinal answer: yes") is True
     assert parse_binary_verdict("Final answer: yes... on reflection\nFinal Answer: **No**") is False

@@ -304,3 +304,28 @@ def test_options_and_validation():
         with pytest.raises(ValueError):
             make_probe(**bad)
     assert re.search(r"probe_decompose@1", probe.prompt_version)
+
+
+def test_retrieval_evidence_finder_makes_no_finder_calls():
+    model = FakeModel(responder=responder(default_pass))
+    report = Probe(llm=LLM(model, cache=None), evidence="retrieval", retriever="bm25", max_evidence=2).check(SOURCE, TARGET)
+    assert not any("Find the passages" in r[-1]["content"] for r in model.requests)
+    assert report.details["source_mode"] == "retrieved evidence"
+    assert report.details["retrieval"]["retriever"] == "bm25"
+    for step in report.details["steps"]["evidence_finding"]:
+        assert 1 <= len(step["quotes"]) <= 2 and all(q["status"] == "retrieved" for q in step["quotes"])
+    for v in report.verdicts:
+        assert all(e.span.of(SOURCE) == e.text for e in v.evidence)
+    labels = {v.claim.id: v.label for v in report.verdicts}
+    assert labels["c1"] == "supported" and labels["c3"] == "unsupported"
+    with pytest.raises(ValueError):
+        make_probe(evidence="psychic")
+
+
+def test_echoed_template_placeholders_are_not_claims_or_quotes():
+    with pytest.raises(ParseError, match="placeholder"):
+        parse_claims('{"claims": [{"segment": "<copied from the TEXT>", "claim": "<assertion>"}]}')
+    items = parse_claims('{"claims": [{"segment": "<copied from the TEXT>", "claim": "Ann buys butter."}]}')
+    assert [(i.segment, i.claim) for i in items] == [("", "Ann buys butter.")]
+    with pytest.raises(ParseError, match="placeholder"):
+        parse_evidence('{"evidence": ["<passage copied from the SOURCE>"]}')

@@ -20,7 +20,8 @@ so some metrics are defined here in our own words, and the proxies are named as 
   gold entry whose verified quotes overlap at least one gold source span, *complete* = overlap all of them.
   Without it both are undefined (None), and we report the proxy ``evidence_found_truth``: the share of
   truth claims (claims matching no gold span, in texts otherwise faithful) for which the finder returned at
-  least one quote verified in the source; plus the share of quotes that were verified at all.
+  least one real source passage (a quote verified in the source, or a retrieved sentence with
+  ``evidence="retrieval"``); plus the share of model quotes that were verified at all.
 - **Evidence-evaluation accuracy** (``probe`` reports): per hallucinated claim, correct when none of its
   judged passages was accepted (nothing in the source can support an injected fact); per truth claim,
   correct when at least one judged passage was accepted (a proxy: it assumes the finder surfaced a
@@ -112,7 +113,7 @@ def item_counts(example: Example, report: Report) -> dict[str, int]:
                 c["ee_halluc_correct"] += not any(decided)
         else:
             c["truth_claims"] += 1
-            c["truth_with_evidence"] += any(q.get("status") == "verified" for q in quotes)
+            c["truth_with_evidence"] += any(q.get("status") in ("verified", "retrieved") for q in quotes)
             if decided:
                 c["ee_truth"] += 1
                 c["ee_truth_correct"] += any(decided)

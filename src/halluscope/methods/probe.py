@@ -120,6 +120,14 @@ NARROWED_SOURCE_HEADING = ("SOURCE (excerpts of a longer document, the parts mos
 # --- parsers (each raises ParseError on anything it cannot use) -----------------------------------------------
 
 
+_PLACEHOLDER = re.compile(r"^\s*<[^<>]{1,60}>\s*$")
+
+
+def is_placeholder(text: str) -> bool:
+    """An echoed template slot such as "<assertion>": the model repeated the format instead of answering."""
+    return bool(_PLACEHOLDER.match(text))
+
+
 class _ClaimItem(BaseModel):
     claim: str = Field(min_length=1)
     segment: str = ""
@@ -145,16 +153,17 @@ def parse_claims(text: str) -> list[_ClaimItem]:
             raise ParseError("JSON object without a 'claims' list")
     items: list[_ClaimItem] = []
     for entry in data:
-        if isinstance(entry, str) and entry.strip():
+        if isinstance(entry, str) and entry.strip() and not is_placeholder(entry):
             items.append(_ClaimItem(claim=entry.strip()))
         elif isinstance(entry, dict):
             claim = next((entry[k] for k in _CLAIM_KEYS if isinstance(entry.get(k), str) and entry[k].strip()), None)
-            if claim is None:
+            if claim is None or is_placeholder(claim):
                 continue
             segment = next((entry[k] for k in _SEGMENT_KEYS if isinstance(entry.get(k), str)), "")
+            segment = "" if is_placeholder(segment) else segment
             items.append(_ClaimItem(claim=claim.strip(), segment=segment.strip()))
     if not items:
-        raise ParseError("the reply lists no claims")
+        raise ParseError("the reply lists no claims (only empty entries or template placeholders)")
     return items
 
 
@@ -170,7 +179,7 @@ def _parse_quoted_segments(text: str) -> list[_ClaimItem]:
             segment = line.lstrip(">").strip()
         elif line and segment is not None:
             items.append(_ClaimItem(claim=line.lstrip("-*• ").strip() or line, segment=segment))
-    return [i for i in items if i.claim.strip()]
+    return [i for i in items if i.claim.strip() and not is_placeholder(i.claim)]
 
 
 _FINAL_MARKER = "FINAL OUTPUT:"
@@ -205,7 +214,9 @@ def parse_evidence(text: str) -> list[str]:
             raise ParseError("an evidence item is not a string")
         if entry.strip():
             quotes.append(entry.strip())
-    return quotes
+    if quotes and all(is_placeholder(q) for q in quotes):
+        raise ParseError("the reply repeats the template placeholder instead of quoting the source")
+    return [q for q in quotes if not is_placeholder(q)]
 
 
 _VERDICT_WORD = re.compile(r"\b(PASS|FAIL)(?:ED|ES)?\b", re.I)
@@ -396,6 +407,24 @@ class ProbeFindEvidence:
         return found
 
 
+@register_stage("probe.retrieve_evidence")
+class ProbeRetrieveEvidence:
+    """Claim -> its top source sentences from the retrieval stage (no LLM; spans exact by construction).
+    A cheap evidence finder for weak or costly models; the evaluation step still decides support."""
+
+    name: str
+
+    def __init__(self, max_evidence: int = 3):
+        self.max_evidence = max_evidence
+
+    async def __call__(self, claim: Claim, source: str, index: SourceIndex) -> FoundEvidence:
+        snippets = index.retrieve(claim.text, top_k=self.max_evidence, window=0)
+        quotes = [{"quote": s.text, "status": "retrieved", "how": index.retriever, "score": s.score,
+                   "span": s.span.model_dump()} for s in snippets]
+        evidence = [Evidence(text=s.text, span=s.span, relation="related") for s in snippets]
+        return FoundEvidence(claim.id or "", evidence, quotes, [], narrowed=False, snippets=[s.span for s in snippets])
+
+
 @dataclass
 class Judge:
     """One voter: a model and a sample number (samples > 0 use ``temperature`` with their own seed)."""
@@ -455,6 +484,7 @@ class Probe(Method):
                  samples: int = 1, sample_temperature: float = 0.7, consensus: float = 0.75,
                  max_evidence: int = 3, context_sentences: int = 2, narrow: NarrowMode = "auto",
                  top_k: int = 3, window: int = 1, retriever: RetrieverName = "auto",
+                 evidence: Literal["llm", "retrieval"] = "llm",
                  on_decompose_error: Literal["sentences", "unscored"] = "sentences"):
         """
         Args:
@@ -467,6 +497,9 @@ class Probe(Method):
             narrow: "auto" narrows the source by retrieval when it does not fit the model's context next to
                 the evidence-finding prompt; "always" / "never" force it.
             top_k, window, retriever: the retrieval stage settings used when narrowing.
+            evidence: who finds the evidence: "llm" (the paper: the model quotes the source, quotes verified)
+                or "retrieval" (no LLM call: the ``max_evidence`` source sentences the retrieval stage ranks
+                highest for the claim; the evaluation step still judges each one).
             on_decompose_error: when the decomposition reply cannot be used, check the target's sentences as
                 claims ("sentences", recorded in details) or return an unscored Report ("unscored").
         """
@@ -479,13 +512,15 @@ class Probe(Method):
             raise ValueError("max_evidence must be >= 1 and context_sentences >= 0")
         if narrow not in ("auto", "always", "never"):
             raise ValueError("narrow must be 'auto', 'always' or 'never'")
+        if evidence not in ("llm", "retrieval"):
+            raise ValueError("evidence must be 'llm' or 'retrieval'")
         if on_decompose_error not in ("sentences", "unscored"):
             raise ValueError("on_decompose_error must be 'sentences' or 'unscored'")
         self.retrieval_config = RetrievalConfig(top_k=top_k, window=window, retriever=retriever)
         self._judge_specs = list(judges) if judges else []
         self.samples, self.sample_temperature, self.consensus = samples, sample_temperature, consensus
         self.max_evidence, self.context_sentences, self.narrow = max_evidence, context_sentences, narrow
-        self.on_decompose_error = on_decompose_error
+        self.on_decompose_error, self.evidence = on_decompose_error, evidence
         self._indexes = IndexCache()
 
     def options(self) -> dict[str, Any]:
@@ -493,7 +528,8 @@ class Probe(Method):
                 "samples": self.samples, "consensus": self.consensus, "max_evidence": self.max_evidence,
                 "context_sentences": self.context_sentences, "narrow": self.narrow,
                 "top_k": self.retrieval_config.top_k, "window": self.retrieval_config.window,
-                "retriever": self.retrieval_config.retriever, "on_decompose_error": self.on_decompose_error}
+                "retriever": self.retrieval_config.retriever, "evidence": self.evidence,
+                "on_decompose_error": self.on_decompose_error}
 
     def _prompt(self, template: PromptTemplate) -> PromptTemplate:
         return apply_overrides(template, self.config.prompts_dir)
@@ -530,14 +566,17 @@ class Probe(Method):
             return Report(method=self.name, unscored_reason=decomposition.error or "no claims found in the target",
                           calls=decomposition.calls, details=details)
 
-        narrowed = self._needs_narrowing(source, finder, claims)
-        index = await self._index(source, self.retrieval_config.retriever if narrowed else "bm25")
-        details["source_mode"] = "retrieval" if narrowed else "full"
-        if narrowed:
+        retrieved = self.evidence == "retrieval"
+        narrowed = not retrieved and self._needs_narrowing(source, finder, claims)
+        index = await self._index(source, self.retrieval_config.retriever if narrowed or retrieved else "bm25")
+        details["source_mode"] = "retrieved evidence" if retrieved else "retrieval" if narrowed else "full"
+        if narrowed or retrieved:
             details["retrieval"] = index.describe()
             index.embed_queries([c.text for c in claims])
 
         async def find(claim: Claim) -> FoundEvidence:
+            if retrieved:
+                return await ProbeRetrieveEvidence(self.max_evidence)(claim, source, index)
             if narrowed:
                 return await finder(claim, source, index)
             try:

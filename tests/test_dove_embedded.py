@@ -1,0 +1,39 @@
+"""``dove`` end to end on the real embedded model (short inputs, few calls). The tiny model's replies are
+often unusable; what must hold is that the method completes, accounts for every call and never invents a
+score: a failure is an unscored report or verdict with its reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from halluscope.methods.dove import Dove
+
+pytestmark = pytest.mark.embedded
+
+SOURCE = "Anna baked a cake. Then Ben arrived. They ate the cake."
+TARGET = "Ben arrived. Anna baked a cake."
+
+
+def _check_invariants(report) -> None:
+    assert (report.score is None) == bool(report.unscored_reason)
+    assert report.usage.calls + report.usage.cache_hits == len(report.calls) >= 1
+    assert all(call.messages and isinstance(call.reply, str) for call in report.calls)
+    for verdict in report.verdicts:
+        assert verdict.label != "unscored" or verdict.reason
+    if report.score is not None:
+        assert 0.0 <= report.score <= 1.0
+        assert set(report.subscores) == {"S_E", "S_D", "S_EO", "alpha", "ShuffleD"}
+
+
+def test_dove_on_the_embedded_model(embedded_config):
+    report = Dove(config=embedded_config).check(SOURCE, TARGET)
+    _check_invariants(report)
+    assert report.model and report.model.startswith("embedded")
+    assert report.calls[0].messages[-1]["content"].startswith("Split the TEXT below")
+
+
+def test_sentence_level_dove_on_the_embedded_model(embedded_config):
+    report = Dove(config=embedded_config, decomposer="sentences", target_order="decomposition").check(SOURCE, TARGET)
+    _check_invariants(report)
+    assert [c.text for c in report.claims] == ["Ben arrived.", "Anna baked a cake."]
+    assert all(v.calls for v in report.verdicts)
