@@ -150,3 +150,18 @@ async def test_final_suite_with_garbled_judge_never_raises(tmp_path):
 
 def test_match_prompt_renders_every_placeholder():
     assert MATCH_PROMPT.placeholders() == {"summary", "gold", "predicted"}
+
+
+async def test_unusable_judge_results_are_kept_unless_retry_is_asked(tmp_path):
+    examples, reports = _final_items()
+    failing = FakeModel(default="no idea")
+    ctx = SuiteContext(out_dir=tmp_path, method="m", model="fake", dataset="t", judge=LLM(failing, cache=None),
+                       n_bootstrap=0)
+    await final_matching_suite(examples, reports, ctx)
+    assert len(failing.requests) == 2  # the reply and one repair round
+    await final_matching_suite(examples, reports, ctx)
+    assert len(failing.requests) == 2  # stored (unusable) result reused: not asked again
+    fixed = FakeModel(default='{"matches": {"P1": "G1", "P2": null}}')
+    ctx.judge, ctx.extra = LLM(fixed, cache=None), {"retry_unscored": True}
+    m = (await final_matching_suite(examples, reports, ctx)).metrics
+    assert len(fixed.requests) == 1 and m["n_judge_unscored"] == 0 and m["gold_matched"] == 1

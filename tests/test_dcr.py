@@ -127,14 +127,19 @@ def test_parse_amc():
     ("Consistent: stated in the source.", 1),
     ("This sentence is consistent with the article.", 1),
     ("**Verdict: inconsistent** - wrong year", -1),
+    ("1. The source does not support the source, so the sentence is inconsistent.", -1),
+    ("The source supports the text, and the source is consistent with the text.", 1),
+    ("The article does not mention the date. Otherwise it is consistent.", -1),
+    ("The year is not consistent with the article", -1),
 ])
 def test_rule_mark(reason, mark):
     assert rule_mark(reason) == mark
 
 
-def test_rule_mark_refuses_to_guess():
+@pytest.mark.parametrize("reason", ["The article mentions Paris.", "1.1.1.1.1.1.1.1.", "Paris. It is consistent."])
+def test_rule_mark_refuses_to_guess(reason):
     with pytest.raises(ParseError):
-        rule_mark("The article mentions Paris.")
+        rule_mark(reason)
 
 
 # Verbatim replies of the embedded SmolLM2-135M model captured during benchmark runs (json_mode on, 160-token cap).
@@ -239,7 +244,7 @@ def test_dcr_rule_amc_makes_no_extra_call():
 def test_dcr_rule_amc_unclear_reason_is_unscored():
     llm = fake_llm(dce((1, "Inconsistent: wrong year"), (2, "Hmm."), (3, "Consistent: ok")))
     report = get_method("dcr", llm=llm, amc="rule").check(SOURCE, TARGET)
-    assert report.verdicts[1].label == "unscored" and "verdict" in report.verdicts[1].reason
+    assert report.verdicts[1].label == "unscored" and "verdict" in report.verdicts[1].reason, report.verdicts[1].reason
     assert report.score == 0.5
 
 

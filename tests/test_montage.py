@@ -192,3 +192,27 @@ def test_max_events_cuts_truth_and_lies_alike():
     assert events[0].target == " ".join(EVENTS[:4])  # rebuilt incrementally from the kept events
     with pytest.raises(ValueError):
         MontageGenerator(max_events=1)
+
+
+def test_event_level_on_garbled_replies_never_raises():
+    """Garbled decompositions and appends: every lie is written or skipped with a reason, nothing escapes."""
+    replies = iter(garbled_replies(1000))
+    used = 0
+
+    def responder(messages):
+        nonlocal used
+        user = next(m["content"] for m in messages if m["role"] == "user")
+        if "List every distinct event" in user and used % 3 == 0:
+            used += 1
+            return json.dumps(EVENTS)  # sometimes a valid decomposition, so the append path gets garbage too
+        used += 1
+        return next(replies, "")
+
+    generator = MontageGenerator(LLM(FakeModel(responder=responder)), level="event", paraphrase=True)
+    n = 0
+    while used < 1000:
+        result = run(generator.generate(SOURCE, "Mia's day.", f"g{n}"))
+        n += 1
+        assert all(s["reason"] for s in result.skipped)
+        for ex in result.examples:
+            assert ex.label in (0, 1) and ex.target.strip()

@@ -328,7 +328,8 @@ def _load_matches(path: Path) -> dict[str, Any]:
 async def final_matching_suite(examples: list[Example], reports: list[Report], ctx: SuiteContext) -> SuiteResult:
     """FINAL P/R/F1 (micro over items): an LLM judge (``ctx.judge``) aligns each item's predicted
     descriptions (``Report.findings[*].description``) with its gold ``descriptions``. Judge results are
-    stored in ``final_matches.jsonl`` as they arrive, so a re-run asks the judge only about new items."""
+    stored in ``final_matches.jsonl`` as they arrive, so a re-run asks the judge only about new items
+    (and, with ``ctx.extra["retry_unscored"]``, again about items whose judge reply was unusable)."""
     from halluscope.bench.judge import MATCH_PROMPT, match_descriptions, match_key
     from halluscope.prompts import apply_overrides
 
@@ -343,7 +344,8 @@ async def final_matching_suite(examples: list[Example], reports: list[Report], c
     for e, r in zip(exs, reps):
         gold, pred = list(e.descriptions or []), predicted_descriptions(r)
         old = stored.get(e.id)
-        if old is not None and old.key == match_key(judge_name, gold, pred, prompt) and old.matches is not None:
+        retry = old is not None and old.matches is None and ctx.extra.get("retry_unscored", False)
+        if old is not None and old.key == match_key(judge_name, gold, pred, prompt) and not retry:
             results[e.id] = old
         else:
             todo.append((e, gold, pred))
@@ -394,8 +396,10 @@ async def final_matching_suite(examples: list[Example], reports: list[Report], c
     result.tables.append((
         f"FINAL matching (judge {judge_name}; n={len(usable)}, {n_unscored} unscored by the method and "
         f"{m['n_judge_unscored']} by the judge left out)",
-        md_table(["recall", "precision", "F1", "predictions", "gold", "gold matched", "judge calls needed"],
+        md_table(["recall", "precision", "F1", "predictions", "gold", "gold matched", "items judged",
+                  "judge LLM calls (tokens)"],
                  [[m["recall"], m["precision"], m["f1"], m["predictions"], m["gold"], m["gold_matched"],
-                   m["n_judged"]]]),
+                   m["n_judged"], f"{m['judge_usage']['calls']} ({m['judge_usage']['prompt_tokens']}"
+                   f"+{m['judge_usage']['completion_tokens']})"]]),
     ))
     return result

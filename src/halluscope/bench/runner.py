@@ -226,7 +226,8 @@ async def run_bench(
         "plots": [],
     }
     ctx = SuiteContext(out_dir=out_dir, method=method.name, model=model, dataset=dataset.spec, judge=judge,
-                       seed=seed, n_bootstrap=n_bootstrap, prompts_dir=method.config.prompts_dir)
+                       seed=seed, n_bootstrap=n_bootstrap, prompts_dir=method.config.prompts_dir,
+                       extra={"retry_unscored": retry_unscored})
     for name, suite in load_suite_modules().items():
         if suite_names is not None and name not in suite_names:
             continue

@@ -50,6 +50,7 @@ def check_command(
     threshold: Annotated[Optional[float], typer.Option(help="Label consistent when score >= threshold.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the full Report as JSON.")] = False,
     fail_under: Annotated[Optional[float], typer.Option("--fail-under", help="Exit 1 when the score is below this (or unscored).")] = None,
+    html: Annotated[Optional[str], typer.Option("--html", help="Also write the web report (side-by-side, highlighted spans) to this file.")] = None,
 ) -> None:
     """Check TARGET against SOURCE and print the score, findings and cost."""
     import halluscope
@@ -79,6 +80,10 @@ def check_command(
         raise fail(str(exc))
     if threshold is not None:
         report = report.with_threshold(threshold)
+    if html:
+        from halluscope.report import write_html
+
+        write_html(report, src, tgt, html)
     if json_out:
         typer.echo(report.model_dump_json(indent=2))
     else:

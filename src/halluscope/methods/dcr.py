@@ -5,7 +5,8 @@
   per sentence. ``level="paragraph"`` judges the whole target at once (the paper's paragraph-level variant).
 * **AMC** (auto-metric converter): each reason is mapped to +1 (consistent) or -1 (not), by an LLM call that
   only reads the reasons (``amc="llm"``, the paper's design) or by the verdict word each reason is asked to
-  start with (``amc="rule"``, no extra call).
+  start with, else the verdict words of its first sentence (``amc="rule"``, no extra call; see
+  :func:`rule_mark`).
 * **Score**: ``Z = (sum z_i + alpha) / (k + beta)`` over the ``k`` marked reasons, where ``alpha`` and
   ``beta`` remove the reasons that are not about exactly one sentence (App. I): a reason not tied to a
   sentence (e.g. "the two paragraphs are not consistent"), or a second reason about a sentence that already
@@ -284,6 +285,7 @@ def parse_amc(text: str, count: int) -> list[int]:
     return [_mark(m) for m in marks]
 
 
+_ENUMERATION = re.compile(r"^\s*(?:[-*•]+|\(?\d{1,3}[.):]|\[\d{1,3}\])\s*")
 _NEGATIVE_START = re.compile(
     r"^\W*(?:verdict\W+)?(?:(?:this|the) (?:sentence|text|summary) is )?"
     r"(?:not consistent|inconsistent|not supported|unsupported|contradict|incorrect|not accurate|inaccurate|"
@@ -295,16 +297,33 @@ _POSITIVE_START = re.compile(
     r"(?:consistent|supported|correct|accurate|true\b|yes\b)",
     re.I,
 )
+_NEGATIVE_WORDS = re.compile(
+    r"\b(?:not consistent|inconsistent|not supported|unsupported|(?:does not|doesn't|do not|don't) (?:support|mention|state)|no mention|"
+    r"not (?:mentioned|stated|found)|contradict\w*|incorrect|inaccurate|not accurate)\b",
+    re.I,
+)
+_POSITIVE_WORDS = re.compile(r"\b(?:consistent|supported|supports|correct|accurate)\b", re.I)
+_FIRST_SENTENCE = re.compile(r"^(.*?)(?:[.!?](?:\s|$)|\n|$)", re.S)
 
 
 def rule_mark(reason: str) -> int:
-    """+1/-1 from the verdict a reason starts with ("Consistent: ..." / "Inconsistent: ..."). Raises
-    ParseError when the opening words carry no clear verdict (the reason is then unscored, not guessed)."""
-    if _NEGATIVE_START.search(reason):
+    """+1/-1 from a reason's verdict: the verdict word it starts with ("Consistent: ..." / "Inconsistent: ...",
+    after any list numbering), else the verdict words of its first sentence, negative ones first (so "not
+    consistent" is never read as "consistent"). A reason whose first sentence carries no verdict raises
+    ParseError (it is then unscored, not guessed). A heuristic: the LLM converter (``amc="llm"``) is the
+    paper's design."""
+    text = _ENUMERATION.sub("", reason.strip(), count=1)
+    if _NEGATIVE_START.search(text):
         return -1
-    if _POSITIVE_START.search(reason):
+    if _POSITIVE_START.search(text):
         return 1
-    raise ParseError(f"the reason does not start with a verdict: {reason[:60]!r}")
+    m = _FIRST_SENTENCE.match(text)
+    first = m.group(1)[:300] if m else ""
+    if _NEGATIVE_WORDS.search(first):
+        return -1
+    if _POSITIVE_WORDS.search(first):
+        return 1
+    raise ParseError(f"the reason does not state a verdict: {reason[:60]!r}")
 
 
 # ------------------------------------------------------------------------------------------ arithmetic

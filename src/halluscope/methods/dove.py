@@ -9,6 +9,9 @@ Three stages, each a named async callable:
 - **sorter** (``dove.sort``): orders the *verified* event facts by the source's chronology and by the
   target's.
 
+``decomposer="sentences"`` swaps the LLM decomposer for ``dove.sentences`` (every target sentence is an event
+fact: no decomposition call, exact spans, but no pronoun resolution) — an extension, not the paper's setup.
+
 Scores (the paper's Eq. 5), over the facts that got a verdict::
 
     S_E  = |F_E^c| / |F_E|          S_D = |F_D^c| / |F_D|          alpha = |F_E| / (|F_E| + |F_D|)
@@ -57,7 +60,8 @@ from halluscope.methods.base import Method
 from halluscope.permutations import inverted_pairs
 from halluscope.prompts import PromptTemplate, apply_overrides
 from halluscope.records import Claim, Evidence, Finding, LLMCall, Report, Span, Verdict
-from halluscope.retrieval import RetrievalConfig, RetrieverName, Snippet, SourceIndex, fits_in_context, score_with_retrieval
+from halluscope.retrieval import (RetrievalConfig, RetrieverName, Snippet, SourceIndex, fits_in_context,
+                                  score_with_retrieval)
 from halluscope.stages import register_stage
 from halluscope.text import ParseError, extract_json, locate, parse_items_after_marker, split_sentences
 

@@ -73,7 +73,7 @@ class GEval(Method):
             self.llm,
             prompt.render(source=source, target=target),
             parse_geval,
-            params=self.llm.params(max_tokens=max_tokens),
+            params=self.llm.params(max_tokens=max_tokens, json_mode=True),
             format_hint='one JSON object like {"reason": "...", "score": 3}',
         )
         if parsed.value is None:

@@ -518,6 +518,7 @@ class Probe(Method):
             raise ValueError("on_decompose_error must be 'sentences' or 'unscored'")
         self.retrieval_config = RetrievalConfig(top_k=top_k, window=window, retriever=retriever)
         self._judge_specs = list(judges) if judges else []
+        self._judge_llms: list[LLM] | None = None
         self.samples, self.sample_temperature, self.consensus = samples, sample_temperature, consensus
         self.max_evidence, self.context_sentences, self.narrow = max_evidence, context_sentences, narrow
         self.on_decompose_error, self.evidence = on_decompose_error, evidence
@@ -535,9 +536,11 @@ class Probe(Method):
         return apply_overrides(template, self.config.prompts_dir)
 
     def judges(self) -> list[Judge]:
-        llms = [self.llm] if not self._judge_specs else [
-            j if isinstance(j, LLM) else get_llm(self.config.with_overrides(model=j)) for j in self._judge_specs]
-        return [Judge(llm, sample, self.sample_temperature) for llm in llms for sample in range(self.samples)]
+        """The voters: every judge model times ``samples`` (clients for named models are built once)."""
+        if self._judge_llms is None:
+            self._judge_llms = [self.llm] if not self._judge_specs else [
+                j if isinstance(j, LLM) else get_llm(self.config.with_overrides(model=j)) for j in self._judge_specs]
+        return [Judge(llm, sample, self.sample_temperature) for llm in self._judge_llms for sample in range(self.samples)]
 
     async def _index(self, source: str, retriever: RetrieverName) -> SourceIndex:
         return await self._indexes.get(source, self.retrieval_config.model_copy(update={"retriever": retriever}))
