@@ -19,7 +19,7 @@ SOURCE = "The museum opened in 1999 in Lyon. It shows Roman coins and pottery fo
 @pytest.fixture
 def short_config(embedded_config):
     # short replies keep the test fast; the prompts are unchanged
-    return embedded_config.with_overrides(max_tokens=160)
+    return embedded_config.with_overrides(max_tokens=96)
 
 
 async def test_geval_bench_on_embedded_model(short_config, tmp_path):
@@ -40,7 +40,7 @@ async def test_geval_bench_on_embedded_model(short_config, tmp_path):
 
 
 async def test_final_judge_on_embedded_model(short_config):
-    judge = get_llm(short_config.with_overrides(max_tokens=256))
+    judge = get_llm(short_config)
     res = await match_descriptions(judge, "x", "The museum in Paris opened in 2005.",
                                    ["The city is Paris, but the source says Lyon", "The year 2005 is wrong"],
                                    ["The museum is in Lyon, not Paris"])

@@ -83,6 +83,13 @@ def test_parse_dce_sentences_ids_text_and_paragraph_reasons():
     assert parsed.is_consistent is False
 
 
+def test_sentence_numbers_are_not_read_out_of_text():
+    from halluscope.methods.dcr import parse_sentence_number
+
+    assert [parse_sentence_number(v, 3) for v in (2, "2", "[2]", "S2", "Sentence 2", 2.0)] == [1] * 6
+    assert [parse_sentence_number(v, 3) for v in ("Two men, 3 cars.", 4, 0, True, None, "x")] == [None] * 6
+
+
 def test_parse_dce_sentences_positional_and_strings():
     sentences = split_sentences(TARGET)
     parsed = parse_dce_sentences('["Consistent: a", "Consistent: b", "Inconsistent: c"]', sentences)

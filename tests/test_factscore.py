@@ -48,6 +48,9 @@ def test_parse_facts_forms():
         ("The police ordered Amazon to cease operations.", 1)]
     strings = parse_facts('["A.", "a.", "B."]', sentences)  # duplicates dropped, no sentence known
     assert [(f.text, f.sentence_index) for f in strings] == [("A.", None), ("B.", None)]
+    quoted = parse_facts(json.dumps({"facts": [{"sentence": "The police ordered Amazon to cease operations.",
+                                                "fact": "The police gave an order."}]}), sentences)
+    assert quoted[0].sentence_index == 1  # the sentence quoted instead of numbered
     one_sentence = parse_facts('{"facts": ["X happened."]}', split_sentences("X happened."))
     assert one_sentence[0].sentence_index == 0
     for bad in ('{"facts": []}', "no facts", '{"facts": [{"sentence": 1}]}'):
@@ -59,6 +62,8 @@ def test_parse_fact_judgment_forms():
     assert parse_fact_judgment('{"supported": true, "inconsistencies": ["ignored"]}', True).supported
     j = parse_fact_judgment('{"supported": "no", "inconsistencies": ["  a   b ", 3]}', True)
     assert (j.supported, j.descriptions) == (False, ("a b",))
+    echoed = parse_fact_judgment('{"supported": false, "inconsistencies": ["<description>", "The year is wrong."]}', True)
+    assert echoed.descriptions == ("The year is wrong.",)  # an echoed format placeholder is not a description
     assert parse_fact_judgment('{"supported": false, "inconsistencies": ["x"]}', False).descriptions == ()
     bare = parse_fact_judgment("No.\n- The year is wrong.\n- The place is wrong.", True)
     assert bare.descriptions == ("The year is wrong.", "The place is wrong.")

@@ -37,6 +37,10 @@ def test_parse_description_blocks_and_continuations():
     assert parse_description_list(reply) == ["The year is wrong: it was 2001.", "Cars are not mentioned."]
 
 
+def test_parse_drops_echoed_placeholders():
+    assert parse_description_list("A. <description>\nB. The year is wrong.") == ["The year is wrong."]
+
+
 def test_parse_numbered_bullets_and_json():
     assert parse_description_list("1. one\n2) two\n- three") == ["one", "two", "three"]
     assert parse_description_list('["one", " two "]') == ["one", "two"]
@@ -77,7 +81,10 @@ def test_parse_binary_verdict():
     assert parse_binary_verdict("It matches.\nFinal answer: yes") is True
     assert parse_binary_verdict("Final answer: yes... on reflection\nFinal Answer: **No**") is False
     assert parse_binary_verdict("no") is False
-    for bad in ("", "Maybe.", "The answer is unclear"):
+    # a verdict stated in words on the last line (a real embedded-model reply, and its negation)
+    assert parse_binary_verdict("The text is consistent with the source documents it is based on.") is True
+    assert parse_binary_verdict("Let me see.\nThe summary is not consistent with the source.") is False
+    for bad in ("", "Maybe.", "The answer is unclear", "The reason step is to conclude the answer."):
         with pytest.raises(ParseError):
             parse_binary_verdict(bad)
 

@@ -160,7 +160,8 @@ def test_parser_forms():
 
 def test_cli_writes_harness_jsonl(tmp_path):
     data = tmp_path / "in.jsonl"
-    data.write_text(json.dumps({"id": "s1", "document": SOURCE, "plot_summaries": [TARGET, "Mia left. Mia came back."]}) + "\n")
+    item = {"id": "s1", "document": SOURCE, "plot_summaries": [TARGET, "Mia left. Mia came back."]}
+    data.write_text(json.dumps(item) + "\n")
     out = tmp_path / "out.jsonl"
     result = CliRunner().invoke(app, ["generate", "montage", str(data), "-O", str(out), "--source-field", "document",
                                       "--target-field", "plot_summaries", "-d", "easy", "-d", "extreme"])

@@ -25,8 +25,16 @@ _NONE = re.compile(
 )
 
 
+_PLACEHOLDER = re.compile(r"^\W*(?:<[^<>]{0,60}>|\.\.\.|…|description)\W*$", re.I)
+
+
 def is_none_answer(text: str) -> bool:
     return bool(_NONE.match(text.replace("*", "").strip()))
+
+
+def is_placeholder(text: str) -> bool:
+    """A prompt's format placeholder echoed back ("<description>", "...") rather than a description."""
+    return bool(_PLACEHOLDER.match(text))
 
 
 def parse_description_list(text: str, marker: str | None = None) -> list[str]:
@@ -53,7 +61,8 @@ def parse_description_list(text: str, marker: str | None = None) -> list[str]:
         except (json.JSONDecodeError, RecursionError):
             value = None
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return [" ".join(v.split()) for v in value if v.strip() and not is_none_answer(v)]
+            return [" ".join(v.split()) for v in value
+                    if v.strip() and not is_none_answer(v) and not is_placeholder(v)]
     lines = [line for line in body.splitlines() if line.strip()]
     has_items = any(_ITEM_START.match(line) for line in lines)
     items: list[list[str]] = []
@@ -74,7 +83,7 @@ def parse_description_list(text: str, marker: str | None = None) -> list[str]:
     for parts in items:
         joined = " ".join(_LABEL.sub("", p).strip() for p in parts)
         joined = " ".join(joined.split())
-        if joined and not is_none_answer(joined):
+        if joined and not is_none_answer(joined) and not is_placeholder(joined):
             out.append(joined)
     if not out:
         if any(is_none_answer(p) for parts in items for p in parts):

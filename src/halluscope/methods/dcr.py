@@ -152,22 +152,26 @@ _LIST_KEYS = ("sentences", "reasons", "reason", "evaluations", "results", "asses
 _DIGITS = re.compile(r"\d+")
 
 
-def _sentence_id(value: Any, n: int) -> int | None:
-    """A 1-based sentence number from an int or a string like "2", "[2]", "S2"; None if absent or out of range."""
+_NUMBER_LIKE = re.compile(r"^\W*(?:s|sentence|id|no\.?)?\s*#?\s*(\d{1,4})\W*$", re.I)
+
+
+def parse_sentence_number(value: Any, n: int) -> int | None:
+    """A 0-based index from a 1-based sentence number given as an int or a short string like "2", "[2]", "S2",
+    "Sentence 2"; None when absent, out of range, or not number-like (a quoted sentence is not a number)."""
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, str):
-        m = _DIGITS.search(value)
-        value = int(m.group()) if m else None
+        m = _NUMBER_LIKE.match(value)
+        value = int(m.group(1)) if m else None
     if isinstance(value, int) and 1 <= value <= n:
         return value - 1
     return None
 
 
-def _match_sentence(text: Any, sentences: list[Sentence]) -> int | None:
-    """The index of the sentence a quoted "sentence" field refers to (fuzzy, >= 85), else None."""
+def match_sentence(text: Any, sentences: list[Sentence]) -> int | None:
+    """The index of the sentence a quoted "sentence" field reproduces (fuzzy ratio >= 85), else None."""
     if not isinstance(text, str) or not text.strip():
         return None
     best, best_score = None, 85.0
@@ -193,7 +197,8 @@ def _reason_text(item: Any) -> str | None:
     return None
 
 
-def _as_bool(value: Any) -> bool | None:
+def parse_bool(value: Any) -> bool | None:
+    """True/False from a JSON boolean or "true"/"false"/"yes"/"no"; None otherwise."""
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no"):
@@ -211,7 +216,7 @@ def parse_dce_sentences(text: str, sentences: list[Sentence]) -> DceReply:
     if isinstance(data, list):
         items = data
     else:
-        overall = _as_bool(data.get("is_consistent", data.get("consistent")))
+        overall = parse_bool(data.get("is_consistent", data.get("consistent")))
         for key in _LIST_KEYS:
             if isinstance(data.get(key), list):
                 items = data[key]
@@ -228,9 +233,9 @@ def parse_dce_sentences(text: str, sentences: list[Sentence]) -> DceReply:
             continue
         index = None
         if isinstance(item, dict):
-            index = next((_sentence_id(item[k], n) for k in _ID_KEYS if k in item), None)
+            index = next((parse_sentence_number(item[k], n) for k in _ID_KEYS if k in item), None)
             if index is None:
-                index = _match_sentence(item.get("sentence"), sentences)
+                index = match_sentence(item.get("sentence"), sentences)
         tied.append((reason, index))
     if not tied:
         raise ParseError("the reply has no usable reason text")
@@ -249,7 +254,7 @@ def parse_dce_single(text: str) -> DceReply:
     reason = _reason_text(data)
     if reason is None:
         raise ParseError("the reply has no 'reason' text")
-    overall = _as_bool(data.get("is_consistent", data.get("consistent"))) if isinstance(data, dict) else None
+    overall = parse_bool(data.get("is_consistent", data.get("consistent"))) if isinstance(data, dict) else None
     return DceReply([RawReason(reason, 0)], overall)
 
 
@@ -318,12 +323,20 @@ def rule_mark(reason: str) -> int:
     if _POSITIVE_START.search(text):
         return 1
     m = _FIRST_SENTENCE.match(text)
-    first = m.group(1)[:300] if m else ""
-    if _NEGATIVE_WORDS.search(first):
+    mark = verdict_words(m.group(1)[:300] if m else "")
+    if mark is None:
+        raise ParseError(f"the reason does not state a verdict: {reason[:60]!r}")
+    return mark
+
+
+def verdict_words(text: str) -> int | None:
+    """-1 if ``text`` says inconsistent / not supported / contradicts / not mentioned..., else +1 if it says
+    consistent / supported / correct, else None. Negative phrases are checked first."""
+    if _NEGATIVE_WORDS.search(text):
         return -1
-    if _POSITIVE_WORDS.search(first):
+    if _POSITIVE_WORDS.search(text):
         return 1
-    raise ParseError(f"the reason does not state a verdict: {reason[:60]!r}")
+    return None
 
 
 # ------------------------------------------------------------------------------------------ arithmetic

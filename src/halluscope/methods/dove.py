@@ -659,8 +659,9 @@ class Dove(Method):
         self.retrieval_config = RetrievalConfig(top_k=top_k, window=window, retriever=retriever)
 
     def options(self) -> dict[str, Any]:
-        return {"decomposer": self.decomposer, "batch_size": self.batch_size, "target_order": self.target_order, "retrieval": self.retrieval,
-                "top_k": self.top_k, "window": self.window, "retriever": self.retrieval_config.retriever}
+        return {"decomposer": self.decomposer, "batch_size": self.batch_size, "target_order": self.target_order,
+                "retrieval": self.retrieval, "top_k": self.top_k, "window": self.window,
+                "retriever": self.retrieval_config.retriever}
 
     def _prompt(self, template: PromptTemplate) -> PromptTemplate:
         return apply_overrides(template, self.config.prompts_dir)

@@ -35,10 +35,11 @@ from rapidfuzz import fuzz
 from halluscope.llm import ContextOverflowError
 from halluscope.llm.structured import generate_parsed
 from halluscope.methods import register_method
-from halluscope.methods._descriptions import fuzzy_duplicate_groups, merge_spans, most_specific, spans_for_description
+from halluscope.methods._descriptions import (fuzzy_duplicate_groups, is_placeholder, merge_spans, most_specific,
+                                              spans_for_description)
 from halluscope.methods._long_source import prompt_fits, reply_budget
 from halluscope.methods.base import Method
-from halluscope.methods.dcr import _as_bool, _sentence_id, number_sentences
+from halluscope.methods.dcr import match_sentence, number_sentences, parse_bool, parse_sentence_number
 from halluscope.prompts import PromptTemplate, apply_overrides
 from halluscope.records import Claim, Evidence, Finding, LLMCall, Report, Span, Verdict
 from halluscope.stages import register_stage
@@ -144,8 +145,10 @@ def parse_facts(text: str, sentences: list[Sentence]) -> list[AtomicFact]:
             fact = item
         elif isinstance(item, dict):
             fact = next((item[k] for k in ("fact", "text", "claim", "statement") if isinstance(item.get(k), str)), None)
-            index = next((_sentence_id(item[k], n) for k in ("sentence", "sentence_id", "id", "sentence_number")
+            index = next((parse_sentence_number(item[k], n) for k in ("sentence", "sentence_id", "id", "sentence_number")
                           if k in item), None)
+            if index is None:  # some models quote the sentence instead of giving its number
+                index = match_sentence(item.get("sentence"), sentences)
         if not fact or not fact.strip():
             continue
         fact = " ".join(fact.split())
@@ -183,18 +186,18 @@ def parse_fact_judgment(text: str, describe: bool) -> FactJudgment:
         supported = m.group(1).lower() in ("yes", "true", "supported")
         bullets = [line.strip().lstrip("-*•").strip() for line in text.splitlines()[1:]
                    if line.strip().startswith(("-", "*", "•"))]
-        descriptions = [b for b in bullets if b]
+        descriptions = [b for b in bullets if b and not is_placeholder(b)]
     else:
         for key in ("supported", "is_supported", "consistent", "answer", "verdict"):
             if key in data:
-                supported = _as_bool(data[key])
+                supported = parse_bool(data[key])
                 if supported is None and isinstance(data[key], str):
                     value = data[key].strip().lower()
                     supported = {"supported": True, "not supported": False, "unsupported": False}.get(value)
                 break
         raw = next((data[k] for k in ("inconsistencies", "problems", "descriptions", "issues")
                     if isinstance(data.get(k), list)), [])
-        descriptions = [" ".join(d.split()) for d in raw if isinstance(d, str) and d.strip()]
+        descriptions = [" ".join(d.split()) for d in raw if isinstance(d, str) and d.strip() and not is_placeholder(d)]
     if supported is None:
         raise ParseError("the reply does not say whether the fact is supported")
     if supported or not describe:
@@ -213,7 +216,7 @@ def parse_keep(text: str, count: int) -> list[int]:
         raise ParseError("no non-empty 'keep' list in the reply")
     out: list[int] = []
     for value in keep:
-        index = _sentence_id(value, count)
+        index = parse_sentence_number(value, count)
         if index is None:
             raise ParseError(f"'keep' has {str(value)[:20]!r}, not a description number in 1..{count}")
         if index not in out:
@@ -259,6 +262,13 @@ class FactVerifier:
                                      params=self.llm.params(json_mode=True), format_hint=hint)
 
 
+@dataclass
+class DedupResult:
+    groups: list[list[int]]  # each group's first index is the description kept
+    calls: list[LLMCall] = field(default_factory=list)
+    error: str | None = None
+
+
 @register_stage("factscore.dedup")
 class DescriptionDeduplicator:
     """Merge descriptions of the same inconsistency; returns groups of indices (the first of each is kept)."""
@@ -271,7 +281,7 @@ class DescriptionDeduplicator:
         self.threshold = threshold
         self.prompt = prompt
 
-    async def __call__(self, descriptions: list[str], spans: list[list[Span]], target: str) -> "DedupResult":
+    async def __call__(self, descriptions: list[str], spans: list[list[Span]], target: str) -> DedupResult:
         n = len(descriptions)
         if self.mode == "none" or n < 2:
             return DedupResult([[i] for i in range(n)])
@@ -294,13 +304,6 @@ class DescriptionDeduplicator:
             kept = most_specific(descriptions, group, spans)
             out.append([kept] + [i for i in group if i != kept])
         return out
-
-
-@dataclass
-class DedupResult:
-    groups: list[list[int]]  # each group's first index is the description kept
-    calls: list[LLMCall] = field(default_factory=list)
-    error: str | None = None
 
 
 def _groups_around(descriptions: list[str], keep: list[int]) -> list[list[int]]:

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from halluscope.llm.structured import generate_parsed
 from halluscope.methods import register_method
-from halluscope.methods.dcr import DCR, AmcMode, DcrEvaluation, Level, _sentence_id
+from halluscope.methods.dcr import DCR, AmcMode, DcrEvaluation, Level, parse_sentence_number
 from halluscope.prompts import PromptTemplate, apply_overrides
 from halluscope.records import LLMCall, Report
 from halluscope.text import ParseError, Sentence, extract_json, split_sentences
@@ -118,7 +118,7 @@ def parse_rai_sentences(text: str, flagged: set[int], n: int) -> tuple[dict[int,
             continue
         new = next((item[k] for k in ("improved_sentence", "improved", "rewrite", "new_sentence")
                     if isinstance(item.get(k), str)), None)
-        index = next((_sentence_id(item[k], n) for k in ("id", "sentence_id", "sentence_number", "number")
+        index = next((parse_sentence_number(item[k], n) for k in ("id", "sentence_id", "sentence_number", "number")
                       if k in item), None)
         if new is None or index is None:
             continue

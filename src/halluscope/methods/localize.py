@@ -32,6 +32,7 @@ from halluscope.llm.structured import generate_parsed
 from halluscope.methods import method_class, register_method
 from halluscope.methods._descriptions import parse_description_list, spans_for_description
 from halluscope.methods.base import Method
+from halluscope.methods.dcr import verdict_words
 from halluscope.prompts import PromptTemplate, apply_overrides
 from halluscope.records import Example, Finding, LLMCall, Report
 from halluscope.stages import register_stage
@@ -132,17 +133,23 @@ _BARE_ANSWER = re.compile(r"^\W*(yes|no)\W*$", re.I)
 
 
 def parse_binary_verdict(text: str) -> bool:
-    """True (consistent) / False from the last "Final answer: yes|no"; a reply that is only "yes"/"no" also
-    counts. Anything else raises ParseError."""
+    """True (consistent) / False from the last "Final answer: yes|no". Without one, a last line that is only
+    "yes"/"no", or that states the verdict in words ("The text is not consistent with the source."), counts.
+    Anything else raises ParseError."""
     if not isinstance(text, str) or not text.strip():
         raise ParseError("empty reply")
     found = _FINAL_ANSWER.findall(text)
     if found:
         return found[-1].lower() == "yes"
     lines = [line for line in text.strip().splitlines() if line.strip()]
-    m = _BARE_ANSWER.match(lines[-1]) if lines else None
+    last = lines[-1] if lines else ""
+    m = _BARE_ANSWER.match(last)
     if m:
         return m.group(1).lower() == "yes"
+    if len(last) <= 200 and re.search(r"\b(?:text|summary|answer)\b", last, re.I):
+        mark = verdict_words(last)
+        if mark is not None:
+            return mark == 1
     raise ParseError('no "Final answer: yes/no" in the reply')
 
 
