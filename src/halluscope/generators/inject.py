@@ -300,11 +300,12 @@ class InjectionGenerator:
         """``k`` invented facts (fewer when some had to be dropped), an error when the reply was unusable."""
         llm = self._need_llm("inventing facts")
         block = f"SOURCE (the material the TEXT was written from):\n{source}\n\n"
-        overhead = sum(llm.count_tokens(m["content"]) for m in self.invent_prompt.render(k=k, source_block="", target=target))
-        if not fits_in_context(llm, block, reserve_tokens=overhead + 512):
+        budget = min(512, llm.default_params.max_tokens)
+        bare = self.invent_prompt.render(k=k, source_block="", target=target)
+        if not fits_in_context(llm, block, reserve_tokens=sum(llm.count_tokens(m["content"]) for m in bare) + budget):
             block = ""  # a long source does not fit: invent from the TEXT alone, then drop facts found in the source
         parsed = await generate_parsed(llm, self.invent_prompt.render(k=k, source_block=block, target=target),
-                                       json_parser(_Facts), params=llm.params(json_mode=True, max_tokens=min(512, llm.default_params.max_tokens)),
+                                       json_parser(_Facts), params=llm.params(json_mode=True, max_tokens=budget),
                                        format_hint='one JSON object like {"facts": ["...", "..."]}')
         if parsed.value is None:
             return [], f"fact invention failed: {parsed.error}", parsed.calls
@@ -342,13 +343,13 @@ class InjectionGenerator:
         return new_target, claims, None, None, parsed.calls
 
     async def inject(self, example: Example, complexity: int, facts: Sequence[str] | None = None,
-                     donors: Sequence[Example] | None = None) -> InjectionResult:
+                     donors: Sequence[Example] | None = None, *, facts_from: str | None = None) -> InjectionResult:
         """One injected Example at ``complexity`` (1-3) from a faithful ``example``. Facts: ``facts`` when
         given, else donor sentences from ``donors`` when given, else invented by the LLM."""
         if complexity not in COMPLEXITIES:
             raise ValueError(f"complexity must be one of {COMPLEXITIES}")
         calls: list[LLMCall] = []
-        facts_from = "given" if facts is not None else "donor" if donors is not None else "llm"
+        facts_from = facts_from or ("given" if facts is not None else "donor" if donors is not None else "llm")
         if facts is None and donors is not None:
             facts = donor_facts(example, donors, complexity, self._rng(example.id, complexity))
         if facts is None:
@@ -392,8 +393,19 @@ class InjectionGenerator:
     async def generate(self, example: Example, complexities: Sequence[int] = COMPLEXITIES,
                        facts: Sequence[str] | None = None, donors: Sequence[Example] | None = None
                        ) -> tuple[list[Example], list[InjectionResult]]:
-        """The truth (if ``include_truth``) and one injected Example per complexity; failures are returned."""
-        results = [await self.inject(example, c, facts, donors) for c in complexities]
+        """The truth (if ``include_truth``) and one injected Example per complexity; failures are returned.
+        Invented facts are asked for once per example (as many as the highest complexity needs) and shared by
+        the levels, so level c's facts are the first c of them."""
+        if facts is None and donors is None and complexities:
+            invented, error, calls = await self.invent(example.source, example.target, max(complexities))
+            if error:
+                failures = [InjectionResult(None, error, "invent_failed", calls if i == 0 else [])
+                            for i, _ in enumerate(complexities)]
+                return [], failures
+            results = [await self.inject(example, c, invented, facts_from="llm") for c in complexities]
+            results[0].calls[:0] = calls  # the invention call is audited once, on the first level
+        else:
+            results = [await self.inject(example, c, facts, donors) for c in complexities]
         out = [self.truth(example)] if self.include_truth and any(r.example for r in results) else []
         out += [r.example for r in results if r.example is not None]
         return out, [r for r in results if r.example is None]
