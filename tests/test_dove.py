@@ -386,3 +386,29 @@ def test_sentence_decomposer_needs_no_decomposition_call():
     assert [c.target_spans[0].of(target) for c in report.claims] == [c.text for c in report.claims]
     assert report.subscores["alpha"] == 1.0 and report.subscores["ShuffleD"] == pytest.approx(1 / 3)
     assert len(fake.requests) == 3 + 1
+
+
+def test_position_sorter_needs_no_sorter_call():
+    def checks_only(messages):
+        assert "EVENTS:" not in first_prompt(messages)
+        return responder(messages)
+
+    for target_order in ("sorter", "decomposition"):
+        method, fake = dove(checks_only, sorter="position", target_order=target_order, retriever="bm25")
+        report = method.check(SOURCE, TARGET)
+        assert report.details["order"]["source_order"] == ["E2", "E3", "E1", "E4"]
+        assert report.details["order"]["source_sentence_of_event"] == [2, 0, 1, 3]
+        assert report.subscores["ShuffleD"] == pytest.approx(1 / 3)
+        assert len(fake.requests) == 1 + 5
+
+
+async def test_position_sorter_ties_and_unmatched_events():
+    from halluscope.methods.dove import PositionSorter
+    from halluscope.retrieval import RetrievalConfig, SourceIndex
+
+    index = SourceIndex.build(SOURCE, RetrievalConfig(retriever="bm25"))
+    result = await PositionSorter(index)(["Ben arrived.", "Quantum zebras yodel.", "Anna baked.", "Anna baked a cake."])
+    assert result.order.order == [2, 3, 0]  # the two "baked" events tie on sentence 0 and keep their order
+    assert result.order.missing == [1]
+    failed = await PositionSorter(index)(["Quantum zebras yodel.", "Purple volcanoes sing."])
+    assert failed.order is None and "only 0 of 2" in failed.error

@@ -9,8 +9,10 @@ Three stages, each a named async callable:
 - **sorter** (``dove.sort``): orders the *verified* event facts by the source's chronology and by the
   target's.
 
-``decomposer="sentences"`` swaps the LLM decomposer for ``dove.sentences`` (every target sentence is an event
-fact: no decomposition call, exact spans, but no pronoun resolution) — an extension, not the paper's setup.
+Extensions, not the paper's setup: ``decomposer="sentences"`` swaps the LLM decomposer for ``dove.sentences``
+(every target sentence is an event fact: no decomposition call, exact spans, no pronoun resolution);
+``sorter="position"`` swaps the LLM sorter for ``dove.position_sort`` (order of mention in the source, found
+by retrieval; only valid for chronologically narrated sources).
 
 Scores (the paper's Eq. 5), over the facts that got a verdict::
 
@@ -575,6 +577,7 @@ class Sorted:
     order: EventOrder | None  # indices into the events given to the sorter
     error: str | None
     calls: list[LLMCall]
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 @register_stage("dove.sort")
@@ -611,6 +614,42 @@ class DoveSorter:
         return Sorted(back, None, parsed.calls)
 
 
+@register_stage("dove.position_sort")
+class PositionSorter:
+    """No-LLM source-side sorter: orders events by where the source tells them, i.e. by the source sentence
+    each event retrieves best. Only valid for sources narrated in chronological order (most stories and news
+    reports, not texts built on flashbacks); an extension, not the paper's sorter. Events anchored to the same
+    sentence keep their given order (the source gives no evidence against it); an event with no positive
+    retrieval score anywhere is left unplaced (``missing``)."""
+
+    def __init__(self, index: SourceIndex):
+        self.index = index
+
+    async def __call__(self, events: Sequence[str]) -> Sorted:
+        def anchors() -> list[int | None]:
+            found: list[int | None] = []
+            for text in events:
+                scores = self.index.sentence_scores(text)
+                best = int(scores.argmax()) if scores.size else -1
+                found.append(best if best >= 0 and float(scores[best]) > 0 else None)
+            return found
+
+        anchor = await asyncio.to_thread(anchors)
+        placed = sorted((i for i, a in enumerate(anchor) if a is not None), key=lambda i: (anchor[i], i))
+        if len(placed) < 2 <= len(events):
+            return Sorted(None, f"position sorter: only {len(placed)} of {len(events)} events match a source "
+                                "sentence", [])
+        order = EventOrder(order=placed, missing=[i for i, a in enumerate(anchor) if a is None])
+        return Sorted(order, None, [], {"source_sentence_of_event": anchor})
+
+
+def target_position_order(events: Sequence[Claim]) -> EventOrder:
+    """Events ordered by where their target spans start (no LLM); events without a span are ``missing``."""
+    placed = sorted((i for i, c in enumerate(events) if c.target_spans),
+                    key=lambda i: (events[i].target_spans[0].start, i))
+    return EventOrder(order=placed, missing=[i for i, c in enumerate(events) if not c.target_spans])
+
+
 # --- the method ----------------------------------------------------------------------------------------------
 
 TargetOrder = Literal["sorter", "decomposition"]
@@ -625,6 +664,7 @@ class Dove(Method):
 
     def __init__(self, llm=None, config=None, *, decomposer: Literal["llm", "sentences"] = "llm",
                  batch_size: int = 1, target_order: TargetOrder = "sorter",
+                 sorter: Literal["llm", "position"] = "llm",
                  retrieval: Literal["auto", "always", "never"] = "auto", top_k: int = 3, window: int = 1,
                  retriever: RetrieverName = "auto"):
         """
@@ -635,6 +675,9 @@ class Dove(Method):
             target_order: how the verified events are ordered by the target: "sorter" (the paper: an LLM
                 sorter reads the target) or "decomposition" (the order the decomposer listed them, one call
                 fewer).
+            sorter: "llm" (the paper) or "position" (no LLM: source order = where each event's best-matching
+                source sentence is, target order = where its target span starts; only for sources narrated
+                chronologically).
             retrieval: "auto" checks facts against the whole source when it fits the model's context and
                 against retrieved snippets otherwise (also after a ContextOverflowError from a backend with an
                 unknown window); "always" forces retrieval; "never" always sends the whole source, so a source
@@ -647,19 +690,22 @@ class Dove(Method):
             raise ValueError("batch_size must be >= 1")
         if decomposer not in ("llm", "sentences"):
             raise ValueError("decomposer must be 'llm' or 'sentences'")
+        if sorter not in ("llm", "position"):
+            raise ValueError("sorter must be 'llm' or 'position'")
         if target_order not in ("sorter", "decomposition"):
             raise ValueError("target_order must be 'sorter' or 'decomposition'")
         if retrieval not in ("auto", "always", "never"):
             raise ValueError("retrieval must be 'auto', 'always' or 'never'")
         if top_k < 1 or window < 0:
             raise ValueError("top_k must be >= 1 and window >= 0")
-        self.decomposer = decomposer
+        self.decomposer, self.sorter = decomposer, sorter
         self.batch_size, self.target_order, self.retrieval = batch_size, target_order, retrieval
         self.top_k, self.window = top_k, window
         self.retrieval_config = RetrievalConfig(top_k=top_k, window=window, retriever=retriever)
 
     def options(self) -> dict[str, Any]:
-        return {"decomposer": self.decomposer, "batch_size": self.batch_size, "target_order": self.target_order,
+        return {"decomposer": self.decomposer, "sorter": self.sorter, "batch_size": self.batch_size,
+                "target_order": self.target_order,
                 "retrieval": self.retrieval, "top_k": self.top_k, "window": self.window,
                 "retriever": self.retrieval_config.retriever}
 
@@ -758,13 +804,13 @@ class Dove(Method):
                        why: str | None = None) -> "_SourceContext":
         if why is None:
             if self.retrieval == "never":
-                return _FullSource(source, checker)
+                return _FullSource(source, checker, self.retrieval_config)
             if self.retrieval == "always":
                 why = "requested (retrieval=always)"
             elif not self._source_fits(source, claims):
                 why = "the source does not fit the model's context window"
             else:
-                return _FullSource(source, checker)
+                return _FullSource(source, checker, self.retrieval_config)
         index = await SourceIndex.abuild(source, self.retrieval_config)
         return _RetrievedSource(source, index, checker, self.llm, why, self._sort_reserve)
 
@@ -783,21 +829,29 @@ class Dove(Method):
             info["note"] = "fewer than two verified events: no pair can be out of order (ShuffleD = 0)"
             return _OrderResult(shuffle_degree=0.0)
         texts = [c.text for c in events]
-        sorting_text = await context.sorting_text(events)
-        if sorting_text is None:
-            return _OrderResult(error="the source excerpts about the verified events do not fit the model's "
-                                      "context window, so their order cannot be judged")
-        by_source = await sorter(texts, sorting_text)
+        if self.sorter == "position":
+            by_source = await PositionSorter(await context.index())(texts)
+        else:
+            sorting_text = await context.sorting_text(events)
+            if sorting_text is None:
+                return _OrderResult(error="the source excerpts about the verified events do not fit the model's "
+                                          "context window, so their order cannot be judged")
+            by_source = await sorter(texts, sorting_text)
+        info.update(by_source.details)
         calls = list(by_source.calls)
         if by_source.order is None:
             return _OrderResult(error=by_source.error, calls=calls)
         if self.target_order == "sorter":
-            by_target = await sorter(texts, target)
-            calls += by_target.calls
-            if by_target.order is None:
-                return _OrderResult(error=by_target.error, calls=calls)
-            target_sequence = by_target.order.order
-            info["target_sorter"] = _repairs(by_target.order, events)
+            if self.sorter == "position":
+                target_events: EventOrder = target_position_order(events)
+            else:
+                by_target = await sorter(texts, target)
+                calls += by_target.calls
+                if by_target.order is None:
+                    return _OrderResult(error=by_target.error, calls=calls)
+                target_events = by_target.order
+            target_sequence = target_events.order
+            info["target_sorter"] = _repairs(target_events, events)
         else:
             target_sequence = list(range(len(events)))  # decomposer listing order
         info["source_sorter"] = _repairs(by_source.order, events)
@@ -858,10 +912,20 @@ class _SourceContext:
         """The text the source-side sorter reads; None when no usable text fits the model."""
         raise NotImplementedError
 
+    async def index(self) -> SourceIndex:
+        """The source's retrieval index (for the position sorter)."""
+        raise NotImplementedError
+
 
 class _FullSource(_SourceContext):
-    def __init__(self, source: str, checker: DoveFactChecker):
-        self.source, self.checker = source, checker
+    def __init__(self, source: str, checker: DoveFactChecker, retrieval_config: RetrievalConfig):
+        self.source, self.checker, self.retrieval_config = source, checker, retrieval_config
+        self._index: SourceIndex | None = None
+
+    async def index(self) -> SourceIndex:
+        if self._index is None:
+            self._index = await SourceIndex.abuild(self.source, self.retrieval_config)
+        return self._index
 
     def describe(self) -> dict[str, Any]:
         return {"mode": "full source"}
@@ -880,12 +944,13 @@ class _RetrievedSource(_SourceContext):
 
     def __init__(self, source: str, index: SourceIndex, checker: DoveFactChecker, llm: LLM, why: str,
                  sort_reserve: Callable[[list[Claim]], int]):
-        self.source, self.index, self.checker, self.llm, self.why = source, index, checker, llm, why
+        self.source, self._source_index, self.checker, self.llm = source, index, checker, llm
+        self.why = why
         self.sort_reserve = sort_reserve
         self.sorter_excerpts: dict[str, Any] = {}
 
     def describe(self) -> dict[str, Any]:
-        return {"mode": "retrieval", "why": self.why, **self.index.describe(), **self.sorter_excerpts}
+        return {"mode": "retrieval", "why": self.why, **self._source_index.describe(), **self.sorter_excerpts}
 
     async def check(self, claims: list[Claim]) -> list[Verdict]:
         by_text = {c.text: c for c in claims}
@@ -896,16 +961,19 @@ class _RetrievedSource(_SourceContext):
             judged[text].append(verdict)
             return None if verdict.label == "unscored" else float(verdict.label == "supported")
 
-        result = await score_with_retrieval(list(by_text), self.index, verify)
+        result = await score_with_retrieval(list(by_text), self._source_index, verify)
         snippets = {r.claim: r.snippets for r in result.claims}
         return [_best_verdict(c, judged[c.text], snippets.get(c.text, [])) for c in claims]
+
+    async def index(self) -> SourceIndex:
+        return self._source_index
 
     async def sorting_text(self, events: list[Claim]) -> str | None:
         """The snippets retrieved for the events, merged and in source order (so the sorter sees the source's
         chronology of exactly these events); narrower retrieval if that does not fit; None if nothing fits."""
         texts = [c.text for c in events]
-        for top_k, window in ((self.index.config.top_k, self.index.config.window), (1, 0)):
-            indices = sorted({i for snips in self.index.retrieve_many(texts, top_k, window)
+        for top_k, window in ((self._source_index.config.top_k, self._source_index.config.window), (1, 0)):
+            indices = sorted({i for snips in self._source_index.retrieve_many(texts, top_k, window)
                               for snip in snips for i in snip.sentence_indices})
             runs: list[list[int]] = []
             for i in indices:
@@ -913,7 +981,7 @@ class _RetrievedSource(_SourceContext):
                     runs[-1].append(i)
                 else:
                     runs.append([i])
-            excerpt = "\n[...]\n".join(self.index.snippet(run[0], run[-1]).text for run in runs)
+            excerpt = "\n[...]\n".join(self._source_index.snippet(run[0], run[-1]).text for run in runs)
             if fits_in_context(self.llm, excerpt, reserve_tokens=self.sort_reserve(events)):
                 self.sorter_excerpts = {"sorter_excerpts": len(runs), "sorter_top_k": top_k, "sorter_window": window}
                 return excerpt
