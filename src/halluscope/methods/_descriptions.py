@@ -99,7 +99,8 @@ _QUOTED = re.compile(
 )
 _CLAIMED = re.compile(
     r"\b(?:summary|text|answer|output)\s+(?:states|says|claims|mentions|reports|asserts|suggests|calls \w+|"
-    r"refers to|describes \w+ as)\s+(?:that\s+)?(.{12,200}?)(?:,\s*(?:but|while|whereas|however|which|although|yet)\b|\s+but\b|;|\.\s|\.?$)",
+    r"refers to|describes \w+ as)\s+(?:that\s+)?(.{12,200}?)"
+    r"(?:,\s*(?:but|while|whereas|however|which|although|yet)\b|\s+but\b|;|\.\s|\.?$)",
     re.I,
 )
 QUOTE_MIN_FUZZY = 90.0  # a quoted phrase must match the target closely to be pinned to it

@@ -149,7 +149,6 @@ class DceReply:
 _REASON_KEYS = ("reason", "reasons", "explanation", "analysis", "assessment", "justification")
 _ID_KEYS = ("id", "sentence_id", "sentence_number", "number", "index", "sentence_index")
 _LIST_KEYS = ("sentences", "reasons", "reason", "evaluations", "results", "assessments", "items")
-_DIGITS = re.compile(r"\d+")
 
 
 _NUMBER_LIKE = re.compile(r"^\W*(?:s|sentence|id|no\.?)?\s*#?\s*(\d{1,4})\W*$", re.I)
@@ -303,7 +302,8 @@ _POSITIVE_START = re.compile(
     re.I,
 )
 _NEGATIVE_WORDS = re.compile(
-    r"\b(?:not consistent|inconsistent|not supported|unsupported|(?:does not|doesn't|do not|don't) (?:support|mention|state)|no mention|"
+    r"\b(?:not consistent|inconsistent|not supported|unsupported|"
+    r"(?:does not|doesn't|do not|don't) (?:support|mention|state)|no mention|"
     r"not (?:mentioned|stated|found)|contradict\w*|incorrect|inaccurate|not accurate)\b",
     re.I,
 )
@@ -415,7 +415,8 @@ class DivideConquerEvaluator:
             parsed = await generate_parsed(
                 self.llm, messages, lambda text: parse_dce_sentences(text, sentences),
                 params=self.llm.params(json_mode=True),
-                format_hint='one JSON object {"sentences": [{"id": 1, "reason": "Consistent: ..."}], "is_consistent": true}',
+                format_hint=('one JSON object {"sentences": [{"id": 1, "reason": "Consistent: ..."}], '
+                             '"is_consistent": true}'),
             )
         return StageResult(parsed.value, parsed.error, parsed.calls)
 
@@ -647,7 +648,8 @@ class DCR(Method):
             {"reason": r.text, "mark": m, "sentence": None if r.sentence_index is None else r.sentence_index + 1}
             for pos, (r, m) in enumerate(marked) if pos not in kept
         ]
-        unmarked = {r.sentence_index: e for r, m, e in zip(reasons, marks, errors) if m is None and r.sentence_index is not None}
+        unmarked = {r.sentence_index: e for r, m, e in zip(reasons, marks, errors)
+                    if m is None and r.sentence_index is not None}
         verdicts: list[Verdict] = []
         for s in sentences:
             claim = _claim(s, kind)

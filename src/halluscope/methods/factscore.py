@@ -145,8 +145,8 @@ def parse_facts(text: str, sentences: list[Sentence]) -> list[AtomicFact]:
             fact = item
         elif isinstance(item, dict):
             fact = next((item[k] for k in ("fact", "text", "claim", "statement") if isinstance(item.get(k), str)), None)
-            index = next((parse_sentence_number(item[k], n) for k in ("sentence", "sentence_id", "id", "sentence_number")
-                          if k in item), None)
+            index = next((parse_sentence_number(item[k], n)
+                          for k in ("sentence", "sentence_id", "id", "sentence_number") if k in item), None)
             if index is None:  # some models quote the sentence instead of giving its number
                 index = match_sentence(item.get("sentence"), sentences)
         if not fact or not fact.strip():

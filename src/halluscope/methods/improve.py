@@ -194,8 +194,9 @@ async def _rewrite(dcr: DCR, source: str, evaluation: DcrEvaluation, calls: list
                                 reason=verdicts[0].reason)
         return _Rewrite(text=parsed.value, changes=[change])
     sentences = evaluation.sentences
-    listing = "\n".join(f"[{i + 1}] {' '.join(sentences[i].text.split())}\n    reason: {' '.join(verdicts[i].reason.split())}"
-                        for i in flagged)
+    listing = "\n".join(
+        f"[{i + 1}] {' '.join(sentences[i].text.split())}\n    reason: {' '.join(verdicts[i].reason.split())}"
+        for i in flagged)
     prompt = apply_overrides(RAI_SENTENCE_PROMPT, dcr.config.prompts_dir)
     parsed = await generate_parsed(
         dcr.llm, prompt.render(source=source, target=evaluation.target, flagged=listing),

@@ -182,8 +182,8 @@ class BinaryFilter:
         self.prompt = prompt
 
     async def __call__(self, source: str, target: str):
-        return await generate_parsed(self.llm, self.prompt.render(source=source, target=target),
-                                     parse_binary_verdict, format_hint='a last line "Final answer: yes" or "Final answer: no"')
+        return await generate_parsed(self.llm, self.prompt.render(source=source, target=target), parse_binary_verdict,
+                                     format_hint='a last line "Final answer: yes" or "Final answer: no"')
 
 
 def description_score(n: int) -> float:
@@ -262,7 +262,8 @@ class Localize(Method):
 
     async def _filter_step(self, source: str, target: str) -> tuple[bool, dict[str, Any], list[LLMCall], str | None]:
         if self.filter == "self":
-            parsed = await BinaryFilter(self.llm, apply_overrides(BINARY_PROMPT, self.config.prompts_dir))(source, target)
+            binary = BinaryFilter(self.llm, apply_overrides(BINARY_PROMPT, self.config.prompts_dir))
+            parsed = await binary(source, target)
             info = {"kind": "self", "consistent": parsed.value}
             return bool(parsed.value), info, list(parsed.calls), parsed.error
         from halluscope.methods import get_method
