@@ -194,6 +194,21 @@ def test_cli_bench_on_a_generic_jsonl(tmp_path):
     assert missing.exit_code == 2 and "data folder not found" in missing.output
 
 
+def test_bench_with_a_no_llm_method_needs_no_model(tmp_path, monkeypatch):
+    """`bench --method rouge` runs where no model can be built (no embedded extra): the judge is optional."""
+    from halluscope.cli.main import app
+
+    monkeypatch.setenv("HALLUSCOPE_EMBEDDED_MODEL", str(tmp_path / "missing.gguf"))
+    data = tmp_path / "toy.jsonl"
+    write_examples(data, [e.model_copy(update={"descriptions": [] if e.label else ["wrong"]})
+                          for e in _examples(6)])
+    result = CliRunner().invoke(app, ["bench", "--dataset", str(data), "--method", "rouge", "--out",
+                                      str(tmp_path / "out"), "--no-progress", "--bootstrap", "20"])
+    assert result.exit_code == 0, result.output
+    assert "no judge model available" in result.output and "AUC-ROC" in result.output
+    assert "FINAL matching" in (tmp_path / "out" / "results.md").read_text()
+
+
 def test_suite_modules_list_imports_builtins():
     loaded = suites_mod.load_suite_modules()
     assert {"binary", "correlation", "montage_auc", "span", "final_matching"} <= set(loaded)

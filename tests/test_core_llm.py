@@ -126,10 +126,15 @@ async def test_usage_and_audit_trail_are_recorded() -> None:
 
 async def test_calls_outside_track_calls_are_not_logged_elsewhere() -> None:
     llm = LLM(FakeModel(default="x"), cache=None)
-    await llm.generate(MSGS)
-    with track_calls() as log:
-        pass
-    assert log.calls == []
+    with track_calls() as outer:
+        await llm.generate(MSGS)
+        with track_calls() as inner:
+            await llm.generate([{"role": "user", "content": "inner"}])
+        await llm.generate(MSGS)
+    await llm.generate(MSGS)  # after both blocks: logged nowhere
+    assert [c.messages[0]["content"] for c in inner.calls] == ["inner"]
+    assert len(outer.calls) == 2 and all(c.messages == MSGS for c in outer.calls)
+    assert llm.usage.calls == 4
 
 
 async def test_fake_model_scripting_order_and_unscripted_request() -> None:

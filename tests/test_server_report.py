@@ -30,7 +30,8 @@ def test_html_marks_spans_escapes_text_and_links_evidence():
     page = render_html(_report(), SOURCE, TARGET)
     assert "&lt;budget&gt;" in page and "<budget>" not in page  # target text is escaped
     # overlapping spans: "Friday" is covered by both spans of finding 0 -> one mark for the piece
-    assert '<mark class="contra" data-f="0 0"' in page or '<mark class="contra" data-f="0"' in page
+    assert '<mark class="contra" data-f="0 0" title="The source says &quot;Monday&quot;, not Friday.">Friday</mark>' in page
+    assert '<mark class="contra" data-f="0" title="The source says &quot;Monday&quot;, not Friday.">The council met on </mark>' in page
     assert 'class="ev" data-f="0"' in page and ">Monday</mark>" in page  # evidence in the source
     assert "not located in the text" in page  # finding without spans kept as a description
     assert "Events in target order" in page and "S_E" in page and "0.250" in page
@@ -80,3 +81,43 @@ def test_server_rejects_bad_requests(client):
     assert unknown.status_code == 400 and "unknown method" in unknown.json()["detail"]
     empty = client.post("/check", json={"source": "  ", "target": TARGET, "method": "rouge"}, headers=AUTH)
     assert empty.status_code == 422
+
+
+def _script_data(page: str, element_id: str) -> str:
+    """The text content of ``<script id=element_id>`` as an HTML parser (a browser) reads it."""
+    from html.parser import HTMLParser
+
+    class Reader(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__(convert_charrefs=True)
+            self.inside = False
+            self.data: list[str] = []
+
+        def handle_starttag(self, tag, attrs) -> None:
+            self.inside = tag == "script" and dict(attrs).get("id") == element_id
+
+        def handle_endtag(self, tag) -> None:
+            self.inside = False
+
+        def handle_data(self, data) -> None:
+            if self.inside:
+                self.data.append(data)
+
+    reader = Reader()
+    reader.feed(page)
+    return "".join(reader.data)
+
+
+def test_html_embeds_report_data_as_valid_json():
+    import json
+
+    hostile = 'Says </script><script>alert(1)</script> and <!-- <script> & "quotes" &amp; \u2028 é'
+    report = _report().model_copy(update={
+        "findings": [Finding(description=hostile, kind="unsupported")],
+        "unscored_reason": None,
+    })
+    page = render_html(report, SOURCE, TARGET)
+    data = _script_data(page, "report-data")
+    assert "</" not in data and "<!--" not in data  # nothing in it can end the script element
+    assert json.loads(data) == json.loads(report.model_dump_json())  # exactly the report, not HTML-escaped
+    assert "alert(1)</script>" not in page.split('id="report-data">', 1)[1].split("</script>", 1)[0]

@@ -1,37 +1,70 @@
 """Prompts are typed templates that users can override by string or by file.
 
-Placeholders use ``$name`` (``string.Template``) so JSON examples need no escaping. Every template has a
-``name`` and a ``version``; the version is recorded in benchmark results so a prompt change is visible.
+Placeholders use ``$name`` (``string.Template``) so JSON examples need no escaping. Every value substituted
+for a placeholder is untrusted text and is *fenced* (see :mod:`halluscope.text.fence`) unless the template
+lists the placeholder in ``literal`` (numbers, headings the code itself writes). A template that declares
+its ``reply`` schema gets that schema's format instructions at ``$format`` (or at the end of the user
+message), so one declaration drives the instructions, the backend's JSON-schema mode and the parser.
+
+Every template has a ``name`` and a ``version``; :attr:`PromptTemplate.fingerprint` hashes the text actually
+used (overrides included), and :meth:`PromptTemplate.ref` (``name@version#fingerprint``) is what reports
+and benchmark runs record, so a changed prompt is never mistaken for the old one.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 from string import Template
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from halluscope.llm.base import Message
+from halluscope.llm.replies import Reply
+from halluscope.text.fence import data_notice, fence, fence_key
 
 
 class PromptTemplate(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
     name: str
     version: str = "1"
     system: str | None = None
     user: str
     examples: tuple[tuple[str, str], ...] = ()  # (user, assistant) few-shot turns, already rendered
+    literal: tuple[str, ...] = ()
+    """Placeholders whose values are written by halluscope itself (counts, headings): not fenced."""
+    reply: type[Reply] | None = None
+    """The reply schema: its format instructions are inserted at ``$format`` (or appended)."""
 
     def render(self, **values: object) -> list[Message]:
         """Messages for this prompt; a missing placeholder raises KeyError naming it."""
+        names = self.placeholders()
+        missing = sorted(n for n in names if n not in values and n != "format")
+        if missing:
+            raise KeyError(f"prompt {self.name!r} needs a value for: {', '.join(missing)}")
+        data = {n: str(values[n]) for n in names if n not in self.literal and n != "format"}
+        key = fence_key(data) if data else ""
+        subs: dict[str, object] = {n: values[n] for n in names if n in values}
+        subs.update({n: fence(n, v, key) for n, v in data.items()})
+        fmt = self.reply.format_instructions() if self.reply is not None else ""
+        subs["format"] = fmt
+        user = Template(self.user).substitute(subs)
+        if fmt and "$format" not in self.user and "${format}" not in self.user:
+            user = f"{user}\n\n{fmt}"
+        system = Template(self.system).substitute(subs) if self.system else None
+        if data:
+            notice = data_notice(key)
+            system = f"{system}\n\n{notice}" if system else notice
         messages: list[Message] = []
-        if self.system:
-            messages.append({"role": "system", "content": Template(self.system).substitute(values)})
-        for user, assistant in self.examples:
-            messages.append({"role": "user", "content": user})
+        if system:
+            messages.append({"role": "system", "content": system})
+        for example_user, assistant in self.examples:
+            messages.append({"role": "user", "content": example_user})
             messages.append({"role": "assistant", "content": assistant})
-        messages.append({"role": "user", "content": Template(self.user).substitute(values)})
+        messages.append({"role": "user", "content": user})
         return messages
 
     def override(self, user: str | Path | None = None, *, system: str | Path | None = None) -> "PromptTemplate":
@@ -51,6 +84,18 @@ class PromptTemplate(BaseModel):
                 if name:
                     names.add(name)
         return names
+
+    @property
+    def fingerprint(self) -> str:
+        """A hash of everything that shapes the messages sent: wording, examples, literals, reply schema."""
+        payload: dict[str, Any] = {
+            "system": self.system, "user": self.user, "examples": self.examples, "literal": self.literal,
+            "reply": self.reply.model_json_schema() if self.reply is not None else None,
+        }
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode("utf-8")).hexdigest()[:8]
+
+    def ref(self) -> str:
+        return f"{self.name}@{self.version}#{self.fingerprint}"
 
 
 def _read(value: str | Path) -> str:

@@ -5,7 +5,8 @@ All records are pydantic models, so ``Report.model_validate_json(r.model_dump_js
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -177,3 +178,35 @@ class Example(_Record):
     difficulty: str | None = None  # e.g. truth / easy / medium / hard / extreme, or a perturbation name
     split: str | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
+
+
+T = TypeVar("T")
+
+
+@dataclass
+class StepResult(Generic[T]):
+    """What every pipeline step returns: a value, or the reason there is none (the step is *unscored*),
+    plus every LLM exchange the step made. One generic shape for decomposers, verifiers, sorters, parsers."""
+
+    value: T | None
+    error: str | None = None
+    calls: list[LLMCall] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def raw(self) -> str:
+        """The last raw reply (empty when no call was made)."""
+        return self.calls[-1].reply if self.calls else ""
+
+    @classmethod
+    def success(cls, value: T, calls: list[LLMCall] | None = None) -> "StepResult[T]":
+        return cls(value, None, list(calls or []))
+
+    @classmethod
+    def failure(cls, reason: str, calls: list[LLMCall] | None = None) -> "StepResult[T]":
+        if not reason:
+            raise ValueError("a failed step needs a reason")
+        return cls(None, reason, list(calls or []))

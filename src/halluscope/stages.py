@@ -1,38 +1,227 @@
-"""A stage is one small async callable with a name (decomposer, retriever, verifier, sorter, ...).
+"""Typed stage protocols and the stage registry.
 
-Methods are short compositions of stages. Stages are registered by name so the CLI and users can list
-them and swap one for another with the same signature.
+A stage is one small async callable with a name. A claim method is a composition of stages:
+
+    target --Decomposer--> claims --ContextSelector--> per-claim contexts (whole source, or K snippets)
+           --Verifier--> verdicts (optionally via an EvidenceFinder) --Aggregator--> score + subscores
+           --Localizer--> findings
+
+Every protocol is declared here once; stage implementations live next to the method they come from and
+register a *factory* under a name, so a method's stage can be swapped by option (``-o verifier=probe``) and
+``halluscope stages`` lists them all. A factory takes the method instance that will use the stage (for its
+LLM client, config, resolved prompts and options) and returns the stage.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Protocol, TypeVar, runtime_checkable
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
+
+from halluscope.records import Claim, Evidence, Finding, Span, StepResult, Verdict
+
+if TYPE_CHECKING:  # pragma: no cover
+    from halluscope.methods.base import Method
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a verifier reads for a claim: the whole source, or one retrieved snippet of it."""
+
+    text: str
+    kind: Literal["source", "snippet"] = "source"
+    span: Span | None = None  # where ``text`` lies in the source
+    rank: int = 0  # 0 = best retrieved snippet
+    score: float | None = None  # retrieval score of a snippet
+    sentences: tuple[int, ...] = ()  # source sentence indices of a snippet
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "rank": self.rank}
+        if self.span is not None:
+            out["span"] = self.span.model_dump()
+        if self.score is not None:
+            out["score"] = round(float(self.score), 6)
+        if self.sentences:
+            out["sentences"] = list(self.sentences)
+        return out
+
+
+@dataclass
+class Selection:
+    """The output of a context selector: which path ran and why, and each claim's contexts (best first)."""
+
+    mode: Literal["full", "retrieval"]
+    why: str
+    contexts: dict[str, list[Context]]  # claim id -> contexts
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"mode": self.mode, "why": self.why, **self.details}
+        if self.mode == "retrieval":
+            out["snippets"] = {cid: [c.describe() for c in ctxs] for cid, ctxs in self.contexts.items()}
+        return out
+
+
+@dataclass
+class Aggregate:
+    """An aggregator's output: the score in [0, 1] (None = unscored, with the reason) and sub-scores."""
+
+    score: float | None
+    subscores: dict[str, float | None] = field(default_factory=dict)
+    unscored_reason: str | None = None
 
 
 @runtime_checkable
-class Stage(Protocol):
+class Decomposer(Protocol):
+    """target -> claims, each with the target span(s) it came from."""
+
     name: str
 
-    async def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+    async def __call__(self, target: str) -> StepResult[list[Claim]]: ...
 
 
-_STAGES: dict[str, Any] = {}
-S = TypeVar("S")
+@runtime_checkable
+class ContextSelector(Protocol):
+    """(source, claims) -> the whole source for every claim, or retrieved snippets per claim."""
+
+    name: str
+
+    async def __call__(self, source: str, claims: Sequence[Claim]) -> Selection: ...
 
 
-def register_stage(name: str) -> Callable[[S], S]:
-    """Class decorator: sets ``name`` and registers the stage class under it."""
+@runtime_checkable
+class EvidenceFinder(Protocol):
+    """(claim, context, source) -> source evidence with exact source spans."""
 
-    def deco(cls: S) -> S:
-        if name in _STAGES and _STAGES[name] is not cls:
-            raise ValueError(f"stage {name!r} is already registered by {_STAGES[name]!r}")
-        cls.name = name  # type: ignore[attr-defined]
-        _STAGES[name] = cls
-        return cls
+    name: str
+
+    async def __call__(self, claim: Claim, context: Context, source: str) -> StepResult[list[Evidence]]: ...
+
+
+@runtime_checkable
+class Verifier(Protocol):
+    """(claims, one context they share, source) -> one Verdict per claim, in order; a claim that could not be
+    judged gets an ``unscored`` verdict with the reason (never a guessed label)."""
+
+    name: str
+
+    async def __call__(self, claims: Sequence[Claim], context: Context, source: str) -> list[Verdict]: ...
+
+    def reserve_tokens(self, claims: Sequence[Claim]) -> int:
+        """Tokens one call needs besides the context text (prompt wording, claims, reply budget)."""
+        ...
+
+
+@runtime_checkable
+class Aggregator(Protocol):
+    """verdicts -> score + sub-scores."""
+
+    name: str
+
+    async def __call__(self, verdicts: Sequence[Verdict]) -> Aggregate: ...
+
+
+@runtime_checkable
+class Localizer(Protocol):
+    """(target, verdicts) -> located findings (description, target spans, evidence)."""
+
+    name: str
+
+    async def __call__(self, target: str, verdicts: Sequence[Verdict]) -> list[Finding]: ...
+
+
+PROTOCOLS: dict[str, type] = {
+    "decomposer": Decomposer, "context_selector": ContextSelector, "evidence_finder": EvidenceFinder,
+    "verifier": Verifier, "aggregator": Aggregator, "localizer": Localizer,
+}
+ProtocolName = Literal["decomposer", "context_selector", "evidence_finder", "verifier", "aggregator",
+                       "localizer", "generator"]
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    name: str
+    protocol: str
+    factory: Callable[..., Any]
+    description: str
+
+    @property
+    def module(self) -> str:
+        return getattr(self.factory, "__module__", "?")
+
+
+_STAGES: dict[tuple[str, str], StageSpec] = {}
+# Modules whose import registers the built-in stages (imported on first lookup, so `import halluscope` stays light).
+_BUILTIN_MODULES = (
+    "halluscope.methods.pipeline", "halluscope.methods.dove", "halluscope.methods.dcr",
+    "halluscope.methods.factscore", "halluscope.methods.probe", "halluscope.methods.localize",
+    "halluscope.retrieval",
+)
+_loaded = False
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class UnknownStageError(ValueError):
+    """No stage of that protocol is registered under that name (the message lists the ones that are)."""
+
+
+def register_stage(name: str, protocol: ProtocolName = "generator", description: str = "") -> Callable[[F], F]:
+    """Decorator for a stage factory (a class or a function taking the method instance). Sets ``name`` on a
+    class and registers it under ``(protocol, name)``."""
+
+    def deco(factory: F) -> F:
+        key = (protocol, name)
+        existing = _STAGES.get(key)
+        if existing is not None and existing.factory is not factory and (
+                existing.factory.__qualname__ != factory.__qualname__ or existing.module != factory.__module__):
+            raise ValueError(f"{protocol} stage {name!r} is already registered by {existing.module}")
+        if isinstance(factory, type):
+            factory.name = name  # type: ignore[attr-defined]
+        doc = description or (factory.__doc__ or "").strip().split("\n")[0]
+        _STAGES[key] = StageSpec(name, protocol, factory, doc)
+        return factory
 
     return deco
 
 
-def stages() -> dict[str, Any]:
-    return dict(sorted(_STAGES.items()))
+def _load_builtins() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for module in _BUILTIN_MODULES:
+        try:
+            importlib.import_module(module)
+        except ImportError:  # a module whose optional dependency is missing registers nothing
+            continue
+
+
+def stages(protocol: str | None = None) -> list[StageSpec]:
+    """Every registered stage (of one protocol), sorted by protocol and name."""
+    _load_builtins()
+    return sorted((s for s in _STAGES.values() if protocol is None or s.protocol == protocol),
+                  key=lambda s: (s.protocol, s.name))
+
+
+def stage_spec(protocol: str, name: str) -> StageSpec:
+    _load_builtins()
+    spec = _STAGES.get((protocol, name))
+    if spec is None:
+        valid = ", ".join(s.name for s in stages(protocol)) or "none"
+        raise UnknownStageError(f"no {protocol} stage named {name!r}; registered: {valid}")
+    return spec
+
+
+def build_stage(protocol: str, name: str, method: "Method", **kwargs: Any) -> Any:
+    """Instantiate the named stage for ``method`` and check that it has the protocol's shape."""
+    stage = stage_spec(protocol, name).factory(method, **kwargs)
+    expected = PROTOCOLS.get(protocol)
+    if expected is not None and not isinstance(stage, expected):
+        raise TypeError(f"{protocol} stage {name!r} does not implement {expected.__name__}")
+    return stage
+
+
+def describe_stages() -> list[dict[str, str]]:
+    return [{"protocol": s.protocol, "name": s.name, "module": s.module, "description": s.description}
+            for s in stages()]

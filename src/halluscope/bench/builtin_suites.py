@@ -333,6 +333,10 @@ async def final_matching_suite(examples: list[Example], reports: list[Report], c
     from halluscope.bench.judge import MATCH_PROMPT, match_descriptions, match_key
     from halluscope.prompts import apply_overrides
 
+    if ctx.judge is None:
+        return SuiteResult(tables=[("FINAL matching", "Not computed: no judge model is available. Pass "
+                                                      "--judge-model (and --judge-base-url) to match descriptions.")])
+
     prompt = apply_overrides(MATCH_PROMPT, ctx.prompts_dir)
     with_gold = [(e, r) for e, r in zip(examples, reports) if e.descriptions is not None]
     exs, reps, n_unscored = scored_pairs([e for e, _ in with_gold], [r for _, r in with_gold])

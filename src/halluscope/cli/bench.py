@@ -38,7 +38,7 @@ def bench_command(
 
     from halluscope.bench.datasets import DatasetError, load_dataset
     from halluscope.bench.runner import BenchError, run_bench
-    from halluscope.llm import get_llm
+    from halluscope.llm import LLMError, get_llm
     from halluscope.methods import get_method
 
     if sample is not None and sample < 1:
@@ -56,9 +56,11 @@ def bench_command(
     try:
         if any(judge_flags):
             judge = get_llm(config.with_overrides(model=judge_model, base_url=judge_base_url, api_key=judge_api_key))
+        elif m.uses_llm:
+            judge = m.llm
         else:
-            judge = m.llm if m.uses_llm else get_llm(config)
-    except ValueError as exc:
+            judge = _optional_judge(config)
+    except (ValueError, LLMError) as exc:
         raise fail(f"judge model: {exc}")
     try:
         results = asyncio.run(run_bench(m, data, out, judge=judge, sample=sample, seed=seed, limit=limit,
@@ -69,6 +71,18 @@ def bench_command(
     _print_summary(results, out)
     if results["suite_errors"]:
         raise fail(f"metric suite(s) failed: {results['suite_errors']}", code=1)
+
+
+def _optional_judge(config):
+    """The configured model as a judge for suites that need one, when it can be built: a no-LLM method must
+    run on a machine without any model (suites that need a judge then say so)."""
+    from halluscope.llm import LLMError, get_llm
+
+    try:
+        return get_llm(config)
+    except (ValueError, LLMError) as exc:
+        typer.secho(f"note: no judge model available ({exc}); suites that need a judge are skipped", err=True)
+        return None
 
 
 def _print_summary(results: dict, out: Path | None) -> None:

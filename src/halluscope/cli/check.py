@@ -68,7 +68,7 @@ def check_command(
     try:
         m = get_method(method or halluscope.DEFAULT_METHOD, config=config, **parse_options(option))
     except (KeyError, TypeError, ValueError) as exc:
-        raise fail(str(exc).strip("'\""))
+        raise fail(str(exc.args[0] if isinstance(exc, KeyError) else exc))
     if m.uses_llm:
         try:  # a backend that cannot be built is a set-up error, not an unscored pair
             m.llm  # noqa: B018

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import typer
 
 from halluscope.cli.bench import bench_command
@@ -26,14 +28,45 @@ app.add_typer(generate_app, name="generate")
 
 
 @app.command("methods")
-def methods_command() -> None:
-    """List the registered methods."""
+def methods_command(name: Optional[str] = typer.Argument(None, help="Show this method's options.")) -> None:
+    """List the registered methods, or one method's typed options."""
     from halluscope.methods import list_methods, method_class
 
-    for name in list_methods():
+    if name is None:
+        for method in list_methods():
+            cls = method_class(method)
+            llm = "LLM" if cls.uses_llm else "no LLM"
+            typer.echo(f"{method:12s} [{llm}] {cls.description}")
+        return
+    try:
         cls = method_class(name)
-        llm = "LLM" if cls.uses_llm else "no LLM"
-        typer.echo(f"{name:12s} [{llm}] {cls.description}")
+    except KeyError as exc:
+        typer.secho(f"error: {exc.args[0]}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(2)
+    typer.echo(f"{name}: {cls.description}\n")
+    rows = cls.Options.describe()
+    if not rows:
+        typer.echo("(no options)")
+    for row in rows:
+        typer.echo(f"  {row['name']} : {row['type']} = {row['default']}")
+        if row["doc"]:
+            typer.echo(f"      {row['doc']}")
+    if rows:
+        typer.echo("\nSet with -o NAME=VALUE (CLI), or as keyword arguments in Python.")
+
+
+@app.command("stages")
+def stages_command(protocol: Optional[str] = typer.Argument(None, help="Only stages of this protocol.")) -> None:
+    """List the registered pipeline stages with their protocol."""
+    from halluscope.stages import PROTOCOLS, stages
+
+    found = stages(protocol)
+    if protocol is not None and not found:
+        typer.secho(f"error: no stages for protocol {protocol!r}; protocols: {', '.join(PROTOCOLS)}", err=True,
+                    fg=typer.colors.RED)
+        raise typer.Exit(2)
+    for spec in found:
+        typer.echo(f"{spec.protocol:17s} {spec.name:22s} {spec.description}  [{spec.module}]")
 
 
 app.command("check")(check_command)

@@ -21,6 +21,9 @@ class GenerateParams(BaseModel):
     seed: int | None = 0
     stop: tuple[str, ...] | None = None
     json_mode: bool = False  # ask the backend for a JSON object when it supports that
+    json_schema: str | None = None
+    """The reply's JSON schema (as JSON text), for backends that can constrain decoding to it; implies
+    ``json_mode``. Part of the cache key like every other parameter."""
 
 
 class Completion(BaseModel):

@@ -6,39 +6,35 @@ an ``unscored`` verdict) together with the audit trail of every call made.
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from halluscope.llm.base import GenerateParams, Message
 from halluscope.llm.client import LLM
-from halluscope.records import LLMCall
+from halluscope.llm.replies import Reply
+from halluscope.records import LLMCall, StepResult
 from halluscope.text.parsing import ParseError, extract_json
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
 
 REPAIR_REQUEST = (
-    "Your previous reply could not be used ({error}). Answer again with only {format_hint}, "
-    "and nothing before or after it."
+    "Your previous reply could not be used ({error}). Reply again, in exactly this format and with nothing "
+    "before or after it: {format_hint}"
 )
 
 
-@dataclass
-class Parsed(Generic[T]):
-    value: T | None
-    error: str | None = None
-    calls: list[LLMCall] = field(default_factory=list)
+Parsed = StepResult  # the generic step result; kept under this name for the parsers' callers
 
-    @property
-    def ok(self) -> bool:
-        return self.error is None
+PARSE_OFF_LOOP_CHARS = 4_000
+"""Replies longer than this are parsed in a worker thread, so a hostile reply cannot stall the event loop."""
 
-    @property
-    def raw(self) -> str:
-        return self.calls[-1].reply if self.calls else ""
+PARSE_TIMEOUT_S = 10.0
+"""A parse that takes longer than this counts as a failure (the reply is unusable)."""
 
 
 def _call_record(llm: LLM, messages: list[Message], completion) -> LLMCall:
@@ -59,7 +55,7 @@ async def generate_parsed(
     params: GenerateParams | None = None,
     format_hint: str = "the requested format",
     repair: bool = True,
-) -> Parsed[T]:
+) -> StepResult[T]:
     """Call the model and ``parse`` its reply; on ParseError/ValidationError ask once for a repair."""
     calls: list[LLMCall] = []
     convo = list(messages)
@@ -69,15 +65,23 @@ async def generate_parsed(
         completion = await llm.generate(convo, params)
         calls.append(_call_record(llm, convo, completion))
         try:
-            return Parsed(parse(completion.text), None, calls)
-        except (ParseError, ValidationError, ValueError, TypeError, KeyError) as exc:
+            return StepResult(await _run_parser(parse, completion.text), None, calls)
+        except (ParseError, ValidationError, ValueError, TypeError, KeyError, RecursionError) as exc:
             error = _short_error(exc)
+        except TimeoutError:
+            error = f"parsing the reply took longer than {PARSE_TIMEOUT_S:.0f} s"
         if attempt + 1 < attempts:
             convo = convo + [
                 {"role": "assistant", "content": completion.text},
                 {"role": "user", "content": REPAIR_REQUEST.format(error=error, format_hint=format_hint)},
             ]
-    return Parsed(None, f"unparseable reply after {attempts} attempt(s): {error}", calls)
+    return StepResult(None, f"unparseable reply after {attempts} attempt(s): {error}", calls)
+
+
+async def _run_parser(parse: Callable[[str], T], text: str) -> T:
+    if len(text) <= PARSE_OFF_LOOP_CHARS:
+        return parse(text)
+    return await asyncio.wait_for(asyncio.to_thread(parse, text), PARSE_TIMEOUT_S)
 
 
 def _short_error(exc: Exception) -> str:
@@ -113,7 +117,7 @@ async def generate_structured(
     *,
     params: GenerateParams | None = None,
     repair: bool = True,
-) -> Parsed[M]:
+) -> StepResult[M]:
     """Ask for JSON matching ``schema``; validate; repair once; else ``Parsed.error``."""
     fields = ", ".join(schema.model_fields)
     return await generate_parsed(
@@ -124,3 +128,25 @@ async def generate_structured(
         format_hint=f"one JSON object with the fields: {fields}",
         repair=repair,
     )
+
+
+R = TypeVar("R", bound=Reply)
+
+
+async def generate_reply(
+    llm: LLM,
+    messages: list[Message],
+    schema: type[R],
+    *,
+    params: GenerateParams | None = None,
+    repair: bool = True,
+    parse: Callable[[str], R] | None = None,
+) -> StepResult[R]:
+    """Ask for a reply matching ``schema`` (a :class:`Reply`): the schema goes to the backend for constrained
+    decoding where supported, the reply is parsed strictly, one repair is asked for, else the step fails
+    with the reason. ``parse`` replaces ``schema.parse`` when a stage needs extra checks (e.g. a count)."""
+    base = params or llm.default_params
+    params = base.model_copy(update={"json_mode": True,
+                                     "json_schema": json.dumps(schema.json_schema(), sort_keys=True)})
+    return await generate_parsed(llm, messages, parse or schema.parse, params=params,
+                                 format_hint=schema.format_instructions(), repair=repair)

@@ -7,8 +7,9 @@ import importlib
 from typing import Any
 
 from halluscope.methods.base import InputError, Method
+from halluscope.methods.options import MethodOptions, OptionsError
 
-__all__ = ["InputError", "Method", "get_method", "list_methods", "method_class", "register_method"]
+__all__ = ["InputError", "Method", "MethodOptions", "OptionsError", "get_method", "list_methods", "method_class", "register_method"]
 
 # name -> "module:Class". Lazy so `import halluscope` stays light.
 _BUILTIN: dict[str, str] = {
@@ -44,8 +45,16 @@ def method_class(name: str) -> type[Method]:
 
 
 def get_method(name: str, **kwargs: Any) -> Method:
-    """An instance of the named method; ``kwargs`` go to its constructor (``llm=``, ``config=``, options)."""
-    return method_class(name)(**kwargs)
+    """An instance of the named method; ``kwargs`` go to its constructor (``llm=``, ``config=``, options).
+    Bad options raise :class:`OptionsError` listing the valid ones."""
+    cls = method_class(name)
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:  # a method that still takes explicit keyword arguments
+        if "unexpected keyword argument" in str(exc):
+            valid = ", ".join(cls.Options.model_fields) or "none"
+            raise OptionsError(f"{exc}. Valid options: {valid}") from None
+        raise
 
 
 def list_methods() -> list[str]:

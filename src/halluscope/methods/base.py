@@ -10,7 +10,8 @@ from typing import Any, ClassVar
 
 from halluscope.config import Config
 from halluscope.llm import LLM, LLMError, get_llm, track_calls
-from halluscope.prompts import PromptTemplate
+from halluscope.methods.options import MethodOptions, OptionsError
+from halluscope.prompts import PromptTemplate, apply_overrides
 from halluscope.records import Example, Report
 
 
@@ -27,18 +28,31 @@ def validate_pair(source: object, target: object) -> None:
 
 
 class Method(ABC):
-    """Subclasses set ``name``/``description`` and implement :meth:`run`. Options are constructor keyword
-    arguments; :meth:`options` reports them for benchmark records."""
+    """Subclasses set ``name``/``description``, declare their options as ``Options`` (a
+    :class:`MethodOptions` model) and implement :meth:`run`. Options are constructor keyword arguments,
+    validated once into ``self.opts``; :meth:`options` reports them for benchmark records."""
 
     name: ClassVar[str]
     description: ClassVar[str] = ""
     uses_llm: ClassVar[bool] = True
     default_threshold: ClassVar[float] = 0.5
     prompts: ClassVar[tuple[PromptTemplate, ...]] = ()  # the templates this method renders
+    Options: ClassVar[type[MethodOptions]] = MethodOptions
 
-    def __init__(self, llm: LLM | None = None, config: Config | None = None):
+    def __init__(self, llm: LLM | None = None, config: Config | None = None, **options: Any):
         self.config = config or Config()
         self._llm = llm
+        self.opts = self.Options.parse(self.name, options)
+        self._resolved: dict[str, PromptTemplate] = {}
+        for template in self.prompts:
+            self.prompt(template)  # resolve overrides once, now: a missing/broken file fails here, not mid-run
+
+    def prompt(self, template: PromptTemplate) -> PromptTemplate:
+        """``template`` with the user's override applied (``Config.prompts_dir``), resolved once per instance."""
+        resolved = self._resolved.get(template.name)
+        if resolved is None:
+            resolved = self._resolved[template.name] = apply_overrides(template, self.config.prompts_dir)
+        return resolved
 
     @property
     def llm(self) -> LLM:
@@ -59,11 +73,16 @@ class Method(ABC):
 
     def options(self) -> dict[str, Any]:
         """Method-specific settings, recorded with benchmark results."""
-        return {}
+        return self.opts.model_dump(mode="json")
+
+    def used_prompts(self) -> list[PromptTemplate]:
+        """The templates this instance sends (overrides applied); subclasses add those of optional stages."""
+        return [self.prompt(t) for t in self.prompts]
 
     @property
     def prompt_version(self) -> str:
-        return ",".join(f"{p.name}@{p.version}" for p in self.prompts) or "none"
+        """``name@version#hash`` of every prompt actually sent: a changed override changes it."""
+        return ",".join(p.ref() for p in self.used_prompts()) or "none"
 
     @abstractmethod
     async def run(self, source: str, target: str) -> Report:
@@ -93,6 +112,7 @@ class Method(ABC):
             "usage": log.usage,
             "elapsed_s": time.perf_counter() - started,
             "model": self.model_name,
+            "calls": list(log.calls),  # every exchange, in order, also when the method failed midway
         }
         report = report.model_copy(update=update)
         return report.with_threshold(report.threshold if report.threshold is not None else self.default_threshold)

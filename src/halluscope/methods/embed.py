@@ -17,12 +17,22 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from pydantic import Field
 
 from halluscope.methods import register_method
 from halluscope.methods.base import Method
+from halluscope.methods.options import MethodOptions
 from halluscope.records import Claim, Evidence, Finding, Report, Verdict
 from halluscope.retrieval import DEFAULT_EMBEDDING_MODEL, IndexCache, RetrievalConfig, resolve_retriever
 from halluscope.text import split_sentences
+
+
+class EmbedOptions(MethodOptions):
+    embedding_model: str = DEFAULT_EMBEDDING_MODEL
+    """Sentence-transformers model name or local directory."""
+
+    flag_below: float | None = Field(default=None, ge=-1.0, le=1.0)
+    """If set, target sentences whose best cosine is below this are reported as findings."""
 
 
 @register_method
@@ -31,22 +41,14 @@ class Embed(Method):
     description = "Embedding similarity: per target sentence the max cosine to a source sentence, averaged (no LLM)."
     uses_llm = False
 
-    def __init__(self, llm=None, config=None, *, embedding_model: str = DEFAULT_EMBEDDING_MODEL,
-                 flag_below: float | None = None):
-        """
-        Args:
-            embedding_model: sentence-transformers model name or local directory.
-            flag_below: if set, target sentences whose best cosine is below this are reported as findings.
-        """
-        super().__init__(llm, config)
-        resolve_retriever("embedding")  # fail now, with the install hint, when the extra is missing
-        if flag_below is not None and not -1.0 <= flag_below <= 1.0:
-            raise ValueError("flag_below must be a cosine similarity in [-1, 1]")
-        self.embedding_model, self.flag_below = embedding_model, flag_below
-        self._indexes = IndexCache()
+    Options = EmbedOptions
 
-    def options(self) -> dict[str, Any]:
-        return {"embedding_model": self.embedding_model, "flag_below": self.flag_below}
+    def __init__(self, llm=None, config=None, **options: Any):
+        super().__init__(llm, config, **options)
+        resolve_retriever("embedding")  # fail now, with the install hint, when the extra is missing
+        self.embedding_model = self.opts.embedding_model  # type: ignore[attr-defined]
+        self.flag_below = self.opts.flag_below  # type: ignore[attr-defined]
+        self._indexes = IndexCache()
 
     async def run(self, source: str, target: str) -> Report:
         config = RetrievalConfig(retriever="embedding", top_k=1, window=0, embedding_model=self.embedding_model)

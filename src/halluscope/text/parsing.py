@@ -23,16 +23,6 @@ _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.S)
 _MAX_STARTS = 200  # strict decoding is tried at this many "{"/"[" positions at most
 
 
-def _candidates(text: str) -> list[str]:
-    text = _THINK.sub("", text)
-    out = [m.group(1) for m in _FENCE.finditer(text)]
-    starts = [i for i in (text.find("{"), text.find("[")) if i >= 0]
-    if starts:
-        out.append(text[min(starts):])
-    out.append(text)
-    return out
-
-
 def _top_level_starts(text: str) -> list[int]:
     """Positions of "{"/"[" that open a value at nesting depth 0 (quotes only count inside a value, so
     prose quotes do not hide it). An inner object of a truncated reply is never a candidate on its own."""
@@ -76,27 +66,113 @@ def _strict_values(text: str):
             yield value
 
 
-def extract_json(text: str, expect: type | tuple[type, ...] = (dict, list)) -> Any:
-    """The first JSON value of type ``expect`` in ``text``; tolerates fences, prose and broken syntax.
+MAX_REPLY_CHARS = 200_000
+"""Replies longer than this are refused before any parsing (no real verdict is that long)."""
 
-    A complete, valid JSON value anywhere in the reply wins over a repaired one, so prose like
-    "I think [maybe] {...}" yields the object rather than a repaired ``["maybe"]``."""
+MAX_REPAIR_CHARS = 8_000
+"""JSON candidates longer than this must be valid as they are: syntax repair is super-linear on hostile input."""
+
+_JSON_LITERALS = {"true", "false", "null", "True", "False", "None"}
+_BARE_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
+
+
+def _value_end(text: str, start: int) -> int | None:
+    """Index just past the bracketed value opening at ``start``; None when it never closes (a truncated
+    reply). Strings in double or single quotes are skipped."""
+    depth = 0
+    quote: str | None = None
+    escaped = False
+    for i in range(start, len(text)):
+        ch = text[i]
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote:
+                quote = None
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return None
+
+
+def _only_syntax_errors(candidate: str) -> bool:
+    """Whether every bare word outside quotes is a JSON literal or an object key: then a repair only fixes
+    syntax (quotes, commas, Python literals). Bare prose inside brackets ("[nothing]") is never turned into
+    a string value."""
+    out: list[str] = []
+    quote: str | None = None
+    escaped = False
+    for ch in candidate:
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote:
+                quote = None
+            out.append(" ")
+        elif ch in "\"'":
+            quote = ch
+            out.append(" ")
+        else:
+            out.append(ch)
+    skeleton = "".join(out)
+    for m in _BARE_WORD.finditer(skeleton):
+        word = m.group(0)
+        if word in _JSON_LITERALS:
+            continue
+        rest = skeleton[m.end():].lstrip()
+        if rest.startswith(":"):
+            continue  # an unquoted key
+        if word[0] in "eE" and m.start() > 0 and skeleton[m.start() - 1].isdigit():
+            continue  # exponent of a number
+        return False
+    return True
+
+
+def extract_json(text: str, expect: type | tuple[type, ...] = (dict, list), *,
+                 max_chars: int = MAX_REPLY_CHARS) -> Any:
+    """The first JSON value of type ``expect`` in ``text``; tolerates fences, prose around it and *syntax*
+    errors inside it, never more.
+
+    A complete, valid JSON value anywhere in the reply wins. Otherwise a bracketed candidate is repaired only
+    when it is complete (its brackets close: a reply cut off mid-value is refused, not completed), short
+    (``MAX_REPAIR_CHARS``), and holds no bare prose words (only quoted strings, numbers, literals, keys)."""
     if not isinstance(text, str) or not text.strip():
         raise ParseError("empty reply")
+    if len(text) > max_chars:
+        raise ParseError(f"reply of {len(text)} characters exceeds the {max_chars}-character limit")
     for value in _strict_values(text):
         if isinstance(value, expect):
             return value
-    for cand in _candidates(text):
-        if not cand.lstrip().startswith(("{", "[")):
-            continue
-        try:
-            value = json_repair.loads(cand)
-        except Exception:  # json_repair may raise anything on hostile input; treated as unparseable
-            continue
-        # An empty container after repair means the repair found nothing (a real "{}" parsed strictly).
-        if isinstance(value, expect) and value:
-            return value
-    raise ParseError(f"no JSON {_type_names(expect)} found in reply: {text[:120]!r}")
+    truncated = False
+    body = _THINK.sub("", text)
+    sources = [m.group(1) for m in _FENCE.finditer(body)] + [body]
+    for src in sources:
+        for pos in _top_level_starts(src):
+            end = _value_end(src, pos)
+            if end is None:
+                truncated = True
+                continue
+            cand = src[pos:end]
+            if len(cand) > MAX_REPAIR_CHARS or not _only_syntax_errors(cand):
+                continue
+            try:
+                value = json_repair.loads(cand)
+            except Exception:  # json_repair may raise anything on hostile input; treated as unparseable
+                continue
+            # An empty container after repair means the repair found nothing (a real "{}" parsed strictly).
+            if isinstance(value, expect) and value:
+                return value
+    why = "the JSON in the reply is cut off" if truncated else f"no JSON {_type_names(expect)} found in reply"
+    raise ParseError(f"{why}: {text[:120]!r}")
 
 
 def _type_names(expect: type | tuple[type, ...]) -> str:

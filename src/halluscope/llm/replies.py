@@ -1,0 +1,96 @@
+"""Reply schemas: one declaration per stage of what a model must answer.
+
+A :class:`Reply` subclass is a strict pydantic model (booleans are booleans, integers are integers, labels
+come from the allowed set). The same class gives
+
+* the prompt's format instructions (:meth:`Reply.format_instructions`, from the fields and their docs),
+* the JSON schema sent to backends that constrain decoding (:meth:`Reply.json_schema`), and
+* the parser (:meth:`Reply.parse`): JSON found in the reply, syntax-repaired at most (see
+  :func:`halluscope.text.parsing.extract_json`), then validated strictly. Prose, fragments, wrong keys,
+  wrong types and truncated JSON are errors, so a verdict is read only from a reply that states it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from halluscope.text.parsing import ParseError, extract_json
+
+R = TypeVar("R", bound="Reply")
+
+
+class Reply(BaseModel):
+    """Base of every reply schema. Subclasses declare fields with ``Field(description=...)``; set
+    ``example`` to show the model one filled-in reply (optional)."""
+
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+    example: ClassVar[dict[str, Any] | None] = None
+    bare_list_field: ClassVar[str | None] = None
+    """When set, a reply that is a bare JSON list is read as the value of this (list) field."""
+
+    @classmethod
+    def json_schema(cls) -> dict[str, Any]:
+        return cls.model_json_schema()
+
+    @classmethod
+    def format_instructions(cls) -> str:
+        schema = cls.model_json_schema()
+        defs = schema.get("$defs", {})
+        lines = ["Answer with one JSON object and nothing before or after it. Its fields:"]
+        for name, prop in schema.get("properties", {}).items():
+            desc = prop.get("description", "")
+            lines.append(f'- "{name}": {_describe_type(prop, defs)}' + (f" - {desc}" if desc else ""))
+        if cls.example is not None:
+            lines.append("For example: " + json.dumps(cls.example, ensure_ascii=False))
+        return "\n".join(lines)
+
+    @classmethod
+    def parse(cls: type[R], text: str) -> R:
+        """The reply as this schema, or :class:`ParseError` saying why not."""
+        expect: tuple[type, ...] = (dict, list) if cls.bare_list_field else (dict,)
+        data = extract_json(text, expect)
+        if isinstance(data, list):
+            data = {cls.bare_list_field: data}
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise ParseError(_validation_message(exc)) from exc
+
+
+def _describe_type(prop: dict[str, Any], defs: dict[str, Any]) -> str:
+    if "$ref" in prop:
+        ref = defs.get(prop["$ref"].split("/")[-1], {})
+        fields = ", ".join(f'"{k}": {_describe_type(v, defs)}' for k, v in ref.get("properties", {}).items())
+        return "{" + fields + "}"
+    if "enum" in prop:
+        return "one of " + ", ".join(json.dumps(v) for v in prop["enum"])
+    if "const" in prop:
+        return json.dumps(prop["const"])
+    if "anyOf" in prop:
+        return " or ".join(_describe_type(p, defs) for p in prop["anyOf"])
+    kind = prop.get("type")
+    if kind == "array":
+        return f"a list of {_describe_type(prop.get('items', {}), defs)}"
+    if kind == "integer":
+        lo, hi = prop.get("minimum"), prop.get("maximum")
+        return f"an integer from {lo} to {hi}" if lo is not None and hi is not None else "an integer"
+    if kind == "number":
+        return "a number"
+    if kind == "boolean":
+        return "true or false"
+    if kind == "string":
+        return "a string"
+    if kind == "null":
+        return "null"
+    return "a value"
+
+
+def _validation_message(exc: ValidationError) -> str:
+    errs = exc.errors()
+    first = errs[0] if errs else {}
+    loc = ".".join(str(p) for p in first.get("loc", ()))
+    return f"schema mismatch at {loc or 'root'}: {first.get('msg', str(exc))}"[:300]

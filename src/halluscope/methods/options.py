@@ -1,0 +1,89 @@
+"""Typed method options: each method declares a pydantic model of its options, validated once.
+
+``halluscope methods NAME`` prints the model's fields (type, default, one line of doc each); an unknown or
+mistyped option raises :class:`OptionsError` naming the valid ones (CLI exit 2, HTTP 400).
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class OptionsError(ValueError):
+    """Bad method options; the message lists what is valid."""
+
+
+class MethodOptions(BaseModel):
+    """Base of every method's options. Fields carry a docstring (``use_attribute_docstrings``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True,
+                              validate_default=True)
+
+    @classmethod
+    def parse(cls, method: str, values: dict[str, Any]) -> "MethodOptions":
+        unknown = sorted(set(values) - set(cls.model_fields))
+        if unknown:
+            raise OptionsError(f"unknown option(s) for {method}: {', '.join(unknown)}. "
+                               f"Valid options: {', '.join(cls.model_fields) or 'none'}")
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'options'}: {e['msg']}"
+                                 for e in exc.errors())
+            raise OptionsError(f"bad option(s) for {method}: {problems}. "
+                               f"Valid options: {', '.join(cls.model_fields) or 'none'}") from None
+
+    @classmethod
+    def describe(cls) -> list[dict[str, str]]:
+        """One row per option: name, type, default, doc."""
+        rows = []
+        for name, info in cls.model_fields.items():
+            default = info.get_default(call_default_factory=True)
+            rows.append({"name": name, "type": _type_name(info.annotation), "default": repr(default),
+                         "doc": " ".join((info.description or "").split())})
+        return rows
+
+
+def _type_name(annotation: Any) -> str:
+    origin = typing.get_origin(annotation)
+    if origin is Literal:
+        return "|".join(str(a) for a in typing.get_args(annotation))
+    if origin is not None:
+        args = ", ".join(_type_name(a) for a in typing.get_args(annotation))
+        name = getattr(origin, "__name__", str(origin)).replace("UnionType", "").replace("Union", "")
+        return f"{name}[{args}]" if name else args.replace(", ", " | ")
+    return getattr(annotation, "__name__", str(annotation))
+
+
+RetrievalMode = Literal["auto", "always", "never"]
+
+
+class RetrievalOptions(MethodOptions):
+    """The one retrieval protocol of every claim method (seed 003): per claim, the top-K source sentences,
+    each widened to a window of 2w+1 sentences; verify against each snippet, keep the best; average over
+    claims."""
+
+    retrieval: RetrievalMode = "auto"
+    """auto: retrieve only when the source does not fit the model's context; always; never (a source that does not fit is then unscored)."""
+
+    top_k: int = Field(default=3, ge=1)
+    """Source sentences retrieved per claim (K); each becomes one snippet."""
+
+    window: int = Field(default=1, ge=0)
+    """Sentences added on each side of a retrieved sentence (w): snippets of 2w+1 sentences."""
+
+    retriever: Literal["auto", "embedding", "bm25"] = "auto"
+    """embedding (MiniLM, needs the embeddings extra), bm25, or auto (embeddings when installed)."""
+
+    merge_windows: bool = False
+    """Merge snippets that share sentences (not the paper's protocol; fewer calls)."""
+
+
+class ClaimOptions(RetrievalOptions):
+    """Options every claim-pipeline method shares: the retrieval protocol and swappable stages."""
+
+    verifier: str | None = None
+    """A registered verifier stage to use instead of the method's own (see `halluscope stages`)."""

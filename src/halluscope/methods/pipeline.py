@@ -1,0 +1,323 @@
+"""The claim pipeline: the composition that ``dove``, ``dcr``, ``factscore`` and ``probe`` share.
+
+    target --decomposer--> claims --context selector--> whole source | K snippets per claim
+           --verifier--> verdicts --aggregator--> score --localizer--> findings
+
+:class:`ClaimPipeline` runs it. A method supplies its decomposer and its own verifier (registered as a
+stage, so another method's verifier can be swapped in with ``-o verifier=NAME``), and overrides
+:meth:`ClaimPipeline.aggregate` / :meth:`ClaimPipeline.localize` or :meth:`ClaimPipeline.run` only for what
+is its own (DoveScore's event order, DCR's AMC, FActScore's de-duplication).
+
+The one retrieval protocol (seed 003 §3.2, Eq. 1-2), shared by every claim method through
+:class:`RetrievalSelector`: with ``retrieval=auto`` the whole source is used when the verifier's prompt fits
+the model's context window (else retrieval, also after a :class:`ContextOverflowError`); per claim the top-K
+source sentences each widened to 2w+1 sentences; the claim is verified against each snippet, best first,
+and keeps its best verdict (supported > contradicted > unsupported; stopping at the first supporting
+snippet, since the max cannot rise); the score averages over claims. The Report's ``details["context"]``
+says which path ran, why, and the snippets each claim was checked against.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from halluscope.llm import ContextOverflowError
+from halluscope.methods.base import Method
+from halluscope.methods.options import ClaimOptions, RetrievalOptions
+from halluscope.records import Claim, Evidence, Finding, LLMCall, Report, StepResult, Verdict
+from halluscope.stages import (Aggregate, Context, Decomposer, Selection, Verifier, build_stage,
+                               register_stage)
+from halluscope.text import split_sentences
+
+MESSAGE_OVERHEAD_TOKENS = 8  # chat-template tokens per message (role markers), a safe over-estimate
+LABEL_RANK = {"supported": 3, "contradicted": 2, "unsupported": 1, "unscored": 0}
+
+
+def messages_tokens(llm: Any, messages: Sequence[dict[str, str]]) -> int:
+    return sum(llm.count_tokens(m["content"]) + MESSAGE_OVERHEAD_TOKENS for m in messages)
+
+
+def reply_budget(llm: Any, wanted: int) -> int:
+    """The completion budget a call will use: ``wanted`` capped by the client's configured ``max_tokens``."""
+    return min(wanted, llm.default_params.max_tokens)
+
+
+# ------------------------------------------------------------------------------------------ context selection
+
+
+@register_stage("retrieval", "context_selector")
+class RetrievalSelector:
+    """The whole source when it fits (``retrieval=auto``) or always/never as asked; otherwise top-K snippets
+    of 2w+1 source sentences per claim."""
+
+    def __init__(self, method: "ClaimPipeline"):
+        self.opts: RetrievalOptions = method.opts  # type: ignore[assignment]
+        self.fits: Callable[[str, Sequence[Claim]], bool] = method.source_fits
+
+    async def __call__(self, source: str, claims: Sequence[Claim]) -> Selection:
+        mode = self.opts.retrieval
+        if mode == "never":
+            return full_source(source, claims, "retrieval=never: the whole source is sent")
+        if mode == "always":
+            return await self.retrieve(source, claims, "requested (retrieval=always)")
+        if self.fits(source, claims):
+            return full_source(source, claims, "retrieval=auto: the whole source fits the model's context")
+        return await self.retrieve(source, claims, "retrieval=auto: the source does not fit the model's context "
+                                                   "window")
+
+    async def retrieve(self, source: str, claims: Sequence[Claim], why: str) -> Selection:
+        index = await _shared_index(source, self.opts)
+        texts = [c.text for c in claims]
+        snippets = await asyncio.to_thread(index.retrieve_many, texts)
+        contexts = {
+            _cid(c): [Context(text=s.text, kind="snippet", span=s.span, rank=i, score=s.score,
+                              sentences=tuple(s.sentence_indices)) for i, s in enumerate(snips)]
+            for c, snips in zip(claims, snippets)}
+        details = index.describe()
+        details["merge_windows"] = self.opts.merge_windows
+        density = {_cid(c): index.density(c.text) for c in claims}
+        if any(v is not None for v in density.values()):
+            details["density"] = density
+        return Selection("retrieval", why, contexts, details)
+
+
+_INDEXES: Any = None
+
+
+async def _shared_index(source: str, opts: RetrievalOptions) -> Any:
+    """One index per (source, retrieval settings) for the whole process, so the targets that share a source
+    (several summaries, perturbations, montage lies) embed it once."""
+    global _INDEXES
+    from halluscope.retrieval import IndexCache, RetrievalConfig
+
+    if _INDEXES is None:
+        _INDEXES = IndexCache(size=8)
+    fields: dict[str, Any] = {"top_k": opts.top_k, "window": opts.window, "retriever": opts.retriever}
+    if "merge_windows" in RetrievalConfig.model_fields:
+        fields["merge_windows"] = opts.merge_windows
+    return await _INDEXES.get(source, RetrievalConfig(**fields))
+
+
+def full_source(source: str, claims: Sequence[Claim], why: str) -> Selection:
+    ctx = Context(text=source, kind="source")
+    return Selection("full", why, {_cid(c): [ctx] for c in claims})
+
+
+def _cid(claim: Claim) -> str:
+    if not claim.id:
+        raise ValueError("pipeline claims need ids")
+    return claim.id
+
+
+# ------------------------------------------------------------------------------------------------ decomposers
+
+
+@register_stage("sentences", "decomposer")
+class SentenceDecomposer:
+    """Every target sentence is a claim (no LLM call); spans are exact."""
+
+    def __init__(self, method: Method | None = None, kind: str = "sentence"):
+        self.kind = kind
+
+    async def __call__(self, target: str) -> StepResult[list[Claim]]:
+        claims = [Claim(text=s.text, kind=self.kind, id=f"s{s.index + 1}", target_spans=[s.span])  # type: ignore[arg-type]
+                  for s in split_sentences(target)]
+        return StepResult.success(claims)
+
+
+# ------------------------------------------------------------------------------------------------- verifiers
+
+
+class LLMVerifier:
+    """Base for verifiers that judge claims against a context with one prompt: subclasses implement
+    :meth:`messages` (for the token budget) and ``__call__``."""
+
+    name: str
+    reply_tokens: ClassVar[int] = 512
+
+    def __init__(self, method: Method):
+        self.method = method
+        self.llm = method.llm
+
+    def messages(self, claims: Sequence[Claim], context_text: str) -> list[dict[str, str]]:
+        raise NotImplementedError
+
+    def reserve_tokens(self, claims: Sequence[Claim]) -> int:
+        if not claims:
+            return reply_budget(self.llm, self.reply_tokens)
+        longest = max(claims, key=lambda c: len(c.text))
+        return messages_tokens(self.llm, self.messages([longest], "")) + reply_budget(self.llm, self.reply_tokens)
+
+
+def best_verdict(claim: Claim, tried: Sequence[tuple[Context, Verdict]]) -> Verdict:
+    """A claim's verdict over its snippets: the best label (supported > contradicted > unsupported), the
+    snippet it came from as evidence; unscored only when no snippet could be judged. All calls are kept."""
+    calls = _unique([c for _, v in tried for c in v.calls])
+    if not tried:
+        return Verdict.unscored(claim, "retrieval found no source snippet for this claim")
+    ctx, chosen = max(tried, key=lambda p: (LABEL_RANK[p[1].label], -p[0].rank))
+    if chosen.label == "unscored":
+        reasons = "; ".join(dict.fromkeys(v.reason for _, v in tried))
+        return Verdict.unscored(claim, f"no snippet could be judged: {reasons}"[:1000], calls)
+    evidence = list(chosen.evidence)
+    if not any(e.span == ctx.span for e in evidence):
+        relation = "supports" if chosen.label == "supported" else "related"
+        evidence.append(Evidence(text=ctx.text, span=ctx.span, relation=relation))
+    return chosen.model_copy(update={"claim": claim, "calls": calls, "evidence": evidence})
+
+
+def _unique(calls: Sequence[LLMCall]) -> list[LLMCall]:
+    seen: set[int] = set()
+    out = []
+    for call in calls:
+        if id(call) not in seen:
+            seen.add(id(call))
+            out.append(call)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------- pipeline
+
+
+@dataclass
+class PipelineRun:
+    """What the shared part of the pipeline produced, before aggregation."""
+
+    source: str
+    target: str
+    claims: list[Claim]
+    selection: Selection
+    verdicts: list[Verdict]
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class ClaimPipeline(Method):
+    """Base of the claim methods. Subclasses set ``default_verifier`` (a registered verifier name) and
+    implement :meth:`make_decomposer`; they may override :meth:`aggregate`, :meth:`localize`, :meth:`run`."""
+
+    Options: ClassVar[type[ClaimOptions]] = ClaimOptions
+    default_verifier: ClassVar[str]
+
+    def __init__(self, llm=None, config=None, **options: Any):
+        super().__init__(llm, config, **options)
+        self._verifier: Verifier | None = None
+        self._selector: RetrievalSelector | None = None
+
+    # -- stages -------------------------------------------------------------------------------------------
+    def make_decomposer(self) -> Decomposer:
+        raise NotImplementedError
+
+    @property
+    def verifier(self) -> Verifier:
+        if self._verifier is None:
+            name = getattr(self.opts, "verifier", None) or self.default_verifier
+            self._verifier = build_stage("verifier", name, self)
+        return self._verifier
+
+    @property
+    def selector(self) -> RetrievalSelector:
+        if self._selector is None:
+            self._selector = RetrievalSelector(self)
+        return self._selector
+
+    def stage_names(self) -> dict[str, str]:
+        return {"decomposer": self.make_decomposer().name, "context_selector": self.selector.name,
+                "verifier": self.verifier.name}
+
+    def source_fits(self, source: str, claims: Sequence[Claim]) -> bool:
+        """Whether the verifier's prompt with the whole source fits the model's context window (True when the
+        window is unknown: a ContextOverflowError then switches to retrieval)."""
+        window = self.llm.context_window
+        if window is None:
+            return True
+        return self.llm.count_tokens(source) + self.verifier.reserve_tokens(claims) <= window
+
+    # -- steps --------------------------------------------------------------------------------------------
+    async def verify(self, claims: list[Claim], selection: Selection, source: str) -> tuple[list[Verdict], dict]:
+        """Verdicts in claim order; in retrieval mode also the labels per tried snippet (for details)."""
+        if selection.mode == "full":
+            context = next(iter(selection.contexts.values()))[0]
+            return list(await self.verifier(claims, context, source)), {}
+
+        async def one(claim: Claim) -> tuple[Verdict, list[dict[str, Any]]]:
+            tried: list[tuple[Context, Verdict]] = []
+            for ctx in selection.contexts.get(_cid(claim), []):
+                (verdict,) = await self.verifier([claim], ctx, source)
+                tried.append((ctx, verdict))
+                if verdict.label == "supported":
+                    break  # the max over snippets cannot rise further
+            trace = [{"rank": c.rank, "label": v.label} for c, v in tried]
+            return best_verdict(claim, tried), trace
+
+        results = await asyncio.gather(*(one(c) for c in claims))
+        return [v for v, _ in results], {"per_snippet": {_cid(c): t for c, (_, t) in zip(claims, results)}}
+
+    async def evaluate(self, source: str, target: str) -> PipelineRun | Report:
+        """Decompose, select contexts, verify. Returns an unscored Report when there is nothing to verify."""
+        details: dict[str, Any] = {"stages": self.stage_names()}
+        decomposed = await self.make_decomposer()(target)
+        if not decomposed.ok:
+            return Report(method=self.name, unscored_reason=f"decomposition failed: {decomposed.error}",
+                          details=details)
+        claims = _with_ids(decomposed.value or [])
+        if not claims:
+            return Report(method=self.name, unscored_reason="the decomposer found no claims in the target",
+                          details=details)
+        selection = await self.selector(source, claims)
+        try:
+            verdicts, trace = await self.verify(claims, selection, source)
+        except ContextOverflowError as exc:
+            if selection.mode != "full" or self.opts.retrieval != "auto":  # type: ignore[attr-defined]
+                raise
+            selection = await self.selector.retrieve(source, claims, f"the model reported a context overflow: {exc}")
+            verdicts, trace = await self.verify(claims, selection, source)
+        details["context"] = {**selection.describe(), **trace}
+        return PipelineRun(source, target, claims, selection, verdicts, details)
+
+    async def aggregate(self, run: PipelineRun) -> Aggregate:
+        """Default: the fraction of judged claims that are supported (unscored claims are left out and counted)."""
+        judged = [v for v in run.verdicts if v.label != "unscored"]
+        sub = {"claims": float(len(run.verdicts)), "judged": float(len(judged)),
+               "supported": float(sum(v.label == "supported" for v in judged))}
+        if not judged:
+            why = next((v.reason for v in run.verdicts), "no claims")
+            return Aggregate(None, sub, f"none of the {len(run.verdicts)} claims could be judged ({why})")
+        return Aggregate(sub["supported"] / len(judged), sub)
+
+    async def localize(self, run: PipelineRun) -> list[Finding]:
+        """Default: one finding per unsupported or contradicted claim, at its target spans."""
+        return [claim_finding(v) for v in run.verdicts if v.label in ("unsupported", "contradicted")]
+
+    async def run(self, source: str, target: str) -> Report:
+        run = await self.evaluate(source, target)
+        if isinstance(run, Report):
+            return run
+        aggregate = await self.aggregate(run)
+        findings = await self.localize(run)
+        return Report(method=self.name, score=aggregate.score, unscored_reason=aggregate.unscored_reason,
+                      subscores=aggregate.subscores, claims=run.claims, verdicts=run.verdicts, findings=findings,
+                      details=run.details)
+
+
+def claim_finding(verdict: Verdict) -> Finding:
+    claim = verdict.claim
+    what = "contradicted by" if verdict.label == "contradicted" else "not supported by"
+    description = f'"{claim.text}" is {what} the source.' + (f" {verdict.reason}" if verdict.reason else "")
+    return Finding(description=description, kind=verdict.label,  # type: ignore[arg-type]
+                   target_spans=list(claim.target_spans), evidence=list(verdict.evidence),
+                   claim_ids=[claim.id] if claim.id else [])
+
+
+def _with_ids(claims: list[Claim]) -> list[Claim]:
+    seen: set[str] = set()
+    out = []
+    for i, claim in enumerate(claims):
+        cid = claim.id if claim.id and claim.id not in seen else f"c{i + 1}"
+        while cid in seen:
+            cid += "_"
+        seen.add(cid)
+        out.append(claim if cid == claim.id else claim.model_copy(update={"id": cid}))
+    return out
