@@ -22,7 +22,7 @@ GOLD = Example(id="x", source=SOURCE, target=TARGET, label=0, gold_spans=[OXFORD
 
 def probe_report() -> Report:
     llm = LLM(FakeModel(responder=responder(default_pass)), cache=None)
-    return Probe(llm=llm, narrow="never").check(SOURCE, TARGET)
+    return Probe(llm=llm, retrieval="never").check(SOURCE, TARGET)
 
 
 def test_item_counts_on_a_probe_report():
@@ -31,8 +31,8 @@ def test_item_counts_on_a_probe_report():
     assert c["gold_units"] == 1 and c["gold_found"] == 1
     assert c["gold_decomposed"] == 1 and c["claims"] == 3 and c["claims_traceable"] == 3
     assert c["truth_claims"] == 2 and c["truth_with_evidence"] == 2
-    assert c["quotes"] == 4 and c["quotes_verified"] == 3            # the invented Oxford quote was rejected
-    assert c["ee_halluc"] == 0                                      # no verified passage for c3 to judge
+    assert c["quotes"] == 5 and c["quotes_verified"] == 4            # the invented 1903 quote was rejected
+    assert c["ee_halluc"] == 1 and c["ee_halluc_correct"] == 1      # c3's only passage was judged FAIL
     assert c["ee_truth"] == 2 and c["ee_truth_correct"] == 2
 
 
@@ -83,3 +83,31 @@ def test_suite_runs_and_is_registered(tmp_path):
     assert result.metrics["claim_recall"]["value"] == 1.0
     assert len(result.tables) == 2 and "EE acc." in result.tables[1][1]
     json.dumps(result.metrics)  # serialisable
+
+
+def test_item_counts_leave_out_unusable_evidence_and_count_invented_quotes():
+    def reply(messages):
+        user = next(m["content"] for m in messages if m["role"] == "user")
+        if "Find the passages" in user and "Oxford" in user:
+            return '{"reas'  # cut off: the evidence step failed for c3
+        if "Find the passages" in user and "Warsaw" in user.split("SOURCE:")[0]:
+            return json.dumps({"evidence": ["Marie Curie studied in Warsaw."]})  # invented
+        return responder(default_pass)(messages)
+
+    report = Probe(llm=LLM(FakeModel(responder=reply), cache=None), retrieval="never").check(SOURCE, TARGET)
+    assert [v.label for v in report.verdicts] == ["unscored", "supported", "unscored"]
+    c = item_counts(GOLD, report)
+    assert c["pred_claims"] == 0 and c["gold_found"] == 0           # nothing flagged from unusable evidence
+    assert c["quotes"] == 4 and c["quotes_verified"] == 2           # c1's invented quote counts as a model quote
+    assert c["truth_claims"] == 2 and c["truth_with_evidence"] == 1  # c3 (unusable reply) is left out
+    assert c["ee_halluc"] == 0
+
+
+def test_item_counts_on_a_retrieval_report():
+    llm = LLM(FakeModel(responder=responder(default_pass)), cache=None)
+    report = Probe(llm=llm, retrieval="always", top_k=2, window=0, retriever="bm25").check(SOURCE, TARGET)
+    finding = report.details["steps"]["evidence_finding"]
+    assert [f["claim_id"] for f in finding] == ["c1", "c2", "c3"] and all(f["narrowed"] for f in finding)
+    c = item_counts(GOLD, report)
+    assert c["pred_claims"] == 1 and c["pred_correct"] == 1
+    assert c["truth_claims"] == 2 and c["truth_with_evidence"] == 2 and c["ee_truth_correct"] == 2

@@ -27,7 +27,11 @@ so some metrics are defined here in our own words, and the proxies are named as 
   correct when at least one judged passage was accepted (a proxy: it assumes the finder surfaced a
   supporting passage). Reported separately and combined, over claims with at least one decided judgment.
 
-Unscored reports are left out and counted. CIs: bootstrap over items.
+Unscored reports are left out and counted. Within a report, a claim whose evidence reply was unusable in
+every context it was checked against (``error`` set on its ``evidence_finding`` entry) is left out of the
+evidence metrics; a claim whose quotes were all invented stays in (a truth claim without a real passage,
+its quotes counted as unverified). With retrieval, a claim's entry gathers the quotes of all its snippets.
+CIs: bootstrap over items.
 """
 
 from __future__ import annotations

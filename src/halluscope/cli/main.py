@@ -44,7 +44,7 @@ def methods_command(name: Optional[str] = typer.Argument(None, help="Show this m
         typer.secho(f"error: {exc.args[0]}", err=True, fg=typer.colors.RED)
         raise typer.Exit(2)
     typer.echo(f"{name}: {cls.description}\n")
-    rows = cls.Options.describe()
+    rows = cls.Options.option_rows()
     if not rows:
         typer.echo("(no options)")
     for row in rows:

@@ -37,7 +37,7 @@ class MethodOptions(BaseModel):
                                f"Valid options: {', '.join(cls.model_fields) or 'none'}") from None
 
     @classmethod
-    def describe(cls) -> list[dict[str, str]]:
+    def option_rows(cls) -> list[dict[str, str]]:
         """One row per option: name, type, default, doc."""
         rows = []
         for name, info in cls.model_fields.items():

@@ -159,9 +159,13 @@ def best_verdict(claim: Claim, tried: Sequence[tuple[Context, Verdict]]) -> Verd
     if not tried:
         return Verdict.unscored(claim, "retrieval found no source snippet for this claim")
     ctx, chosen = max(tried, key=lambda p: (LABEL_RANK[p[1].label], -p[0].rank))
-    if chosen.label == "unscored":
-        reasons = "; ".join(dict.fromkeys(v.reason for _, v in tried))
-        return Verdict.unscored(claim, f"no snippet could be judged: {reasons}"[:1000], calls)
+    undecided = [(c, v) for c, v in tried if v.label == "unscored"]
+    if chosen.label == "unscored" or (chosen.label != "supported" and undecided):
+        # the max over snippets is unknown while a snippet that might support the claim could not be judged
+        reasons = "; ".join(dict.fromkeys(f"snippet {c.rank + 1}: {v.reason}" for c, v in undecided))
+        what = "no snippet could be judged" if chosen.label == "unscored" else (
+            f"{len(undecided)} of {len(tried)} snippets could not be judged and none supports the claim")
+        return Verdict.unscored(claim, f"{what}: {reasons}"[:1000], calls)
     evidence = list(chosen.evidence)
     if not any(e.span == ctx.span for e in evidence):
         relation = "supports" if chosen.label == "supported" else "related"
@@ -222,6 +226,13 @@ class ClaimPipeline(Method):
         if self._selector is None:
             self._selector = RetrievalSelector(self)
         return self._selector
+
+    def used_prompts(self) -> list:
+        prompts = super().used_prompts()
+        extra = getattr(self.verifier, "used_prompts", None)
+        if callable(extra):
+            prompts += [p for p in extra() if p.name not in {q.name for q in prompts}]
+        return prompts
 
     def stage_names(self) -> dict[str, str]:
         return {"decomposer": self.make_decomposer().name, "context_selector": self.selector.name,

@@ -1,0 +1,105 @@
+"""Step 3, evidence evaluation: does this passage ALONE support the claim? PASS/FAIL per judge, then consensus.
+
+Every judge (a model, times ``samples`` votes with their own seed) reads the claim, the passage and the source
+sentences around it (to understand the passage, not as proof) and answers with :class:`~.replies.EvaluationReply`.
+A vote is valid only when the reply states exactly ``PASS`` or ``FAIL`` in its ``verdict`` field. A passage is
+accepted when the PASS share of the valid votes reaches ``consensus`` (the paper: 3 of 4 judges, 0.75) and
+at least half of the votes are valid; with fewer valid votes it is undecided.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from halluscope.llm import LLM
+from halluscope.llm.base import GenerateParams
+from halluscope.llm.structured import generate_reply
+from halluscope.methods.pipeline import reply_budget
+from halluscope.methods.probe.replies import EVALUATE_PROMPT, EVALUATE_REPLY_TOKENS, EvaluationReply
+from halluscope.prompts import PromptTemplate
+from halluscope.records import Claim, Evidence, LLMCall
+
+
+@dataclass
+class Judge:
+    """One voter: a model and a sample number (samples > 0 use ``temperature`` with their own seed)."""
+
+    llm: LLM
+    sample: int = 0
+    temperature: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.llm.name if self.sample == 0 else f"{self.llm.name}#{self.sample}"
+
+    def params(self) -> GenerateParams:
+        budget = reply_budget(self.llm, EVALUATE_REPLY_TOKENS)
+        if self.sample == 0:
+            return self.llm.params(max_tokens=budget)
+        return self.llm.params(max_tokens=budget, temperature=self.temperature, seed=self.sample)
+
+
+@dataclass
+class Vote:
+    judge: str
+    sample: int
+    passed: bool | None  # None: the reply stated no valid verdict
+    error: str | None = None
+
+
+@dataclass
+class EvidenceJudgment:
+    """Every judge's vote on one passage, and the consensus."""
+
+    claim_id: str
+    evidence: Evidence
+    votes: list[Vote]
+    calls: list[LLMCall] = field(default_factory=list)
+    consensus: float = 0.75
+
+    @property
+    def valid_votes(self) -> list[Vote]:
+        return [v for v in self.votes if v.passed is not None]
+
+    @property
+    def pass_fraction(self) -> float | None:
+        valid = self.valid_votes
+        return sum(bool(v.passed) for v in valid) / len(valid) if valid else None
+
+    @property
+    def accepted(self) -> bool | None:
+        """True/False by consensus; None when fewer than half of the votes could be read."""
+        fraction = self.pass_fraction
+        if fraction is None or 2 * len(self.valid_votes) < len(self.votes):
+            return None
+        return fraction >= self.consensus
+
+    def record(self, position: int, rank: int, kind: str) -> dict:
+        return {"claim_id": self.claim_id, "context": {"rank": rank, "kind": kind}, "position": position,
+                "evidence_span": self.evidence.span.model_dump() if self.evidence.span else None,
+                "votes": [{"judge": v.judge, "verdict": None if v.passed is None else ("PASS" if v.passed else "FAIL"),
+                           "error": v.error} for v in self.votes],
+                "pass_fraction": self.pass_fraction, "accepted": self.accepted}
+
+
+class EvidenceEvaluator:
+    """(claim, passage, surrounding context) -> every judge's PASS/FAIL vote and the consensus."""
+
+    def __init__(self, judges: Sequence[Judge], prompt: PromptTemplate = EVALUATE_PROMPT, *, consensus: float = 0.75):
+        if not judges:
+            raise ValueError("evidence evaluation needs at least one judge")
+        self.judges, self.prompt, self.consensus = list(judges), prompt, consensus
+
+    async def __call__(self, claim: Claim, evidence: Evidence, context: str) -> EvidenceJudgment:
+        messages = self.prompt.render(claim=claim.text, evidence=evidence.text, context=context)
+
+        async def vote(judge: Judge) -> tuple[Vote, list[LLMCall]]:
+            step = await generate_reply(judge.llm, messages, EvaluationReply, params=judge.params())
+            passed = None if step.value is None else step.value.verdict == "PASS"
+            return Vote(judge.name, judge.sample, passed, step.error), step.calls
+
+        results = await asyncio.gather(*(vote(j) for j in self.judges))
+        return EvidenceJudgment(claim.id or "", evidence, [v for v, _ in results],
+                                [c for _, calls in results for c in calls], self.consensus)

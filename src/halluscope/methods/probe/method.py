@@ -1,0 +1,127 @@
+"""The ``probe`` method: PROBE's four steps on the shared claim pipeline.
+
+    target --ProbeDecomposer--> claims with target spans --RetrievalSelector--> whole source | K snippets
+           --ProbeVerifier (evidence finding, evidence evaluation)--> verdicts --> score, findings
+
+What is PROBE's own here: the decomposer (segments -> spans), the verifier (quotes verified in the source,
+per-passage PASS/FAIL with consensus), the findings' wording, the step record in ``details["steps"]`` and a
+strict max over snippets (a claim is unsupported only when every snippet it was checked against was judged).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from halluscope.llm import LLM, get_llm
+from halluscope.methods import register_method
+from halluscope.methods.pipeline import ClaimPipeline, PipelineRun, claim_finding
+from halluscope.methods.probe.options import ProbeOptions
+from halluscope.methods.probe.replies import DECOMPOSE_PROMPT, EVALUATE_PROMPT, FIND_EVIDENCE_PROMPT
+from halluscope.methods.probe.trace import ProbeTrace, current_trace, recording
+from halluscope.methods.probe.verifier import ProbeVerifier
+from halluscope.prompts import PromptTemplate
+from halluscope.records import Claim, Finding, Report, Verdict
+from halluscope.stages import Aggregate, Decomposer, Selection, build_stage
+
+
+@register_method
+class Probe(ClaimPipeline):
+    name = "probe"
+    description = ("Process-based (PROBE): claims with their target spans -> quoted source evidence -> "
+                   "per-excerpt PASS/FAIL (optional multi-judge consensus) -> unsupported claims located.")
+    prompts = (DECOMPOSE_PROMPT, FIND_EVIDENCE_PROMPT, EVALUATE_PROMPT)
+    Options: ClassVar[type[ProbeOptions]] = ProbeOptions
+    default_verifier = "probe"
+    opts: ProbeOptions
+
+    def __init__(self, llm: LLM | None = None, config=None, **options: Any):
+        """``judges`` may also hold LLM objects (not only model names); the options record their names."""
+        judges = options.get("judges")
+        self._judge_specs: list[str | LLM] = list(judges) if isinstance(judges, (list, tuple)) else []
+        if any(isinstance(j, LLM) for j in self._judge_specs):
+            options["judges"] = [j.name if isinstance(j, LLM) else j for j in self._judge_specs]
+        super().__init__(llm, config, **options)
+        if not self._judge_specs:
+            self._judge_specs = list(self.opts.judges or [])
+        self._judge_llms: list[LLM] | None = None
+        self._decomposer: Decomposer | None = None
+
+    # -- stages -------------------------------------------------------------------------------------------
+    def make_decomposer(self) -> Decomposer:
+        if self._decomposer is None:
+            self._decomposer = build_stage("decomposer", "probe", self)
+        return self._decomposer
+
+    def judge_llms(self) -> list[LLM]:
+        """The evidence-evaluation models (clients for named models are built once)."""
+        if self._judge_llms is None:
+            self._judge_llms = [j if isinstance(j, LLM) else get_llm(self.config.with_overrides(model=j))
+                                for j in self._judge_specs] or [self.llm]
+        return self._judge_llms
+
+    def used_prompts(self) -> list[PromptTemplate]:
+        decompose = self.prompt(DECOMPOSE_PROMPT)
+        if self.opts.verifier not in (None, "probe"):
+            verifier_prompts = getattr(self.verifier, "used_prompts", None)
+            return [decompose, *(verifier_prompts() if callable(verifier_prompts) else [])]
+        finder = [self.prompt(FIND_EVIDENCE_PROMPT)] if self.opts.evidence == "llm" else []
+        return [decompose, *finder, self.prompt(EVALUATE_PROMPT)]
+
+    def source_fits(self, source: str, claims: Sequence[Claim]) -> bool:
+        if self.opts.evidence == "retrieval" and isinstance(self.verifier, ProbeVerifier):
+            return True  # retrieved evidence: the source text itself is never sent to the model
+        return super().source_fits(source, claims)
+
+    # -- steps --------------------------------------------------------------------------------------------
+    async def verify(self, claims: list[Claim], selection: Selection, source: str) -> tuple[list[Verdict], dict]:
+        """The shared max over snippets, made strict: a claim judged unsupported on some snippets but not
+        checkable on others stays unscored (the unchecked snippet might have supported it)."""
+        verdicts, trace = await super().verify(claims, selection, source)
+        per_snippet = trace.get("per_snippet") or {}
+        steps = current_trace()
+        out = []
+        for verdict in verdicts:
+            labels = [t["label"] for t in per_snippet.get(verdict.claim.id, [])]
+            unchecked = labels.count("unscored")
+            if verdict.label in ("unsupported", "contradicted") and unchecked:
+                why = next((o["reason"] for o in (steps.outcomes if steps else [])
+                            if o["claim_id"] == verdict.claim.id and o["label"] == "unscored"), "")
+                verdict = Verdict.unscored(
+                    verdict.claim, f"{unchecked} of {len(labels)} source snippets could not be checked and none of the "
+                                   f"others supports the claim" + (f" ({why})" if why else ""), verdict.calls)
+            out.append(verdict)
+        return out, trace
+
+    async def aggregate(self, run: PipelineRun) -> Aggregate:
+        """The fraction of judged claims that are supported; unscored claims are left out and counted."""
+        base = await super().aggregate(run)
+        flagged = sum(v.label in ("unsupported", "contradicted") for v in run.verdicts)
+        subscores = {**base.subscores, "unscored_claims": float(sum(v.label == "unscored" for v in run.verdicts)),
+                     "hallucinated_claims": float(flagged)}
+        return Aggregate(base.score, subscores, base.unscored_reason)
+
+    async def localize(self, run: PipelineRun) -> list[Finding]:
+        """Step 4: every unsupported claim's target span is a finding."""
+        return [probe_finding(v) if v.label == "unsupported" else claim_finding(v)
+                for v in run.verdicts if v.label in ("unsupported", "contradicted")]
+
+    async def run(self, source: str, target: str) -> Report:
+        trace = ProbeTrace()
+        with recording(trace):
+            report = await super().run(source, target)
+        details: dict[str, Any] = {**report.details, "steps": trace.steps(report)}
+        if "context" in report.details:
+            details["source_mode"] = report.details["context"]["mode"]
+        if isinstance(self.verifier, ProbeVerifier):
+            details["verifier"] = self.verifier.describe()
+        subscores = {**report.subscores, **trace.quote_counts()} if report.verdicts else report.subscores
+        return report.model_copy(update={"details": details, "subscores": subscores})
+
+
+def probe_finding(verdict: Verdict) -> Finding:
+    claim = verdict.claim
+    return Finding(description=f'The text claims that "{claim.text}", but the source does not support this '
+                               f"({verdict.reason}).",
+                   kind="unsupported", target_spans=list(claim.target_spans), evidence=list(verdict.evidence),
+                   claim_ids=[claim.id] if claim.id else [])

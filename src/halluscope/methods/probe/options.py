@@ -1,0 +1,45 @@
+"""``probe``'s typed options (``halluscope methods probe`` prints them)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from halluscope.methods.options import ClaimOptions
+
+
+class ProbeOptions(ClaimOptions):
+    """PROBE's own settings on top of the shared retrieval protocol and swappable verifier."""
+
+    judges: list[str] | None = None
+    """Evidence-evaluation judges: model names at the main model's endpoint (CLI: a,b,c); default: the main model."""
+
+    samples: int = Field(default=1, ge=1)
+    """Votes per judge; samples beyond the first use sample_temperature and their own seed."""
+
+    sample_temperature: float = Field(default=0.7, ge=0.0)
+    """Sampling temperature of the repeated votes (samples > 1)."""
+
+    consensus: float = Field(default=0.75, gt=0.0, le=1.0)
+    """PASS fraction of the valid votes needed to accept a passage (paper: 3 of 4 judges = 0.75)."""
+
+    max_evidence: int = Field(default=3, ge=1)
+    """Passages kept per claim (and per context) from the evidence finder."""
+
+    context_sentences: int = Field(default=2, ge=0)
+    """Source sentences shown on each side of a passage as surrounding context when it is judged."""
+
+    evidence: Literal["llm", "retrieval"] = "llm"
+    """llm: the model quotes the source, quotes verified (the paper); retrieval: the top source sentences, no LLM."""
+
+    on_decompose_error: Literal["sentences", "unscored"] = "sentences"
+    """On an unusable decomposition reply: check the target's sentences as claims, or return an unscored report."""
+
+    @field_validator("judges", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        if isinstance(value, str):
+            names = [n.strip() for n in value.split(",") if n.strip()]
+            return names or None
+        return value

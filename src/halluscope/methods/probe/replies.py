@@ -1,0 +1,191 @@
+"""What PROBE asks the model, and what it accepts back: one reply schema and one prompt per step.
+
+Each reply is a strict :class:`~halluscope.llm.replies.Reply`: JSON with the declared fields and types, nothing
+read from prose. The only normalization is of a *stated* value (a verdict written ``"pass"`` reads as
+``"PASS"``); ``"NOT PASS"``, ``"pass?"`` or a verdict outside the ``verdict`` field are not verdicts.
+Template echoes (``<claim>``, ``[claim]``, ``{claim}``, ``(claim)``, ``...``, ``…``, ``N/A``, the prompt's
+own example) are never claims and never quotes: see :func:`is_template_echo`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from halluscope.llm.replies import Reply
+from halluscope.prompts import PromptTemplate
+
+# ------------------------------------------------------------------------------------------ template echoes
+
+_ANGLE_OR_BRACE = re.compile(r"^(?:<[^<>]{0,80}>|\{[^{}]{0,80}\})$")
+_SQUARE_OR_ROUND = re.compile(r"^(?:\[[^\[\]]{0,80}\]|\([^()]{0,80}\))$")
+_NON_ANSWERS = {"n/a", "na", "none", "null", "nil", "tbd", "todo", "etc", "example"}
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().split()).strip(" .\"'")
+
+
+def is_template_echo(text: str, examples: frozenset[str] = frozenset()) -> bool:
+    """Whether ``text`` is a format slot echoed back instead of content: empty, no letter or digit at all
+    (``...``, ``…``, ``---``), a whole value in angle or curly brackets (``<claim>``, ``{fact}``), a short
+    label in square or round brackets that is not a sentence (``[claim]``, ``(assertion)``), ``N/A`` and
+    the like, or one of ``examples`` (the prompt's own example values, compared case- and space-blind)."""
+    stripped = text.strip()
+    if not any(ch.isalnum() for ch in stripped):
+        return True
+    if _ANGLE_OR_BRACE.match(stripped):
+        return True
+    if _SQUARE_OR_ROUND.match(stripped) and not stripped[1:-1].rstrip().endswith((".", "!", "?")):
+        return True
+    norm = _norm(stripped)
+    return norm in _NON_ANSWERS or norm in examples
+
+
+def reply_examples(reply: type[Reply]) -> frozenset[str]:
+    """Every string a reply schema shows the model (its example values and field descriptions): echoed back,
+    they are the prompt talking, not the model answering."""
+    found: set[str] = set()
+
+    def walk(value: Any) -> None:
+        if isinstance(value, str):
+            found.add(_norm(value))
+        elif isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+
+    walk(reply.example or {})
+    schema = reply.model_json_schema()
+    for part in [schema, *schema.get("$defs", {}).values()]:
+        for prop in part.get("properties", {}).values():
+            if prop.get("description"):
+                found.add(_norm(prop["description"]))
+    found.discard("")
+    return frozenset(found)
+
+
+# ------------------------------------------------------------------------------------------- step 1: claims
+
+
+class ClaimEntry(BaseModel):
+    """One assertion of the target and the target words it comes from."""
+
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+    segment: str = Field(default="", description="the exact words of the TEXT that express the assertion")
+    claim: str = Field(description="the assertion as one short sentence")
+
+
+class ClaimsReply(Reply):
+    """Step 1 (claim decomposition). Echoed placeholders are dropped; a reply with no real claim left fails."""
+
+    claims: list[ClaimEntry] = Field(description="every assertion of the TEXT, in TEXT order")
+    example: ClassVar[dict[str, Any] | None] = {
+        "claims": [{"segment": "opened in 1998", "claim": "The museum opened in 1998."}]}
+
+
+DECOMPOSE_PROMPT = PromptTemplate(
+    name="probe_decompose",
+    version="2",
+    reply=ClaimsReply,
+    system="You split a generated text into the smallest statements that can each be checked on their own.",
+    user=(
+        "The TEXT below was generated from some source material (it may be a summary, an answer, or a "
+        "rewrite). List every assertion it makes, however small: every name, number, date, place, action, "
+        "cause, quality and relationship it states, including those in headings or lists.\n\n"
+        "For each assertion give:\n"
+        '- "claim": one short sentence that can be judged true or false without reading the TEXT '
+        "(replace pronouns and vague references with what they refer to);\n"
+        '- "segment": the exact words of the TEXT that express it, copied character for character as one '
+        "contiguous stretch (the shortest stretch that carries the assertion).\n\n"
+        "TEXT:\n$target\n\n$format"
+    ),
+)
+
+# ---------------------------------------------------------------------------------------- step 2: evidence
+
+
+class EvidenceReply(Reply):
+    """Step 2 (evidence finding). ``evidence: []`` is the explicit "nothing bears on it" answer; a list whose
+    every item is a template echo is refused (the model repeated the format instead of quoting)."""
+
+    reasoning: str = Field(default="", description="brief thoughts")
+    evidence: list[str] = Field(description="passages copied exactly from the SOURCE, most relevant first; "
+                                            "an empty list when nothing in the SOURCE bears on the assertion")
+
+    @field_validator("evidence")
+    @classmethod
+    def _real_quotes(cls, quotes: list[str]) -> list[str]:
+        kept = [q.strip() for q in quotes if not is_template_echo(q)]
+        if quotes and not kept:
+            raise ValueError("the evidence list repeats the template placeholder instead of quoting the source")
+        return kept
+
+
+FULL_SOURCE_HEADING = "SOURCE"
+SNIPPET_HEADING = "SOURCE EXCERPT (part of a longer document: the part most related to the assertion)"
+
+FIND_EVIDENCE_PROMPT = PromptTemplate(
+    name="probe_find_evidence",
+    version="2",
+    reply=EvidenceReply,
+    literal=("max_evidence", "source_heading"),
+    system="You locate passages in a source document, quoting them exactly.",
+    user=(
+        "Find the passages of the $source_heading that bear on the ASSERTION: passages that support it, "
+        "contradict it, or are otherwise directly relevant to checking it.\n\n"
+        "Rules:\n"
+        "- Copy each passage exactly as it is written, character for character: whole sentences, not "
+        "paraphrases, not fragments glued together.\n"
+        "- Give at most $max_evidence passages, most relevant first.\n"
+        "- If nothing bears on the assertion, give an empty list.\n\n"
+        "ASSERTION:\n$claim\n\n"
+        "$source_heading:\n$source\n\n$format"
+    ),
+)
+
+# -------------------------------------------------------------------------------------- step 3: evaluation
+
+
+class EvaluationReply(Reply):
+    """Step 3 (evidence evaluation): one judge's PASS/FAIL on one excerpt. Only the exact label counts."""
+
+    reasoning: str = Field(default="", description="your analysis, based on the excerpt alone")
+    verdict: Literal["PASS", "FAIL"] = Field(description="PASS if the excerpt alone supports the assertion, "
+                                                         "else FAIL")
+
+    @field_validator("verdict", mode="before")
+    @classmethod
+    def _stated_label(cls, value: object) -> object:
+        """``"pass"`` / ``" Fail "`` are the stated label in another case; anything else stays as written
+        (and fails validation)."""
+        if isinstance(value, str) and value.strip().upper() in ("PASS", "FAIL"):
+            return value.strip().upper()
+        return value
+
+
+EVALUATE_PROMPT = PromptTemplate(
+    name="probe_evaluate",
+    version="2",
+    reply=EvaluationReply,
+    system="You are a strict fact-checker who judges one piece of evidence at a time.",
+    user=(
+        "Decide whether the EVIDENCE EXCERPT, on its own, supports the ASSERTION.\n\n"
+        "The SURROUNDING CONTEXT is the source text around the excerpt. Use it only to understand the "
+        "excerpt (who or what it refers to); it is not evidence. If the assertion follows only from the "
+        "context, or needs guesses or long chains of inference beyond the excerpt, the excerpt does not "
+        "support it. Every part of the assertion (names, numbers, dates, places, causes) must be backed by "
+        "the excerpt.\n\n"
+        "ASSERTION:\n$claim\n\n"
+        "EVIDENCE EXCERPT:\n$evidence\n\n"
+        "SURROUNDING CONTEXT:\n$context\n\n$format"
+    ),
+)
+
+FIND_REPLY_TOKENS = 768  # reply budgets per step, capped by Config.max_tokens
+EVALUATE_REPLY_TOKENS = 512
