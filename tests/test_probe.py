@@ -312,7 +312,7 @@ def test_a_claim_unchecked_on_some_snippet_and_unsupported_on_the_others_stays_u
 
     report = make_probe(reply, retrieval="always", top_k=4, window=0, retriever="bm25").check(SOURCE, TARGET)
     assert labels(report) == {"c1": "supported", "c2": "unscored", "c3": "unscored"}
-    assert report.verdicts[2].reason.startswith("1 of 4 source snippets could not be checked")
+    assert report.verdicts[2].reason.startswith("1 of 4 snippets could not be judged and none supports the claim")
     assert "evidence finding failed" in report.verdicts[2].reason
     per_snippet = report.details["context"]["per_snippet"]["c3"]
     assert sorted(t["label"] for t in per_snippet) == ["unscored", "unsupported", "unsupported", "unsupported"]

@@ -18,11 +18,11 @@ from halluscope.methods import register_method
 from halluscope.methods.pipeline import ClaimPipeline, PipelineRun, claim_finding
 from halluscope.methods.probe.options import ProbeOptions
 from halluscope.methods.probe.replies import DECOMPOSE_PROMPT, EVALUATE_PROMPT, FIND_EVIDENCE_PROMPT
-from halluscope.methods.probe.trace import ProbeTrace, current_trace, recording
+from halluscope.methods.probe.trace import ProbeTrace, recording
 from halluscope.methods.probe.verifier import ProbeVerifier
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Finding, Report, Verdict
-from halluscope.stages import Aggregate, Decomposer, Selection, build_stage
+from halluscope.stages import Aggregate, Decomposer, build_stage
 
 
 @register_method
@@ -74,25 +74,6 @@ class Probe(ClaimPipeline):
         return super().source_fits(source, claims)
 
     # -- steps --------------------------------------------------------------------------------------------
-    async def verify(self, claims: list[Claim], selection: Selection, source: str) -> tuple[list[Verdict], dict]:
-        """The shared max over snippets, made strict: a claim judged unsupported on some snippets but not
-        checkable on others stays unscored (the unchecked snippet might have supported it)."""
-        verdicts, trace = await super().verify(claims, selection, source)
-        per_snippet = trace.get("per_snippet") or {}
-        steps = current_trace()
-        out = []
-        for verdict in verdicts:
-            labels = [t["label"] for t in per_snippet.get(verdict.claim.id, [])]
-            unchecked = labels.count("unscored")
-            if verdict.label in ("unsupported", "contradicted") and unchecked:
-                why = next((o["reason"] for o in (steps.outcomes if steps else [])
-                            if o["claim_id"] == verdict.claim.id and o["label"] == "unscored"), "")
-                verdict = Verdict.unscored(
-                    verdict.claim, f"{unchecked} of {len(labels)} source snippets could not be checked and none of the "
-                                   f"others supports the claim" + (f" ({why})" if why else ""), verdict.calls)
-            out.append(verdict)
-        return out, trace
-
     async def aggregate(self, run: PipelineRun) -> Aggregate:
         """The fraction of judged claims that are supported; unscored claims are left out and counted."""
         base = await super().aggregate(run)
