@@ -123,3 +123,46 @@ def test_sample_takes_whole_montage_groups():
 def test_sample_size_must_be_positive():
     with pytest.raises(ValueError):
         sample_examples(_labelled(1, 1, "x", "y"), 0)
+
+
+def test_non_utf8_jsonl_names_the_file_and_line(tmp_path):
+    bad = tmp_path / "latin1.jsonl"
+    bad.write_bytes('{"id": "1", "source": "s", "target": "t"}\n'.encode()
+                    + '{"id": "2", "source": "café", "target": "t"}\n'.encode("latin-1"))
+    with pytest.raises(DatasetError, match=r"latin1\.jsonl:2: not UTF-8 \(byte 0xe9 at column 27\)"):
+        read_examples(bad)
+    with pytest.raises(DatasetError, match="latin1.jsonl:2: not UTF-8"):
+        load_dataset(str(bad))
+
+
+def test_utf8_bom_and_blank_lines_are_accepted_and_lines_are_counted(tmp_path):
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + b'{"id": "1", "source": "s", "target": "t"}\n\n{"id": "2", "source": "s"}\n')
+    with pytest.raises(DatasetError, match=r"bom\.jsonl:3: record 2: target"):  # file line 3, second record
+        read_examples(path)
+
+
+@pytest.mark.parametrize("score", ["NaN", "Infinity", "-Infinity", "1e999", '"nan"', '"inf"'])
+def test_non_finite_human_scores_are_refused_with_the_line(tmp_path, score):
+    path = tmp_path / "scores.jsonl"
+    path.write_text('{"id": "1", "source": "s", "target": "t", "human_score": 0.5}\n'
+                    f'{{"id": "2", "source": "s", "target": "t", "human_score": {score}}}\n')
+    with pytest.raises(DatasetError, match=r"scores\.jsonl:2: human score .* finite"):
+        read_examples(path)
+
+
+def test_shared_loaders_name_the_line_of_a_bad_record(tmp_path):
+    (tmp_path / "qags").mkdir()
+    qags = tmp_path / "qags" / "cnndm_dev.jsonl"
+    qags.write_text('{"id": 1, "source": "s", "summary": "t", "consistency": 0.5}\n'
+                    '{"id": 2, "source": "s", "summary": "t", "consistency": NaN}\n')
+    with pytest.raises(DatasetError, match=r"cnndm_dev\.jsonl:2: human score is nan"):
+        load_dataset("qags", tmp_path)
+    qags.write_text('{"id": 1, "source": "s", "summary": "t"}\n')
+    with pytest.raises(DatasetError, match=r"cnndm_dev\.jsonl:1: missing field 'consistency'"):
+        load_dataset("qags", tmp_path)
+    (tmp_path / "final").mkdir()
+    final = tmp_path / "final" / "dev.jsonl"
+    final.write_text('{"doc_id": 1, "text": "s", "summary": "t", "human_descriptions": 3}\n')
+    with pytest.raises(DatasetError, match=r"dev\.jsonl:1: malformed record"):
+        load_dataset("final:dev", tmp_path)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -65,6 +65,12 @@ class Config(BaseSettings):
 
     prompts_dir: Path | None = None
     """A folder of prompt overrides: ``<prompt name>.txt`` replaces the user template of that prompt."""
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _blank_model_is_unset(cls, value: object) -> object:
+        # HALLUSCOPE_MODEL="" (or whitespace) means "not set", not a model named ''
+        return None if isinstance(value, str) and not value.strip() else value
 
     @model_validator(mode="after")
     def _env_fallbacks(self) -> "Config":

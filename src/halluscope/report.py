@@ -69,6 +69,15 @@ def _highlight(text: str, marks: list[tuple[Span, int, str, str]]) -> str:
     return "".join(out)
 
 
+def _script_json(data: str) -> str:
+    """JSON made safe inside ``<script type="application/json">`` and still valid JSON once read back.
+
+    Only two sequences can end or derail a script element: ``</`` (closes it) and ``<!--`` (script-data
+    escape state). Both can occur only inside JSON strings, where ``<\\/`` and ``\\u003c`` are valid escapes,
+    so ``json.loads(element.textContent)`` returns exactly the report. HTML-escaping would change the data."""
+    return data.replace("<!--", "\\u003c!--").replace("</", "<\\/")
+
+
 def _fmt(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
 
@@ -119,7 +128,7 @@ def render_html(report: Report, source: str, target: str, title: str = "hallusco
         + (f" · {unscored} unscored claims" if unscored else "")
     )
     reason = f"<div class='bad'>could not score: {html.escape(report.unscored_reason)}</div>" if report.unscored_reason else ""
-    data = html.escape(report.model_dump_json(), quote=False)
+    data = _script_json(report.model_dump_json())
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>{_CSS}</style></head><body>
 <header><h1>{html.escape(title)}</h1><span class="score {score_cls}">{score}</span>

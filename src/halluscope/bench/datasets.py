@@ -4,15 +4,22 @@ A dataset is named ``NAME[:subset]`` (``final:dev``, ``summedits:news``, ``qags`
 path to a ``.jsonl`` file in the generic Example format (docs/datasets.md). The shared data folder is
 found from, in order: the ``data_dir`` argument (``--data-dir``), ``HALLUSCOPE_DATA_DIR``, then
 ``../shared/data`` next to the current directory or next to the halluscope checkout.
+
+Files must be UTF-8 JSONL. A file that is not (a byte that is not UTF-8, a line that is not a JSON object,
+a record missing a field) is refused with a :class:`DatasetError` naming the file and line. Human scores
+must be finite numbers: a NaN or infinite score (``NaN``, ``Infinity``, ``1e999``, ``"nan"``) is refused
+the same way, not skipped, since a silently shorter dataset changes every correlation computed from it.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,35 +67,75 @@ def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
     raise DatasetError(f"data folder not found (tried {where}); pass --data-dir or set {DATA_DIR_ENV}")
 
 
-def _read_jsonl(path: Path) -> list[dict]:
+def _read_jsonl_lines(path: Path) -> list[tuple[int, dict]]:
+    """``(line number, object)`` for every non-blank line; DatasetError naming the line otherwise."""
     if not path.is_file():
         raise DatasetError(f"dataset file not found: {path}")
     rows = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                raise DatasetError(
+                    f"{path}:{lineno}: not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
+                    "re-encode the file as UTF-8"
+                ) from exc
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise DatasetError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
+            except RecursionError as exc:
+                raise DatasetError(f"{path}:{lineno}: not valid JSON (nested too deeply)") from exc
             if not isinstance(row, dict):
                 raise DatasetError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-            rows.append(row)
+            rows.append((lineno, row))
     return rows
+
+
+@contextmanager
+def _record(path: Path, lineno: int) -> Iterator[None]:
+    """Turn a malformed record (missing key, wrong type) into a DatasetError naming its line."""
+    try:
+        yield
+    except DatasetError:
+        raise
+    except KeyError as exc:
+        raise DatasetError(f"{path}:{lineno}: missing field {exc.args[0]!r}") from exc
+    except (TypeError, ValueError, AttributeError) as exc:  # includes pydantic's ValidationError
+        raise DatasetError(f"{path}:{lineno}: malformed record ({str(exc)[:300]})") from exc
+
+
+def _human_score(value: object, path: Path, lineno: int) -> float | None:
+    """A finite human score, or a DatasetError: NaN / infinity would poison every correlation."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise DatasetError(f"{path}:{lineno}: human score must be a number, got {value!r}")
+    try:
+        score = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        raise DatasetError(f"{path}:{lineno}: human score must be a number, got {value!r}") from exc
+    if not math.isfinite(score):
+        raise DatasetError(f"{path}:{lineno}: human score is {value!r}; human scores must be finite numbers")
+    return score
 
 
 def read_examples(path: str | Path) -> list[Example]:
     """Read a generic-format JSONL file (one Example per line); errors name the file and line."""
     path = Path(path)
     examples = []
-    for lineno, row in enumerate(_read_jsonl(path), 1):
+    for record, (lineno, row) in enumerate(_read_jsonl_lines(path), 1):
         try:
-            examples.append(Example.model_validate(row))
+            example = Example.model_validate(row)
         except ValidationError as exc:
             first = exc.errors()[0]
             loc = ".".join(str(p) for p in first["loc"]) or "line"
-            raise DatasetError(f"{path}: record {lineno}: {loc}: {first['msg']}") from exc
+            raise DatasetError(f"{path}:{lineno}: record {record}: {loc}: {first['msg']}") from exc
+        _human_score(example.human_score, path, lineno)
+        examples.append(example)
     _check_unique_ids(examples, str(path))
     return examples
 
@@ -117,17 +164,18 @@ def load_final(root: Path, subset: str | None) -> Dataset:
     split = subset or "dev"
     path = root / "final" / f"{split}.jsonl"
     examples = []
-    for row in _read_jsonl(path):
-        descriptions = [d for d in row["human_descriptions"] if d.strip()]
-        examples.append(Example(
-            id=f"final-{row['doc_id']}",
-            source=row["text"],
-            target=row["summary"],
-            label=0 if descriptions else 1,
-            descriptions=descriptions,
-            split=row.get("split", split),
-            meta={"defacto_label": row.get("DeFacto_label"), "doc_id": row["doc_id"]},
-        ))
+    for lineno, row in _read_jsonl_lines(path):
+        with _record(path, lineno):
+            descriptions = [d for d in row["human_descriptions"] if d.strip()]
+            examples.append(Example(
+                id=f"final-{row['doc_id']}",
+                source=row["text"],
+                target=row["summary"],
+                label=0 if descriptions else 1,
+                descriptions=descriptions,
+                split=row.get("split", split),
+                meta={"defacto_label": row.get("DeFacto_label"), "doc_id": row["doc_id"]},
+            ))
     return Dataset("final", split, examples, [path])
 
 
@@ -142,16 +190,17 @@ def load_summedits(root: Path, subset: str | None) -> Dataset:
     for domain in domains:
         path = root / "summedits" / f"{domain}.jsonl"
         files.append(path)
-        for row in _read_jsonl(path):
-            examples.append(Example(
-                id=row["id"],
-                source=row["doc"],
-                target=row["summary"],
-                label=int(row["label"]),
-                group=row["id"].rsplit("_", 1)[0],
-                split=row.get("split"),
-                meta={"domain": row.get("domain", domain), "edit_types": row.get("edit_types", [])},
-            ))
+        for lineno, row in _read_jsonl_lines(path):
+            with _record(path, lineno):
+                examples.append(Example(
+                    id=row["id"],
+                    source=row["doc"],
+                    target=row["summary"],
+                    label=int(row["label"]),
+                    group=row["id"].rsplit("_", 1)[0],
+                    split=row.get("split"),
+                    meta={"domain": row.get("domain", domain), "edit_types": row.get("edit_types", [])},
+                ))
     return Dataset("summedits", subset, examples, files)
 
 
@@ -159,11 +208,12 @@ def load_qags(root: Path, subset: str | None) -> Dataset:
     """QAGS-CNNDM (as shipped with DCR): graded human consistency in [0, 1], no binary label."""
     split = subset or "dev"
     path = root / "qags" / f"cnndm_{split}.jsonl"
-    examples = [
-        Example(id=f"qags-{row['id']}", source=row["source"], target=row["summary"],
-                human_score=float(row["consistency"]), split=split, meta={"subset": "cnndm"})
-        for row in _read_jsonl(path)
-    ]
+    examples = []
+    for lineno, row in _read_jsonl_lines(path):
+        with _record(path, lineno):
+            score = _human_score(row["consistency"], path, lineno)
+            examples.append(Example(id=f"qags-{row['id']}", source=row["source"], target=row["summary"],
+                                    human_score=score, split=split, meta={"subset": "cnndm"}))
     return Dataset("qags", split, examples, [path])
 
 
@@ -172,10 +222,11 @@ def load_squality(root: Path, subset: str | None) -> Dataset:
     split = subset or "dev"
     path = root / "squality" / f"{split}.jsonl"
     examples = []
-    for row in _read_jsonl(path):
-        for k, summary in enumerate(row["plot_summaries"]):
-            examples.append(Example(id=f"squality-{row['id']}-{k}", source=row["document"], target=summary,
-                                    group=str(row["id"]), split=split, meta={"summary_index": k}))
+    for lineno, row in _read_jsonl_lines(path):
+        with _record(path, lineno):
+            for k, summary in enumerate(row["plot_summaries"]):
+                examples.append(Example(id=f"squality-{row['id']}-{k}", source=row["document"], target=summary,
+                                        group=str(row["id"]), split=split, meta={"summary_index": k}))
     return Dataset("squality", split, examples, [path])
 
 

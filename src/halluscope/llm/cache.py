@@ -1,9 +1,10 @@
-"""Persistent SQLite response cache keyed by (model, params, messages)."""
+"""Persistent SQLite response cache keyed by (model, params, messages), and the text hygiene it relies on."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sqlite3
 import threading
 from pathlib import Path
@@ -12,6 +13,26 @@ from pydantic import ValidationError
 
 from halluscope.llm.base import Completion, GenerateParams, Message
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(text: str) -> str:
+    """``text`` with every unpaired UTF-16 surrogate replaced by U+FFFD (a valid pair becomes its character).
+
+    A lone surrogate (e.g. ``"\\ud800"`` decoded from a JSON reply) is a valid Python string but cannot be
+    encoded as UTF-8, so it would crash SQLite, the HTTP client or a tokenizer later on. Backends apply this
+    to every reply and :class:`~halluscope.llm.client.LLM` to every message and reply."""
+    if _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def clean_messages(messages: list[Message]) -> list[Message]:
+    """``messages`` with :func:`clean_text` applied to every string value (the same list when nothing changes)."""
+    if not any(isinstance(v, str) and _SURROGATE.search(v) for m in messages for v in m.values()):
+        return messages
+    return [{k: clean_text(v) if isinstance(v, str) else v for k, v in m.items()} for m in messages]
+
 
 def cache_key(model: str, params: GenerateParams, messages: list[Message]) -> str:
     payload = json.dumps(
@@ -19,7 +40,8 @@ def cache_key(model: str, params: GenerateParams, messages: list[Message]) -> st
         sort_keys=True,
         ensure_ascii=False,
     )
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+    # surrogatepass: a key for text with lone surrogates, instead of a UnicodeEncodeError
+    return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class ResponseCache:
@@ -51,6 +73,7 @@ class ResponseCache:
             return None
 
     def put(self, key: str, completion: Completion) -> None:
+        completion = completion.model_copy(update={"text": clean_text(completion.text)})
         with self._lock:
             self._conn.execute(
                 "INSERT OR REPLACE INTO responses (key, model, completion) VALUES (?, ?, ?)",

@@ -3,6 +3,10 @@
 Stages only ever call ``await llm.generate(messages, params)``. Every call is also recorded into the
 current :class:`CallLog` (a context variable), which is how a Report gets its usage and audit trail
 without threading a ledger through every stage.
+
+Identical requests in flight at the same moment share one backend call ("single flight", keyed by the
+cache key even when the cache is off): the first caller makes the call, the others wait for its reply and
+are accounted as cache hits.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from halluscope.llm.base import Completion, GenerateParams, Message, ModelAPI
-from halluscope.llm.cache import ResponseCache, cache_key
+from halluscope.llm.cache import ResponseCache, cache_key, clean_messages, clean_text
 from halluscope.records import LLMCall, Usage
 
 
@@ -45,6 +49,10 @@ def track_calls() -> Iterator[CallLog]:
         _current_log.reset(token)
 
 
+class _LeaderCancelled(Exception):
+    """Set on a shared in-flight request whose caller was cancelled: the waiters retry without it."""
+
+
 class LLM:
     def __init__(
         self,
@@ -63,6 +71,9 @@ class LLM:
         self._semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
             weakref.WeakKeyDictionary()
         )
+        self._in_flight: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[str, asyncio.Future[Completion]]
+        ] = weakref.WeakKeyDictionary()
 
     @property
     def name(self) -> str:
@@ -80,23 +91,72 @@ class LLM:
             sem = self._semaphores[loop] = asyncio.Semaphore(self.max_concurrency)
         return sem
 
+    def _flights(self) -> dict[str, asyncio.Future[Completion]]:
+        loop = asyncio.get_running_loop()
+        table = self._in_flight.get(loop)
+        if table is None:
+            table = self._in_flight[loop] = {}
+        return table
+
+    @property
+    def in_flight(self) -> int:
+        """Distinct requests being answered by the backend right now, on the running event loop (0 outside one)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return 0
+        return len(self._in_flight.get(loop, {}))
+
+    async def _call_backend(self, messages: list[Message], params: GenerateParams) -> Completion:
+        async with self._semaphore():
+            completion = await self.api.generate(messages, params)
+        return completion.model_copy(
+            update={
+                "text": clean_text(completion.text),
+                "usage": completion.usage.model_copy(update={"calls": 1, "cache_hits": 0}),
+            }
+        )
+
+    async def _single_flight(self, key: str, messages: list[Message], params: GenerateParams) -> Completion:
+        """The backend's reply, made once for all identical requests in flight; a joiner's copy is a cache hit."""
+        flights = self._flights()
+        while (pending := flights.get(key)) is not None:
+            try:
+                # shield: a joiner that is cancelled must not cancel the request the others wait for
+                shared = await asyncio.shield(pending)
+            except _LeaderCancelled:
+                continue  # the caller that made the request was cancelled: try again (maybe as the leader)
+            return shared.model_copy(update={"cached": True, "usage": Usage(cache_hits=1)})
+        future: asyncio.Future[Completion] = asyncio.get_running_loop().create_future()
+        flights[key] = future
+        try:
+            completion = await self._call_backend(messages, params)
+            if self.cache is not None:
+                self.cache.put(key, completion)
+        except Exception as exc:
+            future.set_exception(exc)  # every joiner gets the same error
+            raise
+        else:
+            future.set_result(completion)
+        finally:
+            if not future.done():  # this caller was cancelled (or interrupted): its joiners retry without it
+                future.set_exception(_LeaderCancelled())
+            future.exception()  # mark retrieved: no "exception was never retrieved" warning without joiners
+            del flights[key]
+        return completion
+
     async def generate(self, messages: list[Message], params: GenerateParams | None = None) -> Completion:
         params = params or self.default_params
+        messages = clean_messages(messages)
         cache_id = getattr(self.api, "cache_id", None) or self.api.name
-        key = cache_key(cache_id, params, messages) if self.cache is not None else None
+        key = cache_key(cache_id, params, messages)  # also computed without a cache: it keys the single flight
         completion: Completion | None = None
-        if key is not None:
-            hit = self.cache.get(key)  # type: ignore[union-attr]
+        if self.cache is not None:
+            hit = self.cache.get(key)
             if hit is not None:
                 completion = hit.model_copy(update={"cached": True, "usage": Usage(cache_hits=1)})
         if completion is None:
-            async with self._semaphore():
-                completion = await self.api.generate(messages, params)
-            completion = completion.model_copy(
-                update={"usage": completion.usage.model_copy(update={"calls": 1, "cache_hits": 0})}
-            )
-            if key is not None:
-                self.cache.put(key, completion)  # type: ignore[union-attr]
+            completion = await self._single_flight(key, messages, params)
         self.usage = self.usage + completion.usage
         log = _current_log.get()
         if log is not None:

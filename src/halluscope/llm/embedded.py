@@ -4,6 +4,21 @@ Why llama.cpp (llama-cpp-python) rather than transformers' GGUF loader on CPU to
 quantized weights directly (transformers de-quantizes to fp32), starts in well under a second, needs no
 torch, and the same install gives us a real OpenAI-compatible server (``python -m llama_cpp.server``)
 for integration tests. The cost is a ~5 minute source build on install, cached by pip afterwards.
+
+Threads: by default :func:`default_threads` picks them from the cores this process may actually run on
+(``os.sched_getaffinity``, not the machine's core count): half of them, at least 1 -- so 1 thread on a
+2-core machine -- like llama-cpp-python's own default (about the physical cores on an SMT machine), never
+all of them. The same number serves prompt processing (llama-cpp-python would otherwise use every core
+there). Measured with ``benchmarks/embedded_speed.py`` (500 prompt tokens, 128 generated) on a 2-core
+machine shared with other jobs (load average 3-5): 1 thread generated 5-6.6 tok/s and processed 40-48
+prompt tok/s; 2 threads 1.6-2.0 tok/s and 20-24 prompt tok/s (llama.cpp threads wait for each other at
+every step, so one thread descheduled by another job stalls them all). Only the 2-core case was measured;
+above it the rule is a conservative default. ``HALLUSCOPE_EMBEDDED_THREADS`` (``Config.embedded_threads``)
+overrides it.
+
+Token counting (``count_tokens``) never waits behind a running generation: it uses a second, vocabulary-only
+copy of the model (no weights, no context: ~0.6 s and ~40 MB on first use) with its own lock, so no llama.cpp
+object is shared between the generating thread and the counting one.
 """
 
 from __future__ import annotations
@@ -18,6 +33,7 @@ from importlib import metadata
 from pathlib import Path
 
 from halluscope.llm.base import Completion, ContextOverflowError, GenerateParams, LLMError, Message
+from halluscope.llm.cache import clean_messages, clean_text
 from halluscope.records import Usage
 
 # name -> (distribution that ships it, display name)
@@ -48,6 +64,25 @@ def resolve_gguf(name_or_path: str) -> Path:
     raise LLMError(f"package {dist!r} is installed but ships no .gguf file")
 
 
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, e.g. a container's CPU set), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity API (macOS, Windows)
+        return max(1, os.cpu_count() or 1)
+
+
+def default_threads(cores: int | None = None) -> int:
+    """llama.cpp threads when none are configured: half the usable cores, at least 1 (1 on a 2-core
+    machine; see the module docstring for the measurement behind the rule)."""
+    cores = usable_cores() if cores is None else cores
+    return max(1, cores // 2)
+
+
+def _token_count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
 def _close_if_alive(ref: "weakref.ref[EmbeddedModel]") -> None:
     model = ref()
     if model is not None:
@@ -65,10 +100,20 @@ class EmbeddedModel:
         self.model_path = resolve_gguf(model)
         self.name = f"embedded:{model if model in KNOWN_MODELS else self.model_path.name}"
         self._n_ctx = n_ctx
-        self._n_threads = n_threads or os.cpu_count() or 1
+        self.n_threads = n_threads if n_threads and n_threads > 0 else default_threads()
         self._seed = seed
         self._llama = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # generation: llama.cpp contexts are not re-entrant
+        self._vocab = None  # vocabulary-only model for count_tokens
+        self._vocab_lock = threading.Lock()
+        self._atexit_registered = False
+
+    def _register_atexit(self) -> None:
+        # Free the weights before interpreter teardown; llama-cpp-python's own __del__ at exit runs
+        # after its C bindings are gone and prints "TypeError: 'NoneType' object is not callable".
+        if not self._atexit_registered:
+            atexit.register(_close_if_alive, weakref.ref(self))
+            self._atexit_registered = True
 
     def _load(self):
         if self._llama is None:
@@ -79,32 +124,54 @@ class EmbeddedModel:
             self._llama = Llama(
                 model_path=str(self.model_path),
                 n_ctx=self._n_ctx,
-                n_threads=self._n_threads,
+                n_threads=self.n_threads,
+                n_threads_batch=self.n_threads,  # llama-cpp-python's default is every core of the machine
                 seed=self._seed,
                 verbose=False,
             )
-            # Free the weights before interpreter teardown; llama-cpp-python's own __del__ at exit runs
-            # after its C bindings are gone and prints "TypeError: 'NoneType' object is not callable".
-            atexit.register(_close_if_alive, weakref.ref(self))
+            self._register_atexit()
         return self._llama
 
+    def _load_vocab(self):
+        """The model's tokenizer alone: same vocabulary, no weights, no context."""
+        if self._vocab is None:
+            try:
+                import llama_cpp
+                from llama_cpp._internals import LlamaModel  # the wrapper Llama.tokenize itself goes through
+            except ImportError as exc:
+                raise LLMError(f"the embedded model needs llama-cpp-python: {INSTALL_HINT}") from exc
+            params = llama_cpp.llama_model_default_params()
+            params.vocab_only = True
+            try:
+                self._vocab = LlamaModel(path_model=str(self.model_path), params=params, verbose=False)
+            except ValueError as exc:
+                raise LLMError(f"{self.name}: could not load the vocabulary: {exc}") from exc
+            self._register_atexit()
+        return self._vocab
+
     def close(self) -> None:
-        """Release the loaded weights (they load again on the next request)."""
+        """Release the loaded weights and tokenizer (they load again on the next request)."""
         with self._lock:
             if self._llama is not None:
                 self._llama.close()
                 self._llama = None
+        with self._vocab_lock:
+            if self._vocab is not None:
+                self._vocab.close()
+                self._vocab = None
 
     @property
     def context_window(self) -> int:
         return self._n_ctx
 
     def count_tokens(self, text: str) -> int | None:
-        with self._lock:
-            llama = self._load()
-            return len(llama.tokenize(text.encode("utf-8"), add_bos=False))
+        """Tokens in ``text``; runs beside a generation in progress (its own tokenizer and lock)."""
+        data = clean_text(text).encode("utf-8")
+        with self._vocab_lock:
+            return len(self._load_vocab().tokenize(data, add_bos=False, special=False))
 
     def _generate_sync(self, messages: list[Message], params: GenerateParams) -> Completion:
+        messages = clean_messages(messages)  # a lone surrogate cannot be encoded for the tokenizer
         with self._lock:
             llama = self._load()
             # Chat-template overhead is a few tokens per message; leave room for it.
@@ -133,9 +200,14 @@ class EmbeddedModel:
                 raise LLMError(f"{self.name}: {exc}") from exc
             except RuntimeError as exc:  # e.g. llama_decode failures
                 raise LLMError(f"{self.name}: {exc}") from exc
-        text = out["choices"][0]["message"].get("content") or ""
+        content = out["choices"][0]["message"].get("content")
+        text = clean_text(content) if isinstance(content, str) else ""
         u = out.get("usage") or {}
-        usage = Usage(calls=1, prompt_tokens=u.get("prompt_tokens", 0), completion_tokens=u.get("completion_tokens", 0))
+        usage = Usage(
+            calls=1,
+            prompt_tokens=_token_count(u.get("prompt_tokens")),
+            completion_tokens=_token_count(u.get("completion_tokens")),
+        )
         return Completion(text=text, model=self.name, usage=usage)
 
     async def generate(self, messages: list[Message], params: GenerateParams) -> Completion:

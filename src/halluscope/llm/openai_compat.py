@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import weakref
+from typing import Any
 
 import httpx
 
 from halluscope.llm.base import Completion, ContextOverflowError, GenerateParams, LLMError, Message
+from halluscope.llm.cache import clean_messages, clean_text
 from halluscope.records import Usage
 
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
@@ -30,6 +33,54 @@ def _retry_after_s(resp: httpx.Response) -> float | None:
 
 
 _RETRYABLE = (_Retryable, httpx.TransportError)  # TransportError covers timeouts and refused connections
+
+
+def _token_count(value: object) -> int:
+    """A token count from a ``usage`` field: a non-negative whole number, else 0 (never an exception)."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return max(0, value)
+    if isinstance(value, float) and math.isfinite(value) and value >= 0 and value == int(value):
+        return int(value)
+    return 0
+
+
+def _usage(data: dict[str, Any]) -> Usage:
+    """Usage of one call. A malformed ``usage`` (missing, strings, negative, nested junk) costs the reply
+    nothing: it is recorded as 0 tokens."""
+    raw = data.get("usage")
+    if not isinstance(raw, dict):
+        raw = {}
+    return Usage(
+        calls=1,
+        prompt_tokens=_token_count(raw.get("prompt_tokens")),
+        completion_tokens=_token_count(raw.get("completion_tokens")),
+    )
+
+
+def _content_text(content: object) -> str:
+    """The reply text of ``message.content``: a string, or OpenAI-style content parts
+    (``[{"type": "text", "text": ...}, ...]``) joined. Anything else raises ValueError."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and content:
+        texts: list[str] = []
+        for part in content:
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            elif isinstance(part, dict) and part.get("type") not in (None, "text", "output_text"):
+                continue  # e.g. an image or audio part: no text to read
+            else:
+                raise ValueError(f"content part without text: {str(part)[:100]}")
+        if not texts:
+            raise ValueError(f"content parts carry no text: {str(content)[:100]}")
+        return "".join(texts)
+    if content is None:
+        raise ValueError("content is null (no text in the reply)")
+    raise ValueError(f"content is a {type(content).__name__}, not text: {str(content)[:100]}")
 
 
 class _ClientPool:
@@ -125,7 +176,7 @@ class OpenAICompatibleModel:
     def _payload(self, messages: list[Message], params: GenerateParams) -> dict:
         body: dict = {
             "model": self.name,
-            "messages": messages,
+            "messages": clean_messages(messages),  # a lone surrogate cannot be sent as UTF-8
             "temperature": params.temperature,
             "max_tokens": params.max_tokens,
         }
@@ -137,7 +188,7 @@ class OpenAICompatibleModel:
             body["response_format"] = {"type": "json_object"}
         return body
 
-    async def _post_once(self, body: dict) -> dict:
+    async def _post_once(self, body: dict) -> object:
         resp = await self._pool().post("/chat/completions", json=body)
         if resp.status_code in _RETRY_STATUS:
             raise _Retryable(f"HTTP {resp.status_code}: {resp.text[:300]}", _retry_after_s(resp))
@@ -148,8 +199,30 @@ class OpenAICompatibleModel:
             raise LLMError(f"{self.name}: HTTP {resp.status_code}: {text}")
         try:
             return resp.json()
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, or nested beyond the parser
             raise LLMError(f"{self.name}: endpoint returned non-JSON: {resp.text[:200]!r}") from exc
+
+    def _completion(self, data: object) -> Completion:
+        """The Completion in a chat-completions response; an envelope without a text reply is an LLMError."""
+        where = f"{self.name} at {self.base_url}"
+        if not isinstance(data, dict):
+            raise LLMError(f"{where}: response is a JSON {type(data).__name__}, not an object: {str(data)[:200]}")
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices:
+            error = data.get("error")
+            detail = f"; error: {str(error)[:300]}" if error else f": {str(data)[:300]}"
+            raise LLMError(f"{where}: response has no choices{detail}")
+        choice = choices[0]
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(message, dict):
+            raise LLMError(f"{where}: first choice has no message: {str(choice)[:300]}")
+        try:
+            text = _content_text(message.get("content"))
+        except ValueError as exc:
+            refusal = message.get("refusal")
+            why = f" (refusal: {str(refusal)[:200]})" if refusal else ""
+            raise LLMError(f"{where}: unusable reply: {exc}{why}") from exc
+        return Completion(text=clean_text(text), model=self.name, usage=_usage(data))
 
     async def generate(self, messages: list[Message], params: GenerateParams) -> Completion:
         body = self._payload(messages, params)
@@ -166,14 +239,4 @@ class OpenAICompatibleModel:
                 await asyncio.sleep(self._backoff_s(attempt, exc))
             except httpx.HTTPError as exc:  # e.g. an invalid URL: retrying cannot help
                 raise LLMError(f"{self.name} at {self.base_url}: {exc!r}") from exc
-        try:
-            text = data["choices"][0]["message"].get("content") or ""
-            raw_usage = data.get("usage") or {}
-            usage = Usage(
-                calls=1,
-                prompt_tokens=int(raw_usage.get("prompt_tokens") or 0),
-                completion_tokens=int(raw_usage.get("completion_tokens") or 0),
-            )
-        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
-            raise LLMError(f"{self.name}: unexpected response shape: {str(data)[:300]}") from exc
-        return Completion(text=text, model=self.name, usage=usage)
+        return self._completion(data)

