@@ -10,7 +10,7 @@ import halluscope
 from halluscope.config import Config
 from halluscope.llm import LLM, ContextOverflowError, FakeModel, LLMError
 from halluscope.methods import InputError, Method, get_method, list_methods, method_class, register_method
-from halluscope.methods.geval import GEVAL_PROMPT, GEval, parse_geval
+from halluscope.methods.geval import GEVAL_PROMPT, GEval, GevalReply
 from halluscope.methods.rouge import Rouge
 from halluscope.records import Report
 from halluscope.text.parsing import ParseError
@@ -52,24 +52,28 @@ def test_geval_unparseable_is_unscored_with_reason_and_raw_reply(bad: str) -> No
     assert [c.reply for c in report.calls] == [bad, bad]
 
 
-@pytest.mark.parametrize(("reply", "rating"), [("Score: 3/5", 3), ("rating - 2", 2), ('```json\n{"score": "4"}\n```', 4)])
-def test_parse_geval_accepts_plain_forms(reply: str, rating: int) -> None:
-    assert parse_geval(reply).score == rating
+@pytest.mark.parametrize("reply", ["Score: 3/5", "rating - 2", '```json\n{"score": "4", "reason": "r"}\n```',
+                                   "I cannot assign a score: 1) the text", '{"score": true, "reason": "r"}'])
+def test_geval_reads_a_rating_only_from_the_declared_json(reply: str) -> None:
+    with pytest.raises(ParseError):
+        GevalReply.parse(reply)
+    assert GevalReply.parse('```json\n{"reason": "r", "score": 4}\n```').score == 4
 
 
-def test_parse_geval_refuses_out_of_range_and_fractions() -> None:
-    for reply in ("score: 15", "score: 0", "Score: 4.5", "The score is high"):
+def test_geval_refuses_out_of_range_and_fractions() -> None:
+    for reply in ('{"reason": "r", "score": 15}', '{"reason": "r", "score": 0}', '{"reason": "r", "score": 4.5}'):
         with pytest.raises(ParseError):
-            parse_geval(reply)
+            GevalReply.parse(reply)
 
 
 def test_geval_prompt_override_from_prompts_dir(tmp_path) -> None:
     (tmp_path / "geval.txt").write_text("CUSTOM $source || $target", encoding="utf-8")
     fake = FakeModel(['{"reason": "r", "score": 2}'])
     report = GEval(llm=LLM(fake, cache=None), config=Config(prompts_dir=tmp_path)).check(SOURCE, TARGET)
-    assert fake.requests[0][-1]["content"] == f"CUSTOM {SOURCE} || {TARGET}"
+    sent = fake.requests[0][-1]["content"]
+    assert sent.startswith("CUSTOM <source_") and f"\n{SOURCE}\n" in sent and f"\n{TARGET}\n" in sent
     assert report.score == 0.25
-    assert GEval().prompt_version == f"geval@{GEVAL_PROMPT.version}"
+    assert GEval().prompt_version == GEVAL_PROMPT.ref() and GEVAL_PROMPT.ref().startswith("geval@2#")
 
 
 def test_llm_errors_become_unscored_reports() -> None:

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from halluscope.llm import LLM, FakeModel
 from halluscope.llm.structured import generate_structured, json_parser
-from halluscope.methods.geval import GEval, GevalReply, parse_geval
+from halluscope.methods.geval import GEval, GevalReply
 from halluscope.text.parsing import ParseError, extract_json, parse_items_after_marker
 from tests.garble import garbled_replies
 
@@ -40,7 +40,7 @@ PARSERS = {
     "json_parser_list_schema": json_parser(Claims),
     "json_parser_object_schema": json_parser(Judgement),
     "json_parser_geval": json_parser(GevalReply),
-    "parse_geval": parse_geval,
+    "geval_reply": GevalReply.parse,
 }
 
 
@@ -62,7 +62,7 @@ def test_parser_never_raises_anything_but_parse_errors(name: str) -> None:
 def test_parse_geval_success_is_always_in_range() -> None:
     for reply in REPLIES:
         try:
-            rating = parse_geval(reply).score
+            rating = GevalReply.parse(reply).score
         except (ParseError, ValidationError):
             continue
         assert 1 <= rating <= 5

@@ -11,7 +11,6 @@ a different configuration is refused instead of being mixed into the same result
 from __future__ import annotations
 
 import asyncio
-import logging
 import datetime as dt
 import inspect
 import json
@@ -38,8 +37,6 @@ RESULTS_MD = "results.md"
 
 class BenchError(RuntimeError):
     """A benchmark run that cannot go ahead (e.g. an output folder holding a different configuration)."""
-
-log = logging.getLogger(__name__)
 
 
 def default_out_dir(dataset: str, method: str, model: str | None, sample: int | None = None, seed: int = 0) -> Path:
@@ -146,10 +143,7 @@ async def _score_pending(method: Method, pending: Sequence[Example], store: Item
                 return ex, await method.acheck_example(ex)
             except InputError as exc:
                 return ex, Report(method=method.name, model=method.model_name, unscored_reason=f"bad input: {exc}")
-            except Exception as exc:  # one item's failure never ends the run; it is recorded, with its cause
-                log.exception("item %s failed", ex.id)
-                return ex, Report(method=method.name, model=method.model_name,
-                                  unscored_reason=f"internal error ({type(exc).__name__}): {exc}"[:1000])
+
 
     tasks = [asyncio.ensure_future(one(ex)) for ex in pending]
     try:
