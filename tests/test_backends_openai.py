@@ -253,3 +253,16 @@ def test_real_server_through_the_cli(llama_server, tmp_path) -> None:
     assert 1 <= report["usage"]["calls"] <= 2 and report["usage"]["prompt_tokens"] > 0
     # The tiny model may or may not produce a usable rating; either way the outcome is explicit.
     assert (report["score"] is not None) != bool(report["unscored_reason"])
+
+
+async def test_reply_schema_is_sent_and_a_refusing_endpoint_gets_plain_json_mode() -> None:
+    schema = json.dumps({"type": "object", "properties": {"score": {"type": "integer"}}, "required": ["score"]})
+    params = GenerateParams(max_tokens=8, json_schema=schema)
+    refusal = (400, {"error": {"message": "response_format type json_schema is not supported"}}, {})
+    with ScriptedServer([refusal, (200, OK_BODY, {}), (200, OK_BODY, {})]) as server:
+        model = OpenAICompatibleModel("m", server.url, None, max_retries=0)
+        assert (await model.generate(MSGS, params)).text == "OK"
+        assert (await model.generate(MSGS, params)).text == "OK"
+    formats = [r["body"]["response_format"] for r in server.requests]
+    assert formats[0] == {"type": "json_schema", "json_schema": {"name": "reply", "schema": json.loads(schema)}}
+    assert formats[1:] == [{"type": "json_object"}, {"type": "json_object"}]  # remembered for later calls

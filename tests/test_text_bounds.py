@@ -70,19 +70,21 @@ def test_window_edges_keep_every_character(monkeypatch) -> None:
         _check_invariants(text, split_sentences(text))
 
 
-@pytest.mark.parametrize("n_words", [200_000])
-def test_a_long_unbroken_block_splits_in_bounded_time(n_words: int) -> None:
-    """200k words in one block (1.07 M characters). One pysbd pass is quadratic (32k words: 45 s); windowed
-    splitting is linear, ~12 us per character: 13 s for these 200k words and 65 s for 1,000,000 words
-    (5.3 M characters) on a 2-core machine under load. The bound is generous for slow CI machines."""
-    text = _block(n_words)
-    started = time.perf_counter()
-    found = split_sentences(text)
-    elapsed = time.perf_counter() - started
-    assert elapsed < 60, f"{n_words} words took {elapsed:.1f}s"
-    assert len(found) > n_words // 20
-    for s in found[:: max(1, len(found) // 500)]:
-        assert s.span.of(text) == s.text
+def test_a_long_unbroken_block_splits_in_linear_time() -> None:
+    """One pysbd pass over a block is quadratic (32k words: 45 s); windowed splitting is linear, ~12 us per
+    character: 13 s for 200k words and 65 s for 1,000,000 words (5.3 M characters, measured on a loaded
+    2-core machine). Checked here as a ratio: 4x the words may take at most ~6x the time."""
+    timings = {}
+    for n_words in (12_000, 48_000):
+        text = _block(n_words)
+        started = time.perf_counter()
+        found = split_sentences(text)
+        timings[n_words] = time.perf_counter() - started
+        assert len(found) > n_words // 20
+        for s in found[:: max(1, len(found) // 200)]:
+            assert s.span.of(text) == s.text
+    assert timings[48_000] < 6 * timings[12_000] + 1.0, timings
+    assert timings[48_000] < 30, timings
 
 
 _PIECES = list("ab Z.?!\n\t\"'“”…:;(),é0") + ["Dr.", "U.S.", "e.g.", "3.5", "  ", "xxxxxxxxxxxx"]

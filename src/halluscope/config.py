@@ -61,7 +61,8 @@ class Config(BaseSettings):
     """Context window for the embedded model, in tokens."""
 
     embedded_threads: int | None = None
-    """CPU threads for the embedded model (default: all cores)."""
+    """CPU threads for the embedded model (default: half the cores this process may use, at least 1:
+    llama.cpp slows down sharply when its threads compete for cores; see ``llm/embedded.py``)."""
 
     prompts_dir: Path | None = None
     """A folder of prompt overrides: ``<prompt name>.txt`` replaces the user template of that prompt."""

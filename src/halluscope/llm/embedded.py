@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import importlib.util
+import json
 import os
 import threading
 import weakref
@@ -190,7 +191,9 @@ class EmbeddedModel:
             }
             if params.seed is not None:
                 kwargs["seed"] = params.seed
-            if params.json_mode:
+            if params.json_schema:  # llama.cpp turns the schema into a grammar: the reply has the declared shape
+                kwargs["response_format"] = {"type": "json_object", "schema": json.loads(params.json_schema)}
+            elif params.json_mode:
                 kwargs["response_format"] = {"type": "json_object"}
             try:
                 out = llama.create_chat_completion(**kwargs)

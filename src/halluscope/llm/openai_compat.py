@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import random
 import weakref
@@ -30,6 +31,10 @@ def _retry_after_s(resp: httpx.Response) -> float | None:
         return max(0.0, float(value)) if value is not None else None
     except ValueError:
         return None
+
+
+class _SchemaRefused(Exception):
+    """The endpoint rejected ``response_format: json_schema``."""
 
 
 _RETRYABLE = (_Retryable, httpx.TransportError)  # TransportError covers timeouts and refused connections
@@ -131,6 +136,7 @@ class OpenAICompatibleModel:
         self.api_key = api_key
         self.timeout_s = timeout_s
         self.max_retries = max_retries
+        self._schema_refused = False  # set when the endpoint rejects JSON-schema output
         self.max_concurrency = max_concurrency
         self.context_window = context_window
         self._backoff = (backoff_initial_s, backoff_max_s)
@@ -184,7 +190,10 @@ class OpenAICompatibleModel:
             body["seed"] = params.seed
         if params.stop:
             body["stop"] = list(params.stop)
-        if params.json_mode:
+        if params.json_schema and not self._schema_refused:
+            body["response_format"] = {"type": "json_schema", "json_schema": {
+                "name": "reply", "schema": json.loads(params.json_schema)}}
+        elif params.json_mode or params.json_schema:
             body["response_format"] = {"type": "json_object"}
         return body
 
@@ -196,6 +205,9 @@ class OpenAICompatibleModel:
             text = resp.text[:500]
             if "context" in text.lower() and ("length" in text.lower() or "exceed" in text.lower()):
                 raise ContextOverflowError(f"{self.name}: prompt exceeds the context window: {text}")
+            if (resp.status_code in (400, 422) and body.get("response_format", {}).get("type") == "json_schema"
+                    and any(w in text.lower() for w in ("response_format", "json_schema", "schema"))):
+                raise _SchemaRefused(text)
             raise LLMError(f"{self.name}: HTTP {resp.status_code}: {text}")
         try:
             return resp.json()
@@ -225,6 +237,15 @@ class OpenAICompatibleModel:
         return Completion(text=clean_text(text), model=self.name, usage=_usage(data))
 
     async def generate(self, messages: list[Message], params: GenerateParams) -> Completion:
+        try:
+            return await self._generate(messages, params)
+        except _SchemaRefused:
+            # An endpoint without JSON-schema output (older Ollama or LM Studio builds, some proxies): ask for
+            # plain JSON from now on; the reply is still validated against the schema by its parser.
+            self._schema_refused = True
+            return await self._generate(messages, params)
+
+    async def _generate(self, messages: list[Message], params: GenerateParams) -> Completion:
         body = self._payload(messages, params)
         attempts = self.max_retries + 1
         # A plain bounded loop: a retry library's per-call bookkeeping cost more CPU than everything else
