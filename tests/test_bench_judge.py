@@ -7,7 +7,12 @@ import json
 import pytest
 
 from halluscope.bench.builtin_suites import final_matching_suite
-from halluscope.bench.judge import MATCH_PROMPT, match_descriptions, parse_matches
+from halluscope.bench.judge import (
+    MATCH_PROMPT,
+    match_descriptions,
+    match_key,
+    parse_matches,
+)
 from halluscope.bench.suites import SuiteContext
 from halluscope.llm import LLM, FakeModel
 from halluscope.records import Example, Finding, Report
@@ -20,13 +25,12 @@ from tests.garble import garbled_replies
     "reply,expected",
     [
         ('{"reasoning": "x", "matches": {"P1": "G2", "P2": null}}', {0: 1, 1: None}),
-        ('{"P1": "G1", "P2": "None"}', {0: 0, 1: None}),  # mapping at the top level, "None" as text
-        ('Let me think.\n```json\n{"matches": {"1": 2, "2": "g1"}}\n```', {0: 1, 1: 0}),
-        ('{"matches": {"P1": ["G2"], "P2": []}}', {0: 1, 1: None}),
-        ('{"matches": {"p 1": "G 1", "P-2": "no match"}}', {0: 0, 1: None}),
+        ('{"matches": {"p1": "g1", "P2": "None"}}', {0: 0, 1: None}),  # "None": the paper's judge writes it
+        ('Let me think.\n```json\n{"matches": {"P1": "G2", "P2": "g1"}}\n```', {0: 1, 1: 0}),
+        ('{"matches": {"P 1": "G 1", "P2": null}}', {0: 0, 1: None}),
     ],
 )
-def test_parse_matches_accepts_reasonable_shapes(reply, expected):
+def test_parse_matches_accepts_the_declared_shape(reply, expected):
     assert parse_matches(reply, n_pred=2, n_gold=2) == expected
 
 
@@ -37,9 +41,16 @@ def test_parse_matches_accepts_reasonable_shapes(reply, expected):
         '{"matches": {"P1": "G1"}}',  # P2 undecided
         '{"matches": {"P1": "G1", "P2": null, "P3": null}}',  # no such candidate
         '{"matches": {"P1": ["G1", "G2"], "P2": null}}',  # one candidate, two golds
+        '{"matches": {"P1": ["G2"], "P2": []}}',  # lists are not reference ids
         '{"matches": {"P1": true, "P2": null}}',
+        '{"matches": {"1": 2, "2": "G1"}}',  # numbers are not ids
         '{"matches": {"P1": "the second one", "P2": null}}',
+        '{"matches": {"P1": "no match", "P2": null}}',  # prose, not null
+        '{"matches": {"P1": "G1", "P2": null, "reasoning": "x"}}',  # a key that is no candidate
+        '{"matches": {"P1": "G1", "P-2": null}}',
+        '{"P1": "G1", "P2": null}',  # the mapping must be under "matches"
         '{"matches": ["G1", null]}',
+        '{"reasoning": "P1 is G1", "matches": {"P1": "G1", "P2": nul',  # cut off
         "P1 matches G1 and P2 matches nothing.",  # prose, no JSON
         "",
     ],
@@ -50,12 +61,20 @@ def test_parse_matches_rejects_what_it_cannot_trust(reply):
 
 
 def test_parse_matches_fuzz_only_raises_parse_error():
-    for reply in garbled_replies(1000):
+    valid = ['{"reasoning": "same date", "matches": {"P1": "G1", "P2": null}}',
+             '{"matches": {"P1": null, "P2": "G2"}}']
+    replies = garbled_replies(1000) + valid + [v[:cut] for v in valid for cut in range(5, len(v), 7)]
+    ok = failed = 0
+    for reply in replies:
         try:
             out = parse_matches(reply, n_pred=2, n_gold=2)
         except ParseError:
+            failed += 1
             continue
+        ok += 1
         assert set(out) == {0, 1} and all(v in (None, 0, 1) for v in out.values())
+    assert ok > 0 and failed > 0  # only complete, declared replies parse; cut-off copies of them do not
+    assert ok == len(valid)
 
 
 async def test_judge_not_called_without_predictions_or_without_gold():
@@ -149,7 +168,21 @@ async def test_final_suite_with_garbled_judge_never_raises(tmp_path):
 
 
 def test_match_prompt_renders_every_placeholder():
-    assert MATCH_PROMPT.placeholders() == {"summary", "gold", "predicted"}
+    assert MATCH_PROMPT.placeholders() == {"summary", "gold", "predicted", "format"}
+    text = MATCH_PROMPT.render(summary="S", gold="G1. g", predicted="P1. p")[-1]["content"]
+    assert '"matches"' in text and "$" not in text  # the reply schema's format instructions are in the prompt
+
+
+async def test_a_prose_verdict_is_unscored_not_no_match():
+    # "P1 does not match anything" reads like a decision, but it is not the declared reply
+    judge = fake_llm("P1 does not match anything.", '{"matches": {"P1": "nothing"}}')
+    res = await match_descriptions(judge, "x", "s", ["g"], ["p"])
+    assert res.matches is None and res.matched_gold is None and "judge reply unusable" in res.unscored_reason
+
+
+def test_match_key_changes_with_the_prompt():
+    other = MATCH_PROMPT.override(MATCH_PROMPT.user + "\nBe strict.")
+    assert match_key("j", ["g"], ["p"]) != match_key("j", ["g"], ["p"], other)
 
 
 async def test_unusable_judge_results_are_kept_unless_retry_is_asked(tmp_path):

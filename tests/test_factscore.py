@@ -1,18 +1,30 @@
-"""factscore: decomposition/verification/dedup parsers, de-duplication (fuzzy and LLM), the method end to end,
-retrieval on long sources, fuzzing, and one run on the embedded model."""
+"""factscore: strict decomposition/verification/dedup replies, de-duplication (fuzzy and LLM), the method end to
+end on the claim pipeline (retrieval options, swapped verifiers), garbled replies, and one embedded run."""
 
 from __future__ import annotations
 
 import json
+import random
+import re
+from collections.abc import Sequence
 
 import pytest
 
 from halluscope.llm import LLM, FakeModel
-from halluscope.methods import get_method
-from halluscope.methods._descriptions import fuzzy_duplicate_groups
-from halluscope.methods.factscore import FactScore, parse_fact_judgment, parse_facts, parse_keep
-from halluscope.records import Report
+from halluscope.methods import OptionsError, get_method
+from halluscope.methods.factscore import (
+    FactCheckReply,
+    FactJudgmentReply,
+    FactScore,
+    FactScoreVerifier,
+    parse_facts,
+    parse_keep,
+)
+from halluscope.methods.pipeline import LLMVerifier
+from halluscope.records import Claim, Report, Verdict
+from halluscope.stages import Context, register_stage
 from halluscope.text import ParseError, split_sentences
+from halluscope.text.descriptions import fuzzy_duplicate_groups
 from tests.garble import garbled_replies
 
 SOURCE = "Philips sold 250,000 units on Amazon. The police investigated Philips for a month and let it continue."
@@ -22,13 +34,36 @@ FACTS = json.dumps({"facts": [
     {"sentence": 1, "fact": "The investigation lasted a month."},
     {"sentence": 2, "fact": "The police ordered Amazon to cease operations."},
 ]})
+PLACEHOLDER_FACTS = [
+    '{"facts": [{"sentence": 1, "fact": "<atomic fact>"}]}',
+    '{"facts": [{"sentence": 1, "fact": "[fact]"}, {"sentence": 2, "fact": "{fact}"}]}',
+    '{"facts": [{"sentence": 1, "fact": "..."}, {"sentence": 1, "fact": "…"}, {"sentence": 2, "fact": "N/A"}]}',
+    '{"facts": [{"sentence": 1, "fact": "The museum opened in 1998."}]}',  # the prompt's own example
+    # a verbatim embedded-model reply (SmolLM2-135M on "The dog sat on the mat."): the example, copied
+    '{"facts": [{"sentence": 1, "fact": "The museum opened in 1998."}, {"sentence": 1, "fact": "The museum is in Lyon."}]}',
+    '{"facts": [{"sentence": 1, "fact": "The museum opened in 1999."}]}',  # ... with a detail changed
+]
+PROSE_VERDICTS = ["No problem!", "Yes, I can help with that.", "True to form, the fact is accurate.",
+                  "Supported: the source says so", "No.\n- The year is wrong.", "The answer is yes.",
+                  '{"supported": "yes"}', '{"supported": null}', '{"supported": 1}', '{"is_supported": true}',
+                  '{"verdict": "supported"}']
+
+
+def fact_of(messages) -> str:
+    """The FACT fenced in a verification prompt."""
+    user = next(m["content"] for m in messages if m["role"] == "user")
+    m = re.search(r"FACT:\n<fact_\w+>\n(.*?)\n</fact_\w+>", user, re.S)
+    return m.group(1) if m else ""
 
 
 def judge(messages) -> str:
-    """Scripted verifier: facts about Amazon are wrong, the duration is right."""
-    fact = messages[-1]["content"].split("FACT:")[-1]
-    if "keep" in messages[-1]["content"] and "DESCRIPTIONS" in messages[-1]["content"]:
+    """Scripted model: decomposes into FACTS, keeps descriptions 1 and 3, and judges facts about Amazon wrong."""
+    user = next(m["content"] for m in messages if m["role"] == "user")
+    if "<sentences_" in user:
+        return FACTS
+    if "DESCRIPTIONS:" in user:
         return json.dumps({"keep": [1, 3]})
+    fact = fact_of(messages)
     problems = []
     if "Amazon" in fact:
         problems.append('The fact says "Amazon" was investigated, but the source says it was Philips.')
@@ -37,58 +72,117 @@ def judge(messages) -> str:
     return json.dumps({"supported": not problems, "inconsistencies": problems})
 
 
+def fake(responder=judge, **kwargs) -> LLM:
+    return LLM(FakeModel(responder=responder, **kwargs), cache=None)
+
+
 # ---------------------------------------------------------------------------------------------- parsers
 
 
-def test_parse_facts_forms():
+def test_parse_facts_reads_the_declared_list():
     sentences = split_sentences(TARGET)
-    facts = parse_facts(FACTS, sentences)
+    facts = parse_facts(FACTS, sentences, TARGET)
     assert [(f.text, f.sentence_index) for f in facts] == [
         ("Amazon was investigated.", 0), ("The investigation lasted a month.", 0),
         ("The police ordered Amazon to cease operations.", 1)]
-    strings = parse_facts('["A.", "a.", "B."]', sentences)  # duplicates dropped, no sentence known
-    assert [(f.text, f.sentence_index) for f in strings] == [("A.", None), ("B.", None)]
-    quoted = parse_facts(json.dumps({"facts": [{"sentence": "The police ordered Amazon to cease operations.",
-                                                "fact": "The police gave an order."}]}), sentences)
-    assert quoted[0].sentence_index == 1  # the sentence quoted instead of numbered
-    one_sentence = parse_facts('{"facts": ["X happened."]}', split_sentences("X happened."))
-    assert one_sentence[0].sentence_index == 0
-    for bad in ('{"facts": []}', "no facts", '{"facts": [{"sentence": 1}]}'):
-        with pytest.raises(ParseError):
-            parse_facts(bad, sentences)
+    bare = parse_facts('[{"sentence": 2, "fact": "A  b."}, {"sentence": 2, "fact": "a b."}]', sentences)
+    assert [(f.text, f.sentence_index) for f in bare] == [("A b.", 1)]  # a bare list of facts; duplicates once
 
 
-def test_parse_fact_judgment_forms():
-    assert parse_fact_judgment('{"supported": true, "inconsistencies": ["ignored"]}', True).supported
-    j = parse_fact_judgment('{"supported": "no", "inconsistencies": ["  a   b ", 3]}', True)
-    assert (j.supported, j.descriptions) == (False, ("a b",))
-    echoed = parse_fact_judgment('{"supported": false, "inconsistencies": ["<description>", "The year is wrong."]}', True)
-    assert echoed.descriptions == ("The year is wrong.",)  # an echoed format placeholder is not a description
-    assert parse_fact_judgment('{"supported": false, "inconsistencies": ["x"]}', False).descriptions == ()
-    bare = parse_fact_judgment("No.\n- The year is wrong.\n- The place is wrong.", True)
-    assert bare.descriptions == ("The year is wrong.", "The place is wrong.")
-    assert parse_fact_judgment("Supported: the source says so", True).supported
-    for bad in ('{"inconsistencies": []}', '{"supported": "perhaps"}', "I am not sure"):
-        with pytest.raises(ParseError):
-            parse_fact_judgment(bad, True)
+@pytest.mark.parametrize("reply", [
+    '{"facts": []}', "no facts", '{"facts": [{"sentence": 1}]}',
+    '["Amazon was investigated."]',  # facts without their sentence
+    '{"facts": [{"sentence": "1", "fact": "Amazon was investigated."}]}',  # a number as a string
+    '{"facts": [{"sentence": 3, "fact": "Amazon was investigated."}]}',  # no such sentence
+    '{"facts": [{"sentence": 1, "fact": "Amazon was inv',  # cut off
+    *PLACEHOLDER_FACTS,
+])
+def test_parse_facts_refuses_everything_else(reply):
+    with pytest.raises(ParseError):
+        parse_facts(reply, split_sentences(TARGET), TARGET)
+
+
+def test_placeholders_are_dropped_and_the_example_counts_only_when_the_target_says_it():
+    reply = json.dumps({"facts": [{"sentence": 1, "fact": "<atomic fact>"},
+                                  {"sentence": 1, "fact": "The museum opened in 1998."},
+                                  {"sentence": 2, "fact": "The police gave an order."}]})
+    assert [f.text for f in parse_facts(reply, split_sentences(TARGET), TARGET)] == ["The police gave an order."]
+    museum = "The museum opened in 1998. It is in Lyon."
+    facts = parse_facts(reply, split_sentences(museum), museum)
+    assert [f.text for f in facts] == ["The museum opened in 1998.", "The police gave an order."]
+
+
+def test_verification_replies_state_a_boolean():
+    assert FactCheckReply.parse('{"supported": true}').supported is True
+    j = FactJudgmentReply.parse('{"supported": false, "inconsistencies": ["  a   b ", "<description>", "..."]}')
+    assert (j.supported, j.inconsistencies) == (False, ["a b"])  # echoed placeholders are not descriptions
+    assert FactJudgmentReply.parse('{"supported": false, "inconsistencies": ["None"]}').inconsistencies == []
+    assert FactJudgmentReply.parse('{"supported": false}').inconsistencies == []
+    assert FactJudgmentReply.parse('Here: {"supported": true, "inconsistencies": []}').supported
+
+
+@pytest.mark.parametrize("reply", PROSE_VERDICTS + [
+    '{"supported": true, "inconsistencies": ["The year is wrong."]}',  # contradicts itself
+    '{"supported": false, "inconsistencies": ["None", "The year is wrong."]}',
+    '{"supported": false, "inconsistencies": "none found"}', '{"inconsistencies": []}', "",
+])
+def test_verification_replies_without_a_verdict_are_refused(reply):
+    with pytest.raises(ParseError):
+        FactJudgmentReply.parse(reply)
 
 
 def test_parse_keep():
-    assert parse_keep('{"keep": [3, 1, "2", 1]}', 3) == [0, 1, 2]
-    for bad in ('{"keep": []}', '{"keep": [4]}', '{"keep": ["x"]}', "none"):
+    assert parse_keep('{"keep": [3, 1, 1]}', 3) == [0, 2]
+    for bad in ('{"keep": []}', '{"keep": [4]}', '{"keep": ["2"]}', '{"keep": [0]}', "none", "[1, 2]"):
         with pytest.raises(ParseError):
             parse_keep(bad, 3)
 
 
-def test_parsers_survive_garbled_replies():
+def mutations(valid: Sequence[str], n: int, seed: int) -> list[str]:
+    """Valid replies, cut off, wrapped in prose, with a stray character, upper-cased, or re-keyed."""
+    rng = random.Random(seed)
+    out = list(valid)
+    while len(out) < n:
+        v = rng.choice(valid)
+        op = rng.randrange(5)
+        if op == 0:
+            v = v[: rng.randrange(len(v))]
+        elif op == 1:
+            v = f"Sure! Here it is: {v} Hope this helps."
+        elif op == 2:
+            i = rng.randrange(len(v))
+            v = v[:i] + rng.choice('{}[]",:') + v[i:]
+        elif op == 3:
+            v = v.upper()
+        else:
+            v = v.replace('"supported"', '"is_supported"').replace('"facts"', '"atomic_facts"')
+        out.append(v)
+    return out
+
+
+VALID = [FACTS, '{"supported": true}', '{"supported": false, "inconsistencies": ["The year is wrong."]}',
+         '{"keep": [1, 2]}', '[{"sentence": 2, "fact": "The police gave an order."}]']
+
+
+def test_parsers_on_garbled_replies_some_parse_some_fail():
     sentences = split_sentences(TARGET)
-    for reply in garbled_replies(1000, seed=17):
-        for parse in (lambda t: parse_facts(t, sentences), lambda t: parse_fact_judgment(t, True),
-                      lambda t: parse_fact_judgment(t, False), lambda t: parse_keep(t, 4)):
+    replies = garbled_replies(1000, seed=17) + mutations(VALID, 600, seed=3) + PLACEHOLDER_FACTS + PROSE_VERDICTS
+    parsers = {"facts": lambda t: parse_facts(t, sentences, TARGET), "describe": FactJudgmentReply.parse,
+               "check": FactCheckReply.parse, "keep": lambda t: parse_keep(t, 4)}
+    for name, parse in parsers.items():
+        ok = failed = 0
+        for reply in replies:
             try:
-                parse(reply)
+                value = parse(reply)
             except ParseError:
-                pass
+                failed += 1
+                continue
+            ok += 1
+            if name in ("describe", "check"):  # a verdict only from a reply that states it as a JSON boolean
+                assert re.search(r'"supported"[\s:,]*' + ("true" if value.supported else "false"), reply)
+            if name == "facts":
+                assert all(f.text in reply and 0 <= f.sentence_index < 2 for f in value)
+        assert ok > 0 and failed > 0, name
 
 
 # ------------------------------------------------------------------------------------------------ dedup
@@ -118,11 +212,12 @@ def test_fuzzy_dedup_merges_descriptions_pinned_to_the_same_words():
 
 
 def test_factscore_describe_with_fuzzy_dedup():
-    llm = LLM(FakeModel([FACTS], responder=judge))
-    report = get_method("factscore", llm=llm).check(SOURCE, TARGET)
+    report = get_method("factscore", llm=fake()).check(SOURCE, TARGET)
     assert report.score == pytest.approx(1 / 3)
     assert [v.label for v in report.verdicts] == ["unsupported", "supported", "unsupported"]
-    assert report.subscores == {"facts": 3.0, "supported": 1.0, "unscored": 0.0}
+    assert report.subscores == {"claims": 3.0, "judged": 3.0, "supported": 1.0}
+    assert report.details["stages"]["decomposer"] == "factscore" and report.details["stages"]["verifier"] == "factscore"
+    assert report.details["context"]["mode"] == "full"
     # the "Amazon" error appears in facts 1 and 3 and is reported once (same quoted words)
     assert report.details["descriptions_before_dedup"] == 3
     assert len(report.findings) == 2
@@ -132,100 +227,264 @@ def test_factscore_describe_with_fuzzy_dedup():
     cease = next(f for f in report.findings if "cease" in f.description)
     assert cease.target_spans[0].of(TARGET) == "cease operations"
     assert report.claims[2].target_spans[0].of(TARGET) == "The police ordered Amazon to cease operations."
-    assert report.usage.calls == 4
+    assert report.usage.calls == 4 and len(report.calls) == 4
 
 
 def test_factscore_llm_dedup_keeps_the_selected_wordings():
-    llm = LLM(FakeModel([FACTS], responder=judge))
-    report = FactScore(llm=llm, dedup="llm").check(SOURCE, TARGET)
+    report = FactScore(llm=fake(), dedup="llm").check(SOURCE, TARGET)
     assert report.details["descriptions_before_dedup"] == 3
     assert len(report.findings) == 2
     assert report.usage.calls == 5
     dedup_prompt = report.calls[-1].messages[-1]["content"]
-    assert "1. " in dedup_prompt and "3. " in dedup_prompt
+    assert "1. " in dedup_prompt and "3. " in dedup_prompt and "factscore_dedup@" in FactScore(
+        llm=fake(), dedup="llm").prompt_version
 
 
 def test_factscore_llm_dedup_failure_falls_back_explicitly():
     def responder(messages):
-        return "no idea" if "DESCRIPTIONS" in messages[-1]["content"] else judge(messages)
+        return "no idea" if "DESCRIPTIONS:" in messages[1]["content"] else judge(messages)
 
-    report = FactScore(llm=LLM(FakeModel([FACTS], responder=responder)), dedup="llm").check(SOURCE, TARGET)
+    report = FactScore(llm=fake(responder), dedup="llm").check(SOURCE, TARGET)
     assert "used fuzzy" in report.details["dedup_error"]
     assert len(report.findings) == 2
 
 
 def test_factscore_without_descriptions():
     def responder(messages):
-        fact = messages[-1]["content"].split("FACT:")[-1]
-        return json.dumps({"supported": "Amazon" not in fact})
+        if "<sentences_" in messages[-1]["content"]:
+            return FACTS
+        return json.dumps({"supported": "Amazon" not in fact_of(messages)})
 
-    report = FactScore(llm=LLM(FakeModel([FACTS], responder=responder)), describe=False).check(SOURCE, TARGET)
+    method = FactScore(llm=fake(responder), describe=False)
+    report = method.check(SOURCE, TARGET)
     assert report.score == pytest.approx(1 / 3)
     assert [f.description for f in report.findings] == [
         "Not supported by the source: Amazon was investigated.",
         "Not supported by the source: The police ordered Amazon to cease operations."]
     assert "inconsistencies" not in report.verdicts[0].calls[0].messages[-1]["content"]
+    assert "factscore_verify@" in method.prompt_version and "factscore_describe@" not in method.prompt_version
 
 
 def test_unsupported_fact_without_description_gets_one():
     def responder(messages):
-        return json.dumps({"supported": "month" in messages[-1]["content"].split("FACT:")[-1], "inconsistencies": []})
+        if "<sentences_" in messages[-1]["content"]:
+            return FACTS
+        return json.dumps({"supported": "month" in fact_of(messages), "inconsistencies": []})
 
-    report = FactScore(llm=LLM(FakeModel([FACTS], responder=responder)), dedup="none").check(SOURCE, TARGET)
+    report = FactScore(llm=fake(responder), dedup="none").check(SOURCE, TARGET)
     assert [f.description for f in report.findings][0] == "Not supported by the source: Amazon was investigated."
 
 
-def test_unscored_facts_are_left_out_of_the_score():
+@pytest.mark.parametrize("prose", PROSE_VERDICTS)
+def test_a_prose_verdict_is_unscored_not_a_verdict(prose):
     def responder(messages):
-        first_user = next(m["content"] for m in messages if m["role"] == "user")
-        return "???" if "cease" in first_user.split("FACT:")[-1] else judge(messages)
+        return prose if "cease" in fact_of(messages) else judge(messages)
 
-    report = FactScore(llm=LLM(FakeModel([FACTS], responder=responder))).check(SOURCE, TARGET)
-    assert report.score == 0.5
-    assert report.subscores["unscored"] == 1.0
-    assert report.verdicts[2].label == "unscored" and "unusable" in report.verdicts[2].reason
-    assert len(report.verdicts[2].calls) == 2  # the reply and its repair round, kept for audit
+    report = FactScore(llm=fake(responder)).check(SOURCE, TARGET)
+    assert report.score == 0.5 and report.subscores["judged"] == 2.0
+    third = report.verdicts[2]
+    assert third.label == "unscored" and "verification reply unusable" in third.reason
+    assert [c.reply for c in third.calls] == [prose, prose]  # the reply and its repair round, kept for audit
+    assert all("f3" not in f.claim_ids for f in report.findings)  # no finding from a reply without a verdict
+
+
+@pytest.mark.parametrize("reply", PLACEHOLDER_FACTS)
+def test_a_placeholder_decomposition_is_unscored_not_zero(reply):
+    # issue 14: the embedded model echoed "<atomic fact>"; 13/15 QAGS items were then scored 0.0
+    def responder(messages):
+        return reply if "<sentences_" in messages[1]["content"] else '{"supported": false, "inconsistencies": []}'
+
+    report = FactScore(llm=fake(responder)).check(SOURCE, TARGET)
+    assert report.score is None and "decomposition failed" in report.unscored_reason
+    assert report.findings == [] and report.verdicts == []
+    assert len(report.calls) == 2 and all(c.reply == reply for c in report.calls)
 
 
 def test_decomposition_failure_is_unscored():
-    report = FactScore(llm=LLM(FakeModel(["nothing useful", "[]"]))).check(SOURCE, TARGET)
+    report = FactScore(llm=LLM(FakeModel(["nothing useful", "[]"]), cache=None)).check(SOURCE, TARGET)
     assert report.score is None and "decomposition failed" in report.unscored_reason
+    assert [c.reply for c in report.calls] == ["nothing useful", "[]"]
 
 
-def test_factscore_retrieval_for_long_sources():
-    long_source = " ".join(f"Unrelated filler sentence {i} about the weather." for i in range(300)) + " " + SOURCE
-    llm = LLM(FakeModel([FACTS], responder=judge, context_window=700))
+def test_no_judged_fact_gives_an_unscored_report():
+    report = FactScore(llm=fake(lambda m: FACTS if "<sentences_" in m[1]["content"] else "No problem!")).check(
+        SOURCE, TARGET)
+    assert report.score is None and "could be judged" in report.unscored_reason
+    assert [v.label for v in report.verdicts] == ["unscored"] * 3 and report.findings == []
+
+
+LONG_SOURCE = " ".join(f"Unrelated filler sentence {i} about the weather." for i in range(300)) + " " + SOURCE
+
+
+def test_factscore_retrieval_when_the_source_does_not_fit():
+    llm = fake(context_window=700)
     llm.default_params = llm.params(max_tokens=200)
-    report = FactScore(llm=llm, retriever="bm25", top_k=2, window=1).check(long_source, TARGET)
-    assert report.details["mode"] == "retrieval" and "does not fit" in report.details["retrieval_reason"]
+    report = FactScore(llm=llm, retriever="bm25", top_k=2, window=1).check(LONG_SOURCE, TARGET)
+    context = report.details["context"]
+    assert context["mode"] == "retrieval" and "does not fit" in context["why"]
     assert report.score == pytest.approx(1 / 3)
     evidence = report.verdicts[1].evidence[0]
     assert evidence.relation == "supports" and "a month" in evidence.text
-    assert evidence.span.of(long_source) == evidence.text
-    assert all(len(c.messages[-1]["content"]) < 2000 for v in report.verdicts for c in v.calls)
+    assert evidence.span.of(LONG_SOURCE) == evidence.text
+    assert all(len(c.messages[-1]["content"]) < 2500 for v in report.verdicts for c in v.calls)
+
+
+def test_retrieval_options_and_the_snippets_used():
+    report = get_method("factscore", llm=fake(), retrieval="always", top_k=3, window=1,
+                        retriever="bm25").check(LONG_SOURCE, TARGET)
+    context = report.details["context"]
+    assert context["mode"] == "retrieval" and "retrieval=always" in context["why"]
+    assert set(context["snippets"]) == {"f1", "f2", "f3"}
+    assert all(1 <= len(s) <= 3 for s in context["snippets"].values())
+    assert all(len(snippet["sentences"]) <= 3 for s in context["snippets"].values() for snippet in s)
+    assert report.score == pytest.approx(1 / 3)
+
+
+def test_cli_retrieval_options(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    import halluscope.methods.base as method_base
+    from halluscope.cli.main import app
+
+    monkeypatch.setattr(method_base, "get_llm", lambda config: fake())
+    (tmp_path / "s.txt").write_text(LONG_SOURCE, encoding="utf-8")
+    (tmp_path / "t.txt").write_text(TARGET, encoding="utf-8")
+    result = CliRunner().invoke(app, ["check", "-s", str(tmp_path / "s.txt"), "-t", str(tmp_path / "t.txt"),
+                                      "--method", "factscore", "--json", "-o", "retrieval=always", "-o", "top_k=3",
+                                      "-o", "window=1", "-o", "retriever=bm25"])
+    assert result.exit_code == 0, result.output
+    report = Report.model_validate_json(result.output)
+    assert report.details["context"]["mode"] == "retrieval" and set(report.details["context"]["snippets"]) == {
+        "f1", "f2", "f3"}
 
 
 def test_options_validation():
-    with pytest.raises(ValueError):
-        FactScore(llm=LLM(FakeModel()), dedup="magic")
-    with pytest.raises(ValueError):
-        FactScore(llm=LLM(FakeModel()), retriever="tfidf")
-    assert "factscore_dedup@" in FactScore(llm=LLM(FakeModel()), dedup="llm").prompt_version
-    assert "factscore_verify@" in FactScore(llm=LLM(FakeModel()), describe=False).prompt_version
+    for bad in ({"dedup": "magic"}, {"retriever": "tfidf"}, {"retrieval": True}, {"dedup_threshold": 101},
+                {"nonsense": 1}):
+        with pytest.raises(OptionsError):
+            FactScore(llm=fake(), **bad)
+    with pytest.raises(ValueError, match="no verifier stage named"):
+        FactScore(llm=fake(), verifier="nope").check(SOURCE, TARGET)
+    docs = {row["name"]: row["doc"] for row in FactScore.Options.option_rows()}
+    assert {"describe", "dedup", "dedup_threshold", "retrieval", "top_k", "window", "verifier"} <= set(docs)
+    assert all(docs.values())
+
+
+# ------------------------------------------------------------------------------------------ swapped verifiers
+
+
+@register_stage("test_first_word", "verifier")
+class FirstWordVerifier(LLMVerifier):
+    """Test-only: asks the model one word per claim; 'ok' is supported, 'bad' unsupported, else unscored."""
+
+    def messages(self, claims: Sequence[Claim], context_text: str):
+        return [{"role": "user", "content": f"CHECK {claims[0].text} AGAINST {context_text}"}]
+
+    async def __call__(self, claims: Sequence[Claim], context: Context, source: str) -> list[Verdict]:
+        out = []
+        for claim in claims:
+            completion = await self.llm.generate(self.messages([claim], context.text))
+            word = completion.text.strip()
+            if word in ("ok", "bad"):
+                out.append(Verdict(claim=claim, label="supported" if word == "ok" else "unsupported",
+                                   reason=f"the model said {word}"))
+            else:
+                out.append(Verdict.unscored(claim, f"no verdict in {word[:20]!r}"))
+        return out
+
+
+def test_a_swapped_verifier_runs_end_to_end():
+    def responder(messages):
+        user = messages[-1]["content"]
+        if "<sentences_" in user:
+            return FACTS
+        return "bad" if "Amazon" in user.split("AGAINST")[0] else "ok"
+
+    method = get_method("factscore", llm=fake(responder), verifier="test_first_word")
+    assert not isinstance(method.verifier, FactScoreVerifier)
+    report = method.check(SOURCE, TARGET)
+    assert report.details["stages"]["verifier"] == "test_first_word"
+    assert [v.label for v in report.verdicts] == ["unsupported", "supported", "unsupported"]
+    assert report.score == pytest.approx(1 / 3)
+    # each unsupported fact gives one description (the fact and the verifier's reason), de-duplicated
+    assert report.details["descriptions_before_dedup"] == 2 and report.findings
+    assert all(f.claim_ids and set(f.claim_ids) <= {"f1", "f3"} for f in report.findings)
+    assert report.findings[0].target_spans[0].of(TARGET) == "Amazon was investigated"  # the quoted fact, located
+
+
+def test_the_probe_verifier_swapped_into_factscore():
+    def responder(messages):
+        user = messages[-1]["content"]
+        if "<sentences_" in user:
+            return FACTS
+        if '"evidence"' in user:  # PROBE's evidence finding: quote the source
+            return json.dumps({"reasoning": "", "evidence": ["The police investigated Philips for a month and let "
+                                                             "it continue."]})
+        if '"verdict"' in user:  # PROBE's evaluation of one excerpt
+            claim = re.search(r"ASSERTION:\n<claim_\w+>\n(.*?)\n</claim_\w+>", user, re.S).group(1)
+            return json.dumps({"reasoning": "", "verdict": "FAIL" if "Amazon" in claim else "PASS"})
+        raise AssertionError(f"unexpected request: {user[:200]}")
+
+    report = get_method("factscore", llm=fake(responder), verifier="probe").check(SOURCE, TARGET)
+    assert report.details["stages"]["verifier"] == "probe"
+    assert [v.label for v in report.verdicts] == ["unsupported", "supported", "unsupported"]
+    assert report.score == pytest.approx(1 / 3) and report.findings
+
+
+def test_the_factscore_verifier_serves_another_claim_method():
+    from halluscope.methods.pipeline import ClaimPipeline, SentenceDecomposer
+
+    class Sentences(ClaimPipeline):
+        name = "test_sentences_factscore"
+        default_verifier = "test_first_word"
+
+        def make_decomposer(self):
+            return SentenceDecomposer()
+
+    def responder(messages):
+        return json.dumps({"supported": "Amazon" not in fact_of(messages), "inconsistencies": []
+                           if "Amazon" not in fact_of(messages) else ['"Amazon" is not in the source.']})
+
+    report = Sentences(llm=fake(responder), verifier="factscore").check(SOURCE, TARGET)
+    assert [v.label for v in report.verdicts] == ["unsupported", "unsupported"]
+    assert report.score == 0.0 and '"Amazon" is not in the source.' in report.verdicts[0].reason
 
 
 # ---------------------------------------------------------------------------------------------- fuzzing
 
 
 @pytest.mark.parametrize("options", [{}, {"describe": False}, {"dedup": "llm"}])
-def test_garbled_replies_never_escape(options):
-    replies = iter(garbled_replies(1000, seed=19) * 3)
-    method = FactScore(llm=LLM(FakeModel(responder=lambda messages: next(replies))), **options)
+def test_garbled_replies_some_scored_some_not_and_no_finding_without_a_verdict(options):
+    rng = random.Random(19)
+    pool = garbled_replies(400, seed=19) + PLACEHOLDER_FACTS + PROSE_VERDICTS
+
+    def responder(messages):
+        user = next(m["content"] for m in messages if m["role"] == "user")
+        if rng.random() < 0.5:
+            return rng.choice(pool)
+        if "<sentences_" in user:
+            return FACTS
+        if "DESCRIPTIONS:" in user:
+            return '{"keep": [1]}'
+        return judge(messages)
+
+    method = FactScore(llm=fake(responder), **options)
+    outcomes = {"scored": 0, "unscored": 0}
     for _ in range(40):
         report = method.check(SOURCE, TARGET)
         assert isinstance(report, Report)
-        assert report.score is not None or report.unscored_reason
-        assert all(v.label != "unscored" or v.reason for v in report.verdicts)
+        outcomes["scored" if report.score is not None else "unscored"] += 1
+        if report.score is None:
+            assert report.unscored_reason
+        for v in report.verdicts:
+            if v.label == "unscored":
+                assert v.reason and v.calls
+                continue
+            stated = re.search(r'"supported"\s*:\s*(true|false)', v.calls[-1].reply)  # the reply that decided
+            assert stated and (stated.group(1) == "true") == (v.label == "supported")
+        flagged = {v.claim.id for v in report.verdicts if v.label == "unsupported"}
+        assert all(f.claim_ids and set(f.claim_ids) <= flagged for f in report.findings)
+    assert outcomes["scored"] > 0 and outcomes["unscored"] > 0
 
 
 # --------------------------------------------------------------------------------------------- embedded

@@ -3,64 +3,111 @@ control flow (self / method / oracle filters, hint), fuzzing, and one run on the
 
 from __future__ import annotations
 
+import asyncio
+import json
+import random
+
 import pytest
 
 from halluscope.llm import LLM, FakeModel
-from halluscope.methods import get_method
-from halluscope.methods._descriptions import is_none_answer, parse_description_list, spans_for_description
-from halluscope.methods.localize import (FINAL_MARKER, LOCALIZE_PROMPTS, Localize, description_score,
-                                         parse_binary_verdict)
+from halluscope.methods import OptionsError, get_method
+from halluscope.methods.localize import (
+    FINAL_MARKER,
+    LOCALIZE_PROMPTS,
+    Localize,
+    description_score,
+    parse_binary_verdict,
+    parse_final_output,
+    parse_localization,
+)
 from halluscope.records import Example, Report
 from halluscope.text import ParseError
+from halluscope.text.descriptions import is_none_answer, spans_for_description
 from tests.conftest import fake_llm
 from tests.garble import garbled_replies
 
 SOURCE = "Alice founded Acme in 2001 in Paris. The company makes rockets."
 TARGET = "Alice founded Acme in 1999. Acme makes rockets and cars."
+FOUND = ['The text says "in 1999", but the source says 2001.',
+         'The text says Acme makes "cars", which the source does not mention.']
+ANSWER = json.dumps({"inconsistencies": FOUND})
+NONE = '{"inconsistencies": []}'
 COT = ("Step 1: the year. The source says 2001.\nStep 2: cars are not mentioned.\n"
-       'Final Output:\nA. The text says "in 1999", but the source says 2001.\n'
-       'B. The text says Acme makes "cars", which the source does not mention.')
+       f"{FINAL_MARKER}\n{ANSWER}")
+# Replies that state no answer in the declared format: each of these used to be scored (issue 14: "any
+# non-empty line is a finding", 25/25 junk replies scored).
+JUNK = ["Sure! I can help with that.", "A. The text says \"in 1999\", but the source says 2001.",
+        "1. one\n2) two\n- three", "Here are the inconsistencies:\n\nA.\nDescription: The year is wrong.",
+        "None", "No inconsistencies found.", '["one", "two"]', "[]", '{"inconsistencies": "none found"}',
+        '{"inconsistencies": ["<description>"]}', '{"inconsistencies": ["...", "N/A"]}',
+        '{"inconsistencies": ["None", "The year is wrong."]}', '{"items": ["The year is wrong."]}',
+        '{"inconsistencies": [1, 2]}', '{"inconsistencies": ["The year', "I cannot help with that.", "{}", "null",
+        "Final Output: the summary is fine", "Everything looks consistent to me.",
+        '{"inconsistencies": ["The text says the bridge opened \\"in 1990\\", but the source says it opened in 1992."]}']
 
 
 # ---------------------------------------------------------------------------------------------- parsers
 
 
-def test_parse_lettered_list():
-    reply = 'A. The text says "in 1999", but the source says 2001.\nB) Cars are not mentioned.'
-    assert parse_description_list(reply) == ['The text says "in 1999", but the source says 2001.',
-                                             "Cars are not mentioned."]
+def test_parse_the_declared_list():
+    assert parse_localization(ANSWER) == FOUND
+    assert parse_localization(NONE) == []  # the explicit "no inconsistency" answer
+    assert parse_localization('{"inconsistencies": ["None"]}') == []  # "None" stated inside the list
+    assert parse_localization('Here:\n```json\n{"inconsistencies": ["  a   b "]}\n```') == ["a b"]
 
 
-def test_parse_description_blocks_and_continuations():
-    reply = ("Here are the inconsistencies:\n\nA.\nDescription: The year is wrong:\nit was 2001.\n\n"
-             "B.\n**Description:** Cars are not mentioned.")
-    assert parse_description_list(reply) == ["The year is wrong: it was 2001.", "Cars are not mentioned."]
+def test_parse_drops_echoed_placeholders_beside_real_descriptions():
+    assert parse_localization('{"inconsistencies": ["<description>", "The year is wrong."]}') == ["The year is wrong."]
 
 
-def test_parse_drops_echoed_placeholders():
-    assert parse_description_list("A. <description>\nB. The year is wrong.") == ["The year is wrong."]
+# Verbatim replies of the embedded SmolLM2-135M model to the zero-shot prompt (cat/dog pair): the schema's
+# example with its two years swapped, then a fragment.
+EXAMPLE_COPY = ('{\n  "inconsistencies": ["The text says the bridge opened in 1992, but the source says it opened in '
+                '1990."]\n}\n')
 
 
-def test_parse_numbered_bullets_and_json():
-    assert parse_description_list("1. one\n2) two\n- three") == ["one", "two", "three"]
-    assert parse_description_list('["one", " two "]') == ["one", "two"]
+def test_copies_of_the_prompt_examples_are_no_answer():
+    with pytest.raises(ParseError, match="example"):
+        parse_localization(EXAMPLE_COPY, target="The dog sat on the mat.")
+    few_shot_copy = json.dumps({"inconsistencies": ['The text gives the cost as "4m-pound", but the source says '
+                                                    "the work costs 2.5m pounds."]})
+    with pytest.raises(ParseError, match="example"):
+        parse_final_output(f"{FINAL_MARKER}\n{few_shot_copy}", target=TARGET)
+    # ... unless the description points at words of the target: then it is about this target
+    bridge = "The bridge opened in 1992 after a long delay."
+    assert parse_localization(EXAMPLE_COPY, target=bridge) == [
+        "The text says the bridge opened in 1992, but the source says it opened in 1990."]
+    mixed = json.dumps({"inconsistencies": [json.loads(EXAMPLE_COPY)["inconsistencies"][0], FOUND[0]]})
+    assert parse_localization(mixed, target=TARGET) == [FOUND[0]]
+
+
+@pytest.mark.parametrize("reply", JUNK)
+def test_parse_refuses_replies_that_are_not_the_declared_format(reply):
+    with pytest.raises(ParseError):
+        parse_localization(reply)
+    with pytest.raises(ParseError):
+        parse_final_output(reply)
 
 
 @pytest.mark.parametrize("reply", ["None", "None.", "**None**", "No inconsistencies found.",
                                    "There are no factual inconsistencies in the summary.", "N/A"])
-def test_parse_none_answers(reply):
-    assert parse_description_list(reply) == []
+def test_none_phrases(reply):
     assert is_none_answer(reply)
+    assert parse_localization(json.dumps({"inconsistencies": [reply]})) == []
 
 
-def test_parse_after_marker_uses_the_last_marker():
-    assert len(parse_description_list(COT, FINAL_MARKER)) == 2
-    reply = "I will give the Final Output: at the end.\nFinal Output:\nNone"
-    assert parse_description_list(reply, FINAL_MARKER) == []
-    with pytest.raises(ParseError):
-        parse_description_list("A. something", FINAL_MARKER)
-    with pytest.raises(ParseError):
-        parse_description_list("Final Output:   ", FINAL_MARKER)
+def test_parse_after_marker_uses_the_last_marker_line():
+    assert parse_final_output(COT) == FOUND
+    reply = f"I will give the {FINAL_MARKER} at the end.\n**{FINAL_MARKER}**\n```json\n{NONE}\n```"
+    assert parse_final_output(reply) == []
+    for bad in (ANSWER,  # no marker
+                f"{FINAL_MARKER}   ",  # nothing after it
+                f"{FINAL_MARKER}\nA. The year is wrong.",  # a lettered list is not the declared format
+                f"{FINAL_MARKER}\nNone",
+                f"{FINAL_MARKER} the text is fine {NONE}",  # prose before the object
+                f"{FINAL_MARKER}\n{{\"inconsistencies\": [\"The year"):  # cut off
+        with pytest.raises(ParseError):
+            parse_final_output(bad)
 
 
 # A verbatim reply of the embedded SmolLM2-135M model to the CoT prompt (160-token cap): no marker, a runaway list.
@@ -70,33 +117,66 @@ REAL_COT_REPLY = "\n".join(
                               "Craig Whyte", "Craig Green"], 1)) + "\n8. The text is about a former Rangers owner and ex-chief executive Craig"
 
 
-def test_real_embedded_reply():
-    with pytest.raises(ParseError, match="marker"):
-        parse_description_list(REAL_COT_REPLY, FINAL_MARKER)
-    items = parse_description_list(REAL_COT_REPLY)  # as a zero-shot answer it is a (poor) list of 8 items
-    assert len(items) == 8 and items[0].endswith("Charles Green.")
+def test_real_embedded_reply_is_no_answer():
+    with pytest.raises(ParseError, match="Final Output"):
+        parse_final_output(REAL_COT_REPLY)
+    with pytest.raises(ParseError):  # it used to read as a zero-shot list of 8 findings
+        parse_localization(REAL_COT_REPLY)
 
 
 def test_parse_binary_verdict():
     assert parse_binary_verdict("It matches.\nFinal answer: yes") is True
     assert parse_binary_verdict("Final answer: yes... on reflection\nFinal Answer: **No**") is False
-    assert parse_binary_verdict("no") is False
-    # a verdict stated in words on the last line (a real embedded-model reply, and its negation)
-    assert parse_binary_verdict("The text is consistent with the source documents it is based on.") is True
-    assert parse_binary_verdict("Let me see.\nThe summary is not consistent with the source.") is False
-    for bad in ("", "Maybe.", "The answer is unclear", "The reason step is to conclude the answer."):
+    assert parse_binary_verdict("Reasoning.\n**Final answer:** no.") is False
+    for bad in ("", "no", "Maybe.", "The answer is unclear", "The reason step is to conclude the answer.",
+                # a verdict in words used to count; it is not the declared last line
+                "The text is consistent with the source documents it is based on.",
+                "Let me see.\nThe summary is not consistent with the source.",
+                "Final answer: yes\nbut I am not sure", "Final answer: not no", "Final answer: yes or no"):
         with pytest.raises(ParseError):
             parse_binary_verdict(bad)
 
 
-def test_parsers_survive_garbled_replies():
-    for reply in garbled_replies(1000, seed=7):
-        for parse in (parse_description_list, lambda t: parse_description_list(t, FINAL_MARKER), parse_binary_verdict):
+def _mutations(valid: list[str], n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    out = list(valid)
+    while len(out) < n:
+        v = rng.choice(valid)
+        op = rng.randrange(4)
+        if op == 0:
+            v = v[: rng.randrange(len(v))]
+        elif op == 1:
+            i = rng.randrange(len(v))
+            v = v[:i] + rng.choice('{}[]",:\n') + v[i:]
+        elif op == 2:
+            v = "Sure, here you go. " + v
+        else:
+            v = v.replace("inconsistencies", "problems")
+        out.append(v)
+    return out
+
+
+def test_parsers_on_garbled_replies_some_parse_some_fail():
+    valid = [ANSWER, NONE, COT, f"Thinking.\n{FINAL_MARKER}\n{NONE}", "Checks.\nFinal answer: no"]
+    replies = garbled_replies(1000, seed=7) + JUNK + [REAL_COT_REPLY] + _mutations(valid, 600, seed=1)
+    for name, parse in (("zero_shot", parse_localization), ("cot", parse_final_output),
+                        ("binary", parse_binary_verdict)):
+        ok = failed = 0
+        for reply in replies:
             try:
-                parse(reply)
+                value = parse(reply)
             except ParseError:
-                pass
-        spans_for_description(reply, TARGET)  # never raises, whatever the text
+                failed += 1
+                continue
+            ok += 1
+            if name != "binary":  # a finding only from a reply that lists it
+                squeezed = "".join(reply.replace('\\"', '"').split())  # syntax repair may have joined lines
+                assert all("".join(d.split()) in squeezed for d in value)
+            else:
+                assert "final answer" in reply.lower()
+        assert ok > 0 and failed > 0, name
+    for reply in replies:  # never raises, whatever the text
+        spans_for_description(reply, TARGET)
 
 
 # ------------------------------------------------------------------------------------------------ spans
@@ -136,25 +216,49 @@ def test_cot_end_to_end_with_spans():
     assert FINAL_MARKER in report.calls[0].messages[-1]["content"]
 
 
-def test_none_answer_scores_one():
-    report = get_method("localize", llm=fake_llm("None"), style="zero_shot").check(SOURCE, TARGET)
+@pytest.mark.parametrize("style", ["zero_shot", "few_shot"])
+def test_json_styles_end_to_end(style):
+    report = get_method("localize", llm=fake_llm(ANSWER), style=style).check(SOURCE, TARGET)
+    assert report.score == pytest.approx(1 / 3) and [f.description for f in report.findings] == FOUND
+    assert '"inconsistencies"' in report.calls[0].messages[-1]["content"]
+
+
+def test_empty_list_scores_one():
+    report = get_method("localize", llm=fake_llm(NONE), style="zero_shot").check(SOURCE, TARGET)
     assert report.score == 1.0 and report.label == "consistent" and report.findings == []
+
+
+@pytest.mark.parametrize("style", ["zero_shot", "few_shot", "cot"])
+@pytest.mark.parametrize("junk", JUNK)
+def test_junk_replies_are_unscored_with_no_finding(style, junk):
+    report = get_method("localize", llm=fake_llm(junk, junk), style=style).check(SOURCE, TARGET)
+    assert report.score is None and "localization reply unusable" in report.unscored_reason
+    assert report.findings == [] and [c.reply for c in report.calls] == [junk, junk]
 
 
 def test_styles_render_distinct_prompts():
     few = LOCALIZE_PROMPTS[("few_shot", False)].render(source="S", target="T")[-1]["content"]
     zero = LOCALIZE_PROMPTS[("zero_shot", False)].render(source="S", target="T")[-1]["content"]
     assert "Example 3" in few and "Example 1" not in zero
-    assert "None" in zero and FINAL_MARKER not in zero
+    assert '{"inconsistencies": []}' in few  # the worked examples answer in the declared format
+    assert "empty list" in zero and FINAL_MARKER not in zero and "$" not in few
+    cot = LOCALIZE_PROMPTS[("cot", False)].render(source="S", target="T")[-1]["content"]
+    assert FINAL_MARKER in cot and '"inconsistencies"' in cot and "nothing before or after" not in cot
     hint = LOCALIZE_PROMPTS[("cot", True)].render(source="S", target="T")[-1]["content"]
-    assert "known to contain" in hint and "single word None" not in hint and "or the word None" not in hint
+    assert "known to contain" in hint and "empty list" not in hint
 
 
 def test_missing_marker_gets_one_repair_then_unscored():
-    llm = fake_llm("A. something wrong", "still no marker")
+    llm = fake_llm(ANSWER, "still no marker")
     report = get_method("localize", llm=llm, style="cot").check(SOURCE, TARGET)
-    assert report.score is None and "marker" in report.unscored_reason
-    assert [c.reply for c in report.calls] == ["A. something wrong", "still no marker"]
+    assert report.score is None and FINAL_MARKER in report.unscored_reason
+    assert [c.reply for c in report.calls] == [ANSWER, "still no marker"]
+    assert FINAL_MARKER in report.calls[1].messages[-1]["content"]  # the repair request restates the format
+
+
+def test_repair_round_recovers():
+    report = get_method("localize", llm=fake_llm("A. The year is wrong.", COT), style="cot").check(SOURCE, TARGET)
+    assert len(report.findings) == 2 and len(report.calls) == 2
 
 
 # ---------------------------------------------------------------------------------------------- 2-step
@@ -163,7 +267,7 @@ def test_missing_marker_gets_one_repair_then_unscored():
 def test_self_filter_consistent_skips_localization():
     llm = fake_llm("All details match.\nFinal answer: yes")
     report = get_method("localize", llm=llm, filter="self").check(SOURCE, TARGET)
-    assert report.score == 1.0 and report.usage.calls == 1
+    assert report.score == 1.0 and report.usage.calls == 1 and len(report.calls) == 1
     assert report.details["filter"] == {"kind": "self", "consistent": True}
     assert report.details["localized"] is False
 
@@ -172,16 +276,23 @@ def test_self_filter_consistent_skips_localization():
 def test_self_filter_inconsistent_then_localizes(hint):
     model = FakeModel(["The year differs.\nFinal answer: no", COT])
     report = Localize(llm=LLM(model), filter="self", hint=hint).check(SOURCE, TARGET)
-    assert report.usage.calls == 2 and len(report.findings) == 2
+    assert report.usage.calls == 2 and len(report.findings) == 2 and len(report.calls) == 2
     second = model.requests[1][-1]["content"]
     assert ("known to contain at least one" in second) is hint
     assert report.details["filter"]["consistent"] is False and report.details["localized"] is True
 
 
-def test_self_filter_unparseable_is_unscored():
-    report = get_method("localize", llm=fake_llm("hmm", "hmm again"), filter="self").check(SOURCE, TARGET)
+def test_hinted_localizer_may_still_find_nothing():
+    report = Localize(llm=fake_llm("Final answer: no", f"{FINAL_MARKER}\n{NONE}"), filter="self",
+                      hint=True).check(SOURCE, TARGET)
+    assert report.score == 1.0 and report.findings == []
+
+
+@pytest.mark.parametrize("reply", ["hmm", "The text is not consistent with the source.", "no"])
+def test_self_filter_without_the_declared_answer_is_unscored(reply):
+    report = get_method("localize", llm=fake_llm(reply, reply), filter="self").check(SOURCE, TARGET)
     assert report.score is None and "filter failed" in report.unscored_reason
-    assert len(report.calls) == 2
+    assert len(report.calls) == 2 and report.findings == []
 
 
 def test_method_filter_uses_its_threshold():
@@ -204,7 +315,6 @@ def test_oracle_filter_uses_gold_labels_in_the_harness():
     method = Localize(llm=fake_llm(COT), filter="oracle", hint=True)
     consistent = Example(id="a", source=SOURCE, target=TARGET, label=1)
     inconsistent = Example(id="b", source=SOURCE, target=TARGET, descriptions=["wrong year"])
-    import asyncio
 
     first = asyncio.run(method.acheck_example(consistent))
     assert first.score == 1.0 and first.usage.calls == 0
@@ -221,14 +331,15 @@ def test_oracle_filter_outside_the_harness_is_unscored():
 
 
 def test_option_validation():
-    with pytest.raises(ValueError):
-        Localize(llm=fake_llm(), hint=True)
-    with pytest.raises(ValueError):
-        Localize(llm=fake_llm(), style="tree_of_thought")
-    with pytest.raises(KeyError):
-        Localize(llm=fake_llm(), filter="no_such_method")
-    assert Localize(llm=fake_llm(), filter="none").filter is None
-    assert Localize(llm=fake_llm(), filter="self").prompt_version == "localize_cot@1,localize_binary_filter@1"
+    for bad in ({"hint": True}, {"style": "tree_of_thought"}, {"filter": "no_such_method"},
+                {"filter": "localize"}, {"nonsense": 1}):
+        with pytest.raises(OptionsError):
+            Localize(llm=fake_llm(), **bad)
+    assert Localize(llm=fake_llm(), filter="none").opts.filter is None
+    version = Localize(llm=fake_llm(), filter="self").prompt_version
+    assert version.startswith("localize_cot@2#") and ",localize_binary_filter@2#" in version
+    docs = {row["name"]: row["doc"] for row in Localize.Options.option_rows()}
+    assert {"style", "filter", "hint", "filter_threshold", "filter_options"} == set(docs) and all(docs.values())
 
 
 # ---------------------------------------------------------------------------------------------- fuzzing
@@ -236,15 +347,39 @@ def test_option_validation():
 
 @pytest.mark.parametrize("options", [{"style": "zero_shot"}, {"style": "few_shot"}, {"style": "cot"},
                                      {"filter": "self", "hint": True}])
-def test_garbled_replies_never_escape(options):
-    replies = iter(garbled_replies(1000, seed=13))
-    method = Localize(llm=LLM(FakeModel(responder=lambda messages: next(replies))), **options)
+def test_garbled_replies_some_scored_some_not_and_no_finding_without_one(options):
+    rng = random.Random(13)
+    garbage = garbled_replies(1000, seed=13) + JUNK + [REAL_COT_REPLY]
+    cot = options.get("style", "cot") == "cot"
+    valid = [COT, f"Reasoning.\n{FINAL_MARKER}\n{NONE}"] if cot else [ANSWER, NONE]
+
+    def responder(messages):
+        first_user = next(m["content"] for m in messages if m["role"] == "user")
+        if rng.random() < 0.5:
+            return rng.choice(garbage)
+        if "Final answer" in first_user:
+            return rng.choice(["Checked.\nFinal answer: no", "Checked.\nFinal answer: yes"])
+        return rng.choice(valid)
+
+    method = Localize(llm=LLM(FakeModel(responder=responder), cache=None), **options)
+    outcomes = {"scored": 0, "unscored": 0}
     for _ in range(60):
         report = method.check(SOURCE, TARGET)
         assert isinstance(report, Report)
-        assert report.score is not None or report.unscored_reason
+        outcomes["scored" if report.score is not None else "unscored"] += 1
+        if report.score is None:
+            assert report.unscored_reason and report.findings == []
+            continue
+        if report.details.get("localized"):
+            deciding = report.calls[-1].reply  # every finding comes from the reply that was accepted
+            assert deciding in valid
+            parse = parse_final_output if cot else parse_localization
+            assert [f.description for f in report.findings] == parse(deciding)
+        else:
+            assert report.findings == [] and report.calls[-1].reply.endswith("Final answer: yes")
         for f in report.findings:
             assert all(0 <= s.start <= s.end <= len(TARGET) for s in f.target_spans)
+    assert outcomes["scored"] > 0 and outcomes["unscored"] > 0
 
 
 # --------------------------------------------------------------------------------------------- embedded

@@ -4,7 +4,8 @@ matched, so repeated predictions lower precision without adding true positives.
 
 The judge is only asked when there is something to align: with no predictions nothing can match, and
 with no gold (a consistent item) every prediction is a false positive. A judge reply we cannot parse
-(after one repair round) makes the item *unscored for matching*, never "no match".
+(after one repair round) makes the item *unscored for matching*, never "no match": the reply is one JSON object
+(:class:`MatchReply`) whose ``"matches"`` decides every candidate with a reference id or null, nothing else.
 """
 
 from __future__ import annotations
@@ -12,20 +13,35 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
 
 from halluscope.bench.metrics import count_matched_gold
 from halluscope.llm.client import LLM
-from halluscope.llm.structured import generate_parsed
+from halluscope.llm.replies import Reply
+from halluscope.llm.structured import generate_reply
 from halluscope.prompts import PromptTemplate
 from halluscope.records import LLMCall
-from halluscope.text.parsing import ParseError, extract_json
+from halluscope.text.parsing import ParseError
+
+
+class MatchReply(Reply):
+    """The judge's alignment: every candidate id mapped to one reference id or null (FINAL App. D, Fig. 10)."""
+
+    reasoning: str = Field(default="", description="brief step-by-step thoughts")
+    matches: dict[str, str | None] = Field(
+        description='every candidate id ("P1", "P2", ...) mapped to the id of the reference error it describes '
+                    '("G1", "G2", ...), or to null when it describes none')
+    example: ClassVar[dict[str, Any] | None] = {
+        "reasoning": "P1 and G2 both question the date; P2 is about nothing in the references.",
+        "matches": {"P1": "G2", "P2": None}}
+
 
 MATCH_PROMPT = PromptTemplate(
     name="final_match",
-    version="1",
+    version="2",
+    reply=MatchReply,
     system=(
         "You are a meticulous annotator who decides whether two descriptions of errors in a text point "
         "at the same error."
@@ -44,41 +60,22 @@ MATCH_PROMPT = PromptTemplate(
         "SUMMARY:\n$summary\n\n"
         "REFERENCE errors:\n$gold\n\n"
         "CANDIDATE errors:\n$predicted\n\n"
-        "Think it through briefly, then answer with one JSON object: a short \"reasoning\" string and "
-        "\"matches\", which maps every candidate id to the id of the reference error it describes, or to "
-        "null when it describes none. Example shape:\n"
-        '{"reasoning": "P1 and G2 both question the date; P2 is about nothing in the references.", '
-        '"matches": {"P1": "G2", "P2": null}}'
+        "Think it through briefly in \"reasoning\", then give \"matches\" with every candidate id.\n\n$format"
     ),
 )
 
-_PRED_KEY = re.compile(r"^\s*(?:P|CANDIDATE)?\s*[-_#]?\s*(\d+)\s*$", re.I)
-_GOLD_VALUE = re.compile(r"^\s*(?:G|REFERENCE)?\s*[-_#]?\s*(\d+)\s*$", re.I)
-_NO_MATCH = {"", "none", "null", "n/a", "na", "no match", "no", "nothing", "-", "unmatched", "false"}
+_PRED_KEY = re.compile(r"^\s*P\s*(\d+)\s*$", re.I)
+_GOLD_VALUE = re.compile(r"^\s*G\s*(\d+)\s*$", re.I)
+_STATED_NONE = {"none", "null"}  # the paper's judge writes "None" for no match (App. D)
 
 
-def _gold_index(value: Any, n_gold: int, key: str) -> int | None:
-    if value is None:
+def _gold_index(value: str | None, n_gold: int, key: str) -> int | None:
+    if value is None or value.strip().lower() in _STATED_NONE:
         return None
-    if isinstance(value, bool):
-        raise ParseError(f"{key}: expected a reference id or null, got {value!r}")
-    if isinstance(value, list):
-        if len(value) > 1:
-            raise ParseError(f"{key}: matched to several references {value!r}; at most one is allowed")
-        return _gold_index(value[0], n_gold, key) if value else None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if value != int(value):
-            raise ParseError(f"{key}: reference id {value!r} is not an integer")
-        number = int(value)
-    elif isinstance(value, str):
-        if value.strip().lower().strip(".") in _NO_MATCH:
-            return None
-        m = _GOLD_VALUE.match(value)
-        if m is None:
-            raise ParseError(f"{key}: {value[:40]!r} is not a reference id (G1..G{n_gold}) or null")
-        number = int(m.group(1))
-    else:
-        raise ParseError(f"{key}: expected a reference id or null, got {type(value).__name__}")
+    m = _GOLD_VALUE.match(value)
+    if m is None:
+        raise ParseError(f"{key}: {value[:40]!r} is not a reference id (G1..G{n_gold}) or null")
+    number = int(m.group(1))
     if not 1 <= number <= n_gold:
         raise ParseError(f"{key}: reference G{number} does not exist (there are {n_gold})")
     return number - 1
@@ -87,18 +84,16 @@ def _gold_index(value: Any, n_gold: int, key: str) -> int | None:
 def parse_matches(text: str, n_pred: int, n_gold: int) -> dict[int, int | None]:
     """``{prediction index: gold index or None}`` (0-based) for every prediction, from a judge reply.
 
-    Accepts ``{"matches": {...}}`` or the mapping at the top level, keys ``P1``/``1``, values ``G2``/``2``/
-    null/"none"/a one-element list. Raises ParseError when the reply is not JSON, names an unknown id,
-    gives several references for one candidate, or leaves a candidate undecided."""
-    data = extract_json(text, dict)
-    mapping = data.get("matches", data) if isinstance(data, dict) else None
-    if not isinstance(mapping, dict):
-        raise ParseError(f"'matches' should be an object, got {type(mapping).__name__}")
+    Strict: one JSON object whose ``"matches"`` maps every candidate id ``P1..Pn`` (nothing else) to a
+    reference id ``G1..Gm`` or null (the string "None" is the paper's way of writing null). Raises ParseError
+    when the reply is not that object, names an unknown id, gives a value of another type (a number, a
+    list, a boolean, prose), or leaves a candidate undecided: an unusable reply is never read as "no match"."""
+    mapping = MatchReply.parse(text).matches
     out: dict[int, int | None] = {}
     for key, value in mapping.items():
-        m = _PRED_KEY.match(str(key))
+        m = _PRED_KEY.match(key)
         if m is None:
-            continue  # e.g. "reasoning" given at the top level
+            raise ParseError(f"'matches' has the key {key[:40]!r}, not a candidate id P1..P{n_pred}")
         number = int(m.group(1))
         if not 1 <= number <= n_pred:
             raise ParseError(f"candidate P{number} does not exist (there are {n_pred})")
@@ -117,7 +112,7 @@ class MatchResult(BaseModel):
     (``unscored_reason`` says why); the item is then left out of the FINAL P/R/F1."""
 
     example_id: str
-    key: str  # fingerprint of (judge, prompt version, gold, predictions): a stored result is reused only if equal
+    key: str  # fingerprint of (judge, prompt, gold, predictions): a stored result is reused only if equal
     n_gold: int
     n_pred: int
     matches: dict[int, int | None] | None = None
@@ -128,8 +123,10 @@ class MatchResult(BaseModel):
 
 
 def match_key(judge_name: str, gold: list[str], predicted: list[str], prompt: PromptTemplate = MATCH_PROMPT) -> str:
-    payload = json.dumps([judge_name, prompt.name, prompt.version, prompt.user, gold, predicted], ensure_ascii=False)
-    return hashlib.sha256(payload.encode()).hexdigest()[:24]
+    """The identity of one judgment: the judge, the prompt actually sent (``ref()``: name, version and a hash of
+    its text and reply schema), the gold and the predicted descriptions."""
+    payload = json.dumps([judge_name, prompt.ref(), gold, predicted], ensure_ascii=False)
+    return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()[:24]
 
 
 def _numbered(prefix: str, items: list[str]) -> str:
@@ -153,16 +150,11 @@ async def match_descriptions(
     if judge is None:
         return MatchResult(**base, unscored_reason="no judge model configured")
     messages = prompt.render(summary=summary, gold=_numbered("G", gold), predicted=_numbered("P", predicted))
-    parsed = await generate_parsed(
-        judge,
-        messages,
-        lambda text: parse_matches(text, len(predicted), len(gold)),
-        params=judge.params(json_mode=True),
-        format_hint='one JSON object like {"reasoning": "...", "matches": {"P1": "G1", "P2": null}} '
-        f"with every candidate P1..P{len(predicted)}",
-    )
-    if parsed.value is None:
-        return MatchResult(**base, judged=True, unscored_reason=f"judge reply unusable: {parsed.error}",
-                           calls=parsed.calls)
-    return MatchResult(**base, judged=True, matches=parsed.value, matched_gold=count_matched_gold(parsed.value),
-                       calls=parsed.calls)
+    step = await generate_reply(judge, messages, MatchReply,
+                                parse=lambda text: parse_matches(text, len(predicted), len(gold)))  # type: ignore[arg-type, return-value]
+    if step.value is None:
+        return MatchResult(**base, judged=True, unscored_reason=f"judge reply unusable: {step.error}",
+                           calls=step.calls)
+    matches: dict[int, int | None] = step.value  # type: ignore[assignment]
+    return MatchResult(**base, judged=True, matches=matches, matched_gold=count_matched_gold(matches),
+                       calls=step.calls)

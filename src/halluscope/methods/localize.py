@@ -1,16 +1,28 @@
 """``localize``: end-to-end LLM localization of factual inconsistencies as free-form descriptions (FINAL,
 seed 002, §2, §4.1, App. C, H.2-H.3).
 
-One call asks the model to list every inconsistency of the target as a self-contained description, or
-"None". Styles: ``zero_shot``, ``few_shot`` (three worked examples written for halluscope) and ``cot``
-(reason first, then the list after a ``Final Output:`` marker, which is where the list is parsed from).
+One call asks the model to describe every inconsistency of the target as a self-contained description.
+The reply is a declared list (:class:`LocalizationReply`, ``{"inconsistencies": [...]}``), and an empty list
+is the explicit "no inconsistency" answer. Styles:
+
+* ``zero_shot``: the task and the reply schema (JSON mode);
+* ``few_shot``: the same with three worked examples written for halluscope, answered in the same schema;
+* ``cot`` (default): the model reasons step by step, then writes a ``Final Output:`` line followed by the
+  same JSON object; only what follows the last such line is read, and it must be that object.
+
+A reply that is not the declared format (prose, bullet lines, a list of placeholders, a lone "None" line in
+a JSON style, a chain of thought without its marked final answer) is no answer: after one repair request
+the target is *unscored* with the reason, never scored from whatever lines it had. (The paper's prompts ask
+for lettered lists A., B., ...; halluscope asks for the JSON list so that an answer can be told from junk.)
 
 2-step variants (``filter=...``): a binary decision first; only a target judged inconsistent is localized.
-``filter="self"`` asks the same model (step-by-step, then "Final answer: yes/no"); ``filter="<method>"``
-runs another registered method and labels by ``filter_threshold`` (default: that method's own threshold);
-``filter="oracle"`` uses the gold label and therefore only works on labelled examples in the bench harness
-(:meth:`Localize.run_example`). ``hint=True`` (2-step only) tells the localizer that the target is known to
-contain an inconsistency and drops the "None" option; if the model still answers None it is kept as none.
+``filter="self"`` asks the same model (step by step, then a last line that is exactly "Final answer: yes" or
+"Final answer: no"; anything else is unscored); ``filter="<method>"`` runs another registered method and
+labels by ``filter_threshold`` (default: that method's own threshold); ``filter="oracle"`` uses the gold label
+and therefore only works on labelled examples in the bench harness (:meth:`Localize.run_example`).
+``hint=True`` (2-step only) tells the localizer that the target is known to contain an inconsistency and
+drops the empty-list option from the instructions; if the model still answers with an empty list it is
+kept as none found.
 
 Each description becomes a Finding. Its quoted target words (the prompts ask for them), or the clause after
 "the summary says ...", are located in the target (exact -> normalized -> close fuzzy); descriptions whose
@@ -25,23 +37,155 @@ is equivalent) labels a target inconsistent as soon as one description is given.
 
 from __future__ import annotations
 
+import json
 import re
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from halluscope.llm.structured import generate_parsed
+from pydantic import Field, field_validator, model_validator
+
+from halluscope.llm.replies import Reply
+from halluscope.llm.structured import generate_parsed, generate_reply
 from halluscope.methods import method_class, register_method
-from halluscope.methods._descriptions import parse_description_list, spans_for_description
 from halluscope.methods.base import Method
-from halluscope.methods.dcr import verdict_words
-from halluscope.prompts import PromptTemplate, apply_overrides
-from halluscope.records import Example, Finding, LLMCall, Report
-from halluscope.stages import register_stage
+from halluscope.methods.options import MethodOptions
+from halluscope.prompts import PromptTemplate
+from halluscope.records import Example, Finding, Report, StepResult
 from halluscope.text import ParseError
+from halluscope.text.descriptions import clean_descriptions, spans_for_description
+from halluscope.text.placeholders import (
+    example_strings,
+    normalized,
+    resembles,
+    shown_strings,
+)
 
 Style = Literal["zero_shot", "few_shot", "cot"]
 STYLES: tuple[str, ...] = ("zero_shot", "few_shot", "cot")
 FINAL_MARKER = "Final Output:"
 _SYSTEM = "You are a meticulous fact-checker who compares texts with the source documents they are based on."
+
+# ------------------------------------------------------------------------------------------------ few-shot
+
+# Worked examples written for halluscope (invented texts; not taken from any benchmark).
+FEW_SHOT_EXAMPLES: tuple[tuple[str, str, list[str]], ...] = (
+    ("The Riverside library will close for renovation from 3 March until the end of May, the city council said "
+     "on Monday. Books borrowed before the closure can be returned at the Hillgate branch. The work, costing "
+     "2.4m pounds, will add a children's wing and a cafe. Council leader Maria Okafor said the project had been "
+     "delayed twice because of funding problems.",
+     "Riverside library will close for six months from March while a 4m-pound children's wing is built, the "
+     "mayor has announced.",
+     ['The text says the closure lasts "six months", but the source says it runs from 3 March until the end '
+      "of May.",
+      'The text gives the cost as "4m-pound", but the source says the work costs 2.4m pounds.',
+      'The text says "the mayor has announced" the closure, but the source says the city council announced it '
+      "and mentions no mayor."]),
+    ("Firefighters rescued two hikers who had been stranded overnight on Ben Carrow after fog rolled in on "
+     "Saturday afternoon. The pair, both in their 60s, were found cold but unhurt at about 07:00 on Sunday. A "
+     "mountain rescue spokesperson urged walkers to check the forecast before setting out.",
+     "Two hikers stranded overnight on a mountain in fog have been rescued unhurt.",
+     []),
+    ("Shares in the electric carmaker Voltra rose 8% on Thursday after it reported its first quarterly profit. "
+     "The Lyon-based company said deliveries grew by a third compared with the same quarter last year. Chief "
+     "executive Tom Reyes said the firm would open a second factory in 2026.",
+     "Lyon-based carmaker Voltra has reported its first annual profit, sending its shares up 8%, and plans to "
+     "build two new factories.",
+     ['The text calls the profit "annual", but the source says it was the company\'s first quarterly profit.',
+      'The text says Voltra plans "two new factories", but the source mentions a single second factory.']),
+)
+
+# ------------------------------------------------------------------------------------------------ replies
+
+
+class LocalizationReply(Reply):
+    """The declared list of descriptions; ``[]`` is the explicit "no inconsistency" answer. Echoed
+    placeholders and the prompt's own examples are not descriptions: a list of nothing else is refused, and
+    so is a list that says "None" beside real descriptions."""
+
+    inconsistencies: list[str] = Field(
+        description="every factual inconsistency of the TEXT, each as one self-contained sentence that quotes "
+                    "the TEXT's words in double quotes and says what the SOURCE says instead, or that the SOURCE "
+                    "does not say it; an empty list when the TEXT has no factual inconsistency")
+    example: ClassVar[dict[str, Any] | None] = {"inconsistencies": [
+        'The text says the bridge opened "in 1990", but the source says it opened in 1992.']}
+
+    @field_validator("inconsistencies")
+    @classmethod
+    def _real_descriptions(cls, items: list[str]) -> list[str]:
+        return clean_descriptions(items, LOCALIZATION_ECHOES)
+
+
+class HintedLocalizationReply(LocalizationReply):
+    """The same list, for a TEXT known to contain an inconsistency (the empty-list option is not offered)."""
+
+    inconsistencies: list[str] = Field(
+        description="every factual inconsistency of the TEXT, each as one self-contained sentence that quotes "
+                    "the TEXT's words in double quotes and says what the SOURCE says instead, or that the SOURCE "
+                    "does not say it")
+
+
+LOCALIZATION_EXAMPLES = example_strings(LocalizationReply) | frozenset(
+    normalized(d) for _, _, ds in FEW_SHOT_EXAMPLES for d in ds)
+LOCALIZATION_ECHOES = shown_strings(LocalizationReply) | shown_strings(HintedLocalizationReply) | LOCALIZATION_EXAMPLES
+
+
+def reply_schema(hint: bool) -> type[LocalizationReply]:
+    return HintedLocalizationReply if hint else LocalizationReply
+
+
+_MARKER_LINE = re.compile(r"^[ \t*#>_]*final\s+output\s*:", re.I | re.M)
+_THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
+
+
+def _without_example_copies(descriptions: list[str], target: str) -> list[str]:
+    """Drop near copies of the prompt's example descriptions (small models copy an example with a detail
+    changed) unless they point at words of the target; a list of nothing else is no answer."""
+    kept = [d for d in descriptions if not resembles(d, LOCALIZATION_EXAMPLES) or spans_for_description(d, target)]
+    if descriptions and not kept:
+        raise ParseError("the list copies the prompt's example descriptions instead of describing the TEXT")
+    return kept
+
+
+def parse_localization(text: str, hint: bool = False, target: str = "") -> list[str]:
+    """Descriptions from a zero-/few-shot reply: exactly the declared JSON object (``[]`` = none found)."""
+    return _without_example_copies(reply_schema(hint).parse(text).inconsistencies, target)
+
+
+def parse_final_output(text: str, hint: bool = False, target: str = "") -> list[str]:
+    """Descriptions from a chain-of-thought reply: the reasoning, then a line starting ``Final Output:``;
+    what follows the last such line must be the declared JSON object (in a code fence or not). Raises
+    ParseError when the marker is missing or the final answer is anything else."""
+    if not isinstance(text, str) or not text.strip():
+        raise ParseError("empty reply")
+    body = _THINK.sub("", text)
+    marks = list(_MARKER_LINE.finditer(body))
+    if not marks:
+        raise ParseError(f'no line starting "{FINAL_MARKER}" in the reply')
+    rest = body[marks[-1].end():].lstrip(" \t*_").strip()
+    if not rest:
+        raise ParseError(f'nothing after "{FINAL_MARKER}"')
+    if not rest.startswith(("{", "```")):
+        raise ParseError(f'after "{FINAL_MARKER}" the reply must be the JSON object, not {rest[:40]!r}')
+    return _without_example_copies(reply_schema(hint).parse(rest).inconsistencies, target)
+
+
+_LAST_LINE_ANSWER = re.compile(r"^final\s+answer\s*[:\-]?\s*(yes|no)\s*\.?$", re.I)
+
+
+def parse_binary_verdict(text: str) -> bool:
+    """True (consistent) / False from a reply whose last line is exactly "Final answer: yes" or "Final answer:
+    no" (FINAL H.3; case, markdown emphasis and a final period aside). Anything else raises ParseError: a
+    verdict is not guessed from wording elsewhere in the reply."""
+    if not isinstance(text, str) or not text.strip():
+        raise ParseError("empty reply")
+    lines = [line for line in _THINK.sub("", text).splitlines() if line.strip()]
+    last = re.sub(r"[*_`#>]", "", lines[-1]).strip() if lines else ""
+    m = _LAST_LINE_ANSWER.match(last)
+    if m is None:
+        raise ParseError(f'the last line is not "Final answer: yes" or "Final answer: no": {last[:60]!r}')
+    return m.group(1).lower() == "yes"
+
+
+# ------------------------------------------------------------------------------------------------ prompts
 
 _TASK = (
     "Find every factual inconsistency in the TEXT with respect to the SOURCE it was written from (the TEXT "
@@ -51,64 +195,44 @@ _TASK = (
     "are style or grammar.\n\n"
     "Describe each inconsistency separately, in one self-contained sentence: quote in double quotes the "
     "words of the TEXT it is about, and say what the SOURCE says instead, or that the SOURCE does not say "
-    "it. Two wrong details are two inconsistencies. Put each description on its own line, labelled A., B., "
-    "C., and so on."
+    "it. Two wrong details are two inconsistencies."
 )
-_NONE_RULE = "If the TEXT has no factual inconsistency, answer with the single word None."
+_NONE_RULE = "If the TEXT has no factual inconsistency, give an empty list."
 _HINT = "The TEXT is known to contain at least one factual inconsistency."
 _INPUTS = "SOURCE:\n$source\n\nTEXT:\n$target"
-_COT_TAIL = (
-    "First think step by step: break the TEXT into its individual factual statements and check each one "
-    f"against the SOURCE. Then write a line \"{FINAL_MARKER}\" followed by the labelled list of "
-    "descriptions{none}."
-)
 
-# Worked examples written for halluscope (invented texts; not taken from any benchmark).
-_FEW_SHOT = """Here are three worked examples.
 
-Example 1
-SOURCE:
-The Riverside library will close for renovation from 3 March until the end of May, the city council said on Monday. Books borrowed before the closure can be returned at the Hillgate branch. The work, costing 2.4m pounds, will add a children's wing and a cafe. Council leader Maria Okafor said the project had been delayed twice because of funding problems.
-TEXT:
-Riverside library will close for six months from March while a 4m-pound children's wing is built, the mayor has announced.
-ANSWER:
-A. The text says the closure lasts "six months", but the source says it runs from 3 March until the end of May.
-B. The text gives the cost as "4m-pound", but the source says the work costs 2.4m pounds.
-C. The text says "the mayor has announced" the closure, but the source says the city council announced it and mentions no mayor.
+def _answer(descriptions: list[str]) -> str:
+    return json.dumps({"inconsistencies": descriptions}, ensure_ascii=False)
 
-Example 2
-SOURCE:
-Firefighters rescued two hikers who had been stranded overnight on Ben Carrow after fog rolled in on Saturday afternoon. The pair, both in their 60s, were found cold but unhurt at about 07:00 on Sunday. A mountain rescue spokesperson urged walkers to check the forecast before setting out.
-TEXT:
-Two hikers stranded overnight on a mountain in fog have been rescued unhurt.
-ANSWER:
-None
 
-Example 3
-SOURCE:
-Shares in the electric carmaker Voltra rose 8% on Thursday after it reported its first quarterly profit. The Lyon-based company said deliveries grew by a third compared with the same quarter last year. Chief executive Tom Reyes said the firm would open a second factory in 2026.
-TEXT:
-Lyon-based carmaker Voltra has reported its first annual profit, sending its shares up 8%, and plans to build two new factories.
-ANSWER:
-A. The text calls the profit "annual", but the source says it was the company's first quarterly profit.
-B. The text says Voltra plans "two new factories", but the source mentions a single second factory.
+def _few_shot_block() -> str:
+    parts = ["Here are three worked examples."]
+    for i, (source, target, descriptions) in enumerate(FEW_SHOT_EXAMPLES, 1):
+        parts.append(f"Example {i}\nSOURCE:\n{source}\nTEXT:\n{target}\nANSWER:\n{_answer(descriptions)}")
+    parts.append("Now the real task.")
+    return "\n\n".join(parts).replace("$", "$$")
 
-Now the real task."""
+
+def _cot_instructions(hint: bool) -> str:
+    fields = reply_schema(hint).format_instructions().splitlines()
+    if fields and fields[0].startswith("Answer with"):
+        fields = fields[1:]
+    text = ("First think step by step: break the TEXT into its individual factual statements and check each one "
+            f'against the SOURCE. Then write a line "{FINAL_MARKER}" and after it one JSON object, with nothing '
+            "after it. Its fields:\n" + "\n".join(fields))
+    return text.replace("$", "$$")
 
 
 def _localize_prompt(style: str, hint: bool) -> PromptTemplate:
     parts = [_HINT] if hint else []
     parts.append(_TASK if hint else f"{_TASK}\n{_NONE_RULE}")
     if style == "few_shot":
-        parts.append(_FEW_SHOT)
+        parts.append(_few_shot_block())
     parts.append(_INPUTS)
-    if style == "cot":
-        none = "" if hint else ', or the word None if there is no inconsistency'
-        parts.append(_COT_TAIL.replace("{none}", none))
-    else:
-        parts.append("ANSWER:")
-    return PromptTemplate(name=f"localize_{style}" + ("_hint" if hint else ""), version="1", system=_SYSTEM,
-                          user="\n\n".join(parts))
+    parts.append(_cot_instructions(hint) if style == "cot" else "$format")
+    return PromptTemplate(name=f"localize_{style}" + ("_hint" if hint else ""), version="2", system=_SYSTEM,
+                          user="\n\n".join(parts), reply=None if style == "cot" else reply_schema(hint))
 
 
 LOCALIZE_PROMPTS: dict[tuple[str, bool], PromptTemplate] = {
@@ -117,73 +241,51 @@ LOCALIZE_PROMPTS: dict[tuple[str, bool], PromptTemplate] = {
 
 BINARY_PROMPT = PromptTemplate(
     name="localize_binary_filter",
-    version="1",
+    version="2",
     system=_SYSTEM,
     user=(
         "Decide whether the TEXT is factually consistent with the SOURCE: it is consistent only if every piece "
         "of information in the TEXT is supported by the SOURCE.\n\n"
         f"{_INPUTS}\n\n"
         'Reason step by step, then end your reply with a last line that reads exactly "Final answer: yes" '
-        '(the TEXT is consistent) or "Final answer: no" (it is not).'
+        '(the TEXT is consistent) or "Final answer: no" (it is not), and nothing after it.'
     ),
 )
 
-_FINAL_ANSWER = re.compile(r"final\s+answer\s*[:\-]?\s*\**\s*(yes|no)\b", re.I)
-_BARE_ANSWER = re.compile(r"^\W*(yes|no)\W*$", re.I)
+# ------------------------------------------------------------------------------------------------ steps
 
 
-def parse_binary_verdict(text: str) -> bool:
-    """True (consistent) / False from the last "Final answer: yes|no". Without one, a last line that is only
-    "yes"/"no", or that states the verdict in words ("The text is not consistent with the source."), counts.
-    Anything else raises ParseError."""
-    if not isinstance(text, str) or not text.strip():
-        raise ParseError("empty reply")
-    found = _FINAL_ANSWER.findall(text)
-    if found:
-        return found[-1].lower() == "yes"
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    last = lines[-1] if lines else ""
-    m = _BARE_ANSWER.match(last)
-    if m:
-        return m.group(1).lower() == "yes"
-    if len(last) <= 200 and re.search(r"\b(?:text|summary|answer)\b", last, re.I):
-        mark = verdict_words(last)
-        if mark is not None:
-            return mark == 1
-    raise ParseError('no "Final answer: yes/no" in the reply')
-
-
-@register_stage("localize.describe")
 class DescriptionLocalizer:
     """One call that lists the target's inconsistencies as descriptions (``[]`` = none found)."""
 
-    name = "localize.describe"
+    def __init__(self, method: Localize):
+        self.llm = method.llm
+        self.style = method.opts.style
+        self.hint = method.opts.hint
+        self.prompt = method.prompt(LOCALIZE_PROMPTS[(self.style, self.hint)])
 
-    def __init__(self, llm, prompt: PromptTemplate, style: str):
-        self.llm = llm
-        self.prompt = prompt
-        self.marker = FINAL_MARKER if style == "cot" else None
+    async def __call__(self, source: str, target: str) -> StepResult[list[str]]:
+        messages = self.prompt.render(source=source, target=target)
+        if self.style == "cot":
+            hint = _cot_instructions(self.hint).replace("$$", "$")
+            return await generate_parsed(self.llm, messages, lambda text: parse_final_output(text, self.hint, target),
+                                         format_hint=hint)
+        # the schema goes to the backend (JSON mode); the parse adds the check against copied examples
+        return await generate_reply(self.llm, messages, reply_schema(self.hint),  # type: ignore[return-value]
+                                    parse=lambda text: parse_localization(text, self.hint, target))  # type: ignore[arg-type, return-value]
 
-    async def __call__(self, source: str, target: str):
-        hint = ('your reasoning, then a line "Final Output:" followed by one description per line '
-                '(A., B., ...) or None') if self.marker else "one description per line (A., B., ...) or None"
-        return await generate_parsed(self.llm, self.prompt.render(source=source, target=target),
-                                     lambda text: parse_description_list(text, self.marker), format_hint=hint)
 
-
-@register_stage("localize.binary")
 class BinaryFilter:
     """Step 1 of the 2-step variant with the same model: is the target consistent (True) or not?"""
 
-    name = "localize.binary"
+    def __init__(self, method: Localize):
+        self.llm = method.llm
+        self.prompt = method.prompt(BINARY_PROMPT)
 
-    def __init__(self, llm, prompt: PromptTemplate = BINARY_PROMPT):
-        self.llm = llm
-        self.prompt = prompt
-
-    async def __call__(self, source: str, target: str):
+    async def __call__(self, source: str, target: str) -> StepResult[bool]:
         return await generate_parsed(self.llm, self.prompt.render(source=source, target=target), parse_binary_verdict,
-                                     format_hint='a last line "Final answer: yes" or "Final answer: no"')
+                                     format_hint='your reasoning, then a last line that is exactly "Final answer: '
+                                                 'yes" or "Final answer: no"')
 
 
 def description_score(n: int) -> float:
@@ -196,54 +298,77 @@ def findings_from_descriptions(descriptions: list[str], target: str) -> list[Fin
             for d in descriptions]
 
 
+# ------------------------------------------------------------------------------------------------ method
+
+
+class LocalizeOptions(MethodOptions):
+    style: Style = "cot"
+    """zero_shot, few_shot (three worked examples) or cot (reasoning, then a marked final answer)."""
+
+    filter: str | None = None
+    """2-step variant: self (the same model answers yes/no first), oracle (gold labels, bench only), or a method name."""
+
+    hint: bool = False
+    """2-step only: tell the localizer the target is known to contain an inconsistency."""
+
+    filter_threshold: float | None = None
+    """filter=<method>: the score below which the target counts as inconsistent (default: that method's)."""
+
+    filter_options: dict[str, Any] = Field(default_factory=dict)
+    """filter=<method>: options for that method."""
+
+    @field_validator("filter", mode="before")
+    @classmethod
+    def _no_filter(cls, value: object) -> object:
+        return None if isinstance(value, str) and value.strip().lower() in ("", "none") else value
+
+    @field_validator("filter")
+    @classmethod
+    def _known_filter(cls, value: str | None) -> str | None:
+        if value is None or value in ("self", "oracle"):
+            return value
+        if value == "localize":
+            raise ValueError("localize cannot be its own filter")
+        try:
+            method_class(value)
+        except KeyError as exc:
+            raise ValueError(f"filter must be self, oracle or a method name: {exc.args[0]}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _hint_needs_filter(self) -> LocalizeOptions:
+        if self.hint and self.filter is None:
+            raise ValueError("hint=True is for the 2-step variant: it needs a filter (self, oracle or a method name)")
+        return self
+
+
 @register_method
 class Localize(Method):
     name = "localize"
     description = ("End-to-end LLM localization (FINAL): list each inconsistency as a self-contained "
                    "description, mapped to target spans; styles zero_shot/few_shot/cot, optional 2-step filter.")
+    Options = LocalizeOptions
+    opts: LocalizeOptions
     prompts = tuple(LOCALIZE_PROMPTS.values()) + (BINARY_PROMPT,)
     default_threshold = 0.75
 
-    def __init__(self, llm=None, config=None, style: Style = "cot", filter: str | None = None, hint: bool = False,
-                 filter_threshold: float | None = None, filter_options: dict[str, Any] | None = None):
-        super().__init__(llm, config)
-        if style not in STYLES:
-            raise ValueError(f"style must be one of {', '.join(STYLES)}, got {style!r}")
-        if filter in ("", "none", "None"):
-            filter = None
-        if filter is not None and filter not in ("self", "oracle"):
-            method_class(filter)  # raises KeyError naming the available methods
-        if hint and filter is None:
-            raise ValueError("hint=True is for the 2-step variant: it needs a filter (self, oracle or a method name)")
-        self.style: Style = style
-        self.filter = filter
-        self.hint = bool(hint)
-        self.filter_threshold = filter_threshold
-        self.filter_options = dict(filter_options or {})
-
-    def options(self) -> dict[str, Any]:
-        return {"style": self.style, "filter": self.filter, "hint": self.hint,
-                "filter_threshold": self.filter_threshold, "filter_options": self.filter_options}
-
-    @property
-    def prompt_version(self) -> str:
-        used = [LOCALIZE_PROMPTS[(self.style, self.hint)]] + ([BINARY_PROMPT] if self.filter == "self" else [])
-        return ",".join(f"{p.name}@{p.version}" for p in used)
+    def used_prompts(self) -> list[PromptTemplate]:
+        used = [self.prompt(LOCALIZE_PROMPTS[(self.opts.style, self.opts.hint)])]
+        return used + ([self.prompt(BINARY_PROMPT)] if self.opts.filter == "self" else [])
 
     async def run(self, source: str, target: str) -> Report:
-        if self.filter == "oracle":
+        if self.opts.filter == "oracle":
             return Report(method=self.name, unscored_reason=(
                 "filter=oracle uses gold labels, so it only runs on labelled examples (the bench harness)"))
-        if self.filter is None:
-            return await self._localize(source, target, [], {})
-        consistent, info, calls, error = await self._filter_step(source, target)
+        if self.opts.filter is None:
+            return await self._localize(source, target, {})
+        consistent, info, error = await self._filter_step(source, target)
         if error is not None:
-            return Report(method=self.name, unscored_reason=f"2-step filter failed: {error}", calls=calls,
-                          details={"filter": info})
-        return await self._after_filter(source, target, consistent, info, calls)
+            return Report(method=self.name, unscored_reason=f"2-step filter failed: {error}", details={"filter": info})
+        return await self._after_filter(source, target, bool(consistent), info)
 
     async def run_example(self, example: Example) -> Report:
-        if self.filter != "oracle":
+        if self.opts.filter != "oracle":
             return await self.run(example.source, example.target)
         label = example.label
         if label is None and example.descriptions is not None:
@@ -251,45 +376,39 @@ class Localize(Method):
         if label is None:
             return Report(method=self.name, unscored_reason=f"example {example.id} has no gold label for filter=oracle")
         info = {"kind": "oracle", "consistent": label == 1}
-        return await self._after_filter(example.source, example.target, label == 1, info, [])
+        return await self._after_filter(example.source, example.target, label == 1, info)
 
-    async def _after_filter(self, source: str, target: str, consistent: bool, info: dict[str, Any],
-                            calls: list[LLMCall]) -> Report:
+    async def _after_filter(self, source: str, target: str, consistent: bool, info: dict[str, Any]) -> Report:
         if consistent:
-            return Report(method=self.name, score=1.0, subscores={"descriptions": 0.0}, calls=calls,
+            return Report(method=self.name, score=1.0, subscores={"descriptions": 0.0},
                           details={"filter": info, "localized": False, "descriptions": []})
-        return await self._localize(source, target, calls, {"filter": info})
+        return await self._localize(source, target, {"filter": info})
 
-    async def _filter_step(self, source: str, target: str) -> tuple[bool, dict[str, Any], list[LLMCall], str | None]:
-        if self.filter == "self":
-            binary = BinaryFilter(self.llm, apply_overrides(BINARY_PROMPT, self.config.prompts_dir))
-            parsed = await binary(source, target)
-            info = {"kind": "self", "consistent": parsed.value}
-            return bool(parsed.value), info, list(parsed.calls), parsed.error
+    async def _filter_step(self, source: str, target: str) -> tuple[bool | None, dict[str, Any], str | None]:
+        if self.opts.filter == "self":
+            step = await BinaryFilter(self)(source, target)
+            return step.value, {"kind": "self", "consistent": step.value}, step.error
         from halluscope.methods import get_method
 
-        method = get_method(self.filter, llm=self.llm, config=self.config, **self.filter_options)
-        # run() (not acheck) so the filter's LLM calls are counted in this report's usage
+        method = get_method(self.opts.filter, llm=self.llm, config=self.config, **self.opts.filter_options)
+        # run() (not acheck): the filter's calls land in this check's call log, so in this report's calls
         report = await method.run(source, target)
-        threshold = self.filter_threshold if self.filter_threshold is not None else method.default_threshold
-        info = {"kind": "method", "method": self.filter, "score": report.score, "threshold": threshold,
+        threshold = self.opts.filter_threshold if self.opts.filter_threshold is not None else method.default_threshold
+        info = {"kind": "method", "method": self.opts.filter, "score": report.score, "threshold": threshold,
                 "consistent": None if report.score is None else report.score >= threshold}
-        calls = list(report.calls) + [c for v in report.verdicts for c in v.calls]
         if report.score is None:
-            return False, info, calls, f"{self.filter} could not score: {report.unscored_reason}"
-        return report.score >= threshold, info, calls, None
+            return None, info, f"{self.opts.filter} could not score: {report.unscored_reason}"
+        return report.score >= threshold, info, None
 
-    async def _localize(self, source: str, target: str, calls: list[LLMCall], details: dict[str, Any]) -> Report:
-        prompt = apply_overrides(LOCALIZE_PROMPTS[(self.style, self.hint)], self.config.prompts_dir)
-        parsed = await DescriptionLocalizer(self.llm, prompt, self.style)(source, target)
-        calls = calls + parsed.calls
-        if parsed.value is None:
-            return Report(method=self.name, unscored_reason=f"localization reply unusable: {parsed.error}",
-                          calls=calls, details=details)
-        descriptions: list[str] = parsed.value
+    async def _localize(self, source: str, target: str, details: dict[str, Any]) -> Report:
+        step = await DescriptionLocalizer(self)(source, target)
+        if step.value is None:
+            return Report(method=self.name, unscored_reason=f"localization reply unusable: {step.error}",
+                          details=details)
+        descriptions: list[str] = step.value
         findings = findings_from_descriptions(descriptions, target)
         details = {**details, "localized": True, "descriptions": descriptions}
         return Report(method=self.name, score=description_score(len(descriptions)),
                       subscores={"descriptions": float(len(descriptions)),
                                  "located": float(sum(bool(f.target_spans) for f in findings))},
-                      findings=findings, calls=calls, details=details)
+                      findings=findings, details=details)

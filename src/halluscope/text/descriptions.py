@@ -1,22 +1,20 @@
-"""Free-form inconsistency descriptions (FINAL, seed 002), shared by ``localize`` and ``factscore``:
-parse a listed answer, map each description to target spans where its wording allows, de-duplicate.
+"""Free-form inconsistency descriptions (FINAL, seed 002), used by ``localize`` and ``factscore``: clean a
+declared list of descriptions, map each description to the target words it quotes, group duplicates.
 """
 
 from __future__ import annotations
 
-import json
 import re
+from collections.abc import Sequence
 
 from rapidfuzz import fuzz
 
 from halluscope.records import Span
-from halluscope.text import ParseError, locate
+from halluscope.text.placeholders import is_placeholder
+from halluscope.text.spans import locate
 
-# ------------------------------------------------------------------------------------------- parsing
+# ------------------------------------------------------------------------------------------- a declared list
 
-_THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
-_ITEM_START = re.compile(r"^\s*(?:[-*•]+|\(?[A-Za-z]\)|[A-Z][.:]|\(?\d{1,2}[.):]|\(\d{1,2}\))(?:\s+|$)")
-_LABEL = re.compile(r"^\s*(?:description|inconsistency|explanation|issue|error|problem)\s*\d*\s*[:\-]\s*", re.I)
 _NONE = re.compile(
     r"^\W*(?:none|n/?a|nothing|no (?:factual )?(?:inconsistenc(?:y|ies)|errors?|issues?|problems?)"
     r"(?: (?:were |was )?(?:found|identified|detected))?|there are no (?:factual )?(?:inconsistencies|errors|issues)"
@@ -25,71 +23,33 @@ _NONE = re.compile(
 )
 
 
-_PLACEHOLDER = re.compile(r"^\W*(?:<[^<>]{0,60}>|\.\.\.|…|description)\W*$", re.I)
-
-
 def is_none_answer(text: str) -> bool:
+    """Whether ``text`` is, as a whole, the explicit "no inconsistency" answer ("None", "No inconsistencies
+    found.", "There are no factual inconsistencies in the summary.")."""
     return bool(_NONE.match(text.replace("*", "").strip()))
 
 
-def is_placeholder(text: str) -> bool:
-    """A prompt's format placeholder echoed back ("<description>", "...") rather than a description."""
-    return bool(_PLACEHOLDER.match(text))
-
-
-def parse_description_list(text: str, marker: str | None = None) -> list[str]:
-    """Descriptions from a listed reply (``A. ...``, ``1) ...``, ``- ...``, ``Description: ...``, a JSON list
-    of strings), taken from after the last ``marker`` when one is given. An explicit "None" gives ``[]``.
-    Lines before the first list item are preamble; lines after an item continue it. Raises ParseError when
-    the marker is missing or nothing reads as an answer."""
-    if not isinstance(text, str) or not text.strip():
-        raise ParseError("empty reply")
-    body = _THINK.sub("", text).replace("**", "")
-    if marker:
-        idx = body.lower().rfind(marker.lower())
-        if idx < 0:
-            raise ParseError(f"marker {marker!r} not found in reply")
-        body = body[idx + len(marker):]
-    body = body.strip().lstrip(":").strip()
-    if not body:
-        raise ParseError("nothing after the marker" if marker else "empty reply")
-    if is_none_answer(body):
-        return []
-    if body.startswith("["):
-        try:
-            value = json.loads(body)
-        except (json.JSONDecodeError, RecursionError):
-            value = None
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return [" ".join(v.split()) for v in value
-                    if v.strip() and not is_none_answer(v) and not is_placeholder(v)]
-    lines = [line for line in body.splitlines() if line.strip()]
-    has_items = any(_ITEM_START.match(line) for line in lines)
-    items: list[list[str]] = []
-    for line in lines:
-        if has_items:
-            m = _ITEM_START.match(line)
-            if m:
-                items.append([line[m.end():]])
-                continue
-            if not items:  # preamble before the first item
-                if is_none_answer(line):
-                    return []
-                continue
-            items[-1].append(line)
+def clean_descriptions(items: Sequence[str], examples: frozenset[str] = frozenset(), *,
+                       refuse_echoes: bool = True) -> list[str]:
+    """The descriptions of a declared list, whitespace-normalized, without echoed placeholders or the prompt's
+    own examples. A list whose only items state "no inconsistency" is that answer (``[]``). Raises ValueError
+    when "None" sits beside real descriptions (the reply contradicts itself) and, with ``refuse_echoes``,
+    when every item was a placeholder (the model repeated the format instead of answering)."""
+    kept: list[str] = []
+    nones = echoes = 0
+    for item in items:
+        text = " ".join(item.split())
+        if is_none_answer(text):
+            nones += 1
+        elif is_placeholder(text, examples):
+            echoes += 1
         else:
-            items.append([line])
-    out: list[str] = []
-    for parts in items:
-        joined = " ".join(_LABEL.sub("", p).strip() for p in parts)
-        joined = " ".join(joined.split())
-        if joined and not is_none_answer(joined) and not is_placeholder(joined):
-            out.append(joined)
-    if not out:
-        if any(is_none_answer(p) for parts in items for p in parts):
-            return []
-        raise ParseError("no descriptions found in reply")
-    return out
+            kept.append(text)
+    if kept and nones:
+        raise ValueError("the list says there is no inconsistency and also lists some")
+    if not kept and echoes and refuse_echoes:
+        raise ValueError("the list repeats the format's placeholder or example instead of describing anything")
+    return kept
 
 
 # ------------------------------------------------------------------------------------------- spans
@@ -127,7 +87,7 @@ def spans_for_description(description: str, target: str) -> list[Span]:
     return merge_spans(spans)
 
 
-def merge_spans(spans: list[Span]) -> list[Span]:
+def merge_spans(spans: Sequence[Span]) -> list[Span]:
     """Sorted, with overlapping or touching spans merged."""
     out: list[Span] = []
     for s in sorted(spans, key=lambda s: (s.start, s.end)):
@@ -139,15 +99,15 @@ def merge_spans(spans: list[Span]) -> list[Span]:
     return out
 
 
-# ------------------------------------------------------------------------------------------- dedup
+# ------------------------------------------------------------------------------------------- duplicates
 
 
 def _normalized(text: str) -> str:
     return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
 
 
-def fuzzy_duplicate_groups(descriptions: list[str], threshold: float = 85.0,
-                           spans: list[list[Span]] | None = None) -> list[list[int]]:
+def fuzzy_duplicate_groups(descriptions: Sequence[str], threshold: float = 85.0,
+                           spans: Sequence[Sequence[Span]] | None = None) -> list[list[int]]:
     """Group descriptions of the same inconsistency: two are duplicates when their word-order-insensitive
     similarity (rapidfuzz ``token_sort_ratio``) is at least ``threshold``, or when both were pinned to
     exactly the same target spans. Groups are connected components, in order of first appearance.
@@ -167,7 +127,7 @@ def fuzzy_duplicate_groups(descriptions: list[str], threshold: float = 85.0,
     norm = [_normalized(d) for d in descriptions]
     for i in range(n):
         for j in range(i + 1, n):
-            same_spans = bool(spans and spans[i] and spans[i] == spans[j])
+            same_spans = bool(spans and spans[i] and list(spans[i]) == list(spans[j]))
             if same_spans or fuzz.token_sort_ratio(norm[i], norm[j]) >= threshold:
                 parent[find(j)] = find(i)
     groups: dict[int, list[int]] = {}
@@ -176,7 +136,8 @@ def fuzzy_duplicate_groups(descriptions: list[str], threshold: float = 85.0,
     return sorted(groups.values(), key=lambda g: g[0])
 
 
-def most_specific(descriptions: list[str], group: list[int], spans: list[list[Span]] | None = None) -> int:
+def most_specific(descriptions: Sequence[str], group: Sequence[int],
+                  spans: Sequence[Sequence[Span]] | None = None) -> int:
     """The member of a duplicate group to keep: one pinned to the target if any, then the longest wording
     (more specific in practice), then the first."""
     return max(group, key=lambda i: (bool(spans and spans[i]), len(descriptions[i]), -i))
