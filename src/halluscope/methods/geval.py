@@ -18,7 +18,6 @@ class GevalReply(Reply):
 
     reason: str = Field(description="one or two sentences explaining the rating")
     score: int = Field(ge=1, le=5, description="5 = fully supported by the source, 1 = mostly unsupported")
-    example = {"reason": "The amount in the second sentence differs from the source.", "score": 2}
 
 
 GEVAL_PROMPT = PromptTemplate(
