@@ -17,7 +17,7 @@ from halluscope.generators.perturb import (
 )
 from halluscope.llm import LLM, ContextOverflowError, FakeModel
 from halluscope.records import Example
-from halluscope.text import split_sentences
+from halluscope.text import fence, fence_key, split_sentences
 from halluscope.text.parsing import ParseError
 from tests.conftest import fake_llm
 from tests.garble import garbled_replies
@@ -106,7 +106,8 @@ def test_prompt_override_from_prompts_dir(tmp_path):
     llm = fake_llm(default=wrap(GOOD["paraphrased"]))
     gen = PerturbGenerator(llm, Config(prompts_dir=tmp_path), perturbations=["paraphrased"])
     group = run(gen.perturb_one(ORIG))
-    assert llm.api.requests[0][-1]["content"] == f"CUSTOM <rewritten> {TARGET}"
+    fenced = fence("text", TARGET, fence_key({"text": TARGET}))  # the value is fenced as in every prompt
+    assert llm.api.requests[0][-1]["content"] == f"CUSTOM <rewritten> {fenced}"
     assert group.rows[1].meta["prompt"] == "perturb_paraphrased@1+custom"
 
 
@@ -137,6 +138,18 @@ def test_untagged_reply_is_taken_whole_unless_tags_are_required():
         parse_rewritten("just prose, no tags", require_tags=True)
     with pytest.raises(ParseError, match="without an opening"):
         parse_rewritten("text</rewritten>")
+
+
+def test_copied_fence_tags_are_dropped_and_an_echo_is_still_a_copy():
+    key = fence_key({"text": TARGET})
+    assert parse_rewritten(f"<rewritten>\n{fence('text', 'Mara kept the light.', key)}\n</rewritten>") == \
+        "Mara kept the light."
+    assert parse_rewritten(f"Here it is:\n{fence('text', 'Mara kept the light.', key)}") == "Mara kept the light."
+    with pytest.raises(ParseError, match="empty"):
+        parse_rewritten(f"<rewritten>{fence('text', '', key)}</rewritten>")
+    llm = fake_llm(default=fence("text", TARGET, key))  # the fenced input sent back: no rewrite in it
+    group = run(PerturbGenerator(llm, perturbations=["paraphrased"]).perturb_one(ORIG))
+    assert group.rows == [] and "identical to the original" in group.skips[0].reason
 
 
 def test_parse_rewritten_fuzz_only_returns_text_or_parse_error():
@@ -281,8 +294,8 @@ def test_sentence_unit_rewrites_each_sentence_and_keeps_layout():
                "She saved three sailors.": "She rescued three seamen."}
 
     def responder(messages):
-        text = messages[-1]["content"].rsplit("TEXT:\n", 1)[1]
-        return wrap(replies[text])
+        fenced = messages[-1]["content"].rsplit("TEXT:\n", 1)[1]
+        return wrap(replies[fenced.split("\n")[1]])  # the sentence between its fence tags
 
     llm = LLM(FakeModel(responder=responder), cache=None)
     gen = PerturbGenerator(llm, perturbations=["synonym_replaced"], unit="sentence")

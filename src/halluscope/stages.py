@@ -156,7 +156,8 @@ _STAGES: dict[tuple[str, str], StageSpec] = {}
 _BUILTIN_MODULES = (
     "halluscope.methods.pipeline", "halluscope.methods.dove", "halluscope.methods.dcr",
     "halluscope.methods.factscore", "halluscope.methods.probe", "halluscope.methods.localize",
-    "halluscope.retrieval",
+    "halluscope.retrieval", "halluscope.generators.perturb", "halluscope.generators.montage",
+    "halluscope.generators.inject",
 )
 _loaded = False
 F = TypeVar("F", bound=Callable[..., Any])

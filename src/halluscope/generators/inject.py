@@ -68,9 +68,14 @@ COMPLEXITY_INSTRUCTIONS = {
         "says."),
 }
 
+# ``${source_block}`` is a slot, not a value: the code fills it with SOURCE_BLOCK (a heading and the fenced
+# ``$source``) when the source fits the model's context and with nothing when it does not (see ``invent``).
+SOURCE_BLOCK = "SOURCE (the material the TEXT was written from):\n$source\n\n"
+_SOURCE_SLOT = re.compile(r"\$(?:\{source_block\}|source_block(?![_A-Za-z0-9]))")
+
 INVENT_PROMPT = PromptTemplate(
     name="inject_invent",
-    version="1",
+    version="2",
     system="You write believable but unsupported statements, used to test hallucination detectors.",
     user=(
         "Invent $k new statements about the subject of the TEXT below. Each statement must:\n"
@@ -82,11 +87,12 @@ INVENT_PROMPT = PromptTemplate(
         "TEXT:\n$target\n\n"
         'Reply with one JSON object: {"facts": ["<statement>", ...]}'
     ),
+    literal=("k",),
 )
 
 WEAVE_PROMPT = PromptTemplate(
     name="inject_weave",
-    version="1",
+    version="2",
     system="You are a careful editor who inserts given sentences into a text without changing anything else.",
     user=(
         "Edit the TEXT so that it also states the NEW FACTS.\n\n"
@@ -102,7 +108,13 @@ WEAVE_PROMPT = PromptTemplate(
         "NEW FACTS:\n$facts\n\n"
         "Reply with the complete edited text and nothing else."
     ),
+    literal=("instructions",),  # one of COMPLEXITY_INSTRUCTIONS, written by the code
 )
+
+
+def with_source_block(template: PromptTemplate, block: str) -> PromptTemplate:
+    """``template`` with its ``${source_block}`` slot replaced by ``block`` (SOURCE_BLOCK or "")."""
+    return template.model_copy(update={"user": _SOURCE_SLOT.sub(lambda _: block, template.user)})
 
 
 class _Facts(BaseModel):
@@ -299,12 +311,12 @@ class InjectionGenerator:
     async def invent(self, source: str, target: str, k: int) -> tuple[list[str], str | None, list[LLMCall]]:
         """``k`` invented facts (fewer when some had to be dropped), an error when the reply was unusable."""
         llm = self._need_llm("inventing facts")
-        block = f"SOURCE (the material the TEXT was written from):\n{source}\n\n"
         budget = min(512, llm.default_params.max_tokens)
-        bare = self.invent_prompt.render(k=k, source_block="", target=target)
-        if not fits_in_context(llm, block, reserve_tokens=sum(llm.count_tokens(m["content"]) for m in bare) + budget):
-            block = ""  # a long source does not fit: invent from the TEXT alone, then drop facts found in the source
-        parsed = await generate_parsed(llm, self.invent_prompt.render(k=k, source_block=block, target=target),
+        messages = with_source_block(self.invent_prompt, SOURCE_BLOCK).render(k=k, source=source, target=target)
+        if not fits_in_context(llm, "\n".join(m["content"] for m in messages), reserve_tokens=budget):
+            # a long source does not fit: invent from the TEXT alone, then drop facts found in the source
+            messages = with_source_block(self.invent_prompt, "").render(k=k, source=source, target=target)
+        parsed = await generate_parsed(llm, messages,
                                        json_parser(_Facts), params=llm.params(json_mode=True, max_tokens=budget),
                                        format_hint='one JSON object like {"facts": ["...", "..."]}')
         if parsed.value is None:

@@ -47,6 +47,7 @@ from halluscope.permutations import (DIFFICULTY_BINS, count_inversions, inversio
                                      shuffle_degree)
 from halluscope.prompts import PromptTemplate, apply_overrides
 from halluscope.records import Example, LLMCall
+from halluscope.text.fence import strip_fence_tags
 from halluscope.text import ParseError, extract_json, parse_items_after_marker, split_sentences
 
 Level = Literal["sentence", "event"]
@@ -183,10 +184,11 @@ _LEADING_LABEL = re.compile(r"^\s*(?:updated (?:story|paragraph)|story|paragraph
 
 
 def parse_appended_story(reply: str, previous: str, event: str) -> str:
-    """The updated story: non-empty, keeps most of the story so far, and has grown."""
+    """The updated story: non-empty, keeps most of the story so far, and has grown (copied data fence tags
+    are dropped)."""
     if not isinstance(reply, str) or not reply.strip():
         raise ParseError("empty reply")
-    story = _LEADING_LABEL.sub("", reply.strip().strip("`").strip())
+    story = _LEADING_LABEL.sub("", strip_fence_tags(reply).strip().strip("`").strip())
     if not story:
         raise ParseError("empty story after removing the label")
     if len(story) <= len(previous):
@@ -208,7 +210,7 @@ def parse_paraphrase(reply: str) -> Paraphrase:
     marker = re.search(r"rewritten\s*:", reply, re.I)
     if marker is None:
         raise ParseError("no 'Rewritten:' line in reply")
-    text = reply[marker.end():].strip()
+    text = strip_fence_tags(reply[marker.end():]).strip()
     if sum(ch.isalpha() for ch in text) < 10:
         raise ParseError("the rewritten text is empty")
 

@@ -37,6 +37,14 @@ def fence(name: str, text: str, key: str) -> str:
     return f"<{t}>\n{text}\n</{t}>"
 
 
+_COPIED_TAG = re.compile(r"<[a-z0-9_]+_[0-9a-f]{10}>\n?|\n?</[a-z0-9_]+_[0-9a-f]{10}>")
+
+
+def strip_fence_tags(reply: str) -> str:
+    """``reply`` without copies of the prompt's data fence tags (models that hand text back often keep them)."""
+    return _COPIED_TAG.sub("", reply)
+
+
 def data_notice(key: str) -> str:
     """The instruction that tells the model what the fences mean."""
     return (f"Material to examine is given between tags whose names end in _{key} (for example "
