@@ -1,18 +1,22 @@
-"""DCR: AMC arithmetic (seed 001 App. I), DCE/AMC parsers, the method end to end with the fake model,
-long-source switching, fuzzing with garbled replies, and one run on the embedded model."""
+"""DCR: AMC arithmetic (seed 001 App. I), strict DCE/AMC parsers, the method end to end with the fake model,
+long-source switching (the shared retrieval protocol), a swapped verifier, fuzzing with garbled replies, and
+one run on the embedded model."""
 
 from __future__ import annotations
 
 import json
+import random
+from pathlib import Path
 
 import pytest
 
 from halluscope.llm import LLM, ContextOverflowError, FakeModel
-from halluscope.methods import get_method
-from halluscope.methods.dcr import (DCR, amc_score, parse_amc, parse_dce_single, parse_dce_sentences,
-                                    rule_mark)
-from halluscope.records import Report
-from halluscope.text import ParseError, split_sentences
+from halluscope.methods import OptionsError, get_method
+from halluscope.methods.dcr import DCR, amc_score, parse_amc, parse_dce_sentences, parse_dce_single
+from halluscope.records import Report, Verdict
+from halluscope.stages import register_stage
+from halluscope.text import ParseError
+from halluscope.text.verdict_words import verdict_mark
 from tests.conftest import fake_llm
 from tests.garble import garbled_replies
 
@@ -70,60 +74,74 @@ def test_amc_rejects_bad_input():
 # --------------------------------------------------------------------------------------------- parsers
 
 
-def test_parse_dce_sentences_ids_text_and_paragraph_reasons():
-    sentences = split_sentences(TARGET)
+def test_parse_dce_sentences_ids_and_reasons_about_the_whole_text():
     reply = json.dumps({"sentences": [
-        {"reason": "The two paragraphs are not consistent."},
-        {"id": "[1]", "reason": "Inconsistent: 2001, not 1999."},
-        {"sentence": "Acme makes rockets.", "reason": "Consistent: stated."},
-        {"id": 7, "reason": "Consistent: out of range id."},
-    ], "is_consistent": "false"})
-    parsed = parse_dce_sentences(reply, sentences)
-    assert [r.sentence_index for r in parsed.reasons] == [None, 0, 1, None]
+        {"id": None, "reason": "The two paragraphs are not consistent."},
+        {"id": 1, "reason": "Inconsistent: 2001, not 1999."},
+        {"id": 2, "reason": "Consistent: stated."},
+        {"id": 2, "reason": "Consistent: said twice."},
+    ], "is_consistent": False})
+    parsed = parse_dce_sentences(reply, 3)
+    assert [r.unit for r in parsed.reasons] == [None, 0, 1, 1]
     assert parsed.is_consistent is False
 
 
-def test_sentence_numbers_are_not_read_out_of_text():
-    from halluscope.methods.dcr import parse_sentence_number
-
-    assert [parse_sentence_number(v, 3) for v in (2, "2", "[2]", "S2", "Sentence 2", 2.0)] == [1] * 6
-    assert [parse_sentence_number(v, 3) for v in ("Two men, 3 cars.", 4, 0, True, None, "x")] == [None] * 6
-
-
-def test_parse_dce_sentences_positional_and_strings():
-    sentences = split_sentences(TARGET)
-    parsed = parse_dce_sentences('["Consistent: a", "Consistent: b", "Inconsistent: c"]', sentences)
-    assert [r.sentence_index for r in parsed.reasons] == [0, 1, 2]
-    # a count mismatch is not guessed positionally
-    parsed = parse_dce_sentences('["Consistent: a", "Consistent: b"]', sentences)
-    assert [r.sentence_index for r in parsed.reasons] == [None, None]
-
-
 def test_parse_dce_sentences_fenced_reply_with_prose():
-    sentences = split_sentences(TARGET)
     reply = "Here is the evaluation:\n```json\n" + dce((1, "Inconsistent: x"), (2, "Consistent: y")) + "\n```"
-    assert [r.text for r in parse_dce_sentences(reply, sentences).reasons] == ["Inconsistent: x", "Consistent: y"]
+    assert [r.text for r in parse_dce_sentences(reply, 3).reasons] == ["Inconsistent: x", "Consistent: y"]
 
 
-@pytest.mark.parametrize("reply", ["", "no json here", '{"sentences": []}', '{"sentences": [{"id": 1}]}', "[1, 2]"])
-def test_parse_dce_sentences_rejects_unusable(reply):
-    with pytest.raises(ParseError):
-        parse_dce_sentences(reply, split_sentences(TARGET))
+def test_parse_dce_sentences_drops_placeholder_reasons():
+    reply = dce((1, "Inconsistent: wrong year."), (2, "..."), (3, "<why this sentence is or is not consistent>"))
+    assert [(r.unit, r.text) for r in parse_dce_sentences(reply, 3).reasons] == [(0, "Inconsistent: wrong year.")]
 
 
-def test_parse_dce_single_forms():
-    assert parse_dce_single('{"reason": "Consistent: ok", "is_consistent": true}').reasons[0].text == "Consistent: ok"
-    nested = '{"reason": {"sentence": "x", "reason": "Inconsistent: y"}, "is_consistent": false}'
-    assert parse_dce_single(nested).reasons[0].text == "Inconsistent: y"
-    with pytest.raises(ParseError):
-        parse_dce_single('{"is_consistent": true}')
+# Each of these used to be read (positionally, by quoted sentence text, under another key, from a string id or
+# a nested object); now only the declared schema is a DCE reply.
+@pytest.mark.parametrize("reply, why", [
+    ("", "empty"),
+    ("no json here", "no JSON"),
+    ('{"sentences": [], "is_consistent": true}', "no reason"),
+    ('{"sentences": [{"id": 1}], "is_consistent": true}', "reason"),
+    ('["Consistent: a", "Consistent: b", "Inconsistent: c"]', "no JSON object"),
+    ('{"sentences": [{"id": 1, "reason": "Consistent: a"}]}', "is_consistent"),
+    ('{"sentences": [{"id": 1, "reason": "Consistent: a"}], "is_consistent": "false"}', "is_consistent"),
+    ('{"sentences": [{"id": "[1]", "reason": "Consistent: a"}], "is_consistent": true}', "id"),
+    ('{"sentences": [{"sentence": "Acme makes rockets.", "reason": "Consistent: a"}], "is_consistent": true}', "id"),
+    ('{"sentences": [{"id": 7, "reason": "Consistent: a"}], "is_consistent": true}', "sentence 7"),
+    ('{"sentences": [{"id": 0, "reason": "Consistent: a"}], "is_consistent": true}', "sentence 0"),
+    ('{"sentences": [{"id": true, "reason": "Consistent: a"}], "is_consistent": true}', "id"),
+    ('{"sentences": [{"id": 1, "reason": {"reason": "Consistent: a"}}], "is_consistent": true}', "reason"),
+    ('{"reasons": ["Consistent: a", "Consistent: b", "Consistent: c"], "is_consistent": true}', "sentences"),
+    ('{"sentences": [{"id": 1, "reason": "N/A"}, {"id": 2, "reason": "<why>"}], "is_consistent": true}', "placeholder"),
+    ('{"sentences": [{"id": 1, "reason": "Consistent: a"}, {"id": 2, "reason": "Consis', "cut off"),
+])
+def test_parse_dce_sentences_rejects_what_is_not_the_declared_reply(reply, why):
+    with pytest.raises(ParseError, match=why):
+        parse_dce_sentences(reply, 3)
 
 
-def test_parse_amc():
-    assert parse_amc('{"marks": [1, -1, "+1", "-1"]}', 4) == [1, -1, 1, -1]
-    assert parse_amc('{"reason": ["..."], "answer": [-1, 1]}', 2) == [-1, 1]
-    assert parse_amc("[1]", 1) == [1]
-    for bad in ('{"marks": [1, -1]}', '{"marks": [1, 0, 1]}', '{"marks": [true, 1, 1]}', "nothing"):
+def test_parse_dce_single_is_strict():
+    parsed = parse_dce_single('{"reason": "Consistent: ok", "is_consistent": true}')
+    assert [(r.unit, r.text) for r in parsed.reasons] == [(0, "Consistent: ok")] and parsed.is_consistent is True
+    for bad in ('{"is_consistent": true}', '{"reason": "Consistent: ok"}', '{"reason": "", "is_consistent": true}',
+                '{"reason": "Consistent: ok", "is_consistent": "yes"}', '{"reason": "N/A", "is_consistent": true}',
+                # the paper's nesting {"reason": {"sentence": ..., "reason": ...}}: not a reason string
+                '{"reason": {"sentence": "x", "reason": "Inconsistent: y"}, "is_consistent": false}'):
+        with pytest.raises(ParseError):
+            parse_dce_single(bad)
+
+
+def test_parse_amc_accepts_exactly_marks_with_one_integer_per_reason():
+    assert parse_amc('{"marks": [1, -1, 1, -1]}', 4) == [1, -1, 1, -1]
+    assert parse_amc('```json\n{"marks": [-1]}\n```', 1) == [-1]
+    for bad in ('{"marks": [1, -1]}', '{"marks": [1, -1, 1, 1]}',  # not exactly 3
+                '{"marks": [1, 0, 1]}', '{"marks": [true, 1, 1]}', '{"marks": [1.0, 1, 1]}',
+                '{"marks": ["+1", "-1", "1"]}', '{"marks": ["positive", "negative", "consistent"]}',
+                '{"answer": [-1, 1, 1]}', '{"scores": [1, 1, 1]}',  # any list under another key (used to be read)
+                '{"reason": ["..."], "marks": [-1, 1, 1]}',  # anything beside the marks
+                "[1, -1, 1]",  # a bare list (used to be read)
+                '{"marks": "1, -1, 1"}', '{"marks": [1, -1, 1', "nothing"):
         with pytest.raises(ParseError):
             parse_amc(bad, 3)
 
@@ -139,14 +157,14 @@ def test_parse_amc():
     ("The article does not mention the date. Otherwise it is consistent.", -1),
     ("The year is not consistent with the article", -1),
 ])
-def test_rule_mark(reason, mark):
-    assert rule_mark(reason) == mark
+def test_verdict_mark(reason, mark):
+    assert verdict_mark(reason) == mark
 
 
 @pytest.mark.parametrize("reason", ["The article mentions Paris.", "1.1.1.1.1.1.1.1.", "Paris. It is consistent."])
-def test_rule_mark_refuses_to_guess(reason):
+def test_verdict_mark_refuses_to_guess(reason):
     with pytest.raises(ParseError):
-        rule_mark(reason)
+        verdict_mark(reason)
 
 
 # Verbatim replies of the embedded SmolLM2-135M model captured during benchmark runs (json_mode on, 160-token cap).
@@ -160,29 +178,62 @@ REAL_DCE_BROKEN = (
 REAL_AMC_RUNAWAY = '{"marks": [' + "1, " * 52
 
 
-def test_real_embedded_replies():
-    one = split_sentences("Tom sold the car.")
-    truncated = parse_dce_sentences(REAL_DCE_TRUNCATED, one)
-    assert [r.sentence_index for r in truncated.reasons] == [0]
-    with pytest.raises(ParseError):  # "1.1.1..." carries no verdict: unscored, not guessed
-        rule_mark(truncated.reasons[0].text)
-    three = split_sentences("Tom sold the car. He bought a bike. Then he left.")
-    broken = parse_dce_sentences(REAL_DCE_BROKEN, three)
-    assert broken.reasons[0].sentence_index == 0 and rule_mark(broken.reasons[0].text) == 1
-    assert all(r.sentence_index is None for r in broken.reasons[1:])  # the mangled rest is not pinned to sentences
-    with pytest.raises(ParseError, match="expected 1 marks"):
+def test_real_embedded_replies_are_unusable():
+    # all three used to give reasons or marks; none states a complete verdict
+    with pytest.raises(ParseError, match="cut off"):
+        parse_dce_sentences(REAL_DCE_TRUNCATED, 1)
+    with pytest.raises(ParseError):
+        parse_dce_sentences(REAL_DCE_BROKEN, 3)
+    with pytest.raises(ParseError):
         parse_amc(REAL_AMC_RUNAWAY, 1)
+    with pytest.raises(ParseError):  # "1.1.1..." carries no verdict: unscored, not guessed
+        verdict_mark("1." * 71)
 
 
-def test_parsers_survive_garbled_replies():
-    sentences = split_sentences(TARGET)
-    for reply in garbled_replies(1000):
-        for parse in (lambda t: parse_dce_sentences(t, sentences), parse_dce_single, lambda t: parse_amc(t, 3),
-                      rule_mark):
-            try:
-                parse(reply)
-            except ParseError:
-                pass
+VALID_REPLIES = [
+    dce((1, "Inconsistent: 2001, not 1999."), (2, "Consistent: stated."), (3, "Consistent: Paris.")),
+    json.dumps({"sentences": [{"id": None, "reason": "Not consistent overall."}, {"id": 2, "reason": "Consistent."}],
+                "is_consistent": False}),
+    json.dumps({"reason": "Inconsistent: the year is wrong.", "is_consistent": False}),
+    json.dumps({"reason": "Consistent: all stated.", "is_consistent": True}),
+    marks(1, -1, 1), marks(-1), marks(1, 1, 1),
+]
+
+
+def _mutations(n: int, seed: int = 0) -> list[str]:
+    """Valid DCR replies wrapped, truncated, or with a stray character: some stay valid, some do not."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        base = rng.choice(VALID_REPLIES)
+        op = rng.randrange(4)
+        if op == 0:
+            base = "Sure, here it is:\n```json\n" + base + "\n```"
+        elif op == 1:
+            base = base[: rng.randrange(len(base))]
+        elif op == 2:
+            i = rng.randrange(len(base))
+            base = base[:i] + rng.choice('{}[]",: ') + base[i:]
+        out.append(base)
+    return out
+
+
+FUZZ = garbled_replies(1000) + VALID_REPLIES + _mutations(400)
+
+
+@pytest.mark.parametrize("name", ["dce_sentences", "dce_single", "amc_1", "amc_3", "verdict_mark"])
+def test_parsers_on_garbled_replies_some_parse_some_fail(name):
+    parse = {"dce_sentences": lambda t: parse_dce_sentences(t, 3), "dce_single": parse_dce_single,
+             "amc_1": lambda t: parse_amc(t, 1), "amc_3": lambda t: parse_amc(t, 3), "verdict_mark": verdict_mark}[name]
+    ok = failed = 0
+    for reply in FUZZ:
+        try:
+            parse(reply)
+        except ParseError:
+            failed += 1
+        else:
+            ok += 1
+    assert ok > 0 and failed > 0 and ok + failed == len(FUZZ)
 
 
 # ------------------------------------------------------------------------------------------ the method
@@ -204,17 +255,21 @@ def test_dcr_end_to_end_sentence_level():
     assert report.usage.calls == 2 and len(report.calls) == 2
     assert "Alice founded Acme in 1999." in report.calls[0].messages[-1]["content"]
     assert "[3] It is based in Paris." in report.calls[0].messages[-1]["content"]
+    assert report.details["context"]["mode"] == "full" and report.details["dce_is_consistent"] is False
+    assert report.details["stages"] == {"decomposer": "sentences", "context_selector": "retrieval", "verifier": "dcr"}
 
 
 def test_dcr_appendix_i_case_end_to_end():
-    reply = json.dumps({"sentences": [{"reason": "The two paragraphs are not consistent."},
+    reply = json.dumps({"sentences": [{"id": None, "reason": "The two paragraphs are not consistent."},
                                       {"id": 1, "reason": "This sentence is consistent."},
-                                      {"id": 2, "reason": "This sentence is not consistent."}]})
+                                      {"id": 2, "reason": "This sentence is not consistent."}],
+                        "is_consistent": False})
     target = "Alice founded Acme. Acme makes cars."
     report = get_method("dcr", llm=fake_llm(reply, marks(-1, 1, -1))).check(SOURCE, target)
     assert report.subscores["alpha"] == 1.0 and report.subscores["beta"] == -1.0
     assert report.score == 0.5
-    assert report.details["other_reasons"][0]["reason"] == "The two paragraphs are not consistent."
+    assert report.details["other_reasons"] == [{"reason": "The two paragraphs are not consistent.", "mark": -1,
+                                                "sentence": None}]
 
 
 def test_dcr_keeps_the_negative_of_two_reasons_for_one_sentence():
@@ -223,14 +278,17 @@ def test_dcr_keeps_the_negative_of_two_reasons_for_one_sentence():
     assert [v.label for v in report.verdicts] == ["unsupported", "supported"]
     assert report.score == 0.5
     assert (report.subscores["alpha"], report.subscores["beta"]) == (-1.0, -1.0)
+    assert report.details["other_reasons"] == [{"reason": "Consistent: fine.", "mark": 1, "sentence": 1}]
 
 
-def test_dcr_only_paragraph_level_reasons_is_unscored():
-    reply = json.dumps({"reasons": ["The summary is not consistent overall."], "is_consistent": False})
+def test_dcr_only_reasons_about_the_whole_text_is_unscored():
+    reply = json.dumps({"sentences": [{"id": None, "reason": "The summary is not consistent overall."}],
+                        "is_consistent": False})
     report = get_method("dcr", llm=fake_llm(reply, marks(-1))).check(SOURCE, TARGET)
     assert report.score is None
     assert "not about a single sentence" in report.unscored_reason
     assert all(v.label == "unscored" and v.reason for v in report.verdicts)
+    assert (report.subscores["alpha"], report.subscores["beta"], report.subscores["k"]) == (1.0, -1.0, 1.0)
 
 
 def test_dcr_missing_sentence_is_unscored_not_padded():
@@ -248,7 +306,7 @@ def test_dcr_rule_amc_makes_no_extra_call():
     assert report.usage.calls == 1
 
 
-def test_dcr_rule_amc_unclear_reason_is_unscored():
+def test_dcr_rule_amc_reason_without_a_verdict_is_unscored():
     llm = fake_llm(dce((1, "Inconsistent: wrong year"), (2, "Hmm."), (3, "Consistent: ok")))
     report = get_method("dcr", llm=llm, amc="rule").check(SOURCE, TARGET)
     assert report.verdicts[1].label == "unscored" and "verdict" in report.verdicts[1].reason, report.verdicts[1].reason
@@ -256,10 +314,14 @@ def test_dcr_rule_amc_unclear_reason_is_unscored():
 
 
 def test_dcr_amc_failure_keeps_raw_replies_and_is_unscored():
-    llm = fake_llm(dce((1, "Inconsistent: x"), (2, "Consistent: y"), (3, "Consistent: z")), marks(1), "still wrong")
+    # the AMC reply that used to be read ({"answer": [...]}, the paper's key) is not the declared schema
+    llm = fake_llm(dce((1, "Inconsistent: x"), (2, "Consistent: y"), (3, "Consistent: z")),
+                   json.dumps({"answer": [-1, 1, 1]}), marks(1))
     report = get_method("dcr", llm=llm).check(SOURCE, TARGET)
     assert report.score is None and "AMC failed" in report.unscored_reason
-    assert [c.reply for c in report.calls][-2:] == [marks(1), "still wrong"]  # one repair round, both kept
+    assert all(v.label == "unscored" and "AMC failed" in v.reason for v in report.verdicts)
+    assert [c.reply for c in report.calls][-2:] == [json.dumps({"answer": [-1, 1, 1]}), marks(1)]  # both kept
+    assert not report.findings
 
 
 def test_dcr_dce_repair_round_then_success():
@@ -276,19 +338,35 @@ def test_dcr_paragraph_level():
     assert report.score == 0.0
     assert report.claims[0].kind == "paragraph"
     assert report.findings[0].target_spans[0].of(TARGET) == TARGET.strip()
-    assert "TEXT:\n" + TARGET in report.calls[0].messages[-1]["content"]
+    prompt = report.calls[0].messages[-1]["content"]
+    assert "TEXT:\n<target_" in prompt and TARGET in prompt
+    assert report.details["stages"]["decomposer"] == "paragraph"
 
 
-def test_dcr_options_validation():
-    with pytest.raises(ValueError):
-        DCR(llm=fake_llm(), level="word")
-    with pytest.raises(ValueError):
-        DCR(llm=fake_llm(), amc="maybe")
-    with pytest.raises(ValueError):
-        DCR(llm=fake_llm(), improve=-1)
-    assert DCR(llm=fake_llm(), improve=2).options()["improve"] == 2
-    assert "rai_sentence@" in DCR(llm=fake_llm(), improve=1).prompt_version
-    assert "rai_sentence@" not in DCR(llm=fake_llm()).prompt_version
+def test_dcr_options_are_typed():
+    for bad in ({"level": "word"}, {"amc": "maybe"}, {"retrieval": True}, {"top_k": 0}):
+        with pytest.raises(OptionsError):
+            DCR(llm=fake_llm(), **bad)
+    with pytest.raises(OptionsError, match="Valid options: .*level"):  # RAI is the `improve` method
+        DCR(llm=fake_llm(), improve=1)
+    opts = DCR(llm=fake_llm(), retrieval="always", top_k=3, window=1).options()
+    assert (opts["retrieval"], opts["top_k"], opts["window"], opts["level"], opts["amc"]) == ("always", 3, 1,
+                                                                                               "sentence", "llm")
+    assert all(DCR.Options.model_fields[name].description for name in ("level", "amc"))
+    version = DCR(llm=fake_llm()).prompt_version
+    assert "dcr_dce_sentence@" in version and "dcr_amc@" in version and "rai_" not in version
+    assert "dcr_amc@" not in DCR(llm=fake_llm(), amc="rule").prompt_version
+
+
+def test_dcr_does_not_import_improve():
+    import ast
+
+    import halluscope.methods.dcr as dcr_module
+
+    tree = ast.parse(Path(dcr_module.__file__).read_text(encoding="utf-8"))
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not any("improve" in (m or "") for m in imported)
 
 
 # ---------------------------------------------------------------------------------------- long sources
@@ -301,22 +379,47 @@ def _excerpt_responder(messages):
     sentence = user.split("SENTENCE:")[-1]
     excerpt = user.split("EXCERPT:")[-1].split("SENTENCE:")[0]
     if "1999" in sentence or "Paris" in sentence and "Paris" not in excerpt:
-        return json.dumps({"reason": "Inconsistent: not supported by the excerpt."})
-    return json.dumps({"reason": "Consistent: the excerpt says so."})
+        return json.dumps({"reason": "Inconsistent: not supported by the excerpt.", "is_consistent": False})
+    return json.dumps({"reason": "Consistent: the excerpt says so.", "is_consistent": True})
 
 
 def test_dcr_retrieval_on_request():
     llm = LLM(FakeModel(responder=_excerpt_responder))
-    report = get_method("dcr", llm=llm, retrieval=True, retriever="bm25", top_k=2, window=0).check(SOURCE, TARGET)
-    assert report.details["mode"] == "retrieval"
-    assert report.details["retrieval"]["retriever"] == "bm25"
+    report = get_method("dcr", llm=llm, retrieval="always", retriever="bm25", top_k=2, window=0).check(SOURCE, TARGET)
+    context = report.details["context"]
+    assert context["mode"] == "retrieval" and context["why"] == "requested (retrieval=always)"
+    assert context["retriever"] == "bm25"
+    assert set(context["snippets"]) == {"s1", "s2", "s3"} and all(1 <= len(v) <= 2 for v in context["snippets"].values())
     assert report.verdicts[0].label == "unsupported" and report.verdicts[1].label == "supported"
     supported = report.verdicts[1]
     assert supported.evidence[0].relation == "supports"
     assert supported.evidence[0].span.of(SOURCE) == supported.evidence[0].text
     assert supported.calls and all("EXCERPT:" in c.messages[-1]["content"] or "ASSESSMENTS" in c.messages[-1]["content"]
                                    for c in supported.calls)
-    assert report.usage.calls == sum(len(v.calls) for v in report.verdicts)
+    assert report.usage.calls == sum(len(v.calls) for v in report.verdicts) == len(report.calls)
+    assert report.details["other_reasons"] == [] and "dce_is_consistent" not in report.details
+
+
+def test_dcr_retrieval_options_from_the_cli(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import halluscope.methods.base as method_base
+    from halluscope.cli.main import app
+
+    monkeypatch.setattr(method_base, "get_llm", lambda config: LLM(FakeModel(responder=_excerpt_responder), cache=None))
+    (tmp_path / "s.txt").write_text(SOURCE)
+    (tmp_path / "t.txt").write_text(TARGET)
+    result = CliRunner().invoke(app, ["check", "-s", str(tmp_path / "s.txt"), "-t", str(tmp_path / "t.txt"),
+                                      "--method", "dcr", "-o", "retrieval=always", "-o", "top_k=3", "-o", "window=1",
+                                      "-o", "retriever=bm25", "--json"])
+    assert result.exit_code == 0, result.output
+    report = Report.model_validate_json(result.output)
+    context = report.details["context"]
+    assert context["mode"] == "retrieval" and context["window"] == 1 and context["top_k"] == 3
+    assert all(snips for snips in context["snippets"].values())
+    bad = CliRunner().invoke(app, ["check", "-s", str(tmp_path / "s.txt"), "-t", str(tmp_path / "t.txt"),
+                                   "--method", "dcr", "-o", "improve=1"])
+    assert bad.exit_code == 2 and "Valid options" in bad.output
 
 
 def test_dcr_switches_to_retrieval_when_the_source_does_not_fit():
@@ -324,42 +427,144 @@ def test_dcr_switches_to_retrieval_when_the_source_does_not_fit():
     llm = LLM(FakeModel(responder=_excerpt_responder, context_window=600), cache=None)
     llm.default_params = llm.params(max_tokens=100)
     report = get_method("dcr", llm=llm, retriever="bm25").check(long_source, TARGET)
-    assert report.details["mode"] == "retrieval"
-    assert "does not fit" in report.details["retrieval_reason"]
+    assert report.details["context"]["mode"] == "retrieval"
+    assert "does not fit" in report.details["context"]["why"]
     assert report.score is not None
     # no prompt carried the whole source
-    assert all(len(c.messages[-1]["content"]) < len(long_source) for v in report.verdicts for c in v.calls)
+    assert all(len(c.messages[-1]["content"]) < len(long_source) for c in report.calls)
 
 
 def test_dcr_switches_to_retrieval_on_context_overflow():
     llm = LLM(FakeModel([ContextOverflowError("prompt too long")], responder=_excerpt_responder))
     report = get_method("dcr", llm=llm, retriever="bm25").check(SOURCE, TARGET)
-    assert report.details["mode"] == "retrieval"
-    assert "context overflow" in report.details["retrieval_reason"]
+    assert report.details["context"]["mode"] == "retrieval"
+    assert "context overflow" in report.details["context"]["why"]
+    assert report.score is not None
 
 
 def test_dcr_paragraph_level_refuses_long_sources_explicitly():
     llm = LLM(FakeModel(responder=_excerpt_responder, context_window=50))
-    report = get_method("dcr", llm=llm, level="paragraph").check(SOURCE * 20, TARGET)
+    report = get_method("dcr", llm=llm, level="paragraph", retriever="bm25").check(SOURCE * 20, TARGET)
     assert report.score is None and "level=sentence" in report.unscored_reason
+    assert report.usage.calls == 0
+
+
+# ------------------------------------------------------------------------------------------ swapped verifiers
+
+
+@register_stage("test_dcr_keywords", "verifier")
+class _KeywordVerifier:
+    """Test-only verifier: a year the source lacks is contradicted, "Paris" cannot be judged, the rest is
+    supported; it asks the model once per claim (to show its calls are kept)."""
+
+    def __init__(self, method):
+        self.llm = method.llm
+
+    def reserve_tokens(self, claims) -> int:
+        return 10
+
+    async def __call__(self, claims, context, source):
+        out = []
+        for claim in claims:
+            await self.llm.generate([{"role": "user", "content": f"CLAIM: {claim.text}"}])
+            if "1999" in claim.text:
+                out.append(Verdict(claim=claim, label="contradicted", reason="the source says 2001"))
+            elif "Paris" in claim.text:
+                out.append(Verdict.unscored(claim, "could not tell"))
+            else:
+                out.append(Verdict(claim=claim, label="supported", reason="stated"))
+        return out
+
+
+def test_dcr_with_a_swapped_verifier_maps_labels_to_marks():
+    model = FakeModel(responder=lambda messages: "ok")
+    report = get_method("dcr", llm=LLM(model, cache=None), verifier="test_dcr_keywords").check(SOURCE, TARGET)
+    assert report.details["stages"]["verifier"] == "test_dcr_keywords"
+    assert [v.label for v in report.verdicts] == ["contradicted", "supported", "unscored"]
+    # contradicted -> -1, supported -> +1, unscored left out: Z = 0, score 0.5
+    assert (report.subscores["Z"], report.subscores["k"], report.subscores["judged"]) == (0.0, 2.0, 2.0)
+    assert report.score == 0.5
+    assert [f.kind for f in report.findings] == ["contradicted"]
+    assert report.findings[0].target_spans[0].of(TARGET) == "Alice founded Acme in 1999."
+    assert len(model.requests) == 3 and all("CLAIM:" in r[-1]["content"] for r in model.requests)
+    assert "dcr_" not in get_method("dcr", llm=LLM(model, cache=None), verifier="test_dcr_keywords").prompt_version
+
+    retrieved = get_method("dcr", llm=LLM(FakeModel(responder=lambda m: "ok"), cache=None),
+                           verifier="test_dcr_keywords", retrieval="always", retriever="bm25", top_k=1,
+                           window=0).check(SOURCE, TARGET)
+    assert retrieved.details["context"]["mode"] == "retrieval" and retrieved.score == 0.5
+
+
+def test_dcr_with_the_factscore_verifier_end_to_end():
+    def responder(messages):
+        fact = messages[-1]["content"].split("FACT:")[-1]
+        if "1999" in fact:
+            return json.dumps({"supported": False, "inconsistencies": ['The text says "1999"; the source says 2001.']})
+        return json.dumps({"supported": True, "inconsistencies": []})
+
+    model = FakeModel(responder=responder)
+    report = get_method("dcr", llm=LLM(model, cache=None), verifier="factscore").check(SOURCE, TARGET)
+    assert report.details["stages"]["verifier"] == "factscore"
+    assert [v.label for v in report.verdicts] == ["unsupported", "supported", "supported"]
+    assert report.score == pytest.approx(2 / 3) and report.subscores["Z"] == pytest.approx(1 / 3)
+    assert report.findings[0].target_spans[0].of(TARGET) == "Alice founded Acme in 1999."
+    assert len(model.requests) == 3 and all("FACT:" in r[-1]["content"] for r in model.requests)
+
+
+def test_the_dcr_verifier_in_another_claim_method():
+    from halluscope.methods.pipeline import ClaimPipeline, SentenceDecomposer
+
+    class Sentences(ClaimPipeline):
+        name = "test_dcr_sentences"
+        default_verifier = "dcr"
+
+        def make_decomposer(self):
+            return SentenceDecomposer()
+
+    llm = fake_llm(dce((1, "Inconsistent: 2001."), (2, "Consistent: ok"), (3, "Consistent: ok")), marks(-1, 1, 1))
+    report = Sentences(llm=llm).check(SOURCE, TARGET)
+    assert [v.label for v in report.verdicts] == ["unsupported", "supported", "supported"]
+    assert report.score == pytest.approx(2 / 3)
 
 
 # ---------------------------------------------------------------------------------------------- fuzzing
 
 
+def _mixed_responder(rng: random.Random, garbage: list[str]):
+    """Per prompt kind, a valid reply half the time, else a garbled one."""
+    def respond(messages):
+        user = next(m["content"] for m in messages if m["role"] == "user")  # the prompt, also on a repair request
+        if rng.random() < 0.5:
+            return rng.choice(garbage)
+        if "ASSESSMENTS" in user:
+            count = int(user.split("There are ")[1].split()[0])
+            return marks(*[rng.choice([1, -1]) for _ in range(count)])
+        if "EXCERPT:" in user or "TEXT as a whole" in user:
+            return json.dumps({"reason": rng.choice(["Consistent: ok.", "Inconsistent: no."]), "is_consistent": True})
+        return dce(*[(i, rng.choice(["Consistent: ok.", "Inconsistent: no.", "Hmm."])) for i in (1, 2, 3)])
+    return respond
+
+
 @pytest.mark.parametrize("options", [{}, {"amc": "rule"}, {"level": "paragraph"},
-                                     {"retrieval": True, "retriever": "bm25"}])
-def test_dcr_garbled_replies_never_escape(options):
-    replies = iter(garbled_replies(1000, seed=3))
-    llm = LLM(FakeModel(responder=lambda messages: next(replies)))
+                                     {"retrieval": "always", "retriever": "bm25"}])
+def test_dcr_garbled_replies_some_judged_some_not_nothing_escapes(options):
+    rng = random.Random(str(options))
+    llm = LLM(FakeModel(responder=_mixed_responder(rng, garbled_replies(1000, seed=3))), cache=None)
     method = get_method("dcr", llm=llm, **options)
+    outcomes = {"judged": 0, "unscored": 0, "scored_reports": 0}
     for _ in range(40):
         report = method.check(SOURCE, TARGET)
-        assert isinstance(report, Report)
+        assert isinstance(report, Report) and report.calls and len(report.calls) == report.usage.calls
         if report.score is None:
-            assert report.unscored_reason
+            assert report.unscored_reason and not report.findings
+        else:
+            outcomes["scored_reports"] += 1
+            assert 0.0 <= report.score <= 1.0
         for v in report.verdicts:
             assert v.label != "unscored" or v.reason
+            outcomes["unscored" if v.label == "unscored" else "judged"] += 1
+        assert len(report.findings) == sum(v.label == "unsupported" for v in report.verdicts)
+    assert outcomes["judged"] > 0 and outcomes["unscored"] > 0 and outcomes["scored_reports"] > 0, outcomes
 
 
 # --------------------------------------------------------------------------------------------- embedded

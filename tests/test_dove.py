@@ -1,4 +1,5 @@
-"""``dove`` (DoveScore) with the scripted fake model: Eq. 5, sorter repair, batching, edge cases, retrieval."""
+"""``dove`` (DoveScore) with the scripted fake model: Eq. 5, sorter repair, batching, edge cases, retrieval,
+strict replies, swapped verifiers."""
 
 from __future__ import annotations
 
@@ -9,28 +10,30 @@ import pytest
 
 from halluscope.llm import LLM, ContextOverflowError, FakeModel
 from halluscope.methods import get_method
-from halluscope.methods.dove import (Dove, DoveSorter, dove_score, order_comparison, parse_batch_judgments,
-                                     parse_decomposition, parse_event_order, parse_fact_judgment)
+from halluscope.methods.dove import (
+    Dove,
+    DoveCheckReply,
+    DoveSorter,
+    dove_score,
+    order_comparison,
+    parse_batch_judgments,
+    parse_decomposition,
+    parse_event_order,
+    parse_fact_judgment,
+)
+from halluscope.methods.pipeline import LLMVerifier
 from halluscope.permutations import count_inversions
+from halluscope.records import Verdict
+from halluscope.stages import register_stage, stage_spec
 from halluscope.text import ParseError
 
 SOURCE = "Anna baked a cake in the morning. Then she invited Ben. Ben arrived at six. They ate the cake together."
 TARGET = "Ben arrived at six. Anna baked a cake. Anna invited Ben. They ate the cake. Anna is a baker."
 EVENTS = ["Ben arrived at six.", "Anna baked a cake.", "Anna invited Ben.", "Anna and Ben ate the cake."]
 KEYWORDS = {"Ben arrived at six.": "arrived", "Anna baked a cake.": "baked", "Anna invited Ben.": "invited",
-            "Anna and Ben ate the cake.": "ate"}
+            "Anna and Ben ate the cake.": "ate", "They ate the cake.": "ate"}
 DECOMPOSITION = json.dumps({"event_facts": EVENTS, "descriptive_facts": ["Anna is a baker."]})
-
-
-def _sort_reply(user: str) -> str:
-    """Order the shown events by where their keyword first appears in the prompt's TEXT."""
-    text = user.split("TEXT:\n", 2)[-1].split("\n\nEVENTS:")[0]
-    shown = re.findall(r"^(\d+)\. (.+)$", user.split("EVENTS:\n")[-1], re.M)
-    return json.dumps([int(n) for n, event in sorted(shown, key=lambda item: text.find(KEYWORDS[item[1]]))])
-
-
-def _label(fact: str) -> str:
-    return "unsupported" if "baker" in fact else "supported"
+DECOMPOSE, SORT, BATCH, CHECK = "Split the TEXT below", "EVENTS:", "FACTS:", "FACT:"
 
 
 def first_prompt(messages) -> str:
@@ -38,24 +41,47 @@ def first_prompt(messages) -> str:
     return next(m["content"] for m in messages if m["role"] == "user")
 
 
+def fenced(user: str, name: str) -> str:
+    """The text of the prompt's fenced ``name`` value (the last one: examples come first)."""
+    found = re.findall(rf"<{name}_(\w+)>\n(.*?)\n</{name}_\1>", user, re.DOTALL)
+    return found[-1][1]
+
+
+def listing(user: str, name: str) -> list[tuple[int, str]]:
+    return [(int(n), text) for n, text in re.findall(r"^(\d+)\. (.+)$", fenced(user, name), re.MULTILINE)]
+
+
+def _sort_reply(user: str) -> str:
+    """Order the shown events by where their keyword first appears in the prompt's TEXT."""
+    text = fenced(user, "text")
+    shown = sorted(listing(user, "events"), key=lambda item: text.find(KEYWORDS[item[1]]))
+    return json.dumps([n for n, _ in shown])
+
+
+def _supported(fact: str) -> bool:
+    return "baker" not in fact
+
+
+def check_reply(fact: str, **extra) -> str:
+    evidence = "Ben arrived at six" if "arrived" in fact else ""
+    return json.dumps({"reason": f"checked {fact}", "evidence": evidence, "supported": _supported(fact), **extra})
+
+
 def responder(messages) -> str:
     user = first_prompt(messages)
-    if "Split the TEXT below" in user:
+    if DECOMPOSE in user:
         return DECOMPOSITION
-    if "EVENTS:" in user:
+    if SORT in user:
         return _sort_reply(user)
-    if "FACTS:" in user:
-        facts = re.findall(r"^(\d+)\. (.+)$", user.split("FACTS:\n")[1].split("\n\n")[0], re.M)
-        return json.dumps({"results": [{"id": int(n), "reason": f"checked {f}", "evidence": "", "verdict": _label(f)}
-                                       for n, f in facts]})
-    fact = user.split("FACT:\n")[1].split("\n\n")[0]
-    evidence = "Ben arrived at six" if "arrived" in fact else ""
-    return json.dumps({"reason": f"checked {fact}", "evidence": evidence, "verdict": _label(fact)})
+    if BATCH in user:
+        return json.dumps({"results": [{"id": n, "reason": f"checked {f}", "evidence": "", "supported": _supported(f)}
+                                       for n, f in listing(user, "facts")]})
+    return check_reply(fenced(user, "fact"))
 
 
 def dove(responder_fn=responder, **options) -> tuple[Dove, FakeModel]:
     fake = FakeModel(responder=responder_fn)
-    return Dove(llm=LLM(fake), **options), fake
+    return Dove(llm=LLM(fake, cache=None), **options), fake
 
 
 # --- Eq. 5 ---------------------------------------------------------------------------------------------------
@@ -108,6 +134,7 @@ EV = ["Tom woke up", "Tom brushed his teeth", "Tom had breakfast", "Tom went for
 def test_sorter_reply_clean():
     out = parse_event_order("[2, 1, 4, 3]", EV)
     assert out.order == [1, 0, 3, 2] and not (out.missing or out.duplicated or out.invented)
+    assert parse_event_order('{"order": [3, 1]}', EV).order == [2, 0]
 
 
 def test_sorter_repair_duplicates_invented_missing():
@@ -116,16 +143,24 @@ def test_sorter_repair_duplicates_invented_missing():
     assert out.duplicated == [1] and out.invented == ["9"] and out.missing == [3]
 
 
-def test_sorter_accepts_texts_and_bare_lines():
+def test_sorter_accepts_event_texts_in_the_list():
     out = parse_event_order('["Tom woke up", "Tom had breakfast", "Tom flew to Mars", "tom brushed his teeth"]', EV)
     assert out.order == [0, 2, 1] and out.invented == ["Tom flew to Mars"] and out.missing == [3]
-    assert parse_event_order("Ordered events: 4, 3, 2, 1", EV).order == [3, 2, 1, 0]
-    assert parse_event_order("1. Tom woke up\n2. Tom went for a run\n3. Tom had breakfast", EV).order == [0, 3, 2]
-    assert parse_event_order('{"order": [3, 1]}', EV).order == [2, 0]
+    assert parse_event_order('{"order": ["4. Tom went for a run", 1]}', EV).order == [3, 0]
+
+
+def test_sorter_reply_must_be_the_declared_list():
+    """Prose, bare number lines, bulleted lists, other keys, booleans and numbers in strings are no order."""
+    for reply in ("Ordered events: 4, 3, 2, 1", "1. Tom woke up\n2. Tom went for a run\n3. Tom had breakfast",
+                  '{"events": [2, 1]}', "[true, false]", '{"order": "2, 1"}'):
+        with pytest.raises(ParseError):
+            parse_event_order(reply, EV)
+    out = parse_event_order('["2", 1, 3]', EV)  # a number in a string names no event: recorded as invented
+    assert out.order == [0, 2] and out.invented == ["2"]
 
 
 def test_sorter_reply_that_places_fewer_than_two_events_is_an_error():
-    for reply in ("[1]", "[7, 8]", "", "I cannot sort these.", "[1, 1, 1]"):
+    for reply in ("[1]", "[7, 8]", "", "I cannot sort these.", "[1, 1, 1]", '["...", "<event>", 2]'):
         with pytest.raises(ParseError):
             parse_event_order(reply, EV)
 
@@ -135,46 +170,68 @@ async def test_sorter_stage_maps_shown_numbers_back():
     shown = sorter.presentation(EVENTS)
     assert sorted(shown) == list(range(4))
     result = await sorter(EVENTS, SOURCE)
-    assert [EVENTS[i] for i in result.order.order] == [
+    assert [EVENTS[i] for i in result.value.order] == [
         "Anna baked a cake.", "Anna invited Ben.", "Ben arrived at six.", "Anna and Ben ate the cake."]
 
 
-# --- other parsers -------------------------------------------------------------------------------------------
+# --- decomposer and fact-checker replies ---------------------------------------------------------------------
 
 
-def test_parse_decomposition_forms():
+def test_parse_decomposition_is_strict():
     d = parse_decomposition(DECOMPOSITION)
     assert d.events == EVENTS and d.descriptive == ["Anna is a baker."]
-    text = "Event Facts List:\n- A left.\n- B arrived.\n\nDescriptive Facts List:\n- A is tall.\n"
-    d = parse_decomposition(text)
-    assert d.events == ["A left.", "B arrived."] and d.descriptive == ["A is tall."]
-    d = parse_decomposition('{"events": ["X won.", "X won."], "descriptive_facts": ["X won.", "Y is red."]}')
-    assert d.events == ["X won."] and d.descriptive == ["Y is red."]
-    with pytest.raises(ParseError):
-        parse_decomposition('{"event_facts": ["only events"]}')
-    with pytest.raises(ParseError):
-        parse_decomposition('{"event_facts": [1, 2], "descriptive_facts": []}')
+    d = parse_decomposition('{"event_facts": ["X won.", "X won.", "..."], '
+                            '"descriptive_facts": ["X won.", "Y is red."]}')
+    assert d.events == ["X won."] and d.descriptive == ["Y is red."] and d.dropped == ["..."]
+    assert parse_decomposition('{"event_facts": [], "descriptive_facts": []}').events == []  # no facts: a valid reply
+    for bad in ('{"event_facts": ["only events"]}', '{"event_facts": [1, 2], "descriptive_facts": []}',
+                '{"events": ["X won."], "descriptive_facts": []}',
+                "Event Facts List:\n- A left.\n\nDescriptive Facts List:\n- A is tall.\n",
+                '{"event_facts": [{"fact": "A left."}], "descriptive_facts": []}',
+                '{"event_facts": ["<event fact>", "N/A"], "descriptive_facts": ["…"]}'):
+        with pytest.raises(ParseError):
+            parse_decomposition(bad)
 
 
-def test_parse_fact_judgment_forms():
-    assert parse_fact_judgment('{"verdict": "supported", "reason": "r"}').label == "supported"
-    assert parse_fact_judgment('{"answer": false}').label == "unsupported"
-    assert parse_fact_judgment('{"label": "Contradicted"}').label == "contradicted"
-    assert parse_fact_judgment("True. The source says so.").label == "supported"
-    assert parse_fact_judgment("Verdict: not supported").label == "unsupported"
-    for bad in ("", "Maybe?", '{"verdict": "perhaps"}', "It is hard to say whether this is true."):
+def test_decomposition_that_copies_the_prompts_examples_is_refused():
+    copied = json.dumps({"event_facts": ["The committee rejected the proposal."],
+                         "descriptive_facts": ["Copper conducts electricity."]})
+    examples = ["The committee rejected the proposal.", "Copper conducts electricity."]
+    with pytest.raises(ParseError):
+        parse_decomposition(copied, examples, target="Ben arrived at six.")
+    kept = parse_decomposition(copied, examples, target="The committee rejected the proposal.")
+    assert kept.events == ["The committee rejected the proposal."] and kept.descriptive == []
+
+
+def test_parse_fact_judgment_reads_only_a_stated_boolean():
+    assert parse_fact_judgment('{"reason": "r", "evidence": "", "supported": true}').label == "supported"
+    assert parse_fact_judgment('{"supported": false}').label == "unsupported"
+    assert parse_fact_judgment('{"supported": false, "contradicted": true}').label == "contradicted"
+    assert parse_fact_judgment('{"reason": null, "evidence": null, "supported": true}').label == "supported"
+    for bad in ("", "Maybe?", "Supported? No.", "True. The source says so.", "Verdict: not supported",
+                '{"supported": null}', '{"supported": "yes"}', '{"supported": 1}', '{"verdict": "supported"}',
+                '{"answer": false}', '{"supported": true, "contradicted": true}', '{"x": {"supported": true}}',
+                '{"reason": "The source says so", "supported": tr'):
         with pytest.raises(ParseError):
             parse_fact_judgment(bad)
 
 
-def test_parse_batch_judgments():
-    reply = json.dumps({"results": [{"id": 1, "verdict": "supported"}, {"id": "2", "verdict": "false"},
-                                    {"id": 3, "verdict": "supported"}, {"id": 3, "verdict": "contradicted"},
-                                    {"id": 9, "verdict": "supported"}, {"id": 4, "verdict": "??"}]})
-    answers = parse_batch_judgments(reply, 4)
-    assert {i: a.label for i, a in answers.items()} == {0: "supported", 1: "unsupported"}  # 3 ambiguous, 4 bad
-    with pytest.raises(ParseError):
-        parse_batch_judgments('{"results": []}', 2)
+def test_parse_batch_judgments_one_entry_per_fact():
+    reply = json.dumps({"results": [{"id": 1, "supported": True}, {"id": "2", "supported": False},
+                                    {"id": 3, "supported": True}, {"id": 3, "supported": False},
+                                    {"id": 4, "supported": "??"}, {"id": 5, "supported": False, "contradicted": True}]})
+    answers = parse_batch_judgments(reply, 6)
+    assert {i: a.label for i, a in answers.judged.items()} == {0: "supported", 4: "contradicted"}
+    assert set(answers.missing) == {1, 2, 3, 5}
+    assert "2 entries" in answers.missing[2] and "unusable" in answers.missing[3]
+    assert "no entry" in answers.missing[1] and "no entry" in answers.missing[5]
+    bare = parse_batch_judgments('[{"id": 2, "supported": true}]', 2)
+    assert list(bare.judged) == [1]
+    for bad in ('{"results": []}', '{"items": [{"id": 1, "supported": true}]}', "[]", "1. yes\n2. no",
+                '{"results": [{"id": 0, "supported": true}, {"id": 1, "supported": true}]}',  # numbering shifted
+                '{"results": [{"id": 1, "supported": true}, {"id": 9, "supported": true}]}'):
+        with pytest.raises(ParseError):
+            parse_batch_judgments(bad, 2)
 
 
 # --- end to end with the fake --------------------------------------------------------------------------------
@@ -190,22 +247,32 @@ def test_end_to_end_scores_and_findings():
     named = {tuple(f.claim_ids) for f in order_findings}
     assert named == {("E1", "E2"), ("E1", "E3")}  # "arrived" told before "baked" and before "invited"
     first = order_findings[0]
-    assert [s.of(TARGET) for s in first.target_spans][0] == "Ben arrived at six."
+    assert first.target_spans[0].of(TARGET) == "Ben arrived at six."
     unsupported = [f for f in report.findings if f.kind == "unsupported"]
     assert len(unsupported) == 1 and unsupported[0].target_spans[0].of(TARGET) == "Anna is a baker."
     arrived = next(v for v in report.verdicts if v.claim.id == "E1")
     assert arrived.evidence and arrived.evidence[0].span.of(SOURCE) == "Ben arrived at six"
-    assert report.usage.calls == 1 + 5 + 2 == len(fake.requests)
+    assert report.usage.calls == 1 + 5 + 2 == len(fake.requests) == len(report.calls)
     assert all(v.calls for v in report.verdicts)  # prompts and raw replies kept for audit
     assert report.details["order"]["source_order"] == ["E2", "E3", "E1", "E4"]
+    assert report.details["stages"] == {"decomposer": "dove", "context_selector": "retrieval", "verifier": "dove",
+                                        "sorter": "dove.sort"}
+    assert report.details["context"]["mode"] == "full"
+
+
+def test_inputs_are_fenced_in_every_prompt():
+    method, fake = dove()
+    method.check(SOURCE, TARGET)
+    for request in fake.requests:
+        user = first_prompt(request)
+        assert re.search(r"<(target|source|text)_\w+>", user), user[:80]
 
 
 def test_truth_in_source_order_scores_one():
     truth = "Anna baked a cake. Anna invited Ben. Ben arrived at six. They ate the cake."
 
     def truthful(messages):
-        user = messages[-1]["content"]
-        if "Split the TEXT below" in user:
+        if DECOMPOSE in first_prompt(messages):
             return json.dumps({"event_facts": EVENTS, "descriptive_facts": []})
         return responder(messages)
 
@@ -226,15 +293,64 @@ def test_batched_checker_gives_the_same_verdicts_as_per_fact():
 
 def test_batch_falls_back_to_per_fact_for_unanswered_facts():
     def partial(messages):
-        user = messages[-1]["content"]
-        if "FACTS:" in user:  # answers only fact 1 of each batch
-            return json.dumps({"results": [{"id": 1, "verdict": "supported", "reason": "ok"}]})
+        if BATCH in first_prompt(messages):  # answers only fact 1 of each batch
+            return json.dumps({"results": [{"id": 1, "supported": True, "reason": "ok"}]})
         return responder(messages)
 
     report = dove(partial, batch_size=5)[0].check(SOURCE, TARGET)
     labels = {v.claim.id: v.label for v in report.verdicts}
     assert labels == {"E1": "supported", "E2": "supported", "E3": "supported", "E4": "supported", "D1": "unsupported"}
     assert report.usage.calls == 1 + 1 + 4 + 2
+
+
+def test_batch_fact_without_a_verdict_is_unscored_with_both_reasons():
+    def partial(messages):
+        user = first_prompt(messages)
+        if BATCH in user:
+            return json.dumps({"results": [{"id": n, "supported": True} for n, f in listing(user, "facts")
+                                           if "baker" not in f]})
+        if "could not be used" in messages[-1]["content"]:  # the repair round
+            return '{"supported": null}'
+        if CHECK in user and "baker" in fenced(user, "fact"):
+            return "Supported? No."
+        return responder(messages)
+
+    report = dove(partial, batch_size=5)[0].check(SOURCE, TARGET)
+    baker = next(v for v in report.verdicts if v.claim.id == "D1")
+    assert baker.label == "unscored"
+    assert "batch reply has no entry for fact 5" in baker.reason and "alone:" in baker.reason
+    assert [c.reply for c in baker.calls][-2:] == ["Supported? No.", '{"supported": null}']
+    assert report.details["unscored_facts"] == [{"id": "D1", "reason": baker.reason}]
+    assert report.subscores["alpha"] == 1.0 and report.score == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize("reply,label", [
+    ('{"supported": false}', "unsupported"),
+    ('{"supported": false, "contradicted": true, "reason": "r"}', "contradicted"),
+    ('{"supported": null}', "unscored"),
+    ("Supported? No.", "unscored"),
+    ("No problem!", "unscored"),
+    ('{"verdict": "supported"}', "unscored"),
+    ('{"supported": "no"}', "unscored"),
+    ('{"x": [{"y": {"supported": true}}]}', "unscored"),
+])
+def test_fact_checker_reply_forms_end_to_end(reply, label):
+    def scripted(messages):
+        user = first_prompt(messages)
+        if DECOMPOSE in user:
+            return json.dumps({"event_facts": [], "descriptive_facts": ["Anna is a baker."]})
+        return reply
+
+    report = dove(scripted)[0].check(SOURCE, TARGET)
+    (verdict,) = report.verdicts
+    assert verdict.label == label
+    if label == "unscored":
+        assert report.score is None and "could be checked" in report.unscored_reason
+        assert verdict.reason.startswith("fact checker: unparseable reply after 2 attempt(s)")
+        assert [c.reply for c in verdict.calls] == [reply, reply]  # the raw replies are kept
+        assert not report.findings
+    else:
+        assert report.score == 0.0 and report.findings[0].kind == label
 
 
 def test_target_order_from_decomposition_saves_a_call():
@@ -246,27 +362,33 @@ def test_target_order_from_decomposition_saves_a_call():
 
 def test_no_facts_is_unscored():
     report = dove(lambda m: '{"event_facts": [], "descriptive_facts": []}')[0].check(SOURCE, TARGET)
-    assert report.score is None and "no facts" in report.unscored_reason
+    assert report.score is None and "found no claims" in report.unscored_reason
+
+
+def test_decomposer_failure_is_unscored_with_the_raw_replies():
+    report = dove(lambda m: "Event Facts:\n- Ben arrived.")[0].check(SOURCE, TARGET)
+    assert report.score is None and "decomposer: unparseable reply" in report.unscored_reason
+    assert len(report.calls) == 2 and report.calls[0].reply == "Event Facts:\n- Ben arrived."
 
 
 def test_only_descriptive_facts():
     def desc(messages):
-        if "Split the TEXT below" in messages[-1]["content"]:
+        user = first_prompt(messages)
+        if DECOMPOSE in user:
             return json.dumps({"event_facts": [], "descriptive_facts": ["Anna is a baker.", "Ben is Anna's friend."]})
-        return json.dumps({"verdict": "unsupported" if "baker" in messages[-1]["content"] else "supported"})
+        return json.dumps({"supported": "baker" not in fenced(user, "fact")})
 
     method, fake = dove(desc)
     report = method.check(SOURCE, TARGET)
     assert report.score == 0.5 and report.subscores["alpha"] == 0.0 and report.subscores["S_EO"] is None
-    assert not any("EVENTS:" in r[-1]["content"] for r in fake.requests)  # no sorter call
+    assert not any(SORT in first_prompt(r) for r in fake.requests)  # no sorter call
 
 
 def test_fewer_than_two_verified_events_needs_no_sorter():
     def one_true(messages):
-        user = messages[-1]["content"]
-        if "FACT:" in user and "Split" not in user:
-            fact = user.split("FACT:\n")[1].split("\n\n")[0]
-            return json.dumps({"verdict": "supported" if "baked" in fact else "unsupported"})
+        user = first_prompt(messages)
+        if CHECK in user and DECOMPOSE not in user and SORT not in user:
+            return json.dumps({"supported": "baked" in fenced(user, "fact")})
         return responder(messages)
 
     method, fake = dove(one_true)
@@ -275,30 +397,29 @@ def test_fewer_than_two_verified_events_needs_no_sorter():
     assert report.subscores["S_E"] == 0.25
     assert report.score == pytest.approx(0.8 * 0.25)
     assert "fewer than two" in report.details["order"]["note"]
-    assert not any("EVENTS:" in r[-1]["content"] for r in fake.requests)
+    assert not any(SORT in first_prompt(r) for r in fake.requests)
 
 
 def test_sorter_failure_is_unscored_with_subscores_kept():
     def broken_sorter(messages):
-        if "EVENTS:" in first_prompt(messages):
+        if SORT in first_prompt(messages):
             return "I think they all happen at once."
         return responder(messages)
 
     report = dove(broken_sorter)[0].check(SOURCE, TARGET)
     assert report.score is None and "sorter" in report.unscored_reason
     assert report.subscores["S_E"] == 1.0 and report.subscores["S_EO"] is None
-    assert sum("EVENTS:" in c.messages[-1]["content"] or "could not be used" in c.messages[-1]["content"]
-               for c in report.calls) == 2  # one call, one repair round
+    assert sum(SORT in first_prompt(c.messages) for c in report.calls) == 2  # one call, one repair round
 
 
 def test_sorter_that_drops_an_event_compares_the_rest():
     def dropping(messages):
-        user = messages[-1]["content"]
-        if "EVENTS:" in user:
+        user = first_prompt(messages)
+        if SORT in user:
             order = json.loads(_sort_reply(user))
-            shown = dict(re.findall(r"^(\d+)\. (.+)$", user.split("EVENTS:\n")[-1], re.M))
-            if "Then she invited Ben" in user:  # source-side: drop "invited", add a duplicate and an invention
-                order = [n for n in order if shown[str(n)] != "Anna invited Ben."]
+            shown = dict(listing(user, "events"))
+            if "Then she invited Ben" in fenced(user, "text"):  # source side: drop "invited", repeat one, invent one
+                order = [n for n in order if shown[n] != "Anna invited Ben."]
                 order = order + [order[0], 42]
             return json.dumps(order)
         return responder(messages)
@@ -313,8 +434,8 @@ def test_sorter_that_drops_an_event_compares_the_rest():
 
 def test_unscored_facts_are_left_out_and_listed():
     def flaky(messages):
-        user = messages[-1]["content"]
-        if ("FACT:\nAnna is a baker." in user) or ("could not be used" in user and "baker" in str(messages)):
+        user = first_prompt(messages)
+        if CHECK in user and DECOMPOSE not in user and SORT not in user and "baker" in fenced(user, "fact"):
             return "hmm"
         return responder(messages)
 
@@ -325,15 +446,19 @@ def test_unscored_facts_are_left_out_and_listed():
     assert next(v for v in report.verdicts if v.claim.id == "D1").label == "unscored"
 
 
+# --- retrieval --------------------------------------------------------------------------------------------------
+
+
 def test_long_source_goes_through_retrieval():
     """A small context window forces retrieval: every fact is checked against retrieved snippets."""
     long_source = " ".join(f"Filler sentence number {i} talks about the weather." for i in range(200)) + " " + SOURCE
     fake = FakeModel(responder=responder, context_window=1500)  # FakeModel counts words as tokens
-    method = Dove(llm=LLM(fake), top_k=2, window=0, retriever="bm25")
+    method = Dove(llm=LLM(fake, cache=None), top_k=2, window=0, retriever="bm25")
     report = method.check(long_source, TARGET)
-    assert report.details["context"]["mode"] == "retrieval"
-    assert "does not fit" in report.details["context"]["why"]
+    context = report.details["context"]
+    assert context["mode"] == "retrieval" and "does not fit" in context["why"]
     assert all(len(r[-1]["content"]) < len(long_source) for r in fake.requests)  # never the whole source
+    assert set(context["snippets"]) == {"E1", "E2", "E3", "E4", "D1"} and context["sorter_excerpts"] >= 1
     assert report.subscores["ShuffleD"] == pytest.approx(1 / 3)
     assert report.score == pytest.approx(0.8 * (2 / 3))
 
@@ -345,11 +470,76 @@ def test_context_overflow_from_backend_switches_to_retrieval():
         return responder(messages)
 
     long_source = " ".join(f"Filler sentence number {i} talks about the weather." for i in range(150)) + " " + SOURCE
-    report = Dove(llm=LLM(FakeModel(responder=overflowing)), top_k=2, window=0, retriever="bm25").check(
+    report = Dove(llm=LLM(FakeModel(responder=overflowing), cache=None), top_k=2, window=0, retriever="bm25").check(
         long_source, TARGET)
     assert report.details["context"]["mode"] == "retrieval"
     assert "overflow" in report.details["context"]["why"]
     assert report.score == pytest.approx(0.8 * (2 / 3))
+
+
+def _source_with_distractors() -> str:
+    """SOURCE in the middle of mild-weather filler, with a look-alike of each event far away from it."""
+    def filler(a: int, b: int) -> list[str]:
+        return [f"The weather was mild on day {i}." for i in range(a, b)]
+
+    return " ".join(filler(0, 40) + ["Anna baked bread for the market."] + filler(40, 80)
+                    + ["Ben arrived at the station."] + filler(80, 120) + [SOURCE] + filler(120, 160)
+                    + ["Anna invited Tom to the market."] + filler(160, 200) + ["They ate the soup."] + filler(200, 240))
+
+
+@pytest.mark.parametrize("window,narrowed", [(1000, False), (400, True), (300, None)])
+def test_source_side_sorter_reads_excerpts_narrowed_to_fit(window, narrowed):
+    """With retrieval the source-side sorter reads the facts' snippets merged in source order; when they do
+    not fit, the top sentence per event without a window; when even that does not fit, no order (unscored)."""
+    fake = FakeModel(responder=responder, context_window=window)
+    report = Dove(llm=LLM(fake, cache=None), top_k=3, window=2, retriever="bm25").check(
+        _source_with_distractors(), TARGET)
+    context = report.details["context"]
+    if narrowed is None:
+        assert report.score is None and "do not fit" in report.unscored_reason and report.subscores["S_E"] == 1.0
+        return
+    sort_prompts = [p for p in map(first_prompt, fake.requests) if SORT in p]
+    sorted_text = next(t for t in (fenced(p, "text") for p in sort_prompts) if "Then she invited" in t)
+    assert (context["sorter_top_k"], context["sorter_window"]) == ((1, 0) if narrowed else (3, 2))
+    if narrowed:
+        assert sorted_text == SOURCE and context["sorter_excerpts"] == 1
+    else:
+        assert "Ben arrived at the station." in sorted_text and "[...]" in sorted_text
+    assert report.score is not None
+
+
+def test_retrieval_options_show_the_snippets_used():
+    method, fake = dove(retrieval="always", top_k=3, window=1, retriever="bm25", batch_size=4)
+    report = method.check(SOURCE, TARGET)
+    context = report.details["context"]
+    assert context["mode"] == "retrieval" and context["why"] == "requested (retrieval=always)"
+    assert (context["top_k"], context["window"]) == (3, 1)
+    for snippets in context["snippets"].values():
+        assert 1 <= len(snippets) <= 3 and all(s["kind"] == "snippet" and "span" in s for s in snippets)
+    assert not any(BATCH in first_prompt(r) for r in fake.requests)  # batch_size applies to the whole source only
+    assert report.score == pytest.approx(0.8 * (2 / 3))
+
+
+def test_cli_retrieval_options(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    import halluscope.methods.base as method_base
+    from halluscope.cli.main import app
+    from halluscope.records import Report
+
+    monkeypatch.setattr(method_base, "get_llm", lambda config: LLM(FakeModel(responder=responder), cache=None))
+    (tmp_path / "s.txt").write_text(SOURCE, encoding="utf-8")
+    (tmp_path / "t.txt").write_text(TARGET, encoding="utf-8")
+    result = CliRunner().invoke(app, ["check", "-s", str(tmp_path / "s.txt"), "-t", str(tmp_path / "t.txt"),
+                                      "--method", "dove", "--json", "-o", "retrieval=always", "-o", "top_k=3",
+                                      "-o", "window=1", "-o", "retriever=bm25"])
+    assert result.exit_code == 0, result.output
+    report = Report.model_validate_json(result.output)
+    assert report.details["context"]["mode"] == "retrieval" and len(report.details["context"]["snippets"]) == 5
+    assert report.score == pytest.approx(0.8 * (2 / 3))
+
+
+# --- options, stages, swapped verifiers ------------------------------------------------------------------------
 
 
 def test_registered_and_options_validated():
@@ -359,6 +549,11 @@ def test_registered_and_options_validated():
         Dove(llm=LLM(FakeModel(default="{}")), batch_size=0)
     with pytest.raises(ValueError):
         Dove(llm=LLM(FakeModel(default="{}")), target_order="random")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="Valid options"):
+        Dove(llm=LLM(FakeModel(default="{}")), nonsense=1)
+    assert stage_spec("decomposer", "dove") and stage_spec("verifier", "dove")
+    assert "dove_check_batch" in method.prompt_version
+    assert "dove_check_batch" not in Dove(llm=LLM(FakeModel(default="{}"))).prompt_version
 
 
 def test_report_round_trips_as_json():
@@ -368,16 +563,89 @@ def test_report_round_trips_as_json():
     assert Report.model_validate_json(report.model_dump_json()) == report
 
 
+@register_stage("test_dove_keyword", "verifier")
+class KeywordVerifier(LLMVerifier):
+    """Test-only verifier: supported when the fact's keyword occurs in the context (one call per fact)."""
+
+    reply_tokens = 8
+
+    def messages(self, claims, context_text):
+        return [{"role": "user", "content": f"KEYWORD CHECK {claims[0].text}"}]
+
+    async def __call__(self, claims, context, source):
+        out = []
+        for claim in claims:
+            await self.llm.generate(self.messages([claim], context.text))
+            word = KEYWORDS.get(claim.text, "baker")
+            label = "supported" if word in context.text else "unsupported"
+            out.append(Verdict(claim=claim, label=label, reason=f"keyword {word!r}"))
+        return out
+
+
+def test_swapped_verifier_runs_dove_end_to_end():
+    def only_decompose_and_sort(messages):
+        user = first_prompt(messages)
+        assert "Is the FACT true" not in user  # dove's own fact checker is never asked
+        return "ok" if user.startswith("KEYWORD CHECK") else responder(messages)
+
+    method, fake = dove(only_decompose_and_sort, verifier="test_dove_keyword")
+    report = method.check(SOURCE, TARGET)
+    assert report.details["stages"]["verifier"] == "test_dove_keyword"
+    assert {v.claim.id: v.label for v in report.verdicts} == {
+        "E1": "supported", "E2": "supported", "E3": "supported", "E4": "supported", "D1": "unsupported"}
+    assert report.score == pytest.approx(0.8 * (2 / 3)) and report.subscores["ShuffleD"] == pytest.approx(1 / 3)
+    assert sum(first_prompt(r).startswith("KEYWORD CHECK") for r in fake.requests) == 5
+    assert "dove_check" not in method.prompt_version and "dove_sort" in method.prompt_version
+
+
+def test_factscore_verifier_in_dove():
+    def factscore_replies(messages):
+        user = first_prompt(messages)
+        if "Is the FACT supported by the SOURCE?" in user:
+            fact = fenced(user, "fact")
+            if "baker" in fact:
+                inconsistency = 'The fact says "baker"; the source does not say so.'
+                return json.dumps({"supported": False, "inconsistencies": [inconsistency]})
+            return json.dumps({"supported": True, "inconsistencies": []})
+        assert "Is the FACT true" not in user
+        return responder(messages)
+
+    report = dove(factscore_replies, verifier="factscore")[0].check(SOURCE, TARGET)
+    assert report.details["stages"]["verifier"] == "factscore"
+    assert report.score == pytest.approx(0.8 * (2 / 3))
+    (unsupported,) = [f for f in report.findings if f.kind == "unsupported"]
+    assert "baker" in unsupported.description and unsupported.target_spans[0].of(TARGET) == "Anna is a baker."
+
+
+def test_dove_verifier_named_explicitly_is_the_default():
+    a, b = dove()[0].check(SOURCE, TARGET), dove(verifier="dove")[0].check(SOURCE, TARGET)
+    assert a.score == b.score and a.details["stages"] == b.details["stages"]
+
+
+def test_dove_verifier_in_another_claim_method():
+    """The ``dove`` verifier takes claims + one context: it runs inside factscore too."""
+    def replies(messages):
+        user = first_prompt(messages)
+        if "Break the TEXT below into atomic facts" in user:
+            return json.dumps({"facts": [{"sentence": 1, "fact": "Ben arrived at six."},
+                                         {"sentence": 5, "fact": "Anna is a baker."}]})
+        return check_reply(fenced(user, "fact"))
+
+    report = get_method("factscore", llm=LLM(FakeModel(responder=replies), cache=None), verifier="dove").check(
+        SOURCE, TARGET)
+    assert [v.label for v in report.verdicts] == ["supported", "unsupported"] and report.score == 0.5
+
+
+# --- no-LLM variants ---------------------------------------------------------------------------------------------
+
+
 def test_sentence_decomposer_needs_no_decomposition_call():
     def no_decomposition(messages):
-        assert "Split the TEXT below" not in first_prompt(messages)
         user = first_prompt(messages)
-        if "EVENTS:" in user:
-            keys = {"Ben arrived at six.": "arrived", "Anna baked a cake.": "baked", "They ate the cake.": "ate"}
-            text = user.split("TEXT:\n", 2)[-1].split("\n\nEVENTS:")[0]
-            shown = re.findall(r"^(\d+)\. (.+)$", user.split("EVENTS:\n")[-1], re.M)
-            return json.dumps({"order": [int(n) for n, e in sorted(shown, key=lambda i: text.find(keys[i[1]]))]})
-        return json.dumps({"verdict": "supported", "reason": "stated"})
+        assert DECOMPOSE not in user
+        if SORT in user:
+            return json.dumps({"order": json.loads(_sort_reply(user))})
+        return json.dumps({"supported": True, "reason": "stated"})
 
     method, fake = dove(no_decomposition, decomposer="sentences", target_order="decomposition")
     target = "Ben arrived at six. Anna baked a cake. They ate the cake."
@@ -386,11 +654,12 @@ def test_sentence_decomposer_needs_no_decomposition_call():
     assert [c.target_spans[0].of(target) for c in report.claims] == [c.text for c in report.claims]
     assert report.subscores["alpha"] == 1.0 and report.subscores["ShuffleD"] == pytest.approx(1 / 3)
     assert len(fake.requests) == 3 + 1
+    assert "dove_decompose" not in method.prompt_version
 
 
 def test_position_sorter_needs_no_sorter_call():
     def checks_only(messages):
-        assert "EVENTS:" not in first_prompt(messages)
+        assert SORT not in first_prompt(messages)
         return responder(messages)
 
     for target_order in ("sorter", "decomposition"):
@@ -400,6 +669,7 @@ def test_position_sorter_needs_no_sorter_call():
         assert report.details["order"]["source_sentence_of_event"] == [2, 0, 1, 3]
         assert report.subscores["ShuffleD"] == pytest.approx(1 / 3)
         assert len(fake.requests) == 1 + 5
+        assert report.details["stages"]["sorter"] == "dove.position_sort"
 
 
 async def test_position_sorter_ties_and_unmatched_events():
@@ -408,7 +678,35 @@ async def test_position_sorter_ties_and_unmatched_events():
 
     index = SourceIndex.build(SOURCE, RetrievalConfig(retriever="bm25"))
     result = await PositionSorter(index)(["Ben arrived.", "Quantum zebras yodel.", "Anna baked.", "Anna baked a cake."])
-    assert result.order.order == [2, 3, 0]  # the two "baked" events tie on sentence 0 and keep their order
-    assert result.order.missing == [1]
+    assert result.value.order == [2, 3, 0]  # the two "baked" events tie on sentence 0 and keep their order
+    assert result.value.missing == [1]
     failed = await PositionSorter(index)(["Quantum zebras yodel.", "Purple volcanoes sing."])
-    assert failed.order is None and "only 0 of 2" in failed.error
+    assert failed.value is None and "only 0 of 2" in failed.error
+
+
+def test_check_reply_schema_drives_the_prompt():
+    rendered = Dove().prompt(Dove.prompts[1]).render(source="S", fact="F")[-1]["content"]
+    assert '"supported": true or false' in rendered and DoveCheckReply.format_instructions() in rendered
+
+
+def test_last_batch_of_one_fact_uses_the_one_fact_prompt():
+    method, fake = dove(batch_size=2)  # 5 facts: batches of 2, 2 and 1
+    report = method.check(SOURCE, TARGET)
+    checks = [p for p in map(first_prompt, fake.requests) if DECOMPOSE not in p and SORT not in p]
+    assert sum(BATCH in p for p in checks) == 2 and sum(BATCH not in p for p in checks) == 1
+    assert len(fake.requests) == 1 + 3 + 2 and report.score == pytest.approx(0.8 * (2 / 3))
+
+
+def test_sorter_reply_that_copies_the_prompts_example_is_an_echo():
+    with pytest.raises(ParseError, match="example"):
+        parse_event_order('{"order": [2, 4, 3, 1]}', EV[:2], example=(2, 4, 3, 1))
+    assert parse_event_order('{"order": [2, 4, 3, 1]}', EV, example=(2, 4, 3, 1)).order == [1, 3, 2, 0]
+
+    def echoing(messages):
+        user = first_prompt(messages)
+        if DECOMPOSE in user:
+            return json.dumps({"event_facts": EVENTS[1:], "descriptive_facts": []})
+        return '{"order": [2, 4, 3, 1]}' if SORT in user else responder(messages)
+
+    report = dove(echoing)[0].check(SOURCE, TARGET)
+    assert report.score is None and "copies the prompt's example order" in report.unscored_reason

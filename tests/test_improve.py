@@ -1,19 +1,23 @@
-"""RAI: splicing, parsers, the multi-round loop (only verified fixes are returned), the improvement-rate
-suite, the CLI, fuzzing, and one run on the embedded model."""
+"""RAI (the `improve` method): splicing, strict parsers, the multi-round loop (only verified fixes are
+returned), options, a swapped verifier, the improvement-rate suite, the CLI, fuzzing, and one run on the
+embedded model."""
 
 from __future__ import annotations
 
 import json
+import random
+import re
 from pathlib import Path
 
 import pytest
 
 from halluscope.bench.suites import SuiteContext, load_suite_modules
 from halluscope.llm import LLM, FakeModel
-from halluscope.methods import get_method
+from halluscope.methods import OptionsError, get_method
 from halluscope.methods.improve import (Improve, ImprovementRound, parse_rai_paragraph, parse_rai_sentences,
                                         sentence_diff, splice)
-from halluscope.records import Example, Report
+from halluscope.records import Example, Report, Verdict
+from halluscope.stages import register_stage
 from halluscope.text import ParseError, split_sentences
 from tests.conftest import fake_llm
 from tests.garble import garbled_replies
@@ -23,7 +27,8 @@ TARGET = "Alice founded Acme in 1999.  Acme makes rockets and cars. It is based 
 
 
 def dce(*reasons) -> str:
-    return json.dumps({"sentences": [{"id": i, "reason": r} for i, r in enumerate(reasons, 1)]})
+    return json.dumps({"sentences": [{"id": i, "reason": r} for i, r in enumerate(reasons, 1)],
+                       "is_consistent": all(r.startswith("Consistent") for r in reasons)})
 
 
 def rewrites(**by_id) -> str:
@@ -34,15 +39,15 @@ def rewrites(**by_id) -> str:
 
 
 def test_splice_replaces_only_the_given_sentences():
-    sentences = split_sentences(TARGET)
-    out = splice(TARGET, sentences, {0: "Alice founded Acme in 2001."})
+    spans = [s.span for s in split_sentences(TARGET)]
+    out = splice(TARGET, spans, {0: "Alice founded Acme in 2001."})
     assert out == "Alice founded Acme in 2001.  Acme makes rockets and cars. It is based in Paris."
 
 
 def test_splice_deletes_middle_and_last_sentences_cleanly():
-    sentences = split_sentences(TARGET)
-    assert splice(TARGET, sentences, {1: ""}) == "Alice founded Acme in 1999.  It is based in Paris."
-    assert splice(TARGET, sentences, {2: ""}) == "Alice founded Acme in 1999.  Acme makes rockets and cars."
+    spans = [s.span for s in split_sentences(TARGET)]
+    assert splice(TARGET, spans, {1: ""}) == "Alice founded Acme in 1999.  It is based in Paris."
+    assert splice(TARGET, spans, {2: ""}) == "Alice founded Acme in 1999.  Acme makes rockets and cars."
 
 
 def test_sentence_diff_lists_changed_sentences():
@@ -62,19 +67,64 @@ def test_parse_rai_sentences_ignores_sentences_that_were_not_flagged():
         parse_rai_sentences(json.dumps({"rewrites": [{"id": 2, "improved_sentence": "x"}]}), {0}, 3)
 
 
+def test_parse_rai_sentences_is_strict():
+    deleted, _ = parse_rai_sentences(json.dumps({"rewrites": [{"id": 1, "improved_sentence": ""}]}), {0}, 3)
+    assert deleted == {0: ""}  # "" deletes the sentence
+    echoes = json.dumps({"rewrites": [{"id": 1, "improved_sentence": "..."}, {"id": 2, "improved_sentence": "<x>"}]})
+    # each of these used to be read: other keys, string ids, a lone object, a bare list, placeholders
+    for bad in (json.dumps({"sentences": [{"id": 1, "improved_sentence": "x"}]}),
+                json.dumps({"rewrites": [{"id": "1", "improved_sentence": "x"}]}),
+                json.dumps({"rewrites": [{"id": 1, "rewrite": "x"}]}),
+                json.dumps({"id": 1, "improved_sentence": "x"}),
+                json.dumps([{"id": 1, "improved_sentence": "x"}]),
+                json.dumps({"rewrites": [{"id": 1, "improved_sentence": None}]}),
+                echoes, '{"rewrites": [{"id": 1, "improved_sentence": "Fix', "", "no json"):
+        with pytest.raises(ParseError):
+            parse_rai_sentences(bad, {0, 1}, 3)
+
+
 def test_parse_rai_paragraph():
     assert parse_rai_paragraph('{"improved_text": "  New text. "}') == "New text."
-    with pytest.raises(ParseError):
-        parse_rai_paragraph('{"improved_text": ""}')
+    for bad in ('{"improved_text": ""}', '{"improved_text": "..."}', '{"improved_summary": "New text."}',
+                '{"text": "New text."}', '{"improved_text": ["New text."]}', "New text."):
+        with pytest.raises(ParseError):
+            parse_rai_paragraph(bad)
 
 
-def test_rai_parsers_survive_garbled_replies():
-    for reply in garbled_replies(1000, seed=5):
-        for parse in (lambda t: parse_rai_sentences(t, {0, 1}, 3), parse_rai_paragraph):
-            try:
-                parse(reply)
-            except ParseError:
-                pass
+VALID_REPLIES = [rewrites(s1="Alice founded Acme in 2001."), rewrites(s1="", s2="Acme makes rockets."),
+                 json.dumps({"improved_text": "Alice founded Acme in 2001."})]
+
+
+def _mutations(n: int, seed: int = 0) -> list[str]:
+    """Valid RAI replies wrapped, truncated, or with a stray character: some stay valid, some do not."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        base = rng.choice(VALID_REPLIES)
+        op = rng.randrange(4)
+        if op == 0:
+            base = "Here you go:\n```json\n" + base + "\n```"
+        elif op == 1:
+            base = base[: rng.randrange(len(base))]
+        elif op == 2:
+            i = rng.randrange(len(base))
+            base = base[:i] + rng.choice('{}[]",: ') + base[i:]
+        out.append(base)
+    return out
+
+
+@pytest.mark.parametrize("name", ["sentences", "paragraph"])
+def test_rai_parsers_on_garbled_replies_some_parse_some_fail(name):
+    parse = {"sentences": lambda t: parse_rai_sentences(t, {0, 1}, 3), "paragraph": parse_rai_paragraph}[name]
+    ok = failed = 0
+    for reply in garbled_replies(1000, seed=5) + VALID_REPLIES + _mutations(400):
+        try:
+            parse(reply)
+        except ParseError:
+            failed += 1
+        else:
+            ok += 1
+    assert ok > 0 and failed > 0
 
 
 # ------------------------------------------------------------------------------------------------- loop
@@ -147,32 +197,88 @@ def test_consistent_target_needs_no_rewrite():
     assert report.usage.calls == 1 and report.details["improved"] is False
 
 
-def test_dcr_improve_option_and_paragraph_level():
+def test_paragraph_level():
     llm = fake_llm(json.dumps({"reason": "Inconsistent: year", "is_consistent": False}),
                    json.dumps({"improved_text": "Alice founded Acme in 2001 in Paris."}),
                    json.dumps({"reason": "Consistent: all stated", "is_consistent": True}))
-    report = get_method("dcr", llm=llm, amc="rule", level="paragraph", improve=1).check(SOURCE, TARGET)
+    report = get_method("improve", llm=llm, amc="rule", level="paragraph", rounds=1).check(SOURCE, TARGET)
     assert report.details["improved_target"] == "Alice founded Acme in 2001 in Paris."
     assert report.details["rounds"][1]["changes"][0]["before"] == TARGET.strip()
     assert report.details["max_rounds"] == 1
+    assert "REVIEWER'S REASON" in report.calls[1].messages[-1]["content"]
 
 
-def test_improve_options():
-    assert Improve(llm=fake_llm(), rounds=3).options()["rounds"] == 3
-    with pytest.raises(ValueError):
-        Improve(llm=fake_llm(), rounds=0)
+def test_improve_options_are_rounds_plus_dcr_options():
+    from halluscope.methods.dcr import DCR
+
+    assert set(Improve.Options.model_fields) == set(DCR.Options.model_fields) | {"rounds"}
+    opts = Improve(llm=fake_llm(), rounds=3, level="paragraph", retrieval="always", top_k=2).options()
+    assert (opts["rounds"], opts["level"], opts["retrieval"], opts["top_k"]) == (3, "paragraph", "always", 2)
+    for bad in ({"rounds": 0}, {"rounds": 11}, {"rounds": "two"}, {"improve": 1}):
+        with pytest.raises(OptionsError):
+            Improve(llm=fake_llm(), **bad)
+    assert "rai_sentence@" in Improve(llm=fake_llm()).prompt_version
+    assert "rai_paragraph@" in Improve(llm=fake_llm(), level="paragraph").prompt_version
+
+
+@register_stage("test_improve_keywords", "verifier")
+class _KeywordVerifier:
+    """Test-only verifier: a sentence with 1999 or cars is unsupported, the rest supported (no LLM call)."""
+
+    def __init__(self, method):
+        pass
+
+    def reserve_tokens(self, claims) -> int:
+        return 10
+
+    async def __call__(self, claims, context, source):
+        return [Verdict(claim=c, label="unsupported", reason="the source says 2001 and rockets only")
+                if "1999" in c.text or "cars" in c.text else Verdict(claim=c, label="supported", reason="stated")
+                for c in claims]
+
+
+def test_improve_with_a_swapped_verifier():
+    llm = fake_llm(rewrites(s1="Alice founded Acme in 2001.", s2="Acme makes rockets."))
+    report = Improve(llm=llm, verifier="test_improve_keywords", rounds=2).check(SOURCE, TARGET)
+    assert report.details["stages"]["verifier"] == "test_improve_keywords"
+    assert [r["score"] for r in report.details["rounds"]] == [pytest.approx(1 / 3), 1.0]
+    assert report.details["improved_target"] == "Alice founded Acme in 2001.  Acme makes rockets. It is based in Paris."
+    assert report.usage.calls == 1 and "the source says 2001" in report.calls[0].messages[-1]["content"]
+
+
+def _mixed_responder(rng: random.Random, garbage: list[str]):
+    """Per prompt kind, a valid reply 60% of the time, else a garbled one."""
+    def respond(messages):
+        user = next(m["content"] for m in messages if m["role"] == "user")  # the prompt, also on a repair request
+        if rng.random() < 0.4:
+            return rng.choice(garbage)
+        if "SENTENCES TO REWRITE" in user:
+            return rewrites(s1="Alice founded Acme in 2001.", s2="Acme makes rockets.")
+        if "REVIEWER'S REASON" in user:
+            return json.dumps({"improved_text": "Alice founded Acme in 2001."})
+        if "TEXT as a whole" in user:
+            return json.dumps({"reason": rng.choice(["Consistent: ok.", "Inconsistent: no."]), "is_consistent": False})
+        n = len(re.findall(r"^\[\d+\] ", user, re.M))
+        return dce(*[rng.choice(["Consistent: ok.", "Inconsistent: no."]) for _ in range(n)])
+    return respond
 
 
 @pytest.mark.parametrize("level", ["sentence", "paragraph"])
-def test_improve_garbled_replies_never_escape(level):
-    replies = iter(garbled_replies(1000, seed=11))
-    llm = LLM(FakeModel(responder=lambda messages: next(replies)))
-    method = Improve(llm=llm, rounds=2, level=level)
-    for _ in range(30):
+def test_improve_garbled_replies_some_parse_some_fail(level):
+    rng = random.Random(level)
+    llm = LLM(FakeModel(responder=_mixed_responder(rng, garbled_replies(1000, seed=11))), cache=None)
+    method = Improve(llm=llm, rounds=2, level=level, amc="rule")
+    outcomes = {"rewritten": 0, "rewrite_failed": 0, "unscored": 0}
+    for _ in range(40):
         report = method.check(SOURCE, TARGET)
         assert report.score is not None or report.unscored_reason
-        assert report.details["stop_reason"]
+        assert report.details["stop_reason"] and len(report.calls) == report.usage.calls
         assert report.details["improved"] is False or report.subscores["final_score"] > report.subscores["initial_score"]
+        rounds = report.details["rounds"]
+        outcomes["rewritten"] += len(rounds) > 1
+        outcomes["rewrite_failed"] += any(r["rewrite_error"] for r in rounds)
+        outcomes["unscored"] += report.score is None
+    assert outcomes["rewritten"] > 0 and outcomes["rewrite_failed"] > 0 and outcomes["unscored"] > 0, outcomes
 
 
 # ------------------------------------------------------------------------------------------------ suite
@@ -239,6 +345,9 @@ def test_cli_improve(tmp_path: Path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert "verified improvement" in result.output and "+Alice founded Acme in 2001." in result.output
     assert out.read_text() == "Alice founded Acme in 2001.  Acme makes rockets and cars. It is based in Paris."
+    bad = CliRunner().invoke(app, ["improve", "-s", str(tmp_path / "s.txt"), "-t", str(tmp_path / "t.txt"),
+                                   "-o", "nonsense=1"])
+    assert bad.exit_code == 2 and "Valid options" in bad.output and "rounds" in bad.output
 
 
 # --------------------------------------------------------------------------------------------- embedded

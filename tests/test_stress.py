@@ -244,7 +244,9 @@ def test_sweep_rouge_variant_writes_one_run_per_value_and_a_combined_table(tmp_p
     # rouge-2 precision is never above rouge-1 precision on the same pair
     assert summary["rows"][1]["mean_score"]["value"] <= summary["rows"][0]["mean_score"]["value"]
     md = (tmp_path / "sweep.md").read_text()
-    assert "| `\"rouge1\"` | 4 | 0 |" in md and "delta paraphrased" in md and "Every scalar metric" in md
+    assert "| `\"rouge1\"` | 4 | 0 |" in md and "delta paraphrased" in md
+    assert "| stress.delta.paraphrased.mean_delta |" in md  # changes with the variant
+    assert "| stress.n_groups |" not in md and "metrics that do not change" in md
     assert (tmp_path / "sweep.png").stat().st_size > 0
     assert json.loads((tmp_path / "sweep.json").read_text())["key"] == "variant"
 
@@ -277,16 +279,52 @@ def test_sweep_with_a_fake_model_method(tmp_path, no_embeddings):
     replies = {0: '{"reason": "r", "score": 5}', 1: '{"reason": "r", "score": 3}'}
 
     def make_method(name, opts):
-        assert name == "geval"
+        assert name == "geval" and opts["retrieval"] == "always"
         method = GEval(llm=fake_llm(default=replies[opts["window"]]))
         method.options = lambda: dict(opts)  # a stand-in option; geval itself has none
         return method
 
     summary = asyncio.run(run_sweep("geval", "window", [0, 1], data, tmp_path, make_method=make_method,
-                                    n_bootstrap=0, progress=False))
+                                    options={"retrieval": "always"}, n_bootstrap=0, progress=False))
     assert [r["mean_score"]["value"] for r in summary["rows"]] == [1.0, 0.5]
     assert [r["usage"]["calls"] for r in summary["rows"]] == [2, 2]
     assert summary["rows"][0]["mean_delta"]["negated"]["value"] == 0.0
+
+
+@pytest.mark.parametrize("key", ["window", "top_k", "retriever", "merge_windows"])
+def test_sweep_of_a_retrieval_setting_needs_retrieval_always(tmp_path, key):
+    from halluscope.bench.sweep import SweepError, run_sweep
+
+    data = Dataset("crafted", None, [ex("g1", "original", "The mill burned in May.")])
+    made = []
+
+    def make_method(name, opts):
+        made.append(opts)
+        raise AssertionError("nothing may run")
+
+    for fixed in ({}, {"retrieval": "auto"}, {"retrieval": "never"}, {"retrieval": True}):
+        with pytest.raises(SweepError, match=f"sweeping {key} measures nothing.*Add -o retrieval=always"):
+            asyncio.run(run_sweep("dcr", key, [0, 1], data, tmp_path, make_method=make_method, options=fixed,
+                                  progress=False))
+    assert made == [] and not any(tmp_path.iterdir())
+
+
+def test_bench_sweep_cli_refuses_a_window_sweep_without_retrieval_always(tmp_path):
+    from typer.testing import CliRunner
+
+    from halluscope.cli.main import app
+
+    path = tmp_path / "set.jsonl"
+    path.write_text(ex("g1", "original", "The mill burned in May.").model_dump_json() + "\n")
+    for extra in ([], ["-o", "retrieval=auto"]):
+        result = CliRunner().invoke(app, ["bench-sweep", "-d", str(path), "--method", "dcr", "--sweep", "window=0,1,2",
+                                          "--out", str(tmp_path / "out"), "--no-progress", *extra])
+        assert result.exit_code == 2, result.output
+        assert "add -o retrieval=always" in result.output.lower() and "window" in result.output
+    refused_top_k = CliRunner().invoke(app, ["bench-sweep", "-d", str(path), "--method", "dove", "--sweep",
+                                             "top_k=1,3", "--out", str(tmp_path / "out")])
+    assert refused_top_k.exit_code == 2 and "retrieval=always" in refused_top_k.output
+    assert not (tmp_path / "out").exists()
 
 
 def test_bench_sweep_cli(tmp_path, no_embeddings):

@@ -67,6 +67,13 @@ class Config(BaseSettings):
     prompts_dir: Path | None = None
     """A folder of prompt overrides: ``<prompt name>.txt`` replaces the user template of that prompt."""
 
+    cache_url: str | None = None
+    """Where the response cache lives, as a URL; unset = the SQLite file at ``cache_path`` (one machine).
+    ``redis://host:6379/0`` (``rediss://`` with TLS, ``unix:///path/redis.sock``) shares one cache between
+    every process and machine of a distributed run (``--engine ray``); ``sqlite:////abs/path.sqlite`` names
+    a SQLite file (SQLAlchemy's spelling). Optional query options for Redis: ``prefix=`` (key prefix) and
+    ``ttl=`` (seconds). Set it with ``HALLUSCOPE_CACHE_URL``; ``cache=False`` still turns every cache off."""
+
     @field_validator("model", mode="before")
     @classmethod
     def _blank_model_is_unset(cls, value: object) -> object:

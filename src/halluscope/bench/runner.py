@@ -6,6 +6,12 @@ once. A re-run skips the ids already there, so finished items cost nothing; an i
 when the run stopped is redone, and the LLM response cache makes the calls it had already completed
 free. ``run.json`` pins what the folder holds (dataset, subsample, method, options, model, prompts), so
 a different configuration is refused instead of being mixed into the same results.
+
+Engines: *how* the pending items get scored is an :class:`Engine` (``LocalEngine``: one asyncio loop in this
+process; ``halluscope.bench.ray_engine.RayEngine``: actors on a Ray cluster). Everything else - the item
+selection, ``run.json`` identity, resume from ``items.jsonl``, the single writer of ``items.jsonl`` and the
+metrics - is this module's and the same for every engine, so a folder started by one engine can be resumed
+by another, and the same items with the same cache give the same reports.
 """
 
 from __future__ import annotations
@@ -18,9 +24,10 @@ import re
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
@@ -133,31 +140,60 @@ def _progress(enabled: bool):
                     TimeRemainingColumn(), disable=not enabled, transient=False)
 
 
-async def _score_pending(method: Method, pending: Sequence[Example], store: ItemStore, done: dict[str, Report],
-                         concurrency: int, progress: bool, description: str) -> None:
-    sem = asyncio.Semaphore(concurrency)
-
-    async def one(ex: Example) -> tuple[Example, Report]:
-        async with sem:
-            try:
-                return ex, await method.acheck_example(ex)
-            except InputError as exc:
-                return ex, Report(method=method.name, model=method.model_name, unscored_reason=f"bad input: {exc}")
-
-
-    tasks = [asyncio.ensure_future(one(ex)) for ex in pending]
+async def score_example(method: Method, example: Example) -> Report:
+    """One item, scored the way every engine scores it: ``method.acheck_example``; bad input (empty or
+    non-text source/target) becomes an unscored Report instead of stopping the run."""
     try:
-        with store.open() as fh, _progress(progress) as bar:
-            task_id = bar.add_task(description, total=len(pending))
+        return await method.acheck_example(example)
+    except InputError as exc:
+        return Report(method=method.name, model=method.model_name, unscored_reason=f"bad input: {exc}")
+
+
+class Engine(Protocol):
+    """Scores the pending items of a run: yields ``(example id, Report)`` as each item finishes, in any order.
+
+    The runner owns everything else (identity, resume, the one writer of ``items.jsonl``, metrics).
+    ``concurrency`` is the run's total number of items in flight."""
+
+    name: str
+
+    def results(self, method: Method, pending: Sequence[Example], concurrency: int) -> AsyncIterator[tuple[str, Report]]: ...
+
+
+class LocalEngine:
+    """Every item on this process's event loop, at most ``concurrency`` at a time."""
+
+    name = "local"
+
+    async def results(self, method: Method, pending: Sequence[Example],
+                      concurrency: int) -> AsyncIterator[tuple[str, Report]]:
+        sem = asyncio.Semaphore(concurrency)
+
+        async def one(ex: Example) -> tuple[Example, Report]:
+            async with sem:
+                return ex, await score_example(method, ex)
+
+        tasks = [asyncio.ensure_future(one(ex)) for ex in pending]
+        try:
             for fut in asyncio.as_completed(tasks):
                 ex, report = await fut
-                ItemStore.write(fh, ex.id, report)  # one coroutine writes: lines never interleave
-                done[ex.id] = report
+                yield ex.id, report
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _score_pending(method: Method, pending: Sequence[Example], store: ItemStore, done: dict[str, Report],
+                         concurrency: int, progress: bool, description: str, engine: Engine | None = None) -> None:
+    engine = engine or LocalEngine()
+    async with aclosing(engine.results(method, pending, concurrency)) as results:
+        with store.open() as fh, _progress(progress) as bar:
+            task_id = bar.add_task(description, total=len(pending))
+            async for example_id, report in results:
+                ItemStore.write(fh, example_id, report)  # one coroutine writes: lines never interleave
+                done[example_id] = report
                 bar.advance(task_id)
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def run_bench(
@@ -174,8 +210,11 @@ async def run_bench(
     concurrency: int | None = None,
     progress: bool = True,
     suite_names: Sequence[str] | None = None,
+    engine: Engine | None = None,
 ) -> dict[str, Any]:
-    """Run (or resume) a benchmark and write its results; returns the ``results.json`` content."""
+    """Run (or resume) a benchmark and write its results; returns the ``results.json`` content.
+
+    ``engine`` scores the pending items (default :class:`LocalEngine`; ``RayEngine`` for a Ray cluster)."""
     started = time.perf_counter()
     model = method.model_name
     out_dir = Path(out_dir) if out_dir is not None else default_out_dir(dataset.spec, method.name, model, sample, seed)
@@ -190,7 +229,7 @@ async def run_bench(
     before = {e.id for e in pending}
     if pending:
         await _score_pending(method, pending, store, done, concurrency or method.config.max_concurrency, progress,
-                             f"{method.name} on {dataset.spec}")
+                             f"{method.name} on {dataset.spec}", engine)
     reports = [done[e.id] for e in examples]
 
     run_usage = sum((done[i].usage for i in before), Usage())
@@ -216,6 +255,7 @@ async def run_bench(
         "prompt_version": method.prompt_version,
         "model": model,
         "judge_model": getattr(judge, "name", None),
+        "engine": (engine or LocalEngine()).name,
         "usage": {**total_usage.model_dump(), "per_item": _per_item(total_usage, n)},
         "usage_this_run": {**run_usage.model_dump(), "items_run": len(before)},
         "item_time_s": {"total": round(sum(r.elapsed_s for r in reports), 3),

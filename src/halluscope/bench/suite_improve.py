@@ -1,8 +1,8 @@
 """RAI improvement rate (seed 001 §4.3-4.4, Table 3, Fig. 3): of the items DCR judged inconsistent, the
 fraction whose rewrite is judged consistent after 1, 2, ... rounds.
 
-Applies to reports that carry improvement rounds (``details["rounds"]``, written by ``improve`` and by
-``dcr -o improve=N``); for any other method it returns no metrics. An item counts as *flagged* when its
+Applies to reports that carry improvement rounds (``details["rounds"]``, written by the ``improve`` method,
+the one way to run RAI); for any other method it returns no metrics. An item counts as *flagged* when its
 original text was scored and at least one sentence was judged inconsistent; it counts as *fixed by round
 r* when one of its rewrites up to round r was re-evaluated as consistent (every sentence judged
 consistent). Items whose original could not be scored are left out and counted.

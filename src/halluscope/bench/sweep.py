@@ -1,9 +1,13 @@
 """Option sweeps: bench one method once per value of one option and compare the runs side by side.
 
 The window-size table of seed 003 (Table 1: scores of a retrieval-based verifier for ``w = 0, 1, 2``) is
-``halluscope bench-sweep --dataset D --method dcr -o retrieval=true --sweep window=0,1,2``. Any constructor
+``halluscope bench-sweep --dataset D --method dcr -o retrieval=always --sweep window=0,1,2``. Any constructor
 option works (``top_k=1,3,5``, ``level=sentence,paragraph``), and ``method=rouge,dcr,probe`` sweeps over
 methods with the same options.
+
+A sweep of a retrieval setting (``window``, ``top_k``, ``retriever``, ``merge_windows``) is refused unless the
+fixed options say ``retrieval=always``: with ``auto`` every source that fits the model's context is sent
+whole, so the rows would be identical and the sweep would silently measure nothing.
 
 Each value is an ordinary, resumable :func:`~halluscope.bench.runner.run_bench` run in its own sub-folder
 (``<out>/<key>=<value>/``), so every suite applies as usual. The sweep then writes ``sweep.json``,
@@ -12,7 +16,8 @@ Each value is an ordinary, resumable :func:`~halluscope.bench.runner.run_bench` 
 - the main table: per value, items, unscored, mean score [95% CI] over all scored items, and -- on stress
   sets (rows with difficulty ``original``) -- the mean score of the originals (the paper's table is on the
   original summaries) and the mean score change per perturbation;
-- every other scalar metric the suites produced, one row per metric, one column per value;
+- every other scalar metric the suites produced that changes with the value, one row per metric, one
+  column per value (all of them are in ``sweep.json``);
 - cost: LLM calls and tokens per item, wall time.
 """
 
@@ -80,6 +85,27 @@ class SweepPoint:
 
 MethodFactory = Callable[[str, dict[str, Any]], Method]
 
+RETRIEVAL_SETTINGS = ("window", "top_k", "retriever", "merge_windows")
+"""Options that only matter when retrieval runs (the shared retrieval protocol of the claim methods)."""
+
+
+def check_retrieval_sweep(key: str, options: dict[str, Any]) -> None:
+    """Refuse a sweep of a retrieval setting unless retrieval runs on every item (``retrieval=always``)."""
+    if key not in RETRIEVAL_SETTINGS:
+        return
+    mode = options.get("retrieval", "auto")
+    if mode == "always":
+        return
+    if mode == "auto":
+        why = ("with retrieval=auto (the default) a source that fits the model's context is sent whole, so "
+               "every row would be the same")
+    elif mode == "never":
+        why = "retrieval=never never retrieves"
+    else:
+        why = f"retrieval={json.dumps(mode)} is not 'always'"
+    raise SweepError(f"sweeping {key} measures nothing unless retrieval runs on every item: {why}. "
+                     "Add -o retrieval=always")
+
 
 async def run_sweep(
     method_name: str,
@@ -103,6 +129,7 @@ async def run_sweep(
     options = dict(options or {})
     if key in options:
         raise SweepError(f"{key!r} is both swept and fixed with -o; drop one")
+    check_retrieval_sweep(key, options)
     out_dir = Path(out_dir)
     examples = select_examples(dataset, sample=sample, seed=seed, limit=limit)
     points: list[SweepPoint] = []
@@ -190,7 +217,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
     has_orig = any(r["mean_score_original"] for r in rows)
     perturbations = list(dict.fromkeys(name for r in rows for name in r["mean_delta"]))
     head = [key, "items", "unscored", "mean score [95% CI]"] + (["originals: mean score"] if has_orig else []) + [
-        f"delta {p}" for p in perturbations] + ["LLM calls/item", "tokens/item", "wall s"]
+        f"delta {p}" for p in perturbations] + ["LLM calls/item", "tokens/item", "cache hits/item", "wall s"]
     lines = [f"# Sweep of `{key}`: {summary['method']} on {summary['dataset']}", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
@@ -199,19 +226,26 @@ def render_markdown(summary: dict[str, Any]) -> str:
         if has_orig:
             cells.append(_fmt(r["mean_score_original"]))
         cells += [_fmt(r["mean_delta"].get(p)) for p in perturbations]
-        cells += [str(per_item.get("calls", "-")), str(per_item.get("tokens", "-")), str(r["wall_time_s"])]
+        cells += [str(per_item.get(k, "-")) for k in ("calls", "tokens", "cache_hits")] + [str(r["wall_time_s"])]
         lines.append("| " + " | ".join(cells) + " |")
     names = sorted({m for r in rows for m in r["metrics"]})
-    if names:
-        lines += ["", "## Every scalar metric by value", "",
+    varying = [m for m in names if len({r["metrics"].get(m) for r in rows}) > 1 and not _is_cost(m)]
+    if varying:
+        lines += ["", "## Metrics that change with the swept value", "",
                   "| metric | " + " | ".join(f"`{json.dumps(r['value'])}`" for r in rows) + " |",
                   "|---|" + "---|" * len(rows)]
-        for m in names:
+        for m in varying:
             cells = ["-" if m not in r["metrics"] else f"{r['metrics'][m]:.4g}" for r in rows]
             lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    if len(varying) < len(names):
+        lines += ["", f"{len(names) - len(varying)} metrics that do not change (or count cost) are in {SWEEP_JSON}."]
     lines += ["", "Runs: " + ", ".join(f"[{json.dumps(r['value'])}]({Path(r['folder']).name}/results.md)"
                                        for r in rows), "", f"![sweep]({SWEEP_PNG})", ""]
     return "\n".join(lines)
+
+
+def _is_cost(metric: str) -> bool:
+    return any(part in metric for part in ("usage", "calls", "tokens", "cache_hits"))
 
 
 def plot_sweep(summary: dict[str, Any], path: Path) -> Path:
@@ -224,8 +258,9 @@ def plot_sweep(summary: dict[str, Any], path: Path) -> Path:
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     xs = list(range(len(rows)))
-    series = [("all items", "mean_score")] + ([("originals", "mean_score_original")]
-                                              if any(r["mean_score_original"] for r in rows) else [])
+    # the originals' line only adds something when the set also holds perturbed rows
+    distinct = any(r["mean_score_original"] and r["mean_score_original"] != r["mean_score"] for r in rows)
+    series = [("all items", "mean_score")] + ([("originals", "mean_score_original")] if distinct else [])
     for label, field in series:
         points = [(x, r[field]) for x, r in zip(xs, rows) if r[field] and r[field].get("value") is not None]
         if not points:

@@ -31,6 +31,11 @@ def bench_command(
     no_cache: NoCacheOpt = False,
     concurrency: ConcurrencyOpt = None,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="Hide the progress bar.")] = False,
+    engine: Annotated[str, typer.Option("--engine", help="Where items are scored: 'local' (this process) or 'ray' (an actor pool on a Ray cluster; needs the 'ray' extra). Same items.jsonl, resume and results either way.", envvar="HALLUSCOPE_ENGINE")] = "local",
+    address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster for --engine ray: 'auto' (the cluster on this machine, see `ray start --head`), 'ray://head:10001' (Ray Client); default: RAY_ADDRESS, else a local Ray instance.", envvar="RAY_ADDRESS")] = None,
+    actors: Annotated[int, typer.Option("--actors", help="--engine ray: number of actors (each holds its own method and LLM client).", min=1)] = 2,
+    actor_concurrency: Annotated[Optional[int], typer.Option("--actor-concurrency", help="--engine ray: items/LLM requests in flight per actor (default: --concurrency split over the actors).", min=1)] = None,
+    actor_cpus: Annotated[float, typer.Option("--actor-cpus", help="--engine ray: CPUs Ray reserves per actor (LLM-bound actors need little).", min=0.0)] = 1.0,
 ) -> None:
     """Benchmark a METHOD on a DATASET: per-item reports stream to items.jsonl (a re-run resumes), then
     results.json, results.md and PNG plots are written to the output folder."""
@@ -43,6 +48,8 @@ def bench_command(
 
     if sample is not None and sample < 1:
         raise fail("--sample must be >= 1")
+    if engine not in ("local", "ray"):
+        raise fail(f"--engine must be 'local' or 'ray', got {engine!r}")
     try:
         data = load_dataset(dataset, data_dir)
     except DatasetError as exc:
@@ -52,6 +59,15 @@ def bench_command(
         m = get_method(method, config=config, **parse_options(option))
     except (KeyError, TypeError, ValueError) as exc:
         raise fail(str(exc).strip("'\""))
+    if m.uses_llm:
+        from halluscope.llm.cache import CacheBackendError
+
+        try:
+            _ = m.llm  # opens the response cache now: a wrong cache URL or an unreachable Redis fails here, clearly
+        except CacheBackendError as exc:
+            raise fail(str(exc))
+        except (ValueError, LLMError):
+            pass  # a backend that cannot be built is reported as before (judge / per item)
     judge_flags = (judge_model, judge_base_url, judge_api_key)
     try:
         if any(judge_flags):
@@ -62,12 +78,27 @@ def bench_command(
             judge = _optional_judge(config)
     except (ValueError, LLMError) as exc:
         raise fail(f"judge model: {exc}")
+    runner_engine = None
+    engine_errors: tuple[type[Exception], ...] = ()
+    if engine == "ray":
+        from halluscope.bench.ray_engine import RayEngine, RayEngineError
+
+        engine_errors = (RayEngineError,)
+        try:
+            runner_engine = RayEngine(address=address, actors=actors, actor_concurrency=actor_concurrency,
+                                      cpus_per_actor=actor_cpus)
+            runner_engine.connect()
+        except (RayEngineError, ValueError, ConnectionError) as exc:
+            raise fail(f"--engine ray: {exc}")
     try:
         results = asyncio.run(run_bench(m, data, out, judge=judge, sample=sample, seed=seed, limit=limit,
                                         n_bootstrap=bootstrap, retry_unscored=retry_unscored,
-                                        concurrency=concurrency, progress=not no_progress))
-    except (BenchError, ValueError) as exc:
+                                        concurrency=concurrency, progress=not no_progress, engine=runner_engine))
+    except (BenchError, ValueError, *engine_errors) as exc:
         raise fail(str(exc))
+    finally:
+        if runner_engine is not None:
+            runner_engine.close()
     _print_summary(results, out)
     if results["suite_errors"]:
         raise fail(f"metric suite(s) failed: {results['suite_errors']}", code=1)

@@ -14,7 +14,7 @@ from halluscope.cli.common import (ApiKeyOpt, BaseUrlOpt, ConcurrencyOpt, ModelO
 def bench_sweep_command(
     dataset: Annotated[str, typer.Option("--dataset", "-d", help="Dataset name or Example .jsonl (as for `halluscope bench`).")],
     method: Annotated[str, typer.Option("--method", help="Method name (ignored when sweeping `method`).")],
-    sweep: Annotated[str, typer.Option("--sweep", help="KEY=V1,V2,... e.g. window=0,1,2 or method=rouge,dcr.")],
+    sweep: Annotated[str, typer.Option("--sweep", help="KEY=V1,V2,... e.g. window=0,1,2 (with -o retrieval=always) or method=rouge,dcr.")],
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
     api_key: ApiKeyOpt = None,
@@ -29,23 +29,28 @@ def bench_sweep_command(
     concurrency: ConcurrencyOpt = None,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="Hide the progress bars.")] = False,
 ) -> None:
-    """Benchmark METHOD once per value of one option (e.g. the retrieval window) and compare the runs."""
+    """Benchmark METHOD once per value of one option (e.g. the retrieval window) and compare the runs.
+
+    Sweeping window, top_k, retriever or merge_windows needs -o retrieval=always (else exit 2): with the
+    default retrieval=auto a source that fits the model's context is sent whole and every row is the same."""
     import asyncio
     import re
 
     from halluscope.bench.datasets import DatasetError, load_dataset
     from halluscope.bench.runner import BenchError
-    from halluscope.bench.sweep import SWEEP_MD, SweepError, parse_sweep, render_markdown, run_sweep
+    from halluscope.bench.sweep import (SWEEP_MD, SweepError, check_retrieval_sweep, parse_sweep, render_markdown,
+                                        run_sweep)
     from halluscope.llm import LLMError, get_llm
     from halluscope.methods import get_method
 
+    options = parse_options(option)
     try:
         key, values = parse_sweep(sweep)
+        check_retrieval_sweep(key, options)  # before loading anything: a sweep that would measure nothing
         data = load_dataset(dataset, data_dir)
     except (SweepError, DatasetError) as exc:
         raise fail(str(exc))
     config = make_config(model, base_url, api_key, no_cache, concurrency)
-    options = parse_options(option)
     try:  # one judge for every run (only suites that need a judge use it)
         judge = get_llm(config)
     except (ValueError, LLMError):

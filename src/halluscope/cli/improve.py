@@ -1,4 +1,5 @@
-"""``halluscope improve``: DCR evaluation + reason-assisted rewriting, with every rewrite re-verified."""
+"""``halluscope improve``: the ``improve`` method (DCR evaluation + reason-assisted rewriting, every rewrite
+re-verified), the one way to run RAI."""
 
 from __future__ import annotations
 
@@ -66,7 +67,8 @@ def improve_command(
     """Evaluate TARGET against SOURCE with DCR, rewrite the inconsistent sentences, re-verify, repeat.
 
     Only a rewrite whose re-evaluation scores strictly higher than the original is reported as an
-    improvement; otherwise the original text is kept."""
+    improvement; otherwise the original text is kept. Every DCR option works here too with -o (amc,
+    retrieval, top_k, window, retriever, verifier): `halluscope methods improve` lists them."""
     from halluscope.llm import LLMError
     from halluscope.methods import InputError, get_method
 

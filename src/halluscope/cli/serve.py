@@ -1,34 +1,73 @@
-"""``halluscope serve``: the HTTP service (check/improve endpoints, web report)."""
+"""``halluscope serve``: the HTTP service (checks, batches, persistent jobs, metrics; see docs/service.md)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from halluscope.cli.common import ApiKeyOpt, BaseUrlOpt, ModelOpt, fail, make_config
+from halluscope.cli.common import (
+    ApiKeyOpt,
+    BaseUrlOpt,
+    ConcurrencyOpt,
+    ModelOpt,
+    fail,
+    make_config,
+)
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def serve_command(
     host: Annotated[str, typer.Option(help="Interface to bind; keep 127.0.0.1 unless a token is set.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port.")] = 8080,
-    token: Annotated[Optional[str], typer.Option(help="Bearer token required on every request.", envvar="HALLUSCOPE_SERVER_TOKEN", show_default=False)] = None,
-    method: Annotated[str, typer.Option(help="Default method for /check.")] = "geval",
-    max_chars: Annotated[int, typer.Option(help="Max source+target characters per request.")] = 400_000,
-    timeout: Annotated[float, typer.Option(help="Per-request time limit in seconds.")] = 300.0,
+    token: Annotated[Optional[str], typer.Option(help="Bearer token required on every request but /health, /ready and the docs.", envvar="HALLUSCOPE_SERVER_TOKEN", show_default=False)] = None,
+    method: Annotated[str, typer.Option(help="Default method for /check, batches and jobs.")] = "geval",
+    max_chars: Annotated[int, typer.Option(help="Max source+target characters per pair.")] = 400_000,
+    timeout: Annotated[float, typer.Option(help="Time limit of one check in seconds (-> 504).")] = 300.0,
+    max_body_mb: Annotated[float, typer.Option(help="Largest body of /check/batch and POST /jobs, in MiB (-> 413, checked before reading).")] = 32.0,
+    max_in_flight: Annotated[int, typer.Option(help="Checks running at once (/check, /improve, /check/batch).")] = 64,
+    max_queue: Annotated[int, typer.Option(help="Checks waiting for a slot; one more gets 429 + Retry-After.")] = 512,
+    queue_timeout: Annotated[float, typer.Option(help="Longest wait for a slot in seconds (-> 503 + Retry-After).")] = 30.0,
+    max_open_requests: Annotated[int, typer.Option(help="Requests open at once, all routes but probes (-> 503).")] = 2048,
+    max_batch_items: Annotated[int, typer.Option(help="Most pairs in one /check/batch.")] = 1000,
+    batch_concurrency: Annotated[int, typer.Option(help="Items of one batch checked at once.")] = 8,
+    workers: Annotated[int, typer.Option(help="Worker threads (event loops) running the checks.")] = 2,
+    jobs_db: Annotated[Optional[Path], typer.Option(help="Jobs database (SQLite); default jobs.sqlite next to the LLM cache.")] = None,
+    max_jobs: Annotated[int, typer.Option(help="Jobs queued or running at once (-> 429).")] = 100,
+    job_concurrency: Annotated[int, typer.Option(help="Items of one job checked at once.")] = 4,
+    data_dir: Annotated[Optional[Path], typer.Option(help="Folder of the named datasets jobs may use (final, summedits, ...).", envvar="HALLUSCOPE_DATA_DIR")] = None,
+    datasets_dir: Annotated[Optional[Path], typer.Option(help="Jobs may name .jsonl files inside this folder only (default: none).")] = None,
+    metrics_public: Annotated[bool, typer.Option(help="Serve /metrics without the token.")] = False,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    log_format: Annotated[str, typer.Option(help="json (one object per line, with request ids) or text.")] = "json",
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
     api_key: ApiKeyOpt = None,
+    concurrency: ConcurrencyOpt = None,
 ) -> None:
-    """Serve POST /check and POST /improve (JSON, or ?format=html for the web report)."""
+    """Serve checks, batches and persistent jobs over HTTP (OpenAPI docs at /docs, metrics at /metrics)."""
     try:
         import uvicorn
 
         from halluscope.server import ServerSettings, create_app
+        from halluscope.server.logs import log_config
     except ImportError as exc:
         raise fail(f"the server needs its extra: pip install 'halluscope[server]' ({exc})")
-    if host not in ("127.0.0.1", "localhost", "::1") and not token:
+    if host not in LOOPBACK and not token:
         raise fail("refusing to listen beyond loopback without --token / HALLUSCOPE_SERVER_TOKEN")
-    config = make_config(model, base_url, api_key)
-    settings = ServerSettings(token=token, max_chars=max_chars, timeout_s=timeout, default_method=method)
-    uvicorn.run(create_app(config, settings), host=host, port=port, log_level="info")
+    if log_format not in ("json", "text"):
+        raise fail("--log-format is json or text")
+    if min(max_in_flight, max_batch_items, batch_concurrency, workers, max_jobs, job_concurrency) < 1 or max_queue < 0:
+        raise fail("limits must be at least 1 (the queue at least 0)")
+    config = make_config(model, base_url, api_key, concurrency=concurrency)
+    settings = ServerSettings(
+        token=token, max_chars=max_chars, timeout_s=timeout, default_method=method,
+        max_body_bytes=int(max_body_mb * 2**20), max_in_flight=max_in_flight, max_queue=max_queue,
+        queue_timeout_s=queue_timeout, max_open_requests=max_open_requests, max_batch_items=max_batch_items,
+        batch_concurrency=batch_concurrency, workers=workers, jobs_db=jobs_db, max_jobs=max_jobs,
+        job_concurrency=job_concurrency, data_dir=data_dir, datasets_dir=datasets_dir, metrics_public=metrics_public,
+    )
+    uvicorn.run(create_app(config, settings), host=host, port=port, log_config=log_config(log_level, log_format),
+                access_log=False, timeout_graceful_shutdown=30)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from halluscope.config import Config
 from halluscope.llm.base import Completion, ContextOverflowError, GenerateParams, LLMError, Message, ModelAPI
-from halluscope.llm.cache import ResponseCache
+from halluscope.llm.cache import RedisCache, ResponseCache, open_cache
 from halluscope.llm.client import LLM, CallLog, track_calls
 from halluscope.llm.fake import FakeModel
 
 __all__ = [
     "LLM", "CallLog", "Completion", "Config", "ContextOverflowError", "FakeModel", "GenerateParams",
-    "LLMError", "Message", "ModelAPI", "ResponseCache", "build_api", "get_llm", "track_calls",
+    "LLMError", "Message", "ModelAPI", "RedisCache", "ResponseCache", "build_api", "get_llm", "open_cache",
+    "track_calls",
 ]
 
 _EMBEDDED_APIS: dict[tuple, ModelAPI] = {}  # loaded weights are reused across LLM clients
@@ -54,6 +55,6 @@ def get_llm(config: Config | None = None, api: ModelAPI | None = None) -> LLM:
     """An :class:`LLM` client for ``config`` (or for an explicit backend ``api``)."""
     config = config or Config()
     api = api or build_api(config)
-    cache = ResponseCache(config.cache_path) if config.cache else None
+    cache = open_cache(config)  # None when config.cache is off; SQLite or Redis by config.cache_url
     params = GenerateParams(temperature=config.temperature, max_tokens=config.max_tokens, seed=config.seed)
     return LLM(api, cache=cache, max_concurrency=config.max_concurrency, default_params=params)

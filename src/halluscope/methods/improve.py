@@ -1,9 +1,11 @@
 """``improve``: the reason-assisted improver (RAI) of DCR (seed 001, §3.3, Algorithm 1, App. F-G).
 
-Each round: the sentences DCR judged inconsistent are rewritten by the LLM, using DCR's reason for each
-and the source; sentences judged consistent are never touched (their text is kept byte for byte). The
-rewritten text is then evaluated again by the same DCE + AMC. Rounds stop when the text is consistent,
-after ``rounds`` rounds, or when a rewrite cannot be used (unparseable, empty, or unchanged).
+The one way to run RAI. It is DCR (:mod:`halluscope.methods.dcr`, same options, same verifier -- also a
+swapped one) followed by up to ``rounds`` rounds of rewriting. Each round: the sentences DCR judged
+inconsistent are rewritten by the LLM, using DCR's reason for each and the source; sentences judged
+consistent are never touched (their text is kept byte for byte). The rewritten text is then evaluated again
+by the same DCR pipeline. Rounds stop when the text is consistent, after ``rounds`` rounds, or when a rewrite
+cannot be used (unusable reply, empty, or unchanged).
 
 Nothing is returned as a fix unless it was re-verified: ``details["improved_target"]`` is the best-scoring
 re-evaluated text, and it differs from the original only if its verified score is strictly higher than the
@@ -13,26 +15,66 @@ that was given; ``subscores["final_score"]`` is the score of ``improved_target``
 ``details`` holds: ``rounds`` (one :class:`ImprovementRound` per evaluated text, round 0 = the original),
 ``improved_target``, ``improved`` (bool), ``best_round``, ``stop_reason`` and ``diff`` (a unified diff with
 one sentence per line, original vs improved). With ``level="paragraph"`` the whole text is rewritten at once.
+
+Strict replies: a sentence rewrite is ``{"rewrites": [{"id": <n>, "improved_sentence": "..."}]}`` (ids are
+JSON integers; rewrites of sentences that were not flagged are ignored and listed; echoed placeholders are
+not rewrites; ``""`` deletes the sentence); a paragraph rewrite is ``{"improved_text": "..."}``, not empty.
 """
 
 from __future__ import annotations
 
 import difflib
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from halluscope.llm.structured import generate_parsed
+from halluscope.llm.replies import Reply
+from halluscope.llm.structured import generate_reply
 from halluscope.methods import register_method
-from halluscope.methods.dcr import DCR, AmcMode, DcrEvaluation, Level, parse_sentence_number
-from halluscope.prompts import PromptTemplate, apply_overrides
-from halluscope.records import LLMCall, Report
-from halluscope.text import ParseError, Sentence, extract_json, split_sentences
+from halluscope.methods.dcr import DCR, DCR_PROMPTS, DcrOptions
+from halluscope.prompts import PromptTemplate
+from halluscope.records import Report, Span, Verdict
+from halluscope.text import ParseError, split_sentences
+from halluscope.text.placeholders import is_placeholder, shown_strings
+
+# ------------------------------------------------------------------------------------------------ replies
+
+
+class SentenceRewrite(BaseModel):
+    """One rewritten sentence, by its number in the TEXT."""
+
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+    id: int = Field(description="the number of the sentence")
+    improved_sentence: str = Field(description="the rewritten sentence, or an empty string to delete it")
+
+
+class RewritesReply(Reply):
+    """RAI at sentence level: one rewrite per sentence listed for rewriting."""
+
+    rewrites: list[SentenceRewrite] = Field(description="one entry for each sentence listed for rewriting, "
+                                                        "and only for those")
+
+
+class ImprovedTextReply(Reply):
+    """RAI at paragraph level: the whole rewritten text."""
+
+    improved_text: str = Field(description="the rewritten TEXT")
+
+
+REWRITE_ECHOES = shown_strings(RewritesReply) | shown_strings(ImprovedTextReply)
+
+# ------------------------------------------------------------------------------------------------ prompts
+
+_SYSTEM = "You are a careful editor who corrects texts so that they say only what their source supports."
 
 RAI_SENTENCE_PROMPT = PromptTemplate(
     name="rai_sentence",
-    version="1",
-    system="You are a careful editor who corrects texts so that they say only what their source supports.",
+    version="2",
+    reply=RewritesReply,
+    system=_SYSTEM,
     user=(
         "A reviewer found that some sentences of a TEXT are not consistent with the SOURCE the text is based "
         "on. Rewrite each of those sentences so that everything it says is supported by the SOURCE.\n\n"
@@ -44,29 +86,29 @@ RAI_SENTENCE_PROMPT = PromptTemplate(
         '- If no part of a sentence can be supported by the SOURCE, give "" as its rewrite to delete it.\n\n'
         "SOURCE:\n$source\n\n"
         "FULL TEXT, for context:\n$target\n\n"
-        "SENTENCES TO REWRITE, each with the reviewer's reason:\n$flagged\n\n"
-        "Answer with one JSON object and nothing else:\n"
-        '{"rewrites": [{"id": <sentence number>, "improved_sentence": "<the rewritten sentence>"}]}\n'
-        "Give one entry for each sentence listed above, and only for those."
+        "SENTENCES TO REWRITE, each with its number and the reviewer's reason:\n$flagged\n\n"
+        'Give one entry for each sentence listed above, and only for those, with its number as "id".\n\n'
+        "$format"
     ),
 )
 
 RAI_PARAGRAPH_PROMPT = PromptTemplate(
     name="rai_paragraph",
-    version="1",
-    system="You are a careful editor who corrects texts so that they say only what their source supports.",
+    version="2",
+    reply=ImprovedTextReply,
+    system=_SYSTEM,
     user=(
         "A reviewer found that the TEXT below is not consistent with the SOURCE it is based on, for the reason "
         "given. Rewrite the TEXT so that everything it says is supported by the SOURCE: correct wrong details "
         "from the SOURCE, drop details the SOURCE does not contain, keep everything else, its purpose and its "
         "style, and add nothing the SOURCE does not say.\n\n"
-        "SOURCE:\n$source\n\nTEXT:\n$target\n\nREVIEWER'S REASON:\n$reason\n\n"
-        "Answer with one JSON object and nothing else:\n"
-        '{"improved_text": "<the rewritten text>"}'
+        "SOURCE:\n$source\n\nTEXT:\n$target\n\nREVIEWER'S REASON:\n$reason\n\n$format"
     ),
 )
 
 RAI_PROMPTS = (RAI_SENTENCE_PROMPT, RAI_PARAGRAPH_PROMPT)
+
+# ------------------------------------------------------------------------------------------------ records
 
 
 class SentenceChange(BaseModel):
@@ -96,60 +138,46 @@ class ImprovementRound(BaseModel):
     ignored_rewrites: list[int] = Field(default_factory=list)  # ids the model rewrote that were not flagged
 
 
-# ---------------------------------------------------------------------------------------------- parsing
+# ------------------------------------------------------------------------------------------------ parsing
 
 
 def parse_rai_sentences(text: str, flagged: set[int], n: int) -> tuple[dict[int, str], list[int]]:
-    """``{0-based sentence index: rewrite}`` for flagged sentences, and the ids (1-based) of rewrites for
-    sentences that were not flagged (ignored). Raises ParseError when no flagged sentence was rewritten."""
-    data = extract_json(text)
-    items: Any = data
-    if isinstance(data, dict):
-        items = next((data[k] for k in ("rewrites", "sentences", "improved", "items") if isinstance(data.get(k), list)),
-                     None)
-        if items is None and isinstance(data.get("improved_sentence"), str):
-            items = [data]
-    if not isinstance(items, list):
-        raise ParseError("no list of rewrites in the reply")
+    """``{0-based sentence index: rewrite}`` for flagged sentences, and the ids (1-based, as written) of
+    rewrites for sentences that were not flagged (ignored). Echoed placeholders are not rewrites. Raises
+    ParseError when the reply is not the declared schema or rewrites no flagged sentence."""
+    entries = RewritesReply.parse(text).rewrites
     rewrites: dict[int, str] = {}
     ignored: list[int] = []
-    for item in items:
-        if not isinstance(item, dict):
+    for entry in entries:
+        new = " ".join(entry.improved_sentence.split())
+        if new and is_placeholder(new, REWRITE_ECHOES):
             continue
-        new = next((item[k] for k in ("improved_sentence", "improved", "rewrite", "new_sentence")
-                    if isinstance(item.get(k), str)), None)
-        index = next((parse_sentence_number(item[k], n) for k in ("id", "sentence_id", "sentence_number", "number")
-                      if k in item), None)
-        if new is None or index is None:
-            continue
-        if index in flagged:
-            rewrites.setdefault(index, " ".join(new.split()))
+        index = entry.id - 1
+        if index in flagged and 0 <= index < n:
+            rewrites.setdefault(index, new)
         else:
-            ignored.append(index + 1)
+            ignored.append(entry.id)
     if not rewrites:
         raise ParseError("the reply rewrites none of the flagged sentences")
     return rewrites, ignored
 
 
 def parse_rai_paragraph(text: str) -> str:
-    data = extract_json(text, dict)
-    for key in ("improved_text", "improved_summary", "improved", "text", "summary"):
-        value = data.get(key)
-        if isinstance(value, str) and value.strip():
-            return value.strip()
-    raise ParseError("the reply has no non-empty 'improved_text'")
+    value = ImprovedTextReply.parse(text).improved_text.strip()
+    if not value or is_placeholder(value, REWRITE_ECHOES):
+        raise ParseError("'improved_text' is empty or a placeholder")
+    return value
 
 
-# ---------------------------------------------------------------------------------------------- splicing
+# ------------------------------------------------------------------------------------------------ splicing
 
 
-def splice(text: str, sentences: list[Sentence], rewrites: dict[int, str]) -> str:
-    """``text`` with the given sentences replaced; everything else is kept exactly. An empty rewrite deletes
-    the sentence together with the whitespace after it (or before it, for the last sentence)."""
+def splice(text: str, spans: Sequence[Span], rewrites: dict[int, str]) -> str:
+    """``text`` with the sentences at the given spans replaced; everything else is kept exactly. An empty
+    rewrite deletes the sentence together with the whitespace after it (or before it, for the last one)."""
     out = text
     for index in sorted(rewrites, reverse=True):  # right to left keeps earlier offsets valid
-        span = sentences[index].span
-        start, end = span.start, span.end
+        start, end = spans[index].start, spans[index].end
         new = rewrites[index]
         if not new:
             while end < len(out) and out[end] in " \t":
@@ -168,121 +196,57 @@ def sentence_diff(before: str, after: str) -> str:
     return "\n".join(difflib.unified_diff(a, b, "original", "improved", lineterm=""))
 
 
-# ------------------------------------------------------------------------------------------------- loop
+# ------------------------------------------------------------------------------------------------ loop
 
 
-class _Rewrite(BaseModel):
+@dataclass(frozen=True)
+class Evaluated:
+    """One text and DCR's Report on it (the given target, or a rewrite)."""
+
+    text: str
+    report: Report
+
+    @property
+    def verdicts(self) -> list[Verdict]:
+        return self.report.verdicts
+
+    @property
+    def score(self) -> float | None:
+        return self.report.score
+
+    @property
+    def consistent(self) -> bool:
+        """Every unit judged, and judged consistent (the paper's score == 1)."""
+        return self.score == 1.0 and bool(self.verdicts) and all(v.label == "supported" for v in self.verdicts)
+
+    @property
+    def flagged(self) -> list[int]:
+        """Indices of the units judged inconsistent."""
+        return [i for i, v in enumerate(self.verdicts) if v.label in ("unsupported", "contradicted")]
+
+    def round(self, number: int, changes: Sequence[SentenceChange] = (), ignored: Sequence[int] = ()
+              ) -> ImprovementRound:
+        return ImprovementRound(round=number, text=self.text, score=self.score, consistent=self.consistent,
+                                inconsistent_sentences=[i + 1 for i in self.flagged],
+                                unscored_reason=self.report.unscored_reason, changes=list(changes),
+                                ignored_rewrites=list(ignored))
+
+
+@dataclass
+class Rewrite:
+    """A rewrite of one round: the new text, or the reason there is none."""
+
     text: str | None = None
-    changes: list[SentenceChange] = Field(default_factory=list)
-    ignored: list[int] = Field(default_factory=list)
+    changes: list[SentenceChange] = field(default_factory=list)
+    ignored: list[int] = field(default_factory=list)
     error: str | None = None
 
 
-async def _rewrite(dcr: DCR, source: str, evaluation: DcrEvaluation, calls: list[LLMCall]) -> _Rewrite:
-    flagged = evaluation.inconsistent_indices
-    verdicts = evaluation.verdicts
-    if evaluation.level == "paragraph":
-        prompt = apply_overrides(RAI_PARAGRAPH_PROMPT, dcr.config.prompts_dir)
-        parsed = await generate_parsed(
-            dcr.llm, prompt.render(source=source, target=evaluation.target, reason=verdicts[0].reason),
-            parse_rai_paragraph, params=dcr.llm.params(json_mode=True),
-            format_hint='one JSON object {"improved_text": "..."}')
-        calls.extend(parsed.calls)
-        if parsed.value is None:
-            return _Rewrite(error=parsed.error)
-        change = SentenceChange(sentence=1, before=evaluation.target.strip(), after=parsed.value,
-                                reason=verdicts[0].reason)
-        return _Rewrite(text=parsed.value, changes=[change])
-    sentences = evaluation.sentences
-    listing = "\n".join(
-        f"[{i + 1}] {' '.join(sentences[i].text.split())}\n    reason: {' '.join(verdicts[i].reason.split())}"
-        for i in flagged)
-    prompt = apply_overrides(RAI_SENTENCE_PROMPT, dcr.config.prompts_dir)
-    parsed = await generate_parsed(
-        dcr.llm, prompt.render(source=source, target=evaluation.target, flagged=listing),
-        lambda text: parse_rai_sentences(text, set(flagged), len(sentences)),
-        params=dcr.llm.params(json_mode=True),
-        format_hint='one JSON object {"rewrites": [{"id": 2, "improved_sentence": "..."}]}')
-    calls.extend(parsed.calls)
-    if parsed.value is None:
-        return _Rewrite(error=parsed.error)
-    rewrites, ignored = parsed.value
-    rewrites = {i: new for i, new in rewrites.items() if new != sentences[i].text}
-    changes = [SentenceChange(sentence=i + 1, before=sentences[i].text, after=new, reason=verdicts[i].reason)
-               for i, new in sorted(rewrites.items())]
-    return _Rewrite(text=splice(evaluation.target, sentences, rewrites), changes=changes, ignored=ignored)
+class ImproveOptions(DcrOptions):
+    """RAI's rounds on top of every DCR option (the evaluation of each round is DCR's)."""
 
-
-def _round(number: int, evaluation: DcrEvaluation, changes: list[SentenceChange] | None = None,
-           ignored: list[int] | None = None) -> ImprovementRound:
-    return ImprovementRound(
-        round=number, text=evaluation.target, score=evaluation.score, consistent=evaluation.consistent,
-        inconsistent_sentences=[i + 1 for i in evaluation.inconsistent_indices],
-        unscored_reason=evaluation.unscored_reason, changes=list(changes or []), ignored_rewrites=list(ignored or []),
-    )
-
-
-async def improve_loop(dcr: DCR, source: str, evaluation: DcrEvaluation, report: Report, max_rounds: int) -> Report:
-    """Run up to ``max_rounds`` RAI rounds starting from ``evaluation`` (the original target's) and return
-    ``report`` with the rounds, the verified improved text and the diff added."""
-    rounds = [_round(0, evaluation)]
-    extra_calls: list[LLMCall] = []
-    current = evaluation
-    stop_reason = f"reached the maximum of {max_rounds} round(s)"
-    for number in range(1, max_rounds + 1):
-        if current.consistent:
-            stop_reason = "consistent"
-            break
-        if current.score is None:
-            stop_reason = f"could not evaluate the text of round {number - 1}: {current.unscored_reason}"
-            break
-        if not current.inconsistent_indices:
-            stop_reason = "no sentence was judged inconsistent (the others could not be judged)"
-            break
-        rewrite = await _rewrite(dcr, source, current, extra_calls)
-        if rewrite.text is None or rewrite.error:
-            rounds[-1].rewrite_error = rewrite.error
-            stop_reason = f"the rewrite of round {number} could not be used: {rewrite.error}"
-            break
-        if not rewrite.text.strip():
-            rounds[-1].rewrite_error = "the rewrite deleted the whole text"
-            stop_reason = f"the rewrite of round {number} deleted the whole text"
-            break
-        if rewrite.text == current.target:
-            rounds[-1].rewrite_error = "the rewrite changed nothing"
-            stop_reason = f"the rewrite of round {number} changed nothing"
-            break
-        current = await dcr.evaluate(source, rewrite.text)
-        extra_calls += current.calls
-        extra_calls += [c for v in current.verdicts for c in v.calls]
-        rounds.append(_round(number, current, rewrite.changes, rewrite.ignored))
-    else:
-        if current.consistent:
-            stop_reason = "consistent"
-
-    original = rounds[0]
-    best = original
-    for r in rounds[1:]:
-        if r.score is not None and (best.score is None or r.score > best.score):
-            best = r
-    improved = best.round > 0 and original.score is not None
-    improved_target = best.text if improved else original.text
-    details = dict(report.details)
-    details.update({
-        "rounds": [r.model_dump() for r in rounds],
-        "max_rounds": max_rounds,
-        "improved_target": improved_target,
-        "improved": improved,
-        "best_round": best.round if improved else 0,
-        "stop_reason": stop_reason,
-        "diff": sentence_diff(original.text, improved_target) if improved else "",
-    })
-    subscores = dict(report.subscores)
-    subscores.update({"initial_score": original.score,
-                      "final_score": best.score if improved else original.score,
-                      "rounds_run": float(len(rounds) - 1)})
-    return report.model_copy(update={"details": details, "subscores": subscores,
-                                     "calls": list(report.calls) + extra_calls})
+    rounds: int = Field(default=2, ge=1, le=10)
+    """Most rewrite rounds; each rewrite is re-evaluated by DCR (the paper converges within about 2)."""
 
 
 @register_method
@@ -292,16 +256,99 @@ class Improve(DCR):
     name = "improve"
     description = ("DCR + RAI: rewrite the sentences DCR flags, re-verify, repeat up to `rounds` times; "
                    "the report scores the given target and carries the verified improved text and a diff.")
-    prompts = DCR.prompts + RAI_PROMPTS
+    Options: ClassVar[type[ImproveOptions]] = ImproveOptions
+    opts: ImproveOptions
+    prompts = DCR_PROMPTS + RAI_PROMPTS
 
-    def __init__(self, llm=None, config=None, rounds: int = 2, level: Level = "sentence", amc: AmcMode = "llm",
-                 retrieval: bool = False, top_k: int = 3, window: int = 1, retriever: str = "auto"):
-        if not isinstance(rounds, int) or isinstance(rounds, bool) or not 1 <= rounds <= 10:
-            raise ValueError(f"rounds must be an integer in 1..10, got {rounds!r}")
-        super().__init__(llm, config, level=level, amc=amc, retrieval=retrieval, top_k=top_k, window=window,
-                         retriever=retriever, improve=rounds)
+    def used_prompts(self) -> list[PromptTemplate]:
+        rai = RAI_PARAGRAPH_PROMPT if self.opts.level == "paragraph" else RAI_SENTENCE_PROMPT
+        return super().used_prompts() + [self.prompt(rai)]
 
-    def options(self) -> dict[str, Any]:
-        opts = super().options()
-        opts["rounds"] = opts.pop("improve")
-        return opts
+    async def run(self, source: str, target: str) -> Report:
+        original = Evaluated(target, await super().run(source, target))
+        rounds = [original.round(0)]
+        current = original
+        max_rounds = self.opts.rounds
+        stop_reason = f"reached the maximum of {max_rounds} round(s)"
+        for number in range(1, max_rounds + 1):
+            if current.consistent:
+                stop_reason = "consistent"
+                break
+            if current.score is None:
+                stop_reason = f"could not evaluate the text of round {number - 1}: {current.report.unscored_reason}"
+                break
+            if not current.flagged:
+                stop_reason = "no sentence was judged inconsistent (the others could not be judged)"
+                break
+            rewrite = await self.rewrite(source, current)
+            if rewrite.text is None:
+                problem = rewrite.error or "no rewrite"
+                stop = f"could not be used: {problem}"
+            elif not rewrite.text.strip():
+                stop = "deleted the whole text"
+                problem = f"the rewrite {stop}"
+            elif rewrite.text == current.text:
+                stop = "changed nothing"
+                problem = f"the rewrite {stop}"
+            else:
+                current = Evaluated(rewrite.text, await super().run(source, rewrite.text))
+                rounds.append(current.round(number, rewrite.changes, rewrite.ignored))
+                continue
+            rounds[-1].rewrite_error = problem
+            stop_reason = f"the rewrite of round {number} {stop}"
+            break
+        else:
+            if current.consistent:
+                stop_reason = "consistent"
+        return self.result(original.report, rounds, stop_reason)
+
+    async def rewrite(self, source: str, evaluated: Evaluated) -> Rewrite:
+        """RAI on the units ``evaluated`` flags: the whole text (paragraph level) or the flagged sentences."""
+        verdicts = evaluated.verdicts
+        if self.opts.level == "paragraph":
+            reason = verdicts[0].reason
+            step = await generate_reply(self.llm, self.prompt(RAI_PARAGRAPH_PROMPT).render(
+                source=source, target=evaluated.text, reason=reason), ImprovedTextReply,
+                parse=parse_rai_paragraph)  # type: ignore[arg-type]
+            if step.value is None:
+                return Rewrite(error=step.error)
+            new: str = step.value  # type: ignore[assignment]
+            return Rewrite(text=new, changes=[SentenceChange(sentence=1, before=evaluated.text.strip(), after=new,
+                                                             reason=reason)])
+        flagged = evaluated.flagged
+        texts = [v.claim.text for v in verdicts]
+        listing = "\n".join(f"[{i + 1}] {' '.join(texts[i].split())}\n    reason: {' '.join(verdicts[i].reason.split())}"
+                            for i in flagged)
+        n = len(verdicts)
+        step = await generate_reply(self.llm, self.prompt(RAI_SENTENCE_PROMPT).render(
+            source=source, target=evaluated.text, flagged=listing), RewritesReply,
+            parse=lambda text: parse_rai_sentences(text, set(flagged), n))  # type: ignore[arg-type, return-value]
+        if step.value is None:
+            return Rewrite(error=step.error)
+        rewrites, ignored = step.value  # type: ignore[misc]
+        rewrites = {i: new for i, new in rewrites.items() if new != texts[i]}
+        changes = [SentenceChange(sentence=i + 1, before=texts[i], after=new, reason=verdicts[i].reason)
+                   for i, new in sorted(rewrites.items())]
+        spans = [v.claim.target_spans[0] for v in verdicts]
+        return Rewrite(text=splice(evaluated.text, spans, rewrites), changes=changes, ignored=ignored)
+
+    def result(self, report: Report, rounds: list[ImprovementRound], stop_reason: str) -> Report:
+        """``report`` (about the given target) with the rounds, the verified improved text and the diff."""
+        original = best = rounds[0]
+        for r in rounds[1:]:
+            if r.score is not None and (best.score is None or r.score > best.score):
+                best = r
+        improved = best.round > 0 and original.score is not None
+        improved_target = best.text if improved else original.text
+        details: dict[str, Any] = {**report.details,
+                                   "rounds": [r.model_dump() for r in rounds],
+                                   "max_rounds": self.opts.rounds,
+                                   "improved_target": improved_target,
+                                   "improved": improved,
+                                   "best_round": best.round if improved else 0,
+                                   "stop_reason": stop_reason,
+                                   "diff": sentence_diff(original.text, improved_target) if improved else ""}
+        subscores = {**report.subscores, "initial_score": original.score,
+                     "final_score": best.score if improved else original.score,
+                     "rounds_run": float(len(rounds) - 1)}
+        return report.model_copy(update={"details": details, "subscores": subscores})

@@ -1,0 +1,142 @@
+"""Load and fault benchmark of the HTTP service (issue 12), all on 127.0.0.1 against a stub model endpoint.
+
+    python benchmarks/service_load.py [--body-mb 300] [--body-rounds 3] [--options 2000] [--concurrent 200]
+                                      [--job-items 40] [--long-target-chars 100000] [--latency-ms 20]
+                                      [--only body options concurrent limits kill health] [--out FILE.json]
+
+Scenarios (each starts its own server process with ``python -m halluscope.server``; the light versions run in
+tests/test_server_process.py):
+
+* ``body``: a POST declaring a ``--body-mb`` MB Content-Length, the client sending it as fast as it can until
+  the answer comes: without a token (401), with it (413), and chunked with no Content-Length (413). Time to
+  the answer and the server's resident memory before, after and at its peak (VmHWM).
+* ``options``: ``--options`` /check requests, each with its own options (geval ``max_tokens`` = 1..N), 16 at
+  a time: memory, open files, the method cache's size.
+* ``concurrent``: ``--concurrent`` /check requests at once with the default limits: status counts.
+* ``limits``: the same against a server with 4 slots and a queue of 16: every request is answered or refused
+  with 429/503 and Retry-After, none dropped.
+* ``kill``: a geval job of ``--job-items`` pairs; the stub answers half the requests and holds the rest; the
+  server is killed with SIGKILL, restarted on the same folder, and resumes: items lost, items recorded twice,
+  requests for prompts the stub had already answered (must be 0).
+* ``health``: /health latency, probed every 50 ms, while a ``dcr`` check of a ``--long-target-chars`` target
+  runs (sentence splitting and span location on the worker loop, not the HTTP loop).
+
+Numbers depend on the machine (the 1-minute load average is recorded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from halluscope.server import loadtest
+
+TOKEN = "bench-token"
+
+
+def scenario_body(home: Path, stub: loadtest.Proc, args: argparse.Namespace) -> dict[str, Any]:
+    with loadtest.start_server(home / "body", stub=stub, token=TOKEN) as server:
+        declared = args.body_mb * 1_000_000
+        return loadtest.huge_body(server, TOKEN, declared=declared, send_up_to=declared, rounds=args.body_rounds)
+
+
+def scenario_options(home: Path, stub: loadtest.Proc, args: argparse.Namespace) -> dict[str, Any]:
+    with loadtest.start_server(home / "options", stub=stub, token=TOKEN) as server:
+        return loadtest.distinct_options(server, TOKEN, n=args.options, concurrency=16, timeout_s=300)
+
+
+def scenario_concurrent(home: Path, stub: loadtest.Proc, args: argparse.Namespace) -> dict[str, Any]:
+    with loadtest.start_server(home / "concurrent", stub=stub, token=TOKEN) as server:
+        out = loadtest.concurrent_checks(server, TOKEN, n=args.concurrent, timeout_s=300)
+        out["rss_after_mb"] = round(loadtest.rss_mb(server.pid), 1)
+        return out
+
+
+def scenario_limits(home: Path, stub: loadtest.Proc, args: argparse.Namespace) -> dict[str, Any]:
+    limits = ("--max-in-flight", "4", "--max-queue", "16", "--queue-timeout", "20")
+    with loadtest.start_server(home / "limits", *limits, stub=stub, token=TOKEN) as server:
+        out = loadtest.concurrent_checks(server, TOKEN, n=args.concurrent, timeout_s=300)
+        out["limits"] = " ".join(limits)
+        return out
+
+
+def scenario_kill(home: Path, stub: loadtest.Proc, args: argparse.Namespace) -> dict[str, Any]:
+    run = loadtest.kill_resume(home / "kill", items=args.job_items, kill_after=args.job_items // 2, concurrency=4,
+                               latency_ms=args.latency_ms, timeout_s=300)
+    return run.summary()
+
+
+def scenario_health(home: Path, stub: loadtest.Proc, args: argparse.Namespace) -> dict[str, Any]:
+    sentence = "The ferry across the bay was paid for by the city and a regional grant of two million. "
+    target = (sentence * (args.long_target_chars // len(sentence) + 1))[: args.long_target_chars]
+    source = "The ferry across the bay costs three million; a regional grant pays two thirds of it."
+    with loadtest.start_server(home / "health", "--timeout", "600", stub=stub, token=TOKEN) as server:
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        result: dict[str, Any] = {}
+
+        def long_check() -> None:
+            started = time.perf_counter()
+            r = httpx.post(server.url + "/check", json={"source": source, "target": target, "method": "dcr"},
+                           headers=headers, timeout=900)
+            result.update(status=r.status_code, check_seconds=round(time.perf_counter() - started, 2))
+
+        with httpx.Client(base_url=server.url, timeout=60) as probe:  # one kept-alive connection
+            def health_ms() -> float:
+                t = time.perf_counter()
+                probe.get("/health")
+                return 1000 * (time.perf_counter() - t)
+
+            idle = sorted(health_ms() for _ in range(20))
+            worker = threading.Thread(target=long_check)
+            worker.start()
+            waits = []
+            while worker.is_alive():
+                waits.append(health_ms())
+                time.sleep(0.05)
+            worker.join()
+        waits.sort()
+        return {"target_chars": len(target), "method": "dcr", **result, "health_idle_p50_ms": round(idle[10], 1),
+                "health_probes": len(waits), "health_p50_ms": round(waits[len(waits) // 2], 1) if waits else None,
+                "health_max_ms": round(waits[-1], 1) if waits else None}
+
+
+SCENARIOS = {"body": scenario_body, "options": scenario_options, "concurrent": scenario_concurrent,
+             "limits": scenario_limits, "kill": scenario_kill, "health": scenario_health}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--body-mb", type=int, default=300)
+    parser.add_argument("--body-rounds", type=int, default=3)
+    parser.add_argument("--options", type=int, default=2000)
+    parser.add_argument("--concurrent", type=int, default=200)
+    parser.add_argument("--job-items", type=int, default=40)
+    parser.add_argument("--long-target-chars", type=int, default=100_000)
+    parser.add_argument("--latency-ms", type=float, default=20.0)
+    parser.add_argument("--only", nargs="*", choices=sorted(SCENARIOS))
+    parser.add_argument("--out", help="also write the results as JSON here")
+    args = parser.parse_args()
+    results: dict[str, Any] = {"load_average_1m": round(os.getloadavg()[0], 2), "cpus": os.cpu_count()}
+    with tempfile.TemporaryDirectory(prefix="halluscope-load-") as tmp:
+        home = Path(tmp)
+        with loadtest.start_stub(home / "stub", latency_ms=args.latency_ms) as stub:
+            for name in args.only or list(SCENARIOS):
+                started = time.perf_counter()
+                results[name] = SCENARIOS[name](home, stub, args)
+                results[name]["scenario_seconds"] = round(time.perf_counter() - started, 1)
+                print(f"## {name}\n{json.dumps(results[name], indent=1)}\n", flush=True)
+    results["load_average_1m_after"] = round(os.getloadavg()[0], 2)
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,230 @@
+"""The ``dove`` method: the claim pipeline (decompose -> context -> verify) plus DoveScore's own part, the
+event order (sorter, ShuffleD) and Eq. 5."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import Field
+
+from halluscope.methods import register_method
+from halluscope.methods.dove.order import (
+    EventOrder,
+    dove_score,
+    judge_order,
+    partial_subscores,
+    target_position_order,
+)
+from halluscope.methods.dove.prompts import (
+    DOVE_CHECK_BATCH_PROMPT,
+    DOVE_CHECK_PROMPT,
+    DOVE_DECOMPOSE_PROMPT,
+    DOVE_SORT_PROMPT,
+)
+from halluscope.methods.dove.stages import DoveSorter, PositionSorter
+from halluscope.methods.options import ClaimOptions
+from halluscope.methods.pipeline import (
+    ClaimPipeline,
+    PipelineRun,
+    SentenceDecomposer,
+    _shared_index,  # the index the retrieval stage built (cached per source)
+)
+from halluscope.prompts import PromptTemplate
+from halluscope.records import Claim, Finding, Report, StepResult
+from halluscope.retrieval import SourceIndex, fits_in_context
+from halluscope.stages import Decomposer, build_stage
+
+
+class DoveOptions(ClaimOptions):
+    decomposer: Literal["llm", "sentences"] = "llm"
+    """llm: event and descriptive facts, pronouns resolved (the paper); sentences: every target sentence is an
+    event fact (no call)."""
+
+    batch_size: int = Field(default=1, ge=1)
+    """Facts per fact-checker call when the whole source is sent (1 = the paper's one call per fact)."""
+
+    target_order: Literal["sorter", "decomposition"] = "sorter"
+    """How the target orders the verified events: sorter (the paper: the sorter reads the target) or
+    decomposition (the decomposer's listing; one call fewer)."""
+
+    sorter: Literal["llm", "position"] = "llm"
+    """llm (the paper) or position (no LLM: order of mention in the source; only for chronologically narrated
+    sources)."""
+
+
+@dataclass
+class _OrderOutcome:
+    shuffle_degree: float | None = None
+    findings: list[Finding] = field(default_factory=list)
+    error: str | None = None
+
+
+@register_method
+class Dove(ClaimPipeline):
+    """DoveScore. Claims of kind ``descriptive`` are descriptive facts; every other claim is an event fact, in
+    the decomposer's order (so a swapped decomposer such as ``sentences`` gives a sentence-level DoveScore)."""
+
+    name = "dove"
+    description = ("DoveScore: event and descriptive facts checked against the source, plus the order of the "
+                   "verified events (catches true facts told in a misleading order).")
+    Options = DoveOptions
+    opts: DoveOptions
+    prompts = (DOVE_DECOMPOSE_PROMPT, DOVE_CHECK_PROMPT, DOVE_CHECK_BATCH_PROMPT, DOVE_SORT_PROMPT)
+    default_verifier = "dove"
+
+    def __init__(self, llm=None, config=None, **options: Any):
+        super().__init__(llm, config, **options)
+        self._sorter: DoveSorter | None = None
+
+    # -- stages -------------------------------------------------------------------------------------------
+    def make_decomposer(self) -> Decomposer:
+        if self.opts.decomposer == "sentences":
+            return SentenceDecomposer(self, kind="event")
+        return build_stage("decomposer", "dove", self)
+
+    @property
+    def sorter(self) -> DoveSorter:
+        if self._sorter is None:
+            self._sorter = DoveSorter(self.llm, self.prompt(DOVE_SORT_PROMPT), seed=self.config.seed or 0)
+        return self._sorter
+
+    def stage_names(self) -> dict[str, str]:
+        sorter = PositionSorter.name if self.opts.sorter == "position" else DoveSorter.name
+        return {**super().stage_names(), "sorter": sorter}
+
+    def used_prompts(self) -> list[PromptTemplate]:
+        used = [self.prompt(DOVE_DECOMPOSE_PROMPT)] if self.opts.decomposer == "llm" else []
+        verifier_prompts = getattr(self.verifier, "used_prompts", None)
+        if callable(verifier_prompts):
+            used += list(verifier_prompts())
+        if self.opts.sorter == "llm":
+            used.append(self.prompt(DOVE_SORT_PROMPT))
+        return used
+
+    def source_fits(self, source: str, claims: Sequence[Claim]) -> bool:
+        """Whether the whole source fits next to the biggest prompt that carries it: the verifier's, and the
+        source-side sorter's (which may list every fact)."""
+        reserve = self.verifier.reserve_tokens(claims)
+        if self.opts.sorter == "llm":
+            reserve = max(reserve, self.sorter.reserve_tokens([c.text for c in claims]))
+        return fits_in_context(self.llm, source, reserve_tokens=reserve)
+
+    # -- DoveScore ----------------------------------------------------------------------------------------
+    async def run(self, source: str, target: str) -> Report:
+        run = await self.evaluate(source, target)
+        if isinstance(run, Report):
+            return run
+        details = run.details
+        label = {v.claim.id: v.label for v in run.verdicts}
+        events = [c for c in run.claims if c.kind != "descriptive"]
+        descriptive = [c for c in run.claims if c.kind == "descriptive"]
+        details["decomposition"] = {"event_facts": [c.text for c in events],
+                                    "descriptive_facts": [c.text for c in descriptive]}
+        unscored = [v for v in run.verdicts if v.label == "unscored"]
+        details["unscored_facts"] = [{"id": v.claim.id, "reason": v.reason} for v in unscored]
+        scored_events = [c for c in events if label[c.id] != "unscored"]
+        scored_descriptive = [c for c in descriptive if label[c.id] != "unscored"]
+        verified_events = [c for c in scored_events if label[c.id] == "supported"]
+        n_desc_correct = sum(label[c.id] == "supported" for c in scored_descriptive)
+        findings = await self.localize(run)
+
+        def report(**kwargs: Any) -> Report:
+            return Report(method=self.name, claims=run.claims, verdicts=run.verdicts, details=details, **kwargs)
+
+        if not scored_events and not scored_descriptive:
+            return report(unscored_reason=f"none of the {len(run.claims)} facts could be checked "
+                                          f"({unscored[0].reason})", findings=findings)
+        counts = (len(scored_events), len(verified_events), len(scored_descriptive), n_desc_correct)
+        shuffle: float | None = None
+        if scored_events:
+            order = await self.event_order(verified_events, run)
+            if order.error is not None:
+                return report(unscored_reason=order.error, subscores=partial_subscores(*counts), findings=findings)
+            shuffle = order.shuffle_degree
+            findings += order.findings
+        scores = dove_score(*counts, shuffle)
+        return report(score=scores.score, subscores=scores.subscores(), findings=findings)
+
+    async def event_order(self, events: list[Claim], run: PipelineRun) -> _OrderOutcome:
+        """Sort the verified events by the source and by the target and compare the two orderings; every
+        sorter repair is recorded in ``details["order"]``."""
+        info: dict[str, Any] = {"verified_events": [c.id for c in events]}
+        run.details["order"] = info
+        if len(events) < 2:
+            info["note"] = "fewer than two verified events: no pair can be out of order (ShuffleD = 0)"
+            return _OrderOutcome(shuffle_degree=0.0)
+        by_source = await self.sort_by_source(events, run)
+        if by_source.value is None:
+            return _OrderOutcome(error=by_source.error)
+        info.update(by_source.value.notes)
+        if self.opts.target_order == "sorter":
+            by_target = (StepResult.success(target_position_order(events)) if self.opts.sorter == "position"
+                         else await self.sorter([c.text for c in events], run.target))
+            if by_target.value is None:
+                return _OrderOutcome(error=by_target.error)
+            target_sequence = by_target.value.order
+            info["target_sorter"] = by_target.value.repairs(events)
+        else:
+            target_sequence = list(range(len(events)))  # the decomposer's listing order
+        source_order: EventOrder = by_source.value
+        info["source_sorter"] = source_order.repairs(events)
+        judged = judge_order(events, source_order.order, target_sequence)
+        info["source_order"] = [events[i].id for i in source_order.order]
+        info["target_order"] = [events[i].id for i in target_sequence]
+        info["compared_events"] = placed = len(set(source_order.order) & set(target_sequence))
+        if judged is None:
+            return _OrderOutcome(error=f"the sorter placed only {placed} of {len(events)} verified events in both "
+                                       "orderings; event order cannot be judged")
+        return _OrderOutcome(shuffle_degree=judged.shuffle_degree, findings=judged.findings)
+
+    async def sort_by_source(self, events: list[Claim], run: PipelineRun) -> StepResult[EventOrder]:
+        texts = [c.text for c in events]
+        if self.opts.sorter == "position":
+            return await PositionSorter(await self.source_index(run.source))(texts)
+        text = await self.sorting_text(events, run)
+        if text is None:
+            return StepResult.failure("the source excerpts about the verified events do not fit the model's "
+                                      "context window, so their order cannot be judged")
+        return await self.sorter(texts, text)
+
+    async def sorting_text(self, events: list[Claim], run: PipelineRun) -> str | None:
+        """What the source-side sorter reads: the whole source, or with retrieval the snippets retrieved for the
+        verified events, merged and in source order (so the sorter sees the source's chronology of exactly
+        these events); narrower retrieval (top 1, no window) if that does not fit; None if nothing fits."""
+        if run.selection.mode == "full":
+            return run.source
+        index = await self.source_index(run.source)
+        texts = [c.text for c in events]
+        reserve = self.sorter.reserve_tokens(texts)
+        for wide in (True, False):
+            top_k, window = (self.opts.top_k, self.opts.window) if wide else (1, 0)
+            if wide:  # the snippets the facts were checked against
+                indices = {i for c in events for ctx in run.selection.contexts.get(c.id or "", [])
+                           for i in ctx.sentences}
+            else:
+                narrow = await asyncio.to_thread(index.retrieve_many, texts, top_k, window)
+                indices = {i for snips in narrow for s in snips for i in s.sentence_indices}
+            runs = _consecutive_runs(sorted(indices))
+            excerpt = "\n[...]\n".join(index.snippet(r[0], r[-1]).text for r in runs)
+            if excerpt and fits_in_context(self.llm, excerpt, reserve_tokens=reserve):
+                run.details["context"].update({"sorter_excerpts": len(runs), "sorter_top_k": top_k,
+                                               "sorter_window": window})
+                return excerpt
+        return None
+
+    async def source_index(self, source: str) -> SourceIndex:
+        """The source's retrieval index (the one the retrieval stage uses; built once per source)."""
+        return await _shared_index(source, self.opts)
+
+
+def _consecutive_runs(indices: list[int]) -> list[list[int]]:
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs

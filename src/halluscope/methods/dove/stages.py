@@ -1,0 +1,286 @@
+"""DoveScore's stages: the decomposer (decomposer ``dove``), the fact checker (verifier ``dove``, usable by any
+claim method) and the two sorters (DoveScore's own, chosen with ``sorter=llm|position``)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+from collections.abc import Awaitable, Iterable, Sequence
+from typing import TYPE_CHECKING, ClassVar, TypeVar
+
+from rapidfuzz import fuzz, process
+
+from halluscope.llm import LLM
+from halluscope.llm.structured import generate_reply
+from halluscope.methods.dove.order import EventOrder
+from halluscope.methods.dove.prompts import (
+    DOVE_CHECK_BATCH_PROMPT,
+    DOVE_CHECK_PROMPT,
+    DOVE_DECOMPOSE_PROMPT,
+    DOVE_EXAMPLE_FACTS,
+    DOVE_SORT_EXAMPLE_ORDER,
+    DOVE_SORT_PROMPT,
+)
+from halluscope.methods.dove.replies import (
+    DoveBatchAnswers,
+    DoveBatchReply,
+    DoveCheckReply,
+    DoveFacts,
+    DoveFactsReply,
+    DoveOrderReply,
+    parse_batch_judgments,
+    parse_decomposition,
+    parse_event_order,
+)
+from halluscope.methods.pipeline import LLMVerifier, messages_tokens, reply_budget
+from halluscope.prompts import PromptTemplate
+from halluscope.records import Claim, Evidence, Span, StepResult, Verdict
+from halluscope.retrieval import SourceIndex
+from halluscope.stages import Context, register_stage
+from halluscope.text import locate, split_sentences
+from halluscope.text.placeholders import is_placeholder, shown_strings
+
+if TYPE_CHECKING:  # pragma: no cover
+    from halluscope.methods.base import Method
+
+T = TypeVar("T")
+CHECK_REPLY_TOKENS = 256  # a reason, a short quote and a verdict
+EVIDENCE_ECHOES = shown_strings(DoveCheckReply)
+
+
+async def _gather_or_cancel(aws: Iterable[Awaitable[T]]) -> list[T]:
+    """``asyncio.gather`` whose first error cancels the siblings (after a context overflow the pipeline
+    starts over on snippets; the other calls must not keep running)."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+# ------------------------------------------------------------------------------------------------ decomposer
+
+
+def target_spans_for(fact: str, target: str, sentences: Sequence[tuple[str, Span]]) -> list[Span]:
+    """Where a (rewritten, pronoun-resolved) fact sits in the target: the exact/near-exact text when it is
+    there, else the target sentence that shares the most words with it (an approximation), else nothing."""
+    match = locate(fact, target, min_fuzzy=90)
+    if match is not None:
+        return [match.span]
+    if not sentences:
+        return []
+    best = process.extractOne(fact, [s for s, _ in sentences], scorer=fuzz.token_set_ratio,
+                              processor=lambda s: s.lower(), score_cutoff=60)
+    return [sentences[best[2]][1]] if best is not None else []
+
+
+@register_stage("dove", "decomposer")
+class DoveDecomposer:
+    """Target -> event facts in the target's chronological order, and descriptive facts (one LLM call).
+
+    Events get ids E1.. and ``order``, descriptive facts D1..; pronouns are resolved by the model, and each
+    fact is mapped back to a target span (:func:`target_spans_for`)."""
+
+    name: str
+
+    def __init__(self, method: Method):
+        self.llm = method.llm
+        self.prompt = method.prompt(DOVE_DECOMPOSE_PROMPT)
+
+    async def __call__(self, target: str) -> StepResult[list[Claim]]:
+        def parse(text: str) -> DoveFacts:
+            return parse_decomposition(text, DOVE_EXAMPLE_FACTS, target)
+
+        step = await generate_reply(
+            self.llm, self.prompt.render(target=target), DoveFactsReply, parse=parse,  # type: ignore[arg-type]
+            params=self.llm.params(max_tokens=reply_budget(self.llm, 128 + 2 * self.llm.count_tokens(target))))
+        if step.value is None:
+            return StepResult.failure(f"decomposer: {step.error}", step.calls)
+        facts: DoveFacts = step.value  # type: ignore[assignment]
+        sentences = [(s.text, s.span) for s in split_sentences(target)]
+        events = [Claim(text=t, kind="event", id=f"E{i + 1}", order=i,
+                        target_spans=target_spans_for(t, target, sentences)) for i, t in enumerate(facts.events)]
+        descriptive = [Claim(text=t, kind="descriptive", id=f"D{i + 1}",
+                             target_spans=target_spans_for(t, target, sentences))
+                       for i, t in enumerate(facts.descriptive)]
+        return StepResult.success(events + descriptive, step.calls)
+
+
+# ------------------------------------------------------------------------------------------------ fact checker
+
+
+def _evidence(judgment: DoveCheckReply, source: str) -> list[Evidence]:
+    quote = (judgment.evidence or "").strip()
+    if not quote or is_placeholder(quote, EVIDENCE_ECHOES):
+        return []
+    relation = {"supported": "supports", "contradicted": "contradicts"}.get(judgment.label, "related")
+    match = locate(quote, source)
+    text = match.span.of(source) if match else quote
+    return [Evidence(text=text, span=match.span if match else None, relation=relation)]  # type: ignore[arg-type]
+
+
+def _verdict(claim: Claim, judgment: DoveCheckReply, source: str, calls: list) -> Verdict:
+    return Verdict(claim=claim, label=judgment.label, reason=judgment.reason or "",  # type: ignore[arg-type]
+                   score=1.0 if judgment.supported else 0.0, evidence=_evidence(judgment, source), calls=calls)
+
+
+@register_stage("dove", "verifier")
+class DoveFactChecker(LLMVerifier):
+    """DoveScore's fact checker: supported / contradicted / unsupported, with a reason and a source quote.
+
+    One call per fact; with the whole source and ``batch_size`` > 1 (a ``dove`` option; 1 for other methods)
+    several facts per call. A fact the batch reply does not judge exactly once by its number is re-checked on
+    its own (the per-fact path is the reference); unscored when that reply is unusable too."""
+
+    reply_tokens = CHECK_REPLY_TOKENS
+
+    def __init__(self, method: Method):
+        super().__init__(method)
+        self.batch_size = int(getattr(method.opts, "batch_size", 1) or 1)
+        self.prompt = method.prompt(DOVE_CHECK_PROMPT)
+        self.batch_prompt = method.prompt(DOVE_CHECK_BATCH_PROMPT)
+
+    def used_prompts(self) -> list[PromptTemplate]:
+        return [self.prompt] + ([self.batch_prompt] if self.batch_size > 1 else [])
+
+    def messages(self, claims: Sequence[Claim], context_text: str) -> list[dict[str, str]]:
+        """The one-fact prompt for ``claims[0]``."""
+        return self.prompt.render(source=context_text, fact=claims[0].text)  # type: ignore[return-value]
+
+    def batch_messages(self, claims: Sequence[Claim], context_text: str) -> list[dict[str, str]]:
+        """The batch prompt: the facts numbered from 1."""
+        listing = "\n".join(f"{i + 1}. {c.text}" for i, c in enumerate(claims))
+        messages = self.batch_prompt.render(source=context_text, facts=listing, count=len(claims))
+        return messages  # type: ignore[return-value]
+
+    def reserve_tokens(self, claims: Sequence[Claim]) -> int:
+        """The larger of a one-fact call (longest fact) and, when batching, a call with the first batch."""
+        reserve = super().reserve_tokens(claims)
+        if self.batch_size > 1 and len(claims) > 1:
+            batch = list(claims[: self.batch_size])
+            reserve = max(reserve, messages_tokens(self.llm, self.batch_messages(batch, ""))
+                          + reply_budget(self.llm, 64 + CHECK_REPLY_TOKENS * len(batch)))
+        return reserve
+
+    async def __call__(self, claims: Sequence[Claim], context: Context, source: str) -> list[Verdict]:
+        if self.batch_size == 1 or context.kind != "source" or len(claims) < 2:
+            return await _gather_or_cancel(self.one(c, context.text, source) for c in claims)
+        chunks = [list(claims[i:i + self.batch_size]) for i in range(0, len(claims), self.batch_size)]
+        results = await _gather_or_cancel(self.batch(chunk, context.text, source) for chunk in chunks)
+        return [v for chunk in results for v in chunk]
+
+    async def one(self, claim: Claim, context: str, source: str) -> Verdict:
+        if is_placeholder(claim.text):
+            return Verdict.unscored(claim, f"the fact {claim.text[:40]!r} is a template placeholder, not a fact")
+        step = await generate_reply(self.llm, self.messages([claim], context), DoveCheckReply,
+                                    params=self.llm.params(max_tokens=reply_budget(self.llm, CHECK_REPLY_TOKENS)))
+        if step.value is None:
+            return Verdict.unscored(claim, f"fact checker: {step.error}", step.calls)
+        return _verdict(claim, step.value, source, step.calls)
+
+    async def batch(self, claims: list[Claim], context: str, source: str) -> list[Verdict]:
+        n = len(claims)
+        if n == 1:  # a last chunk of one fact: the one-fact prompt
+            return [await self.one(claims[0], context, source)]
+        step = await generate_reply(
+            self.llm, self.batch_messages(claims, context), DoveBatchReply,
+            params=self.llm.params(max_tokens=reply_budget(self.llm, 64 + CHECK_REPLY_TOKENS * n)),
+            parse=lambda text: parse_batch_judgments(text, n))  # type: ignore[arg-type, return-value]
+        answers: DoveBatchAnswers | None = step.value  # type: ignore[assignment]
+        verdicts: list[Verdict | None] = [None] * n
+        why_redo: dict[int, str] = {}
+        for i, claim in enumerate(claims):
+            if answers is not None and i in answers.judged and not is_placeholder(claim.text):
+                verdicts[i] = _verdict(claim, answers.judged[i], source, step.calls)
+            else:
+                why_redo[i] = (f"{step.error}" if answers is None else
+                               answers.missing.get(i, "the fact is a template placeholder"))
+        redone = await _gather_or_cancel(self.one(claims[i], context, source) for i in why_redo)
+        for (i, why), verdict in zip(why_redo.items(), redone):
+            update: dict = {"calls": step.calls + verdict.calls}
+            if verdict.label == "unscored":
+                update["reason"] = f"batch: {why}; alone: {verdict.reason}"
+            verdicts[i] = verdict.model_copy(update=update)
+        return [v for v in verdicts if v is not None]
+
+
+# ------------------------------------------------------------------------------------------------ sorters
+
+
+class DoveSorter:
+    """Events x text -> their chronological order according to the text (the paper's sorter, one call).
+
+    The events are shown in a fixed pseudo-random order (seeded by their texts), never in target order, so
+    that a model echoing its input cannot make every ordering agree with the target."""
+
+    name: ClassVar[str] = "dove.sort"
+
+    def __init__(self, llm: LLM, prompt: PromptTemplate = DOVE_SORT_PROMPT, seed: int = 0):
+        self.llm, self.prompt, self.seed = llm, prompt, seed
+
+    def presentation(self, events: Sequence[str]) -> list[int]:
+        digest = hashlib.sha256(("\x1f".join(events) + f"\x1e{self.seed}").encode("utf-8", "surrogatepass")).hexdigest()
+        shown = list(range(len(events)))
+        random.Random(digest).shuffle(shown)
+        return shown
+
+    def messages(self, events: Sequence[str], text: str) -> list[dict[str, str]]:
+        listing = "\n".join(f"{n + 1}. {t}" for n, t in enumerate(events))
+        return self.prompt.render(text=text, events=listing)  # type: ignore[return-value]
+
+    @staticmethod
+    def reply_tokens(n_events: int) -> int:
+        return 32 + 8 * n_events
+
+    def reserve_tokens(self, events: Sequence[str]) -> int:
+        """Tokens a call needs besides the text it sorts by (prompt wording, the events, the reply)."""
+        return messages_tokens(self.llm, self.messages(events, "")) + reply_budget(self.llm,
+                                                                                self.reply_tokens(len(events)))
+
+    async def __call__(self, events: Sequence[str], text: str) -> StepResult[EventOrder]:
+        shown = self.presentation(events)
+        shown_texts = [events[i] for i in shown]
+        step = await generate_reply(
+            self.llm, self.messages(shown_texts, text), DoveOrderReply,
+            params=self.llm.params(max_tokens=reply_budget(self.llm, self.reply_tokens(len(events)))),
+            parse=lambda reply: parse_event_order(reply, shown_texts, DOVE_SORT_EXAMPLE_ORDER))  # type: ignore[arg-type, return-value]
+        if step.value is None:
+            return StepResult.failure(f"sorter: {step.error}", step.calls)
+        local: EventOrder = step.value  # type: ignore[assignment]
+        back = EventOrder(order=[shown[i] for i in local.order], missing=sorted(shown[i] for i in local.missing),
+                          duplicated=[shown[i] for i in local.duplicated], invented=local.invented)
+        return StepResult.success(back, step.calls)
+
+
+class PositionSorter:
+    """No-LLM source-side sorter: orders events by where the source tells them, i.e. by the source sentence
+    each event retrieves best. Only valid for sources narrated in chronological order (most stories and news
+    reports, not texts built on flashbacks); an extension, not the paper's sorter. Events anchored to the same
+    sentence keep their given order (the source gives no evidence against it); an event with no positive
+    retrieval score anywhere is left unplaced (``missing``)."""
+
+    name: ClassVar[str] = "dove.position_sort"
+
+    def __init__(self, index: SourceIndex):
+        self.index = index
+
+    async def __call__(self, events: Sequence[str]) -> StepResult[EventOrder]:
+        def anchors() -> list[int | None]:
+            found: list[int | None] = []
+            for text in events:
+                scores = self.index.sentence_scores(text)
+                best = int(scores.argmax()) if scores.size else -1
+                found.append(best if best >= 0 and float(scores[best]) > 0 else None)
+            return found
+
+        anchor = await asyncio.to_thread(anchors)
+        placed = sorted((i for i, a in enumerate(anchor) if a is not None), key=lambda i: (anchor[i], i))
+        if len(placed) < 2 <= len(events):
+            return StepResult.failure(f"position sorter: only {len(placed)} of {len(events)} events match a source "
+                                      "sentence")
+        return StepResult.success(EventOrder(order=placed, missing=[i for i, a in enumerate(anchor) if a is None],
+                                             notes={"source_sentence_of_event": anchor}))

@@ -1,0 +1,352 @@
+"""Load and fault scenarios against real server processes on 127.0.0.1 (shared by the tests, bounded, and
+``benchmarks/service_load.py``, heavy). Linux only: memory and open files are read from ``/proc``.
+
+Every scenario starts its own processes (a stub OpenAI-compatible endpoint, ``python -m halluscope.server``)
+with the LLM cache and the jobs database in a folder it is given, and stops them by process id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def _proc_status(pid: int, key: str) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory now, in MB."""
+    return _proc_status(pid, "VmRSS") / 1024
+
+
+def peak_rss_mb(pid: int) -> float:
+    """Highest resident memory since the process started, in MB."""
+    return _proc_status(pid, "VmHWM") / 1024
+
+
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+@dataclass
+class Proc:
+    popen: subprocess.Popen
+    port: int
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def wait_ready(self, path: str, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.popen.poll() is not None:
+                raise RuntimeError(f"process exited with {self.popen.returncode}: {self.log.read_text()[-2000:]}")
+            try:
+                if httpx.get(self.url + path, timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"not ready after {timeout_s}s: {self.log.read_text()[-2000:]}")
+
+    def kill9(self) -> None:
+        os.kill(self.pid, signal.SIGKILL)
+        self.popen.wait(10)
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+
+    def __enter__(self) -> Proc:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HALLUSCOPE_", "OPENAI_"))}
+    env["XDG_CACHE_HOME"] = str(home / "cache")  # LLM cache and jobs database live here
+    return env
+
+
+def start_stub(home: Path, latency_ms: float = 20.0, hold_after: int | None = None) -> Proc:
+    home.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    log = home / f"stub-{port}.log"
+    cmd = [sys.executable, "-m", "halluscope.server.stub", "--port", str(port), "--latency-ms", str(latency_ms)]
+    if hold_after is not None:
+        cmd += ["--hold-after", str(hold_after)]
+    proc = Proc(subprocess.Popen(cmd, env=_env(home), stdout=log.open("wb"), stderr=subprocess.STDOUT), port, log)
+    proc.wait_ready("/stats")
+    return proc
+
+
+def start_server(home: Path, *args: str, stub: Proc | None = None, token: str | None = None,
+                 port: int | None = None) -> Proc:
+    """``python -m halluscope.server`` on 127.0.0.1 with its cache and jobs under ``home``."""
+    home.mkdir(parents=True, exist_ok=True)
+    port = port or free_port()
+    log = home / f"server-{port}-{int(time.time() * 1000)}.log"
+    cmd = [sys.executable, "-m", "halluscope.server", "--port", str(port), "--log-level", "warning", *args]
+    if stub is not None:
+        cmd += ["--base-url", f"{stub.url}/v1", "--model", "stub"]
+    if token is not None:
+        cmd += ["--token", token]
+    proc = Proc(subprocess.Popen(cmd, env=_env(home), stdout=log.open("wb"), stderr=subprocess.STDOUT), port, log)
+    proc.wait_ready("/health")
+    return proc
+
+
+# --- scenario: a huge body --------------------------------------------------------------------------------
+
+
+def send_declared_body(port: int, declared: int, *, token: str | None = None, path: str = "/check",
+                       chunked: bool = False, send_up_to: int = 64 * 2**20, timeout_s: float = 30.0) -> dict[str, Any]:
+    """POST with ``Content-Length: declared`` (or chunked), sending body bytes until the answer arrives (at
+    most ``send_up_to``). Returns the status, seconds to the answer, and body bytes the client got to send."""
+    sock = socket.create_connection((HOST, port), timeout=timeout_s)
+    head = f"POST {path} HTTP/1.1\r\nHost: {HOST}\r\nContent-Type: application/json\r\n"
+    if token is not None:
+        head += f"Authorization: Bearer {token}\r\n"
+    head += "Transfer-Encoding: chunked\r\n\r\n" if chunked else f"Content-Length: {declared}\r\n\r\n"
+    chunk = b"x" * 2**16
+    piece = b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunked else chunk
+    started = time.perf_counter()
+    sock.sendall(head.encode())
+    sock.setblocking(False)
+    sent, answer = 0, b""
+    deadline = started + timeout_s
+    try:
+        while b"\r\n\r\n" not in answer and time.perf_counter() < deadline:
+            want_write = sent < min(declared, send_up_to)
+            readable, writable, _ = select.select([sock], [sock] if want_write else [], [], 0.5)
+            if readable:
+                data = sock.recv(65536)
+                if not data:
+                    break
+                answer += data
+            elif writable:
+                try:
+                    sent += sock.send(piece)
+                except BlockingIOError:
+                    continue
+                except OSError:  # the server closed after answering: read what it sent
+                    sock.setblocking(True)
+                    sock.settimeout(2)
+                    try:
+                        answer += sock.recv(65536)
+                    except OSError:
+                        pass
+                    break
+    finally:
+        seconds = time.perf_counter() - started
+        sock.close()
+    status_line = answer.split(b"\r\n", 1)[0].decode("latin-1")
+    status = int(status_line.split()[1]) if status_line.startswith("HTTP/") else 0
+    return {"status": status, "seconds": round(seconds, 4), "sent_bytes": sent}
+
+
+def huge_body(server: Proc, token: str, declared: int = 300_000_000, send_up_to: int = 64 * 2**20,
+              rounds: int = 1) -> dict[str, Any]:
+    """401 without a token, 413 with it, 413 for a chunked body: latency and the server's memory."""
+    before = rss_mb(server.pid)
+    out: dict[str, Any] = {"declared_bytes": declared, "rss_before_mb": round(before, 1), "answers": []}
+    for _ in range(rounds):
+        out["answers"].append({"case": "no token", **send_declared_body(server.port, declared, send_up_to=send_up_to)})
+        out["answers"].append({"case": "token", **send_declared_body(server.port, declared, token=token,
+                                                                      send_up_to=send_up_to)})
+        out["answers"].append({"case": "token, chunked", **send_declared_body(
+            server.port, declared, token=token, chunked=True, path="/check/batch", send_up_to=send_up_to)})
+    time.sleep(1.0)  # the server finishes a request (and frees its buffer) just after the client has the answer
+    out["rss_after_mb"] = round(rss_mb(server.pid), 1)
+    out["peak_rss_mb"] = round(peak_rss_mb(server.pid), 1)
+    return out
+
+
+# --- scenario: many requests at once ----------------------------------------------------------------------
+
+
+async def _post_all(url: str, bodies: list[dict[str, Any]], headers: dict[str, str], concurrency: int,
+                    timeout_s: float) -> list[tuple[int, dict[str, str]]]:
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    sem = asyncio.Semaphore(concurrency)
+    async with httpx.AsyncClient(limits=limits, timeout=timeout_s) as client:
+        async def one(body: dict[str, Any]) -> tuple[int, dict[str, str]]:
+            async with sem:
+                try:
+                    r = await client.post(url, json=body, headers=headers)
+                    return r.status_code, dict(r.headers)
+                except httpx.HTTPError as exc:
+                    return 0, {"error": f"{type(exc).__name__}: {exc}"}
+
+        return list(await asyncio.gather(*(one(b) for b in bodies)))
+
+
+def concurrent_checks(server: Proc, token: str | None, n: int = 200, timeout_s: float = 120.0) -> dict[str, Any]:
+    """``n`` /check requests at once (distinct pairs, so each reaches the model): status counts. 0 = no
+    answer (a dropped request); every 429/503 must carry Retry-After."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    bodies = [{"source": "The ferry costs 3 million; a grant pays two thirds.",
+               "target": f"The ferry costs 3 million (request {i}).", "method": "geval"} for i in range(n)]
+    started = time.perf_counter()
+    answers = asyncio.run(_post_all(server.url + "/check", bodies, headers, n, timeout_s))
+    counts = Counter(status for status, _ in answers)
+    return {"requests": n, "statuses": dict(sorted(counts.items())), "seconds": round(time.perf_counter() - started, 2),
+            "refusals_without_retry_after": sum(1 for s, h in answers if s in (429, 503) and "retry-after" not in h),
+            "errors": [h["error"] for s, h in answers if s == 0][:3]}
+
+
+def distinct_options(server: Proc, token: str | None, n: int = 2000, concurrency: int = 16,
+                     timeout_s: float = 120.0) -> dict[str, Any]:
+    """``n`` /check requests each with its own options (geval ``max_tokens`` 1..n): memory and open files."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    before, fds_before = rss_mb(server.pid), open_fds(server.pid)
+    bodies = [{"source": "The ferry costs 3 million.", "target": "The ferry costs 3 million.", "method": "geval",
+               "options": {"max_tokens": i + 1}} for i in range(n)]
+    started = time.perf_counter()
+    answers = asyncio.run(_post_all(server.url + "/check", bodies, headers, concurrency, timeout_s))
+    metrics = httpx.get(server.url + "/metrics", headers=headers, timeout=10).text
+    cache_size = next((float(line.split()[-1]) for line in metrics.splitlines()
+                       if line.startswith("halluscope_method_cache_size ")), None)
+    return {"requests": n, "statuses": dict(Counter(s for s, _ in answers)),
+            "seconds": round(time.perf_counter() - started, 2),
+            "rss_before_mb": round(before, 1), "rss_after_mb": round(rss_mb(server.pid), 1),
+            "peak_rss_mb": round(peak_rss_mb(server.pid), 1),
+            "open_files_before": fds_before, "open_files_after": open_fds(server.pid),
+            "method_cache_size": cache_size}
+
+
+# --- scenario: kill -9 mid-job, restart, resume ------------------------------------------------------------
+
+
+@dataclass
+class KillResume:
+    items: int
+    finished_before_kill: int = 0
+    held_at_kill: int = 0
+    stub_before_kill: dict[str, Any] = field(default_factory=dict)
+    stub_after: dict[str, Any] = field(default_factory=dict)
+    job_after: dict[str, Any] = field(default_factory=dict)
+    result_indexes: list[int] = field(default_factory=list)
+    resume_seconds: float = 0.0
+
+    def summary(self) -> dict[str, Any]:
+        lost = self.items - len(set(self.result_indexes))
+        return {
+            "items": self.items, "finished_before_kill": self.finished_before_kill,
+            "in_flight_at_kill": self.held_at_kill, "status_after": self.job_after.get("status"),
+            "attempts": self.job_after.get("attempts"), "items_lost": lost,
+            "items_recorded_twice": len(self.result_indexes) - len(set(self.result_indexes)),
+            "llm_requests": self.stub_after.get("received"), "distinct_prompts": self.stub_after.get("distinct"),
+            "repeated_calls_for_answered_prompts": self.stub_after.get("repeated_answered"),
+            "unanswered_requests_sent_again": self.stub_after.get("received", 0) - self.stub_after.get("distinct", 0),
+            "resume_seconds": round(self.resume_seconds, 2),
+        }
+
+
+def kill_resume(home: Path, items: int = 20, kill_after: int = 10, concurrency: int = 2,
+                latency_ms: float = 30.0, timeout_s: float = 120.0) -> KillResume:
+    """A geval job of ``items`` pairs; the stub answers ``kill_after`` requests and holds the next ones; the
+    server is killed with SIGKILL once those replies are stored; a new server on the same folder resumes."""
+    out = KillResume(items)
+    with start_stub(home / "stub", latency_ms=latency_ms, hold_after=kill_after) as stub:
+        port = free_port()
+        args = ("--job-concurrency", str(concurrency))
+        server = start_server(home, *args, stub=stub, port=port)
+        try:
+            pairs = [{"id": f"item-{i}", "source": "The ferry costs 3 million; a grant pays two thirds.",
+                      "target": f"The ferry costs {i + 1} million."} for i in range(items)]
+            job = httpx.post(server.url + "/jobs", json={"method": "geval", "items": pairs}, timeout=30).json()
+            job_id = job["id"]
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                info = httpx.get(f"{server.url}/jobs/{job_id}", timeout=10).json()
+                stats = httpx.get(stub.url + "/stats", timeout=10).json()
+                if info["done"] >= kill_after and stats["held"] >= min(concurrency, items - kill_after):
+                    break
+                time.sleep(0.05)
+            time.sleep(0.3)  # nothing moves now: every answered reply is stored, the next requests are held
+            out.finished_before_kill = httpx.get(f"{server.url}/jobs/{job_id}", timeout=10).json()["done"]
+            out.stub_before_kill = httpx.get(stub.url + "/stats", timeout=10).json()
+            out.held_at_kill = out.stub_before_kill["held"]
+            server.kill9()
+        finally:
+            server.stop()
+        httpx.post(stub.url + "/release", timeout=10)  # later requests are answered normally
+        started = time.perf_counter()
+        with start_server(home, *args, stub=stub, port=port) as server:
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                out.job_after = httpx.get(f"{server.url}/jobs/{job_id}", timeout=10).json()
+                if out.job_after["status"] in ("done", "failed"):
+                    break
+                time.sleep(0.05)
+            out.resume_seconds = time.perf_counter() - started
+            lines = httpx.get(f"{server.url}/jobs/{job_id}/results", timeout=30).text.splitlines()
+            out.result_indexes = [json.loads(line)["index"] for line in lines]
+        out.stub_after = httpx.get(stub.url + "/stats", timeout=10).json()
+    return out
+
+
+def graceful_restart(home: Path, items: int = 40, latency_ms: float = 200.0, stop_after_s: float = 1.0,
+                     timeout_s: float = 120.0) -> dict[str, Any]:
+    """SIGTERM mid-job (a rolling deploy): running items finish within the grace, none starts; a new server
+    resumes. Every prompt should reach the stub exactly once."""
+    with start_stub(home / "stub", latency_ms=latency_ms) as stub:
+        port = free_port()
+        server = start_server(home, stub=stub, port=port)
+        pairs = [{"source": "The ferry costs 3 million.", "target": f"The ferry costs {i} million."} for i in range(items)]
+        job_id = httpx.post(server.url + "/jobs", json={"method": "geval", "items": pairs}, timeout=30).json()["id"]
+        time.sleep(stop_after_s)
+        started = time.perf_counter()
+        server.stop()  # SIGTERM
+        stop_seconds = time.perf_counter() - started
+        with start_server(home, stub=stub, port=port) as again:
+            paused = httpx.get(f"{again.url}/jobs/{job_id}", timeout=10).json()
+            deadline = time.monotonic() + timeout_s
+            job = paused
+            while job["status"] != "done" and time.monotonic() < deadline:
+                time.sleep(0.05)
+                job = httpx.get(f"{again.url}/jobs/{job_id}", timeout=10).json()
+        stats = httpx.get(stub.url + "/stats", timeout=10).json()
+    return {"items": items, "done_at_restart": paused["done"], "status_after": job["status"], "done": job["done"],
+            "attempts": job["attempts"], "stop_seconds": round(stop_seconds, 2), "llm_requests": stats["received"],
+            "distinct_prompts": stats["distinct"], "repeated_calls_for_answered_prompts": stats["repeated_answered"]}

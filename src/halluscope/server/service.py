@@ -1,0 +1,338 @@
+"""``Service``: what the routes call. It owns the shared LLM client, the bounded method cache, the worker
+loops that run the checks, the job store and runner, admission control and the metrics. No FastAPI here:
+errors are :class:`ClientError` (status + message), turned into responses by the app."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+
+from halluscope.config import Config
+from halluscope.llm import LLM, LLMError, get_llm
+from halluscope.methods import InputError, Method, get_method, method_class
+from halluscope.methods.base import validate_pair
+from halluscope.records import Example, Report
+from halluscope.server.admission import Admission
+from halluscope.server.instances import MethodCache
+from halluscope.server.jobs import CheckFailed, JobRunner, JobStore, result_line
+from halluscope.server.logs import event, request_id
+from halluscope.server.metrics import Metrics
+from halluscope.server.schemas import JobRequest, Pair
+from halluscope.server.settings import ServerSettings
+from halluscope.server.workers import WorkerPool
+
+T = TypeVar("T")
+
+# Errors a method raises at run time that come from what the client asked for (options that validate but
+# cannot work together, a value the method rejects mid-run): answered 422, never 500.
+_CLIENT_RUN_ERRORS = (ValueError, TypeError, KeyError, ValidationError)
+_GRACE_S = 15.0  # a worker stuck in CPU work past the time limit: the HTTP side gives up this much later
+
+
+class ClientError(Exception):
+    """An answer other than 2xx: ``status``, a message, and headers (Retry-After)."""
+
+    def __init__(self, status: int, detail: str, headers: dict[str, str] | None = None):
+        super().__init__(detail)
+        self.status, self.detail, self.headers = status, detail, headers or {}
+
+
+class BackendUnavailable(RuntimeError):
+    pass
+
+
+def default_jobs_db(config: Config) -> Path:
+    return Path(config.cache_path).parent / "jobs.sqlite"
+
+
+class Service:
+    def __init__(self, config: Config, settings: ServerSettings, llm: LLM | None = None):
+        self.config, self.settings = config, settings
+        self.boot_id = uuid.uuid4().hex[:12]
+        self.metrics = Metrics()
+        self.admission = Admission(settings.max_in_flight, settings.max_queue, settings.queue_timeout_s)
+        self.pool = WorkerPool(settings.workers)
+        self.methods = MethodCache(settings.method_cache_size, self._build_method,
+                                   on_evict=self.metrics.method_cache_evictions.inc)
+        self.metrics.method_cache_size.set_function(lambda: len(self.methods))
+        self.metrics.in_flight.set_function(lambda: self.admission.in_flight)
+        self.metrics.bind(self._queue_depth, self._job_counts)
+        self.jobs_db = Path(settings.jobs_db) if settings.jobs_db else default_jobs_db(config)
+        self.store: JobStore | None = None
+        self.runner: JobRunner | None = None
+        self.open_requests = 0
+        self.routes: list[Any] = []  # the app's routes, for route templates in metrics and limits
+        self._llm = llm
+        self._llm_lock = threading.Lock()
+        self._start_lock = threading.Lock()
+        self._runner_future: Any = None
+
+    # --- lifecycle ----------------------------------------------------------------------------------
+
+    @property
+    def started(self) -> bool:
+        return self.runner is not None
+
+    def ensure_started(self) -> None:
+        """Start the workers, open the job store and resume its jobs (once; also without a lifespan)."""
+        if self.runner is not None:
+            return
+        with self._start_lock:
+            if self.runner is not None:
+                return
+            store = JobStore(self.jobs_db)
+            self.pool.start()
+            runner = JobRunner(store, build_method=self._method_for_job, run_item=self._job_item,
+                               max_running=self.settings.max_running_jobs, concurrency=self.settings.job_concurrency,
+                               on_item=lambda ok: self.metrics.job_items.labels("report" if ok else "error").inc())
+            self.store = store
+            self._runner_future = self.pool.submit(runner.main(), worker=0)
+            self.runner = runner
+            event(logging.INFO, "service started", boot_id=self.boot_id, jobs_db=str(self.jobs_db),
+                  workers=self.pool.n, pid=os.getpid())
+
+    def stop(self, wait: bool = True) -> None:
+        """Stop the jobs (they go back to the queue), the workers and the store. ``wait=False`` (an app
+        dropped without its lifespan, maybe from a garbage collection on a worker thread) only signals them."""
+        with self._start_lock:
+            runner, store = self.runner, self.store
+            self.runner = None
+            if runner is not None and runner.loop is not None:
+                try:
+                    grace = self.settings.shutdown_grace_s if wait else 0.0
+                    done = asyncio.run_coroutine_threadsafe(runner.stop(grace), runner.loop)
+                    if wait:
+                        done.result(grace + 10)
+                except Exception:  # noqa: BLE001 - shutting down: the next start requeues anyway
+                    pass
+            self.pool.stop(timeout_s=10.0 if wait else 0.0)
+            if store is not None and wait:
+                store.close()
+                self.store = None
+
+    def _queue_depth(self) -> dict[str, float]:
+        pending = self.store.counts()["pending_items"] if self.store is not None else 0
+        return {"requests": self.admission.queued, "job_items": pending}
+
+    def _job_counts(self) -> dict[str, float]:
+        if self.store is None:
+            return {}
+        counts = self.store.counts()
+        counts.pop("pending_items")
+        return counts
+
+    # --- methods ------------------------------------------------------------------------------------
+
+    def _shared_llm(self) -> LLM:
+        with self._llm_lock:
+            if self._llm is None:
+                try:
+                    self._llm = get_llm(self.config)
+                except (ValueError, LLMError, ImportError, OSError) as exc:
+                    raise BackendUnavailable(str(exc)) from exc
+            return self._llm
+
+    def _build_method(self, name: str, options: dict[str, Any]) -> Method:
+        cls = method_class(name)  # KeyError: unknown method
+        llm = self._shared_llm() if cls.uses_llm else None
+        return get_method(name, llm=llm, config=self.config, **options)
+
+    async def method(self, name: str, options: dict[str, Any]) -> Method:
+        """The (cached) instance; 400 for an unknown method or bad options, 503 when the model is unusable."""
+        try:
+            return await asyncio.to_thread(self.methods.get, name, options)
+        except KeyError as exc:
+            raise ClientError(400, str(exc.args[0]) if exc.args else "unknown method") from None
+        except BackendUnavailable as exc:
+            raise ClientError(503, f"the model backend is unavailable: {exc}") from None
+        except (ValueError, TypeError) as exc:  # OptionsError, pydantic ValidationError, a constructor's own check
+            raise ClientError(400, str(exc)) from None
+
+    async def _method_for_job(self, name: str, options: dict[str, Any]) -> Method:
+        return await asyncio.to_thread(self.methods.get, name, options)
+
+    # --- checks -------------------------------------------------------------------------------------
+
+    def check_size(self, source: str, target: str, where: str = "") -> None:
+        if len(source) + len(target) > self.settings.max_chars:
+            raise ClientError(413, f"{where}source + target exceed {self.settings.max_chars} characters")
+
+    async def _on_worker(self, method: Method, example: Example, origin: str, rid: str | None,
+                         render: Callable[[Report], T], labelled: bool = False) -> T:
+        """Check one pair on a worker loop, within the time limit; ``render`` (run there too) shapes the answer."""
+        request_id.set(rid)
+        try:
+            work = method.acheck_example(example) if labelled else method.acheck(example.source, example.target)
+            report = await asyncio.wait_for(work, self.settings.timeout_s)
+        except TimeoutError:
+            raise CheckFailed(504, f"check took longer than {self.settings.timeout_s:.0f}s") from None
+        except InputError as exc:
+            raise CheckFailed(422, str(exc)) from None
+        except _CLIENT_RUN_ERRORS as exc:
+            logging.getLogger("halluscope.server").warning("check failed on its options", exc_info=True)
+            raise CheckFailed(422, f"{method.name} could not run with these options: {type(exc).__name__}: {exc}") from None
+        self.metrics.observe_report(report, origin)
+        return render(report)
+
+    async def run_check(self, method: Method, example: Example, origin: str, render: Callable[[Report], T],
+                        labelled: bool = False) -> T:
+        """Run on a worker; the HTTP loop waits (at most the time limit plus a grace)."""
+        future = self.pool.run(self._on_worker(method, example, origin, request_id.get(), render, labelled))
+        try:
+            return await asyncio.wait_for(future, self.settings.timeout_s + _GRACE_S)
+        except TimeoutError:
+            raise CheckFailed(504, f"check took longer than {self.settings.timeout_s:.0f}s") from None
+
+    async def check(self, method: Method, source: str, target: str, render: Callable[[Report], T]) -> T:
+        try:
+            return await self.run_check(method, Example(id="0", source=source, target=target), "check", render)
+        except CheckFailed as exc:
+            self.metrics.check_errors.labels(method.name, str(exc.status)).inc()
+            raise ClientError(exc.status, str(exc)) from None
+
+    # --- batches ------------------------------------------------------------------------------------
+
+    def validate_items(self, items: list[Pair], limit: int, what: str) -> list[Example]:
+        if len(items) > limit:
+            raise ClientError(413, f"{len(items)} items in one {what}; at most {limit}")
+        examples = []
+        for i, item in enumerate(items):
+            where = f"item {i}{f' ({item.id})' if item.id else ''}: "
+            self.check_size(item.source, item.target, where)
+            try:
+                validate_pair(item.source, item.target)
+            except InputError as exc:
+                raise ClientError(422, f"{where}{exc}") from None
+            examples.append(Example(id=item.id if item.id is not None else str(i), source=item.source,
+                                    target=item.target))
+        return examples
+
+    async def _batch_line(self, method: Method, index: int, example: Example, item_id: str | None) -> bytes:
+        def render(report: Report) -> bytes:
+            return result_line(index, item_id, 200, report.model_dump_json(), None)
+
+        try:
+            return await self.run_check(method, example, "batch", render)
+        except CheckFailed as exc:
+            self.metrics.check_errors.labels(method.name, str(exc.status)).inc()
+            return result_line(index, item_id, exc.status, None, str(exc))
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug: the other items still get their lines
+            logging.getLogger("halluscope.server").exception("batch item failed")
+            self.metrics.check_errors.labels(method.name, "500").inc()
+            return result_line(index, item_id, 500, None, f"internal error (request id {request_id.get()})")
+
+    async def batch(self, method: Method, examples: list[Example]) -> AsyncIterator[bytes]:
+        """One NDJSON line per item, in the order they finish, at most ``batch_concurrency`` at a time."""
+        queue = iter(enumerate(examples))
+        pending: set[asyncio.Task[bytes]] = set()
+
+        def launch() -> None:
+            while len(pending) < self.settings.batch_concurrency:
+                nxt = next(queue, None)
+                if nxt is None:
+                    return
+                i, example = nxt
+                pending.add(asyncio.ensure_future(self._batch_line(method, i, example, example.id)))
+
+        try:
+            launch()
+            while pending:
+                done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    pending.discard(task)
+                    yield task.result()
+                launch()
+        finally:  # the client went away: stop the items still running
+            for task in pending:
+                task.cancel()
+
+    # --- jobs ---------------------------------------------------------------------------------------
+
+    async def _job_item(self, method: Method, example: Example, job_id: str) -> tuple[Report, str]:
+        request_id.set(f"job-{job_id[:8]}")
+        try:
+            return await self.run_check(method, example, "job", lambda r: (r, r.model_dump_json()), labelled=True)
+        except CheckFailed as exc:
+            self.metrics.check_errors.labels(method.name, str(exc.status)).inc()
+            raise
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug: recorded on the item, the job goes on
+            logging.getLogger("halluscope.server").exception("job item failed")
+            raise CheckFailed(500, f"internal error: {type(exc).__name__}: {exc}") from None
+
+    def _load_dataset(self, spec: str) -> tuple[str, list[Example]]:
+        from halluscope.bench.datasets import LOADERS, DatasetError, load_dataset
+
+        looks_like_file = spec.endswith(".jsonl") or "/" in spec or os.sep in spec
+        if looks_like_file:
+            root = self.settings.datasets_dir
+            if root is None:
+                raise ClientError(400, "this server reads no dataset files (start it with --datasets-dir); "
+                                       f"name a dataset ({', '.join(LOADERS)}) or send `items`")
+            root = Path(root).resolve()
+            path = (root / spec).resolve()
+            if not path.is_relative_to(root):
+                raise ClientError(400, f"dataset files are read only inside {root}")
+            if not path.is_file():
+                raise ClientError(400, f"dataset file not found: {spec}")
+            spec = str(path)
+        elif spec.partition(":")[0] not in LOADERS:
+            raise ClientError(400, f"unknown dataset {spec!r}; use one of {', '.join(LOADERS)}"
+                                   + (" or a .jsonl file in the datasets folder" if self.settings.datasets_dir else ""))
+        try:
+            dataset = load_dataset(spec, self.settings.data_dir)
+        except (DatasetError, OSError) as exc:
+            raise ClientError(400, f"cannot load dataset: {exc}") from None
+        return dataset.spec, dataset.examples
+
+    async def submit_job(self, req: JobRequest) -> str:
+        assert self.store is not None and self.runner is not None
+        name = req.method or self.settings.default_method
+        await self.method(name, req.options)  # validates the method and options now, not at run time
+        if req.items is not None:
+            examples = self.validate_items(req.items, self.settings.max_job_items, "job")
+            dataset = None
+        else:
+            assert req.dataset is not None
+            dataset, examples = await asyncio.to_thread(self._load_dataset, req.dataset)
+            if req.limit is not None:
+                examples = examples[: req.limit]
+            if not examples:
+                raise ClientError(400, f"dataset {dataset} has no items")
+            if len(examples) > self.settings.max_job_items:
+                raise ClientError(413, f"{len(examples)} items in one job; at most {self.settings.max_job_items}")
+            for ex in examples:
+                self.check_size(ex.source, ex.target, f"item {ex.id}: ")
+        if await asyncio.to_thread(self.store.active_count) >= self.settings.max_jobs:
+            raise ClientError(429, f"{self.settings.max_jobs} jobs are queued or running; retry later",
+                              {"Retry-After": str(max(self.settings.retry_after_s, 30))})
+        job_id = await asyncio.to_thread(self.store.create, name, req.options, examples, dataset=dataset, name=req.name)
+        event(logging.INFO, "job submitted", job_id=job_id, method=name, total=len(examples), dataset=dataset)
+        self.runner.notify()
+        return job_id
+
+    async def delete_job(self, job_id: str) -> bool:
+        assert self.store is not None and self.runner is not None
+        deleted = await asyncio.to_thread(self.store.delete, job_id)
+        if deleted:
+            self.runner.cancel(job_id)
+            event(logging.INFO, "job deleted", job_id=job_id)
+        return deleted
+
+    def wait_started(self, timeout_s: float = 10.0) -> None:
+        """Block until the job runner is looking at the queue (tests, benchmarks)."""
+        deadline = time.monotonic() + timeout_s
+        while (self.runner is None or self.runner.loop is None) and time.monotonic() < deadline:
+            time.sleep(0.01)

@@ -1,0 +1,93 @@
+"""``ServerSettings``: every limit of the service in one typed place (CLI flags of ``halluscope serve``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+MiB = 2**20
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    token: str | None = None
+    """Bearer token required on every route but /health, /ready and the docs; None = no auth (loopback only)."""
+
+    max_chars: int = 400_000
+    """Most source + target characters of one pair (a /check request, a batch item, a job item)."""
+
+    timeout_s: float = 300.0
+    """Wall-clock limit of one check (a /check request, one batch or job item) -> 504."""
+
+    default_method: str = "geval"
+    """Method used when a request names none."""
+
+    max_body_bytes: int = 32 * MiB
+    """Largest request body of /check/batch and POST /jobs. /check and /improve allow 12 bytes per character
+    of ``max_chars`` (the worst case of JSON escaping) plus 1 MiB; other routes 64 KiB. Enforced from
+    Content-Length before the body is read, and on the bytes as they arrive."""
+
+    max_in_flight: int = 64
+    """Checks (/check, /improve, /check/batch) running at once; more wait in the queue."""
+
+    max_queue: int = 512
+    """Checks waiting for a slot; one more is refused with 429 and Retry-After."""
+
+    queue_timeout_s: float = 30.0
+    """Longest wait for a slot; after it the request is refused with 503 and Retry-After."""
+
+    max_open_requests: int = 2048
+    """Requests of any kind being handled at once (probes excepted); one more gets 503 and Retry-After."""
+
+    retry_after_s: int = 2
+    """Seconds sent in Retry-After with 429 and 503."""
+
+    max_batch_items: int = 1000
+    """Most pairs in one /check/batch request (-> 413)."""
+
+    batch_concurrency: int = 8
+    """Items of one batch checked at once."""
+
+    method_cache_size: int = 32
+    """Method instances kept (least recently used evicted), keyed by method and validated options."""
+
+    workers: int = 2
+    """Threads, each with its own event loop, that run the checks: CPU-heavy work never blocks the loop
+    that answers HTTP (so /health and refusals stay fast)."""
+
+    jobs_db: Path | None = None
+    """SQLite file of the jobs; default ``jobs.sqlite`` next to the LLM response cache (which resumed jobs
+    reuse). One server process per file (a lock file enforces it)."""
+
+    max_jobs: int = 100
+    """Jobs queued or running at once; one more is refused with 429."""
+
+    max_job_items: int = 100_000
+    """Most items in one job (-> 413)."""
+
+    job_concurrency: int = 4
+    """Items of one job checked at once."""
+
+    max_running_jobs: int = 2
+    """Jobs running at once; the others wait in the queue (FIFO)."""
+
+    shutdown_grace_s: float = 10.0
+    """On shutdown, job items already running get this long to finish (none is started); the rest are
+    cancelled and redone at the next start, reusing the replies already in the LLM cache."""
+
+    data_dir: Path | None = None
+    """Folder of the named datasets (``final:dev``, ...) a job can name; default as ``halluscope bench``."""
+
+    datasets_dir: Path | None = None
+    """A job may name a ``.jsonl`` file only inside this folder; None = dataset files are refused."""
+
+    metrics_public: bool = False
+    """Serve /metrics without the token (for scrapers that cannot send one)."""
+
+    def body_limit(self, route: str) -> int:
+        """The largest body accepted on ``route`` (a route template such as ``/check``)."""
+        if route in ("/check/batch", "/jobs"):
+            return self.max_body_bytes
+        if route in ("/check", "/improve"):
+            return min(self.max_body_bytes, 12 * self.max_chars + MiB)
+        return 64 * 1024

@@ -1,0 +1,120 @@
+"""A stub OpenAI-compatible endpoint for the service's load and fault tests (loopback only).
+
+    python -m halluscope.server.stub --port 9100 [--latency-ms 50] [--hold-after N]
+
+``POST /v1/chat/completions`` waits ``latency`` and answers a geval-style JSON rating whose score is a
+function of the prompt (so reports vary, deterministically). It counts what it receives, by a hash of the
+messages: ``GET /stats`` -> ``received``, ``distinct``, ``answered``, ``repeated_answered`` (requests for a
+prompt it had already answered: what a resumed job must never cause), ``held``.
+
+``POST /hold?after=N`` makes every request after the N-th (counted from the start) wait, unanswered, until
+``POST /release`` (they then get 503 and are not counted as answered) or until their client goes away: the
+fault tests use it to stop a job at a known point before killing the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+from typing import Any
+from urllib.parse import parse_qs
+
+
+class StubEndpoint:
+    def __init__(self, latency_s: float = 0.0, hold_after: int | None = None):
+        self.latency_s = latency_s
+        self.hold_after = hold_after
+        self.received = 0
+        self.prompts: dict[str, int] = {}
+        self.answered: set[str] = set()
+        self.repeated_answered = 0
+        self.held = 0
+        self._release = asyncio.Event()
+
+    def stats(self) -> dict[str, Any]:
+        return {"received": self.received, "distinct": len(self.prompts), "answered": len(self.answered),
+                "repeated_answered": self.repeated_answered, "held": self.held,
+                "hold_after": self.hold_after}
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        body = b""
+        more = True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        path = scope["path"]
+        if path.endswith("/chat/completions"):
+            await self._complete(json.loads(body), receive, send)
+        elif path == "/stats":
+            await _reply(send, 200, self.stats())
+        elif path == "/hold":
+            after = parse_qs(scope.get("query_string", b"").decode()).get("after", ["0"])[0]
+            self.hold_after = int(after)
+            self._release = asyncio.Event()
+            await _reply(send, 200, self.stats())
+        elif path == "/release":
+            self.hold_after = None
+            self._release.set()
+            await _reply(send, 200, self.stats())
+        else:
+            await _reply(send, 200, {"ok": True})
+
+    async def _complete(self, request: dict[str, Any], receive: Any, send: Any) -> None:
+        key = hashlib.sha256(json.dumps(request["messages"], sort_keys=True).encode()).hexdigest()
+        self.received += 1
+        self.prompts[key] = self.prompts.get(key, 0) + 1
+        if key in self.answered:
+            self.repeated_answered += 1
+        if self.hold_after is not None and self.received > self.hold_after:
+            self.held += 1
+            release = asyncio.ensure_future(self._release.wait())
+            gone = asyncio.ensure_future(receive())  # http.disconnect when the client dies
+            await asyncio.wait({release, gone}, return_when=asyncio.FIRST_COMPLETED)
+            release.cancel()
+            gone.cancel()
+            await _reply(send, 503, {"error": {"message": "held by the stub"}})
+            return
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        score = 1 + int(key[:8], 16) % 5
+        content = json.dumps({"reason": "The stub rated this text.", "score": score})
+        words = sum(len(str(m.get("content", "")).split()) for m in request["messages"])
+        payload = {"id": f"stub-{self.received}", "object": "chat.completion", "model": request.get("model", "stub"),
+                   "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+                   "usage": {"prompt_tokens": words, "completion_tokens": len(content.split())}}
+        await _reply(send, 200, payload)
+        self.answered.add(key)
+
+
+async def _reply(send: Any, status: int, payload: Any) -> None:
+    data = json.dumps(payload).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+    await send({"type": "http.response.body", "body": data})
+
+
+def main() -> None:
+    import uvicorn
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--latency-ms", type=float, default=0.0)
+    parser.add_argument("--hold-after", type=int, default=None)
+    args = parser.parse_args()
+    app = StubEndpoint(args.latency_ms / 1000, args.hold_after)
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+
+
+if __name__ == "__main__":
+    main()
