@@ -56,15 +56,6 @@ def test_repair_never_turns_prose_into_values():
     assert extract_json('["a", "b",]', list) == ["a", "b"]
 
 
-def test_a_copy_of_the_format_example_is_not_an_answer():
-    class WithExample(Rating):
-        example = {"reason": "an example", "score": 2}
-
-    with pytest.raises(ParseError, match="copies the format example"):
-        WithExample.parse('{"reason": "an example", "score": 2}')
-    assert WithExample.parse('{"reason": "mine", "score": 2}').score == 2
-
-
 def test_format_instructions_come_from_the_schema():
     text = Rating.format_instructions()
     assert '"score": an integer from 1 to 5' in text and '"reason": a string' in text
