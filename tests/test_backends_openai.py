@@ -266,3 +266,23 @@ async def test_reply_schema_is_sent_and_a_refusing_endpoint_gets_plain_json_mode
     formats = [r["body"]["response_format"] for r in server.requests]
     assert formats[0] == {"type": "json_schema", "json_schema": {"name": "reply", "schema": json.loads(schema)}}
     assert formats[1:] == [{"type": "json_object"}, {"type": "json_object"}]  # remembered for later calls
+
+
+async def test_a_server_error_naming_json_schema_falls_back_to_json_mode_without_retrying() -> None:
+    # llama-cpp-python's server answers a response_format it does not know with HTTP 500 (a validation error)
+    schema = json.dumps({"type": "object", "properties": {"score": {"type": "integer"}}, "required": ["score"]})
+    params = GenerateParams(max_tokens=8, json_schema=schema)
+    refusal = (500, {"error": {"message": "1 validation error: ('body', 'response_format', 'type') Input should be "
+                                          "'text' or 'json_object', input: 'json_schema'"}}, {})
+    with ScriptedServer([refusal, (200, OK_BODY, {})]) as server:
+        model = OpenAICompatibleModel("m", server.url, None, max_retries=3)
+        assert (await model.generate(MSGS, params)).text == "OK"
+    assert [r["body"]["response_format"]["type"] for r in server.requests] == ["json_schema", "json_object"]
+
+
+async def test_a_plain_server_error_is_still_retried() -> None:
+    params = GenerateParams(max_tokens=8, json_schema=json.dumps({"type": "object"}))
+    with ScriptedServer([(500, {"error": {"message": "out of memory"}}, {}), (200, OK_BODY, {})]) as server:
+        model = OpenAICompatibleModel("m", server.url, None, max_retries=2, backoff_initial_s=0.01)
+        assert (await model.generate(MSGS, params)).text == "OK"
+    assert [r["body"]["response_format"]["type"] for r in server.requests] == ["json_schema", "json_schema"]

@@ -197,17 +197,28 @@ class OpenAICompatibleModel:
             body["response_format"] = {"type": "json_object"}
         return body
 
+    @staticmethod
+    def _refuses_schema(resp: httpx.Response, body: dict) -> bool:
+        """The endpoint rejected the ``json_schema`` response format. A 400/422 naming the format or a schema,
+        or any error that names ``json_schema`` itself: llama-cpp-python's server answers a request validation
+        error with HTTP 500, which retrying cannot fix."""
+        if body.get("response_format", {}).get("type") != "json_schema":
+            return False
+        text = resp.text[:2000].lower()
+        if resp.status_code in (400, 422) and any(w in text for w in ("response_format", "json_schema", "schema")):
+            return True
+        return "json_schema" in text
+
     async def _post_once(self, body: dict) -> object:
         resp = await self._pool().post("/chat/completions", json=body)
+        if resp.status_code >= 400 and self._refuses_schema(resp, body):
+            raise _SchemaRefused(resp.text[:500])
         if resp.status_code in _RETRY_STATUS:
             raise _Retryable(f"HTTP {resp.status_code}: {resp.text[:300]}", _retry_after_s(resp))
         if resp.status_code >= 400:
             text = resp.text[:500]
             if "context" in text.lower() and ("length" in text.lower() or "exceed" in text.lower()):
                 raise ContextOverflowError(f"{self.name}: prompt exceeds the context window: {text}")
-            if (resp.status_code in (400, 422) and body.get("response_format", {}).get("type") == "json_schema"
-                    and any(w in text.lower() for w in ("response_format", "json_schema", "schema"))):
-                raise _SchemaRefused(text)
             raise LLMError(f"{self.name}: HTTP {resp.status_code}: {text}")
         try:
             return resp.json()
