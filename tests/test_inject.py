@@ -173,3 +173,133 @@ async def test_donor_mode_needs_no_llm():
     examples, failures = await gen(weave="boundary").generate(ITEM, (1, 2), donors=pool)
     assert not failures and [e.meta.get("facts_from") for e in examples[1:]] == ["donor", "donor"]
     assert all(s.of(e.target) in e.descriptions for e in examples[1:] for s in e.gold_spans)
+
+
+# --- gold claims (meta.gold_claims) and gold evidence by multi-judge consensus ---------------------------------
+
+
+async def test_every_injected_fact_is_a_gold_hallucinated_claim():
+    from halluscope.bench.suite_probe import read_gold
+
+    examples, _ = await gen(weave="boundary").generate(ITEM, (1, 3), FACTS)
+    truth, c1, c3 = examples
+    assert truth.meta["gold_claims"] == [] and truth.meta["gold_claims_complete"] is False
+    for ex in (c1, c3):
+        gold = ex.meta["gold_claims"]
+        assert sorted(g["text"] for g in gold) == sorted(ex.descriptions) and all(g["hallucinated"] for g in gold)
+        assert [Span(**g["span"]).of(ex.target) for g in gold] == [g["inserted_text"] for g in gold]
+        assert [Span(**g["span"]) for g in gold] == ex.gold_spans and ex.meta["gold_claims_complete"] is False
+        parsed = read_gold(ex)
+        assert parsed is not None and len(parsed.hallucinated) == len(ex.descriptions) and not parsed.complete
+
+
+def test_truthful_spans_are_carried_through_insertions():
+    from halluscope.generators.inject import align_original, map_span
+
+    original = "The bridge opened in 1820 . It spans the Avon."
+    new = "The bridge, designed by Telford, opened in 1820. It spans the Avon. It cost £5."
+    inserted = [Span(start=10, end=32), Span(start=68, end=79)]
+    assert [s.of(new) for s in inserted] == [", designed by Telford,", "It cost £5."]
+    positions = align_original(original, new, inserted)
+    assert positions is not None
+    opened = map_span({"start": 0, "end": 27}, positions)  # "The bridge opened in 1820 ." (space before the stop)
+    assert opened == {"start": 0, "end": 48} and new[0:48] == "The bridge, designed by Telford, opened in 1820."
+    avon = map_span({"start": 28, "end": 46}, positions)
+    assert avon is not None and new[avon["start"]:avon["end"]] == "It spans the Avon."
+    assert align_original(original, new.replace("Avon", "Severn"), inserted) is None  # rewritten: not carried
+
+
+GOLD_DECOMPOSITION = json.dumps({"claims": [
+    {"segment": "The Elm Street bridge opened in 1820.", "claim": "The Elm Street bridge opened in 1820."},
+    {"segment": "It spans the Avon.", "claim": "The bridge spans the Avon."},
+    {"segment": "Masons built it from granite.", "claim": "Masons built the bridge from granite."},
+]})
+GOLD_EVIDENCE = {"1820": ["The Elm Street bridge opened in 1820."], "Avon": ["It crosses the Avon river."],
+                 "granite": ["Local masons built it from granite.", "It crosses the Avon river."]}
+
+
+def gold_model(name: str, strict: bool) -> LLM:
+    """Decomposes, quotes GOLD_EVIDENCE, and votes: PASS on everything, or (``strict``) only when the passage
+    shares the claim's key word (so the two judges disagree on the Avon claim and on granite's Avon passage)."""
+    from tests.test_probe import DECOMPOSE, EVALUATE, FIND, fenced, first_user
+
+    def reply(messages):
+        user = first_user(messages)
+        if DECOMPOSE in user:
+            return GOLD_DECOMPOSITION
+        claim = fenced(user, "claim")
+        key = next(k for k in GOLD_EVIDENCE if k in claim)
+        if FIND in user:
+            return json.dumps({"reasoning": "r", "evidence": GOLD_EVIDENCE[key]})
+        assert EVALUATE in user
+        passed = not strict or (key != "Avon" and key in fenced(user, "evidence"))
+        return json.dumps({"reasoning": "r", "verdict": "PASS" if passed else "FAIL"})
+
+    return LLM(FakeModel(responder=reply, name=name), cache=None)
+
+
+async def test_gold_evidence_by_multi_judge_consensus():
+    from halluscope.bench.suite_probe import read_gold
+    from halluscope.generators.inject import GoldEvidenceBuilder
+
+    lenient, strict = gold_model("judge-a", False), gold_model("judge-b", True)
+    builder = GoldEvidenceBuilder(lenient, judges=[lenient, strict])
+    assert builder.description["votes_per_passage"] == 2 and builder.description["pass_votes_needed"] == 2
+    g = gen(weave="boundary", gold_evidence=builder)
+    examples, failures = await g.generate(ITEM, (1,), [FACTS[0]])
+    assert not failures
+    truth, injected = examples
+    # 1 decomposition (main model), 3 claims x 2 finders, 4 candidate passages x 2 judges
+    assert len(lenient.api.requests) == 1 + 3 + 4 and len(strict.api.requests) == 3 + 4
+
+    opened, granite = truth.meta["gold_claims"]
+    assert opened["text"] == "The Elm Street bridge opened in 1820." and not opened["hallucinated"]
+    assert Span(**opened["span"]).of(TARGET) == "The Elm Street bridge opened in 1820."
+    assert opened["evidence"] == [{"start": 0, "end": 37, "pass": 2, "votes": 2}]
+    assert SOURCE[0:37] == "The Elm Street bridge opened in 1820."
+    # granite: the masons passage passed 2 of 2; the Avon passage (found by both, judged once) only 1 of 2
+    assert [(e["start"], e["end"], e["pass"]) for e in granite["evidence"]] == [(65, 100, 2)]
+    assert granite["agreement"] == {"finders": 2, "finders_failed": 0, "candidates": 2, "accepted": 1}
+    [avon] = truth.meta["gold_claims_uncertain"]
+    assert avon["text"] == "The bridge spans the Avon." and "1 of 2 PASS votes, 2 needed" in avon["reason"]
+    assert truth.meta["gold_claims_complete"] is True and truth.meta["gold_builder"]["judges"] == ["judge-a", "judge-b"]
+
+    # the injected example: its fact as the hallucinated claim, the same truthful claims at their new offsets
+    kinds = [(c["id"][0], Span(**c["span"]).of(injected.target)) for c in injected.meta["gold_claims"]]
+    assert sorted(kinds) == sorted([("h", FACTS[0]), ("t", "The Elm Street bridge opened in 1820."),
+                                    ("t", "Masons built it from granite.")])
+    assert injected.meta["gold_claims_complete"] is True
+    gold = read_gold(injected)
+    assert gold is not None and gold.complete and gold.has_evidence and len(gold.claims) == 4  # 1 + 2 + uncertain
+
+
+async def test_gold_evidence_decomposition_failure_keeps_the_examples():
+    from halluscope.generators.inject import GoldEvidenceBuilder
+
+    broken = LLM(FakeModel(default="not json at all"), cache=None)
+    g = gen(weave="boundary", gold_evidence=GoldEvidenceBuilder(broken, samples=2))
+    [truth, injected], failures = await g.generate(ITEM, (1,), [FACTS[0]])
+    assert not failures
+    for ex in (truth, injected):
+        assert ex.meta["gold_claims_complete"] is False and "gold decomposition failed" in ex.meta["gold_claims_error"]
+    assert [c["hallucinated"] for c in injected.meta["gold_claims"]] == [True]
+
+
+def test_cli_gold_evidence(tmp_path, monkeypatch):
+    import halluscope.llm as llm_module
+
+    models = {"main": gold_model("main", False), "judge-b": gold_model("judge-b", True)}
+    monkeypatch.setattr(llm_module, "get_llm", lambda config: models[config.model])
+    data = tmp_path / "in.jsonl"
+    data.write_text(ITEM.model_dump_json() + "\n")
+    out = tmp_path / "out.jsonl"
+    args = ["generate", "inject", str(data), "-O", str(out), "--weave", "boundary", "-c", "1", "--fact", FACTS[0],
+            "--model", "main", "--gold-evidence", "--gold-judge", "main", "--gold-judge", "judge-b"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "2 of 2 examples have complete gold claims; over 1 items, 2 truthful claims kept" in result.output
+    written = [Example.model_validate_json(line) for line in out.read_text().splitlines()]
+    assert all(e.meta["gold_claims_complete"] for e in written)
+    bad = CliRunner().invoke(app, ["generate", "inject", str(data), "-O", str(out), "--weave", "boundary",
+                                   "--fact", "x", "--gold-judge", "main"])
+    assert bad.exit_code != 0 and "need --gold-evidence" in bad.output

@@ -25,6 +25,10 @@ def inject_command(
     include_inconsistent: Annotated[bool, typer.Option(help="Also inject into items labelled inconsistent (by default only label 1 / unlabelled items are used).")] = False,
     truth: Annotated[bool, typer.Option(help="Also write each original target as a consistent example (label 1, difficulty 'truth').")] = True,
     seed: Annotated[int, typer.Option(help="Random seed (sampling and boundary placement).")] = 0,
+    gold_evidence: Annotated[bool, typer.Option("--gold-evidence", help="Also build gold truthful claims and their gold source evidence by multi-judge consensus (PROBE's decomposer, evidence finder and judges; seed 004 §3.3), so the PROBE suite can score decomposition, evidence finding and evidence evaluation. Costs LLM calls per claim.")] = False,
+    gold_judge: Annotated[Optional[list[str]], typer.Option("--gold-judge", help="A judge model for --gold-evidence, at the same endpoint (repeatable; each finds evidence once and votes on every candidate; the paper uses 4). Default: the main model.")] = None,
+    gold_samples: Annotated[Optional[int], typer.Option(help="Votes per judge for --gold-evidence (votes after the first are sampled). Default: 1 with several judges, 3 with one.")] = None,
+    gold_consensus: Annotated[float, typer.Option(help="Share of ALL votes that must say PASS for a passage to become gold evidence (paper: 3 of 4 = 0.75).")] = 0.75,
     data_dir: Annotated[Optional[Path], typer.Option(help="Folder of the shared benchmark data (default: ../shared/data or HALLUSCOPE_DATA_DIR).")] = None,
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
@@ -32,18 +36,27 @@ def inject_command(
     no_cache: NoCacheOpt = False,
 ) -> None:
     """Invent plausible facts the source does not support and weave them into faithful targets at complexity
-    1-3. Each written Example has label 0, the facts as descriptions and the inserted text as gold spans."""
+    1-3. Each written Example has label 0, the facts as descriptions, the inserted text as gold spans and each
+    fact as a gold hallucinated claim (meta.gold_claims); --gold-evidence adds the truthful gold claims and
+    their gold evidence."""
     import asyncio
     from collections import Counter
 
     from rich.progress import track
 
     from halluscope.bench.datasets import DatasetError, load_dataset
-    from halluscope.generators.inject import COMPLEXITIES, InjectionGenerator
+    from halluscope.generators.inject import COMPLEXITIES, GoldEvidenceBuilder, InjectionGenerator
     from halluscope.llm import LLMError, get_llm
+    from halluscope.records import Example
     from halluscope.text import split_sentences
 
     levels = complexity or list(COMPLEXITIES)
+    if not 0 < gold_consensus <= 1:
+        raise fail("--gold-consensus must be in (0, 1]")
+    if gold_samples is not None and gold_samples < 1:
+        raise fail("--gold-samples must be at least 1")
+    if (gold_judge or gold_samples is not None) and not gold_evidence:
+        raise fail("--gold-judge / --gold-samples need --gold-evidence")
     if any(c not in COMPLEXITIES for c in levels):
         raise fail("--complexity must be 1, 2 or 3")
     if weave not in ("llm", "boundary"):
@@ -76,9 +89,15 @@ def inject_command(
     if not items:
         raise fail("no input items left after filtering (check --split / --include-inconsistent)")
 
-    needs_llm = (fact is None and donors is None) or weave == "llm"
-    llm = get_llm(make_config(model, base_url, api_key, no_cache)) if needs_llm else None
-    generator = InjectionGenerator(llm, weave=weave, seed=seed, include_truth=truth)  # type: ignore[arg-type]
+    needs_llm = (fact is None and donors is None) or weave == "llm" or gold_evidence
+    config = make_config(model, base_url, api_key, no_cache)
+    llm = get_llm(config) if needs_llm else None
+    builder = None
+    if gold_evidence and llm is not None:
+        judges = [get_llm(config.with_overrides(model=name)) for name in gold_judge or []]
+        builder = GoldEvidenceBuilder(llm, judges=judges, samples=gold_samples, consensus=gold_consensus)
+    generator = InjectionGenerator(llm, weave=weave, seed=seed, include_truth=truth,  # type: ignore[arg-type]
+                                   gold_evidence=builder)
     written, dropped = [], Counter()
     reasons: list[str] = []
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -98,6 +117,21 @@ def inject_command(
     injected = sum(e.label == 0 for e in written)
     typer.echo(f"wrote {len(written)} examples ({injected} injected, {len(written) - injected} truths) "
                f"from {len(items)} items to {output}")
+    if builder is not None:
+        firsts: dict[str | None, Example] = {}
+        for e in written:  # the truthful gold is built once per item: count it on the item's first example
+            firsts.setdefault(e.group, e)
+        per_item = list(firsts.values())
+        complete = [e for e in written if e.meta.get("gold_claims_complete")]
+        kept = sum(not c.get("hallucinated") for e in per_item for c in e.meta.get("gold_claims", []))
+        uncertain = sum(len(e.meta.get("gold_claims_uncertain", [])) for e in per_item)
+        typer.echo(f"gold evidence ({builder.description['votes_per_passage']} votes per passage, "
+                   f"{builder.description['pass_votes_needed']} PASS needed): {len(complete)} of {len(written)} "
+                   f"examples have complete gold claims; over {len(per_item)} items, {kept} truthful claims kept "
+                   f"with consensus evidence, {uncertain} uncertain")
+        failed = sorted({e.meta["gold_claims_error"] for e in written if "gold_claims_error" in e.meta})
+        for reason in failed[:5]:
+            typer.echo(f"  gold not built: {reason[:200]}")
     if dropped:
         typer.echo(f"dropped {sum(dropped.values())} of {len(items) * len(levels)} injections: "
                    + ", ".join(f"{k}={v}" for k, v in dropped.most_common()))

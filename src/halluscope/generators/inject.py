@@ -29,13 +29,27 @@ Two steps, each swappable:
 Either way, every gold span is checked against the new target (``new_target[span] == inserted text``)
 before an Example is written. Output: ``label=0``, ``descriptions`` = the injected facts, ``gold_spans`` =
 the inserted text, ``difficulty="complexity-<c>"``, ``group`` = the original item, and ``meta`` with the
-complexity, the injected claims (fact, inserted text, span) and the original target. With ``include_truth``
-the original target is also written (``label=1``, no spans, ``difficulty="truth"``), so the set has the
-paper's hallucination-free baseline and the MontageLie AUC-per-difficulty suite applies to it.
+complexity, the injected claims (fact, inserted text, span), the original target and the **gold claims**
+(``meta.gold_claims``, format in ``docs/datasets.md``): every injected fact is a gold hallucinated claim (its
+text, its span in the target). With ``include_truth`` the original target is also written (``label=1``, no
+spans, ``difficulty="truth"``, no hallucinated gold claim), so the set has the paper's hallucination-free
+baseline and the MontageLie AUC-per-difficulty suite applies to it.
+
+**Gold truthful claims and gold evidence** (opt-in, :class:`GoldEvidenceBuilder`, seed 004 §3.3): the
+original, faithful target is decomposed into claims (PROBE's decomposer); every judge model quotes source
+passages for each claim (PROBE's evidence finder; the union of the located passages is the candidate set);
+every candidate is judged PASS/FAIL by every judge vote (PROBE's evidence evaluation prompt), and accepted
+when at least ``consensus`` of ALL the votes (an unusable vote counts against) say PASS (the paper: 3 of 4
+models). A claim with an accepted passage is a gold truthful claim with those passages as its gold evidence
+(and how many votes agreed on each); the others are recorded as *uncertain* (``meta.gold_claims_uncertain``,
+with the reason), so the gold claim set is complete (``meta.gold_claims_complete``). The truthful claims'
+spans are carried into each injected target through its insertions (the text outside them is the original).
 """
 
 from __future__ import annotations
 
+import asyncio
+import math
 import random
 import re
 from collections.abc import Sequence
@@ -49,7 +63,7 @@ from rapidfuzz.utils import default_process
 from halluscope.llm import LLM
 from halluscope.llm.structured import generate_parsed, json_parser
 from halluscope.prompts import PromptTemplate, apply_overrides
-from halluscope.records import Example, LLMCall, Span
+from halluscope.records import Claim, Example, LLMCall, Span
 from halluscope.retrieval import fits_in_context
 from halluscope.text import ParseError, locate, split_sentences
 
@@ -129,6 +143,11 @@ class InjectedClaim:
 
     def as_meta(self) -> dict[str, Any]:
         return {"fact": self.fact, "inserted_text": self.inserted_text, "span": self.span.model_dump()}
+
+    def as_gold(self, number: int) -> dict[str, Any]:
+        """This injection as a gold hallucinated claim (``meta.gold_claims``)."""
+        return {"id": f"h{number}", "text": self.fact, "span": self.span.model_dump(), "hallucinated": True,
+                "inserted_text": self.inserted_text}
 
 
 @dataclass
@@ -285,18 +304,197 @@ def donor_facts(example: Example, pool: Sequence[Example], k: int, rng: random.R
     return chosen
 
 
+# --- gold truthful claims and gold evidence (opt-in) --------------------------------------------------------
+
+
+@dataclass
+class TruthfulGold:
+    """Gold claims of a faithful target, spans in THAT target: ``claims`` (truthful, with consensus evidence)
+    and ``uncertain`` (no consensus); ``error`` when the target could not be decomposed."""
+
+    claims: list[dict[str, Any]] = field(default_factory=list)
+    uncertain: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+    calls: list[LLMCall] = field(default_factory=list)
+    builder: dict[str, Any] = field(default_factory=dict)
+
+
+def votes_needed(consensus: float, votes: int) -> int:
+    """PASS votes needed out of ``votes`` (0.75 of 4 -> 3; 0.75 of 3 -> 3)."""
+    return max(1, math.ceil(consensus * votes - 1e-9))
+
+
+class GoldEvidenceBuilder:
+    """Gold truthful claims with gold evidence by multi-judge consensus (module docstring; seed 004 §3.3),
+    built from PROBE's own stages: its decomposer (the main model), its evidence finder (each judge model
+    once; the union of their located passages) and its evidence evaluation prompt (every judge, ``samples``
+    votes each). ``samples`` defaults to 1 vote per judge with several judge models and to 3 with one."""
+
+    def __init__(self, llm: LLM, *, judges: Sequence[LLM] = (), samples: int | None = None,
+                 consensus: float = 0.75, max_evidence: int = 3, context_sentences: int = 2, prompts_dir=None):
+        from halluscope.config import Config
+        from halluscope.methods.probe import EVALUATE_PROMPT, EvidenceEvaluator, Probe, ProbeEvidenceFinder
+        from halluscope.methods.probe.verifier import build_judges
+
+        if not 0 < consensus <= 1:
+            raise ValueError("consensus must be in (0, 1]")
+        judge_llms = list(judges) or [llm]
+        samples = samples or (1 if len(judge_llms) > 1 else 3)
+        config = Config().with_overrides(prompts_dir=prompts_dir) if prompts_dir is not None else None
+
+        def probe(model: LLM, **extra: Any) -> Probe:
+            return Probe(llm=model, config=config, retrieval="never", on_decompose_error="unscored",
+                         max_evidence=max_evidence, context_sentences=context_sentences, consensus=consensus, **extra)
+
+        self.method = probe(llm, judges=judge_llms, samples=samples)
+        self.decomposer = self.method.make_decomposer()
+        finder_llms = list({j.name: j for j in judge_llms}.values())  # each judge model finds evidence once
+        self.finders = [ProbeEvidenceFinder(probe(j)) for j in finder_llms]
+        self.evaluator = EvidenceEvaluator(build_judges(self.method, self.method.opts),
+                                           self.method.prompt(EVALUATE_PROMPT), consensus=consensus)
+        self.consensus, self.context_sentences = consensus, context_sentences
+        self.description = {"decomposer": llm.name, "finders": [f.llm.name for f in self.finders],
+                            "judges": [j.name for j in self.evaluator.judges], "consensus": consensus,
+                            "votes_per_passage": len(self.evaluator.judges),
+                            "pass_votes_needed": votes_needed(consensus, len(self.evaluator.judges))}
+
+    async def build(self, source: str, target: str) -> TruthfulGold:
+        """The truthful gold of a faithful ``target`` (spans in ``target``)."""
+        from halluscope.methods.probe.evidence import context_around
+        from halluscope.stages import Context
+
+        step = await self.decomposer(target)
+        calls = list(step.calls)
+        if step.value is None:
+            return TruthfulGold(error=f"gold decomposition failed: {step.error}", calls=calls,
+                                builder=dict(self.description))
+        sentences = split_sentences(source)
+        whole = Context(text=source)
+
+        async def one(number: int, claim: Claim) -> tuple[dict[str, Any], bool, list[LLMCall]]:
+            entry: dict[str, Any] = {"text": claim.text, "hallucinated": False,
+                                     "span": claim.target_spans[0].model_dump() if claim.target_spans else None}
+            if not claim.target_spans:
+                return {"id": f"u{number}", **entry, "reason": "the decomposer could not place it in the target"}, \
+                    False, []
+            searches = await asyncio.gather(*(f.search(claim, whole, source) for f in self.finders))
+            my_calls = [c for s in searches for c in s.calls]
+            candidates: dict[tuple[int, int], Any] = {}
+            for search in searches:
+                for ev in search.evidence:
+                    if ev.span is not None:
+                        candidates.setdefault((ev.span.start, ev.span.end), ev)
+            agreement: dict[str, Any] = {"finders": len(searches),
+                                         "finders_failed": sum(s.error is not None for s in searches),
+                                         "candidates": len(candidates)}
+            if not candidates:
+                errors = "; ".join(dict.fromkeys(s.error for s in searches if s.error))
+                reason = (f"evidence finding failed for every finder: {errors}" if all(s.error for s in searches)
+                          else "no finder located a source passage for it")
+                return {"id": f"u{number}", **entry, "reason": reason, "agreement": agreement}, False, my_calls
+            judgments = await asyncio.gather(*(
+                self.evaluator(claim, ev, context_around(source, sentences, ev.span, self.context_sentences))
+                for ev in candidates.values()))
+            judged = []
+            for (start, end), j in zip(candidates, judgments):
+                my_calls += j.calls
+                passes = sum(v.passed is True for v in j.votes)
+                judged.append({"start": start, "end": end, "pass": passes, "votes": len(j.votes),
+                               "accepted": passes >= votes_needed(self.consensus, len(j.votes))})
+            accepted = [{k: e[k] for k in ("start", "end", "pass", "votes")} for e in judged if e["accepted"]]
+            agreement["accepted"] = len(accepted)
+            if accepted:
+                return {"id": f"t{number}", **entry, "evidence": accepted, "agreement": agreement}, True, my_calls
+            best = max(e["pass"] for e in judged)
+            agreement["candidate_votes"] = [{k: e[k] for k in ("start", "end", "pass", "votes")} for e in judged]
+            return {"id": f"u{number}", **entry, "agreement": agreement,
+                    "reason": f"no passage reached consensus (best: {best} of {judged[0]['votes']} PASS votes, "
+                              f"{votes_needed(self.consensus, judged[0]['votes'])} needed)"}, False, my_calls
+
+        results = await asyncio.gather(*(one(i + 1, c) for i, c in enumerate(step.value)))
+        gold = TruthfulGold(calls=calls + [c for _, _, cs in results for c in cs], builder=dict(self.description))
+        for entry, truthful, _ in results:
+            (gold.claims if truthful else gold.uncertain).append(entry)
+        return gold
+
+
+def align_original(original: str, new_text: str, inserted: Sequence[Span]) -> list[int] | None:
+    """For each character of ``original``, its position in ``new_text`` (-1 for whitespace that has none), given
+    that ``new_text`` is ``original`` with the ``inserted`` pieces added (whitespace aside); None if it is not."""
+    inside = bytearray(len(new_text))
+    for s in inserted:
+        inside[s.start:s.end] = b"\x01" * (s.end - s.start)
+    positions = [-1] * len(original)
+    i = j = 0
+    while i < len(original):
+        while j < len(new_text) and inside[j]:
+            j += 1
+        if j < len(new_text) and original[i] == new_text[j]:
+            positions[i] = j
+            i, j = i + 1, j + 1
+        elif original[i].isspace():
+            i += 1
+        elif j < len(new_text) and new_text[j].isspace():
+            j += 1
+        else:
+            return None
+    rest = [new_text[k] for k in range(j, len(new_text)) if not inside[k]]
+    return positions if all(ch.isspace() for ch in rest) else None
+
+
+def map_span(span: dict[str, int], positions: list[int]) -> dict[str, int] | None:
+    """A span of the original target carried into the new one (its first to last mapped character)."""
+    mapped = [positions[k] for k in range(span["start"], min(span["end"], len(positions))) if positions[k] >= 0]
+    return {"start": mapped[0], "end": mapped[-1] + 1} if mapped else None
+
+
+def with_truthful_gold(example: Example, original: str, gold: TruthfulGold) -> Example:
+    """``example`` with the truthful gold of its ``original`` target added to ``meta.gold_claims`` (spans carried
+    through the insertions), ``meta.gold_claims_uncertain`` and ``gold_claims_complete``."""
+    meta = dict(example.meta)
+    meta["gold_builder"] = gold.builder
+    if gold.error is not None:
+        meta["gold_claims_error"] = gold.error
+        return example.model_copy(update={"meta": meta})
+    positions = align_original(original, example.target, example.gold_spans or [])
+    if positions is None:
+        meta["gold_claims_error"] = "the target is not the original with insertions: truthful spans not carried"
+        return example.model_copy(update={"meta": meta})
+
+    def carried(entries: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        out = []
+        for e in entries:
+            span = map_span(e["span"], positions) if e.get("span") else None
+            if e.get("span") and span is None:
+                return None
+            out.append({**e, "span": span})
+        return out
+
+    truthful, uncertain = carried(gold.claims), carried(gold.uncertain)
+    if truthful is None or uncertain is None:
+        meta["gold_claims_error"] = "a truthful claim's span could not be carried into the target"
+        return example.model_copy(update={"meta": meta})
+    claims = list(meta.get("gold_claims", [])) + truthful
+    meta["gold_claims"] = sorted(claims, key=lambda c: (c["span"]["start"] if c.get("span") else -1, c["id"]))
+    meta["gold_claims_uncertain"] = uncertain
+    meta["gold_claims_complete"] = True
+    return example.model_copy(update={"meta": meta})
+
+
 # --- the generator -------------------------------------------------------------------------------------------
 
 
 class InjectionGenerator:
     """Builds injected Examples from faithful ones. ``llm`` may be None with ``weave="boundary"`` and facts
-    given by the caller (the deterministic, model-free mode)."""
+    given by the caller (the deterministic, model-free mode). With ``gold_evidence`` (a
+    :class:`GoldEvidenceBuilder`) every written Example also gets the truthful gold claims and their evidence."""
 
     def __init__(self, llm: LLM | None = None, *, weave: Weave = "llm", seed: int = 0,
-                 prompts_dir=None, include_truth: bool = True):
+                 prompts_dir=None, include_truth: bool = True, gold_evidence: GoldEvidenceBuilder | None = None):
         if weave not in ("llm", "boundary"):
             raise ValueError("weave must be 'llm' or 'boundary'")
         self.llm, self.weave, self.seed, self.include_truth = llm, weave, seed, include_truth
+        self.gold_evidence = gold_evidence
         self.invent_prompt = apply_overrides(INVENT_PROMPT, prompts_dir)
         self.weave_prompt = apply_overrides(WEAVE_PROMPT, prompts_dir)
 
@@ -389,6 +587,7 @@ class InjectionGenerator:
             return InjectionResult(None, problem, "span_mismatch", calls)
         meta = {"generator": "inject", "complexity": complexity, "weave": self.weave, "facts_from": facts_from,
                 "injected_claims": [c.as_meta() for c in claims], "facts": list(facts),
+                "gold_claims": [c.as_gold(i + 1) for i, c in enumerate(claims)], "gold_claims_complete": False,
                 "original_id": example.id, "original_target": example.target,
                 "model": self.llm.name if self.llm is not None and "llm" in (facts_from, self.weave) else None}
         injected = Example(id=f"{example.id}-inject-c{complexity}", source=example.source, target=new_target,
@@ -400,12 +599,14 @@ class InjectionGenerator:
         """The original, faithful target in the same format (the hallucination-free baseline)."""
         return Example(id=f"{example.id}-inject-truth", source=example.source, target=example.target, label=1,
                        descriptions=[], gold_spans=[], group=example.id, difficulty=TRUTH, split=example.split,
-                       meta={"generator": "inject", "complexity": 0, "original_id": example.id})
+                       meta={"generator": "inject", "complexity": 0, "original_id": example.id, "gold_claims": [],
+                             "gold_claims_complete": False})
 
     async def generate(self, example: Example, complexities: Sequence[int] = COMPLEXITIES,
                        facts: Sequence[str] | None = None, donors: Sequence[Example] | None = None
                        ) -> tuple[list[Example], list[InjectionResult]]:
         """The truth (if ``include_truth``) and one injected Example per complexity; failures are returned.
+        With ``gold_evidence``, the truthful gold is built once (on the original target) and added to each.
         Invented facts are asked for once per example (as many as the highest complexity needs) and shared by
         the levels, so level c's facts are the first c of them."""
         if facts is None and donors is None and complexities:
@@ -420,4 +621,7 @@ class InjectionGenerator:
             results = [await self.inject(example, c, facts, donors) for c in complexities]
         out = [self.truth(example)] if self.include_truth and any(r.example for r in results) else []
         out += [r.example for r in results if r.example is not None]
+        if self.gold_evidence is not None and out:
+            gold = await self.gold_evidence.build(example.source, example.target)
+            out = [with_truthful_gold(e, example.target, gold) for e in out]
         return out, [r for r in results if r.example is None]
