@@ -12,6 +12,7 @@ import pytest
 from halluscope.llm import LLM, FakeModel
 from halluscope.methods import OptionsError, get_method
 from halluscope.methods.localize import (
+    _HINTS as HINTS,
     FINAL_MARKER,
     LOCALIZE_PROMPTS,
     Localize,
@@ -236,16 +237,58 @@ def test_junk_replies_are_unscored_with_no_finding(style, junk):
     assert report.findings == [] and [c.reply for c in report.calls] == [junk, junk]
 
 
-def test_styles_render_distinct_prompts():
-    few = LOCALIZE_PROMPTS[("few_shot", False)].render(source="S", target="T")[-1]["content"]
-    zero = LOCALIZE_PROMPTS[("zero_shot", False)].render(source="S", target="T")[-1]["content"]
+def _user(style: str, hint: bool = False, variant: int = 1) -> str:
+    return LOCALIZE_PROMPTS[(style, hint, variant)].render(source="S", target="T")[-1]["content"]
+
+
+@pytest.mark.parametrize("variant", [1, 2])
+def test_styles_render_distinct_prompts(variant):
+    few, zero, cot = (_user(style, variant=variant) for style in ("few_shot", "zero_shot", "cot"))
     assert "Example 3" in few and "Example 1" not in zero
     assert '{"inconsistencies": []}' in few  # the worked examples answer in the declared format
     assert "empty list" in zero and FINAL_MARKER not in zero and "$" not in few
-    cot = LOCALIZE_PROMPTS[("cot", False)].render(source="S", target="T")[-1]["content"]
     assert FINAL_MARKER in cot and '"inconsistencies"' in cot and "nothing before or after" not in cot
-    hint = LOCALIZE_PROMPTS[("cot", True)].render(source="S", target="T")[-1]["content"]
-    assert "known to contain" in hint and "empty list" not in hint
+    for style in ("zero_shot", "few_shot", "cot"):  # hinted: the statement first, no "none" rule in the task
+        hinted = _user(style, hint=True, variant=variant)
+        assert hinted.startswith(HINTS[variant]) and "empty list" not in hinted
+        assert "the words of the TEXT" in hinted  # descriptions quote the target in every wording
+
+
+def test_the_two_variants_carry_the_papers_differences():
+    # zero-shot: v1 defines an inconsistency as unverifiable only; v2 adds "contradicts" and states the none rule first
+    z1, z2 = _user("zero_shot"), _user("zero_shot", variant=2)
+    assert "cannot be verified" in z1 and "contradicts" not in z1.split("SOURCE:")[0]
+    assert "contradicts or that cannot be verified" in z2
+    assert z2.index("empty list") < z2.index("A factual inconsistency")
+    assert z1.index("empty list") > z1.index("A factual inconsistency")
+    # few-shot: v2 is a structured brief naming the kinds of detail and numbered rules
+    f1, f2 = _user("few_shot"), _user("few_shot", variant=2)
+    assert "Rules:\n1." in f2 and "name, place, number, event" in f2 and "Rules:" not in f1
+    assert "INCONSISTENCIES:" in f2 and "ANSWER:" in f1
+    # CoT: v1 is one instruction and no "none" rule in its task; v2 numbered steps, contradicted / not verifiable
+    c1, c2 = _user("cot"), _user("cot", variant=2)
+    assert "1. Read the TEXT" in c2 and "contradicted" in c2 and "not verifiable" in c2
+    assert "1. Read the TEXT" not in c1 and "If you found no factual inconsistency" not in c1
+    assert "If you found no factual inconsistency" in c2
+    assert len({p.ref() for p in LOCALIZE_PROMPTS.values()}) == len(LOCALIZE_PROMPTS) == 12
+
+
+@pytest.mark.parametrize("variant", [1, 2])
+def test_variant_option_picks_the_prompt(variant):
+    model = FakeModel([COT])
+    report = Localize(llm=LLM(model), variant=variant).check(SOURCE, TARGET)
+    assert model.requests[0][-1]["content"] == LOCALIZE_PROMPTS[("cot", False, variant)].render(
+        source=SOURCE, target=TARGET)[-1]["content"]
+    assert report.details["prompt_variant"] == variant and "prompt_variant_note" not in report.details
+    assert Localize(llm=fake_llm(), variant=str(variant)).opts.variant == variant  # -o variant=2 from the CLI
+
+
+def test_auto_variant_in_a_single_check_uses_variant_one_and_says_so():
+    method = Localize(llm=fake_llm(COT))
+    assert method.opts.variant == "auto" and method.variant == 1
+    assert method.prompt_version.startswith("localize_cot@3#")
+    report = method.check(SOURCE, TARGET)
+    assert report.details["prompt_variant"] == 1 and "bench" in report.details["prompt_variant_note"]
 
 
 def test_missing_marker_gets_one_repair_then_unscored():
@@ -278,7 +321,7 @@ def test_self_filter_inconsistent_then_localizes(hint):
     report = Localize(llm=LLM(model), filter="self", hint=hint).check(SOURCE, TARGET)
     assert report.usage.calls == 2 and len(report.findings) == 2 and len(report.calls) == 2
     second = model.requests[1][-1]["content"]
-    assert ("known to contain at least one" in second) is hint
+    assert second.startswith(HINTS[1]) is hint
     assert report.details["filter"]["consistent"] is False and report.details["localized"] is True
 
 
@@ -320,7 +363,7 @@ def test_oracle_filter_uses_gold_labels_in_the_harness():
     assert first.score == 1.0 and first.usage.calls == 0
     second = asyncio.run(method.acheck_example(inconsistent))
     assert second.usage.calls == 1 and second.details["filter"] == {"kind": "oracle", "consistent": False}
-    assert "known to contain" in second.calls[0].messages[-1]["content"]
+    assert second.calls[0].messages[-1]["content"].startswith(HINTS[1])
     unlabeled = asyncio.run(method.acheck_example(Example(id="c", source=SOURCE, target=TARGET)))
     assert unlabeled.score is None and "no gold label" in unlabeled.unscored_reason
 
@@ -337,9 +380,14 @@ def test_option_validation():
             Localize(llm=fake_llm(), **bad)
     assert Localize(llm=fake_llm(), filter="none").opts.filter is None
     version = Localize(llm=fake_llm(), filter="self").prompt_version
-    assert version.startswith("localize_cot@2#") and ",localize_binary_filter@2#" in version
+    assert version.startswith("localize_cot@3#") and ",localize_binary_filter@2#" in version
+    assert Localize(llm=fake_llm(), variant=2, style="few_shot").prompt_version.startswith("localize_few_shot_v2@1#")
+    for bad in ({"variant": 3}, {"variant": "best"}):
+        with pytest.raises(OptionsError):
+            Localize(llm=fake_llm(), **bad)
     docs = {row["name"]: row["doc"] for row in Localize.Options.option_rows()}
-    assert {"style", "filter", "hint", "filter_threshold", "filter_options"} == set(docs) and all(docs.values())
+    assert {"style", "filter", "hint", "filter_threshold", "filter_options", "variant"} == set(docs)
+    assert all(docs.values())
 
 
 # ---------------------------------------------------------------------------------------------- fuzzing

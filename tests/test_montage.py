@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from halluscope.cli.main import app
-from halluscope.generators.montage import (DIFFICULTIES, MontageGenerator, parse_appended_story, parse_event_list,
-                                           parse_paraphrase, plan_lies)
+from halluscope.generators.montage import (CONSTRUCTION, DIFFICULTIES, MontageGenerator, parse_appended_story,
+                                           parse_event_list, parse_paraphrase, plan_lies)
 from halluscope.llm import LLM, FakeModel
 from halluscope.permutations import DIFFICULTY_BINS, count_inversions
 from halluscope.records import Example
@@ -50,7 +50,7 @@ def test_plan_lies_skips_bins_a_short_list_cannot_hit():
 
 
 def test_sentence_level_group():
-    result = run(MontageGenerator(seed=3).generate(SOURCE, TARGET, "g1", split="dev"))
+    result = run(MontageGenerator(seed=3, level="sentence").generate(SOURCE, TARGET, "g1", split="dev"))
     truth, *lies = result.examples
     assert (truth.label, truth.difficulty, truth.group) == (1, "truth", "g1")
     assert truth.target == " ".join(SENTENCES)  # re-rendered like the lies: layout cannot leak the label
@@ -65,18 +65,30 @@ def test_sentence_level_group():
         assert float(low) <= lie.meta["shuffle_degree"] <= float(high)
         assert Counter(s.text for s in split_sentences(lie.target)) == Counter(SENTENCES)
     assert not result.calls and not result.skipped
+    # every row says it is not the paper's construction
+    assert {e.meta["construction"] for e in result.examples} == {CONSTRUCTION["sentence"]}
+    assert CONSTRUCTION["sentence"].startswith("sentence-level (not the paper's)")
+
+
+def test_the_default_is_the_papers_event_level_construction():
+    generator = MontageGenerator(LLM(FakeModel(responder=appending_responder)))
+    assert generator.level == "event" and generator.needs_llm
+    result = run(generator.generate(SOURCE, "Mia's day.", "g"))
+    assert len(result.examples) == 5 and len(result.calls) == 1 + 4 * (len(EVENTS) - 1)
+    assert {e.meta["construction"] for e in result.examples} == {CONSTRUCTION["event"]}
+    assert "not the paper's" not in CONSTRUCTION["event"]
 
 
 def test_sentence_level_is_seeded_per_group():
-    a = run(MontageGenerator(seed=3).generate(SOURCE, TARGET, "g1"))
-    b = run(MontageGenerator(seed=3).generate(SOURCE, TARGET, "g1"))
-    c = run(MontageGenerator(seed=4).generate(SOURCE, TARGET, "g1"))
+    a = run(MontageGenerator(seed=3, level="sentence").generate(SOURCE, TARGET, "g1"))
+    b = run(MontageGenerator(seed=3, level="sentence").generate(SOURCE, TARGET, "g1"))
+    c = run(MontageGenerator(seed=4, level="sentence").generate(SOURCE, TARGET, "g1"))
     assert [e.target for e in a.examples] == [e.target for e in b.examples]
     assert [e.target for e in a.examples] != [e.target for e in c.examples]
 
 
 def test_too_short_target_gives_no_group():
-    result = run(MontageGenerator().generate(SOURCE, "Only one sentence here.", "g"))
+    result = run(MontageGenerator(level="sentence").generate(SOURCE, "Only one sentence here.", "g"))
     assert not result.examples and len(result.skipped) == 4
 
 
@@ -164,19 +176,42 @@ def test_cli_writes_harness_jsonl(tmp_path):
     data.write_text(json.dumps(item) + "\n")
     out = tmp_path / "out.jsonl"
     result = CliRunner().invoke(app, ["generate", "montage", str(data), "-O", str(out), "--source-field", "document",
-                                      "--target-field", "plot_summaries", "-d", "easy", "-d", "extreme"])
+                                      "--target-field", "plot_summaries", "-d", "easy", "-d", "extreme",
+                                      "--level", "sentence"])
     assert result.exit_code == 0, result.output
     rows = [Example.model_validate_json(line) for line in out.read_text().splitlines()]
     assert [(r.group, r.difficulty) for r in rows] == [("s1#0", "truth"), ("s1#0", "easy"), ("s1#0", "extreme")]
+    assert all(r.meta["construction"] == CONSTRUCTION["sentence"] for r in rows)
     assert "skipped" in result.output  # the 2-sentence second summary cannot hit either bin
-    bad = CliRunner().invoke(app, ["generate", "montage", str(data), "-O", str(out)])
+    assert "not the paper's construction" in result.output
+    bad = CliRunner().invoke(app, ["generate", "montage", str(data), "-O", str(out), "--level", "sentence"])
     assert bad.exit_code != 0 and "lacks the field" in bad.output
+
+
+def test_cli_default_writes_event_level_lies(tmp_path, monkeypatch):
+    import halluscope.generators.montage as montage
+
+    fake = FakeModel(responder=appending_responder)
+    monkeypatch.setattr(montage, "get_llm", lambda config: LLM(fake, cache=None))  # the model the CLI would build
+    data = tmp_path / "in.jsonl"
+    data.write_text(json.dumps({"id": "s1", "source": SOURCE, "target": "Mia's day."}) + "\n")
+    out = tmp_path / "out.jsonl"
+    result = CliRunner().invoke(app, ["generate", "montage", str(data), "-O", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = [Example.model_validate_json(line) for line in out.read_text().splitlines()]
+    assert [r.difficulty for r in rows] == ["truth", *DIFFICULTIES]
+    assert all(r.meta["level"] == "event" and r.meta["construction"] == CONSTRUCTION["event"] for r in rows)
+    assert len(fake.requests) == 1 + 4 * (len(EVENTS) - 1)  # decomposition, then one call per appended event
+    for lie in rows[1:]:
+        assert lie.target == " ".join(EVENTS[i] for i in lie.meta["permutation"])
+    assert "not the paper's" not in result.output
 
 
 def test_squality_sentence_montage(data_dir):
     line = (data_dir / "squality" / "dev.jsonl").read_text().splitlines()[0]
     item = json.loads(line)
-    result = run(MontageGenerator(seed=0).generate(item["document"], item["plot_summaries"][0], item["id"]))
+    result = run(MontageGenerator(seed=0, level="sentence").generate(item["document"], item["plot_summaries"][0],
+                                                                     item["id"]))
     assert [e.difficulty for e in result.examples] == ["truth", *DIFFICULTIES]
     truth_sentences = Counter(result.examples[0].meta["events"])
     for lie in result.examples[1:]:
@@ -184,7 +219,7 @@ def test_squality_sentence_montage(data_dir):
 
 
 def test_max_events_cuts_truth_and_lies_alike():
-    result = run(MontageGenerator(seed=1, max_events=5).generate(SOURCE, TARGET, "g"))
+    result = run(MontageGenerator(seed=1, max_events=5, level="sentence").generate(SOURCE, TARGET, "g"))
     truth, *lies = result.examples
     assert truth.target == " ".join(SENTENCES[:5]) and truth.meta["max_events"] == 5
     assert all(sorted(lie.meta["permutation"]) == list(range(5)) for lie in lies)

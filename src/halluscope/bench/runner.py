@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from halluscope.bench import final_protocol
 from halluscope.bench.datasets import Dataset, sample_examples
 from halluscope.bench.suites import SuiteContext, SuiteResult, load_suite_modules
 from halluscope.methods.base import InputError, Method
@@ -211,17 +212,30 @@ async def run_bench(
     progress: bool = True,
     suite_names: Sequence[str] | None = None,
     engine: Engine | None = None,
+    select_on: Dataset | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) a benchmark and write its results; returns the ``results.json`` content.
 
-    ``engine`` scores the pending items (default :class:`LocalEngine`; ``RayEngine`` for a Ray cluster)."""
+    ``engine`` scores the pending items (default :class:`LocalEngine`; ``RayEngine`` for a Ray cluster).
+    ``select_on``: the dev items for FINAL's choices (``localize`` prompt variant, 2-step threshold; see
+    :mod:`halluscope.bench.final_protocol`), default the run's dev split or its own items."""
     started = time.perf_counter()
     model = method.model_name
     out_dir = Path(out_dir) if out_dir is not None else default_out_dir(dataset.spec, method.name, model, sample, seed)
     examples = select_examples(dataset, sample=sample, seed=seed, limit=limit)
     if not examples:
         raise BenchError(f"dataset {dataset.spec} has no items to run (after --sample/--limit)")
-    _check_identity(out_dir, _identity(dataset, method, model, sample, seed))
+    protocol: dict[str, Any] | None = None
+    if final_protocol.needs_selection(method):  # FINAL: prompt variant / 2-step threshold chosen on dev items
+        items, name = final_protocol.selection_items(dataset, examples, select_on)
+        method, record = await final_protocol.resolve_final_protocol(
+            method, items, out_dir, judge=judge, selection_name=name, evaluated_ids=[e.id for e in examples],
+            concurrency=concurrency, progress=progress, engine=engine, retry_unscored=retry_unscored)
+        protocol = record.model_dump(mode="json")
+    identity = _identity(dataset, method, model, sample, seed)
+    if protocol is not None:
+        identity["final_protocol"] = record.choices()
+    _check_identity(out_dir, identity)
 
     store = ItemStore(out_dir / ITEMS_FILE)
     done = store.load()
@@ -255,6 +269,7 @@ async def run_bench(
         "prompt_version": method.prompt_version,
         "model": model,
         "judge_model": getattr(judge, "name", None),
+        "final_protocol": protocol,
         "engine": (engine or LocalEngine()).name,
         "usage": {**total_usage.model_dump(), "per_item": _per_item(total_usage, n)},
         "usage_this_run": {**run_usage.model_dump(), "items_run": len(before)},
@@ -339,6 +354,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         "Values are point estimates with bootstrap 95% confidence intervals in brackets.",
         "",
     ]
+    if results.get("final_protocol"):
+        lines += final_protocol.render_protocol(results["final_protocol"])
     for name, error in results.get("suite_errors", {}).items():
         lines += [f"**suite `{name}` failed:** {error}", ""]
     for table in results["tables"]:

@@ -26,6 +26,7 @@ def bench_command(
     seed: Annotated[int, typer.Option("--seed", help="Seed for --sample and the bootstrap.")] = 0,
     out: Annotated[Optional[Path], typer.Option("--out", help="Output folder (default runs/<dataset>-<method>-<model>/).")] = None,
     data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Shared data folder (default ../shared/data).", envvar="HALLUSCOPE_DATA_DIR")] = None,
+    select_on: Annotated[Optional[str], typer.Option("--select-on", help="localize: the dev dataset on which FINAL's choices are made (prompt variant=auto, 2-step filter threshold), e.g. final:dev; default: the run's dev split, else its own items (in-sample).")] = None,
     bootstrap: Annotated[int, typer.Option("--bootstrap", help="Bootstrap resamples for 95% CIs (0 = none).")] = 1000,
     retry_unscored: Annotated[bool, typer.Option("--retry-unscored", help="On resume, run the items whose report was unscored again.")] = False,
     no_cache: NoCacheOpt = False,
@@ -52,6 +53,7 @@ def bench_command(
         raise fail(f"--engine must be 'local' or 'ray', got {engine!r}")
     try:
         data = load_dataset(dataset, data_dir)
+        selection = load_dataset(select_on, data_dir) if select_on else None
     except DatasetError as exc:
         raise fail(str(exc))
     config = make_config(model, base_url, api_key, no_cache, concurrency)
@@ -93,7 +95,8 @@ def bench_command(
     try:
         results = asyncio.run(run_bench(m, data, out, judge=judge, sample=sample, seed=seed, limit=limit,
                                         n_bootstrap=bootstrap, retry_unscored=retry_unscored,
-                                        concurrency=concurrency, progress=not no_progress, engine=runner_engine))
+                                        concurrency=concurrency, progress=not no_progress, engine=runner_engine,
+                                        select_on=selection))
     except (BenchError, ValueError, *engine_errors) as exc:
         raise fail(str(exc))
     finally:

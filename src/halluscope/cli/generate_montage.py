@@ -49,7 +49,7 @@ def _pairs(items: list[dict], source_field: str, target_field: str, id_field: st
 def montage_command(
     input: Annotated[Path, typer.Argument(help="JSONL with a source and a correct target per line.")],
     output: Annotated[Path, typer.Option("--output", "-O", help="Where to write the Example JSONL.")],
-    level: Annotated[str, typer.Option(help="'sentence' (reorder sentences, no LLM) or 'event' (LLM decomposition and incremental lies).")] = "sentence",
+    level: Annotated[str, typer.Option(help="'event' (the paper's: LLM decomposition into chronological events, incremental lies) or 'sentence' (reorder the original sentences, no LLM; not the paper's construction, labelled in each row's meta).")] = "event",
     difficulty: Annotated[Optional[list[str]], typer.Option("--difficulty", "-d", help="Difficulty to generate (repeatable): easy, medium, hard, extreme. Default: all four.")] = None,
     paraphrase: Annotated[bool, typer.Option(help="Also paraphrase truth and lies with a different narrative technique (LLM).")] = False,
     seed: Annotated[int, typer.Option(help="Random seed (each group draws from its own seeded generator).")] = 0,
@@ -66,7 +66,8 @@ def montage_command(
     no_cache: NoCacheOpt = False,
 ) -> None:
     """Build montage-lie groups: per target, the truth (label 1) and lies whose event order is shuffled to an
-    exact ShuffleD per difficulty (label 0), sharing a group id."""
+    exact ShuffleD per difficulty (label 0), sharing a group id. The default is the paper's event-level
+    construction (needs a model: --model / --base-url, else the embedded one); --level sentence needs none."""
     import asyncio
 
     from rich.progress import track
@@ -99,6 +100,9 @@ def montage_command(
             written += len(result.examples)
             skipped += result.skipped
     typer.echo(f"wrote {written} examples from {len(pairs)} targets to {output}")
+    if generator.level == "sentence":
+        typer.echo("note: sentence-level lies are not the paper's construction (reordered original sentences; "
+                   "ROUGE tells them from the truth more easily, see docs/dove.md); meta['construction'] says so")
     if skipped:
         typer.echo(f"skipped {len(skipped)} lies:")
         for s in skipped[:20]:

@@ -2,8 +2,9 @@
 
 For one correct target ``g`` (a summary of ``source``) the generator
 
-1. splits ``g`` into its events, in chronological order: with an LLM (``level="event"``, the paper's
-   decomposition, pronouns resolved) or, with no LLM at all, as its sentences (``level="sentence"``);
+1. splits ``g`` into its events, in chronological order: with an LLM (``level="event"``, the default and the
+   paper's decomposition, pronouns resolved) or, with no LLM at all, as its sentences (``level="sentence"``,
+   not the paper's construction: see below);
 2. for each difficulty draws a permutation with an EXACT inversion count, sampled uniformly from the
    counts whose ShuffleD falls in the difficulty's bin, via a random Lehmer code (Algorithm 1);
 3. writes the lie: sentence level joins the reordered sentences; event level builds it one event at a
@@ -21,9 +22,16 @@ some bins) gets no lie at that difficulty; the skip and its reason are returned,
 sentence level the truth is its first N sentences; at the event level the truth is then rebuilt from the
 first N events incrementally, exactly like the lies, so truth and lies tell the same events.
 
+The sentence level is a no-LLM stand-in, not the paper's construction: its lies are the target's own
+sentences reordered, with no event decomposition and no incremental rewriting, so truth and lie differ only in
+the order of verbatim sentences, which order-sensitive overlap (ROUGE-L) picks up. ROUGE separates them from
+the truth far better than it separates real montage lies (avg AUC 0.659 on 100 sentence-level SQuALITY dev
+groups against the paper's ~0.54; docs/dove.md). Each of its rows says so in ``meta["construction"]``.
+
 Output: harness ``Example`` records sharing ``group``: the truth (label 1, difficulty "truth") and the
 lies (label 0, difficulty easy/medium/hard/extreme); ``meta`` holds the permutation (lie position i tells
-original event ``permutation[i]``), the inversion count, ShuffleD, the events and the seed. Sentence-level
+original event ``permutation[i]``), the inversion count, ShuffleD, the events, the seed and ``construction``
+(:data:`CONSTRUCTION`). Sentence-level
 truths are re-rendered from their sentences exactly like the lies (joined by single spaces), so the
 layout (line breaks) never tells a truth from a lie. Paraphrases go to the group ``<group>:paraphrase``
 with ``meta["variant"] == "paraphrase"`` so that AUC-per-difficulty compares like with like.
@@ -53,6 +61,12 @@ from halluscope.text import ParseError, extract_json, parse_items_after_marker, 
 Level = Literal["sentence", "event"]
 DIFFICULTIES: tuple[str, ...] = ("easy", "medium", "hard", "extreme")
 NARRATIVE_TECHNIQUES = ("chronological order", "flashback", "interjection", "supplementary narration")
+CONSTRUCTION: dict[str, str] = {
+    "event": "event-level (the paper's: chronological events, exact-inversion shuffle, incremental lie)",
+    "sentence": "sentence-level (not the paper's): original sentences reordered, no event decomposition, "
+                "no incremental rewriting",
+}
+"""``meta["construction"]`` of every row, by level."""
 
 EVENTS_PROMPT = PromptTemplate(
     name="montage_events",
@@ -229,14 +243,15 @@ def parse_paraphrase(reply: str) -> Paraphrase:
 
 
 class MontageGenerator:
-    """Builds montage-lie groups. ``level="sentence"`` needs no LLM (unless ``paraphrase``)."""
+    """Builds montage-lie groups. The default ``level="event"`` is the paper's construction (an LLM decomposes
+    and rewrites); ``level="sentence"`` needs no LLM (unless ``paraphrase``) and is labelled as not the paper's."""
 
     def __init__(
         self,
         llm: LLM | None = None,
         config: Config | None = None,
         *,
-        level: Level = "sentence",
+        level: Level = "event",
         difficulties: Sequence[str] = DIFFICULTIES,
         paraphrase: bool = False,
         seed: int = 0,
@@ -275,7 +290,8 @@ class MontageGenerator:
         """The truth and its lies for one (source, correct target) pair."""
         result = MontageResult()
         rng = group_rng(self.seed, group)
-        base_meta = {"level": self.level, "seed": self.seed, "variant": "original", **(meta or {})}
+        base_meta = {"level": self.level, "construction": CONSTRUCTION[self.level], "seed": self.seed,
+                     "variant": "original", **(meta or {})}
         if self.max_events is not None:
             base_meta["max_events"] = self.max_events
         if self.level == "sentence":

@@ -10,6 +10,11 @@ is the explicit "no inconsistency" answer. Styles:
 * ``cot`` (default): the model reasons step by step, then writes a ``Final Output:`` line followed by the
   same JSON object; only what follows the last such line is read, and it must be that object.
 
+Each style has two prompt wordings (``variant=1|2``), as in the paper, which writes two per style and keeps,
+per model, the one with the higher FINAL F1 on the dev split. ``variant="auto"`` (default) leaves that choice
+to the bench (:mod:`halluscope.bench.final_protocol` runs both on the dev split and records the choice); a
+single check with ``auto`` uses variant 1 and says so in ``details``.
+
 A reply that is not the declared format (prose, bullet lines, a list of placeholders, a lone "None" line in
 a JSON style, a chain of thought without its marked final answer) is no answer: after one repair request
 the target is *unscored* with the reason, never scored from whatever lines it had. (The paper's prompts ask
@@ -18,8 +23,10 @@ for lettered lists A., B., ...; halluscope asks for the JSON list so that an ans
 2-step variants (``filter=...``): a binary decision first; only a target judged inconsistent is localized.
 ``filter="self"`` asks the same model (step by step, then a last line that is exactly "Final answer: yes" or
 "Final answer: no"; anything else is unscored); ``filter="<method>"`` runs another registered method and
-labels by ``filter_threshold`` (default: that method's own threshold); ``filter="oracle"`` uses the gold label
-and therefore only works on labelled examples in the bench harness (:meth:`Localize.run_example`).
+labels by ``filter_threshold`` (unset: the bench chooses it on the dev split by the F1 of flagging inconsistent
+targets, as the paper does for TrueTeacher; a single check uses that method's own threshold); ``filter="oracle"``
+uses the gold label and therefore only works on labelled examples in the bench harness
+(:meth:`Localize.run_example`).
 ``hint=True`` (2-step only) tells the localizer that the target is known to contain an inconsistency and
 drops the empty-list option from the instructions; if the model still answers with an empty list it is
 kept as none found.
@@ -186,58 +193,144 @@ def parse_binary_verdict(text: str) -> bool:
 
 
 # ------------------------------------------------------------------------------------------------ prompts
+#
+# Two prompt variants per style, as in FINAL (App. C, H.2): the paper writes two wordings of each style and
+# keeps, per model, the one with the higher FINAL F1 on the dev split (``variant="auto"`` in the bench, see
+# halluscope.bench.final_protocol). The wording below is halluscope's own; what each variant carries:
+#
+# * variant 1 - short and plain. Zero-/few-shot: "identify and explain" every inconsistency, defined as
+#   information the TEXT states that cannot be verified from the SOURCE; only factual problems (omissions are
+#   not); each one separately, brief; an empty list when there is none. CoT: find the facts that cannot be
+#   verified, describe each clearly, think step by step, answer under "Final Output:" (the paper's CoT
+#   prompt 1 states no "None" rule; the reply schema still allows the empty list).
+# * variant 2 - explicit criteria. Zero-shot: the "none" rule first, inconsistency = contradicted OR not
+#   verifiable, no omissions or other errors, short separate descriptions. Few-shot: a structured brief (task,
+#   goal, what counts - including wrong names, places, numbers, events, specific claims - and numbered rules).
+#   CoT: numbered steps (split the TEXT into statements, check each for contradicted / not verifiable, say
+#   exactly what is wrong), then "Final Output:", only what is wrong, an empty list when nothing is.
+#
+# Both variants ask for the same declared reply (a JSON list of descriptions quoting the TEXT; see the module
+# docstring for why not the paper's lettered lists), so they are scored the same way.
 
-_TASK = (
-    "Find every factual inconsistency in the TEXT with respect to the SOURCE it was written from (the TEXT "
-    "may be, for example, a summary of the SOURCE or an answer based on it). A factual inconsistency is any "
-    "piece of information in the TEXT that the SOURCE contradicts, or that cannot be verified from the "
-    "SOURCE. Report only factual inconsistencies: information the TEXT leaves out is not one, and neither "
-    "are style or grammar.\n\n"
-    "Describe each inconsistency separately, in one self-contained sentence: quote in double quotes the "
-    "words of the TEXT it is about, and say what the SOURCE says instead, or that the SOURCE does not say "
-    "it. Two wrong details are two inconsistencies."
-)
-_NONE_RULE = "If the TEXT has no factual inconsistency, give an empty list."
-_HINT = "The TEXT is known to contain at least one factual inconsistency."
+Variant = Literal[1, 2]
+VARIANTS: tuple[int, ...] = (1, 2)
+
 _INPUTS = "SOURCE:\n$source\n\nTEXT:\n$target"
+_QUOTE_RULE = ("quote in double quotes the words of the TEXT it is about, and say what the SOURCE says instead, or "
+               "that the SOURCE does not say it")
+_NONE_RULE = "If the TEXT has no factual inconsistency, give an empty list."
+
+# Stated first, in place of the "no inconsistency" rule, when the 2-step filter judged the TEXT inconsistent.
+_HINTS: dict[int, str] = {
+    1: "The TEXT is factually inconsistent with the SOURCE.",
+    2: "The TEXT contains factual inconsistencies with respect to the SOURCE.",
+}
+
+
+def _task_v1(hint: bool) -> str:
+    return (
+        "Identify and explain every factual inconsistency in the TEXT with respect to the SOURCE it was written "
+        "from (the TEXT may be, for example, a summary of the SOURCE or an answer based on it). A factual "
+        "inconsistency is any information in the TEXT that cannot be verified from the SOURCE.\n\n"
+        "Look only for factual inconsistencies, not for other kinds of problems such as information the TEXT "
+        "leaves out.\n\n"
+        "List each inconsistency separately, as a brief and concise description of it: " + _QUOTE_RULE + "."
+        + ("" if hint else "\n\n" + _NONE_RULE)
+    )
+
+
+def _task_v2_zero(hint: bool) -> str:
+    return (
+        "Find all factual inconsistencies in the TEXT, compared with the SOURCE it was written from, and "
+        "describe each one briefly." + ("" if hint else " " + _NONE_RULE) + "\n\n"
+        "A factual inconsistency is any detail of the TEXT that the SOURCE contradicts or that cannot be "
+        "verified from the SOURCE. Deal only with such inconsistencies: do not comment on omissions or on any "
+        "other kind of error.\n\n"
+        "Give each inconsistency as a separate item with a short description of what is inconsistent: "
+        + _QUOTE_RULE + ". Keep the descriptions concise and about factual inconsistencies only."
+    )
+
+
+def _task_v2_few(hint: bool) -> str:
+    return (
+        "Task: find the factual inconsistencies of a TEXT.\n\n"
+        "Goal: the TEXT, written from the SOURCE below, may contain factual inconsistencies. Compare it closely "
+        "with the SOURCE and record each inconsistency." + ("" if hint else " " + _NONE_RULE) + "\n\n"
+        "What counts as a factual inconsistency:\n"
+        "- any statement of the TEXT that the SOURCE does not directly support or let you verify;\n"
+        "- a wrong name, place, number, event or specific claim.\n\n"
+        "Rules:\n"
+        "1. Report each distinct inconsistency separately.\n"
+        "2. Describe each one briefly and precisely: " + _QUOTE_RULE + ".\n"
+        "3. Report only factual discrepancies, not differences of style or structure.\n"
+        "4. Do not report omissions or missing information."
+    )
+
+
+def _task_cot(variant: int) -> str:
+    if variant == 1:
+        return ("Find every fact in the TEXT that cannot be verified from the SOURCE it was written from, and "
+                "describe each of these factual inconsistencies clearly: " + _QUOTE_RULE + ". Think step by step.")
+    return ("Find every factual inconsistency in the TEXT by following these steps:\n"
+            "1. Read the TEXT carefully and break it into its distinct factual statements.\n"
+            "2. Check each statement against the SOURCE it was written from: is it contradicted by the SOURCE "
+            "(it conflicts with it), or not verifiable from it (the SOURCE lacks the support it needs)?\n"
+            "3. For each inconsistency, describe exactly what is wrong in the TEXT: " + _QUOTE_RULE + ".")
 
 
 def _answer(descriptions: list[str]) -> str:
     return json.dumps({"inconsistencies": descriptions}, ensure_ascii=False)
 
 
-def _few_shot_block() -> str:
-    parts = ["Here are three worked examples."]
+def _few_shot_block(variant: int = 1) -> str:
+    label = "ANSWER" if variant == 1 else "INCONSISTENCIES"
+    parts = ["Here are three worked examples: a SOURCE, a TEXT written from it, and the list of the TEXT's "
+             "factual inconsistencies."]
     for i, (source, target, descriptions) in enumerate(FEW_SHOT_EXAMPLES, 1):
-        parts.append(f"Example {i}\nSOURCE:\n{source}\nTEXT:\n{target}\nANSWER:\n{_answer(descriptions)}")
-    parts.append("Now the real task.")
+        parts.append(f"Example {i}\nSOURCE:\n{source}\nTEXT:\n{target}\n{label}:\n{_answer(descriptions)}")
+    parts.append("Now the real task: answer in the same format as the examples.")
     return "\n\n".join(parts).replace("$", "$$")
 
 
-def _cot_instructions(hint: bool) -> str:
+def _cot_instructions(hint: bool, variant: int = 1) -> str:
+    """What a chain-of-thought reply must end with (also the repair request's format hint)."""
     fields = reply_schema(hint).format_instructions().splitlines()
     if fields and fields[0].startswith("Answer with"):
         fields = fields[1:]
-    text = ("First think step by step: break the TEXT into its individual factual statements and check each one "
-            f'against the SOURCE. Then write a line "{FINAL_MARKER}" and after it one JSON object, with nothing '
-            "after it. Its fields:\n" + "\n".join(fields))
-    return text.replace("$", "$$")
+    if variant == 1:
+        text = (f'At the end of your reply, write a line "{FINAL_MARKER}" and after it one JSON object that lists '
+                "each fact that cannot be verified with a clear description of the inconsistency, and nothing "
+                "after it.")
+    else:
+        text = (f'Think step by step, and at the end of your reply write a line "{FINAL_MARKER}" and after it one '
+                "JSON object with a clear description of each mistake, and nothing after it. Report only what is "
+                "wrong in the TEXT." + ("" if hint else f' If you found no factual inconsistency, the list after '
+                                                         f'"{FINAL_MARKER}" is empty.'))
+    return (text + " Its fields:\n" + "\n".join(fields)).replace("$", "$$")
 
 
-def _localize_prompt(style: str, hint: bool) -> PromptTemplate:
-    parts = [_HINT] if hint else []
-    parts.append(_TASK if hint else f"{_TASK}\n{_NONE_RULE}")
-    if style == "few_shot":
-        parts.append(_few_shot_block())
-    parts.append(_INPUTS)
-    parts.append(_cot_instructions(hint) if style == "cot" else "$format")
-    return PromptTemplate(name=f"localize_{style}" + ("_hint" if hint else ""), version="2", system=_SYSTEM,
-                          user="\n\n".join(parts), reply=None if style == "cot" else reply_schema(hint))
+def _localize_prompt(style: str, hint: bool, variant: int) -> PromptTemplate:
+    parts = [_HINTS[variant]] if hint else []
+    if style == "cot":
+        parts += [_task_cot(variant), _INPUTS, _cot_instructions(hint, variant)]
+    else:
+        if variant == 1:
+            parts.append(_task_v1(hint))
+        else:
+            parts.append(_task_v2_few(hint) if style == "few_shot" else _task_v2_zero(hint))
+        if style == "few_shot":
+            parts.append(_few_shot_block(variant))
+        parts += [_INPUTS, "$format"]
+    name = f"localize_{style}" + ("" if variant == 1 else f"_v{variant}") + ("_hint" if hint else "")
+    return PromptTemplate(name=name, version="3" if variant == 1 else "1", system=_SYSTEM, user="\n\n".join(parts),
+                          reply=None if style == "cot" else reply_schema(hint))
 
 
-LOCALIZE_PROMPTS: dict[tuple[str, bool], PromptTemplate] = {
-    (style, hint): _localize_prompt(style, hint) for style in STYLES for hint in (False, True)
+LOCALIZE_PROMPTS: dict[tuple[str, bool, int], PromptTemplate] = {
+    (style, hint, variant): _localize_prompt(style, hint, variant)
+    for style in STYLES for hint in (False, True) for variant in VARIANTS
 }
+"""Every localization prompt, by (style, hint, variant)."""
 
 BINARY_PROMPT = PromptTemplate(
     name="localize_binary_filter",
@@ -262,12 +355,13 @@ class DescriptionLocalizer:
         self.llm = method.llm
         self.style = method.opts.style
         self.hint = method.opts.hint
-        self.prompt = method.prompt(LOCALIZE_PROMPTS[(self.style, self.hint)])
+        self.variant = method.variant
+        self.prompt = method.prompt(LOCALIZE_PROMPTS[(self.style, self.hint, self.variant)])
 
     async def __call__(self, source: str, target: str) -> StepResult[list[str]]:
         messages = self.prompt.render(source=source, target=target)
         if self.style == "cot":
-            hint = _cot_instructions(self.hint).replace("$$", "$")
+            hint = _cot_instructions(self.hint, self.variant).replace("$$", "$")
             return await generate_parsed(self.llm, messages, lambda text: parse_final_output(text, self.hint, target),
                                          format_hint=hint)
         # the schema goes to the backend (JSON mode); the parse adds the check against copied examples
@@ -312,10 +406,20 @@ class LocalizeOptions(MethodOptions):
     """2-step only: tell the localizer the target is known to contain an inconsistency."""
 
     filter_threshold: float | None = None
-    """filter=<method>: the score below which the target counts as inconsistent (default: that method's)."""
+    """filter=<method>: the score below which the target counts as inconsistent; None: in the bench, the one with the best F1 on the dev split (FINAL's protocol), in a single check that method's own threshold."""
 
     filter_options: dict[str, Any] = Field(default_factory=dict)
     """filter=<method>: options for that method."""
+
+    variant: Literal[1, 2, "auto"] = "auto"
+    """Prompt wording: 1 (short) or 2 (explicit criteria), FINAL's two per style; auto: the bench picks the one with the higher FINAL F1 on the dev split, per model (a single check uses 1)."""
+
+    @field_validator("variant", mode="before")
+    @classmethod
+    def _variant_number(cls, value: object) -> object:
+        if isinstance(value, str) and value.strip() in ("1", "2"):
+            return int(value.strip())
+        return value
 
     @field_validator("filter", mode="before")
     @classmethod
@@ -352,8 +456,14 @@ class Localize(Method):
     prompts = tuple(LOCALIZE_PROMPTS.values()) + (BINARY_PROMPT,)
     default_threshold = 0.75
 
+    @property
+    def variant(self) -> int:
+        """The prompt variant this instance sends: ``variant`` when it is 1 or 2; with ``auto`` (resolved by the
+        bench on a dev split, see halluscope.bench.final_protocol) a single check uses variant 1."""
+        return 1 if self.opts.variant == "auto" else int(self.opts.variant)
+
     def used_prompts(self) -> list[PromptTemplate]:
-        used = [self.prompt(LOCALIZE_PROMPTS[(self.opts.style, self.opts.hint)])]
+        used = [self.prompt(LOCALIZE_PROMPTS[(self.opts.style, self.opts.hint, self.variant)])]
         return used + ([self.prompt(BINARY_PROMPT)] if self.opts.filter == "self" else [])
 
     async def run(self, source: str, target: str) -> Report:
@@ -407,7 +517,9 @@ class Localize(Method):
                           details=details)
         descriptions: list[str] = step.value
         findings = findings_from_descriptions(descriptions, target)
-        details = {**details, "localized": True, "descriptions": descriptions}
+        details = {**details, "localized": True, "descriptions": descriptions, "prompt_variant": self.variant}
+        if self.opts.variant == "auto":
+            details["prompt_variant_note"] = "variant=auto is chosen on a dev split by the bench; a single check uses 1"
         return Report(method=self.name, score=description_score(len(descriptions)),
                       subscores={"descriptions": float(len(descriptions)),
                                  "located": float(sum(bool(f.target_spans) for f in findings))},
