@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from halluscope.config import Config
-from halluscope.records import Claim, Evidence, Finding, Report, Span
+from halluscope.records import Claim, Evidence, Finding, Report, Span, Verdict
 from halluscope.report import render_html
 
 SOURCE = "The council met on Monday. It approved the budget of $3 million."
@@ -40,6 +40,21 @@ def test_html_marks_spans_escapes_text_and_links_evidence():
 def test_html_handles_unscored_report():
     page = render_html(Report(method="geval", unscored_reason="unparseable reply"), SOURCE, TARGET)
     assert "could not score: unparseable reply" in page and "unscored" in page
+
+
+def test_unscored_claims_are_listed_with_their_reasons_and_marked_apart_from_findings():
+    claim = Claim(text="It approved the <budget>.", target_spans=[Span(start=27, end=52)])
+    judged = Claim(text="The council met on Friday.", target_spans=[Span(start=0, end=26)])
+    report = Report(method="probe", unscored_reason="none of the claims could be judged", verdicts=[
+        Verdict(claim=claim, label="unscored", reason="evidence finding failed: the JSON in the reply is cut off"),
+        Verdict(claim=judged, label="supported", reason="quoted"),
+    ])
+    page = render_html(report, SOURCE, TARGET)
+    assert "Unscored claims (1)" in page and "1 unscored claims" in page
+    assert "not judged: evidence finding failed: the JSON in the reply is cut off" in page
+    assert "It approved the &lt;budget&gt;." in page
+    assert '<mark class="unscored" data-f="u0"' in page  # the claim's span, marked as unscored, not as a finding
+    assert "mark class=\"unsup\"" not in page and "Findings (0)" in page
 
 
 fastapi = pytest.importorskip("fastapi", reason="server extra not installed: pip install 'halluscope[server]'")

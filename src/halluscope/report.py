@@ -27,6 +27,7 @@ section.full{grid-column:1 / span 2}
 mark{border-radius:3px;padding:0 1px;cursor:pointer}
 mark.unsup{background:#ffd6d1}mark.contra{background:#ffb4a8}mark.order{background:#ffe9a8}
 mark.other{background:#e3d7ff}mark.ev{background:#d5ecff;cursor:default}
+mark.unscored{background:none;border-bottom:2px dotted #888;border-radius:0}
 mark.flash{outline:3px solid #1a73e8;transition:outline .2s}
 table{border-collapse:collapse;font-size:14px}td,th{border-bottom:1px solid #eee;padding:4px 10px;text-align:left;vertical-align:top}
 ol.findings li{margin-bottom:8px}.kind{font-size:12px;padding:1px 6px;border-radius:8px;background:#eee;margin-right:6px}
@@ -41,14 +42,14 @@ document.querySelectorAll('mark[data-f]').forEach(function(m){
       if (ev) { ev.scrollIntoView({behavior:'smooth', block:'center'}); ev.classList.add('flash');
                 setTimeout(function(){ ev.classList.remove('flash'); }, 1500); return; }
     }
-    var item = document.getElementById('finding-' + ids[0]);
+    var item = document.getElementById(ids[0].charAt(0) === 'u' ? 'unscored-' + ids[0].slice(1) : 'finding-' + ids[0]);
     if (item) item.scrollIntoView({behavior:'smooth', block:'center'});
   });
 });
 """
 
 
-def _highlight(text: str, marks: list[tuple[Span, int, str, str]]) -> str:
+def _highlight(text: str, marks: list[tuple[Span, int | str, str, str]]) -> str:
     """HTML of ``text`` with possibly overlapping spans marked. ``marks``: (span, finding id, css class, title)."""
     cuts = {0, len(text)}
     for span, *_ in marks:
@@ -83,8 +84,8 @@ def _fmt(value: float | None) -> str:
 
 
 def render_html(report: Report, source: str, target: str, title: str = "halluscope report") -> str:
-    target_marks: list[tuple[Span, int, str, str]] = []
-    source_marks: list[tuple[Span, int, str, str]] = []
+    target_marks: list[tuple[Span, int | str, str, str]] = []
+    source_marks: list[tuple[Span, int | str, str, str]] = []
     for i, f in enumerate(report.findings):
         cls = _KIND_CLASS.get(f.kind, "other")
         for span in f.target_spans:
@@ -92,6 +93,10 @@ def render_html(report: Report, source: str, target: str, title: str = "hallusco
         for ev in f.evidence:
             if ev.span is not None:
                 source_marks.append((ev.span, i, "ev", f"evidence ({ev.relation}) for finding {i + 1}"))
+    unscored_verdicts = [v for v in report.verdicts if v.label == "unscored"]
+    for j, v in enumerate(unscored_verdicts):  # not a finding: the claim could not be judged, and the page says why
+        for span in v.claim.target_spans:
+            target_marks.append((span, f"u{j}", "unscored", f"unscored: {v.reason or 'no reason recorded'}"))
     for v in report.verdicts:  # supporting evidence of verdicts also shows in the source
         for ev in v.evidence:
             if ev.span is not None and ev.relation == "supports":
@@ -120,7 +125,17 @@ def render_html(report: Report, source: str, target: str, title: str = "hallusco
             "<section class='full'><h3>Events in target order</h3>"
             f"<table><tr><th>#</th><th>event</th></tr>{rows}</table><h4>Order violations</h4><ul>{inv}</ul></section>"
         )
-    unscored = sum(v.label == "unscored" for v in report.verdicts)
+    unscored = len(unscored_verdicts)
+    unscored_section = ""
+    if unscored_verdicts:
+        items = "".join(
+            f"<li id='unscored-{j}'>{html.escape(v.claim.text)}"
+            f"<div class='muted'>not judged: {html.escape(v.reason or 'no reason recorded')}</div></li>"
+            for j, v in enumerate(unscored_verdicts)
+        )
+        unscored_section = (f"<section class='full'><h3>Unscored claims ({unscored})</h3><p class='muted'>Neither "
+                            "supported nor flagged: no valid verdict was given for these claims (dotted underline "
+                            f"in the target).</p><ol class='findings'>{items}</ol></section>")
     u = report.usage
     meta = (
         f"{html.escape(report.method)} · {html.escape(report.model or 'no LLM')} · {u.calls} LLM calls · "
@@ -128,6 +143,8 @@ def render_html(report: Report, source: str, target: str, title: str = "hallusco
         + (f" · {unscored} unscored claims" if unscored else "")
     )
     reason = f"<div class='bad'>could not score: {html.escape(report.unscored_reason)}</div>" if report.unscored_reason else ""
+    findings_html = (f"<ol class='findings'>{''.join(finding_items)}</ol>" if finding_items
+                     else "<p class='muted'>none</p>")
     data = _script_json(report.model_dump_json())
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>{_CSS}</style></head><body>
@@ -138,7 +155,8 @@ def render_html(report: Report, source: str, target: str, title: str = "hallusco
 <section><h3>Source</h3><div class="text" id="source">{_highlight(source, source_marks)}</div></section>
 <section><h3>Target</h3><div class="text" id="target">{_highlight(target, target_marks)}</div></section>
 <section><h3>Sub-scores</h3><table>{sub_rows or '<tr><td>none</td></tr>'}</table></section>
-<section><h3>Findings ({len(report.findings)})</h3><ol class="findings">{''.join(finding_items) or '<li>none</li>'}</ol></section>
+<section><h3>Findings ({len(report.findings)})</h3>{findings_html}</section>
+{unscored_section}
 {order_section}
 </main>
 <script type="application/json" id="report-data">{data}</script>
