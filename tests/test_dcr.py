@@ -259,44 +259,71 @@ def test_dcr_end_to_end_sentence_level():
     assert report.details["stages"] == {"decomposer": "sentences", "context_selector": "retrieval", "verifier": "dcr"}
 
 
+APPENDIX_I_REPLY = json.dumps({"sentences": [{"id": None, "reason": "The two paragraphs are not consistent."},
+                                             {"id": 1, "reason": "This sentence is consistent."},
+                                             {"id": 2, "reason": "This sentence is not consistent."}],
+                               "is_consistent": False})
+
+
+def test_dcr_default_is_the_papers_alpha_beta_zero_over_every_mark():
+    # seed 001 §4 ("we set both alpha and beta in Eq. (3) to 0"): every mark AMC gives counts, k = 3
+    report = get_method("dcr", llm=fake_llm(APPENDIX_I_REPLY, marks(-1, 1, -1))).check(SOURCE, "Alice founded Acme. Acme makes cars.")
+    assert DCR.Options().amc_weights == "paper" and report.details["amc_weights"] == "paper"
+    assert (report.subscores["alpha"], report.subscores["beta"], report.subscores["k"]) == (0.0, 0.0, 3.0)
+    assert report.subscores["Z"] == pytest.approx(-1 / 3) and report.score == pytest.approx(1 / 3)
+    assert [v.label for v in report.verdicts] == ["supported", "unsupported"]
+
+
 def test_dcr_appendix_i_case_end_to_end():
-    reply = json.dumps({"sentences": [{"id": None, "reason": "The two paragraphs are not consistent."},
-                                      {"id": 1, "reason": "This sentence is consistent."},
-                                      {"id": 2, "reason": "This sentence is not consistent."}],
-                        "is_consistent": False})
+    # amc_weights=auto: App. I's example, the reason about the whole text is taken out (alpha = 1, beta = -1)
     target = "Alice founded Acme. Acme makes cars."
-    report = get_method("dcr", llm=fake_llm(reply, marks(-1, 1, -1))).check(SOURCE, target)
+    report = get_method("dcr", llm=fake_llm(APPENDIX_I_REPLY, marks(-1, 1, -1)), amc_weights="auto").check(SOURCE, target)
     assert report.subscores["alpha"] == 1.0 and report.subscores["beta"] == -1.0
-    assert report.score == 0.5
+    assert report.score == 0.5 and report.details["amc_weights"] == "auto"
     assert report.details["other_reasons"] == [{"reason": "The two paragraphs are not consistent.", "mark": -1,
                                                 "sentence": None}]
 
 
 def test_dcr_keeps_the_negative_of_two_reasons_for_one_sentence():
     reply = dce((1, "Consistent: fine."), (1, "Inconsistent: but the year is wrong."), (2, "Consistent: ok"))
-    report = get_method("dcr", llm=fake_llm(reply, marks(1, -1, 1))).check(SOURCE, "Acme was founded in 1999. It makes rockets.")
+    target = "Acme was founded in 1999. It makes rockets."
+    report = get_method("dcr", llm=fake_llm(reply, marks(1, -1, 1)), amc_weights="auto").check(SOURCE, target)
     assert [v.label for v in report.verdicts] == ["unsupported", "supported"]
     assert report.score == 0.5
     assert (report.subscores["alpha"], report.subscores["beta"]) == (-1.0, -1.0)
     assert report.details["other_reasons"] == [{"reason": "Consistent: fine.", "mark": 1, "sentence": 1}]
+    # the paper's weights count all three marks: Z = (1 - 1 + 1) / 3
+    paper = get_method("dcr", llm=fake_llm(reply, marks(1, -1, 1))).check(SOURCE, target)
+    assert [v.label for v in paper.verdicts] == ["unsupported", "supported"]
+    assert paper.score == pytest.approx(2 / 3) and (paper.subscores["alpha"], paper.subscores["beta"]) == (0.0, 0.0)
 
 
 def test_dcr_only_reasons_about_the_whole_text_is_unscored():
     reply = json.dumps({"sentences": [{"id": None, "reason": "The summary is not consistent overall."}],
                         "is_consistent": False})
-    report = get_method("dcr", llm=fake_llm(reply, marks(-1))).check(SOURCE, TARGET)
-    assert report.score is None
-    assert "not about a single sentence" in report.unscored_reason
-    assert all(v.label == "unscored" and v.reason for v in report.verdicts)
-    assert (report.subscores["alpha"], report.subscores["beta"], report.subscores["k"]) == (1.0, -1.0, 1.0)
+    for weights in ("paper", "auto"):
+        report = get_method("dcr", llm=fake_llm(reply, marks(-1)), amc_weights=weights).check(SOURCE, TARGET)
+        assert report.score is None
+        assert all(v.label == "unscored" and v.reason for v in report.verdicts)
+        if weights == "auto":
+            assert "not about a single sentence" in report.unscored_reason
+            assert (report.subscores["alpha"], report.subscores["beta"], report.subscores["k"]) == (1.0, -1.0, 1.0)
+        else:
+            assert "3 of 3 sentences have no mark" in report.unscored_reason and "Z" not in report.subscores
 
 
 def test_dcr_missing_sentence_is_unscored_not_padded():
     llm = fake_llm(dce((1, "Inconsistent: wrong year"), (2, "Consistent: ok")), marks(-1, 1))
     report = get_method("dcr", llm=llm).check(SOURCE, TARGET)
-    assert report.score == 0.5
+    # the paper's Z is over all k sentences: a sentence without a mark leaves it undefined (never 0, never +1)
+    assert report.score is None and "1 of 3 sentences have no mark (sentence 3" in report.unscored_reason
     assert report.verdicts[2].label == "unscored" and "no reason" in report.verdicts[2].reason
-    assert report.subscores["judged"] == 2.0 and report.subscores["units"] == 3.0
+    assert report.subscores["unscored_units"] == 1.0 and report.subscores["judged"] == 2.0
+    assert [f.claim_ids for f in report.findings] == [["s1"]]  # the judged sentence's finding stays
+    llm = fake_llm(dce((1, "Inconsistent: wrong year"), (2, "Consistent: ok")), marks(-1, 1))
+    auto = get_method("dcr", llm=llm, amc_weights="auto").check(SOURCE, TARGET)
+    assert auto.score == 0.5  # auto: k shrinks to the judged sentences
+    assert auto.subscores["judged"] == 2.0 and auto.subscores["units"] == 3.0
 
 
 def test_dcr_rule_amc_makes_no_extra_call():
@@ -307,10 +334,12 @@ def test_dcr_rule_amc_makes_no_extra_call():
 
 
 def test_dcr_rule_amc_reason_without_a_verdict_is_unscored():
-    llm = fake_llm(dce((1, "Inconsistent: wrong year"), (2, "Hmm."), (3, "Consistent: ok")))
-    report = get_method("dcr", llm=llm, amc="rule").check(SOURCE, TARGET)
+    reply = dce((1, "Inconsistent: wrong year"), (2, "Hmm."), (3, "Consistent: ok"))
+    report = get_method("dcr", llm=fake_llm(reply), amc="rule", amc_weights="auto").check(SOURCE, TARGET)
     assert report.verdicts[1].label == "unscored" and "verdict" in report.verdicts[1].reason, report.verdicts[1].reason
     assert report.score == 0.5
+    paper = get_method("dcr", llm=fake_llm(reply), amc="rule").check(SOURCE, TARGET)
+    assert paper.score is None and "sentence 2" in paper.unscored_reason
 
 
 def test_dcr_amc_failure_keeps_raw_replies_and_is_unscored():
@@ -352,7 +381,11 @@ def test_dcr_options_are_typed():
     opts = DCR(llm=fake_llm(), retrieval="always", top_k=3, window=1).options()
     assert (opts["retrieval"], opts["top_k"], opts["window"], opts["level"], opts["amc"]) == ("always", 3, 1,
                                                                                                "sentence", "llm")
-    assert all(DCR.Options.model_fields[name].description for name in ("level", "amc"))
+    assert (opts["amc_weights"], opts["batch_size"]) == ("paper", 1)
+    for bad in ({"amc_weights": "app_i"}, {"batch_size": 0}):
+        with pytest.raises(OptionsError):
+            DCR(llm=fake_llm(), **bad)
+    assert all(DCR.Options.model_fields[name].description for name in ("level", "amc", "amc_weights", "batch_size"))
     version = DCR(llm=fake_llm()).prompt_version
     assert "dcr_dce_sentence@" in version and "dcr_amc@" in version and "rai_" not in version
     assert "dcr_amc@" not in DCR(llm=fake_llm(), amc="rule").prompt_version
@@ -478,7 +511,8 @@ class _KeywordVerifier:
 
 def test_dcr_with_a_swapped_verifier_maps_labels_to_marks():
     model = FakeModel(responder=lambda messages: "ok")
-    report = get_method("dcr", llm=LLM(model, cache=None), verifier="test_dcr_keywords").check(SOURCE, TARGET)
+    report = get_method("dcr", llm=LLM(model, cache=None), verifier="test_dcr_keywords",
+                        amc_weights="auto").check(SOURCE, TARGET)
     assert report.details["stages"]["verifier"] == "test_dcr_keywords"
     assert [v.label for v in report.verdicts] == ["contradicted", "supported", "unscored"]
     # contradicted -> -1, supported -> +1, unscored left out: Z = 0, score 0.5
@@ -491,8 +525,13 @@ def test_dcr_with_a_swapped_verifier_maps_labels_to_marks():
 
     retrieved = get_method("dcr", llm=LLM(FakeModel(responder=lambda m: "ok"), cache=None),
                            verifier="test_dcr_keywords", retrieval="always", retriever="bm25", top_k=1,
-                           window=0).check(SOURCE, TARGET)
+                           window=0, amc_weights="auto").check(SOURCE, TARGET)
     assert retrieved.details["context"]["mode"] == "retrieval" and retrieved.score == 0.5
+    # the paper's weights: the unscored sentence cannot be left out, so there is no score
+    paper = get_method("dcr", llm=LLM(FakeModel(responder=lambda m: "ok"), cache=None),
+                       verifier="test_dcr_keywords").check(SOURCE, TARGET)
+    assert paper.score is None and "could not tell" in paper.unscored_reason
+    assert [f.kind for f in paper.findings] == ["contradicted"]
 
 
 def test_dcr_with_the_factscore_verifier_end_to_end():
@@ -555,8 +594,9 @@ def test_dcr_garbled_replies_some_judged_some_not_nothing_escapes(options):
     for _ in range(40):
         report = method.check(SOURCE, TARGET)
         assert isinstance(report, Report) and report.calls and len(report.calls) == report.usage.calls
-        if report.score is None:
-            assert report.unscored_reason and not report.findings
+        if report.score is None:  # findings only from judged sentences (amc_weights=paper keeps them)
+            assert report.unscored_reason
+            assert not report.findings or any(v.label == "unscored" for v in report.verdicts)
         else:
             outcomes["scored_reports"] += 1
             assert 0.0 <= report.score <= 1.0

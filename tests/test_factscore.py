@@ -212,7 +212,7 @@ def test_fuzzy_dedup_merges_descriptions_pinned_to_the_same_words():
 
 
 def test_factscore_describe_with_fuzzy_dedup():
-    report = get_method("factscore", llm=fake()).check(SOURCE, TARGET)
+    report = get_method("factscore", llm=fake(), dedup="fuzzy").check(SOURCE, TARGET)
     assert report.score == pytest.approx(1 / 3)
     assert [v.label for v in report.verdicts] == ["unsupported", "supported", "unsupported"]
     assert report.subscores == {"claims": 3.0, "judged": 3.0, "supported": 1.0}
@@ -230,14 +230,20 @@ def test_factscore_describe_with_fuzzy_dedup():
     assert report.usage.calls == 4 and len(report.calls) == 4
 
 
-def test_factscore_llm_dedup_keeps_the_selected_wordings():
-    report = FactScore(llm=fake(), dedup="llm").check(SOURCE, TARGET)
+def test_factscore_llm_dedup_is_the_default_and_keeps_the_selected_wordings():
+    # the paper (seed 002, App. C.2) de-duplicates with the LLM: that is the default
+    assert FactScore.Options().dedup == "llm"
+    report = FactScore(llm=fake()).check(SOURCE, TARGET)
     assert report.details["descriptions_before_dedup"] == 3
     assert len(report.findings) == 2
     assert report.usage.calls == 5
     dedup_prompt = report.calls[-1].messages[-1]["content"]
-    assert "1. " in dedup_prompt and "3. " in dedup_prompt and "factscore_dedup@" in FactScore(
-        llm=fake(), dedup="llm").prompt_version
+    assert "DESCRIPTIONS:" in dedup_prompt and "1. " in dedup_prompt and "3. " in dedup_prompt
+    assert "factscore_dedup@" in FactScore(llm=fake()).prompt_version
+    assert "factscore_dedup@" not in FactScore(llm=fake(), dedup="fuzzy").prompt_version
+    # the kept wordings are descriptions 1 and 3, as the model chose (by number, never reworded)
+    kept = sorted(f.description for f in report.findings)
+    assert kept == sorted([report.verdicts[0].reason.split("\n")[0], report.verdicts[2].reason.split("\n")[-1]])
 
 
 def test_factscore_llm_dedup_failure_falls_back_explicitly():
@@ -423,6 +429,8 @@ def test_the_probe_verifier_swapped_into_factscore():
         if '"verdict"' in user:  # PROBE's evaluation of one excerpt
             claim = re.search(r"ASSERTION:\n<claim_\w+>\n(.*?)\n</claim_\w+>", user, re.S).group(1)
             return json.dumps({"reasoning": "", "verdict": "FAIL" if "Amazon" in claim else "PASS"})
+        if "DESCRIPTIONS:" in user:  # FActScore's default LLM de-duplication
+            return json.dumps({"keep": [1, 2]})
         raise AssertionError(f"unexpected request: {user[:200]}")
 
     report = get_method("factscore", llm=fake(responder), verifier="probe").check(SOURCE, TARGET)
@@ -453,7 +461,7 @@ def test_the_factscore_verifier_serves_another_claim_method():
 # ---------------------------------------------------------------------------------------------- fuzzing
 
 
-@pytest.mark.parametrize("options", [{}, {"describe": False}, {"dedup": "llm"}])
+@pytest.mark.parametrize("options", [{}, {"describe": False}, {"dedup": "fuzzy"}])
 def test_garbled_replies_some_scored_some_not_and_no_finding_without_a_verdict(options):
     rng = random.Random(19)
     pool = garbled_replies(400, seed=19) + PLACEHOLDER_FACTS + PROSE_VERDICTS

@@ -172,6 +172,18 @@ def test_a_rewrite_that_cannot_be_reverified_is_not_returned():
     assert "could not evaluate" in report.details["stop_reason"]
 
 
+def test_an_unmarked_sentence_stops_rai_under_the_papers_weights_but_not_under_auto():
+    replies = (dce("Inconsistent: wrong year.", "Hmm.", "Consistent: Paris."),  # sentence 2 states no verdict
+               rewrites(s1="Alice founded Acme in 2001."),
+               dce("Consistent: ok.", "Hmm.", "Consistent: Paris."))
+    paper = Improve(llm=fake_llm(*replies), amc="rule", rounds=1).check(SOURCE, TARGET)
+    assert paper.score is None and "could not evaluate the text of round 0" in paper.details["stop_reason"]
+    assert paper.details["improved"] is False and paper.usage.calls == 1  # no rewrite of an unscored text
+    auto = Improve(llm=fake_llm(*replies), amc="rule", rounds=1, amc_weights="auto").check(SOURCE, TARGET)
+    assert [r["score"] for r in auto.details["rounds"]] == [0.5, 1.0]
+    assert auto.details["improved"] is True and auto.usage.calls == 3
+
+
 def test_a_worse_rewrite_is_not_returned():
     llm = fake_llm(dce("Inconsistent: a", "Consistent: b", "Consistent: c"), rewrites(s1="Worse sentence."),
                    dce("Inconsistent: a", "Inconsistent: b", "Consistent: c"))

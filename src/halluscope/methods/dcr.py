@@ -16,14 +16,23 @@ pipeline.
   (not), by an LLM call that only reads the reasons (``amc="llm"``, the paper's design) or by the verdict
   the reason states in words (``amc="rule"``, no extra call; see
   :func:`halluscope.text.verdict_words.verdict_mark`).
-* **Score** (:meth:`DCR.aggregate`, DCR's own): ``Z = (sum z_i + alpha) / (k + beta)`` over the ``k``
-  marked reasons, where ``alpha`` and ``beta`` remove the reasons that are not about exactly one sentence
-  (App. I): a reason not tied to a sentence (``"id": null``, e.g. "the two paragraphs are not consistent"),
-  or a second reason about a sentence that already has one. For each such reason ``alpha -= z`` and
-  ``beta -= 1``, so ``Z`` is the mean mark of the sentences. The score is ``(Z + 1) / 2`` = the fraction of
-  judged sentences that are consistent; a text is consistent when the score is 1 (``default_threshold =
-  1.0``). When a sentence has several reasons, its negative one is kept (a sentence is consistent only if
-  nothing said about it is negative). Those other reasons are listed in ``details["other_reasons"]``.
+* **Score** (:meth:`DCR.aggregate`, DCR's own): ``Z = (sum z_i + alpha) / (k + beta)``, score ``(Z + 1) / 2``;
+  a text is consistent when the score is 1 (``default_threshold = 1.0``). ``amc_weights`` sets alpha and beta:
+
+  - ``paper`` (default; the paper's experiments, §4): alpha = beta = 0 and ``k`` is every mark AMC gave (one
+    per sentence, plus any reason not about exactly one sentence). ``Z`` needs all of them: a sentence (or
+    reason) without a mark is neither dropped nor guessed, so the Report is unscored, saying which; the
+    judged sentences' verdicts and findings stay in it.
+  - ``auto`` (App. I): alpha and beta remove the reasons that are not about exactly one sentence -- a reason
+    not tied to a sentence (``"id": null``, e.g. "the two paragraphs are not consistent"), or a second reason
+    about a sentence that already has one; for each, ``alpha -= z`` and ``beta -= 1``, so ``Z`` is the mean
+    mark of the judged sentences (unmarked sentences are left out of ``k``).
+
+  When a sentence has several reasons, its verdict is its negative one (a sentence is consistent only if
+  nothing said about it is negative). The other reasons are listed in ``details["other_reasons"]``.
+* **batch_size** (with retrieval only): sentences whose snippet is the same text share a DCE call and AMC
+  marks several reasons per call (:meth:`DcrVerifier.judge_snippets`); with the whole source DCE and AMC are
+  already one call each, as in the paper.
 * With another verifier (``-o verifier=NAME``), its labels are the marks: supported -> +1, unsupported or
   contradicted -> -1; an unscored verdict stays unscored.
 
@@ -31,9 +40,9 @@ Strict replies: a DCE reply is ``{"sentences": [{"id": <n or null>, "reason": ".
 <bool>}`` (an id naming no sentence makes the reply unusable; echoed placeholders are not reasons); an AMC
 reply is exactly ``{"marks": [...]}`` holding exactly one JSON integer 1 or -1 per reason. Sentences the
 model gave no usable reason for, or whose reason could not be marked (AMC reply unusable; under
-``amc="rule"`` a reason that states no verdict), are ``unscored`` verdicts with the reason; the score is over
-the judged ones (``subscores["judged"]``). No judged sentence (e.g. only reasons not about one sentence,
-where ``k + beta = 0``) gives an unscored Report.
+``amc="rule"`` a reason that states no verdict), are ``unscored`` verdicts with the reason; under
+``amc_weights=paper`` the Report is then unscored, under ``auto`` the score is over the judged ones
+(``subscores["judged"]``) and only a text with no judged sentence gives an unscored Report.
 
 Audit: ``Report.calls`` holds every exchange. Calls made for one sentence only (retrieval mode) are also on
 that sentence's ``Verdict.calls``; the joint DCE call and its AMC call are on ``Report.calls`` only.
@@ -56,8 +65,11 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validat
 from halluscope.llm.replies import Reply
 from halluscope.llm.structured import generate_reply
 from halluscope.methods import register_method
+from halluscope.methods.batching import (BatchStep, ask_batch, batch_reply_budget, chunked, gather_or_cancel,
+                                         judge_in_batches)
 from halluscope.methods.options import ClaimOptions
-from halluscope.methods.pipeline import (ClaimPipeline, LLMVerifier, PipelineRun, claim_finding, messages_tokens,
+from halluscope.methods.pipeline import (ClaimPipeline, LLMVerifier, PipelineRun, best_verdict, claim_finding,
+                                         messages_tokens,
                                          reply_budget)
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Finding, LLMCall, Report, Span, StepResult, Verdict
@@ -71,6 +83,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 Level = Literal["sentence", "paragraph"]
 AmcMode = Literal["llm", "rule"]
+AmcWeights = Literal["paper", "auto"]
 
 # ------------------------------------------------------------------------------------------------ replies
 
@@ -105,6 +118,23 @@ class DceSingleReply(Reply):
     is_consistent: bool = Field(description="true if it is consistent, otherwise false")
 
 
+class DceExcerptEntry(DceSingleReply):
+    """Batched excerpt DCE: the reason and verdict for the sentence numbered ``id``."""
+
+    id: int = Field(ge=1, description="the number of the sentence")
+
+
+class DceExcerptBatchReply(Reply):
+    """Batched excerpt DCE (``batch_size`` > 1 with retrieval): one entry per numbered sentence, each judged on its
+    own against the same excerpt (a bare list is read as ``results``)."""
+
+    results: list[DceExcerptEntry] = Field(description="exactly one entry per sentence, in any order")
+    example: ClassVar[dict[str, Any] | None] = {"results": [
+        {"id": 1, "reason": "Consistent: the EXCERPT says the museum opened in 1998.", "is_consistent": True},
+        {"id": 2, "reason": 'Inconsistent: "in Lyon" is wrong; the EXCERPT says Paris.', "is_consistent": False}]}
+    bare_list_field: ClassVar[str | None] = "results"
+
+
 Mark = Annotated[int, WithJsonSchema({"type": "integer", "enum": [1, -1]})]
 
 
@@ -126,7 +156,7 @@ class AmcReply(Reply):
         return marks
 
 
-REASON_ECHOES = shown_strings(DceReply) | shown_strings(DceSingleReply)
+REASON_ECHOES = shown_strings(DceReply) | shown_strings(DceSingleReply) | shown_strings(DceExcerptBatchReply)
 
 # ------------------------------------------------------------------------------------------------ prompts
 
@@ -189,6 +219,24 @@ DCE_EXCERPT_PROMPT = PromptTemplate(
     ),
 )
 
+DCE_EXCERPT_BATCH_PROMPT = PromptTemplate(
+    name="dcr_dce_excerpt_batch",
+    version="1",
+    reply=DceExcerptBatchReply,
+    literal=("count",),
+    system=_SYSTEM,
+    user=(
+        "Below is an EXCERPT of a long source document and $count numbered SENTENCES from a text that is supposed "
+        "to be based on that document. For each sentence on its own, decide whether the EXCERPT supports it: a "
+        "sentence is consistent only if the EXCERPT states or directly implies every piece of information in it "
+        "(who, what, when, where, how much, why, result). Anything contradicted by the EXCERPT, or not found in "
+        "it, makes the sentence inconsistent. The other sentences are not evidence.\n\n"
+        "EXCERPT:\n$source\n\nSENTENCES:\n$sentences\n\n"
+        "Give exactly one entry per sentence, with its number as \"id\". Start each \"reason\" with "
+        "'Consistent:' or 'Inconsistent:', then explain.\n\n$format"
+    ),
+)
+
 AMC_PROMPT = PromptTemplate(
     name="dcr_amc",
     version="2",
@@ -208,7 +256,7 @@ AMC_PROMPT = PromptTemplate(
     ),
 )
 
-DCR_PROMPTS = (DCE_SENTENCE_PROMPT, DCE_PARAGRAPH_PROMPT, DCE_EXCERPT_PROMPT, AMC_PROMPT)
+DCR_PROMPTS = (DCE_SENTENCE_PROMPT, DCE_PARAGRAPH_PROMPT, DCE_EXCERPT_PROMPT, DCE_EXCERPT_BATCH_PROMPT, AMC_PROMPT)
 DCE_REPLY_TOKENS = 1024  # room kept for the DCE reply when checking that a prompt fits the context
 
 # ------------------------------------------------------------------------------------------------ parsing
@@ -383,6 +431,7 @@ class DceNotes:
 
     other_reasons: list[OtherReason] = field(default_factory=list)
     is_consistent: bool | None = None
+    unmarked_reasons: list[str] = field(default_factory=list)  # DCE reasons AMC could not mark (any unit or none)
 
 
 _NOTES: contextvars.ContextVar[DceNotes | None] = contextvars.ContextVar("dce_notes", default=None)
@@ -452,6 +501,7 @@ class DcrVerifier(LLMVerifier):
         self.sentence_prompt = method.prompt(DCE_SENTENCE_PROMPT)
         self.paragraph_prompt = method.prompt(DCE_PARAGRAPH_PROMPT)
         self.excerpt_prompt = method.prompt(DCE_EXCERPT_PROMPT)
+        self.excerpt_batch_prompt = method.prompt(DCE_EXCERPT_BATCH_PROMPT)
         self.amc = AutoMetricConverter(method, self.amc_mode)
 
     def used_prompts(self) -> list[PromptTemplate]:
@@ -492,21 +542,130 @@ class DcrVerifier(LLMVerifier):
         if notes is not None:
             notes.other_reasons.extend(others)
             notes.is_consistent = judgment.is_consistent
+            notes.unmarked_reasons.extend(r.text for r, m in zip(judgment.reasons, amc.marks) if m is None)
         return verdicts
 
     async def judge_excerpt(self, claim: Claim, context: Context) -> Verdict:
         """One sentence against one snippet: DCE on the excerpt, then AMC on that one reason."""
-        if is_placeholder(claim.text):
-            return Verdict.unscored(claim, f"the claim {claim.text[:40]!r} is a template placeholder, not a claim")
-        step = await generate_reply(self.llm, self.excerpt_prompt.render(source=context.text, sentence=claim.text),
-                                    DceSingleReply, parse=parse_dce_single)  # type: ignore[arg-type]
-        calls = list(step.calls)
-        if step.value is None:
-            return Verdict.unscored(claim, f"DCE reply unusable: {step.error}", calls)
-        judgment: DceJudgment = step.value  # type: ignore[assignment]
-        amc = await self.amc([judgment.reasons[0].text])
-        (verdict,), _ = assign_reasons([claim], judgment.reasons, amc, calls + amc.calls)
+        (verdict,) = await self.judge_excerpts([(claim, context)], 1)
         return verdict
+
+    # -- batch_size > 1 with retrieval ----------------------------------------------------------------------
+    async def judge_snippets(self, claims: Sequence[Claim], selection: Selection, size: int
+                             ) -> tuple[list[Verdict], dict[str, Any]]:
+        """The shared retrieval protocol (best snippet first, stop at the first supporting one, best verdict per
+        sentence), run in rounds so that calls can be shared: in each round every sentence still open is judged
+        against its next snippet; sentences whose snippet is the *same text* are judged together in DCE calls of
+        up to ``size`` sentences, and AMC marks up to ``size`` reasons per call. Per sentence and snippet the
+        judgment is the one :meth:`judge_excerpt` would make; only the number of calls changes."""
+        snippets = {c.id: list(selection.contexts.get(c.id or "", [])) for c in claims}
+        tried: dict[str | None, list[tuple[Context, Verdict]]] = {c.id: [] for c in claims}
+        open_claims = [c for c in claims if snippets[c.id]]
+        while open_claims:
+            pairs = [(c, snippets[c.id][len(tried[c.id])]) for c in open_claims]
+            verdicts = await self.judge_excerpts(pairs, size)
+            still_open = []
+            for (claim, ctx), verdict in zip(pairs, verdicts):
+                tried[claim.id].append((ctx, verdict))
+                if verdict.label != "supported" and len(tried[claim.id]) < len(snippets[claim.id]):
+                    still_open.append(claim)
+            open_claims = still_open
+        trace = {c.id: [{"rank": ctx.rank, "label": v.label} for ctx, v in tried[c.id]] for c in claims}
+        return [best_verdict(c, tried[c.id]) for c in claims], {"per_snippet": trace}
+
+    async def judge_excerpts(self, pairs: Sequence[tuple[Claim, Context]], size: int) -> list[Verdict]:
+        """One verdict per (sentence, snippet) pair: DCE batched by identical snippet text, then AMC batched."""
+        results: list[_ExcerptDce | None] = [None] * len(pairs)
+        groups: dict[str, list[int]] = {}
+        for i, (claim, ctx) in enumerate(pairs):
+            if is_placeholder(claim.text):
+                results[i] = _ExcerptDce(error=f"the claim {claim.text[:40]!r} is a template placeholder, not a "
+                                               "claim", placeholder=True)
+            else:
+                groups.setdefault(ctx.text, []).append(i)
+
+        async def group(indices: list[int]) -> None:
+            ctx = pairs[indices[0]][1]
+            done = await judge_in_batches(
+                [pairs[i][0] for i in indices], size,
+                ask=lambda part: self.ask_excerpt_batch(part, ctx),
+                accept=lambda claim, entry, calls: _ExcerptDce(reason=entry.reason, calls=list(calls)),
+                alone=lambda claim: self.excerpt_dce(claim, ctx),
+                redone=lambda result, why, calls: result.after_batch(why, calls))
+            for i, result in zip(indices, done):
+                results[i] = result
+
+        await gather_or_cancel(group(indices) for indices in groups.values())
+        judged = [i for i, r in enumerate(results) if r is not None and r.reason is not None]
+        marks = await self.mark_in_batches([results[i].reason for i in judged], size)  # type: ignore[union-attr]
+        verdicts: list[Verdict] = []
+        for i, (claim, _ctx) in enumerate(pairs):
+            result = results[i]
+            assert result is not None
+            if result.reason is None:
+                reason = result.error if result.placeholder else f"DCE reply unusable: {result.error}"
+                verdicts.append(Verdict.unscored(claim, reason or "no reason", result.calls))
+                continue
+            amc = marks[judged.index(i)]
+            (verdict,), _ = assign_reasons([claim], [DceReason(result.reason, 0)], amc, result.calls + amc.calls)
+            verdicts.append(verdict)
+        return verdicts
+
+    async def excerpt_dce(self, claim: Claim, ctx: Context) -> "_ExcerptDce":
+        """DCE of one sentence against one snippet (the unbatched path, as in :meth:`judge_excerpt`)."""
+        step = await generate_reply(self.llm, self.excerpt_prompt.render(source=ctx.text, sentence=claim.text),
+                                    DceSingleReply, parse=parse_dce_single)  # type: ignore[arg-type]
+        if step.value is None:
+            return _ExcerptDce(error=step.error, calls=list(step.calls))
+        judgment: DceJudgment = step.value  # type: ignore[assignment]
+        return _ExcerptDce(reason=judgment.reasons[0].text, calls=list(step.calls))
+
+    async def ask_excerpt_batch(self, claims: list[Claim], ctx: Context) -> BatchStep:
+        n = len(claims)
+        messages = self.excerpt_batch_prompt.render(source=ctx.text, sentences=number_claims(claims), count=n)
+        params = self.llm.params(max_tokens=batch_reply_budget(self.llm, self.reply_tokens, n))
+        return await ask_batch(self.llm, messages, DceExcerptBatchReply, DceExcerptEntry, n,  # type: ignore[arg-type]
+                               params=params, unit="sentence", check=_check_stated_reason)
+
+    async def mark_in_batches(self, reasons: Sequence[str], size: int) -> list[AmcMarks]:
+        """One :class:`AmcMarks` per reason: AMC over up to ``size`` reasons per call (``amc=llm``); a chunk
+        whose reply is unusable is marked again one reason per call (the unbatched path)."""
+        if self.amc_mode == "rule":
+            marked = await self.amc(list(reasons))
+            return [AmcMarks([m], [e]) for m, e in zip(marked.marks, marked.errors)]
+
+        async def chunk(part: list[str]) -> list[AmcMarks]:
+            if len(part) == 1:
+                return [await self.amc(part)]
+            marked = await self.amc(part)
+            if any(m is not None for m in marked.marks):
+                return [AmcMarks([m], [e], list(marked.calls)) for m, e in zip(marked.marks, marked.errors)]
+            alone = await gather_or_cancel(self.amc([r]) for r in part)
+            why = marked.errors[0] or "no marks"
+            return [AmcMarks(a.marks, [None if e is None else f"batch: {why}; alone: {e}" for e in a.errors],
+                             list(marked.calls) + list(a.calls)) for a in alone]
+
+        parts = await gather_or_cancel(chunk(p) for p in chunked(list(reasons), max(1, size)))
+        return [m for part in parts for m in part]
+
+
+@dataclass
+class _ExcerptDce:
+    """DCE's reason for one sentence against one snippet, or why there is none, and the calls made."""
+
+    reason: str | None = None
+    error: str | None = None
+    calls: list[LLMCall] = field(default_factory=list)
+    placeholder: bool = False
+
+    def after_batch(self, why: str, batch_calls: Sequence[LLMCall]) -> "_ExcerptDce":
+        error = None if self.reason is not None else f"batch: {why}; alone: {self.error}"
+        return _ExcerptDce(self.reason, error, list(batch_calls) + self.calls)
+
+
+def _check_stated_reason(entry: DceExcerptEntry) -> None:
+    if _stated_reason(entry.reason) is None:
+        raise ParseError("the reason is empty, a placeholder or the prompt's example")
 
 
 # ------------------------------------------------------------------------------------------------ method
@@ -520,6 +679,12 @@ class DcrOptions(ClaimOptions):
 
     amc: AmcMode = "llm"
     """How reasons become +1/-1: llm (a call that reads only the reasons, the paper's AMC) or rule (the verdict words each reason states; no extra call)."""
+
+    amc_weights: AmcWeights = "paper"
+    """alpha and beta of Eq. 3. paper: alpha = beta = 0, Z over every marked reason (the paper's experiments); a sentence without a mark makes the Report unscored. auto: App. I, reasons not about exactly one sentence are taken out and unmarked sentences are left out (Z over the judged sentences)."""
+
+    batch_size: int = Field(default=1, ge=1)
+    """With retrieval: sentences whose snippet is the same text share a DCE call, and AMC marks this many reasons per call (1 = one DCE and one AMC call per sentence and snippet). With the whole source DCE and AMC already take every sentence in one call each (the paper)."""
 
 
 @register_stage("paragraph", "decomposer")
@@ -563,6 +728,8 @@ class DCR(ClaimPipeline):
         else:
             dce = {"always": [DCE_EXCERPT_PROMPT], "never": [DCE_SENTENCE_PROMPT]}.get(
                 self.opts.retrieval, [DCE_SENTENCE_PROMPT, DCE_EXCERPT_PROMPT])
+        if self.opts.batch_size > 1 and DCE_EXCERPT_PROMPT in dce:
+            dce.append(DCE_EXCERPT_BATCH_PROMPT)
         amc = [AMC_PROMPT] if self.opts.amc == "llm" else []
         return [self.prompt(t) for t in dce + amc]
 
@@ -575,19 +742,27 @@ class DCR(ClaimPipeline):
             why = (f"paragraph-level DCR needs the whole source in one prompt, but {selection.why}; use "
                    "level=sentence, which works on long sources through retrieval")
             return [Verdict.unscored(c, why) for c in claims], {}
+        verifier = self.verifier
+        if selection.mode == "retrieval" and self.opts.batch_size > 1 and isinstance(verifier, DcrVerifier):
+            return await verifier.judge_snippets(claims, selection, self.opts.batch_size)
         return await super().verify(claims, selection, source)
 
     async def aggregate(self, run: PipelineRun) -> Aggregate:
-        """Eq. 3: the judged units' marks count; the other DCE reasons are taken out by alpha and beta."""
+        """Eq. 3 with ``amc_weights``: ``paper`` (alpha = beta = 0 over every marked reason; any sentence or reason
+        without a mark leaves the Report unscored) or ``auto`` (App. I: only the judged sentences' kept reasons
+        count, the other reasons are taken out by alpha and beta)."""
         notes = _NOTES.get() or DceNotes()
         judged = [v for v in run.verdicts if v.label in LABEL_MARKS]
         others = notes.other_reasons
-        marks = [LABEL_MARKS[v.label] for v in judged] + [o.mark for o in others]
-        amc = amc_score(marks, [True] * len(judged) + [False] * len(others)) if marks else None
         run.details["other_reasons"] = [o.record() for o in others]
+        run.details["amc_weights"] = self.opts.amc_weights
         if notes.is_consistent is not None:
             run.details["dce_is_consistent"] = notes.is_consistent
         subscores: dict[str, float | None] = {"units": float(len(run.verdicts)), "judged": float(len(judged))}
+        if self.opts.amc_weights == "paper":
+            return _paper_aggregate(run.verdicts, judged, others, notes.unmarked_reasons, subscores)
+        marks = [LABEL_MARKS[v.label] for v in judged] + [o.mark for o in others]
+        amc = amc_score(marks, [True] * len(judged) + [False] * len(others)) if marks else None
         if amc is not None:
             subscores.update({"Z": amc.z, "alpha": amc.alpha, "beta": amc.beta, "k": float(amc.k)})
         if amc is None or amc.score is None:
@@ -599,6 +774,31 @@ class DCR(ClaimPipeline):
         own = isinstance(self.verifier, DcrVerifier)
         return [dcr_finding(v) if own else claim_finding(v)
                 for v in run.verdicts if v.label in ("unsupported", "contradicted")]
+
+
+def _paper_aggregate(verdicts: Sequence[Verdict], judged: Sequence[Verdict], others: Sequence[OtherReason],
+                     unmarked: Sequence[str], subscores: dict[str, float | None]) -> Aggregate:
+    """Eq. 3 as the paper's experiments ran it: alpha = beta = 0, so Z is the mean of every mark AMC gave --
+    one per sentence, plus any reason not about exactly one sentence. Z needs every one of them: a sentence
+    (or reason) without a mark is neither dropped (which would shrink k) nor guessed, so the Report is
+    unscored, saying which."""
+    missing = [(i, v) for i, v in enumerate(verdicts) if v.label not in LABEL_MARKS]
+    subscores["unscored_units"] = float(len(missing))
+    if missing or unmarked:
+        if missing:
+            i, first = missing[0]
+            what = f"{len(missing)} of {len(verdicts)} sentences have no mark (sentence {i + 1}: {first.reason})"
+        else:
+            what = f"{len(unmarked)} DCE reason(s) could not be marked ({unmarked[0][:80]!r})"
+        return Aggregate(None, subscores, f"{what}; with alpha = beta = 0 (amc_weights=paper) Z averages over all "
+                                          "sentences, so none can be left out or guessed; amc_weights=auto scores "
+                                          "the judged sentences only"[:1000])
+    marks = [LABEL_MARKS[v.label] for v in judged] + [o.mark for o in others]
+    amc = amc_score(marks, [True] * len(marks))
+    subscores.update({"Z": amc.z, "alpha": amc.alpha, "beta": amc.beta, "k": float(amc.k)})
+    if amc.score is None:
+        return Aggregate(None, subscores, "no sentence received a usable judgment (no units)")
+    return Aggregate(amc.score, subscores)
 
 
 def _why_none(verdicts: Sequence[Verdict], others: Sequence[OtherReason]) -> str:

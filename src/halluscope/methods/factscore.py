@@ -12,7 +12,11 @@ A :class:`~halluscope.methods.pipeline.ClaimPipeline` with two registered stages
    source or a retrieved snippet (the shared retrieval protocol: ``retrieval``, ``top_k``, ``window``, ...).
    The reply states ``"supported": true|false`` as a JSON boolean; with ``describe=True`` (default) it also
    lists each inconsistency of an unsupported fact separately. Anything else ("No problem!", "Yes, I can
-   help...", ``{"supported": "yes"}``) is no verdict: the fact is ``unscored`` with the reason.
+   help...", ``{"supported": "yes"}``) is no verdict: the fact is ``unscored`` with the reason. With the whole
+   source and ``batch_size`` > 1, up to ``batch_size`` facts are judged per call, each on its own, in a reply
+   listing one entry per fact number (:mod:`halluscope.methods.batching`: a fact the reply leaves out, repeats
+   or gives malformed is asked again on its own; never guessed). With retrieval every fact has its own
+   snippets, so each keeps its own calls.
 
 What is FActScore's own (the rest is the pipeline's):
 
@@ -20,13 +24,13 @@ What is FActScore's own (the rest is the pipeline's):
   judged fact gives an unscored Report.
 * **Describe + de-duplicate** (``describe=True``): the same error often shows up in several facts, so the
   descriptions of all unsupported facts are de-duplicated into one list of Findings.
-  ``dedup="fuzzy"`` (default, no LLM call): descriptions whose word-order-insensitive similarity is
-  >= ``dedup_threshold`` or that quote the same target words are merged (conservative: near-identical
-  wordings only). ``dedup="llm"``: the model picks, by number, which description to keep from each group of
-  duplicates (the paper's approach; selecting by number guarantees it cannot reword them); if its reply is
-  unusable the fuzzy de-duplication is used and ``details["dedup_error"]`` says why. ``dedup="none"`` keeps
-  every description. A fact judged unsupported without any description gets one saying so. A Finding's
-  spans are the target words its description quotes, else the sentences of the facts it came from.
+  ``dedup="llm"`` (default, the paper's approach): the model picks, by number, which description to keep from
+  each group of duplicates (selecting by number guarantees it cannot reword them); if its reply is unusable
+  the fuzzy de-duplication is used and ``details["dedup_error"]`` says why. ``dedup="fuzzy"`` (no LLM call):
+  descriptions whose word-order-insensitive similarity is >= ``dedup_threshold`` or that quote the same
+  target words are merged (conservative: near-identical wordings only). ``dedup="none"`` keeps every
+  description. A fact judged unsupported without any description gets one saying so. A Finding's spans are
+  the target words its description quotes, else the sentences of the facts it came from.
 
 With another verifier (``-o verifier=probe``) its verdicts are used as they are; each unsupported fact then
 contributes one description (the fact and the verifier's reason), de-duplicated the same way.
@@ -34,10 +38,9 @@ contributes one description (the fact and the verifier's reason), de-duplicated 
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from rapidfuzz import fuzz
@@ -46,14 +49,24 @@ from halluscope.llm.replies import Reply
 from halluscope.llm.structured import generate_reply
 from halluscope.methods import register_method
 from halluscope.methods.options import ClaimOptions
+from halluscope.methods.batching import (
+    BatchStep,
+    ask_batch,
+    batch_reply_budget,
+    gather_or_cancel,
+    judge_in_batches,
+    numbered,
+    redone_verdict,
+)
 from halluscope.methods.pipeline import (
     ClaimPipeline,
     LLMVerifier,
     PipelineRun,
     claim_finding,
+    messages_tokens,
 )
 from halluscope.prompts import PromptTemplate
-from halluscope.records import Claim, Finding, Span, StepResult, Verdict
+from halluscope.records import Claim, Finding, LLMCall, Span, StepResult, Verdict
 from halluscope.stages import Context, build_stage, register_stage
 from halluscope.text import ParseError, Sentence, locate, split_sentences
 from halluscope.text.descriptions import (
@@ -75,7 +88,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from halluscope.methods.base import Method
 
 DedupMode = Literal["fuzzy", "llm", "none"]
-T = TypeVar("T")
 _SYSTEM = "You are a meticulous fact-checker who compares texts with the source documents they are based on."
 
 # ------------------------------------------------------------------------------------------------ replies
@@ -133,6 +145,40 @@ class FactJudgmentReply(FactCheckReply):
         return self
 
 
+class FactCheckBatchEntry(FactCheckReply):
+    """Batched verification without descriptions: the stated boolean for the fact numbered ``id``."""
+
+    id: int = Field(ge=1, description="the number of the fact")
+
+
+class FactJudgmentBatchEntry(FactJudgmentReply):
+    """Batched verification with descriptions: the judgment of the fact numbered ``id``."""
+
+    id: int = Field(ge=1, description="the number of the fact")
+
+
+class FactCheckBatchReply(Reply):
+    """Batched verification without descriptions: one entry per numbered fact (a bare list is read as
+    ``results``)."""
+
+    results: list[FactCheckBatchEntry] = Field(description="exactly one entry per fact, in any order")
+    example: ClassVar[dict[str, Any] | None] = {"results": [{"id": 1, "supported": True},
+                                                            {"id": 2, "supported": False}]}
+    bare_list_field: ClassVar[str | None] = "results"
+
+
+class FactJudgmentBatchReply(Reply):
+    """Batched verification with descriptions: one entry per numbered fact (a bare list is read as
+    ``results``)."""
+
+    results: list[FactJudgmentBatchEntry] = Field(description="exactly one entry per fact, in any order")
+    example: ClassVar[dict[str, Any] | None] = {"results": [
+        {"id": 1, "supported": True, "inconsistencies": []},
+        {"id": 2, "supported": False,
+         "inconsistencies": ['The fact says the museum opened in "1998", but the SOURCE says it opened in 2001.']}]}
+    bare_list_field: ClassVar[str | None] = "results"
+
+
 class KeepReply(Reply):
     """LLM de-duplication: the numbers of the descriptions to keep."""
 
@@ -143,7 +189,7 @@ class KeepReply(Reply):
 
 FACT_ECHOES = shown_strings(FactsReply)
 FACT_EXAMPLES = example_strings(FactsReply)
-DESCRIPTION_ECHOES = shown_strings(FactJudgmentReply)
+DESCRIPTION_ECHOES = shown_strings(FactJudgmentReply) | shown_strings(FactJudgmentBatchReply)
 
 # ------------------------------------------------------------------------------------------------ prompts
 
@@ -188,6 +234,41 @@ FACTSCORE_DESCRIBE_PROMPT = PromptTemplate(
         "SOURCE does not contain. Be brief and specific; avoid vague statements such as \"this cannot be "
         "verified\". Never put two problems in one description.\n\n"
         "SOURCE:\n$source\n\nFACT:\n$fact\n\n$format"
+    ),
+)
+
+_SUPPORTED_RULE = ("A fact is supported only if the SOURCE states it or it follows directly from the SOURCE; a fact "
+                   "that the SOURCE contradicts, or that cannot be verified from it, is not supported.")
+
+FACTSCORE_VERIFY_BATCH_PROMPT = PromptTemplate(
+    name="factscore_verify_batch",
+    version="1",
+    reply=FactCheckBatchReply,
+    literal=("count",),
+    system=_SYSTEM,
+    user=(
+        "For each of the $count numbered FACTS, decide on its own whether the SOURCE supports it. "
+        + _SUPPORTED_RULE + " Judge every fact separately: another fact in the list is not evidence. Give exactly "
+        "one entry per fact, with the fact's number as its id.\n\n"
+        "SOURCE:\n$source\n\nFACTS:\n$facts\n\n$format"
+    ),
+)
+
+FACTSCORE_DESCRIBE_BATCH_PROMPT = PromptTemplate(
+    name="factscore_describe_batch",
+    version="1",
+    reply=FactJudgmentBatchReply,
+    literal=("count",),
+    system=_SYSTEM,
+    user=(
+        "For each of the $count numbered FACTS, decide on its own whether the SOURCE supports it. "
+        + _SUPPORTED_RULE + " Judge every fact separately: another fact in the list is not evidence.\n"
+        "For a fact that is not supported, and only then, describe every inconsistency separately: for each, say "
+        "what the fact claims (quote its words in double quotes) and what the SOURCE says instead, or which "
+        "detail the SOURCE does not contain. Be brief and specific; never put two problems in one description. "
+        "A supported fact has an empty list.\n"
+        "Give exactly one entry per fact, with the fact's number as its id.\n\n"
+        "SOURCE:\n$source\n\nFACTS:\n$facts\n\n$format"
     ),
 )
 
@@ -266,19 +347,6 @@ def _numbered_sentences(sentences: Sequence[Sentence]) -> str:
 # ------------------------------------------------------------------------------------------------ stages
 
 
-async def _gather_or_cancel(aws: Iterable[Awaitable[T]]) -> list[T]:
-    """``asyncio.gather`` whose first error cancels the siblings (a context overflow on one fact must not
-    leave the other calls running while the pipeline starts over on snippets)."""
-    tasks = [asyncio.ensure_future(a) for a in aws]
-    try:
-        return list(await asyncio.gather(*tasks))
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
-
-
 @register_stage("factscore", "decomposer")
 class FactScoreDecomposer:
     """Target -> atomic facts, each with the span of the target sentence it came from (one LLM call)."""
@@ -308,24 +376,57 @@ class FactScoreVerifier(LLMVerifier):
     """One call per claim: supported by the context or not (a stated JSON boolean), inconsistencies described.
 
     With ``describe`` (a FActScore option; on for other methods) an unsupported claim's inconsistencies are
-    its reason, one per line; without it the model only states the boolean."""
+    its reason, one per line; without it the model only states the boolean. With the whole source and
+    ``batch_size`` > 1 (a FActScore option; 1 for other methods) several facts are judged per call, each on its
+    own (:mod:`halluscope.methods.batching`); a fact the batch reply does not judge is asked on its own. Against
+    a retrieved snippet every fact has its own context, so each gets its own call."""
 
     reply_tokens = VERIFY_REPLY_TOKENS
 
     def __init__(self, method: Method):
         super().__init__(method)
         self.describe = bool(getattr(method.opts, "describe", True))
+        self.batch_size = int(getattr(method.opts, "batch_size", 1) or 1)
         self.schema: type[FactCheckReply] = FactJudgmentReply if self.describe else FactCheckReply
         self.prompt = method.prompt(FACTSCORE_DESCRIBE_PROMPT if self.describe else FACTSCORE_VERIFY_PROMPT)
+        self.batch_prompt = method.prompt(FACTSCORE_DESCRIBE_BATCH_PROMPT if self.describe
+                                          else FACTSCORE_VERIFY_BATCH_PROMPT)
+        self.batch_reply: type[Reply] = FactJudgmentBatchReply if self.describe else FactCheckBatchReply
+        self.batch_entry: type[FactCheckReply] = FactJudgmentBatchEntry if self.describe else FactCheckBatchEntry
 
     def used_prompts(self) -> list[PromptTemplate]:
-        return [self.prompt]
+        return [self.prompt] + ([self.batch_prompt] if self.batch_size > 1 else [])
 
     def messages(self, claims: Sequence[Claim], context_text: str) -> list[dict[str, str]]:
         return self.prompt.render(source=context_text, fact=claims[0].text)  # type: ignore[return-value]
 
+    def batch_messages(self, claims: Sequence[Claim], context_text: str) -> list[dict[str, str]]:
+        return self.batch_prompt.render(source=context_text, facts=numbered([c.text for c in claims]),  # type: ignore[return-value]
+                                        count=len(claims))
+
+    def reserve_tokens(self, claims: Sequence[Claim]) -> int:
+        """The larger of a one-fact call (longest fact) and, when batching, a call with the first batch."""
+        reserve = super().reserve_tokens(claims)
+        if self.batch_size > 1 and len(claims) > 1:
+            batch = list(claims[: self.batch_size])
+            reserve = max(reserve, messages_tokens(self.llm, self.batch_messages(batch, ""))
+                          + batch_reply_budget(self.llm, self.reply_tokens, len(batch)))
+        return reserve
+
     async def __call__(self, claims: Sequence[Claim], context: Context, source: str) -> list[Verdict]:
-        return await _gather_or_cancel(self.check(c, context) for c in claims)
+        if self.batch_size <= 1 or context.kind != "source":
+            return await gather_or_cancel(self.check(c, context) for c in claims)
+        real = [c for c in claims if not is_placeholder(c.text)]  # placeholders need no call
+        judged = iter(await judge_in_batches(
+            real, self.batch_size, ask=lambda part: self.ask_batch(part, context),
+            accept=self.verdict, alone=lambda c: self.check(c, context), redone=redone_verdict))
+        return [next(judged) if not is_placeholder(c.text) else await self.check(c, context) for c in claims]
+
+    async def ask_batch(self, claims: list[Claim], context: Context) -> BatchStep:
+        n = len(claims)
+        params = self.llm.params(max_tokens=batch_reply_budget(self.llm, self.reply_tokens, n))
+        return await ask_batch(self.llm, self.batch_messages(claims, context.text), self.batch_reply,
+                               self.batch_entry, n, params=params, unit="fact")
 
     async def check(self, claim: Claim, context: Context) -> Verdict:
         if is_placeholder(claim.text):
@@ -333,11 +434,16 @@ class FactScoreVerifier(LLMVerifier):
         step = await generate_reply(self.llm, self.messages([claim], context.text), self.schema)
         if step.value is None:
             return Verdict.unscored(claim, f"verification reply unusable: {step.error}", step.calls)
-        if step.value.supported:
+        return self.verdict(claim, step.value, step.calls)
+
+    @staticmethod
+    def verdict(claim: Claim, reply: FactCheckReply, calls: Sequence[LLMCall]) -> Verdict:
+        """The verdict a stated judgment gives (the same for a single reply and a batch entry)."""
+        if reply.supported:
             return Verdict(claim=claim, label="supported", reason="supported by the source", score=1.0,
-                           calls=step.calls)
-        descriptions = list(getattr(step.value, "inconsistencies", ()))
-        return Verdict(claim=claim, label="unsupported", score=0.0, calls=step.calls,
+                           calls=list(calls))
+        descriptions = list(getattr(reply, "inconsistencies", ()))
+        return Verdict(claim=claim, label="unsupported", score=0.0, calls=list(calls),
                        reason="\n".join(descriptions) or f"Not supported by the source: {claim.text}")
 
 
@@ -345,7 +451,7 @@ class DescriptionDeduplicator:
     """Groups of duplicate descriptions (the first index of each group is the one kept): fuzzy, by the LLM
     (falling back to fuzzy, with the reason, when its reply is unusable), or none."""
 
-    def __init__(self, method: Method, mode: DedupMode = "fuzzy", threshold: float = 85.0):
+    def __init__(self, method: Method, mode: DedupMode = "llm", threshold: float = 85.0):
         self.llm = method.llm
         self.prompt = method.prompt(FACTSCORE_DEDUP_PROMPT)
         self.mode = mode
@@ -398,11 +504,14 @@ class FactScoreOptions(ClaimOptions):
     describe: bool = True
     """Ask for a description of each inconsistency of an unsupported fact (FINAL's Pipeline); else yes/no only."""
 
-    dedup: DedupMode = "fuzzy"
-    """How descriptions repeated across facts are merged: fuzzy (no LLM call), llm (the paper's), or none."""
+    dedup: DedupMode = "llm"
+    """How descriptions repeated across facts are merged: llm (the paper's: the model keeps one of each group of duplicates, by number), fuzzy (no LLM call; near-identical wordings only), or none."""
 
     dedup_threshold: float = Field(default=85.0, ge=0, le=100)
-    """Fuzzy de-duplication: word-order-insensitive similarity (0-100) at which two descriptions merge."""
+    """Fuzzy de-duplication (dedup=fuzzy, and the fallback of dedup=llm): word-order-insensitive similarity (0-100) at which two descriptions merge."""
+
+    batch_size: int = Field(default=1, ge=1)
+    """Facts per verification call when the whole source is sent, each still judged on its own (1 = the paper's one call per fact; with retrieval every fact has its own snippets and its own calls)."""
 
 
 @register_method
@@ -412,7 +521,8 @@ class FactScore(ClaimPipeline):
                    "fact's inconsistencies, de-duplicated across facts (fuzzy or LLM).")
     Options = FactScoreOptions
     opts: FactScoreOptions
-    prompts = (FACTSCORE_DECOMPOSE_PROMPT, FACTSCORE_VERIFY_PROMPT, FACTSCORE_DESCRIBE_PROMPT, FACTSCORE_DEDUP_PROMPT)
+    prompts = (FACTSCORE_DECOMPOSE_PROMPT, FACTSCORE_VERIFY_PROMPT, FACTSCORE_DESCRIBE_PROMPT,
+               FACTSCORE_VERIFY_BATCH_PROMPT, FACTSCORE_DESCRIBE_BATCH_PROMPT, FACTSCORE_DEDUP_PROMPT)
     default_threshold = 1.0
     default_verifier = "factscore"
 

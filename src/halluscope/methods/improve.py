@@ -9,7 +9,10 @@ cannot be used (unusable reply, empty, or unchanged).
 
 Nothing is returned as a fix unless it was re-verified: ``details["improved_target"]`` is the best-scoring
 re-evaluated text, and it differs from the original only if its verified score is strictly higher than the
-original's (ties go to the earlier text). The Report itself (score, verdicts, findings) is about the target
+original's (ties go to the earlier text). Scores are DCR's, with its ``amc_weights``: under the default
+(``paper``, alpha = beta = 0 over all sentences) a text with a sentence DCR could not mark has no score, so the
+rounds stop there (the original) or that rewrite is not a candidate (a later round), with the reason recorded;
+``amc_weights=auto`` scores such texts on their judged sentences. The Report itself (score, verdicts, findings) is about the target
 that was given; ``subscores["final_score"]`` is the score of ``improved_target``.
 
 ``details`` holds: ``rounds`` (one :class:`ImprovementRound` per evaluated text, round 0 = the original),

@@ -4,7 +4,9 @@ Every judge (a model, times ``samples`` votes with their own seed) reads the cla
 sentences around it (to understand the passage, not as proof) and answers with :class:`~.replies.EvaluationReply`.
 A vote is valid only when the reply states exactly ``PASS`` or ``FAIL`` in its ``verdict`` field. A passage is
 accepted when the PASS share of the valid votes reaches ``consensus`` (the paper: 3 of 4 judges, 0.75) and
-at least half of the votes are valid; with fewer valid votes it is undecided.
+at least half of the votes are valid; with fewer valid votes it is undecided. With ``batch_size`` > 1 the claims
+that quoted the same passage (so the same excerpt and surrounding context) share each judge's call, each
+claim judged on its own (:meth:`EvidenceEvaluator.batch`).
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from dataclasses import dataclass, field
 from halluscope.llm import LLM
 from halluscope.llm.base import GenerateParams
 from halluscope.llm.structured import generate_reply
+from halluscope.methods.batching import BatchStep, ask_batch, batch_reply_budget, judge_in_batches, numbered
 from halluscope.methods.pipeline import reply_budget
-from halluscope.methods.probe.replies import EVALUATE_PROMPT, EVALUATE_REPLY_TOKENS, EvaluationReply
+from halluscope.methods.probe.replies import (EVALUATE_BATCH_PROMPT, EVALUATE_PROMPT, EVALUATE_REPLY_TOKENS,
+                                              EvaluationBatchEntry, EvaluationBatchReply, EvaluationReply)
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Evidence, LLMCall
 
@@ -85,21 +89,72 @@ class EvidenceJudgment:
 
 
 class EvidenceEvaluator:
-    """(claim, passage, surrounding context) -> every judge's PASS/FAIL vote and the consensus."""
+    """(claim, passage, surrounding context) -> every judge's PASS/FAIL vote and the consensus.
 
-    def __init__(self, judges: Sequence[Judge], prompt: PromptTemplate = EVALUATE_PROMPT, *, consensus: float = 0.75):
+    :meth:`batch` judges several claims that quoted the *same* passage (same surrounding context) in one call
+    per judge, each claim on its own; a claim the batch reply does not judge gets that judge's single call."""
+
+    def __init__(self, judges: Sequence[Judge], prompt: PromptTemplate = EVALUATE_PROMPT, *, consensus: float = 0.75,
+                 batch_prompt: PromptTemplate = EVALUATE_BATCH_PROMPT):
         if not judges:
             raise ValueError("evidence evaluation needs at least one judge")
         self.judges, self.prompt, self.consensus = list(judges), prompt, consensus
+        self.batch_prompt = batch_prompt
+
+    async def vote(self, judge: Judge, claim: Claim, evidence: Evidence, context: str) -> tuple[Vote, list[LLMCall]]:
+        """One judge's vote on one (claim, passage): the unbatched step."""
+        messages = self.prompt.render(claim=claim.text, evidence=evidence.text, context=context)
+        step = await generate_reply(judge.llm, messages, EvaluationReply, params=judge.params())
+        passed = None if step.value is None else step.value.verdict == "PASS"
+        return Vote(judge.name, judge.sample, passed, step.error), list(step.calls)
 
     async def __call__(self, claim: Claim, evidence: Evidence, context: str) -> EvidenceJudgment:
-        messages = self.prompt.render(claim=claim.text, evidence=evidence.text, context=context)
-
-        async def vote(judge: Judge) -> tuple[Vote, list[LLMCall]]:
-            step = await generate_reply(judge.llm, messages, EvaluationReply, params=judge.params())
-            passed = None if step.value is None else step.value.verdict == "PASS"
-            return Vote(judge.name, judge.sample, passed, step.error), step.calls
-
-        results = await asyncio.gather(*(vote(j) for j in self.judges))
+        results = await asyncio.gather(*(self.vote(j, claim, evidence, context) for j in self.judges))
         return EvidenceJudgment(claim.id or "", evidence, [v for v, _ in results],
                                 [c for _, calls in results for c in calls], self.consensus)
+
+    async def batch(self, claims: Sequence[Claim], evidence: Evidence, context: str, size: int
+                    ) -> list[EvidenceJudgment]:
+        """One judgment per claim on the one passage they all quoted, votes asked up to ``size`` claims per call."""
+
+        async def judge_all(judge: Judge) -> list[tuple[Vote, list[LLMCall]]]:
+            async def ask(part: list[Claim]) -> BatchStep:
+                n = len(part)
+                messages = self.batch_prompt.render(claims=numbered([c.text for c in part]), evidence=evidence.text,
+                                                    context=context, count=n)
+                params = judge.params().model_copy(
+                    update={"max_tokens": batch_reply_budget(judge.llm, EVALUATE_REPLY_TOKENS, n)})
+                return await ask_batch(judge.llm, messages, EvaluationBatchReply, EvaluationBatchEntry, n,
+                                       params=params, unit="assertion")
+
+            def accept(claim: Claim, entry: EvaluationBatchEntry, calls: list[LLMCall]) -> tuple[Vote, list[LLMCall]]:
+                return Vote(judge.name, judge.sample, entry.verdict == "PASS"), list(calls)
+
+            def redone(result: tuple[Vote, list[LLMCall]], why: str, calls: list[LLMCall]
+                       ) -> tuple[Vote, list[LLMCall]]:
+                vote, own = result
+                if vote.passed is None:
+                    vote = Vote(vote.judge, vote.sample, None, f"batch: {why}; alone: {vote.error}")
+                return vote, list(calls) + own
+
+            return await judge_in_batches(list(claims), size, ask=ask, accept=accept,
+                                          alone=lambda c: self.vote(judge, c, evidence, context), redone=redone)
+
+        per_judge = await asyncio.gather(*(judge_all(j) for j in self.judges))
+        out = []
+        for i, claim in enumerate(claims):
+            votes = [results[i] for results in per_judge]
+            calls = _unique([c for _, cs in votes for c in cs])
+            out.append(EvidenceJudgment(claim.id or "", evidence, [v for v, _ in votes], calls, self.consensus))
+        return out
+
+
+def _unique(calls: Sequence[LLMCall]) -> list[LLMCall]:
+    """Each call once (a batch call is shared by the claims it judged)."""
+    seen: set[int] = set()
+    out = []
+    for call in calls:
+        if id(call) not in seen:
+            seen.add(id(call))
+            out.append(call)
+    return out

@@ -17,7 +17,8 @@ from halluscope.llm import LLM, get_llm
 from halluscope.methods import register_method
 from halluscope.methods.pipeline import ClaimPipeline, PipelineRun, claim_finding
 from halluscope.methods.probe.options import ProbeOptions
-from halluscope.methods.probe.replies import DECOMPOSE_PROMPT, EVALUATE_PROMPT, FIND_EVIDENCE_PROMPT
+from halluscope.methods.probe.replies import (DECOMPOSE_PROMPT, EVALUATE_BATCH_PROMPT, EVALUATE_PROMPT,
+                                              FIND_EVIDENCE_BATCH_PROMPT, FIND_EVIDENCE_PROMPT)
 from halluscope.methods.probe.trace import ProbeTrace, recording
 from halluscope.methods.probe.verifier import ProbeVerifier
 from halluscope.prompts import PromptTemplate
@@ -30,7 +31,8 @@ class Probe(ClaimPipeline):
     name = "probe"
     description = ("Process-based (PROBE): claims with their target spans -> quoted source evidence -> "
                    "per-excerpt PASS/FAIL (optional multi-judge consensus) -> unsupported claims located.")
-    prompts = (DECOMPOSE_PROMPT, FIND_EVIDENCE_PROMPT, EVALUATE_PROMPT)
+    prompts = (DECOMPOSE_PROMPT, FIND_EVIDENCE_PROMPT, EVALUATE_PROMPT,
+               FIND_EVIDENCE_BATCH_PROMPT, EVALUATE_BATCH_PROMPT)
     Options: ClassVar[type[ProbeOptions]] = ProbeOptions
     default_verifier = "probe"
     opts: ProbeOptions
@@ -66,7 +68,11 @@ class Probe(ClaimPipeline):
             verifier_prompts = getattr(self.verifier, "used_prompts", None)
             return [decompose, *(verifier_prompts() if callable(verifier_prompts) else [])]
         finder = [self.prompt(FIND_EVIDENCE_PROMPT)] if self.opts.evidence == "llm" else []
-        return [decompose, *finder, self.prompt(EVALUATE_PROMPT)]
+        batched = []
+        if self.opts.batch_size > 1:  # the batch prompts (whole source only)
+            batched = [self.prompt(FIND_EVIDENCE_BATCH_PROMPT)] if finder else []
+            batched.append(self.prompt(EVALUATE_BATCH_PROMPT))
+        return [decompose, *finder, self.prompt(EVALUATE_PROMPT), *batched]
 
     def source_fits(self, source: str, claims: Sequence[Claim]) -> bool:
         if self.opts.evidence == "retrieval" and isinstance(self.verifier, ProbeVerifier):

@@ -187,5 +187,79 @@ EVALUATE_PROMPT = PromptTemplate(
     ),
 )
 
+# ------------------------------------------------------------------------ batched steps 2 and 3 (batch_size)
+
+
+class EvidenceBatchEntry(EvidenceReply):
+    """Batched step 2: the passages for the assertion numbered ``id`` (an entry that only echoes the template is
+    refused, as in :class:`EvidenceReply`)."""
+
+    id: int = Field(ge=1, description="the number of the assertion")
+
+
+class EvidenceBatchReply(Reply):
+    """Batched step 2 (``batch_size`` > 1, whole source): one entry per numbered assertion."""
+
+    results: list[EvidenceBatchEntry] = Field(description="exactly one entry per assertion, in any order")
+    example: ClassVar[dict[str, Any] | None] = {"results": [
+        {"id": 1, "reasoning": "the opening date is stated", "evidence": ["The museum opened in 1998."]},
+        {"id": 2, "reasoning": "nothing about its size", "evidence": []}]}
+    bare_list_field: ClassVar[str | None] = "results"
+
+
+class EvaluationBatchEntry(EvaluationReply):
+    """Batched step 3: one judge's PASS/FAIL for the assertion numbered ``id`` against the one excerpt."""
+
+    id: int = Field(ge=1, description="the number of the assertion")
+
+
+class EvaluationBatchReply(Reply):
+    """Batched step 3 (``batch_size`` > 1): the assertions that quoted the same excerpt, each judged on its own."""
+
+    results: list[EvaluationBatchEntry] = Field(description="exactly one entry per assertion, in any order")
+    bare_list_field: ClassVar[str | None] = "results"
+
+
+FIND_EVIDENCE_BATCH_PROMPT = PromptTemplate(
+    name="probe_find_evidence_batch",
+    version="1",
+    reply=EvidenceBatchReply,
+    literal=("max_evidence", "count"),
+    system=FIND_EVIDENCE_PROMPT.system,
+    user=(
+        "For each of the $count numbered ASSERTIONS, on its own, find the passages of the SOURCE that bear on it: "
+        "passages that support it, contradict it, or are otherwise directly relevant to checking it.\n\n"
+        "Rules:\n"
+        "- Copy each passage exactly as it is written, character for character: whole sentences, not "
+        "paraphrases, not fragments glued together.\n"
+        "- Give at most $max_evidence passages per assertion, most relevant first.\n"
+        "- If nothing bears on an assertion, give it an empty list.\n"
+        "- Give exactly one entry per assertion, with the assertion's number as its id.\n\n"
+        "ASSERTIONS:\n$claims\n\n"
+        "SOURCE:\n$source\n\n$format"
+    ),
+)
+
+EVALUATE_BATCH_PROMPT = PromptTemplate(
+    name="probe_evaluate_batch",
+    version="1",
+    reply=EvaluationBatchReply,
+    literal=("count",),
+    system=EVALUATE_PROMPT.system,
+    user=(
+        "For each of the $count numbered ASSERTIONS, on its own, decide whether the EVIDENCE EXCERPT, on its own, "
+        "supports it.\n\n"
+        "The SURROUNDING CONTEXT is the source text around the excerpt. Use it only to understand the "
+        "excerpt (who or what it refers to); it is not evidence. If an assertion follows only from the "
+        "context, or needs guesses or long chains of inference beyond the excerpt, the excerpt does not "
+        "support it. Every part of the assertion (names, numbers, dates, places, causes) must be backed by "
+        "the excerpt. The other assertions are not evidence either. Give exactly one entry per assertion, with "
+        "its number as its id.\n\n"
+        "ASSERTIONS:\n$claims\n\n"
+        "EVIDENCE EXCERPT:\n$evidence\n\n"
+        "SURROUNDING CONTEXT:\n$context\n\n$format"
+    ),
+)
+
 FIND_REPLY_TOKENS = 768  # reply budgets per step, capped by Config.max_tokens
 EVALUATE_REPLY_TOKENS = 512

@@ -18,18 +18,21 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from halluscope.methods.pipeline import LLMVerifier
-from halluscope.methods.probe.evidence import (ProbeEvidenceFinder, QuoteSearch, SourceSentences, context_around,
-                                               probe_options)
+from halluscope.methods.batching import BatchStep, ask_batch, batch_reply_budget, judge_in_batches, numbered
+from halluscope.methods.pipeline import LLMVerifier, messages_tokens
+from halluscope.methods.probe.evidence import (LOCATE_OFF_LOOP_CHARS, ProbeEvidenceFinder, QuoteSearch,
+                                               SourceSentences, context_around, locate_quote, probe_options)
 from halluscope.methods.probe.judge import EvidenceEvaluator, EvidenceJudgment, Judge
 from halluscope.methods.probe.options import ProbeOptions
-from halluscope.methods.probe.replies import (EVALUATE_PROMPT, FIND_EVIDENCE_PROMPT, FIND_REPLY_TOKENS,
-                                              is_template_echo)
+from halluscope.methods.probe.replies import (EVALUATE_BATCH_PROMPT, EVALUATE_PROMPT, FIND_EVIDENCE_BATCH_PROMPT,
+                                              FIND_EVIDENCE_PROMPT, FIND_REPLY_TOKENS, EvidenceBatchEntry,
+                                              EvidenceBatchReply, is_template_echo)
 from halluscope.methods.probe.trace import current_trace
 from halluscope.prompts import PromptTemplate
-from halluscope.records import Claim, Verdict
+from halluscope.records import Claim, Evidence, LLMCall, Verdict
 from halluscope.stages import Context, build_stage, register_stage
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -113,19 +116,39 @@ class ProbeVerifier(LLMVerifier):
     def evaluator(self) -> EvidenceEvaluator:
         if self._evaluator is None:  # judge models are built on first use
             self._evaluator = EvidenceEvaluator(build_judges(self.method, self.opts), self.evaluate_prompt,
-                                                consensus=self.opts.consensus)
+                                                consensus=self.opts.consensus,
+                                                batch_prompt=self.method.prompt(EVALUATE_BATCH_PROMPT))
         return self._evaluator
 
     def used_prompts(self) -> list[PromptTemplate]:
         finder = [self.method.prompt(FIND_EVIDENCE_PROMPT)] if isinstance(self.finder, ProbeEvidenceFinder) else []
-        return finder + [self.evaluate_prompt]
+        batched = []
+        if self.batch_size > 1:
+            batched = ([self.method.prompt(FIND_EVIDENCE_BATCH_PROMPT)] if finder else []) + [
+                self.method.prompt(EVALUATE_BATCH_PROMPT)]
+        return finder + [self.evaluate_prompt] + batched
 
     def messages(self, claims: Sequence[Claim], context_text: str) -> list[dict[str, str]]:
         if isinstance(self.finder, ProbeEvidenceFinder):
             return self.finder.messages(claims[0].text, context_text)
         return self.evaluate_prompt.render(claim=claims[0].text, evidence="", context="")
 
+    def reserve_tokens(self, claims: Sequence[Claim]) -> int:
+        """The larger of a one-claim evidence call (longest claim) and, when batching, a call with the first batch."""
+        reserve = super().reserve_tokens(claims)
+        if self.batch_size > 1 and len(claims) > 1 and isinstance(self.finder, ProbeEvidenceFinder):
+            batch = list(claims[: self.batch_size])
+            reserve = max(reserve, messages_tokens(self.llm, self.batch_find_messages(batch, ""))
+                          + batch_reply_budget(self.llm, FIND_REPLY_TOKENS, len(batch)))
+        return reserve
+
+    @property
+    def batch_size(self) -> int:
+        return int(getattr(self.opts, "batch_size", 1) or 1)
+
     async def __call__(self, claims: Sequence[Claim], context: Context, source: str) -> list[Verdict]:
+        if self.batch_size > 1 and context.kind == "source" and len(claims) > 1:
+            return await self.check_batched(claims, context, source)
         return await gather_or_cancel(self.check(c, context, source) for c in claims)
 
     async def check(self, claim: Claim, context: Context, source: str) -> Verdict:
@@ -138,6 +161,10 @@ class ProbeVerifier(LLMVerifier):
             judgments = await gather_or_cancel(
                 self.evaluator(claim, e, context_around(source, sentences, e.span, self.opts.context_sentences))
                 for e in search.evidence if e.span is not None)
+        return self.settle(claim, context, search, judgments)
+
+    def settle(self, claim: Claim, context: Context, search: QuoteSearch, judgments: list[EvidenceJudgment]) -> Verdict:
+        """The claim's verdict from its search and judgments, recorded in the running trace."""
         verdict, outcome = decide(claim, search, judgments)
         trace = current_trace()
         if trace is not None:
@@ -147,7 +174,115 @@ class ProbeVerifier(LLMVerifier):
                                    "label": verdict.label, "outcome": outcome, "reason": verdict.reason})
         return verdict
 
+    # -- batch_size > 1 (whole source) --------------------------------------------------------------------
+    def batch_find_messages(self, claims: Sequence[Claim], context_text: str) -> list[dict[str, str]]:
+        finder: ProbeEvidenceFinder = self.finder  # type: ignore[assignment]
+        return self.method.prompt(FIND_EVIDENCE_BATCH_PROMPT).render(  # type: ignore[return-value]
+            claims=numbered([c.text for c in claims]), source=context_text, max_evidence=finder.max_evidence,
+            count=len(claims))
+
+    async def check_batched(self, claims: Sequence[Claim], context: Context, source: str) -> list[Verdict]:
+        """Steps 2 and 3 for claims that share the whole source: evidence for up to ``batch_size`` claims per call;
+        then each passage judged for up to ``batch_size`` of the claims that quoted it (same passage, same
+        surrounding context) per judge call. Each claim's verdict is decided exactly as in :meth:`check`."""
+        real = [c for c in claims if not is_template_echo(c.text)]
+        searches = await self.search_batched(real, context, source)
+        sentences = await self._sentences.get(source)
+        # every (claim, passage) to judge, grouped by passage span: same excerpt, same surrounding context
+        groups: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        passages: dict[tuple[int, int], Evidence] = {}
+        for ci, search in enumerate(searches):
+            if search.failure_reason is not None:
+                continue
+            for ei, evidence in enumerate(e for e in search.evidence if e.span is not None):
+                key = (evidence.span.start, evidence.span.end)  # type: ignore[union-attr]
+                groups.setdefault(key, []).append((ci, ei))
+                passages.setdefault(key, evidence)
+        judged: dict[tuple[int, int], EvidenceJudgment] = {}
+
+        async def judge(key: tuple[int, int]) -> None:
+            members = groups[key]
+            evidence = passages[key]
+            around = context_around(source, sentences, evidence.span, self.opts.context_sentences)  # type: ignore[arg-type]
+            results = await self.evaluator.batch([real[ci] for ci, _ in members], evidence, around, self.batch_size)
+            for (ci, ei), judgment in zip(members, results):
+                judged[(ci, ei)] = judgment
+
+        await gather_or_cancel(judge(key) for key in groups)
+        settled = []
+        for ci, (claim, search) in enumerate(zip(real, searches)):
+            n_located = sum(1 for e in search.evidence if e.span is not None) if search.failure_reason is None else 0
+            settled.append(self.settle(claim, context, search, [judged[(ci, ei)] for ei in range(n_located)]))
+        verdicts = iter(settled)
+        return [next(verdicts) if not is_template_echo(c.text) else await self.check(c, context, source)
+                for c in claims]
+
+    async def search_batched(self, claims: list[Claim], context: Context, source: str) -> list[QuoteSearch]:
+        """Step 2 for claims sharing the whole source: one evidence call per ``batch_size`` claims (the model's
+        finder), each claim's quotes located exactly as a single search locates them; a claim the batch reply
+        does not answer gets its own search. The no-LLM finder searches claim by claim."""
+        finder = self.finder
+        if not isinstance(finder, ProbeEvidenceFinder):
+            return await gather_or_cancel(finder.search(c, context, source) for c in claims)  # type: ignore[attr-defined]
+
+        async def ask(part: list[Claim]) -> BatchStep:
+            n = len(part)
+            params = self.llm.params(max_tokens=batch_reply_budget(self.llm, FIND_REPLY_TOKENS, n))
+            return await ask_batch(self.llm, self.batch_find_messages(part, context.text), EvidenceBatchReply,
+                                   EvidenceBatchEntry, n, params=params, unit="assertion")
+
+        def redone(search: QuoteSearch, why: str, calls: list[LLMCall]) -> QuoteSearch:
+            search.calls = list(calls) + search.calls
+            if search.error is not None:
+                search.error = f"batch: {why}; alone: {search.error}"
+            return search
+
+        found: list[QuoteSearch | _Quoted] = await judge_in_batches(
+            claims, self.batch_size, ask=ask, accept=lambda claim, entry, calls: _Quoted(claim, entry.evidence, calls),
+            alone=lambda claim: finder.search(claim, context, source), redone=redone)  # type: ignore[arg-type]
+        return await gather_or_cancel(_located(finder, f, context, source) if isinstance(f, _Quoted) else _done(f)
+                                      for f in found)
+
     def describe(self) -> dict[str, Any]:
         describe = getattr(self.finder, "describe", None)
         return {"evidence_finder": describe() if callable(describe) else self.finder.name,
                 "judges": [j.name for j in self.evaluator.judges], "consensus": self.opts.consensus}
+
+
+async def _done(search: QuoteSearch) -> QuoteSearch:
+    return search
+
+
+@dataclass
+class _Quoted:
+    """A claim's quotes from a batch evidence reply, not yet located."""
+
+    claim: Claim
+    quotes: list[str]
+    calls: list[LLMCall]
+
+
+async def _located(finder: ProbeEvidenceFinder, quoted: _Quoted, context: Context, source: str) -> QuoteSearch:
+    """A batch entry's quotes located in the source and recorded exactly as :meth:`ProbeEvidenceFinder.search`
+    records a single reply's quotes (verified with its span, duplicate, or rejected)."""
+    quotes = list(quoted.quotes)[: finder.max_evidence]
+
+    def locate_all() -> list:
+        return [locate_quote(q, context, source, finder.min_fuzzy) for q in quotes]
+
+    located = await asyncio.to_thread(locate_all) if len(source) > LOCATE_OFF_LOOP_CHARS else locate_all()
+    found = QuoteSearch(quoted.claim, context, calls=list(quoted.calls))
+    seen: set[tuple[int, int]] = set()
+    for quote, (match, where) in zip(quotes, located):
+        if match is None:
+            found.quotes.append({"quote": quote, "status": "rejected", "why": "not found in the source"})
+            continue
+        key = (match.span.start, match.span.end)
+        if key in seen:
+            found.quotes.append({"quote": quote, "status": "duplicate", "span": match.span.model_dump()})
+            continue
+        seen.add(key)
+        found.quotes.append({"quote": quote, "status": "verified", "how": match.how, "located_in": where,
+                             "span": match.span.model_dump()})
+        found.evidence.append(Evidence(text=match.span.of(source), span=match.span, relation="related"))
+    return found

