@@ -10,6 +10,7 @@ from halluscope.cli.bench import bench_command
 from halluscope.cli.bench_sweep import bench_sweep_command
 from halluscope.cli.check import check_command
 from halluscope.cli.improve import improve_command
+from halluscope.cli.reproduce import reproduce_command
 from halluscope.cli.serve import serve_command
 from halluscope.cli.generate_inject import inject_command
 from halluscope.cli.generate_montage import montage_command
@@ -74,6 +75,7 @@ app.command("improve")(improve_command)
 app.command("serve")(serve_command)
 app.command("bench")(bench_command)
 app.command("bench-sweep")(bench_sweep_command)
+app.command("reproduce")(reproduce_command)
 generate_app.command("montage")(montage_command)
 generate_app.command("perturb")(perturb_command)
 generate_app.command("inject")(inject_command)

@@ -1,0 +1,294 @@
+"""Dataset builders of the reproduce protocols: the paper's evaluation set, made from the shared dev data.
+
+A builder turns base items (a dataset spec's Examples, after ``--sample``/``--limit``) into the set a paper
+evaluates on: montage lies (seed 000), meaning-preserving perturbations (seed 003) or injected hallucinations
+(seed 004). Shared-data protocols (FINAL, DCR) need no builder.
+
+Building is resumable: each base item's output is appended to ``<out>/data/<name>.parts.jsonl`` as soon as
+it is made, keyed by the base item's id, and ``build.json`` pins what the folder holds (builder, options,
+base dataset, model). A re-run reuses the finished parts (no LLM call) and builds only the missing ones; a
+different configuration in the same folder is refused. The set a run evaluates is written to
+``<out>/data/<name>.jsonl`` (the selected base items' parts, in base order).
+
+``mode``: ``llm`` is the paper's way of building (the LLM writes the items); ``no-llm`` is halluscope's
+model-free variant (sentence-level montage lies; donor facts woven at sentence boundaries; only the
+``added_source_sentence`` perturbation). Every departure is returned in :attr:`BuiltSet.departures`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from halluscope.bench.datasets import Dataset, read_examples, write_examples
+from halluscope.llm import track_calls
+from halluscope.records import Example, Usage
+
+BuildMode = Literal["llm", "no-llm"]
+BUILD_FILE = "build.json"
+
+
+class BuildError(RuntimeError):
+    """A dataset that cannot be built (e.g. the folder holds a set built differently)."""
+
+
+@dataclass
+class BuiltSet:
+    """What a builder made: the datasets rows run on (by key), and how they were made."""
+
+    datasets: dict[str, Dataset]
+    builder: str
+    mode: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    n_base: int = 0
+    skipped: Counter = field(default_factory=Counter)  # (what, reason) -> count
+    usage: Usage = field(default_factory=Usage)  # LLM usage of the parts built in THIS run
+    usage_total: Usage = field(default_factory=Usage)  # ... of every part of the selected items
+    departures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "builder": self.builder, "mode": self.mode, "options": self.options, "n_base": self.n_base,
+            "datasets": {k: {"spec": d.spec, "n": len(d.examples), "files": [str(p) for p in d.files]}
+                         for k, d in self.datasets.items()},
+            "skipped": [{"what": w, "reason": r, "count": n} for (w, r), n in self.skipped.most_common()],
+            "usage_this_run": self.usage.model_dump(), "usage": self.usage_total.model_dump(),
+            "departures": self.departures, "notes": self.notes,
+        }
+
+    def skipped_for(self, what: str) -> list[str]:
+        return [f"{n} x {r}" for (w, r), n in self.skipped.most_common() if w == what]
+
+
+@dataclass
+class Part:
+    """The output of one base item."""
+
+    base_id: str
+    examples: list[Example]
+    skipped: list[tuple[str, str]]  # (what, reason)
+    usage: Usage
+
+    def to_json(self) -> str:
+        return json.dumps({"base_id": self.base_id,
+                           "examples": [e.model_dump(mode="json", exclude_none=True) for e in self.examples],
+                           "skipped": [list(s) for s in self.skipped], "usage": self.usage.model_dump()},
+                          ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, line: str) -> Part:
+        row = json.loads(line)
+        return cls(base_id=row["base_id"], examples=[Example.model_validate(e) for e in row["examples"]],
+                   skipped=[(str(a), str(b)) for a, b in row["skipped"]], usage=Usage.model_validate(row["usage"]))
+
+
+def check_build_identity(folder: Path, identity: dict[str, Any]) -> None:
+    path = folder / BUILD_FILE
+    if path.is_file():
+        old = json.loads(path.read_text(encoding="utf-8"))
+        clash = {k: (old.get(k), v) for k, v in identity.items() if json.dumps(old.get(k)) != json.dumps(v)}
+        if clash:
+            detail = "; ".join(f"{k}: folder has {a!r}, this run {b!r}" for k, (a, b) in clash.items())
+            raise BuildError(f"{folder} holds a set built differently ({detail}); use another --out or delete it")
+    else:
+        folder.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(identity, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+async def build_parts(folder: Path, name: str, identity: dict[str, Any], base: Sequence[Example],
+                      make: Callable[[Example], Awaitable[Part]], progress: bool = True
+                      ) -> tuple[list[Example], Counter, Usage, Usage]:
+    """Build (or resume) one part per base item; returns (examples in base order, skip counts, usage of the
+    parts built now, usage of all selected parts)."""
+    from rich.progress import Progress
+
+    check_build_identity(folder, identity)
+    parts_path = folder / f"{name}.parts.jsonl"
+    done: dict[str, Part] = {}
+    if parts_path.is_file():
+        good: list[str] = []
+        lines = [line for line in parts_path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        for line in lines:
+            try:
+                part = Part.from_json(line)
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut short by an interrupted run: that item is built again
+            done[part.base_id] = part
+            good.append(line)
+        if len(good) < len(lines):  # rewrite without the broken line, so the next append starts clean
+            parts_path.write_text("".join(line + "\n" for line in good), encoding="utf-8")
+    pending = [e for e in base if e.id not in done]
+    now = Usage()
+    if pending:
+        with parts_path.open("a", encoding="utf-8") as fh, Progress(transient=True, disable=not progress) as bar:
+            task = bar.add_task(f"building {name}", total=len(pending))
+            for example in pending:
+                with track_calls() as log:
+                    part = await make(example)
+                part.usage = part.usage + log.usage  # calls a builder keeps out of the log report their own usage
+                fh.write(part.to_json() + "\n")
+                fh.flush()
+                done[part.base_id] = part
+                now = now + part.usage
+                bar.advance(task)
+    examples: list[Example] = []
+    skipped: Counter = Counter()
+    total = Usage()
+    for e in base:
+        part = done[e.id]
+        examples += part.examples
+        skipped.update(part.skipped)
+        total = total + part.usage
+    write_examples(folder / f"{name}.jsonl", examples)
+    return examples, skipped, now, total
+
+
+def as_dataset(folder: Path, name: str) -> Dataset:
+    path = folder / f"{name}.jsonl"
+    return Dataset(name, None, read_examples(path) if path.stat().st_size else [], [path])
+
+
+def check_options(builder: str, options: dict[str, Any], valid: Sequence[str]) -> None:
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise BuildError(f"unknown {builder} builder option(s) {', '.join(unknown)}; valid: {', '.join(valid)}")
+
+
+def as_list(value: Any) -> list[Any] | None:
+    """A builder option given as a list, a single value or a comma-separated string (``-b complexities=1,2``)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return [value]
+
+
+def cut_to_sentences(example: Example, n: int | None) -> Example:
+    """The example with its target cut to its first ``n`` sentences (a cost control, recorded in meta)."""
+    from halluscope.text import split_sentences
+
+    if n is None:
+        return example
+    sentences = split_sentences(example.target)
+    if len(sentences) <= n:
+        return example
+    return example.model_copy(update={"target": example.target[: sentences[n - 1].span.end],
+                                      "meta": {**example.meta, "target_cut_to_sentences": n}})
+
+
+# --- the three builders -------------------------------------------------------------------------------------
+
+
+async def build_montage(folder: Path, base: Sequence[Example], *, mode: BuildMode, llm, seed: int,
+                        options: dict[str, Any], identity: dict[str, Any], progress: bool = True) -> BuiltSet:
+    """MontageLie groups (seed 000 §3.1): the truth and one lie per difficulty for every base target."""
+    from halluscope.generators.montage import DIFFICULTIES, MontageGenerator
+
+    check_options("montage", options, ("level", "max_events", "difficulties"))
+    level = options.get("level") or ("event" if mode == "llm" else "sentence")
+    opts = {"level": level, "max_events": options.get("max_events"),
+            "difficulties": as_list(options.get("difficulties")) or list(DIFFICULTIES)}
+    generator = MontageGenerator(llm if level == "event" else None, level=level, difficulties=opts["difficulties"],
+                                 seed=seed, max_events=opts["max_events"])
+
+    async def make(example: Example) -> Part:
+        result = await generator.generate(example.source, example.target, example.id, split=example.split,
+                                          meta={"source_id": example.group or example.id})
+        skipped = [(s["difficulty"], s["reason"].split(":")[0][:100]) for s in result.skipped]
+        return Part(example.id, result.examples, skipped, Usage())  # its calls are in build_parts' log
+
+    examples, skipped, now, total = await build_parts(folder, "montage", {**identity, "options": opts}, base, make,
+                                                      progress)
+    built = BuiltSet({"main": as_dataset(folder, "montage")}, "montage", mode, opts, len(base), skipped, now, total)
+    if level == "sentence":
+        built.departures.append("montage lies reorder the target's sentences (no LLM); the paper decomposes events "
+                                "with an LLM and writes each lie incrementally (--builder llm)")
+    if opts["max_events"]:
+        built.departures.append(f"each target cut to its first {opts['max_events']} events/sentences (cost control)")
+    built.departures.append("no paraphrased variants (the paper pools original and paraphrased texts)")
+    return built
+
+
+async def build_injected(folder: Path, base: Sequence[Example], pool: Sequence[Example], *, mode: BuildMode, llm,
+                         seed: int, options: dict[str, Any], identity: dict[str, Any],
+                         progress: bool = True) -> BuiltSet:
+    """PROBE-style injected hallucinations (seed 004 §3.2): per base target, the truth plus one item per
+    complexity, with the injected character spans as gold."""
+    from halluscope.generators.inject import COMPLEXITIES, InjectionGenerator
+
+    check_options("inject", options, ("facts_from", "weave", "complexities", "max_sentences"))
+    facts_from = options.get("facts_from") or ("llm" if mode == "llm" else "donor")
+    weave = options.get("weave") or ("llm" if mode == "llm" else "boundary")
+    complexities = [int(c) for c in (as_list(options.get("complexities")) or COMPLEXITIES)]
+    opts = {"facts_from": facts_from, "weave": weave, "complexities": complexities,
+            "max_sentences": options.get("max_sentences")}
+    needs_llm = facts_from == "llm" or weave == "llm"
+    generator = InjectionGenerator(llm if needs_llm else None, weave=weave, seed=seed, include_truth=True)
+    donors = list(pool) if facts_from == "donor" else None
+
+    async def make(example: Example) -> Part:
+        example = cut_to_sentences(example, opts["max_sentences"])
+        made, failures = await generator.generate(example, complexities, None, donors)
+        skipped = [(f"complexity-{c}", (f.drop_kind or f.dropped or "dropped")[:100])
+                   for c, f in zip(_failed_levels(complexities, made), failures)]
+        return Part(example.id, made, skipped, Usage())  # its calls are in build_parts' log
+
+    examples, skipped, now, total = await build_parts(folder, "injected", {**identity, "options": opts}, base, make,
+                                                      progress)
+    built = BuiltSet({"main": as_dataset(folder, "injected")}, "inject", mode, opts, len(base), skipped, now, total)
+    if facts_from == "donor":
+        built.departures.append("injected facts are sentences from other targets of the same dataset (no LLM); "
+                                "the paper invents plausible facts with an LLM (--builder llm)")
+    if weave == "boundary":
+        built.departures.append("facts are inserted as sentences at sentence boundaries (no LLM); the paper has "
+                                "the LLM weave them in at three complexity styles")
+    return built
+
+
+def _failed_levels(complexities: Sequence[int], made: Sequence[Example]) -> list[int]:
+    produced = {int(e.meta.get("complexity", 0)) for e in made}
+    return [c for c in complexities if c not in produced]
+
+
+
+async def build_perturbed(folder: Path, base: Sequence[Example], *, mode: BuildMode, llm, config, seed: int,
+                          options: dict[str, Any], identity: dict[str, Any], progress: bool = True) -> BuiltSet:
+    """Meaning-preserving perturbations (seed 003 §3.1): per base target, the original plus one row per kept
+    perturbation. Also yields an ``originals`` dataset (the window-size rows run on it)."""
+    from halluscope.generators.perturb import PERTURBATIONS, PerturbGenerator
+
+    check_options("perturb", options, ("perturbations", "unit", "insert_with", "max_sentences"))
+    default = list(PERTURBATIONS) if mode == "llm" else ["added_source_sentence"]
+    names = [str(p) for p in (as_list(options.get("perturbations")) or default)]
+    opts = {"perturbations": names, "unit": options.get("unit") or "target",
+            "insert_with": options.get("insert_with") or "auto", "max_sentences": options.get("max_sentences")}
+    generator = PerturbGenerator(llm, config, perturbations=names, unit=opts["unit"],  # type: ignore[arg-type]
+                                 insert_with=opts["insert_with"], seed=seed)
+    stages = generator.stages()
+
+    async def make(example: Example) -> Part:
+        example = cut_to_sentences(example, opts["max_sentences"])
+        group = await generator.perturb_one(example, stages)
+        skipped = [(s.perturbation, s.reason.split(": ")[0][:100]) for s in group.skips]
+        return Part(example.id, group.rows, skipped, group.usage)  # perturb_one keeps its calls out of the log
+
+    examples, skipped, now, total = await build_parts(folder, "perturbed", {**identity, "options": opts}, base, make,
+                                                      progress)
+    originals = [e for e in examples if e.difficulty == "original"]
+    write_examples(folder / "originals.jsonl", originals)
+    built = BuiltSet({"main": as_dataset(folder, "perturbed"), "originals": as_dataset(folder, "originals")},
+                     "perturb", mode, opts, len(base), skipped, now, total)
+    missing = [p for p in PERTURBATIONS if p not in names]
+    if missing:
+        built.departures.append(f"perturbations not built: {', '.join(missing)} (LLM rewrites; the paper has "
+                                "GPT-4o write them: --builder llm)")
+    if opts["max_sentences"]:
+        built.departures.append(f"each summary cut to its first {opts['max_sentences']} sentences (cost control)")
+    return built

@@ -1,0 +1,340 @@
+"""The five papers' protocols: which data, which rows (method + options per row of the paper's table), which
+metrics (suite result -> paper column). See docs/reproduce.md for what each one runs and where it departs
+from the paper.
+"""
+
+from __future__ import annotations
+
+from halluscope.bench.datasets import Dataset, load_dataset, sample_examples
+from halluscope.bench.reproduce.builders import (BuiltSet, build_injected, build_montage, build_perturbed)
+from halluscope.bench.reproduce.core import Context, Metric, Protocol, ReproduceError, Row
+from halluscope.records import Example
+
+# --- shared helpers ------------------------------------------------------------------------------------------
+
+
+def _load(ctx: Context, default: str) -> Dataset:
+    from halluscope.bench.datasets import DatasetError
+
+    try:
+        return load_dataset(ctx.dataset or default, ctx.data_dir)
+    except DatasetError as exc:
+        raise ReproduceError(str(exc)) from exc
+
+
+def _base_items(ctx: Context, examples: list[Example]) -> list[Example]:
+    """The base items a set is built from: those of the dev split when the data has a dev split and another one
+    (SummEdits: ``evaluation``; the other split stays held out), then ``--sample`` N per split/domain (seeded),
+    then the first ``--limit``."""
+    from halluscope.bench.builtin_suites import pick_dev_split
+
+    dev = pick_dev_split([e.split for e in examples])
+    if dev is not None:
+        examples = [e for e in examples if e.split == dev]
+    if ctx.sample:
+        examples = sample_examples(examples, ctx.sample, ctx.seed)
+    if ctx.limit is not None:
+        examples = examples[: max(0, ctx.limit)]
+    if not examples:
+        raise ReproduceError("no base items left to build from (check --dataset, --sample, --limit)")
+    return examples
+
+
+def _identity(ctx: Context, builder: str, base: Dataset, llm_used: bool) -> dict:
+    model = None
+    if llm_used:
+        model = ctx.get_llm().name
+    return {"builder": builder, "mode": ctx.builder, "base_dataset": base.spec, "seed": ctx.seed, "model": model}
+
+
+async def _shared(ctx: Context, default: str) -> BuiltSet:
+    if ctx.build_options:
+        raise ReproduceError(f"this protocol evaluates {default} as it is: no builder options "
+                             f"({', '.join(ctx.build_options)})")
+    dataset = _load(ctx, default)
+    return BuiltSet({"main": dataset}, "shared", None, {}, len(dataset.examples))
+
+
+# --- FINAL (seed 002) ----------------------------------------------------------------------------------------
+
+_FINAL_METRICS = (
+    Metric("recall", "recall", "final_matching", ("recall",), "no gold description among the scored items"),
+    Metric("precision", "precision", "final_matching", ("precision",)),
+    Metric("f1", "F1", "final_matching", ("f1",)),
+)
+_TRUETEACHER = ("TrueTeacher (Gekhman et al. 2023, a T5-11B consistency classifier) is not part of halluscope; "
+                "the 2-step filter can be any halluscope method instead (localize -o filter=NAME)")
+
+FINAL = Protocol(
+    name="final",
+    description=("FINAL Table 4: each method lists the summary's inconsistencies as free-form descriptions; an LLM "
+                 "judge matches them to the gold descriptions; recall / precision / F1, micro over items."),
+    base_dataset="final:dev",
+    rows=(
+        Row("zero_shot", "E2E Zero-Shot", _FINAL_METRICS, "localize", {"style": "zero_shot"}),
+        Row("few_shot", "E2E Few-Shot", _FINAL_METRICS, "localize", {"style": "few_shot"}),
+        Row("cot", "E2E CoT", _FINAL_METRICS, "localize", {"style": "cot"}),
+        Row("factscore", "Pipeline FactScore", _FINAL_METRICS, "factscore", {"describe": True, "dedup": "llm"}),
+        Row("self_cot", "2-Step Self + CoT", _FINAL_METRICS, "localize", {"style": "cot", "filter": "self"}),
+        Row("self_cot_hint", "2-Step Self + CoT&Hint", _FINAL_METRICS, "localize",
+            {"style": "cot", "filter": "self", "hint": True}),
+        Row("trueteacher_cot", "2-Step TrueTeacher + CoT", _FINAL_METRICS, reason=_TRUETEACHER),
+        Row("trueteacher_cot_hint", "2-Step TrueTeacher + CoT&Hint", _FINAL_METRICS, reason=_TRUETEACHER),
+        Row("oracle_cot", "Oracle + CoT", _FINAL_METRICS, "localize", {"style": "cot", "filter": "oracle"}),
+        Row("oracle_cot_hint", "Oracle + CoT&Hint", _FINAL_METRICS, "localize",
+            {"style": "cot", "filter": "oracle", "hint": True}),
+    ),
+    embedded_rows=("zero_shot",),
+    build=lambda ctx: _shared(ctx, "final:dev"),
+    sample_applies_to="items",
+    protocol_notes=("The matching judge is the evaluated model unless --judge-model is given (the paper's judge is "
+                    "GPT-4o).",),
+)
+
+
+# --- DCR (seed 001) ------------------------------------------------------------------------------------------
+
+_CORR = (
+    Metric("pearson", "Pearson r", "correlation", ("pearson",), "needs at least 3 scored items with varying scores"),
+    Metric("spearman", "Spearman rho", "correlation", ("spearman",), "needs at least 3 scored items with varying scores"),
+    Metric("kendall", "Kendall tau", "correlation", ("kendall",), "needs at least 3 scored items with varying scores"),
+)
+_RAI = (
+    Metric("n_flagged", "inconsistent (flagged by DCE)", "rai_improvement", ("n_flagged",)),
+    Metric("fixed_after_1", "corrected after 1 round", "rai_improvement", ("fixed_after_1",),
+           "no item was flagged inconsistent"),
+    Metric("improvement_rate_after_1", "consistency improvement", "rai_improvement", ("improvement_rate_after_1",),
+           "no item was flagged inconsistent"),
+)
+
+DCR = Protocol(
+    name="dcr",
+    description=("DCR Table 2 (QAGS-CNN): Pearson / Spearman / Kendall between each method's score and the human "
+                 "consistency score; Table 3: RAI consistency improvement in one round."),
+    base_dataset="qags",
+    rows=(
+        Row("bertscore", "BERTScore", _CORR, reason="BERTScore is not a halluscope method"),
+        Row("moverscore", "MoverScore", _CORR, reason="MoverScore is not a halluscope method"),
+        Row("unieval", "UniEval", _CORR, reason="UniEval (a fine-tuned T5 evaluator) is not a halluscope method"),
+        Row("geval", "G-Eval", _CORR, "geval", {}),
+        Row("dcr", "DCE-AMC", _CORR, "dcr", {"level": "sentence", "amc": "llm"}),
+        Row("improve", "DCR with RAI (sentence level)", _RAI, "improve", {"level": "sentence", "rounds": 1}),
+        Row("improve_paragraph", "DCR with RAI (paragraph level)", _RAI, "improve", {"level": "paragraph", "rounds": 1}),
+    ),
+    embedded_rows=("geval", "dcr"),
+    build=lambda ctx: _shared(ctx, "qags"),
+    sample_applies_to="items",
+    protocol_notes=("The shared QAGS-CNN file has 100 of the paper's 236 summaries.",),
+)
+
+
+# --- MontageLie / DoveScore (seed 000) -----------------------------------------------------------------------
+
+_AUC_UNDEFINED = "needs truths and lies of this difficulty in the same groups"
+_AUC = (
+    Metric("auc_easy", "AUC easy", "montage_auc", ("auc_easy",), _AUC_UNDEFINED),
+    Metric("auc_medium", "AUC medium", "montage_auc", ("auc_medium",), _AUC_UNDEFINED),
+    Metric("auc_hard", "AUC hard", "montage_auc", ("auc_hard",), _AUC_UNDEFINED),
+    Metric("auc_extreme", "AUC extreme", "montage_auc", ("auc_extreme",), _AUC_UNDEFINED),
+    Metric("auc_average", "AUC average", "montage_auc", ("auc_average",), _AUC_UNDEFINED),
+)
+
+
+async def _build_montage(ctx: Context) -> BuiltSet:
+    base = _load(ctx, "squality:dev")
+    if any(e.group and e.difficulty for e in base.examples):  # already a montage set: evaluate it as it is
+        return BuiltSet({"main": base}, "given", None, {}, len(base.examples),
+                        notes=[f"{base.spec} already holds montage groups; used as given"])
+    items = _base_items(ctx, base.examples)
+    llm = ctx.get_llm() if ctx.builder == "llm" else None
+    return await build_montage(ctx.out_dir / "data", items, mode=ctx.builder, llm=llm, seed=ctx.seed,
+                               options=ctx.build_options, identity=_identity(ctx, "montage", base, llm is not None),
+                               progress=ctx.progress)
+
+
+def _montage_missing(row: Row, metric: Metric, built: BuiltSet) -> str | None:
+    difficulty = metric.key.removeprefix("auc_")
+    reasons = built.skipped_for(difficulty)
+    if reasons:
+        return f"{_AUC_UNDEFINED}; the builder skipped {difficulty} lies: {'; '.join(reasons[:2])}"
+    return None
+
+
+DOVE = Protocol(
+    name="dove",
+    description=("MontageLie Tables 3-4: each method scores the true summary and its montage lies (true events "
+                 "reordered to a given ShuffleD); AUC-ROC of truths vs lies per difficulty, and their average."),
+    base_dataset="squality:dev",
+    rows=(
+        Row("rouge1", "ROUGE-1", _AUC, "rouge", {"variant": "rouge1"}),
+        Row("rouge2", "ROUGE-2", _AUC, "rouge", {"variant": "rouge2"}),
+        Row("rougeL", "ROUGE-L", _AUC, "rouge", {"variant": "rougeL"}),
+        Row("geval", "LLM-as-evaluator (G-Eval prompt)", _AUC, "geval", {}),
+        Row("summac_zs", "SummaC-ZS", _AUC, reason="SummaC (an NLI model) is not a halluscope method"),
+        Row("summac_conv", "SummaC-Conv", _AUC, reason="SummaC (an NLI model) is not a halluscope method"),
+        Row("alignscore", "AlignScore", _AUC, reason="AlignScore (a fine-tuned RoBERTa) is not a halluscope method"),
+        Row("factscore", "FactScore", _AUC, "factscore", {"describe": False}),
+        Row("dove", "DoveScore", _AUC, "dove", {}),
+    ),
+    embedded_rows=("rouge1", "rouge2", "rougeL"),
+    build=_build_montage,
+    sample_applies_to="base",
+    explain_missing=_montage_missing,
+    protocol_notes=("Montage lies are built from SQuALITY's human plot summaries (the paper: BookSum and "
+                    "SummScreen).",),
+)
+
+
+# --- long-document stress test (seed 003) --------------------------------------------------------------------
+
+_PERTURBATION_COLUMNS = (
+    ("original", "original"), ("synonym_replaced", "synonym replaced"), ("compressed", "summarized (compressed)"),
+    ("simplified", "simplified"), ("paraphrased", "paraphrased"), ("negated", "negated"),
+    ("less_diverse", "less diverse"), ("added_source_sentence", "added source text"),
+)
+
+
+def _stress_metrics(window: int | None) -> tuple[Metric, ...]:
+    metrics = tuple(Metric(f"mean_{key}", f"mean score: {label}", "stress", ("mean_score", key), subset=True)
+                    for key, label in _PERTURBATION_COLUMNS)
+    if window is not None:  # the main row also gives Table 1's cell for its own window
+        metrics += _window_metrics(window)
+    return metrics
+
+
+def _window_metrics(window: int) -> tuple[Metric, ...]:
+    return (Metric(f"mean_original_w{window}", f"mean score, originals, w={window}", "stress",
+                   ("mean_score", "original"), subset=True),)
+
+
+_RETRIEVAL = {"retrieval": "always", "top_k": 3}
+_ANALOGUE = "MiniCheck"
+
+
+def _longdoc_rows() -> tuple[Row, ...]:
+    rows: list[Row] = []
+    for method, extra in (("dcr", {}), ("factscore", {"describe": False})):
+        rows.append(Row(method, _ANALOGUE, _stress_metrics(1), method, {**extra, **_RETRIEVAL, "window": 1},
+                        analogue=True))
+        for w in (0, 2):
+            rows.append(Row(f"{method}_w{w}", _ANALOGUE, _window_metrics(w), method,
+                            {**extra, **_RETRIEVAL, "window": w}, dataset="originals", analogue=True))
+    rows.append(Row("rouge", "ROUGE", _stress_metrics(None), "rouge", {"variant": "mean"},
+                    note="no retrieval; a model-free reference for the perturbation deltas"))
+    for name, why in (("BARTScore", "a BART likelihood metric"), ("MiniCheck", "Bespoke-MiniCheck-7B"),
+                      ("SummaC-Conv", "an NLI model"), ("SummaC-ZS", "an NLI model"),
+                      ("AlignScore", "a fine-tuned RoBERTa"), ("UniEval", "a fine-tuned T5")):
+        rows.append(Row(name.lower().replace("-", "_"), name,
+                        _stress_metrics(None) + _window_metrics(0) + _window_metrics(1) + _window_metrics(2),
+                        reason=f"{name} ({why}) is not a halluscope method"))
+    return tuple(rows)
+
+
+async def _build_perturbed(ctx: Context) -> BuiltSet:
+    base = _load(ctx, "squality:dev")
+    if any(e.group and e.difficulty == "original" for e in base.examples):
+        originals = Dataset(f"{base.name}-originals", None, [e for e in base.examples if e.difficulty == "original"],
+                            base.files)
+        return BuiltSet({"main": base, "originals": originals}, "given", None, {}, len(originals.examples),
+                        notes=[f"{base.spec} already holds perturbation groups; used as given"])
+    items = _base_items(ctx, [e for e in base.examples if e.label != 0])
+    llm = ctx.get_llm() if ctx.builder == "llm" else None
+    return await build_perturbed(ctx.out_dir / "data", items, mode=ctx.builder, llm=llm, config=ctx.config,
+                                 seed=ctx.seed, options=ctx.build_options,
+                                 identity=_identity(ctx, "perturb", base, llm is not None), progress=ctx.progress)
+
+
+def _longdoc_missing(row: Row, metric: Metric, built: BuiltSet) -> str | None:
+    name = metric.path[-1]
+    if metric.suite != "stress" or name == "original":
+        return None
+    reasons = built.skipped_for(name)
+    if reasons:
+        return f"no {name} rows: the builder skipped them ({'; '.join(reasons[:2])})"
+    if built.builder == "perturb" and name not in built.options.get("perturbations", []):
+        return f"no {name} rows: not built (an LLM rewrite; --builder llm)"
+    return None
+
+
+LONGDOC = Protocol(
+    name="longdoc",
+    description=("Long-document stress test, Tables 1 and 4 (SQuALITY): every summary is scored by retrieval "
+                 "(top-K source sentences, each widened by w sentences; max over snippets, mean over sentences), "
+                 "before and after meaning-preserving perturbations, and with w = 0, 1, 2."),
+    base_dataset="squality:dev",
+    rows=_longdoc_rows(),
+    embedded_rows=("rouge",),
+    build=_build_perturbed,
+    sample_applies_to="base",
+    explain_missing=_longdoc_missing,
+    protocol_notes=("The paper's metrics are not halluscope methods: halluscope's LLM rows run the same retrieval "
+                    "protocol and show MiniCheck's numbers as the nearest analogue.",),
+)
+
+
+# --- PROBE (seed 004) ----------------------------------------------------------------------------------------
+
+_NO_GOLD_EVIDENCE = ("needs gold evidence for the truthful claims (meta.gold_claims[].evidence, built by "
+                     "`halluscope generate inject --gold-evidence`); see evidence_found_truth_proxy in the row's "
+                     "results.json for our proxy")
+# keys = the paper's metric names, as bench/suite_probe.py computes them (docs/probe.md, "Step metrics")
+_PROBE_METRICS = (
+    Metric("decomposition_recall", "claim decomposition recall", "probe_steps", ("decomposition_recall",),
+           "needs the complete gold claim set of the target (meta.gold_claims_complete)"),
+    Metric("evidence_finding_partial", "evidence finding, partial", "probe_steps", ("evidence_finding_partial",),
+           _NO_GOLD_EVIDENCE),
+    Metric("evidence_finding_complete", "evidence finding, complete", "probe_steps", ("evidence_finding_complete",),
+           _NO_GOLD_EVIDENCE),
+    Metric("evidence_evaluation_accuracy", "evidence evaluation accuracy", "probe_steps",
+           ("evidence_evaluation_accuracy",), "no claim with gold evidence and a decided evidence judgment"),
+    Metric("localization_precision", "localization precision (claim-matched characters)", "probe_steps",
+           ("localization_precision",), "no claim was flagged"),
+    Metric("localization_recall", "localization recall (claim-matched characters)", "probe_steps",
+           ("localization_recall",), "no gold hallucinated claim"),
+    Metric("localization_f1", "localization F1", "probe_steps", ("localization_f1",), "precision or recall undefined"),
+)
+_DIRECT_METRICS = (
+    Metric("recall", "recall (character spans)", "span", ("char_recall",)),
+    Metric("precision", "precision (character spans)", "span", ("char_precision",)),
+)
+
+
+async def _build_injected(ctx: Context) -> BuiltSet:
+    base = _load(ctx, "summedits:news")
+    if any(e.gold_spans is not None for e in base.examples):
+        return BuiltSet({"main": base}, "given", None, {}, len(base.examples),
+                        notes=[f"{base.spec} already holds gold spans; used as given"])
+    faithful = [e for e in base.examples if e.label != 0]
+    items = _base_items(ctx, faithful)
+    llm = ctx.get_llm() if ctx.builder == "llm" else None
+    return await build_injected(ctx.out_dir / "data", items, faithful, mode=ctx.builder, llm=llm, seed=ctx.seed,
+                                options=ctx.build_options, identity=_identity(ctx, "inject", base, llm is not None),
+                                progress=ctx.progress)
+
+
+PROBE = Protocol(
+    name="probe",
+    description=("PROBE Table 2 and Figures 3-4 (summarization): the process-based detector's step metrics "
+                 "(decomposition, evidence finding, evidence evaluation, claim-level localization) on targets with "
+                 "injected hallucinations, and direct prompting's recall."),
+    base_dataset="summedits:news",
+    rows=(
+        Row("probe", "Process-based (4 steps)", _PROBE_METRICS, "probe", {}),
+        Row("direct", "Direct prompting", _DIRECT_METRICS, "localize", {"style": "zero_shot"}),
+    ),
+    embedded_rows=("direct",),
+    build=_build_injected,
+    sample_applies_to="base",
+    protocol_notes=("Injected into the consistent summaries of the shared dev data (default SummEdits news); the "
+                    "paper injects into Wikipedia summaries, QA answers and style transfers.",),
+)
+
+
+PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (DOVE, DCR, FINAL, LONGDOC, PROBE)}
+
+
+def get_protocol(name: str) -> Protocol:
+    try:
+        return PROTOCOLS[name]
+    except KeyError:
+        raise ReproduceError(f"unknown paper {name!r}; choose from {', '.join(PROTOCOLS)}") from None

@@ -1,0 +1,108 @@
+"""``halluscope reproduce PAPER``: a seed paper's main evaluation protocol, the paper's numbers beside ours."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from halluscope.cli.common import (ApiKeyOpt, BaseUrlOpt, ConcurrencyOpt, ModelOpt, NoCacheOpt, fail, make_config,
+                                   parse_options)
+
+
+def _default_out(paper: str, model: str | None, sample: int | None, seed: int, limit: int | None) -> Path:
+    import re
+
+    parts = ["reproduce", paper, model or "embedded"]
+    if sample:
+        parts.append(f"sample{sample}-seed{seed}")
+    if limit is not None:
+        parts.append(f"limit{limit}")
+    return Path("runs") / "-".join(re.sub(r"[^A-Za-z0-9._+]+", "-", p).strip("-") for p in parts)
+
+
+def _list_rows(protocol, embedded: bool) -> None:
+    typer.echo(f"{protocol.name}: {protocol.description}\n")
+    defaults = set(protocol.embedded_rows) if embedded else {r.id for r in protocol.runnable_rows()}
+    for row in protocol.rows:
+        if row.method is None:
+            typer.echo(f"  {row.id:22s} {row.paper_row}  [paper only: {row.reason}]")
+            continue
+        mark = "*" if row.id in defaults else " "
+        opts = " ".join(f"{k}={v}" for k, v in row.options.items())
+        label = f"(paper's nearest analogue: {row.paper_row})" if row.analogue else row.paper_row
+        typer.echo(f"{mark} {row.id:22s} {label}  [{row.method} {opts}]".rstrip())
+    typer.echo(f"\n* = run by default{' on the embedded model' if embedded else ''}; "
+               "choose with --methods ID[,ID...] or --methods all")
+
+
+def reproduce_command(
+    paper: Annotated[str, typer.Argument(help="dove, dcr, final, longdoc or probe.")],
+    methods: Annotated[Optional[list[str]], typer.Option("--methods", help="Rows to run: row ids or method names, comma-separated or repeated, or 'all' (see --list). Default: every row, or a cheap subset on the embedded model.")] = None,
+    dataset: Annotated[Optional[str], typer.Option("--dataset", "-d", help="Base data instead of the protocol's default (a dataset spec or a .jsonl; an already built set is used as it is).")] = None,
+    sample: Annotated[Optional[int], typer.Option("--sample", help="Seeded subsample: N items per split/domain (final, dcr), or N base items to build the set from (dove, longdoc, probe).")] = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", help="Only the first N items (after --sample); raising it later resumes.")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for --sample, the builders and the bootstrap.")] = 0,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Output folder (default runs/reproduce-<paper>-<model>[-sample..]).")] = None,
+    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Shared data folder (default ../shared/data).", envvar="HALLUSCOPE_DATA_DIR")] = None,
+    builder: Annotated[str, typer.Option("--builder", help="How generated sets are built: llm (the paper's way), no-llm (halluscope's model-free variant), auto (no-llm on the embedded model, else llm).")] = "auto",
+    build_option: Annotated[Optional[list[str]], typer.Option("--build", "-b", help="Builder option KEY=VALUE (repeatable): montage level/max_events/difficulties, inject facts_from/weave/complexities/max_sentences, perturb perturbations/unit/insert_with/max_sentences.")] = None,
+    option: Annotated[Optional[list[str]], typer.Option("--option", "-o", help="Method option KEY=VALUE for every row whose method has it (a row's own options win), e.g. -o top_k=1.")] = None,
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    api_key: ApiKeyOpt = None,
+    judge_model: Annotated[Optional[str], typer.Option("--judge-model", help="Model for FINAL's matching judge (default: the evaluated model).", envvar="HALLUSCOPE_JUDGE_MODEL")] = None,
+    judge_base_url: Annotated[Optional[str], typer.Option("--judge-base-url", help="Endpoint for the judge, if different.", envvar="HALLUSCOPE_JUDGE_BASE_URL")] = None,
+    judge_api_key: Annotated[Optional[str], typer.Option("--judge-api-key", help="API key for the judge, if different.", envvar="HALLUSCOPE_JUDGE_API_KEY", show_default=False)] = None,
+    paper_model: Annotated[Optional[str], typer.Option("--paper-model", help="Show the paper's numbers for this model where a row has several (default: the paper's reference model).")] = None,
+    bootstrap: Annotated[int, typer.Option("--bootstrap", help="Bootstrap resamples for 95% CIs (0 = none).")] = 1000,
+    no_cache: NoCacheOpt = False,
+    concurrency: ConcurrencyOpt = None,
+    no_progress: Annotated[bool, typer.Option("--no-progress", help="Hide progress bars.")] = False,
+    list_rows: Annotated[bool, typer.Option("--list", help="List the protocol's rows and exit.")] = False,
+) -> None:
+    """Run PAPER's main evaluation protocol with the configured model and write reproduce.json and reproduce.md:
+    the paper's table layout, its published numbers (model, table) beside ours (95% CI, n, unscored, cost).
+    Resumable: a re-run reuses the built data and every finished item. Rows that cannot be computed say why."""
+    import asyncio
+
+    from halluscope.bench.reproduce import Context, ReproduceError, get_protocol, render_terminal, run_reproduce
+    from halluscope.bench.reproduce.builders import BuildError
+    from halluscope.bench.reproduce.core import is_embedded
+    from halluscope.llm import LLMError, get_llm
+
+    try:
+        protocol = get_protocol(paper)
+    except ReproduceError as exc:
+        raise fail(str(exc))
+    config = make_config(model, base_url, api_key, no_cache, concurrency)
+    embedded = is_embedded(config)
+    if list_rows:
+        _list_rows(protocol, embedded)
+        return
+    if sample is not None and sample < 1:
+        raise fail("--sample must be >= 1")
+    if builder not in ("auto", "llm", "no-llm"):
+        raise fail(f"--builder must be auto, llm or no-llm, got {builder!r}")
+    mode = ("no-llm" if embedded else "llm") if builder == "auto" else builder
+    judge = None
+    if judge_model or judge_base_url or judge_api_key:
+        try:
+            judge = get_llm(config.with_overrides(model=judge_model, base_url=judge_base_url, api_key=judge_api_key))
+        except (ValueError, LLMError) as exc:
+            raise fail(f"judge model: {exc}")
+    folder = out or _default_out(paper, config.model or ("embedded" if embedded else None), sample, seed, limit)
+    ctx = Context(out_dir=folder, config=config, data_dir=data_dir, dataset=dataset, sample=sample, seed=seed,
+                  limit=limit, builder=mode, build_options=parse_options(build_option), progress=not no_progress)
+    if builder == "auto" and mode == "no-llm" and protocol.sample_applies_to == "base":
+        typer.secho("note: embedded model: the evaluation set is built without an LLM (--builder llm for the "
+                    "paper's way)", err=True)
+    try:
+        result = asyncio.run(run_reproduce(protocol, ctx, methods=methods, options=parse_options(option), judge=judge,
+                                           paper_model=paper_model, n_bootstrap=bootstrap, concurrency=concurrency,
+                                           echo=lambda text: typer.secho(text, err=True)))
+    except (ReproduceError, BuildError, ValueError, LLMError) as exc:
+        raise fail(str(exc))
+    typer.echo(render_terminal(result))
+    typer.echo(f"\nwrote {folder}/reproduce.json and reproduce.md ({result['wall_time_s']} s)")
