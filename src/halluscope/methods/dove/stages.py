@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
-from collections.abc import Awaitable, Iterable, Sequence
-from typing import TYPE_CHECKING, ClassVar, TypeVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, ClassVar
 
 from rapidfuzz import fuzz, process
 
@@ -33,6 +33,7 @@ from halluscope.methods.dove.replies import (
     parse_decomposition,
     parse_event_order,
 )
+from halluscope.methods.batching import gather_or_cancel
 from halluscope.methods.pipeline import LLMVerifier, messages_tokens, reply_budget
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Evidence, Span, StepResult, Verdict
@@ -44,22 +45,8 @@ from halluscope.text.placeholders import is_placeholder, shown_strings
 if TYPE_CHECKING:  # pragma: no cover
     from halluscope.methods.base import Method
 
-T = TypeVar("T")
 CHECK_REPLY_TOKENS = 256  # a reason, a short quote and a verdict
 EVIDENCE_ECHOES = shown_strings(DoveCheckReply)
-
-
-async def _gather_or_cancel(aws: Iterable[Awaitable[T]]) -> list[T]:
-    """``asyncio.gather`` whose first error cancels the siblings (after a context overflow the pipeline
-    starts over on snippets; the other calls must not keep running)."""
-    tasks = [asyncio.ensure_future(a) for a in aws]
-    try:
-        return list(await asyncio.gather(*tasks))
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
 
 
 # ------------------------------------------------------------------------------------------------ decomposer
@@ -168,9 +155,9 @@ class DoveFactChecker(LLMVerifier):
 
     async def __call__(self, claims: Sequence[Claim], context: Context, source: str) -> list[Verdict]:
         if self.batch_size == 1 or context.kind != "source" or len(claims) < 2:
-            return await _gather_or_cancel(self.one(c, context.text, source) for c in claims)
+            return await gather_or_cancel(self.one(c, context.text, source) for c in claims)
         chunks = [list(claims[i:i + self.batch_size]) for i in range(0, len(claims), self.batch_size)]
-        results = await _gather_or_cancel(self.batch(chunk, context.text, source) for chunk in chunks)
+        results = await gather_or_cancel(self.batch(chunk, context.text, source) for chunk in chunks)
         return [v for chunk in results for v in chunk]
 
     async def one(self, claim: Claim, context: str, source: str) -> Verdict:
@@ -199,7 +186,7 @@ class DoveFactChecker(LLMVerifier):
             else:
                 why_redo[i] = (f"{step.error}" if answers is None else
                                answers.missing.get(i, "the fact is a template placeholder"))
-        redone = await _gather_or_cancel(self.one(claims[i], context, source) for i in why_redo)
+        redone = await gather_or_cancel(self.one(claims[i], context, source) for i in why_redo)
         for (i, why), verdict in zip(why_redo.items(), redone):
             update: dict = {"calls": step.calls + verdict.calls}
             if verdict.label == "unscored":

@@ -21,6 +21,7 @@ import asyncio
 import bisect
 import hashlib
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -129,11 +130,17 @@ class ProbeEvidenceFinder:
         if step.value is None:
             found.error = step.error
             return found
-        quotes = step.value.evidence[: self.max_evidence]
+        await self.record_quotes(found, step.value.evidence, source)
+        return found
+
+    async def record_quotes(self, found: QuoteSearch, quotes: Sequence[str], source: str) -> None:
+        """Locate the model's quotes (at most ``max_evidence``) in the source and record each on ``found``:
+        verified with its span (and as evidence), a duplicate of an earlier one, or rejected."""
+        quotes = list(quotes)[: self.max_evidence]
         if len(source) > LOCATE_OFF_LOOP_CHARS:
-            located = await asyncio.to_thread(self._locate_all, quotes, context, source)
+            located = await asyncio.to_thread(self._locate_all, quotes, found.context, source)
         else:
-            located = self._locate_all(quotes, context, source)
+            located = self._locate_all(quotes, found.context, source)
         seen: set[tuple[int, int]] = set()
         for quote, (match, where) in zip(quotes, located):
             if match is None:
@@ -147,7 +154,6 @@ class ProbeEvidenceFinder:
             found.quotes.append({"quote": quote, "status": "verified", "how": match.how, "located_in": where,
                                  "span": match.span.model_dump()})
             found.evidence.append(Evidence(text=match.span.of(source), span=match.span, relation="related"))
-        return found
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "max_evidence": self.max_evidence, "min_fuzzy": self.min_fuzzy}

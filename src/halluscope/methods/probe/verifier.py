@@ -16,15 +16,15 @@ How a claim's verdict is decided in one context:
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from halluscope.methods.batching import BatchStep, ask_batch, batch_reply_budget, judge_in_batches, numbered
+from halluscope.methods.batching import (BatchStep, ask_batch, batch_reply_budget, gather_or_cancel, judge_in_batches,
+                                        numbered)
 from halluscope.methods.pipeline import LLMVerifier, messages_tokens
-from halluscope.methods.probe.evidence import (LOCATE_OFF_LOOP_CHARS, ProbeEvidenceFinder, QuoteSearch,
-                                               SourceSentences, context_around, locate_quote, probe_options)
+from halluscope.methods.probe.evidence import (ProbeEvidenceFinder, QuoteSearch, SourceSentences, context_around,
+                                               probe_options)
 from halluscope.methods.probe.judge import EvidenceEvaluator, EvidenceJudgment, Judge
 from halluscope.methods.probe.options import ProbeOptions
 from halluscope.methods.probe.replies import (EVALUATE_BATCH_PROMPT, EVALUATE_PROMPT, FIND_EVIDENCE_BATCH_PROMPT,
@@ -38,20 +38,6 @@ from halluscope.stages import Context, build_stage, register_stage
 if TYPE_CHECKING:  # pragma: no cover
     from halluscope.methods.base import Method
 
-T = TypeVar("T")
-
-
-async def gather_or_cancel(aws: Iterable[Awaitable[T]]) -> list[T]:
-    """Like ``asyncio.gather``, but the first error cancels the siblings (no orphan LLM calls keep running
-    after, e.g., a context overflow that makes the pipeline start over on snippets)."""
-    tasks = [asyncio.ensure_future(a) for a in aws]
-    try:
-        return list(await asyncio.gather(*tasks))
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
 
 
 def build_judges(method: "Method", opts: ProbeOptions) -> list[Judge]:
@@ -265,24 +251,6 @@ class _Quoted:
 async def _located(finder: ProbeEvidenceFinder, quoted: _Quoted, context: Context, source: str) -> QuoteSearch:
     """A batch entry's quotes located in the source and recorded exactly as :meth:`ProbeEvidenceFinder.search`
     records a single reply's quotes (verified with its span, duplicate, or rejected)."""
-    quotes = list(quoted.quotes)[: finder.max_evidence]
-
-    def locate_all() -> list:
-        return [locate_quote(q, context, source, finder.min_fuzzy) for q in quotes]
-
-    located = await asyncio.to_thread(locate_all) if len(source) > LOCATE_OFF_LOOP_CHARS else locate_all()
     found = QuoteSearch(quoted.claim, context, calls=list(quoted.calls))
-    seen: set[tuple[int, int]] = set()
-    for quote, (match, where) in zip(quotes, located):
-        if match is None:
-            found.quotes.append({"quote": quote, "status": "rejected", "why": "not found in the source"})
-            continue
-        key = (match.span.start, match.span.end)
-        if key in seen:
-            found.quotes.append({"quote": quote, "status": "duplicate", "span": match.span.model_dump()})
-            continue
-        seen.add(key)
-        found.quotes.append({"quote": quote, "status": "verified", "how": match.how, "located_in": where,
-                             "span": match.span.model_dump()})
-        found.evidence.append(Evidence(text=match.span.of(source), span=match.span, relation="related"))
+    await finder.record_quotes(found, quoted.quotes, source)
     return found
