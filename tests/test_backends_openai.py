@@ -7,6 +7,8 @@ on loopback and talks to it exactly as halluscope talks to vLLM, Ollama or OpenA
 
 from __future__ import annotations
 
+import asyncio
+
 import importlib.util
 import json
 import os
@@ -265,7 +267,8 @@ async def test_reply_schema_is_sent_and_a_refusing_endpoint_gets_plain_json_mode
         assert (await model.generate(MSGS, params)).text == "OK"
     formats = [r["body"]["response_format"] for r in server.requests]
     assert formats[0] == {"type": "json_schema", "json_schema": {"name": "reply", "schema": json.loads(schema)}}
-    assert formats[1:] == [{"type": "json_object"}, {"type": "json_object"}]  # remembered for later calls
+    # next spelling: llama-cpp-python's json_object + schema, remembered for later calls
+    assert formats[1:] == [{"type": "json_object", "schema": json.loads(schema)}] * 2
 
 
 async def test_a_server_error_naming_json_schema_falls_back_to_json_mode_without_retrying() -> None:
@@ -277,7 +280,33 @@ async def test_a_server_error_naming_json_schema_falls_back_to_json_mode_without
     with ScriptedServer([refusal, (200, OK_BODY, {})]) as server:
         model = OpenAICompatibleModel("m", server.url, None, max_retries=3)
         assert (await model.generate(MSGS, params)).text == "OK"
-    assert [r["body"]["response_format"]["type"] for r in server.requests] == ["json_schema", "json_object"]
+    formats = [r["body"]["response_format"] for r in server.requests]
+    assert formats == [{"type": "json_schema", "json_schema": {"name": "reply", "schema": json.loads(schema)}},
+                       {"type": "json_object", "schema": json.loads(schema)}]
+
+
+async def test_an_endpoint_refusing_both_schema_spellings_gets_plain_json_mode() -> None:
+    schema = json.dumps({"type": "object"})
+    refusal = (400, {"error": {"message": "unknown field response_format.schema"}}, {})
+    with ScriptedServer([refusal, refusal, (200, OK_BODY, {}), (200, OK_BODY, {})]) as server:
+        model = OpenAICompatibleModel("m", server.url, None, max_retries=0)
+        params = GenerateParams(max_tokens=8, json_schema=schema)
+        assert (await model.generate(MSGS, params)).text == "OK"
+        assert (await model.generate(MSGS, params)).text == "OK"
+    assert [r["body"]["response_format"] for r in server.requests][1:] == [
+        {"type": "json_object", "schema": {"type": "object"}}, {"type": "json_object"}, {"type": "json_object"}]
+
+
+async def test_concurrent_refusals_move_one_spelling_at_a_time() -> None:
+    schema = json.dumps({"type": "object"})
+    refusal = (400, {"error": {"message": "response_format json_schema is not supported"}}, {})
+    with ScriptedServer([refusal] * 4 + [(200, OK_BODY, {})] * 4) as server:
+        model = OpenAICompatibleModel("m", server.url, None, max_retries=0)
+        params = GenerateParams(max_tokens=8, json_schema=schema)
+        replies = await asyncio.gather(*(model.generate(MSGS, params) for _ in range(4)))
+    assert [r.text for r in replies] == ["OK"] * 4
+    retried = [r["body"]["response_format"] for r in server.requests][4:]
+    assert retried == [{"type": "json_object", "schema": {"type": "object"}}] * 4
 
 
 async def test_a_plain_server_error_is_still_retried() -> None:

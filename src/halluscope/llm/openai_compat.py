@@ -34,7 +34,14 @@ def _retry_after_s(resp: httpx.Response) -> float | None:
 
 
 class _SchemaRefused(Exception):
-    """The endpoint rejected ``response_format: json_schema``."""
+    """The endpoint rejected the structured ``response_format`` it was sent."""
+
+
+# How a reply's JSON schema is asked for, best first. An endpoint that refuses one spelling gets the next:
+# OpenAI's ``json_schema`` (OpenAI, vLLM, Ollama, LM Studio, llama.cpp's llama-server), llama-cpp-python's
+# server's own ``json_object`` + ``schema`` (grammar-constrained there), then plain JSON mode. The reply is
+# validated against the schema by its parser whatever the endpoint enforced.
+_SCHEMA_FORMATS = ("json_schema", "json_object+schema", "json_object")
 
 
 _RETRYABLE = (_Retryable, httpx.TransportError)  # TransportError covers timeouts and refused connections
@@ -136,7 +143,7 @@ class OpenAICompatibleModel:
         self.api_key = api_key
         self.timeout_s = timeout_s
         self.max_retries = max_retries
-        self._schema_refused = False  # set when the endpoint rejects JSON-schema output
+        self._schema_format = 0  # index into _SCHEMA_FORMATS: moves on when the endpoint refuses one
         self.max_concurrency = max_concurrency
         self.context_window = context_window
         self._backoff = (backoff_initial_s, backoff_max_s)
@@ -179,7 +186,7 @@ class OpenAICompatibleModel:
         if pool is not None:
             await pool.aclose()
 
-    def _payload(self, messages: list[Message], params: GenerateParams) -> dict:
+    def _payload(self, messages: list[Message], params: GenerateParams, schema_format: int = 0) -> dict:
         body: dict = {
             "model": self.name,
             "messages": clean_messages(messages),  # a lone surrogate cannot be sent as UTF-8
@@ -190,24 +197,31 @@ class OpenAICompatibleModel:
             body["seed"] = params.seed
         if params.stop:
             body["stop"] = list(params.stop)
-        if params.json_schema and not self._schema_refused:
-            body["response_format"] = {"type": "json_schema", "json_schema": {
-                "name": "reply", "schema": json.loads(params.json_schema)}}
-        elif params.json_mode or params.json_schema:
+        if params.json_schema:
+            schema = json.loads(params.json_schema)
+            spelling = _SCHEMA_FORMATS[schema_format]
+            if spelling == "json_schema":
+                body["response_format"] = {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema}}
+            elif spelling == "json_object+schema":
+                body["response_format"] = {"type": "json_object", "schema": schema}
+            else:
+                body["response_format"] = {"type": "json_object"}
+        elif params.json_mode:
             body["response_format"] = {"type": "json_object"}
         return body
 
     @staticmethod
     def _refuses_schema(resp: httpx.Response, body: dict) -> bool:
-        """The endpoint rejected the ``json_schema`` response format. A 400/422 naming the format or a schema,
-        or any error that names ``json_schema`` itself: llama-cpp-python's server answers a request validation
-        error with HTTP 500, which retrying cannot fix."""
-        if body.get("response_format", {}).get("type") != "json_schema":
-            return False
+        """The endpoint rejected the structured response format it was sent: a 400/422 naming the format or a
+        schema, or any error naming ``json_schema`` or ``response_format`` (llama-cpp-python's server answers a
+        request validation error with HTTP 500, which retrying cannot fix)."""
+        response_format = body.get("response_format") or {}
+        if response_format.get("type") != "json_schema" and "schema" not in response_format:
+            return False  # plain JSON mode: nothing left to fall back to
         text = resp.text[:2000].lower()
         if resp.status_code in (400, 422) and any(w in text for w in ("response_format", "json_schema", "schema")):
             return True
-        return "json_schema" in text
+        return "json_schema" in text or "response_format" in text
 
     async def _post_once(self, body: dict) -> object:
         resp = await self._pool().post("/chat/completions", json=body)
@@ -248,16 +262,20 @@ class OpenAICompatibleModel:
         return Completion(text=clean_text(text), model=self.name, usage=_usage(data))
 
     async def generate(self, messages: list[Message], params: GenerateParams) -> Completion:
-        try:
-            return await self._generate(messages, params)
-        except _SchemaRefused:
-            # An endpoint without JSON-schema output (older Ollama or LM Studio builds, some proxies): ask for
-            # plain JSON from now on; the reply is still validated against the schema by its parser.
-            self._schema_refused = True
-            return await self._generate(messages, params)
+        while True:
+            schema_format = self._schema_format
+            try:
+                return await self._generate(messages, params, schema_format)
+            except _SchemaRefused:
+                # Ask with the next spelling from now on (older Ollama or LM Studio builds, llama-cpp-python's
+                # server, some proxies); the reply is still validated against the schema by its parser.
+                # Concurrent refusals of the same spelling move on by one step, not one step each.
+                if schema_format + 1 >= len(_SCHEMA_FORMATS):
+                    raise LLMError(f"{self.name} at {self.base_url}: the endpoint refuses JSON output") from None
+                self._schema_format = max(self._schema_format, schema_format + 1)
 
-    async def _generate(self, messages: list[Message], params: GenerateParams) -> Completion:
-        body = self._payload(messages, params)
+    async def _generate(self, messages: list[Message], params: GenerateParams, schema_format: int = 0) -> Completion:
+        body = self._payload(messages, params, schema_format)
         attempts = self.max_retries + 1
         # A plain bounded loop: a retry library's per-call bookkeeping cost more CPU than everything else
         # halluscope adds to a request (measured in benchmarks/overhead.py).
