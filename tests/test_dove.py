@@ -710,3 +710,22 @@ def test_sorter_reply_that_copies_the_prompts_example_is_an_echo():
 
     report = dove(echoing)[0].check(SOURCE, TARGET)
     assert report.score is None and "copies the prompt's example order" in report.unscored_reason
+
+
+def test_a_batch_call_gets_the_reply_room_of_its_single_calls():
+    from halluscope.methods.batching import batch_reply_budget
+    from halluscope.methods.dove.stages import CHECK_REPLY_TOKENS
+    from halluscope.methods.pipeline import reply_budget
+
+    budgets: list[int | None] = []
+
+    class Recording(FakeModel):
+        async def generate(self, messages, params):
+            if BATCH in first_prompt(messages):
+                budgets.append(params.max_tokens)
+            return await super().generate(messages, params)
+
+    llm = LLM(Recording(responder=responder), cache=None)
+    Dove(llm=llm, batch_size=3).check(SOURCE, TARGET)
+    assert budgets and budgets[0] == batch_reply_budget(llm, CHECK_REPLY_TOKENS, 3, overhead=64)
+    assert budgets[0] >= 3 * reply_budget(llm, CHECK_REPLY_TOKENS)  # never less room per fact than alone

@@ -33,7 +33,7 @@ from halluscope.methods.dove.replies import (
     parse_decomposition,
     parse_event_order,
 )
-from halluscope.methods.batching import gather_or_cancel
+from halluscope.methods.batching import batch_reply_budget, gather_or_cancel
 from halluscope.methods.pipeline import LLMVerifier, messages_tokens, reply_budget
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Evidence, Span, StepResult, Verdict
@@ -150,7 +150,7 @@ class DoveFactChecker(LLMVerifier):
         if self.batch_size > 1 and len(claims) > 1:
             batch = list(claims[: self.batch_size])
             reserve = max(reserve, messages_tokens(self.llm, self.batch_messages(batch, ""))
-                          + reply_budget(self.llm, 64 + CHECK_REPLY_TOKENS * len(batch)))
+                          + batch_reply_budget(self.llm, CHECK_REPLY_TOKENS, len(batch), overhead=64))
         return reserve
 
     async def __call__(self, claims: Sequence[Claim], context: Context, source: str) -> list[Verdict]:
@@ -175,7 +175,7 @@ class DoveFactChecker(LLMVerifier):
             return [await self.one(claims[0], context, source)]
         step = await generate_reply(
             self.llm, self.batch_messages(claims, context), DoveBatchReply,
-            params=self.llm.params(max_tokens=reply_budget(self.llm, 64 + CHECK_REPLY_TOKENS * n)),
+            params=self.llm.params(max_tokens=batch_reply_budget(self.llm, CHECK_REPLY_TOKENS, n, overhead=64)),
             parse=lambda text: parse_batch_judgments(text, n))  # type: ignore[arg-type, return-value]
         answers: DoveBatchAnswers | None = step.value  # type: ignore[assignment]
         verdicts: list[Verdict | None] = [None] * n
