@@ -713,6 +713,7 @@ def test_sorter_reply_that_copies_the_prompts_example_is_an_echo():
 
 
 def test_a_batch_call_gets_the_reply_room_of_its_single_calls():
+    from halluscope.llm import GenerateParams
     from halluscope.methods.batching import batch_reply_budget
     from halluscope.methods.dove.stages import CHECK_REPLY_TOKENS
     from halluscope.methods.pipeline import reply_budget
@@ -725,7 +726,8 @@ def test_a_batch_call_gets_the_reply_room_of_its_single_calls():
                 budgets.append(params.max_tokens)
             return await super().generate(messages, params)
 
-    llm = LLM(Recording(responder=responder), cache=None)
+    # a client cap below three facts' worth of reply: the batch must still get each fact's single-call room
+    llm = LLM(Recording(responder=responder), cache=None, default_params=GenerateParams(max_tokens=300))
     Dove(llm=llm, batch_size=3).check(SOURCE, TARGET)
     assert budgets and budgets[0] == batch_reply_budget(llm, CHECK_REPLY_TOKENS, 3, overhead=64)
     assert budgets[0] >= 3 * reply_budget(llm, CHECK_REPLY_TOKENS)  # never less room per fact than alone
