@@ -121,17 +121,22 @@ def _identity(dataset: Dataset, method: Method, model: str | None, sample: int |
     }
 
 
-def _check_identity(out_dir: Path, identity: dict[str, Any]) -> None:
-    path = out_dir / RUN_FILE
+def folder_identity_clash(path: Path, identity: dict[str, Any]) -> str | None:
+    """What an existing identity file at ``path`` says differently from ``identity`` (None when they agree); a
+    new file is written when there is none, so the folder is claimed by this identity."""
     if path.is_file():
         old = json.loads(path.read_text(encoding="utf-8"))
         clash = {k: (old.get(k), v) for k, v in identity.items() if json.dumps(old.get(k)) != json.dumps(v)}
-        if clash:
-            detail = "; ".join(f"{k}: folder has {a!r}, this run {b!r}" for k, (a, b) in clash.items())
-            raise BenchError(f"{out_dir} holds a different run ({detail}); use another --out or delete the folder")
-    else:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(identity, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        return "; ".join(f"{k}: folder has {a!r}, this run {b!r}" for k, (a, b) in clash.items()) or None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(identity, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return None
+
+
+def _check_identity(out_dir: Path, identity: dict[str, Any]) -> None:
+    detail = folder_identity_clash(out_dir / RUN_FILE, identity)
+    if detail:
+        raise BenchError(f"{out_dir} holds a different run ({detail}); use another --out or delete the folder")
 
 
 def _progress(enabled: bool):

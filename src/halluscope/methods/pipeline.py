@@ -155,7 +155,7 @@ class LLMVerifier:
 def best_verdict(claim: Claim, tried: Sequence[tuple[Context, Verdict]]) -> Verdict:
     """A claim's verdict over its snippets: the best label (supported > contradicted > unsupported), the
     snippet it came from as evidence; unscored only when no snippet could be judged. All calls are kept."""
-    calls = _unique([c for _, v in tried for c in v.calls])
+    calls = unique_calls([c for _, v in tried for c in v.calls])
     if not tried:
         return Verdict.unscored(claim, "retrieval found no source snippet for this claim")
     ctx, chosen = max(tried, key=lambda p: (LABEL_RANK[p[1].label], -p[0].rank))
@@ -173,7 +173,8 @@ def best_verdict(claim: Claim, tried: Sequence[tuple[Context, Verdict]]) -> Verd
     return chosen.model_copy(update={"claim": claim, "calls": calls, "evidence": evidence})
 
 
-def _unique(calls: Sequence[LLMCall]) -> list[LLMCall]:
+def unique_calls(calls: Sequence[LLMCall]) -> list[LLMCall]:
+    """Each call once, in order (a call shared by several verdicts, e.g. a batch call, is kept once)."""
     seen: set[int] = set()
     out = []
     for call in calls:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from halluscope.bench.datasets import Dataset, read_examples, write_examples
+from halluscope.bench.runner import folder_identity_clash
 from halluscope.llm import track_calls
 from halluscope.records import Example, Usage
 
@@ -88,16 +89,9 @@ class Part:
 
 
 def check_build_identity(folder: Path, identity: dict[str, Any]) -> None:
-    path = folder / BUILD_FILE
-    if path.is_file():
-        old = json.loads(path.read_text(encoding="utf-8"))
-        clash = {k: (old.get(k), v) for k, v in identity.items() if json.dumps(old.get(k)) != json.dumps(v)}
-        if clash:
-            detail = "; ".join(f"{k}: folder has {a!r}, this run {b!r}" for k, (a, b) in clash.items())
-            raise BuildError(f"{folder} holds a set built differently ({detail}); use another --out or delete it")
-    else:
-        folder.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(identity, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    detail = folder_identity_clash(folder / BUILD_FILE, identity)
+    if detail:
+        raise BuildError(f"{folder} holds a set built differently ({detail}); use another --out or delete it")
 
 
 async def build_parts(folder: Path, name: str, identity: dict[str, Any], base: Sequence[Example],

@@ -19,7 +19,7 @@ from halluscope.llm import LLM
 from halluscope.llm.base import GenerateParams
 from halluscope.llm.structured import generate_reply
 from halluscope.methods.batching import BatchStep, ask_batch, batch_reply_budget, judge_in_batches, numbered
-from halluscope.methods.pipeline import reply_budget
+from halluscope.methods.pipeline import reply_budget, unique_calls
 from halluscope.methods.probe.replies import (EVALUATE_BATCH_PROMPT, EVALUATE_PROMPT, EVALUATE_REPLY_TOKENS,
                                               EvaluationBatchEntry, EvaluationBatchReply, EvaluationReply)
 from halluscope.prompts import PromptTemplate
@@ -144,17 +144,6 @@ class EvidenceEvaluator:
         out = []
         for i, claim in enumerate(claims):
             votes = [results[i] for results in per_judge]
-            calls = _unique([c for _, cs in votes for c in cs])
+            calls = unique_calls([c for _, cs in votes for c in cs])
             out.append(EvidenceJudgment(claim.id or "", evidence, [v for v, _ in votes], calls, self.consensus))
         return out
-
-
-def _unique(calls: Sequence[LLMCall]) -> list[LLMCall]:
-    """Each call once (a batch call is shared by the claims it judged)."""
-    seen: set[int] = set()
-    out = []
-    for call in calls:
-        if id(call) not in seen:
-            seen.add(id(call))
-            out.append(call)
-    return out
