@@ -218,7 +218,7 @@ async def test_health_answers_while_a_check_burns_cpu(tmp_path, monkeypatch):
         assert not check.done()
         assert (await check).status_code == 200
         assert time.perf_counter() - started >= 1.5
-    assert max(waits) < 0.5, waits
+    assert max(waits) < 1.0, waits  # blocked, the first would wait ~1.2 s for the 1.5 s burn to end
 
 
 def test_method_cache_is_bounded_and_shares_one_llm(tmp_path):
