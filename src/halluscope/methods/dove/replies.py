@@ -17,12 +17,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 from rapidfuzz import fuzz, process
 
 from halluscope.llm.replies import Reply
+from halluscope.methods.batching import BatchAnswers, parse_batch
 from halluscope.methods.dove.order import EventOrder
-from halluscope.text import ParseError, extract_json
+from halluscope.text import ParseError
 from halluscope.text.placeholders import is_placeholder, normalized, shown_strings
 
 # ------------------------------------------------------------------------------------------------ schemas
@@ -129,59 +130,15 @@ def parse_fact_judgment(text: str) -> DoveCheckReply:
     return DoveCheckReply.parse(text)
 
 
-@dataclass
-class DoveBatchAnswers:
-    """A batch reply read per fact: ``judged`` maps a 0-based fact index to its judgment, ``missing`` maps
-    every other fact to why the reply gave it no judgment."""
-
-    judged: dict[int, DoveCheckReply]
-    missing: dict[int, str]
+DoveBatchAnswers = BatchAnswers[DoveBatchJudgment]
 
 
 def parse_batch_judgments(text: str, n_facts: int) -> DoveBatchAnswers:
-    """``{"results": [{"id": i, ...}, ...]}`` (or the bare list) for facts 1..n. A fact gets a judgment only
-    from exactly one valid entry with its number; an entry that fails the schema, or a number given twice,
-    leaves the fact without one. A number outside 1..n means the reply's numbering cannot be trusted: the
-    whole reply is refused. Raises ParseError when no fact got a judgment."""
-    data = extract_json(text, (dict, list))
-    if isinstance(data, dict):
-        if not isinstance(data.get("results"), list):
-            raise ParseError('expected a "results" list')
-        data = data["results"]
-    entries: dict[int, list[DoveCheckReply]] = {}
-    invalid: dict[int, list[str]] = {}
-    for item in data:
-        raw_id = item.get("id") if isinstance(item, dict) else None
-        if type(raw_id) is int and not 1 <= raw_id <= n_facts:
-            raise ParseError(f"the reply judges fact {raw_id}, but the facts are numbered 1 to {n_facts}")
-        try:
-            judgment = DoveBatchJudgment.model_validate(item)
-        except ValidationError as exc:
-            if type(raw_id) is int:
-                invalid.setdefault(raw_id - 1, []).append(_schema_error(exc))
-            continue
-        entries.setdefault(judgment.id - 1, []).append(judgment)
-    judged: dict[int, DoveCheckReply] = {}
-    missing: dict[int, str] = {}
-    for index in range(n_facts):
-        valid, bad = entries.get(index, []), invalid.get(index, [])
-        if len(valid) == 1 and not bad:
-            judged[index] = valid[0]
-        elif len(valid) + len(bad) > 1:
-            missing[index] = f"the batch reply has {len(valid) + len(bad)} entries for fact {index + 1}"
-        elif bad:
-            missing[index] = f"the batch reply's entry for fact {index + 1} is unusable: {bad[0]}"
-        else:
-            missing[index] = f"the batch reply has no entry for fact {index + 1}"
-    if not judged:
-        raise ParseError(f"no usable judgment in the results list ({next(iter(missing.values()))})")
-    return DoveBatchAnswers(judged, missing)
-
-
-def _schema_error(exc: ValidationError) -> str:
-    first = exc.errors()[0] if exc.errors() else {}
-    loc = ".".join(str(p) for p in first.get("loc", ()))
-    return f"schema mismatch at {loc or 'root'}: {first.get('msg', str(exc))}"[:200]
+    """``{"results": [{"id": i, ...}, ...]}`` (or the bare list) for facts 1..n, read by the batching module's
+    one parser (:func:`~halluscope.methods.batching.parse_batch`): a fact gets a judgment only from exactly one
+    valid entry with its number, a number outside 1..n refuses the whole reply, and a reply that judges no fact
+    raises ParseError."""
+    return parse_batch(text, n_facts, DoveBatchJudgment, unit="fact")
 
 
 # ------------------------------------------------------------------------------------------------ sorter

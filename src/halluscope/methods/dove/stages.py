@@ -23,17 +23,16 @@ from halluscope.methods.dove.prompts import (
     DOVE_SORT_PROMPT,
 )
 from halluscope.methods.dove.replies import (
-    DoveBatchAnswers,
+    DoveBatchJudgment,
     DoveBatchReply,
     DoveCheckReply,
     DoveFacts,
     DoveFactsReply,
     DoveOrderReply,
-    parse_batch_judgments,
     parse_decomposition,
     parse_event_order,
 )
-from halluscope.methods.batching import batch_reply_budget, gather_or_cancel
+from halluscope.methods.batching import ask_batch, batch_reply_budget, gather_or_cancel, judge_in_batches, redone_verdict
 from halluscope.methods.pipeline import LLMVerifier, messages_tokens, reply_budget
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Evidence, Span, StepResult, Verdict
@@ -156,43 +155,34 @@ class DoveFactChecker(LLMVerifier):
     async def __call__(self, claims: Sequence[Claim], context: Context, source: str) -> list[Verdict]:
         if self.batch_size == 1 or context.kind != "source" or len(claims) < 2:
             return await gather_or_cancel(self.one(c, context.text, source) for c in claims)
-        chunks = [list(claims[i:i + self.batch_size]) for i in range(0, len(claims), self.batch_size)]
-        results = await gather_or_cancel(self.batch(chunk, context.text, source) for chunk in chunks)
-        return [v for chunk in results for v in chunk]
+
+        async def ask(part: list[Claim]):
+            return await ask_batch(
+                self.llm, self.batch_messages(part, context.text), DoveBatchReply, DoveBatchJudgment, len(part),
+                params=self.llm.params(max_tokens=batch_reply_budget(self.llm, CHECK_REPLY_TOKENS, len(part),
+                                                                     overhead=64)), unit="fact")
+
+        def accept(claim: Claim, judgment: DoveBatchJudgment, calls: list) -> Verdict:
+            if is_placeholder(claim.text):  # judged in the batch, but a placeholder is never a fact
+                return Verdict.unscored(claim, _placeholder_reason(claim), calls)
+            return _verdict(claim, judgment, source, calls)
+
+        return await judge_in_batches(list(claims), self.batch_size, ask=ask, accept=accept,
+                                      alone=lambda claim: self.one(claim, context.text, source),
+                                      redone=redone_verdict)
 
     async def one(self, claim: Claim, context: str, source: str) -> Verdict:
         if is_placeholder(claim.text):
-            return Verdict.unscored(claim, f"the fact {claim.text[:40]!r} is a template placeholder, not a fact")
+            return Verdict.unscored(claim, _placeholder_reason(claim))
         step = await generate_reply(self.llm, self.messages([claim], context), DoveCheckReply,
                                     params=self.llm.params(max_tokens=reply_budget(self.llm, CHECK_REPLY_TOKENS)))
         if step.value is None:
             return Verdict.unscored(claim, f"fact checker: {step.error}", step.calls)
         return _verdict(claim, step.value, source, step.calls)
 
-    async def batch(self, claims: list[Claim], context: str, source: str) -> list[Verdict]:
-        n = len(claims)
-        if n == 1:  # a last chunk of one fact: the one-fact prompt
-            return [await self.one(claims[0], context, source)]
-        step = await generate_reply(
-            self.llm, self.batch_messages(claims, context), DoveBatchReply,
-            params=self.llm.params(max_tokens=batch_reply_budget(self.llm, CHECK_REPLY_TOKENS, n, overhead=64)),
-            parse=lambda text: parse_batch_judgments(text, n))  # type: ignore[arg-type, return-value]
-        answers: DoveBatchAnswers | None = step.value  # type: ignore[assignment]
-        verdicts: list[Verdict | None] = [None] * n
-        why_redo: dict[int, str] = {}
-        for i, claim in enumerate(claims):
-            if answers is not None and i in answers.judged and not is_placeholder(claim.text):
-                verdicts[i] = _verdict(claim, answers.judged[i], source, step.calls)
-            else:
-                why_redo[i] = (f"{step.error}" if answers is None else
-                               answers.missing.get(i, "the fact is a template placeholder"))
-        redone = await gather_or_cancel(self.one(claims[i], context, source) for i in why_redo)
-        for (i, why), verdict in zip(why_redo.items(), redone):
-            update: dict = {"calls": step.calls + verdict.calls}
-            if verdict.label == "unscored":
-                update["reason"] = f"batch: {why}; alone: {verdict.reason}"
-            verdicts[i] = verdict.model_copy(update=update)
-        return [v for v in verdicts if v is not None]
+
+def _placeholder_reason(claim: Claim) -> str:
+    return f"the fact {claim.text[:40]!r} is a template placeholder, not a fact"
 
 
 # ------------------------------------------------------------------------------------------------ sorters

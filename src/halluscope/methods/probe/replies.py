@@ -9,64 +9,18 @@ own example) are never claims and never quotes: see :func:`is_template_echo`.
 
 from __future__ import annotations
 
-import re
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from halluscope.llm.replies import Reply
 from halluscope.prompts import PromptTemplate
+from halluscope.text.placeholders import is_placeholder, shown_strings
 
 # ------------------------------------------------------------------------------------------ template echoes
 
-_ANGLE_OR_BRACE = re.compile(r"^(?:<[^<>]{0,80}>|\{[^{}]{0,80}\})$")
-_SQUARE_OR_ROUND = re.compile(r"^(?:\[[^\[\]]{0,80}\]|\([^()]{0,80}\))$")
-_NON_ANSWERS = {"n/a", "na", "none", "null", "nil", "tbd", "todo", "etc", "example"}
-
-
-def _norm(text: str) -> str:
-    return " ".join(text.lower().split()).strip(" .\"'")
-
-
-def is_template_echo(text: str, examples: frozenset[str] = frozenset()) -> bool:
-    """Whether ``text`` is a format slot echoed back instead of content: empty, no letter or digit at all
-    (``...``, ``…``, ``---``), a whole value in angle or curly brackets (``<claim>``, ``{fact}``), a short
-    label in square or round brackets that is not a sentence (``[claim]``, ``(assertion)``), ``N/A`` and
-    the like, or one of ``examples`` (the prompt's own example values, compared case- and space-blind)."""
-    stripped = text.strip()
-    if not any(ch.isalnum() for ch in stripped):
-        return True
-    if _ANGLE_OR_BRACE.match(stripped):
-        return True
-    if _SQUARE_OR_ROUND.match(stripped) and not stripped[1:-1].rstrip().endswith((".", "!", "?")):
-        return True
-    norm = _norm(stripped)
-    return norm in _NON_ANSWERS or norm in examples
-
-
-def reply_examples(reply: type[Reply]) -> frozenset[str]:
-    """Every string a reply schema shows the model (its example values and field descriptions): echoed back,
-    they are the prompt talking, not the model answering."""
-    found: set[str] = set()
-
-    def walk(value: Any) -> None:
-        if isinstance(value, str):
-            found.add(_norm(value))
-        elif isinstance(value, dict):
-            for v in value.values():
-                walk(v)
-        elif isinstance(value, list):
-            for v in value:
-                walk(v)
-
-    walk(reply.example or {})
-    schema = reply.model_json_schema()
-    for part in [schema, *schema.get("$defs", {}).values()]:
-        for prop in part.get("properties", {}).values():
-            if prop.get("description"):
-                found.add(_norm(prop["description"]))
-    found.discard("")
-    return frozenset(found)
+is_template_echo = is_placeholder  # PROBE's name for the shared filter (text/placeholders.py)
+reply_examples = shown_strings
 
 
 # ------------------------------------------------------------------------------------------- step 1: claims
