@@ -731,3 +731,20 @@ def test_a_batch_call_gets_the_reply_room_of_its_single_calls():
     Dove(llm=llm, batch_size=3).check(SOURCE, TARGET)
     assert budgets and budgets[0] == batch_reply_budget(llm, CHECK_REPLY_TOKENS, 3, overhead=64)
     assert budgets[0] >= 3 * reply_budget(llm, CHECK_REPLY_TOKENS)  # never less room per fact than alone
+
+
+async def test_a_placeholder_claim_in_a_batch_is_unscored_even_when_the_batch_reply_judges_it():
+    """Claims from another decomposer may be template slots: the batch reply's verdict on one is not used."""
+    from halluscope.methods.dove import Dove, DoveFactChecker
+    from halluscope.records import Claim
+    from halluscope.stages import Context
+
+    reply = json.dumps({"results": [{"id": i, "reason": "stated", "evidence": "", "supported": True}
+                                    for i in (1, 2, 3)]})
+    fake = FakeModel(default=reply)
+    checker = DoveFactChecker(Dove(llm=LLM(fake, cache=None), batch_size=3))
+    claims = [Claim(text="The ferry was approved."), Claim(text="<fact>"), Claim(text="The council met.")]
+    verdicts = await checker(claims, Context(text=SOURCE), SOURCE)
+    assert [v.label for v in verdicts] == ["supported", "unscored", "supported"]
+    assert "template placeholder" in verdicts[1].reason and len(fake.requests) == 1
+    assert all(len(v.calls) == 1 for v in verdicts)  # the batch call, recorded on each of its units
