@@ -200,6 +200,17 @@ async def test_without_a_judge_the_variant_is_chosen_by_item_f1(tmp_path):
     assert all(c["final_f1"] is None for c in variant["candidates"])
 
 
+async def test_when_no_selection_item_is_scored_variant_1_is_kept_and_the_note_says_why(tmp_path):
+    model = FakeModel(default="I looked at the text and it seems fine to me.")  # never the Final Output line
+    judge_model = FakeModel(responder=_judge, name="judge")
+    results = await run_bench(Localize(llm=LLM(model, cache=None)), Dataset("final", "dev", _examples()),
+                              tmp_path / "r", judge=LLM(judge_model, cache=None), progress=False, n_bootstrap=0)
+    variant = results["final_protocol"]["variant"]
+    assert variant["criterion"] == "none" and variant["chosen"] == 1
+    assert "no item scored" in variant["note"] and "4/4 with variant 1, 4/4 with variant 2" in variant["note"]
+    assert results["n_unscored"] == 4 and not judge_model.requests
+
+
 async def test_fixed_variant_runs_no_selection(tmp_path):
     model = FakeModel(responder=_localizer(variant_two_finds=True))
     results = await run_bench(Localize(llm=LLM(model, cache=None), variant=1), Dataset("final", "dev", _examples()),

@@ -277,7 +277,9 @@ async def select_variant(method: Method, items: list[Example], out_dir: Path, *,
     chosen, criterion = choose_variant(candidates)
     note = {"final_f1": "FINAL F1 from the judge's matching (the paper's criterion)",
             "item_f1": "no FINAL F1 (no judge, or no usable judge reply): F1 of flagging inconsistent items instead",
-            "none": "no judge and no gold labels on the selection items: variant 1 kept"}[criterion]
+            "none": "no F1 on the selection items (no judge and no gold labels, or no item scored: unscored "
+                    + ", ".join(f"{c.n_unscored}/{c.n} with variant {c.variant}" for c in candidates)
+                    + "): variant 1 kept"}[criterion]
     return VariantSelection(chosen=chosen, criterion=criterion, style=style, candidates=candidates, note=note)
 
 
