@@ -511,17 +511,19 @@ class RowStore:
     under, and a resume with other settings is refused rather than mixed in."""
 
     def __init__(self, out: Path, settings: dict[str, Any], fresh: bool = False):
-        out.mkdir(parents=True, exist_ok=True)
+        from halluscope.bench.runner import folder_identity_clash
+
         self.path = out / "rows.jsonl"
         settings_path = out / "run.json"
-        self.rows: list[Row] = []
         if fresh:
             self.path.unlink(missing_ok=True)
-        elif self.path.exists():
-            before = json.loads(settings_path.read_text()) if settings_path.exists() else None
-            if before != settings:
-                raise SystemExit(f"{out} holds rows measured with other settings ({before}, now {settings}): "
-                                 "use another --out, or --fresh to discard them")
+            settings_path.unlink(missing_ok=True)
+        clash = folder_identity_clash(settings_path, settings)
+        if clash:
+            raise SystemExit(f"{out} holds rows measured with other settings ({clash}): use another --out, or "
+                             "--fresh to discard them")
+        self.rows: list[Row] = []
+        if self.path.exists():
             for line in self.path.read_text(encoding="utf-8").splitlines():
                 try:
                     self.rows.append(Row(**json.loads(line)))
@@ -529,7 +531,6 @@ class RowStore:
                     continue  # a line cut off by a kill mid-write: that row is measured again
             self.path.write_text("".join(json.dumps(r.__dict__, default=str) + "\n" for r in self.rows),
                                  encoding="utf-8")
-        settings_path.write_text(json.dumps(settings, indent=2))
         self._have = {(r.system, r.item) for r in self.rows}
 
     def has(self, system: str, item: str) -> bool:
