@@ -21,7 +21,12 @@ class Config(BaseSettings):
     model: str | None = None
     """Model to use. ``None`` picks the embedded offline model unless ``base_url`` is set.
     Forms: ``embedded`` / ``embedded:smollm2`` / ``embedded:/path/model.gguf``, ``fake``, or a model name
-    served by the OpenAI-compatible endpoint at ``base_url`` (e.g. ``gpt-4o-mini``, ``qwen2.5:7b``)."""
+    served by the OpenAI-compatible endpoint at ``base_url`` (e.g. ``gpt-4o-mini``, ``qwen2.5:7b``).
+    Any provider through LiteLLM (``pip install 'halluscope[litellm]'``): ``litellm:<LiteLLM model>``
+    (e.g. ``litellm:anthropic/claude-3-5-haiku-latest``), or a ``<provider>/<model>`` string whose provider
+    is in :data:`halluscope.llm.litellm_backend.LITELLM_PROVIDERS` (``anthropic/``, ``bedrock/``,
+    ``vertex_ai/``, ...) when no ``base_url`` is set (with one, the string is sent to that endpoint as
+    before, e.g. OpenRouter's ``anthropic/claude-3.5-sonnet``). See docs/providers.md."""
 
     base_url: str | None = None
     """OpenAI-compatible endpoint, e.g. ``https://api.openai.com/v1`` or ``http://localhost:11434/v1``.
@@ -47,6 +52,14 @@ class Config(BaseSettings):
 
     max_concurrency: int = 8
     """Maximum LLM requests in flight at once (the embedded model always runs one at a time)."""
+
+    requests_per_minute: float | None = None
+    """Most requests sent to the model per minute (``HALLUSCOPE_REQUESTS_PER_MINUTE``); unset = no limit.
+    Calls over the limit wait (they are never skipped); cache hits do not count. See ``llm/ratelimit.py``."""
+
+    tokens_per_minute: float | None = None
+    """Most tokens (prompt + completion) per minute (``HALLUSCOPE_TOKENS_PER_MINUTE``); unset = no limit.
+    A call reserves its prompt's tokens plus ``max_tokens`` and is settled with the provider's count."""
 
     cache: bool = True
     """Keep every reply in a persistent SQLite cache keyed by model, params and messages."""
@@ -90,6 +103,10 @@ class Config(BaseSettings):
             raise ValueError("max_concurrency must be >= 1")
         if self.max_retries < 0:
             raise ValueError("max_retries must be >= 0")
+        for name in ("requests_per_minute", "tokens_per_minute"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be > 0 (or unset for no limit)")
         return self
 
     def with_overrides(self, **kwargs: object) -> "Config":

@@ -45,19 +45,32 @@ class Span(_Record):
 
 
 class Usage(_Record):
-    """LLM cost accounting. ``calls`` counts requests that reached a model; cache hits are separate."""
+    """LLM cost accounting. ``calls`` counts requests that reached a model; cache hits are separate.
+
+    ``cost_usd`` is the price of the ``calls`` in US dollars where the backend knows its provider's prices
+    (the LiteLLM backend, from LiteLLM's cost map), else ``None``: unknown, never guessed. Usage without
+    calls costs nothing, so a sum is known exactly when every part with calls has a known cost."""
 
     calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cache_hits: int = 0
+    cost_usd: float | None = None
+
+    @property
+    def cost_known(self) -> bool:
+        return self.cost_usd is not None or self.calls == 0
 
     def __add__(self, other: "Usage") -> "Usage":
+        cost = None
+        if self.cost_known and other.cost_known and (self.cost_usd is not None or other.cost_usd is not None):
+            cost = (self.cost_usd or 0.0) + (other.cost_usd or 0.0)
         return Usage(
             calls=self.calls + other.calls,
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
             completion_tokens=self.completion_tokens + other.completion_tokens,
             cache_hits=self.cache_hits + other.cache_hits,
+            cost_usd=cost,
         )
 
     @property

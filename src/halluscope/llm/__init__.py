@@ -7,10 +7,11 @@ from halluscope.llm.base import Completion, ContextOverflowError, GenerateParams
 from halluscope.llm.cache import RedisCache, ResponseCache, open_cache
 from halluscope.llm.client import LLM, CallLog, track_calls
 from halluscope.llm.fake import FakeModel
+from halluscope.llm.ratelimit import RateLimiter
 
 __all__ = [
     "LLM", "CallLog", "Completion", "Config", "ContextOverflowError", "FakeModel", "GenerateParams",
-    "LLMError", "Message", "ModelAPI", "RedisCache", "ResponseCache", "build_api", "get_llm", "open_cache",
+    "LLMError", "Message", "ModelAPI", "RateLimiter", "RedisCache", "ResponseCache", "build_api", "get_llm", "open_cache",
     "track_calls",
 ]
 
@@ -34,6 +35,15 @@ def build_api(config: Config) -> ModelAPI:
                 name, n_ctx=config.embedded_n_ctx, n_threads=config.embedded_threads, seed=config.seed or 0
             )
         return _EMBEDDED_APIS[key]
+    from halluscope.llm.litellm_backend import litellm_model_name
+
+    litellm_model = litellm_model_name(model, config.base_url)
+    if litellm_model is not None:
+        from halluscope.llm.litellm_backend import LiteLLMModel  # imports litellm (optional extra) now
+
+        return LiteLLMModel(litellm_model, api_base=config.base_url, api_key=config.api_key,
+                            timeout_s=config.timeout_s, max_retries=config.max_retries,
+                            max_concurrency=config.max_concurrency)
     if not config.base_url:
         raise ValueError(
             f"model {model!r} needs an OpenAI-compatible endpoint: set --base-url / HALLUSCOPE_BASE_URL "
@@ -57,4 +67,7 @@ def get_llm(config: Config | None = None, api: ModelAPI | None = None) -> LLM:
     api = api or build_api(config)
     cache = open_cache(config)  # None when config.cache is off; SQLite or Redis by config.cache_url
     params = GenerateParams(temperature=config.temperature, max_tokens=config.max_tokens, seed=config.seed)
-    return LLM(api, cache=cache, max_concurrency=config.max_concurrency, default_params=params)
+    limiter = None
+    if config.requests_per_minute or config.tokens_per_minute:
+        limiter = RateLimiter(config.requests_per_minute, config.tokens_per_minute)
+    return LLM(api, cache=cache, max_concurrency=config.max_concurrency, default_params=params, rate_limiter=limiter)

@@ -20,6 +20,7 @@ from typing import Iterator
 
 from halluscope.llm.base import Completion, GenerateParams, Message, ModelAPI
 from halluscope.llm.cache import ResponseCache, cache_key, clean_messages, clean_text
+from halluscope.llm.ratelimit import RateLimiter
 from halluscope.records import LLMCall, Usage
 
 
@@ -61,8 +62,10 @@ class LLM:
         cache: ResponseCache | None = None,
         max_concurrency: int = 8,
         default_params: GenerateParams | None = None,
+        rate_limiter: RateLimiter | None = None,
     ):
         self.api = api
+        self.rate_limiter = rate_limiter  # requests/tokens per minute; cache hits never pass through it
         self.cache = cache
         limit = api.max_concurrency
         self.max_concurrency = max(1, min(max_concurrency, limit) if limit else max_concurrency)
@@ -109,7 +112,14 @@ class LLM:
 
     async def _call_backend(self, messages: list[Message], params: GenerateParams) -> Completion:
         async with self._semaphore():
+            limiter = self.rate_limiter
+            reserved = 0
+            if limiter is not None:
+                estimate = sum(self.count_tokens(m.get("content", "")) for m in messages) + params.max_tokens
+                reserved = await limiter.acquire(estimate)
             completion = await self.api.generate(messages, params)
+            if limiter is not None:
+                limiter.settle(reserved, completion.usage.total_tokens)
         return completion.model_copy(
             update={
                 "text": clean_text(completion.text),
