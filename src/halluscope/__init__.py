@@ -7,15 +7,15 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from halluscope.config import Config
 from halluscope.records import Claim, Evidence, Finding, LLMCall, Report, Span, Usage, Verdict
+from halluscope.sync import run_sync
 
 __all__ = [
     "Claim", "Config", "Evidence", "Finding", "LLMCall", "Report", "Span", "Usage", "Verdict",
-    "acheck", "acheck_many", "check", "check_many", "DEFAULT_METHOD", "__version__",
+    "acheck", "acheck_many", "aevaluate", "check", "check_many", "evaluate", "DEFAULT_METHOD", "__version__",
 ]
 __version__ = "0.1.0"
 DEFAULT_METHOD = "geval"
@@ -38,7 +38,7 @@ async def acheck(source: str, target: str, method: str = DEFAULT_METHOD, model: 
 def check(source: str, target: str, method: str = DEFAULT_METHOD, model: str | None = None, *,
           config: Config | None = None, llm: Any = None, **options: Any) -> Report:
     """Check ``target`` against ``source`` with the named method (see ``halluscope methods``)."""
-    return asyncio.run(acheck(source, target, method, model, config=config, llm=llm, **options))
+    return run_sync(acheck(source, target, method, model, config=config, llm=llm, **options))
 
 
 async def acheck_many(pairs, method: str = DEFAULT_METHOD, model: str | None = None, *,
@@ -48,4 +48,22 @@ async def acheck_many(pairs, method: str = DEFAULT_METHOD, model: str | None = N
 
 def check_many(pairs, method: str = DEFAULT_METHOD, model: str | None = None, *,
                config: Config | None = None, llm: Any = None, **options: Any) -> list[Report]:
-    return asyncio.run(acheck_many(pairs, method, model, config=config, llm=llm, **options))
+    return run_sync(acheck_many(pairs, method, model, config=config, llm=llm, **options))
+
+
+def evaluate(data: Any, source: str = "source", target: str = "target", method: Any = None, model: str | None = None,
+             **kwargs: Any):
+    """Check every row of a DataFrame (or of a list of dicts) -> a pandas DataFrame with score, label,
+    unscored reason, findings and usage per row; also inside a running event loop. See :mod:`halluscope.tabular`
+    (needs ``pip install 'halluscope[dataframe]'``)."""
+    from halluscope.tabular import evaluate as _evaluate
+
+    return _evaluate(data, source, target, method, model, **kwargs)
+
+
+async def aevaluate(data: Any, source: str = "source", target: str = "target", method: Any = None,
+                    model: str | None = None, **kwargs: Any):
+    """The async form of :func:`evaluate`."""
+    from halluscope.tabular import aevaluate as _aevaluate
+
+    return await _aevaluate(data, source, target, method, model, **kwargs)

@@ -38,8 +38,8 @@ def print_report(report: Report, target: str) -> None:
 
 
 def check_command(
-    source: Annotated[str, typer.Option("--source", "-s", help="Source text file ('-' for stdin).")],
-    target: Annotated[str, typer.Option("--target", "-t", help="Target text file to check ('-' for stdin).")],
+    source: Annotated[Optional[str], typer.Option("--source", "-s", help="Source text file ('-' for stdin).")] = None,
+    target: Annotated[Optional[str], typer.Option("--target", "-t", help="Target text file to check ('-' for stdin).")] = None,
     method: Annotated[Optional[str], typer.Option("--method", help="Method name (see `halluscope methods`).")] = None,
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
@@ -51,19 +51,32 @@ def check_command(
     json_out: Annotated[bool, typer.Option("--json", help="Print the full Report as JSON.")] = False,
     fail_under: Annotated[Optional[float], typer.Option("--fail-under", help="Exit 1 when the score is below this (or unscored).")] = None,
     html: Annotated[Optional[str], typer.Option("--html", help="Also write the web report (side-by-side, highlighted spans) to this file.")] = None,
+    input_file: Annotated[Optional[str], typer.Option("--input", "-i", help="Check every row of this table (.jsonl, .csv or .parquet) instead of one pair.")] = None,
+    output_file: Annotated[Optional[str], typer.Option("--output", "-O", help="With --input: write one result row per input row here (.jsonl, .csv or .parquet); resumes after a crash.")] = None,
+    source_column: Annotated[str, typer.Option("--source-column", help="With --input: the column holding the source.")] = "source",
+    target_column: Annotated[str, typer.Option("--target-column", help="With --input: the column holding the target.")] = "target",
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="With --input: show a progress bar.")] = True,
 ) -> None:
-    """Check TARGET against SOURCE and print the score, findings and cost."""
+    """Check TARGET against SOURCE (or every row of --input into --output) and print the score, findings and cost."""
     import halluscope
     from halluscope.llm import LLMError
     from halluscope.methods import InputError, get_method
 
+    if input_file is not None or output_file is not None:
+        if source is not None or target is not None:
+            raise fail("use either --source/--target (one pair) or --input/--output (a table), not both")
+        if input_file is None or output_file is None:
+            raise fail("--input and --output go together")
+    elif source is None or target is None:
+        raise fail("give --source and --target (one pair), or --input and --output (a table of pairs)")
     if source == "-" and target == "-":
         raise fail("only one of --source/--target can read standard input")
-    try:
-        src = read_text_input(source, "source")
-        tgt = read_text_input(target, "target")
-    except InputFileError as exc:
-        raise fail(str(exc))
+    if input_file is None:
+        try:
+            src = read_text_input(source, "source")
+            tgt = read_text_input(target, "target")
+        except InputFileError as exc:
+            raise fail(str(exc))
     config = make_config(model, base_url, api_key, no_cache, concurrency)
     try:
         m = get_method(method or halluscope.DEFAULT_METHOD, config=config, **parse_options(option))
@@ -74,6 +87,9 @@ def check_command(
             m.llm  # noqa: B018
         except (LLMError, ValueError) as exc:
             raise fail(str(exc))
+    if input_file is not None:
+        check_table(m, input_file, output_file, source_column, target_column, threshold, concurrency, progress)
+        return
     try:
         report = m.check(src, tgt)
     except (InputError, LLMError, ValueError) as exc:
@@ -90,3 +106,23 @@ def check_command(
         print_report(report, tgt)
     if fail_under is not None and (report.score is None or report.score < fail_under):
         raise typer.Exit(1)
+
+
+def check_table(method, input_file: str, output_file: str, source_column: str, target_column: str,
+                threshold: float | None, concurrency: int | None, progress: bool) -> None:
+    """``check --input/--output``: every row checked, resumably (see :mod:`halluscope.tabular`)."""
+    from halluscope.llm import LLMError
+    from halluscope.sync import run_sync
+    from halluscope.tabular import TableError, check_file
+
+    try:
+        summary = run_sync(check_file(method, input_file, output_file, source=source_column, target=target_column,
+                                      threshold=threshold, concurrency=concurrency, progress=progress))
+    except (TableError, LLMError) as exc:
+        raise fail(str(exc))
+    mean = "-" if summary["mean_score"] is None else f"{summary['mean_score']:.3f}"
+    cost = "" if summary["cost_usd"] is None else f", ${summary['cost_usd']:.6f}"
+    typer.echo(f"wrote {summary['rows']} rows to {summary['output']} ({summary['checked']} checked now, "
+               f"{summary['resumed']} resumed): {summary['scored']} scored, {summary['unscored']} unscored, "
+               f"mean score {mean}; {summary['calls']} LLM calls, "
+               f"{summary['prompt_tokens']}+{summary['completion_tokens']} tokens, {summary['cache_hits']} cache hits{cost}")

@@ -13,6 +13,7 @@ from halluscope.llm import LLM, LLMError, get_llm, track_calls
 from halluscope.methods.options import MethodOptions, OptionsError
 from halluscope.prompts import PromptTemplate, apply_overrides
 from halluscope.records import Example, Report
+from halluscope.sync import run_sync
 
 
 class InputError(ValueError):
@@ -118,7 +119,7 @@ class Method(ABC):
         return report.with_threshold(report.threshold if report.threshold is not None else self.default_threshold)
 
     def check(self, source: str, target: str) -> Report:
-        return asyncio.run(self.acheck(source, target))
+        return run_sync(self.acheck(source, target))  # also inside a running loop (a notebook)
 
     async def acheck_many(
         self, pairs: Iterable[tuple[str, str]], *, concurrency: int | None = None
@@ -137,4 +138,4 @@ class Method(ABC):
         return list(await asyncio.gather(*(one(s, t) for s, t in items)))
 
     def check_many(self, pairs: Iterable[tuple[str, str]], *, concurrency: int | None = None) -> list[Report]:
-        return asyncio.run(self.acheck_many(pairs, concurrency=concurrency))
+        return run_sync(self.acheck_many(pairs, concurrency=concurrency))

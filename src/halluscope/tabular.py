@@ -1,0 +1,374 @@
+"""Tables in and out: ``evaluate(df_or_rows)`` -> a pandas DataFrame, and ``halluscope check --input pairs.csv
+--output results.parquet`` (JSONL, CSV or parquet either way), resumable after a crash.
+
+One result row per pair: the pair's own columns, then :data:`RESULT_COLUMNS` - ``score``, ``label``,
+``unscored_reason``, ``findings`` (each with its kind, description, target ``spans`` and source ``evidence``,
+offsets and text), ``n_findings``, the method and model, and the usage (``calls``, ``prompt_tokens``,
+``completion_tokens``, ``cache_hits``, ``cost_usd``, ``elapsed_s``). A pair that cannot be checked (e.g. an
+empty source) gets an unscored row with the reason, never a dropped row. In CSV and parquet files
+``findings`` is JSON text (one cell); in JSONL and DataFrames it is a list of dicts.
+
+Resuming a file run: every finished row is appended (and flushed) to ``<output>.partial.jsonl`` the moment it
+is done; the first line of that file pins the run (the input's SHA-256, columns, method, options, model,
+prompts, threshold). A re-run with the same settings skips the rows already there, so a run killed at any
+point (even ``kill -9``) loses nothing and repeats nothing but the rows that were in flight (whose finished
+LLM calls the response cache makes free); a different run is refused instead of mixed in. The final file is
+written (atomically) in input order once every row is done, and the partial file is then removed.
+
+pandas (and pyarrow for parquet) come with ``pip install 'halluscope[dataframe]'``; JSONL needs neither.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import sys
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from halluscope.config import Config
+from halluscope.records import Report
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from halluscope.methods.base import Method
+
+USAGE_COLUMNS = ("calls", "prompt_tokens", "completion_tokens", "cache_hits", "cost_usd")
+RESULT_COLUMNS = ("score", "label", "unscored_reason", "n_findings", "findings", "method", "model",
+                  *USAGE_COLUMNS, "elapsed_s")
+FORMATS = (".jsonl", ".csv", ".parquet")
+PARTIAL_SUFFIX = ".partial.jsonl"
+
+
+class TableError(ValueError):
+    """A table that cannot be read or written as asked (missing column, unknown format, different run)."""
+
+
+def _pandas():
+    try:
+        import pandas as pd
+    except ImportError as exc:
+        raise TableError("DataFrames, CSV and parquet need pandas: pip install 'halluscope[dataframe]'") from exc
+    return pd
+
+
+def findings_of(report: Report, source: str, target: str) -> list[dict[str, Any]]:
+    """The report's findings as plain dicts: spans and evidence with offsets and the text they cover."""
+    out = []
+    for f in report.findings:
+        out.append({
+            "kind": f.kind,
+            "description": f.description,
+            "spans": [{"start": s.start, "end": s.end, "text": s.of(target)} for s in f.target_spans],
+            "evidence": [{"text": e.text, "relation": e.relation,
+                          "start": e.span.start if e.span else None, "end": e.span.end if e.span else None}
+                         for e in f.evidence],
+        })
+    return out
+
+
+def result_row(report: Report, source: str, target: str) -> dict[str, Any]:
+    """The :data:`RESULT_COLUMNS` of one report."""
+    usage = report.usage
+    findings = findings_of(report, source, target) if isinstance(target, str) else []
+    return {
+        "score": report.score, "label": report.label, "unscored_reason": report.unscored_reason,
+        "n_findings": len(findings), "findings": findings, "method": report.method, "model": report.model,
+        "calls": usage.calls, "prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+        "cache_hits": usage.cache_hits, "cost_usd": usage.cost_usd, "elapsed_s": round(report.elapsed_s, 6),
+    }
+
+
+async def score_pairs(method: "Method", items: Sequence[tuple[Any, Any, Any]], concurrency: int,
+                      threshold: float | None = None) -> AsyncIterator[tuple[Any, Report]]:
+    """``(key, Report)`` for each ``(key, source, target)`` as it finishes (any order), at most ``concurrency``
+    at a time. Bad input (empty or non-text) becomes an unscored Report; nothing is dropped."""
+    from halluscope.methods.base import InputError
+
+    queue: asyncio.Queue[tuple[Any, Any, Any]] = asyncio.Queue()
+    for item in items:
+        queue.put_nowait(item)
+    done: asyncio.Queue[tuple[Any, Report]] = asyncio.Queue()
+
+    async def worker() -> None:
+        while True:
+            try:
+                key, source, target = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            try:
+                report = await method.acheck(source, target)
+            except InputError as exc:
+                report = Report(method=method.name, model=method.model_name, unscored_reason=f"bad input: {exc}")
+            if threshold is not None:
+                report = report.with_threshold(threshold)
+            await done.put((key, report))
+
+    workers = [asyncio.ensure_future(worker()) for _ in range(max(1, min(concurrency, len(items))))]
+    try:
+        for _ in range(len(items)):
+            get = asyncio.ensure_future(done.get())
+            while not get.done():  # a worker that crashed (a bug, not a bad pair) must not leave us waiting
+                finished, _ = await asyncio.wait([get, *workers], return_when=asyncio.FIRST_COMPLETED)
+                for w in finished:
+                    if w is not get and not w.cancelled() and w.exception() is not None:
+                        get.cancel()
+                        raise w.exception()
+                workers = [w for w in workers if not w.done()]
+            yield get.result()
+    finally:
+        for w in workers:
+            w.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+
+
+def _method(method: "str | Method", model: str | None, config: Config | None, llm: Any,
+            options: dict[str, Any]) -> "Method":
+    """The named method built with these settings, or ``method`` itself when it is already a Method."""
+    from halluscope.methods import get_method
+    from halluscope.methods.base import Method
+
+    if isinstance(method, Method):
+        if model is not None or config is not None or llm is not None or options:
+            raise TypeError("pass model, config, llm and options when naming a method, not with a Method instance")
+        return method
+    config = config or Config()
+    if model is not None:
+        config = config.with_overrides(model=model)
+    return get_method(method, llm=llm, config=config, **options)
+
+
+def _rows_of(data: Any) -> tuple[list[Any], list[dict[str, Any]], Any]:
+    """(index labels, row dicts, the input as a DataFrame or None)."""
+    pd = _pandas()
+    if isinstance(data, pd.DataFrame):
+        return list(data.index), data.to_dict("records"), data
+    rows = [dict(r) for r in data]
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping):
+            raise TableError(f"row {i} is a {type(row).__name__}, not a mapping of column to value")
+    return list(range(len(rows))), rows, None
+
+
+async def aevaluate(data: Any, source: str = "source", target: str = "target", method: "str | Method | None" = None,
+                    model: str | None = None, *, config: Config | None = None, llm: Any = None,
+                    threshold: float | None = None, concurrency: int | None = None,
+                    **options: Any) -> "pd.DataFrame":
+    """Check every row of ``data`` (a DataFrame, or an iterable of dicts) and return a DataFrame: the input's
+    columns and index, then :data:`RESULT_COLUMNS`. ``source``/``target`` name the columns to compare;
+    ``method`` is a method name (built with ``model``/``config``/``llm``/options) or a ready Method."""
+    import halluscope
+
+    pd = _pandas()
+    index, rows, frame = _rows_of(data)
+    columns = list(frame.columns) if frame is not None else list(dict.fromkeys(k for r in rows for k in r))
+    for name, column in (("source", source), ("target", target)):
+        if rows and column not in columns:
+            raise TableError(f"no {name} column {column!r}; columns: {', '.join(map(str, columns))}")
+    clash = [c for c in RESULT_COLUMNS if c in columns]
+    if clash:
+        raise TableError(f"the input already has result column(s) {clash}; rename or drop them first")
+    m = _method(method or halluscope.DEFAULT_METHOD, model, config, llm, options)
+    items = [(i, row.get(source), row.get(target)) for i, row in enumerate(rows)]
+    results: dict[int, dict[str, Any]] = {}
+    async for i, report in score_pairs(m, items, concurrency or m.config.max_concurrency, threshold):
+        results[i] = result_row(report, items[i][1], items[i][2])
+    out = pd.DataFrame([results[i] for i in range(len(rows))], columns=list(RESULT_COLUMNS), index=index)
+    base = frame if frame is not None else pd.DataFrame(rows, columns=columns, index=index)
+    return pd.concat([base, out], axis=1)
+
+
+def evaluate(data: Any, source: str = "source", target: str = "target", method: "str | Method | None" = None,
+             model: str | None = None, *, config: Config | None = None, llm: Any = None,
+             threshold: float | None = None, concurrency: int | None = None, **options: Any) -> "pd.DataFrame":
+    """:func:`aevaluate` from synchronous code; also works inside a running event loop (a notebook)."""
+    from halluscope.sync import run_sync
+
+    return run_sync(aevaluate(data, source, target, method, model, config=config, llm=llm, threshold=threshold,
+                              concurrency=concurrency, **options))
+
+
+# ---- files ---------------------------------------------------------------------------------------------
+
+
+def table_format(path: str | Path) -> str:
+    suffix = Path(path).suffix.lower()
+    if suffix not in FORMATS:
+        raise TableError(f"{path}: unknown table format {suffix or '(none)'}; use one of {', '.join(FORMATS)}")
+    return suffix
+
+
+def read_table(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a JSONL, CSV or parquet file, as dicts (missing values as None)."""
+    path = Path(path)
+    fmt = table_format(path)
+    if not path.is_file():
+        raise TableError(f"input file not found: {path}")
+    if fmt == ".jsonl":
+        rows = []
+        for n, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise TableError(f"{path}:{n}: not JSON: {exc.msg}") from exc
+            if not isinstance(row, dict):
+                raise TableError(f"{path}:{n}: expected a JSON object per line")
+            rows.append(row)
+        return rows
+    pd = _pandas()
+    try:
+        frame = pd.read_csv(path, keep_default_na=False, dtype=str) if fmt == ".csv" else pd.read_parquet(path)
+    except ImportError as exc:
+        raise TableError(f"reading parquet needs pyarrow: pip install 'halluscope[dataframe]' ({exc})") from exc
+    except Exception as exc:  # pandas' parser errors have no common base class
+        raise TableError(f"{path}: cannot read as {fmt[1:]}: {exc}") from exc
+    return [{k: (None if _is_missing(v) else v) for k, v in row.items()} for row in frame.to_dict("records")]
+
+
+def _is_missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and value != value)
+
+
+def write_table(path: str | Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
+    """Write ``rows`` (in order) to ``path`` in its format, atomically (a temporary file, then a rename)."""
+    path = Path(path)
+    fmt = table_format(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    if fmt == ".jsonl":
+        with tmp.open("w", encoding="utf-8") as fh:
+            for row in rows:
+                fh.write(json.dumps({c: row.get(c) for c in columns}, ensure_ascii=False) + "\n")
+    else:
+        pd = _pandas()
+        flat = [{c: (json.dumps(row.get(c), ensure_ascii=False) if c == "findings" else row.get(c)) for c in columns}
+                for row in rows]
+        frame = pd.DataFrame(flat, columns=columns)
+        try:
+            frame.to_csv(tmp, index=False) if fmt == ".csv" else frame.to_parquet(tmp, index=False)
+        except ImportError as exc:
+            raise TableError(f"writing parquet needs pyarrow: pip install 'halluscope[dataframe]' ({exc})") from exc
+    os.replace(tmp, path)
+
+
+class PartialResults:
+    """``<output>.partial.jsonl``: the identity line, then one ``{"row": i, "result": {...}}`` per finished row."""
+
+    def __init__(self, output: Path):
+        self.path = output.with_name(output.name + PARTIAL_SUFFIX)
+
+    def load(self, identity: dict[str, Any]) -> dict[int, dict[str, Any]]:
+        """Finished rows by input position; claims the file for ``identity`` when there is none. A line cut
+        short by a crash is dropped (the file is rewritten without it); another run's file is refused."""
+        if not self.path.is_file():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text(json.dumps({"identity": identity}, ensure_ascii=False) + "\n", encoding="utf-8")
+            return {}
+        lines = self.path.read_text(encoding="utf-8").splitlines()
+        try:
+            old = json.loads(lines[0])["identity"] if lines else None
+        except (json.JSONDecodeError, KeyError, TypeError):
+            old = None
+        if old != json.loads(json.dumps(identity)):
+            differ = [k for k in identity if not isinstance(old, dict) or old.get(k) != identity[k]]
+            raise TableError(f"{self.path} holds a different run (differs in: {', '.join(differ) or 'header'}); "
+                             "delete it or choose another --output")
+        done: dict[int, dict[str, Any]] = {}
+        good, bad = [lines[0]], 0
+        for line in lines[1:]:
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                done[int(record["row"])] = dict(record["result"])
+                good.append(line)
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                bad += 1
+        if bad:
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.write_text("".join(line + "\n" for line in good), encoding="utf-8")
+            os.replace(tmp, self.path)
+            print(f"warning: dropped {bad} unreadable line(s) from {self.path} (an interrupted write); "
+                  "those rows will be redone", file=sys.stderr)
+        return done
+
+    def open(self):
+        return self.path.open("a", encoding="utf-8")
+
+    @staticmethod
+    def append(fh, row: int, result: dict[str, Any]) -> None:
+        fh.write(json.dumps({"row": row, "result": result}, ensure_ascii=False) + "\n")
+        fh.flush()
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+async def check_file(method: "Method", input_path: str | Path, output_path: str | Path, *, source: str = "source",
+                     target: str = "target", threshold: float | None = None, concurrency: int | None = None,
+                     progress: bool = True,
+                     on_row: Callable[[int, Report], None] | None = None) -> dict[str, Any]:
+    """Check every row of ``input_path`` and write ``output_path`` (see the module docstring); returns a
+    summary: rows, newly checked, resumed, scored, unscored, usage totals."""
+    input_path, output_path = Path(input_path), Path(output_path)
+    table_format(output_path)
+    rows = read_table(input_path)
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    for name, column in (("source", source), ("target", target)):
+        if rows and column not in columns:
+            raise TableError(f"{input_path}: no {name} column {column!r}; columns: {', '.join(columns)} "
+                             f"(choose others with --{name}-column)")
+    clash = [c for c in RESULT_COLUMNS if c in columns]
+    if clash:
+        raise TableError(f"{input_path} already has result column(s) {clash}; rename or drop them first")
+    identity = {"input_sha256": _sha256(input_path), "source_column": source, "target_column": target,
+                "method": method.name, "method_options": method.options(), "model": method.model_name,
+                "prompt_version": method.prompt_version, "threshold": threshold}
+    partial = PartialResults(output_path)
+    done = partial.load(identity)
+    resumed = len(done)
+    pending = [(i, row.get(source), row.get(target)) for i, row in enumerate(rows) if i not in done]
+    if pending:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                       TimeRemainingColumn(), console=Console(stderr=True), disable=not progress)
+        with partial.open() as fh, bar:
+            task = bar.add_task(f"{method.name} on {input_path.name}", total=len(rows), completed=resumed)
+            async for i, report in score_pairs(method, pending, concurrency or method.config.max_concurrency, threshold):
+                result = result_row(report, rows[i].get(source), rows[i].get(target))
+                PartialResults.append(fh, i, result)  # one writer: lines never interleave
+                done[i] = result
+                bar.advance(task)
+                if on_row is not None:
+                    on_row(i, report)
+    results = [{**rows[i], **done[i]} for i in range(len(rows))]
+    write_table(output_path, results, columns + list(RESULT_COLUMNS))
+    partial.remove()
+    scored = [r["score"] for r in results if r["score"] is not None]
+    totals = {c: sum(r[c] or 0 for r in results) for c in ("calls", "prompt_tokens", "completion_tokens", "cache_hits")}
+    costs = [r["cost_usd"] for r in results if r["calls"]]
+    return {"rows": len(rows), "checked": len(pending), "resumed": resumed, "scored": len(scored),
+            "unscored": len(rows) - len(scored), "mean_score": sum(scored) / len(scored) if scored else None,
+            **totals, "cost_usd": sum(costs) if costs and all(c is not None for c in costs) else None,
+            "output": str(output_path)}
+
+
+def rows_of_pairs(pairs: Iterable[tuple[str, str]]) -> list[dict[str, str]]:
+    """``[(source, target), ...]`` as rows for :func:`evaluate`."""
+    return [{"source": s, "target": t} for s, t in pairs]
