@@ -67,6 +67,8 @@ def check_command(
             raise fail("use either --source/--target (one pair) or --input/--output (a table), not both")
         if input_file is None or output_file is None:
             raise fail("--input and --output go together")
+        if json_out or html or fail_under is not None:
+            raise fail("--json, --html and --fail-under check one pair; with --input every row goes to --output")
     elif source is None or target is None:
         raise fail("give --source and --target (one pair), or --input and --output (a table of pairs)")
     if source == "-" and target == "-":

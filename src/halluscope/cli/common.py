@@ -44,7 +44,7 @@ def fail(message: str, code: int = 2) -> "typer.Exit":
     return typer.Exit(code)
 
 
-ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="Model: 'embedded' (default, offline), 'embedded:<name|path.gguf>', or a model name at --base-url.", envvar="HALLUSCOPE_MODEL")]
+ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="Model: 'embedded' (default, offline), 'embedded:<name|path.gguf>', a model name at --base-url, or a LiteLLM model ('litellm:<model>', 'anthropic/...'; docs/providers.md).", envvar="HALLUSCOPE_MODEL")]
 BaseUrlOpt = Annotated[Optional[str], typer.Option("--base-url", help="OpenAI-compatible endpoint (also HALLUSCOPE_BASE_URL / OPENAI_BASE_URL).", envvar="HALLUSCOPE_BASE_URL")]
 ApiKeyOpt = Annotated[Optional[str], typer.Option("--api-key", help="API key (also HALLUSCOPE_API_KEY / OPENAI_API_KEY).", envvar="HALLUSCOPE_API_KEY", show_default=False)]
 NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Do not read or write the response cache.")]

@@ -80,6 +80,7 @@ class LiteLLMModel:
             import litellm
         except ImportError as exc:
             raise LLMError(f"model {model!r} needs LiteLLM: pip install 'halluscope[litellm]'") from exc
+        litellm.suppress_debug_info = True  # no "Give Feedback / Get Help" banner on stdout with every error
         self._litellm = litellm
         self.name = model
         self.api_base = api_base.rstrip("/") if api_base else None
@@ -134,6 +135,10 @@ class LiteLLMModel:
             body["api_base"] = self.api_base
         if self.api_key:
             body["api_key"] = self.api_key
+        elif self.api_base and self.name.startswith("openai/"):
+            # a local OpenAI-compatible server (Ollama, vLLM, llama.cpp) needs no key, but LiteLLM's OpenAI route
+            # refuses to send a request without one: send a placeholder, as the OpenAI-compatible backend sends none
+            body["api_key"] = "no-key"
         return body
 
     def _retryable(self, exc: BaseException) -> bool:
