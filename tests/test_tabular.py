@@ -183,3 +183,19 @@ def test_killed_mid_run_then_resumed_loses_and_repeats_nothing(tmp_path):
     assert list(got["id"]) == [r["id"] for r in rows]
     assert list(got["score"]) == [1.0 if i % 2 else 0.25 for i in range(6)]  # the stub rates odd claims 5, even 2
     assert list(got["calls"]) == [1] * 6 and not partial.exists()
+
+
+class Crashes(Method):
+    name = "crashes"
+    uses_llm = False
+
+    async def run(self, source: str, target: str) -> Report:
+        if "boom" in target:
+            raise RuntimeError("a bug in a method")
+        return Report(method=self.name, score=1.0)
+
+
+def test_a_bug_in_a_method_is_raised_not_waited_on():
+    rows = [{"source": "s", "target": t} for t in ("fine", "boom", "fine too")]
+    with pytest.raises(RuntimeError, match="a bug in a method"):
+        halluscope.evaluate(rows, method=Crashes(), concurrency=2)
