@@ -86,6 +86,21 @@ def test_cost_per_report_comes_from_litellms_price_map():
     assert report.usage.cost_usd > 0
 
 
+def test_the_cli_prints_the_cost_where_it_is_known(tmp_path):
+    from halluscope.cli.main import app
+
+    (tmp_path / "s.txt").write_text(SOURCE)
+    (tmp_path / "t.txt").write_text(TARGET)
+    with StubEndpoint() as stub:
+        args = ["check", "-s", str(tmp_path / "s.txt"), "-t", str(tmp_path / "t.txt"), "--method", "geval",
+                "--base-url", stub.base_url, "--no-cache"]
+        known = CliRunner().invoke(app, [*args, "--model", "litellm:openai/gpt-4o-mini"])
+        unknown = CliRunner().invoke(app, [*args, "--model", "litellm:openai/stub-model"])
+    assert known.exit_code == 0 and unknown.exit_code == 0
+    assert "1 LLM calls, 10+5 tokens, 0 cache hits, $0.000005" in known.stdout  # 10 x $0.15/M + 5 x $0.60/M
+    assert "0 cache hits, $" not in unknown.stdout and "1 LLM calls, 10+5 tokens, 0 cache hits," in unknown.stdout
+
+
 def test_the_cli_runs_check_with_a_litellm_model_string(tmp_path):
     from halluscope.cli.main import app
 

@@ -33,8 +33,9 @@ def print_report(report: Report, target: str) -> None:
     if unscored:
         console.print(f"[yellow]{unscored} of {len(report.verdicts)} claims could not be scored[/yellow]")
     u = report.usage
+    cost = "" if u.cost_usd is None else f", ${u.cost_usd:.6f}"  # only where the provider's prices are known
     console.print(f"[dim]{u.calls} LLM calls, {u.prompt_tokens}+{u.completion_tokens} tokens, "
-                  f"{u.cache_hits} cache hits, {report.elapsed_s:.2f}s[/dim]")
+                  f"{u.cache_hits} cache hits{cost}, {report.elapsed_s:.2f}s[/dim]")
 
 
 def check_command(
