@@ -49,6 +49,16 @@ def test_an_empty_litellm_model_is_refused():
     assert "anthropic" in LITELLM_PROVIDERS and "openai" not in LITELLM_PROVIDERS
 
 
+def test_a_cost_sum_is_known_only_when_every_paid_part_is():
+    paid = Usage(calls=1, prompt_tokens=10, cost_usd=0.25)
+    unknown = Usage(calls=1, prompt_tokens=10)  # e.g. an OpenAI-compatible call: no price
+    assert (Usage() + paid).cost_usd == 0.25 and (paid + Usage(cache_hits=1)).cost_usd == 0.25  # hits are free
+    assert (paid + paid).cost_usd == 0.5
+    assert (paid + unknown).cost_usd is None and not (paid + unknown).cost_known
+    assert (Usage() + Usage(cache_hits=2)).cost_usd is None and Usage(cache_hits=2).cost_known  # nothing paid
+    assert sum([paid, Usage(cache_hits=1), paid], Usage()).cost_usd == 0.5
+
+
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # as the backend does: no fetch at import
 litellm = pytest.importorskip("litellm", reason="litellm extra not installed: pip install 'halluscope[litellm]'")
 from halluscope.llm.litellm_backend import LiteLLMModel  # noqa: E402

@@ -199,3 +199,19 @@ def test_a_bug_in_a_method_is_raised_not_waited_on():
     rows = [{"source": "s", "target": t} for t in ("fine", "boom", "fine too")]
     with pytest.raises(RuntimeError, match="a bug in a method"):
         halluscope.evaluate(rows, method=Crashes(), concurrency=2)
+
+
+async def test_run_sync_inside_a_running_loop_keeps_the_callers_context_variables():
+    import contextvars
+    import threading
+
+    from halluscope.sync import run_sync
+
+    tag: contextvars.ContextVar[str] = contextvars.ContextVar("tag", default="unset")
+    tag.set("caller")
+
+    async def read() -> tuple[str, str]:
+        return tag.get(), threading.current_thread().name
+
+    value, thread = run_sync(read())  # this test's own loop is running: a worker thread runs it
+    assert value == "caller" and thread.startswith("halluscope-sync")

@@ -2,7 +2,7 @@
 
 ``asyncio.run`` raises when the calling thread already runs a loop (a Jupyter notebook, an async web
 handler calling a sync helper). There the coroutine runs on a fresh loop in a worker thread while the
-caller waits, with the caller's context variables (so an enclosing ``track_calls()`` still sees its calls).
+caller waits, with a copy of the caller's context variables (as ``asyncio.run`` would have seen them).
 Everything in halluscope that holds per-loop state (the LLM client's semaphores and single flights, the
 HTTP connection pools) keys it by loop, so a worker loop never shares asyncio objects with the caller's.
 """
