@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from halluscope._version import package_version as _package_version
+
 from halluscope.config import Config
 from halluscope.records import Claim, Evidence, Finding, LLMCall, Report, Span, Usage, Verdict
 
@@ -17,7 +19,7 @@ __all__ = [
     "Claim", "Config", "Evidence", "Finding", "LLMCall", "Report", "Span", "Usage", "Verdict",
     "acheck", "acheck_many", "check", "check_many", "DEFAULT_METHOD", "__version__",
 ]
-__version__ = "0.1.0"
+__version__ = _package_version()
 DEFAULT_METHOD = "geval"
 
 

@@ -74,6 +74,10 @@ class Config(BaseSettings):
     a SQLite file (SQLAlchemy's spelling). Optional query options for Redis: ``prefix=`` (key prefix) and
     ``ttl=`` (seconds). Set it with ``HALLUSCOPE_CACHE_URL``; ``cache=False`` still turns every cache off."""
 
+    otel: bool = False
+    """Make OpenTelemetry spans per check, pipeline stage and LLM call (GenAI semantic conventions; needs the
+    ``otel`` extra; spans go to the application's global tracer provider). See ``halluscope.tracing``."""
+
     @field_validator("model", mode="before")
     @classmethod
     def _blank_model_is_unset(cls, value: object) -> object:

@@ -18,6 +18,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from halluscope import tracing
 from halluscope.llm.base import Completion, GenerateParams, Message, ModelAPI
 from halluscope.llm.cache import ResponseCache, cache_key, clean_messages, clean_text
 from halluscope.records import LLMCall, Usage
@@ -151,12 +152,14 @@ class LLM:
         cache_id = getattr(self.api, "cache_id", None) or self.api.name
         key = cache_key(cache_id, params, messages)  # also computed without a cache: it keys the single flight
         completion: Completion | None = None
-        if self.cache is not None:
-            hit = self.cache.get(key)
-            if hit is not None:
-                completion = hit.model_copy(update={"cached": True, "usage": Usage(cache_hits=1)})
-        if completion is None:
-            completion = await self._single_flight(key, messages, params)
+        with tracing.llm_span(self.api.name, params, getattr(self.api, "provider", None)) as span:
+            if self.cache is not None:
+                hit = self.cache.get(key)
+                if hit is not None:
+                    completion = hit.model_copy(update={"cached": True, "usage": Usage(cache_hits=1)})
+            if completion is None:
+                completion = await self._single_flight(key, messages, params)
+            tracing.record_completion(span, completion)
         self.usage = self.usage + completion.usage
         log = _current_log.get()
         if log is not None:

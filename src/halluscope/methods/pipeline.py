@@ -31,6 +31,7 @@ from halluscope.records import Claim, Evidence, Finding, LLMCall, Report, StepRe
 from halluscope.stages import (Aggregate, Context, Decomposer, Selection, Verifier, build_stage,
                                register_stage)
 from halluscope.text import split_sentences
+from halluscope.tracing import stage_span
 
 MESSAGE_OVERHEAD_TOKENS = 8  # chat-template tokens per message (role markers), a safe over-estimate
 LABEL_RANK = {"supported": 3, "contradicted": 2, "unsupported": 1, "unscored": 0}
@@ -270,7 +271,9 @@ class ClaimPipeline(Method):
     async def evaluate(self, source: str, target: str) -> PipelineRun | Report:
         """Decompose, select contexts, verify. Returns an unscored Report when there is nothing to verify."""
         details: dict[str, Any] = {"stages": self.stage_names()}
-        decomposed = await self.make_decomposer()(target)
+        decomposer = self.make_decomposer()
+        with stage_span("decomposer", decomposer.name):
+            decomposed = await decomposer(target)
         if not decomposed.ok:
             return Report(method=self.name, unscored_reason=f"decomposition failed: {decomposed.error}",
                           details=details)
@@ -278,14 +281,19 @@ class ClaimPipeline(Method):
         if not claims:
             return Report(method=self.name, unscored_reason="the decomposer found no claims in the target",
                           details=details)
-        selection = await self.selector(source, claims)
+        with stage_span("context_selector", self.selector.name):
+            selection = await self.selector(source, claims)
         try:
-            verdicts, trace = await self.verify(claims, selection, source)
+            with stage_span("verifier", self.verifier.name):
+                verdicts, trace = await self.verify(claims, selection, source)
         except ContextOverflowError as exc:
             if selection.mode != "full" or self.opts.retrieval != "auto":  # type: ignore[attr-defined]
                 raise
-            selection = await self.selector.retrieve(source, claims, f"the model reported a context overflow: {exc}")
-            verdicts, trace = await self.verify(claims, selection, source)
+            with stage_span("context_selector", self.selector.name):
+                selection = await self.selector.retrieve(source, claims,
+                                                         f"the model reported a context overflow: {exc}")
+            with stage_span("verifier", self.verifier.name):
+                verdicts, trace = await self.verify(claims, selection, source)
         details["context"] = {**selection.describe(), **trace}
         return PipelineRun(source, target, claims, selection, verdicts, details)
 
@@ -307,8 +315,10 @@ class ClaimPipeline(Method):
         run = await self.evaluate(source, target)
         if isinstance(run, Report):
             return run
-        aggregate = await self.aggregate(run)
-        findings = await self.localize(run)
+        with stage_span("aggregator", self.name):
+            aggregate = await self.aggregate(run)
+        with stage_span("localizer", self.name):
+            findings = await self.localize(run)
         return Report(method=self.name, score=aggregate.score, unscored_reason=aggregate.unscored_reason,
                       subscores=aggregate.subscores, claims=run.claims, verdicts=run.verdicts, findings=findings,
                       details=run.details)

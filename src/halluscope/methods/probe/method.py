@@ -111,4 +111,6 @@ def probe_finding(verdict: Verdict) -> Finding:
     return Finding(description=f'The text claims that "{claim.text}", but the source does not support this '
                                f"({verdict.reason}).",
                    kind="unsupported", target_spans=list(claim.target_spans), evidence=list(verdict.evidence),
-                   claim_ids=[claim.id] if claim.id else [])
+                   claim_ids=[claim.id] if claim.id else [],
+                   # the verdict's score is the best passage's share of PASS votes (0 when none was found)
+                   confidence=None if verdict.score is None else min(1.0, max(0.0, 1.0 - verdict.score)))
