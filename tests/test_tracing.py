@@ -67,7 +67,7 @@ def test_one_span_per_stage_and_llm_call_with_token_counts(spans):
     for span in llm_spans:
         attrs = span.attributes
         assert span.kind == SpanKind.CLIENT
-        assert attrs["gen_ai.operation.name"] == "chat"
+        assert attrs["gen_ai.operation.name"] == "chat" and attrs["gen_ai.provider.name"] == "halluscope.fake"
         assert attrs["gen_ai.request.model"] == "fake-judge" and attrs["gen_ai.response.model"] == "fake-judge"
         assert attrs["gen_ai.usage.input_tokens"] > 0 and attrs["gen_ai.usage.output_tokens"] > 0
         assert attrs["halluscope.cache_hit"] is False

@@ -34,7 +34,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from halluscope.records import Report
 
 INSTRUMENTATION_NAME = "halluscope"
-PROVIDER_NAME = "halluscope"  # gen_ai.provider.name when the backend does not say which provider it is
+# gen_ai.provider.name by backend class, for backends without a ``provider`` attribute
+PROVIDER_BY_BACKEND = {"OpenAICompatibleModel": "openai", "EmbeddedModel": "llama_cpp", "FakeModel": "halluscope.fake"}
 
 _tracer: ContextVar[Any | None] = ContextVar("halluscope_tracer", default=None)
 _warned_missing = False
@@ -127,8 +128,8 @@ def stage_span(protocol: str, name: str) -> Iterator[Any | None]:
 
 
 @contextmanager
-def llm_span(model: str, params: "GenerateParams", provider: str | None = None) -> Iterator[Any | None]:
-    """A GenAI client span around one LLM request (None outside a traced check)."""
+def llm_span(model: str, params: "GenerateParams", backend: object) -> Iterator[Any | None]:
+    """A GenAI client span around one LLM request to ``backend`` (None outside a traced check)."""
     tracer = _tracer.get()
     if tracer is None:
         yield None
@@ -137,7 +138,7 @@ def llm_span(model: str, params: "GenerateParams", provider: str | None = None) 
 
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "chat",
-        "gen_ai.provider.name": provider or PROVIDER_NAME,
+        "gen_ai.provider.name": provider_name(backend),
         "gen_ai.request.model": model,
         "gen_ai.request.temperature": params.temperature,
         "gen_ai.request.max_tokens": params.max_tokens,
@@ -165,6 +166,15 @@ def record_completion(span: Any | None, completion: "Completion") -> None:
     if cached is not None:
         attributes["gen_ai.usage.cache_read.input_tokens"] = cached
     span.set_attributes(attributes)
+
+
+def provider_name(backend: object) -> str:
+    """The backend's ``provider`` attribute (e.g. a LiteLLM provider), else a name for its class."""
+    provider = getattr(backend, "provider", None)
+    if isinstance(provider, str) and provider:
+        return provider
+    name = type(backend).__name__
+    return PROVIDER_BY_BACKEND.get(name, name)
 
 
 def cached_input_tokens(usage: Any) -> int | None:

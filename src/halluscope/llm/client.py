@@ -152,7 +152,7 @@ class LLM:
         cache_id = getattr(self.api, "cache_id", None) or self.api.name
         key = cache_key(cache_id, params, messages)  # also computed without a cache: it keys the single flight
         completion: Completion | None = None
-        with tracing.llm_span(self.api.name, params, getattr(self.api, "provider", None)) as span:
+        with tracing.llm_span(self.api.name, params, self.api) as span:
             if self.cache is not None:
                 hit = self.cache.get(key)
                 if hit is not None:
