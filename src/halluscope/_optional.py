@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 
 # import name -> (distribution, extra that installs it)
 BENCH_ONLY = {"sklearn": "scikit-learn", "matplotlib": "matplotlib", "rouge_score": "rouge-score"}
@@ -13,9 +13,11 @@ class MissingExtraError(ImportError):
 
 
 def require(module: str, extra: str = "bench", purpose: str = "") -> None:
-    """Raise :class:`MissingExtraError` unless ``module`` can be imported (call before importing it lazily)."""
-    if importlib.util.find_spec(module) is None:
+    """Raise :class:`MissingExtraError` unless ``module`` imports (call it just before a lazy import)."""
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
         dist = BENCH_ONLY.get(module, module)
         what = f" for {purpose}" if purpose else ""
         raise MissingExtraError(f"{dist} is needed{what} but is not installed: pip install 'halluscope[{extra}]'",
-                                name=module)
+                                name=module) from exc
