@@ -20,7 +20,7 @@ from typing import Iterator
 
 from halluscope import tracing
 from halluscope.llm.base import Completion, GenerateParams, Message, ModelAPI
-from halluscope.llm.cache import ResponseCache, cache_key, clean_messages, clean_text
+from halluscope.llm.cache import Cache, cache_key, clean_messages, clean_text
 from halluscope.records import LLMCall, Usage
 
 
@@ -59,7 +59,7 @@ class LLM:
         self,
         api: ModelAPI,
         *,
-        cache: ResponseCache | None = None,
+        cache: Cache | None = None,
         max_concurrency: int = 8,
         default_params: GenerateParams | None = None,
     ):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from typing import Any, ClassVar
 
 from halluscope import tracing
@@ -102,7 +102,7 @@ class Method(ABC):
         validate_pair(example.source, example.target)
         return await self._accounted(self.run_example(example))
 
-    async def _accounted(self, work) -> Report:
+    async def _accounted(self, work: Awaitable[Report]) -> Report:
         started = time.perf_counter()
         with tracing.check_span(self.name, self.config.model, self.config.otel) as span:
             with track_calls() as log:

@@ -24,10 +24,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from halluscope.llm import ContextOverflowError
 from halluscope.methods.base import Method
 from halluscope.methods.options import ClaimOptions, RetrievalOptions
-from halluscope.records import Claim, Evidence, Finding, LLMCall, Report, StepResult, Verdict
+from halluscope.config import Config
+from halluscope.llm import LLM, ContextOverflowError
+from halluscope.prompts import PromptTemplate
+from halluscope.records import Claim, Evidence, Finding, LLMCall, Relation, Report, StepResult, Verdict
 from halluscope.stages import (Aggregate, Context, Decomposer, Selection, Verifier, build_stage,
                                register_stage)
 from halluscope.text import split_sentences
@@ -43,7 +45,7 @@ def messages_tokens(llm: Any, messages: Sequence[dict[str, str]]) -> int:
 
 def reply_budget(llm: Any, wanted: int) -> int:
     """The completion budget a call will use: ``wanted`` capped by the client's configured ``max_tokens``."""
-    return min(wanted, llm.default_params.max_tokens)
+    return min(wanted, int(llm.default_params.max_tokens))
 
 
 # ------------------------------------------------------------------------------------------ context selection
@@ -53,6 +55,8 @@ def reply_budget(llm: Any, wanted: int) -> int:
 class RetrievalSelector:
     """The whole source when it fits (``retrieval=auto``) or always/never as asked; otherwise top-K snippets
     of 2w+1 source sentences per claim."""
+
+    name: str  # set by @register_stage
 
     def __init__(self, method: "ClaimPipeline"):
         self.opts: RetrievalOptions = method.opts  # type: ignore[assignment]
@@ -120,6 +124,8 @@ def _cid(claim: Claim) -> str:
 class SentenceDecomposer:
     """Every target sentence is a claim (no LLM call); spans are exact."""
 
+    name: str  # set by @register_stage
+
     def __init__(self, method: Method | None = None, kind: str = "sentence"):
         self.kind = kind
 
@@ -169,7 +175,7 @@ def best_verdict(claim: Claim, tried: Sequence[tuple[Context, Verdict]]) -> Verd
         return Verdict.unscored(claim, f"{what}: {reasons}"[:1000], calls)
     evidence = list(chosen.evidence)
     if not any(e.span == ctx.span for e in evidence):
-        relation = "supports" if chosen.label == "supported" else "related"
+        relation: Relation = "supports" if chosen.label == "supported" else "related"
         evidence.append(Evidence(text=ctx.text, span=ctx.span, relation=relation))
     return chosen.model_copy(update={"claim": claim, "calls": calls, "evidence": evidence})
 
@@ -207,7 +213,7 @@ class ClaimPipeline(Method):
     Options: ClassVar[type[ClaimOptions]] = ClaimOptions
     default_verifier: ClassVar[str]
 
-    def __init__(self, llm=None, config=None, **options: Any):
+    def __init__(self, llm: LLM | None = None, config: Config | None = None, **options: Any):
         super().__init__(llm, config, **options)
         self._verifier: Verifier | None = None
         self._selector: RetrievalSelector | None = None
@@ -229,7 +235,7 @@ class ClaimPipeline(Method):
             self._selector = RetrievalSelector(self)
         return self._selector
 
-    def used_prompts(self) -> list:
+    def used_prompts(self) -> list[PromptTemplate]:
         prompts = super().used_prompts()
         extra = getattr(self.verifier, "used_prompts", None)
         if callable(extra):
@@ -249,7 +255,8 @@ class ClaimPipeline(Method):
         return self.llm.count_tokens(source) + self.verifier.reserve_tokens(claims) <= window
 
     # -- steps --------------------------------------------------------------------------------------------
-    async def verify(self, claims: list[Claim], selection: Selection, source: str) -> tuple[list[Verdict], dict]:
+    async def verify(self, claims: list[Claim], selection: Selection, source: str,
+                     ) -> tuple[list[Verdict], dict[str, Any]]:
         """Verdicts in claim order; in retrieval mode also the labels per tried snippet (for details)."""
         if selection.mode == "full":
             context = next(iter(selection.contexts.values()))[0]
@@ -300,12 +307,13 @@ class ClaimPipeline(Method):
     async def aggregate(self, run: PipelineRun) -> Aggregate:
         """Default: the fraction of judged claims that are supported (unscored claims are left out and counted)."""
         judged = [v for v in run.verdicts if v.label != "unscored"]
-        sub = {"claims": float(len(run.verdicts)), "judged": float(len(judged)),
-               "supported": float(sum(v.label == "supported" for v in judged))}
+        supported = float(sum(v.label == "supported" for v in judged))
+        sub: dict[str, float | None] = {"claims": float(len(run.verdicts)), "judged": float(len(judged)),
+                                        "supported": supported}
         if not judged:
             why = next((v.reason for v in run.verdicts), "no claims")
             return Aggregate(None, sub, f"none of the {len(run.verdicts)} claims could be judged ({why})")
-        return Aggregate(sub["supported"] / len(judged), sub)
+        return Aggregate(supported / len(judged), sub)
 
     async def localize(self, run: PipelineRun) -> list[Finding]:
         """Default: one finding per unsupported or contradicted claim, at its target spans."""

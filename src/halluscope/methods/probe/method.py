@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from halluscope.config import Config
 from halluscope.llm import LLM, get_llm
 from halluscope.methods import register_method
 from halluscope.methods.pipeline import ClaimPipeline, PipelineRun, claim_finding
@@ -37,7 +38,7 @@ class Probe(ClaimPipeline):
     default_verifier = "probe"
     opts: ProbeOptions
 
-    def __init__(self, llm: LLM | None = None, config=None, **options: Any):
+    def __init__(self, llm: LLM | None = None, config: Config | None = None, **options: Any):
         """``judges`` may also hold LLM objects (not only model names); the options record their names."""
         judges = options.get("judges")
         self._judge_specs: list[str | LLM] = list(judges) if isinstance(judges, (list, tuple)) else []
