@@ -176,3 +176,44 @@ def test_healthcheck_is_the_images_healthcheck():
     (line,) = [rest for word, rest in final_stage() if word == "HEALTHCHECK"]
     cmd = json.loads(line.split("CMD", 1)[1].strip())
     assert cmd == ["python", "-m", "halluscope.server.healthcheck"]
+
+
+def test_image_command_serves_health_with_the_image_environment(tmp_path):
+    """The image's CMD, run as a process with the image's environment (paths moved to a temporary folder):
+    the HEALTHCHECK command turns healthy once it listens, and the process stops cleanly."""
+    pytest.importorskip("uvicorn", reason="needs the server extra")
+    pytest.importorskip("fastapi", reason="needs the server extra")
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HALLUSCOPE_")}
+    env.update(stage_env())
+    env.update({"HALLUSCOPE_SERVER_PORT": str(port), "HALLUSCOPE_SERVER_JOBS_DB": str(tmp_path / "jobs.sqlite"),
+                "XDG_CACHE_HOME": str(tmp_path / "cache"), "HALLUSCOPE_SERVER_TOKEN": "secret",
+                "HALLUSCOPE_MODEL": "remote-model", "HALLUSCOPE_BASE_URL": "http://127.0.0.1:9/v1",
+                "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])})
+    cmd = [sys.executable, "-m", "halluscope", *_cmd()]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    check = [sys.executable, "-m", "halluscope.server.healthcheck"]
+    try:
+        deadline = time.monotonic() + 60
+        healthy = False
+        while time.monotonic() < deadline and proc.poll() is None:
+            if subprocess.run(check, env=env, capture_output=True).returncode == 0:
+                healthy = True
+                break
+            time.sleep(0.5)
+        assert healthy, f"never healthy; exit={proc.poll()}"
+    finally:
+        proc.terminate()
+        output = proc.communicate(timeout=30)[0]
+    # a graceful stop: uvicorn finishes its shutdown, then re-raises SIGTERM (exit -15) or exits 0
+    assert proc.returncode in (0, -15) and "Application shutdown complete" in output, output[-2000:]
+    assert '"route": "/health"' in output and '"status": 200' in output
+    assert subprocess.run(check, env=env, capture_output=True).returncode == 1  # stopped: unhealthy
