@@ -129,11 +129,13 @@ def test_one_visible_spelling_for_the_output_flag(command):
 
 
 def test_short_d_means_dataset_wherever_it_is_visible():
-    for command in (["bench"], ["bench-sweep"], ["reproduce"], ["generate", "montage"]):
+    for command in (["bench"], ["bench-sweep"], ["reproduce"], ["generate", "montage"], ["generate", "perturb"]):
         options = _options(command)
         if options.get("-d") is False:
             assert options.get("--dataset") is False, command
     assert _options(["generate", "montage"])["-d"] is True  # montage's old -d (= --difficulty) is hidden
+    perturb = _options(["generate", "perturb"])
+    assert perturb["-d"] is False and perturb["--input"] is True and perturb["-i"] is True  # old spelling, hidden
 
 
 def test_old_out_spelling_and_new_one_agree_or_fail(tmp_path):
@@ -141,6 +143,8 @@ def test_old_out_spelling_and_new_one_agree_or_fail(tmp_path):
     assert clash.exit_code == 2 and "disagree" in clash.output
     missing = CliRunner().invoke(app, ["generate", "perturb", "-i", "x.jsonl"])
     assert missing.exit_code == 2 and "--output is required" in missing.output
+    no_data = CliRunner().invoke(app, ["generate", "perturb", "-O", "a.jsonl"])
+    assert no_data.exit_code == 2 and "--dataset is required" in no_data.output
 
 
 def test_cache_flag_has_both_spellings_and_overrides_the_environment(monkeypatch):

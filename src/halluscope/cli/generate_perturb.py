@@ -16,7 +16,8 @@ from halluscope.cli.common import (OLD_OUT_HELP, ApiKeyOpt, BaseUrlOpt, Concurre
 
 
 def perturb_command(
-    input: Annotated[str, typer.Option("--input", "-i", help="Dataset name (e.g. squality:dev) or an Example .jsonl file.")],
+    input: Annotated[Optional[str], typer.Option("--dataset", "-d", help="Dataset name (e.g. squality:dev) or an Example .jsonl file. Required.", show_default=False)] = None,
+    old_input: Annotated[Optional[str], typer.Option("--input", "-i", hidden=True, help="Old spelling of --dataset.")] = None,
     out: Annotated[Optional[Path], typer.Option("--output", "-O", help="Output Example JSONL (originals + perturbations). Required.", show_default=False)] = None,
     old_out: Annotated[Optional[Path], typer.Option("--out", hidden=True, help=OLD_OUT_HELP)] = None,
     perturbation: Annotated[Optional[list[str]], typer.Option("--perturbation", "-p", help="Perturbation to produce (repeatable or comma-separated; default all seven).")] = None,
@@ -36,6 +37,9 @@ def perturb_command(
     concurrency: ConcurrencyOpt = None,
 ) -> None:
     """Write each original plus its meaning-preserving perturbations as harness Example JSONL."""
+    input = either("--dataset", input, "--input", old_input)
+    if input is None:
+        raise fail("--dataset is required (a dataset name or an Example .jsonl)")
     out = either("--output", out, "--out", old_out)
     if out is None:
         raise fail("--output is required (the Example JSONL to write)")
@@ -57,7 +61,7 @@ def perturb_command(
     if limit is not None:
         originals = originals[: max(0, limit)]
     if not originals:
-        raise fail("no originals to perturb (check --input, --max-words, --sample, --limit)")
+        raise fail("no originals to perturb (check --dataset, --max-words, --sample, --limit)")
 
     config = make_config(model, base_url, api_key, no_cache, concurrency)
     try:
