@@ -16,7 +16,7 @@ the same items. With ``--time-budget-s`` no new item starts after the budget is 
 the output. Calls and tokens per item are what this measures, not speed (the wall time depends on the
 machine and on what else runs on it).
 
-Peers (the optional ``peers`` extra: ``pip install -e '.[peers]'``): RAGAS ``Faithfulness`` (statements, then
+Peers (the optional ``peers`` dependency group: ``pip install --group peers``): RAGAS ``Faithfulness`` (statements, then
 verdicts) and DeepEval ``FaithfulnessMetric`` (truths, claims, verdicts), both pointed at the proxy. A peer
 that is not installed, or that fails to start offline, is skipped with the reason in the output; a peer that
 runs but cannot read the small model's replies is counted (its calls were made) and marked unscored.

@@ -7,21 +7,27 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from halluscope._version import package_version as _package_version
 
 from halluscope.config import Config
 from halluscope.records import Claim, Evidence, Finding, LLMCall, Report, Span, Usage, Verdict
 from halluscope.sync import run_sync
 
+if TYPE_CHECKING:  # pragma: no cover
+    from halluscope.methods.base import Method
+
 __all__ = [
     "Claim", "Config", "Evidence", "Finding", "LLMCall", "Report", "Span", "Usage", "Verdict",
     "acheck", "acheck_many", "aevaluate", "check", "check_many", "evaluate", "DEFAULT_METHOD", "__version__",
 ]
-__version__ = "0.1.0"
+__version__ = _package_version()
 DEFAULT_METHOD = "geval"
 
 
-def _method(method: str, model: str | None, config: Config | None, llm: Any, options: dict[str, Any]):
+def _method(method: str, model: str | None, config: Config | None, llm: Any, options: dict[str, Any]) -> Method:
     from halluscope.methods import get_method
 
     config = config or Config()
@@ -41,12 +47,12 @@ def check(source: str, target: str, method: str = DEFAULT_METHOD, model: str | N
     return run_sync(acheck(source, target, method, model, config=config, llm=llm, **options))
 
 
-async def acheck_many(pairs, method: str = DEFAULT_METHOD, model: str | None = None, *,
+async def acheck_many(pairs: Iterable[tuple[str, str]], method: str = DEFAULT_METHOD, model: str | None = None, *,
                       config: Config | None = None, llm: Any = None, **options: Any) -> list[Report]:
     return await _method(method, model, config, llm, options).acheck_many(pairs)
 
 
-def check_many(pairs, method: str = DEFAULT_METHOD, model: str | None = None, *,
+def check_many(pairs: Iterable[tuple[str, str]], method: str = DEFAULT_METHOD, model: str | None = None, *,
                config: Config | None = None, llm: Any = None, **options: Any) -> list[Report]:
     return run_sync(acheck_many(pairs, method, model, config=config, llm=llm, **options))
 

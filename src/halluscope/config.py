@@ -1,13 +1,70 @@
-"""One typed configuration for halluscope. Every field can be set from the environment
-(``HALLUSCOPE_<FIELD>``), from CLI flags, or in code: ``Config(model="gpt-4o-mini")``."""
+"""One typed configuration for halluscope. Every field can be set in code (``Config(model="gpt-4o-mini")``) or by
+CLI flags, from the environment (``HALLUSCOPE_<FIELD>``), or in a config file; that is also the precedence:
+code/CLI > environment > file > defaults.
+
+The file is the first of: ``$HALLUSCOPE_CONFIG`` (a path), ``halluscope.toml`` in the working directory (keys at
+the top level), the ``[tool.halluscope]`` table of ``pyproject.toml`` in the working directory. Unknown keys
+are refused, as everywhere else.
+"""
 
 from __future__ import annotations
 
 import os
+import tomllib
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+CONFIG_FILE_ENV = "HALLUSCOPE_CONFIG"
+CONFIG_FILE_NAME = "halluscope.toml"
+
+
+class ConfigFileError(ValueError):
+    """The config file exists but cannot be read as TOML (or its table is not a table)."""
+
+
+def config_file(cwd: Path | None = None) -> tuple[Path, dict[str, Any]] | None:
+    """The config file in effect and its settings table, or None when there is none."""
+    cwd = cwd or Path.cwd()
+    named = os.environ.get(CONFIG_FILE_ENV)
+    if named:
+        path = Path(named).expanduser()
+        if not path.is_file():
+            raise ConfigFileError(f"{CONFIG_FILE_ENV}={named}: no such file")
+        candidates = [path]
+    else:
+        candidates = [p for p in (cwd / CONFIG_FILE_NAME, cwd / "pyproject.toml") if p.is_file()]
+    for path in candidates:
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigFileError(f"cannot read the config file {path}: {exc}") from exc
+        if path.name == "pyproject.toml":
+            data = data.get("tool", {}).get("halluscope")
+            if data is None:
+                continue  # a pyproject.toml without a [tool.halluscope] table is not a config file
+        if not isinstance(data, dict):
+            raise ConfigFileError(f"{path}: [tool.halluscope] must be a table")
+        return path, data
+    return None
+
+
+class _FileSettings(PydanticBaseSettingsSource):
+    """The config file's settings, below the environment and explicit values."""
+
+    def __init__(self, settings_cls: type[BaseSettings]):
+        super().__init__(settings_cls)
+        found = config_file()
+        self.data: dict[str, Any] = dict(found[1]) if found else {}
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self.data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self.data)
 
 
 def _default_cache_path() -> Path:
@@ -17,6 +74,15 @@ def _default_cache_path() -> Path:
 
 class Config(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HALLUSCOPE_", extra="forbid")
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource,
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # precedence: explicit values (code, CLI flags) > HALLUSCOPE_* environment > config file > defaults
+        return init_settings, env_settings, _FileSettings(settings_cls)
 
     model: str | None = None
     """Model to use. ``None`` picks the embedded offline model unless ``base_url`` is set.
@@ -86,6 +152,10 @@ class Config(BaseSettings):
     every process and machine of a distributed run (``--engine ray``); ``sqlite:////abs/path.sqlite`` names
     a SQLite file (SQLAlchemy's spelling). Optional query options for Redis: ``prefix=`` (key prefix) and
     ``ttl=`` (seconds). Set it with ``HALLUSCOPE_CACHE_URL``; ``cache=False`` still turns every cache off."""
+
+    otel: bool = False
+    """Make OpenTelemetry spans per check, pipeline stage and LLM call (GenAI semantic conventions; needs the
+    ``otel`` extra; spans go to the application's global tracer provider). See ``halluscope.tracing``."""
 
     @field_validator("model", mode="before")
     @classmethod

@@ -136,6 +136,9 @@ class Finding(_Record):
     target_spans: list[Span] = Field(default_factory=list)
     evidence: list[Evidence] = Field(default_factory=list)
     claim_ids: list[str] = Field(default_factory=list)
+    confidence: float | None = Field(default=None, ge=0.0, le=1.0)
+    """How sure the method is that this is a real problem, in [0, 1], where the method has such a number
+    (PROBE: the share of judge votes against the claim's best source passage); ``None`` where it has none."""
 
 
 class Report(_Record):

@@ -51,6 +51,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
+from halluscope._optional import require
 from halluscope.bench.datasets import Dataset
 from halluscope.methods.base import Method
 from halluscope.records import Example, Report
@@ -157,6 +158,7 @@ def best_f1_threshold(labels: Sequence[int], scores: Sequence[float]) -> tuple[f
     inconsistent when ``score < t``, over every distinct cut of ``scores``; ties go to the cut that flags the
     fewest items. ``t`` lies halfway between two neighbouring scores (just above the top score when every item
     is flagged). None when the labels hold one class only."""
+    require("sklearn", "bench", "FINAL's threshold selection")
     from sklearn.metrics import precision_recall_curve
 
     y = np.asarray(labels) == 0
@@ -180,6 +182,7 @@ def best_f1_threshold(labels: Sequence[int], scores: Sequence[float]) -> tuple[f
 def item_flag_f1(examples: Sequence[Example], reports: Sequence[Report]) -> float | None:
     """F1 of flagging inconsistent items (label 0; unlabelled: a non-empty gold description list) by "at least
     one description", over scored items with a gold label. None when there is no such item or no inconsistent one."""
+    require("sklearn", "bench", "FINAL's F1")
     from sklearn.metrics import f1_score
 
     gold, pred = [], []

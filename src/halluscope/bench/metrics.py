@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from halluscope._optional import require
 from halluscope.records import Span
 
 TRUTH = "truth"
@@ -50,6 +51,7 @@ def roc_auc(labels: Sequence[int], scores: Sequence[float]) -> float | None:
 def best_threshold(labels: Sequence[int], scores: Sequence[float]) -> float | None:
     """The threshold ``t`` (predict consistent when ``score >= t``) that maximizes balanced accuracy on
     these items, i.e. Youden's J on the ROC curve; ties go to the highest threshold. None with one class."""
+    require("sklearn", "bench", "the balanced-accuracy threshold")
     from sklearn.metrics import roc_curve
 
     if len(set(labels)) < 2:

@@ -6,8 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from halluscope._optional import require
+
 
 def _figure(width: float = 6.4, height: float = 4.2):
+    require("matplotlib", "bench", "benchmark plots")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -42,6 +45,7 @@ def violin_plot(groups: Mapping[str, Sequence[float]], path: Path, *, title: str
 
 def roc_plot(curves: Mapping[str, tuple[Sequence[int], Sequence[float]]], path: Path, *, title: str) -> Path:
     """ROC curves (consistent = positive class), one per named (labels, scores); skips one-class sets."""
+    require("sklearn", "bench", "ROC plots")
     from sklearn.metrics import roc_auc_score, roc_curve
 
     fig = _figure(5.2, 5.0)

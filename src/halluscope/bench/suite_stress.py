@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from halluscope._optional import require
 from halluscope.bench.metrics import bootstrap_ci
 from halluscope.bench.suites import SuiteContext, SuiteResult, register_suite
 from halluscope.records import Example, Report
@@ -174,6 +175,7 @@ class EmbeddingDensity:
 
 def tfidf_density(source: str, texts: Sequence[str], cache: dict | None = None) -> list[float | None]:
     """Mean TF-IDF cosine similarity of each text to all source sentences (a lexical stand-in for Eq. 3)."""
+    require("sklearn", "bench", "the stress suite's lexical similarity")
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.metrics.pairwise import cosine_similarity
 
@@ -272,6 +274,7 @@ def density_correlation(points: Sequence[DensityPoint]) -> float | None:
 
 
 def _figure(width: float, height: float):
+    require("matplotlib", "bench", "the stress suite's plots")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

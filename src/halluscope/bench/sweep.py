@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from halluscope._optional import require
 from halluscope.bench.datasets import Dataset
 from halluscope.bench.metrics import bootstrap_ci
 from halluscope.bench.runner import ITEMS_FILE, ItemStore, run_bench, select_examples
@@ -250,6 +251,7 @@ def _is_cost(metric: str) -> bool:
 
 def plot_sweep(summary: dict[str, Any], path: Path) -> Path:
     """Mean score (and the originals' mean score on stress sets) against the swept value, with 95% CIs."""
+    require("matplotlib", "bench", "the sweep plot")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

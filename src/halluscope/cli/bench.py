@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from halluscope.cli.common import (ApiKeyOpt, BaseUrlOpt, ConcurrencyOpt, ModelOpt, NoCacheOpt, OptionOpt, fail,
-                                   make_config, parse_options)
+from halluscope.cli.common import (OLD_OUT_HELP, ApiKeyOpt, BaseUrlOpt, ConcurrencyOpt, ModelOpt, NoCacheOpt, OptionOpt, fail,
+                                   make_config, parse_options, either)
 
 
 def bench_command(
@@ -24,12 +24,13 @@ def bench_command(
     limit: Annotated[Optional[int], typer.Option("--limit", help="Only the first N items (after --sample). Raising it later resumes the same run.")] = None,
     sample: Annotated[Optional[int], typer.Option("--sample", help="Seeded stratified subsample: N items per (split, domain), label mix kept; montage sets are sampled by group.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for --sample and the bootstrap.")] = 0,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Output folder (default runs/<dataset>-<method>-<model>/).")] = None,
+    out: Annotated[Optional[Path], typer.Option("--output", "-O", help="Output folder (default runs/<dataset>-<method>-<model>/).")] = None,
+    old_out: Annotated[Optional[Path], typer.Option("--out", hidden=True, help=OLD_OUT_HELP)] = None,
     data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Shared data folder (default ../shared/data).", envvar="HALLUSCOPE_DATA_DIR")] = None,
     select_on: Annotated[Optional[str], typer.Option("--select-on", help="localize: the dev dataset on which FINAL's choices are made (prompt variant=auto, 2-step filter threshold), e.g. final:dev; default: the run's dev split, else its own items (in-sample).")] = None,
     bootstrap: Annotated[int, typer.Option("--bootstrap", help="Bootstrap resamples for 95% CIs (0 = none).")] = 1000,
     retry_unscored: Annotated[bool, typer.Option("--retry-unscored", help="On resume, run the items whose report was unscored again.")] = False,
-    no_cache: NoCacheOpt = False,
+    no_cache: NoCacheOpt = None,
     concurrency: ConcurrencyOpt = None,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="Hide the progress bar.")] = False,
     engine: Annotated[str, typer.Option("--engine", help="Where items are scored: 'local' (this process) or 'ray' (an actor pool on a Ray cluster; needs the 'ray' extra). Same items.jsonl, resume and results either way.", envvar="HALLUSCOPE_ENGINE")] = "local",
@@ -40,6 +41,7 @@ def bench_command(
 ) -> None:
     """Benchmark a METHOD on a DATASET: per-item reports stream to items.jsonl (a re-run resumes), then
     results.json, results.md and PNG plots are written to the output folder."""
+    out = either("--output", out, "--out", old_out)
     import asyncio
 
     from halluscope.bench.datasets import DatasetError, load_dataset

@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from halluscope.cli.common import (ApiKeyOpt, BaseUrlOpt, ConcurrencyOpt, ModelOpt, NoCacheOpt, OptionOpt, fail,
-                                   make_config, parse_options)
+from halluscope.cli.common import (OLD_OUT_HELP, ApiKeyOpt, BaseUrlOpt, ConcurrencyOpt, ModelOpt, NoCacheOpt, OptionOpt, fail,
+                                   make_config, parse_options, either)
 
 
 def bench_sweep_command(
@@ -22,10 +22,11 @@ def bench_sweep_command(
     limit: Annotated[Optional[int], typer.Option("--limit", help="Only the first N items (after --sample).")] = None,
     sample: Annotated[Optional[int], typer.Option("--sample", help="Seeded stratified subsample (as for `halluscope bench`).")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for --sample and the bootstrap.")] = 0,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Output folder (default runs/sweep-<dataset>-<method>-<key>/); one sub-folder per value.")] = None,
+    out: Annotated[Optional[Path], typer.Option("--output", "-O", help="Output folder (default runs/sweep-<dataset>-<method>-<key>/); one sub-folder per value.")] = None,
+    old_out: Annotated[Optional[Path], typer.Option("--out", hidden=True, help=OLD_OUT_HELP)] = None,
     data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Shared data folder.", envvar="HALLUSCOPE_DATA_DIR")] = None,
     bootstrap: Annotated[int, typer.Option("--bootstrap", help="Bootstrap resamples for 95% CIs (0 = none).")] = 1000,
-    no_cache: NoCacheOpt = False,
+    no_cache: NoCacheOpt = None,
     concurrency: ConcurrencyOpt = None,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="Hide the progress bars.")] = False,
 ) -> None:
@@ -33,6 +34,7 @@ def bench_sweep_command(
 
     Sweeping window, top_k, retriever or merge_windows needs -o retrieval=always (else exit 2): with the
     default retrieval=auto a source that fits the model's context is sent whole and every row is the same."""
+    out = either("--output", out, "--out", old_out)
     import asyncio
     import re
 

@@ -45,7 +45,7 @@ def check_command(
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
     api_key: ApiKeyOpt = None,
-    no_cache: NoCacheOpt = False,
+    no_cache: NoCacheOpt = None,
     concurrency: ConcurrencyOpt = None,
     option: OptionOpt = None,
     threshold: Annotated[Optional[float], typer.Option(help="Label consistent when score >= threshold.")] = None,

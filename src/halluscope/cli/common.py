@@ -47,17 +47,33 @@ def fail(message: str, code: int = 2) -> "typer.Exit":
 ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="Model: 'embedded' (default, offline), 'embedded:<name|path.gguf>', a model name at --base-url, or a LiteLLM model ('litellm:<model>', 'anthropic/...'; docs/providers.md).", envvar="HALLUSCOPE_MODEL")]
 BaseUrlOpt = Annotated[Optional[str], typer.Option("--base-url", help="OpenAI-compatible endpoint (also HALLUSCOPE_BASE_URL / OPENAI_BASE_URL).", envvar="HALLUSCOPE_BASE_URL")]
 ApiKeyOpt = Annotated[Optional[str], typer.Option("--api-key", help="API key (also HALLUSCOPE_API_KEY / OPENAI_API_KEY).", envvar="HALLUSCOPE_API_KEY", show_default=False)]
-NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Do not read or write the response cache.")]
-ConcurrencyOpt = Annotated[Optional[int], typer.Option("--concurrency", help="Max LLM requests in flight.")]
+NoCacheOpt = Annotated[Optional[bool], typer.Option("--no-cache/--cache", help="Do not read or write the response cache (--cache: use it even when HALLUSCOPE_CACHE or the config file turns it off).", show_default=False)]
+ConcurrencyOpt = Annotated[Optional[int], typer.Option("--concurrency", help="Max LLM requests in flight.", envvar="HALLUSCOPE_MAX_CONCURRENCY")]
 OptionOpt = Annotated[Optional[list[str]], typer.Option("--option", "-o", help="Method option KEY=VALUE (repeatable), e.g. -o style=cot.")]
 
 
+OLD_OUT_HELP = "Old spelling of --output (kept so existing scripts work)."
+
+
+def either(flag: str, value: Any, old_flag: str, old_value: Any, from_command_line: bool = True) -> Any:
+    """A flag's value given under its canonical spelling or its old (hidden) one; both on the command line,
+    differing, is an error. ``from_command_line=False``: ``value`` came from an environment variable, which the
+    old spelling, a flag, overrides."""
+    if old_value is not None and not from_command_line:
+        return old_value
+    if value is not None and old_value is not None and value != old_value:
+        raise fail(f"{flag} and {old_flag} (its old spelling) disagree: give {flag} only")
+    return value if value is not None else old_value
+
+
 def make_config(model: str | None = None, base_url: str | None = None, api_key: str | None = None,
-                no_cache: bool = False, concurrency: int | None = None) -> Config:
+                no_cache: bool | None = None, concurrency: int | None = None) -> Config:
+    """The Config of a command: its flags over HALLUSCOPE_* variables over the config file over defaults.
+    ``no_cache``: True = --no-cache, False = --cache, None = neither given."""
     try:
         return Config().with_overrides(
             model=model, base_url=base_url, api_key=api_key, max_concurrency=concurrency,
-            cache=False if no_cache else None,
+            cache=None if no_cache is None else not no_cache,
         )
     except ValueError as exc:
         raise fail(f"bad configuration: {exc}")

@@ -33,7 +33,7 @@ def inject_command(
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
     api_key: ApiKeyOpt = None,
-    no_cache: NoCacheOpt = False,
+    no_cache: NoCacheOpt = None,
 ) -> None:
     """Invent plausible facts the source does not support and weave them into faithful targets at complexity
     1-3. Each written Example has label 0, the facts as descriptions, the inserted text as gold spans and each

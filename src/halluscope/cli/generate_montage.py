@@ -50,7 +50,8 @@ def montage_command(
     input: Annotated[Path, typer.Argument(help="JSONL with a source and a correct target per line.")],
     output: Annotated[Path, typer.Option("--output", "-O", help="Where to write the Example JSONL.")],
     level: Annotated[str, typer.Option(help="'event' (the paper's: LLM decomposition into chronological events, incremental lies) or 'sentence' (reorder the original sentences, no LLM; not the paper's construction, labelled in each row's meta).")] = "event",
-    difficulty: Annotated[Optional[list[str]], typer.Option("--difficulty", "-d", help="Difficulty to generate (repeatable): easy, medium, hard, extreme. Default: all four.")] = None,
+    difficulty: Annotated[Optional[list[str]], typer.Option("--difficulty", help="Difficulty to generate (repeatable): easy, medium, hard, extreme. Default: all four.")] = None,
+    old_difficulty: Annotated[Optional[list[str]], typer.Option("-d", hidden=True, help="Old short spelling of --difficulty (-d is --dataset elsewhere).")] = None,
     paraphrase: Annotated[bool, typer.Option(help="Also paraphrase truth and lies with a different narrative technique (LLM).")] = False,
     seed: Annotated[int, typer.Option(help="Random seed (each group draws from its own seeded generator).")] = 0,
     max_events: Annotated[Optional[int], typer.Option(help="Keep only the first N events (sentences) of each target; the truth is cut the same way.")] = None,
@@ -63,11 +64,13 @@ def montage_command(
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
     api_key: ApiKeyOpt = None,
-    no_cache: NoCacheOpt = False,
+    no_cache: NoCacheOpt = None,
 ) -> None:
     """Build montage-lie groups: per target, the truth (label 1) and lies whose event order is shuffled to an
     exact ShuffleD per difficulty (label 0), sharing a group id. The default is the paper's event-level
     construction (needs a model: --model / --base-url, else the embedded one); --level sentence needs none."""
+    if old_difficulty:
+        difficulty = (difficulty or []) + old_difficulty
     import asyncio
 
     from rich.progress import track

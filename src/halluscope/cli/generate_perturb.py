@@ -11,12 +11,15 @@ from typing import Annotated, Optional
 
 import typer
 
-from halluscope.cli.common import ApiKeyOpt, BaseUrlOpt, ConcurrencyOpt, ModelOpt, NoCacheOpt, fail, make_config
+from halluscope.cli.common import (OLD_OUT_HELP, ApiKeyOpt, BaseUrlOpt, ConcurrencyOpt, ModelOpt, NoCacheOpt, either,
+                                   fail, make_config)
 
 
 def perturb_command(
-    input: Annotated[str, typer.Option("--input", "-i", help="Dataset name (e.g. squality:dev) or an Example .jsonl file.")],
-    out: Annotated[Path, typer.Option("--out", help="Output Example JSONL (originals + perturbations).")],
+    input: Annotated[Optional[str], typer.Option("--dataset", "-d", help="Dataset name (e.g. squality:dev) or an Example .jsonl file. Required.", show_default=False)] = None,
+    old_input: Annotated[Optional[str], typer.Option("--input", "-i", hidden=True, help="Old spelling of --dataset.")] = None,
+    out: Annotated[Optional[Path], typer.Option("--output", "-O", help="Output Example JSONL (originals + perturbations). Required.", show_default=False)] = None,
+    old_out: Annotated[Optional[Path], typer.Option("--out", hidden=True, help=OLD_OUT_HELP)] = None,
     perturbation: Annotated[Optional[list[str]], typer.Option("--perturbation", "-p", help="Perturbation to produce (repeatable or comma-separated; default all seven).")] = None,
     unit: Annotated[str, typer.Option(help="Rewrite the whole target ('target', as the paper) or each sentence ('sentence').")] = "target",
     insert_with: Annotated[str, typer.Option(help="added_source_sentence: auto | tfidf | retrieval | llm (auto = retrieval stage if present, else tfidf; no LLM).")] = "auto",
@@ -26,14 +29,20 @@ def perturb_command(
     seed: Annotated[int, typer.Option(help="Seed for sampling and sentence insertion.")] = 0,
     require_tags: Annotated[bool, typer.Option("--require-tags", help="Reject replies without <rewritten> tags (default: take an untagged reply whole).")] = False,
     skipped: Annotated[Optional[Path], typer.Option(help="Where to log skipped perturbations with reasons and raw replies (default: OUT with .skipped.jsonl).")] = None,
-    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Shared data folder (also HALLUSCOPE_DATA_DIR).")] = None,
+    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Shared data folder.", envvar="HALLUSCOPE_DATA_DIR")] = None,
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
     api_key: ApiKeyOpt = None,
-    no_cache: NoCacheOpt = False,
+    no_cache: NoCacheOpt = None,
     concurrency: ConcurrencyOpt = None,
 ) -> None:
     """Write each original plus its meaning-preserving perturbations as harness Example JSONL."""
+    input = either("--dataset", input, "--input", old_input)
+    if input is None:
+        raise fail("--dataset is required (a dataset name or an Example .jsonl)")
+    out = either("--output", out, "--out", old_out)
+    if out is None:
+        raise fail("--output is required (the Example JSONL to write)")
     from halluscope.bench.datasets import DatasetError, load_dataset
     from halluscope.generators.perturb import PERTURBATIONS, PerturbGenerator, word_count
 
@@ -52,7 +61,7 @@ def perturb_command(
     if limit is not None:
         originals = originals[: max(0, limit)]
     if not originals:
-        raise fail("no originals to perturb (check --input, --max-words, --sample, --limit)")
+        raise fail("no originals to perturb (check --dataset, --max-words, --sample, --limit)")
 
     config = make_config(model, base_url, api_key, no_cache, concurrency)
     try:

@@ -58,7 +58,7 @@ def improve_command(
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
     api_key: ApiKeyOpt = None,
-    no_cache: NoCacheOpt = False,
+    no_cache: NoCacheOpt = None,
     concurrency: ConcurrencyOpt = None,
     option: OptionOpt = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-O", help="Write the verified improved text here.")] = None,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -20,12 +20,28 @@ app = typer.Typer(
     name="halluscope",
     help="Find, locate, explain and fix hallucinations in generated text against its source.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
 )
 generate_app = typer.Typer(help="Build benchmarks and stress tests (montage lies, perturbations, injections).",
                            no_args_is_help=True)
 app.add_typer(generate_app, name="generate")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from halluscope._version import package_version
+
+        typer.echo(f"halluscope {package_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_callback(
+    version: Annotated[bool, typer.Option("--version", "-V", help="Print the version and exit.",
+                                          callback=_print_version, is_eager=True)] = False,
+) -> None:
+    """Find, locate, explain and fix hallucinations in generated text against its source."""
 
 
 @app.command("methods")

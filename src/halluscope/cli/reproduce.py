@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from halluscope.cli.common import (ApiKeyOpt, BaseUrlOpt, ConcurrencyOpt, ModelOpt, NoCacheOpt, fail, make_config,
-                                   parse_options)
+from halluscope.cli.common import (OLD_OUT_HELP, ApiKeyOpt, BaseUrlOpt, ConcurrencyOpt, ModelOpt, NoCacheOpt, fail, make_config,
+                                   parse_options, either)
 
 
 def _default_out(paper: str, model: str | None, sample: int | None, seed: int, limit: int | None) -> Path:
@@ -44,7 +44,8 @@ def reproduce_command(
     sample: Annotated[Optional[int], typer.Option("--sample", help="Seeded subsample: N items per split/domain (final, dcr), or N base items to build the set from (dove, longdoc, probe).")] = None,
     limit: Annotated[Optional[int], typer.Option("--limit", help="Only the first N items (after --sample); raising it later resumes.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for --sample, the builders and the bootstrap.")] = 0,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Output folder (default runs/reproduce-<paper>-<model>[-sample..]).")] = None,
+    out: Annotated[Optional[Path], typer.Option("--output", "-O", help="Output folder (default runs/reproduce-<paper>-<model>[-sample..]).")] = None,
+    old_out: Annotated[Optional[Path], typer.Option("--out", hidden=True, help=OLD_OUT_HELP)] = None,
     data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Shared data folder (default ../shared/data).", envvar="HALLUSCOPE_DATA_DIR")] = None,
     builder: Annotated[str, typer.Option("--builder", help="How generated sets are built: llm (the paper's way), no-llm (halluscope's model-free variant), auto (no-llm on the embedded model, else llm).")] = "auto",
     build_option: Annotated[Optional[list[str]], typer.Option("--build", "-b", help="Builder option KEY=VALUE (repeatable): montage level/max_events/difficulties, inject facts_from/weave/complexities/max_sentences, perturb perturbations/unit/insert_with/max_sentences.")] = None,
@@ -57,7 +58,7 @@ def reproduce_command(
     judge_api_key: Annotated[Optional[str], typer.Option("--judge-api-key", help="API key for the judge, if different.", envvar="HALLUSCOPE_JUDGE_API_KEY", show_default=False)] = None,
     paper_model: Annotated[Optional[str], typer.Option("--paper-model", help="Show the paper's numbers for this model where a row has several (default: the paper's reference model).")] = None,
     bootstrap: Annotated[int, typer.Option("--bootstrap", help="Bootstrap resamples for 95% CIs (0 = none).")] = 1000,
-    no_cache: NoCacheOpt = False,
+    no_cache: NoCacheOpt = None,
     concurrency: ConcurrencyOpt = None,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="Hide progress bars.")] = False,
     list_rows: Annotated[bool, typer.Option("--list", help="List the protocol's rows and exit.")] = False,
@@ -65,6 +66,7 @@ def reproduce_command(
     """Run PAPER's main evaluation protocol with the configured model and write reproduce.json and reproduce.md:
     the paper's table layout, its published numbers (model, table) beside ours (95% CI, n, unscored, cost).
     Resumable: a re-run reuses the built data and every finished item. Rows that cannot be computed say why."""
+    out = either("--output", out, "--out", old_out)
     import asyncio
 
     from halluscope.bench.reproduce import Context, ReproduceError, get_protocol, render_terminal, run_reproduce

@@ -12,42 +12,55 @@ from halluscope.cli.common import (
     BaseUrlOpt,
     ConcurrencyOpt,
     ModelOpt,
+    either,
     fail,
     make_config,
 )
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+DEFAULT_CHECK_TIMEOUT_S = 300.0
 
 
 def serve_command(
-    host: Annotated[str, typer.Option(help="Interface to bind; keep 127.0.0.1 unless a token is set.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port.")] = 8080,
+    ctx: typer.Context,
+    host: Annotated[str, typer.Option(help="Interface to bind; keep 127.0.0.1 unless a token is set.", envvar="HALLUSCOPE_SERVER_HOST")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port.", envvar="HALLUSCOPE_SERVER_PORT")] = 8080,
     token: Annotated[Optional[str], typer.Option(help="Bearer token required on every request but /health, /ready and the docs.", envvar="HALLUSCOPE_SERVER_TOKEN", show_default=False)] = None,
-    method: Annotated[str, typer.Option(help="Default method for /check, batches and jobs.")] = "geval",
-    max_chars: Annotated[int, typer.Option(help="Max source+target characters per pair.")] = 400_000,
-    timeout: Annotated[float, typer.Option(help="Time limit of one check in seconds (-> 504).")] = 300.0,
-    max_body_mb: Annotated[float, typer.Option(help="Largest body of /check/batch and POST /jobs, in MiB (-> 413, checked before reading).")] = 32.0,
-    max_in_flight: Annotated[int, typer.Option(help="Checks running at once (/check, /improve, /check/batch).")] = 64,
-    max_queue: Annotated[int, typer.Option(help="Checks waiting for a slot; one more gets 429 + Retry-After.")] = 512,
-    queue_timeout: Annotated[float, typer.Option(help="Longest wait for a slot in seconds (-> 503 + Retry-After).")] = 30.0,
-    max_open_requests: Annotated[int, typer.Option(help="Requests open at once, all routes but probes (-> 503).")] = 2048,
-    max_batch_items: Annotated[int, typer.Option(help="Most pairs in one /check/batch.")] = 1000,
-    batch_concurrency: Annotated[int, typer.Option(help="Items of one batch checked at once.")] = 8,
-    workers: Annotated[int, typer.Option(help="Worker threads (event loops) running the checks.")] = 2,
-    jobs_db: Annotated[Optional[Path], typer.Option(help="Jobs database (SQLite); default jobs.sqlite next to the LLM cache.")] = None,
-    max_jobs: Annotated[int, typer.Option(help="Jobs queued or running at once (-> 429).")] = 100,
-    job_concurrency: Annotated[int, typer.Option(help="Items of one job checked at once.")] = 4,
+    method: Annotated[str, typer.Option(help="Default method for /check, batches and jobs.", envvar="HALLUSCOPE_SERVER_METHOD")] = "geval",
+    max_chars: Annotated[int, typer.Option(help="Max source+target characters per pair.", envvar="HALLUSCOPE_SERVER_MAX_CHARS")] = 400_000,
+    timeout: Annotated[Optional[float], typer.Option("--check-timeout", help="Time limit of one check in seconds (-> 504) [default: 300]; not HALLUSCOPE_TIMEOUT_S, which limits one LLM request.", envvar="HALLUSCOPE_SERVER_CHECK_TIMEOUT", show_default=False)] = None,
+    old_timeout: Annotated[Optional[float], typer.Option("--timeout", hidden=True, help="Old spelling of --check-timeout.")] = None,
+    max_body_mb: Annotated[float, typer.Option(help="Largest body of /check/batch and POST /jobs, in MiB (-> 413, checked before reading).", envvar="HALLUSCOPE_SERVER_MAX_BODY_MB")] = 32.0,
+    max_in_flight: Annotated[int, typer.Option(help="Checks running at once (/check, /improve, /check/batch).", envvar="HALLUSCOPE_SERVER_MAX_IN_FLIGHT")] = 64,
+    max_queue: Annotated[int, typer.Option(help="Checks waiting for a slot; one more gets 429 + Retry-After.", envvar="HALLUSCOPE_SERVER_MAX_QUEUE")] = 512,
+    queue_timeout: Annotated[float, typer.Option(help="Longest wait for a slot in seconds (-> 503 + Retry-After).", envvar="HALLUSCOPE_SERVER_QUEUE_TIMEOUT")] = 30.0,
+    max_open_requests: Annotated[int, typer.Option(help="Requests open at once, all routes but probes (-> 503).", envvar="HALLUSCOPE_SERVER_MAX_OPEN_REQUESTS")] = 2048,
+    max_batch_items: Annotated[int, typer.Option(help="Most pairs in one /check/batch.", envvar="HALLUSCOPE_SERVER_MAX_BATCH_ITEMS")] = 1000,
+    batch_concurrency: Annotated[int, typer.Option(help="Items of one batch checked at once.", envvar="HALLUSCOPE_SERVER_BATCH_CONCURRENCY")] = 8,
+    workers: Annotated[int, typer.Option(help="Worker threads (event loops) running the checks.", envvar="HALLUSCOPE_SERVER_WORKERS")] = 2,
+    jobs_db: Annotated[Optional[Path], typer.Option(help="Jobs database (SQLite); default jobs.sqlite next to the LLM cache.", envvar="HALLUSCOPE_SERVER_JOBS_DB")] = None,
+    max_jobs: Annotated[int, typer.Option(help="Jobs queued or running at once (-> 429).", envvar="HALLUSCOPE_SERVER_MAX_JOBS")] = 100,
+    job_concurrency: Annotated[int, typer.Option(help="Items of one job checked at once.", envvar="HALLUSCOPE_SERVER_JOB_CONCURRENCY")] = 4,
     data_dir: Annotated[Optional[Path], typer.Option(help="Folder of the named datasets jobs may use (final, summedits, ...).", envvar="HALLUSCOPE_DATA_DIR")] = None,
-    datasets_dir: Annotated[Optional[Path], typer.Option(help="Jobs may name .jsonl files inside this folder only (default: none).")] = None,
-    metrics_public: Annotated[bool, typer.Option(help="Serve /metrics without the token.")] = False,
-    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
-    log_format: Annotated[str, typer.Option(help="json (one object per line, with request ids) or text.")] = "json",
+    datasets_dir: Annotated[Optional[Path], typer.Option(help="Jobs may name .jsonl files inside this folder only (default: none).", envvar="HALLUSCOPE_SERVER_DATASETS_DIR")] = None,
+    metrics_public: Annotated[bool, typer.Option(help="Serve /metrics without the token.", envvar="HALLUSCOPE_SERVER_METRICS_PUBLIC")] = False,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.", envvar="HALLUSCOPE_SERVER_LOG_LEVEL")] = "info",
+    log_format: Annotated[str, typer.Option(help="json (one object per line, with request ids) or text.", envvar="HALLUSCOPE_SERVER_LOG_FORMAT")] = "json",
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
     api_key: ApiKeyOpt = None,
     concurrency: ConcurrencyOpt = None,
 ) -> None:
-    """Serve checks, batches and persistent jobs over HTTP (OpenAPI docs at /docs, metrics at /metrics)."""
+    """Serve checks, batches and persistent jobs over HTTP (OpenAPI docs at /docs, metrics at /metrics).
+
+    Every flag can also be set from the environment: HALLUSCOPE_SERVER_<FLAG> for the service's own flags
+    (HALLUSCOPE_SERVER_PORT, HALLUSCOPE_SERVER_MAX_IN_FLIGHT, ...), HALLUSCOPE_MODEL / _BASE_URL / _API_KEY /
+    _MAX_CONCURRENCY / _DATA_DIR for the shared ones; a flag wins over its variable."""
+    # compared by name: typer may ship its own copy of click (and so of the ParameterSource enum)
+    given = getattr(ctx.get_parameter_source("timeout"), "name", None) == "COMMANDLINE"
+    timeout = either("--check-timeout", timeout, "--timeout", old_timeout, from_command_line=given)
+    if timeout is None:
+        timeout = DEFAULT_CHECK_TIMEOUT_S
     try:
         import uvicorn
 

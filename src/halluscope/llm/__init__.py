@@ -15,7 +15,7 @@ __all__ = [
     "track_calls",
 ]
 
-_EMBEDDED_APIS: dict[tuple, ModelAPI] = {}  # loaded weights are reused across LLM clients
+_EMBEDDED_APIS: dict[tuple[str, int, int | None, int | None], ModelAPI] = {}  # loaded weights are reused across LLM clients
 
 
 def build_api(config: Config) -> ModelAPI:

@@ -96,7 +96,7 @@ class ResponseCache:
 
     def __len__(self) -> int:
         with self._lock:
-            return self._conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+            return int(self._conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0])
 
     def close(self) -> None:
         with self._lock:

@@ -18,8 +18,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from halluscope import tracing
 from halluscope.llm.base import Completion, GenerateParams, Message, ModelAPI
-from halluscope.llm.cache import ResponseCache, cache_key, clean_messages, clean_text
+from halluscope.llm.cache import Cache, cache_key, clean_messages, clean_text
 from halluscope.llm.ratelimit import RateLimiter
 from halluscope.records import LLMCall, Usage
 
@@ -59,7 +60,7 @@ class LLM:
         self,
         api: ModelAPI,
         *,
-        cache: ResponseCache | None = None,
+        cache: Cache | None = None,
         max_concurrency: int = 8,
         default_params: GenerateParams | None = None,
         rate_limiter: RateLimiter | None = None,
@@ -161,12 +162,14 @@ class LLM:
         cache_id = getattr(self.api, "cache_id", None) or self.api.name
         key = cache_key(cache_id, params, messages)  # also computed without a cache: it keys the single flight
         completion: Completion | None = None
-        if self.cache is not None:
-            hit = self.cache.get(key)
-            if hit is not None:
-                completion = hit.model_copy(update={"cached": True, "usage": Usage(cache_hits=1)})
-        if completion is None:
-            completion = await self._single_flight(key, messages, params)
+        with tracing.llm_span(self.api.name, params, self.api) as span:
+            if self.cache is not None:
+                hit = self.cache.get(key)
+                if hit is not None:
+                    completion = hit.model_copy(update={"cached": True, "usage": Usage(cache_hits=1)})
+            if completion is None:
+                completion = await self._single_flight(key, messages, params)
+            tracing.record_completion(span, completion)
         self.usage = self.usage + completion.usage
         log = _current_log.get()
         if log is not None:

@@ -30,6 +30,7 @@ import json
 import os
 import threading
 import weakref
+from typing import Any
 from importlib import metadata
 from pathlib import Path
 
@@ -103,9 +104,9 @@ class EmbeddedModel:
         self._n_ctx = n_ctx
         self.n_threads = n_threads if n_threads and n_threads > 0 else default_threads()
         self._seed = seed
-        self._llama = None
+        self._llama: Any = None  # llama_cpp.Llama, loaded on first use
         self._lock = threading.Lock()  # generation: llama.cpp contexts are not re-entrant
-        self._vocab = None  # vocabulary-only model for count_tokens
+        self._vocab: Any = None  # vocabulary-only model for count_tokens
         self._vocab_lock = threading.Lock()
         self._atexit_registered = False
 
@@ -116,7 +117,7 @@ class EmbeddedModel:
             atexit.register(_close_if_alive, weakref.ref(self))
             self._atexit_registered = True
 
-    def _load(self):
+    def _load(self) -> Any:
         if self._llama is None:
             try:
                 from llama_cpp import Llama
@@ -133,7 +134,7 @@ class EmbeddedModel:
             self._register_atexit()
         return self._llama
 
-    def _load_vocab(self):
+    def _load_vocab(self) -> Any:
         """The model's tokenizer alone: same vocabulary, no weights, no context."""
         if self._vocab is None:
             try:
@@ -183,7 +184,7 @@ class EmbeddedModel:
                     f"{self.name}: prompt of ~{prompt_tokens} tokens does not fit the {self._n_ctx}-token "
                     "context; use retrieval for long sources instead of truncating"
                 )
-            kwargs: dict = {
+            kwargs: dict[str, Any] = {
                 "messages": messages,
                 "temperature": params.temperature,
                 "max_tokens": min(params.max_tokens, room),

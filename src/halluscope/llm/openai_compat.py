@@ -7,6 +7,7 @@ import json
 import math
 import random
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -102,14 +103,14 @@ class _ClientPool:
 
     CONNECTIONS_PER_CLIENT = 8
 
-    def __init__(self, max_connections: int, make_client):
+    def __init__(self, max_connections: int, make_client: Callable[[httpx.Limits], httpx.AsyncClient]):
         n_clients = -(-max_connections // self.CONNECTIONS_PER_CLIENT)
         per_client = -(-max_connections // n_clients)
         limits = httpx.Limits(max_connections=per_client, max_keepalive_connections=per_client)
         self.clients: list[httpx.AsyncClient] = [make_client(limits) for _ in range(n_clients)]
         self.in_flight = [0] * n_clients
 
-    async def post(self, url: str, **kwargs) -> httpx.Response:
+    async def post(self, url: str, **kwargs: Any) -> httpx.Response:
         i = min(range(len(self.clients)), key=self.in_flight.__getitem__)
         self.in_flight[i] += 1
         try:
@@ -161,8 +162,8 @@ class OpenAICompatibleModel:
         delay += random.uniform(0, delay / 2)
         retry_after = getattr(exc, "retry_after", None)
         if retry_after is not None:
-            delay = max(delay, retry_after)
-        return min(delay, cap)
+            delay = max(delay, float(retry_after))
+        return float(min(delay, cap))
 
     def count_tokens(self, text: str) -> int | None:
         return None
@@ -186,8 +187,8 @@ class OpenAICompatibleModel:
         if pool is not None:
             await pool.aclose()
 
-    def _payload(self, messages: list[Message], params: GenerateParams, schema_format: int = 0) -> dict:
-        body: dict = {
+    def _payload(self, messages: list[Message], params: GenerateParams, schema_format: int = 0) -> dict[str, Any]:
+        body: dict[str, Any] = {
             "model": self.name,
             "messages": clean_messages(messages),  # a lone surrogate cannot be sent as UTF-8
             "temperature": params.temperature,
@@ -211,7 +212,7 @@ class OpenAICompatibleModel:
         return body
 
     @staticmethod
-    def _refuses_schema(resp: httpx.Response, body: dict) -> bool:
+    def _refuses_schema(resp: httpx.Response, body: dict[str, Any]) -> bool:
         """The endpoint rejected the structured response format it was sent: a 400/422 naming the format or a
         schema, or any error naming ``json_schema`` or ``response_format`` (llama-cpp-python's server answers a
         request validation error with HTTP 500, which retrying cannot fix)."""
@@ -223,7 +224,7 @@ class OpenAICompatibleModel:
             return True
         return "json_schema" in text or "response_format" in text
 
-    async def _post_once(self, body: dict) -> object:
+    async def _post_once(self, body: dict[str, Any]) -> object:
         resp = await self._pool().post("/chat/completions", json=body)
         if resp.status_code >= 400 and self._refuses_schema(resp, body):
             raise _SchemaRefused(resp.text[:500])

@@ -91,6 +91,7 @@ def _describe_type(prop: dict[str, Any], defs: dict[str, Any]) -> str:
 
 def _validation_message(exc: ValidationError) -> str:
     errs = exc.errors()
-    first = errs[0] if errs else {}
-    loc = ".".join(str(p) for p in first.get("loc", ()))
-    return f"schema mismatch at {loc or 'root'}: {first.get('msg', str(exc))}"[:300]
+    if not errs:
+        return f"schema mismatch at root: {exc}"[:300]
+    loc = ".".join(str(p) for p in errs[0]["loc"])
+    return f"schema mismatch at {loc or 'root'}: {errs[0]['msg']}"[:300]

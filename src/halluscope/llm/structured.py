@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from halluscope.llm.base import GenerateParams, Message
+from halluscope.llm.base import Completion, GenerateParams, Message
 from halluscope.llm.client import LLM
 from halluscope.llm.replies import Reply
 from halluscope.records import LLMCall, StepResult
@@ -37,7 +37,7 @@ PARSE_TIMEOUT_S = 10.0
 """A parse that takes longer than this counts as a failure (the reply is unusable)."""
 
 
-def _call_record(llm: LLM, messages: list[Message], completion) -> LLMCall:
+def _call_record(llm: LLM, messages: list[Message], completion: Completion) -> LLMCall:
     return LLMCall(
         model=completion.model,
         messages=[dict(m) for m in messages],
@@ -87,9 +87,10 @@ async def _run_parser(parse: Callable[[str], T], text: str) -> T:
 def _short_error(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
         errs = exc.errors()
-        first = errs[0] if errs else {}
-        loc = ".".join(str(p) for p in first.get("loc", ()))
-        return f"schema mismatch at {loc or 'root'}: {first.get('msg', str(exc))}"[:300]
+        if not errs:
+            return f"schema mismatch at root: {exc}"[:300]
+        loc = ".".join(str(p) for p in errs[0]["loc"])
+        return f"schema mismatch at {loc or 'root'}: {errs[0]['msg']}"[:300]
     return str(exc)[:300] or type(exc).__name__
 
 

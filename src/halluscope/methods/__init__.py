@@ -41,7 +41,8 @@ def method_class(name: str) -> type[Method]:
     if name not in _BUILTIN:
         raise KeyError(f"unknown method {name!r}; available: {', '.join(list_methods())}")
     module, cls_name = _BUILTIN[name].split(":")
-    return getattr(importlib.import_module(module), cls_name)
+    cls: type[Method] = getattr(importlib.import_module(module), cls_name)
+    return cls
 
 
 def get_method(name: str, **kwargs: Any) -> Method:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from typing import Any, ClassVar
 
+from halluscope import tracing
 from halluscope.config import Config
 from halluscope.llm import LLM, LLMError, get_llm, track_calls
 from halluscope.methods.options import MethodOptions, OptionsError
@@ -102,21 +103,25 @@ class Method(ABC):
         validate_pair(example.source, example.target)
         return await self._accounted(self.run_example(example))
 
-    async def _accounted(self, work) -> Report:
+    async def _accounted(self, work: Awaitable[Report]) -> Report:
         started = time.perf_counter()
-        with track_calls() as log:
-            try:
-                report = await work
-            except LLMError as exc:
-                report = Report(method=self.name, unscored_reason=f"LLM error: {exc}")
-        update: dict[str, Any] = {
-            "usage": log.usage,
-            "elapsed_s": time.perf_counter() - started,
-            "model": self.model_name,
-            "calls": list(log.calls),  # every exchange, in order, also when the method failed midway
-        }
-        report = report.model_copy(update=update)
-        return report.with_threshold(report.threshold if report.threshold is not None else self.default_threshold)
+        with tracing.check_span(self.name, self.config.model, self.config.otel) as span:
+            with track_calls() as log:
+                try:
+                    report = await work
+                except LLMError as exc:
+                    report = Report(method=self.name, unscored_reason=f"LLM error: {exc}")
+            update: dict[str, Any] = {
+                "usage": log.usage,
+                "elapsed_s": time.perf_counter() - started,
+                "model": self.model_name,
+                "calls": list(log.calls),  # every exchange, in order, also when the method failed midway
+            }
+            report = report.model_copy(update=update)
+            report = report.with_threshold(report.threshold if report.threshold is not None
+                                           else self.default_threshold)
+            tracing.record_report(span, report)
+        return report
 
     def check(self, source: str, target: str) -> Report:
         return run_sync(self.acheck(source, target))  # also inside a running loop (a notebook)

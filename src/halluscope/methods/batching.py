@@ -136,9 +136,11 @@ def parse_batch(text: str, n: int, entry: type[E], *, list_field: str = "results
 
 
 def _schema_error(exc: ValidationError) -> str:
-    first = exc.errors()[0] if exc.errors() else {}
-    loc = ".".join(str(p) for p in first.get("loc", ()))
-    return f"schema mismatch at {loc or 'root'}: {first.get('msg', str(exc))}"[:200]
+    errs = exc.errors()
+    if not errs:
+        return f"schema mismatch at root: {exc}"[:200]
+    loc = ".".join(str(p) for p in errs[0]["loc"])
+    return f"schema mismatch at {loc or 'root'}: {errs[0]['msg']}"[:200]
 
 
 # ------------------------------------------------------------------------------------------------ asking
@@ -165,7 +167,7 @@ async def ask_batch(llm: LLM, messages: list[dict[str, str]], reply: type[Reply]
     """One call for ``n`` numbered units; the reply parsed per unit (:func:`parse_batch`), one repair asked for
     when it is unusable as a whole."""
     step = await generate_reply(
-        llm, messages, reply, params=params,  # type: ignore[arg-type]
+        llm, messages, reply, params=params,
         parse=lambda text: parse_batch(text, n, entry, list_field=list_field, unit=unit, check=check))  # type: ignore[arg-type, return-value]
     return BatchStep(step.value, step.error, list(step.calls))  # type: ignore[arg-type]
 

@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
+from halluscope.config import Config
+from halluscope.llm import LLM
 from halluscope.methods import register_method
 from halluscope.methods.base import Method
 from halluscope.methods.options import MethodOptions
@@ -43,7 +45,7 @@ class Embed(Method):
 
     Options = EmbedOptions
 
-    def __init__(self, llm=None, config=None, **options: Any):
+    def __init__(self, llm: LLM | None = None, config: Config | None = None, **options: Any):
         super().__init__(llm, config, **options)
         resolve_retriever("embedding")  # fail now, with the install hint, when the extra is missing
         self.embedding_model = self.opts.embedding_model  # type: ignore[attr-defined]

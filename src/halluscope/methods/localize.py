@@ -500,6 +500,8 @@ class Localize(Method):
             return step.value, {"kind": "self", "consistent": step.value}, step.error
         from halluscope.methods import get_method
 
+        if self.opts.filter is None:
+            raise ValueError("localize: no filter method is set")
         method = get_method(self.opts.filter, llm=self.llm, config=self.config, **self.opts.filter_options)
         # run() (not acheck): the filter's calls land in this check's call log, so in this report's calls
         report = await method.run(source, target)

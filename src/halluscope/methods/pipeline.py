@@ -24,13 +24,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from halluscope.llm import ContextOverflowError
 from halluscope.methods.base import Method
 from halluscope.methods.options import ClaimOptions, RetrievalOptions
-from halluscope.records import Claim, Evidence, Finding, LLMCall, Report, StepResult, Verdict
+from halluscope.config import Config
+from halluscope.llm import LLM, ContextOverflowError
+from halluscope.prompts import PromptTemplate
+from halluscope.records import Claim, Evidence, Finding, LLMCall, Relation, Report, StepResult, Verdict
 from halluscope.stages import (Aggregate, Context, Decomposer, Selection, Verifier, build_stage,
                                register_stage)
 from halluscope.text import split_sentences
+from halluscope.tracing import stage_span
 
 MESSAGE_OVERHEAD_TOKENS = 8  # chat-template tokens per message (role markers), a safe over-estimate
 LABEL_RANK = {"supported": 3, "contradicted": 2, "unsupported": 1, "unscored": 0}
@@ -42,7 +45,7 @@ def messages_tokens(llm: Any, messages: Sequence[dict[str, str]]) -> int:
 
 def reply_budget(llm: Any, wanted: int) -> int:
     """The completion budget a call will use: ``wanted`` capped by the client's configured ``max_tokens``."""
-    return min(wanted, llm.default_params.max_tokens)
+    return min(wanted, int(llm.default_params.max_tokens))
 
 
 # ------------------------------------------------------------------------------------------ context selection
@@ -52,6 +55,8 @@ def reply_budget(llm: Any, wanted: int) -> int:
 class RetrievalSelector:
     """The whole source when it fits (``retrieval=auto``) or always/never as asked; otherwise top-K snippets
     of 2w+1 source sentences per claim."""
+
+    name: str  # set by @register_stage
 
     def __init__(self, method: "ClaimPipeline"):
         self.opts: RetrievalOptions = method.opts  # type: ignore[assignment]
@@ -119,6 +124,8 @@ def _cid(claim: Claim) -> str:
 class SentenceDecomposer:
     """Every target sentence is a claim (no LLM call); spans are exact."""
 
+    name: str  # set by @register_stage
+
     def __init__(self, method: Method | None = None, kind: str = "sentence"):
         self.kind = kind
 
@@ -168,7 +175,7 @@ def best_verdict(claim: Claim, tried: Sequence[tuple[Context, Verdict]]) -> Verd
         return Verdict.unscored(claim, f"{what}: {reasons}"[:1000], calls)
     evidence = list(chosen.evidence)
     if not any(e.span == ctx.span for e in evidence):
-        relation = "supports" if chosen.label == "supported" else "related"
+        relation: Relation = "supports" if chosen.label == "supported" else "related"
         evidence.append(Evidence(text=ctx.text, span=ctx.span, relation=relation))
     return chosen.model_copy(update={"claim": claim, "calls": calls, "evidence": evidence})
 
@@ -206,7 +213,7 @@ class ClaimPipeline(Method):
     Options: ClassVar[type[ClaimOptions]] = ClaimOptions
     default_verifier: ClassVar[str]
 
-    def __init__(self, llm=None, config=None, **options: Any):
+    def __init__(self, llm: LLM | None = None, config: Config | None = None, **options: Any):
         super().__init__(llm, config, **options)
         self._verifier: Verifier | None = None
         self._selector: RetrievalSelector | None = None
@@ -228,7 +235,7 @@ class ClaimPipeline(Method):
             self._selector = RetrievalSelector(self)
         return self._selector
 
-    def used_prompts(self) -> list:
+    def used_prompts(self) -> list[PromptTemplate]:
         prompts = super().used_prompts()
         extra = getattr(self.verifier, "used_prompts", None)
         if callable(extra):
@@ -248,7 +255,8 @@ class ClaimPipeline(Method):
         return self.llm.count_tokens(source) + self.verifier.reserve_tokens(claims) <= window
 
     # -- steps --------------------------------------------------------------------------------------------
-    async def verify(self, claims: list[Claim], selection: Selection, source: str) -> tuple[list[Verdict], dict]:
+    async def verify(self, claims: list[Claim], selection: Selection, source: str,
+                     ) -> tuple[list[Verdict], dict[str, Any]]:
         """Verdicts in claim order; in retrieval mode also the labels per tried snippet (for details)."""
         if selection.mode == "full":
             context = next(iter(selection.contexts.values()))[0]
@@ -270,7 +278,9 @@ class ClaimPipeline(Method):
     async def evaluate(self, source: str, target: str) -> PipelineRun | Report:
         """Decompose, select contexts, verify. Returns an unscored Report when there is nothing to verify."""
         details: dict[str, Any] = {"stages": self.stage_names()}
-        decomposed = await self.make_decomposer()(target)
+        decomposer = self.make_decomposer()
+        with stage_span("decomposer", decomposer.name):
+            decomposed = await decomposer(target)
         if not decomposed.ok:
             return Report(method=self.name, unscored_reason=f"decomposition failed: {decomposed.error}",
                           details=details)
@@ -278,26 +288,32 @@ class ClaimPipeline(Method):
         if not claims:
             return Report(method=self.name, unscored_reason="the decomposer found no claims in the target",
                           details=details)
-        selection = await self.selector(source, claims)
+        with stage_span("context_selector", self.selector.name):
+            selection = await self.selector(source, claims)
         try:
-            verdicts, trace = await self.verify(claims, selection, source)
+            with stage_span("verifier", self.verifier.name):
+                verdicts, trace = await self.verify(claims, selection, source)
         except ContextOverflowError as exc:
             if selection.mode != "full" or self.opts.retrieval != "auto":  # type: ignore[attr-defined]
                 raise
-            selection = await self.selector.retrieve(source, claims, f"the model reported a context overflow: {exc}")
-            verdicts, trace = await self.verify(claims, selection, source)
+            with stage_span("context_selector", self.selector.name):
+                selection = await self.selector.retrieve(source, claims,
+                                                         f"the model reported a context overflow: {exc}")
+            with stage_span("verifier", self.verifier.name):
+                verdicts, trace = await self.verify(claims, selection, source)
         details["context"] = {**selection.describe(), **trace}
         return PipelineRun(source, target, claims, selection, verdicts, details)
 
     async def aggregate(self, run: PipelineRun) -> Aggregate:
         """Default: the fraction of judged claims that are supported (unscored claims are left out and counted)."""
         judged = [v for v in run.verdicts if v.label != "unscored"]
-        sub = {"claims": float(len(run.verdicts)), "judged": float(len(judged)),
-               "supported": float(sum(v.label == "supported" for v in judged))}
+        supported = float(sum(v.label == "supported" for v in judged))
+        sub: dict[str, float | None] = {"claims": float(len(run.verdicts)), "judged": float(len(judged)),
+                                        "supported": supported}
         if not judged:
             why = next((v.reason for v in run.verdicts), "no claims")
             return Aggregate(None, sub, f"none of the {len(run.verdicts)} claims could be judged ({why})")
-        return Aggregate(sub["supported"] / len(judged), sub)
+        return Aggregate(supported / len(judged), sub)
 
     async def localize(self, run: PipelineRun) -> list[Finding]:
         """Default: one finding per unsupported or contradicted claim, at its target spans."""
@@ -307,8 +323,10 @@ class ClaimPipeline(Method):
         run = await self.evaluate(source, target)
         if isinstance(run, Report):
             return run
-        aggregate = await self.aggregate(run)
-        findings = await self.localize(run)
+        with stage_span("aggregator", self.name):
+            aggregate = await self.aggregate(run)
+        with stage_span("localizer", self.name):
+            findings = await self.localize(run)
         return Report(method=self.name, score=aggregate.score, unscored_reason=aggregate.unscored_reason,
                       subscores=aggregate.subscores, claims=run.claims, verdicts=run.verdicts, findings=findings,
                       details=run.details)

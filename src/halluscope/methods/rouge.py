@@ -73,6 +73,8 @@ def _cached_tokens(text: str) -> tuple[str, ...]:
 
 
 def _ngram_overlap(ref: Sequence[int], pred: Sequence[int], n: int) -> RougeScore:
+    ref_counts: Counter[Any]
+    pred_counts: Counter[Any]
     if n == 1:
         ref_counts, pred_counts = Counter(ref), Counter(pred)
     else:

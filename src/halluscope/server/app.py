@@ -13,6 +13,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ValidationError
 
+from halluscope._version import package_version
 from halluscope.config import Config
 from halluscope.llm import LLM
 from halluscope.methods import list_methods
@@ -95,7 +96,7 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
             await asyncio.to_thread(service.stop)
 
     app = FastAPI(
-        title="halluscope", version="0.1.0", lifespan=lifespan,
+        title="halluscope", version=package_version(), lifespan=lifespan,
         description=("Find, locate, explain and fix hallucinations in generated text against its source. "
                      "Send `Authorization: Bearer <token>` on every route but /health, /ready and the docs. "
                      "Limits are enforced before a body is read; refusals under load carry Retry-After. "

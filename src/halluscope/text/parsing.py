@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import json_repair
@@ -52,7 +53,7 @@ def _top_level_starts(text: str) -> list[int]:
     return starts
 
 
-def _strict_values(text: str):
+def _strict_values(text: str) -> Iterator[Any]:
     """Complete JSON values that start at a top-level "{" or "[" of ``text`` (fenced blocks first)."""
     decoder = json.JSONDecoder()
     text = _THINK.sub("", text)
@@ -177,7 +178,8 @@ def extract_json(text: str, expect: type | tuple[type, ...] = (dict, list), *,
 
 def _type_names(expect: type | tuple[type, ...]) -> str:
     types = expect if isinstance(expect, tuple) else (expect,)
-    return "/".join({dict: "object", list: "array"}.get(t, t.__name__) for t in types)
+    names: dict[type, str] = {dict: "object", list: "array"}
+    return "/".join(names.get(t, t.__name__) for t in types)
 
 
 _BULLET = re.compile(r"^\s*(?:[-*•]+|\d+[.)]|\(\d+\)|[a-z][.)])(?:\s+|$)")  # a bare bullet is no item

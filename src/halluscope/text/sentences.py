@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from halluscope.records import Span
 
@@ -34,7 +35,7 @@ class Sentence:
 
 
 @lru_cache(maxsize=4)
-def _segmenter(language: str):
+def _segmenter(language: str) -> Any:
     import pysbd
 
     return pysbd.Segmenter(language=language, clean=False, char_span=False)

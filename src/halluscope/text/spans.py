@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from rapidfuzz import fuzz
 
@@ -92,5 +92,5 @@ def locate(needle: str, haystack: str, *, min_fuzzy: float = 85.0, start: int = 
     return Match(Span(start=s, end=e), "fuzzy", float(score))
 
 
-def locate_all(needles: list[str], haystack: str, **kwargs) -> list[Match | None]:
+def locate_all(needles: list[str], haystack: str, **kwargs: Any) -> list[Match | None]:
     return [locate(n, haystack, **kwargs) for n in needles]

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from halluscope._optional import require
 from halluscope.generators.perturb.checks import FORMAT_HINT, normalized, parse_rewritten, rewrite_stats, word_count
 from halluscope.generators.perturb.rows import InsertWith, PerturbOutcome, perturbed_row, skipped, usage_of
 from halluscope.llm import LLM, LLMError
@@ -114,6 +115,7 @@ def candidate_sentences(source: str, *, min_words: int = 8, max_words: int = 40)
 
 def tfidf_relatedness(candidates: Sequence[str], target_sentences: Sequence[str]) -> list[float]:
     """For each candidate, its highest TF-IDF cosine similarity to any target sentence."""
+    require("sklearn", "bench", "the insert perturbation's similarity")
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.metrics.pairwise import cosine_similarity
 

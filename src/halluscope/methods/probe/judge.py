@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 from dataclasses import dataclass, field
 
 from halluscope.llm import LLM
@@ -80,7 +81,7 @@ class EvidenceJudgment:
             return None
         return fraction >= self.consensus
 
-    def record(self, position: int, rank: int, kind: str) -> dict:
+    def record(self, position: int, rank: int, kind: str) -> dict[str, Any]:
         return {"claim_id": self.claim_id, "context": {"rank": rank, "kind": kind}, "position": position,
                 "evidence_span": self.evidence.span.model_dump() if self.evidence.span else None,
                 "votes": [{"judge": v.judge, "verdict": None if v.passed is None else ("PASS" if v.passed else "FAIL"),
@@ -118,7 +119,7 @@ class EvidenceEvaluator:
         """One judgment per claim on the one passage they all quoted, votes asked up to ``size`` claims per call."""
 
         async def judge_all(judge: Judge) -> list[tuple[Vote, list[LLMCall]]]:
-            async def ask(part: list[Claim]) -> BatchStep:
+            async def ask(part: list[Claim]) -> BatchStep[Any]:
                 n = len(part)
                 messages = self.batch_prompt.render(claims=numbered([c.text for c in part]), evidence=evidence.text,
                                                     context=context, count=n)

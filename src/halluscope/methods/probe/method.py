@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from halluscope.config import Config
 from halluscope.llm import LLM, get_llm
 from halluscope.methods import register_method
 from halluscope.methods.pipeline import ClaimPipeline, PipelineRun, claim_finding
@@ -37,7 +38,7 @@ class Probe(ClaimPipeline):
     default_verifier = "probe"
     opts: ProbeOptions
 
-    def __init__(self, llm: LLM | None = None, config=None, **options: Any):
+    def __init__(self, llm: LLM | None = None, config: Config | None = None, **options: Any):
         """``judges`` may also hold LLM objects (not only model names); the options record their names."""
         judges = options.get("judges")
         self._judge_specs: list[str | LLM] = list(judges) if isinstance(judges, (list, tuple)) else []
@@ -111,4 +112,6 @@ def probe_finding(verdict: Verdict) -> Finding:
     return Finding(description=f'The text claims that "{claim.text}", but the source does not support this '
                                f"({verdict.reason}).",
                    kind="unsupported", target_spans=list(claim.target_spans), evidence=list(verdict.evidence),
-                   claim_ids=[claim.id] if claim.id else [])
+                   claim_ids=[claim.id] if claim.id else [],
+                   # the verdict's score is the best passage's share of PASS votes (0 when none was found)
+                   confidence=None if verdict.score is None else min(1.0, max(0.0, 1.0 - verdict.score)))

@@ -63,7 +63,7 @@ class ProbeTrace:
             "unplaced": [v.claim.id for v in flagged if not v.claim.target_spans],
             "unscored": [{"claim_id": v.claim.id, "reason": v.reason} for v in report.verdicts
                          if v.label == "unscored"],
-            "outcomes": {v.claim.id: _claim_outcome(v.claim.id, v.label, decisions) for v in report.verdicts},
+            "outcomes": {v.claim.id: _claim_outcome(v.claim.id or "", v.label, decisions) for v in report.verdicts},
         }
         return {"decomposition": self.decomposition or {"claims": [], "error": None, "fallback": None},
                 "evidence_finding": finding, "evidence_evaluation": evaluation, "localization": localization}

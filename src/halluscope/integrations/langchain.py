@@ -1,0 +1,121 @@
+"""LangChain: a callback handler that checks every LLM answer of a run against the documents the run's
+retrievers returned (``pip install 'halluscope[langchain]'``).
+
+    handler = GroundednessCallbackHandler(method="rouge", threshold=0.5)
+    answer = chain.invoke(question, config={"callbacks": [handler]})
+    handler.reports[-1].score, handler.reports[-1].findings
+
+Documents and answers are matched by the run tree: an answer is checked against the documents retrieved
+earlier in the same top-level run (a chain invocation). An answer in a run that retrieved nothing is not
+checked (there is no source to check it against). With ``raise_on_ungrounded=True`` an answer scored below
+the threshold, or that could not be scored, raises :class:`UngroundedAnswerError` out of ``invoke``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+from uuid import UUID
+
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.documents import Document
+from langchain_core.outputs import LLMResult
+
+from halluscope.config import Config
+from halluscope.integrations import join_documents, run_sync
+from halluscope.records import Report
+
+__all__ = ["GroundednessCallbackHandler", "UngroundedAnswerError", "check_documents"]
+
+
+class UngroundedAnswerError(RuntimeError):
+    """An answer scored below the handler's threshold (or could not be scored); ``report`` says why."""
+
+    def __init__(self, report: Report):
+        self.report = report
+        what = (f"could not be scored: {report.unscored_reason}" if report.score is None
+                else f"scored {report.score:.3f} < {report.threshold}")
+        findings = "; ".join(f.description for f in report.findings[:5])
+        super().__init__(f"answer not grounded in its documents ({report.method}): {what}"
+                         + (f". Findings: {findings}" if findings else ""))
+
+
+def _method(method: str, config: Config | None, llm: Any, options: dict[str, Any]) -> Any:
+    from halluscope.methods import get_method
+
+    return get_method(method, llm=llm, config=config or Config(), **options)
+
+
+def check_documents(answer: str, documents: Sequence[Document | str], method: str = "rouge", *,
+                    threshold: float | None = None, config: Config | None = None, llm: Any = None,
+                    **options: Any) -> Report:
+    """Check ``answer`` against LangChain documents (or plain strings), joined in order as the source."""
+    texts = [d.page_content if isinstance(d, Document) else str(d) for d in documents]
+    report: Report = run_sync(_method(method, config, llm, options).acheck(join_documents(texts), answer))
+    return report.with_threshold(threshold) if threshold is not None else report
+
+
+class GroundednessCallbackHandler(BaseCallbackHandler):
+    """Checks each LLM answer against the documents retrieved in the same run; reports land in ``reports``."""
+
+    def __init__(self, method: str = "rouge", *, threshold: float | None = None, config: Config | None = None,
+                 llm: Any = None, raise_on_ungrounded: bool = False, **options: Any):
+        self.method = _method(method, config, llm, options)  # options are validated now, not mid-chain
+        self.threshold = threshold
+        self.raise_on_ungrounded = raise_on_ungrounded
+        self.raise_error = raise_on_ungrounded  # LangChain swallows a handler's exceptions unless this is set
+        self.reports: list[Report] = []
+        self._parents: dict[UUID, UUID | None] = {}
+        self._documents: dict[UUID, list[str]] = {}
+
+    # -- run tree -------------------------------------------------------------------------------------------
+    def _root(self, run_id: UUID, parent_run_id: UUID | None) -> UUID:
+        self._parents.setdefault(run_id, parent_run_id)
+        root, seen = run_id, set()
+        while (parent := self._parents.get(root)) is not None and root not in seen:
+            seen.add(root)
+            root = parent
+        return root
+
+    def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
+                       **kwargs: Any) -> None:
+        self._parents[run_id] = parent_run_id
+
+    def on_chain_end(self, outputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any) -> None:
+        if parent_run_id is None:  # the top-level run is over: forget its tree and documents
+            self._documents.pop(run_id, None)
+            self._parents = {k: v for k, v in self._parents.items() if k != run_id and self._root(k, v) != run_id}
+
+    def on_retriever_start(self, serialized: Any, query: str, *, run_id: UUID, parent_run_id: UUID | None = None,
+                           **kwargs: Any) -> None:
+        self._parents[run_id] = parent_run_id
+
+    def on_retriever_end(self, documents: Sequence[Document], *, run_id: UUID, parent_run_id: UUID | None = None,
+                         **kwargs: Any) -> None:
+        root = self._root(run_id, parent_run_id)
+        self._documents.setdefault(root, []).extend(d.page_content for d in documents)
+
+    def on_llm_start(self, serialized: Any, prompts: list[str], *, run_id: UUID, parent_run_id: UUID | None = None,
+                     **kwargs: Any) -> None:
+        self._parents[run_id] = parent_run_id
+
+    def on_chat_model_start(self, serialized: Any, messages: Any, *, run_id: UUID,
+                            parent_run_id: UUID | None = None, **kwargs: Any) -> None:
+        self._parents[run_id] = parent_run_id
+
+    # -- the check ------------------------------------------------------------------------------------------
+    def on_llm_end(self, response: LLMResult, *, run_id: UUID, parent_run_id: UUID | None = None,
+                   **kwargs: Any) -> None:
+        documents = self._documents.get(self._root(run_id, parent_run_id))
+        self._parents.pop(run_id, None)
+        if not documents or not response.generations or not response.generations[0]:
+            return
+        answer = response.generations[0][0].text
+        if not answer.strip():
+            return
+        report: Report = run_sync(self.method.acheck(join_documents(documents), answer))
+        if self.threshold is not None:
+            report = report.with_threshold(self.threshold)
+        self.reports.append(report)
+        if self.raise_on_ungrounded and (report.score is None or report.label == "inconsistent"):
+            raise UngroundedAnswerError(report)

@@ -1,0 +1,219 @@
+"""The Dockerfile of `halluscope serve`, exercised without docker (no daemon and no registry here): its final
+stage runs as a non-root user, its environment variables are all read by `serve`, its CMD parses with the CLI
+into the expected settings, its HEALTHCHECK command reports a live /health as healthy and anything else as
+not; every `serve` flag has an environment variable."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import re
+import shlex
+import threading
+import tomllib
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from halluscope.cli.main import app
+
+REPO = Path(__file__).resolve().parents[1]
+DOCKERFILE = REPO / "Dockerfile"
+
+
+def instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with line continuations joined and comments dropped."""
+    text = re.sub(r"\\\n", " ", "\n".join(l for l in text.splitlines() if not l.lstrip().startswith("#")))
+    out = []
+    for line in text.splitlines():
+        if line.strip():
+            word, _, rest = line.strip().partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def final_stage() -> list[tuple[str, str]]:
+    steps = instructions(DOCKERFILE.read_text(encoding="utf-8"))
+    last_from = max(i for i, (word, _) in enumerate(steps) if word == "FROM")
+    return steps[last_from:]
+
+
+def stage_env() -> dict[str, str]:
+    env: dict[str, str] = {}
+    for word, rest in final_stage():
+        if word == "ENV":
+            for pair in shlex.split(rest):
+                key, _, value = pair.partition("=")
+                env[key] = value
+    return env
+
+
+def serve_click_command():
+    group = typer.main.get_command(app)
+    return group.commands["serve"]  # type: ignore[attr-defined]
+
+
+def test_runs_as_a_non_root_user():
+    users = [rest for word, rest in final_stage() if word == "USER"]
+    assert users and users[-1] not in ("root", "0")
+    steps = final_stage()
+    assert [w for w, _ in steps].index("USER") < [w for w, _ in steps].index("CMD")
+
+
+def test_copied_files_and_extras_exist():
+    steps = instructions(DOCKERFILE.read_text(encoding="utf-8"))
+    for word, rest in steps:
+        if word == "COPY" and not rest.startswith("--from"):
+            for name in rest.split()[:-1]:
+                assert (REPO / name).exists(), name
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    defaults = re.findall(r"ARG EXTRAS=(\S+)", DOCKERFILE.read_text())
+    assert defaults and all(e in extras for d in defaults for e in d.split(","))
+    assert "embedded" in extras  # the documented --build-arg EXTRAS=server,embedded
+
+
+def test_every_halluscope_variable_the_image_sets_is_read_by_serve():
+    envvars = {p.envvar for p in serve_click_command().params if p.envvar}
+    set_here = {k for k in stage_env() if k.startswith("HALLUSCOPE_")}
+    assert set_here and set_here <= envvars, set_here - envvars
+
+
+def test_every_visible_serve_flag_has_an_environment_variable():
+    missing = [p.name for p in serve_click_command().params if not getattr(p, "hidden", False) and not p.envvar]
+    assert missing == []
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    """Run `serve` up to the point where it would start uvicorn, and keep what it would have served."""
+    import uvicorn
+
+    import halluscope.server as server
+
+    seen: dict = {}
+
+    def fake_create_app(config, settings):
+        seen.update(config=config, settings=settings)
+        return "app"
+
+    def fake_run(app_obj, **kwargs):
+        seen.update(app=app_obj, **kwargs)
+
+    monkeypatch.setattr(server, "create_app", fake_create_app)
+    monkeypatch.setattr(uvicorn, "run", fake_run)
+    return seen
+
+
+def _cmd() -> list[str]:
+    (cmd,) = [json.loads(rest) for word, rest in final_stage() if word == "CMD"]
+    assert cmd[0] == "halluscope"
+    return cmd[1:]
+
+
+def test_cmd_parses_with_the_cli_and_takes_its_settings_from_the_environment(captured, monkeypatch):
+    for key in list(__import__("os").environ):
+        if key.startswith("HALLUSCOPE_"):
+            monkeypatch.delenv(key)
+    env = {**stage_env(), "HALLUSCOPE_SERVER_TOKEN": "secret", "HALLUSCOPE_MODEL": "gpt-4o-mini",
+           "HALLUSCOPE_BASE_URL": "http://models.internal/v1", "HALLUSCOPE_SERVER_MAX_IN_FLIGHT": "3",
+           "HALLUSCOPE_SERVER_CHECK_TIMEOUT": "12.5", "HALLUSCOPE_SERVER_METRICS_PUBLIC": "true",
+           "HALLUSCOPE_MAX_CONCURRENCY": "5"}
+    result = CliRunner().invoke(app, _cmd(), env=env)
+    assert result.exit_code == 0, result.output
+    assert captured["host"] == "0.0.0.0" and captured["port"] == 8080
+    settings, config = captured["settings"], captured["config"]
+    assert settings.token == "secret" and settings.jobs_db == Path("/data/jobs.sqlite")
+    assert settings.max_in_flight == 3 and settings.timeout_s == 12.5 and settings.metrics_public is True
+    assert config.model == "gpt-4o-mini" and config.base_url == "http://models.internal/v1"
+    assert config.max_concurrency == 5
+
+
+def test_cmd_refuses_to_listen_without_a_token(captured):
+    result = CliRunner().invoke(app, _cmd(), env={**stage_env(), "HALLUSCOPE_SERVER_TOKEN": ""})
+    assert result.exit_code == 2 and "refusing" in result.output and "app" not in captured
+
+
+def test_flags_win_over_variables_and_old_timeout_spelling_still_works(captured):
+    env = {"HALLUSCOPE_SERVER_PORT": "9000", "HALLUSCOPE_SERVER_CHECK_TIMEOUT": "7"}
+    assert CliRunner().invoke(app, ["serve", "--port", "9100", "--timeout", "9"], env=env).exit_code == 0
+    assert captured["port"] == 9100 and captured["settings"].timeout_s == 9.0  # --timeout = --check-timeout
+    clash = CliRunner().invoke(app, ["serve", "--check-timeout", "5", "--timeout", "9"])
+    assert clash.exit_code == 2 and "disagree" in clash.output
+
+
+class _Health(http.server.BaseHTTPRequestHandler):
+    status = 200
+
+    def do_GET(self):  # noqa: N802
+        self.send_response(self.status if self.path == "/health" else 404)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("status, healthy", [(200, True), (503, False)])
+def test_healthcheck_command(status, healthy, monkeypatch):
+    from halluscope.server import healthcheck
+
+    handler = type("H", (_Health,), {"status": status})
+    server = http.server.HTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setenv("HALLUSCOPE_SERVER_PORT", str(server.server_address[1]))
+        assert healthcheck.main() == (0 if healthy else 1)
+    finally:
+        server.shutdown()
+        server.server_close()
+    # the port is closed now: unhealthy
+    assert healthcheck.main() == 1
+
+
+def test_healthcheck_is_the_images_healthcheck():
+    (line,) = [rest for word, rest in final_stage() if word == "HEALTHCHECK"]
+    cmd = json.loads(line.split("CMD", 1)[1].strip())
+    assert cmd == ["python", "-m", "halluscope.server.healthcheck"]
+
+
+def test_image_command_serves_health_with_the_image_environment(tmp_path):
+    """The image's CMD, run as a process with the image's environment (paths moved to a temporary folder):
+    the HEALTHCHECK command turns healthy once it listens, and the process stops cleanly."""
+    pytest.importorskip("uvicorn", reason="needs the server extra")
+    pytest.importorskip("fastapi", reason="needs the server extra")
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HALLUSCOPE_")}
+    env.update(stage_env())
+    env.update({"HALLUSCOPE_SERVER_PORT": str(port), "HALLUSCOPE_SERVER_JOBS_DB": str(tmp_path / "jobs.sqlite"),
+                "XDG_CACHE_HOME": str(tmp_path / "cache"), "HALLUSCOPE_SERVER_TOKEN": "secret",
+                "HALLUSCOPE_MODEL": "remote-model", "HALLUSCOPE_BASE_URL": "http://127.0.0.1:9/v1",
+                "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])})
+    cmd = [sys.executable, "-m", "halluscope", *_cmd()]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    check = [sys.executable, "-m", "halluscope.server.healthcheck"]
+    try:
+        deadline = time.monotonic() + 60
+        healthy = False
+        while time.monotonic() < deadline and proc.poll() is None:
+            if subprocess.run(check, env=env, capture_output=True).returncode == 0:
+                healthy = True
+                break
+            time.sleep(0.5)
+        assert healthy, f"never healthy; exit={proc.poll()}"
+    finally:
+        proc.terminate()
+        output = proc.communicate(timeout=30)[0]
+    # a graceful stop: uvicorn finishes its shutdown, then re-raises SIGTERM (exit -15) or exits 0
+    assert proc.returncode in (0, -15) and "Application shutdown complete" in output, output[-2000:]
+    assert '"route": "/health"' in output and '"status": 200' in output
+    assert subprocess.run(check, env=env, capture_output=True).returncode == 1  # stopped: unhealthy
