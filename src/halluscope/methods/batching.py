@@ -89,12 +89,14 @@ class BatchAnswers(Generic[E]):
 
 
 def parse_batch(text: str, n: int, entry: type[E], *, list_field: str = "results", unit: str = "unit",
-                check: Callable[[E], None] | None = None) -> BatchAnswers[E]:
+                check: Callable[[E], None] | None = None, examples: Sequence[Any] = ()) -> BatchAnswers[E]:
     """``{"<list_field>": [{"id": i, ...}, ...]}`` (or the bare list) for units 1..n, each entry validated as
     ``entry`` (which declares ``id``) and then by ``check`` (raise ParseError/ValueError to refuse it). Raises
-    ParseError when the reply is no such list, when an entry is numbered outside 1..n, or when no unit got an
-    entry."""
-    data: Any = extract_json(text, (dict, list))
+    ParseError when the reply is no such list, when an entry is numbered outside 1..n, when no unit got an
+    entry, and when the reply is one of ``examples`` (the batch schema's example echoed back: its ids 1, 2 are
+    never applied to real units) or otherwise not one unambiguous statement (see
+    :func:`~halluscope.text.parsing.extract_json`)."""
+    data: Any = extract_json(text, (dict, list), examples=examples)
     if isinstance(data, dict):
         if not isinstance(data.get(list_field), list):
             raise ParseError(f'expected a "{list_field}" list')
@@ -166,7 +168,8 @@ async def ask_batch(llm: LLM, messages: list[dict[str, str]], reply: type[Reply]
     when it is unusable as a whole."""
     step = await generate_reply(
         llm, messages, reply, params=params,  # type: ignore[arg-type]
-        parse=lambda text: parse_batch(text, n, entry, list_field=list_field, unit=unit, check=check))  # type: ignore[arg-type, return-value]
+        parse=lambda text: parse_batch(text, n, entry, list_field=list_field, unit=unit, check=check,
+                                       examples=reply.echoes()))  # type: ignore[arg-type, return-value]
     return BatchStep(step.value, step.error, list(step.calls))  # type: ignore[arg-type]
 
 

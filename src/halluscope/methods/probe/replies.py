@@ -41,6 +41,7 @@ class ClaimsReply(Reply):
     claims: list[ClaimEntry] = Field(description="every assertion of the TEXT, in TEXT order")
     example: ClassVar[dict[str, Any] | None] = {
         "claims": [{"segment": "opened in 1998", "claim": "The museum opened in 1998."}]}
+    refuse_example_echo: ClassVar[bool] = False  # parse_claims keeps an example claim only when the TEXT says it
 
 
 DECOMPOSE_PROMPT = PromptTemplate(
