@@ -138,10 +138,10 @@ def valid(stage: str, user: str, flip: bool = False) -> Any:
         return {"keep": [n for n, _ in items(fenced(user, "descriptions"))]}
     if stage == "probe_decompose":
         return {"claims": [{"segment": s.text, "claim": s.text} for s in split_sentences(fenced(user, "target"))]}
-    if stage == "probe_find_evidence":
-        return {"reasoning": "quoted", "evidence": [_source_quote(user)]}
+    if stage == "probe_find_evidence":  # flipped: nothing bears on the claim (it is then unsupported)
+        return {"reasoning": "quoted", "evidence": [] if flip else [_source_quote(user)]}
     if stage == "probe_find_evidence_batch":
-        return {"results": [{"id": n, "reasoning": "quoted", "evidence": [_source_quote(user)]}
+        return {"results": [{"id": n, "reasoning": "quoted", "evidence": [] if flip else [_source_quote(user)]}
                             for n, _ in items(fenced(user, "claims"))]}
     if stage == "probe_evaluate":
         return {"reasoning": "checked", "verdict": "FAIL" if flip else "PASS"}
@@ -199,14 +199,20 @@ def _reply_schema(stage: str) -> type[Reply] | None:
 
 
 def _dup_dumps(a: Any, b: Any) -> str:
-    """``a`` as JSON text, each object also naming again (with ``b``'s value) every key whose scalar value
-    differs in ``b``: the same key twice with two values."""
+    """``a`` as JSON text, each object also naming again (with ``b``'s value) every key whose value differs in
+    ``b`` (objects, and lists of objects of the same length, are compared inside): the same key twice with two
+    values."""
     if isinstance(a, dict):
-        pairs = [f"{_dumps(k)}: {_dup_dumps(v, b.get(k) if isinstance(b, dict) else None)}" for k, v in a.items()]
-        if isinstance(b, dict):
-            pairs += [f"{_dumps(k)}: {_dumps(b[k])}" for k, v in a.items()
-                      if k in b and not isinstance(v, (dict, list)) and b[k] != v]
-        return "{" + ", ".join(pairs) + "}"
+        other = b if isinstance(b, dict) else {}
+        pairs, again = [], []
+        for k, v in a.items():
+            w = other.get(k)
+            inside = isinstance(v, dict) or (isinstance(v, list) and isinstance(w, list) and len(v) == len(w)
+                                              and any(isinstance(x, dict) for x in v))
+            pairs.append(f"{_dumps(k)}: {_dup_dumps(v, w) if inside else _dumps(v)}")
+            if k in other and not inside and w != v:
+                again.append(f"{_dumps(k)}: {_dumps(w)}")
+        return "{" + ", ".join(pairs + again) + "}"
     if isinstance(a, list):
         others = b if isinstance(b, list) and len(b) == len(a) else [None] * len(a)
         return "[" + ", ".join(_dup_dumps(x, y) for x, y in zip(a, others)) + "]"
@@ -224,9 +230,10 @@ def _lookalike_keys(value: Any) -> Any:
     return value
 
 
-def _lookalike_labels(stage: str, user: str) -> list[str]:
+def _lookalike_labels(stage: str, user: str, rule_reasons: bool) -> list[str]:
     """Replies whose verdict is spelled with letters that fold onto ASCII ones (and, for JSON replies, whose keys
-    are): never the label they resemble."""
+    are): never the label they resemble. DCR reasons ("Conſistent: ...") are labels only where the code reads
+    them (``amc=rule``); otherwise the AMC call classifies them."""
     out: list[str] = []
     value = valid(stage, user)
     if isinstance(value, str):  # text verdicts: the binary filter's last line, cot's marker
@@ -238,10 +245,12 @@ def _lookalike_labels(stage: str, user: str) -> list[str]:
         return [o for o in out if o != value]
     out.append(_dumps(_lookalike_keys(value)))
     text = _dumps(value)
-    for word, look in (("PASS", "PAſS"), ("PASS", "pasſ"), ("FAIL", "FAıL"), ("PASS", "ＰＡＳＳ"),
-                       ("Consistent:", "Conſistent:"), ("Inconsistent:", "Inconſistent:")):
+    for word, look in (("PASS", "PAſS"), ("PASS", "pasſ"), ("FAIL", "FAıL"), ("PASS", "ＰＡＳＳ")):
         if word in text:
-            out.append(text.replace(f'"{word}' if word.isupper() else word, f'"{look}' if word.isupper() else look))
+            out.append(text.replace(f'"{word}"', f'"{look}"'))
+    if rule_reasons:  # every reason's only verdict is its (look-alike) opening word
+        out += _with_reasons(stage, user, ("Conſistent: the SOURCE states this.", "Inconſistent: the year differs.",
+                                           "ᏟONSISTENT: stated.", "Consistent\u0131: stated."))
     if stage in ("probe_evaluate", "probe_evaluate_batch"):
         out.append(_dumps(valid(stage, user, flip=True)).replace('"FAIL"', '"faıl"'))
     return out
@@ -253,10 +262,11 @@ NEGATION_REASONS = ("Nothing in the SOURCE supports this claim.",
 """The audit's reasons that ``amc=rule`` used to read as +1 (issue 18, row 4)."""
 
 
-def _negation_replies(stage: str, user: str) -> list[str]:
+def _with_reasons(stage: str, user: str, reasons: Iterable[str]) -> list[str]:
+    """DCE replies (any level) in which every reason is ``reason``, one reply per reason."""
     value = valid(stage, user)
     out = []
-    for reason in NEGATION_REASONS:
+    for reason in reasons:
         if stage == "dcr_dce_sentence":
             out.append(_dumps({"sentences": [{"id": e["id"], "reason": reason} for e in value["sentences"]],
                                "is_consistent": False}))
@@ -268,9 +278,10 @@ def _negation_replies(stage: str, user: str) -> list[str]:
     return out
 
 
-def attack_replies(cls: str, stage: str, messages: list[dict[str, str]],
-                   garbage: dict[str, list[str]]) -> list[str]:
-    """The replies of attack class ``cls`` for a request of ``stage`` (empty when the class does not apply)."""
+def attack_replies(cls: str, stage: str, messages: list[dict[str, str]], garbage: dict[str, list[str]],
+                   rule_reasons: bool = False) -> list[str]:
+    """The replies of attack class ``cls`` for a request of ``stage`` (empty when the class does not apply).
+    ``rule_reasons``: DCR's reasons are read by the rule (``amc=rule``), so reason wordings are attacks too."""
     user = prompt_of(messages)
     schema = _reply_schema(stage)
     example = getattr(schema, "example", None) if schema is not None else None
@@ -293,9 +304,9 @@ def attack_replies(cls: str, stage: str, messages: list[dict[str, str]],
         dup = _dup_dumps(a, b)
         return [dup, dup.replace("true", "True").replace("false", "False")]  # the second needs syntax repair
     if cls == "lookalike_labels":
-        return _lookalike_labels(stage, user)
+        return _lookalike_labels(stage, user, rule_reasons)
     if cls == "amc_rule_negations":
-        return _negation_replies(stage, user)
+        return _with_reasons(stage, user, NEGATION_REASONS) if rule_reasons else []
     return list(garbage.get(cls, ()))
 
 
@@ -358,7 +369,8 @@ def verdict_stages_reached(method: str, options: dict) -> list[str]:
 
 
 def scores_from_attack(report, attacked: str, negations: bool = False) -> int:
-    """Scores that rest on an attacked reply: scored verdicts whose calls include the attacked stage and none of
+    """Scores that rest on an attacked reply: scored verdicts whose calls (the report's when the verdict keeps none
+    of its own) include the attacked stage and none of
     its valid alternatives (with ``negations``: only those read as consistent, +1, count), or else one for a report
     scored while no verdict is a real one (methods whose report is the verdict: geval, localize)."""
     from_attack = 0
@@ -366,7 +378,8 @@ def scores_from_attack(report, attacked: str, negations: bool = False) -> int:
     for verdict in report.verdicts:
         if verdict.label == "unscored":
             continue
-        stages = {stage_of(c.messages) for c in verdict.calls}
+        # a verdict decided by a call shared with others (DCR's one DCE call) keeps it on the report only
+        stages = {stage_of(c.messages) for c in (verdict.calls or report.calls)}
         if attacked in stages and not stages & ALTERNATIVES.get(attacked, set()):
             if not negations or verdict.label == "supported" or (verdict.score or 0) > 0:
                 from_attack += 1
@@ -382,6 +395,7 @@ def fuzz_stage(method: str, options: dict, stage: str, classes: Iterable[str], g
     """Every reply of every class in ``classes`` against ``stage`` of one method configuration, counted in
     ``row``: checks, reached, attacked_replies, scores_from_attack, crashes."""
     negations = False
+    rule_reasons = options.get("amc") == "rule"
     for cls in classes:
         probe_messages: list[list[dict[str, str]]] = []
 
@@ -395,11 +409,11 @@ def fuzz_stage(method: str, options: dict, stage: str, classes: Iterable[str], g
         if not probe_messages:
             row["not_reached_in_valid_run"] += 1
             continue
-        replies = attack_replies(cls, stage, probe_messages[0], garbage)
+        replies = attack_replies(cls, stage, probe_messages[0], garbage, rule_reasons)
         negations = cls == "amc_rule_negations"
         for index in range(len(replies)):
             def attack(messages, index=index, cls=cls):
-                built = attack_replies(cls, stage, messages, garbage)
+                built = attack_replies(cls, stage, messages, garbage, rule_reasons)
                 return built[index] if index < len(built) else replies[index]
 
             script = StageScript(attacked=stage, attack=attack)

@@ -67,6 +67,15 @@ FIRST_SENTENCE_CHARS = 300
 """Only this much of a reason's first sentence is searched for verdict words."""
 
 
+def _foreign_letters_masked(text: str) -> str:
+    """``text`` with every non-ASCII letter replaced by ``x``: a verdict word spelled with a look-alike ("Conſistent",
+    "ınconsistent") or glued to a foreign letter ("Consistentı") is then no verdict word, while ``re.A`` word
+    boundaries still see a letter there."""
+    if text.isascii():
+        return text
+    return "".join("x" if not ch.isascii() and ch.isalpha() else ch for ch in text)
+
+
 def verdict_words(text: str) -> int | None:
     """-1 if ``text`` says inconsistent / not supported / contradicts / not mentioned / wrong..., else +1 if it
     says consistent / supported / correct with no negation anywhere in it, else None (no verdict, or a positive
@@ -84,7 +93,7 @@ def verdict_mark(reason: str) -> int:
     numbering; a question such as "Consistent? No, ..." is read by its answer), else the verdict words of its
     first sentence, negative ones first. Raises :class:`ParseError` when the reason states no verdict or an
     ambiguous one (the reason is then unscored, not guessed; never +1 by default)."""
-    text = ENUMERATION.sub("", reason.strip(), count=1)
+    text = ENUMERATION.sub("", _foreign_letters_masked(reason.strip()), count=1)
     question = QUESTION.match(text)
     if question is not None:
         text = text[question.end():]
