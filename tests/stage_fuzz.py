@@ -332,6 +332,26 @@ verdict rests on). Decomposition, ordering, de-duplication and rewriting stages 
 
 # ------------------------------------------------------------------------------------------ running
 
+STAGE_CONFIGS: list[tuple[str, dict]] = [
+    ("geval", {}),
+    ("localize", {"style": "zero_shot"}), ("localize", {"style": "few_shot"}), ("localize", {"style": "cot"}),
+    ("localize", {"style": "zero_shot", "filter": "self"}), ("localize", {"style": "cot", "filter": "self", "hint": True}),
+    ("factscore", {}), ("factscore", {"describe": False}), ("factscore", {"batch_size": 3}),
+    ("factscore", {"describe": False, "batch_size": 3}),
+    ("dove", {}), ("dove", {"batch_size": 2}), ("dove", {"decomposer": "sentences"}),
+    ("dcr", {}), ("dcr", {"amc": "rule"}), ("dcr", {"level": "paragraph"}), ("dcr", {"level": "paragraph", "amc": "rule"}),
+    ("dcr", {"retrieval": "always", "retriever": "bm25"}),
+    ("dcr", {"retrieval": "always", "retriever": "bm25", "batch_size": 3}),
+    ("dcr", {"retrieval": "always", "retriever": "bm25", "batch_size": 3, "amc": "rule"}),
+    ("probe", {}), ("probe", {"batch_size": 3}),
+    ("improve", {"rounds": 1}),
+]
+"""Every LLM method, single and ``batch_size`` > 1, every level and AMC mode, retrieval (BM25: offline)."""
+
+
+def config_label(method: str, options: dict) -> str:
+    return method + "".join(f" {k}={v}" for k, v in options.items())
+
 
 @dataclass
 class StageScript:
