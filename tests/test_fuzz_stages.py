@@ -51,8 +51,7 @@ def test_attacking_one_verdict_stage_gives_no_score_and_no_crash(method, options
         label = f"{config_label(method, options)} / {stage}"
         assert row["checks"] > 0, label
         assert row["reached"] == row["checks"], f"{label}: the attacked stage was not always reached: {dict(row)}"
-        valid_negations = row["class:amc_rule_negations"]  # well-formed replies: read (as -1 or unmarked), no repair
-        assert row["attacked_replies"] >= 2 * (row["checks"] - valid_negations) + valid_negations, label
+        assert row["attacked_replies"] > row["checks"], label  # refused answers got their repair request
         assert row["scores_from_attack"] == 0, f"{label}: {dict(row)}"
         assert row["crashes"] == 0, crashes
 
