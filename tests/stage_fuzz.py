@@ -447,5 +447,7 @@ def fuzz_stage(method: str, options: dict, stage: str, classes: Iterable[str], g
                 continue
             row["reached"] += script.asked[stage] > 0
             row["attacked_replies"] += script.asked[stage]
-            row["scores_from_attack"] += scores_from_attack(report, stage, negations)
+            scored = scores_from_attack(report, stage, negations)
+            row["scores_from_attack"] += scored
             row[f"class:{cls}"] += 1
+            row[f"scored:{cls}"] += scored
