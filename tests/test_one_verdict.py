@@ -108,6 +108,7 @@ def test_two_different_answers_are_no_verdict(reply):
 
 def test_the_same_answer_twice_is_one_statement():
     assert GevalReply.parse('{"reason": "x", "score": 4}\nAgain: {"score": 4, "reason": "x"}').score == 4
+    assert GevalReply.parse('{"reason": "x", "score": 4} and {}').score == 4  # an empty object states nothing
 
 
 @pytest.mark.parametrize("reply", [

@@ -209,8 +209,8 @@ def extract_json(text: str, expect: type | tuple[type, ...] = (dict, list), *,
 
     A verdict comes from one unambiguous statement of it, so the reply is refused (ParseError) when
 
-    * it states two *different* values of type ``expect`` (``{"score": 1} ... On second thought: {"score": 5}``;
-      the same value repeated is one statement),
+    * it states two *different* non-empty values of type ``expect`` (``{"score": 1} ... On second thought:
+      {"score": 5}``; the same value repeated is one statement, an empty ``{}``/``[]`` beside an answer none),
     * an object names the same key twice (``{"score": 1, "score": 5}``), or
     * its only value is one of ``examples`` (the format's own example echoed back, alone or inside echoed
       format text or an echoed prompt); an example beside one real answer is an echo and is skipped."""
@@ -265,6 +265,9 @@ def extract_json(text: str, expect: type | tuple[type, ...] = (dict, list), *,
             echoed += 1
         else:
             answers.setdefault(key, value)
+    stated = {k: v for k, v in answers.items() if v}
+    if len(answers) > 1 and stated:
+        answers = stated  # an empty "{}" or "[]" beside a real answer states nothing
     if len(answers) > 1:
         raise ParseError(f"the reply states {len(answers)} different answers; a verdict must be stated once: "
                          f"{text[:120]!r}")
