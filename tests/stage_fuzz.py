@@ -390,9 +390,9 @@ def verdict_stages_reached(method: str, options: dict) -> list[str]:
 
 def scores_from_attack(report, attacked: str, negations: bool = False) -> int:
     """Scores that rest on an attacked reply: scored verdicts whose calls (the report's when the verdict keeps none
-    of its own) include the attacked stage and none of
-    its valid alternatives (with ``negations``: only those read as consistent, +1, count), or else one for a report
-    scored while no verdict is a real one (methods whose report is the verdict: geval, localize)."""
+    of its own) include the attacked stage and none of its valid alternatives (with ``negations``: only those read
+    as consistent, +1), or else one for a report scored while no verdict is a real one (methods whose report is the
+    verdict: geval, localize)."""
     from_attack = 0
     legit = 0
     for verdict in report.verdicts:
