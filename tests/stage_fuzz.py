@@ -286,7 +286,16 @@ def attack_replies(cls: str, stage: str, messages: list[dict[str, str]], garbage
     schema = _reply_schema(stage)
     example = getattr(schema, "example", None) if schema is not None else None
     if cls == "example_alone":
-        return [_dumps(example)] if example is not None else []
+        if example is None:
+            return []
+        out = [_dumps(example)]
+        field_name = getattr(schema, "bare_list_field", None)
+        if field_name:  # a batch: the example's entries, then valid entries for the other units
+            shown = example[field_name]
+            ids = {e.get("id") for e in shown}
+            extra = [e for e in valid(stage, user)[field_name] if e.get("id") not in ids]
+            out.append(_dumps({field_name: shown + extra}))
+        return out
     if cls == "example_in_format":
         return [schema.format_instructions()] if example is not None else []
     if cls == "prompt_echo":

@@ -76,6 +76,9 @@ def test_batch_example_ids_are_never_applied_to_real_units(reply, entry):
         parse_batch(json.dumps(reply.example), 3, entry, examples=reply.echoes())
     with pytest.raises(ParseError, match="example"):  # the bare list of the example's entries
         parse_batch(json.dumps(reply.example["results"]), 3, entry, examples=reply.echoes())
+    with pytest.raises(ParseError, match="example"):  # the example's entries with a third one added
+        extra = {"id": 3, "supported": True, "inconsistencies": [], "reasoning": "", "evidence": []}
+        parse_batch(json.dumps({"results": reply.example["results"] + [extra]}), 3, entry, examples=reply.echoes())
 
 
 @pytest.mark.parametrize("method, options, stage, unit_stage", [

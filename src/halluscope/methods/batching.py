@@ -17,6 +17,7 @@ own reply would be (the same schema plus ``id``). Nothing is guessed:
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -101,6 +102,9 @@ def parse_batch(text: str, n: int, entry: type[E], *, list_field: str = "results
         if not isinstance(data.get(list_field), list):
             raise ParseError(f'expected a "{list_field}" list')
         data = data[list_field]
+    if _holds_an_example(data, examples, list_field):
+        raise ParseError("the reply repeats the format's example entries (their ids are the example's, not the "
+                         f"{unit}s')")
     valid: dict[int, list[E]] = {}
     invalid: dict[int, list[str]] = {}
     for item in data:
@@ -135,6 +139,17 @@ def parse_batch(text: str, n: int, entry: type[E], *, list_field: str = "results
     if not judged:
         raise ParseError(f"no usable entry in the {list_field} list ({next(iter(missing.values()), 'empty')})")
     return BatchAnswers(judged, missing)
+
+
+def _holds_an_example(entries: list[Any], examples: Sequence[Any], list_field: str) -> bool:
+    """Whether ``entries`` hold every entry of one of ``examples`` word for word (the example's answer with more
+    entries added: its ids 1, 2 would otherwise be applied to real units)."""
+    spelled = {json.dumps(e, sort_keys=True) for e in entries}
+    for example in examples:
+        shown = example.get(list_field) if isinstance(example, dict) else example
+        if isinstance(shown, list) and shown and all(json.dumps(e, sort_keys=True) in spelled for e in shown):
+            return True
+    return False
 
 
 def _schema_error(exc: ValidationError) -> str:
