@@ -9,6 +9,16 @@ per method: replies sent, checks, checks that produced a score / a scored verdic
 replies (all must be 0), and crashes (exceptions out of ``check``; must be 0).
 
     python benchmarks/fuzz_table.py [--mixed-runs 40] [--out bench_out/fuzz_table.json]
+
+With ``--stage-by-stage`` (issue 18) it attacks one verdict stage at a time instead: a scripted model answers every
+other stage validly (so the attacked stage is always reached) and gives the attacked stage -- first answer and
+repair -- the schema's example (alone, in the format text), the prompt echoed, two verdicts, repeated keys,
+look-alike labels, ``amc=rule`` negations, and every garbage reply above; for every LLM method configuration of
+``tests/stage_fuzz.py`` (single and batch_size > 1) and every verdict stage it reaches. Counted per method/stage:
+checks, checks that reached the attacked stage (must be all), scores from attacked replies (must be 0), crashes
+(must be 0).
+
+    python benchmarks/fuzz_table.py --stage-by-stage [--out bench_out/fuzz_stages.json]
 """
 
 from __future__ import annotations
@@ -51,11 +61,54 @@ def _run(method: str, options: dict, responder, row: Counter) -> None:
     row["findings"] += len(report.findings)
 
 
+def stage_by_stage(out: str | None) -> int:
+    from tests.stage_fuzz import (STAGE_CONFIGS, STRUCTURAL_CLASSES, config_label, fuzz_stage,  # noqa: PLC0415
+                                  verdict_stages_reached)
+
+    start = time.perf_counter()
+    classes = list(STRUCTURAL_CLASSES) + ["amc_rule_negations"] + list(GARBAGE)
+    table: dict[str, Counter] = {}
+    per_class: Counter = Counter()
+    scored_class: Counter = Counter()
+    for method, options in STAGE_CONFIGS:
+        for stage in verdict_stages_reached(method, options):
+            row: Counter = Counter()
+            fuzz_stage(method, options, stage, classes, GARBAGE, row,
+                       on_crash=lambda line: print("CRASH " + line, file=sys.stderr))
+            table[f"{config_label(method, options)} | {stage}"] = row
+            per_class.update({k[6:]: v for k, v in row.items() if k.startswith("class:")})
+            scored_class.update({k[7:]: v for k, v in row.items() if k.startswith("scored:") and v})
+    cols = ["checks", "reached", "attacked_replies", "scores_from_attack", "crashes"]
+    total: Counter = Counter()
+    print("| method | stage | " + " | ".join(cols) + " |")
+    print("|---|---|" + "---|" * len(cols))
+    for label, row in table.items():
+        total.update({c: row[c] for c in cols})
+        print(f"| {label} | " + " | ".join(str(row[c]) for c in cols) + " |")
+    print("| **all** | | " + " | ".join(f"**{total[c]}**" for c in cols) + " |")
+    print("\nchecks per attack class: " + ", ".join(f"{k} {v}" for k, v in per_class.items()))
+    print("scores from attacked replies per class: "
+          + (", ".join(f"{k} {v}" for k, v in scored_class.items()) or "none"))
+    print(f"{len(STAGE_CONFIGS)} configurations, {len(table)} (configuration, verdict stage) pairs; "
+          f"{time.perf_counter() - start:.1f} s")
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps({"rows": {k: dict(v) for k, v in table.items()}, "all": dict(total),
+                                         "per_class": dict(per_class),
+                                         "scored_per_class": dict(scored_class)}, indent=1))
+    bad = total["scores_from_attack"] + total["crashes"] + (total["checks"] - total["reached"])
+    return 1 if bad else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mixed-runs", type=int, default=40, help="checks per method with faults mixed in")
+    parser.add_argument("--stage-by-stage", action="store_true",
+                        help="attack one verdict stage at a time, every other stage answered validly (issue 18)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    if args.stage_by_stage:
+        return stage_by_stage(args.out)
 
     start = time.perf_counter()
     table: dict[str, Counter] = defaultdict(Counter)

@@ -7,7 +7,9 @@ come from the allowed set). The same class gives
 * the JSON schema sent to backends that constrain decoding (:meth:`Reply.json_schema`), and
 * the parser (:meth:`Reply.parse`): JSON found in the reply, syntax-repaired at most (see
   :func:`halluscope.text.parsing.extract_json`), then validated strictly. Prose, fragments, wrong keys,
-  wrong types and truncated JSON are errors, so a verdict is read only from a reply that states it.
+  wrong types and truncated JSON are errors, so a verdict is read only from a reply that states it; two
+  different answers, a repeated key, or the schema's own example echoed back are errors too, so it is read
+  only from one unambiguous statement of it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ class Reply(BaseModel):
     example: ClassVar[dict[str, Any] | None] = None
     bare_list_field: ClassVar[str | None] = None
     """When set, a reply that is a bare JSON list is read as the value of this (list) field."""
+    refuse_example_echo: ClassVar[bool] = True
+    """A reply whose only answer is ``example`` (alone, or inside echoed format text or an echoed prompt) is no
+    answer. Only a schema whose parser checks every value against the input itself (a decomposition keeps an
+    example fact only when the TEXT says it) turns this off."""
 
     @classmethod
     def json_schema(cls) -> dict[str, Any]:
@@ -49,10 +55,21 @@ class Reply(BaseModel):
         return "\n".join(lines)
 
     @classmethod
+    def echoes(cls) -> list[Any]:
+        """The JSON values that are this schema's example echoed back (the example, and its list alone when a bare
+        list is accepted): :func:`~halluscope.text.parsing.extract_json` never takes them for the answer."""
+        if cls.example is None or not cls.refuse_example_echo:
+            return []
+        values: list[Any] = [cls.example]
+        if cls.bare_list_field and isinstance(cls.example.get(cls.bare_list_field), list):
+            values.append(cls.example[cls.bare_list_field])
+        return values
+
+    @classmethod
     def parse(cls: type[R], text: str) -> R:
         """The reply as this schema, or :class:`ParseError` saying why not."""
         expect: tuple[type, ...] = (dict, list) if cls.bare_list_field else (dict,)
-        data = extract_json(text, expect)
+        data = extract_json(text, expect, examples=cls.echoes())
         if isinstance(data, list):
             data = {cls.bare_list_field: data}
         try:

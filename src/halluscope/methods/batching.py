@@ -17,6 +17,7 @@ own reply would be (the same schema plus ``id``). Nothing is guessed:
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -89,16 +90,21 @@ class BatchAnswers(Generic[E]):
 
 
 def parse_batch(text: str, n: int, entry: type[E], *, list_field: str = "results", unit: str = "unit",
-                check: Callable[[E], None] | None = None) -> BatchAnswers[E]:
+                check: Callable[[E], None] | None = None, examples: Sequence[Any] = ()) -> BatchAnswers[E]:
     """``{"<list_field>": [{"id": i, ...}, ...]}`` (or the bare list) for units 1..n, each entry validated as
     ``entry`` (which declares ``id``) and then by ``check`` (raise ParseError/ValueError to refuse it). Raises
-    ParseError when the reply is no such list, when an entry is numbered outside 1..n, or when no unit got an
-    entry."""
-    data: Any = extract_json(text, (dict, list))
+    ParseError when the reply is no such list, when an entry is numbered outside 1..n, when no unit got an
+    entry, and when the reply is one of ``examples`` (the batch schema's example echoed back: its ids 1, 2 are
+    never applied to real units) or otherwise not one unambiguous statement (see
+    :func:`~halluscope.text.parsing.extract_json`)."""
+    data: Any = extract_json(text, (dict, list), examples=examples)
     if isinstance(data, dict):
         if not isinstance(data.get(list_field), list):
             raise ParseError(f'expected a "{list_field}" list')
         data = data[list_field]
+    if _holds_an_example(data, examples, list_field):
+        raise ParseError("the reply repeats the format's example entries (their ids are the example's, not the "
+                         f"{unit}s')")
     valid: dict[int, list[E]] = {}
     invalid: dict[int, list[str]] = {}
     for item in data:
@@ -135,6 +141,17 @@ def parse_batch(text: str, n: int, entry: type[E], *, list_field: str = "results
     return BatchAnswers(judged, missing)
 
 
+def _holds_an_example(entries: list[Any], examples: Sequence[Any], list_field: str) -> bool:
+    """Whether ``entries`` hold every entry of one of ``examples`` word for word (the example's answer with more
+    entries added: its ids 1, 2 would otherwise be applied to real units)."""
+    spelled = {json.dumps(e, sort_keys=True) for e in entries}
+    for example in examples:
+        shown = example.get(list_field) if isinstance(example, dict) else example
+        if isinstance(shown, list) and shown and all(json.dumps(e, sort_keys=True) in spelled for e in shown):
+            return True
+    return False
+
+
 def _schema_error(exc: ValidationError) -> str:
     errs = exc.errors()
     if not errs:
@@ -167,8 +184,9 @@ async def ask_batch(llm: LLM, messages: list[dict[str, str]], reply: type[Reply]
     """One call for ``n`` numbered units; the reply parsed per unit (:func:`parse_batch`), one repair asked for
     when it is unusable as a whole."""
     step = await generate_reply(
-        llm, messages, reply, params=params,
-        parse=lambda text: parse_batch(text, n, entry, list_field=list_field, unit=unit, check=check))  # type: ignore[arg-type, return-value]
+        llm, messages, reply, params=params,  # type: ignore[arg-type]
+        parse=lambda text: parse_batch(text, n, entry, list_field=list_field, unit=unit, check=check,
+                                       examples=reply.echoes()))  # type: ignore[arg-type, return-value]
     return BatchStep(step.value, step.error, list(step.calls))  # type: ignore[arg-type]
 
 

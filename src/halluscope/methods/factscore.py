@@ -110,6 +110,7 @@ class FactsReply(Reply):
         "facts": [{"sentence": 1, "fact": "The museum opened in 1998."},
                   {"sentence": 1, "fact": "The museum is in Lyon."}]}
     bare_list_field: ClassVar[str | None] = "facts"
+    refuse_example_echo: ClassVar[bool] = False  # parse_facts keeps an example fact only when the TEXT says it
 
 
 class FactCheckReply(Reply):
@@ -136,6 +137,8 @@ class FactJudgmentReply(FactCheckReply):
     @field_validator("inconsistencies")
     @classmethod
     def _real_descriptions(cls, items: list[str]) -> list[str]:
+        if any(normalized(item) in DESCRIPTION_EXAMPLES for item in items):
+            raise ValueError("an inconsistency is copied from the format's example: the judgment is the example's")
         return clean_descriptions(items, DESCRIPTION_ECHOES, refuse_echoes=False)
 
     @model_validator(mode="after")
@@ -185,11 +188,13 @@ class KeepReply(Reply):
     keep: list[int] = Field(description="the numbers of the descriptions to keep: one from each group of "
                                         "duplicates, and every description that has no duplicate")
     example: ClassVar[dict[str, Any] | None] = {"keep": [1, 3]}
+    refuse_example_echo: ClassVar[bool] = False  # numbers only, no verdict: [1, 3] can be the real selection
 
 
 FACT_ECHOES = shown_strings(FactsReply)
 FACT_EXAMPLES = example_strings(FactsReply)
 DESCRIPTION_ECHOES = shown_strings(FactJudgmentReply) | shown_strings(FactJudgmentBatchReply)
+DESCRIPTION_EXAMPLES = example_strings(FactJudgmentReply) | example_strings(FactJudgmentBatchReply)
 
 # ------------------------------------------------------------------------------------------------ prompts
 

@@ -48,7 +48,7 @@ import json
 import re
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from halluscope.llm.replies import Reply
 from halluscope.llm.structured import generate_parsed, generate_reply
@@ -58,6 +58,7 @@ from halluscope.methods.options import MethodOptions
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Example, Finding, Report, StepResult
 from halluscope.text import ParseError
+from halluscope.text.labels import ascii_text
 from halluscope.text.descriptions import clean_descriptions, spans_for_description
 from halluscope.text.placeholders import (
     example_strings,
@@ -139,7 +140,8 @@ def reply_schema(hint: bool) -> type[LocalizationReply]:
     return HintedLocalizationReply if hint else LocalizationReply
 
 
-_MARKER_LINE = re.compile(r"^[ \t*#>_]*final\s+output\s*:", re.I | re.M)
+_MARKER_LINE = re.compile(r"^[ \t*#>_]*final\s+output\s*:", re.I | re.M | re.A)
+"""ASCII-only case folding (``re.A``): "Fınal Output:" with a dotless i is no marker."""
 _THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
 
 
@@ -160,7 +162,8 @@ def parse_localization(text: str, hint: bool = False, target: str = "") -> list[
 def parse_final_output(text: str, hint: bool = False, target: str = "") -> list[str]:
     """Descriptions from a chain-of-thought reply: the reasoning, then a line starting ``Final Output:``;
     what follows the last such line must be the declared JSON object (in a code fence or not). Raises
-    ParseError when the marker is missing or the final answer is anything else."""
+    ParseError when the marker is missing, when the final answer is anything else, and when an earlier marker
+    line states a different answer (two verdicts)."""
     if not isinstance(text, str) or not text.strip():
         raise ParseError("empty reply")
     body = _THINK.sub("", text)
@@ -172,24 +175,42 @@ def parse_final_output(text: str, hint: bool = False, target: str = "") -> list[
         raise ParseError(f'nothing after "{FINAL_MARKER}"')
     if not rest.startswith(("{", "```")):
         raise ParseError(f'after "{FINAL_MARKER}" the reply must be the JSON object, not {rest[:40]!r}')
-    return _without_example_copies(reply_schema(hint).parse(rest).inconsistencies, target)
+    final = reply_schema(hint).parse(rest).inconsistencies
+    for before, after in zip(marks, marks[1:]):  # an earlier final output that answers otherwise: two verdicts
+        try:
+            earlier = reply_schema(hint).parse(body[before.end():after.start()]).inconsistencies
+        except (ParseError, ValidationError):
+            continue
+        if earlier != final:
+            raise ParseError(f'the reply has two "{FINAL_MARKER}" lines with different answers')
+    return _without_example_copies(final, target)
 
 
-_LAST_LINE_ANSWER = re.compile(r"^final\s+answer\s*[:\-]?\s*(yes|no)\s*\.?$", re.I)
+_LAST_LINE_ANSWER = re.compile(r"^final\s+answer\s*[:\-]?\s*(yes|no)\s*\.?$", re.I | re.A)
 
 
 def parse_binary_verdict(text: str) -> bool:
     """True (consistent) / False from a reply whose last line is exactly "Final answer: yes" or "Final answer:
     no" (FINAL H.3; case, markdown emphasis and a final period aside). Anything else raises ParseError: a
-    verdict is not guessed from wording elsewhere in the reply."""
+    verdict is not guessed from wording elsewhere in the reply; look-alike letters ("yeſ") are not "yes"; an
+    earlier "Final answer:" line with the other answer makes two verdicts (refused)."""
     if not isinstance(text, str) or not text.strip():
         raise ParseError("empty reply")
     lines = [line for line in _THINK.sub("", text).splitlines() if line.strip()]
     last = re.sub(r"[*_`#>]", "", lines[-1]).strip() if lines else ""
-    m = _LAST_LINE_ANSWER.match(last)
+    answers = {a.lower() for line in lines[:-1] if (a := _stated_answer(line)) is not None}
+    m = _LAST_LINE_ANSWER.match(last) if ascii_text(last) is not None else None
     if m is None:
         raise ParseError(f'the last line is not "Final answer: yes" or "Final answer: no": {last[:60]!r}')
+    if answers - {m.group(1).lower()}:
+        raise ParseError('the reply states "Final answer: yes" and "Final answer: no": two verdicts')
     return m.group(1).lower() == "yes"
+
+
+def _stated_answer(line: str) -> str | None:
+    """The yes/no of an earlier "Final answer: ..." line (a verdict stated before the last line), else None."""
+    m = _LAST_LINE_ANSWER.match(re.sub(r"[*_`#>]", "", line).strip())
+    return m.group(1) if m else None
 
 
 # ------------------------------------------------------------------------------------------------ prompts

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Sequence
 from typing import Any
 
 import json_repair
@@ -53,18 +53,78 @@ def _top_level_starts(text: str) -> list[int]:
     return starts
 
 
-def _strict_values(text: str) -> Iterator[Any]:
-    """Complete JSON values that start at a top-level "{" or "[" of ``text`` (fenced blocks first)."""
-    decoder = json.JSONDecoder()
-    text = _THINK.sub("", text)
-    sources = [m.group(1).strip() for m in _FENCE.finditer(text)] + [text]
-    for src in sources:
-        for pos in _top_level_starts(src):
-            try:
-                value, _ = decoder.raw_decode(src, pos)
-            except (json.JSONDecodeError, RecursionError):
-                continue
-            yield value
+class RepeatedKeyError(ParseError):
+    """A JSON object of the reply names the same key twice: which value it meant is not stated."""
+
+    def __init__(self, key: str):
+        super().__init__(f"the reply repeats the key {key!r} in one object: its value is ambiguous")
+        self.key = key
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` that refuses a repeated key (``json`` would silently keep the last one)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise RepeatedKeyError(key)
+        out[key] = value
+    return out
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_pairs)
+
+
+def _canonical(value: Any) -> str:
+    """One spelling per JSON value (key order and spacing aside), to tell repeated statements from different ones."""
+    try:
+        return json.dumps(value, sort_keys=True, ensure_ascii=True)
+    except (RecursionError, ValueError) as exc:
+        raise ParseError(f"the JSON in the reply cannot be compared ({type(exc).__name__})") from exc
+
+
+def _repeated_key(candidate: str) -> str | None:
+    """The first key that one object of ``candidate`` names twice (quoted in either quote, or bare), else None.
+    A linear scan used on candidates that only syntax repair can read (the repair would keep the last value)."""
+    stack: list[set[str] | None] = []  # one set of keys per open object, None per open array
+    i, n = 0, len(candidate)
+    while i < n:
+        ch = candidate[i]
+        key: str | None = None
+        if ch in "\"'":
+            j, escaped = i + 1, False
+            while j < n:
+                c = candidate[j]
+                if escaped:
+                    escaped = False
+                elif c == "\\":
+                    escaped = True
+                elif c == ch:
+                    break
+                j += 1
+            key, i = candidate[i + 1:j], j + 1
+        elif ch.isalpha() or ch == "_":
+            j = i
+            while j < n and (candidate[j].isalnum() or candidate[j] in "_-"):
+                j += 1
+            key, i = candidate[i:j], j
+        else:
+            if ch == "{":
+                stack.append(set())
+            elif ch == "[":
+                stack.append(None)
+            elif ch in "}]" and stack:
+                stack.pop()
+            i += 1
+            continue
+        k = i
+        while k < n and candidate[k] in " \t\r\n":
+            k += 1
+        keys = stack[-1] if stack else None
+        if k < n and candidate[k] == ":" and keys is not None:
+            if key in keys:
+                return key
+            keys.add(key)
+    return None
 
 
 MAX_REPLY_CHARS = 200_000
@@ -139,47 +199,89 @@ def _only_syntax_errors(candidate: str) -> bool:
 
 
 def extract_json(text: str, expect: type | tuple[type, ...] = (dict, list), *,
-                 max_chars: int = MAX_REPLY_CHARS) -> Any:
-    """The first JSON value of type ``expect`` in ``text``; tolerates fences, prose around it and *syntax*
-    errors inside it, never more.
+                 max_chars: int = MAX_REPLY_CHARS, examples: Sequence[Any] = ()) -> Any:
+    """The one JSON value of type ``expect`` that ``text`` states; tolerates fences, prose around it and
+    *syntax* errors inside it, never more.
 
-    A complete, valid JSON value anywhere in the reply wins. Otherwise a bracketed candidate is repaired only
-    when it is complete (its brackets close: a reply cut off mid-value is refused, not completed), short
-    (``MAX_REPAIR_CHARS``), and holds no bare prose words (only quoted strings, numbers, literals, keys)."""
+    Complete, valid JSON values win. Otherwise a bracketed candidate is repaired only when it is complete (its
+    brackets close: a reply cut off mid-value is refused, not completed), short (``MAX_REPAIR_CHARS``), and
+    holds no bare prose words (only quoted strings, numbers, literals, keys).
+
+    A verdict comes from one unambiguous statement of it, so the reply is refused (ParseError) when
+
+    * it states two *different* non-empty values of type ``expect`` (``{"score": 1} ... On second thought:
+      {"score": 5}``; the same value repeated is one statement, an empty ``{}``/``[]`` beside an answer none),
+    * an object names the same key twice (``{"score": 1, "score": 5}``), or
+    * its only value is one of ``examples`` (the format's own example echoed back, alone or inside echoed
+      format text or an echoed prompt); an example beside one real answer is an echo and is skipped."""
     if not isinstance(text, str) or not text.strip():
         raise ParseError("empty reply")
     if len(text) > max_chars:
         raise ParseError(f"reply of {len(text)} characters exceeds the {max_chars}-character limit")
-    for value in _strict_values(text):
-        if isinstance(value, expect):
-            return value
+    echo_keys = {_canonical(e) for e in examples}
+    answers: dict[str, Any] = {}
+    echoed = 0
+    repairable: list[str] = []
     truncated = False
     body = _THINK.sub("", text)
-    sources = [m.group(1) for m in _FENCE.finditer(body)] + [body]
+    sources = [m.group(1).strip() for m in _FENCE.finditer(body)] + [body]
     for src in sources:
         for pos in _top_level_starts(src):
-            end = _value_end(src, pos)
-            if end is None:
-                truncated = True
-                continue
-            cand = src[pos:end]
-            if len(cand) > MAX_REPAIR_CHARS or not _only_syntax_errors(cand):
-                continue
             try:
-                value = json_repair.loads(cand)
-            except Exception:  # json_repair may raise anything on hostile input; treated as unparseable
+                value, _ = _DECODER.raw_decode(src, pos)
+            except RepeatedKeyError:
+                raise
+            except (json.JSONDecodeError, RecursionError):
+                end = _value_end(src, pos)
+                if end is None:
+                    truncated = True
+                else:
+                    repairable.append(src[pos:end])
                 continue
-            # An empty container after repair means the repair found nothing (a real "{}" parsed strictly).
-            if isinstance(value, expect) and value:
-                return value
+            if not isinstance(value, expect):
+                continue
+            key = _canonical(value)
+            if key in echo_keys:
+                echoed += 1
+            else:
+                answers.setdefault(key, value)
+    # Candidates only syntax repair can read: the answer when nothing parsed strictly, and a second statement
+    # (a contradiction to refuse) when something did.
+    for cand in dict.fromkeys(repairable):
+        if len(cand) > MAX_REPAIR_CHARS or not _only_syntax_errors(cand):
+            continue
+        try:
+            value = json_repair.loads(cand)
+        except Exception:  # json_repair may raise anything on hostile input; treated as unparseable
+            continue
+        # An empty container after repair means the repair found nothing (a real "{}" parsed strictly).
+        if not isinstance(value, expect) or not value:
+            continue
+        repeated = _repeated_key(cand)
+        if repeated is not None:
+            raise RepeatedKeyError(repeated)
+        key = _canonical(value)
+        if key in echo_keys:
+            echoed += 1
+        else:
+            answers.setdefault(key, value)
+    stated = {k: v for k, v in answers.items() if v}
+    if len(answers) > 1 and stated:
+        answers = stated  # an empty "{}" or "[]" beside a real answer states nothing
+    if len(answers) > 1:
+        raise ParseError(f"the reply states {len(answers)} different answers; a verdict must be stated once: "
+                         f"{text[:120]!r}")
+    if answers:
+        return next(iter(answers.values()))
+    if echoed:
+        raise ParseError("the reply repeats the format's example instead of answering")
     why = "the JSON in the reply is cut off" if truncated else f"no JSON {_type_names(expect)} found in reply"
     raise ParseError(f"{why}: {text[:120]!r}")
 
 
 def _type_names(expect: type | tuple[type, ...]) -> str:
     types = expect if isinstance(expect, tuple) else (expect,)
-    names: dict[type, str] = {dict: "object", list: "array"}
-    return "/".join(names.get(t, t.__name__) for t in types)
+    return "/".join({dict: "object", list: "array"}.get(t, t.__name__) for t in types)
 
 
 _BULLET = re.compile(r"^\s*(?:[-*•]+|\d+[.)]|\(\d+\)|[a-z][.)])(?:\s+|$)")  # a bare bullet is no item

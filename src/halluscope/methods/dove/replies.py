@@ -138,7 +138,7 @@ def parse_batch_judgments(text: str, n_facts: int) -> DoveBatchAnswers:
     one parser (:func:`~halluscope.methods.batching.parse_batch`): a fact gets a judgment only from exactly one
     valid entry with its number, a number outside 1..n refuses the whole reply, and a reply that judges no fact
     raises ParseError."""
-    return parse_batch(text, n_facts, DoveBatchJudgment, unit="fact")
+    return parse_batch(text, n_facts, DoveBatchJudgment, unit="fact", examples=DoveBatchReply.echoes())
 
 
 # ------------------------------------------------------------------------------------------------ sorter

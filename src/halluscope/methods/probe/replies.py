@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from halluscope.llm.replies import Reply
 from halluscope.prompts import PromptTemplate
+from halluscope.text.labels import stated_label
 from halluscope.text.placeholders import is_placeholder, shown_strings
 
 # ------------------------------------------------------------------------------------------ template echoes
@@ -41,6 +42,7 @@ class ClaimsReply(Reply):
     claims: list[ClaimEntry] = Field(description="every assertion of the TEXT, in TEXT order")
     example: ClassVar[dict[str, Any] | None] = {
         "claims": [{"segment": "opened in 1998", "claim": "The museum opened in 1998."}]}
+    refuse_example_echo: ClassVar[bool] = False  # parse_claims keeps an example claim only when the TEXT says it
 
 
 DECOMPOSE_PROMPT = PromptTemplate(
@@ -116,11 +118,11 @@ class EvaluationReply(Reply):
     @field_validator("verdict", mode="before")
     @classmethod
     def _stated_label(cls, value: object) -> object:
-        """``"pass"`` / ``" Fail "`` are the stated label in another case; anything else stays as written
-        (and fails validation)."""
-        if isinstance(value, str) and value.strip().upper() in ("PASS", "FAIL"):
-            return value.strip().upper()
-        return value
+        """``"pass"`` / ``" Fail "`` are the stated label in another case; anything else stays as written (and
+        fails validation), look-alikes included: ``"paſs"`` (long s) or ``"faıl"`` (dotless i) are no label
+        (:func:`~halluscope.text.labels.stated_label`)."""
+        label = stated_label(value, ("PASS", "FAIL"))
+        return label if label is not None else value
 
 
 EVALUATE_PROMPT = PromptTemplate(
