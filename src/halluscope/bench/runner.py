@@ -351,7 +351,8 @@ def render_markdown(results: dict[str, Any]) -> str:
            if results["sample_per_stratum"] else "")
         + (f" (limit {results['limit']})" if results["limit"] is not None else "") + " |",
         f"| unscored | {results['n_unscored']} (left out of every metric) {results['unscored_reasons'] or ''} |",
-        f"| LLM usage | {u['calls']} calls, {u['prompt_tokens']}+{u['completion_tokens']} tokens, "
+        f"| LLM usage | {u['calls']} calls, {u['prompt_tokens']}+{u['completion_tokens']} tokens"
+        + (f" ({u['cached_prompt_tokens']} cached)" if u.get("cached_prompt_tokens") else "") + ", "
         f"{u['cache_hits']} cache hits; per item {u['per_item']} |",
         f"| time | this run {results['wall_time_s']} s wall; {results['item_time_s']['total']} s summed over items "
         "(includes waiting for the model when items run concurrently) |",

@@ -33,7 +33,7 @@ def print_report(report: Report, target: str) -> None:
     if unscored:
         console.print(f"[yellow]{unscored} of {len(report.verdicts)} claims could not be scored[/yellow]")
     u = report.usage
-    console.print(f"[dim]{u.calls} LLM calls, {u.prompt_tokens}+{u.completion_tokens} tokens, "
+    console.print(f"[dim]{u.calls} LLM calls, {u.prompt_tokens}+{u.completion_tokens} tokens{u.cached_note()}, "
                   f"{u.cache_hits} cache hits, {report.elapsed_s:.2f}s[/dim]")
 
 

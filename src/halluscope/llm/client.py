@@ -4,6 +4,11 @@ Stages only ever call ``await llm.generate(messages, params)``. Every call is al
 current :class:`CallLog` (a context variable), which is how a Report gets its usage and audit trail
 without threading a ledger through every stage.
 
+A backend that keeps a prompt-prefix cache and serves one request at a time (``prefix_affinity = True``: the
+embedded llama.cpp model) gets a :class:`~halluscope.llm.affinity.PrefixAffinityGate` instead of a plain
+semaphore: waiting requests are served by the prefix they share with the last one, so calls about one source
+run back to back and reuse its evaluated prefix.
+
 Identical requests in flight at the same moment share one backend call ("single flight", keyed by the
 cache key even when the cache is off): the first caller makes the call, the others wait for its reply and
 are accounted as cache hits.
@@ -18,6 +23,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from halluscope.llm.affinity import PrefixAffinityGate, prompt_text
 from halluscope.llm.base import Completion, GenerateParams, Message, ModelAPI
 from halluscope.llm.cache import ResponseCache, cache_key, clean_messages, clean_text
 from halluscope.records import LLMCall, Usage
@@ -71,6 +77,10 @@ class LLM:
         self._semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
             weakref.WeakKeyDictionary()
         )
+        self.prefix_affinity = bool(getattr(api, "prefix_affinity", False))
+        self._gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, PrefixAffinityGate] = (
+            weakref.WeakKeyDictionary()
+        )
         self._in_flight: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, dict[str, asyncio.Future[Completion]]
         ] = weakref.WeakKeyDictionary()
@@ -91,6 +101,14 @@ class LLM:
             sem = self._semaphores[loop] = asyncio.Semaphore(self.max_concurrency)
         return sem
 
+    def gate(self) -> PrefixAffinityGate:
+        """This event loop's prefix-affinity gate (backends with ``prefix_affinity``)."""
+        loop = asyncio.get_running_loop()
+        gate = self._gates.get(loop)
+        if gate is None:
+            gate = self._gates[loop] = PrefixAffinityGate(capacity=self.max_concurrency)
+        return gate
+
     def _flights(self) -> dict[str, asyncio.Future[Completion]]:
         loop = asyncio.get_running_loop()
         table = self._in_flight.get(loop)
@@ -108,8 +126,12 @@ class LLM:
         return len(self._in_flight.get(loop, {}))
 
     async def _call_backend(self, messages: list[Message], params: GenerateParams) -> Completion:
-        async with self._semaphore():
-            completion = await self.api.generate(messages, params)
+        if self.prefix_affinity:
+            async with self.gate().slot(prompt_text(messages)):
+                completion = await self.api.generate(messages, params)
+        else:
+            async with self._semaphore():
+                completion = await self.api.generate(messages, params)
         return completion.model_copy(
             update={
                 "text": clean_text(completion.text),
