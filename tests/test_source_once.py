@@ -236,3 +236,50 @@ def test_injection_in_a_target_cannot_close_the_source_fence():
     assert used != key and used not in target and used not in SOURCE
     # exactly one opening and one closing tag with the key in use per value
     assert tags.count(used) == 4
+
+
+# ------------------------------------------------------------------------------------------ every template's layout
+
+
+def _templates():
+    from halluscope.bench import judge
+    from halluscope.generators import inject
+    from halluscope.generators.perturb import insert
+    from halluscope.methods import dcr, factscore, geval, improve, localize
+    from halluscope.methods.dove import prompts as dove_prompts
+    from halluscope.methods.probe import replies as probe_replies
+    from halluscope.prompts import PromptTemplate
+
+    found = {}
+    for module in (dove_prompts, dcr, factscore, probe_replies, geval, localize, improve, judge, inject, insert):
+        for value in vars(module).values():
+            values = value.values() if isinstance(value, dict) else [value]
+            for template in values:
+                if isinstance(template, PromptTemplate):
+                    found[template.name] = template
+    return sorted(found.values(), key=lambda t: t.name)
+
+
+def _first(user: str, name: str) -> int:
+    return re.search(r"\$(?:%s(?![_A-Za-z0-9])|\{%s\})" % (name, name), user).start()
+
+
+@pytest.mark.parametrize("template", _templates(), ids=lambda t: t.name)
+def test_every_template_puts_format_and_source_first_and_per_call_material_last(template):
+    user = template.user
+    names = template.placeholders() - {"format", "source_block"}
+    data = [n for n in names if n not in template.literal]
+    shared = [n for n in data if n in template.shared]
+    per_call = [n for n in data if n not in template.shared] + [n for n in ("count",) if n in names]
+    if "$format" in user:
+        assert _first(user, "format") < min(_first(user, n) for n in data), "the reply format after the data"
+    if shared and per_call:
+        assert max(_first(user, n) for n in shared) < min(_first(user, n) for n in per_call)
+    last = max(data, key=lambda n: _first(user, n))
+    assert user.rstrip().endswith(("$" + last, "${" + last + "}")), "instructions after the per-call material"
+
+
+def test_the_layout_check_covers_every_method_prompt():
+    names = {t.name for t in _templates()}
+    assert {"dove_check", "dcr_dce_sentence", "factscore_verify", "probe_find_evidence", "probe_evaluate", "geval",
+            "localize_cot", "rai_sentence", "final_match", "inject_weave"} <= names
