@@ -8,6 +8,11 @@
     # the table
     python benchmarks/source_once.py --compare before.json after.json
 
+``--replay`` (fast, deterministic): the replies come from a scripted responder (valid JSON: every target sentence
+a fact, every fact supported, the best-matching source sentence as evidence), so the old and the new code make
+the same calls; each call's prompt is still evaluated by the real embedded model (a 1-token reply), so prompt
+tokens, KV-cache reuse and prefill time are measured, not estimated. Without it, the model writes every reply.
+
 Runs ``dcr``, ``factscore``, ``probe`` and ``dove`` on built-in items (a ~200-token source, a target of 6 claims)
 with the embedded llama.cpp model, response cache off. For every model call it records the prompt tokens and how
 many of them llama.cpp took from its KV cache instead of evaluating (the longest common prefix of the token ids
@@ -22,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -91,6 +97,78 @@ class PrefixMeter:
         return self.calls, self.prompt, self.reused
 
 
+_FENCED = re.compile(r"<([a-z0-9_]+)_([0-9a-f]{10})>\n(.*?)\n</\1_\2>", re.S)
+
+
+def _fenced(user: str, name: str) -> str:
+    return next(text for tag, _, text in _FENCED.findall(user) if tag == name)
+
+
+def _lines(user: str, name: str) -> list[str]:
+    return [re.sub(r"^\d+\.\s*", "", line) for line in _fenced(user, name).splitlines() if line.strip()]
+
+
+def _sentences(text: str) -> list[str]:
+    return [s.strip() for s in re.split(r"(?<=[.!?])\s+", text) if s.strip()]
+
+
+def _closest(claim: str, source: str) -> str:
+    words = set(re.findall(r"\w+", claim.lower()))
+    return max(_sentences(source), key=lambda s: len(words & set(re.findall(r"\w+", s.lower()))))
+
+
+def scripted_reply(messages: list[dict[str, str]]) -> str:
+    """A valid reply for every step of the four methods (same wording matched in the old and the new prompts)."""
+    user = next(m["content"] for m in messages if m["role"] == "user")
+    source = next((t for tag, _, t in _FENCED.findall(user) if tag == "source"), ITEMS[0][0])
+    if "Split the TEXT below" in user:
+        return json.dumps({"event_facts": _sentences(_fenced(user, "target")), "descriptive_facts": []})
+    if "Order the events" in user:
+        return json.dumps({"order": list(range(1, len(_lines(user, "events")) + 1))})
+    if "Is the FACT true" in user:
+        return json.dumps({"reason": "stated", "evidence": "", "supported": True})
+    if "into atomic facts" in user:
+        return json.dumps({"facts": [{"sentence": i, "fact": f} for i, f in enumerate(_lines(user, "sentences"), 1)]})
+    if "Is the FACT supported" in user:
+        return json.dumps({"supported": True, "inconsistencies": []})
+    if "List every assertion" in user:
+        return json.dumps({"claims": [{"segment": s, "claim": s} for s in _sentences(_fenced(user, "target"))]})
+    if "Find the passages" in user:
+        return json.dumps({"reasoning": "", "evidence": [_closest(_fenced(user, "claim"), source)]})
+    if "EVIDENCE EXCERPT, on its own" in user:
+        return json.dumps({"reasoning": "ok", "verdict": "PASS"})
+    if "one sentence at a time" in user:
+        n = len(_lines(user, "sentences"))
+        return json.dumps({"sentences": [{"id": i, "reason": "Consistent: stated."} for i in range(1, n + 1)],
+                           "is_consistent": True})
+    if "ASSESSMENTS" in user:
+        return json.dumps({"marks": [1] * int(re.search(r"There are (\d+) assessments", user).group(1))})
+    raise ValueError(f"no scripted reply for: {user[:80]!r}")
+
+
+class ReplayModel:
+    """Scripted replies; every prompt still prefilled by the real embedded model (1-token reply) for the meter."""
+
+    max_concurrency = 1
+    prefix_affinity = True  # the new code's client schedules by prefix, as for the embedded model (old: ignored)
+
+    def __init__(self, embedded) -> None:
+        self.embedded = embedded
+        self.name = f"replay:{embedded.name}"
+        self.context_window = embedded.context_window
+
+    def count_tokens(self, text: str):
+        return self.embedded.count_tokens(text)
+
+    async def generate(self, messages, params):
+        from halluscope.llm.base import Completion
+        from halluscope.records import Usage
+
+        await self.embedded.generate(messages, params.model_copy(update={"max_tokens": 1, "json_schema": None,
+                                                                         "json_mode": False}))
+        return Completion(text=scripted_reply(messages), model=self.name, usage=Usage(calls=1))
+
+
 def run(args: argparse.Namespace) -> dict:
     from halluscope.config import Config
     from halluscope.llm import get_llm
@@ -100,8 +178,12 @@ def run(args: argparse.Namespace) -> dict:
     meter.install()
     config = Config(model=args.model, cache=False, max_tokens=args.max_tokens, seed=0)
     llm = get_llm(config)
+    if args.replay:
+        from halluscope.llm import LLM
+
+        llm = LLM(ReplayModel(llm.api), cache=None, default_params=llm.default_params)
     items = ITEMS[: args.items]
-    results: dict = {"label": args.label, "model": args.model, "max_tokens": args.max_tokens, "items": len(items),
+    results: dict = {"label": args.label, "model": args.model, "replay": args.replay, "max_tokens": args.max_tokens, "items": len(items),
                      "halluscope": str(Path(sys.modules["halluscope"].__file__).parent),
                      "load_avg_1m": os.getloadavg()[0], "methods": {}}
     for name in args.methods.split(","):
@@ -122,13 +204,16 @@ def run(args: argparse.Namespace) -> dict:
             "reused_per_item": round(reused / n, 1), "evaluated_per_item": round((prompt - reused) / n, 1),
             "wall_s_per_item": round(wall / n, 1), "scored": scored}
         print(json.dumps({name: results["methods"][name]}), file=sys.stderr)
+        if args.out:  # after every method: a run cut short keeps what it measured
+            args.out.write_text(json.dumps(results, indent=2) + "\n")
     results["load_avg_1m_end"] = os.getloadavg()[0]
     return results
 
 
 def compare(before_path: str, after_path: str) -> str:
     before, after = (json.loads(Path(p).read_text()) for p in (before_path, after_path))
-    lines = [f"model `{after['model']}`, {after['items']} items, max_tokens {after['max_tokens']}", "",
+    mode = "scripted replies, real prefill" if after.get("replay") else f"model replies, max_tokens {after['max_tokens']}"
+    lines = [f"model `{after['model']}`, {after['items']} item(s), {mode}", "",
              "| method | calls/item before → after | prompt tokens evaluated/item before → after | ratio "
              "| wall s/item before → after | wall ratio |",
              "|---|---|---|---|---|---|"]
@@ -151,6 +236,7 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=len(ITEMS))
     parser.add_argument("--max-tokens", type=int, default=384, help="reply cap per call (keeps the run short)")
     parser.add_argument("--label", default="")
+    parser.add_argument("--replay", action="store_true", help="scripted replies, real prefill (see above)")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
     args = parser.parse_args()
