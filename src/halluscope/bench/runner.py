@@ -311,7 +311,8 @@ async def run_bench(
 
 def _per_item(usage: Usage, n: int) -> dict[str, float]:
     return {"calls": round(usage.calls / n, 3), "tokens": round(usage.total_tokens / n, 1),
-            "cache_hits": round(usage.cache_hits / n, 3)}
+            "cache_hits": round(usage.cache_hits / n, 3),
+            "cached_prompt_tokens": round(usage.cached_prompt_tokens / n, 1)}
 
 
 def _reason_kind(reason: str | None) -> str:
