@@ -283,3 +283,12 @@ def test_the_layout_check_covers_every_method_prompt():
     names = {t.name for t in _templates()}
     assert {"dove_check", "dcr_dce_sentence", "factscore_verify", "probe_find_evidence", "probe_evaluate", "geval",
             "localize_cot", "rai_sentence", "final_match", "inject_weave"} <= names
+
+
+def test_dove_sorts_by_source_and_by_target_under_one_key():
+    """The two sorter calls (the source's order, the target's) read different TEXTs but are about one source:
+    one fence key, so they share the system message and the instructions up to the TEXT."""
+    sorts = [m for m in run_method("dove") if "Order the events" in first_user(m)]
+    assert len(sorts) == 2 and sorts[0][0] == sorts[1][0]
+    common = os.path.commonprefix([serialized(m) for m in sorts])
+    assert "TEXT:\n<text_" + re.search(r"end in _(\w{10})", sorts[0][0]["content"]).group(1) + ">\n" in common
