@@ -1,10 +1,10 @@
 """Prompt tokens the embedded model evaluates per item, before and after source-once prompts.
 
     # after (this tree)
-    PYTHONPATH=src python benchmarks/source_once.py --model embedded:smollm2 --label after --out after.json
-    # before: the same script against the old code (prompts keyed by every value, source before the claim)
-    git archive 842d343 src | tar -x -C /tmp/old
-    PYTHONPATH=/tmp/old/src python benchmarks/source_once.py --model embedded:smollm2 --label before --out before.json
+    PYTHONPATH=src python benchmarks/source_once.py --replay --items 1 --label after --out after.json
+    # before: the same script against the old code (prompts keyed by every value, format last)
+    mkdir -p /tmp/old && git archive 842d343 src | tar -x -C /tmp/old
+    PYTHONPATH=/tmp/old/src python benchmarks/source_once.py --replay --items 1 --label before --out before.json
     # the table
     python benchmarks/source_once.py --compare before.json after.json
 
