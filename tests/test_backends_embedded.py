@@ -40,6 +40,23 @@ async def test_generate_counts_tokens(embedded_config) -> None:
     assert llm.count_tokens("one two three") > 0
 
 
+async def test_calls_about_one_source_reuse_its_kv_prefix(tmp_path) -> None:
+    """Two source-once prompts in a row: the second evaluates only what follows the shared prefix (the fenced
+    source), and says so in ``cached_prompt_tokens``; a prompt about another source reuses little."""
+    from halluscope.methods.dove.prompts import DOVE_CHECK_PROMPT
+
+    llm = get_llm(Config(model="embedded", cache=False, max_tokens=4))
+    source = ("The ferry opened in March 2021 and crosses the bay every 30 minutes. Two thirds of its cost came "
+              "from a regional grant; the city paid the rest. Its boats are electric and carry 120 people. ") * 3
+    params = llm.params(max_tokens=2)
+    first = await llm.generate(DOVE_CHECK_PROMPT.render(source=source, fact="The city paid for all of it."), params)
+    second = await llm.generate(DOVE_CHECK_PROMPT.render(source=source, fact="The boats are electric."), params)
+    other = await llm.generate(DOVE_CHECK_PROMPT.render(source="A different text entirely.", fact="X."), params)
+    assert second.usage.cached_prompt_tokens > 0.8 * second.usage.prompt_tokens
+    assert second.usage.evaluated_prompt_tokens < 0.2 * first.usage.prompt_tokens
+    assert other.usage.cached_prompt_tokens < second.usage.cached_prompt_tokens / 2
+
+
 async def test_prompt_longer_than_the_context_is_refused(tmp_path) -> None:
     api = build_api(Config(model="embedded", embedded_n_ctx=256, cache=False))
     long_prompt = "word " * 2000

@@ -9,6 +9,14 @@ message), so one declaration drives the instructions, the backend's JSON-schema 
 Every template has a ``name`` and a ``version``; :attr:`PromptTemplate.fingerprint` hashes the text actually
 used (overrides included), and :meth:`PromptTemplate.ref` (``name@version#fingerprint``) is what reports
 and benchmark runs record, so a changed prompt is never mistaken for the old one.
+
+**Source-once layout.** Every call about one source shares a byte-identical prefix -- the system message (with
+the fence notice), the instructions, the reply format and the fenced source -- and the material that changes
+from call to call (a claim, a sentence, an excerpt, the target) comes last, so a backend's prefix cache
+(llama.cpp's KV cache, vLLM, OpenAI prompt caching) evaluates the shared part once. Two things make this hold:
+templates are written in that order (instructions, ``$format``, the ``shared`` placeholders, then the rest), and
+the fence key is derived from the ``shared`` values alone (or from ``about``), not from the whole call (see
+:func:`halluscope.text.fence.source_fence_key`). ``tests/test_source_once.py`` checks both for every method.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from pydantic import BaseModel, ConfigDict
 
 from halluscope.llm.base import Message
 from halluscope.llm.replies import Reply
-from halluscope.text.fence import data_notice, fence, fence_key
+from halluscope.text.fence import data_notice, fence, source_fence_key
 
 
 class PromptTemplate(BaseModel):
@@ -38,15 +46,23 @@ class PromptTemplate(BaseModel):
     """Placeholders whose values are written by halluscope itself (counts, headings): not fenced."""
     reply: type[Reply] | None = None
     """The reply schema: its format instructions are inserted at ``$format`` (or appended)."""
+    shared: tuple[str, ...] = ("source",)
+    """Placeholders whose values are the same for every call of this prompt about one source (the source; for a
+    prompt without one, the text its calls are about). The fence key comes from these alone, and the template
+    places them before every per-call placeholder, so those calls share a prefix."""
 
-    def render(self, **values: object) -> list[Message]:
-        """Messages for this prompt; a missing placeholder raises KeyError naming it."""
+    def render(self, *, about: str | None = None, **values: object) -> list[Message]:
+        """Messages for this prompt; a missing placeholder raises KeyError naming it.
+
+        ``about``: the source these calls are about, when the prompt shows only parts of it (an excerpt and
+        its context): the fence key is derived from it instead of the ``shared`` placeholders."""
         names = self.placeholders()
         missing = sorted(n for n in names if n not in values and n != "format")
         if missing:
             raise KeyError(f"prompt {self.name!r} needs a value for: {', '.join(missing)}")
         data = {n: str(values[n]) for n in names if n not in self.literal and n != "format"}
-        key = fence_key(data) if data else ""
+        shared = [about] if about is not None else [data[n] for n in self.shared if n in data]
+        key = source_fence_key(shared, data) if data else ""
         subs: dict[str, object] = {n: values[n] for n in names if n in values}
         subs.update({n: fence(n, v, key) for n, v in data.items()})
         fmt = self.reply.format_instructions() if self.reply is not None else ""
@@ -90,6 +106,7 @@ class PromptTemplate(BaseModel):
         """A hash of everything that shapes the messages sent: wording, examples, literals, reply schema."""
         payload: dict[str, Any] = {
             "system": self.system, "user": self.user, "examples": self.examples, "literal": self.literal,
+            "shared": self.shared,
             "reply": self.reply.model_json_schema() if self.reply is not None else None,
         }
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode("utf-8")).hexdigest()[:8]

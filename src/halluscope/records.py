@@ -55,6 +55,10 @@ class Usage(_Record):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cache_hits: int = 0
+    cached_prompt_tokens: int = 0
+    """Of ``prompt_tokens``, those the backend did not evaluate again because it reused them from its prefix cache
+    (OpenAI-compatible ``usage.prompt_tokens_details.cached_tokens``; the embedded backend's llama.cpp KV-cache
+    prefix hits). 0 where the backend does not say."""
     cost_usd: float | None = None
 
     @property
@@ -71,7 +75,17 @@ class Usage(_Record):
             completion_tokens=self.completion_tokens + other.completion_tokens,
             cache_hits=self.cache_hits + other.cache_hits,
             cost_usd=cost,
+            cached_prompt_tokens=self.cached_prompt_tokens + other.cached_prompt_tokens,
         )
+
+    @property
+    def evaluated_prompt_tokens(self) -> int:
+        """Prompt tokens the model actually had to process: ``prompt_tokens`` less the cached ones."""
+        return max(0, self.prompt_tokens - self.cached_prompt_tokens)
+
+    def cached_note(self) -> str:
+        """`` (N cached)`` for a summary line when some prompt tokens came from a prefix cache, else ``""``."""
+        return f" ({self.cached_prompt_tokens} cached)" if self.cached_prompt_tokens else ""
 
     @property
     def total_tokens(self) -> int:

@@ -139,7 +139,8 @@ def render_html(report: Report, source: str, target: str, title: str = "hallusco
     u = report.usage
     meta = (
         f"{html.escape(report.method)} · {html.escape(report.model or 'no LLM')} · {u.calls} LLM calls · "
-        f"{u.prompt_tokens + u.completion_tokens} tokens · {u.cache_hits} cache hits · {report.elapsed_s:.2f}s"
+        f"{u.prompt_tokens + u.completion_tokens} tokens{u.cached_note()} · {u.cache_hits} cache hits · "
+        f"{report.elapsed_s:.2f}s"
         + (f" · {unscored} unscored claims" if unscored else "")
     )
     reason = f"<div class='bad'>could not score: {html.escape(report.unscored_reason)}</div>" if report.unscored_reason else ""

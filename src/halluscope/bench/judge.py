@@ -42,6 +42,7 @@ MATCH_PROMPT = PromptTemplate(
     name="final_match",
     version="2",
     reply=MatchReply,
+    shared=("summary", "gold"),  # one summary's references are matched against every system's candidates
     system=(
         "You are a meticulous annotator who decides whether two descriptions of errors in a text point "
         "at the same error."
@@ -57,10 +58,10 @@ MATCH_PROMPT = PromptTemplate(
         "specific piece of information in the summary describes no reference error.\n"
         "- Each candidate describes at most one reference error. Several candidates may describe the same "
         "reference error.\n\n"
+        "Think it through briefly in \"reasoning\", then give \"matches\" with every candidate id.\n\n$format\n\n"
         "SUMMARY:\n$summary\n\n"
         "REFERENCE errors:\n$gold\n\n"
-        "CANDIDATE errors:\n$predicted\n\n"
-        "Think it through briefly in \"reasoning\", then give \"matches\" with every candidate id.\n\n$format"
+        "CANDIDATE errors:\n$predicted"
     ),
 )
 

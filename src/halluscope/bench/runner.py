@@ -311,7 +311,8 @@ async def run_bench(
 
 def _per_item(usage: Usage, n: int) -> dict[str, float]:
     return {"calls": round(usage.calls / n, 3), "tokens": round(usage.total_tokens / n, 1),
-            "cache_hits": round(usage.cache_hits / n, 3)}
+            "cache_hits": round(usage.cache_hits / n, 3),
+            "cached_prompt_tokens": round(usage.cached_prompt_tokens / n, 1)}
 
 
 def _reason_kind(reason: str | None) -> str:
@@ -351,7 +352,8 @@ def render_markdown(results: dict[str, Any]) -> str:
            if results["sample_per_stratum"] else "")
         + (f" (limit {results['limit']})" if results["limit"] is not None else "") + " |",
         f"| unscored | {results['n_unscored']} (left out of every metric) {results['unscored_reasons'] or ''} |",
-        f"| LLM usage | {u['calls']} calls, {u['prompt_tokens']}+{u['completion_tokens']} tokens, "
+        f"| LLM usage | {u['calls']} calls, {u['prompt_tokens']}+{u['completion_tokens']} tokens"
+        + (f" ({u['cached_prompt_tokens']} cached)" if u.get("cached_prompt_tokens") else "") + ", "
         f"{u['cache_hits']} cache hits; per item {u['per_item']} |",
         f"| time | this run {results['wall_time_s']} s wall; {results['item_time_s']['total']} s summed over items "
         "(includes waiting for the model when items run concurrently) |",

@@ -128,7 +128,9 @@ def _print_summary(results: dict, out: Path | None) -> None:
                                     results["sample_per_stratum"], results["seed"])
     u = results["usage"]
     typer.echo(f"{results['method']} on {results['dataset']}: {results['n']} items, {results['n_unscored']} unscored; "
-               f"{u['calls']} LLM calls, {u['prompt_tokens'] + u['completion_tokens']} tokens, "
+               f"{u['calls']} LLM calls, {u['prompt_tokens'] + u['completion_tokens']} tokens"
+               + (f" ({u['cached_prompt_tokens']} prompt tokens cached)" if u.get("cached_prompt_tokens") else "")
+               + ", "
                f"{u['cache_hits']} cache hits; {results['wall_time_s']} s")
     for table in results["tables"]:
         typer.echo(f"\n{table['title']}\n{table['markdown']}")

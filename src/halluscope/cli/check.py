@@ -34,7 +34,7 @@ def print_report(report: Report, target: str) -> None:
         console.print(f"[yellow]{unscored} of {len(report.verdicts)} claims could not be scored[/yellow]")
     u = report.usage
     cost = "" if u.cost_usd is None else f", ${u.cost_usd:.6f}"  # only where the provider's prices are known
-    console.print(f"[dim]{u.calls} LLM calls, {u.prompt_tokens}+{u.completion_tokens} tokens, "
+    console.print(f"[dim]{u.calls} LLM calls, {u.prompt_tokens}+{u.completion_tokens} tokens{u.cached_note()}, "
                   f"{u.cache_hits} cache hits{cost}, {report.elapsed_s:.2f}s[/dim]")
 
 

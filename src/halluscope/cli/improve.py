@@ -46,7 +46,7 @@ def print_improvement(report: Report) -> None:
     else:
         console.print("no verified improvement: the original text is kept")
     u = report.usage
-    console.print(f"[dim]{u.calls} LLM calls, {u.prompt_tokens}+{u.completion_tokens} tokens, "
+    console.print(f"[dim]{u.calls} LLM calls, {u.prompt_tokens}+{u.completion_tokens} tokens{u.cached_note()}, "
                   f"{u.cache_hits} cache hits, {report.elapsed_s:.2f}s[/dim]")
 
 

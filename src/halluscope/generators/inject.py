@@ -97,9 +97,9 @@ INVENT_PROMPT = PromptTemplate(
         "(a name, number, date, place, cause or event);\n"
         "- be believable next to the TEXT, and not simply negate or contradict what it says;\n"
         "- NOT be stated in the source material, and NOT follow logically from anything in it.\n\n"
+        'Reply with one JSON object: {"facts": ["<statement>", ...]}\n\n'
         "${source_block}"
-        "TEXT:\n$target\n\n"
-        'Reply with one JSON object: {"facts": ["<statement>", ...]}'
+        "TEXT:\n$target"
     ),
     literal=("k",),
 )
@@ -118,10 +118,11 @@ WEAVE_PROMPT = PromptTemplate(
         "- $instructions\n"
         "- The insertions must read naturally and be spread through the text, not all put at the end.\n"
         "- Add no information beyond the NEW FACTS.\n\n"
+        "Reply with the complete edited text and nothing else.\n\n"
         "TEXT:\n$target\n\n"
-        "NEW FACTS:\n$facts\n\n"
-        "Reply with the complete edited text and nothing else."
+        "NEW FACTS:\n$facts"
     ),
+    shared=("target",),
     literal=("instructions",),  # one of COMPLEXITY_INSTRUCTIONS, written by the code
 )
 
@@ -393,7 +394,7 @@ class GoldEvidenceBuilder:
                           else "no finder located a source passage for it")
                 return {"id": f"u{number}", **entry, "reason": reason, "agreement": agreement}, False, my_calls
             judgments = await asyncio.gather(*(
-                self.evaluator(claim, ev, context_around(source, sentences, ev.span, self.context_sentences))
+                self.evaluator(claim, ev, context_around(source, sentences, ev.span, self.context_sentences), source)
                 for ev in candidates.values()))
             judged = []
             for (start, end), j in zip(candidates, judgments):

@@ -4,6 +4,11 @@ Stages only ever call ``await llm.generate(messages, params)``. Every call is al
 current :class:`CallLog` (a context variable), which is how a Report gets its usage and audit trail
 without threading a ledger through every stage.
 
+A backend that keeps a prompt-prefix cache and serves one request at a time (``prefix_affinity = True``: the
+embedded llama.cpp model) gets a :class:`~halluscope.llm.affinity.PrefixAffinityGate` instead of a plain
+semaphore: waiting requests are served by the prefix they share with the last one, so calls about one source
+run back to back and reuse its evaluated prefix.
+
 Identical requests in flight at the same moment share one backend call ("single flight", keyed by the
 cache key even when the cache is off): the first caller makes the call, the others wait for its reply and
 are accounted as cache hits.
@@ -19,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from halluscope import tracing
+from halluscope.llm.affinity import PrefixAffinityGate, prompt_text
 from halluscope.llm.base import Completion, GenerateParams, Message, ModelAPI
 from halluscope.llm.cache import Cache, cache_key, clean_messages, clean_text
 from halluscope.llm.ratelimit import RateLimiter
@@ -75,6 +81,10 @@ class LLM:
         self._semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
             weakref.WeakKeyDictionary()
         )
+        self.prefix_affinity = bool(getattr(api, "prefix_affinity", False))
+        self._gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, PrefixAffinityGate] = (
+            weakref.WeakKeyDictionary()
+        )
         self._in_flight: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, dict[str, asyncio.Future[Completion]]
         ] = weakref.WeakKeyDictionary()
@@ -95,6 +105,14 @@ class LLM:
             sem = self._semaphores[loop] = asyncio.Semaphore(self.max_concurrency)
         return sem
 
+    def gate(self) -> PrefixAffinityGate:
+        """This event loop's prefix-affinity gate (backends with ``prefix_affinity``)."""
+        loop = asyncio.get_running_loop()
+        gate = self._gates.get(loop)
+        if gate is None:
+            gate = self._gates[loop] = PrefixAffinityGate(capacity=self.max_concurrency)
+        return gate
+
     def _flights(self) -> dict[str, asyncio.Future[Completion]]:
         loop = asyncio.get_running_loop()
         table = self._in_flight.get(loop)
@@ -112,7 +130,8 @@ class LLM:
         return len(self._in_flight.get(loop, {}))
 
     async def _call_backend(self, messages: list[Message], params: GenerateParams) -> Completion:
-        async with self._semaphore():
+        slot = self.gate().slot(prompt_text(messages)) if self.prefix_affinity else self._semaphore()
+        async with slot:
             limiter = self.rate_limiter
             reserved = 0
             if limiter is not None:

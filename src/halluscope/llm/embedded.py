@@ -16,6 +16,13 @@ every step, so one thread descheduled by another job stalls them all). Only the 
 above it the rule is a conservative default. ``HALLUSCOPE_EMBEDDED_THREADS`` (``Config.embedded_threads``)
 overrides it.
 
+Prefix reuse: one ``Llama`` keeps the KV cache of the last prompt it evaluated, and llama.cpp evaluates only
+what follows the longest prefix a new prompt shares with it. Nothing here resets that cache between calls, the
+prompts are laid out source-first (see :mod:`halluscope.prompts`), and :class:`~halluscope.llm.client.LLM`
+serves waiting requests with a prefix-affinity scheduler (:mod:`halluscope.llm.affinity`), so calls about one
+source run back to back. Each reply's ``Usage.cached_prompt_tokens`` is the number of prompt tokens reused,
+found by comparing the token ids held in the cache before the call with the new prompt's.
+
 Token counting (``count_tokens``) never waits behind a running generation: it uses a second, vocabulary-only
 copy of the model (no weights, no context: ~0.6 s and ~40 MB on first use) with its own lock, so no llama.cpp
 object is shared between the generating thread and the counting one.
@@ -85,6 +92,26 @@ def _token_count(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
+def _held_tokens(llama: object) -> list[int]:
+    """The token ids whose keys and values the ``Llama`` context holds now ([] when it does not say)."""
+    try:
+        return [int(t) for t in llama.input_ids[: llama.n_tokens]]  # type: ignore[attr-defined]
+    except (AttributeError, TypeError, ValueError):
+        return []
+
+
+def reused_prefix(held: list[int], prompt: list[int]) -> int:
+    """Prompt tokens llama.cpp takes from its KV cache instead of evaluating: the longest common prefix of the
+    tokens held before the call and the new prompt, less one when that is the whole prompt (llama.cpp then
+    evaluates the last token again to get fresh logits)."""
+    n = 0
+    for a, b in zip(held, prompt):
+        if a != b:
+            break
+        n += 1
+    return n - 1 if prompt and n == len(prompt) else n
+
+
 def _close_if_alive(ref: "weakref.ref[EmbeddedModel]") -> None:
     model = ref()
     if model is not None:
@@ -95,6 +122,8 @@ class EmbeddedModel:
     """One llama.cpp model; requests run one at a time in a worker thread (llama.cpp is not re-entrant)."""
 
     max_concurrency: int | None = 1
+    prefix_affinity = True
+    """Serve waiting requests by the prefix they share with the last one (llama.cpp keeps one KV prefix)."""
 
     def __init__(self, model: str = "smollm2", *, n_ctx: int = 8192, n_threads: int | None = None, seed: int = 0):
         if importlib.util.find_spec("llama_cpp") is None:
@@ -196,6 +225,7 @@ class EmbeddedModel:
                 kwargs["response_format"] = {"type": "json_object", "schema": json.loads(params.json_schema)}
             elif params.json_mode:
                 kwargs["response_format"] = {"type": "json_object"}
+            held = _held_tokens(llama)  # the KV cache's tokens before this call: its reusable prefix
             try:
                 out = llama.create_chat_completion(**kwargs)
             except ValueError as exc:  # llama.cpp reports an over-long prompt as a ValueError
@@ -204,13 +234,16 @@ class EmbeddedModel:
                 raise LLMError(f"{self.name}: {exc}") from exc
             except RuntimeError as exc:  # e.g. llama_decode failures
                 raise LLMError(f"{self.name}: {exc}") from exc
+            u = out.get("usage") or {}
+            prompt_count = _token_count(u.get("prompt_tokens"))
+            cached = reused_prefix(held, _held_tokens(llama)[:prompt_count])
         content = out["choices"][0]["message"].get("content")
         text = clean_text(content) if isinstance(content, str) else ""
-        u = out.get("usage") or {}
         usage = Usage(
             calls=1,
-            prompt_tokens=_token_count(u.get("prompt_tokens")),
+            prompt_tokens=prompt_count,
             completion_tokens=_token_count(u.get("completion_tokens")),
+            cached_prompt_tokens=cached,
         )
         return Completion(text=text, model=self.name, usage=usage)
 

@@ -65,10 +65,14 @@ def _usage(data: dict[str, Any]) -> Usage:
     raw = data.get("usage")
     if not isinstance(raw, dict):
         raw = {}
+    details = raw.get("prompt_tokens_details")
+    prompt_tokens = _token_count(raw.get("prompt_tokens"))
+    cached = _token_count(details.get("cached_tokens")) if isinstance(details, dict) else 0
     return Usage(
         calls=1,
-        prompt_tokens=_token_count(raw.get("prompt_tokens")),
+        prompt_tokens=prompt_tokens,
         completion_tokens=_token_count(raw.get("completion_tokens")),
+        cached_prompt_tokens=min(cached, prompt_tokens),  # never more cached than sent
     )
 
 

@@ -177,12 +177,12 @@ DCE_SENTENCE_PROMPT = PromptTemplate(
         "- the sentence is consistent only if the SOURCE states or directly implies all of it. Anything the "
         "SOURCE contradicts, or that cannot be found in or inferred from the SOURCE, makes it inconsistent.\n"
         "The TEXT does not have to mention everything in the SOURCE: leaving things out is not an error.\n\n"
-        "SOURCE:\n$source\n\n"
-        "TEXT, one numbered sentence per line:\n$sentences\n\n"
         'Give exactly one entry per sentence, in order, with the sentence\'s number as "id". Start each '
         "\"reason\" with 'Consistent:' or 'Inconsistent:', then explain; when inconsistent, quote the exact "
         "words of the sentence that the SOURCE does not support and say what the SOURCE says instead.\n\n"
-        "$format"
+        "$format\n\n"
+        "SOURCE:\n$source\n\n"
+        "TEXT, one numbered sentence per line:\n$sentences"
     ),
 )
 
@@ -197,9 +197,9 @@ DCE_PARAGRAPH_PROMPT = PromptTemplate(
         "in the SOURCE. The TEXT is consistent only if the SOURCE states or directly implies all of it; "
         "anything contradicted by the SOURCE, or not found in it, makes the TEXT inconsistent. Leaving things "
         "out is not an error.\n\n"
-        "SOURCE:\n$source\n\nTEXT:\n$target\n\n"
         "Start the \"reason\" with 'Consistent:' or 'Inconsistent:', then explain; quote the exact words of "
-        "the TEXT that the SOURCE does not support.\n\n$format"
+        "the TEXT that the SOURCE does not support.\n\n$format\n\n"
+        "SOURCE:\n$source\n\nTEXT:\n$target"
     ),
 )
 
@@ -214,8 +214,8 @@ DCE_EXCERPT_PROMPT = PromptTemplate(
         "only if the EXCERPT states or directly implies every piece of information in it (who, what, when, "
         "where, how much, why, result). Anything contradicted by the EXCERPT, or not found in it, makes the "
         "sentence inconsistent.\n\n"
-        "EXCERPT:\n$source\n\nSENTENCE:\n$sentence\n\n"
-        "Start the \"reason\" with 'Consistent:' or 'Inconsistent:', then explain.\n\n$format"
+        "Start the \"reason\" with 'Consistent:' or 'Inconsistent:', then explain.\n\n$format\n\n"
+        "EXCERPT:\n$source\n\nSENTENCE:\n$sentence"
     ),
 )
 
@@ -226,14 +226,14 @@ DCE_EXCERPT_BATCH_PROMPT = PromptTemplate(
     literal=("count",),
     system=_SYSTEM,
     user=(
-        "Below is an EXCERPT of a long source document and $count numbered SENTENCES from a text that is supposed "
+        "Below is an EXCERPT of a long source document and numbered SENTENCES from a text that is supposed "
         "to be based on that document. For each sentence on its own, decide whether the EXCERPT supports it: a "
         "sentence is consistent only if the EXCERPT states or directly implies every piece of information in it "
         "(who, what, when, where, how much, why, result). Anything contradicted by the EXCERPT, or not found in "
         "it, makes the sentence inconsistent. The other sentences are not evidence.\n\n"
-        "EXCERPT:\n$source\n\nSENTENCES:\n$sentences\n\n"
         "Give exactly one entry per sentence, with its number as \"id\". Start each \"reason\" with "
-        "'Consistent:' or 'Inconsistent:', then explain.\n\n$format"
+        "'Consistent:' or 'Inconsistent:', then explain.\n\n$format\n\n"
+        "EXCERPT:\n$source\n\nThere are $count SENTENCES.\n\nSENTENCES:\n$sentences"
     ),
 )
 
@@ -250,9 +250,10 @@ AMC_PROMPT = PromptTemplate(
         "- 1 if it finds the sentence consistent with the source (everything in it is supported);\n"
         "- -1 if it reports any problem: information that is wrong, contradicted, unsupported, not mentioned "
         "in the source, or unclear.\n\n"
-        "ASSESSMENTS:\n$reasons\n\n"
+        "$format\n\n"
         'There are $count assessments, so "marks" must hold exactly $count marks, in order, each the number 1 '
-        "or -1.\n\n$format"
+        "or -1.\n\n"
+        "ASSESSMENTS:\n$reasons"
     ),
 )
 

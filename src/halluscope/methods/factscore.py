@@ -202,6 +202,7 @@ FACTSCORE_DECOMPOSE_PROMPT = PromptTemplate(
     name="factscore_decompose",
     version="2",
     reply=FactsReply,
+    shared=("sentences",),
     system=_SYSTEM,
     user=(
         "Break the TEXT below into atomic facts. An atomic fact is a short, self-contained statement that "
@@ -209,7 +210,7 @@ FACTSCORE_DECOMPOSE_PROMPT = PromptTemplate(
         "Replace pronouns and vague references with the names they stand for, so that each fact can be "
         "understood on its own. Cover every piece of information in the TEXT, and add nothing that it does "
         "not say. For each fact give the number of the sentence it comes from.\n\n"
-        "TEXT, one numbered sentence per line:\n$sentences\n\n$format"
+        "$format\n\nTEXT, one numbered sentence per line:\n$sentences"
     ),
 )
 
@@ -221,7 +222,7 @@ FACTSCORE_VERIFY_PROMPT = PromptTemplate(
     user=(
         "Is the FACT supported by the SOURCE? It is supported only if the SOURCE states it or it follows "
         "directly from the SOURCE; a fact that the SOURCE contradicts, or that cannot be verified from it, is "
-        "not supported.\n\nSOURCE:\n$source\n\nFACT:\n$fact\n\n$format"
+        "not supported.\n\n$format\n\nSOURCE:\n$source\n\nFACT:\n$fact"
     ),
 )
 
@@ -238,7 +239,7 @@ FACTSCORE_DESCRIBE_PROMPT = PromptTemplate(
         "fact claims (quote its words in double quotes) and what the SOURCE says instead, or which detail the "
         "SOURCE does not contain. Be brief and specific; avoid vague statements such as \"this cannot be "
         "verified\". Never put two problems in one description.\n\n"
-        "SOURCE:\n$source\n\nFACT:\n$fact\n\n$format"
+        "$format\n\nSOURCE:\n$source\n\nFACT:\n$fact"
     ),
 )
 
@@ -252,10 +253,10 @@ FACTSCORE_VERIFY_BATCH_PROMPT = PromptTemplate(
     literal=("count",),
     system=_SYSTEM,
     user=(
-        "For each of the $count numbered FACTS, decide on its own whether the SOURCE supports it. "
+        "For each of the numbered FACTS, decide on its own whether the SOURCE supports it. "
         + _SUPPORTED_RULE + " Judge every fact separately: another fact in the list is not evidence. Give exactly "
         "one entry per fact, with the fact's number as its id.\n\n"
-        "SOURCE:\n$source\n\nFACTS:\n$facts\n\n$format"
+        "$format\n\nSOURCE:\n$source\n\nThere are $count FACTS.\n\nFACTS:\n$facts"
     ),
 )
 
@@ -266,14 +267,14 @@ FACTSCORE_DESCRIBE_BATCH_PROMPT = PromptTemplate(
     literal=("count",),
     system=_SYSTEM,
     user=(
-        "For each of the $count numbered FACTS, decide on its own whether the SOURCE supports it. "
+        "For each of the numbered FACTS, decide on its own whether the SOURCE supports it. "
         + _SUPPORTED_RULE + " Judge every fact separately: another fact in the list is not evidence.\n"
         "For a fact that is not supported, and only then, describe every inconsistency separately: for each, say "
         "what the fact claims (quote its words in double quotes) and what the SOURCE says instead, or which "
         "detail the SOURCE does not contain. Be brief and specific; never put two problems in one description. "
         "A supported fact has an empty list.\n"
         "Give exactly one entry per fact, with the fact's number as its id.\n\n"
-        "SOURCE:\n$source\n\nFACTS:\n$facts\n\n$format"
+        "$format\n\nSOURCE:\n$source\n\nThere are $count FACTS.\n\nFACTS:\n$facts"
     ),
 )
 
@@ -281,6 +282,7 @@ FACTSCORE_DEDUP_PROMPT = PromptTemplate(
     name="factscore_dedup",
     version="2",
     reply=KeepReply,
+    shared=("target",),
     system=_SYSTEM,
     user=(
         "Below are a TEXT and a numbered list of descriptions of factual inconsistencies found in it. They were "
@@ -291,7 +293,7 @@ FACTSCORE_DEDUP_PROMPT = PromptTemplate(
         "one that states the inconsistency most precisely. Keep every description that has no duplicate. Do "
         "not merge descriptions of different pieces of information, and do not drop a description for any "
         "other reason.\n\n"
-        "TEXT:\n$target\n\nDESCRIPTIONS:\n$descriptions\n\n$format"
+        "$format\n\nTEXT:\n$target\n\nDESCRIPTIONS:\n$descriptions"
     ),
 )
 

@@ -29,7 +29,7 @@ GEVAL_PROMPT = PromptTemplate(
         "5 = every statement in the text is supported by the source; 1 = the text is mostly unsupported "
         "or contradicts the source. Judge only consistency with the source, not style or completeness. "
         "Information that cannot be verified from the source counts against the text.\n\n"
-        "SOURCE:\n$source\n\nTEXT:\n$target\n\n$format"
+        "$format\n\nSOURCE:\n$source\n\nTEXT:\n$target"
     ),
     reply=GevalReply,
 )

@@ -87,11 +87,11 @@ RAI_SENTENCE_PROMPT = PromptTemplate(
         "of the sentence, its role in the text and its style, and change as little as possible.\n"
         "- Do not add anything the SOURCE does not say.\n"
         '- If no part of a sentence can be supported by the SOURCE, give "" as its rewrite to delete it.\n\n'
+        'Give one entry for each sentence listed below, and only for those, with its number as "id".\n\n'
+        "$format\n\n"
         "SOURCE:\n$source\n\n"
         "FULL TEXT, for context:\n$target\n\n"
-        "SENTENCES TO REWRITE, each with its number and the reviewer's reason:\n$flagged\n\n"
-        'Give one entry for each sentence listed above, and only for those, with its number as "id".\n\n'
-        "$format"
+        "SENTENCES TO REWRITE, each with its number and the reviewer's reason:\n$flagged"
     ),
 )
 
@@ -105,7 +105,7 @@ RAI_PARAGRAPH_PROMPT = PromptTemplate(
         "given. Rewrite the TEXT so that everything it says is supported by the SOURCE: correct wrong details "
         "from the SOURCE, drop details the SOURCE does not contain, keep everything else, its purpose and its "
         "style, and add nothing the SOURCE does not say.\n\n"
-        "SOURCE:\n$source\n\nTEXT:\n$target\n\nREVIEWER'S REASON:\n$reason\n\n$format"
+        "$format\n\nSOURCE:\n$source\n\nTEXT:\n$target\n\nREVIEWER'S REASON:\n$reason"
     ),
 )
 

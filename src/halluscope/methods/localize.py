@@ -333,7 +333,7 @@ def _cot_instructions(hint: bool, variant: int = 1) -> str:
 def _localize_prompt(style: str, hint: bool, variant: int) -> PromptTemplate:
     parts = [_HINTS[variant]] if hint else []
     if style == "cot":
-        parts += [_task_cot(variant), _INPUTS, _cot_instructions(hint, variant)]
+        parts += [_task_cot(variant), _cot_instructions(hint, variant), _INPUTS]
     else:
         if variant == 1:
             parts.append(_task_v1(hint))
@@ -341,7 +341,7 @@ def _localize_prompt(style: str, hint: bool, variant: int) -> PromptTemplate:
             parts.append(_task_v2_few(hint) if style == "few_shot" else _task_v2_zero(hint))
         if style == "few_shot":
             parts.append(_few_shot_block(variant))
-        parts += [_INPUTS, "$format"]
+        parts += ["$format", _INPUTS]
     name = f"localize_{style}" + ("" if variant == 1 else f"_v{variant}") + ("_hint" if hint else "")
     return PromptTemplate(name=name, version="3" if variant == 1 else "1", system=_SYSTEM, user="\n\n".join(parts),
                           reply=None if style == "cot" else reply_schema(hint))
@@ -360,9 +360,9 @@ BINARY_PROMPT = PromptTemplate(
     user=(
         "Decide whether the TEXT is factually consistent with the SOURCE: it is consistent only if every piece "
         "of information in the TEXT is supported by the SOURCE.\n\n"
-        f"{_INPUTS}\n\n"
         'Reason step by step, then end your reply with a last line that reads exactly "Final answer: yes" '
-        '(the TEXT is consistent) or "Final answer: no" (it is not), and nothing after it.'
+        '(the TEXT is consistent) or "Final answer: no" (it is not), and nothing after it.\n\n'
+        f"{_INPUTS}"
     ),
 )
 

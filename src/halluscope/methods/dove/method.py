@@ -162,7 +162,7 @@ class Dove(ClaimPipeline):
         info.update(by_source.value.notes)
         if self.opts.target_order == "sorter":
             by_target = (StepResult.success(target_position_order(events)) if self.opts.sorter == "position"
-                         else await self.sorter([c.text for c in events], run.target))
+                         else await self.sorter([c.text for c in events], run.target, about=run.source))
             if by_target.value is None:
                 return _OrderOutcome(error=by_target.error)
             target_sequence = by_target.value.order
@@ -188,7 +188,7 @@ class Dove(ClaimPipeline):
         if text is None:
             return StepResult.failure("the source excerpts about the verified events do not fit the model's "
                                       "context window, so their order cannot be judged")
-        return await self.sorter(texts, text)
+        return await self.sorter(texts, text, about=run.source)
 
     async def sorting_text(self, events: list[Claim], run: PipelineRun) -> str | None:
         """What the source-side sorter reads: the whole source, or with retrieval the snippets retrieved for the

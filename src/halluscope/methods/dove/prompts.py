@@ -31,6 +31,7 @@ DOVE_DECOMPOSE_PROMPT = PromptTemplate(
     name="dove_decompose",
     version="2",
     reply=DoveFactsReply,
+    shared=("target",),
     system="You break texts into small, checkable facts.",
     user=(
         "Split the TEXT below into independent, self-contained factual statements, and sort each one into "
@@ -47,7 +48,7 @@ DOVE_DECOMPOSE_PROMPT = PromptTemplate(
         "3. List the event facts in the chronological order in which, according to the TEXT, they happened "
         "(this can differ from the order in which the text mentions them). Descriptive facts can be in any "
         "order. An empty list is fine when the TEXT has no fact of that kind.\n\n"
-        "TEXT:\n$target\n\n$format"
+        "$format\n\nTEXT:\n$target"
     ),
 )
 
@@ -64,7 +65,7 @@ DOVE_CHECK_PROMPT = PromptTemplate(
     reply=DoveCheckReply,
     system="You are a meticulous fact-checker who judges statements only against the source text you are given.",
     user=("Is the FACT true according to the SOURCE? " + _JUDGING_RULES
-          + "\n\nSOURCE:\n$source\n\nFACT:\n$fact\n\n$format"),
+          + "\n\n$format\n\nSOURCE:\n$source\n\nFACT:\n$fact"),
 )
 
 DOVE_CHECK_BATCH_PROMPT = PromptTemplate(
@@ -74,9 +75,9 @@ DOVE_CHECK_BATCH_PROMPT = PromptTemplate(
     literal=("count",),
     system=DOVE_CHECK_PROMPT.system,
     user=(
-        "For each of the $count numbered FACTS, decide whether it is true according to the SOURCE. Judge every "
+        "For each of the numbered FACTS, decide whether it is true according to the SOURCE. Judge every "
         "fact on its own. " + _JUDGING_RULES + " Give exactly one entry per fact, with the fact's number as its "
-        "id.\n\nSOURCE:\n$source\n\nFACTS:\n$facts\n\n$format"
+        "id.\n\n$format\n\nSOURCE:\n$source\n\nThere are $count FACTS.\n\nFACTS:\n$facts"
     ),
 )
 
@@ -84,6 +85,7 @@ DOVE_SORT_PROMPT = PromptTemplate(
     name="dove_sort",
     version="2",
     reply=DoveOrderReply,
+    shared=("text",),
     system="You put events in the chronological order in which they happen in a text.",
     user=(
         "Below are a TEXT and a numbered list of EVENTS from it. Order the events by when they happen according "
@@ -95,6 +97,6 @@ DOVE_SORT_PROMPT = PromptTemplate(
         "Once everyone had eaten, they played cards.\n"
         "EVENTS:\n1. The guests played cards\n2. Paul cooked the soup\n3. The guests arrived\n4. Paul set the table\n"
         f'ORDER: {{"order": {list(DOVE_SORT_EXAMPLE_ORDER)}}}\n\n'
-        "TEXT:\n$text\n\nEVENTS:\n$events\n\n$format"
+        "$format\n\nTEXT:\n$text\n\nEVENTS:\n$events"
     ),
 )

@@ -205,9 +205,11 @@ class DoveSorter:
         random.Random(digest).shuffle(shown)
         return shown
 
-    def messages(self, events: Sequence[str], text: str) -> list[dict[str, str]]:
+    def messages(self, events: Sequence[str], text: str, about: str | None = None) -> list[dict[str, str]]:
+        """``about``: the source of the check, so sorting by the source and by the target share one fence key
+        (and the prompt prefix up to the TEXT)."""
         listing = "\n".join(f"{n + 1}. {t}" for n, t in enumerate(events))
-        return self.prompt.render(text=text, events=listing)  # type: ignore[return-value]
+        return self.prompt.render(text=text, events=listing, about=about)  # type: ignore[return-value]
 
     @staticmethod
     def reply_tokens(n_events: int) -> int:
@@ -218,11 +220,11 @@ class DoveSorter:
         return messages_tokens(self.llm, self.messages(events, "")) + reply_budget(self.llm,
                                                                                 self.reply_tokens(len(events)))
 
-    async def __call__(self, events: Sequence[str], text: str) -> StepResult[EventOrder]:
+    async def __call__(self, events: Sequence[str], text: str, about: str | None = None) -> StepResult[EventOrder]:
         shown = self.presentation(events)
         shown_texts = [events[i] for i in shown]
         step = await generate_reply(
-            self.llm, self.messages(shown_texts, text), DoveOrderReply,
+            self.llm, self.messages(shown_texts, text, about), DoveOrderReply,
             params=self.llm.params(max_tokens=reply_budget(self.llm, self.reply_tokens(len(events)))),
             parse=lambda reply: parse_event_order(reply, shown_texts, DOVE_SORT_EXAMPLE_ORDER))  # type: ignore[arg-type, return-value]
         if step.value is None:

@@ -102,27 +102,30 @@ class EvidenceEvaluator:
         self.judges, self.prompt, self.consensus = list(judges), prompt, consensus
         self.batch_prompt = batch_prompt
 
-    async def vote(self, judge: Judge, claim: Claim, evidence: Evidence, context: str) -> tuple[Vote, list[LLMCall]]:
-        """One judge's vote on one (claim, passage): the unbatched step."""
-        messages = self.prompt.render(claim=claim.text, evidence=evidence.text, context=context)
+    async def vote(self, judge: Judge, claim: Claim, evidence: Evidence, context: str, about: str | None = None
+                   ) -> tuple[Vote, list[LLMCall]]:
+        """One judge's vote on one (claim, passage): the unbatched step. ``about``: the whole source the passage
+        comes from (its calls then share one fence key, hence one prompt prefix)."""
+        messages = self.prompt.render(claim=claim.text, evidence=evidence.text, context=context, about=about)
         step = await generate_reply(judge.llm, messages, EvaluationReply, params=judge.params())
         passed = None if step.value is None else step.value.verdict == "PASS"
         return Vote(judge.name, judge.sample, passed, step.error), list(step.calls)
 
-    async def __call__(self, claim: Claim, evidence: Evidence, context: str) -> EvidenceJudgment:
-        results = await asyncio.gather(*(self.vote(j, claim, evidence, context) for j in self.judges))
+    async def __call__(self, claim: Claim, evidence: Evidence, context: str, about: str | None = None
+                       ) -> EvidenceJudgment:
+        results = await asyncio.gather(*(self.vote(j, claim, evidence, context, about) for j in self.judges))
         return EvidenceJudgment(claim.id or "", evidence, [v for v, _ in results],
                                 [c for _, calls in results for c in calls], self.consensus)
 
-    async def batch(self, claims: Sequence[Claim], evidence: Evidence, context: str, size: int
-                    ) -> list[EvidenceJudgment]:
+    async def batch(self, claims: Sequence[Claim], evidence: Evidence, context: str, size: int,
+                    about: str | None = None) -> list[EvidenceJudgment]:
         """One judgment per claim on the one passage they all quoted, votes asked up to ``size`` claims per call."""
 
         async def judge_all(judge: Judge) -> list[tuple[Vote, list[LLMCall]]]:
             async def ask(part: list[Claim]) -> BatchStep[Any]:
                 n = len(part)
                 messages = self.batch_prompt.render(claims=numbered([c.text for c in part]), evidence=evidence.text,
-                                                    context=context, count=n)
+                                                    context=context, count=n, about=about)
                 params = judge.params().model_copy(
                     update={"max_tokens": batch_reply_budget(judge.llm, EVALUATE_REPLY_TOKENS, n)})
                 return await ask_batch(judge.llm, messages, EvaluationBatchReply, EvaluationBatchEntry, n,
@@ -139,7 +142,8 @@ class EvidenceEvaluator:
                 return vote, list(calls) + own
 
             return await judge_in_batches(list(claims), size, ask=ask, accept=accept,
-                                          alone=lambda c: self.vote(judge, c, evidence, context), redone=redone)
+                                          alone=lambda c: self.vote(judge, c, evidence, context, about),
+                                          redone=redone)
 
         per_judge = await asyncio.gather(*(judge_all(j) for j in self.judges))
         out = []

@@ -49,6 +49,7 @@ DECOMPOSE_PROMPT = PromptTemplate(
     name="probe_decompose",
     version="2",
     reply=ClaimsReply,
+    shared=("target",),
     system="You split a generated text into the smallest statements that can each be checked on their own.",
     user=(
         "The TEXT below was generated from some source material (it may be a summary, an answer, or a "
@@ -59,7 +60,7 @@ DECOMPOSE_PROMPT = PromptTemplate(
         "(replace pronouns and vague references with what they refer to);\n"
         '- "segment": the exact words of the TEXT that express it, copied character for character as one '
         "contiguous stretch (the shortest stretch that carries the assertion).\n\n"
-        "TEXT:\n$target\n\n$format"
+        "$format\n\nTEXT:\n$target"
     ),
 )
 
@@ -100,8 +101,9 @@ FIND_EVIDENCE_PROMPT = PromptTemplate(
         "paraphrases, not fragments glued together.\n"
         "- Give at most $max_evidence passages, most relevant first.\n"
         "- If nothing bears on the assertion, give an empty list.\n\n"
-        "ASSERTION:\n$claim\n\n"
-        "$source_heading:\n$source\n\n$format"
+        "$format\n\n"
+        "$source_heading:\n$source\n\n"
+        "ASSERTION:\n$claim"
     ),
 )
 
@@ -129,6 +131,7 @@ EVALUATE_PROMPT = PromptTemplate(
     name="probe_evaluate",
     version="2",
     reply=EvaluationReply,
+    shared=("evidence", "context"),  # callers pass about=source: the key is the source's
     system="You are a strict fact-checker who judges one piece of evidence at a time.",
     user=(
         "Decide whether the EVIDENCE EXCERPT, on its own, supports the ASSERTION.\n\n"
@@ -137,9 +140,10 @@ EVALUATE_PROMPT = PromptTemplate(
         "context, or needs guesses or long chains of inference beyond the excerpt, the excerpt does not "
         "support it. Every part of the assertion (names, numbers, dates, places, causes) must be backed by "
         "the excerpt.\n\n"
-        "ASSERTION:\n$claim\n\n"
+        "$format\n\n"
         "EVIDENCE EXCERPT:\n$evidence\n\n"
-        "SURROUNDING CONTEXT:\n$context\n\n$format"
+        "SURROUNDING CONTEXT:\n$context\n\n"
+        "ASSERTION:\n$claim"
     ),
 )
 
@@ -183,7 +187,7 @@ FIND_EVIDENCE_BATCH_PROMPT = PromptTemplate(
     literal=("max_evidence", "count"),
     system=FIND_EVIDENCE_PROMPT.system,
     user=(
-        "For each of the $count numbered ASSERTIONS, on its own, find the passages of the SOURCE that bear on it: "
+        "For each of the numbered ASSERTIONS, on its own, find the passages of the SOURCE that bear on it: "
         "passages that support it, contradict it, or are otherwise directly relevant to checking it.\n\n"
         "Rules:\n"
         "- Copy each passage exactly as it is written, character for character: whole sentences, not "
@@ -191,8 +195,10 @@ FIND_EVIDENCE_BATCH_PROMPT = PromptTemplate(
         "- Give at most $max_evidence passages per assertion, most relevant first.\n"
         "- If nothing bears on an assertion, give it an empty list.\n"
         "- Give exactly one entry per assertion, with the assertion's number as its id.\n\n"
-        "ASSERTIONS:\n$claims\n\n"
-        "SOURCE:\n$source\n\n$format"
+        "$format\n\n"
+        "SOURCE:\n$source\n\n"
+        "There are $count ASSERTIONS.\n\n"
+        "ASSERTIONS:\n$claims"
     ),
 )
 
@@ -201,9 +207,10 @@ EVALUATE_BATCH_PROMPT = PromptTemplate(
     version="1",
     reply=EvaluationBatchReply,
     literal=("count",),
+    shared=("evidence", "context"),
     system=EVALUATE_PROMPT.system,
     user=(
-        "For each of the $count numbered ASSERTIONS, on its own, decide whether the EVIDENCE EXCERPT, on its own, "
+        "For each of the numbered ASSERTIONS, on its own, decide whether the EVIDENCE EXCERPT, on its own, "
         "supports it.\n\n"
         "The SURROUNDING CONTEXT is the source text around the excerpt. Use it only to understand the "
         "excerpt (who or what it refers to); it is not evidence. If an assertion follows only from the "
@@ -211,9 +218,11 @@ EVALUATE_BATCH_PROMPT = PromptTemplate(
         "support it. Every part of the assertion (names, numbers, dates, places, causes) must be backed by "
         "the excerpt. The other assertions are not evidence either. Give exactly one entry per assertion, with "
         "its number as its id.\n\n"
-        "ASSERTIONS:\n$claims\n\n"
+        "$format\n\n"
         "EVIDENCE EXCERPT:\n$evidence\n\n"
-        "SURROUNDING CONTEXT:\n$context\n\n$format"
+        "SURROUNDING CONTEXT:\n$context\n\n"
+        "There are $count ASSERTIONS.\n\n"
+        "ASSERTIONS:\n$claims"
     ),
 )
 

@@ -145,7 +145,8 @@ class ProbeVerifier(LLMVerifier):
         if search.failure_reason is None and search.evidence:
             sentences = await self._sentences.get(source)
             judgments = await gather_or_cancel(
-                self.evaluator(claim, e, context_around(source, sentences, e.span, self.opts.context_sentences))
+                self.evaluator(claim, e, context_around(source, sentences, e.span, self.opts.context_sentences),
+                               source)
                 for e in search.evidence if e.span is not None)
         return self.settle(claim, context, search, judgments)
 
@@ -190,7 +191,8 @@ class ProbeVerifier(LLMVerifier):
             members = groups[key]
             evidence = passages[key]
             around = context_around(source, sentences, evidence.span, self.opts.context_sentences)  # type: ignore[arg-type]
-            results = await self.evaluator.batch([real[ci] for ci, _ in members], evidence, around, self.batch_size)
+            results = await self.evaluator.batch([real[ci] for ci, _ in members], evidence, around, self.batch_size,
+                                                 source)
             for (ci, ei), judgment in zip(members, results):
                 judged[(ci, ei)] = judgment
 
