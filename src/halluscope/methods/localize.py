@@ -59,6 +59,7 @@ from halluscope.prompts import PromptTemplate
 from halluscope.records import Example, Finding, Report, StepResult
 from halluscope.text import ParseError
 from halluscope.text.descriptions import clean_descriptions, spans_for_description
+from halluscope.text.tags import strip_think
 from halluscope.text.placeholders import (
     example_strings,
     normalized,
@@ -140,7 +141,6 @@ def reply_schema(hint: bool) -> type[LocalizationReply]:
 
 
 _MARKER_LINE = re.compile(r"^[ \t*#>_]*final\s+output\s*:", re.I | re.M)
-_THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
 
 
 def _without_example_copies(descriptions: list[str], target: str) -> list[str]:
@@ -163,7 +163,7 @@ def parse_final_output(text: str, hint: bool = False, target: str = "") -> list[
     ParseError when the marker is missing or the final answer is anything else."""
     if not isinstance(text, str) or not text.strip():
         raise ParseError("empty reply")
-    body = _THINK.sub("", text)
+    body = strip_think(text)
     marks = list(_MARKER_LINE.finditer(body))
     if not marks:
         raise ParseError(f'no line starting "{FINAL_MARKER}" in the reply')
@@ -184,7 +184,7 @@ def parse_binary_verdict(text: str) -> bool:
     verdict is not guessed from wording elsewhere in the reply."""
     if not isinstance(text, str) or not text.strip():
         raise ParseError("empty reply")
-    lines = [line for line in _THINK.sub("", text).splitlines() if line.strip()]
+    lines = [line for line in strip_think(text).splitlines() if line.strip()]
     last = re.sub(r"[*_`#>]", "", lines[-1]).strip() if lines else ""
     m = _LAST_LINE_ANSWER.match(last)
     if m is None:
