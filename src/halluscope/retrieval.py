@@ -63,10 +63,10 @@ class RetrievalConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    top_k: int = Field(default=3, ge=1)
+    top_k: int = Field(default=3, ge=1, le=50)
     """Source sentences retrieved per query (K); each becomes one snippet."""
 
-    window: int = Field(default=1, ge=0)
+    window: int = Field(default=1, ge=0, le=20)
     """Sentences added on each side of a retrieved sentence (``w`` of seed 003 Eq. 1): snippets of 2w+1
     sentences, clipped at the document edges."""
 

@@ -74,6 +74,7 @@ def improve_command(
 
     if source == "-" and target == "-":
         raise fail("only one of --source/--target can read standard input")
+    check_output_file(output, "--output")
     try:
         src = read_text_input(source, "source")
         tgt = read_text_input(target, "target")
@@ -92,7 +93,10 @@ def improve_command(
     except (InputError, LLMError, ValueError) as exc:
         raise fail(str(exc))
     if output is not None:
-        output.write_text(report.details.get("improved_target", tgt), encoding="utf-8")
+        try:
+            output.write_text(report.details.get("improved_target", tgt), encoding="utf-8")
+        except OSError as exc:
+            raise fail(f"--output {output}: cannot write: {exc.strerror or exc}")
     if json_out:
         typer.echo(report.model_dump_json(indent=2))
     else:

@@ -48,7 +48,7 @@ from rapidfuzz import fuzz
 from halluscope.llm.replies import Reply
 from halluscope.llm.structured import generate_reply
 from halluscope.methods import register_method
-from halluscope.methods.options import ClaimOptions
+from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions
 from halluscope.methods.batching import (
     BatchStep,
     ask_batch,
@@ -510,7 +510,7 @@ class FactScoreOptions(ClaimOptions):
     dedup_threshold: float = Field(default=85.0, ge=0, le=100)
     """Fuzzy de-duplication (dedup=fuzzy, and the fallback of dedup=llm): word-order-insensitive similarity (0-100) at which two descriptions merge."""
 
-    batch_size: int = Field(default=1, ge=1)
+    batch_size: int = Field(default=1, ge=1, le=MAX_BATCH_SIZE)
     """Facts per verification call when the whole source is sent, each still judged on its own (1 = the paper's one call per fact; with retrieval every fact has its own snippets and its own calls)."""
 
 

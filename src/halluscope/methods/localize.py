@@ -405,7 +405,7 @@ class LocalizeOptions(MethodOptions):
     hint: bool = False
     """2-step only: tell the localizer the target is known to contain an inconsistency."""
 
-    filter_threshold: float | None = None
+    filter_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
     """filter=<method>: the score below which the target counts as inconsistent; None: in the bench, the one with the best F1 on the dev split (FINAL's protocol), in a single check that method's own threshold."""
 
     filter_options: dict[str, Any] = Field(default_factory=dict)
