@@ -18,9 +18,13 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from halluscope.llm.base import Completion, GenerateParams, Message, ModelAPI
+from halluscope.llm.base import Completion, GenerateParams, Message, ModelAPI, ReplyTooLargeError
 from halluscope.llm.cache import ResponseCache, cache_key, clean_messages, clean_text
 from halluscope.records import LLMCall, Usage
+from halluscope.text.parsing import MAX_REPLY_CHARS
+
+REFUSED_EXCERPT_CHARS = 1_000
+"""Characters of a reply refused for its size that are kept (in the call record and the repair request)."""
 
 
 @dataclass
@@ -110,6 +114,10 @@ class LLM:
     async def _call_backend(self, messages: list[Message], params: GenerateParams) -> Completion:
         async with self._semaphore():
             completion = await self.api.generate(messages, params)
+        if len(completion.text) > MAX_REPLY_CHARS:  # no parser reads it: refused here, never cached
+            raise ReplyTooLargeError(
+                f"the reply of {len(completion.text)} characters exceeds the {MAX_REPLY_CHARS}-character limit",
+                len(completion.text), "characters", completion.text[:REFUSED_EXCERPT_CHARS])
         return completion.model_copy(
             update={
                 "text": clean_text(completion.text),
@@ -156,7 +164,11 @@ class LLM:
             if hit is not None:
                 completion = hit.model_copy(update={"cached": True, "usage": Usage(cache_hits=1)})
         if completion is None:
-            completion = await self._single_flight(key, messages, params)
+            try:
+                completion = await self._single_flight(key, messages, params)
+            except ReplyTooLargeError as exc:
+                self._record_refused(messages, exc)
+                raise
         self.usage = self.usage + completion.usage
         log = _current_log.get()
         if log is not None:
@@ -170,6 +182,15 @@ class LLM:
                 )
             )
         return completion
+
+    def _record_refused(self, messages: list[Message], exc: ReplyTooLargeError) -> None:
+        """Audit a reply refused for its size once, cut to its first characters, with its size."""
+        usage = Usage(calls=1)
+        self.usage = self.usage + usage
+        log = _current_log.get()
+        if log is not None:
+            log.add(LLMCall(model=self.name, messages=[dict(m) for m in messages], reply=exc.excerpt,
+                            usage=usage, reply_size=exc.size, reply_size_unit=exc.unit))  # type: ignore[arg-type]
 
     def count_tokens(self, text: str) -> int:
         n = self.api.count_tokens(text)
