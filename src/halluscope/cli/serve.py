@@ -28,6 +28,7 @@ def serve_command(
     max_chars: Annotated[int, typer.Option(min=1, help="Max source+target characters per pair.")] = 400_000,
     timeout: Annotated[float, typer.Option(min=0.001, callback=finite_number, help="Time limit of one check in seconds (-> 504).")] = 300.0,
     max_body_mb: Annotated[float, typer.Option(min=0.001, callback=finite_number, help="Largest body of /check/batch and POST /jobs, in MiB (-> 413, checked before reading).")] = 32.0,
+    body_timeout: Annotated[float, typer.Option(min=0.001, callback=finite_number, help="Longest time for a request body to arrive in full, in seconds (-> 408; slow senders hold no check slot).")] = 30.0,
     max_in_flight: Annotated[int, typer.Option(min=1, help="Checks running at once (/check, /improve, /check/batch).")] = 64,
     max_queue: Annotated[int, typer.Option(min=0, help="Checks waiting for a slot; one more gets 429 + Retry-After.")] = 512,
     queue_timeout: Annotated[float, typer.Option(min=0.001, callback=finite_number, help="Longest wait for a slot in seconds (-> 503 + Retry-After).")] = 30.0,
@@ -65,7 +66,7 @@ def serve_command(
     config = make_config(model, base_url, api_key, concurrency=concurrency)
     settings = ServerSettings(
         token=token, max_chars=max_chars, timeout_s=timeout, default_method=method,
-        max_body_bytes=int(max_body_mb * 2**20), max_in_flight=max_in_flight, max_queue=max_queue,
+        max_body_bytes=int(max_body_mb * 2**20), body_timeout_s=body_timeout, max_in_flight=max_in_flight, max_queue=max_queue,
         queue_timeout_s=queue_timeout, max_open_requests=max_open_requests, max_batch_items=max_batch_items,
         batch_concurrency=batch_concurrency, workers=workers, jobs_db=jobs_db, max_jobs=max_jobs,
         job_concurrency=job_concurrency, data_dir=data_dir, datasets_dir=datasets_dir, metrics_public=metrics_public,
