@@ -183,6 +183,15 @@ class LLM:
             )
         return completion
 
+    def close(self, *, cache: bool = True) -> None:
+        """Release what this client holds: the backend's HTTP connections (loaded weights are shared and stay)
+        and, when ``cache``, the response cache's connection. For a client no one uses any more."""
+        close_connections = getattr(self.api, "close_connections", None)
+        if callable(close_connections):
+            close_connections()
+        if cache and self.cache is not None:
+            self.cache.close()
+
     def _record_refused(self, messages: list[Message], exc: ReplyTooLargeError) -> None:
         """Audit a reply refused for its size once, cut to its first characters, with its size."""
         usage = Usage(calls=1)

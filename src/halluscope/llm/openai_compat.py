@@ -219,7 +219,7 @@ class OpenAICompatibleModel:
         if pool is not None:
             await pool.aclose()
 
-    def close(self) -> None:
+    def close_connections(self) -> None:
         """Close the connections of every event loop, from any thread (a server evicting a method instance).
         A loop that is still running closes its pool itself; one that is gone took its connections with it."""
         try:

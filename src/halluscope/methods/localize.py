@@ -502,7 +502,10 @@ class Localize(Method):
 
         method = get_method(self.opts.filter, llm=self.llm, config=self.config, **self.opts.filter_options)
         # run() (not acheck): the filter's calls land in this check's call log, so in this report's calls
-        report = await method.run(source, target)
+        try:
+            report = await method.run(source, target)
+        finally:
+            method.close()  # built for this check: e.g. probe judges' clients go with it
         threshold = self.opts.filter_threshold if self.opts.filter_threshold is not None else method.default_threshold
         info = {"kind": "method", "method": self.opts.filter, "score": report.score, "threshold": threshold,
                 "consistent": None if report.score is None else report.score >= threshold}
