@@ -28,7 +28,8 @@ What is FActScore's own (the rest is the pipeline's):
   each group of duplicates (selecting by number guarantees it cannot reword them); if its reply is unusable
   the fuzzy de-duplication is used and ``details["dedup_error"]`` says why. ``dedup="fuzzy"`` (no LLM call):
   descriptions whose word-order-insensitive similarity is >= ``dedup_threshold`` or that quote the same
-  target words are merged (conservative: near-identical wordings only). ``dedup="none"`` keeps every
+  target words are merged (conservative: near-identical wordings only); more than 2,000 descriptions are not
+  compared pairwise (only identical wordings and spans merge; ``details["dedup_note"]`` says so). ``dedup="none"`` keeps every
   description. A fact judged unsupported without any description gets one saying so. A Finding's spans are
   the target words its description quotes, else the sentences of the facts it came from.
 
@@ -43,7 +44,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from rapidfuzz import fuzz
+from rapidfuzz import fuzz, process
 
 from halluscope.llm.replies import Reply
 from halluscope.llm.structured import generate_reply
@@ -70,8 +71,10 @@ from halluscope.records import Claim, Finding, LLMCall, Span, StepResult, Verdic
 from halluscope.stages import Context, build_stage, register_stage
 from halluscope.text import ParseError, Sentence, locate, split_sentences
 from halluscope.text.descriptions import (
+    MAX_FUZZY_DESCRIPTIONS,
     clean_descriptions,
     fuzzy_duplicate_groups,
+    fuzzy_is_capped,
     merge_spans,
     most_specific,
     spans_for_description,
@@ -456,7 +459,7 @@ class DescriptionDeduplicator:
         self.prompt = method.prompt(FACTSCORE_DEDUP_PROMPT)
         self.mode = mode
         self.threshold = threshold
-
+        self.note: str | None = None  # set when the fuzzy grouping was capped
     async def __call__(self, descriptions: Sequence[str], spans: Sequence[Sequence[Span]], target: str
                        ) -> tuple[list[list[int]], str | None]:
         n = len(descriptions)
@@ -479,6 +482,9 @@ class DescriptionDeduplicator:
         return StepResult.success(_groups_around(descriptions, step.value), step.calls)  # type: ignore[arg-type]
 
     def fuzzy(self, descriptions: Sequence[str], spans: Sequence[Sequence[Span]]) -> list[list[int]]:
+        if fuzzy_is_capped(len(descriptions)):
+            self.note = (f"{len(descriptions)} descriptions: more than {MAX_FUZZY_DESCRIPTIONS} are not compared "
+                         "pairwise, so only identical wordings and identical spans were merged")
         out = []
         for group in fuzzy_duplicate_groups(descriptions, self.threshold, spans):
             kept = most_specific(descriptions, group, spans)
@@ -489,11 +495,13 @@ class DescriptionDeduplicator:
 def _groups_around(descriptions: Sequence[str], keep: Sequence[int]) -> list[list[int]]:
     """Attach every dropped description to the kept one it is most similar to."""
     groups = {k: [k] for k in keep}
+    kept_lower = [descriptions[k].lower() for k in keep]
     for i in range(len(descriptions)):
         if i in groups:
             continue
-        nearest = max(keep, key=lambda k: fuzz.token_sort_ratio(descriptions[i].lower(), descriptions[k].lower()))
-        groups[nearest].append(i)
+        # extractOne scores in C; ties go to the first kept one, as max() did
+        _, _, position = process.extractOne(descriptions[i].lower(), kept_lower, scorer=fuzz.token_sort_ratio)
+        groups[keep[position]].append(i)
     return [groups[k] for k in keep]
 
 
@@ -558,6 +566,8 @@ class FactScore(ClaimPipeline):
         run.details["descriptions_before_dedup"] = len(descriptions)
         if error:
             run.details["dedup_error"] = error
+        if dedup.note:
+            run.details["dedup_note"] = dedup.note
         findings: list[Finding] = []
         for group in groups:
             kept = group[0]
