@@ -7,6 +7,10 @@ function of the prompt (so reports vary, deterministically). It counts what it r
 messages: ``GET /stats`` -> ``received``, ``distinct``, ``answered``, ``repeated_answered`` (requests for a
 prompt it had already answered: what a resumed job must never cause), ``held``.
 
+A prompt containing ``HOSTILE-THINK`` is answered with ``<think>`` repeated 28,000 times (a 196 KB reply just
+under the parsers' size cap, which once took a quadratic regex minutes to strip): the service's load benchmark
+uses it to show that parsing never holds the HTTP loop.
+
 ``POST /hold?after=N`` makes every request after the N-th (counted from the start) wait, unanswered, until
 ``POST /release`` (they then get 503 and are not counted as answered) or until their client goes away: the
 fault tests use it to stop a job at a known point before killing the server.
@@ -20,6 +24,9 @@ import hashlib
 import json
 from typing import Any
 from urllib.parse import parse_qs
+
+
+HOSTILE_MARKER = "HOSTILE-THINK"
 
 
 class StubEndpoint:
@@ -89,6 +96,8 @@ class StubEndpoint:
             await asyncio.sleep(self.latency_s)
         score = 1 + int(key[:8], 16) % 5
         content = json.dumps({"reason": "The stub rated this text.", "score": score})
+        if HOSTILE_MARKER in json.dumps(request["messages"]):
+            content = "<think>" * 28_000
         words = sum(len(str(m.get("content", "")).split()) for m in request["messages"])
         payload = {"id": f"stub-{self.received}", "object": "chat.completion", "model": request.get("model", "stub"),
                    "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
