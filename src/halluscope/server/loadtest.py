@@ -465,27 +465,52 @@ def kill_resume(home: Path, items: int = 20, kill_after: int = 10, concurrency: 
     return out
 
 
-def graceful_restart(home: Path, items: int = 40, latency_ms: float = 200.0, stop_after_s: float = 1.0,
+def graceful_restart(home: Path, items: int = 24, answered_first: int = 6, concurrency: int = 4,
                      timeout_s: float = 120.0) -> dict[str, Any]:
-    """SIGTERM mid-job (a rolling deploy): running items finish within the grace, none starts; a new server
-    resumes. Every prompt should reach the stub exactly once."""
-    with start_stub(home / "stub", latency_ms=latency_ms) as stub:
+    """SIGTERM mid-job (a rolling deploy), with the order of events forced, not timed: the stub answers
+    ``answered_first`` requests and holds the next ones; once ``concurrency`` items are in flight the server
+    gets SIGTERM; once it logs that it drains, the stub answers the held requests. Those items finish within
+    the grace, none starts; a new server resumes the rest. Every prompt should reach the stub exactly once."""
+    with start_stub(home / "stub", latency_ms=0, hold_after=answered_first) as stub:
         port = free_port()
-        server = start_server(home, stub=stub, port=port)
-        pairs = [{"source": "The ferry costs 3 million.", "target": f"The ferry costs {i} million."} for i in range(items)]
-        job_id = httpx.post(server.url + "/jobs", json={"method": "geval", "items": pairs}, timeout=30).json()["id"]
-        time.sleep(stop_after_s)
-        started = time.perf_counter()
-        server.stop()  # SIGTERM
-        stop_seconds = time.perf_counter() - started
-        with start_server(home, stub=stub, port=port) as again:
+        args = ("--job-concurrency", str(concurrency), "--log-level", "info")
+        server = start_server(home, *args, stub=stub, port=port)
+        try:
+            pairs = [{"source": "The ferry costs 3 million.", "target": f"The ferry costs {i} million."}
+                     for i in range(items)]
+            job_id = httpx.post(server.url + "/jobs", json={"method": "geval", "items": pairs}, timeout=30).json()["id"]
+            in_flight = min(concurrency, items - answered_first)
+            _wait_for(lambda: httpx.get(stub.url + "/stats", timeout=10).json()["held"] >= in_flight, timeout_s,
+                      f"{in_flight} requests held by the stub")
+            started = time.perf_counter()
+            server.popen.terminate()  # SIGTERM
+            _wait_for(lambda: "jobs draining" in server.log.read_text(errors="replace"), timeout_s,
+                      "the server drains its jobs")
+            httpx.post(stub.url + "/release?answer=held", timeout=10)  # the items in flight may finish now
+            server.popen.wait(timeout_s)
+            stop_seconds = time.perf_counter() - started
+        finally:
+            server.stop()
+        httpx.post(stub.url + "/release", timeout=10)  # the resumed server's requests are answered
+        with start_server(home, *args, stub=stub, port=port) as again:
             paused = httpx.get(f"{again.url}/jobs/{job_id}", timeout=10).json()
-            deadline = time.monotonic() + timeout_s
             job = paused
+            deadline = time.monotonic() + timeout_s
             while job["status"] != "done" and time.monotonic() < deadline:
                 time.sleep(0.05)
                 job = httpx.get(f"{again.url}/jobs/{job_id}", timeout=10).json()
         stats = httpx.get(stub.url + "/stats", timeout=10).json()
-    return {"items": items, "done_at_restart": paused["done"], "status_after": job["status"], "done": job["done"],
+    return {"items": items, "answered_before_sigterm": answered_first, "in_flight_at_sigterm": in_flight,
+            "done_at_restart": paused["done"], "status_after": job["status"], "done": job["done"],
             "attempts": job["attempts"], "stop_seconds": round(stop_seconds, 2), "llm_requests": stats["received"],
             "distinct_prompts": stats["distinct"], "repeated_calls_for_answered_prompts": stats["repeated_answered"]}
+
+
+def _wait_for(condition, timeout_s: float, what: str) -> None:
+    """Poll for a state (not a guessed delay); fail with ``what`` after a generous ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"timed out waiting for: {what}")
