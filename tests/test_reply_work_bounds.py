@@ -81,3 +81,44 @@ def test_hostile_replies_at_the_cap_parse_in_linear_time() -> None:
     done = subprocess.run([sys.executable, "-c", _HOSTILE_PARSE], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "ok"
+
+
+def _old_top_level_starts(text: str, limit: int = 200) -> list[int]:
+    """The character-by-character scan the C-jumping one replaced (the definition it must match)."""
+    starts: list[int] = []
+    depth = 0
+    in_string = escaped = False
+    for i, ch in enumerate(text):
+        if depth == 0:
+            if ch in "{[":
+                starts.append(i)
+                if len(starts) >= limit:
+                    break
+                depth = 1
+        elif in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+    return starts
+
+
+def test_top_level_starts_match_the_character_scan() -> None:
+    import random
+
+    from halluscope.text.parsing import _top_level_starts
+
+    rng = random.Random(7)
+    for _ in range(3000):
+        text = "".join(rng.choice('{}[]"\\ab:,\n') for _ in range(rng.randint(0, 40)))
+        assert _top_level_starts(text) == _old_top_level_starts(text), text
+    example = 'x {"a": "\\"}", "b": [1]} [2]'
+    assert _top_level_starts(example) == _old_top_level_starts(example) == [2, 25]
