@@ -106,6 +106,9 @@ class RetrievalOptions(MethodOptions):
     merge_windows: bool = False
     """Merge snippets that share sentences (not the paper's protocol; fewer calls)."""
 
+    embed_all_up_to: int | None = Field(default=5_000, ge=0)
+    """Embedding retriever: embed every source sentence up to this many (the paper); past it BM25 picks 100 candidate sentences per claim and only those are embedded (announced). null: always embed all, with a progress bar."""
+
 
 class ClaimOptions(RetrievalOptions):
     """Options every claim-pipeline method shares: the retrieval protocol and swappable stages."""
