@@ -112,3 +112,9 @@ def test_other_commands_refuse_bad_numbers_with_exit_2(runner, command, flags) -
     assert result.exit_code == 2, result.output
     assert flags[0] in result.output  # refused for this flag, not for another reason
     assert "Traceback" not in result.output
+
+
+def test_improve_output_to_a_directory_is_refused_with_exit_2(runner, pair, tmp_path) -> None:
+    src, tgt = pair
+    result = runner.invoke(app, ["improve", "-s", src, "-t", tgt, "--output", str(tmp_path)])
+    assert result.exit_code == 2 and f"--output {tmp_path} is a directory" in result.output

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from halluscope.cli.common import (ApiKeyOpt, BaseUrlOpt, ConcurrencyOpt, InputFileError, ModelOpt, NoCacheOpt,
-                                   OptionOpt, fail, make_config, parse_options, read_text_input)
+                                   OptionOpt, check_output_file, fail, make_config, parse_options, read_text_input)
 from halluscope.records import Report
 
 
