@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import random
+import ssl
 import weakref
 from typing import Any
 
@@ -155,6 +157,13 @@ class _ClientPool:
             await client.aclose()
 
 
+@functools.lru_cache(maxsize=1)
+def _ssl_context() -> ssl.SSLContext:
+    """The default verifying context, shared by every client (a server building judge clients for 2,000 option
+    sets grew by one CA bundle per client and event loop)."""
+    return httpx.create_ssl_context()
+
+
 class OpenAICompatibleModel:
     context_window: int | None = None
 
@@ -205,7 +214,7 @@ class OpenAICompatibleModel:
         pool = self._pools.get(loop)
         if pool is None:
             headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-            ssl_context = httpx.create_ssl_context()  # ~50 ms to build: one for all clients of the pool
+            ssl_context = _ssl_context()  # one for the process: each holds the CA bundle (MBs, ~50 ms to build)
             pool = self._pools[loop] = _ClientPool(
                 self.max_concurrency or 64,
                 lambda limits: httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=self.timeout_s,
