@@ -128,16 +128,21 @@ class _ClientPool:
     def __init__(self, max_connections: int, make_client):
         n_clients = -(-max_connections // self.CONNECTIONS_PER_CLIENT)
         per_client = -(-max_connections // n_clients)
-        limits = httpx.Limits(max_connections=per_client, max_keepalive_connections=per_client)
-        self.clients: list[httpx.AsyncClient] = [make_client(limits) for _ in range(n_clients)]
+        self._limits = httpx.Limits(max_connections=per_client, max_keepalive_connections=per_client)
+        self._make_client = make_client
+        # built on first use: a judge's client that sends a request at a time never builds the other seven
+        self.clients: list[httpx.AsyncClient | None] = [None] * n_clients
         self.in_flight = [0] * n_clients
 
     async def post(self, url: str, *, max_bytes: int, **kwargs) -> _Body:
         """POST and read the body, refusing it (:class:`ReplyTooLargeError`) once it exceeds ``max_bytes``."""
         i = min(range(len(self.clients)), key=self.in_flight.__getitem__)
+        client = self.clients[i]
+        if client is None:
+            client = self.clients[i] = self._make_client(self._limits)
         self.in_flight[i] += 1
         try:
-            async with self.clients[i].stream("POST", url, **kwargs) as resp:
+            async with client.stream("POST", url, **kwargs) as resp:
                 declared = resp.headers.get("content-length", "")
                 if declared.isdigit() and int(declared) > max_bytes:
                     raise ReplyTooLargeError(f"the endpoint's response of {int(declared)} bytes exceeds the "
@@ -154,7 +159,8 @@ class _ClientPool:
 
     async def aclose(self) -> None:
         for client in self.clients:
-            await client.aclose()
+            if client is not None:
+                await client.aclose()
 
 
 @functools.lru_cache(maxsize=1)
