@@ -100,3 +100,21 @@ def test_the_method_option_reaches_the_index(encoded) -> None:
     assert get_method("dcr").opts.embed_all_up_to == 5_000
     with pytest.raises(OptionsError):
         get_method("dcr", embed_all_up_to=-1)
+
+
+def test_splitting_reports_progress_covering_the_whole_text() -> None:
+    from halluscope.text import split_sentences
+    from halluscope.text.sentences import _blocks
+
+    text = ("A sentence about ships and cargo. " * 400 + "\n\n") * 3
+    done: list[int] = []
+    with_progress = split_sentences(text, progress=done.append)
+    assert with_progress == split_sentences(text)  # the same sentences
+    assert len(done) > 3 and sum(done) == sum(end - start for start, end in _blocks(text))  # every block, once
+
+
+def test_a_long_source_announces_its_splitting(monkeypatch, caplog) -> None:
+    monkeypatch.setattr(retrieval, "SPLIT_PROGRESS_CHARS", 1_000)
+    with caplog.at_level(logging.WARNING, logger="halluscope.retrieval"):
+        SourceIndex.build(_source(100), RetrievalConfig(retriever="bm25"))
+    assert any("splitting a source of" in r.message for r in caplog.records)

@@ -367,6 +367,30 @@ def _show_progress(count: int) -> bool:
     return count >= PROGRESS_FROM and sys.stderr.isatty() and os.environ.get("HALLUSCOPE_NO_PROGRESS") is None
 
 
+SPLIT_PROGRESS_CHARS = 500_000  # sources from this long announce their sentence splitting (and show a bar)
+
+
+def _split_with_progress(source: str) -> list[Sentence]:
+    """:func:`split_sentences`, announced for a long source, with a progress bar and the time left on a
+    terminal (splitting a 1,000,000-word source is most of its minute of indexing)."""
+    if len(source) < SPLIT_PROGRESS_CHARS:
+        return split_sentences(source)
+    log.warning("splitting a source of %d characters into sentences", len(source))
+    bar = None
+    if _show_progress(len(source)):
+        try:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(source), desc="splitting sentences", unit="char", unit_scale=True)
+        except ImportError:  # tqdm comes with the embeddings extra; without it, the announcement only
+            bar = None
+    try:
+        return split_sentences(source, progress=bar.update if bar is not None else None)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
 def _encode_now(texts: Sequence[str], model_name: str) -> np.ndarray:
     if len(texts) >= PROGRESS_FROM:
         log.warning("embedding %d sentences with %s", len(texts), model_name)
@@ -482,7 +506,7 @@ class SourceIndex:
     def build(cls, source: str, config: RetrievalConfig | None = None) -> SourceIndex:
         config = config or RetrievalConfig()
         retriever = resolve_retriever(config.retriever)
-        sentences = split_sentences(source)
+        sentences = _split_with_progress(source)
         embeddings = bm25 = None
         limit = config.embed_all_up_to
         if retriever == "embedding" and (limit is None or len(sentences) <= limit):
