@@ -118,3 +118,12 @@ def test_a_long_source_announces_its_splitting(monkeypatch, caplog) -> None:
     with caplog.at_level(logging.WARNING, logger="halluscope.retrieval"):
         SourceIndex.build(_source(100), RetrievalConfig(retriever="bm25"))
     assert any("splitting a source of" in r.message for r in caplog.records)
+
+
+def test_on_a_terminal_the_splitting_shows_a_progress_bar(monkeypatch, capsys) -> None:
+    pytest.importorskip("tqdm", reason="tqdm comes with the embeddings extra")
+    monkeypatch.setattr(retrieval, "SPLIT_PROGRESS_CHARS", 1_000)
+    monkeypatch.setattr(retrieval, "_show_progress", lambda count: True)  # as on a terminal
+    SourceIndex.build(_source(200), RetrievalConfig(retriever="bm25"))
+    err = capsys.readouterr().err
+    assert "splitting sentences" in err and "100%" in err  # tqdm's bar, run to the end
