@@ -2,7 +2,8 @@
 
     python benchmarks/service_load.py [--body-mb 300] [--body-rounds 3] [--options 2000] [--concurrent 200]
                                       [--job-items 40] [--long-target-chars 100000] [--latency-ms 20]
-                                      [--only body options concurrent limits kill health] [--out FILE.json]
+                                      [--only body options judges concurrent limits kill health hostile slow]
+                                      [--out FILE.json]
 
 Scenarios (each starts its own server process with ``python -m halluscope.server``; the light versions run in
 tests/test_server_process.py):
@@ -12,6 +13,13 @@ tests/test_server_process.py):
   the answer and the server's resident memory before, after and at its peak (VmHWM).
 * ``options``: ``--options`` /check requests, each with its own options (geval ``max_tokens`` = 1..N), 16 at
   a time: memory, open files, the method cache's size.
+* ``judges``: ``--options`` probe /check requests, each naming its own judge model (each instance builds a
+  judge client; evicted instances must close it): memory growth, open files, ``cache.sqlite`` handles.
+* ``hostile``: 5 rounds of ``--hostile`` geval checks at once whose every reply is 196 KB of ``<think>``
+  (parsed, refused), while /health is polled every 20 ms: its p50/p99/max latency; first the same with
+  ordinary replies (the control: what the machine's load alone costs).
+* ``slow``: ``--slow`` clients send a /check body at 1 byte/s to a server with 4 slots, no queue and a 10 s body
+  timeout, while a fifth client checks a pair: its status and time; the slow ones get 408.
 * ``concurrent``: ``--concurrent`` /check requests at once with the default limits: status counts.
 * ``limits``: the same against a server with 4 slots and a queue of 16: every request is answered or refused
   with 429/503 and Retry-After, none dropped.
@@ -51,6 +59,26 @@ def scenario_body(home: Path, stub: loadtest.Proc, args: argparse.Namespace) -> 
 def scenario_options(home: Path, stub: loadtest.Proc, args: argparse.Namespace) -> dict[str, Any]:
     with loadtest.start_server(home / "options", stub=stub, token=TOKEN) as server:
         return loadtest.distinct_options(server, TOKEN, n=args.options, concurrency=16, timeout_s=300)
+
+
+def scenario_judges(home: Path, stub: loadtest.Proc, args: argparse.Namespace) -> dict[str, Any]:
+    with loadtest.start_server(home / "judges", stub=stub, token=TOKEN) as server:
+        return loadtest.probe_judge_options(server, TOKEN, n=args.options, concurrency=16, timeout_s=600)
+
+
+def scenario_hostile(home: Path, stub: loadtest.Proc, args: argparse.Namespace) -> dict[str, Any]:
+    with loadtest.start_server(home / "hostile", "--timeout", "120", stub=stub, token=TOKEN) as server:
+        control = loadtest.health_under_hostile_replies(server, TOKEN, hostile=args.hostile, marker=False)
+        hostile = loadtest.health_under_hostile_replies(server, TOKEN, hostile=args.hostile)
+        return {"control_ordinary_replies": control, "hostile_replies": hostile}
+
+
+def scenario_slow(home: Path, stub: loadtest.Proc, args: argparse.Namespace) -> dict[str, Any]:
+    limits = ("--max-in-flight", "4", "--max-queue", "0", "--body-timeout", "10")
+    with loadtest.start_server(home / "slow", *limits, stub=stub, token=TOKEN) as server:
+        out = loadtest.slow_senders(server, TOKEN, slow=args.slow)
+        out["limits"] = " ".join(limits)
+        return out
 
 
 def scenario_concurrent(home: Path, stub: loadtest.Proc, args: argparse.Namespace) -> dict[str, Any]:
@@ -108,8 +136,9 @@ def scenario_health(home: Path, stub: loadtest.Proc, args: argparse.Namespace) -
                 "health_max_ms": round(waits[-1], 1) if waits else None}
 
 
-SCENARIOS = {"body": scenario_body, "options": scenario_options, "concurrent": scenario_concurrent,
-             "limits": scenario_limits, "kill": scenario_kill, "health": scenario_health}
+SCENARIOS = {"body": scenario_body, "options": scenario_options, "judges": scenario_judges,
+             "concurrent": scenario_concurrent, "limits": scenario_limits, "kill": scenario_kill,
+             "health": scenario_health, "hostile": scenario_hostile, "slow": scenario_slow}
 
 
 def main() -> None:
@@ -121,6 +150,8 @@ def main() -> None:
     parser.add_argument("--job-items", type=int, default=40)
     parser.add_argument("--long-target-chars", type=int, default=100_000)
     parser.add_argument("--latency-ms", type=float, default=20.0)
+    parser.add_argument("--hostile", type=int, default=4)
+    parser.add_argument("--slow", type=int, default=4)
     parser.add_argument("--only", nargs="*", choices=sorted(SCENARIOS))
     parser.add_argument("--out", help="also write the results as JSON here")
     args = parser.parse_args()

@@ -240,32 +240,61 @@ async def test_an_error_reaches_every_waiter_and_nothing_stays_in_flight() -> No
     assert (await llm.generate(MSGS)).text == "later"  # the next request is a fresh call
 
 
+class _GatedFake(FakeModel):
+    """A FakeModel whose calls wait until the test opens the gate: the order of events is the test's, not
+    the scheduler's (no sleeps to race against on a loaded machine)."""
+
+    def __init__(self, *args: object, **kwargs: object):
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.entered = asyncio.Event()  # some call reached the backend
+        self.gate = asyncio.Event()
+
+    async def generate(self, messages, params) -> Completion:
+        self.entered.set()
+        await self.gate.wait()
+        return await super().generate(messages, params)
+
+
+async def _settle() -> None:
+    """Let every ready task run up to its next real wait (joining a flight is synchronous up to there)."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
 async def test_a_cancelled_leader_hands_over_to_a_waiter() -> None:
-    fake = _SlowFake(default="ok", delay=0.1)
+    fake = _GatedFake(default="ok")
     llm = LLM(fake, cache=None)
     leader = asyncio.create_task(llm.generate(MSGS))
-    await asyncio.sleep(0.01)
+    await fake.entered.wait()  # the leader is inside the backend call
     waiters = [asyncio.create_task(llm.generate(MSGS)) for _ in range(3)]
-    await asyncio.sleep(0.01)
+    await _settle()  # ... and the waiters have joined its flight
+    assert llm.in_flight == 1 and not any(w.done() for w in waiters)
     leader.cancel()
+    await _settle()  # one waiter takes over the call; the others join it
+    assert leader.cancelled() and llm.in_flight == 1
+    fake.gate.set()
     replies = await asyncio.gather(*waiters)
     assert leader.cancelled()
     assert [r.text for r in replies] == ["ok"] * 3
     assert sum(r.usage.calls for r in replies) == 1 and sum(r.cached for r in replies) == 2
+    assert len(fake.requests) == 1  # the cancelled leader never got a reply: one waiter made the call
     assert llm.in_flight == 0
 
 
 async def test_a_cancelled_waiter_does_not_cancel_the_shared_call() -> None:
-    fake = _SlowFake(default="ok", delay=0.1)
+    fake = _GatedFake(default="ok")
     llm = LLM(fake, cache=None)
     leader = asyncio.create_task(llm.generate(MSGS))
-    await asyncio.sleep(0.01)
+    await fake.entered.wait()
     waiter = asyncio.create_task(llm.generate(MSGS))
     other = asyncio.create_task(llm.generate(MSGS))
-    await asyncio.sleep(0.01)
+    await _settle()
     waiter.cancel()
+    await _settle()
+    assert waiter.cancelled() and not leader.done() and not other.done()
+    fake.gate.set()
     assert (await leader).text == "ok" and (await other).cached
-    assert waiter.cancelled() and len(fake.requests) == 1 and llm.in_flight == 0
+    assert len(fake.requests) == 1 and llm.in_flight == 0
 
 
 def test_single_flight_works_across_event_loops() -> None:

@@ -83,9 +83,8 @@ async def test_auth_then_size_refused_before_the_body_is_read(tmp_path):
     status, *_ = await asgi(app, "POST", "/check", {**huge, "Authorization": b"Bearer \xff\xfe"})
     assert status == 401
     # right token, Content-Length over the limit: 413 at once, nothing read
-    started = time.perf_counter()
     status, headers, body, pulled = await asgi(app, "POST", "/check", {**huge, **AUTH}, endless=True)
-    assert status == 413 and pulled["calls"] == 0 and time.perf_counter() - started < 1
+    assert status == 413 and pulled["calls"] == 0  # refused from the header: not one chunk pulled
     assert "500000000" in json.loads(body)["detail"] and headers["connection"] == "close"
     status, *_ = await asgi(app, "POST", "/check", {"Content-Length": "12x", **AUTH})
     assert status == 400
@@ -156,6 +155,15 @@ def test_client_errors_are_4xx_with_a_message(tmp_path, monkeypatch):
     assert client.post("/improve", headers=AUTH, json={**pair, "rounds": 9}).status_code == 422
 
 
+async def _until(condition, what: str) -> None:
+    """Wait for a state of the service (not for a guessed time): polls, fails only after a generous limit."""
+    for _ in range(3000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never reached: {what}")
+
+
 async def test_queue_full_429_and_queue_timeout_503_with_retry_after(tmp_path, monkeypatch):
     gate = threading.Event()
 
@@ -164,32 +172,98 @@ async def test_queue_full_429_and_queue_timeout_503_with_retry_after(tmp_path, m
         uses_llm = False
 
         async def run(self, source: str, target: str) -> Report:
-            await asyncio.to_thread(gate.wait, 15)
+            await asyncio.to_thread(gate.wait, 60)
             return Report(method=self.name, score=1.0)
 
     monkeypatch.setitem(methods._REGISTERED, "_gate", Gate)
-    app = make_app(tmp_path, max_in_flight=1, max_queue=1, queue_timeout_s=0.5, retry_after_s=3)
+    app = make_app(tmp_path, max_in_flight=1, max_queue=1, queue_timeout_s=60, retry_after_s=3)
+    admission = app.state.service.admission
     body = {"source": SOURCE, "target": TARGET, "method": "_gate"}
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=30) as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=90) as client:
         first = asyncio.create_task(client.post("/check", json=body, headers=AUTH))
-        await asyncio.sleep(0.3)  # holds the only slot
+        await _until(lambda: admission.in_flight == 1, "the first check holds the only slot")
         second = asyncio.create_task(client.post("/check", json=body, headers=AUTH))
-        await asyncio.sleep(0.1)  # waits in the queue
+        await _until(lambda: admission.queued == 1, "the second check waits in the queue")
         third = await client.post("/check", json=body, headers=AUTH)
         assert third.status_code == 429 and third.headers["retry-after"] == "3"
         ready = await client.get("/ready")
         assert ready.status_code == 503 and ready.headers["retry-after"] == "3"
-        second = await second
-        assert second.status_code == 503 and second.headers["retry-after"] == "3"
         assert (await client.get("/health")).status_code == 200  # probes are never queued
         gate.set()
-        assert (await first).status_code == 200
+        assert (await first).status_code == 200 and (await second).status_code == 200
+        # a wait longer than the queue timeout: 503 (the slot stays held until the gate opens again)
+        gate.clear()
+        admission.timeout_s = 0.2
+        held = asyncio.create_task(client.post("/check", json=body, headers=AUTH))
+        await _until(lambda: admission.in_flight == 1, "a check holds the only slot again")
+        late = await client.post("/check", json=body, headers=AUTH)
+        assert late.status_code == 503 and late.headers["retry-after"] == "3"
+        gate.set()
+        assert (await held).status_code == 200
         assert (await client.post("/check", json=body, headers=AUTH)).status_code == 200
         metrics = (await client.get("/metrics", headers=AUTH)).text
     assert 'halluscope_http_refused_total{reason="queue_full"} 1.0' in metrics
     assert 'halluscope_http_refused_total{reason="queue_timeout"} 1.0' in metrics
     assert 'halluscope_http_requests_total{method="POST",route="/check",status="429"} 1.0' in metrics
+
+
+def _slow_receive(first: bytes, gone: asyncio.Event | None = None):
+    """An ASGI receive that hands over ``first`` and then never sends the rest (a client at ~0 bytes/s)."""
+    sent = {"first": False}
+
+    async def receive():
+        if not sent["first"]:
+            sent["first"] = True
+            return {"type": "http.request", "body": first, "more_body": True}
+        await (gone or asyncio.Event()).wait()
+        return {"type": "http.disconnect"}
+
+    return receive
+
+
+async def _call(app, path: str, receive, headers: dict[str, str]):
+    sent: list[dict] = []
+
+    async def send(message):
+        sent.append(message)
+
+    raw = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "", "headers": raw,
+             "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8080)}
+    await app(scope, receive, send)
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}, \
+        b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+
+
+async def test_a_body_that_does_not_arrive_in_time_gets_408_and_holds_no_slot(tmp_path):
+    app = make_app(tmp_path, max_in_flight=1, body_timeout_s=0.3)
+    body = json.dumps({"source": SOURCE, "target": TARGET, "method": "rouge"}).encode()
+    headers = {**AUTH, "Content-Type": "application/json", "Content-Length": str(len(body))}
+    status, answer_headers, answer = await asyncio.wait_for(
+        _call(app, "/check", _slow_receive(body[:5]), headers), 60)
+    assert status == 408 and answer_headers["connection"] == "close"
+    assert "did not arrive within 0.3s" in json.loads(answer)["detail"]
+    assert app.state.service.admission.in_flight == 0 and app.state.service.open_requests == 0
+
+
+async def test_slow_senders_do_not_stop_another_clients_check(tmp_path):
+    app = make_app(tmp_path, max_in_flight=4, max_queue=0, body_timeout_s=120)
+    service = app.state.service
+    body = json.dumps({"source": SOURCE, "target": TARGET, "method": "rouge"}).encode()
+    headers = {**AUTH, "Content-Type": "application/json", "Content-Length": str(len(body))}
+    gone = asyncio.Event()
+    slow = [asyncio.create_task(_call(app, "/check", _slow_receive(body[:1], gone), headers)) for _ in range(4)]
+    await _until(lambda: service.open_requests == 4, "four slow senders are connected")
+    assert service.admission.in_flight == 0  # none of them holds a check slot
+    fast = await asyncio.wait_for(asgi(app, "POST", "/check", headers, chunks=[body]), 60)
+    assert fast[0] == 200 and json.loads(fast[2])["method"] == "rouge"
+    assert all(not t.done() for t in slow)
+    gone.set()  # the slow clients hang up
+    await asyncio.gather(*slow, return_exceptions=True)
+    assert service.admission.in_flight == 0
 
 
 async def test_health_answers_while_a_check_burns_cpu(tmp_path, monkeypatch):

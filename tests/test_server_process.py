@@ -82,7 +82,9 @@ def test_kill_9_mid_job_resumes_without_loss_or_repeated_calls(home):
 
 
 def test_sigterm_mid_job_drains_then_resumes_with_each_prompt_sent_once(home):
-    out = loadtest.graceful_restart(home / "term", items=24, latency_ms=200, stop_after_s=1.0)
-    assert 0 < out["done_at_restart"] < 24 and out["status_after"] == "done" and out["done"] == 24, out
-    assert out["attempts"] == 2 and out["stop_seconds"] < 10, out
+    out = loadtest.graceful_restart(home / "term", items=24, answered_first=6, concurrency=4)
+    # exactly the 6 answered and the 4 in flight at the SIGTERM were done before the restart: the drain let the
+    # running items finish and started none (the stub holds every later request, so order is forced, not timed)
+    assert out["done_at_restart"] == 6 + 4 and out["status_after"] == "done" and out["done"] == 24, out
+    assert out["attempts"] == 2, out
     assert out["llm_requests"] == out["distinct_prompts"] == 24, out  # nothing in transit was dropped and redone

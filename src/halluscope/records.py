@@ -100,6 +100,10 @@ class LLMCall(_Record):
     reply: str
     cached: bool = False
     usage: Usage = Field(default_factory=Usage)
+    reply_size: int | None = None
+    """Set only for a reply refused for its size: how large it was (``reply_size_unit``); ``reply`` then holds
+    just its first characters (or nothing when reading stopped early), so a huge reply is stored once, cut."""
+    reply_size_unit: Literal["characters", "bytes"] | None = None
 
 
 class Claim(_Record):

@@ -30,6 +30,7 @@ import importlib.util
 import logging
 import os
 import sqlite3
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -49,6 +50,8 @@ from halluscope.text import Sentence, split_sentences
 log = logging.getLogger(__name__)
 
 RetrieverName = Literal["auto", "embedding", "bm25"]
+EMBED_ALL_UP_TO = 5_000  # source sentences embedded in full; past it BM25 picks the sentences to embed
+PROGRESS_FROM = 2_000  # texts encoded at once from which a progress bar (with the time left) is shown
 DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 EMBEDDING_CACHE_FILE = "embeddings.sqlite"
 
@@ -63,10 +66,10 @@ class RetrievalConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    top_k: int = Field(default=3, ge=1)
+    top_k: int = Field(default=3, ge=1, le=50)
     """Source sentences retrieved per query (K); each becomes one snippet."""
 
-    window: int = Field(default=1, ge=0)
+    window: int = Field(default=1, ge=0, le=20)
     """Sentences added on each side of a retrieved sentence (``w`` of seed 003 Eq. 1): snippets of 2w+1
     sentences, clipped at the document edges."""
 
@@ -82,6 +85,15 @@ class RetrievalConfig(BaseModel):
     """Merge windows that share a source sentence into one snippet (best score kept), so a query may get
     fewer than K snippets and no source text is verified twice. Off by default: the paper verifies each of
     the K windows on its own, overlapping or not."""
+
+    embed_all_up_to: int | None = Field(default=EMBED_ALL_UP_TO, ge=0)
+    """Embedding retriever: a source of up to this many sentences has every sentence embedded (seed 003's
+    protocol). A longer one is announced and BM25 picks ``candidates`` sentences per query; only those are
+    embedded and ranked by cosine (a 1,000,000-word source takes minutes instead of most of an hour). None:
+    embed every sentence whatever the length (the paper's protocol; a progress bar shows the time left)."""
+
+    candidates: int = Field(default=100, ge=1, le=2_000)
+    """Past ``embed_all_up_to``: sentences BM25 hands to the embeddings per query (at least ``top_k``)."""
 
     stop_when_supported: bool = True
     """In :func:`score_with_retrieval`, stop verifying a claim's snippets once one scores 1.0 (the max
@@ -350,9 +362,41 @@ def default_embedding_cache() -> EmbeddingCache | None:
         return cache
 
 
+def _show_progress(count: int) -> bool:
+    """A progress bar for long encodes, on a terminal only (a server's log gets the announcement instead)."""
+    return count >= PROGRESS_FROM and sys.stderr.isatty() and os.environ.get("HALLUSCOPE_NO_PROGRESS") is None
+
+
+SPLIT_PROGRESS_CHARS = 500_000  # sources from this long announce their sentence splitting (and show a bar)
+
+
+def _split_with_progress(source: str) -> list[Sentence]:
+    """:func:`split_sentences`, announced for a long source, with a progress bar and the time left on a
+    terminal (splitting a 1,000,000-word source is most of its minute of indexing)."""
+    if len(source) < SPLIT_PROGRESS_CHARS:
+        return split_sentences(source)
+    log.warning("splitting a source of %d characters into sentences", len(source))
+    bar = None
+    if _show_progress(len(source)):
+        try:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(source), desc="splitting sentences", unit="char", unit_scale=True)
+        except ImportError:  # tqdm comes with the embeddings extra; without it, the announcement only
+            bar = None
+    try:
+        return split_sentences(source, progress=bar.update if bar is not None else None)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
 def _encode_now(texts: Sequence[str], model_name: str) -> np.ndarray:
+    if len(texts) >= PROGRESS_FROM:
+        log.warning("embedding %d sentences with %s", len(texts), model_name)
     vectors = load_encoder(model_name).encode(
-        list(texts), batch_size=64, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+        list(texts), batch_size=64, normalize_embeddings=True, convert_to_numpy=True,
+        show_progress_bar=_show_progress(len(texts)),  # tqdm: done / total, rate and the time left
     )
     return np.asarray(vectors, dtype=np.float32)
 
@@ -453,20 +497,28 @@ class SourceIndex:
         self._embeddings = embeddings
         self._bm25 = bm25
         self._query_vectors = query_vectors or _QueryVectors()
+        # past ``embed_all_up_to``: BM25 picks candidates, whose vectors are encoded on demand and kept here
+        self.embeds_candidates = retriever == "embedding" and embeddings is None and bm25 is not None
+        self._sentence_vectors: dict[int, np.ndarray] = {}
+        self._vectors_lock = threading.Lock()
 
     @classmethod
     def build(cls, source: str, config: RetrievalConfig | None = None) -> SourceIndex:
         config = config or RetrievalConfig()
         retriever = resolve_retriever(config.retriever)
-        sentences = split_sentences(source)
+        sentences = _split_with_progress(source)
         embeddings = bm25 = None
-        if retriever == "embedding":
+        limit = config.embed_all_up_to
+        if retriever == "embedding" and (limit is None or len(sentences) <= limit):
             embeddings = encode([s.text for s in sentences], config.embedding_model)
         elif sentences:
-            import bm25s
-
-            bm25 = bm25s.BM25()
-            bm25.index(_bm25_tokens([s.text for s in sentences]), show_progress=False)
+            if retriever == "embedding":
+                log.warning(
+                    "long source: %d sentences, more than embed_all_up_to=%d. BM25 picks %d candidate sentences "
+                    "per claim and only those are embedded (seed 003 embeds every sentence: "
+                    "-o embed_all_up_to=null restores that, with a progress bar)", len(sentences), limit,
+                    config.candidates)
+            bm25 = _bm25_index([s.text for s in sentences])
         return cls(source, sentences, config, retriever, embeddings, bm25)
 
     @classmethod
@@ -480,10 +532,13 @@ class SourceIndex:
         if config == self.config:
             return self
         if resolve_retriever(config.retriever) != self.retriever or (
-                self.retriever == "embedding" and config.embedding_model != self.config.embedding_model):
+                self.retriever == "embedding" and (config.embedding_model != self.config.embedding_model
+                                                   or config.embed_all_up_to != self.config.embed_all_up_to)):
             raise ValueError("with_config cannot change the retriever or the embedding model; build another index")
-        return SourceIndex(self.source, self.sentences, config, self.retriever, self._embeddings, self._bm25,
+        view = SourceIndex(self.source, self.sentences, config, self.retriever, self._embeddings, self._bm25,
                            self._query_vectors)
+        view._sentence_vectors, view._vectors_lock = self._sentence_vectors, self._vectors_lock  # shared
+        return view
 
     def __len__(self) -> int:
         return len(self.sentences)
@@ -495,6 +550,9 @@ class SourceIndex:
                                "source_sentences": len(self.sentences)}
         if self.retriever == "embedding":
             out["embedding_model"] = self.config.embedding_model
+        if self.embeds_candidates:
+            out["embedded"] = (f"BM25's top {self.config.candidates} sentences per claim (the source has more than "
+                               f"{self.config.embed_all_up_to} sentences; embed_all_up_to=null embeds them all)")
         return out
 
     # -- scoring -------------------------------------------------------------------------------------------
@@ -513,10 +571,40 @@ class SourceIndex:
             self._query_vectors.put([(query, vector)])
         return vector
 
+    def _bm25_scores(self, query: str) -> np.ndarray:
+        tokens = _bm25_tokens([query])[0]
+        if not tokens:
+            return np.zeros(len(self.sentences), dtype=np.float32)
+        return np.asarray(self._bm25.get_scores(tokens), dtype=np.float32)
+
+    def _candidates(self, query: str) -> np.ndarray:
+        """Past ``embed_all_up_to``: the sentences BM25 ranks highest for ``query`` (at least ``top_k``)."""
+        count = min(len(self.sentences), max(self.config.candidates, self.config.top_k))
+        scores = self._bm25_scores(query)
+        top = np.argpartition(-scores, count - 1)[:count] if count < len(scores) else np.arange(len(scores))
+        return np.sort(top)
+
+    def _embed_sentences(self, indices: Iterable[int]) -> None:
+        with self._vectors_lock:
+            todo = sorted({int(i) for i in indices} - self._sentence_vectors.keys())
+        if todo:
+            vectors = encode([self.sentences[i].text for i in todo], self.config.embedding_model)
+            with self._vectors_lock:
+                self._sentence_vectors.update(zip(todo, vectors))
+
     def sentence_scores(self, query: str) -> np.ndarray:
-        """Similarity of ``query`` to every source sentence (cosine, or BM25 score)."""
+        """Similarity of ``query`` to every source sentence (cosine, or BM25 score). Past ``embed_all_up_to``
+        only BM25's candidates get a cosine; the other sentences score -inf (never retrieved)."""
         if not self.sentences:
             return np.zeros(0, dtype=np.float32)
+        if self.embeds_candidates:
+            candidates = self._candidates(query)
+            self._embed_sentences(candidates)
+            with self._vectors_lock:
+                matrix = np.stack([self._sentence_vectors[int(i)] for i in candidates])
+            scores = np.full(len(self.sentences), -np.inf, dtype=np.float32)
+            scores[candidates] = matrix @ self._query_vector(query)
+            return scores
         if self.retriever == "embedding":
             assert self._embeddings is not None
             return self._embeddings @ self._query_vector(query)
@@ -526,8 +614,9 @@ class SourceIndex:
         return np.asarray(self._bm25.get_scores(tokens), dtype=np.float32)
 
     def density(self, query: str) -> float | None:
-        """Mean cosine similarity of ``query`` to all source sentences (seed 003 Eq. 3); None under BM25."""
-        if self.retriever != "embedding" or not self.sentences:
+        """Mean cosine similarity of ``query`` to all source sentences (seed 003 Eq. 3); None under BM25 and
+        past ``embed_all_up_to`` (not every sentence is embedded)."""
+        if self.retriever != "embedding" or self.embeds_candidates or not self.sentences:
             return None
         return float(np.mean(self.sentence_scores(query)))
 
@@ -555,8 +644,11 @@ class SourceIndex:
 
     def retrieve_many(self, queries: Sequence[str], top_k: int | None = None, window: int | None = None,
                       merge_windows: bool | None = None) -> list[list[Snippet]]:
-        """:meth:`retrieve` for each query; the queries are embedded in one batch first."""
+        """:meth:`retrieve` for each query; the queries (and, past ``embed_all_up_to``, every query's BM25
+        candidates) are embedded in one batch first."""
         self.embed_queries(queries)
+        if self.embeds_candidates:
+            self._embed_sentences(i for q in queries for i in self._candidates(q).tolist())
         return [self.retrieve(q, top_k, window, merge_windows) for q in queries]
 
     def snippet(self, first: int, last: int, score: float = 0.0, hits: tuple[int, ...] = ()) -> Snippet:
@@ -597,7 +689,9 @@ class IndexCache:
     @staticmethod
     def key(source: str, config: RetrievalConfig) -> IndexKey:
         retriever = resolve_retriever(config.retriever)
-        return text_key(source), retriever, config.embedding_model if retriever == "embedding" else ""
+        if retriever != "embedding":
+            return text_key(source), retriever, ""
+        return text_key(source), retriever, f"{config.embedding_model}|{config.embed_all_up_to}"
 
     def _cached(self, key: IndexKey) -> SourceIndex | None:
         with self._lock:
@@ -691,7 +785,15 @@ def _merge_windows(windows: list[tuple[int, int, float]]) -> list[tuple[int, int
 def _bm25_tokens(texts: list[str]) -> list[list[str]]:
     import bm25s
 
-    return bm25s.tokenize(texts, stopwords="en", return_ids=False, show_progress=False)
+    return bm25s.tokenize(texts, stopwords="en", return_ids=False, show_progress=_show_progress(len(texts)))
+
+
+def _bm25_index(texts: list[str]) -> Any:
+    import bm25s
+
+    bm25 = bm25s.BM25()
+    bm25.index(_bm25_tokens(texts), show_progress=_show_progress(len(texts)))
+    return bm25
 
 
 # -- aggregation (seed 003 Eq. 1-2) ----------------------------------------------------------------------------

@@ -163,7 +163,7 @@ class EmbeddingDensity:
         index = self._indexes.get(source)
         if index is None:
             try:
-                index = SourceIndex.build(source, RetrievalConfig(retriever="embedding"))
+                index = SourceIndex.build(source, RetrievalConfig(retriever="embedding", embed_all_up_to=None))
             except (ImportError, RuntimeError, ValueError, OSError):
                 return None
             self._indexes[source] = index

@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from halluscope.cli.common import (OLD_OUT_HELP, ApiKeyOpt, BaseUrlOpt, ConcurrencyOpt, ModelOpt, NoCacheOpt, OptionOpt, fail,
-                                   make_config, parse_options, either)
+from halluscope.cli.common import (OLD_OUT_HELP, finite_number, ApiKeyOpt, BaseUrlOpt, ConcurrencyOpt, ModelOpt, NoCacheOpt,
+                                   OptionOpt, fail, make_config, parse_options, either)
 
 
 def bench_command(
@@ -21,14 +21,14 @@ def bench_command(
     judge_base_url: Annotated[Optional[str], typer.Option("--judge-base-url", help="Endpoint for the judge, if different.", envvar="HALLUSCOPE_JUDGE_BASE_URL")] = None,
     judge_api_key: Annotated[Optional[str], typer.Option("--judge-api-key", help="API key for the judge, if different.", envvar="HALLUSCOPE_JUDGE_API_KEY", show_default=False)] = None,
     option: OptionOpt = None,
-    limit: Annotated[Optional[int], typer.Option("--limit", help="Only the first N items (after --sample). Raising it later resumes the same run.")] = None,
-    sample: Annotated[Optional[int], typer.Option("--sample", help="Seeded stratified subsample: N items per (split, domain), label mix kept; montage sets are sampled by group.")] = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="Only the first N items (after --sample). Raising it later resumes the same run.")] = None,
+    sample: Annotated[Optional[int], typer.Option("--sample", min=1, help="Seeded stratified subsample: N items per (split, domain), label mix kept; montage sets are sampled by group.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for --sample and the bootstrap.")] = 0,
     out: Annotated[Optional[Path], typer.Option("--output", "-O", help="Output folder (default runs/<dataset>-<method>-<model>/).")] = None,
     old_out: Annotated[Optional[Path], typer.Option("--out", hidden=True, help=OLD_OUT_HELP)] = None,
     data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Shared data folder (default ../shared/data).", envvar="HALLUSCOPE_DATA_DIR")] = None,
     select_on: Annotated[Optional[str], typer.Option("--select-on", help="localize: the dev dataset on which FINAL's choices are made (prompt variant=auto, 2-step filter threshold), e.g. final:dev; default: the run's dev split, else its own items (in-sample).")] = None,
-    bootstrap: Annotated[int, typer.Option("--bootstrap", help="Bootstrap resamples for 95% CIs (0 = none).")] = 1000,
+    bootstrap: Annotated[int, typer.Option("--bootstrap", min=0, max=100_000, help="Bootstrap resamples for 95% CIs (0 = none).")] = 1000,
     retry_unscored: Annotated[bool, typer.Option("--retry-unscored", help="On resume, run the items whose report was unscored again.")] = False,
     no_cache: NoCacheOpt = None,
     concurrency: ConcurrencyOpt = None,
@@ -37,7 +37,7 @@ def bench_command(
     address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster for --engine ray: 'auto' (the cluster on this machine, see `ray start --head`), 'ray://head:10001' (Ray Client); default: RAY_ADDRESS, else a local Ray instance.", envvar="RAY_ADDRESS")] = None,
     actors: Annotated[int, typer.Option("--actors", help="--engine ray: number of actors (each holds its own method and LLM client).", min=1)] = 2,
     actor_concurrency: Annotated[Optional[int], typer.Option("--actor-concurrency", help="--engine ray: items/LLM requests in flight per actor (default: --concurrency split over the actors).", min=1)] = None,
-    actor_cpus: Annotated[float, typer.Option("--actor-cpus", help="--engine ray: CPUs Ray reserves per actor (LLM-bound actors need little).", min=0.0)] = 1.0,
+    actor_cpus: Annotated[float, typer.Option("--actor-cpus", callback=finite_number, help="--engine ray: CPUs Ray reserves per actor (LLM-bound actors need little).", min=0.0, max=1024.0)] = 1.0,
 ) -> None:
     """Benchmark a METHOD on a DATASET: per-item reports stream to items.jsonl (a re-run resumes), then
     results.json, results.md and PNG plots are written to the output folder."""

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from halluscope.cli.common import (ApiKeyOpt, BaseUrlOpt, ConcurrencyOpt, InputFileError, ModelOpt, NoCacheOpt,
-                                   OptionOpt, fail, make_config, parse_options, read_text_input)
+                                   OptionOpt, check_fraction, check_output_file, fail, make_config, parse_options, read_text_input)
 from halluscope.records import Report
 
 
@@ -74,6 +74,9 @@ def check_command(
         raise fail("give --source and --target (one pair), or --input and --output (a table of pairs)")
     if source == "-" and target == "-":
         raise fail("only one of --source/--target can read standard input")
+    check_fraction(threshold, "--threshold")
+    check_fraction(fail_under, "--fail-under")
+    check_output_file(html, "--html")
     if input_file is None:
         try:
             src = read_text_input(source, "source")
@@ -102,7 +105,10 @@ def check_command(
     if html:
         from halluscope.report import write_html
 
-        write_html(report, src, tgt, html)
+        try:
+            write_html(report, src, tgt, html)
+        except OSError as exc:  # e.g. no permission: a clear refusal, not a traceback
+            raise fail(f"--html {html}: cannot write the report: {exc.strerror or exc}")
     if json_out:
         typer.echo(report.model_dump_json(indent=2))
     else:

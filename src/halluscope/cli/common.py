@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -44,11 +45,39 @@ def fail(message: str, code: int = 2) -> "typer.Exit":
     return typer.Exit(code)
 
 
+def finite_number(value: float | None) -> float | None:
+    """Typer callback: refuse NaN and infinities (click's ranges let NaN through: it compares false)."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"must be a finite number, got {value}")
+    return value
+
+
+def check_fraction(value: float | None, flag: str) -> None:
+    """Refuse (exit 2) a score bound that is not a finite number in [0, 1] (scores are in [0, 1])."""
+    if value is not None and not (math.isfinite(value) and 0.0 <= value <= 1.0):
+        raise fail(f"{flag} must be a number from 0 to 1 (scores are in [0, 1]), got {value}")
+
+
+def check_output_file(path: str | Path | None, flag: str) -> None:
+    """Refuse (exit 2) an output path that cannot be written as a file: a directory, or one in a missing folder.
+    Checked before any work, so a long run is not lost to a typo."""
+    if path is None or str(path) == "":
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise fail(f"{flag} {path} is a directory; give a file name (e.g. {p / 'report.html'})")
+    if p.exists() and not p.is_file():
+        raise fail(f"{flag} {path} exists and is not a regular file")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise fail(f"{flag} {path}: the folder {parent} does not exist")
+
+
 ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="Model: 'embedded' (default, offline), 'embedded:<name|path.gguf>', a model name at --base-url, or a LiteLLM model ('litellm:<model>', 'anthropic/...'; docs/providers.md).", envvar="HALLUSCOPE_MODEL")]
 BaseUrlOpt = Annotated[Optional[str], typer.Option("--base-url", help="OpenAI-compatible endpoint (also HALLUSCOPE_BASE_URL / OPENAI_BASE_URL).", envvar="HALLUSCOPE_BASE_URL")]
 ApiKeyOpt = Annotated[Optional[str], typer.Option("--api-key", help="API key (also HALLUSCOPE_API_KEY / OPENAI_API_KEY).", envvar="HALLUSCOPE_API_KEY", show_default=False)]
 NoCacheOpt = Annotated[Optional[bool], typer.Option("--no-cache/--cache", help="Do not read or write the response cache (--cache: use it even when HALLUSCOPE_CACHE or the config file turns it off).", show_default=False)]
-ConcurrencyOpt = Annotated[Optional[int], typer.Option("--concurrency", help="Max LLM requests in flight.", envvar="HALLUSCOPE_MAX_CONCURRENCY")]
+ConcurrencyOpt = Annotated[Optional[int], typer.Option("--concurrency", min=1, max=1024, help="Max LLM requests in flight.", envvar="HALLUSCOPE_MAX_CONCURRENCY")]
 OptionOpt = Annotated[Optional[list[str]], typer.Option("--option", "-o", help="Method option KEY=VALUE (repeatable), e.g. -o style=cot.")]
 
 

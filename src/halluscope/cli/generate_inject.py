@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from halluscope.cli.common import ApiKeyOpt, BaseUrlOpt, ModelOpt, NoCacheOpt, fail, make_config
+from halluscope.cli.common import finite_number, ApiKeyOpt, BaseUrlOpt, ModelOpt, NoCacheOpt, fail, make_config
 
 
 def inject_command(
@@ -19,16 +19,16 @@ def inject_command(
     fact: Annotated[Optional[list[str]], typer.Option("--fact", help="Use these facts instead of inventing them with the LLM (repeatable; the same facts go into every item).")] = None,
     facts_from: Annotated[str, typer.Option(help="Where facts come from when no --fact is given: 'llm' (invented) or 'donor' (no LLM: sentences from targets of other sources in the same dataset, closest topic first).")] = "llm",
     split: Annotated[Optional[str], typer.Option(help="Keep only input items of this split (e.g. 'evaluation' for SummEdits dev).")] = None,
-    sample: Annotated[Optional[int], typer.Option(help="Draw this many input items at random (seeded) instead of taking them in order.")] = None,
-    limit: Annotated[Optional[int], typer.Option(help="Use at most this many input items.")] = None,
-    max_sentences: Annotated[Optional[int], typer.Option(help="Cut each input target to its first N sentences before injecting (long summaries).")] = None,
+    sample: Annotated[Optional[int], typer.Option(min=1, help="Draw this many input items at random (seeded) instead of taking them in order.")] = None,
+    limit: Annotated[Optional[int], typer.Option(min=1, help="Use at most this many input items.")] = None,
+    max_sentences: Annotated[Optional[int], typer.Option(min=1, help="Cut each input target to its first N sentences before injecting (long summaries).")] = None,
     include_inconsistent: Annotated[bool, typer.Option(help="Also inject into items labelled inconsistent (by default only label 1 / unlabelled items are used).")] = False,
     truth: Annotated[bool, typer.Option(help="Also write each original target as a consistent example (label 1, difficulty 'truth').")] = True,
     seed: Annotated[int, typer.Option(help="Random seed (sampling and boundary placement).")] = 0,
     gold_evidence: Annotated[bool, typer.Option("--gold-evidence", help="Also build gold truthful claims and their gold source evidence by multi-judge consensus (PROBE's decomposer, evidence finder and judges; seed 004 §3.3), so the PROBE suite can score decomposition, evidence finding and evidence evaluation. Costs LLM calls per claim.")] = False,
     gold_judge: Annotated[Optional[list[str]], typer.Option("--gold-judge", help="A judge model for --gold-evidence, at the same endpoint (repeatable; each finds evidence once and votes on every candidate; the paper uses 4). Default: the main model.")] = None,
-    gold_samples: Annotated[Optional[int], typer.Option(help="Votes per judge for --gold-evidence (votes after the first are sampled). Default: 1 with several judges, 3 with one.")] = None,
-    gold_consensus: Annotated[float, typer.Option(help="Share of ALL votes that must say PASS for a passage to become gold evidence (paper: 3 of 4 = 0.75).")] = 0.75,
+    gold_samples: Annotated[Optional[int], typer.Option(min=1, help="Votes per judge for --gold-evidence (votes after the first are sampled). Default: 1 with several judges, 3 with one.")] = None,
+    gold_consensus: Annotated[float, typer.Option(min=0.0, max=1.0, callback=finite_number, help="Share of ALL votes that must say PASS for a passage to become gold evidence (paper: 3 of 4 = 0.75).")] = 0.75,
     data_dir: Annotated[Optional[Path], typer.Option(help="Folder of the shared benchmark data (default: ../shared/data or HALLUSCOPE_DATA_DIR).")] = None,
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from halluscope.cli.common import (ApiKeyOpt, BaseUrlOpt, ConcurrencyOpt, InputFileError, ModelOpt, NoCacheOpt,
-                                   OptionOpt, fail, make_config, parse_options, read_text_input)
+                                   OptionOpt, check_output_file, fail, make_config, parse_options, read_text_input)
 from halluscope.records import Report
 
 
@@ -74,6 +74,7 @@ def improve_command(
 
     if source == "-" and target == "-":
         raise fail("only one of --source/--target can read standard input")
+    check_output_file(output, "--output")
     try:
         src = read_text_input(source, "source")
         tgt = read_text_input(target, "target")
@@ -92,7 +93,10 @@ def improve_command(
     except (InputError, LLMError, ValueError) as exc:
         raise fail(str(exc))
     if output is not None:
-        output.write_text(report.details.get("improved_target", tgt), encoding="utf-8")
+        try:
+            output.write_text(report.details.get("improved_target", tgt), encoding="utf-8")
+        except OSError as exc:
+            raise fail(f"--output {output}: cannot write: {exc.strerror or exc}")
     if json_out:
         typer.echo(report.model_dump_json(indent=2))
     else:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from halluscope.config import Config
-from halluscope.llm.base import Completion, ContextOverflowError, GenerateParams, LLMError, Message, ModelAPI
+from halluscope.llm.base import (Completion, ContextOverflowError, GenerateParams, LLMError, Message, ModelAPI,
+                                 ReplyTooLargeError)
 from halluscope.llm.cache import RedisCache, ResponseCache, open_cache
 from halluscope.llm.client import LLM, CallLog, track_calls
 from halluscope.llm.fake import FakeModel
@@ -11,8 +12,8 @@ from halluscope.llm.ratelimit import RateLimiter
 
 __all__ = [
     "LLM", "CallLog", "Completion", "Config", "ContextOverflowError", "FakeModel", "GenerateParams",
-    "LLMError", "Message", "ModelAPI", "RateLimiter", "RedisCache", "ResponseCache", "build_api", "get_llm", "open_cache",
-    "track_calls",
+    "LLMError", "Message", "ModelAPI", "RateLimiter", "RedisCache", "ReplyTooLargeError", "ResponseCache", "build_api",
+    "get_llm", "open_cache", "track_calls",
 ]
 
 _EMBEDDED_APIS: dict[tuple[str, int, int | None, int | None], ModelAPI] = {}  # loaded weights are reused across LLM clients

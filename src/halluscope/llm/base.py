@@ -37,6 +37,16 @@ class LLMError(RuntimeError):
     """A model could not be reached or refused the request after bounded retries."""
 
 
+class ReplyTooLargeError(LLMError):
+    """A reply over the size cap: refused (while it is read, for an HTTP backend), never parsed, and never
+    sent back to the model. ``size`` is its length (``unit``: "bytes" of the response body, at least that
+    many when reading stopped early, or "characters" of the text); ``excerpt`` its first characters, if any."""
+
+    def __init__(self, message: str, size: int, unit: str = "characters", excerpt: str = ""):
+        super().__init__(message)
+        self.size, self.unit, self.excerpt = size, unit, excerpt
+
+
 class ContextOverflowError(LLMError):
     """The prompt does not fit the model's context window. Never silently truncated."""
 

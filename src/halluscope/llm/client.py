@@ -25,10 +25,14 @@ from typing import Iterator
 
 from halluscope import tracing
 from halluscope.llm.affinity import PrefixAffinityGate, prompt_text
-from halluscope.llm.base import Completion, GenerateParams, Message, ModelAPI
+from halluscope.llm.base import Completion, GenerateParams, Message, ModelAPI, ReplyTooLargeError
 from halluscope.llm.cache import Cache, cache_key, clean_messages, clean_text
 from halluscope.llm.ratelimit import RateLimiter
 from halluscope.records import LLMCall, Usage
+from halluscope.text.parsing import MAX_REPLY_CHARS
+
+REFUSED_EXCERPT_CHARS = 1_000
+"""Characters of a reply refused for its size that are kept (in the call record and the repair request)."""
 
 
 @dataclass
@@ -140,6 +144,10 @@ class LLM:
             completion = await self.api.generate(messages, params)
             if limiter is not None:
                 limiter.settle(reserved, completion.usage.total_tokens)
+        if len(completion.text) > MAX_REPLY_CHARS:  # no parser reads it: refused here, never cached
+            raise ReplyTooLargeError(
+                f"the reply of {len(completion.text)} characters exceeds the {MAX_REPLY_CHARS}-character limit",
+                len(completion.text), "characters", completion.text[:REFUSED_EXCERPT_CHARS])
         return completion.model_copy(
             update={
                 "text": clean_text(completion.text),
@@ -187,7 +195,11 @@ class LLM:
                 if hit is not None:
                     completion = hit.model_copy(update={"cached": True, "usage": Usage(cache_hits=1)})
             if completion is None:
-                completion = await self._single_flight(key, messages, params)
+                try:
+                    completion = await self._single_flight(key, messages, params)
+                except ReplyTooLargeError as exc:
+                    self._record_refused(messages, exc)
+                    raise
             tracing.record_completion(span, completion)
         self.usage = self.usage + completion.usage
         log = _current_log.get()
@@ -202,6 +214,24 @@ class LLM:
                 )
             )
         return completion
+
+    def close(self, *, cache: bool = True) -> None:
+        """Release what this client holds: the backend's HTTP connections (loaded weights are shared and stay)
+        and, when ``cache``, the response cache's connection. For a client no one uses any more."""
+        close_connections = getattr(self.api, "close_connections", None)
+        if callable(close_connections):
+            close_connections()
+        if cache and self.cache is not None:
+            self.cache.close()
+
+    def _record_refused(self, messages: list[Message], exc: ReplyTooLargeError) -> None:
+        """Audit a reply refused for its size once, cut to its first characters, with its size."""
+        usage = Usage(calls=1)
+        self.usage = self.usage + usage
+        log = _current_log.get()
+        if log is not None:
+            log.add(LLMCall(model=self.name, messages=[dict(m) for m in messages], reply=exc.excerpt,
+                            usage=usage, reply_size=exc.size, reply_size_unit=exc.unit))  # type: ignore[arg-type]
 
     def count_tokens(self, text: str) -> int:
         n = self.api.count_tokens(text)

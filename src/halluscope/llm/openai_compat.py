@@ -3,20 +3,43 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import random
+import ssl
 import weakref
 from collections.abc import Callable
 from typing import Any
 
 import httpx
 
-from halluscope.llm.base import Completion, ContextOverflowError, GenerateParams, LLMError, Message
+from halluscope.llm.base import (Completion, ContextOverflowError, GenerateParams, LLMError, Message,
+                                 ReplyTooLargeError)
 from halluscope.llm.cache import clean_messages, clean_text
 from halluscope.records import Usage
 
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+
+MAX_RESPONSE_BYTES = 4 * 2**20
+"""Largest response body read from the endpoint. A reply of the longest text any parser accepts
+(``MAX_REPLY_CHARS``, even fully \\u-escaped) fits; a larger body is refused while it arrives (from its
+Content-Length when it has one), so a 300 MB reply costs 4 MB, not gigabytes."""
+
+
+class _Body:
+    """The parts of a response the backend reads: status, headers and a body read up to a limit."""
+
+    def __init__(self, status_code: int, headers: httpx.Headers, content: bytes):
+        self.status_code, self.headers, self.content = status_code, headers, content
+
+    @property
+    def text(self) -> str:
+        """The start of the body as text (for error messages, which quote at most a few hundred characters)."""
+        return self.content[:65536].decode("utf-8", errors="replace")
+
+    def json(self) -> object:
+        return json.loads(self.content)
 
 
 class _Retryable(Exception):
@@ -25,7 +48,7 @@ class _Retryable(Exception):
         self.retry_after = retry_after
 
 
-def _retry_after_s(resp: httpx.Response) -> float | None:
+def _retry_after_s(resp: "_Body") -> float | None:
     """The server's Retry-After in seconds (numeric form only; HTTP dates are ignored)."""
     value = resp.headers.get("retry-after")
     try:
@@ -110,21 +133,46 @@ class _ClientPool:
     def __init__(self, max_connections: int, make_client: Callable[[httpx.Limits], httpx.AsyncClient]):
         n_clients = -(-max_connections // self.CONNECTIONS_PER_CLIENT)
         per_client = -(-max_connections // n_clients)
-        limits = httpx.Limits(max_connections=per_client, max_keepalive_connections=per_client)
-        self.clients: list[httpx.AsyncClient] = [make_client(limits) for _ in range(n_clients)]
+        self._limits = httpx.Limits(max_connections=per_client, max_keepalive_connections=per_client)
+        self._make_client = make_client
+        # built on first use: a judge's client that sends a request at a time never builds the other seven
+        self.clients: list[httpx.AsyncClient | None] = [None] * n_clients
         self.in_flight = [0] * n_clients
 
-    async def post(self, url: str, **kwargs: Any) -> httpx.Response:
+    async def post(self, url: str, *, max_bytes: int, **kwargs) -> _Body:
+        """POST and read the body, refusing it (:class:`ReplyTooLargeError`) once it exceeds ``max_bytes``."""
         i = min(range(len(self.clients)), key=self.in_flight.__getitem__)
+        client = self.clients[i]
+        if client is None:
+            client = self.clients[i] = self._make_client(self._limits)
         self.in_flight[i] += 1
         try:
-            return await self.clients[i].post(url, **kwargs)
+            async with client.stream("POST", url, **kwargs) as resp:
+                declared = resp.headers.get("content-length", "")
+                if declared.isdigit() and int(declared) > max_bytes:
+                    raise ReplyTooLargeError(f"the endpoint's response of {int(declared)} bytes exceeds the "
+                                             f"{max_bytes}-byte limit; not read", int(declared), "bytes")
+                body = bytearray()
+                async for chunk in resp.aiter_bytes():
+                    body += chunk
+                    if len(body) > max_bytes:
+                        raise ReplyTooLargeError(f"the endpoint's response exceeds the {max_bytes}-byte limit; "
+                                                 "reading stopped", len(body), "bytes")
+                return _Body(resp.status_code, resp.headers, bytes(body))
         finally:
             self.in_flight[i] -= 1
 
     async def aclose(self) -> None:
         for client in self.clients:
-            await client.aclose()
+            if client is not None:
+                await client.aclose()
+
+
+@functools.lru_cache(maxsize=1)
+def _ssl_context() -> ssl.SSLContext:
+    """The default verifying context, shared by every client (a server building judge clients for 2,000 option
+    sets grew by one CA bundle per client and event loop)."""
+    return httpx.create_ssl_context()
 
 
 class OpenAICompatibleModel:
@@ -177,7 +225,7 @@ class OpenAICompatibleModel:
         pool = self._pools.get(loop)
         if pool is None:
             headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-            ssl_context = httpx.create_ssl_context()  # ~50 ms to build: one for all clients of the pool
+            ssl_context = _ssl_context()  # one for the process: each holds the CA bundle (MBs, ~50 ms to build)
             pool = self._pools[loop] = _ClientPool(
                 self.max_concurrency or 64,
                 lambda limits: httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=self.timeout_s,
@@ -191,8 +239,24 @@ class OpenAICompatibleModel:
         if pool is not None:
             await pool.aclose()
 
-    def _payload(self, messages: list[Message], params: GenerateParams, schema_format: int = 0) -> dict[str, Any]:
-        body: dict[str, Any] = {
+    def close_connections(self) -> None:
+        """Close the connections of every event loop, from any thread (a server evicting a method instance).
+        A loop that is still running closes its pool itself; one that is gone took its connections with it."""
+        try:
+            current = asyncio.get_running_loop()
+        except RuntimeError:
+            current = None
+        for loop, pool in list(self._pools.items()):
+            self._pools.pop(loop, None)
+            if loop.is_closed():
+                continue
+            if loop is current:
+                loop.create_task(pool.aclose())
+            elif loop.is_running():
+                asyncio.run_coroutine_threadsafe(pool.aclose(), loop)
+
+    def _payload(self, messages: list[Message], params: GenerateParams, schema_format: int = 0) -> dict:
+        body: dict = {
             "model": self.name,
             "messages": clean_messages(messages),  # a lone surrogate cannot be sent as UTF-8
             "temperature": params.temperature,
@@ -216,7 +280,7 @@ class OpenAICompatibleModel:
         return body
 
     @staticmethod
-    def _refuses_schema(resp: httpx.Response, body: dict[str, Any]) -> bool:
+    def _refuses_schema(resp: _Body, body: dict) -> bool:
         """The endpoint rejected the structured response format it was sent: a 400/422 naming the format or a
         schema, or any error naming ``json_schema`` or ``response_format`` (llama-cpp-python's server answers a
         request validation error with HTTP 500, which retrying cannot fix)."""
@@ -228,8 +292,8 @@ class OpenAICompatibleModel:
             return True
         return "json_schema" in text or "response_format" in text
 
-    async def _post_once(self, body: dict[str, Any]) -> object:
-        resp = await self._pool().post("/chat/completions", json=body)
+    async def _post_once(self, body: dict) -> object:
+        resp = await self._pool().post("/chat/completions", json=body, max_bytes=MAX_RESPONSE_BYTES)
         if resp.status_code >= 400 and self._refuses_schema(resp, body):
             raise _SchemaRefused(resp.text[:500])
         if resp.status_code in _RETRY_STATUS:

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from halluscope.llm.base import Completion, GenerateParams, Message
+from halluscope.llm.base import Completion, GenerateParams, Message, ReplyTooLargeError
 from halluscope.llm.client import LLM
 from halluscope.llm.replies import Reply
 from halluscope.records import LLMCall, StepResult
@@ -62,7 +62,18 @@ async def generate_parsed(
     attempts = 2 if repair else 1
     error = "no attempt made"
     for attempt in range(attempts):
-        completion = await llm.generate(convo, params)
+        try:
+            completion = await llm.generate(convo, params)
+        except ReplyTooLargeError as exc:  # never parsed; the repair request carries only a short excerpt
+            calls.append(LLMCall(model=llm.name, messages=[dict(m) for m in convo], reply=exc.excerpt,
+                                 reply_size=exc.size, reply_size_unit=exc.unit))  # type: ignore[arg-type]
+            error = str(exc)
+            if attempt + 1 < attempts:
+                convo = convo + [
+                    {"role": "assistant", "content": _refused_excerpt(exc)},
+                    {"role": "user", "content": REPAIR_REQUEST.format(error=error, format_hint=format_hint)},
+                ]
+            continue
         calls.append(_call_record(llm, convo, completion))
         try:
             return StepResult(await _run_parser(parse, completion.text), None, calls)
@@ -82,6 +93,12 @@ async def _run_parser(parse: Callable[[str], T], text: str) -> T:
     if len(text) <= PARSE_OFF_LOOP_CHARS:
         return parse(text)
     return await asyncio.wait_for(asyncio.to_thread(parse, text), PARSE_TIMEOUT_S)
+
+
+def _refused_excerpt(exc: ReplyTooLargeError) -> str:
+    """What the repair request shows of a reply refused for its size: its start (if it was read) and a note."""
+    note = f"[reply cut here: {exc.size} {exc.unit} in all, over the size limit]"
+    return f"{exc.excerpt}\n{note}" if exc.excerpt else note
 
 
 def _short_error(exc: Exception) -> str:

@@ -44,6 +44,7 @@ class Method(ABC):
     def __init__(self, llm: LLM | None = None, config: Config | None = None, **options: Any):
         self.config = config or Config()
         self._llm = llm
+        self._owns_llm = llm is None  # built here from the config (see ``llm``): closed by ``close``
         self.opts = self.Options.parse(self.name, options)
         self._resolved: dict[str, PromptTemplate] = {}
         for template in self.prompts:
@@ -72,6 +73,14 @@ class Method(ABC):
             return self.llm.name
         except LLMError:
             return self.config.model
+
+    def close(self) -> None:
+        """Release the clients this instance built itself (its own LLM client, extra judges' clients) and their
+        cache connections; clients passed in belong to the caller. For an instance no one uses any more (a
+        server evicting it); harmless to call twice."""
+        if self._owns_llm and self._llm is not None:
+            self._llm.close()
+            self._llm = None
 
     def options(self) -> dict[str, Any]:
         """Method-specific settings, recorded with benchmark results."""

@@ -67,7 +67,7 @@ from halluscope.llm.structured import generate_reply
 from halluscope.methods import register_method
 from halluscope.methods.batching import (BatchStep, ask_batch, batch_reply_budget, chunked, gather_or_cancel,
                                          judge_in_batches)
-from halluscope.methods.options import ClaimOptions
+from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions
 from halluscope.methods.pipeline import (ClaimPipeline, LLMVerifier, PipelineRun, best_verdict, claim_finding,
                                          messages_tokens,
                                          reply_budget)
@@ -684,7 +684,7 @@ class DcrOptions(ClaimOptions):
     amc_weights: AmcWeights = "paper"
     """alpha and beta of Eq. 3. paper: alpha = beta = 0, Z over every marked reason (the paper's experiments); a sentence without a mark makes the Report unscored. auto: App. I, reasons not about exactly one sentence are taken out and unmarked sentences are left out (Z over the judged sentences)."""
 
-    batch_size: int = Field(default=1, ge=1)
+    batch_size: int = Field(default=1, ge=1, le=MAX_BATCH_SIZE)
     """With retrieval: sentences whose snippet is the same text share a DCE call, and AMC marks this many reasons per call (1 = one DCE and one AMC call per sentence and snippet). With the whole source DCE and AMC already take every sentence in one call each (the paper)."""
 
 

@@ -28,7 +28,8 @@ What is FActScore's own (the rest is the pipeline's):
   each group of duplicates (selecting by number guarantees it cannot reword them); if its reply is unusable
   the fuzzy de-duplication is used and ``details["dedup_error"]`` says why. ``dedup="fuzzy"`` (no LLM call):
   descriptions whose word-order-insensitive similarity is >= ``dedup_threshold`` or that quote the same
-  target words are merged (conservative: near-identical wordings only). ``dedup="none"`` keeps every
+  target words are merged (conservative: near-identical wordings only); more than 2,000 descriptions are not
+  compared pairwise (only identical wordings and spans merge; ``details["dedup_note"]`` says so). ``dedup="none"`` keeps every
   description. A fact judged unsupported without any description gets one saying so. A Finding's spans are
   the target words its description quotes, else the sentences of the facts it came from.
 
@@ -43,12 +44,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from rapidfuzz import fuzz
+from rapidfuzz import fuzz, process
 
 from halluscope.llm.replies import Reply
 from halluscope.llm.structured import generate_reply
 from halluscope.methods import register_method
-from halluscope.methods.options import ClaimOptions
+from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions
 from halluscope.methods.batching import (
     BatchStep,
     ask_batch,
@@ -70,8 +71,10 @@ from halluscope.records import Claim, Finding, LLMCall, Span, StepResult, Verdic
 from halluscope.stages import Context, build_stage, register_stage
 from halluscope.text import ParseError, Sentence, locate, split_sentences
 from halluscope.text.descriptions import (
+    MAX_FUZZY_DESCRIPTIONS,
     clean_descriptions,
     fuzzy_duplicate_groups,
+    fuzzy_is_capped,
     merge_spans,
     most_specific,
     spans_for_description,
@@ -463,7 +466,7 @@ class DescriptionDeduplicator:
         self.prompt = method.prompt(FACTSCORE_DEDUP_PROMPT)
         self.mode = mode
         self.threshold = threshold
-
+        self.note: str | None = None  # set when the fuzzy grouping was capped
     async def __call__(self, descriptions: Sequence[str], spans: Sequence[Sequence[Span]], target: str
                        ) -> tuple[list[list[int]], str | None]:
         n = len(descriptions)
@@ -486,6 +489,9 @@ class DescriptionDeduplicator:
         return StepResult.success(_groups_around(descriptions, step.value), step.calls)  # type: ignore[arg-type]
 
     def fuzzy(self, descriptions: Sequence[str], spans: Sequence[Sequence[Span]]) -> list[list[int]]:
+        if fuzzy_is_capped(len(descriptions)):
+            self.note = (f"{len(descriptions)} descriptions: more than {MAX_FUZZY_DESCRIPTIONS} are not compared "
+                         "pairwise, so only identical wordings and identical spans were merged")
         out = []
         for group in fuzzy_duplicate_groups(descriptions, self.threshold, spans):
             kept = most_specific(descriptions, group, spans)
@@ -496,11 +502,13 @@ class DescriptionDeduplicator:
 def _groups_around(descriptions: Sequence[str], keep: Sequence[int]) -> list[list[int]]:
     """Attach every dropped description to the kept one it is most similar to."""
     groups = {k: [k] for k in keep}
+    kept_lower = [descriptions[k].lower() for k in keep]
     for i in range(len(descriptions)):
         if i in groups:
             continue
-        nearest = max(keep, key=lambda k: fuzz.token_sort_ratio(descriptions[i].lower(), descriptions[k].lower()))
-        groups[nearest].append(i)
+        # extractOne scores in C; ties go to the first kept one, as max() did
+        _, _, position = process.extractOne(descriptions[i].lower(), kept_lower, scorer=fuzz.token_sort_ratio)
+        groups[keep[position]].append(i)
     return [groups[k] for k in keep]
 
 
@@ -517,7 +525,7 @@ class FactScoreOptions(ClaimOptions):
     dedup_threshold: float = Field(default=85.0, ge=0, le=100)
     """Fuzzy de-duplication (dedup=fuzzy, and the fallback of dedup=llm): word-order-insensitive similarity (0-100) at which two descriptions merge."""
 
-    batch_size: int = Field(default=1, ge=1)
+    batch_size: int = Field(default=1, ge=1, le=MAX_BATCH_SIZE)
     """Facts per verification call when the whole source is sent, each still judged on its own (1 = the paper's one call per fact; with retrieval every fact has its own snippets and its own calls)."""
 
 
@@ -565,6 +573,8 @@ class FactScore(ClaimPipeline):
         run.details["descriptions_before_dedup"] = len(descriptions)
         if error:
             run.details["dedup_error"] = error
+        if dedup.note:
+            run.details["dedup_note"] = dedup.note
         findings: list[Finding] = []
         for group in groups:
             kept = group[0]

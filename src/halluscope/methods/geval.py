@@ -36,7 +36,7 @@ GEVAL_PROMPT = PromptTemplate(
 
 
 class GevalOptions(MethodOptions):
-    max_tokens: int = Field(default=256, ge=1)
+    max_tokens: int = Field(default=256, ge=1, le=32_768)
     """Completion budget for the rating (raise it for reasoning models whose hidden thinking counts)."""
 
 

@@ -60,6 +60,7 @@ from halluscope.records import Example, Finding, Report, StepResult
 from halluscope.text import ParseError
 from halluscope.text.labels import ascii_text
 from halluscope.text.descriptions import clean_descriptions, spans_for_description
+from halluscope.text.tags import strip_think
 from halluscope.text.placeholders import (
     example_strings,
     normalized,
@@ -142,7 +143,6 @@ def reply_schema(hint: bool) -> type[LocalizationReply]:
 
 _MARKER_LINE = re.compile(r"^[ \t*#>_]*final\s+output\s*:", re.I | re.M | re.A)
 """ASCII-only case folding (``re.A``): "Fınal Output:" with a dotless i is no marker."""
-_THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
 
 
 def _without_example_copies(descriptions: list[str], target: str) -> list[str]:
@@ -166,7 +166,7 @@ def parse_final_output(text: str, hint: bool = False, target: str = "") -> list[
     line states a different answer (two verdicts)."""
     if not isinstance(text, str) or not text.strip():
         raise ParseError("empty reply")
-    body = _THINK.sub("", text)
+    body = strip_think(text)
     marks = list(_MARKER_LINE.finditer(body))
     if not marks:
         raise ParseError(f'no line starting "{FINAL_MARKER}" in the reply')
@@ -196,7 +196,7 @@ def parse_binary_verdict(text: str) -> bool:
     earlier "Final answer:" line with the other answer makes two verdicts (refused)."""
     if not isinstance(text, str) or not text.strip():
         raise ParseError("empty reply")
-    lines = [line for line in _THINK.sub("", text).splitlines() if line.strip()]
+    lines = [line for line in strip_think(text).splitlines() if line.strip()]
     last = re.sub(r"[*_`#>]", "", lines[-1]).strip() if lines else ""
     answers = {a.lower() for line in lines[:-1] if (a := _stated_answer(line)) is not None}
     m = _LAST_LINE_ANSWER.match(last) if ascii_text(last) is not None else None
@@ -426,7 +426,7 @@ class LocalizeOptions(MethodOptions):
     hint: bool = False
     """2-step only: tell the localizer the target is known to contain an inconsistency."""
 
-    filter_threshold: float | None = None
+    filter_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
     """filter=<method>: the score below which the target counts as inconsistent; None: in the bench, the one with the best F1 on the dev split (FINAL's protocol), in a single check that method's own threshold."""
 
     filter_options: dict[str, Any] = Field(default_factory=dict)
@@ -525,7 +525,10 @@ class Localize(Method):
             raise ValueError("localize: no filter method is set")
         method = get_method(self.opts.filter, llm=self.llm, config=self.config, **self.opts.filter_options)
         # run() (not acheck): the filter's calls land in this check's call log, so in this report's calls
-        report = await method.run(source, target)
+        try:
+            report = await method.run(source, target)
+        finally:
+            method.close()  # built for this check: e.g. probe judges' clients go with it
         threshold = self.opts.filter_threshold if self.opts.filter_threshold is not None else method.default_threshold
         info = {"kind": "method", "method": self.opts.filter, "score": report.score, "threshold": threshold,
                 "consistent": None if report.score is None else report.score >= threshold}

@@ -20,7 +20,7 @@ class MethodOptions(BaseModel):
     """Base of every method's options. Fields carry a docstring (``use_attribute_docstrings``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True,
-                              validate_default=True)
+                              validate_default=True, allow_inf_nan=False)  # NaN and inf are never an option
 
     @classmethod
     def parse(cls, method: str, values: dict[str, Any]) -> "MethodOptions":
@@ -32,7 +32,7 @@ class MethodOptions(BaseModel):
             return cls.model_validate(values)
         except ValidationError as exc:
             problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'options'}: {e['msg']}"
-                                 for e in exc.errors())
+                                 + _allowed(cls, e['loc']) for e in exc.errors())
             raise OptionsError(f"bad option(s) for {method}: {problems}. "
                                f"Valid options: {', '.join(cls.model_fields) or 'none'}") from None
 
@@ -47,6 +47,25 @@ class MethodOptions(BaseModel):
         return rows
 
 
+def _allowed(cls: type[MethodOptions], loc: tuple[Any, ...]) -> str:
+    """" (allowed: 1 to 20)" for a field with bounds, so a refusal names the range; else ""."""
+    info = cls.model_fields.get(str(loc[0])) if loc else None
+    if info is None:
+        return ""
+    low = high = None
+    for bound in info.metadata:
+        low = getattr(bound, "ge", None) if getattr(bound, "ge", None) is not None else low
+        low = f"above {bound.gt}" if getattr(bound, "gt", None) is not None else low
+        high = getattr(bound, "le", None) if getattr(bound, "le", None) is not None else high
+    if low is None and high is None:
+        return ""
+    if isinstance(low, str):
+        return f" (allowed: {low}" + (f" up to {high})" if high is not None else ")")
+    if high is None:
+        return f" (allowed: at least {low})"
+    return f" (allowed: {low} to {high})" if low is not None else f" (allowed: at most {high})"
+
+
 def _type_name(annotation: Any) -> str:
     origin = typing.get_origin(annotation)
     if origin is Literal:
@@ -57,6 +76,12 @@ def _type_name(annotation: Any) -> str:
         return f"{name}[{args}]" if name else args.replace(", ", " | ")
     return getattr(annotation, "__name__", str(annotation))
 
+
+# Upper limits of the options that multiply work (calls per claim, snippets, votes): generous for every
+# protocol the papers use, and small enough that one request cannot ask for hours of model calls.
+MAX_TOP_K = 50
+MAX_WINDOW = 20
+MAX_BATCH_SIZE = 64
 
 RetrievalMode = Literal["auto", "always", "never"]
 
@@ -69,10 +94,10 @@ class RetrievalOptions(MethodOptions):
     retrieval: RetrievalMode = "auto"
     """auto: retrieve only when the source does not fit the model's context; always; never (a source that does not fit is then unscored)."""
 
-    top_k: int = Field(default=3, ge=1)
+    top_k: int = Field(default=3, ge=1, le=MAX_TOP_K)
     """Source sentences retrieved per claim (K); each becomes one snippet."""
 
-    window: int = Field(default=1, ge=0)
+    window: int = Field(default=1, ge=0, le=MAX_WINDOW)
     """Sentences added on each side of a retrieved sentence (w): snippets of 2w+1 sentences."""
 
     retriever: Literal["auto", "embedding", "bm25"] = "auto"
@@ -80,6 +105,9 @@ class RetrievalOptions(MethodOptions):
 
     merge_windows: bool = False
     """Merge snippets that share sentences (not the paper's protocol; fewer calls)."""
+
+    embed_all_up_to: int | None = Field(default=5_000, ge=0)
+    """Embedding retriever: embed every source sentence up to this many (the paper); past it BM25 picks 100 candidate sentences per claim and only those are embedded (announced). null: always embed all, with a progress bar."""
 
 
 class ClaimOptions(RetrievalOptions):

@@ -103,6 +103,7 @@ async def _shared_index(source: str, opts: RetrievalOptions) -> Any:
     fields: dict[str, Any] = {"top_k": opts.top_k, "window": opts.window, "retriever": opts.retriever}
     if "merge_windows" in RetrievalConfig.model_fields:
         fields["merge_windows"] = opts.merge_windows
+    fields["embed_all_up_to"] = opts.embed_all_up_to
     return await _INDEXES.get(source, RetrievalConfig(**fields))
 
 

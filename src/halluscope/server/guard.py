@@ -6,9 +6,12 @@ through a ``receive`` that counts it):
 1. 401 when the route needs the token and the ``Authorization`` header is missing or wrong (compared as
    bytes in constant time, so a non-ASCII header is just wrong, not a 500);
 2. 413 when ``Content-Length`` is above the route's limit (400 when it is not a number);
-3. 503 + Retry-After when too many requests are open at once (probes excepted);
-4. for the check routes, 429 + Retry-After when every slot is busy and the queue is full, 503 + Retry-After
-   after waiting ``queue_timeout_s`` for a slot.
+3. 503 + Retry-After when too many requests are open at once (probes excepted).
+
+A body must arrive within ``body_timeout_s`` (all of it, not per chunk): a client sending 1 byte a second gets
+408 and the connection is closed. For the check routes a slot is taken only once the whole body has arrived
+(so slow senders hold no slot): 429 + Retry-After when every slot is busy and the queue is full, 503 +
+Retry-After after waiting ``queue_timeout_s`` for one.
 
 A body without Content-Length (chunked) is counted as it arrives; past the limit the request ends with 413
 at once and the rest is never read. Early refusals carry ``Connection: close`` so the unread body cannot
@@ -18,6 +21,7 @@ one); every request gives one JSON log line and updates the request metrics.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -36,6 +40,10 @@ WORK = frozenset({("POST", "/check"), ("POST", "/improve"), ("POST", "/check/bat
 
 
 class BodyTooLarge(Exception):
+    pass
+
+
+class BodyTimeout(Exception):
     pass
 
 
@@ -67,7 +75,8 @@ class Guard:
         started = time.perf_counter()
         route = self._route(scope)
         method = scope.get("method", "GET")
-        state: dict[str, Any] = {"status": 0, "started": False, "received": 0, "over": False, "replaced": False}
+        state: dict[str, Any] = {"status": 0, "started": False, "received": 0, "over": False, "replaced": False,
+                                 "body_done": False}
         limit = settings.body_limit(route)
         has_body = bool(headers.get(b"transfer-encoding")) or any(v.strip() not in (b"", b"0")
                                                                   for v in headers.get(b"content-length", []))
@@ -90,13 +99,30 @@ class Guard:
                 message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", rid.encode())]}
             await send(message)
 
+        deadline = started + settings.body_timeout_s
+        work = (method, route) in WORK
+
         async def receive_counted() -> dict[str, Any]:
-            message = await receive()
+            nonlocal slot
+            if state["body_done"]:
+                return await receive()  # after the body: disconnect notices, never cut
+            remaining = deadline - time.perf_counter()
+            try:
+                if remaining <= 0:
+                    raise TimeoutError
+                message = await asyncio.wait_for(receive(), remaining)
+            except TimeoutError:
+                raise BodyTimeout from None
             if message["type"] == "http.request":
                 state["received"] += len(message.get("body", b""))
                 if state["received"] > limit:
                     state["over"] = True
                     raise BodyTooLarge
+                if not message.get("more_body", False):
+                    state["body_done"] = True
+                    if work and not slot:
+                        await svc.admission.acquire()  # only now: a slow sender never holds a slot
+                        slot = True
             return message
 
         opened = slot = False
@@ -117,25 +143,26 @@ class Guard:
                 svc.metrics.open_requests.inc()
                 opened = True
             svc.ensure_started()
-            if (method, route) in WORK:
-                try:
-                    await svc.admission.acquire()
-                    slot = True
-                except QueueFull:
-                    svc.metrics.refused.labels("queue_full").inc()
-                    await _plain(send_tagged_raw, 429,
-                                 f"all {settings.max_in_flight} check slots are busy and {settings.max_queue} "
-                                 "requests wait; retry later", {"retry-after": str(settings.retry_after_s)}, close=has_body)
-                    return
-                except QueueTimeout:
-                    svc.metrics.refused.labels("queue_timeout").inc()
-                    await _plain(send_tagged_raw, 503,
-                                 f"no check slot freed up within {settings.queue_timeout_s:g}s; retry later",
-                                 {"retry-after": str(settings.retry_after_s)}, close=has_body)
-                    return
             await self.app(scope, receive_counted, send_tagged)
             if state["over"] and not state["started"]:
                 await _plain(send_tagged_raw, 413, f"request body exceeds {limit} bytes", close=True)
+        except QueueFull:
+            svc.metrics.refused.labels("queue_full").inc()
+            if not state["started"]:
+                await _plain(send_tagged_raw, 429,
+                             f"all {settings.max_in_flight} check slots are busy and {settings.max_queue} "
+                             "requests wait; retry later", {"retry-after": str(settings.retry_after_s)})
+        except QueueTimeout:
+            svc.metrics.refused.labels("queue_timeout").inc()
+            if not state["started"]:
+                await _plain(send_tagged_raw, 503,
+                             f"no check slot freed up within {settings.queue_timeout_s:g}s; retry later",
+                             {"retry-after": str(settings.retry_after_s)})
+        except BodyTimeout:
+            svc.metrics.refused.labels("body_timeout").inc()
+            if not state["started"]:
+                await _plain(send_tagged_raw, 408,
+                             f"the request body did not arrive within {settings.body_timeout_s:g}s", close=True)
         except BodyTooLarge:
             svc.metrics.refused.labels("body_too_large").inc()
             if not state["started"]:

@@ -1,9 +1,10 @@
 """A bounded LRU of method instances keyed by (method name, canonical JSON of its options); options that
 validate to the same values share one instance.
 
-Every instance shares the service's one LLM client, so an instance holds no connection or file: 2,000
-distinct option sets cost at most ``size`` small objects (the unbounded dict this replaces grew the server to
-1.1 GB and 5,045 open files).
+Every instance shares the service's one LLM client; what an instance builds for itself (probe's ``judges``
+clients) is handed to ``on_evict`` when no key refers to the instance any more, so the service can close it:
+2,000 distinct option sets cost at most ``size`` instances and their connections (the unbounded dict this
+replaces grew the server to 1.1 GB and 5,045 open files; evicted judges' clients once kept 327 SQLite handles).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def options_key(name: str, options: dict[str, Any]) -> tuple[str, str]:
 
 class MethodCache:
     def __init__(self, size: int, build: Callable[[str, dict[str, Any]], Method],
-                 on_evict: Callable[[], None] | None = None):
+                 on_evict: Callable[[Method], None] | None = None):
         self.size = max(1, size)
         self._build = build
         self._on_evict = on_evict
@@ -58,12 +59,17 @@ class MethodCache:
             # options that validate to the same values ({"top_k": 3} and {"top_k": "3"}, or a default spelled
             # out) share one instance
             same = next((m for k, m in self._items.items() if self._validated.get(k) == validated), None)
+            built = method
             method = self._items.setdefault(key, same or method)
             self._validated[key] = validated
             self._items.move_to_end(key)
+            released = [] if method is built else [built]  # built for nothing: an equal instance was kept
             while len(self._items) > self.size:
-                evicted, _ = self._items.popitem(last=False)
+                evicted, instance = self._items.popitem(last=False)
                 self._validated.pop(evicted, None)
-                if self._on_evict is not None:
-                    self._on_evict()
+                if all(m is not instance for m in self._items.values()):  # no other spelling still uses it
+                    released.append(instance)
+        if self._on_evict is not None:
+            for instance in released:
+                self._on_evict(instance)
         return method

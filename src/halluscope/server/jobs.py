@@ -419,6 +419,7 @@ class JobRunner:
         if self._draining is not None:
             self._draining.set()
         tasks = list(self._tasks.values())
+        event(logging.INFO, "jobs draining", running_items=len(tasks), grace_s=grace_s)
         if not tasks:
             return
         _, pending = await asyncio.wait(tasks, timeout=grace_s)

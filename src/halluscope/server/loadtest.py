@@ -249,9 +249,156 @@ def distinct_options(server: Proc, token: str | None, n: int = 2000, concurrency
     return {"requests": n, "statuses": dict(Counter(s for s, _ in answers)),
             "seconds": round(time.perf_counter() - started, 2),
             "rss_before_mb": round(before, 1), "rss_after_mb": round(rss_mb(server.pid), 1),
-            "peak_rss_mb": round(peak_rss_mb(server.pid), 1),
+            "rss_growth_mb": round(rss_mb(server.pid) - before, 1), "peak_rss_mb": round(peak_rss_mb(server.pid), 1),
             "open_files_before": fds_before, "open_files_after": open_fds(server.pid),
             "method_cache_size": cache_size}
+
+
+def probe_judge_options(server: Proc, token: str | None, n: int = 2000, concurrency: int = 16,
+                        timeout_s: float = 300.0) -> dict[str, Any]:
+    """``n`` probe /check requests each naming its own judge model: each instance builds a judge client, and
+    every evicted one must close it (open files and memory stay flat)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    before, fds_before = rss_mb(server.pid), open_fds(server.pid)
+    bodies = [{"source": "The ferry costs 3 million.", "target": "The ferry costs 3 million.", "method": "probe",
+               "options": {"judges": [f"judge-{i}"], "evidence": "retrieval", "retrieval": "always",
+                           "retriever": "bm25"}} for i in range(n)]
+    started = time.perf_counter()
+    # the first tenth loads probe's modules (retrieval, BM25, sentence splitting) and fills the method cache:
+    # what grows after it is what 2,000 option sets cost
+    warm = max(1, n // 10)
+    answers = asyncio.run(_post_all(server.url + "/check", bodies[:warm], headers, concurrency, timeout_s))
+    warm_rss, warm_fds = rss_mb(server.pid), open_fds(server.pid)
+    answers += asyncio.run(_post_all(server.url + "/check", bodies[warm:], headers, concurrency, timeout_s))
+    return {"requests": n, "statuses": dict(Counter(s for s, _ in answers)),
+            "seconds": round(time.perf_counter() - started, 2),
+            "rss_before_mb": round(before, 1), "rss_after_mb": round(rss_mb(server.pid), 1),
+            "rss_growth_mb": round(rss_mb(server.pid) - before, 1),
+            "rss_after_first_tenth_mb": round(warm_rss, 1),
+            "rss_growth_after_first_tenth_mb": round(rss_mb(server.pid) - warm_rss, 1),
+            "open_files_after_first_tenth": warm_fds, "peak_rss_mb": round(peak_rss_mb(server.pid), 1),
+            "open_files_before": fds_before, "open_files_after": open_fds(server.pid),
+            "cache_sqlite_handles": _open_files_named(server.pid, "cache.sqlite")}
+
+
+def _open_files_named(pid: int, suffix: str) -> int:
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            count += os.readlink(f"/proc/{pid}/fd/{fd}").endswith(suffix)
+        except OSError:
+            continue
+    return count
+
+
+# --- scenario: /health while hostile replies are parsed ------------------------------------------------------
+
+
+def health_under_hostile_replies(server: Proc, token: str | None, hostile: int = 4, rounds: int = 5,
+                                 probe_every_s: float = 0.02, marker: bool = True,
+                                 timeout_s: float = 300.0) -> dict[str, Any]:
+    """``rounds`` times ``hostile`` concurrent geval checks whose every reply is 196 KB of ``<think>`` (see the
+    stub; ``marker=False``: ordinary replies, the control), while /health is polled on one kept-alive
+    connection: its latency percentiles."""
+    from halluscope.server.stub import HOSTILE_MARKER
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    tag = HOSTILE_MARKER if marker else "ordinary"
+    done: list[tuple[int, dict[str, str]]] = []
+    statuses: Counter[int] = Counter()
+
+    def run() -> None:
+        for r in range(rounds):
+            bodies = [{"source": f"{tag} The ferry costs 3 million.", "method": "geval",
+                       "target": f"The ferry costs {i} million (round {r})."} for i in range(hostile)]
+            done.extend(asyncio.run(_post_all(server.url + "/check", bodies, headers, hostile, timeout_s)))
+
+    import threading
+
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        idle = []
+        for _ in range(20):
+            t = time.perf_counter()
+            client.get("/health")
+            idle.append(1000 * (time.perf_counter() - t))
+        worker = threading.Thread(target=run)
+        started = time.perf_counter()
+        worker.start()
+        waits: list[float] = []
+        while worker.is_alive():
+            t = time.perf_counter()
+            client.get("/health")
+            waits.append(1000 * (time.perf_counter() - t))
+            time.sleep(probe_every_s)
+        worker.join()
+        seconds = time.perf_counter() - started
+    statuses.update(s for s, _ in done)
+    waits.sort()
+    idle.sort()
+
+    def pct(values: list[float], q: float) -> float | None:
+        return round(values[min(len(values) - 1, int(q * len(values)))], 1) if values else None
+
+    return {"concurrent_checks": hostile, "rounds": rounds,
+            "reply": "196,000 characters of <think>" if marker else "an ordinary rating", "statuses": dict(statuses),
+            "checks_seconds": round(seconds, 2), "health_probes": len(waits),
+            "health_idle_p50_ms": pct(idle, 0.5), "health_p50_ms": pct(waits, 0.5), "health_p99_ms": pct(waits, 0.99),
+            "health_max_ms": pct(waits, 1.0)}
+
+
+# --- scenario: slow senders ----------------------------------------------------------------------------------
+
+
+def slow_senders(server: Proc, token: str | None, slow: int = 4, bytes_per_s: float = 1.0) -> dict[str, Any]:
+    """``slow`` clients send a /check body at ``bytes_per_s`` while a fast client checks a pair: the fast
+    one's status and time, then what the slow ones got (408 once the body timeout passes)."""
+    import threading
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    body = json.dumps({"source": "The ferry costs 3 million.", "target": "The ferry costs 3 million.",
+                       "method": "geval"}).encode()
+    results: list[dict[str, Any]] = []
+
+    def one_slow() -> None:
+        sock = socket.create_connection((HOST, server.port), timeout=120)
+        head = (f"POST /check HTTP/1.1\r\nHost: {HOST}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n")
+        started = time.perf_counter()
+        sock.sendall(head.encode())
+        sock.setblocking(False)
+        answer, sent = b"", 0
+        try:
+            while b"\r\n\r\n" not in answer and time.perf_counter() - started < 120:
+                readable, _, _ = select.select([sock], [], [], 1.0 / bytes_per_s)
+                if readable:
+                    data = sock.recv(65536)
+                    if not data:
+                        break
+                    answer += data
+                elif sent < len(body):
+                    try:
+                        sent += sock.send(body[sent:sent + 1])
+                    except OSError:
+                        break
+        finally:
+            sock.close()
+        line = answer.split(b"\r\n", 1)[0].decode("latin-1")
+        results.append({"status": int(line.split()[1]) if line.startswith("HTTP/") else 0, "bytes_sent": sent,
+                        "seconds": round(time.perf_counter() - started, 1)})
+
+    threads = [threading.Thread(target=one_slow) for _ in range(slow)]
+    for t in threads:
+        t.start()
+    time.sleep(2.0)  # the slow clients are connected and trickling
+    started = time.perf_counter()
+    fast = httpx.post(server.url + "/check", content=body, headers={**headers, "Content-Type": "application/json"},
+                      timeout=120)
+    fast_seconds = time.perf_counter() - started
+    for t in threads:
+        t.join()
+    return {"slow_clients": slow, "bytes_per_s": bytes_per_s, "fast_status": fast.status_code,
+            "fast_seconds": round(fast_seconds, 2), "slow_statuses": dict(Counter(r["status"] for r in results)),
+            "slow_seconds_max": max(r["seconds"] for r in results) if results else None}
 
 
 # --- scenario: kill -9 mid-job, restart, resume ------------------------------------------------------------
@@ -326,27 +473,52 @@ def kill_resume(home: Path, items: int = 20, kill_after: int = 10, concurrency: 
     return out
 
 
-def graceful_restart(home: Path, items: int = 40, latency_ms: float = 200.0, stop_after_s: float = 1.0,
+def graceful_restart(home: Path, items: int = 24, answered_first: int = 6, concurrency: int = 4,
                      timeout_s: float = 120.0) -> dict[str, Any]:
-    """SIGTERM mid-job (a rolling deploy): running items finish within the grace, none starts; a new server
-    resumes. Every prompt should reach the stub exactly once."""
-    with start_stub(home / "stub", latency_ms=latency_ms) as stub:
+    """SIGTERM mid-job (a rolling deploy), with the order of events forced, not timed: the stub answers
+    ``answered_first`` requests and holds the next ones; once ``concurrency`` items are in flight the server
+    gets SIGTERM; once it logs that it drains, the stub answers the held requests. Those items finish within
+    the grace, none starts; a new server resumes the rest. Every prompt should reach the stub exactly once."""
+    with start_stub(home / "stub", latency_ms=0, hold_after=answered_first) as stub:
         port = free_port()
-        server = start_server(home, stub=stub, port=port)
-        pairs = [{"source": "The ferry costs 3 million.", "target": f"The ferry costs {i} million."} for i in range(items)]
-        job_id = httpx.post(server.url + "/jobs", json={"method": "geval", "items": pairs}, timeout=30).json()["id"]
-        time.sleep(stop_after_s)
-        started = time.perf_counter()
-        server.stop()  # SIGTERM
-        stop_seconds = time.perf_counter() - started
-        with start_server(home, stub=stub, port=port) as again:
+        args = ("--job-concurrency", str(concurrency), "--log-level", "info")
+        server = start_server(home, *args, stub=stub, port=port)
+        try:
+            pairs = [{"source": "The ferry costs 3 million.", "target": f"The ferry costs {i} million."}
+                     for i in range(items)]
+            job_id = httpx.post(server.url + "/jobs", json={"method": "geval", "items": pairs}, timeout=30).json()["id"]
+            in_flight = min(concurrency, items - answered_first)
+            _wait_for(lambda: httpx.get(stub.url + "/stats", timeout=10).json()["held"] >= in_flight, timeout_s,
+                      f"{in_flight} requests held by the stub")
+            started = time.perf_counter()
+            server.popen.terminate()  # SIGTERM
+            _wait_for(lambda: "jobs draining" in server.log.read_text(errors="replace"), timeout_s,
+                      "the server drains its jobs")
+            httpx.post(stub.url + "/release?answer=held", timeout=10)  # the items in flight may finish now
+            server.popen.wait(timeout_s)
+            stop_seconds = time.perf_counter() - started
+        finally:
+            server.stop()
+        httpx.post(stub.url + "/release", timeout=10)  # the resumed server's requests are answered
+        with start_server(home, *args, stub=stub, port=port) as again:
             paused = httpx.get(f"{again.url}/jobs/{job_id}", timeout=10).json()
-            deadline = time.monotonic() + timeout_s
             job = paused
+            deadline = time.monotonic() + timeout_s
             while job["status"] != "done" and time.monotonic() < deadline:
                 time.sleep(0.05)
                 job = httpx.get(f"{again.url}/jobs/{job_id}", timeout=10).json()
         stats = httpx.get(stub.url + "/stats", timeout=10).json()
-    return {"items": items, "done_at_restart": paused["done"], "status_after": job["status"], "done": job["done"],
+    return {"items": items, "answered_before_sigterm": answered_first, "in_flight_at_sigterm": in_flight,
+            "done_at_restart": paused["done"], "status_after": job["status"], "done": job["done"],
             "attempts": job["attempts"], "stop_seconds": round(stop_seconds, 2), "llm_requests": stats["received"],
             "distinct_prompts": stats["distinct"], "repeated_calls_for_answered_prompts": stats["repeated_answered"]}
+
+
+def _wait_for(condition, timeout_s: float, what: str) -> None:
+    """Poll for a state (not a guessed delay); fail with ``what`` after a generous ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"timed out waiting for: {what}")

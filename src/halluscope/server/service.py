@@ -10,6 +10,7 @@ import os
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -61,8 +62,10 @@ class Service:
         self.metrics = Metrics()
         self.admission = Admission(settings.max_in_flight, settings.max_queue, settings.queue_timeout_s)
         self.pool = WorkerPool(settings.workers)
-        self.methods = MethodCache(settings.method_cache_size, self._build_method,
-                                   on_evict=self.metrics.method_cache_evictions.inc)
+        self.methods = MethodCache(settings.method_cache_size, self._build_method, on_evict=self._evicted)
+        self._uses: dict[int, int] = {}  # id(method) -> checks running with it
+        self._retired: weakref.WeakSet[Method] = weakref.WeakSet()  # evicted: closed once no check uses them
+        self._uses_lock = threading.Lock()
         self.metrics.method_cache_size.set_function(lambda: len(self.methods))
         self.metrics.in_flight.set_function(lambda: self.admission.in_flight)
         self.metrics.bind(self._queue_depth, self._job_counts)
@@ -157,6 +160,22 @@ class Service:
         except (ValueError, TypeError) as exc:  # OptionsError, pydantic ValidationError, a constructor's own check
             raise ClientError(400, str(exc)) from None
 
+    def _evicted(self, method: Method) -> None:
+        """An instance left the cache: close what it built now, or when its last running check ends. (A job or
+        request still holding it may run it again later: it reopens lazily and is closed again after.)"""
+        self.metrics.method_cache_evictions.inc()
+        with self._uses_lock:
+            self._retired.add(method)
+            busy = self._uses.get(id(method), 0) > 0
+        if not busy:
+            self._close_method(method)
+
+    def _close_method(self, method: Method) -> None:
+        try:
+            method.close()
+        except Exception:  # noqa: BLE001 - releasing resources must never fail a request
+            logging.getLogger("halluscope.server").warning("closing an evicted method failed", exc_info=True)
+
     async def _method_for_job(self, name: str, options: dict[str, Any]) -> Method:
         return await asyncio.to_thread(self.methods.get, name, options)
 
@@ -170,6 +189,8 @@ class Service:
                          render: Callable[[Report], T], labelled: bool = False) -> T:
         """Check one pair on a worker loop, within the time limit; ``render`` (run there too) shapes the answer."""
         request_id.set(rid)
+        with self._uses_lock:
+            self._uses[id(method)] = self._uses.get(id(method), 0) + 1
         try:
             work = method.acheck_example(example) if labelled else method.acheck(example.source, example.target)
             report = await asyncio.wait_for(work, self.settings.timeout_s)
@@ -180,6 +201,16 @@ class Service:
         except _CLIENT_RUN_ERRORS as exc:
             logging.getLogger("halluscope.server").warning("check failed on its options", exc_info=True)
             raise CheckFailed(422, f"{method.name} could not run with these options: {type(exc).__name__}: {exc}") from None
+        finally:
+            with self._uses_lock:
+                left = self._uses[id(method)] - 1
+                if left:
+                    self._uses[id(method)] = left
+                else:
+                    del self._uses[id(method)]
+                close = not left and method in self._retired
+            if close:
+                self._close_method(method)
         self.metrics.observe_report(report, origin)
         return render(report)
 

@@ -27,6 +27,9 @@ class ServerSettings:
     of ``max_chars`` (the worst case of JSON escaping) plus 1 MiB; other routes 64 KiB. Enforced from
     Content-Length before the body is read, and on the bytes as they arrive."""
 
+    body_timeout_s: float = 30.0
+    """Longest time for a request body to arrive in full (slow senders get 408 and hold no check slot)."""
+
     max_in_flight: int = 64
     """Checks (/check, /improve, /check/batch) running at once; more wait in the queue."""
 

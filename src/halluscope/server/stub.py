@@ -7,9 +7,15 @@ function of the prompt (so reports vary, deterministically). It counts what it r
 messages: ``GET /stats`` -> ``received``, ``distinct``, ``answered``, ``repeated_answered`` (requests for a
 prompt it had already answered: what a resumed job must never cause), ``held``.
 
+A prompt containing ``HOSTILE-THINK`` is answered with ``<think>`` repeated 28,000 times (a 196 KB reply just
+under the parsers' size cap, which once took a quadratic regex minutes to strip): the service's load benchmark
+uses it to show that parsing never holds the HTTP loop.
+
 ``POST /hold?after=N`` makes every request after the N-th (counted from the start) wait, unanswered, until
 ``POST /release`` (they then get 503 and are not counted as answered) or until their client goes away: the
-fault tests use it to stop a job at a known point before killing the server.
+fault tests use it to stop a job at a known point before killing the server. ``POST /release?answer=held``
+answers the requests held so far normally and keeps holding later ones (a drain test lets exactly the
+requests in flight at a SIGTERM finish).
 """
 
 from __future__ import annotations
@@ -20,6 +26,9 @@ import hashlib
 import json
 from typing import Any
 from urllib.parse import parse_qs
+
+
+HOSTILE_MARKER = "HOSTILE-THINK"
 
 
 class StubEndpoint:
@@ -64,8 +73,14 @@ class StubEndpoint:
             self._release = asyncio.Event()
             await _reply(send, 200, self.stats())
         elif path == "/release":
-            self.hold_after = None
-            self._release.set()
+            answer = parse_qs(scope.get("query_string", b"").decode()).get("answer", [""])[0] == "held"
+            released = self._release
+            if answer:
+                released.answer = True  # type: ignore[attr-defined]
+                self._release = asyncio.Event()  # later requests are still held
+            else:
+                self.hold_after = None
+            released.set()
             await _reply(send, 200, self.stats())
         else:
             await _reply(send, 200, {"ok": True})
@@ -78,17 +93,22 @@ class StubEndpoint:
             self.repeated_answered += 1
         if self.hold_after is not None and self.received > self.hold_after:
             self.held += 1
-            release = asyncio.ensure_future(self._release.wait())
+            held_by = self._release
+            release = asyncio.ensure_future(held_by.wait())
             gone = asyncio.ensure_future(receive())  # http.disconnect when the client dies
             await asyncio.wait({release, gone}, return_when=asyncio.FIRST_COMPLETED)
             release.cancel()
             gone.cancel()
-            await _reply(send, 503, {"error": {"message": "held by the stub"}})
-            return
+            self.held -= 1
+            if gone.done() or not getattr(held_by, "answer", False):
+                await _reply(send, 503, {"error": {"message": "held by the stub"}})
+                return
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
         score = 1 + int(key[:8], 16) % 5
         content = json.dumps({"reason": "The stub rated this text.", "score": score})
+        if HOSTILE_MARKER in json.dumps(request["messages"]):
+            content = "<think>" * 28_000
         words = sum(len(str(m.get("content", "")).split()) for m in request["messages"])
         payload = {"id": f"stub-{self.received}", "object": "chat.completion", "model": request.get("model", "stub"),
                    "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],

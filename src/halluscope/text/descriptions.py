@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from rapidfuzz import fuzz
+import numpy as np
+from rapidfuzz import fuzz, process
 
 from halluscope.records import Span
 from halluscope.text.placeholders import is_placeholder
@@ -106,6 +107,13 @@ def _normalized(text: str) -> str:
     return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
 
 
+MAX_FUZZY_DESCRIPTIONS = 2_000
+"""Descriptions compared pairwise at most (4 M pairs, a few seconds in rapidfuzz); past it only identical
+wordings (words in any order) and identical spans merge: pairwise work grows with the square of the count."""
+
+_ROW_BLOCK = 256  # rows of the similarity matrix computed at once (bounded memory: 256 x n bytes)
+
+
 def fuzzy_duplicate_groups(descriptions: Sequence[str], threshold: float = 85.0,
                            spans: Sequence[Sequence[Span]] | None = None) -> list[list[int]]:
     """Group descriptions of the same inconsistency: two are duplicates when their word-order-insensitive
@@ -114,7 +122,10 @@ def fuzzy_duplicate_groups(descriptions: Sequence[str], threshold: float = 85.0,
 
     Deliberately conservative: ``token_sort_ratio`` (not ``token_set_ratio``, which calls "the age is not
     mentioned" and "the location is not mentioned" duplicates) merges near-identical wordings, not
-    paraphrases; the LLM de-duplicator handles paraphrases."""
+    paraphrases; the LLM de-duplicator handles paraphrases.
+
+    More than ``MAX_FUZZY_DESCRIPTIONS`` are not compared pairwise: only identical sorted wordings and identical
+    spans merge (see :func:`fuzzy_is_capped`)."""
     n = len(descriptions)
     parent = list(range(n))
 
@@ -124,16 +135,42 @@ def fuzzy_duplicate_groups(descriptions: Sequence[str], threshold: float = 85.0,
             i = parent[i]
         return i
 
-    norm = [_normalized(d) for d in descriptions]
-    for i in range(n):
-        for j in range(i + 1, n):
-            same_spans = bool(spans and spans[i] and list(spans[i]) == list(spans[j]))
-            if same_spans or fuzz.token_sort_ratio(norm[i], norm[j]) >= threshold:
-                parent[find(j)] = find(i)
+    def union(i: int, j: int) -> None:
+        ri, rj = find(i), find(j)
+        if ri != rj:
+            parent[max(ri, rj)] = min(ri, rj)
+
+    # token_sort_ratio is the plain ratio of the word-sorted strings: sort once, then compare in C
+    ordered = [" ".join(sorted(_normalized(d).split())) for d in descriptions]
+    first_with: dict[object, int] = {}
+    for i in range(n):  # identical spans, and identical wordings, merge in one pass
+        keys: list[object] = [("text", ordered[i])]
+        if spans and spans[i]:
+            keys.append(("spans", tuple(spans[i])))
+        for key in keys:
+            if key in first_with:
+                union(first_with[key], i)
+            else:
+                first_with[key] = i
+    if 1 < n <= MAX_FUZZY_DESCRIPTIONS and threshold <= 0:
+        for j in range(n):  # every pair scores at least 0
+            union(0, j)
+    elif 1 < n <= MAX_FUZZY_DESCRIPTIONS:
+        for start in range(0, n, _ROW_BLOCK):
+            block = process.cdist(ordered[start:start + _ROW_BLOCK], ordered, scorer=fuzz.ratio,
+                                  score_cutoff=threshold, dtype=np.float32, workers=1)
+            rows, cols = np.nonzero(np.triu(block >= threshold, k=start + 1))
+            for row, j in zip((rows + start).tolist(), cols.tolist()):
+                union(row, j)
     groups: dict[int, list[int]] = {}
     for i in range(n):
         groups.setdefault(find(i), []).append(i)
     return sorted(groups.values(), key=lambda g: g[0])
+
+
+def fuzzy_is_capped(count: int) -> bool:
+    """True when ``count`` descriptions are too many to compare pairwise (see ``MAX_FUZZY_DESCRIPTIONS``)."""
+    return count > MAX_FUZZY_DESCRIPTIONS
 
 
 def most_specific(descriptions: Sequence[str], group: Sequence[int],

@@ -16,11 +16,10 @@ from rapidfuzz import fuzz
 from halluscope.text.fence import strip_fence_tags
 from halluscope.text import split_sentences
 from halluscope.text.parsing import ParseError
+from halluscope.text.tags import strip_think, tag_blocks, tag_contents
 
 FORMAT_HINT = "the complete edited text between <rewritten> and </rewritten>"
 
-_THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
-_BLOCK = re.compile(r"<rewritten>(.*?)</rewritten>", re.S | re.I)
 _OPEN = re.compile(r"<rewritten>", re.I)
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*\n?|\n?```\s*$")
 _WORD = re.compile(r"\w+(?:['’]\w+)*")
@@ -36,15 +35,15 @@ def parse_rewritten(reply: str, *, require_tags: bool = False) -> str:
     fence tags are dropped first. Raises ParseError."""
     if not isinstance(reply, str) or not reply.strip():
         raise ParseError("empty reply")
-    body = strip_fence_tags(_THINK.sub("", reply))
-    blocks = [_FENCE.sub("", b.strip()).strip() for b in _BLOCK.findall(body)]
+    body = strip_fence_tags(strip_think(reply))
+    blocks = [_FENCE.sub("", b.strip()).strip() for b in tag_contents(body, "rewritten")]
     blocks = [b for b in blocks if b]
     if blocks:
         text = blocks[-1]
         if _OPEN.search(text) or "</rewritten>" in text.lower():
             raise ParseError("nested <rewritten> tags")
         return text
-    if _BLOCK.search(body):
+    if next(tag_blocks(body, "rewritten"), None) is not None:
         raise ParseError("the <rewritten> block is empty")
     if _OPEN.search(body):
         raise ParseError("<rewritten> is never closed with </rewritten> (truncated reply?)")
@@ -64,7 +63,7 @@ def parse_rewritten(reply: str, *, require_tags: bool = False) -> str:
 
 
 def reply_is_tagged(reply: str) -> bool:
-    return bool(_BLOCK.search(_THINK.sub("", reply or "")))
+    return next(tag_blocks(strip_think(reply or ""), "rewritten"), None) is not None
 
 
 def word_count(text: str) -> int:

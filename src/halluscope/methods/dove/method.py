@@ -25,7 +25,7 @@ from halluscope.methods.dove.prompts import (
     DOVE_SORT_PROMPT,
 )
 from halluscope.methods.dove.stages import DoveSorter, PositionSorter
-from halluscope.methods.options import ClaimOptions
+from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions
 from halluscope.methods.pipeline import (
     ClaimPipeline,
     PipelineRun,
@@ -43,7 +43,7 @@ class DoveOptions(ClaimOptions):
     """llm: event and descriptive facts, pronouns resolved (the paper); sentences: every target sentence is an
     event fact (no call)."""
 
-    batch_size: int = Field(default=1, ge=1)
+    batch_size: int = Field(default=1, ge=1, le=MAX_BATCH_SIZE)
     """Facts per fact-checker call when the whole source is sent (1 = the paper's one call per fact)."""
 
     target_order: Literal["sorter", "decomposition"] = "sorter"

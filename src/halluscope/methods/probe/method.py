@@ -59,9 +59,28 @@ class Probe(ClaimPipeline):
     def judge_llms(self) -> list[LLM]:
         """The evidence-evaluation models (clients for named models are built once)."""
         if self._judge_llms is None:
-            self._judge_llms = [j if isinstance(j, LLM) else get_llm(self.config.with_overrides(model=j))
-                                for j in self._judge_specs] or [self.llm]
+            self._judge_llms = [j if isinstance(j, LLM) else self._named_judge(j) for j in self._judge_specs] \
+                or [self.llm]
         return self._judge_llms
+
+    def _named_judge(self, model: str) -> LLM:
+        """A client for judge ``model`` that shares the main client's response cache (keys carry the model's
+        name, so nothing mixes) instead of opening a cache connection of its own per judge and instance."""
+        shared = self.llm.cache
+        if shared is None:
+            return get_llm(self.config.with_overrides(model=model))
+        judge = get_llm(self.config.with_overrides(model=model, cache=False))
+        judge.cache = shared
+        return judge
+
+    def close(self) -> None:
+        """Also close the judges' clients built here (their HTTP connections; a cache of their own, if any)."""
+        built = [j for j in self._judge_llms or [] if j not in self._judge_specs and j is not self._llm]
+        shared = self._llm.cache if self._llm is not None else None
+        for judge in built:
+            judge.close(cache=judge.cache is not shared)
+        self._judge_llms = None
+        super().close()
 
     def used_prompts(self) -> list[PromptTemplate]:
         decompose = self.prompt(DECOMPOSE_PROMPT)

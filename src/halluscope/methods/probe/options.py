@@ -2,38 +2,42 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, StringConstraints, field_validator
 
-from halluscope.methods.options import ClaimOptions
+from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions
+
+MAX_JUDGES = 8
+MAX_SAMPLES = 20
 
 
 class ProbeOptions(ClaimOptions):
     """PROBE's own settings on top of the shared retrieval protocol and swappable verifier."""
 
-    judges: list[str] | None = None
+    judges: list[Annotated[str, StringConstraints(min_length=1, max_length=200)]] | None = Field(
+        default=None, max_length=MAX_JUDGES)
     """Evidence-evaluation judges: model names at the main model's endpoint (CLI: a,b,c); default: the main model."""
 
-    samples: int = Field(default=1, ge=1)
+    samples: int = Field(default=1, ge=1, le=MAX_SAMPLES)
     """Votes per judge; samples beyond the first use sample_temperature and their own seed."""
 
-    sample_temperature: float = Field(default=0.7, ge=0.0)
+    sample_temperature: float = Field(default=0.7, ge=0.0, le=2.0)
     """Sampling temperature of the repeated votes (samples > 1)."""
 
     consensus: float = Field(default=0.75, gt=0.0, le=1.0)
     """PASS fraction of the valid votes needed to accept a passage (paper: 3 of 4 judges = 0.75)."""
 
-    max_evidence: int = Field(default=3, ge=1)
+    max_evidence: int = Field(default=3, ge=1, le=20)
     """Passages kept per claim (and per context) from the evidence finder."""
 
-    context_sentences: int = Field(default=2, ge=0)
+    context_sentences: int = Field(default=2, ge=0, le=20)
     """Source sentences shown on each side of a passage as surrounding context when it is judged."""
 
     evidence: Literal["llm", "retrieval"] = "llm"
     """llm: the model quotes the source, quotes verified (the paper); retrieval: the top source sentences, no LLM."""
 
-    batch_size: int = Field(default=1, ge=1)
+    batch_size: int = Field(default=1, ge=1, le=MAX_BATCH_SIZE)
     """With the whole source: claims per evidence-finding call, and claims per evaluation call among those that quoted the same passage; each claim still judged on its own (1 = the paper's calls per claim and per passage; with retrieval each claim keeps its own calls)."""
 
     on_decompose_error: Literal["sentences", "unscored"] = "sentences"
