@@ -180,7 +180,7 @@ async def test_bench_picks_the_variant_with_the_better_final_f1_and_records_it(t
     assert results["metrics"]["final_matching"]["f1"]["value"] == 1.0
     identity = json.loads((out / RUN_FILE).read_text())
     assert identity["final_protocol"]["variant"] == 2 and identity["method_options"]["variant"] == 2
-    assert "prompt variant (cot): **2** by final_f1" in (out / "results.md").read_text()
+    assert "prompt variant (cot): **2** by FINAL F1 (the paper's criterion)" in (out / "results.md").read_text()
     assert (out / PROTOCOL_DIR).is_dir()
     # a re-run repeats no LLM call: the selection runs resume like any bench run
     calls, judged = len(model.requests), len(judge_model.requests)

@@ -20,7 +20,8 @@ from halluscope.config import Config
 from halluscope.llm import LLM, FakeModel
 from halluscope.records import Example
 
-HEADER = "| row | metric | paper | ours [95% CI] | n | unscored | calls / tokens per item | note |"
+HEADER = ("| row | metric | paper | ours, all items [95% CI] | ours, scored items | coverage | judge | "
+          "calls / tokens per item | note |")
 
 
 # --- the published numbers ------------------------------------------------------------------------------------
@@ -157,7 +158,8 @@ async def test_dcr_protocol_table_paper_column_unscored_row_and_resume(tmp_path)
     assert table[0] == HEADER and len(table) == 2 + 6
     assert table[2].startswith("| G-Eval (geval) | Pearson r | 0.477 (gpt-3.5-turbo, Table 2) | "
                                f"{expected['pearson']:.3f} [")
-    assert "| DCE-AMC (dcr) | Kendall tau | 0.596 (gpt-3.5-turbo, Table 2) | cannot compute | 5 | 5 |" in table[7]
+    assert "| DCE-AMC (dcr) | Kendall tau | 0.596 (gpt-3.5-turbo, Table 2) | cannot compute | - | 0/5 | - |" in table[7]
+    assert "| 5/5 |" in table[2]  # coverage beside every value
     md = (tmp_path / "out" / "reproduce.md").read_text()
     assert "## Paper rows halluscope does not implement" in md and "| BERTScore |" in md
     assert "`improve`" in md  # rows not run are listed
