@@ -481,24 +481,35 @@ def _by_difficulty(examples: list[Example], reports: list[Report], **kw: Any) ->
 def probe_steps_suite(examples: list[Example], reports: list[Report], ctx: SuiteContext) -> SuiteResult:
     from halluscope.bench.builtin_suites import md_table
 
+    from halluscope.bench.builtin_suites import both, with_coverage
+
     with_gold = [(e, r) for e, r in zip(examples, reports) if has_gold(e)]
     exs, reps, n_unscored = scored_pairs([e for e, _ in with_gold], [r for _, r in with_gold])
     m = probe_metrics(exs, reps, n_bootstrap=ctx.n_bootstrap, seed=ctx.seed)
-    m.update({"n": len(with_gold), "n_scored": len(exs), "n_unscored": n_unscored})
+    # every item: an unscored report counts as one that found nothing (no claim, no evidence, no span)
+    every = probe_metrics([e for e, _ in with_gold],
+                          [r if r.score is not None else Report(method=r.method, unscored_reason=r.unscored_reason)
+                           for _, r in with_gold], n_bootstrap=ctx.n_bootstrap, seed=ctx.seed)
+    for key in METRIC_KEYS:
+        m[key] = with_coverage(m[key], len(exs), len(with_gold))
+        m[f"{key}_all"] = with_coverage(every[key], len(exs), len(with_gold))
+    m["counts_all"] = every["counts"]
+    m.update({"n": len(with_gold), "n_scored": len(exs), "n_unscored": n_unscored,
+              "coverage": M.coverage(len(exs), len(with_gold))})
     m["by_difficulty"] = _by_difficulty(exs, reps)
     counts = m["counts"]
     result = SuiteResult(metrics=m)
-    title = (f"PROBE step metrics as the paper defines them (n={len(exs)}; {n_unscored} unscored left out; "
-             f"{counts['items_complete']} with complete gold claims, {counts['items_gold_evidence']} with gold "
-             "evidence; '-' = not computable, reasons in results.json)")
+    title = (f"PROBE step metrics as the paper defines them (coverage {len(exs)}/{len(with_gold)}; 'all' counts an "
+             f"unscored item as finding nothing; {counts['items_complete']} with complete gold claims, "
+             f"{counts['items_gold_evidence']} with gold evidence; '-' = not computable, reasons in results.json)")
     result.tables.append((title, md_table(
         ["decomp. P", "decomp. R", "EF partial", "EF complete", "EE acc.", "loc. P (chars)", "loc. R (chars)",
          "loc. F1"],
-        [[m[k] for k in PAPER_METRICS]])))
+        [[both(m, k) for k in PAPER_METRICS]])))
     result.tables.append(("Our own PROBE measures (not the paper's metrics; proxies assume what gold lacks)", md_table(
         ["decomp. R (halluc. gold)", "EE acc. truth", "EE acc. halluc.", "EF truth proxy", "EE acc. truth proxy",
          "quotes verified"],
-        [[m[k] for k in OWN_METRICS]])))
+        [[both(m, k) for k in OWN_METRICS]])))
     if len(m["by_difficulty"]) > 1:
         result.tables.append((
             "PROBE localization by difficulty",
