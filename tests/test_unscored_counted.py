@@ -113,3 +113,20 @@ def test_fmt_cov_says_only_one_value_when_nothing_is_unscored():
     ci = {"value": 0.5, "low": None, "high": None, "coverage": M.coverage(4, 4)}
     assert fmt_cov(ci, ci) == "0.500 (4/4)"
     assert json.dumps(M.coverage(0, 0))  # serialisable when empty
+
+
+def test_per_document_correlation_where_documents_repeat(tmp_path):
+    # two documents, three summaries each: the method ranks within each document right but the documents' levels
+    # differ, so the pooled correlation is lower than the per-document one
+    human = [0.1, 0.2, 0.3, 0.7, 0.8, 0.9]
+    scores = [0.6, 0.7, 0.8, 0.1, 0.2, 0.3]
+    exs = [Example(id=str(i), source="doc A" if i < 3 else "doc B", target=f"t{i}", human_score=h)
+           for i, h in enumerate(human)]
+    m = correlation_suite(exs, [_report(s) for s in scores], _ctx(tmp_path)).metrics
+    assert m["level"] == "per_document" and m["per_document"]["n_documents"] == 2
+    assert m["per_document"]["spearman"]["value"] == pytest.approx(1.0)
+    assert m["spearman"]["value"] < 0  # pooled: still reported, named
+    ours, _ = _metric_value({"n": 6, "n_scored": 6, "n_unscored": 0, "metrics": {"correlation": m}},
+                            Metric("spearman", "S", "correlation", ("spearman",), paper_path=("per_document", "spearman"),
+                                   level_names=("per document, averaged", "pooled")))
+    assert ours["value"] == pytest.approx(1.0) and ours["level"] == "per document, averaged"

@@ -94,11 +94,14 @@ FINAL = Protocol(
 
 # --- DCR (seed 001) ------------------------------------------------------------------------------------------
 
-_CORR = (
-    Metric("pearson", "Pearson r", "correlation", ("pearson",), "needs at least 3 scored items with varying scores"),
-    Metric("spearman", "Spearman rho", "correlation", ("spearman",), "needs at least 3 scored items with varying scores"),
-    Metric("kendall", "Kendall tau", "correlation", ("kendall",), "needs at least 3 scored items with varying scores"),
-)
+def _corr(key: str, label: str) -> Metric:
+    """A correlation column: per document (averaged) where documents repeat - the summary-level protocol of DCR's
+    line of work - else pooled over all items; the record names the level used."""
+    return Metric(key, label, "correlation", (key,), "needs at least 3 scored items with varying scores",
+                  paper_path=("per_document", key), level_names=("per document, averaged", "pooled"))
+
+
+_CORR = (_corr("pearson", "Pearson r"), _corr("spearman", "Spearman rho"), _corr("kendall", "Kendall tau"))
 _RAI = (
     Metric("n_flagged", "inconsistent (flagged by DCE)", "rai_improvement", ("n_flagged",)),
     Metric("fixed_after_1", "corrected after 1 round", "rai_improvement", ("fixed_after_1",),
@@ -124,7 +127,10 @@ DCR = Protocol(
     embedded_rows=("geval", "dcr"),
     build=lambda ctx: _shared(ctx, "qags"),
     sample_applies_to="items",
-    protocol_notes=("The shared QAGS-CNN file has 100 of the paper's 236 summaries.",),
+    protocol_notes=("The shared QAGS-CNN file has 100 of the paper's 236 summaries.",
+                    "Correlations are per document and averaged where documents repeat (several summaries per "
+                    "source); with one summary per document (QAGS) they are pooled; each row names its level "
+                    "and results.json keeps both."),
 )
 
 
