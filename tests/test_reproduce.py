@@ -323,3 +323,26 @@ async def test_probe_protocol_injects_donor_facts_and_shows_the_papers_bound(tmp
     assert recall["ours"]["value"] == 0.0  # nothing was flagged
     assert recall["paper"]["display"] == "< 0.400" and "Figure 4b" in recall["paper"]["table"]
     assert any("other targets of the same dataset" in d for d in build["departures"])
+
+
+async def test_probe_protocol_builds_gold_evidence_when_asked_so_table_2_rows_compute(tmp_path):
+    from tests.test_inject import ITEM, gold_model
+
+    # two faithful items; the second's extra sentence is the fact injected into the first
+    extra = " A toll of one penny was charged."
+    other = ITEM.model_copy(update={"id": "bridge2", "source": ITEM.source + extra, "target": ITEM.target + extra})
+    path = tmp_path / "faithful.jsonl"
+    write_examples(path, [ITEM, other])
+    llm = gold_model("m", strict=False)
+    ctx = Context(out_dir=tmp_path / "out", config=Config(cache=False, max_concurrency=1), progress=False, llm=llm,
+                  dataset=str(path), builder="no-llm", build_options={"complexities": [1], "gold_evidence": "true",
+                                                                       "gold_samples": 1})
+    result = await run_reproduce(get_protocol("probe"), ctx, methods=["probe"], n_bootstrap=0, echo=lambda _: None)
+    build = result["protocol"]["build"]
+    assert build["options"]["gold_evidence"] is True and any("gold truthful claims" in d for d in build["departures"])
+    injected = [json.loads(x) for x in (tmp_path / "out" / "data" / "injected.jsonl").read_text().splitlines()]
+    assert injected and all(e["meta"].get("gold_claims_complete") for e in injected)
+    metrics = {m["key"]: m for m in result["rows"][0]["metrics"]}
+    for key in ("decomposition_recall", "evidence_finding_partial", "evidence_finding_complete"):
+        assert metrics[key]["ours"] is not None, (key, metrics[key]["reason"])  # no longer "cannot compute"
+        assert metrics[key]["ours"]["coverage"]["total"] == len(injected)

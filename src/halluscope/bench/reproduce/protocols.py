@@ -280,13 +280,13 @@ LONGDOC = Protocol(
 
 # --- PROBE (seed 004) ----------------------------------------------------------------------------------------
 
-_NO_GOLD_EVIDENCE = ("needs gold evidence for the truthful claims (meta.gold_claims[].evidence, built by "
-                     "`halluscope generate inject --gold-evidence`); see evidence_found_truth_proxy in the row's "
-                     "results.json for our proxy")
+_NO_GOLD_EVIDENCE = ("needs gold evidence for the truthful claims (meta.gold_claims[].evidence): build it with "
+                     "`--build gold_evidence=true` (or `halluscope generate inject --gold-evidence`); see "
+                     "evidence_found_truth_proxy in the row's results.json for our proxy")
 # keys = the paper's metric names, as bench/suite_probe.py computes them (docs/probe.md, "Step metrics")
 _PROBE_METRICS = (
     Metric("decomposition_recall", "claim decomposition recall", "probe_steps", ("decomposition_recall",),
-           "needs the complete gold claim set of the target (meta.gold_claims_complete)"),
+           "needs the complete gold claim set of the target (meta.gold_claims_complete): `--build gold_evidence=true`"),
     Metric("evidence_finding_partial", "evidence finding, partial", "probe_steps", ("evidence_finding_partial",),
            _NO_GOLD_EVIDENCE),
     Metric("evidence_finding_complete", "evidence finding, complete", "probe_steps", ("evidence_finding_complete",),
@@ -312,7 +312,8 @@ async def _build_injected(ctx: Context) -> BuiltSet:
                         notes=[f"{base.spec} already holds gold spans; used as given"])
     faithful = [e for e in base.examples if e.label != 0]
     items = _base_items(ctx, faithful)
-    llm = ctx.get_llm() if ctx.builder == "llm" else None
+    wants_gold = str(ctx.build_options.get("gold_evidence", False)).lower() in ("1", "true", "yes")
+    llm = ctx.get_llm() if ctx.builder == "llm" or wants_gold else None
     return await build_injected(ctx.out_dir / "data", items, faithful, mode=ctx.builder, llm=llm, seed=ctx.seed,
                                 options=ctx.build_options, identity=_identity(ctx, "inject", base, llm is not None),
                                 progress=ctx.progress)
