@@ -105,7 +105,7 @@ def test_row_selection_embedded_subset_and_errors():
 
 # --- runs with the scripted fake model ------------------------------------------------------------------------
 
-GEVAL = re.compile(r"Rate how factually consistent")
+GEVAL = re.compile(r"Consistency \(1-5\)")  # the reproduce rows use G-Eval's score-only form (prompt=paper)
 
 
 def _qags(tmp_path):
@@ -121,7 +121,7 @@ def _rating(messages) -> str:
     text = messages[-1]["content"]
     if GEVAL.search(text):
         i = int(re.search(r"Claim number (\d)", text).group(1))
-        return json.dumps({"reason": "ok", "score": [1, 2, 3, 5, 4][i]})
+        return str([1, 2, 3, 5, 4][i])
     return "I cannot answer that."  # anything else (DCR's prompts) gets no usable reply
 
 

@@ -33,7 +33,8 @@ import weakref
 from importlib import metadata
 from pathlib import Path
 
-from halluscope.llm.base import Completion, ContextOverflowError, GenerateParams, LLMError, Message
+from halluscope.llm.base import (Completion, ContextOverflowError, GenerateParams, LLMError, Message,
+                                 parse_logprobs)
 from halluscope.llm.cache import clean_messages, clean_text
 from halluscope.records import Usage
 
@@ -191,6 +192,9 @@ class EmbeddedModel:
             }
             if params.seed is not None:
                 kwargs["seed"] = params.seed
+            if params.top_logprobs:
+                kwargs["logprobs"] = True
+                kwargs["top_logprobs"] = params.top_logprobs
             if params.json_schema:  # llama.cpp turns the schema into a grammar: the reply has the declared shape
                 kwargs["response_format"] = {"type": "json_object", "schema": json.loads(params.json_schema)}
             elif params.json_mode:
@@ -204,6 +208,7 @@ class EmbeddedModel:
             except RuntimeError as exc:  # e.g. llama_decode failures
                 raise LLMError(f"{self.name}: {exc}") from exc
         content = out["choices"][0]["message"].get("content")
+        logprobs = parse_logprobs(out["choices"][0]) if params.top_logprobs else None
         text = clean_text(content) if isinstance(content, str) else ""
         u = out.get("usage") or {}
         usage = Usage(
@@ -211,7 +216,7 @@ class EmbeddedModel:
             prompt_tokens=_token_count(u.get("prompt_tokens")),
             completion_tokens=_token_count(u.get("completion_tokens")),
         )
-        return Completion(text=text, model=self.name, usage=usage)
+        return Completion(text=text, model=self.name, usage=usage, logprobs=logprobs)
 
     async def generate(self, messages: list[Message], params: GenerateParams) -> Completion:
         return await asyncio.to_thread(self._generate_sync, messages, params)

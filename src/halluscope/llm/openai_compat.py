@@ -11,7 +11,8 @@ from typing import Any
 
 import httpx
 
-from halluscope.llm.base import Completion, ContextOverflowError, GenerateParams, LLMError, Message
+from halluscope.llm.base import (Completion, ContextOverflowError, GenerateParams, LLMError, Message,
+                                 parse_logprobs)
 from halluscope.llm.cache import clean_messages, clean_text
 from halluscope.records import Usage
 
@@ -197,6 +198,9 @@ class OpenAICompatibleModel:
             body["seed"] = params.seed
         if params.stop:
             body["stop"] = list(params.stop)
+        if params.top_logprobs:
+            body["logprobs"] = True
+            body["top_logprobs"] = params.top_logprobs
         if params.json_schema:
             schema = json.loads(params.json_schema)
             spelling = _SCHEMA_FORMATS[schema_format]
@@ -259,7 +263,7 @@ class OpenAICompatibleModel:
             refusal = message.get("refusal")
             why = f" (refusal: {str(refusal)[:200]})" if refusal else ""
             raise LLMError(f"{where}: unusable reply: {exc}{why}") from exc
-        return Completion(text=clean_text(text), model=self.name, usage=_usage(data))
+        return Completion(text=clean_text(text), model=self.name, usage=_usage(data), logprobs=parse_logprobs(choice))
 
     async def generate(self, messages: list[Message], params: GenerateParams) -> Completion:
         while True:
