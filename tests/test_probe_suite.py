@@ -300,3 +300,17 @@ def test_semantic_claim_matching_with_the_real_encoder():
     assert name.startswith("semantic (all-MiniLM-L6-v2")
     assert similarity("Masons built it from granite.", "Stonemasons constructed it out of granite.") >= threshold
     assert similarity("Masons built it from granite.", "The bridge opened in 1820.") < threshold
+
+
+def test_an_unscored_item_counts_as_finding_nothing_in_the_all_items_values(tmp_path):
+    unscored = Report(method="m", unscored_reason="evidence finding failed")
+    res = probe_steps_suite([FULL, HALLUC_ONLY], [FULL_REPORT, unscored],
+                            SuiteContext(out_dir=tmp_path, method="m", model="m", dataset="d", n_bootstrap=0))
+    m = res.metrics
+    assert m["coverage"] == {"scored": 1, "total": 2, "share": 0.5}
+    # the hallucinated gold of the unscored item is missed: recall over every item is lower
+    assert m["localization_recall_all"]["value"] < m["localization_recall"]["value"]
+    # all unscored: localization recall is still a number (0), not "cannot compute"
+    none = probe_steps_suite([FULL], [unscored], SuiteContext(out_dir=tmp_path, method="m", model="m", dataset="d",
+                                                             n_bootstrap=0)).metrics
+    assert none["localization_recall_all"]["value"] == 0.0 and none["localization_f1_all"]["value"] == 0.0

@@ -413,9 +413,9 @@ def item_counts(example: Example, report: Report, *, min_similarity: float = MIN
 NO_GOLD = "no item has gold claims (meta.gold_claims, see docs/datasets.md)"
 NO_CLAIMS = "the reports hold no claims (the method gives no claim verdicts)"
 NO_COMPLETE = ("no item has the complete gold claim set (meta.gold_claims_complete; written by "
-               "`halluscope generate inject --gold-evidence`)")
+               "`halluscope generate inject --gold-evidence` or `reproduce probe -b gold_evidence=true`)")
 NO_EVIDENCE = ("no truthful gold claim carries gold evidence (written by `halluscope generate inject "
-               "--gold-evidence`)")
+               "--gold-evidence` or `reproduce probe -b gold_evidence=true`)")
 NO_STEPS = "the reports carry no evidence-finding step record (details.steps, written by the probe method)"
 
 # name -> (numerator, denominator, [(counter that must be > 0, reason otherwise), ...], reason for a zero denominator)
@@ -494,10 +494,12 @@ def _ee_accuracy(table: np.ndarray) -> Callable[[np.ndarray], float | None]:
 
 def probe_metrics(examples: Sequence[Example], reports: Sequence[Report], *, n_bootstrap: int = 1000, seed: int = 0,
                   min_similarity: float = MIN_CLAIM_SIMILARITY, evidence_min_overlap: float = EVIDENCE_MIN_OVERLAP,
-                  similarity: Similarity = claim_similarity) -> dict[str, Any]:
+                  similarity: Similarity = claim_similarity, counts_every_item: bool = False) -> dict[str, Any]:
     """Every metric of :data:`METRIC_KEYS` as a CI dict (``reason`` added when it is null), plus ``counts``.
     ``evidence_finding_complete`` carries ``capped`` when some gold claims have more gold evidence passages than
-    the finder was allowed to return (``max_evidence``): complete is then out of reach for them."""
+    the finder was allowed to return (``max_evidence``): complete is then out of reach for them.
+    ``counts_every_item``: the reports include unscored ones (emptied): a metric is not refused because no report
+    has claims or a step record - that is the worst outcome, counted - only because the gold lacks something."""
     rows = [item_counts(e, r, min_similarity=min_similarity, evidence_min_overlap=evidence_min_overlap,
                         similarity=similarity) for e, r in zip(examples, reports)]
     table = np.array([[row[k] for k in COUNTERS] for row in rows], dtype=float).reshape(-1, len(COUNTERS))
@@ -505,6 +507,8 @@ def probe_metrics(examples: Sequence[Example], reports: Sequence[Report], *, n_b
     all_idx = np.arange(len(rows))
 
     def ci(stat: Callable[[np.ndarray], float | None], needs: list[tuple[str, str]], empty: str) -> dict[str, Any]:
+        if counts_every_item:
+            needs = [(k, why) for k, why in needs if k not in ("items_claims", "items_steps")]
         reason = NO_GOLD if not totals["items_gold"] else next((why for k, why in needs if not totals[k]), None)
         if reason is None and stat(all_idx) is None:
             reason = empty
@@ -560,7 +564,7 @@ def probe_steps_suite(examples: list[Example], reports: list[Report], ctx: Suite
     # every item: an unscored report counts as one that found nothing (no claim, no evidence, no span)
     every = probe_metrics([e for e, _ in with_gold],
                           [r if r.score is not None else Report(method=r.method, unscored_reason=r.unscored_reason)
-                           for _, r in with_gold], **kw)
+                           for _, r in with_gold], counts_every_item=True, **kw)
     for key in METRIC_KEYS:
         m[key] = with_coverage(m[key], len(exs), len(with_gold))
         m[f"{key}_all"] = with_coverage(every[key], len(exs), len(with_gold))

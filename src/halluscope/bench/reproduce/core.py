@@ -235,10 +235,11 @@ def _metric_value(results: dict[str, Any], metric: Metric) -> tuple[dict[str, An
         if level is not None:
             ours["level"] = level
         return ours, None
-    if results.get("n_scored", 1) == 0:
+    # the suite's own word on why the value counting every item is undefined (e.g. the gold lacks something)
+    why = next((x.get("reason") for x in (all_node, node) if isinstance(x, dict) and x.get("reason")), None)
+    if why is None and results.get("n_scored", 1) == 0:
         return None, _all_unscored(results)
     n = (scored or {}).get("n")
-    why = node.get("reason") if isinstance(node, dict) and node.get("reason") else None  # the suite's own word
     return None, (why or metric.undefined or "undefined on these items") + (f" (n={n})" if n is not None else "")
 
 
