@@ -130,3 +130,10 @@ def test_per_document_correlation_where_documents_repeat(tmp_path):
                             Metric("spearman", "S", "correlation", ("spearman",), paper_path=("per_document", "spearman"),
                                    level_names=("per document, averaged", "pooled")))
     assert ours["value"] == pytest.approx(1.0) and ours["level"] == "per document, averaged"
+
+
+def test_binary_with_no_scored_item_still_gives_the_values_counting_every_item(tmp_path):
+    exs = [Example(id=str(i), source="s", target="t", label=lab) for i, lab in enumerate([1, 0, 1, 0])]
+    m = binary_suite(exs, [_report(None)] * 4, _ctx(tmp_path)).metrics
+    assert m["auc"]["value"] is None and m["auc_all"]["value"] == 0.0  # every item on the wrong side
+    assert m["inconsistent_recall_all"]["value"] == 0.0 and m["coverage"]["scored"] == 0

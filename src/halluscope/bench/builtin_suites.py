@@ -132,8 +132,7 @@ def binary_suite(examples: list[Example], reports: list[Report], ctx: SuiteConte
     scored = np.array([r.score is not None for r in reps], dtype=bool)
     n_unscored = int((~scored).sum())
     result = SuiteResult(metrics={"n": len(labelled), "n_unscored": n_unscored})
-    if not scored.any():
-        result.tables.append(("Binary consistency", f"No scored item: all {n_unscored} labelled items were unscored."))
+    if not labelled:
         return result
     dev_split = pick_dev_split([e.split for e in exs])
     domains = sorted({str(e.meta.get("domain", "all")) for e in exs})
@@ -235,6 +234,8 @@ def binary_suite(examples: list[Example], reports: list[Report], ctx: SuiteConte
         md_table(["precision", "recall", "F1"],
                  [[both(m, "inconsistent_precision"), both(m, "inconsistent_recall"), both(m, "inconsistent_f1")]]),
     ))
+    if not scored.any():  # nothing to plot; the values counting every item are in the tables
+        return result
     violin: dict[str, list[float]] = {}
     for d in domains:
         for lab, name in ((1, "consistent"), (0, "inconsistent")):
