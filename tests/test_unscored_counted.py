@@ -137,3 +137,16 @@ def test_binary_with_no_scored_item_still_gives_the_values_counting_every_item(t
     m = binary_suite(exs, [_report(None)] * 4, _ctx(tmp_path)).metrics
     assert m["auc"]["value"] is None and m["auc_all"]["value"] == 0.0  # every item on the wrong side
     assert m["inconsistent_recall_all"]["value"] == 0.0 and m["coverage"]["scored"] == 0
+
+
+def test_sweep_table_says_when_runs_rest_on_different_numbers_of_items():
+    from halluscope.bench.sweep import fewer_items_warning, render_markdown
+
+    def row(value, n_unscored):
+        return {"value": value, "folder": f"/tmp/{value}", "n": 10, "n_unscored": n_unscored,
+                "mean_score": {"value": 0.5, "low": None, "high": None}, "mean_score_original": None,
+                "mean_delta": {}, "usage_per_item": {}, "wall_time_s": 1.0, "metrics": {}}
+
+    assert fewer_items_warning([row(1, 0), row(2, 0)]) is None
+    md = render_markdown({"key": "top_k", "method": "dcr", "dataset": "d", "rows": [row(1, 0), row(3, 4)]})
+    assert "Not like for like" in md and "3: 6/10" in md and "| 6/10 |" in md
