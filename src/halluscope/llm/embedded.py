@@ -200,7 +200,15 @@ class EmbeddedModel:
             elif params.json_mode:
                 kwargs["response_format"] = {"type": "json_object"}
             try:
-                out = llama.create_chat_completion(**kwargs)
+                try:
+                    out = llama.create_chat_completion(**kwargs)
+                except ValueError as exc:
+                    if "logprobs" not in str(exc) or "logprobs" not in kwargs:
+                        raise
+                    # llama-cpp-python gives logprobs only for a model loaded with logits_all (memory for the
+                    # logits of every position): answer without them; the Completion says none were returned
+                    kwargs.pop("logprobs"), kwargs.pop("top_logprobs", None)
+                    out = llama.create_chat_completion(**kwargs)
             except ValueError as exc:  # llama.cpp reports an over-long prompt as a ValueError
                 if "context" in str(exc).lower():
                     raise ContextOverflowError(f"{self.name}: {exc}") from exc

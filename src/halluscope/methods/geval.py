@@ -7,7 +7,8 @@ Two prompts (``-o prompt=``):
   criteria and steps, then a form asking for the consistency score alone (written in our own words). With
   ``weighting=probability`` (the default) the score is G-Eval's probability-weighted sum
   ``sum_s p(s) * s`` over the score tokens 1-5 at the reply's first score position, from the backend's token
-  log-probabilities (OpenAI-compatible endpoints and llama.cpp return them); the probabilities of 1-5 are
+  log-probabilities (OpenAI and OpenAI-compatible servers such as llama.cpp's return them; the embedded
+  model does not: llama-cpp-python needs the logits of every position kept for that); the probabilities of 1-5 are
   renormalized to sum to 1. A backend that returns no log-probabilities gives the plain integer, and the
   report says so (``details["weighting"]``). G-Eval estimated the probabilities of GPT-4 by sampling 20
   replies; reading them off the logprobs is the same quantity where the backend exposes it.
