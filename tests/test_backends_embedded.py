@@ -57,6 +57,13 @@ async def test_calls_about_one_source_reuse_its_kv_prefix(tmp_path) -> None:
     assert other.usage.cached_prompt_tokens < second.usage.cached_prompt_tokens / 2
 
 
+async def test_logprobs_asked_of_the_embedded_model_answer_without_them(embedded_config) -> None:
+    llm = get_llm(embedded_config.with_overrides(cache=False))
+    completion = await llm.generate([{"role": "user", "content": "Say one number from 1 to 5."}],
+                                    llm.params(max_tokens=4, top_logprobs=5))
+    assert isinstance(completion.text, str) and completion.logprobs is None  # not an error: none returned
+
+
 async def test_prompt_longer_than_the_context_is_refused(tmp_path) -> None:
     api = build_api(Config(model="embedded", embedded_n_ctx=256, cache=False))
     long_prompt = "word " * 2000

@@ -748,3 +748,22 @@ async def test_a_placeholder_claim_in_a_batch_is_unscored_even_when_the_batch_re
     assert [v.label for v in verdicts] == ["supported", "unscored", "supported"]
     assert "template placeholder" in verdicts[1].reason and len(fake.requests) == 1
     assert all(len(v.calls) == 1 for v in verdicts)  # the batch call, recorded on each of its units
+
+
+async def test_sorter_input_order_is_the_decomposition_order_by_default_and_shuffled_as_an_option():
+    from halluscope.methods import get_method
+
+    seen: list[list[str]] = []
+
+    def respond(messages):
+        user = messages[-1]["content"]
+        seen.append([t for _, t in listing(user, "events")])
+        return _sort_reply(user)
+
+    paper = get_method("dove", llm=LLM(FakeModel(responder=respond)))
+    assert paper.opts.sorter_input == "decomposition"
+    await paper.sorter(EVENTS, SOURCE)
+    assert seen[-1] == EVENTS  # shown as listed: the paper's sorter input
+    shuffled = get_method("dove", llm=LLM(FakeModel(responder=respond)), sorter_input="shuffled")
+    await shuffled.sorter(EVENTS, SOURCE)
+    assert sorted(seen[-1]) == sorted(EVENTS) and seen[-1] != EVENTS

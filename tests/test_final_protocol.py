@@ -17,7 +17,7 @@ from halluscope.bench.runner import ITEMS_FILE, RUN_FILE, ItemStore, run_bench
 from halluscope.llm import LLM, FakeModel
 from halluscope.methods import get_method
 from halluscope.methods.localize import FINAL_MARKER, Localize
-from halluscope.records import Example
+from halluscope.records import Example, Finding, Report
 from tests.conftest import fake_llm
 
 # ------------------------------------------------------------------------------------------- thresholds
@@ -180,7 +180,7 @@ async def test_bench_picks_the_variant_with_the_better_final_f1_and_records_it(t
     assert results["metrics"]["final_matching"]["f1"]["value"] == 1.0
     identity = json.loads((out / RUN_FILE).read_text())
     assert identity["final_protocol"]["variant"] == 2 and identity["method_options"]["variant"] == 2
-    assert "prompt variant (cot): **2** by final_f1" in (out / "results.md").read_text()
+    assert "prompt variant (cot): **2** by FINAL F1 (the paper's criterion)" in (out / "results.md").read_text()
     assert (out / PROTOCOL_DIR).is_dir()
     # a re-run repeats no LLM call: the selection runs resume like any bench run
     calls, judged = len(model.requests), len(judge_model.requests)
@@ -292,3 +292,32 @@ async def test_the_run_reuses_the_chosen_variants_replies_from_the_cache(tmp_pat
     assert results["method_options"]["variant"] == 2
     assert len(model.requests) == 8  # 4 items x 2 variants; the run's own 4 calls were cache hits
     assert results["usage"]["cache_hits"] == 4 and results["usage"]["calls"] == 0
+
+
+async def test_select_holdout_chooses_on_items_the_run_does_not_score(tmp_path):
+    model = FakeModel(responder=_localizer(variant_two_finds=True))
+    judge_model = FakeModel(responder=_judge, name="judge")
+    results = await run_bench(Localize(llm=LLM(model, cache=None)), Dataset("final", "dev", _examples()),
+                              tmp_path / "run", judge=LLM(judge_model, cache=None), progress=False, n_bootstrap=0,
+                              select_holdout=0.5)
+    protocol = results["final_protocol"]
+    assert protocol["overlap"] == 0 and protocol["n_selection"] == 2 and "held-out" in protocol["selected_on"]
+    assert results["n"] == 2  # only the other half is scored
+    fm = results["metrics"]["final_matching"]
+    assert fm["judge_model"] == "judge" and fm["judge_is_evaluated_model"] is False
+    assert fm["f1"]["coverage"]["total"] == 2 and "f1_all" in fm
+
+
+async def test_final_matching_counts_an_unscored_item_as_no_match(tmp_path):
+    from halluscope.bench.builtin_suites import final_matching_suite
+    from halluscope.bench.suites import SuiteContext
+
+    exs = [e for e in _examples() if e.descriptions][:2]
+    found = Report(method="localize", score=0.5, findings=[Finding(description=f'The text says "{WRONG[exs[0].id]}".')])
+    reports = [found, Report(method="localize", unscored_reason="no Final Output line")]
+    ctx = SuiteContext(out_dir=tmp_path, method="localize", model="fake", dataset="final",
+                       judge=LLM(FakeModel(responder=_judge, name="fake"), cache=None), n_bootstrap=0)
+    res = await final_matching_suite(exs, reports, ctx)
+    m = res.metrics
+    assert m["recall"]["value"] == 1.0 and m["recall_all"]["value"] == 0.5
+    assert m["judge_is_evaluated_model"] is True and "(the evaluated model judges itself)" in res.tables[0][0]

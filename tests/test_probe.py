@@ -193,6 +193,8 @@ def test_consensus_voting_threshold_and_unreadable_votes():
     assert judgment(True, True, False, False, consensus=0.5).accepted is True
     assert judgment(True, True, True, None).accepted is True         # 3 of 3 valid
     assert judgment(True, None, None, None).accepted is None         # too few readable votes
+    # one rule with the gold builder: the share of ALL votes (2 PASS of 3 votes < 0.75, though 2 of 2 valid)
+    assert judgment(True, True, None).accepted is False and judgment(True, True, None).pass_fraction == 2 / 3
     assert judgment(None).accepted is None and judgment(None).pass_fraction is None
 
 

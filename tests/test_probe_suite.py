@@ -258,3 +258,59 @@ def test_suite_runs_and_is_registered(tmp_path):
     assert m["localization_f1"]["value"] == 1.0
     assert len(result.tables) == 2 and "EF partial" in result.tables[0][1] and "proxy" in result.tables[1][1]
     json.dumps(m)  # serialisable
+
+
+def test_complete_evidence_finding_says_when_max_evidence_caps_it():
+    capped = FULL_REPORT.model_copy(update={"details": {"steps": STEPS,
+                                                        "verifier": {"evidence_finder": {"max_evidence": 1}}}})
+    m = probe_metrics([FULL], [capped], n_bootstrap=0)
+    cap = m["evidence_finding_complete"]["capped"]
+    assert cap["max_evidence"] == 1 and cap["claims"] == 1 and "max_evidence" in cap["note"]  # t2 has two passages
+    assert "capped" not in probe_metrics([FULL], [FULL_REPORT], n_bootstrap=0)["evidence_finding_complete"]
+
+
+def test_claim_matching_is_named_and_a_semantic_similarity_can_match_a_paraphrase():
+    from halluscope.bench.suite_probe import claim_matcher
+
+    gold = read_gold(FULL)
+    ids = {g.id: g for g in gold.claims}
+    paraphrase = claim("x", "Stonemasons constructed it out of granite rock.", T_MASONS)
+    assert match_claim(paraphrase, gold.claims) is None  # lexical: too few shared tokens
+    same_meaning = {("Stonemasons constructed it out of granite rock.", ids["t2"].text): 90.0}
+    assert match_claim(paraphrase, gold.claims,
+                       similarity=lambda a, b: same_meaning.get((a, b), 0.0)) is ids["t2"]
+    _, threshold, name = claim_matcher("lexical")
+    assert name.startswith("lexical") and threshold == 70
+    with pytest.raises(ValueError):
+        claim_matcher("exact")
+
+
+def test_semantic_claim_matching_with_the_real_encoder():
+    from halluscope.bench.suite_probe import claim_matcher
+    from halluscope.retrieval import EmbeddingsUnavailable, embeddings_available
+
+    if not embeddings_available():
+        pytest.skip("the embeddings extra is not installed")
+    try:
+        similarity, threshold, name = claim_matcher("semantic")
+    except ValueError as exc:
+        if isinstance(exc.__cause__, EmbeddingsUnavailable):
+            pytest.skip(str(exc))
+        raise
+    assert name.startswith("semantic (all-MiniLM-L6-v2")
+    assert similarity("Masons built it from granite.", "Stonemasons constructed it out of granite.") >= threshold
+    assert similarity("Masons built it from granite.", "The bridge opened in 1820.") < threshold
+
+
+def test_an_unscored_item_counts_as_finding_nothing_in_the_all_items_values(tmp_path):
+    unscored = Report(method="m", unscored_reason="evidence finding failed")
+    res = probe_steps_suite([FULL, HALLUC_ONLY], [FULL_REPORT, unscored],
+                            SuiteContext(out_dir=tmp_path, method="m", model="m", dataset="d", n_bootstrap=0))
+    m = res.metrics
+    assert m["coverage"] == {"scored": 1, "total": 2, "share": 0.5}
+    # the hallucinated gold of the unscored item is missed: recall over every item is lower
+    assert m["localization_recall_all"]["value"] < m["localization_recall"]["value"]
+    # all unscored: localization recall is still a number (0), not "cannot compute"
+    none = probe_steps_suite([FULL], [unscored], SuiteContext(out_dir=tmp_path, method="m", model="m", dataset="d",
+                                                             n_bootstrap=0)).metrics
+    assert none["localization_recall_all"]["value"] == 0.0 and none["localization_f1_all"]["value"] == 0.0

@@ -20,7 +20,8 @@ from halluscope.config import Config
 from halluscope.llm import LLM, FakeModel
 from halluscope.records import Example
 
-HEADER = "| row | metric | paper | ours [95% CI] | n | unscored | calls / tokens per item | note |"
+HEADER = ("| row | metric | paper | ours, all items [95% CI] | ours, scored items | coverage | judge | "
+          "calls / tokens per item | note |")
 
 
 # --- the published numbers ------------------------------------------------------------------------------------
@@ -104,7 +105,7 @@ def test_row_selection_embedded_subset_and_errors():
 
 # --- runs with the scripted fake model ------------------------------------------------------------------------
 
-GEVAL = re.compile(r"Rate how factually consistent")
+GEVAL = re.compile(r"Consistency \(1-5\)")  # the reproduce rows use G-Eval's score-only form (prompt=paper)
 
 
 def _qags(tmp_path):
@@ -120,7 +121,7 @@ def _rating(messages) -> str:
     text = messages[-1]["content"]
     if GEVAL.search(text):
         i = int(re.search(r"Claim number (\d)", text).group(1))
-        return json.dumps({"reason": "ok", "score": [1, 2, 3, 5, 4][i]})
+        return str([1, 2, 3, 5, 4][i])
     return "I cannot answer that."  # anything else (DCR's prompts) gets no usable reply
 
 
@@ -157,7 +158,8 @@ async def test_dcr_protocol_table_paper_column_unscored_row_and_resume(tmp_path)
     assert table[0] == HEADER and len(table) == 2 + 6
     assert table[2].startswith("| G-Eval (geval) | Pearson r | 0.477 (gpt-3.5-turbo, Table 2) | "
                                f"{expected['pearson']:.3f} [")
-    assert "| DCE-AMC (dcr) | Kendall tau | 0.596 (gpt-3.5-turbo, Table 2) | cannot compute | 5 | 5 |" in table[7]
+    assert "| DCE-AMC (dcr) | Kendall tau | 0.596 (gpt-3.5-turbo, Table 2) | cannot compute | - | 0/5 | - |" in table[7]
+    assert "| 5/5 |" in table[2]  # coverage beside every value
     md = (tmp_path / "out" / "reproduce.md").read_text()
     assert "## Paper rows halluscope does not implement" in md and "| BERTScore |" in md
     assert "`improve`" in md  # rows not run are listed
@@ -321,3 +323,26 @@ async def test_probe_protocol_injects_donor_facts_and_shows_the_papers_bound(tmp
     assert recall["ours"]["value"] == 0.0  # nothing was flagged
     assert recall["paper"]["display"] == "< 0.400" and "Figure 4b" in recall["paper"]["table"]
     assert any("other targets of the same dataset" in d for d in build["departures"])
+
+
+async def test_probe_protocol_builds_gold_evidence_when_asked_so_table_2_rows_compute(tmp_path):
+    from tests.test_inject import ITEM, gold_model
+
+    # two faithful items; the second's extra sentence is the fact injected into the first
+    extra = " A toll of one penny was charged."
+    other = ITEM.model_copy(update={"id": "bridge2", "source": ITEM.source + extra, "target": ITEM.target + extra})
+    path = tmp_path / "faithful.jsonl"
+    write_examples(path, [ITEM, other])
+    llm = gold_model("m", strict=False)
+    ctx = Context(out_dir=tmp_path / "out", config=Config(cache=False, max_concurrency=1), progress=False, llm=llm,
+                  dataset=str(path), builder="no-llm", build_options={"complexities": [1], "gold_evidence": "true",
+                                                                       "gold_samples": 1})
+    result = await run_reproduce(get_protocol("probe"), ctx, methods=["probe"], n_bootstrap=0, echo=lambda _: None)
+    build = result["protocol"]["build"]
+    assert build["options"]["gold_evidence"] is True and any("gold truthful claims" in d for d in build["departures"])
+    injected = [json.loads(x) for x in (tmp_path / "out" / "data" / "injected.jsonl").read_text().splitlines()]
+    assert injected and all(e["meta"].get("gold_claims_complete") for e in injected)
+    metrics = {m["key"]: m for m in result["rows"][0]["metrics"]}
+    for key in ("decomposition_recall", "evidence_finding_partial", "evidence_finding_complete"):
+        assert metrics[key]["ours"] is not None, (key, metrics[key]["reason"])  # no longer "cannot compute"
+        assert metrics[key]["ours"]["coverage"]["total"] == len(injected)

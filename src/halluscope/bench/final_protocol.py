@@ -22,7 +22,8 @@ before it evaluates, done the same way by the bench and recorded with the run.
    of them, the method's own default threshold is kept and the reason recorded.
 
 Selection items: a dataset given explicitly (``select_on``, e.g. ``final:dev`` when evaluating a held-out
-split), else the run's items of its dev split when the run has a dev split and another one (see
+split, or a user's file), else a seeded share of the run's items held out and not scored (``select_holdout``,
+:func:`holdout_split`), else the run's items of its dev split when the run has a dev split and another one (see
 :func:`halluscope.bench.builtin_suites.pick_dev_split`), else the run's own items - then the choice is made
 in-sample, which is optimistic, and the record says so (``overlap``: evaluated items that were also used for
 selection).
@@ -67,7 +68,10 @@ class VariantScore(BaseModel):
     final_f1: float | None = None
     final_precision: float | None = None
     final_recall: float | None = None
+    final_f1_all: float | None = None
+    """FINAL F1 counting every selection item (unscored by the method or the judge = no match): what ranks."""
     item_f1: float | None = None  # F1 of flagging inconsistent items (no judge needed)
+    item_f1_all: float | None = None  # the same counting every item (an unscored one as the wrong decision)
     n: int = 0
     n_unscored: int = 0
     n_judge_unscored: int | None = None
@@ -136,18 +140,29 @@ def _needs_threshold(method: Method) -> bool:
     return method_filter and getattr(opts, "filter_threshold", 0) is None
 
 
+def _value(score: VariantScore, criterion: str) -> float | None:
+    """The value a variant is ranked by: the one counting every item when there is one, so a variant that leaves
+    the hard items unscored is never called better on fewer items. A variant that scored no item gives no signal."""
+    if score.n and score.n_unscored >= score.n:
+        return None
+    if criterion == "final_f1":
+        return score.final_f1_all if score.final_f1_all is not None else score.final_f1
+    return score.item_f1_all if score.item_f1_all is not None else score.item_f1
+
+
 def _rank(score: VariantScore, criterion: str) -> tuple[float, int, int]:
-    value = score.final_f1 if criterion == "final_f1" else score.item_f1
+    value = _value(score, criterion)
     return (value if value is not None else -1.0, -score.n_unscored, -score.variant)
 
 
 def choose_variant(candidates: Sequence[VariantScore]) -> tuple[int, VariantCriterion]:
-    """The variant with the higher FINAL F1; when no candidate has one, the higher item-flagging F1; when none
-    has that either, variant 1 (criterion ``none``). Ties: fewer unscored items, then the lower variant."""
+    """The variant with the higher FINAL F1 counting every item; when no candidate has one, the higher
+    item-flagging F1 (the fallback measure, named as the criterion); when none has that either, variant 1 (criterion
+    ``none``). Ties: fewer unscored items, then the lower variant."""
     if not candidates:
         raise ValueError("no variant to choose from")
     for criterion in ("final_f1", "item_f1"):
-        if any((c.final_f1 if criterion == "final_f1" else c.item_f1) is not None for c in candidates):
+        if any(_value(c, criterion) is not None for c in candidates):
             best = max(candidates, key=lambda c: _rank(c, criterion))
             return best.variant, criterion  # type: ignore[return-value]
     return min(c.variant for c in candidates), "none"
@@ -179,19 +194,21 @@ def best_f1_threshold(labels: Sequence[int], scores: Sequence[float]) -> tuple[f
     return t, best
 
 
-def item_flag_f1(examples: Sequence[Example], reports: Sequence[Report]) -> float | None:
+def item_flag_f1(examples: Sequence[Example], reports: Sequence[Report], *,
+                 counts_every_item: bool = False) -> float | None:
     """F1 of flagging inconsistent items (label 0; unlabelled: a non-empty gold description list) by "at least
-    one description", over scored items with a gold label. None when there is no such item or no inconsistent one."""
+    one description", over scored items with a gold label (``counts_every_item``: over every labelled item, an
+    unscored one taken as the wrong decision). None when there is no such item or no inconsistent one."""
     require("sklearn", "bench", "FINAL's F1")
     from sklearn.metrics import f1_score
 
     gold, pred = [], []
     for e, r in zip(examples, reports):
         label = _gold_label(e)
-        if r.score is None or label is None:
+        if label is None or (r.score is None and not counts_every_item):
             continue
         gold.append(label == 0)
-        pred.append(bool(r.findings))
+        pred.append(bool(r.findings) if r.score is not None else label != 0)
     if not gold or not any(gold):
         return None
     return float(f1_score(gold, pred, zero_division=0.0))
@@ -203,6 +220,27 @@ def _gold_label(example: Example) -> int | None:
     if example.descriptions is not None:
         return 0 if example.descriptions else 1
     return None
+
+
+def holdout_split(dataset: Dataset, examples: Sequence[Example], share: float,
+                  seed: int = 0) -> tuple[list[Example], list[Example], str]:
+    """(selection items, evaluated items, name): a seeded ``share`` of the run's items held out for FINAL's choices
+    and never scored in the run, so the variant is not chosen on the items it is then scored on. Each part keeps at
+    least one item (a run of one item cannot be split)."""
+    import random
+
+    if not 0 < share < 1:
+        raise ValueError(f"the held-out share must be between 0 and 1, got {share}")
+    items = list(examples)
+    if len(items) < 2:
+        raise ValueError(f"cannot hold out a selection split from {len(items)} item(s)")
+    order = sorted(range(len(items)), key=lambda i: items[i].id)
+    random.Random(seed).shuffle(order)
+    k = min(len(items) - 1, max(1, round(share * len(items))))
+    held = set(order[:k])
+    selection = [e for i, e in enumerate(items) if i in held]
+    evaluated = [e for i, e in enumerate(items) if i not in held]
+    return selection, evaluated, f"{dataset.spec} held-out {k} of {len(items)} items (seed {seed}; not scored)"
 
 
 def selection_items(dataset: Dataset, examples: Sequence[Example],
@@ -274,15 +312,22 @@ async def select_variant(method: Method, items: list[Example], out_dir: Path, *,
         value = (lambda key: (fm.get(key) or {}).get("value")) if fm else (lambda key: None)
         candidates.append(VariantScore(
             variant=variant, final_f1=value("f1"), final_precision=value("precision"), final_recall=value("recall"),
-            item_f1=item_flag_f1(items, reports), n=len(items), n_unscored=results["n_unscored"],
+            final_f1_all=value("f1_all"), item_f1=item_flag_f1(items, reports),
+            item_f1_all=item_flag_f1(items, reports, counts_every_item=True), n=len(items), n_unscored=results["n_unscored"],
             n_judge_unscored=fm.get("n_judge_unscored") if fm else None, prompt_version=candidate.prompt_version,
             run_dir=str(run_dir), usage=_usage(results)))
     chosen, criterion = choose_variant(candidates)
     note = {"final_f1": "FINAL F1 from the judge's matching (the paper's criterion)",
-            "item_f1": "no FINAL F1 (no judge, or no usable judge reply): F1 of flagging inconsistent items instead",
+            "item_f1": "fallback measure: no FINAL F1 (no judge, or no usable judge reply), so the F1 of flagging "
+                       "inconsistent items (no judge needed) chose the variant",
             "none": "no F1 on the selection items (no judge and no gold labels, or no item scored: unscored "
                     + ", ".join(f"{c.n_unscored}/{c.n} with variant {c.variant}" for c in candidates)
                     + "): variant 1 kept"}[criterion]
+    scored = {c.n - c.n_unscored for c in candidates}
+    if len(scored) > 1:
+        note += ("; the variants scored different numbers of items ("
+                 + ", ".join(f"variant {c.variant}: {c.n - c.n_unscored}/{c.n}" for c in candidates)
+                 + "), so they were compared on the F1 counting every item (an unscored item as no match)")
     return VariantSelection(chosen=chosen, criterion=criterion, style=style, candidates=candidates, note=note)
 
 
@@ -346,17 +391,25 @@ def render_protocol(record: dict[str, Any]) -> list[str]:
              f"{record.get('overlap', 0)} of them also evaluated):", ""]
     variant = record.get("variant")
     if variant:
-        scores = "; ".join(f"variant {c['variant']}: FINAL F1 {_num(c['final_f1'])}, item F1 {_num(c['item_f1'])}, "
-                           f"{c['n_unscored']} unscored, {c['usage'].get('calls', 0)} LLM calls"
+        scores = "; ".join(f"variant {c['variant']}: FINAL F1 {_num(c.get('final_f1_all'))} all items / "
+                           f"{_num(c['final_f1'])} scored, item F1 {_num(c.get('item_f1_all'))} / {_num(c['item_f1'])}, "
+                           f"coverage {c['n'] - c['n_unscored']}/{c['n']}, {c['usage'].get('calls', 0)} LLM calls"
                            for c in variant["candidates"])
-        lines.append(f"- prompt variant ({variant['style']}): **{variant['chosen']}** by {variant['criterion']} "
-                     f"({scores})")
+        lines.append(f"- prompt variant ({variant['style']}): **{variant['chosen']}** by {criterion_name(variant['criterion'])} "
+                     f"({scores}). {variant.get('note', '')}")
     thr = record.get("filter_threshold")
     if thr:
         lines.append(f"- 2-step filter `{thr['method']}` threshold: **{thr['threshold']:.4g}** ({thr['criterion']}; "
                      f"F1 {_num(thr['f1'])} on {thr['n']} items; method default {thr['default_threshold']}; "
                      f"{thr['usage'].get('calls', 0)} LLM calls)")
     return lines + [""]
+
+
+def criterion_name(criterion: str) -> str:
+    """What chose the variant, in words (the fallback measure is named as such)."""
+    return {"final_f1": "FINAL F1 (the paper's criterion)",
+            "item_f1": "the fallback measure: F1 of flagging inconsistent items (no FINAL F1)",
+            "none": "nothing (no F1 on the selection items: variant 1 kept)"}.get(criterion, criterion)
 
 
 def _num(value: float | None) -> str:

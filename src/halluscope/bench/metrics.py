@@ -274,3 +274,41 @@ def bootstrap_ci(
         result["high"] = float(np.quantile(stats, 1 - alpha))
     result["resamples"] = len(stats)
     return result
+
+
+# --- unscored items: coverage and "counts every item" values ---------------------------------------
+
+
+def coverage(n_scored: int, n_total: int) -> dict[str, int | float | None]:
+    """How many of the items a value rests on: ``{"scored", "total", "share"}`` (share None with no item)."""
+    return {"scored": int(n_scored), "total": int(n_total),
+            "share": round(n_scored / n_total, 4) if n_total else None}
+
+
+def worst_case_scores(scores: Sequence[float | None], labels: Sequence[int | None] | None = None) -> np.ndarray:
+    """``scores`` with every unscored item (None) given the worst outcome it could have, so a metric over all
+    items counts it against the method instead of leaving it out.
+
+    With ``labels`` (1 = consistent): a consistent item gets a score below every scored item and an
+    inconsistent one a score above every scored item, so it ranks on the wrong side of every threshold (a miss
+    for detection, the wrong order for AUC). Without labels (correlations): the lowest rank, just below the
+    lowest scored item (ties among the unscored)."""
+    values = [float(s) for s in scores if s is not None]
+    lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
+    out = np.empty(len(scores), dtype=float)
+    for i, s in enumerate(scores):
+        if s is not None:
+            out[i] = float(s)
+        elif labels is None:
+            out[i] = lo - 1e-6 * max(1.0, hi - lo)
+        else:
+            out[i] = lo - 1.0 if labels[i] == 1 else hi + 1.0
+    return out
+
+
+def fewer_items_note(a_scored: int, a_total: int, b_scored: int, b_total: int) -> str | None:
+    """What a comparison of two runs must say when one rests on fewer items (None when both cover the same)."""
+    if (a_scored, a_total) == (b_scored, b_total):
+        return None
+    return (f"not like for like: {a_scored}/{a_total} vs {b_scored}/{b_total} items scored; compare the values "
+            "that count every item")

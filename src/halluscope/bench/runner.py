@@ -218,12 +218,14 @@ async def run_bench(
     suite_names: Sequence[str] | None = None,
     engine: Engine | None = None,
     select_on: Dataset | None = None,
+    select_holdout: float | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) a benchmark and write its results; returns the ``results.json`` content.
 
     ``engine`` scores the pending items (default :class:`LocalEngine`; ``RayEngine`` for a Ray cluster).
     ``select_on``: the dev items for FINAL's choices (``localize`` prompt variant, 2-step threshold; see
-    :mod:`halluscope.bench.final_protocol`), default the run's dev split or its own items."""
+    :mod:`halluscope.bench.final_protocol`), default the run's dev split or its own items. ``select_holdout``: hold
+    out that seeded share of the run's items for those choices instead, and score only the rest."""
     started = time.perf_counter()
     model = method.model_name
     out_dir = Path(out_dir) if out_dir is not None else default_out_dir(dataset.spec, method.name, model, sample, seed)
@@ -232,7 +234,10 @@ async def run_bench(
         raise BenchError(f"dataset {dataset.spec} has no items to run (after --sample/--limit)")
     protocol: dict[str, Any] | None = None
     if final_protocol.needs_selection(method):  # FINAL: prompt variant / 2-step threshold chosen on dev items
-        items, name = final_protocol.selection_items(dataset, examples, select_on)
+        if select_holdout and select_on is None:
+            items, examples, name = final_protocol.holdout_split(dataset, examples, select_holdout, seed)
+        else:
+            items, name = final_protocol.selection_items(dataset, examples, select_on)
         method, record = await final_protocol.resolve_final_protocol(
             method, items, out_dir, judge=judge, selection_name=name, evaluated_ids=[e.id for e in examples],
             concurrency=concurrency, progress=progress, engine=engine, retry_unscored=retry_unscored)
@@ -240,6 +245,8 @@ async def run_bench(
     identity = _identity(dataset, method, model, sample, seed)
     if protocol is not None:
         identity["final_protocol"] = record.choices()
+        if select_holdout and select_on is None:
+            identity["select_holdout"] = select_holdout
     _check_identity(out_dir, identity)
 
     store = ItemStore(out_dir / ITEMS_FILE)
@@ -345,13 +352,17 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"| method | `{results['method']}` options `{json.dumps(results['method_options'])}` |",
         f"| prompt version | `{results['prompt_version']}` |",
         f"| model | `{results['model'] or 'none (no LLM)'}` |",
-        f"| judge | `{results['judge_model'] or '-'}` |",
+        f"| judge | `{results['judge_model'] or '-'}`"
+        + (" (the evaluated model judges itself)" if results["judge_model"] and results["judge_model"] == results["model"]
+           else "") + " |",
         f"| dataset | `{results['dataset']}` splits {results['splits']} |",
         f"| items | {results['n']} of {results['n_dataset']}"
         + (f" (seeded sample of {results['sample_per_stratum']} per split/domain, seed {results['seed']})"
            if results["sample_per_stratum"] else "")
         + (f" (limit {results['limit']})" if results["limit"] is not None else "") + " |",
-        f"| unscored | {results['n_unscored']} (left out of every metric) {results['unscored_reasons'] or ''} |",
+        f"| coverage | {results['n_scored']}/{results['n']} items scored; {results['n_unscored']} unscored "
+        f"{results['unscored_reasons'] or ''} (each metric: the value counting every item, an unscored one as the "
+        "worst outcome, then the value over the scored items with its coverage) |",
         f"| LLM usage | {u['calls']} calls, {u['prompt_tokens']}+{u['completion_tokens']} tokens"
         + (f" ({u['cached_prompt_tokens']} cached)" if u.get("cached_prompt_tokens") else "") + ", "
         f"{u['cache_hits']} cache hits; per item {u['per_item']} |",

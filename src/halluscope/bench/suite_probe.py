@@ -12,9 +12,12 @@ The gold lives in ``Example.meta`` (format: ``docs/datasets.md``, "Gold claims a
 Older injected sets (``meta.injected_claims``, no ``gold_claims``) are read as hallucinated-only gold.
 
 **Claim matching** (step 1, reused by every later step as in the paper). Each predicted claim is matched
-to at most one gold claim: the most similar one (rapidfuzz token-sort ratio of the two claim texts, case and
-punctuation ignored) among those with similarity >= ``min_similarity`` (70) whose gold span the predicted
-claim's target span overlaps (a predicted claim with no target span is matched on its text alone). Several
+to at most one gold claim: the most similar one among those with similarity >= ``min_similarity`` whose gold
+span the predicted claim's target span overlaps. Similarity: ``lexical`` (default; rapidfuzz token-sort ratio of
+the two claim texts, case and punctuation ignored, >= 70) or ``semantic`` (the paper says its matching is
+semantic: cosine of the two claims' sentence embeddings >= 0.70, needs the embeddings extra; ``auto`` takes it
+when installed). Chosen with ``HALLUSCOPE_CLAIM_MATCHING`` (or the suite context's ``claim_matching``) and
+named in the results (``claim_matching``). A predicted claim with no target span is matched on its text alone. Several
 predicted claims may match the same gold claim (a decomposer may split a fact in two). A predicted claim
 matched to an *uncertain* gold claim is neither right nor wrong: it is left out of precision.
 
@@ -61,7 +64,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+import os
+from typing import Any, Literal
 
 import numpy as np
 from rapidfuzz import fuzz
@@ -169,17 +173,64 @@ def claim_similarity(a: str, b: str) -> float:
     return float(fuzz.token_sort_ratio(a, b, processor=default_process))
 
 
+Similarity = Callable[[str, str], float]  # 0-100, compared with ``min_similarity``
+ClaimMatching = Literal["lexical", "semantic", "auto"]
+MIN_SEMANTIC_SIMILARITY = 70.0  # cosine >= 0.70 of the two claims' sentence embeddings, as 0-100
+
+
+class SemanticSimilarity:
+    """Cosine of two claims' sentence embeddings (seed 003's encoder, ``retrieval.load_encoder``), scaled to
+    0-100; texts are encoded once each."""
+
+    def __init__(self, model: str | None = None):
+        from halluscope.retrieval import DEFAULT_EMBEDDING_MODEL, load_encoder
+
+        self.model_name = model or DEFAULT_EMBEDDING_MODEL
+        self.encoder = load_encoder(self.model_name)
+        self._vectors: dict[str, np.ndarray] = {}
+
+    def encode(self, texts: Sequence[str]) -> None:
+        todo = [t for t in dict.fromkeys(texts) if t not in self._vectors]
+        if todo:
+            for t, v in zip(todo, self.encoder.encode(todo, normalize_embeddings=True)):
+                self._vectors[t] = np.asarray(v, dtype=float)
+
+    def __call__(self, a: str, b: str) -> float:
+        self.encode([a, b])
+        return float(np.dot(self._vectors[a], self._vectors[b])) * 100
+
+
+def claim_matcher(kind: ClaimMatching = "lexical") -> tuple[Similarity, float, str]:
+    """(similarity, threshold, name) for claim matching. ``semantic`` needs the embeddings extra; ``auto`` is
+    semantic when it is installed, else lexical. The name goes into the results (which matching gave a number)."""
+    if kind not in ("lexical", "semantic", "auto"):
+        raise ValueError(f"claim matching must be lexical, semantic or auto, got {kind!r}")
+    if kind != "lexical":
+        from halluscope.retrieval import EmbeddingsUnavailable, embeddings_available
+
+        if kind == "semantic" or embeddings_available():
+            try:
+                sim = SemanticSimilarity()
+                return sim, MIN_SEMANTIC_SIMILARITY, (f"semantic ({sim.model_name} cosine >= "
+                                                      f"{MIN_SEMANTIC_SIMILARITY / 100:.2f}, spans overlapping)")
+            except (EmbeddingsUnavailable, OSError) as exc:
+                if kind == "semantic":
+                    raise ValueError(f"semantic claim matching is unavailable: {exc}") from exc
+    return claim_similarity, MIN_CLAIM_SIMILARITY, (f"lexical (token-sort ratio >= {MIN_CLAIM_SIMILARITY:.0f}, "
+                                                    "spans overlapping)")
+
+
 def _overlap(a: Span, b: Span) -> int:
     return max(0, min(a.end, b.end) - max(a.start, b.start))
 
 
-def match_claim(claim: Claim, gold: Sequence[GoldClaim], min_similarity: float = MIN_CLAIM_SIMILARITY
-                ) -> GoldClaim | None:
+def match_claim(claim: Claim, gold: Sequence[GoldClaim], min_similarity: float = MIN_CLAIM_SIMILARITY,
+                similarity: Similarity = claim_similarity) -> GoldClaim | None:
     """``claim``'s gold claim (see module docstring), or None. Ties go to the larger span overlap, then the
     first gold claim."""
     best, best_key = None, None
     for g in gold:
-        sim = claim_similarity(claim.text, g.text)
+        sim = similarity(claim.text, g.text)
         if sim < min_similarity:
             continue
         overlap = max((_overlap(s, g.span) for s in claim.target_spans), default=0) if g.span is not None else 0
@@ -209,7 +260,7 @@ COUNTERS = (
     "gold_halluc", "gold_halluc_matched",
     "loc_pred_claims", "loc_pred_matched", "loc_unplaced",                                   # localization
     "loc_pred_chars", "loc_gold_chars", "loc_tp_chars",
-    "ef_claims", "ef_partial", "ef_complete", "ef_unmatched", "ef_unusable",                 # evidence finding
+    "ef_claims", "ef_partial", "ef_complete", "ef_unmatched", "ef_unusable", "ef_capped",    # evidence finding
     "ee_truth", "ee_truth_correct", "ee_halluc", "ee_halluc_correct",                        # evidence evaluation
     "proxy_truth_claims", "proxy_truth_with_evidence", "proxy_ee_truth", "proxy_ee_truth_correct",
     "quotes", "quotes_verified",
@@ -221,8 +272,15 @@ def _steps(report: Report) -> dict[str, Any] | None:
     return steps if isinstance(steps, dict) and "evidence_finding" in steps else None
 
 
+def _max_evidence(report: Report) -> int | None:
+    finder = ((report.details or {}).get("verifier") or {}).get("evidence_finder") if isinstance(report.details, dict) else None
+    value = finder.get("max_evidence") if isinstance(finder, dict) else None
+    return value if isinstance(value, int) else None
+
+
 def item_counts(example: Example, report: Report, *, min_similarity: float = MIN_CLAIM_SIMILARITY,
-                evidence_min_overlap: float = EVIDENCE_MIN_OVERLAP) -> dict[str, int]:
+                evidence_min_overlap: float = EVIDENCE_MIN_OVERLAP,
+                similarity: Similarity = claim_similarity) -> dict[str, int]:
     """The counters of one (example, report) pair; every metric is a ratio of their sums over items."""
     c: dict[str, int] = defaultdict(int)
     c["items"] = 1
@@ -234,11 +292,11 @@ def item_counts(example: Example, report: Report, *, min_similarity: float = MIN
     c["items_gold_evidence"] = int(gold.has_evidence)
     claims = list(report.claims) or [v.claim for v in report.verdicts]
     c["items_claims"] = int(bool(claims))
-    match = {id(cl): match_claim(cl, gold.claims, min_similarity) for cl in claims}
+    match = {id(cl): match_claim(cl, gold.claims, min_similarity, similarity) for cl in claims}
 
     def matched(claim: Claim) -> GoldClaim | None:
         if id(claim) not in match:
-            match[id(claim)] = match_claim(claim, gold.claims, min_similarity)
+            match[id(claim)] = match_claim(claim, gold.claims, min_similarity, similarity)
         return match[id(claim)]
 
     # step 1: decomposition
@@ -338,6 +396,8 @@ def item_counts(example: Example, report: Report, *, min_similarity: float = MIN
         found = [s for spans in usable for s in spans]
         hit = [any(hits(f, e, evidence_min_overlap) for f in found) for e in g.evidence]
         c["ef_claims"] += 1
+        cap = _max_evidence(report)
+        c["ef_capped"] += cap is not None and len(g.evidence) > cap  # "complete" is out of reach for this claim
         c["ef_partial"] += any(hit)
         c["ef_complete"] += all(hit)
         on_gold = [a for cl in mine for s, a in judged.get(cl.id, [])
@@ -353,9 +413,9 @@ def item_counts(example: Example, report: Report, *, min_similarity: float = MIN
 NO_GOLD = "no item has gold claims (meta.gold_claims, see docs/datasets.md)"
 NO_CLAIMS = "the reports hold no claims (the method gives no claim verdicts)"
 NO_COMPLETE = ("no item has the complete gold claim set (meta.gold_claims_complete; written by "
-               "`halluscope generate inject --gold-evidence`)")
+               "`halluscope generate inject --gold-evidence` or `reproduce probe -b gold_evidence=true`)")
 NO_EVIDENCE = ("no truthful gold claim carries gold evidence (written by `halluscope generate inject "
-               "--gold-evidence`)")
+               "--gold-evidence` or `reproduce probe -b gold_evidence=true`)")
 NO_STEPS = "the reports carry no evidence-finding step record (details.steps, written by the probe method)"
 
 # name -> (numerator, denominator, [(counter that must be > 0, reason otherwise), ...], reason for a zero denominator)
@@ -433,16 +493,22 @@ def _ee_accuracy(table: np.ndarray) -> Callable[[np.ndarray], float | None]:
 
 
 def probe_metrics(examples: Sequence[Example], reports: Sequence[Report], *, n_bootstrap: int = 1000, seed: int = 0,
-                  min_similarity: float = MIN_CLAIM_SIMILARITY, evidence_min_overlap: float = EVIDENCE_MIN_OVERLAP
-                  ) -> dict[str, Any]:
-    """Every metric of :data:`METRIC_KEYS` as a CI dict (``reason`` added when it is null), plus ``counts``."""
-    rows = [item_counts(e, r, min_similarity=min_similarity, evidence_min_overlap=evidence_min_overlap)
-            for e, r in zip(examples, reports)]
+                  min_similarity: float = MIN_CLAIM_SIMILARITY, evidence_min_overlap: float = EVIDENCE_MIN_OVERLAP,
+                  similarity: Similarity = claim_similarity, counts_every_item: bool = False) -> dict[str, Any]:
+    """Every metric of :data:`METRIC_KEYS` as a CI dict (``reason`` added when it is null), plus ``counts``.
+    ``evidence_finding_complete`` carries ``capped`` when some gold claims have more gold evidence passages than
+    the finder was allowed to return (``max_evidence``): complete is then out of reach for them.
+    ``counts_every_item``: the reports include unscored ones (emptied): a metric is not refused because no report
+    has claims or a step record - that is the worst outcome, counted - only because the gold lacks something."""
+    rows = [item_counts(e, r, min_similarity=min_similarity, evidence_min_overlap=evidence_min_overlap,
+                        similarity=similarity) for e, r in zip(examples, reports)]
     table = np.array([[row[k] for k in COUNTERS] for row in rows], dtype=float).reshape(-1, len(COUNTERS))
     totals = {k: int(table[:, i].sum()) for i, k in enumerate(COUNTERS)}
     all_idx = np.arange(len(rows))
 
     def ci(stat: Callable[[np.ndarray], float | None], needs: list[tuple[str, str]], empty: str) -> dict[str, Any]:
+        if counts_every_item:
+            needs = [(k, why) for k, why in needs if k not in ("items_claims", "items_steps")]
         reason = NO_GOLD if not totals["items_gold"] else next((why for k, why in needs if not totals[k]), None)
         if reason is None and stat(all_idx) is None:
             reason = empty
@@ -459,6 +525,12 @@ def probe_metrics(examples: Sequence[Example], reports: Sequence[Report], *, n_b
         _ee_accuracy(table), [("items_gold_evidence", NO_EVIDENCE), ("items_steps", NO_STEPS)],
         "no matched claim had a judged passage with a gold label")
     out = {k: out[k] for k in METRIC_KEYS}
+    caps = {c for c in (_max_evidence(r) for r in reports) if c is not None}
+    if totals["ef_capped"]:
+        out["evidence_finding_complete"]["capped"] = {
+            "max_evidence": max(caps) if caps else None, "claims": totals["ef_capped"],
+            "note": f"{totals['ef_capped']} of {totals['ef_claims']} claims have more gold evidence passages than "
+                    f"max_evidence={max(caps) if caps else '?'} allows: raise -o max_evidence to uncap"}
     out["counts"] = totals
     return out
 
@@ -481,24 +553,41 @@ def _by_difficulty(examples: list[Example], reports: list[Report], **kw: Any) ->
 def probe_steps_suite(examples: list[Example], reports: list[Report], ctx: SuiteContext) -> SuiteResult:
     from halluscope.bench.builtin_suites import md_table
 
+    from halluscope.bench.builtin_suites import both, with_coverage
+
     with_gold = [(e, r) for e, r in zip(examples, reports) if has_gold(e)]
     exs, reps, n_unscored = scored_pairs([e for e, _ in with_gold], [r for _, r in with_gold])
-    m = probe_metrics(exs, reps, n_bootstrap=ctx.n_bootstrap, seed=ctx.seed)
-    m.update({"n": len(with_gold), "n_scored": len(exs), "n_unscored": n_unscored})
-    m["by_difficulty"] = _by_difficulty(exs, reps)
+    kind = ctx.extra.get("claim_matching") or os.environ.get("HALLUSCOPE_CLAIM_MATCHING", "").strip() or "lexical"
+    similarity, threshold, matching = claim_matcher(kind)
+    kw = {"n_bootstrap": ctx.n_bootstrap, "seed": ctx.seed, "similarity": similarity, "min_similarity": threshold}
+    m = probe_metrics(exs, reps, **kw)
+    # every item: an unscored report counts as one that found nothing (no claim, no evidence, no span)
+    every = probe_metrics([e for e, _ in with_gold],
+                          [r if r.score is not None else Report(method=r.method, unscored_reason=r.unscored_reason)
+                           for _, r in with_gold], counts_every_item=True, **kw)
+    for key in METRIC_KEYS:
+        m[key] = with_coverage(m[key], len(exs), len(with_gold))
+        m[f"{key}_all"] = with_coverage(every[key], len(exs), len(with_gold))
+    m["counts_all"] = every["counts"]
+    m.update({"n": len(with_gold), "n_scored": len(exs), "n_unscored": n_unscored,
+              "coverage": M.coverage(len(exs), len(with_gold)), "claim_matching": matching})
+    m["by_difficulty"] = _by_difficulty(exs, reps, similarity=similarity, min_similarity=threshold)
     counts = m["counts"]
     result = SuiteResult(metrics=m)
-    title = (f"PROBE step metrics as the paper defines them (n={len(exs)}; {n_unscored} unscored left out; "
-             f"{counts['items_complete']} with complete gold claims, {counts['items_gold_evidence']} with gold "
-             "evidence; '-' = not computable, reasons in results.json)")
+    title = (f"PROBE step metrics as the paper defines them (coverage {len(exs)}/{len(with_gold)}; 'all' counts an "
+             f"unscored item as finding nothing; {counts['items_complete']} with complete gold claims, "
+             f"{counts['items_gold_evidence']} with gold evidence; claim matching {matching}"
+             + (f"; EF complete capped: {m['evidence_finding_complete']['capped']['note']}"
+                if m["evidence_finding_complete"].get("capped") else "")
+             + "; '-' = not computable, reasons in results.json)")
     result.tables.append((title, md_table(
         ["decomp. P", "decomp. R", "EF partial", "EF complete", "EE acc.", "loc. P (chars)", "loc. R (chars)",
          "loc. F1"],
-        [[m[k] for k in PAPER_METRICS]])))
+        [[both(m, k) for k in PAPER_METRICS]])))
     result.tables.append(("Our own PROBE measures (not the paper's metrics; proxies assume what gold lacks)", md_table(
         ["decomp. R (halluc. gold)", "EE acc. truth", "EE acc. halluc.", "EF truth proxy", "EE acc. truth proxy",
          "quotes verified"],
-        [[m[k] for k in OWN_METRICS]])))
+        [[both(m, k) for k in OWN_METRICS]])))
     if len(m["by_difficulty"]) > 1:
         result.tables.append((
             "PROBE localization by difficulty",

@@ -217,18 +217,22 @@ def render_markdown(summary: dict[str, Any]) -> str:
     key, rows = summary["key"], summary["rows"]
     has_orig = any(r["mean_score_original"] for r in rows)
     perturbations = list(dict.fromkeys(name for r in rows for name in r["mean_delta"]))
-    head = [key, "items", "unscored", "mean score [95% CI]"] + (["originals: mean score"] if has_orig else []) + [
+    head = [key, "items", "unscored", "coverage", "mean score [95% CI] (scored items)"] + (["originals: mean score"] if has_orig else []) + [
         f"delta {p}" for p in perturbations] + ["LLM calls/item", "tokens/item", "cache hits/item", "wall s"]
     lines = [f"# Sweep of `{key}`: {summary['method']} on {summary['dataset']}", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         per_item = r["usage_per_item"] or {}
-        cells = [f"`{json.dumps(r['value'])}`", str(r["n"]), str(r["n_unscored"]), _fmt(r["mean_score"])]
+        cells = [f"`{json.dumps(r['value'])}`", str(r["n"]), str(r["n_unscored"]),
+                 f"{(r['n'] or 0) - (r['n_unscored'] or 0)}/{r['n']}", _fmt(r["mean_score"])]
         if has_orig:
             cells.append(_fmt(r["mean_score_original"]))
         cells += [_fmt(r["mean_delta"].get(p)) for p in perturbations]
         cells += [str(per_item.get(k, "-")) for k in ("calls", "tokens", "cache_hits")] + [str(r["wall_time_s"])]
         lines.append("| " + " | ".join(cells) + " |")
+    warning = fewer_items_warning(rows)
+    if warning:
+        lines += ["", f"**{warning}**"]
     names = sorted({m for r in rows for m in r["metrics"]})
     varying = [m for m in names if len({r["metrics"].get(m) for r in rows}) > 1 and not _is_cost(m)]
     if varying:
@@ -243,6 +247,18 @@ def render_markdown(summary: dict[str, Any]) -> str:
     lines += ["", "Runs: " + ", ".join(f"[{json.dumps(r['value'])}]({Path(r['folder']).name}/results.md)"
                                        for r in rows), "", f"![sweep]({SWEEP_PNG})", ""]
     return "\n".join(lines)
+
+
+def fewer_items_warning(rows: Sequence[dict[str, Any]]) -> str | None:
+    """What the table must say when its runs rest on different numbers of scored items (None when they agree):
+    a value over fewer items is no evidence that a setting is better."""
+    covered = {(r["n"] or 0) - (r["n_unscored"] or 0) for r in rows}
+    if len(covered) < 2:
+        return None
+    detail = ", ".join(f"{json.dumps(r['value'])}: {(r['n'] or 0) - (r['n_unscored'] or 0)}/{r['n']}" for r in rows)
+    return (f"Not like for like: the runs scored different numbers of items ({detail}). Compare the metrics "
+            "ending in _all, which count every item (an unscored one as the worst outcome), not the mean score "
+            "over scored items.")
 
 
 def _is_cost(metric: str) -> bool:

@@ -28,6 +28,7 @@ def bench_command(
     old_out: Annotated[Optional[Path], typer.Option("--out", hidden=True, help=OLD_OUT_HELP)] = None,
     data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Shared data folder (default ../shared/data).", envvar="HALLUSCOPE_DATA_DIR")] = None,
     select_on: Annotated[Optional[str], typer.Option("--select-on", help="localize: the dev dataset on which FINAL's choices are made (prompt variant=auto, 2-step filter threshold), e.g. final:dev; default: the run's dev split, else its own items (in-sample).")] = None,
+    select_holdout: Annotated[Optional[float], typer.Option("--select-holdout", help="localize: hold out this seeded share of the items (e.g. 0.3) for FINAL's choices and score only the rest (instead of choosing in-sample).")] = None,
     bootstrap: Annotated[int, typer.Option("--bootstrap", min=0, max=100_000, help="Bootstrap resamples for 95% CIs (0 = none).")] = 1000,
     retry_unscored: Annotated[bool, typer.Option("--retry-unscored", help="On resume, run the items whose report was unscored again.")] = False,
     no_cache: NoCacheOpt = None,
@@ -51,6 +52,8 @@ def bench_command(
 
     if sample is not None and sample < 1:
         raise fail("--sample must be >= 1")
+    if select_holdout is not None and not 0 < select_holdout < 1:
+        raise fail("--select-holdout must be between 0 and 1")
     if engine not in ("local", "ray"):
         raise fail(f"--engine must be 'local' or 'ray', got {engine!r}")
     try:
@@ -98,7 +101,7 @@ def bench_command(
         results = asyncio.run(run_bench(m, data, out, judge=judge, sample=sample, seed=seed, limit=limit,
                                         n_bootstrap=bootstrap, retry_unscored=retry_unscored,
                                         concurrency=concurrency, progress=not no_progress, engine=runner_engine,
-                                        select_on=selection))
+                                        select_on=selection, select_holdout=select_holdout))
     except (BenchError, ValueError, *engine_errors) as exc:
         raise fail(str(exc))
     finally:

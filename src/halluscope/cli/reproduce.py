@@ -56,6 +56,8 @@ def reproduce_command(
     judge_model: Annotated[Optional[str], typer.Option("--judge-model", help="Model for FINAL's matching judge (default: the evaluated model).", envvar="HALLUSCOPE_JUDGE_MODEL")] = None,
     judge_base_url: Annotated[Optional[str], typer.Option("--judge-base-url", help="Endpoint for the judge, if different.", envvar="HALLUSCOPE_JUDGE_BASE_URL")] = None,
     judge_api_key: Annotated[Optional[str], typer.Option("--judge-api-key", help="API key for the judge, if different.", envvar="HALLUSCOPE_JUDGE_API_KEY", show_default=False)] = None,
+    select_holdout: Annotated[Optional[float], typer.Option("--select-holdout", help="final: hold out this share of the items (seeded, e.g. 0.3) for the prompt-variant choice and score only the rest (default: the choice is made on the scored items, in-sample).")] = None,
+    select_on: Annotated[Optional[str], typer.Option("--select-on", help="final: a dataset spec or .jsonl the prompt variant is chosen on instead of the scored items.")] = None,
     paper_model: Annotated[Optional[str], typer.Option("--paper-model", help="Show the paper's numbers for this model where a row has several (default: the paper's reference model).")] = None,
     bootstrap: Annotated[int, typer.Option("--bootstrap", min=0, max=100_000, help="Bootstrap resamples for 95% CIs (0 = none).")] = 1000,
     no_cache: NoCacheOpt = None,
@@ -94,9 +96,20 @@ def reproduce_command(
             judge = get_llm(config.with_overrides(model=judge_model, base_url=judge_base_url, api_key=judge_api_key))
         except (ValueError, LLMError) as exc:
             raise fail(f"judge model: {exc}")
+    selection = None
+    if select_on:
+        from halluscope.bench.datasets import DatasetError, load_dataset
+
+        try:
+            selection = load_dataset(select_on, data_dir)
+        except DatasetError as exc:
+            raise fail(f"--select-on: {exc}")
+    if select_holdout is not None and not 0 < select_holdout < 1:
+        raise fail("--select-holdout must be between 0 and 1")
     folder = out or _default_out(paper, config.model or ("embedded" if embedded else None), sample, seed, limit)
     ctx = Context(out_dir=folder, config=config, data_dir=data_dir, dataset=dataset, sample=sample, seed=seed,
-                  limit=limit, builder=mode, build_options=parse_options(build_option), progress=not no_progress)
+                  limit=limit, builder=mode, build_options=parse_options(build_option), progress=not no_progress,
+                  select_holdout=select_holdout, select_on=selection)
     if builder == "auto" and mode == "no-llm" and protocol.sample_applies_to == "base":
         typer.secho("note: embedded model: the evaluation set is built without an LLM (--builder llm for the "
                     "paper's way)", err=True)

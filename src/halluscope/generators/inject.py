@@ -49,7 +49,6 @@ spans are carried into each injected target through its insertions (the text out
 from __future__ import annotations
 
 import asyncio
-import math
 import random
 import re
 from collections.abc import Sequence
@@ -62,6 +61,7 @@ from rapidfuzz.utils import default_process
 
 from halluscope.llm import LLM
 from halluscope.llm.structured import generate_parsed, json_parser
+from halluscope.methods.probe.judge import votes_needed  # the one vote rule, shared with detection
 from halluscope.prompts import PromptTemplate, apply_overrides
 from halluscope.records import Claim, Example, LLMCall, Span
 from halluscope.retrieval import fits_in_context
@@ -320,9 +320,6 @@ class TruthfulGold:
     builder: dict[str, Any] = field(default_factory=dict)
 
 
-def votes_needed(consensus: float, votes: int) -> int:
-    """PASS votes needed out of ``votes`` (0.75 of 4 -> 3; 0.75 of 3 -> 3)."""
-    return max(1, math.ceil(consensus * votes - 1e-9))
 
 
 class GoldEvidenceBuilder:
@@ -401,7 +398,7 @@ class GoldEvidenceBuilder:
                 my_calls += j.calls
                 passes = sum(v.passed is True for v in j.votes)
                 judged.append({"start": start, "end": end, "pass": passes, "votes": len(j.votes),
-                               "accepted": passes >= votes_needed(self.consensus, len(j.votes))})
+                               "accepted": j.accepted is True})
             accepted = [{k: e[k] for k in ("start", "end", "pass", "votes")} for e in judged if e["accepted"]]
             agreement["accepted"] = len(accepted)
             if accepted:

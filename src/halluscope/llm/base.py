@@ -24,6 +24,18 @@ class GenerateParams(BaseModel):
     json_schema: str | None = None
     """The reply's JSON schema (as JSON text), for backends that can constrain decoding to it; implies
     ``json_mode``. Part of the cache key like every other parameter."""
+    top_logprobs: int | None = Field(default=None, ge=1, le=20)
+    """Ask for the log-probabilities of this many most likely tokens at each generated position (OpenAI's
+    ``logprobs``/``top_logprobs``; llama.cpp's too). A backend that cannot return them leaves
+    ``Completion.logprobs`` None. Left out of the cache key while None, so existing cache entries stay valid."""
+
+
+class TokenLogprobs(BaseModel):
+    """One generated token, its log-probability and the most likely candidates at its position."""
+
+    token: str
+    logprob: float
+    top: dict[str, float] = Field(default_factory=dict)  # candidate token -> log-probability
 
 
 class Completion(BaseModel):
@@ -31,6 +43,24 @@ class Completion(BaseModel):
     model: str
     usage: Usage = Field(default_factory=Usage)
     cached: bool = False
+    logprobs: list[TokenLogprobs] | None = None  # per generated token, when asked for and the backend gives them
+
+
+def parse_logprobs(choice: object) -> list[TokenLogprobs] | None:
+    """The OpenAI chat-completions ``choices[i].logprobs.content`` list as :class:`TokenLogprobs` (llama.cpp
+    answers in the same shape); None when absent or malformed (never an error: logprobs are optional)."""
+    logprobs = choice.get("logprobs") if isinstance(choice, dict) else None
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not isinstance(content, list):
+        return None
+    out: list[TokenLogprobs] = []
+    try:
+        for entry in content:
+            top = {str(t["token"]): float(t["logprob"]) for t in entry.get("top_logprobs") or []}
+            out.append(TokenLogprobs(token=str(entry["token"]), logprob=float(entry["logprob"]), top=top))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    return out
 
 
 class LLMError(RuntimeError):

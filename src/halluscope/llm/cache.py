@@ -49,8 +49,11 @@ def clean_messages(messages: list[Message]) -> list[Message]:
 
 
 def cache_key(model: str, params: GenerateParams, messages: list[Message]) -> str:
+    dumped = params.model_dump(mode="json")
+    if dumped.get("top_logprobs") is None:  # added later: keys of requests without it are unchanged
+        dumped.pop("top_logprobs", None)
     payload = json.dumps(
-        {"model": model, "params": params.model_dump(mode="json"), "messages": messages},
+        {"model": model, "params": dumped, "messages": messages},
         sort_keys=True,
         ensure_ascii=False,
     )

@@ -41,7 +41,8 @@ from typing import Any
 from importlib import metadata
 from pathlib import Path
 
-from halluscope.llm.base import Completion, ContextOverflowError, GenerateParams, LLMError, Message
+from halluscope.llm.base import (Completion, ContextOverflowError, GenerateParams, LLMError, Message,
+                                 parse_logprobs)
 from halluscope.llm.cache import clean_messages, clean_text
 from halluscope.records import Usage
 
@@ -221,13 +222,24 @@ class EmbeddedModel:
             }
             if params.seed is not None:
                 kwargs["seed"] = params.seed
+            if params.top_logprobs:
+                kwargs["logprobs"] = True
+                kwargs["top_logprobs"] = params.top_logprobs
             if params.json_schema:  # llama.cpp turns the schema into a grammar: the reply has the declared shape
                 kwargs["response_format"] = {"type": "json_object", "schema": json.loads(params.json_schema)}
             elif params.json_mode:
                 kwargs["response_format"] = {"type": "json_object"}
             held = _held_tokens(llama)  # the KV cache's tokens before this call: its reusable prefix
             try:
-                out = llama.create_chat_completion(**kwargs)
+                try:
+                    out = llama.create_chat_completion(**kwargs)
+                except ValueError as exc:
+                    if "logprobs" not in str(exc) or "logprobs" not in kwargs:
+                        raise
+                    # llama-cpp-python gives logprobs only for a model loaded with logits_all (memory for the
+                    # logits of every position): answer without them; the Completion says none were returned
+                    kwargs.pop("logprobs"), kwargs.pop("top_logprobs", None)
+                    out = llama.create_chat_completion(**kwargs)
             except ValueError as exc:  # llama.cpp reports an over-long prompt as a ValueError
                 if "context" in str(exc).lower():
                     raise ContextOverflowError(f"{self.name}: {exc}") from exc
@@ -238,6 +250,7 @@ class EmbeddedModel:
             prompt_count = _token_count(u.get("prompt_tokens"))
             cached = reused_prefix(held, _held_tokens(llama)[:prompt_count])
         content = out["choices"][0]["message"].get("content")
+        logprobs = parse_logprobs(out["choices"][0]) if params.top_logprobs else None
         text = clean_text(content) if isinstance(content, str) else ""
         usage = Usage(
             calls=1,
@@ -245,7 +258,7 @@ class EmbeddedModel:
             completion_tokens=_token_count(u.get("completion_tokens")),
             cached_prompt_tokens=cached,
         )
-        return Completion(text=text, model=self.name, usage=usage)
+        return Completion(text=text, model=self.name, usage=usage, logprobs=logprobs)
 
     async def generate(self, messages: list[Message], params: GenerateParams) -> Completion:
         return await asyncio.to_thread(self._generate_sync, messages, params)

@@ -5,7 +5,8 @@ Three ways to script it, checked in this order for each request:
 2. ``replies``: a sequence consumed in order;
 3. ``responder``: a function of the messages.
 ``default`` answers anything left; with no default an unscripted request raises, so a test never
-passes on a reply nobody wrote.
+passes on a reply nobody wrote. ``logprobs`` (a function of the reply text) scripts the token log-probabilities
+returned when a request asks for them (``GenerateParams.top_logprobs``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from halluscope.llm.base import Completion, GenerateParams, LLMError, Message
+from halluscope.llm.base import Completion, GenerateParams, LLMError, Message, TokenLogprobs
 from halluscope.records import Usage
 
 
@@ -30,6 +31,7 @@ class FakeModel:
         default: str | None = None,
         name: str = "fake",
         context_window: int | None = None,
+        logprobs: Callable[[str], Sequence[TokenLogprobs] | None] | None = None,
     ):
         self.name = name
         self._replies = list(replies)
@@ -38,6 +40,7 @@ class FakeModel:
         self._default = default
         self.requests: list[list[Message]] = []
         self.context_window = context_window
+        self._logprobs = logprobs
 
     def count_tokens(self, text: str) -> int:
         return len(text.split())
@@ -62,4 +65,8 @@ class FakeModel:
             raise reply
         prompt_tokens = sum(self.count_tokens(m["content"]) for m in messages)
         usage = Usage(calls=1, prompt_tokens=prompt_tokens, completion_tokens=self.count_tokens(reply))
-        return Completion(text=reply, model=self.name, usage=usage)
+        logprobs = None
+        if params.top_logprobs and self._logprobs is not None:
+            scripted = self._logprobs(reply)
+            logprobs = list(scripted) if scripted is not None else None
+        return Completion(text=reply, model=self.name, usage=usage, logprobs=logprobs)

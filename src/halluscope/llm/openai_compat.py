@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from halluscope.llm.base import (Completion, ContextOverflowError, GenerateParams, LLMError, Message,
-                                 ReplyTooLargeError)
+                                 ReplyTooLargeError, parse_logprobs)
 from halluscope.llm.cache import clean_messages, clean_text
 from halluscope.records import Usage
 
@@ -266,6 +266,9 @@ class OpenAICompatibleModel:
             body["seed"] = params.seed
         if params.stop:
             body["stop"] = list(params.stop)
+        if params.top_logprobs:
+            body["logprobs"] = True
+            body["top_logprobs"] = params.top_logprobs
         if params.json_schema:
             schema = json.loads(params.json_schema)
             spelling = _SCHEMA_FORMATS[schema_format]
@@ -328,7 +331,7 @@ class OpenAICompatibleModel:
             refusal = message.get("refusal")
             why = f" (refusal: {str(refusal)[:200]})" if refusal else ""
             raise LLMError(f"{where}: unusable reply: {exc}{why}") from exc
-        return Completion(text=clean_text(text), model=self.name, usage=_usage(data))
+        return Completion(text=clean_text(text), model=self.name, usage=_usage(data), logprobs=parse_logprobs(choice))
 
     async def generate(self, messages: list[Message], params: GenerateParams) -> Completion:
         while True:

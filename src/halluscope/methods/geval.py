@@ -1,9 +1,28 @@
-"""``geval``: a coarse 1-5 consistency rating of the whole target by an LLM judge, normalized to [0, 1]."""
+"""``geval``: a coarse 1-5 consistency rating of the whole target by an LLM judge, normalized to [0, 1].
+
+Two prompts (``-o prompt=``):
+
+- ``reasoned`` (default): halluscope's own prompt, a JSON reply with a sentence of reason before an integer score.
+- ``paper``: G-Eval's form as the seed papers use it as a baseline (000 Table 6, 001's G-Eval rows): evaluation
+  criteria and steps, then a form asking for the consistency score alone (written in our own words). With
+  ``weighting=probability`` (the default) the score is G-Eval's probability-weighted sum
+  ``sum_s p(s) * s`` over the score tokens 1-5 at the reply's first score position, from the backend's token
+  log-probabilities (OpenAI and OpenAI-compatible servers such as llama.cpp's return them; the embedded
+  model does not: llama-cpp-python needs the logits of every position kept for that); the probabilities of 1-5 are
+  renormalized to sum to 1. A backend that returns no log-probabilities gives the plain integer, and the
+  report says so (``details["weighting"]``). G-Eval estimated the probabilities of GPT-4 by sampling 20
+  replies; reading them off the logprobs is the same quantity where the backend exposes it.
+"""
 
 from __future__ import annotations
 
+import math
+import re
+from typing import Literal
+
 from pydantic import Field
 
+from halluscope.llm.base import TokenLogprobs
 from halluscope.llm.replies import Reply
 from halluscope.llm.structured import generate_reply
 from halluscope.methods import register_method
@@ -34,20 +53,92 @@ GEVAL_PROMPT = PromptTemplate(
     reply=GevalReply,
 )
 
+# G-Eval's form-filling consistency prompt, in halluscope's words: criteria, steps, and a score-only answer.
+GEVAL_PAPER_PROMPT = PromptTemplate(
+    name="geval_paper",
+    version="1",
+    system="",
+    user=(
+        "You are given a source text and a target text written from it. Rate the target text on one measure.\n\n"
+        "Measure:\n"
+        "Consistency (1-5): how well the target's information agrees with the source. A consistent target "
+        "states only things the source entails; a target with invented or unsupported facts is penalized. "
+        "1 is the worst, 5 the best.\n\n"
+        "How to rate:\n"
+        "1. Read the source and note its main facts and details.\n"
+        "2. Read the target and check each of its statements against the source, looking for facts the source "
+        "does not support.\n"
+        "3. Give the consistency score by the measure above.\n\n"
+        "Answer with the score only: a single number from 1 to 5, nothing else.\n\n"
+        "Source text:\n$source\n\nTarget text:\n$target\n\n"
+        "Rating (score only):\n- Consistency:"
+    ),
+)
+
+SCORES = ("1", "2", "3", "4", "5")
+TOP_LOGPROBS = 20  # the most OpenAI returns; enough for the five score tokens to show up
+_PAPER_REPLY = re.compile(r"^\s*(?:[-*]\s*)?(?:consistency\s*(?:score)?\s*[:=-]?\s*)?\**([1-5])(?:\.0+)?\**"
+                          r"(?:\s*(?:/|out of)\s*5)?\s*\.?\s*$", re.I)
+
+
+def parse_paper_score(text: str) -> int | None:
+    """The score of a score-only reply ("4", "Consistency: 4", "4/5"); None for anything else (a reply with
+    reasoning or several numbers is not read: never guess a score)."""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    match = _PAPER_REPLY.match(first)
+    return int(match.group(1)) if match else None
+
+
+def weighted_score(logprobs: list[TokenLogprobs] | None) -> tuple[float, dict[str, float]] | None:
+    """G-Eval's ``sum_s p(s) * s`` at the first generated position whose token is a score 1-5 (after any
+    whitespace or list marker), with p renormalized over the score tokens among that position's top candidates.
+    None when there is no such position or no score token among its candidates."""
+    for entry in logprobs or []:
+        token = entry.token.strip()
+        if not token or token in ("-", "*", ":"):
+            continue
+        if token not in SCORES:
+            return None
+        candidates = {**entry.top, entry.token: entry.logprob}
+        probs: dict[str, float] = {}
+        for tok, lp in candidates.items():
+            key = tok.strip()
+            if key in SCORES:
+                probs[key] = probs.get(key, 0.0) + math.exp(lp)
+        total = sum(probs.values())
+        if total <= 0:
+            return None
+        probs = {k: v / total for k, v in sorted(probs.items())}
+        return sum(int(k) * p for k, p in probs.items()), probs
+    return None
+
 
 class GevalOptions(MethodOptions):
     max_tokens: int = Field(default=256, ge=1, le=32_768)
     """Completion budget for the rating (raise it for reasoning models whose hidden thinking counts)."""
+
+    prompt: Literal["reasoned", "paper"] = "reasoned"
+    """reasoned: halluscope's prompt (a reason, then an integer, as JSON); paper: G-Eval's score-only form, as
+    the seed papers' G-Eval baseline rows use it (the reproduce protocols' geval rows set it)."""
+
+    weighting: Literal["probability", "none"] = "probability"
+    """With prompt=paper: probability: G-Eval's probability-weighted score from the backend's token
+    log-probabilities (the plain integer, said in details, when the backend returns none); none: the integer."""
 
 
 @register_method
 class GEval(Method):
     name = "geval"
     description = "LLM judge: one 1-5 consistency rating for the whole target, normalized to [0, 1]."
-    prompts = (GEVAL_PROMPT,)
+    prompts = (GEVAL_PROMPT, GEVAL_PAPER_PROMPT)
     Options = GevalOptions
 
+    def used_prompts(self) -> list[PromptTemplate]:  # only the prompt this instance sends
+        return [self.prompt(GEVAL_PAPER_PROMPT if self.opts.prompt == "paper" else GEVAL_PROMPT)]
+
     async def run(self, source: str, target: str) -> Report:
+        if self.opts.prompt == "paper":
+            return await self._run_paper(source, target)
         # A rating and a sentence or two: cap the reply (a looping model otherwise burns the whole budget).
         max_tokens = min(self.opts.max_tokens, self.llm.default_params.max_tokens)  # type: ignore[attr-defined]
         parsed = await generate_reply(self.llm, self.prompt(GEVAL_PROMPT).render(source=source, target=target),
@@ -56,4 +147,28 @@ class GEval(Method):
             return Report(method=self.name, unscored_reason=parsed.error)
         rating = parsed.value.score
         return Report(method=self.name, score=(rating - 1) / 4, subscores={"rating": float(rating)},
-                      details={"reason": parsed.value.reason})
+                      details={"reason": parsed.value.reason, "prompt": "reasoned"})
+
+    async def _run_paper(self, source: str, target: str) -> Report:
+        max_tokens = min(self.opts.max_tokens, 16, self.llm.default_params.max_tokens)  # type: ignore[attr-defined]
+        weighted = self.opts.weighting == "probability"
+        params = self.llm.params(max_tokens=max_tokens, top_logprobs=TOP_LOGPROBS if weighted else None)
+        messages = [m for m in self.prompt(GEVAL_PAPER_PROMPT).render(source=source, target=target) if m["content"]]
+        completion = await self.llm.generate(messages, params)  # type: ignore[attr-defined]
+        rating = parse_paper_score(completion.text)
+        details: dict = {"prompt": "paper", "reply": completion.text[:200]}
+        if rating is None:
+            return Report(method=self.name, unscored_reason=f"geval: the reply is not a score from 1 to 5: "
+                                                            f"{completion.text[:80]!r}", details=details)
+        value = float(rating)
+        details["weighting"] = "none (weighting=none)"
+        if weighted:
+            found = weighted_score(completion.logprobs)
+            if found is not None:
+                value, probs = found
+                details.update(weighting="probability (G-Eval)", score_probabilities=probs)
+            else:
+                details["weighting"] = ("unavailable: the backend returned no log-probabilities for the score "
+                                        "token; the integer score is used")
+        return Report(method=self.name, score=(value - 1) / 4, subscores={"rating": float(rating), "weighted": value},
+                      details=details)

@@ -217,14 +217,28 @@ async def build_injected(folder: Path, base: Sequence[Example], pool: Sequence[E
     complexity, with the injected character spans as gold."""
     from halluscope.generators.inject import COMPLEXITIES, InjectionGenerator
 
-    check_options("inject", options, ("facts_from", "weave", "complexities", "max_sentences"))
+    check_options("inject", options, ("facts_from", "weave", "complexities", "max_sentences", "gold_evidence",
+                                      "gold_samples", "gold_consensus"))
     facts_from = options.get("facts_from") or ("llm" if mode == "llm" else "donor")
     weave = options.get("weave") or ("llm" if mode == "llm" else "boundary")
     complexities = [int(c) for c in (as_list(options.get("complexities")) or COMPLEXITIES)]
+    gold_evidence = str(options.get("gold_evidence", False)).lower() in ("1", "true", "yes")
     opts = {"facts_from": facts_from, "weave": weave, "complexities": complexities,
             "max_sentences": options.get("max_sentences")}
+    gold_builder = None
+    if gold_evidence:  # only then in the identity, so folders built before the option stay valid
+        from halluscope.generators.inject import GoldEvidenceBuilder
+
+        if llm is None:
+            raise BuildError("gold_evidence=true needs an LLM (the decomposer, evidence finder and judges)")
+        samples = options.get("gold_samples")
+        consensus = float(options.get("gold_consensus", 0.75))
+        gold_builder = GoldEvidenceBuilder(llm, samples=int(samples) if samples is not None else None,
+                                           consensus=consensus)
+        opts.update(gold_evidence=True, gold_samples=samples, gold_consensus=consensus)
     needs_llm = facts_from == "llm" or weave == "llm"
-    generator = InjectionGenerator(llm if needs_llm else None, weave=weave, seed=seed, include_truth=True)
+    generator = InjectionGenerator(llm if needs_llm else None, weave=weave, seed=seed, include_truth=True,
+                                   gold_evidence=gold_builder)
     donors = list(pool) if facts_from == "donor" else None
 
     async def make(example: Example) -> Part:
@@ -243,6 +257,11 @@ async def build_injected(folder: Path, base: Sequence[Example], pool: Sequence[E
     if weave == "boundary":
         built.departures.append("facts are inserted as sentences at sentence boundaries (no LLM); the paper has "
                                 "the LLM weave them in at three complexity styles")
+    if gold_builder is not None:
+        d = gold_builder.description
+        built.departures.append(f"gold truthful claims and evidence built by {', '.join(d['finders'])} "
+                                f"({d['votes_per_passage']} votes per passage, {d['pass_votes_needed']} PASS needed); "
+                                "the paper uses 4 frontier models (3 of 4 votes)")
     return built
 
 

@@ -51,6 +51,10 @@ class Metric:
     path: tuple[str, ...]  # where the value is inside results["metrics"][suite]
     undefined: str | None = None  # why the value can be undefined, when that is known in advance
     subset: bool = False  # the value is over a subset of the items by design (e.g. one perturbation's rows)
+    paper_path: tuple[str, ...] | None = None
+    """Where the paper's variant of the value is when the data allows it (e.g. the per-document correlation when
+    documents repeat); ``path`` is used otherwise. The record names which one was used (``level``)."""
+    level_names: tuple[str, str] = ("paper", "fallback")  # (name of paper_path's value, name of path's value)
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,8 @@ class Context:
     builder: BuildMode = "no-llm"
     build_options: dict[str, Any] = field(default_factory=dict)
     progress: bool = True
+    select_holdout: float | None = None  # FINAL: share of the items held out (not scored) for the variant choice
+    select_on: Any = None  # FINAL: a Dataset the choices are made on instead (e.g. a user's file)
     llm: Any = None  # an LLM to use instead of one built from ``config`` (tests: the scripted fake)
     _llm_built: Any = None
 
@@ -164,52 +170,92 @@ def select_rows(protocol: Protocol, methods: Sequence[str] | None, embedded: boo
 # --------------------------------------------------------------------------------------------- running
 
 
+def _node(metrics: dict[str, Any], suite: str, path: tuple[str, ...]) -> tuple[Any, dict[str, Any] | None]:
+    """(the value node at ``path``, the dict holding it) or (None, None) when a key is missing."""
+    node: Any = metrics[suite]
+    parent = None
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return None, None
+        parent, node = node, node[key]
+    return node, parent
+
+
+def _ci_json(node: Any) -> dict[str, Any] | None:
+    if isinstance(node, dict) and "value" in node:
+        return {"value": node.get("value"), "low": node.get("low"), "high": node.get("high"), "n": node.get("n")}
+    if isinstance(node, (int, float)) and not isinstance(node, bool):
+        return {"value": float(node), "low": None, "high": None, "n": None}
+    return None
+
+
 def _metric_value(results: dict[str, Any], metric: Metric) -> tuple[dict[str, Any] | None, str | None]:
-    """(our value as {"value", "low", "high", "n"}, or None with the reason)."""
+    """(our value as {"value", "low", "high", "n", "scored", "coverage"}, or None with the reason).
+
+    The headline ``value`` counts every item (an unscored one as the worst outcome, the suite's ``<key>_all``);
+    ``scored`` is the value over the scored items alone and ``coverage`` how many those are."""
     metrics = results.get("metrics", {})
     if metric.suite in results.get("suite_errors", {}):
         return None, f"suite {metric.suite} failed: {results['suite_errors'][metric.suite]}"
-    if results.get("n_scored", 1) == 0:
-        return None, _all_unscored(results)
     if not metrics.get(metric.suite):
+        if results.get("n_scored", 1) == 0:
+            return None, _all_unscored(results)
         said = [t["markdown"] for t in results.get("tables", []) if t["suite"] == metric.suite]
         if said:  # e.g. "Not computed: no judge model is available ..."
             return None, " ".join(said[0].split())[:300]
         return None, f"suite {metric.suite} did not apply: the data has no {SUITE_NEEDS.get(metric.suite, 'such labels')}"
-    node: Any = metrics[metric.suite]
-    for key in metric.path:
-        if not isinstance(node, dict) or key not in node:
-            return None, f"suite {metric.suite} reported no {'.'.join(metric.path)}"
-        node = node[key]
-    if isinstance(node, dict):
-        value = node.get("value")
-        ours = {"value": value, "low": node.get("low"), "high": node.get("high"), "n": node.get("n")}
-        if "unscored" in node:  # e.g. the stress suite's per-perturbation unscored rows
+    level = None
+    path = metric.path
+    if metric.paper_path is not None:
+        found, _ = _node(metrics, metric.suite, metric.paper_path)
+        path, level = (metric.paper_path, metric.level_names[0]) if found is not None else (metric.path, metric.level_names[1])
+    node, parent = _node(metrics, metric.suite, path)
+    if parent is None:
+        return None, f"suite {metric.suite} reported no {'.'.join(path)}"
+    scored = _ci_json(node)
+    if scored is None and node is not None:
+        return None, f"suite {metric.suite} reported {'.'.join(path)} as {type(node).__name__}"
+    all_node = parent.get(f"{path[-1]}_all")
+    every = _ci_json(all_node)
+    suite_m = metrics[metric.suite]
+    cov = (node.get("coverage") if isinstance(node, dict) else None) or suite_m.get("coverage")
+    if cov is None and "n" in suite_m and "n_unscored" in suite_m:
+        cov = {"scored": suite_m["n"] - suite_m["n_unscored"], "total": suite_m["n"]}
+    if every is None and cov is not None and cov["scored"] == cov["total"]:
+        every = scored  # nothing unscored: the scored value counts every item
+    ours: dict[str, Any] | None = None
+    if every is not None and every["value"] is not None:
+        ours = {**every, "scored": scored if scored and scored["value"] is not None else None, "coverage": cov}
+    elif scored is not None and scored["value"] is not None:
+        ours = {**scored, "scored": scored, "coverage": cov,
+                "all_missing": "the suite gives no value counting every item for this metric"}
+    if ours is not None:
+        if isinstance(node, dict) and "unscored" in node:  # e.g. the stress suite's per-perturbation unscored rows
             ours["unscored"] = node["unscored"]
-    elif isinstance(node, (int, float)) and not isinstance(node, bool):
-        value = node
-        ours = {"value": float(node), "low": None, "high": None, "n": None}
-    else:
-        return None, f"suite {metric.suite} reported {'.'.join(metric.path)} as {type(node).__name__}"
-    if value is None:
-        n = ours.get("n")
-        why = node.get("reason") if isinstance(node, dict) and node.get("reason") else None  # the suite's own word
-        return None, (why or metric.undefined or "undefined on these items") + (f" (n={n})" if n is not None else "")
-    return ours, None
+        if level is not None:
+            ours["level"] = level
+        return ours, None
+    # the suite's own word on why the value counting every item is undefined (e.g. the gold lacks something)
+    why = next((x.get("reason") for x in (all_node, node) if isinstance(x, dict) and x.get("reason")), None)
+    if why is None and results.get("n_scored", 1) == 0:
+        return None, _all_unscored(results)
+    n = (scored or {}).get("n")
+    return None, (why or metric.undefined or "undefined on these items") + (f" (n={n})" if n is not None else "")
 
 
 def _coverage(results: dict[str, Any], metric: Metric, ours: dict[str, Any] | None) -> str | None:
-    """When a value rests on fewer items than the row ran, say how many and why."""
-    n = (ours or {}).get("n")
+    """When some items were unscored, say how many and why (the headline value counts them as the worst outcome)."""
     if ours is not None and metric.subset:
         return f"{ours['unscored']} of its rows unscored" if ours.get("unscored") else None
-    if ours is None or n is None or n >= results["n"]:
+    cov = (ours or {}).get("coverage")
+    if ours is None or not cov or cov["scored"] >= cov["total"]:
         return None
     parts = [f"{results['n_unscored']} unscored by the method"] if results["n_unscored"] else []
     judge = (results.get("metrics", {}).get(metric.suite) or {}).get("n_judge_unscored") if metric.suite == "final_matching" else 0
     if judge:
         parts.append(f"{judge} by the judge")
-    return f"on {n} of {results['n']} items" + (f" ({', '.join(parts)})" if parts else "")
+    return (f"{cov['total'] - cov['scored']} of {cov['total']} items unscored" + (f" ({', '.join(parts)})" if parts else "")
+            + "; counted as the worst outcome in the headline value")
 
 
 def _all_unscored(results: dict[str, Any]) -> str:
@@ -307,7 +353,8 @@ async def run_row(protocol: Protocol, row: Row, built: BuiltSet, ctx: Context, *
         results = await run_bench(method, dataset, ctx.out_dir / "rows" / row.id,
                                   judge=judge if "final_matching" in suites else None,
                                   sample=bench_sample, seed=ctx.seed, limit=bench_limit, n_bootstrap=n_bootstrap,
-                                  concurrency=concurrency, progress=ctx.progress, suite_names=suites)
+                                  concurrency=concurrency, progress=ctx.progress, suite_names=suites,
+                                  select_on=ctx.select_on, select_holdout=ctx.select_holdout)
     except (BenchError, ReproduceError, BuildError, ValueError, KeyError, RuntimeError) as exc:
         record.update(status="failed", reason=f"{type(exc).__name__}: {str(exc).strip(chr(39))}")
         record["metrics"] = [{"key": m.key, "label": m.label, "paper": None, "ours": None, "reason": record["reason"]}
@@ -424,6 +471,24 @@ def ours_cell(ours: dict[str, Any] | None) -> str:
     return fmt(ours)
 
 
+def scored_cell(ours: dict[str, Any] | None) -> str:
+    """The value over the scored items alone (shown beside the headline that counts every item)."""
+    if ours is None:
+        return "-"
+    if ours.get("all_missing"):
+        return "(headline is over scored items: no all-items value)"
+    return ours_cell(ours.get("scored")) if ours.get("scored") else "- (no item scored)"
+
+
+def coverage_cell(ours: dict[str, Any] | None, rec: dict[str, Any]) -> str:
+    cov = (ours or {}).get("coverage")
+    if cov:
+        return f"{cov['scored']}/{cov['total']}"
+    if "n" in rec and "n_unscored" in rec:
+        return f"{rec['n'] - rec['n_unscored']}/{rec['n']}"
+    return "-"
+
+
 def paper_cell(paper: dict[str, Any] | None, missing: str | None = None) -> str:
     if paper is None:
         return f"- ({missing or 'not printed'})"
@@ -432,8 +497,11 @@ def paper_cell(paper: dict[str, Any] | None, missing: str | None = None) -> str:
 
 
 def main_table(result: dict[str, Any]) -> str:
-    """The paper's layout: one line per (row, metric), the paper's number beside ours."""
-    header = ["row", "metric", "paper", "ours [95% CI]", "n", "unscored", "calls / tokens per item", "note"]
+    """The paper's layout: one line per (row, metric), the paper's number beside ours. Ours is first the value
+    counting every item (an unscored one as the worst outcome, as the papers count), then the value over the
+    scored items and the coverage (scored / total)."""
+    header = ["row", "metric", "paper", "ours, all items [95% CI]", "ours, scored items", "coverage", "judge",
+              "calls / tokens per item", "note"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for rec in result["rows"]:
         cost = rec.get("cost")
@@ -443,15 +511,29 @@ def main_table(result: dict[str, Any]) -> str:
             if cost.get("cache_hits_per_item"):
                 cost_text += f" (+ {cost['cache_hits_per_item']:g} cached)"
         title = rec["id"] if rec.get("analogue") else f"{rec['paper_row']} ({rec['id']})"
+        judge = judge_cell(rec)
+        chosen = _selection_text(rec.get("selection")).lstrip("; ")
         for m in rec["metrics"]:
             ours = m["ours"]
-            n = (ours or {}).get("n") if ours else None
-            n = n if n is not None else rec.get("n", "-")
-            note = m["reason"] or m.get("note") or ""
+            note = "; ".join(t for t in (m["reason"], m.get("note"), _level_text(ours), chosen) if t)
             lines.append("| " + " | ".join(_cell(c) for c in (
-                title, m["label"], paper_cell(m["paper"], m.get("paper_missing")), ours_cell(ours) if ours else "cannot compute",
-                n, rec.get("n_unscored", "-"), cost_text, note)) + " |")
+                title, m["label"], paper_cell(m["paper"], m.get("paper_missing")),
+                ours_cell(ours) if ours else "cannot compute", scored_cell(ours), coverage_cell(ours, rec), judge,
+                cost_text, note)) + " |")
     return "\n".join(lines)
+
+
+def judge_cell(rec: dict[str, Any]) -> str:
+    """Who judged a row's matching: '-' for rows with no judge; says so when the judge is the evaluated model."""
+    judge = rec.get("judge_model")
+    if not judge:
+        return "-"
+    return f"{judge} (= evaluated model)" if judge == rec.get("model") else judge
+
+
+def _level_text(ours: dict[str, Any] | None) -> str | None:
+    level = (ours or {}).get("level")
+    return f"level: {level}" if level else None
 
 
 def _selection_text(selection: dict[str, Any] | None) -> str:
@@ -459,8 +541,11 @@ def _selection_text(selection: dict[str, Any] | None) -> str:
     variant = (selection or {}).get("variant") or {}
     if not variant.get("chosen"):
         return ""
-    return (f"; prompt variant {variant['chosen']} chosen by {variant.get('criterion', '?')} on "
-            f"{selection.get('selected_on', '?')}")
+    from halluscope.bench.final_protocol import criterion_name
+
+    return (f"; prompt variant {variant['chosen']} chosen by {criterion_name(variant.get('criterion', '?'))} on "
+            f"{selection.get('selected_on', '?')}"
+            + (" (in-sample: selection items also scored)" if selection.get("overlap") else ""))
 
 
 def render_markdown(result: dict[str, Any]) -> str:

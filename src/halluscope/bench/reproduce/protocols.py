@@ -94,11 +94,14 @@ FINAL = Protocol(
 
 # --- DCR (seed 001) ------------------------------------------------------------------------------------------
 
-_CORR = (
-    Metric("pearson", "Pearson r", "correlation", ("pearson",), "needs at least 3 scored items with varying scores"),
-    Metric("spearman", "Spearman rho", "correlation", ("spearman",), "needs at least 3 scored items with varying scores"),
-    Metric("kendall", "Kendall tau", "correlation", ("kendall",), "needs at least 3 scored items with varying scores"),
-)
+def _corr(key: str, label: str) -> Metric:
+    """A correlation column: per document (averaged) where documents repeat - the summary-level protocol of DCR's
+    line of work - else pooled over all items; the record names the level used."""
+    return Metric(key, label, "correlation", (key,), "needs at least 3 scored items with varying scores",
+                  paper_path=("per_document", key), level_names=("per document, averaged", "pooled"))
+
+
+_CORR = (_corr("pearson", "Pearson r"), _corr("spearman", "Spearman rho"), _corr("kendall", "Kendall tau"))
 _RAI = (
     Metric("n_flagged", "inconsistent (flagged by DCE)", "rai_improvement", ("n_flagged",)),
     Metric("fixed_after_1", "corrected after 1 round", "rai_improvement", ("fixed_after_1",),
@@ -116,7 +119,7 @@ DCR = Protocol(
         Row("bertscore", "BERTScore", _CORR, reason="BERTScore is not a halluscope method"),
         Row("moverscore", "MoverScore", _CORR, reason="MoverScore is not a halluscope method"),
         Row("unieval", "UniEval", _CORR, reason="UniEval (a fine-tuned T5 evaluator) is not a halluscope method"),
-        Row("geval", "G-Eval", _CORR, "geval", {}),
+        Row("geval", "G-Eval", _CORR, "geval", {"prompt": "paper"}),
         Row("dcr", "DCE-AMC", _CORR, "dcr", {"level": "sentence", "amc": "llm"}),
         Row("improve", "DCR with RAI (sentence level)", _RAI, "improve", {"level": "sentence", "rounds": 1}),
         Row("improve_paragraph", "DCR with RAI (paragraph level)", _RAI, "improve", {"level": "paragraph", "rounds": 1}),
@@ -124,7 +127,10 @@ DCR = Protocol(
     embedded_rows=("geval", "dcr"),
     build=lambda ctx: _shared(ctx, "qags"),
     sample_applies_to="items",
-    protocol_notes=("The shared QAGS-CNN file has 100 of the paper's 236 summaries.",),
+    protocol_notes=("The shared QAGS-CNN file has 100 of the paper's 236 summaries.",
+                    "Correlations are per document and averaged where documents repeat (several summaries per "
+                    "source); with one summary per document (QAGS) they are pooled; each row names its level "
+                    "and results.json keeps both."),
 )
 
 
@@ -169,7 +175,7 @@ DOVE = Protocol(
         Row("rouge1", "ROUGE-1", _AUC, "rouge", {"variant": "rouge1"}),
         Row("rouge2", "ROUGE-2", _AUC, "rouge", {"variant": "rouge2"}),
         Row("rougeL", "ROUGE-L", _AUC, "rouge", {"variant": "rougeL"}),
-        Row("geval", "LLM-as-evaluator (G-Eval prompt)", _AUC, "geval", {}),
+        Row("geval", "LLM-as-evaluator (G-Eval prompt)", _AUC, "geval", {"prompt": "paper"}),
         Row("summac_zs", "SummaC-ZS", _AUC, reason="SummaC (an NLI model) is not a halluscope method"),
         Row("summac_conv", "SummaC-Conv", _AUC, reason="SummaC (an NLI model) is not a halluscope method"),
         Row("alignscore", "AlignScore", _AUC, reason="AlignScore (a fine-tuned RoBERTa) is not a halluscope method"),
@@ -274,13 +280,13 @@ LONGDOC = Protocol(
 
 # --- PROBE (seed 004) ----------------------------------------------------------------------------------------
 
-_NO_GOLD_EVIDENCE = ("needs gold evidence for the truthful claims (meta.gold_claims[].evidence, built by "
-                     "`halluscope generate inject --gold-evidence`); see evidence_found_truth_proxy in the row's "
-                     "results.json for our proxy")
+_NO_GOLD_EVIDENCE = ("needs gold evidence for the truthful claims (meta.gold_claims[].evidence): build it with "
+                     "`--build gold_evidence=true` (or `halluscope generate inject --gold-evidence`); see "
+                     "evidence_found_truth_proxy in the row's results.json for our proxy")
 # keys = the paper's metric names, as bench/suite_probe.py computes them (docs/probe.md, "Step metrics")
 _PROBE_METRICS = (
     Metric("decomposition_recall", "claim decomposition recall", "probe_steps", ("decomposition_recall",),
-           "needs the complete gold claim set of the target (meta.gold_claims_complete)"),
+           "needs the complete gold claim set of the target (meta.gold_claims_complete): `--build gold_evidence=true`"),
     Metric("evidence_finding_partial", "evidence finding, partial", "probe_steps", ("evidence_finding_partial",),
            _NO_GOLD_EVIDENCE),
     Metric("evidence_finding_complete", "evidence finding, complete", "probe_steps", ("evidence_finding_complete",),
@@ -306,7 +312,8 @@ async def _build_injected(ctx: Context) -> BuiltSet:
                         notes=[f"{base.spec} already holds gold spans; used as given"])
     faithful = [e for e in base.examples if e.label != 0]
     items = _base_items(ctx, faithful)
-    llm = ctx.get_llm() if ctx.builder == "llm" else None
+    wants_gold = str(ctx.build_options.get("gold_evidence", False)).lower() in ("1", "true", "yes")
+    llm = ctx.get_llm() if ctx.builder == "llm" or wants_gold else None
     return await build_injected(ctx.out_dir / "data", items, faithful, mode=ctx.builder, llm=llm, seed=ctx.seed,
                                 options=ctx.build_options, identity=_identity(ctx, "inject", base, llm is not None),
                                 progress=ctx.progress)

@@ -54,6 +54,11 @@ class DoveOptions(ClaimOptions):
     """llm (the paper) or position (no LLM: order of mention in the source; only for chronologically narrated
     sources)."""
 
+    sorter_input: Literal["decomposition", "shuffled"] = "decomposition"
+    """The order the LLM sorter is shown the events in: decomposition (the paper: the decomposer's listing, i.e. the
+    target's order) or shuffled (a fixed pseudo-random order seeded by the events, so a model that echoes its
+    input cannot make the source order agree with the target)."""
+
 
 @dataclass
 class _OrderOutcome:
@@ -88,7 +93,8 @@ class Dove(ClaimPipeline):
     @property
     def sorter(self) -> DoveSorter:
         if self._sorter is None:
-            self._sorter = DoveSorter(self.llm, self.prompt(DOVE_SORT_PROMPT), seed=self.config.seed or 0)
+            self._sorter = DoveSorter(self.llm, self.prompt(DOVE_SORT_PROMPT), seed=self.config.seed or 0,
+                                      shuffle=self.opts.sorter_input == "shuffled")
         return self._sorter
 
     def stage_names(self) -> dict[str, str]:

@@ -191,15 +191,18 @@ def _placeholder_reason(claim: Claim) -> str:
 class DoveSorter:
     """Events x text -> their chronological order according to the text (the paper's sorter, one call).
 
-    The events are shown in a fixed pseudo-random order (seeded by their texts), never in target order, so
-    that a model echoing its input cannot make every ordering agree with the target."""
+    ``shuffle``: the events are shown in a fixed pseudo-random order (seeded by their texts), never in target
+    order, so that a model echoing its input cannot make every ordering agree with the target. Without it (the
+    paper's setting, ``dove -o sorter_input=decomposition``) they are shown in the order they are given."""
 
     name: ClassVar[str] = "dove.sort"
 
-    def __init__(self, llm: LLM, prompt: PromptTemplate = DOVE_SORT_PROMPT, seed: int = 0):
-        self.llm, self.prompt, self.seed = llm, prompt, seed
+    def __init__(self, llm: LLM, prompt: PromptTemplate = DOVE_SORT_PROMPT, seed: int = 0, shuffle: bool = True):
+        self.llm, self.prompt, self.seed, self.shuffle = llm, prompt, seed, shuffle
 
     def presentation(self, events: Sequence[str]) -> list[int]:
+        if not self.shuffle:
+            return list(range(len(events)))
         digest = hashlib.sha256(("\x1f".join(events) + f"\x1e{self.seed}").encode("utf-8", "surrogatepass")).hexdigest()
         shown = list(range(len(events)))
         random.Random(digest).shuffle(shown)

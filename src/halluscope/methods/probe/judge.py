@@ -3,8 +3,9 @@
 Every judge (a model, times ``samples`` votes with their own seed) reads the claim, the passage and the source
 sentences around it (to understand the passage, not as proof) and answers with :class:`~.replies.EvaluationReply`.
 A vote is valid only when the reply states exactly ``PASS`` or ``FAIL`` in its ``verdict`` field. A passage is
-accepted when the PASS share of the valid votes reaches ``consensus`` (the paper: 3 of 4 judges, 0.75) and
-at least half of the votes are valid; with fewer valid votes it is undecided. With ``batch_size`` > 1 the claims
+accepted when the PASS votes reach ``consensus`` of ALL the votes (an unusable vote counts against; the paper:
+at least 3 of 4 judges, 0.75) - the one rule, shared with the gold builder (:func:`votes_needed`); with fewer
+than half of the votes valid it is undecided. With ``batch_size`` > 1 the claims
 that quoted the same passage (so the same excerpt and surrounding context) share each judge's call, each
 claim judged on its own (:meth:`EvidenceEvaluator.batch`).
 """
@@ -12,6 +13,7 @@ claim judged on its own (:meth:`EvidenceEvaluator.batch`).
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Sequence
 from typing import Any
 from dataclasses import dataclass, field
@@ -54,6 +56,11 @@ class Vote:
     error: str | None = None
 
 
+def votes_needed(consensus: float, votes: int) -> int:
+    """PASS votes needed out of ``votes`` (0.75 of 4 -> 3; 0.75 of 3 -> 3; 0.75 of 1 -> 1)."""
+    return max(1, math.ceil(consensus * votes - 1e-9))
+
+
 @dataclass
 class EvidenceJudgment:
     """Every judge's vote on one passage, and the consensus."""
@@ -70,16 +77,15 @@ class EvidenceJudgment:
 
     @property
     def pass_fraction(self) -> float | None:
-        valid = self.valid_votes
-        return sum(bool(v.passed) for v in valid) / len(valid) if valid else None
+        """PASS votes / all votes (an unusable vote counts against); None with no valid vote."""
+        return sum(v.passed is True for v in self.votes) / len(self.votes) if self.valid_votes else None
 
     @property
     def accepted(self) -> bool | None:
-        """True/False by consensus; None when fewer than half of the votes could be read."""
-        fraction = self.pass_fraction
-        if fraction is None or 2 * len(self.valid_votes) < len(self.votes):
+        """True/False by consensus over all the votes; None when fewer than half of the votes could be read."""
+        if not self.valid_votes or 2 * len(self.valid_votes) < len(self.votes):
             return None
-        return fraction >= self.consensus
+        return sum(v.passed is True for v in self.votes) >= votes_needed(self.consensus, len(self.votes))
 
     def record(self, position: int, rank: int, kind: str) -> dict[str, Any]:
         return {"claim_id": self.claim_id, "context": {"rank": rank, "kind": kind}, "position": position,

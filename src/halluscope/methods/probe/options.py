@@ -26,10 +26,12 @@ class ProbeOptions(ClaimOptions):
     """Sampling temperature of the repeated votes (samples > 1)."""
 
     consensus: float = Field(default=0.75, gt=0.0, le=1.0)
-    """PASS fraction of the valid votes needed to accept a passage (paper: 3 of 4 judges = 0.75)."""
+    """PASS share of ALL the votes needed to accept a passage, an unusable vote counting against (paper: 3 of 4
+    judges = 0.75; the gold builder uses the same rule)."""
 
     max_evidence: int = Field(default=3, ge=1, le=20)
-    """Passages kept per claim (and per context) from the evidence finder."""
+    """Passages kept per claim (and per context) from the evidence finder. It can cap the paper's "complete"
+    evidence finding: the probe_steps suite says so (``capped``) when a gold claim has more gold passages."""
 
     context_sentences: int = Field(default=2, ge=0, le=20)
     """Source sentences shown on each side of a passage as surrounding context when it is judged."""
