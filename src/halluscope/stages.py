@@ -113,6 +113,38 @@ class Verifier(Protocol):
         ...
 
 
+GateOutcome = Literal["supported", "unsupported", "contradicted", "uncertain"]
+
+
+@dataclass
+class GateDecision:
+    """A gate's call on one claim: settled (``supported`` / ``unsupported`` / ``contradicted``) or
+    ``uncertain`` (left for the verifier), with a support score in [0, 1], the reason in words, the source
+    window it compared against and the offending characters in the target."""
+
+    claim: Claim
+    outcome: GateOutcome
+    score: float
+    reason: str
+    evidence: list[Evidence] = field(default_factory=list)
+    target_spans: list[Span] = field(default_factory=list)
+    signals: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def settled(self) -> bool:
+        return self.outcome != "uncertain"
+
+
+@runtime_checkable
+class Gate(Protocol):
+    """(claims, source, target) -> one GateDecision per claim, in order, with no LLM call: the cheap first
+    pass of a cascade (settled claims skip the verifier)."""
+
+    name: str
+
+    async def __call__(self, claims: Sequence[Claim], source: str, target: str | None = None) -> list[GateDecision]: ...
+
+
 @runtime_checkable
 class Aggregator(Protocol):
     """verdicts -> score + sub-scores."""
@@ -133,10 +165,10 @@ class Localizer(Protocol):
 
 PROTOCOLS: dict[str, type] = {
     "decomposer": Decomposer, "context_selector": ContextSelector, "evidence_finder": EvidenceFinder,
-    "verifier": Verifier, "aggregator": Aggregator, "localizer": Localizer,
+    "verifier": Verifier, "aggregator": Aggregator, "localizer": Localizer, "gate": Gate,
 }
 ProtocolName = Literal["decomposer", "context_selector", "evidence_finder", "verifier", "aggregator",
-                       "localizer", "generator"]
+                       "localizer", "gate", "generator"]
 
 
 @dataclass(frozen=True)
@@ -156,6 +188,7 @@ _STAGES: dict[tuple[str, str], StageSpec] = {}
 _BUILTIN_MODULES = (
     "halluscope.methods.pipeline", "halluscope.methods.dove", "halluscope.methods.dcr",
     "halluscope.methods.factscore", "halluscope.methods.probe", "halluscope.methods.localize",
+    "halluscope.methods.gate",
     "halluscope.retrieval", "halluscope.generators.perturb", "halluscope.generators.montage",
     "halluscope.generators.inject",
 )

@@ -26,10 +26,11 @@ from typing import Any, ClassVar
 
 from halluscope.llm import ContextOverflowError
 from halluscope.methods.base import Method
+from halluscope.methods.gate import gate_verdict
 from halluscope.methods.options import ClaimOptions, RetrievalOptions
 from halluscope.records import Claim, Evidence, Finding, LLMCall, Report, StepResult, Verdict
-from halluscope.stages import (Aggregate, Context, Decomposer, Selection, Verifier, build_stage,
-                               register_stage)
+from halluscope.stages import (Aggregate, Context, Decomposer, Gate, GateDecision, Selection, Verifier,
+                               build_stage, register_stage)
 from halluscope.text import split_sentences
 
 MESSAGE_OVERHEAD_TOKENS = 8  # chat-template tokens per message (role markers), a safe over-estimate
@@ -210,6 +211,8 @@ class ClaimPipeline(Method):
         super().__init__(llm, config, **options)
         self._verifier: Verifier | None = None
         self._selector: RetrievalSelector | None = None
+        gate_name = getattr(self.opts, "gate", None)
+        self.gate: Gate | None = build_stage("gate", gate_name, self) if gate_name else None  # fails early on a bad name
 
     # -- stages -------------------------------------------------------------------------------------------
     def make_decomposer(self) -> Decomposer:
@@ -278,14 +281,28 @@ class ClaimPipeline(Method):
         if not claims:
             return Report(method=self.name, unscored_reason="the decomposer found no claims in the target",
                           details=details)
+        settled: dict[str, Verdict] = {}
+        if self.gate is not None:  # cascade: the claims the gate settles skip the verifier
+            decisions = await self.gate(claims, source, target)
+            settled = {_cid(d.claim): gate_verdict(d, self.gate.name) for d in decisions if d.settled}
+            details["gate"] = gate_details(self.gate.name, decisions)
+        rest = [c for c in claims if _cid(c) not in settled]
         selection = await self.selector(source, claims)
-        try:
-            verdicts, trace = await self.verify(claims, selection, source)
-        except ContextOverflowError as exc:
-            if selection.mode != "full" or self.opts.retrieval != "auto":  # type: ignore[attr-defined]
-                raise
-            selection = await self.selector.retrieve(source, claims, f"the model reported a context overflow: {exc}")
-            verdicts, trace = await self.verify(claims, selection, source)
+        trace: dict[str, Any] = {}
+        verdicts: list[Verdict] = []
+        if rest:
+            try:
+                verdicts, trace = await self.verify(rest, selection, source)
+            except ContextOverflowError as exc:
+                if selection.mode != "full" or self.opts.retrieval != "auto":  # type: ignore[attr-defined]
+                    raise
+                selection = await self.selector.retrieve(source, claims,
+                                                         f"the model reported a context overflow: {exc}")
+                verdicts, trace = await self.verify(rest, selection, source)
+        decided_by = f"verifier:{self.verifier.name}"
+        verified = {_cid(v.claim): v if v.decided_by else v.model_copy(update={"decided_by": decided_by})
+                    for v in verdicts}
+        verdicts = [settled.get(_cid(c)) or verified[_cid(c)] for c in claims]
         details["context"] = {**selection.describe(), **trace}
         return PipelineRun(source, target, claims, selection, verdicts, details)
 
@@ -315,12 +332,21 @@ class ClaimPipeline(Method):
 
 
 def claim_finding(verdict: Verdict) -> Finding:
+    """The verdict's offending characters (``verdict.target_spans``) when it has them, else the claim's spans."""
     claim = verdict.claim
     what = "contradicted by" if verdict.label == "contradicted" else "not supported by"
     description = f'"{claim.text}" is {what} the source.' + (f" {verdict.reason}" if verdict.reason else "")
     return Finding(description=description, kind=verdict.label,  # type: ignore[arg-type]
-                   target_spans=list(claim.target_spans), evidence=list(verdict.evidence),
+                   target_spans=list(verdict.target_spans or claim.target_spans), evidence=list(verdict.evidence),
                    claim_ids=[claim.id] if claim.id else [])
+
+
+def gate_details(gate_name: str, decisions: Sequence[GateDecision]) -> dict[str, Any]:
+    """``details["gate"]``: how many claims the gate settled (and how), and which went on to the verifier."""
+    outcomes = {_cid(d.claim): d.outcome for d in decisions}
+    counts = {k: sum(o == k for o in outcomes.values()) for k in ("supported", "unsupported", "contradicted")}
+    return {"stage": gate_name, "settled": sum(counts.values()), **counts,
+            "sent_to_verifier": [cid for cid, o in outcomes.items() if o == "uncertain"], "outcomes": outcomes}
 
 
 def _with_ids(claims: list[Claim]) -> list[Claim]:
