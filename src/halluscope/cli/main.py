@@ -67,7 +67,8 @@ def stages_command(protocol: Optional[str] = typer.Argument(None, help="Only sta
                     fg=typer.colors.RED)
         raise typer.Exit(2)
     for spec in found:
-        typer.echo(f"{spec.protocol:17s} {spec.name:22s} {spec.description}  [{spec.module}]")
+        name = f"{spec.name}:{spec.argument}" if spec.argument else spec.name
+        typer.echo(f"{spec.protocol:17s} {name:22s} {spec.description}  [{spec.module}]")
 
 
 app.command("check")(check_command)

@@ -231,10 +231,13 @@ def _negation_flip(words: list[Token], content: list[Token], best: _Window | Non
 
 def target_spans(claim: Claim, target: str | None, local: Sequence[Span]) -> list[Span]:
     """Claim-relative spans as target spans: offset by the claim's span when the claim is that slice of the
-    target verbatim; else each piece is searched for inside the claim's spans (then the whole target); the
+    target verbatim (without the target: when the claim has one span of its exact length); else each piece is searched for inside the claim's spans (then the whole target); the
     claim's own spans when a piece cannot be found."""
-    if target is None:
-        return list(claim.target_spans)
+    if target is None:  # no target to compare with: trust a single span of the claim's exact length
+        only = claim.target_spans[0] if len(claim.target_spans) == 1 else None
+        if only is None or len(only) != len(claim.text):
+            return list(claim.target_spans)
+        return [Span(start=only.start + s.start, end=only.start + s.end) for s in local]
     exact = next((s for s in claim.target_spans if s.of(target) == claim.text), None)
     out: list[Span] = []
     for span in local:

@@ -245,6 +245,9 @@ class ClaimPipeline(Method):
     def source_fits(self, source: str, claims: Sequence[Claim]) -> bool:
         """Whether the verifier's prompt with the whole source fits the model's context window (True when the
         window is unknown: a ContextOverflowError then switches to retrieval)."""
+        own = getattr(self.verifier, "source_fits", None)
+        if callable(own):  # a verifier that windows the source itself (the encoder checkers)
+            return bool(own(source, claims))
         window = self.llm.context_window
         if window is None:
             return True
