@@ -12,6 +12,7 @@ from halluscope.cli.check import check_command
 from halluscope.cli.improve import improve_command
 from halluscope.cli.reproduce import reproduce_command
 from halluscope.cli.serve import serve_command
+from halluscope.cli.train_verifier import train_verifier_command
 from halluscope.cli.generate_inject import inject_command
 from halluscope.cli.generate_montage import montage_command
 from halluscope.cli.generate_perturb import perturb_command
@@ -77,6 +78,7 @@ app.command("serve")(serve_command)
 app.command("bench")(bench_command)
 app.command("bench-sweep")(bench_sweep_command)
 app.command("reproduce")(reproduce_command)
+app.command("train-verifier")(train_verifier_command)
 generate_app.command("montage")(montage_command)
 generate_app.command("perturb")(perturb_command)
 generate_app.command("inject")(inject_command)

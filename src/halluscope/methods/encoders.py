@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 from halluscope.methods.base import Method
 from halluscope.methods.gate import target_spans
 from halluscope.records import Claim, Evidence, Span, Verdict
-from halluscope.stages import Context, register_stage
+from halluscope.stages import Context, GateDecision, register_stage
 from halluscope.text import split_sentences
 
 DEFAULT_BATCH_SIZE = 16
@@ -364,3 +364,39 @@ def _merge_tokens(text: str, offsets: Sequence[tuple[int, int]]) -> list[Span]:
         else:
             spans.append(Span(start=start, end=end))
     return spans
+
+
+@register_stage("encoder", "verifier", argument="PATH")
+class TrainedVerifier(NLIVerifier):
+    """A `halluscope train-verifier` folder (or any sequence classifier): its calibrated threshold is used."""
+
+    kind = "nli"
+
+
+@register_stage("encoder", "gate", argument="PATH")
+class EncoderGate:
+    """A sequence-classification checker as the cascade's gate: settles a claim when P(supported) is at least
+    ``high`` (supported) or at most ``low`` (unsupported); the rest go on to the verifier."""
+
+    def __init__(self, method: Method | None, model: str, low: float = 0.1, high: float = 0.9):
+        self.verifier = TrainedVerifier(method, model)
+        self.model_id = model
+        self.low, self.high = low, high
+
+    async def __call__(self, claims: Sequence[Claim], source: str, target: str | None = None) -> list[GateDecision]:
+        verdicts = await self.verifier(claims, Context(text=source, kind="source"), source)
+        out = []
+        for claim, verdict in zip(claims, verdicts):
+            p = verdict.score
+            if verdict.label == "unscored" or p is None:
+                outcome, reason = "uncertain", f"Uncertain: {verdict.reason}"
+            elif p >= self.high:
+                outcome, reason = "supported", f"{verdict.reason}; at least {self.high:.2f}, settled"
+            elif p <= self.low:
+                outcome, reason = "unsupported", f"{verdict.reason}; at most {self.low:.2f}, settled"
+            else:
+                outcome, reason = "uncertain", f"Uncertain: {verdict.reason}; between {self.low:.2f} and {self.high:.2f}"
+            out.append(GateDecision(claim=claim, outcome=outcome, score=p if p is not None else 0.0,  # type: ignore[arg-type]
+                                    reason=reason, evidence=verdict.evidence, target_spans=list(claim.target_spans),
+                                    signals={"p_supported": p}))
+        return out
