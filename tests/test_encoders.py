@@ -83,20 +83,20 @@ class KeywordTagger(torch.nn.Module):
 
 
 class KeywordYesNo(torch.nn.Module):
-    """Answers "1" first when every hypothesis token occurs in the premise (input: premise: P hypothesis: H)."""
+    """Answers "1" first when every claim token occurs in the premise (input: predict: PREMISE [SEP] CLAIM)."""
 
     def __init__(self, tokenizer):
         super().__init__()
         self.config = SimpleNamespace(decoder_start_token_id=0, pad_token_id=0)
         self.tok = tokenizer
-        self.split = tokenizer.convert_tokens_to_ids("hypothesis")
+        self.split = tokenizer.sep_token_id
         self.yes, self.no = (tokenizer(w, add_special_tokens=False)["input_ids"][-1] for w in ("1", "0"))
 
     def forward(self, input_ids, attention_mask, decoder_input_ids, **_):
         out = torch.zeros(len(input_ids), 1, self.tok.vocab_size)
         for b, (ids, mask) in enumerate(zip(input_ids, attention_mask)):
             ids = [int(i) for i, m in zip(ids, mask) if m]
-            cut = len(ids) - 1 - ids[::-1].index(self.split)
+            cut = ids.index(self.split)
             premise, claim = _words(ids[:cut], self.tok), _words(ids[cut + 1:], self.tok)
             out[b, 0, self.yes if claim <= premise else self.no] = 6.0
         return SimpleNamespace(logits=out)

@@ -247,23 +247,32 @@ class NLIVerifier(EncoderVerifier):
 
 
 POSITIVE_NEGATIVE = (("1", "0"), ("yes", "no"), ("Yes", "No"))
+WORD_BOUNDARY = "\u2581"  # SentencePiece's word-start piece: MiniCheck-Flan-T5's "not supported" answer
 
 
 @register_stage("seq2seq", "verifier", argument="MODEL")
 class Seq2SeqVerifier(EncoderVerifier):
-    """Text-to-text yes/no checker (MiniCheck-Flan-T5 style): P("1"/"yes") as the first decoded token."""
+    """Text-to-text yes/no checker (MiniCheck-Flan-T5 style): P("1") as the first decoded token."""
 
     kind = "seq2seq"
-    template: ClassVar[str] = "premise: {premise} hypothesis: {claim}"
+    template: ClassVar[str] = "predict: {premise}{separator}{claim}"  # MiniCheck-Flan-T5's input
 
     @staticmethod
     def answer_tokens(tokenizer: Any) -> tuple[int, int]:
+        """(supported, not supported) token ids: "1" against SentencePiece's bare word-start piece when the
+        vocabulary has it (as MiniCheck-Flan-T5 reads its output), else against "0"; else yes/no."""
+        vocab = tokenizer.get_vocab()
         for positive, negative in POSITIVE_NEGATIVE:
             pos = tokenizer(positive, add_special_tokens=False)["input_ids"]
-            neg = tokenizer(negative, add_special_tokens=False)["input_ids"]
+            neg = ([vocab[WORD_BOUNDARY]] if positive == "1" and WORD_BOUNDARY in vocab
+                   else tokenizer(negative, add_special_tokens=False)["input_ids"])
             if pos and neg and pos[-1] != neg[-1] and tokenizer.unk_token_id not in (pos[-1], neg[-1]):
                 return pos[-1], neg[-1]
         raise ValueError("the tokenizer has no distinct tokens for 1/0 or yes/no")
+
+    @staticmethod
+    def separator(tokenizer: Any) -> str:
+        return tokenizer.eos_token or tokenizer.sep_token or " "
 
     def judge(self, checker: LoadedChecker, claims: list[Claim], context: Context) -> list[Verdict]:
         import torch
@@ -276,7 +285,9 @@ class Seq2SeqVerifier(EncoderVerifier):
         pairs = self.pairs(checker, claims, context)
         probs: list[float] = []
         for batch in self.batches(pairs):
-            texts = [self.template.format(premise=context.text[s:e], claim=claims[i].text) for i, s, e in batch]
+            separator = self.separator(checker.tokenizer)
+            texts = [self.template.format(premise=context.text[s:e], separator=separator, claim=claims[i].text)
+                     for i, s, e in batch]
             enc = checker.tokenizer(texts, truncation=True, max_length=checker.max_length, padding=True,
                                     return_tensors="pt").to(checker.device)
             decoder = torch.full((len(batch), 1), int(start), dtype=torch.long, device=checker.device)
