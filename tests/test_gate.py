@@ -69,6 +69,8 @@ def test_a_month_and_a_name_the_source_never_mentions_are_unsupported():
 def test_an_honorific_or_a_mentioned_name_is_not_a_new_name():
     decision, _ = decide("Mr Lines runs the Harbour service.", source="Harbour Lines runs the service.")
     assert decision.signals["missing_names"] == []
+    dotted, _ = decide("The U.K. team met J. Lines.", source="The UK team met Jo Lines.")
+    assert dotted.signals["missing_names"] == []  # "U.K." is one word (= UK); an initial is not a name
 
 
 @pytest.mark.parametrize("claim, cue", [

@@ -15,7 +15,7 @@ from functools import lru_cache
 
 from halluscope.records import Span
 
-_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
+_WORD = re.compile(r"(?:[^\W\d_]\.){2,}|[^\W_]+(?:['’][^\W_]+)*")  # "U.K." is one word
 
 # Stop words: function words that carry no checkable content (English). Negation cues are kept out of this
 # list's use for content precision but detected on their own.
@@ -248,8 +248,8 @@ def names(text: str, toks: list[Token]) -> list[Token]:
     not a stop word, honorific, month or weekday. Acronyms (``NASA``) count."""
     out = []
     for i, t in enumerate(toks):
-        if not t.text[0].isupper() or t.text.isdigit():
-            continue
+        if not t.text[0].isupper() or t.text.isdigit() or len(t.text.rstrip(".")) < 2:
+            continue  # lower case, a number, or an initial
         low = t.lower.replace("’", "'").split("'")[0]
         if low in STOP_WORDS or low in HONORIFICS or low in MONTHS or low in WEEKDAYS or low in NEGATION_WORDS:
             continue
