@@ -170,6 +170,9 @@ class VerifierTrainer:
         import transformers
         from sklearn.metrics import roc_auc_score
 
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # our own progress lines only
         s = self.settings
         self.out.mkdir(parents=True, exist_ok=True)
         pairs = make_pairs(self.examples, s.premise_sentences)
