@@ -134,6 +134,8 @@ class Verdict(_Record):
     score: float | None = None  # e.g. a per-claim probability or +1/-1, when a method has one
     evidence: list[Evidence] = Field(default_factory=list)
     calls: list[LLMCall] = Field(default_factory=list)
+    decided_by: str | None = None  # the stage that gave the label, e.g. "gate:lexical" or "verifier:dove"
+    target_spans: list[Span] = Field(default_factory=list)  # the offending characters, when narrower than the claim
 
     @model_validator(mode="after")
     def _unscored_has_reason(self) -> "Verdict":

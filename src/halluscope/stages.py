@@ -113,6 +113,38 @@ class Verifier(Protocol):
         ...
 
 
+GateOutcome = Literal["supported", "unsupported", "contradicted", "uncertain"]
+
+
+@dataclass
+class GateDecision:
+    """A gate's call on one claim: settled (``supported`` / ``unsupported`` / ``contradicted``) or
+    ``uncertain`` (left for the verifier), with a support score in [0, 1], the reason in words, the source
+    window it compared against and the offending characters in the target."""
+
+    claim: Claim
+    outcome: GateOutcome
+    score: float
+    reason: str
+    evidence: list[Evidence] = field(default_factory=list)
+    target_spans: list[Span] = field(default_factory=list)
+    signals: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def settled(self) -> bool:
+        return self.outcome != "uncertain"
+
+
+@runtime_checkable
+class Gate(Protocol):
+    """(claims, source, target) -> one GateDecision per claim, in order, with no LLM call: the cheap first
+    pass of a cascade (settled claims skip the verifier)."""
+
+    name: str
+
+    async def __call__(self, claims: Sequence[Claim], source: str, target: str | None = None) -> list[GateDecision]: ...
+
+
 @runtime_checkable
 class Aggregator(Protocol):
     """verdicts -> score + sub-scores."""
@@ -133,10 +165,10 @@ class Localizer(Protocol):
 
 PROTOCOLS: dict[str, type] = {
     "decomposer": Decomposer, "context_selector": ContextSelector, "evidence_finder": EvidenceFinder,
-    "verifier": Verifier, "aggregator": Aggregator, "localizer": Localizer,
+    "verifier": Verifier, "aggregator": Aggregator, "localizer": Localizer, "gate": Gate,
 }
 ProtocolName = Literal["decomposer", "context_selector", "evidence_finder", "verifier", "aggregator",
-                       "localizer", "generator"]
+                       "localizer", "gate", "generator"]
 
 
 @dataclass(frozen=True)
@@ -145,6 +177,7 @@ class StageSpec:
     protocol: str
     factory: Callable[..., Any]
     description: str
+    argument: str = ""  # what follows "name:" for a stage that takes one (e.g. MODEL), else ""
 
     @property
     def module(self) -> str:
@@ -156,6 +189,7 @@ _STAGES: dict[tuple[str, str], StageSpec] = {}
 _BUILTIN_MODULES = (
     "halluscope.methods.pipeline", "halluscope.methods.dove", "halluscope.methods.dcr",
     "halluscope.methods.factscore", "halluscope.methods.probe", "halluscope.methods.localize",
+    "halluscope.methods.gate", "halluscope.methods.encoders",
     "halluscope.retrieval", "halluscope.generators.perturb", "halluscope.generators.montage",
     "halluscope.generators.inject",
 )
@@ -167,9 +201,11 @@ class UnknownStageError(ValueError):
     """No stage of that protocol is registered under that name (the message lists the ones that are)."""
 
 
-def register_stage(name: str, protocol: ProtocolName = "generator", description: str = "") -> Callable[[F], F]:
+def register_stage(name: str, protocol: ProtocolName = "generator", description: str = "",
+                   argument: str = "") -> Callable[[F], F]:
     """Decorator for a stage factory (a class or a function taking the method instance). Sets ``name`` on a
-    class and registers it under ``(protocol, name)``."""
+    class and registers it under ``(protocol, name)``. With ``argument`` (e.g. ``"MODEL"``) the stage is
+    selected as ``name:VALUE`` and the factory receives VALUE after the method."""
 
     def deco(factory: F) -> F:
         key = (protocol, name)
@@ -180,7 +216,7 @@ def register_stage(name: str, protocol: ProtocolName = "generator", description:
         if isinstance(factory, type):
             factory.name = name  # type: ignore[attr-defined]
         doc = description or (factory.__doc__ or "").strip().split("\n")[0]
-        _STAGES[key] = StageSpec(name, protocol, factory, doc)
+        _STAGES[key] = StageSpec(name, protocol, factory, doc, argument)
         return factory
 
     return deco
@@ -215,8 +251,18 @@ def stage_spec(protocol: str, name: str) -> StageSpec:
 
 
 def build_stage(protocol: str, name: str, method: "Method", **kwargs: Any) -> Any:
-    """Instantiate the named stage for ``method`` and check that it has the protocol's shape."""
-    stage = stage_spec(protocol, name).factory(method, **kwargs)
+    """Instantiate the named stage for ``method`` and check that it has the protocol's shape. A stage registered
+    with ``argument=`` takes one after a colon: ``nli:cross-encoder/nli-deberta-v3-base`` builds the ``nli``
+    stage with ``argument="cross-encoder/nli-deberta-v3-base"``."""
+    _load_builtins()
+    base, colon, argument = name.partition(":")
+    parametrised = _STAGES.get((protocol, base)) if colon and (protocol, name) not in _STAGES else None
+    if parametrised is not None and parametrised.argument:
+        if not argument:
+            raise UnknownStageError(f"{protocol} stage {base!r} needs its {parametrised.argument} after a colon")
+        stage = parametrised.factory(method, argument, **kwargs)
+    else:
+        stage = stage_spec(protocol, name).factory(method, **kwargs)
     expected = PROTOCOLS.get(protocol)
     if expected is not None and not isinstance(stage, expected):
         raise TypeError(f"{protocol} stage {name!r} does not implement {expected.__name__}")
@@ -224,5 +270,5 @@ def build_stage(protocol: str, name: str, method: "Method", **kwargs: Any) -> An
 
 
 def describe_stages() -> list[dict[str, str]]:
-    return [{"protocol": s.protocol, "name": s.name, "module": s.module, "description": s.description}
-            for s in stages()]
+    return [{"protocol": s.protocol, "name": f"{s.name}:{s.argument}" if s.argument else s.name, "module": s.module,
+             "description": s.description} for s in stages()]

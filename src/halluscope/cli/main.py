@@ -12,6 +12,7 @@ from halluscope.cli.check import check_command
 from halluscope.cli.improve import improve_command
 from halluscope.cli.reproduce import reproduce_command
 from halluscope.cli.serve import serve_command
+from halluscope.cli.train_verifier import train_verifier_command
 from halluscope.cli.generate_inject import inject_command
 from halluscope.cli.generate_montage import montage_command
 from halluscope.cli.generate_perturb import perturb_command
@@ -83,7 +84,8 @@ def stages_command(protocol: Optional[str] = typer.Argument(None, help="Only sta
                     fg=typer.colors.RED)
         raise typer.Exit(2)
     for spec in found:
-        typer.echo(f"{spec.protocol:17s} {spec.name:22s} {spec.description}  [{spec.module}]")
+        name = f"{spec.name}:{spec.argument}" if spec.argument else spec.name
+        typer.echo(f"{spec.protocol:17s} {name:22s} {spec.description}  [{spec.module}]")
 
 
 app.command("check")(check_command)
@@ -92,6 +94,7 @@ app.command("serve")(serve_command)
 app.command("bench")(bench_command)
 app.command("bench-sweep")(bench_sweep_command)
 app.command("reproduce")(reproduce_command)
+app.command("train-verifier")(train_verifier_command)
 generate_app.command("montage")(montage_command)
 generate_app.command("perturb")(perturb_command)
 generate_app.command("inject")(inject_command)

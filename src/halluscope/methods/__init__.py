@@ -22,6 +22,7 @@ _BUILTIN: dict[str, str] = {
     "factscore": "halluscope.methods.factscore:FactScore",
     "probe": "halluscope.methods.probe:Probe",
     "embed": "halluscope.methods.embed:Embed",
+    "gate": "halluscope.methods.gate:GateMethod",
 }
 _REGISTERED: dict[str, type[Method]] = {}
 

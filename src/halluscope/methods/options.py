@@ -115,3 +115,6 @@ class ClaimOptions(RetrievalOptions):
 
     verifier: str | None = None
     """A registered verifier stage to use instead of the method's own (see `halluscope stages`)."""
+
+    gate: str | None = None
+    """A gate run before the verifier (cascade): `lexical` or `encoder:DIR`; the claims it settles skip the verifier (no LLM call), the uncertain ones go on."""

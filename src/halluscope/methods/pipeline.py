@@ -25,13 +25,14 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from halluscope.methods.base import Method
+from halluscope.methods.gate import gate_verdict
 from halluscope.methods.options import ClaimOptions, RetrievalOptions
 from halluscope.config import Config
 from halluscope.llm import LLM, ContextOverflowError
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Evidence, Finding, LLMCall, Relation, Report, StepResult, Verdict
-from halluscope.stages import (Aggregate, Context, Decomposer, Selection, Verifier, build_stage,
-                               register_stage)
+from halluscope.stages import (Aggregate, Context, Decomposer, Gate, GateDecision, Selection, Verifier,
+                               build_stage, register_stage)
 from halluscope.text import split_sentences
 from halluscope.tracing import stage_span
 
@@ -218,6 +219,8 @@ class ClaimPipeline(Method):
         super().__init__(llm, config, **options)
         self._verifier: Verifier | None = None
         self._selector: RetrievalSelector | None = None
+        gate_name = getattr(self.opts, "gate", None)
+        self.gate: Gate | None = build_stage("gate", gate_name, self) if gate_name else None  # fails early on a bad name
 
     # -- stages -------------------------------------------------------------------------------------------
     def make_decomposer(self) -> Decomposer:
@@ -250,6 +253,9 @@ class ClaimPipeline(Method):
     def source_fits(self, source: str, claims: Sequence[Claim]) -> bool:
         """Whether the verifier's prompt with the whole source fits the model's context window (True when the
         window is unknown: a ContextOverflowError then switches to retrieval)."""
+        own = getattr(self.verifier, "source_fits", None)
+        if callable(own):  # a verifier that windows the source itself (the encoder checkers)
+            return bool(own(source, claims))
         window = self.llm.context_window
         if window is None:
             return True
@@ -289,19 +295,33 @@ class ClaimPipeline(Method):
         if not claims:
             return Report(method=self.name, unscored_reason="the decomposer found no claims in the target",
                           details=details)
+        settled: dict[str, Verdict] = {}
+        if self.gate is not None:  # cascade: the claims the gate settles skip the verifier
+            with stage_span("gate", self.gate.name):
+                decisions = await self.gate(claims, source, target)
+            settled = {_cid(d.claim): gate_verdict(d, self.gate.name) for d in decisions if d.settled}
+            details["gate"] = gate_details(self.gate.name, decisions)
+        rest = [c for c in claims if _cid(c) not in settled]
         with stage_span("context_selector", self.selector.name):
             selection = await self.selector(source, claims)
-        try:
-            with stage_span("verifier", self.verifier.name):
-                verdicts, trace = await self.verify(claims, selection, source)
-        except ContextOverflowError as exc:
-            if selection.mode != "full" or self.opts.retrieval != "auto":  # type: ignore[attr-defined]
-                raise
-            with stage_span("context_selector", self.selector.name):
-                selection = await self.selector.retrieve(source, claims,
-                                                         f"the model reported a context overflow: {exc}")
-            with stage_span("verifier", self.verifier.name):
-                verdicts, trace = await self.verify(claims, selection, source)
+        trace: dict[str, Any] = {}
+        verdicts: list[Verdict] = []
+        if rest:
+            try:
+                with stage_span("verifier", self.verifier.name):
+                    verdicts, trace = await self.verify(rest, selection, source)
+            except ContextOverflowError as exc:
+                if selection.mode != "full" or self.opts.retrieval != "auto":  # type: ignore[attr-defined]
+                    raise
+                with stage_span("context_selector", self.selector.name):
+                    selection = await self.selector.retrieve(source, claims,
+                                                             f"the model reported a context overflow: {exc}")
+                with stage_span("verifier", self.verifier.name):
+                    verdicts, trace = await self.verify(rest, selection, source)
+        decided_by = f"verifier:{self.verifier.name}"
+        verified = {_cid(v.claim): v if v.decided_by else v.model_copy(update={"decided_by": decided_by})
+                    for v in verdicts}
+        verdicts = [settled.get(_cid(c)) or verified[_cid(c)] for c in claims]
         details["context"] = {**selection.describe(), **trace}
         return PipelineRun(source, target, claims, selection, verdicts, details)
 
@@ -334,12 +354,21 @@ class ClaimPipeline(Method):
 
 
 def claim_finding(verdict: Verdict) -> Finding:
+    """The verdict's offending characters (``verdict.target_spans``) when it has them, else the claim's spans."""
     claim = verdict.claim
     what = "contradicted by" if verdict.label == "contradicted" else "not supported by"
     description = f'"{claim.text}" is {what} the source.' + (f" {verdict.reason}" if verdict.reason else "")
     return Finding(description=description, kind=verdict.label,  # type: ignore[arg-type]
-                   target_spans=list(claim.target_spans), evidence=list(verdict.evidence),
+                   target_spans=list(verdict.target_spans or claim.target_spans), evidence=list(verdict.evidence),
                    claim_ids=[claim.id] if claim.id else [])
+
+
+def gate_details(gate_name: str, decisions: Sequence[GateDecision]) -> dict[str, Any]:
+    """``details["gate"]``: how many claims the gate settled (and how), and which went on to the verifier."""
+    outcomes = {_cid(d.claim): d.outcome for d in decisions}
+    counts = {k: sum(o == k for o in outcomes.values()) for k in ("supported", "unsupported", "contradicted")}
+    return {"stage": gate_name, "settled": sum(counts.values()), **counts,
+            "sent_to_verifier": [cid for cid, o in outcomes.items() if o == "uncertain"], "outcomes": outcomes}
 
 
 def _with_ids(claims: list[Claim]) -> list[Claim]:

@@ -15,9 +15,9 @@ where one pysbd pass over just 32,000 words took 45 s (16,000 words: 9.6 s). pys
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 from halluscope.records import Span
@@ -35,11 +35,18 @@ class Sentence:
     index: int
 
 
-@lru_cache(maxsize=4)
+_PER_THREAD = threading.local()
+
+
 def _segmenter(language: str) -> Any:
+    """One pysbd Segmenter per thread and language: a Segmenter keeps the text it is splitting on itself, so
+    one shared by worker threads (sources indexed in parallel) returned one text's sentences for another."""
     import pysbd
 
-    return pysbd.Segmenter(language=language, clean=False, char_span=False)
+    cache = _PER_THREAD.__dict__.setdefault("segmenters", {})
+    if language not in cache:
+        cache[language] = pysbd.Segmenter(language=language, clean=False, char_span=False)
+    return cache[language]
 
 
 def _blocks(text: str) -> list[tuple[int, int]]:

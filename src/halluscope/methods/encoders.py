@@ -1,0 +1,413 @@
+"""The field's encoder checkers as verifier stages (no LLM): ``-o verifier=nli:MODEL``, ``seq2seq:MODEL``,
+``tagger:MODEL`` on every claim method. MODEL is a Hugging Face model id or a local folder, loaded with
+``transformers`` (the ``encoders`` extra); a model that cannot be loaded (offline, missing, wrong kind) makes
+every claim ``unscored`` with the reason, never a crash inside a batch.
+
+* ``nli`` -- sequence classification of (premise = source window, hypothesis = claim): NLI models
+  (SummaC-style zero-shot, e.g. ``cross-encoder/nli-deberta-v3-base``, ``roberta-large-mnli``), binary checkers
+  (MiniCheck-RoBERTa/DeBERTa: label 1 = supported), single-logit cross-encoders, and halluscope's own
+  ``train-verifier`` output. The entailment column comes from the model config's ``id2label``.
+* ``seq2seq`` -- a yes/no text-to-text checker (MiniCheck-Flan-T5 style): the probability of "1"/"yes" as the
+  first decoded token for ``premise: WINDOW hypothesis: CLAIM``.
+* ``tagger`` -- token classification (LettuceDetect style): the claim's tokens tagged hallucinated become the
+  verdict's target spans (character offsets), so findings point at the words.
+
+A context longer than the model's input is cut into windows of whole sentences that fit next to the claim;
+each claim is scored against every window, batched, and keeps its best window (max support; for the tagger a
+token is hallucinated only if it is against every window).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from halluscope.methods.base import Method
+from halluscope.methods.gate import target_spans
+from halluscope.records import Claim, Evidence, Span, Verdict
+from halluscope.stages import Context, GateDecision, register_stage
+from halluscope.text import split_sentences
+
+DEFAULT_BATCH_SIZE = 16
+MAX_INPUT_TOKENS = 4096  # upper bound when neither the tokenizer nor the config states a usable limit
+SETTINGS_FILE = "halluscope_verifier.json"  # written by train-verifier: {"threshold": ...}
+
+_SUPPORT_WORDS = ("entail", "support", "consistent", "faithful", "factual", "grounded")
+_NEGATED = ("not", "non", "in", "un")
+_CONTRADICTION_WORDS = ("contradict", "refute")
+_HALLUCINATION_WORDS = ("halluc", "unsupported", "inconsistent")
+
+
+class EncoderUnavailable(RuntimeError):
+    """The checker model could not be loaded (not installed, offline, missing, or not that kind of model)."""
+
+
+@dataclass
+class LoadedChecker:
+    name: str
+    kind: str
+    tokenizer: Any
+    model: Any
+    device: str
+    max_length: int
+    threshold: float = 0.5
+
+
+_LOADED: dict[tuple[str, str], LoadedChecker] = {}
+_LOAD_LOCK = threading.Lock()
+_AUTO_CLASSES = {"nli": "AutoModelForSequenceClassification", "seq2seq": "AutoModelForSeq2SeqLM",
+                 "tagger": "AutoModelForTokenClassification"}
+
+
+def load_checker(kind: str, model_id: str) -> LoadedChecker:
+    """The tokenizer and model of ``model_id`` for a checker of ``kind``, loaded once per process."""
+    key = (kind, model_id)
+    with _LOAD_LOCK:
+        if key in _LOADED:
+            return _LOADED[key]
+        try:
+            import torch
+            import transformers
+        except ImportError as exc:
+            raise EncoderUnavailable(f"the {kind} checker needs torch and transformers: "
+                                     "pip install 'halluscope[encoders]'") from exc
+        try:
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
+        except ImportError:  # pragma: no cover
+            pass
+        try:
+            tokenizer = transformers.AutoTokenizer.from_pretrained(model_id)
+            model = getattr(transformers, _AUTO_CLASSES[kind]).from_pretrained(model_id)
+        except (OSError, ValueError, KeyError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise EncoderUnavailable(
+                f"could not load the {kind} checker {model_id!r}: {first[:300]}. A Hugging Face id needs the Hub "
+                "or its files in the local Hugging Face cache (HF_HUB_OFFLINE=1 reads only the cache); a local "
+                "folder needs config.json, the weights and the tokenizer files") from exc
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        model.to(device).eval()
+        limits = [n for n in (getattr(tokenizer, "model_max_length", None),
+                              getattr(model.config, "max_position_embeddings", None)) if isinstance(n, int) and n > 0]
+        max_length = min([*limits, MAX_INPUT_TOKENS])
+        threshold = 0.5
+        settings = Path(model_id) / SETTINGS_FILE
+        if settings.is_file():
+            threshold = float(json.loads(settings.read_text()).get("threshold", 0.5))
+        _LOADED[key] = checker = LoadedChecker(model_id, kind, tokenizer, model, device, max_length, threshold)
+        return checker
+
+
+def label_index(id2label: dict[int, str], words: Sequence[str]) -> int | None:
+    """The column whose label names one of ``words`` (``ENTAILMENT``, ``supported``), skipping negated ones
+    (``not_entailment``, ``inconsistent``)."""
+    for index, label in sorted(id2label.items()):
+        low = str(label).lower()
+        if any(w in low for w in words) and not any(low.startswith(n) and not any(low.startswith(w) for w in words)
+                                                      for n in _NEGATED):
+            return int(index)
+    return None
+
+
+def sentence_windows(tokenizer: Any, text: str, claim: str, max_length: int) -> list[tuple[int, int]]:
+    """``text`` cut into runs of whole sentences that fit in one input next to ``claim`` (character ranges);
+    one sentence too long for any window is a window of its own (the tokenizer truncates it)."""
+    budget = max_length - len(tokenizer(claim, add_special_tokens=False)["input_ids"]) - 8
+    sentences = split_sentences(text) or []
+    if not sentences:
+        return [(0, len(text))] if text.strip() else []
+    windows: list[tuple[int, int]] = []
+    start = end = None
+    used = 0
+    for sentence in sentences:
+        size = len(tokenizer(sentence.text, add_special_tokens=False)["input_ids"])
+        if start is not None and used + size > budget:
+            windows.append((start, end))  # type: ignore[arg-type]
+            start = None
+        if start is None:
+            start, used = sentence.span.start, 0
+        end = sentence.span.end
+        used += size
+    windows.append((start, end))  # type: ignore[arg-type]
+    return windows
+
+
+def _source_span(context: Context, start: int, end: int) -> Span | None:
+    if context.span is not None:
+        return Span(start=context.span.start + start, end=context.span.start + end)
+    return Span(start=start, end=end) if context.kind == "source" else None
+
+
+class EncoderVerifier:
+    """Shared plumbing: load once, window the context, batch every (window, claim) pair, keep each claim's
+    best window; a load or inference failure makes the claims unscored with the reason."""
+
+    name: ClassVar[str]
+    kind: ClassVar[str]
+
+    def __init__(self, method: Method | None, model: str, batch_size: int = DEFAULT_BATCH_SIZE):
+        self.model_id = model
+        self.batch_size = batch_size
+
+    def reserve_tokens(self, claims: Sequence[Claim]) -> int:
+        return 0  # nothing goes to the LLM
+
+    def source_fits(self, source: str, claims: Sequence[Claim]) -> bool:
+        return True  # the verifier windows a long source itself
+
+    async def __call__(self, claims: Sequence[Claim], context: Context, source: str) -> list[Verdict]:
+        try:
+            checker = await asyncio.to_thread(load_checker, self.kind, self.model_id)
+        except EncoderUnavailable as exc:
+            return [Verdict.unscored(c, str(exc)) for c in claims]
+        try:
+            return await asyncio.to_thread(self.judge, checker, list(claims), context)
+        except (RuntimeError, ValueError, IndexError, TypeError) as exc:  # torch raises RuntimeError
+            return [Verdict.unscored(c, f"{self.kind} checker {self.model_id!r} failed: {exc}"[:1000])
+                    for c in claims]
+
+    def pairs(self, checker: LoadedChecker, claims: list[Claim], context: Context
+              ) -> list[tuple[int, int, int]]:
+        """(claim index, window start, window end) for every claim and window of the context."""
+        out = []
+        for i, claim in enumerate(claims):
+            for start, end in sentence_windows(checker.tokenizer, context.text, claim.text, checker.max_length):
+                out.append((i, start, end))
+        return out
+
+    def judge(self, checker: LoadedChecker, claims: list[Claim], context: Context) -> list[Verdict]:
+        raise NotImplementedError
+
+    def batches(self, items: list[Any]) -> list[list[Any]]:
+        return [items[i:i + self.batch_size] for i in range(0, len(items), self.batch_size)]
+
+
+@register_stage("nli", "verifier", argument="MODEL")
+class NLIVerifier(EncoderVerifier):
+    """Sequence-classification checker (NLI, MiniCheck-RoBERTa/DeBERTa, cross-encoders): P(entailment) per window."""
+
+    kind = "nli"
+
+    def judge(self, checker: LoadedChecker, claims: list[Claim], context: Context) -> list[Verdict]:
+        import torch
+
+        config = checker.model.config
+        id2label = {int(k): v for k, v in (getattr(config, "id2label", None) or {}).items()}
+        n_labels = int(getattr(config, "num_labels", len(id2label)))
+        support = label_index(id2label, _SUPPORT_WORDS)
+        contradiction = label_index(id2label, _CONTRADICTION_WORDS)
+        if support is None and n_labels == 2:
+            support = 1  # binary checkers (MiniCheck): 1 = supported
+        if support is None and n_labels != 1:
+            raise ValueError(f"cannot tell which of the labels {id2label} means entailment")
+        pairs = self.pairs(checker, claims, context)
+        probs: list[tuple[float, float | None]] = []
+        for batch in self.batches(pairs):
+            enc = checker.tokenizer([context.text[s:e] for _, s, e in batch], [claims[i].text for i, _, _ in batch],
+                                    truncation="only_first", max_length=checker.max_length, padding=True,
+                                    return_tensors="pt").to(checker.device)
+            with torch.no_grad():
+                logits = checker.model(**enc).logits.float()
+            if n_labels == 1:
+                probs += [(float(p), None) for p in torch.sigmoid(logits[:, 0])]
+                continue
+            soft = torch.softmax(logits, dim=-1)
+            for row in soft:
+                probs.append((float(row[support]), None if contradiction is None or int(row.argmax()) != contradiction
+                              else float(row[contradiction])))
+        verdicts = []
+        for i, claim in enumerate(claims):
+            mine = [(p, c, s, e) for (j, s, e), (p, c) in zip(pairs, probs) if j == i]
+            if not mine:
+                verdicts.append(Verdict.unscored(claim, "the context is empty: nothing to check the claim against"))
+                continue
+            p, _, s, e = max(mine, key=lambda m: m[0])
+            contradicting = [m for m in mine if m[1] is not None]
+            if p >= checker.threshold:
+                label, relation, (s, e) = "supported", "supports", (s, e)
+            elif contradicting:
+                _, _, s, e = max(contradicting, key=lambda m: m[1] or 0.0)
+                label, relation = "contradicted", "contradicts"
+            else:
+                label, relation = "unsupported", "related"
+            reason = (f"{checker.name}: entailment probability {p:.2f} (best of {len(mine)} source window"
+                      f"{'s' if len(mine) > 1 else ''}; threshold {checker.threshold:.2f})")
+            if label == "contradicted":
+                reason += "; a window is classified as contradicting the claim"
+            verdicts.append(Verdict(claim=claim, label=label, reason=reason, score=round(p, 6),  # type: ignore[arg-type]
+                                    evidence=[Evidence(text=context.text[s:e], span=_source_span(context, s, e),
+                                                       relation=relation)]))  # type: ignore[arg-type]
+        return verdicts
+
+
+POSITIVE_NEGATIVE = (("1", "0"), ("yes", "no"), ("Yes", "No"))
+WORD_BOUNDARY = "\u2581"  # SentencePiece's word-start piece: MiniCheck-Flan-T5's "not supported" answer
+
+
+@register_stage("seq2seq", "verifier", argument="MODEL")
+class Seq2SeqVerifier(EncoderVerifier):
+    """Text-to-text yes/no checker (MiniCheck-Flan-T5 style): P("1") as the first decoded token."""
+
+    kind = "seq2seq"
+    template: ClassVar[str] = "predict: {premise}{separator}{claim}"  # MiniCheck-Flan-T5's input
+
+    @staticmethod
+    def answer_tokens(tokenizer: Any) -> tuple[int, int]:
+        """(supported, not supported) token ids: "1" against SentencePiece's bare word-start piece when the
+        vocabulary has it (as MiniCheck-Flan-T5 reads its output), else against "0"; else yes/no."""
+        vocab = tokenizer.get_vocab()
+        for positive, negative in POSITIVE_NEGATIVE:
+            pos = tokenizer(positive, add_special_tokens=False)["input_ids"]
+            neg = ([vocab[WORD_BOUNDARY]] if positive == "1" and WORD_BOUNDARY in vocab
+                   else tokenizer(negative, add_special_tokens=False)["input_ids"])
+            if pos and neg and pos[-1] != neg[-1] and tokenizer.unk_token_id not in (pos[-1], neg[-1]):
+                return pos[-1], neg[-1]
+        raise ValueError("the tokenizer has no distinct tokens for 1/0 or yes/no")
+
+    @staticmethod
+    def separator(tokenizer: Any) -> str:
+        return tokenizer.eos_token or tokenizer.sep_token or " "
+
+    def judge(self, checker: LoadedChecker, claims: list[Claim], context: Context) -> list[Verdict]:
+        import torch
+
+        yes, no = self.answer_tokens(checker.tokenizer)
+        model = checker.model
+        start = model.config.decoder_start_token_id
+        if start is None:
+            start = model.config.pad_token_id or 0
+        pairs = self.pairs(checker, claims, context)
+        probs: list[float] = []
+        for batch in self.batches(pairs):
+            separator = self.separator(checker.tokenizer)
+            texts = [self.template.format(premise=context.text[s:e], separator=separator, claim=claims[i].text)
+                     for i, s, e in batch]
+            enc = checker.tokenizer(texts, truncation=True, max_length=checker.max_length, padding=True,
+                                    return_tensors="pt").to(checker.device)
+            decoder = torch.full((len(batch), 1), int(start), dtype=torch.long, device=checker.device)
+            with torch.no_grad():
+                logits = model(**enc, decoder_input_ids=decoder).logits[:, 0, :].float()
+            probs += [float(p) for p in torch.softmax(logits[:, [yes, no]], dim=-1)[:, 0]]
+        verdicts = []
+        for i, claim in enumerate(claims):
+            mine = [(p, s, e) for (j, s, e), p in zip(pairs, probs) if j == i]
+            if not mine:
+                verdicts.append(Verdict.unscored(claim, "the context is empty: nothing to check the claim against"))
+                continue
+            p, s, e = max(mine)
+            supported = p >= checker.threshold
+            verdicts.append(Verdict(
+                claim=claim, label="supported" if supported else "unsupported", score=round(p, 6),
+                reason=f"{checker.name}: P(yes) {p:.2f} (best of {len(mine)} source window"
+                       f"{'s' if len(mine) > 1 else ''}; threshold {checker.threshold:.2f})",
+                evidence=[Evidence(text=context.text[s:e], span=_source_span(context, s, e),
+                                   relation="supports" if supported else "related")]))
+        return verdicts
+
+
+@register_stage("tagger", "verifier", argument="MODEL")
+class TokenTaggerVerifier(EncoderVerifier):
+    """Token-classification span tagger (LettuceDetect style): hallucinated claim tokens become target spans."""
+
+    kind = "tagger"
+
+    def judge(self, checker: LoadedChecker, claims: list[Claim], context: Context) -> list[Verdict]:
+        import torch
+
+        config = checker.model.config
+        id2label = {int(k): v for k, v in (getattr(config, "id2label", None) or {}).items()}
+        flagged_column = label_index(id2label, _HALLUCINATION_WORDS)
+        if flagged_column is None and int(getattr(config, "num_labels", len(id2label))) == 2:
+            flagged_column = 1  # LettuceDetect: 1 = hallucinated token
+        if flagged_column is None:
+            raise ValueError(f"cannot tell which of the labels {id2label} marks a hallucinated token")
+        pairs = self.pairs(checker, claims, context)
+        per_pair: list[dict[tuple[int, int], float]] = []  # claim-token offsets -> P(hallucinated)
+        for batch in self.batches(pairs):
+            enc = checker.tokenizer([context.text[s:e] for _, s, e in batch], [claims[i].text for i, _, _ in batch],
+                                    truncation="only_first", max_length=checker.max_length, padding=True,
+                                    return_offsets_mapping=True, return_tensors="pt")
+            offsets = enc.pop("offset_mapping")
+            sequence_ids = [enc.sequence_ids(b) for b in range(len(batch))]
+            with torch.no_grad():
+                soft = torch.softmax(checker.model(**enc.to(checker.device)).logits.float(), dim=-1)[..., flagged_column]
+            for b in range(len(batch)):
+                per_pair.append({(int(offsets[b, t, 0]), int(offsets[b, t, 1])): float(soft[b, t])
+                                 for t, seq in enumerate(sequence_ids[b])
+                                 if seq == 1 and offsets[b, t, 1] > offsets[b, t, 0]})
+        verdicts = []
+        for i, claim in enumerate(claims):
+            mine = [(probs, s, e) for (j, s, e), probs in zip(pairs, per_pair) if j == i]
+            if not mine or not mine[0][0]:
+                verdicts.append(Verdict.unscored(claim, "nothing to tag: empty context or claim"))
+                continue
+            # a token is hallucinated only if it is against every window (the max over windows of support)
+            lowest = {tok: min(p[0].get(tok, 1.0) for p in mine) for tok in mine[0][0]}
+            best_probs, s, e = min(mine, key=lambda m: max(m[0].values()))
+            flagged = sorted(tok for tok, p in lowest.items() if p >= checker.threshold)
+            local = _merge_tokens(claim.text, flagged)
+            worst = max(lowest.values())
+            evidence = [Evidence(text=context.text[s:e], span=_source_span(context, s, e),
+                                 relation="related" if flagged else "supports")]
+            if flagged:
+                words = ", ".join(f'"{sp.of(claim.text)}"' for sp in local)
+                verdicts.append(Verdict(claim=claim, label="unsupported", score=round(1 - worst, 6),
+                                        reason=f"{checker.name}: tokens tagged hallucinated: {words}",
+                                        evidence=evidence, target_spans=target_spans(claim, None, local)))
+            else:
+                verdicts.append(Verdict(claim=claim, label="supported", score=round(1 - worst, 6), evidence=evidence,
+                                        reason=f"{checker.name}: no token tagged hallucinated (highest P {worst:.2f})"))
+        return verdicts
+
+
+def _merge_tokens(text: str, offsets: Sequence[tuple[int, int]]) -> list[Span]:
+    """Flagged token offsets as spans, neighbours joined when only whitespace lies between them."""
+    spans: list[Span] = []
+    for start, end in offsets:
+        if spans and not text[spans[-1].end:start].strip():
+            spans[-1] = Span(start=spans[-1].start, end=max(end, spans[-1].end))
+        else:
+            spans.append(Span(start=start, end=end))
+    return spans
+
+
+@register_stage("encoder", "verifier", argument="PATH")
+class TrainedVerifier(NLIVerifier):
+    """A `halluscope train-verifier` folder (or any sequence classifier): its calibrated threshold is used."""
+
+    kind = "nli"
+
+
+@register_stage("encoder", "gate", argument="PATH")
+class EncoderGate:
+    """A sequence-classification checker as the cascade's gate: settles a claim when P(supported) is at least
+    ``high`` (supported) or at most ``low`` (unsupported); the rest go on to the verifier."""
+
+    def __init__(self, method: Method | None, model: str, low: float = 0.1, high: float = 0.9):
+        self.verifier = TrainedVerifier(method, model)
+        self.model_id = model
+        self.low, self.high = low, high
+
+    async def __call__(self, claims: Sequence[Claim], source: str, target: str | None = None) -> list[GateDecision]:
+        verdicts = await self.verifier(claims, Context(text=source, kind="source"), source)
+        out = []
+        for claim, verdict in zip(claims, verdicts):
+            p = verdict.score
+            if verdict.label == "unscored" or p is None:
+                outcome, reason = "uncertain", f"Uncertain: {verdict.reason}"
+            elif p >= self.high:
+                outcome, reason = "supported", f"{verdict.reason}; at least {self.high:.2f}, settled"
+            elif p <= self.low:
+                outcome, reason = "unsupported", f"{verdict.reason}; at most {self.low:.2f}, settled"
+            else:
+                outcome, reason = "uncertain", f"Uncertain: {verdict.reason}; between {self.low:.2f} and {self.high:.2f}"
+            out.append(GateDecision(claim=claim, outcome=outcome, score=p if p is not None else 0.0,  # type: ignore[arg-type]
+                                    reason=reason, evidence=verdict.evidence, target_spans=list(claim.target_spans),
+                                    signals={"p_supported": p}))
+        return out
