@@ -530,7 +530,8 @@ def main() -> None:
                         "then ../shared/data)")
     parser.add_argument("--limit", type=int, default=20, help="items (QAGS: the first N; labelled sets: N per domain)")
     parser.add_argument("--base-url", help="an OpenAI-compatible endpoint (default: start llama_cpp.server)")
-    parser.add_argument("--model", default=ALIAS)
+    parser.add_argument("--model", default=None, help="model name at --base-url (default: the alias of the "
+                        "llama_cpp.server started here, e.g. smollm2-server)")
     parser.add_argument("--api-key", default=SERVER_KEY)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--n-ctx", type=int, default=8192, help="context of the llama_cpp.server started here")
@@ -555,6 +556,8 @@ def main() -> None:
 
     from halluscope.config import Config
 
+    if args.model is None:
+        args.model = ALIAS if args.embedded_model == "smollm2" else f"{args.embedded_model}-server"
     items = select_items(args.dataset, args.data_dir, args.limit)
     plan = method_plan(args.batch_size)
     if args.methods:
@@ -577,7 +580,8 @@ def main() -> None:
     if args.base_url:
         upstream = args.base_url
     else:
-        proc, upstream = start_llama_server(args.n_ctx, args.threads, embedded_model=args.embedded_model)
+        proc, upstream = start_llama_server(args.n_ctx, args.threads, embedded_model=args.embedded_model,
+                                            alias=args.model)
     started = time.monotonic()
     skipped: dict[str, str] = {}
     try:

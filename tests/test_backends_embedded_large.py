@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from halluscope.config import Config
-from halluscope.llm import get_llm
+from halluscope.llm import build_api, get_llm
 from halluscope.llm.structured import generate_reply
 from halluscope.methods.geval import GevalReply
 
@@ -41,7 +41,8 @@ def test_readme_quick_start_on_the_large_model(large_model_dir, tmp_path, monkey
 
 async def test_large_model_answers_a_reply_schema_unconstrained_first(large_model_dir, monkeypatch) -> None:
     monkeypatch.setenv("HALLUSCOPE_MODEL_DIR", str(large_model_dir))
-    llm = get_llm(Config(model="embedded:qwen2.5-coder-1.5b", cache=False, max_tokens=24))
+    assert build_api(Config(model="embedded:qwen2.5-coder-1.5b", cache=False)).structured_output == "schema"
+    llm = get_llm(Config(model="embedded:qwen2.5-coder-1.5b", cache=False, max_tokens=24, structured_output="plain"))
     assert llm.name == "embedded:qwen2.5-coder-1.5b" and llm.api.structured_output == "plain"
     messages = [{"role": "user", "content": "SOURCE: The ferry runs every 30 minutes.\nTEXT: The ferry runs "
                  "every 30 minutes.\nRate the TEXT's consistency with the SOURCE from 1 to 5.\n"

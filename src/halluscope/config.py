@@ -65,9 +65,9 @@ class Config(BaseSettings):
     """How the first request for a structured (JSON) reply asks the model: ``schema`` (the reply's JSON schema,
     for constrained decoding), ``json_object`` (JSON mode) or ``plain`` (the prompt's format instructions
     alone). The repair request always sends the schema and every reply is validated against it, so no way
-    yields a score without a stated verdict. ``auto``: the backend's measured choice -- ``plain`` for the
-    embedded Qwen2.5-Coder-1.5B (llama.cpp's grammar slows its generation; it follows the format unaided),
-    ``schema`` for SmolLM2 and for OpenAI-compatible endpoints (see ``docs/structured_output.md``)."""
+    yields a score without a stated verdict. ``auto``: the backend's measured choice -- ``schema`` for both
+    embedded models and for OpenAI-compatible endpoints (``docs/structured_output.md``); ``plain`` is faster
+    for long replies of the 1.5B model on a heavily loaded CPU and for a llama.cpp server endpoint."""
 
     embedded_n_ctx: int = 8192
     """Context window for the embedded model, in tokens."""
