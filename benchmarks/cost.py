@@ -427,8 +427,8 @@ def accuracy(mine: list[Row]) -> dict[str, Any]:
         counts = [(r.match["matched_gold"], r.match["n_pred"], r.match["n_gold"]) for r in judged]  # type: ignore[index]
         out["final_match"] = {
             "judge": judged[0].match.get("judge"),  # type: ignore[union-attr]
-            "f1": _ci(lambda idx: final_prf([counts[i] for i in idx]).f1, len(counts)),
             **final_prf(counts).as_dict(),
+            "f1": _ci(lambda idx: final_prf([counts[i] for i in idx]).f1, len(counts)),  # the CI, beside P and R
             "unmatched_items": sum(1 for r in mine if r.match and r.match.get("matched_gold") is None),
         }
     return out

@@ -91,3 +91,40 @@ def test_cost_records_labels_and_gives_auc_per_domain_and_a_larger_limit_keeps_t
         assert accuracy["auc"]["value"] == 1.0 and accuracy["auc"]["n"] == 8  # the stub rates odd claims higher
         assert set(accuracy["auc_per_domain"]) == {"chat", "news"}
         assert all(ci["value"] == 1.0 and ci["n"] == 4 for ci in accuracy["auc_per_domain"].values())
+
+
+def _cost_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cost_bench", REPO / "benchmarks" / "cost.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("cost_bench", module)  # dataclasses look their module up there
+    spec.loader.exec_module(sys.modules["cost_bench"])
+    return sys.modules["cost_bench"]
+
+
+def test_final_rows_are_matched_by_the_named_judge_and_summarized():
+    from halluscope.llm import LLM, FakeModel
+    from halluscope.records import Example
+
+    cost_mod = _cost_module()
+    judge = LLM(FakeModel(['{"reasoning": "P1 is G1", "matches": {"P1": "G1", "P2": null}}', "no idea", "still no"],
+                          name="judge-x"), cache=None)
+    flagged = Example(id="final-1", source="s", target="The cat sat.", label=0, descriptions=["wrong cat", "wrong mat"])
+    match = cost_mod.judge_row(judge, flagged, ["the cat is wrong", "made up"])
+    assert match == {"judge": "judge-x", "n_gold": 2, "n_pred": 2, "matched_gold": 1, "unscored_reason": None}
+    unusable = cost_mod.judge_row(judge, flagged, ["something"])  # two unusable replies: unscored, not "no match"
+    assert unusable["matched_gold"] is None and "unusable" in unusable["unscored_reason"]
+
+    rows = [cost_mod.Row(system="localize", item="final-1", scored=True, score=0.0, gold_label=0, match=match),
+            cost_mod.Row(system="localize", item="final-2", scored=True, score=1.0, gold_label=1,
+                         match={"judge": "judge-x", "n_gold": 0, "n_pred": 0, "matched_gold": 0}),
+            cost_mod.Row(system="localize", item="final-3", scored=False, gold_label=0, match=unusable)]
+    accuracy = cost_mod.accuracy(rows)
+    assert accuracy["items"] == 3 and accuracy["scored"] == 2 and accuracy["auc"]["value"] == 1.0
+    final = accuracy["final_match"]
+    assert final["judge"] == "judge-x" and final["unmatched_items"] == 1
+    assert (final["precision"], final["recall"]) == (0.5, 0.5) and final["f1"]["n"] == 2
+    table = cost_mod.markdown(cost_mod.summarize(rows, ["localize"]),
+                              {"items_run": 3, "endpoint": "stub", "max_tokens": 8, "dataset": "final:dev"})
+    assert "FINAL matching F1 0.500" in table and "judge judge-x" in table
