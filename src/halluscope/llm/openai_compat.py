@@ -143,8 +143,8 @@ class OpenAICompatibleModel:
     ):
         self.name = model
         # First request of a structured reply: the schema by default (constrained decoding at OpenAI, vLLM,
-        # Ollama costs little and saves a repair round trip); "plain" suits a llama.cpp server, whose grammar
-        # slows generation (docs/structured_output.md).
+        # Ollama costs little and saves a repair round trip); "plain" can pay off at a llama.cpp server, whose
+        # grammar slows generation of long replies on a busy CPU (docs/structured_output.md).
         self.structured_output: StructuredOutput = structured_output
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
