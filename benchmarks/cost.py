@@ -24,8 +24,21 @@ runs but cannot read the small model's replies is counted (its calls were made) 
 Writes ``cost.json`` (every item and system) and ``cost.md`` (the table) to ``--out``. Each system's row on
 each item is appended to ``rows.jsonl`` as soon as it is measured, so a stopped run (Ctrl-C, kill, a spent
 ``--time-budget-s``) resumes: run the same command again and only the missing (system, item) rows are measured.
-A resume with other settings (endpoint, model, max_tokens, batch_size, schema translation) is refused;
-``--fresh`` starts over.
+A resume with other settings (endpoint, model, max_tokens, batch_size, schema translation, dataset) is
+refused; ``--fresh`` starts over.
+
+Accuracy beside the cost: ``--dataset`` picks the items (``qags:dev`` by default; ``summedits`` or
+``summedits:news``, ``final:dev``, or a generic-format ``.jsonl``; folder from ``--data-dir`` /
+``HALLUSCOPE_DATA_DIR``). Every row records the item's gold (QAGS human score, SummEdits / FINAL binary
+label and SummEdits domain, FINAL gold descriptions) next to the system's score, so the summary gives each
+system's Spearman with the human scores (QAGS), its AUC per domain (SummEdits) and, for FINAL, detection AUC
+and -- with ``--judge-model`` (and ``--judge-base-url`` for an endpoint) -- FINAL's description matching
+P/R/F1, judged by the named judge; each with a 95 % bootstrap CI over the scored items, and n. Unscored items
+are counted apart, never given a score. Items: QAGS in file order (the first ``--limit``); labelled sets
+``--limit`` per domain in a fixed pseudo-random order (by item id hash), so a larger ``--limit`` later adds
+items and keeps every row already measured. ``--embedded-model`` picks the GGUF of the llama_cpp.server
+started here (``smollm2`` or ``qwen2.5-coder-1.5b``); ``--structured-output`` how halluscope asks for
+structured replies (``Config.structured_output``).
 """
 
 from __future__ import annotations
@@ -46,10 +59,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import hashlib
+
 import httpx
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "qags" / "cnndm_dev.jsonl"
 SERVER_KEY = "sk-loopback-cost"
 ALIAS = "smollm2-server"
 
@@ -192,12 +206,13 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_llama_server(n_ctx: int, threads: int, ready_timeout_s: float = 180.0) -> tuple[subprocess.Popen, str]:
-    """``python -m llama_cpp.server`` with the embedded SmolLM2 GGUF on a free loopback port."""
+def start_llama_server(n_ctx: int, threads: int, ready_timeout_s: float = 180.0, *, embedded_model: str = "smollm2",
+                       alias: str = ALIAS) -> tuple[subprocess.Popen, str]:
+    """``python -m llama_cpp.server`` with an embedded GGUF (SmolLM2 by default) on a free loopback port."""
     from halluscope.llm.embedded import resolve_gguf
 
     port = _free_port()
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(resolve_gguf("smollm2")), "--model_alias", ALIAS,
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(resolve_gguf(embedded_model)), "--model_alias", alias,
            "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", str(threads),
            "--api_key", SERVER_KEY, "--verbose", "False"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -249,7 +264,14 @@ class Row:
     seconds: float = 0.0
     score: float | None = None
     notes: dict[str, Any] = field(default_factory=dict)
-
+    # the item's gold, recorded beside the score so accuracy is computed from the rows alone
+    dataset: str | None = None
+    gold_label: int | None = None  # 1 = consistent (SummEdits, FINAL)
+    gold_human_score: float | None = None  # QAGS
+    domain: str | None = None  # SummEdits domain
+    gold_descriptions: list[str] | None = None  # FINAL
+    predicted_descriptions: list[str] | None = None  # the method's finding descriptions (FINAL matching)
+    match: dict[str, Any] | None = None  # FINAL matching by the named judge: judge, n_gold, n_pred, matched_gold
 
 def run_method(method: str, options: dict[str, Any], config: Any, source: str, target: str, row: Row) -> None:
     from halluscope.methods import get_method
@@ -260,6 +282,7 @@ def run_method(method: str, options: dict[str, Any], config: Any, source: str, t
     row.report_completion_tokens = report.usage.completion_tokens
     row.scored = report.score is not None
     row.score = report.score
+    row.predicted_descriptions = [f.description.strip() for f in report.findings if f.description.strip()]
     row.units = len(report.verdicts)
     row.unscored_units = sum(v.label == "unscored" for v in report.verdicts)
     if report.unscored_reason:
@@ -357,6 +380,68 @@ def _deepeval_model(base_url: str, model: str, api_key: str, max_tokens: int) ->
 # ------------------------------------------------------------------------------------------------ reporting
 
 
+def _ci(statistic: Any, n: int) -> dict[str, Any]:
+    from halluscope.bench.metrics import bootstrap_ci
+
+    return bootstrap_ci(statistic, n, n_resamples=1000, seed=0)
+
+
+def accuracy(mine: list[Row]) -> dict[str, Any]:
+    """Each system's agreement with the gold recorded on its rows, with 95 % bootstrap CIs over the items it
+    scored (an unscored item is counted, never given a score): Spearman with QAGS human scores; AUC (label 1 =
+    consistent, higher score = more consistent) overall and per SummEdits domain; FINAL description matching
+    P/R/F1 over the items the named judge could match."""
+    import numpy as np
+    from scipy.stats import spearmanr
+
+    from halluscope.bench.metrics import final_prf, roc_auc
+
+    out: dict[str, Any] = {"items": len(mine), "scored": sum(r.scored and r.score is not None for r in mine)}
+    scored = [r for r in mine if r.scored and r.score is not None]
+    human = [r for r in scored if r.gold_human_score is not None]
+    if human:
+        s = np.array([r.score for r in human], dtype=float)
+        h = np.array([r.gold_human_score for r in human], dtype=float)
+
+        def rho(idx: Any) -> float | None:
+            if len(set(s[idx])) < 2 or len(set(h[idx])) < 2:
+                return None
+            return float(spearmanr(s[idx], h[idx]).statistic)
+
+        out["spearman"] = _ci(rho, len(human))
+    labelled = [r for r in scored if r.gold_label is not None]
+    if labelled:
+        def auc_of(rows: list[Row]) -> dict[str, Any]:
+            y = np.array([r.gold_label for r in rows])
+            x = np.array([r.score for r in rows], dtype=float)
+            return _ci(lambda idx: roc_auc(y[idx], x[idx]), len(rows))
+
+        out["auc"] = auc_of(labelled)
+        domains = sorted({r.domain for r in labelled if r.domain})
+        if len(domains) > 1 or (domains and any(r.domain is None for r in labelled)):
+            out["auc_per_domain"] = {d: auc_of([r for r in labelled if r.domain == d]) for d in domains}
+        elif domains:
+            out["auc_per_domain"] = {domains[0]: out["auc"]}
+    judged = [r for r in mine if r.match and r.match.get("matched_gold") is not None]
+    if judged:
+        counts = [(r.match["matched_gold"], r.match["n_pred"], r.match["n_gold"]) for r in judged]  # type: ignore[index]
+        out["final_match"] = {
+            "judge": judged[0].match.get("judge"),  # type: ignore[union-attr]
+            **final_prf(counts).as_dict(),
+            "f1": _ci(lambda idx: final_prf([counts[i] for i in idx]).f1, len(counts)),  # the CI, beside P and R
+            "unmatched_items": sum(1 for r in mine if r.match and r.match.get("matched_gold") is None),
+        }
+    return out
+
+
+def _fmt_ci(ci: dict[str, Any] | None) -> str:
+    if not ci or ci.get("value") is None:
+        return "-"
+    lo, hi = ci.get("low"), ci.get("high")
+    band = f" [{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else ""
+    return f"{ci['value']:.3f}{band} (n={ci['n']})"
+
+
 def summarize(rows: list[Row], systems: list[str]) -> list[dict[str, Any]]:
     out = []
     for system in systems:
@@ -380,6 +465,7 @@ def summarize(rows: list[Row], systems: list[str]) -> list[dict[str, Any]]:
             "report_usage_matches_endpoint": all(
                 r.report_calls is None or (r.report_calls, r.report_prompt_tokens, r.report_completion_tokens)
                 == (r.calls, r.prompt_tokens, r.completion_tokens) for r in mine),
+            "accuracy": accuracy(mine),
         }
         out.append(summary)
     return out
@@ -387,7 +473,8 @@ def summarize(rows: list[Row], systems: list[str]) -> list[dict[str, Any]]:
 
 def markdown(summary: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = [
-        f"# Calls and tokens per item ({meta['items_run']} QAGS-CNNDM dev items, {meta['endpoint']})",
+        f"# Calls and tokens per item ({meta['items_run']} {meta.get('dataset', 'QAGS-CNNDM dev')} items, "
+        f"{meta['endpoint']})",
         "",
         f"max_tokens={meta['max_tokens']}, cache off, one call at a time; counted at a proxy in front of the "
         "endpoint (the endpoint's own usage), for halluscope and the peers alike.",
@@ -401,6 +488,26 @@ def markdown(summary: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         lines.append(f"| {s['system']} | {s['items']} | {s['calls_per_item']:.1f} | {s['prompt_tokens_per_item']:.0f} | "
                      f"{s['completion_tokens_per_item']:.0f} | {s['tokens_per_item']:.0f} | {s['max_calls']} | "
                      f"{s['unscored_items']} | {units} | {s['failed_runs']} | {s['seconds_per_item']:.1f} |")
+    acc_lines = []
+    for s in summary:
+        a = s["accuracy"]
+        parts = []
+        if "spearman" in a:
+            parts.append(f"Spearman {_fmt_ci(a['spearman'])}")
+        if "auc" in a:
+            parts.append(f"AUC {_fmt_ci(a['auc'])}")
+        for domain, ci in (a.get("auc_per_domain") or {}).items():
+            if len(a["auc_per_domain"]) > 1:
+                parts.append(f"{domain} AUC {_fmt_ci(ci)}")
+        if "final_match" in a:
+            fm = a["final_match"]
+            parts.append(f"FINAL matching F1 {_fmt_ci(fm['f1'])}, P {fm['precision']:.3f}, R {fm['recall']:.3f} "
+                         f"(judge {fm['judge']}; {fm['unmatched_items']} items the judge could not match)")
+        if parts:
+            acc_lines.append(f"| {s['system']} | {a['scored']}/{a['items']} | " + "; ".join(parts) + " |")
+    if acc_lines:
+        lines += ["", f"Accuracy against the gold of {meta.get('dataset', 'the dataset')} (95 % bootstrap CI over "
+                  "the scored items):", "", "| system | scored | accuracy |", "|---|---|---|", *acc_lines]
     for name, why in meta.get("skipped", {}).items():
         lines.append(f"\n{name}: skipped ({why})")
     mismatch = [s["system"] for s in summary if not s["report_usage_matches_endpoint"]]
@@ -417,14 +524,25 @@ def markdown(summary: list[dict[str, Any]], meta: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="QAGS jsonl (id, source, summary)")
-    parser.add_argument("--limit", type=int, default=20)
+    parser.add_argument("--dataset", default="qags:dev",
+                        help="qags:dev, summedits[:domain], final:dev or a generic-format .jsonl (default qags:dev)")
+    parser.add_argument("--data-dir", default=None, help="the shared data folder (default: HALLUSCOPE_DATA_DIR, "
+                        "then ../shared/data)")
+    parser.add_argument("--limit", type=int, default=20, help="items (QAGS: the first N; labelled sets: N per domain)")
     parser.add_argument("--base-url", help="an OpenAI-compatible endpoint (default: start llama_cpp.server)")
-    parser.add_argument("--model", default=ALIAS)
+    parser.add_argument("--model", default=None, help="model name at --base-url (default: the alias of the "
+                        "llama_cpp.server started here, e.g. smollm2-server)")
     parser.add_argument("--api-key", default=SERVER_KEY)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--n-ctx", type=int, default=8192, help="context of the llama_cpp.server started here")
     parser.add_argument("--threads", type=int, default=1, help="llama.cpp threads of the server started here")
+    parser.add_argument("--embedded-model", default="smollm2",
+                        help="GGUF of the llama_cpp.server started here: smollm2 or qwen2.5-coder-1.5b")
+    parser.add_argument("--structured-output", default="auto", choices=["auto", "schema", "json_object", "plain"],
+                        help="how halluscope asks for structured replies (Config.structured_output)")
+    parser.add_argument("--judge-model", default=None,
+                        help="FINAL matching judge: 'embedded:NAME' (in process) or a model at --judge-base-url")
+    parser.add_argument("--judge-base-url", default=None, help="OpenAI-compatible endpoint of --judge-model")
     parser.add_argument("--batch-size", type=int, default=4, help="batch_size of the batched variants")
     parser.add_argument("--methods", help="comma-separated labels to run (default: all); 'none' for peers only")
     parser.add_argument("--no-peers", action="store_true")
@@ -438,17 +556,22 @@ def main() -> None:
 
     from halluscope.config import Config
 
-    items = [json.loads(line) for line in args.data.read_text(encoding="utf-8").splitlines() if line.strip()]
-    items = items[: args.limit]
+    if args.model is None:
+        args.model = ALIAS if args.embedded_model == "smollm2" else f"{args.embedded_model}-server"
+    items = select_items(args.dataset, args.data_dir, args.limit)
     plan = method_plan(args.batch_size)
     if args.methods:
         wanted = {m.strip() for m in args.methods.split(",")}
         plan = [p for p in plan if p[0] in wanted or p[1] in wanted]
 
     translate = args.translate_schema if args.translate_schema is not None else not args.base_url
-    endpoint = args.base_url or f"llama_cpp.server + SmolLM2-135M (n_ctx={args.n_ctx}, threads={args.threads})"
+    from halluscope.llm.embedded import KNOWN_MODELS
+
+    server_model = KNOWN_MODELS.get(args.embedded_model, ("", args.embedded_model))[1]
+    endpoint = args.base_url or f"llama_cpp.server + {server_model} (n_ctx={args.n_ctx}, threads={args.threads})"
     settings = {"endpoint": endpoint, "model": args.model, "max_tokens": args.max_tokens,
-                "batch_size": args.batch_size, "translate_schema": translate}
+                "batch_size": args.batch_size, "translate_schema": translate, "dataset": args.dataset,
+                "structured_output": args.structured_output}
     store = RowStore(args.out, settings, fresh=args.fresh)
     if store.rows:
         print(f"resuming: {len(store.rows)} rows already measured in {store.path}", file=sys.stderr, flush=True)
@@ -457,13 +580,16 @@ def main() -> None:
     if args.base_url:
         upstream = args.base_url
     else:
-        proc, upstream = start_llama_server(args.n_ctx, args.threads)
+        proc, upstream = start_llama_server(args.n_ctx, args.threads, embedded_model=args.embedded_model,
+                                            alias=args.model)
     started = time.monotonic()
     skipped: dict[str, str] = {}
     try:
         with CountingProxy(upstream, translate_schema=translate) as proxy:
             config = Config(model=args.model, base_url=proxy.url, api_key=args.api_key, max_tokens=args.max_tokens,
-                            cache=False, max_concurrency=1, timeout_s=900, max_retries=0)
+                            cache=False, max_concurrency=1, timeout_s=900, max_retries=0,
+                            structured_output=args.structured_output)
+            judge = make_judge(args.judge_model, args.judge_base_url, args.max_tokens)
             peers: list[Any] = []
             if not args.no_peers:
                 for cls in (RagasPeer, DeepEvalPeer):
@@ -475,22 +601,26 @@ def main() -> None:
                 skipped.update({p: "--no-peers" for p in PEERS})
             systems = [label for label, _, _ in plan] + [p.name for p in peers]
             runs = [(label, lambda item, row, m=method, o=options: run_method(
-                m, o, config, item["source"], item["summary"], row)) for label, method, options in plan]
-            runs += [(peer.name, lambda item, row, p=peer: p(item["source"], item["summary"], row)) for peer in peers]
+                m, o, config, item.source, item.target, row)) for label, method, options in plan]
+            runs += [(peer.name, lambda item, row, p=peer: p(item.source, item.target, row)) for peer in peers]
             for n, item in enumerate(items, 1):
-                missing = [(label, run) for label, run in runs if not store.has(label, str(item["id"]))]
+                missing = [(label, run) for label, run in runs if not store.has(label, item.id)]
                 if not missing:
                     continue
                 if args.time_budget_s is not None and time.monotonic() - started > args.time_budget_s:
                     break
                 for label, run in missing:
-                    store.add(_measure(proxy, label, item, lambda row, run=run: run(item, row)))
-                print(f"item {n}/{len(items)} ({item['id']}) done at {time.monotonic() - started:.0f}s",
+                    row = _measure(proxy, label, item, lambda row, run=run: run(item, row))
+                    record_gold(row, item, args.dataset)
+                    if judge is not None and item.descriptions is not None and row.predicted_descriptions is not None:
+                        row.match = judge_row(judge, item, row.predicted_descriptions)
+                    store.add(row)
+                print(f"item {n}/{len(items)} ({item.id}) done at {time.monotonic() - started:.0f}s",
                       file=sys.stderr, flush=True)
     finally:
         if proc is not None:
             stop(proc)
-    ids = [str(item["id"]) for item in items]
+    ids = [item.id for item in items]
     rows = [r for r in store.rows if r.item in ids]
     complete = [i for i in ids if all(store.has(system, i) for system in systems)]
     summary = summarize([r for r in rows if r.item in complete], systems)
@@ -543,9 +673,54 @@ class RowStore:
         self._have.add((row.system, row.item))
 
 
-def _measure(proxy: CountingProxy, system: str, item: dict[str, Any], run: Any) -> Row:
-    row = Row(system=system, item=str(item["id"]))
-    tag = f"{system}|{item['id']}"
+def select_items(spec: str, data_dir: str | None, limit: int) -> list[Any]:
+    """The items to measure: QAGS (unlabelled, graded) in file order, the first ``limit``; a labelled set
+    ``limit`` per domain in the order of a hash of each item id -- a fixed order, so a larger ``limit`` later
+    keeps every item already measured and adds new ones."""
+    from halluscope.bench.datasets import load_dataset
+
+    examples = load_dataset(spec, data_dir).examples
+    if not any(ex.label is not None for ex in examples):
+        return examples[:limit]
+    by_domain: dict[str, list[Any]] = {}
+    for ex in examples:
+        by_domain.setdefault(str(ex.meta.get("domain", "")), []).append(ex)
+    chosen = {ex.id for group in by_domain.values()
+              for ex in sorted(group, key=lambda e: hashlib.sha256(e.id.encode()).hexdigest())[:limit]}
+    return [ex for ex in examples if ex.id in chosen]
+
+
+def record_gold(row: Row, item: Any, dataset: str) -> None:
+    row.dataset = dataset
+    row.gold_label = item.label
+    row.gold_human_score = item.human_score
+    row.domain = item.meta.get("domain")
+    row.gold_descriptions = item.descriptions
+
+
+def make_judge(model: str | None, base_url: str | None, max_tokens: int) -> Any:
+    """The FINAL matching judge as an LLM client (cache on: a re-run does not ask again), or None."""
+    if not model:
+        return None
+    from halluscope.config import Config
+    from halluscope.llm import get_llm
+
+    return get_llm(Config(model=model, base_url=base_url, max_tokens=max(max_tokens, 512), max_concurrency=1))
+
+
+def judge_row(judge: Any, item: Any, predicted: list[str]) -> dict[str, Any]:
+    """FINAL matching of one row's descriptions with the item's gold by the named judge (outside the proxy's
+    count: the judge's calls are the benchmark's cost, not the system's)."""
+    from halluscope.bench.judge import match_descriptions
+
+    result = asyncio.run(match_descriptions(judge, item.id, item.target, list(item.descriptions or []), predicted))
+    return {"judge": judge.name, "n_gold": result.n_gold, "n_pred": result.n_pred,
+            "matched_gold": result.matched_gold, "unscored_reason": result.unscored_reason}
+
+
+def _measure(proxy: CountingProxy, system: str, item: Any, run: Any) -> Row:
+    row = Row(system=system, item=item.id)
+    tag = f"{system}|{item.id}"
     proxy.tag = tag
     started = time.perf_counter()
     try:

@@ -65,7 +65,7 @@ async def test_logprobs_asked_of_the_embedded_model_answer_without_them(embedded
 
 
 async def test_prompt_longer_than_the_context_is_refused(tmp_path) -> None:
-    api = build_api(Config(model="embedded", embedded_n_ctx=256, cache=False))
+    api = build_api(Config(model="embedded:smollm2", embedded_n_ctx=256, cache=False))
     long_prompt = "word " * 2000
     with pytest.raises(ContextOverflowError, match="does not fit"):
         await api.generate([{"role": "user", "content": long_prompt}], GenerateParams(max_tokens=4))
@@ -77,7 +77,7 @@ def test_check_on_the_bundled_example_with_the_embedded_model(tmp_path) -> None:
 
     env = {"HALLUSCOPE_MAX_TOKENS": "32", "HALLUSCOPE_CACHE_PATH": str(tmp_path / "cache.sqlite")}
     args = ["check", "--source", str(EXAMPLES / "source.txt"), "--target", str(EXAMPLES / "summary.txt"),
-            "--model", "embedded", "--json"]
+            "--model", "embedded:smollm2", "--json"]
     result = CliRunner().invoke(app, args, env=env)
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)

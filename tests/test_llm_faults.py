@@ -345,7 +345,7 @@ def test_embedded_count_tokens_does_not_wait_for_a_generation() -> None:
 @pytest.mark.embedded
 @requires_embedded
 async def test_embedded_generate_survives_lone_surrogates(tmp_path) -> None:
-    config = Config(model="embedded", cache_path=tmp_path / "c.sqlite", max_tokens=4)
+    config = Config(model="embedded:smollm2", cache_path=tmp_path / "c.sqlite", max_tokens=4)
     from halluscope.llm import get_llm
 
     llm = get_llm(config)

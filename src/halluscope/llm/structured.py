@@ -55,15 +55,17 @@ async def generate_parsed(
     params: GenerateParams | None = None,
     format_hint: str = "the requested format",
     repair: bool = True,
+    repair_params: GenerateParams | None = None,
 ) -> StepResult[T]:
-    """Call the model and ``parse`` its reply; on ParseError/ValidationError ask once for a repair."""
+    """Call the model and ``parse`` its reply; on ParseError/ValidationError ask once for a repair (with
+    ``repair_params`` when given, e.g. a schema-constrained request after an unconstrained first one)."""
     calls: list[LLMCall] = []
     convo = list(messages)
     attempts = 2 if repair else 1
     error = "no attempt made"
     for attempt in range(attempts):
         try:
-            completion = await llm.generate(convo, params)
+            completion = await llm.generate(convo, params if attempt == 0 else (repair_params or params))
         except ReplyTooLargeError as exc:  # never parsed; the repair request carries only a short excerpt
             calls.append(LLMCall(model=llm.name, messages=[dict(m) for m in convo], reply=exc.excerpt,
                                  reply_size=exc.size, reply_size_unit=exc.unit))  # type: ignore[arg-type]
@@ -160,11 +162,21 @@ async def generate_reply(
     repair: bool = True,
     parse: Callable[[str], R] | None = None,
 ) -> StepResult[R]:
-    """Ask for a reply matching ``schema`` (a :class:`Reply`): the schema goes to the backend for constrained
-    decoding where supported, the reply is parsed strictly, one repair is asked for, else the step fails
-    with the reason. ``parse`` replaces ``schema.parse`` when a stage needs extra checks (e.g. a count)."""
+    """Ask for a reply matching ``schema`` (a :class:`Reply`), parse it strictly, ask once for a repair, else
+    fail the step with the reason. The first request goes the way the backend declares
+    (:data:`~halluscope.llm.base.StructuredOutput`: the schema for constrained decoding by default, or plain
+    text where that is faster); the repair request always sends the schema. ``parse`` replaces
+    ``schema.parse`` when a stage needs extra checks (e.g. a count)."""
     base = params or llm.default_params
-    params = base.model_copy(update={"json_mode": True,
-                                     "json_schema": json.dumps(schema.json_schema(), sort_keys=True)})
-    return await generate_parsed(llm, messages, parse or schema.parse, params=params,
-                                 format_hint=schema.format_instructions(), repair=repair)
+    constrained = base.model_copy(update={"json_mode": True,
+                                          "json_schema": json.dumps(schema.json_schema(), sort_keys=True)})
+    # without a repair request the one request is the constrained one
+    way = getattr(llm.api, "structured_output", "schema") if repair else "schema"
+    if way == "plain":
+        first = base.model_copy(update={"json_mode": False, "json_schema": None})
+    elif way == "json_object":
+        first = base.model_copy(update={"json_mode": True, "json_schema": None})
+    else:
+        first = constrained
+    return await generate_parsed(llm, messages, parse or schema.parse, params=first,
+                                 format_hint=schema.format_instructions(), repair=repair, repair_params=constrained)
