@@ -47,7 +47,9 @@ def _accepts(annotation: typing.Any, value: str) -> bool:
     args = typing.get_args(annotation)
     if typing.get_origin(annotation) is typing.Literal:
         return value in {str(a) for a in args}
-    if args:  # Optional[...] / unions: any member accepting it
+    if args:  # Optional[...] / unions: any member accepting it; "null" is None (parse_options reads it so)
+        if value == "null" and type(None) in args:
+            return True
         return any(_accepts(a, value) for a in args if a is not type(None))
     if annotation is bool:
         return value in ("true", "false")

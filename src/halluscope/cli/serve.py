@@ -30,7 +30,7 @@ def serve_command(
     method: Annotated[str, typer.Option(help="Default method for /check, batches and jobs.", envvar="HALLUSCOPE_SERVER_METHOD")] = "geval",
     max_chars: Annotated[int, typer.Option(min=1, help="Max source+target characters per pair.", envvar="HALLUSCOPE_SERVER_MAX_CHARS")] = 400_000,
     timeout: Annotated[Optional[float], typer.Option("--check-timeout", min=0.001, callback=finite_number, help="Time limit of one check in seconds (-> 504) [default: 300]; not HALLUSCOPE_TIMEOUT_S, which limits one LLM request.", envvar="HALLUSCOPE_SERVER_CHECK_TIMEOUT", show_default=False)] = None,
-    old_timeout: Annotated[Optional[float], typer.Option("--timeout", hidden=True, help="Old spelling of --check-timeout.")] = None,
+    old_timeout: Annotated[Optional[float], typer.Option("--timeout", hidden=True, min=0.001, callback=finite_number, help="Old spelling of --check-timeout.")] = None,
     max_body_mb: Annotated[float, typer.Option(min=0.001, callback=finite_number, help="Largest body of /check/batch and POST /jobs, in MiB (-> 413, checked before reading).", envvar="HALLUSCOPE_SERVER_MAX_BODY_MB")] = 32.0,
     body_timeout: Annotated[float, typer.Option(min=0.001, callback=finite_number, help="Longest time for a request body to arrive in full, in seconds (-> 408; slow senders hold no check slot).", envvar="HALLUSCOPE_SERVER_BODY_TIMEOUT")] = 30.0,
     max_in_flight: Annotated[int, typer.Option(min=1, help="Checks running at once (/check, /improve, /check/batch).", envvar="HALLUSCOPE_SERVER_MAX_IN_FLIGHT")] = 64,
