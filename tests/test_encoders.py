@@ -193,6 +193,9 @@ def test_every_claim_method_takes_an_encoder_verifier(name, scripted, monkeypatc
     assert [v.label for v in report.verdicts] == ["supported", "unsupported"]
     assert {v.decided_by for v in report.verdicts} == {"verifier:tagger"}
     assert report.verdicts[1].target_spans[0].of(target) == "15"
+    flagged = [f for f in report.findings if f.kind == "unsupported"]  # the tagger's probability is the confidence
+    assert flagged and flagged[0].confidence == pytest.approx(1 - report.verdicts[1].support_probability)
+    assert report.verdicts[1].support_probability == report.verdicts[1].score < 0.5
     assert Report.model_validate_json(report.model_dump_json()) == report
 
 

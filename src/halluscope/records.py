@@ -136,6 +136,9 @@ class Verdict(_Record):
     calls: list[LLMCall] = Field(default_factory=list)
     decided_by: str | None = None  # the stage that gave the label, e.g. "gate:lexical" or "verifier:dove"
     target_spans: list[Span] = Field(default_factory=list)  # the offending characters, when narrower than the claim
+    support_probability: float | None = Field(default=None, ge=0.0, le=1.0)
+    """The verifier's probability that the source supports the claim, where it computes one (the encoder checkers);
+    a finding made from this verdict carries ``1 - support_probability`` as its confidence."""
 
     @model_validator(mode="after")
     def _unscored_has_reason(self) -> "Verdict":

@@ -240,7 +240,8 @@ class NLIVerifier(EncoderVerifier):
                       f"{'s' if len(mine) > 1 else ''}; threshold {checker.threshold:.2f})")
             if label == "contradicted":
                 reason += "; a window is classified as contradicting the claim"
-            verdicts.append(Verdict(claim=claim, label=label, reason=reason, score=round(p, 6),  # type: ignore[arg-type]
+            verdicts.append(Verdict(claim=claim, label=label, reason=reason,  # type: ignore[arg-type]
+                                    score=round(p, 6), support_probability=round(p, 6),
                                     evidence=[Evidence(text=context.text[s:e], span=_source_span(context, s, e),
                                                        relation=relation)]))  # type: ignore[arg-type]
         return verdicts
@@ -303,7 +304,8 @@ class Seq2SeqVerifier(EncoderVerifier):
             p, s, e = max(mine)
             supported = p >= checker.threshold
             verdicts.append(Verdict(
-                claim=claim, label="supported" if supported else "unsupported", score=round(p, 6),
+                claim=claim, label="supported" if supported else "unsupported",
+                score=round(p, 6), support_probability=round(p, 6),
                 reason=f"{checker.name}: P(yes) {p:.2f} (best of {len(mine)} source window"
                        f"{'s' if len(mine) > 1 else ''}; threshold {checker.threshold:.2f})",
                 evidence=[Evidence(text=context.text[s:e], span=_source_span(context, s, e),
@@ -358,10 +360,12 @@ class TokenTaggerVerifier(EncoderVerifier):
             if flagged:
                 words = ", ".join(f'"{sp.of(claim.text)}"' for sp in local)
                 verdicts.append(Verdict(claim=claim, label="unsupported", score=round(1 - worst, 6),
+                                        support_probability=round(1 - worst, 6),
                                         reason=f"{checker.name}: tokens tagged hallucinated: {words}",
                                         evidence=evidence, target_spans=target_spans(claim, None, local)))
             else:
-                verdicts.append(Verdict(claim=claim, label="supported", score=round(1 - worst, 6), evidence=evidence,
+                verdicts.append(Verdict(claim=claim, label="supported", score=round(1 - worst, 6),
+                                        support_probability=round(1 - worst, 6), evidence=evidence,
                                         reason=f"{checker.name}: no token tagged hallucinated (highest P {worst:.2f})"))
         return verdicts
 

@@ -358,9 +358,10 @@ def claim_finding(verdict: Verdict) -> Finding:
     claim = verdict.claim
     what = "contradicted by" if verdict.label == "contradicted" else "not supported by"
     description = f'"{claim.text}" is {what} the source.' + (f" {verdict.reason}" if verdict.reason else "")
+    confidence = None if verdict.support_probability is None else round(1.0 - verdict.support_probability, 6)
     return Finding(description=description, kind=verdict.label,  # type: ignore[arg-type]
                    target_spans=list(verdict.target_spans or claim.target_spans), evidence=list(verdict.evidence),
-                   claim_ids=[claim.id] if claim.id else [])
+                   claim_ids=[claim.id] if claim.id else [], confidence=confidence)
 
 
 def gate_details(gate_name: str, decisions: Sequence[GateDecision]) -> dict[str, Any]:
