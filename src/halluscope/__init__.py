@@ -58,7 +58,7 @@ def check_many(pairs: Iterable[tuple[str, str]], method: str = DEFAULT_METHOD, m
 
 
 def evaluate(data: Any, source: str = "source", target: str = "target", method: Any = None, model: str | None = None,
-             **kwargs: Any):
+             **kwargs: Any) -> Any:
     """Check every row of a DataFrame (or of a list of dicts) -> a pandas DataFrame with score, label,
     unscored reason, findings and usage per row; also inside a running event loop. See :mod:`halluscope.tabular`
     (needs ``pip install 'halluscope[dataframe]'``)."""
@@ -68,7 +68,7 @@ def evaluate(data: Any, source: str = "source", target: str = "target", method: 
 
 
 async def aevaluate(data: Any, source: str = "source", target: str = "target", method: Any = None,
-                    model: str | None = None, **kwargs: Any):
+                    model: str | None = None, **kwargs: Any) -> Any:
     """The async form of :func:`evaluate`."""
     from halluscope.tabular import aevaluate as _aevaluate
 

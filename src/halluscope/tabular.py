@@ -27,7 +27,7 @@ import os
 import sys
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from halluscope.config import Config
 from halluscope.records import Report
@@ -48,7 +48,7 @@ class TableError(ValueError):
     """A table that cannot be read or written as asked (missing column, unknown format, different run)."""
 
 
-def _pandas():
+def _pandas() -> Any:
     try:
         import pandas as pd
     except ImportError as exc:
@@ -117,7 +117,7 @@ async def score_pairs(method: "Method", items: Sequence[tuple[Any, Any, Any]], c
                 for w in finished:
                     if w is not get and not w.cancelled() and w.exception() is not None:
                         get.cancel()
-                        raise w.exception()
+                        raise cast(BaseException, w.exception())
                 workers = [w for w in workers if not w.done()]
             yield get.result()
     finally:
@@ -298,11 +298,11 @@ class PartialResults:
                   "those rows will be redone", file=sys.stderr)
         return done
 
-    def open(self):
+    def open(self) -> TextIO:
         return self.path.open("a", encoding="utf-8")
 
     @staticmethod
-    def append(fh, row: int, result: dict[str, Any]) -> None:
+    def append(fh: TextIO, row: int, result: dict[str, Any]) -> None:
         fh.write(json.dumps({"row": row, "result": result}, ensure_ascii=False) + "\n")
         fh.flush()
 

@@ -172,7 +172,7 @@ class VerifierTrainer:
 
         from transformers.utils import logging as hf_logging
 
-        hf_logging.disable_progress_bar()  # our own progress lines only
+        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # our own progress lines only
         s = self.settings
         self.out.mkdir(parents=True, exist_ok=True)
         pairs = make_pairs(self.examples, s.premise_sentences)
@@ -207,7 +207,8 @@ class VerifierTrainer:
                           f"step {state.step_in_epoch} of it)")
         if state.done:
             self.progress("this run already finished")
-            return json.loads((self.out / SETTINGS_FILE).read_text())
+            finished: dict[str, Any] = json.loads((self.out / SETTINGS_FILE).read_text())
+            return finished
 
         def encode(batch: Sequence[Pair]) -> Any:
             return tokenizer([p.premise for p in batch], [p.hypothesis for p in batch], truncation="only_first",
@@ -236,7 +237,7 @@ class VerifierTrainer:
                 batch = [train[i] for i in order[step * s.batch_size:(step + 1) * s.batch_size]]
                 labels = torch.tensor([p.label for p in batch], device=device)
                 loss = torch.nn.functional.cross_entropy(model(**encode(batch)).logits, labels)
-                loss.backward()
+                loss.backward()  # type: ignore[no-untyped-call]
                 optimizer.step()
                 optimizer.zero_grad()
                 state.step_in_epoch = step + 1
@@ -276,7 +277,7 @@ class VerifierTrainer:
                 self._save_checkpoint(model, optimizer, state)
         state.done = True
         self._save_checkpoint(model, optimizer, state)
-        summary = json.loads((self.out / SETTINGS_FILE).read_text())
+        summary: dict[str, Any] = json.loads((self.out / SETTINGS_FILE).read_text())
         summary["history"] = state.history
         summary["resumed_from"] = state.resumed_from
         (self.out / SETTINGS_FILE).write_text(json.dumps(summary, indent=1))

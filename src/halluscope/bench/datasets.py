@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -67,7 +68,7 @@ def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
     raise DatasetError(f"data folder not found (tried {where}); pass --data-dir or set {DATA_DIR_ENV}")
 
 
-def _read_jsonl_lines(path: Path) -> list[tuple[int, dict]]:
+def _read_jsonl_lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
     """``(line number, object)`` for every non-blank line; DatasetError naming the line otherwise."""
     if not path.is_file():
         raise DatasetError(f"dataset file not found: {path}")

@@ -12,8 +12,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from halluscope._optional import require
 from halluscope.records import Span
@@ -63,7 +65,8 @@ def best_threshold(labels: Sequence[int], scores: Sequence[float]) -> float | No
     return float(thresholds[best])
 
 
-def _confusion(labels: Sequence[int], predicted: Sequence[int], positive: int) -> tuple[int, int, int, int]:
+def _confusion(labels: Sequence[int], predicted: Sequence[int] | npt.NDArray[Any],
+               positive: int) -> tuple[int, int, int, int]:
     y, p = np.asarray(labels), np.asarray(predicted)
     tp = int(((y == positive) & (p == positive)).sum())
     fp = int(((y != positive) & (p == positive)).sum())
@@ -77,7 +80,7 @@ def balanced_accuracy(labels: Sequence[int], scores: Sequence[float], threshold:
     return balanced_accuracy_of(labels, predicted)
 
 
-def balanced_accuracy_of(labels: Sequence[int], predicted: Sequence[int]) -> float | None:
+def balanced_accuracy_of(labels: Sequence[int], predicted: Sequence[int] | npt.NDArray[Any]) -> float | None:
     """Mean per-class recall (scikit-learn's ``balanced_accuracy_score``, tested equal); None with one class."""
     tp, fp, fn, tn = _confusion(labels, predicted, positive=1)
     if tp + fn == 0 or tn + fp == 0:
@@ -254,7 +257,7 @@ def bootstrap_ci(
     rng = np.random.default_rng(seed)
     if clusters is not None:
         keys = list(dict.fromkeys(clusters))
-        members = {k: [] for k in keys}
+        members: dict[Hashable, list[int]] = {k: [] for k in keys}
         for i, k in enumerate(clusters):
             members[k].append(i)
         member_arrays = [np.asarray(members[k]) for k in keys]

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from halluscope._optional import require
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
-def _figure(width: float = 6.4, height: float = 4.2):
+
+def _figure(width: float = 6.4, height: float = 4.2) -> Figure:
     require("matplotlib", "bench", "benchmark plots")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure

@@ -32,7 +32,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -213,7 +213,7 @@ class RayEngine:
 
     # --- Ray session -----------------------------------------------------------------------------------
 
-    def connect(self):
+    def connect(self) -> Any:
         """Initialize Ray if this process has not (returns the ``ray`` module). A local instance started
         here binds to 127.0.0.1 only: nothing outside this machine needs to reach it."""
         local = self.address is None and not os.environ.get("RAY_ADDRESS")
@@ -286,7 +286,7 @@ class RayEngine:
             raise
 
     async def results(self, method: "Method", pending: Sequence[Example],
-                      concurrency: int) -> AsyncIterator[tuple[str, Report]]:
+                      concurrency: int) -> AsyncGenerator[tuple[str, Report], None]:
         """The :class:`~halluscope.bench.runner.Engine` protocol: the Ray stream, without blocking the loop."""
         self.connect()  # here, not in the worker thread below: ray.init wants the main thread
         done = object()

@@ -24,10 +24,10 @@ import re
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from pydantic import ValidationError
 
@@ -36,6 +36,9 @@ from halluscope.bench.datasets import Dataset, sample_examples
 from halluscope.bench.suites import SuiteContext, SuiteResult, load_suite_modules
 from halluscope.methods.base import InputError, Method
 from halluscope.records import Example, Report, Usage
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 ITEMS_FILE = "items.jsonl"
 RUN_FILE = "run.json"
@@ -87,12 +90,12 @@ class ItemStore:
                   "those items will be redone", file=sys.stderr)
         return done
 
-    def open(self):
+    def open(self) -> TextIO:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         return self.path.open("a", encoding="utf-8")
 
     @staticmethod
-    def write(fh, example_id: str, report: Report) -> None:
+    def write(fh: TextIO, example_id: str, report: Report) -> None:
         fh.write(json.dumps({"example_id": example_id, "report": report.model_dump(mode="json")},
                             ensure_ascii=False) + "\n")
         fh.flush()
@@ -139,7 +142,7 @@ def _check_identity(out_dir: Path, identity: dict[str, Any]) -> None:
         raise BenchError(f"{out_dir} holds a different run ({detail}); use another --out or delete the folder")
 
 
-def _progress(enabled: bool):
+def _progress(enabled: bool) -> Progress:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -163,7 +166,8 @@ class Engine(Protocol):
 
     name: str
 
-    def results(self, method: Method, pending: Sequence[Example], concurrency: int) -> AsyncIterator[tuple[str, Report]]: ...
+    def results(self, method: Method, pending: Sequence[Example],
+                concurrency: int) -> AsyncGenerator[tuple[str, Report], None]: ...
 
 
 class LocalEngine:
@@ -172,7 +176,7 @@ class LocalEngine:
     name = "local"
 
     async def results(self, method: Method, pending: Sequence[Example],
-                      concurrency: int) -> AsyncIterator[tuple[str, Report]]:
+                      concurrency: int) -> AsyncGenerator[tuple[str, Report], None]:
         sem = asyncio.Semaphore(concurrency)
 
         async def one(ex: Example) -> tuple[Example, Report]:

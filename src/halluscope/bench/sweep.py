@@ -29,7 +29,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -38,6 +38,7 @@ from halluscope.bench.datasets import Dataset
 from halluscope.bench.metrics import bootstrap_ci
 from halluscope.bench.runner import ITEMS_FILE, ItemStore, run_bench, select_examples
 from halluscope.methods.base import Method
+from halluscope.records import Example
 
 SWEEP_JSON = "sweep.json"
 SWEEP_MD = "sweep.md"
@@ -144,7 +145,8 @@ async def run_sweep(
         results = await run_bench(method, dataset, sub, judge=judge, sample=sample, seed=seed, limit=limit,
                                   n_bootstrap=n_bootstrap, concurrency=concurrency, progress=progress)
         reports = ItemStore(sub / ITEMS_FILE).load()
-        scored = [(e, reports[e.id].score) for e in examples if e.id in reports and reports[e.id].score is not None]
+        scored = cast(list[tuple[Example, float]],  # the unscored are filtered out
+                      [(e, reports[e.id].score) for e in examples if e.id in reports and reports[e.id].score is not None])
         points.append(SweepPoint(value, sub, results, [s for _, s in scored],
                                  [s for e, s in scored if e.difficulty == ORIGINAL]))
     summary = summarize(key, points, method_name=method_name, dataset=dataset.spec, seed=seed,

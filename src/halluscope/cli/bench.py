@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
 from halluscope.cli.common import (OLD_OUT_HELP, finite_number, ApiKeyOpt, BaseUrlOpt, ConcurrencyOpt, ModelOpt, NoCacheOpt,
                                    OptionOpt, fail, make_config, parse_options, either)
+
+if TYPE_CHECKING:
+    from halluscope.config import Config
+    from halluscope.llm import LLM
 
 
 def bench_command(
@@ -76,6 +80,7 @@ def bench_command(
         except (ValueError, LLMError):
             pass  # a backend that cannot be built is reported as before (judge / per item)
     judge_flags = (judge_model, judge_base_url, judge_api_key)
+    judge: LLM | None
     try:
         if any(judge_flags):
             judge = get_llm(config.with_overrides(model=judge_model, base_url=judge_base_url, api_key=judge_api_key))
@@ -102,7 +107,7 @@ def bench_command(
                                         n_bootstrap=bootstrap, retry_unscored=retry_unscored,
                                         concurrency=concurrency, progress=not no_progress, engine=runner_engine,
                                         select_on=selection, select_holdout=select_holdout))
-    except (BenchError, ValueError, *engine_errors) as exc:
+    except (BenchError, ValueError, *engine_errors) as exc:  # type: ignore[misc]  # a tuple of exception types
         raise fail(str(exc))
     finally:
         if runner_engine is not None:
@@ -112,7 +117,7 @@ def bench_command(
         raise fail(f"metric suite(s) failed: {results['suite_errors']}", code=1)
 
 
-def _optional_judge(config):
+def _optional_judge(config: Config) -> LLM | None:
     """The configured model as a judge for suites that need one, when it can be built: a no-LLM method must
     run on a machine without any model (suites that need a judge then say so)."""
     from halluscope.llm import LLMError, get_llm
@@ -124,7 +129,7 @@ def _optional_judge(config):
         return None
 
 
-def _print_summary(results: dict, out: Path | None) -> None:
+def _print_summary(results: dict[str, Any], out: Path | None) -> None:
     from halluscope.bench.runner import default_out_dir
 
     folder = out or default_out_dir(results["dataset"], results["method"], results["model"],

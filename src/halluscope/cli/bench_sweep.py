@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
 from halluscope.cli.common import (OLD_OUT_HELP, ApiKeyOpt, BaseUrlOpt, ConcurrencyOpt, ModelOpt, NoCacheOpt, OptionOpt, fail,
                                    make_config, parse_options, either)
+
+if TYPE_CHECKING:
+    from halluscope.methods.base import Method
 
 
 def bench_sweep_command(
@@ -61,7 +64,7 @@ def bench_sweep_command(
         name = "-".join(re.sub(r"[^A-Za-z0-9._+]+", "-", p).strip("-") for p in (data.spec, method, key))
         out = Path("runs") / f"sweep-{name}"
 
-    def make_method(name: str, opts: dict):
+    def make_method(name: str, opts: dict[str, Any]) -> Method:
         return get_method(name, config=config, **opts)
 
     try:

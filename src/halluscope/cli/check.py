@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional, cast
 
 import typer
 
 from halluscope.cli.common import (ApiKeyOpt, BaseUrlOpt, ConcurrencyOpt, InputFileError, ModelOpt, NoCacheOpt,
                                    OptionOpt, check_fraction, check_output_file, fail, make_config, parse_options, read_text_input)
 from halluscope.records import Report
+
+if TYPE_CHECKING:
+    from halluscope.methods.base import Method
 
 
 def print_report(report: Report, target: str) -> None:
@@ -79,8 +82,8 @@ def check_command(
     check_output_file(html, "--html")
     if input_file is None:
         try:
-            src = read_text_input(source, "source")
-            tgt = read_text_input(target, "target")
+            src = read_text_input(cast(str, source), "source")  # both given: checked above
+            tgt = read_text_input(cast(str, target), "target")
         except InputFileError as exc:
             raise fail(str(exc))
     config = make_config(model, base_url, api_key, no_cache, concurrency)
@@ -94,7 +97,7 @@ def check_command(
         except (LLMError, ValueError) as exc:
             raise fail(str(exc))
     if input_file is not None:
-        check_table(m, input_file, output_file, source_column, target_column, threshold, concurrency, progress)
+        check_table(m, input_file, cast(str, output_file), source_column, target_column, threshold, concurrency, progress)
         return
     try:
         report = m.check(src, tgt)
@@ -117,7 +120,7 @@ def check_command(
         raise typer.Exit(1)
 
 
-def check_table(method, input_file: str, output_file: str, source_column: str, target_column: str,
+def check_table(method: Method, input_file: str, output_file: str, source_column: str, target_column: str,
                 threshold: float | None, concurrency: int | None, progress: bool) -> None:
     """``check --input/--output``: every row checked, resumably (see :mod:`halluscope.tabular`)."""
     from halluscope.llm import LLMError

@@ -98,7 +98,8 @@ def inject_command(
         builder = GoldEvidenceBuilder(llm, judges=judges, samples=gold_samples, consensus=gold_consensus)
     generator = InjectionGenerator(llm, weave=weave, seed=seed, include_truth=truth,  # type: ignore[arg-type]
                                    gold_evidence=builder)
-    written, dropped = [], Counter()
+    written: list[Example] = []
+    dropped: Counter[str] = Counter()
     reasons: list[str] = []
     output.parent.mkdir(parents=True, exist_ok=True)
     with output.open("w", encoding="utf-8") as out:  # streamed, so an interrupted run keeps what it made

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from halluscope.cli.common import ApiKeyOpt, BaseUrlOpt, ModelOpt, NoCacheOpt, fail, make_config
 
 
-def _read_items(path: Path) -> list[dict]:
+def _read_items(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise fail(f"input file not found: {path}")
-    items: list[dict] = []
+    items: list[dict[str, Any]] = []
     with path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
@@ -29,7 +30,8 @@ def _read_items(path: Path) -> list[dict]:
     return items
 
 
-def _pairs(items: list[dict], source_field: str, target_field: str, id_field: str, targets_per_item: int | None):
+def _pairs(items: list[dict[str, Any]], source_field: str, target_field: str, id_field: str,
+           targets_per_item: int | None) -> Iterator[tuple[str, Any, str, dict[str, Any]]]:
     """(group, source, target, origin meta) for every target; a list-valued target gives one group each."""
     for n, item in enumerate(items):
         if source_field not in item or target_field not in item:

@@ -6,13 +6,18 @@ import asyncio
 import random
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from halluscope.cli.common import (OLD_OUT_HELP, ApiKeyOpt, BaseUrlOpt, ConcurrencyOpt, ModelOpt, NoCacheOpt, either,
                                    fail, make_config)
+
+if TYPE_CHECKING:
+    from halluscope.generators.perturb import PerturbGenerator
+    from halluscope.records import Example, Usage
 
 
 def perturb_command(
@@ -88,15 +93,16 @@ def perturb_command(
                f"tokens, {usage.cache_hits} cache hits")
 
 
-async def _generate(generator, originals, out: Path, skipped_path: Path):
+async def _generate(generator: PerturbGenerator, originals: Sequence[Example], out: Path, skipped_path: Path
+                    ) -> tuple[Counter[str | None], Counter[tuple[str, str]], Usage]:
     from rich.progress import Progress
 
     from halluscope.records import Usage
 
     order = {e.id: i for i, e in enumerate(originals)}
-    ready: dict[int, list] = {}
+    ready: dict[int, list[Example]] = {}
     next_to_write = 0
-    kept: Counter[str] = Counter()
+    kept: Counter[str | None] = Counter()
     skip_reasons: Counter[tuple[str, str]] = Counter()
     usage = Usage()
     # Groups are written in input order as soon as every earlier group is done, so the file is

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Literal, Optional, cast
 
 import typer
 
 from halluscope.cli.common import (OLD_OUT_HELP, ApiKeyOpt, BaseUrlOpt, ConcurrencyOpt, ModelOpt, NoCacheOpt, fail, make_config,
                                    parse_options, either)
+
+if TYPE_CHECKING:
+    from halluscope.bench.reproduce.core import Protocol
 
 
 def _default_out(paper: str, model: str | None, sample: int | None, seed: int, limit: int | None) -> Path:
@@ -22,7 +25,7 @@ def _default_out(paper: str, model: str | None, sample: int | None, seed: int, l
     return Path("runs") / "-".join(re.sub(r"[^A-Za-z0-9._+]+", "-", p).strip("-") for p in parts)
 
 
-def _list_rows(protocol, embedded: bool) -> None:
+def _list_rows(protocol: Protocol, embedded: bool) -> None:
     typer.echo(f"{protocol.name}: {protocol.description}\n")
     defaults = set(protocol.embedded_rows) if embedded else {r.id for r in protocol.runnable_rows()}
     for row in protocol.rows:
@@ -89,7 +92,7 @@ def reproduce_command(
         raise fail("--sample must be >= 1")
     if builder not in ("auto", "llm", "no-llm"):
         raise fail(f"--builder must be auto, llm or no-llm, got {builder!r}")
-    mode = ("no-llm" if embedded else "llm") if builder == "auto" else builder
+    mode = cast(Literal["llm", "no-llm"], ("no-llm" if embedded else "llm") if builder == "auto" else builder)
     judge = None
     if judge_model or judge_base_url or judge_api_key:
         try:

@@ -53,6 +53,7 @@ import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -329,7 +330,8 @@ class GoldEvidenceBuilder:
     votes each). ``samples`` defaults to 1 vote per judge with several judge models and to 3 with one."""
 
     def __init__(self, llm: LLM, *, judges: Sequence[LLM] = (), samples: int | None = None,
-                 consensus: float = 0.75, max_evidence: int = 3, context_sentences: int = 2, prompts_dir=None):
+                 consensus: float = 0.75, max_evidence: int = 3, context_sentences: int = 2,
+                 prompts_dir: Path | None = None):
         from halluscope.config import Config
         from halluscope.methods.probe import EVALUATE_PROMPT, EvidenceEvaluator, Probe, ProbeEvidenceFinder
         from halluscope.methods.probe.verifier import build_judges
@@ -488,7 +490,8 @@ class InjectionGenerator:
     :class:`GoldEvidenceBuilder`) every written Example also gets the truthful gold claims and their evidence."""
 
     def __init__(self, llm: LLM | None = None, *, weave: Weave = "llm", seed: int = 0,
-                 prompts_dir=None, include_truth: bool = True, gold_evidence: GoldEvidenceBuilder | None = None):
+                 prompts_dir: Path | None = None, include_truth: bool = True,
+                 gold_evidence: GoldEvidenceBuilder | None = None):
         if weave not in ("llm", "boundary"):
             raise ValueError("weave must be 'llm' or 'boundary'")
         self.llm, self.weave, self.seed, self.include_truth = llm, weave, seed, include_truth
@@ -569,6 +572,7 @@ class InjectionGenerator:
         if len(facts) < complexity:
             return InjectionResult(None, f"only {len(facts)} usable fact(s) for complexity {complexity}",
                                    "too_few_facts", calls)
+        new_target: str | None
         if self.weave == "boundary":
             try:
                 new_target, claims = weave_at_boundaries(example.target, facts, complexity,

@@ -311,7 +311,7 @@ class MontageGenerator:
             if self.max_events is not None and len(events) > self.max_events:
                 # The truth must tell the same events as its lies, so it is rebuilt from the kept ones.
                 events = events[: self.max_events]
-                truth_text = await self._write_lie(
+                truth_text = await self._write_lie(  # type: ignore[assignment]  # None: returned just below
                     events, LiePlan("truth", tuple(range(len(events))), 0, 0.0), group, result)
                 if truth_text is None:
                     return result
@@ -354,7 +354,7 @@ class MontageGenerator:
             previous = story
             parsed = await generate_parsed(
                 self.llm, template.render(paragraph=previous, event=event),
-                lambda reply, prev=previous, ev=event: parse_appended_story(reply, prev, ev),
+                lambda reply, prev=previous, ev=event: parse_appended_story(reply, prev, ev),  # type: ignore[misc]
                 format_hint="the complete updated story as plain text",
             )
             result.calls += parsed.calls

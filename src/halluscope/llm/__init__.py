@@ -16,7 +16,7 @@ __all__ = [
     "get_llm", "open_cache", "track_calls",
 ]
 
-_EMBEDDED_APIS: dict[tuple[str, int, int | None, int | None], ModelAPI] = {}  # loaded weights are reused across LLM clients
+_EMBEDDED_APIS: dict[tuple[str, int, int | None, int | None, str | None], ModelAPI] = {}  # loaded weights are reused across LLM clients
 
 
 def build_api(config: Config) -> ModelAPI:

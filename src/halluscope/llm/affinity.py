@@ -61,7 +61,7 @@ class PrefixAffinityGate:
     record: bool = False
     _active: int = 0
     _waiters: list[_Waiter] = field(default_factory=list, repr=False)
-    _orders: itertools.count = field(default_factory=itertools.count, repr=False)
+    _orders: itertools.count[int] = field(default_factory=itertools.count, repr=False)
 
     @property
     def waiting(self) -> int:

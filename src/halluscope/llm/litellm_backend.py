@@ -149,7 +149,7 @@ class LiteLLMModel:
 
     def _backoff_s(self, attempt: int) -> float:
         initial, cap = self._backoff
-        delay = initial * 2 ** (attempt - 1)
+        delay: float = initial * 2 ** (attempt - 1)
         return min(cap, delay + random.uniform(0, delay / 2))
 
     async def generate(self, messages: list[Message], params: GenerateParams) -> Completion:

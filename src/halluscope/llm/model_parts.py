@@ -27,10 +27,18 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 from halluscope.llm.base import LLMError
+
+if TYPE_CHECKING:
+    from importlib.machinery import ModuleSpec
+    from importlib.resources.abc import Traversable
+
+    from rich.progress import Progress
 
 CHUNK = 4 << 20  # bytes read at a time while assembling or verifying
 
@@ -79,7 +87,7 @@ class SplitModel:
         return any(_find_spec(p.module) is not None for p in self.parts)
 
 
-def _find_spec(module: str):
+def _find_spec(module: str) -> ModuleSpec | None:
     try:
         return importlib.util.find_spec(module)
     except (ImportError, ValueError):
@@ -138,7 +146,7 @@ def model_dir() -> Path:
     return Path(root) / "halluscope" / "models"
 
 
-def _part_ref(model: SplitModel, index: int, part: Part):
+def _part_ref(model: SplitModel, index: int, part: Part) -> Traversable:
     """The slice as an importlib Traversable, or ModelPartsError naming the missing package."""
     label = f"part {index}/{len(model.parts)} ({part.distribution})"
     if _find_spec(part.module) is None:
@@ -159,7 +167,7 @@ def _stamp_path(target: Path) -> Path:
     return target.with_name(target.name + ".verified.json")
 
 
-def _stamp_for(target: Path, model: SplitModel) -> dict:
+def _stamp_for(target: Path, model: SplitModel) -> dict[str, object]:
     st = target.stat()
     return {"sha256": model.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
@@ -167,7 +175,7 @@ def _stamp_for(target: Path, model: SplitModel) -> dict:
 def _stamp_matches(target: Path, model: SplitModel) -> bool:
     try:
         recorded = json.loads(_stamp_path(target).read_text(encoding="utf-8"))
-        return recorded == _stamp_for(target, model) and recorded["size"] == model.size
+        return bool(recorded == _stamp_for(target, model) and recorded["size"] == model.size)
     except (OSError, ValueError, KeyError, TypeError):
         return False
 
@@ -253,9 +261,9 @@ class _progress_bar:
     def __init__(self, model: SplitModel, enabled: bool):
         self._model = model
         self._enabled = enabled
-        self._progress = None
+        self._progress: Progress | None = None
 
-    def __enter__(self):
+    def __enter__(self) -> Callable[[int], None]:
         if not self._enabled:
             return lambda n: None
         from rich.console import Console
@@ -268,7 +276,7 @@ class _progress_bar:
         progress = self._progress
         return lambda n: progress.advance(task, n)
 
-    def __exit__(self, *exc_info):
+    def __exit__(self, *exc_info: Any) -> Literal[False]:
         if self._progress is not None:
             self._progress.__exit__(*exc_info)
         return False

@@ -139,7 +139,7 @@ class _ClientPool:
         self.clients: list[httpx.AsyncClient | None] = [None] * n_clients
         self.in_flight = [0] * n_clients
 
-    async def post(self, url: str, *, max_bytes: int, **kwargs) -> _Body:
+    async def post(self, url: str, *, max_bytes: int, **kwargs: Any) -> _Body:
         """POST and read the body, refusing it (:class:`ReplyTooLargeError`) once it exceeds ``max_bytes``."""
         i = min(range(len(self.clients)), key=self.in_flight.__getitem__)
         client = self.clients[i]
@@ -260,8 +260,8 @@ class OpenAICompatibleModel:
             elif loop.is_running():
                 asyncio.run_coroutine_threadsafe(pool.aclose(), loop)
 
-    def _payload(self, messages: list[Message], params: GenerateParams, schema_format: int = 0) -> dict:
-        body: dict = {
+    def _payload(self, messages: list[Message], params: GenerateParams, schema_format: int = 0) -> dict[str, Any]:
+        body: dict[str, Any] = {
             "model": self.name,
             "messages": clean_messages(messages),  # a lone surrogate cannot be sent as UTF-8
             "temperature": params.temperature,
@@ -288,7 +288,7 @@ class OpenAICompatibleModel:
         return body
 
     @staticmethod
-    def _refuses_schema(resp: _Body, body: dict) -> bool:
+    def _refuses_schema(resp: _Body, body: dict[str, Any]) -> bool:
         """The endpoint rejected the structured response format it was sent: a 400/422 naming the format or a
         schema, or any error naming ``json_schema`` or ``response_format`` (llama-cpp-python's server answers a
         request validation error with HTTP 500, which retrying cannot fix)."""
@@ -300,7 +300,7 @@ class OpenAICompatibleModel:
             return True
         return "json_schema" in text or "response_format" in text
 
-    async def _post_once(self, body: dict) -> object:
+    async def _post_once(self, body: dict[str, Any]) -> object:
         resp = await self._pool().post("/chat/completions", json=body, max_bytes=MAX_RESPONSE_BYTES)
         if resp.status_code >= 400 and self._refuses_schema(resp, body):
             raise _SchemaRefused(resp.text[:500])

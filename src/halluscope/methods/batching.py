@@ -184,7 +184,7 @@ async def ask_batch(llm: LLM, messages: list[dict[str, str]], reply: type[Reply]
     """One call for ``n`` numbered units; the reply parsed per unit (:func:`parse_batch`), one repair asked for
     when it is unusable as a whole."""
     step = await generate_reply(
-        llm, messages, reply, params=params,  # type: ignore[arg-type]
+        llm, messages, reply, params=params,
         parse=lambda text: parse_batch(text, n, entry, list_field=list_field, unit=unit, check=check,
                                        examples=reply.echoes()))  # type: ignore[arg-type, return-value]
     return BatchStep(step.value, step.error, list(step.calls))  # type: ignore[arg-type]

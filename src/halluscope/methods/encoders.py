@@ -79,7 +79,7 @@ def load_checker(kind: str, model_id: str) -> LoadedChecker:
         try:
             from transformers.utils import logging as hf_logging
 
-            hf_logging.disable_progress_bar()
+            hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
         except ImportError:  # pragma: no cover
             pass
         try:

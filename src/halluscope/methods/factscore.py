@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from rapidfuzz import fuzz, process
@@ -408,10 +408,10 @@ class FactScoreVerifier(LLMVerifier):
         return [self.prompt] + ([self.batch_prompt] if self.batch_size > 1 else [])
 
     def messages(self, claims: Sequence[Claim], context_text: str) -> list[dict[str, str]]:
-        return self.prompt.render(source=context_text, fact=claims[0].text)  # type: ignore[return-value]
+        return self.prompt.render(source=context_text, fact=claims[0].text)
 
     def batch_messages(self, claims: Sequence[Claim], context_text: str) -> list[dict[str, str]]:
-        return self.batch_prompt.render(source=context_text, facts=numbered([c.text for c in claims]),  # type: ignore[return-value]
+        return self.batch_prompt.render(source=context_text, facts=numbered([c.text for c in claims]),
                                         count=len(claims))
 
     def reserve_tokens(self, claims: Sequence[Claim]) -> int:
@@ -432,7 +432,7 @@ class FactScoreVerifier(LLMVerifier):
             accept=self.verdict, alone=lambda c: self.check(c, context), redone=redone_verdict))
         return [next(judged) if not is_placeholder(c.text) else await self.check(c, context) for c in claims]
 
-    async def ask_batch(self, claims: list[Claim], context: Context) -> BatchStep:
+    async def ask_batch(self, claims: list[Claim], context: Context) -> BatchStep[Any]:
         n = len(claims)
         params = self.llm.params(max_tokens=batch_reply_budget(self.llm, self.reply_tokens, n))
         return await ask_batch(self.llm, self.batch_messages(claims, context.text), self.batch_reply,
@@ -542,7 +542,7 @@ class FactScore(ClaimPipeline):
     default_verifier = "factscore"
 
     def make_decomposer(self) -> FactScoreDecomposer:
-        return build_stage("decomposer", "factscore", self)
+        return cast(FactScoreDecomposer, build_stage("decomposer", "factscore", self))
 
     def used_prompts(self) -> list[PromptTemplate]:
         used = [self.prompt(FACTSCORE_DECOMPOSE_PROMPT)]

@@ -258,13 +258,13 @@ def gate_verdict(decision: GateDecision, gate_name: str, uncertain: Literal["thr
     """A gate decision as a Verdict: settled decisions keep their label (``decided_by="gate:<name>"``); an
     uncertain one is unscored, or with ``uncertain="threshold"`` labelled by its score
     (``decided_by="gate:<name>:threshold"``)."""
-    common = {"claim": decision.claim, "score": decision.score, "evidence": decision.evidence,
+    common: dict[str, Any] = {"claim": decision.claim, "score": decision.score, "evidence": decision.evidence,
               "target_spans": decision.target_spans}
     if decision.settled:
         return Verdict(label=decision.outcome, reason=decision.reason, decided_by=f"gate:{gate_name}", **common)  # type: ignore[arg-type]
     if uncertain == "unscored":
         return Verdict(label="unscored", reason=decision.reason, decided_by=f"gate:{gate_name}", **common)
-    label = "supported" if decision.score >= threshold else "unsupported"
+    label: Literal["supported", "unsupported"] = "supported" if decision.score >= threshold else "unsupported"
     sign = ">=" if label == "supported" else "<"
     return Verdict(label=label, reason=f"{decision.reason}; labelled by its lexical support {decision.score:.2f} "
                                        f"{sign} {threshold}", decided_by=f"gate:{gate_name}:threshold", **common)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -132,6 +132,7 @@ class GEval(Method):
     description = "LLM judge: one 1-5 consistency rating for the whole target, normalized to [0, 1]."
     prompts = (GEVAL_PROMPT, GEVAL_PAPER_PROMPT)
     Options = GevalOptions
+    opts: GevalOptions
 
     def used_prompts(self) -> list[PromptTemplate]:  # only the prompt this instance sends
         return [self.prompt(GEVAL_PAPER_PROMPT if self.opts.prompt == "paper" else GEVAL_PROMPT)]
@@ -140,7 +141,7 @@ class GEval(Method):
         if self.opts.prompt == "paper":
             return await self._run_paper(source, target)
         # A rating and a sentence or two: cap the reply (a looping model otherwise burns the whole budget).
-        max_tokens = min(self.opts.max_tokens, self.llm.default_params.max_tokens)  # type: ignore[attr-defined]
+        max_tokens = min(self.opts.max_tokens, self.llm.default_params.max_tokens)
         parsed = await generate_reply(self.llm, self.prompt(GEVAL_PROMPT).render(source=source, target=target),
                                       GevalReply, params=self.llm.params(max_tokens=max_tokens))
         if parsed.value is None:
@@ -150,13 +151,13 @@ class GEval(Method):
                       details={"reason": parsed.value.reason, "prompt": "reasoned"})
 
     async def _run_paper(self, source: str, target: str) -> Report:
-        max_tokens = min(self.opts.max_tokens, 16, self.llm.default_params.max_tokens)  # type: ignore[attr-defined]
+        max_tokens = min(self.opts.max_tokens, 16, self.llm.default_params.max_tokens)
         weighted = self.opts.weighting == "probability"
         params = self.llm.params(max_tokens=max_tokens, top_logprobs=TOP_LOGPROBS if weighted else None)
         messages = [m for m in self.prompt(GEVAL_PAPER_PROMPT).render(source=source, target=target) if m["content"]]
-        completion = await self.llm.generate(messages, params)  # type: ignore[attr-defined]
+        completion = await self.llm.generate(messages, params)
         rating = parse_paper_score(completion.text)
-        details: dict = {"prompt": "paper", "reply": completion.text[:200]}
+        details: dict[str, Any] = {"prompt": "paper", "reply": completion.text[:200]}
         if rating is None:
             return Report(method=self.name, unscored_reason=f"geval: the reply is not a score from 1 to 5: "
                                                             f"{completion.text[:80]!r}", details=details)

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,8 @@ HOST = "127.0.0.1"
 def free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def _proc_status(pid: int, key: str) -> int:
@@ -56,7 +58,7 @@ def open_fds(pid: int) -> int:
 
 @dataclass
 class Proc:
-    popen: subprocess.Popen
+    popen: subprocess.Popen[bytes]
     port: int
     log: Path
 
@@ -514,7 +516,7 @@ def graceful_restart(home: Path, items: int = 24, answered_first: int = 6, concu
             "distinct_prompts": stats["distinct"], "repeated_calls_for_answered_prompts": stats["repeated_answered"]}
 
 
-def _wait_for(condition, timeout_s: float, what: str) -> None:
+def _wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
     """Poll for a state (not a guessed delay); fail with ``what`` after a generous ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -66,7 +66,7 @@ class WorkerPool:
             i = min(range(self.n), key=self._busy.__getitem__) if worker is None else worker % self.n
             self._busy[i] += 1
         future = asyncio.run_coroutine_threadsafe(coro, self.loops[i])
-        future.add_done_callback(lambda _f, i=i: self._done(i))
+        future.add_done_callback(lambda _f, i=i: self._done(i))  # type: ignore[misc]
         return future
 
     def _done(self, i: int) -> None:

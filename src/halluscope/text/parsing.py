@@ -291,7 +291,8 @@ def extract_json(text: str, expect: type | tuple[type, ...] = (dict, list), *,
 
 def _type_names(expect: type | tuple[type, ...]) -> str:
     types = expect if isinstance(expect, tuple) else (expect,)
-    return "/".join({dict: "object", list: "array"}.get(t, t.__name__) for t in types)
+    names: dict[type, str] = {dict: "object", list: "array"}
+    return "/".join(names.get(t, t.__name__) for t in types)
 
 
 _BULLET = re.compile(r"^\s*(?:[-*•]+|\d+[.)]|\(\d+\)|[a-z][.)])(?:\s+|$)")  # a bare bullet is no item

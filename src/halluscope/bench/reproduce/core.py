@@ -102,7 +102,7 @@ class Context:
     llm: Any = None  # an LLM to use instead of one built from ``config`` (tests: the scripted fake)
     _llm_built: Any = None
 
-    def get_llm(self):
+    def get_llm(self) -> Any:
         if self.llm is not None:
             return self.llm
         if self._llm_built is None:

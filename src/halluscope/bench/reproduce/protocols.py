@@ -5,6 +5,8 @@ from the paper.
 
 from __future__ import annotations
 
+from typing import Any
+
 from halluscope.bench.datasets import Dataset, load_dataset, sample_examples
 from halluscope.bench.reproduce.builders import (BuiltSet, build_injected, build_montage, build_perturbed)
 from halluscope.bench.reproduce.core import Context, Metric, Protocol, ReproduceError, Row
@@ -40,7 +42,7 @@ def _base_items(ctx: Context, examples: list[Example]) -> list[Example]:
     return examples
 
 
-def _identity(ctx: Context, builder: str, base: Dataset, llm_used: bool) -> dict:
+def _identity(ctx: Context, builder: str, base: Dataset, llm_used: bool) -> dict[str, Any]:
     model = None
     if llm_used:
         model = ctx.get_llm().name

@@ -89,7 +89,8 @@ class PerturbGenerator:
                     prompt=apply_overrides(INSERT_PROMPT, self.config.prompts_dir), seed=self.seed))
         return out
 
-    async def perturb_one(self, original: Example, stages=None) -> GroupResult:
+    async def perturb_one(self, original: Example,
+                          stages: list[RewritePerturbation | InsertSourceSentence] | None = None) -> GroupResult:
         stages = stages if stages is not None else self.stages()
         if original.label == 0:
             skips = [PerturbationSkip(example_id=original.id, perturbation=s.perturbation,

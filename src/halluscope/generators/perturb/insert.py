@@ -13,7 +13,7 @@ import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,8 +25,11 @@ from halluscope.llm.structured import generate_parsed
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Example, LLMCall, Span
 from halluscope.stages import register_stage
-from halluscope.text import locate, split_sentences
+from halluscope.text import Sentence, locate, split_sentences
 from halluscope.text.parsing import ParseError
+
+if TYPE_CHECKING:
+    from halluscope.retrieval import SourceIndex
 
 INSERT_PROMPT = PromptTemplate(
     name="perturb_added_source_sentence",
@@ -96,11 +99,13 @@ _LEANS_BACK = re.compile(r"(?:and|but|yet|so|or|then|still|also|however|thus)\b"
 _PERSONAL = re.compile(r"\b(?:I|me|my|mine|we|us|our|ours|you|your|yours)\b", re.I)
 
 
-def candidate_sentences(source: str, *, min_words: int = 8, max_words: int = 40):
+def candidate_sentences(source: str, *, min_words: int = 8, max_words: int = 40) -> list[Sentence]:
     """Source sentences fit to stand alone in a summary: plain declarative prose of a sensible length --
     no dialogue (quotes), headings, bylines, editorial notes, markup, or openings like "But ..." that lean
     on the previous sentence. Third-person sentences are preferred (a summary narrates in the third person);
     first/second-person ones are used only when a source has nothing else."""
+    plain: list[Sentence]
+    personal: list[Sentence]
     plain, personal = [], []
     for sentence in split_sentences(source):
         text = sentence.text
@@ -128,8 +133,8 @@ def tfidf_relatedness(candidates: Sequence[str], target_sentences: Sequence[str]
     return [float(row.max()) if row.size else 0.0 for row in sims]
 
 
-def retrieval_relatedness(source: str, candidates: Sequence, target_sentences: Sequence[str],
-                          retriever: str = "auto", index_cache: dict | None = None) -> tuple[list[float], str]:
+def retrieval_relatedness(source: str, candidates: Sequence[Sentence], target_sentences: Sequence[str],
+                          retriever: str = "auto", index_cache: dict[str, SourceIndex] | None = None) -> tuple[list[float], str]:
     """Relatedness from the shared retrieval stage (embedding cosine, or BM25 score when no embedding model
     is installed): a candidate's best similarity to any target sentence. Returns the scores and the
     retriever used."""
@@ -149,7 +154,8 @@ def retrieval_relatedness(source: str, candidates: Sequence, target_sentences: S
 
 
 def choose_unrelated_sentence(source: str, target: str, rng: random.Random, *, how: str = "tfidf",
-                              tie_tolerance: float = 1e-9, index_cache: dict | None = None):
+                              tie_tolerance: float = 1e-9, index_cache: dict[str, SourceIndex] | None = None
+                              ) -> tuple[Sentence, float, str] | None:
     """The candidate source sentence least related to the target (ties broken by ``rng``), with its
     relatedness and the selector used; ``None`` when the source has no usable candidate."""
     target_sentences = [s.text for s in split_sentences(target)] or [target]
@@ -201,7 +207,7 @@ class InsertSourceSentence:
         self.llm = llm
         self.prompt = prompt
         self.seed = seed
-        self._indexes: dict = {}  # source -> SourceIndex, for how="retrieval"
+        self._indexes: dict[str, SourceIndex] = {}  # source -> SourceIndex, for how="retrieval"
 
     async def __call__(self, original: Example) -> PerturbOutcome:
         if self.how == "llm":
@@ -222,7 +228,8 @@ class InsertSourceSentence:
         return PerturbOutcome(self.perturbation, example=perturbed_row(
             original, self.perturbation, perturbed, self._meta(original.target, perturbed, insertion, None, [])))
 
-    def _meta(self, target: str, perturbed: str, ins: Insertion, model: str | None, calls: list[LLMCall]):
+    def _meta(self, target: str, perturbed: str, ins: Insertion, model: str | None,
+              calls: list[LLMCall]) -> dict[str, Any]:
         meta: dict[str, Any] = {
             "model": model,
             "selector": ins.how,

@@ -14,12 +14,12 @@ from halluscope.generators.perturb.checks import (
     FORMAT_HINT, check_rewrite, parse_rewritten, reply_is_tagged, rewrite_stats,
 )
 from halluscope.generators.perturb.rows import PerturbOutcome, Unit, perturbed_row, skipped, usage_of
-from halluscope.llm import LLM, LLMError
+from halluscope.llm import LLM, GenerateParams, LLMError
 from halluscope.llm.structured import generate_parsed
 from halluscope.prompts import PromptTemplate
-from halluscope.records import Example, LLMCall
+from halluscope.records import Example, LLMCall, StepResult
 from halluscope.stages import register_stage
-from halluscope.text import split_sentences
+from halluscope.text import Sentence, split_sentences
 from halluscope.text.parsing import ParseError
 
 _REWRITE_SYSTEM = (
@@ -94,11 +94,11 @@ class RewritePerturbation:
         self.unit = unit
         self.require_tags = require_tags
 
-    def _params(self, text: str):
+    def _params(self, text: str) -> GenerateParams:
         # a rewrite can be longer than its input; leave room for the tags and a little preamble
         return self.llm.params(max_tokens=max(256, 2 * self.llm.count_tokens(text) + 128))
 
-    async def _rewrite(self, text: str, validate: Callable[[str], None]):
+    async def _rewrite(self, text: str, validate: Callable[[str], None]) -> StepResult[str]:
         def parse(reply: str) -> str:
             rewritten = parse_rewritten(reply, require_tags=self.require_tags)
             validate(rewritten)
@@ -132,7 +132,8 @@ class RewritePerturbation:
                 pieces: list[str] = []
                 for sentence in sentences:
                     parsed = await self._rewrite(
-                        sentence.text, lambda t, s=sentence.text: check_rewrite(self.perturbation, s, t, part=True))
+                        sentence.text,
+                        lambda t, s=sentence.text: check_rewrite(self.perturbation, s, t, part=True))  # type: ignore[misc]
                     calls.extend(parsed.calls)
                     if parsed.value is None:
                         return skip(f"sentence {sentence.index}: {parsed.error or 'unparseable reply'}")
@@ -157,7 +158,7 @@ class RewritePerturbation:
                               usage=usage_of(calls))
 
 
-def _replace_sentences(text: str, sentences, replacements: Sequence[str]) -> str:
+def _replace_sentences(text: str, sentences: Sequence[Sentence], replacements: Sequence[str]) -> str:
     out: list[str] = []
     cursor = 0
     for sentence, new in zip(sentences, replacements):

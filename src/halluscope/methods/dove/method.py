@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import Field
 
@@ -36,6 +36,10 @@ from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Finding, Report, StepResult
 from halluscope.retrieval import SourceIndex, fits_in_context
 from halluscope.stages import Decomposer, build_stage
+
+if TYPE_CHECKING:
+    from halluscope.config import Config
+    from halluscope.llm import LLM
 
 
 class DoveOptions(ClaimOptions):
@@ -80,7 +84,7 @@ class Dove(ClaimPipeline):
     prompts = (DOVE_DECOMPOSE_PROMPT, DOVE_CHECK_PROMPT, DOVE_CHECK_BATCH_PROMPT, DOVE_SORT_PROMPT)
     default_verifier = "dove"
 
-    def __init__(self, llm=None, config=None, **options: Any):
+    def __init__(self, llm: LLM | None = None, config: Config | None = None, **options: Any):
         super().__init__(llm, config, **options)
         self._sorter: DoveSorter | None = None
 
@@ -88,7 +92,7 @@ class Dove(ClaimPipeline):
     def make_decomposer(self) -> Decomposer:
         if self.opts.decomposer == "sentences":
             return SentenceDecomposer(self, kind="event")
-        return build_stage("decomposer", "dove", self)
+        return cast(Decomposer, build_stage("decomposer", "dove", self))
 
     @property
     def sorter(self) -> DoveSorter:
@@ -223,7 +227,7 @@ class Dove(ClaimPipeline):
 
     async def source_index(self, source: str) -> SourceIndex:
         """The source's retrieval index (the one the retrieval stage uses; built once per source)."""
-        return await _shared_index(source, self.opts)
+        return cast(SourceIndex, await _shared_index(source, self.opts))
 
 
 def _consecutive_runs(indices: list[int]) -> list[list[int]]:

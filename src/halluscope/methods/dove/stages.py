@@ -32,10 +32,11 @@ from halluscope.methods.dove.replies import (
     parse_decomposition,
     parse_event_order,
 )
-from halluscope.methods.batching import ask_batch, batch_reply_budget, gather_or_cancel, judge_in_batches, redone_verdict
+from halluscope.methods.batching import (BatchStep, ask_batch, batch_reply_budget, gather_or_cancel, judge_in_batches,
+                                         redone_verdict)
 from halluscope.methods.pipeline import LLMVerifier, messages_tokens, reply_budget
 from halluscope.prompts import PromptTemplate
-from halluscope.records import Claim, Evidence, Span, StepResult, Verdict
+from halluscope.records import Claim, Evidence, LLMCall, Span, StepResult, Verdict
 from halluscope.retrieval import SourceIndex
 from halluscope.stages import Context, register_stage
 from halluscope.text import locate, split_sentences
@@ -109,7 +110,7 @@ def _evidence(judgment: DoveCheckReply, source: str) -> list[Evidence]:
     return [Evidence(text=text, span=match.span if match else None, relation=relation)]  # type: ignore[arg-type]
 
 
-def _verdict(claim: Claim, judgment: DoveCheckReply, source: str, calls: list) -> Verdict:
+def _verdict(claim: Claim, judgment: DoveCheckReply, source: str, calls: list[LLMCall]) -> Verdict:
     return Verdict(claim=claim, label=judgment.label, reason=judgment.reason or "",  # type: ignore[arg-type]
                    score=1.0 if judgment.supported else 0.0, evidence=_evidence(judgment, source), calls=calls)
 
@@ -135,13 +136,13 @@ class DoveFactChecker(LLMVerifier):
 
     def messages(self, claims: Sequence[Claim], context_text: str) -> list[dict[str, str]]:
         """The one-fact prompt for ``claims[0]``."""
-        return self.prompt.render(source=context_text, fact=claims[0].text)  # type: ignore[return-value]
+        return self.prompt.render(source=context_text, fact=claims[0].text)
 
     def batch_messages(self, claims: Sequence[Claim], context_text: str) -> list[dict[str, str]]:
         """The batch prompt: the facts numbered from 1."""
         listing = "\n".join(f"{i + 1}. {c.text}" for i, c in enumerate(claims))
         messages = self.batch_prompt.render(source=context_text, facts=listing, count=len(claims))
-        return messages  # type: ignore[return-value]
+        return messages
 
     def reserve_tokens(self, claims: Sequence[Claim]) -> int:
         """The larger of a one-fact call (longest fact) and, when batching, a call with the first batch."""
@@ -156,13 +157,13 @@ class DoveFactChecker(LLMVerifier):
         if self.batch_size == 1 or context.kind != "source" or len(claims) < 2:
             return await gather_or_cancel(self.one(c, context.text, source) for c in claims)
 
-        async def ask(part: list[Claim]):
+        async def ask(part: list[Claim]) -> BatchStep[DoveBatchJudgment]:
             return await ask_batch(
                 self.llm, self.batch_messages(part, context.text), DoveBatchReply, DoveBatchJudgment, len(part),
                 params=self.llm.params(max_tokens=batch_reply_budget(self.llm, CHECK_REPLY_TOKENS, len(part),
                                                                      overhead=64)), unit="fact")
 
-        def accept(claim: Claim, judgment: DoveBatchJudgment, calls: list) -> Verdict:
+        def accept(claim: Claim, judgment: DoveBatchJudgment, calls: list[LLMCall]) -> Verdict:
             if is_placeholder(claim.text):  # judged in the batch, but a placeholder is never a fact
                 return Verdict.unscored(claim, _placeholder_reason(claim), calls)
             return _verdict(claim, judgment, source, calls)
@@ -212,7 +213,7 @@ class DoveSorter:
         """``about``: the source of the check, so sorting by the source and by the target share one fence key
         (and the prompt prefix up to the TEXT)."""
         listing = "\n".join(f"{n + 1}. {t}" for n, t in enumerate(events))
-        return self.prompt.render(text=text, events=listing, about=about)  # type: ignore[return-value]
+        return self.prompt.render(text=text, events=listing, about=about)
 
     @staticmethod
     def reply_tokens(n_events: int) -> int:

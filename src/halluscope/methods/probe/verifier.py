@@ -140,7 +140,7 @@ class ProbeVerifier(LLMVerifier):
     async def check(self, claim: Claim, context: Context, source: str) -> Verdict:
         if is_template_echo(claim.text):
             return Verdict.unscored(claim, f"the claim {claim.text[:40]!r} is a template placeholder, not a claim")
-        search: QuoteSearch = await self.finder.search(claim, context, source)  # type: ignore[attr-defined]
+        search: QuoteSearch = await self.finder.search(claim, context, source)
         judgments: list[EvidenceJudgment] = []
         if search.failure_reason is None and search.evidence:
             sentences = await self._sentences.get(source)
@@ -163,8 +163,8 @@ class ProbeVerifier(LLMVerifier):
 
     # -- batch_size > 1 (whole source) --------------------------------------------------------------------
     def batch_find_messages(self, claims: Sequence[Claim], context_text: str) -> list[dict[str, str]]:
-        finder: ProbeEvidenceFinder = self.finder  # type: ignore[assignment]
-        return self.method.prompt(FIND_EVIDENCE_BATCH_PROMPT).render(  # type: ignore[return-value]
+        finder: ProbeEvidenceFinder = self.finder
+        return self.method.prompt(FIND_EVIDENCE_BATCH_PROMPT).render(
             claims=numbered([c.text for c in claims]), source=context_text, max_evidence=finder.max_evidence,
             count=len(claims))
 
@@ -211,9 +211,9 @@ class ProbeVerifier(LLMVerifier):
         does not answer gets its own search. The no-LLM finder searches claim by claim."""
         finder = self.finder
         if not isinstance(finder, ProbeEvidenceFinder):
-            return await gather_or_cancel(finder.search(c, context, source) for c in claims)  # type: ignore[attr-defined]
+            return await gather_or_cancel(finder.search(c, context, source) for c in claims)
 
-        async def ask(part: list[Claim]) -> BatchStep:
+        async def ask(part: list[Claim]) -> BatchStep[EvidenceBatchEntry]:
             n = len(part)
             params = self.llm.params(max_tokens=batch_reply_budget(self.llm, FIND_REPLY_TOKENS, n))
             return await ask_batch(self.llm, self.batch_find_messages(part, context.text), EvidenceBatchReply,
