@@ -215,3 +215,17 @@ async def test_run_sync_inside_a_running_loop_keeps_the_callers_context_variable
 
     value, thread = run_sync(read())  # this test's own loop is running: a worker thread runs it
     assert value == "caller" and thread.startswith("halluscope-sync")
+
+
+def test_a_bad_jsonl_line_is_refused_naming_the_line(tmp_path):
+    from halluscope.tabular import read_table
+
+    path = tmp_path / "pairs.jsonl"
+    path.write_bytes(b'{"source": "a", "target": "b"}\n\n{"source": "caf\xe9"}\n')
+    with pytest.raises(TableError, match=r"pairs\.jsonl:3: not UTF-8"):
+        read_table(path)
+    path.write_text('{"source": "a", "target": "b"}\n[1, 2]\n')
+    with pytest.raises(TableError, match=r"pairs\.jsonl:2: expected a JSON object"):
+        read_table(path)
+    path.write_text('{"source": "a", "target": "b"}\n\n')
+    assert read_table(path) == [{"source": "a", "target": "b"}]

@@ -208,19 +208,13 @@ def read_table(path: str | Path) -> list[dict[str, Any]]:
     fmt = table_format(path)
     if not path.is_file():
         raise TableError(f"input file not found: {path}")
-    if fmt == ".jsonl":
-        rows = []
-        for n, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TableError(f"{path}:{n}: not JSON: {exc.msg}") from exc
-            if not isinstance(row, dict):
-                raise TableError(f"{path}:{n}: expected a JSON object per line")
-            rows.append(row)
-        return rows
+    if fmt == ".jsonl":  # the bench's reader: names the line of bad JSON or bad UTF-8
+        from halluscope.bench.datasets import DatasetError, read_jsonl_lines
+
+        try:
+            return [row for _, row in read_jsonl_lines(path)]
+        except DatasetError as exc:
+            raise TableError(str(exc)) from exc
     pd = _pandas()
     try:
         frame = pd.read_csv(path, keep_default_na=False, dtype=str) if fmt == ".csv" else pd.read_parquet(path)

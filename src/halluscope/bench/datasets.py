@@ -68,7 +68,7 @@ def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
     raise DatasetError(f"data folder not found (tried {where}); pass --data-dir or set {DATA_DIR_ENV}")
 
 
-def _read_jsonl_lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
+def read_jsonl_lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
     """``(line number, object)`` for every non-blank line; DatasetError naming the line otherwise."""
     if not path.is_file():
         raise DatasetError(f"dataset file not found: {path}")
@@ -128,7 +128,7 @@ def read_examples(path: str | Path) -> list[Example]:
     """Read a generic-format JSONL file (one Example per line); errors name the file and line."""
     path = Path(path)
     examples = []
-    for record, (lineno, row) in enumerate(_read_jsonl_lines(path), 1):
+    for record, (lineno, row) in enumerate(read_jsonl_lines(path), 1):
         try:
             example = Example.model_validate(row)
         except ValidationError as exc:
@@ -165,7 +165,7 @@ def load_final(root: Path, subset: str | None) -> Dataset:
     split = subset or "dev"
     path = root / "final" / f"{split}.jsonl"
     examples = []
-    for lineno, row in _read_jsonl_lines(path):
+    for lineno, row in read_jsonl_lines(path):
         with _record(path, lineno):
             descriptions = [d for d in row["human_descriptions"] if d.strip()]
             examples.append(Example(
@@ -191,7 +191,7 @@ def load_summedits(root: Path, subset: str | None) -> Dataset:
     for domain in domains:
         path = root / "summedits" / f"{domain}.jsonl"
         files.append(path)
-        for lineno, row in _read_jsonl_lines(path):
+        for lineno, row in read_jsonl_lines(path):
             with _record(path, lineno):
                 examples.append(Example(
                     id=row["id"],
@@ -210,7 +210,7 @@ def load_qags(root: Path, subset: str | None) -> Dataset:
     split = subset or "dev"
     path = root / "qags" / f"cnndm_{split}.jsonl"
     examples = []
-    for lineno, row in _read_jsonl_lines(path):
+    for lineno, row in read_jsonl_lines(path):
         with _record(path, lineno):
             score = _human_score(row["consistency"], path, lineno)
             examples.append(Example(id=f"qags-{row['id']}", source=row["source"], target=row["summary"],
@@ -223,7 +223,7 @@ def load_squality(root: Path, subset: str | None) -> Dataset:
     split = subset or "dev"
     path = root / "squality" / f"{split}.jsonl"
     examples = []
-    for lineno, row in _read_jsonl_lines(path):
+    for lineno, row in read_jsonl_lines(path):
         with _record(path, lineno):
             for k, summary in enumerate(row["plot_summaries"]):
                 examples.append(Example(id=f"squality-{row['id']}-{k}", source=row["document"], target=summary,
