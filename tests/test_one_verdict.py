@@ -195,6 +195,21 @@ def test_amc_rule_never_reads_a_negation_or_correction_as_plus_one(reason):
     assert mark == -1, reason
 
 
+@pytest.mark.parametrize("reason", ["No problem!", "No issues found.", "None.", "Nothing wrong here.",
+                                    "No inconsistency with the SOURCE."])
+def test_amc_rule_leaves_a_denied_problem_unmarked(reason):
+    """"No problem!" opens with a negation but says neither that the sentence is wrong nor that it is consistent."""
+    with pytest.raises(ParseError, match="denies a problem"):
+        verdict_mark(reason)
+
+
+@pytest.mark.parametrize("reason, mark", [("No, the SOURCE says a grant pays.", -1),
+                                          ("No evidence for this in the SOURCE.", -1),
+                                          ("Not an error in the dates, but the budget is wrong.", -1)])
+def test_amc_rule_still_reads_a_negative_answer_as_minus_one(reason, mark):
+    assert verdict_mark(reason) == mark
+
+
 @pytest.mark.parametrize("reason", NEGATIONS[:3])
 def test_dcr_amc_rule_scores_no_negation_as_consistent(reason):
     reply = json.dumps({"sentences": [{"id": i, "reason": reason} for i in (1, 2, 3)], "is_consistent": True})

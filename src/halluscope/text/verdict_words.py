@@ -35,6 +35,14 @@ NEGATIVE_START = re.compile(
 """A reason that opens with a negative verdict ("Inconsistent:", "This sentence is not consistent ...", "No, ...",
 "Nothing in the SOURCE ...", "Correction: ...": a correction says the sentence was wrong)."""
 
+DENIED_PROBLEM = re.compile(
+    r"^\W*(?:(?:no|nothing|none)\W*$|(?:no|nothing|none)\W+(?:\w+\W+){0,2}?(?:problems?|issues?|errors?|"
+    r"inconsistenc\w*|contradictions?|hallucinations?|mistakes?|wrong|incorrect|inaccurate|false)\b)",
+    _FLAGS,
+)
+"""A reason that denies a problem ("No problem!", "No issues found.", "Nothing wrong.", "None."): it opens with a
+negation, yet it does not say the sentence is wrong, nor in so many words that it is consistent -- no verdict."""
+
 POSITIVE_START = re.compile(_LEAD + r"(?:consistent|supported|correct|accurate|true|yes)\b", _FLAGS)
 """A reason that opens with a positive verdict ("Consistent:", "This sentence is consistent ..."), the word ending
 there ("Correction" is no "correct")."""
@@ -97,6 +105,8 @@ def verdict_mark(reason: str) -> int:
     question = QUESTION.match(text)
     if question is not None:
         text = text[question.end():]
+    if DENIED_PROBLEM.search(text):
+        raise ParseError(f"the reason denies a problem but states no verdict: {reason[:60]!r}")
     if NEGATIVE_START.search(text):
         return -1
     positive = POSITIVE_START.search(text)
