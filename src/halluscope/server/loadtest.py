@@ -240,18 +240,22 @@ def distinct_options(server: Proc, token: str | None, n: int = 2000, concurrency
                      timeout_s: float = 120.0) -> dict[str, Any]:
     """``n`` /check requests each with its own options (geval ``max_tokens`` 1..n): memory and open files."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    before, fds_before = rss_mb(server.pid), open_fds(server.pid)
+    before, fds_before = rss_mb(server.pid), open_fds(server.pid)  # ready: after start-up and its warm-up
     bodies = [{"source": "The ferry costs 3 million.", "target": "The ferry costs 3 million.", "method": "geval",
                "options": {"max_tokens": i + 1}} for i in range(n)]
     started = time.perf_counter()
-    answers = asyncio.run(_post_all(server.url + "/check", bodies, headers, concurrency, timeout_s))
+    answers = asyncio.run(_post_all(server.url + "/check", bodies[:1], headers, 1, timeout_s))
+    first = rss_mb(server.pid)
+    answers += asyncio.run(_post_all(server.url + "/check", bodies[1:], headers, concurrency, timeout_s))
     metrics = httpx.get(server.url + "/metrics", headers=headers, timeout=10).text
     cache_size = next((float(line.split()[-1]) for line in metrics.splitlines()
                        if line.startswith("halluscope_method_cache_size ")), None)
     return {"requests": n, "statuses": dict(Counter(s for s, _ in answers)),
             "seconds": round(time.perf_counter() - started, 2),
             "rss_before_mb": round(before, 1), "rss_after_mb": round(rss_mb(server.pid), 1),
-            "rss_growth_mb": round(rss_mb(server.pid) - before, 1), "peak_rss_mb": round(peak_rss_mb(server.pid), 1),
+            "rss_growth_mb": round(rss_mb(server.pid) - before, 1), "rss_after_first_request_mb": round(first, 1),
+            "rss_growth_after_first_request_mb": round(rss_mb(server.pid) - first, 1),
+            "peak_rss_mb": round(peak_rss_mb(server.pid), 1),
             "open_files_before": fds_before, "open_files_after": open_fds(server.pid),
             "method_cache_size": cache_size}
 
@@ -259,25 +263,33 @@ def distinct_options(server: Proc, token: str | None, n: int = 2000, concurrency
 def probe_judge_options(server: Proc, token: str | None, n: int = 2000, concurrency: int = 16,
                         timeout_s: float = 300.0) -> dict[str, Any]:
     """``n`` probe /check requests each naming its own judge model: each instance builds a judge client, and
-    every evicted one must close it (open files and memory stay flat)."""
+    every evicted one must close it (open files and memory stay flat).
+
+    Memory is read at three points besides the end: ``rss_before_mb`` when the server reports ready (after its
+    start-up, which imports the built-in methods and their libraries: :mod:`halluscope.server.warmup`), after
+    the first request alone (what one check adds: the HTTP client, the worker loops' threads), and after the
+    first tenth (the method cache full, every worker thread started): growth is reported from each."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     before, fds_before = rss_mb(server.pid), open_fds(server.pid)
     bodies = [{"source": "The ferry costs 3 million.", "target": "The ferry costs 3 million.", "method": "probe",
                "options": {"judges": [f"judge-{i}"], "evidence": "retrieval", "retrieval": "always",
                            "retriever": "bm25"}} for i in range(n)]
     started = time.perf_counter()
-    # the first tenth loads probe's modules (retrieval, BM25, sentence splitting) and fills the method cache:
-    # what grows after it is what 2,000 option sets cost
-    warm = max(1, n // 10)
-    answers = asyncio.run(_post_all(server.url + "/check", bodies[:warm], headers, concurrency, timeout_s))
+    answers = asyncio.run(_post_all(server.url + "/check", bodies[:1], headers, 1, timeout_s))
+    first_rss = rss_mb(server.pid)
+    warm = max(2, n // 10)
+    answers += asyncio.run(_post_all(server.url + "/check", bodies[1:warm], headers, concurrency, timeout_s))
     warm_rss, warm_fds = rss_mb(server.pid), open_fds(server.pid)
     answers += asyncio.run(_post_all(server.url + "/check", bodies[warm:], headers, concurrency, timeout_s))
+    after = rss_mb(server.pid)
     return {"requests": n, "statuses": dict(Counter(s for s, _ in answers)),
             "seconds": round(time.perf_counter() - started, 2),
-            "rss_before_mb": round(before, 1), "rss_after_mb": round(rss_mb(server.pid), 1),
-            "rss_growth_mb": round(rss_mb(server.pid) - before, 1),
+            "rss_before_mb": round(before, 1), "rss_after_mb": round(after, 1),
+            "rss_growth_mb": round(after - before, 1),
+            "rss_after_first_request_mb": round(first_rss, 1),
+            "rss_growth_after_first_request_mb": round(after - first_rss, 1),
             "rss_after_first_tenth_mb": round(warm_rss, 1),
-            "rss_growth_after_first_tenth_mb": round(rss_mb(server.pid) - warm_rss, 1),
+            "rss_growth_after_first_tenth_mb": round(after - warm_rss, 1),
             "open_files_after_first_tenth": warm_fds, "peak_rss_mb": round(peak_rss_mb(server.pid), 1),
             "open_files_before": fds_before, "open_files_after": open_fds(server.pid),
             "cache_sqlite_handles": _open_files_named(server.pid, "cache.sqlite")}

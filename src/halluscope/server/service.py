@@ -29,6 +29,7 @@ from halluscope.server.logs import event, request_id
 from halluscope.server.metrics import Metrics
 from halluscope.server.schemas import JobRequest, Pair
 from halluscope.server.settings import ServerSettings
+from halluscope.server.warmup import warm_up
 from halluscope.server.workers import WorkerPool
 
 T = TypeVar("T")
@@ -86,12 +87,14 @@ class Service:
         return self.runner is not None
 
     def ensure_started(self) -> None:
-        """Start the workers, open the job store and resume its jobs (once; also without a lifespan)."""
+        """Warm up (:func:`warm_up`), start the workers, open the job store and resume its jobs (once; also
+        without a lifespan)."""
         if self.runner is not None:
             return
         with self._start_lock:
             if self.runner is not None:
                 return
+            warm_up()  # before ready: a broken install fails the start, and first-use imports are paid here
             store = JobStore(self.jobs_db)
             self.pool.start()
             runner = JobRunner(store, build_method=self._method_for_job, run_item=self._job_item,
