@@ -14,7 +14,10 @@ tests/test_server_process.py):
 * ``options``: ``--options`` /check requests, each with its own options (geval ``max_tokens`` = 1..N), 16 at
   a time: memory, open files, the method cache's size.
 * ``judges``: ``--options`` probe /check requests, each naming its own judge model (each instance builds a
-  judge client; evicted instances must close it): memory growth, open files, ``cache.sqlite`` handles.
+  judge client; evicted instances must close it): memory growth, open files, ``cache.sqlite`` handles. The
+  baseline (``rss_before_mb``) is read when the server reports ready, that is after its start-up, which
+  imports the built-in methods and their libraries (``halluscope.server.warmup``); growth is also reported
+  from after the first request alone and after the first tenth (``options`` reports the first two as well).
 * ``hostile``: 5 rounds of ``--hostile`` geval checks at once whose every reply is 196 KB of ``<think>``
   (parsed, refused), while /health is polled every 20 ms: its p50/p99/max latency; first the same with
   ordinary replies (the control: what the machine's load alone costs).
