@@ -147,6 +147,12 @@ class Config(BaseSettings):
     embedded models and for OpenAI-compatible endpoints (``docs/structured_output.md``); ``plain`` is faster
     for long replies of the 1.5B model on a heavily loaded CPU and for a llama.cpp server endpoint."""
 
+    embedded_grammar: Literal["lazy", "full"] = "lazy"
+    """How the embedded model constrains a schema reply at temperature 0: ``lazy`` asks the grammar about the
+    greedy token alone and scans the whole vocabulary only when it rejects it (same tokens, about plain-text
+    speed; ``llm/lazy_grammar.py``), ``full`` is llama-cpp-python's own grammar over every candidate token at
+    every step (``HALLUSCOPE_EMBEDDED_GRAMMAR=full``; measured in ``docs/structured_output.md``)."""
+
     embedded_n_ctx: int = 8192
     """Context window for the embedded model, in tokens."""
 
