@@ -1,7 +1,8 @@
 """Structured replies vs plain text on the embedded models: generation tokens/s for each way of asking.
 
     python benchmarks/structured_speed.py [--model smollm2 --model qwen2.5-coder-1.5b] [--repeats 3]
-        [--threads N] [--max-tokens 96] [--compete N] [--out bench_out/structured_speed.json]
+        [--threads N] [--max-tokens 96] [--compete N] [--way plain --way schema_lazy]
+        [--out bench_out/structured_speed.json]
 
 For each model the same two halluscope requests (FActScore's decomposition reply, a list of facts, and a
 fact check's verdict reply) are sent through llama.cpp's chat completion in four ways, interleaved so that
@@ -104,7 +105,7 @@ def _one(llama, messages: list[dict], schema: type, mode: str, max_tokens: int) 
     return run
 
 
-def measure(model: str, threads: int, repeats: int, max_tokens: int) -> dict:
+def measure(model: str, threads: int, repeats: int, max_tokens: int, modes: tuple[str, ...] = MODES) -> dict:
     from llama_cpp import Llama
 
     path = resolve_gguf(model)
@@ -115,18 +116,18 @@ def measure(model: str, threads: int, repeats: int, max_tokens: int) -> dict:
         llama.create_chat_completion(messages=messages, max_tokens=1)  # prompt into the KV cache for every way
         for _ in range(repeats):
             texts = {}
-            for mode in MODES:
+            for mode in modes:
                 run = _one(llama, messages, schema, mode, max_tokens)
                 run["request"] = name
                 texts[mode] = run["text"]
                 runs.append(run)
             if "schema_lazy" in texts and "schema" in texts:
                 runs[-1]["same_as_schema"] = texts["schema_lazy"] == texts["schema"]
-            for run in runs[-len(MODES):]:
+            for run in runs[-len(modes):]:
                 print(json.dumps({k: v for k, v in run.items() if k != "text"} | {"model": model}), flush=True)
     llama.close()
     summary: dict[str, dict] = {}
-    for mode in MODES:
+    for mode in modes:
         mine = [r for r in runs if r["mode"] == mode]
         tokens = sum(r["tokens"] - 1 for r in mine if r["gen_s"] > 0)
         seconds = sum(r["gen_s"] for r in mine if r["gen_s"] > 0)
@@ -140,7 +141,7 @@ def measure(model: str, threads: int, repeats: int, max_tokens: int) -> dict:
             summary[mode]["same_as_schema"] = f"{sum(r.get('same_as_schema', False) for r in mine)}/{len(mine)}"
             summary[mode]["full_passes"] = f"{sum(r['full_passes'] for r in mine)}/{sum(r['steps'] for r in mine)}"
     plain = summary["plain"]["tok_per_s"]
-    for mode in MODES:
+    for mode in modes:
         rate = summary[mode]["tok_per_s"]
         summary[mode]["vs_plain"] = round(rate / plain, 2) if rate and plain else None
     return {"model": model, "gguf": path.name, "threads": threads, "summary": summary, "runs": runs}
@@ -154,6 +155,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default: halluscope's)")
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--compete", type=int, default=0, help="CPU-burning processes to run beside it")
+    parser.add_argument("--way", action="append", choices=MODES, help="ways to measure (repeatable; plain is "
+                        "always one of them, the baseline); default: all four")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON result here")
     args = parser.parse_args()
     models = args.model or ["smollm2", "qwen2.5-coder-1.5b"]
@@ -164,7 +167,8 @@ def main() -> None:
         p.start()
     load_before = os.getloadavg()[0]
     try:
-        results = [measure(m, threads, args.repeats, args.max_tokens) for m in models]
+        modes = tuple(m for m in MODES if m == "plain" or m in (args.way or MODES))
+        results = [measure(m, threads, args.repeats, args.max_tokens, modes) for m in models]
     finally:
         load_after = os.getloadavg()[0]
         for p in spinners:
