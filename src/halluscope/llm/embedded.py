@@ -76,9 +76,9 @@ STRUCTURED_OUTPUT: dict[str, StructuredOutput] = {
 ``benchmarks/structured_speed.py`` (docs/structured_output.md). SmolLM2-135M: unconstrained replies validated
 0/6, so plain would cost a repair call each time. Qwen2.5-Coder-1.5B: unconstrained replies validated 6/6, but
 with the lazy grammar sampler (:mod:`halluscope.llm.lazy_grammar`) schema replies generate at about plain
-text's tokens/s (1.04 at light load, 0.80 in one heavy-load run) and the grammar's compact JSON is 2.4x shorter
-for a verdict and ~20 % shorter for a list, so a schema reply took less wall time in 3 of the 4 measured cases
-(8 % more for a long list on a heavily loaded machine). Any other GGUF gets the schema (the safe choice for a
+text's tokens/s (1.04 at light load, 0.80 and 0.94 in two heavy-load runs) and the grammar's compact JSON is
+2.4x shorter for a verdict and ~20 % shorter for a list, so a schema reply took less wall time in all measured
+cases but one (8 % more for a long list in one heavily loaded run). Any other GGUF gets the schema (the safe choice for a
 model nobody measured)."""
 
 

@@ -31,10 +31,7 @@ from __future__ import annotations
 
 import ctypes
 import json
-import logging
 from typing import Any
-
-log = logging.getLogger(__name__)
 
 
 class LazyGrammarUnavailable(RuntimeError):
@@ -73,13 +70,14 @@ class LazyGrammarGreedy:
         missing = [name for name in needed if not hasattr(llama_cpp, name)]
         if missing:
             raise LazyGrammarUnavailable(f"llama_cpp lacks {', '.join(missing)}")
-        self._llama_cpp, self._np = llama_cpp, np
+        self._llama_cpp: Any = llama_cpp  # its ctypes structs are typed by c_int32 etc.: plain values go in
+        self._np: Any = np
         self._sampler = llama_cpp.llama_sampler_init_grammar(vocab, grammar_text.encode("utf-8"),
                                                             root.encode("utf-8"))
         if not self._sampler:
             raise LazyGrammarUnavailable("llama.cpp could not compile the grammar")
-        self._one = (llama_cpp.llama_token_data * 1)()
-        self._one_array = llama_cpp.llama_token_data_array(data=self._one, size=1, selected=-1, sorted=False)
+        self._one = (self._llama_cpp.llama_token_data * 1)()
+        self._one_array = self._llama_cpp.llama_token_data_array(data=self._one, size=1, selected=-1, sorted=False)
         self._full: Any = None  # the whole vocabulary as candidates, allocated on the first rejection
         self._full_view: Any = None
         self._full_array: Any = None
@@ -92,7 +90,7 @@ class LazyGrammarGreedy:
         self._one[0].id, self._one[0].logit, self._one[0].p = token, logit, 0.0
         self._one_array.size, self._one_array.selected, self._one_array.sorted = 1, -1, False
         self._llama_cpp.llama_sampler_apply(self._sampler, ctypes.byref(self._one_array))
-        return self._one[0].logit != float("-inf")
+        return bool(self._one[0].logit != float("-inf"))
 
     def _best_allowed(self, scores: Any) -> int | None:
         np, llama_cpp = self._np, self._llama_cpp
