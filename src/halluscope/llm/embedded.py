@@ -78,8 +78,8 @@ STRUCTURED_OUTPUT: dict[str, StructuredOutput] = {
 with the lazy grammar sampler (:mod:`halluscope.llm.lazy_grammar`) schema replies generate at about plain
 text's tokens/s (1.04 at light load, 0.80 and 0.94 in two heavy-load runs) and the grammar's compact JSON is
 2.4x shorter for a verdict and ~20 % shorter for a list, so a schema reply took less wall time in all measured
-cases but one (8 % more for a long list in one heavily loaded run). Any other GGUF gets the schema (the safe choice for a
-model nobody measured)."""
+cases but one (8 % more for a long list in one heavily loaded run). Any other GGUF gets the schema (the safe
+choice for a model nobody measured)."""
 
 
 def default_embedded_model() -> str:
