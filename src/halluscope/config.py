@@ -144,8 +144,15 @@ class Config(BaseSettings):
     for constrained decoding), ``json_object`` (JSON mode) or ``plain`` (the prompt's format instructions
     alone). The repair request always sends the schema and every reply is validated against it, so no way
     yields a score without a stated verdict. ``auto``: the backend's measured choice -- ``schema`` for both
-    embedded models and for OpenAI-compatible endpoints (``docs/structured_output.md``); ``plain`` is faster
-    for long replies of the 1.5B model on a heavily loaded CPU and for a llama.cpp server endpoint."""
+    embedded models and for OpenAI-compatible endpoints (``docs/structured_output.md``); ``plain`` can be faster
+    for long replies from a ``llama_cpp.server`` endpoint on a busy CPU (its grammar scans the whole vocabulary
+    at every step; the embedded backend's lazy sampler does not, see ``embedded_grammar``)."""
+
+    embedded_grammar: Literal["lazy", "full"] = "lazy"
+    """How the embedded model constrains a schema reply at temperature 0: ``lazy`` asks the grammar about the
+    greedy token alone and scans the whole vocabulary only when it rejects it (same tokens, about plain-text
+    speed; ``llm/lazy_grammar.py``), ``full`` is llama-cpp-python's own grammar over every candidate token at
+    every step (``HALLUSCOPE_EMBEDDED_GRAMMAR=full``; measured in ``docs/structured_output.md``)."""
 
     embedded_n_ctx: int = 8192
     """Context window for the embedded model, in tokens."""

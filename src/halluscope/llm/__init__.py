@@ -16,7 +16,7 @@ __all__ = [
     "get_llm", "open_cache", "track_calls",
 ]
 
-_EMBEDDED_APIS: dict[tuple[str, int, int | None, int | None, str | None], ModelAPI] = {}  # loaded weights are reused across LLM clients
+_EMBEDDED_APIS: dict[tuple[str, int, int | None, int | None, str | None, str], ModelAPI] = {}  # loaded weights are reused across LLM clients
 
 
 def build_api(config: Config) -> ModelAPI:
@@ -31,11 +31,11 @@ def build_api(config: Config) -> ModelAPI:
 
         name = model.split(":", 1)[1] if ":" in model else (config.embedded_model or default_embedded_model())
         way = None if config.structured_output == "auto" else config.structured_output
-        key = (name, config.embedded_n_ctx, config.embedded_threads, config.seed, way)
+        key = (name, config.embedded_n_ctx, config.embedded_threads, config.seed, way, config.embedded_grammar)
         if key not in _EMBEDDED_APIS:
             _EMBEDDED_APIS[key] = EmbeddedModel(
                 name, n_ctx=config.embedded_n_ctx, n_threads=config.embedded_threads, seed=config.seed or 0,
-                structured_output=way,
+                structured_output=way, grammar=config.embedded_grammar,
             )
         return _EMBEDDED_APIS[key]
     from halluscope.llm.litellm_backend import litellm_model_name

