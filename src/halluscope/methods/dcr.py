@@ -31,7 +31,7 @@ pipeline.
   When a sentence has several reasons, its verdict is its negative one (a sentence is consistent only if
   nothing said about it is negative). The other reasons are listed in ``details["other_reasons"]``.
 * **batch_size** (with retrieval only): sentences whose snippet is the same text share a DCE call and AMC
-  marks several reasons per call (:meth:`DcrVerifier.judge_snippets`); with the whole source DCE and AMC are
+  marks several reasons per call (:meth:`DCR.judge_round`); with the whole source DCE and AMC are
   already one call each, as in the paper.
 * With another verifier (``-o verifier=NAME``), its labels are the marks: supported -> +1, unsupported or
   contradicted -> -1; an unscored verdict stays unscored.
@@ -68,7 +68,7 @@ from halluscope.methods import register_method
 from halluscope.methods.batching import (BatchStep, ask_batch, batch_reply_budget, chunked, gather_or_cancel,
                                          judge_in_batches)
 from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions
-from halluscope.methods.pipeline import (ClaimPipeline, LLMVerifier, PipelineRun, best_verdict, claim_finding,
+from halluscope.methods.pipeline import (ClaimPipeline, LLMVerifier, PipelineRun, claim_finding,
                                          messages_tokens,
                                          reply_budget)
 from halluscope.prompts import PromptTemplate
@@ -552,28 +552,6 @@ class DcrVerifier(LLMVerifier):
         return verdict
 
     # -- batch_size > 1 with retrieval ----------------------------------------------------------------------
-    async def judge_snippets(self, claims: Sequence[Claim], selection: Selection, size: int
-                             ) -> tuple[list[Verdict], dict[str, Any]]:
-        """The shared retrieval protocol (best snippet first, stop at the first supporting one, best verdict per
-        sentence), run in rounds so that calls can be shared: in each round every sentence still open is judged
-        against its next snippet; sentences whose snippet is the *same text* are judged together in DCE calls of
-        up to ``size`` sentences, and AMC marks up to ``size`` reasons per call. Per sentence and snippet the
-        judgment is the one :meth:`judge_excerpt` would make; only the number of calls changes."""
-        snippets = {c.id: list(selection.contexts.get(c.id or "", [])) for c in claims}
-        tried: dict[str | None, list[tuple[Context, Verdict]]] = {c.id: [] for c in claims}
-        open_claims = [c for c in claims if snippets[c.id]]
-        while open_claims:
-            pairs = [(c, snippets[c.id][len(tried[c.id])]) for c in open_claims]
-            verdicts = await self.judge_excerpts(pairs, size)
-            still_open = []
-            for (claim, ctx), verdict in zip(pairs, verdicts):
-                tried[claim.id].append((ctx, verdict))
-                if verdict.label != "supported" and len(tried[claim.id]) < len(snippets[claim.id]):
-                    still_open.append(claim)
-            open_claims = still_open
-        trace = {c.id: [{"rank": ctx.rank, "label": v.label} for ctx, v in tried[c.id]] for c in claims}
-        return [best_verdict(c, tried[c.id]) for c in claims], {"per_snippet": trace}
-
     async def judge_excerpts(self, pairs: Sequence[tuple[Claim, Context]], size: int) -> list[Verdict]:
         """One verdict per (sentence, snippet) pair: DCE batched by identical snippet text, then AMC batched."""
         results: list[_ExcerptDce | None] = [None] * len(pairs)
@@ -743,10 +721,17 @@ class DCR(ClaimPipeline):
             why = (f"paragraph-level DCR needs the whole source in one prompt, but {selection.why}; use "
                    "level=sentence, which works on long sources through retrieval")
             return [Verdict.unscored(c, why) for c in claims], {}
-        verifier = self.verifier
-        if selection.mode == "retrieval" and self.opts.batch_size > 1 and isinstance(verifier, DcrVerifier):
-            return await verifier.judge_snippets(claims, selection, self.opts.batch_size)
         return await super().verify(claims, selection, source)
+
+    async def judge_round(self, pairs: Sequence[tuple[Claim, Context]], source: str) -> list[Verdict]:
+        """With ``batch_size`` > 1 and DCR's own verifier, a retrieval round shares calls: sentences whose snippet
+        is the *same text* are judged together in DCE calls of up to ``batch_size`` sentences, and AMC marks up to
+        ``batch_size`` reasons per call. Per sentence and snippet the judgment is the one
+        :meth:`DcrVerifier.judge_excerpt` would make; only the number of calls changes."""
+        verifier = self.verifier
+        if self.opts.batch_size > 1 and isinstance(verifier, DcrVerifier):
+            return await verifier.judge_excerpts(pairs, self.opts.batch_size)
+        return await super().judge_round(pairs, source)
 
     async def aggregate(self, run: PipelineRun) -> Aggregate:
         """Eq. 3 with ``amc_weights``: ``paper`` (alpha = beta = 0 over every marked reason; any sentence or reason
