@@ -256,10 +256,15 @@ class BatchCall(Generic[E]):
         n = len(texts)
         budget = self.budget(llm, n)
         params = llm.params(max_tokens=budget) if params is None else params.model_copy(update={"max_tokens": budget})
-        reply = self.prompt.reply
-        assert reply is not None, f"the batch prompt {self.prompt.name} declares no reply schema"
-        return await ask_batch(llm, self.messages(texts, **fields), reply, self.entry, n, params=params,
+        return await ask_batch(llm, self.messages(texts, **fields), self.reply, self.entry, n, params=params,
                                unit=self.unit, check=check)
+
+    @property
+    def reply(self) -> type[Reply]:
+        """The batch prompt's reply schema (a :func:`batch_reply`)."""
+        if self.prompt.reply is None:
+            raise TypeError(f"the batch prompt {self.prompt.name} declares no reply schema")
+        return self.prompt.reply
 
 
 async def judge_in_batches(units: Sequence[U], size: int, *,

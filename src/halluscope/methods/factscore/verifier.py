@@ -47,7 +47,7 @@ class FactScoreVerifier(BatchingVerifier[FactCheckReply]):
     def messages(self, claims: Sequence[Claim], context_text: str) -> list[dict[str, str]]:
         return self.prompt.render(source=context_text, fact=claims[0].text)
 
-    async def check(self, claim: Claim, context: Context, source: str = "") -> Verdict:
+    async def check(self, claim: Claim, context: Context, source: str) -> Verdict:
         if is_placeholder(claim.text):
             return Verdict.unscored(claim, self.placeholder_reason(claim))
         step = await generate_reply(self.llm, self.messages([claim], context.text), self.schema)
