@@ -16,7 +16,7 @@ needs_embeddings = pytest.mark.skipif(not retrieval.embeddings_available(),
 
 
 def test_clear_error_without_the_embeddings_extra(monkeypatch):
-    monkeypatch.setattr(retrieval, "embeddings_available", lambda: False)
+    monkeypatch.setattr(retrieval.config, "embeddings_available", lambda: False)
     with pytest.raises(ValueError, match="embeddings extra"):
         get_method("embed")
 

@@ -30,9 +30,9 @@ def encoded(monkeypatch):
         texts.extend(batch)
         return np.stack([_bag_of_words(t) for t in batch])
 
-    monkeypatch.setattr(retrieval, "_encode_now", encode_now)
-    monkeypatch.setattr(retrieval, "embeddings_available", lambda: True)
-    monkeypatch.setattr(retrieval, "default_embedding_cache", lambda: None)
+    monkeypatch.setattr(retrieval.embeddings, "_encode_now", encode_now)
+    monkeypatch.setattr(retrieval.config, "embeddings_available", lambda: True)
+    monkeypatch.setattr(retrieval.embeddings, "default_embedding_cache", lambda: None)
     retrieval.clear_caches()
     yield texts
     retrieval.clear_caches()
@@ -114,7 +114,7 @@ def test_splitting_reports_progress_covering_the_whole_text() -> None:
 
 
 def test_a_long_source_announces_its_splitting(monkeypatch, caplog) -> None:
-    monkeypatch.setattr(retrieval, "SPLIT_PROGRESS_CHARS", 1_000)
+    monkeypatch.setattr(retrieval.index, "SPLIT_PROGRESS_CHARS", 1_000)
     with caplog.at_level(logging.WARNING, logger="halluscope.retrieval"):
         SourceIndex.build(_source(100), RetrievalConfig(retriever="bm25"))
     assert any("splitting a source of" in r.message for r in caplog.records)
@@ -122,8 +122,8 @@ def test_a_long_source_announces_its_splitting(monkeypatch, caplog) -> None:
 
 def test_on_a_terminal_the_splitting_shows_a_progress_bar(monkeypatch, capsys) -> None:
     pytest.importorskip("tqdm", reason="tqdm comes with the embeddings extra")
-    monkeypatch.setattr(retrieval, "SPLIT_PROGRESS_CHARS", 1_000)
-    monkeypatch.setattr(retrieval, "_show_progress", lambda count: True)  # as on a terminal
+    monkeypatch.setattr(retrieval.index, "SPLIT_PROGRESS_CHARS", 1_000)
+    monkeypatch.setattr(retrieval.index, "_show_progress", lambda count: True)  # as on a terminal
     SourceIndex.build(_source(200), RetrievalConfig(retriever="bm25"))
     err = capsys.readouterr().err
     assert "splitting sentences" in err and "100%" in err  # tqdm's bar, run to the end

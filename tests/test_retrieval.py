@@ -1,9 +1,8 @@
 """The shared retrieval stage: K windows of 2w+1 sentences (merging only as an option), edges, BM25 fallback,
-Eq. 1-3 aggregation, context fit, the process-wide index cache and the embedding cache."""
+Eq. 3 density, context fit, the process-wide index cache and the embedding cache."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
 import time
@@ -15,9 +14,9 @@ import pytest
 from halluscope import retrieval
 from halluscope.config import Config
 from halluscope.llm import LLM, FakeModel
-from halluscope.records import Claim, Span
-from halluscope.retrieval import (RetrievalConfig, SourceIndex, Snippet, _merge_windows, fits_in_context,
-                                  resolve_retriever, score_with_retrieval)
+from halluscope.records import Span
+from halluscope.retrieval import RetrievalConfig, SourceIndex, fits_in_context, resolve_retriever
+from halluscope.retrieval.index import _merge_windows
 from halluscope.text import split_sentences
 
 SOURCE = (
@@ -91,7 +90,7 @@ def test_bm25_query_without_known_words_still_returns_and_density_is_none():
 
 
 def test_auto_falls_back_to_bm25_without_embeddings(monkeypatch):
-    monkeypatch.setattr(retrieval, "embeddings_available", lambda: False)
+    monkeypatch.setattr(retrieval.config, "embeddings_available", lambda: False)
     assert resolve_retriever("auto") == "bm25"
     assert SourceIndex.build(SOURCE).retriever == "bm25"
     with pytest.raises(retrieval.EmbeddingsUnavailable, match="embeddings extra"):
@@ -104,55 +103,6 @@ def test_context_around_a_span():
     ctx = index.context_around(Span(start=start, end=start + 5), sentences=1)
     assert ctx.sentence_indices == (3, 4, 5)
     assert ctx.text == ctx.span.of(SOURCE)
-
-
-async def test_score_with_retrieval_max_per_claim_mean_per_target_and_unscored_excluded():
-    index = bm25_index(top_k=2, window=0)
-    seen: list[tuple[str, str]] = []
-
-    async def verify(claim: str, snip: Snippet) -> float | None:
-        seen.append((claim, snip.text))
-        if "unjudgeable" in claim:
-            return None
-        return 1.0 if "Paris" in snip.text and "Paris" in claim else 0.25
-
-    result = await score_with_retrieval(
-        ["The bakery moved to Paris in 2001.", Claim(text="Alice sold rye bread."), "unjudgeable bakery claim"],
-        index, verify, RetrievalConfig(retriever="bm25", top_k=2, window=0, stop_when_supported=False),
-    )
-    paris, rye, bad = result.claims
-    assert paris.score == 1.0 and paris.best_snippet is not None and "Paris" in paris.best_snippet.text
-    assert rye.score == 0.25
-    assert bad.score is None and bad.unscored_snippets == len(bad.snippets)
-    assert result.unscored == 1
-    assert result.score == pytest.approx((1.0 + 0.25) / 2)
-
-
-async def test_stop_when_supported_skips_remaining_snippets():
-    index = bm25_index(top_k=3, window=0)
-    calls = 0
-
-    async def verify(claim: str, snip: Snippet) -> float:
-        nonlocal calls
-        calls += 1
-        return 1.0
-
-    result = await score_with_retrieval(["bakery Paris"], index, verify, RetrievalConfig(top_k=3, window=0))
-    assert calls == 1
-    assert result.claims[0].snippet_scores[1:] == [None, None]
-    assert result.score == 1.0 and result.unscored == 0
-
-
-async def test_score_with_no_claims_or_all_unscored_has_reason():
-    index = bm25_index()
-
-    async def never(claim: str, snip: Snippet) -> None:
-        return None
-
-    empty = await score_with_retrieval([], index, never)
-    assert empty.score is None and empty.reason
-    nothing = await score_with_retrieval(["bakery"], index, never)
-    assert nothing.score is None and nothing.unscored == 1 and "none of the 1" in nothing.reason
 
 
 def test_fits_in_context_uses_model_window():
@@ -190,14 +140,6 @@ def test_single_sentence_and_whitespace_sources():
     index = bm25_index("Only one sentence here.", top_k=3, window=2)
     [snip] = index.retrieve("sentence")
     assert snip.sentence_indices == (0,) and snip.text == "Only one sentence here."
-    assert asyncio.run(score_with_retrieval(["x"], index, _const(0.5))).score == 0.5
-
-
-def _const(value: float):
-    async def verify(claim: str, snip: Snippet) -> float:
-        return value
-
-    return verify
 
 
 # -- the paper's K snippets of 2w+1 sentences (issue 9) --------------------------------------------------------
@@ -252,20 +194,6 @@ def test_retriever_option_is_embedding_bm25_or_auto():
         assert RetrievalConfig(retriever=name).retriever == name
     with pytest.raises(ValueError):
         RetrievalConfig(retriever="tfidf")  # type: ignore[arg-type]
-
-
-async def test_every_overlapping_snippet_is_verified():
-    index = bm25_index(TWENTY, top_k=3, window=1)
-    seen: list[tuple[int, ...]] = []
-
-    async def verify(claim: str, snip: Snippet) -> float:
-        seen.append(snip.sentence_indices)
-        return 0.5
-
-    result = await score_with_retrieval(["zebra"], index, verify, RetrievalConfig(retriever="bm25", top_k=3,
-                                                                                   window=1, stop_when_supported=False))
-    assert sorted(seen) == [(7, 8, 9), (8, 9, 10), (9, 10, 11)]
-    assert result.score == 0.5 and len(result.claims[0].snippets) == 3
 
 
 def test_with_config_shares_the_index():
@@ -336,8 +264,8 @@ def fake_encoder(monkeypatch):
             rows.append(v / np.linalg.norm(v))
         return np.stack(rows)
 
-    monkeypatch.setattr(retrieval, "_encode_now", encode_now)
-    monkeypatch.setattr(retrieval, "embeddings_available", lambda: True)
+    monkeypatch.setattr(retrieval.embeddings, "_encode_now", encode_now)
+    monkeypatch.setattr(retrieval.config, "embeddings_available", lambda: True)
     retrieval.clear_caches()
     yield batches
     retrieval.clear_caches()

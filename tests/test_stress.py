@@ -36,7 +36,7 @@ def no_embeddings(monkeypatch):
     """Density through the TF-IDF fallback: keeps these tests free of a sentence-embedding model load."""
     import halluscope.retrieval as retrieval
 
-    monkeypatch.setattr(retrieval, "embeddings_available", lambda: False)
+    monkeypatch.setattr(retrieval.config, "embeddings_available", lambda: False)
 
 
 def ctx(tmp_path, **extra):

@@ -75,7 +75,7 @@ class Reply(BaseModel):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise ParseError(_validation_message(exc)) from exc
+            raise ParseError(validation_message(exc)) from exc
 
 
 def _describe_type(prop: dict[str, Any], defs: dict[str, Any]) -> str:
@@ -106,9 +106,10 @@ def _describe_type(prop: dict[str, Any], defs: dict[str, Any]) -> str:
     return "a value"
 
 
-def _validation_message(exc: ValidationError) -> str:
+def validation_message(exc: ValidationError, limit: int = 300) -> str:
+    """Where and why a reply failed its schema (the first error), at most ``limit`` characters."""
     errs = exc.errors()
     if not errs:
-        return f"schema mismatch at root: {exc}"[:300]
+        return f"schema mismatch at root: {exc}"[:limit]
     loc = ".".join(str(p) for p in errs[0]["loc"])
-    return f"schema mismatch at {loc or 'root'}: {errs[0]['msg']}"[:300]
+    return f"schema mismatch at {loc or 'root'}: {errs[0]['msg']}"[:limit]

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from halluscope.llm.base import Completion, GenerateParams, Message, ReplyTooLargeError
 from halluscope.llm.client import LLM
-from halluscope.llm.replies import Reply
+from halluscope.llm.replies import Reply, validation_message
 from halluscope.records import LLMCall, StepResult
 from halluscope.text.parsing import ParseError, extract_json
 
@@ -105,11 +105,7 @@ def _refused_excerpt(exc: ReplyTooLargeError) -> str:
 
 def _short_error(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
-        errs = exc.errors()
-        if not errs:
-            return f"schema mismatch at root: {exc}"[:300]
-        loc = ".".join(str(p) for p in errs[0]["loc"])
-        return f"schema mismatch at {loc or 'root'}: {errs[0]['msg']}"[:300]
+        return validation_message(exc)
     return str(exc)[:300] or type(exc).__name__
 
 

@@ -12,6 +12,15 @@ own reply would be (the same schema plus ``id``). Nothing is guessed:
   and every unit of the batch is asked on its own.
 
 ``batch_size = 1`` is always the paper's one call per unit.
+
+What a method writes for its batch path is only what is its own: the batch prompt's wording (a
+:class:`~halluscope.prompts.PromptTemplate` whose per-call material, the units, is a numbered list) and how an
+entry becomes a result. The rest is here: the batch reply schemas derived from the single-unit reply
+(:func:`numbered_entry`, :func:`batch_reply`), one batch call (:class:`BatchCall`: the prompt rendered with the
+numbered units, the reply room of ``n`` single calls, the reply read per unit), the chunking and the per-unit
+redo (:func:`judge_in_batches`), and the verifier scaffolding (:class:`BatchingVerifier`). Rounds of calls that
+several claims share across retrieved snippets live in the pipeline
+(:func:`~halluscope.methods.pipeline.max_over_snippets`).
 """
 
 from __future__ import annotations
@@ -20,19 +29,23 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError, create_model
 
 from halluscope.llm import LLM
 from halluscope.llm.base import GenerateParams
-from halluscope.llm.replies import Reply
+from halluscope.llm.replies import Reply, validation_message
 from halluscope.llm.structured import generate_reply
-from halluscope.methods.pipeline import reply_budget
-from halluscope.records import LLMCall, Verdict
+from halluscope.methods.pipeline import LLMVerifier, messages_tokens, reply_budget
+from halluscope.prompts import PromptTemplate
+from halluscope.records import Claim, LLMCall, Verdict
+from halluscope.stages import Context
 from halluscope.text import ParseError, extract_json
+from halluscope.text.placeholders import is_placeholder
 
 E = TypeVar("E", bound=BaseModel)
+S = TypeVar("S", bound=BaseModel)
 T = TypeVar("T")
 U = TypeVar("U")
 V = TypeVar("V")
@@ -77,6 +90,34 @@ def numbered(texts: Sequence[str]) -> str:
     return "\n".join(f"{i}. {' '.join(t.split())}" for i, t in enumerate(texts, 1))
 
 
+def numbered_as_written(texts: Sequence[str]) -> str:
+    """``1. first`` / ``2. second`` ..., each text as it is written (dove's batch prompt lists facts so)."""
+    return "\n".join(f"{i}. {t}" for i, t in enumerate(texts, 1))
+
+
+# ------------------------------------------------------------------------------------------------ schemas
+
+
+def numbered_entry(single: type[S], unit: str, doc: str, *, name: str) -> type[S]:
+    """A batch reply's entry: the single-unit reply ``single`` (its fields, descriptions and validators, in
+    order) plus ``id``, the number of the ``unit`` it judges. ``name`` and ``doc`` name and describe the
+    derived class."""
+    return create_model(name, __base__=single, __doc__=doc, __module__=single.__module__,
+                        id=(int, Field(ge=1, description=f"the number of the {unit}")))
+
+
+def batch_reply(entry: type[BaseModel], unit: str, doc: str, *, name: str,
+                example: dict[str, Any] | None = None) -> type[Reply]:
+    """A batch reply: ``{"results": [entry, ...]}``, exactly one entry per numbered ``unit`` (a bare list is
+    read as ``results``); ``example`` is shown to the model, as a single reply's is."""
+    reply = create_model(name, __base__=Reply, __doc__=doc, __module__=entry.__module__,
+                         results=(list[entry], Field(  # type: ignore[valid-type]
+                             description=f"exactly one entry per {unit}, in any order")))
+    reply.example = example
+    reply.bare_list_field = "results"
+    return reply
+
+
 # ------------------------------------------------------------------------------------------------ parsing
 
 
@@ -117,7 +158,7 @@ def parse_batch(text: str, n: int, entry: type[E], *, list_field: str = "results
                 check(parsed)
         except ValidationError as exc:
             if type(raw_id) is int:
-                invalid.setdefault(raw_id - 1, []).append(_schema_error(exc))
+                invalid.setdefault(raw_id - 1, []).append(validation_message(exc, limit=200))
             continue
         except (ParseError, ValueError) as exc:
             if type(raw_id) is int:
@@ -152,14 +193,6 @@ def _holds_an_example(entries: list[Any], examples: Sequence[Any], list_field: s
     return False
 
 
-def _schema_error(exc: ValidationError) -> str:
-    errs = exc.errors()
-    if not errs:
-        return f"schema mismatch at root: {exc}"[:200]
-    loc = ".".join(str(p) for p in errs[0]["loc"])
-    return f"schema mismatch at {loc or 'root'}: {errs[0]['msg']}"[:200]
-
-
 # ------------------------------------------------------------------------------------------------ asking
 
 
@@ -188,6 +221,50 @@ async def ask_batch(llm: LLM, messages: list[dict[str, str]], reply: type[Reply]
         parse=lambda text: parse_batch(text, n, entry, list_field=list_field, unit=unit, check=check,
                                        examples=reply.echoes()))  # type: ignore[arg-type, return-value]
     return BatchStep(step.value, step.error, list(step.calls))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class BatchCall(Generic[E]):
+    """How one method asks for a batch: its batch ``prompt`` (whose reply schema is a :func:`batch_reply`), the
+    reply's ``entry`` schema, the prompt field that takes the numbered units (``listing``, numbered by
+    ``number``; the prompt's ``count`` literal gets their number), what a unit is called in replies and errors
+    (``unit``), and the reply room of one single call (``reply_tokens``; ``overhead`` more for the list)."""
+
+    prompt: PromptTemplate
+    entry: type[E]
+    listing: str
+    unit: str
+    reply_tokens: int
+    overhead: int = 32
+    number: Callable[[Sequence[str]], str] = numbered
+
+    def messages(self, texts: Sequence[str], **fields: Any) -> list[dict[str, str]]:
+        """The batch prompt for the units ``texts`` (numbered from 1), with the prompt's other ``fields``."""
+        return self.prompt.render(**{self.listing: self.number(texts)}, **fields, count=len(texts))
+
+    def budget(self, llm: LLM, n: int) -> int:
+        """Completion tokens for ``n`` units (:func:`batch_reply_budget`)."""
+        return batch_reply_budget(llm, self.reply_tokens, n, overhead=self.overhead)
+
+    def reserve(self, llm: LLM, texts: Sequence[str], **fields: Any) -> int:
+        """Tokens a batch call for ``texts`` needs besides the fields left empty: the prompt and the reply."""
+        return messages_tokens(llm, self.messages(texts, **fields)) + self.budget(llm, len(texts))
+
+    async def ask(self, llm: LLM, texts: Sequence[str], *, params: GenerateParams | None = None,
+                  check: Callable[[E], None] | None = None, **fields: Any) -> BatchStep[E]:
+        """One call for the units ``texts``; ``params`` (default: the client's) get the batch's reply room."""
+        n = len(texts)
+        budget = self.budget(llm, n)
+        params = llm.params(max_tokens=budget) if params is None else params.model_copy(update={"max_tokens": budget})
+        return await ask_batch(llm, self.messages(texts, **fields), self.reply, self.entry, n, params=params,
+                               unit=self.unit, check=check)
+
+    @property
+    def reply(self) -> type[Reply]:
+        """The batch prompt's reply schema (a :func:`batch_reply`)."""
+        if self.prompt.reply is None:
+            raise TypeError(f"the batch prompt {self.prompt.name} declares no reply schema")
+        return self.prompt.reply
 
 
 async def judge_in_batches(units: Sequence[U], size: int, *,
@@ -219,3 +296,66 @@ async def judge_in_batches(units: Sequence[U], size: int, *,
 
     results = await gather_or_cancel(chunk(part) for part in chunked(units, size))
     return [r for part in results for r in part]
+
+
+# ------------------------------------------------------------------------------------------------ verifiers
+
+
+class BatchingVerifier(LLMVerifier, Generic[E]):
+    """A verifier whose claims, when they share the whole source and ``batch_size`` > 1, are judged up to
+    ``batch_size`` per call (:class:`BatchCall`), each on its own; a claim the batch reply does not judge is
+    checked alone (:meth:`check`, the per-claim path and the reference). Against a retrieved snippet every claim
+    has its own context, so each gets its own calls.
+
+    A subclass sets ``prompt`` (the single-claim prompt), ``batch_size`` and ``batch``, and implements
+    :meth:`messages`, :meth:`check` and :meth:`accept` (a batch entry's verdict). A template placeholder claim
+    is never judged: it is left out of the batch (``placeholders_in_batch = False``) or, when True, numbered in
+    it as written and unscored whatever the reply says."""
+
+    placeholders_in_batch: ClassVar[bool] = False
+    prompt: PromptTemplate
+    batch_size: int
+    batch: BatchCall[E]
+
+    def used_prompts(self) -> list[PromptTemplate]:
+        return [self.prompt] + ([self.batch.prompt] if self.batch_size > 1 else [])
+
+    def shares_calls(self, claims: Sequence[Claim], context: Context) -> bool:
+        """Whether ``claims`` are judged in batch calls: several claims against the whole source."""
+        return self.batch_size > 1 and context.kind == "source" and len(claims) > 1
+
+    def reserve_tokens(self, claims: Sequence[Claim]) -> int:
+        """The larger of a one-claim call (longest claim) and, when batching, a call with the first batch."""
+        reserve = super().reserve_tokens(claims)
+        if self.batch_size > 1 and len(claims) > 1:
+            reserve = max(reserve, self.batch.reserve(self.llm, [c.text for c in claims[: self.batch_size]],
+                                                      source=""))
+        return reserve
+
+    async def __call__(self, claims: Sequence[Claim], context: Context, source: str) -> list[Verdict]:
+        if not self.shares_calls(claims, context):
+            return await gather_or_cancel(self.check(c, context, source) for c in claims)
+        asked = list(claims) if self.placeholders_in_batch else [c for c in claims if not is_placeholder(c.text)]
+
+        def accept(claim: Claim, entry: E, calls: list[LLMCall]) -> Verdict:
+            if is_placeholder(claim.text):  # judged in the batch, but a placeholder is never a claim
+                return Verdict.unscored(claim, self.placeholder_reason(claim), calls)
+            return self.accept(claim, entry, calls, source)
+
+        judged = iter(await judge_in_batches(
+            asked, self.batch_size, ask=lambda part: self.batch.ask(self.llm, [c.text for c in part],
+                                                                     source=context.text),
+            accept=accept, alone=lambda claim: self.check(claim, context, source), redone=redone_verdict))
+        return [next(judged) if self.placeholders_in_batch or not is_placeholder(c.text)
+                else await self.check(c, context, source) for c in claims]
+
+    async def check(self, claim: Claim, context: Context, source: str) -> Verdict:
+        """One claim against ``context`` in a call of its own."""
+        raise NotImplementedError
+
+    def accept(self, claim: Claim, entry: E, calls: list[LLMCall], source: str) -> Verdict:
+        """The verdict a batch ``entry`` gives ``claim`` (as :meth:`check` reads a single reply)."""
+        raise NotImplementedError
+
+    def placeholder_reason(self, claim: Claim) -> str:
+        return f"the claim {claim.text[:40]!r} is a template placeholder, not a claim"

@@ -31,7 +31,7 @@ pipeline.
   When a sentence has several reasons, its verdict is its negative one (a sentence is consistent only if
   nothing said about it is negative). The other reasons are listed in ``details["other_reasons"]``.
 * **batch_size** (with retrieval only): sentences whose snippet is the same text share a DCE call and AMC
-  marks several reasons per call (:meth:`DcrVerifier.judge_snippets`); with the whole source DCE and AMC are
+  marks several reasons per call (:meth:`DCR.judge_round`); with the whole source DCE and AMC are
   already one call each, as in the paper.
 * With another verifier (``-o verifier=NAME``), its labels are the marks: supported -> +1, unsupported or
   contradicted -> -1; an unscored verdict stays unscored.
@@ -65,10 +65,10 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validat
 from halluscope.llm.replies import Reply
 from halluscope.llm.structured import generate_reply
 from halluscope.methods import register_method
-from halluscope.methods.batching import (BatchStep, ask_batch, batch_reply_budget, chunked, gather_or_cancel,
-                                         judge_in_batches)
+from halluscope.methods.batching import (BatchCall, BatchStep, batch_reply, chunked, gather_or_cancel, judge_in_batches,
+                                         numbered_entry)
 from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions
-from halluscope.methods.pipeline import (ClaimPipeline, LLMVerifier, PipelineRun, best_verdict, claim_finding,
+from halluscope.methods.pipeline import (ClaimPipeline, LLMVerifier, PipelineRun, claim_finding,
                                          messages_tokens,
                                          reply_budget)
 from halluscope.prompts import PromptTemplate
@@ -118,21 +118,15 @@ class DceSingleReply(Reply):
     is_consistent: bool = Field(description="true if it is consistent, otherwise false")
 
 
-class DceExcerptEntry(DceSingleReply):
-    """Batched excerpt DCE: the reason and verdict for the sentence numbered ``id``."""
-
-    id: int = Field(ge=1, description="the number of the sentence")
-
-
-class DceExcerptBatchReply(Reply):
-    """Batched excerpt DCE (``batch_size`` > 1 with retrieval): one entry per numbered sentence, each judged on its
-    own against the same excerpt (a bare list is read as ``results``)."""
-
-    results: list[DceExcerptEntry] = Field(description="exactly one entry per sentence, in any order")
-    example: ClassVar[dict[str, Any] | None] = {"results": [
+DceExcerptEntry = numbered_entry(DceSingleReply, "sentence", name="DceExcerptEntry",
+                                 doc="Batched excerpt DCE: the reason and verdict for the sentence numbered ``id``.")
+DceExcerptBatchReply = batch_reply(
+    DceExcerptEntry, "sentence", name="DceExcerptBatchReply",
+    doc="Batched excerpt DCE (``batch_size`` > 1 with retrieval): one entry per numbered sentence, each judged on its "
+        "own against the same excerpt.",
+    example={"results": [
         {"id": 1, "reason": "Consistent: the EXCERPT says the museum opened in 1998.", "is_consistent": True},
-        {"id": 2, "reason": 'Inconsistent: "in Lyon" is wrong; the EXCERPT says Paris.', "is_consistent": False}]}
-    bare_list_field: ClassVar[str | None] = "results"
+        {"id": 2, "reason": 'Inconsistent: "in Lyon" is wrong; the EXCERPT says Paris.', "is_consistent": False}]})
 
 
 Mark = Annotated[int, WithJsonSchema({"type": "integer", "enum": [1, -1]})]
@@ -321,7 +315,12 @@ def parse_amc(text: str, count: int) -> list[int]:
 
 
 def number_claims(claims: Sequence[Claim]) -> str:
-    return "\n".join(f"[{i}] {' '.join(c.text.split())}" for i, c in enumerate(claims, 1))
+    return bracket_numbered([c.text for c in claims])
+
+
+def bracket_numbered(texts: Sequence[str]) -> str:
+    """``[1] first`` / ``[2] second`` ..., each text on one line (DCE's numbering)."""
+    return "\n".join(f"[{i}] {' '.join(t.split())}" for i, t in enumerate(texts, 1))
 
 
 # ------------------------------------------------------------------------------------------------ arithmetic
@@ -502,7 +501,8 @@ class DcrVerifier(LLMVerifier):
         self.sentence_prompt = method.prompt(DCE_SENTENCE_PROMPT)
         self.paragraph_prompt = method.prompt(DCE_PARAGRAPH_PROMPT)
         self.excerpt_prompt = method.prompt(DCE_EXCERPT_PROMPT)
-        self.excerpt_batch_prompt = method.prompt(DCE_EXCERPT_BATCH_PROMPT)
+        self.excerpt_batch = BatchCall(method.prompt(DCE_EXCERPT_BATCH_PROMPT), DceExcerptEntry, listing="sentences",
+                                       unit="sentence", reply_tokens=self.reply_tokens, number=bracket_numbered)
         self.amc = AutoMetricConverter(method, self.amc_mode)
 
     def used_prompts(self) -> list[PromptTemplate]:
@@ -552,28 +552,6 @@ class DcrVerifier(LLMVerifier):
         return verdict
 
     # -- batch_size > 1 with retrieval ----------------------------------------------------------------------
-    async def judge_snippets(self, claims: Sequence[Claim], selection: Selection, size: int
-                             ) -> tuple[list[Verdict], dict[str, Any]]:
-        """The shared retrieval protocol (best snippet first, stop at the first supporting one, best verdict per
-        sentence), run in rounds so that calls can be shared: in each round every sentence still open is judged
-        against its next snippet; sentences whose snippet is the *same text* are judged together in DCE calls of
-        up to ``size`` sentences, and AMC marks up to ``size`` reasons per call. Per sentence and snippet the
-        judgment is the one :meth:`judge_excerpt` would make; only the number of calls changes."""
-        snippets = {c.id: list(selection.contexts.get(c.id or "", [])) for c in claims}
-        tried: dict[str | None, list[tuple[Context, Verdict]]] = {c.id: [] for c in claims}
-        open_claims = [c for c in claims if snippets[c.id]]
-        while open_claims:
-            pairs = [(c, snippets[c.id][len(tried[c.id])]) for c in open_claims]
-            verdicts = await self.judge_excerpts(pairs, size)
-            still_open = []
-            for (claim, ctx), verdict in zip(pairs, verdicts):
-                tried[claim.id].append((ctx, verdict))
-                if verdict.label != "supported" and len(tried[claim.id]) < len(snippets[claim.id]):
-                    still_open.append(claim)
-            open_claims = still_open
-        trace = {c.id: [{"rank": ctx.rank, "label": v.label} for ctx, v in tried[c.id]] for c in claims}
-        return [best_verdict(c, tried[c.id]) for c in claims], {"per_snippet": trace}
-
     async def judge_excerpts(self, pairs: Sequence[tuple[Claim, Context]], size: int) -> list[Verdict]:
         """One verdict per (sentence, snippet) pair: DCE batched by identical snippet text, then AMC batched."""
         results: list[_ExcerptDce | None] = [None] * len(pairs)
@@ -622,11 +600,8 @@ class DcrVerifier(LLMVerifier):
         return _ExcerptDce(reason=judgment.reasons[0].text, calls=list(step.calls))
 
     async def ask_excerpt_batch(self, claims: list[Claim], ctx: Context) -> BatchStep:
-        n = len(claims)
-        messages = self.excerpt_batch_prompt.render(source=ctx.text, sentences=number_claims(claims), count=n)
-        params = self.llm.params(max_tokens=batch_reply_budget(self.llm, self.reply_tokens, n))
-        return await ask_batch(self.llm, messages, DceExcerptBatchReply, DceExcerptEntry, n,  # type: ignore[arg-type]
-                               params=params, unit="sentence", check=_check_stated_reason)
+        return await self.excerpt_batch.ask(self.llm, [c.text for c in claims], source=ctx.text,
+                                            check=_check_stated_reason)
 
     async def mark_in_batches(self, reasons: Sequence[str], size: int) -> list[AmcMarks]:
         """One :class:`AmcMarks` per reason: AMC over up to ``size`` reasons per call (``amc=llm``); a chunk
@@ -664,7 +639,7 @@ class _ExcerptDce:
         return _ExcerptDce(self.reason, error, list(batch_calls) + self.calls)
 
 
-def _check_stated_reason(entry: DceExcerptEntry) -> None:
+def _check_stated_reason(entry: DceSingleReply) -> None:
     if _stated_reason(entry.reason) is None:
         raise ParseError("the reason is empty, a placeholder or the prompt's example")
 
@@ -743,10 +718,17 @@ class DCR(ClaimPipeline):
             why = (f"paragraph-level DCR needs the whole source in one prompt, but {selection.why}; use "
                    "level=sentence, which works on long sources through retrieval")
             return [Verdict.unscored(c, why) for c in claims], {}
-        verifier = self.verifier
-        if selection.mode == "retrieval" and self.opts.batch_size > 1 and isinstance(verifier, DcrVerifier):
-            return await verifier.judge_snippets(claims, selection, self.opts.batch_size)
         return await super().verify(claims, selection, source)
+
+    async def judge_round(self, pairs: Sequence[tuple[Claim, Context]], source: str) -> list[Verdict]:
+        """With ``batch_size`` > 1 and DCR's own verifier, a retrieval round shares calls: sentences whose snippet
+        is the *same text* are judged together in DCE calls of up to ``batch_size`` sentences, and AMC marks up to
+        ``batch_size`` reasons per call. Per sentence and snippet the judgment is the one
+        :meth:`DcrVerifier.judge_excerpt` would make; only the number of calls changes."""
+        verifier = self.verifier
+        if self.opts.batch_size > 1 and isinstance(verifier, DcrVerifier):
+            return await verifier.judge_excerpts(pairs, self.opts.batch_size)
+        return await super().judge_round(pairs, source)
 
     async def aggregate(self, run: PipelineRun) -> Aggregate:
         """Eq. 3 with ``amc_weights``: ``paper`` (alpha = beta = 0 over every marked reason; any sentence or reason

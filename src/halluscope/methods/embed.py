@@ -25,7 +25,7 @@ from halluscope.methods import register_method
 from halluscope.methods.base import Method
 from halluscope.methods.options import MethodOptions
 from halluscope.records import Claim, Evidence, Finding, Report, Verdict
-from halluscope.retrieval import DEFAULT_EMBEDDING_MODEL, IndexCache, RetrievalConfig, resolve_retriever
+from halluscope.retrieval import DEFAULT_EMBEDDING_MODEL, RetrievalConfig, resolve_retriever, shared_index
 from halluscope.text import split_sentences
 
 
@@ -50,11 +50,10 @@ class Embed(Method):
         resolve_retriever("embedding")  # fail now, with the install hint, when the extra is missing
         self.embedding_model = self.opts.embedding_model  # type: ignore[attr-defined]
         self.flag_below = self.opts.flag_below  # type: ignore[attr-defined]
-        self._indexes = IndexCache()
 
     async def run(self, source: str, target: str) -> Report:
         config = RetrievalConfig(retriever="embedding", top_k=1, window=0, embedding_model=self.embedding_model)
-        index = await self._indexes.get(source, config)
+        index = await shared_index(source, config)
         sentences = split_sentences(target)
         if not sentences or not len(index):
             return Report(method=self.name, unscored_reason="no sentences in the source or the target")

@@ -68,16 +68,11 @@ class GateOptions(MethodOptions):
     """With uncertain=threshold: an uncertain claim scoring at least this is labelled supported."""
 
 
-_INDEXES: Any = None
-
-
 async def _bm25_index(source: str, opts: GateOptions) -> Any:
-    global _INDEXES
-    from halluscope.retrieval import IndexCache, RetrievalConfig
+    """The source's BM25 index from the process-wide index cache (:mod:`halluscope.retrieval.cache`)."""
+    from halluscope.retrieval import RetrievalConfig, shared_index
 
-    if _INDEXES is None:
-        _INDEXES = IndexCache(size=16)
-    return await _INDEXES.get(source, RetrievalConfig(top_k=opts.top_k, window=opts.window, retriever="bm25"))
+    return await shared_index(source, RetrievalConfig(top_k=opts.top_k, window=opts.window, retriever="bm25"))
 
 
 @register_stage("lexical", "gate")

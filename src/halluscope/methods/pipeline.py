@@ -20,7 +20,7 @@ says which path ran, why, and the snippets each claim was checked against.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -90,22 +90,14 @@ class RetrievalSelector:
         return Selection("retrieval", why, contexts, details)
 
 
-_INDEXES: Any = None
-
-
 async def _shared_index(source: str, opts: RetrievalOptions) -> Any:
-    """One index per (source, retrieval settings) for the whole process, so the targets that share a source
-    (several summaries, perturbations, montage lies) embed it once."""
-    global _INDEXES
-    from halluscope.retrieval import IndexCache, RetrievalConfig
+    """The index of ``source`` with the method's retrieval settings, from the process-wide index cache
+    (:mod:`halluscope.retrieval.cache`)."""
+    from halluscope.retrieval import RetrievalConfig, shared_index
 
-    if _INDEXES is None:
-        _INDEXES = IndexCache(size=8)
-    fields: dict[str, Any] = {"top_k": opts.top_k, "window": opts.window, "retriever": opts.retriever}
-    if "merge_windows" in RetrievalConfig.model_fields:
-        fields["merge_windows"] = opts.merge_windows
-    fields["embed_all_up_to"] = opts.embed_all_up_to
-    return await _INDEXES.get(source, RetrievalConfig(**fields))
+    return await shared_index(source, RetrievalConfig(top_k=opts.top_k, window=opts.window, retriever=opts.retriever,
+                                                      merge_windows=opts.merge_windows,
+                                                      embed_all_up_to=opts.embed_all_up_to))
 
 
 def full_source(source: str, claims: Sequence[Claim], why: str) -> Selection:
@@ -180,6 +172,34 @@ def best_verdict(claim: Claim, tried: Sequence[tuple[Context, Verdict]]) -> Verd
         relation: Relation = "supports" if chosen.label == "supported" else "related"
         evidence.append(Evidence(text=ctx.text, span=ctx.span, relation=relation))
     return chosen.model_copy(update={"claim": claim, "calls": calls, "evidence": evidence})
+
+
+JudgeRound = Callable[[list[tuple[Claim, Context]]], Awaitable[list[Verdict]]]
+
+
+async def max_over_snippets(claims: Sequence[Claim], contexts: Mapping[str, Sequence[Context]],
+                            judge_round: JudgeRound) -> tuple[list[Verdict], dict[str, Any]]:
+    """Seed 003 Eq. 2: each claim judged against its snippets, best first, keeping its best verdict
+    (:func:`best_verdict`) and stopping at the first supporting snippet (the max cannot rise further).
+
+    It runs in rounds so that a verifier can share calls: every claim still open is judged against its next
+    snippet in one ``judge_round(pairs)`` (one verdict per pair, in order). Returns the verdicts in claim order
+    and ``{"per_snippet": {claim id: [{"rank", "label"}, ...]}}``, the labels per tried snippet."""
+    snippets = {_cid(c): list(contexts.get(_cid(c), [])) for c in claims}
+    tried: dict[str, list[tuple[Context, Verdict]]] = {_cid(c): [] for c in claims}
+    open_claims = [c for c in claims if snippets[_cid(c)]]
+    while open_claims:
+        pairs = [(c, snippets[_cid(c)][len(tried[_cid(c)])]) for c in open_claims]
+        verdicts = await judge_round(pairs)
+        still_open = []
+        for (claim, ctx), verdict in zip(pairs, verdicts):
+            done = tried[_cid(claim)]
+            done.append((ctx, verdict))
+            if verdict.label != "supported" and len(done) < len(snippets[_cid(claim)]):
+                still_open.append(claim)
+        open_claims = still_open
+    trace = {_cid(c): [{"rank": ctx.rank, "label": v.label} for ctx, v in tried[_cid(c)]] for c in claims}
+    return [best_verdict(c, tried[_cid(c)]) for c in claims], {"per_snippet": trace}
 
 
 def unique_calls(calls: Sequence[LLMCall]) -> list[LLMCall]:
@@ -268,19 +288,17 @@ class ClaimPipeline(Method):
         if selection.mode == "full":
             context = next(iter(selection.contexts.values()))[0]
             return list(await self.verifier(claims, context, source)), {}
+        return await max_over_snippets(claims, selection.contexts, lambda pairs: self.judge_round(pairs, source))
 
-        async def one(claim: Claim) -> tuple[Verdict, list[dict[str, Any]]]:
-            tried: list[tuple[Context, Verdict]] = []
-            for ctx in selection.contexts.get(_cid(claim), []):
-                (verdict,) = await self.verifier([claim], ctx, source)
-                tried.append((ctx, verdict))
-                if verdict.label == "supported":
-                    break  # the max over snippets cannot rise further
-            trace = [{"rank": c.rank, "label": v.label} for c, v in tried]
-            return best_verdict(claim, tried), trace
+    async def judge_round(self, pairs: Sequence[tuple[Claim, Context]], source: str) -> list[Verdict]:
+        """One round of the retrieval protocol: each (claim, snippet) pair judged, one verifier call per pair.
+        A method whose verifier can share calls across the pairs of a round overrides this (DCR)."""
 
-        results = await asyncio.gather(*(one(c) for c in claims))
-        return [v for v, _ in results], {"per_snippet": {_cid(c): t for c, (_, t) in zip(claims, results)}}
+        async def one(claim: Claim, ctx: Context) -> Verdict:
+            (verdict,) = await self.verifier([claim], ctx, source)
+            return verdict
+
+        return list(await asyncio.gather(*(one(c, ctx) for c, ctx in pairs)))
 
     async def evaluate(self, source: str, target: str) -> PipelineRun | Report:
         """Decompose, select contexts, verify. Returns an unscored Report when there is nothing to verify."""

@@ -21,7 +21,7 @@ from pydantic import Field, model_validator
 from rapidfuzz import fuzz, process
 
 from halluscope.llm.replies import Reply
-from halluscope.methods.batching import BatchAnswers, parse_batch
+from halluscope.methods.batching import BatchAnswers, batch_reply, numbered_entry, parse_batch
 from halluscope.methods.dove.order import EventOrder
 from halluscope.text import ParseError
 from halluscope.text.placeholders import is_placeholder, normalized, shown_strings
@@ -57,17 +57,10 @@ class DoveCheckReply(Reply):
         return "supported" if self.supported else "contradicted" if self.contradicted else "unsupported"
 
 
-class DoveBatchJudgment(DoveCheckReply):
-    """Batch fact checker: the verdict on the fact with number ``id``."""
-
-    id: int = Field(ge=1, description="the number of the fact")
-
-
-class DoveBatchReply(Reply):
-    """Batch fact checker: one judgment per numbered fact (a bare list is read as ``results``)."""
-
-    results: list[DoveBatchJudgment] = Field(description="exactly one entry per fact, in any order")
-    bare_list_field: ClassVar[str | None] = "results"
+DoveBatchJudgment = numbered_entry(DoveCheckReply, "fact", name="DoveBatchJudgment",
+                                   doc="Batch fact checker: the verdict on the fact with number ``id``.")
+DoveBatchReply = batch_reply(DoveBatchJudgment, "fact", name="DoveBatchReply",
+                             doc="Batch fact checker: one judgment per numbered fact.")
 
 
 class DoveOrderReply(Reply):
@@ -130,7 +123,7 @@ def parse_fact_judgment(text: str) -> DoveCheckReply:
     return DoveCheckReply.parse(text)
 
 
-DoveBatchAnswers = BatchAnswers[DoveBatchJudgment]
+DoveBatchAnswers = BatchAnswers[DoveCheckReply]
 
 
 def parse_batch_judgments(text: str, n_facts: int) -> DoveBatchAnswers:

@@ -24,7 +24,6 @@ from halluscope.methods.dove.prompts import (
 )
 from halluscope.methods.dove.replies import (
     DoveBatchJudgment,
-    DoveBatchReply,
     DoveCheckReply,
     DoveFacts,
     DoveFactsReply,
@@ -32,9 +31,8 @@ from halluscope.methods.dove.replies import (
     parse_decomposition,
     parse_event_order,
 )
-from halluscope.methods.batching import (BatchStep, ask_batch, batch_reply_budget, gather_or_cancel, judge_in_batches,
-                                         redone_verdict)
-from halluscope.methods.pipeline import LLMVerifier, messages_tokens, reply_budget
+from halluscope.methods.batching import BatchCall, BatchingVerifier, numbered_as_written
+from halluscope.methods.pipeline import messages_tokens, reply_budget
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Evidence, LLMCall, Span, StepResult, Verdict
 from halluscope.retrieval import SourceIndex
@@ -116,7 +114,7 @@ def _verdict(claim: Claim, judgment: DoveCheckReply, source: str, calls: list[LL
 
 
 @register_stage("dove", "verifier")
-class DoveFactChecker(LLMVerifier):
+class DoveFactChecker(BatchingVerifier[DoveCheckReply]):
     """DoveScore's fact checker: supported / contradicted / unsupported, with a reason and a source quote.
 
     One call per fact; with the whole source and ``batch_size`` > 1 (a ``dove`` option; 1 for other methods)
@@ -124,66 +122,33 @@ class DoveFactChecker(LLMVerifier):
     its own (the per-fact path is the reference); unscored when that reply is unusable too."""
 
     reply_tokens = CHECK_REPLY_TOKENS
+    placeholders_in_batch = True  # numbered in the batch prompt as written; unscored whatever the reply says
 
     def __init__(self, method: Method):
         super().__init__(method)
         self.batch_size = int(getattr(method.opts, "batch_size", 1) or 1)
         self.prompt = method.prompt(DOVE_CHECK_PROMPT)
-        self.batch_prompt = method.prompt(DOVE_CHECK_BATCH_PROMPT)
-
-    def used_prompts(self) -> list[PromptTemplate]:
-        return [self.prompt] + ([self.batch_prompt] if self.batch_size > 1 else [])
+        self.batch = BatchCall(method.prompt(DOVE_CHECK_BATCH_PROMPT), DoveBatchJudgment, listing="facts",
+                               unit="fact", reply_tokens=CHECK_REPLY_TOKENS, overhead=64, number=numbered_as_written)
 
     def messages(self, claims: Sequence[Claim], context_text: str) -> list[dict[str, str]]:
         """The one-fact prompt for ``claims[0]``."""
         return self.prompt.render(source=context_text, fact=claims[0].text)
 
-    def batch_messages(self, claims: Sequence[Claim], context_text: str) -> list[dict[str, str]]:
-        """The batch prompt: the facts numbered from 1."""
-        listing = "\n".join(f"{i + 1}. {c.text}" for i, c in enumerate(claims))
-        messages = self.batch_prompt.render(source=context_text, facts=listing, count=len(claims))
-        return messages
-
-    def reserve_tokens(self, claims: Sequence[Claim]) -> int:
-        """The larger of a one-fact call (longest fact) and, when batching, a call with the first batch."""
-        reserve = super().reserve_tokens(claims)
-        if self.batch_size > 1 and len(claims) > 1:
-            batch = list(claims[: self.batch_size])
-            reserve = max(reserve, messages_tokens(self.llm, self.batch_messages(batch, ""))
-                          + batch_reply_budget(self.llm, CHECK_REPLY_TOKENS, len(batch), overhead=64))
-        return reserve
-
-    async def __call__(self, claims: Sequence[Claim], context: Context, source: str) -> list[Verdict]:
-        if self.batch_size == 1 or context.kind != "source" or len(claims) < 2:
-            return await gather_or_cancel(self.one(c, context.text, source) for c in claims)
-
-        async def ask(part: list[Claim]) -> BatchStep[DoveBatchJudgment]:
-            return await ask_batch(
-                self.llm, self.batch_messages(part, context.text), DoveBatchReply, DoveBatchJudgment, len(part),
-                params=self.llm.params(max_tokens=batch_reply_budget(self.llm, CHECK_REPLY_TOKENS, len(part),
-                                                                     overhead=64)), unit="fact")
-
-        def accept(claim: Claim, judgment: DoveBatchJudgment, calls: list[LLMCall]) -> Verdict:
-            if is_placeholder(claim.text):  # judged in the batch, but a placeholder is never a fact
-                return Verdict.unscored(claim, _placeholder_reason(claim), calls)
-            return _verdict(claim, judgment, source, calls)
-
-        return await judge_in_batches(list(claims), self.batch_size, ask=ask, accept=accept,
-                                      alone=lambda claim: self.one(claim, context.text, source),
-                                      redone=redone_verdict)
-
-    async def one(self, claim: Claim, context: str, source: str) -> Verdict:
+    async def check(self, claim: Claim, context: Context, source: str) -> Verdict:
         if is_placeholder(claim.text):
-            return Verdict.unscored(claim, _placeholder_reason(claim))
-        step = await generate_reply(self.llm, self.messages([claim], context), DoveCheckReply,
+            return Verdict.unscored(claim, self.placeholder_reason(claim))
+        step = await generate_reply(self.llm, self.messages([claim], context.text), DoveCheckReply,
                                     params=self.llm.params(max_tokens=reply_budget(self.llm, CHECK_REPLY_TOKENS)))
         if step.value is None:
             return Verdict.unscored(claim, f"fact checker: {step.error}", step.calls)
         return _verdict(claim, step.value, source, step.calls)
 
+    def accept(self, claim: Claim, entry: DoveCheckReply, calls: list[LLMCall], source: str) -> Verdict:
+        return _verdict(claim, entry, source, calls)
 
-def _placeholder_reason(claim: Claim) -> str:
-    return f"the fact {claim.text[:40]!r} is a template placeholder, not a fact"
+    def placeholder_reason(self, claim: Claim) -> str:
+        return f"the fact {claim.text[:40]!r} is a template placeholder, not a fact"
 
 
 # ------------------------------------------------------------------------------------------------ sorters

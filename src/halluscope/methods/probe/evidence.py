@@ -31,7 +31,7 @@ from halluscope.methods.probe.options import ProbeOptions
 from halluscope.methods.probe.replies import (FIND_EVIDENCE_PROMPT, FIND_REPLY_TOKENS, FULL_SOURCE_HEADING,
                                               SNIPPET_HEADING, EvidenceReply)
 from halluscope.records import Claim, Evidence, LLMCall, Span, StepResult
-from halluscope.retrieval import IndexCache, RetrievalConfig, resolve_retriever
+from halluscope.retrieval import RetrievalConfig, resolve_retriever, shared_index
 from halluscope.stages import Context, register_stage
 from halluscope.text import Match, Sentence, locate, split_sentences
 
@@ -178,14 +178,13 @@ class TopSentencesFinder:
         self.max_evidence = probe_options(method).max_evidence
         self.config = RetrievalConfig(top_k=self.max_evidence, window=0,
                                       retriever=getattr(method.opts, "retriever", "auto"))
-        self._indexes = IndexCache()
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "max_evidence": self.max_evidence,
                 "retriever": resolve_retriever(self.config.retriever)}
 
     async def search(self, claim: Claim, context: Context, source: str) -> QuoteSearch:
-        index = await self._indexes.get(source, self.config)
+        index = await shared_index(source, self.config)
         scores = await asyncio.to_thread(index.sentence_scores, claim.text)
         inside = [s for s in index.sentences
                   if context.kind != "snippet" or context.span is None

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from halluscope.llm import LLM
 from halluscope.llm.base import GenerateParams
 from halluscope.llm.structured import generate_reply
-from halluscope.methods.batching import BatchStep, ask_batch, batch_reply_budget, judge_in_batches, numbered
+from halluscope.methods.batching import BatchCall, BatchStep, judge_in_batches
 from halluscope.methods.pipeline import reply_budget, unique_calls
 from halluscope.methods.probe.replies import (EVALUATE_BATCH_PROMPT, EVALUATE_PROMPT, EVALUATE_REPLY_TOKENS,
-                                              EvaluationBatchEntry, EvaluationBatchReply, EvaluationReply)
+                                              EvaluationBatchEntry, EvaluationReply)
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Evidence, LLMCall
 
@@ -107,6 +107,8 @@ class EvidenceEvaluator:
             raise ValueError("evidence evaluation needs at least one judge")
         self.judges, self.prompt, self.consensus = list(judges), prompt, consensus
         self.batch_prompt = batch_prompt
+        self.batch_call = BatchCall(batch_prompt, EvaluationBatchEntry, listing="claims", unit="assertion",
+                                    reply_tokens=EVALUATE_REPLY_TOKENS)
 
     async def vote(self, judge: Judge, claim: Claim, evidence: Evidence, context: str, about: str | None = None
                    ) -> tuple[Vote, list[LLMCall]]:
@@ -128,16 +130,11 @@ class EvidenceEvaluator:
         """One judgment per claim on the one passage they all quoted, votes asked up to ``size`` claims per call."""
 
         async def judge_all(judge: Judge) -> list[tuple[Vote, list[LLMCall]]]:
-            async def ask(part: list[Claim]) -> BatchStep[Any]:
-                n = len(part)
-                messages = self.batch_prompt.render(claims=numbered([c.text for c in part]), evidence=evidence.text,
-                                                    context=context, count=n, about=about)
-                params = judge.params().model_copy(
-                    update={"max_tokens": batch_reply_budget(judge.llm, EVALUATE_REPLY_TOKENS, n)})
-                return await ask_batch(judge.llm, messages, EvaluationBatchReply, EvaluationBatchEntry, n,
-                                       params=params, unit="assertion")
+            async def ask(part: list[Claim]) -> BatchStep[EvaluationReply]:
+                return await self.batch_call.ask(judge.llm, [c.text for c in part], params=judge.params(),
+                                                 evidence=evidence.text, context=context, about=about)
 
-            def accept(claim: Claim, entry: EvaluationBatchEntry, calls: list[LLMCall]) -> tuple[Vote, list[LLMCall]]:
+            def accept(claim: Claim, entry: EvaluationReply, calls: list[LLMCall]) -> tuple[Vote, list[LLMCall]]:
                 return Vote(judge.name, judge.sample, entry.verdict == "PASS"), list(calls)
 
             def redone(result: tuple[Vote, list[LLMCall]], why: str, calls: list[LLMCall]

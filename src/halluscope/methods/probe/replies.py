@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from halluscope.llm.replies import Reply
+from halluscope.methods.batching import batch_reply, numbered_entry
 from halluscope.prompts import PromptTemplate
 from halluscope.text.labels import stated_label
 from halluscope.text.placeholders import is_placeholder, shown_strings
@@ -150,34 +151,22 @@ EVALUATE_PROMPT = PromptTemplate(
 # ------------------------------------------------------------------------ batched steps 2 and 3 (batch_size)
 
 
-class EvidenceBatchEntry(EvidenceReply):
-    """Batched step 2: the passages for the assertion numbered ``id`` (an entry that only echoes the template is
-    refused, as in :class:`EvidenceReply`)."""
-
-    id: int = Field(ge=1, description="the number of the assertion")
-
-
-class EvidenceBatchReply(Reply):
-    """Batched step 2 (``batch_size`` > 1, whole source): one entry per numbered assertion."""
-
-    results: list[EvidenceBatchEntry] = Field(description="exactly one entry per assertion, in any order")
-    example: ClassVar[dict[str, Any] | None] = {"results": [
+EvidenceBatchEntry = numbered_entry(
+    EvidenceReply, "assertion", name="EvidenceBatchEntry",
+    doc="Batched step 2: the passages for the assertion numbered ``id`` (an entry that only echoes the template is "
+        "refused, as in :class:`EvidenceReply`).")
+EvidenceBatchReply = batch_reply(
+    EvidenceBatchEntry, "assertion", name="EvidenceBatchReply",
+    doc="Batched step 2 (``batch_size`` > 1, whole source): one entry per numbered assertion.",
+    example={"results": [
         {"id": 1, "reasoning": "the opening date is stated", "evidence": ["The museum opened in 1998."]},
-        {"id": 2, "reasoning": "nothing about its size", "evidence": []}]}
-    bare_list_field: ClassVar[str | None] = "results"
-
-
-class EvaluationBatchEntry(EvaluationReply):
-    """Batched step 3: one judge's PASS/FAIL for the assertion numbered ``id`` against the one excerpt."""
-
-    id: int = Field(ge=1, description="the number of the assertion")
-
-
-class EvaluationBatchReply(Reply):
-    """Batched step 3 (``batch_size`` > 1): the assertions that quoted the same excerpt, each judged on its own."""
-
-    results: list[EvaluationBatchEntry] = Field(description="exactly one entry per assertion, in any order")
-    bare_list_field: ClassVar[str | None] = "results"
+        {"id": 2, "reasoning": "nothing about its size", "evidence": []}]})
+EvaluationBatchEntry = numbered_entry(
+    EvaluationReply, "assertion", name="EvaluationBatchEntry",
+    doc="Batched step 3: one judge's PASS/FAIL for the assertion numbered ``id`` against the one excerpt.")
+EvaluationBatchReply = batch_reply(
+    EvaluationBatchEntry, "assertion", name="EvaluationBatchReply",
+    doc="Batched step 3 (``batch_size`` > 1): the assertions that quoted the same excerpt, each judged on its own.")
 
 
 FIND_EVIDENCE_BATCH_PROMPT = PromptTemplate(

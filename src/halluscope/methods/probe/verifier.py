@@ -20,16 +20,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from halluscope.methods.batching import (BatchStep, ask_batch, batch_reply_budget, gather_or_cancel, judge_in_batches,
-                                        numbered)
-from halluscope.methods.pipeline import LLMVerifier, messages_tokens
+from halluscope.methods.batching import BatchCall, BatchStep, gather_or_cancel, judge_in_batches
+from halluscope.methods.pipeline import LLMVerifier
 from halluscope.methods.probe.evidence import (ProbeEvidenceFinder, QuoteSearch, SourceSentences, context_around,
                                                probe_options)
 from halluscope.methods.probe.judge import EvidenceEvaluator, EvidenceJudgment, Judge
 from halluscope.methods.probe.options import ProbeOptions
 from halluscope.methods.probe.replies import (EVALUATE_BATCH_PROMPT, EVALUATE_PROMPT, FIND_EVIDENCE_BATCH_PROMPT,
                                               FIND_EVIDENCE_PROMPT, FIND_REPLY_TOKENS, EvidenceBatchEntry,
-                                              EvidenceBatchReply, is_template_echo)
+                                              EvidenceReply, is_template_echo)
 from halluscope.methods.probe.trace import current_trace
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Evidence, LLMCall, Verdict
@@ -97,6 +96,8 @@ class ProbeVerifier(LLMVerifier):
         self.evaluate_prompt = method.prompt(EVALUATE_PROMPT)
         self._evaluator: EvidenceEvaluator | None = None
         self._sentences = SourceSentences()
+        self.find_batch = BatchCall(method.prompt(FIND_EVIDENCE_BATCH_PROMPT), EvidenceBatchEntry, listing="claims",
+                                    unit="assertion", reply_tokens=FIND_REPLY_TOKENS)
 
     @property
     def evaluator(self) -> EvidenceEvaluator:
@@ -123,9 +124,9 @@ class ProbeVerifier(LLMVerifier):
         """The larger of a one-claim evidence call (longest claim) and, when batching, a call with the first batch."""
         reserve = super().reserve_tokens(claims)
         if self.batch_size > 1 and len(claims) > 1 and isinstance(self.finder, ProbeEvidenceFinder):
-            batch = list(claims[: self.batch_size])
-            reserve = max(reserve, messages_tokens(self.llm, self.batch_find_messages(batch, ""))
-                          + batch_reply_budget(self.llm, FIND_REPLY_TOKENS, len(batch)))
+            batch = [c.text for c in claims[: self.batch_size]]
+            reserve = max(reserve, self.find_batch.reserve(self.llm, batch, source="",
+                                                           max_evidence=self.finder.max_evidence))
         return reserve
 
     @property
@@ -162,12 +163,6 @@ class ProbeVerifier(LLMVerifier):
         return verdict
 
     # -- batch_size > 1 (whole source) --------------------------------------------------------------------
-    def batch_find_messages(self, claims: Sequence[Claim], context_text: str) -> list[dict[str, str]]:
-        finder: ProbeEvidenceFinder = self.finder
-        return self.method.prompt(FIND_EVIDENCE_BATCH_PROMPT).render(
-            claims=numbered([c.text for c in claims]), source=context_text, max_evidence=finder.max_evidence,
-            count=len(claims))
-
     async def check_batched(self, claims: Sequence[Claim], context: Context, source: str) -> list[Verdict]:
         """Steps 2 and 3 for claims that share the whole source: evidence for up to ``batch_size`` claims per call;
         then each passage judged for up to ``batch_size`` of the claims that quoted it (same passage, same
@@ -213,11 +208,9 @@ class ProbeVerifier(LLMVerifier):
         if not isinstance(finder, ProbeEvidenceFinder):
             return await gather_or_cancel(finder.search(c, context, source) for c in claims)
 
-        async def ask(part: list[Claim]) -> BatchStep[EvidenceBatchEntry]:
-            n = len(part)
-            params = self.llm.params(max_tokens=batch_reply_budget(self.llm, FIND_REPLY_TOKENS, n))
-            return await ask_batch(self.llm, self.batch_find_messages(part, context.text), EvidenceBatchReply,
-                                   EvidenceBatchEntry, n, params=params, unit="assertion")
+        async def ask(part: list[Claim]) -> BatchStep[EvidenceReply]:
+            return await self.find_batch.ask(self.llm, [c.text for c in part], source=context.text,
+                                             max_evidence=finder.max_evidence)
 
         def redone(search: QuoteSearch, why: str, calls: list[LLMCall]) -> QuoteSearch:
             search.calls = list(calls) + search.calls

@@ -1,0 +1,69 @@
+"""FActScore's verifier (verifier ``factscore``, usable by any claim method): a fact supported by the context or
+not, as a stated JSON boolean, with each inconsistency described (``describe``) or without."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from halluscope.llm.structured import generate_reply
+from halluscope.methods.batching import BatchCall, BatchingVerifier
+from halluscope.methods.factscore.prompts import (FACTSCORE_DESCRIBE_BATCH_PROMPT, FACTSCORE_DESCRIBE_PROMPT,
+                                                  FACTSCORE_VERIFY_BATCH_PROMPT, FACTSCORE_VERIFY_PROMPT,
+                                                  VERIFY_REPLY_TOKENS)
+from halluscope.methods.factscore.replies import (FactCheckBatchEntry, FactCheckReply, FactJudgmentBatchEntry,
+                                                  FactJudgmentReply)
+from halluscope.records import Claim, LLMCall, Verdict
+from halluscope.stages import Context, register_stage
+from halluscope.text.placeholders import is_placeholder
+
+if TYPE_CHECKING:  # pragma: no cover
+    from halluscope.methods.base import Method
+
+
+@register_stage("factscore", "verifier")
+class FactScoreVerifier(BatchingVerifier[FactCheckReply]):
+    """One call per claim: supported by the context or not (a stated JSON boolean), inconsistencies described.
+
+    With ``describe`` (a FActScore option; on for other methods) an unsupported claim's inconsistencies are
+    its reason, one per line; without it the model only states the boolean. With the whole source and
+    ``batch_size`` > 1 (a FActScore option; 1 for other methods) several facts are judged per call, each on its
+    own (:mod:`halluscope.methods.batching`); a fact the batch reply does not judge is asked on its own. Against
+    a retrieved snippet every fact has its own context, so each gets its own call."""
+
+    reply_tokens = VERIFY_REPLY_TOKENS
+
+    def __init__(self, method: Method):
+        super().__init__(method)
+        self.describe = bool(getattr(method.opts, "describe", True))
+        self.batch_size = int(getattr(method.opts, "batch_size", 1) or 1)
+        self.schema: type[FactCheckReply] = FactJudgmentReply if self.describe else FactCheckReply
+        self.prompt = method.prompt(FACTSCORE_DESCRIBE_PROMPT if self.describe else FACTSCORE_VERIFY_PROMPT)
+        self.batch = BatchCall(method.prompt(FACTSCORE_DESCRIBE_BATCH_PROMPT if self.describe
+                                             else FACTSCORE_VERIFY_BATCH_PROMPT),
+                               FactJudgmentBatchEntry if self.describe else FactCheckBatchEntry,
+                               listing="facts", unit="fact", reply_tokens=self.reply_tokens)
+
+    def messages(self, claims: Sequence[Claim], context_text: str) -> list[dict[str, str]]:
+        return self.prompt.render(source=context_text, fact=claims[0].text)
+
+    async def check(self, claim: Claim, context: Context, source: str) -> Verdict:
+        if is_placeholder(claim.text):
+            return Verdict.unscored(claim, self.placeholder_reason(claim))
+        step = await generate_reply(self.llm, self.messages([claim], context.text), self.schema)
+        if step.value is None:
+            return Verdict.unscored(claim, f"verification reply unusable: {step.error}", step.calls)
+        return self.verdict(claim, step.value, step.calls)
+
+    def accept(self, claim: Claim, entry: FactCheckReply, calls: list[LLMCall], source: str) -> Verdict:
+        return self.verdict(claim, entry, calls)
+
+    @staticmethod
+    def verdict(claim: Claim, reply: FactCheckReply, calls: Sequence[LLMCall]) -> Verdict:
+        """The verdict a stated judgment gives (the same for a single reply and a batch entry)."""
+        if reply.supported:
+            return Verdict(claim=claim, label="supported", reason="supported by the source", score=1.0,
+                           calls=list(calls))
+        descriptions = list(getattr(reply, "inconsistencies", ()))
+        return Verdict(claim=claim, label="unsupported", score=0.0, calls=list(calls),
+                       reason="\n".join(descriptions) or f"Not supported by the source: {claim.text}")

@@ -1,0 +1,37 @@
+"""The retrieval stage (``retrieve``) and the context-window check that decides when retrieval is needed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from halluscope.retrieval.cache import shared_index
+from halluscope.retrieval.config import RetrievalConfig
+from halluscope.retrieval.index import SourceIndex, Snippet
+from halluscope.stages import register_stage
+
+def fits_in_context(llm: Any, text: str, reserve_tokens: int = 1024) -> bool:
+    """Whether ``text`` plus ``reserve_tokens`` (prompt wording and reply) fits the model's context window.
+    Methods use this to switch to retrieval instead of truncating. Unknown window = assume it fits (the
+    backend raises ContextOverflowError if it does not)."""
+    window = llm.context_window
+    if window is None:
+        return True
+    return llm.count_tokens(text) + reserve_tokens <= window
+
+
+@register_stage("retrieve")
+class Retrieve:
+    """Stage form: ``await Retrieve(config)(source, queries) -> list[list[Snippet]]`` (the source's index comes
+    from the process-wide cache, built off the event loop)."""
+
+    name: str
+
+    def __init__(self, config: RetrievalConfig | None = None):
+        self.config = config or RetrievalConfig()
+
+    async def __call__(self, source: str | SourceIndex, queries: Sequence[str]) -> list[list[Snippet]]:
+        index = source.with_config(self.config) if isinstance(source, SourceIndex) else await shared_index(
+            source, self.config)
+        return await asyncio.to_thread(index.retrieve_many, queries)
