@@ -599,7 +599,7 @@ def test_dcr_garbled_replies_some_judged_some_not_nothing_escapes(options):
             assert not report.findings or any(v.label == "unscored" for v in report.verdicts)
         else:
             outcomes["scored_reports"] += 1
-            assert 0.0 <= report.score <= 1.0
+            assert report.score == pytest.approx((report.subscores["Z"] + 1) / 2)  # AMC's (Z + 1) / 2
         for v in report.verdicts:
             assert v.label != "unscored" or v.reason
             outcomes["unscored" if v.label == "unscored" else "judged"] += 1
@@ -617,5 +617,6 @@ def test_dcr_on_the_embedded_model(embedded_config):
     report = get_method("dcr", config=config, amc="rule").check("The cat sat on the mat. It was sunny.", "The cat sat on the mat.")
     assert report.model and report.model.startswith("embedded")
     assert report.usage.calls >= 1
-    assert report.score is not None or report.unscored_reason
     assert len(report.verdicts) == 1
+    if report.score is not None:  # one sentence: Z is its one mark, so the score is 1 (consistent) or 0
+        assert report.score == (1.0 if report.verdicts[0].label == "supported" else 0.0)

@@ -283,7 +283,6 @@ def test_improve_garbled_replies_some_parse_some_fail(level):
     outcomes = {"rewritten": 0, "rewrite_failed": 0, "unscored": 0}
     for _ in range(40):
         report = method.check(SOURCE, TARGET)
-        assert report.score is not None or report.unscored_reason
         assert report.details["stop_reason"] and len(report.calls) == report.usage.calls
         assert report.details["improved"] is False or report.subscores["final_score"] > report.subscores["initial_score"]
         rounds = report.details["rounds"]

@@ -611,7 +611,6 @@ def test_garbled_model_end_to_end_never_raises_and_only_explicit_replies_flag_cl
     for k in range(40):
         report = probe.check(SOURCE, TARGET + f" Extra {k}.")
         Report.model_validate_json(report.model_dump_json())
-        assert report.score is not None or report.unscored_reason
         outcomes = report.details["steps"]["localization"]["outcomes"]
         for v in report.verdicts:
             assert v.label != "unscored" or v.reason

@@ -126,9 +126,10 @@ def test_no_spans_when_off(spans):
 
 def test_env_var_turns_it_on(spans, monkeypatch):
     monkeypatch.setenv("HALLUSCOPE_OTEL", "1")
-    get_method("rouge", config=Config()).check("The cat sat on the mat.", "The cat sat.")
+    report = get_method("rouge", config=Config()).check("The cat sat on the mat.", "The cat sat.")
     (check,) = spans.get_finished_spans()
-    assert check.name == "halluscope.check rouge" and 0 <= check.attributes["gen_ai.evaluation.score.value"] <= 1
+    assert report.score == 1.0  # every target word is in the source
+    assert check.name == "halluscope.check rouge" and check.attributes["gen_ai.evaluation.score.value"] == 1.0
 
 
 def test_failed_llm_call_span_records_the_error(spans):
