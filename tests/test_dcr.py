@@ -545,19 +545,18 @@ def test_dcr_with_a_swapped_verifier_maps_labels_to_marks():
 
 
 def test_dcr_with_the_factscore_verifier_end_to_end():
-    def responder(messages):
-        fact = messages[-1]["content"].split("FACT:")[-1]
-        if "1999" in fact:
+    def verify(messages):
+        if "1999" in fenced(messages, "fact"):
             return json.dumps({"supported": False, "inconsistencies": ['The text says "1999"; the source says 2001.']})
         return json.dumps({"supported": True, "inconsistencies": []})
 
-    model = FakeModel(responder=responder)
+    model = FakeModel(by_reply={"FactJudgmentReply": verify})
     report = get_method("dcr", llm=LLM(model, cache=None), verifier="factscore").check(SOURCE, TARGET)
     assert report.details["stages"]["verifier"] == "factscore"
     assert [v.label for v in report.verdicts] == ["unsupported", "supported", "supported"]
     assert report.score == pytest.approx(2 / 3) and report.subscores["Z"] == pytest.approx(1 / 3)
     assert report.findings[0].target_spans[0].of(TARGET) == "Alice founded Acme in 1999."
-    assert len(model.requests) == 3 and all("FACT:" in r[-1]["content"] for r in model.requests)
+    assert model.reply_types == ["FactJudgmentReply"] * 3  # one factscore verification per sentence, nothing else
 
 
 def test_the_dcr_verifier_in_another_claim_method():
