@@ -480,14 +480,14 @@ def _source_with_distractors() -> str:
 def test_source_side_sorter_reads_excerpts_narrowed_to_fit(window, narrowed):
     """With retrieval the source-side sorter reads the facts' snippets merged in source order; when they do
     not fit, the top sentence per event without a window; when even that does not fit, no order (unscored)."""
-    fake = FakeModel(responder=responder, context_window=window)
+    fake = FakeModel(by_reply=SCRIPT, context_window=window)
     report = Dove(llm=LLM(fake, cache=None), top_k=3, window=2, retriever="bm25").check(
         _source_with_distractors(), TARGET)
     context = report.details["context"]
     if narrowed is None:
         assert report.score is None and "do not fit" in report.unscored_reason and report.subscores["S_E"] == 1.0
         return
-    sort_prompts = [p for p in map(first_prompt, fake.requests) if SORT in p]
+    sort_prompts = [first_prompt(r) for r, kind in zip(fake.requests, fake.reply_types) if kind == "DoveOrderReply"]
     sorted_text = next(t for t in (fenced(p, "text") for p in sort_prompts) if "Then she invited" in t)
     assert (context["sorter_top_k"], context["sorter_window"]) == ((1, 0) if narrowed else (3, 2))
     if narrowed:
@@ -505,7 +505,7 @@ def test_retrieval_options_show_the_snippets_used():
     assert (context["top_k"], context["window"]) == (3, 1)
     for snippets in context["snippets"].values():
         assert 1 <= len(snippets) <= 3 and all(s["kind"] == "snippet" and "span" in s for s in snippets)
-    assert not any(BATCH in first_prompt(r) for r in fake.requests)  # batch_size applies to the whole source only
+    assert "DoveBatchReply" not in fake.reply_types  # batch_size applies to the whole source only
     assert report.score == pytest.approx(0.8 * (2 / 3))
 
 
@@ -516,7 +516,7 @@ def test_cli_retrieval_options(monkeypatch, tmp_path):
     from halluscope.cli.main import app
     from halluscope.records import Report
 
-    monkeypatch.setattr(method_base, "get_llm", lambda config: LLM(FakeModel(responder=responder), cache=None))
+    monkeypatch.setattr(method_base, "get_llm", lambda config: LLM(FakeModel(by_reply=SCRIPT), cache=None))
     (tmp_path / "s.txt").write_text(SOURCE, encoding="utf-8")
     (tmp_path / "t.txt").write_text(TARGET, encoding="utf-8")
     result = CliRunner().invoke(app, ["check", "-s", str(tmp_path / "s.txt"), "-t", str(tmp_path / "t.txt"),
