@@ -587,9 +587,11 @@ def _mixed_script(rng: random.Random, garbage: list[str]) -> dict:
         count = len(re.findall(r"^\d+\. ", fenced(messages, "reasons"), re.M))
         return marks(*[rng.choice([1, -1]) for _ in range(count)])
 
+    def single(messages):
+        return json.dumps({"reason": rng.choice(["Consistent: ok.", "Inconsistent: no."]), "is_consistent": True})
+
     return {"AmcReply": garbled(amc),
-            "DceSingleReply": garbled(lambda m: json.dumps({"reason": rng.choice(["Consistent: ok.", "Inconsistent: no."]),
-                                                            "is_consistent": True})),
+            "DceSingleReply": garbled(single),
             "DceReply": garbled(lambda m: dce(*[(i, rng.choice(["Consistent: ok.", "Inconsistent: no.", "Hmm."]))
                                                 for i in (1, 2, 3)]))}
 
