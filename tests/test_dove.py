@@ -286,11 +286,7 @@ def test_inputs_are_fenced_in_every_prompt():
 def test_truth_in_source_order_scores_one():
     truth = "Anna baked a cake. Anna invited Ben. Ben arrived at six. They ate the cake."
 
-    def truthful(messages):
-        if DECOMPOSE in first_prompt(messages):
-            return json.dumps({"event_facts": EVENTS, "descriptive_facts": []})
-        return responder(messages)
-
+    truthful = SCRIPT | {"DoveFactsReply": json.dumps({"event_facts": EVENTS, "descriptive_facts": []})}
     report = dove(truthful)[0].check(SOURCE, truth)
     assert report.score == 1.0 and report.subscores["S_EO"] == 1.0
     assert not report.findings
@@ -681,8 +677,7 @@ def test_check_reply_schema_drives_the_prompt():
 def test_last_batch_of_one_fact_uses_the_one_fact_prompt():
     method, fake = dove(batch_size=2)  # 5 facts: batches of 2, 2 and 1
     report = method.check(SOURCE, TARGET)
-    checks = [p for p in map(first_prompt, fake.requests) if DECOMPOSE not in p and SORT not in p]
-    assert sum(BATCH in p for p in checks) == 2 and sum(BATCH not in p for p in checks) == 1
+    assert fake.reply_types.count("DoveBatchReply") == 2 and fake.reply_types.count("DoveCheckReply") == 1
     assert len(fake.requests) == 1 + 3 + 2 and report.score == pytest.approx(0.8 * (2 / 3))
 
 
@@ -691,12 +686,8 @@ def test_sorter_reply_that_copies_the_prompts_example_is_an_echo():
         parse_event_order('{"order": [2, 4, 3, 1]}', EV[:2], example=(2, 4, 3, 1))
     assert parse_event_order('{"order": [2, 4, 3, 1]}', EV, example=(2, 4, 3, 1)).order == [1, 3, 2, 0]
 
-    def echoing(messages):
-        user = first_prompt(messages)
-        if DECOMPOSE in user:
-            return json.dumps({"event_facts": EVENTS[1:], "descriptive_facts": []})
-        return '{"order": [2, 4, 3, 1]}' if SORT in user else responder(messages)
-
+    echoing = SCRIPT | {"DoveFactsReply": json.dumps({"event_facts": EVENTS[1:], "descriptive_facts": []}),
+                        "DoveOrderReply": '{"order": [2, 4, 3, 1]}'}
     report = dove(echoing)[0].check(SOURCE, TARGET)
     assert report.score is None and "copies the prompt's example order" in report.unscored_reason
 
