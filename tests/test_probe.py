@@ -42,7 +42,9 @@ EVIDENCE = {
     "Oxford": ["She moved to Paris in 1891 to study physics."],  # real, but it does not support the claim
 }
 
+FIND = "Find the passages"  # prompt wording, still used by tests/test_inject.py's scripted judges
 DECOMPOSE = "List every assertion"
+EVALUATE = "Decide whether the EVIDENCE EXCERPT"
 
 
 def fenced(user: str, name: str) -> str:
