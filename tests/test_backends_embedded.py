@@ -88,4 +88,5 @@ def test_check_on_the_bundled_example_with_the_embedded_model(tmp_path) -> None:
     if report["score"] is None:
         assert report["unscored_reason"]
     else:
-        assert 0.0 <= report["score"] <= 1.0 and report["subscores"]["rating"] in (1.0, 2.0, 3.0, 4.0, 5.0)
+        assert report["subscores"]["rating"] in (1.0, 2.0, 3.0, 4.0, 5.0)
+        assert report["score"] == (report["subscores"]["rating"] - 1) / 4

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -405,19 +406,28 @@ def test_dcr_does_not_import_improve():
 # ---------------------------------------------------------------------------------------- long sources
 
 
-def _excerpt_responder(messages):
-    user = messages[-1]["content"]
-    if "ASSESSMENTS" in user:
-        return marks(-1 if "1. Inconsistent" in user else 1)
-    sentence = user.split("SENTENCE:")[-1]
-    excerpt = user.split("EXCERPT:")[-1].split("SENTENCE:")[0]
+def fenced(messages, name: str) -> str:
+    """The data the prompt fenced as ``<name_KEY> ... </name_KEY>`` (the prompt: the first user message)."""
+    user = next(m["content"] for m in messages if m["role"] == "user")
+    match = re.search(rf"<{name}_(\w+)>\n(.*?)\n</{name}_\1>", user, re.S)
+    return match.group(2) if match else ""
+
+
+def _judge_excerpt(messages):
+    sentence, excerpt = fenced(messages, "sentence"), fenced(messages, "source")
     if "1999" in sentence or "Paris" in sentence and "Paris" not in excerpt:
         return json.dumps({"reason": "Inconsistent: not supported by the excerpt.", "is_consistent": False})
     return json.dumps({"reason": "Consistent: the excerpt says so.", "is_consistent": True})
 
 
+# keyed by the reply each stage asks for: DCE on one excerpt, then AMC marking the first assessment
+EXCERPT_SCRIPT = {"DceSingleReply": _judge_excerpt,
+                  "AmcReply": lambda messages: marks(-1 if fenced(messages, "reasons").startswith("1. Inconsistent")
+                                                     else 1)}
+
+
 def test_dcr_retrieval_on_request():
-    llm = LLM(FakeModel(responder=_excerpt_responder))
+    llm = LLM(FakeModel(by_reply=EXCERPT_SCRIPT))
     report = get_method("dcr", llm=llm, retrieval="always", retriever="bm25", top_k=2, window=0).check(SOURCE, TARGET)
     context = report.details["context"]
     assert context["mode"] == "retrieval" and context["why"] == "requested (retrieval=always)"
@@ -439,7 +449,7 @@ def test_dcr_retrieval_options_from_the_cli(tmp_path, monkeypatch):
     import halluscope.methods.base as method_base
     from halluscope.cli.main import app
 
-    monkeypatch.setattr(method_base, "get_llm", lambda config: LLM(FakeModel(responder=_excerpt_responder), cache=None))
+    monkeypatch.setattr(method_base, "get_llm", lambda config: LLM(FakeModel(by_reply=EXCERPT_SCRIPT), cache=None))
     (tmp_path / "s.txt").write_text(SOURCE)
     (tmp_path / "t.txt").write_text(TARGET)
     result = CliRunner().invoke(app, ["check", "-s", str(tmp_path / "s.txt"), "-t", str(tmp_path / "t.txt"),
@@ -457,7 +467,7 @@ def test_dcr_retrieval_options_from_the_cli(tmp_path, monkeypatch):
 
 def test_dcr_switches_to_retrieval_when_the_source_does_not_fit():
     long_source = " ".join(f"Filler sentence number {i} talks about nothing." for i in range(200)) + " " + SOURCE
-    llm = LLM(FakeModel(responder=_excerpt_responder, context_window=600), cache=None)
+    llm = LLM(FakeModel(by_reply=EXCERPT_SCRIPT, context_window=600), cache=None)
     llm.default_params = llm.params(max_tokens=100)
     report = get_method("dcr", llm=llm, retriever="bm25").check(long_source, TARGET)
     assert report.details["context"]["mode"] == "retrieval"
@@ -468,7 +478,7 @@ def test_dcr_switches_to_retrieval_when_the_source_does_not_fit():
 
 
 def test_dcr_switches_to_retrieval_on_context_overflow():
-    llm = LLM(FakeModel([ContextOverflowError("prompt too long")], responder=_excerpt_responder))
+    llm = LLM(FakeModel([ContextOverflowError("prompt too long")], by_reply=EXCERPT_SCRIPT))
     report = get_method("dcr", llm=llm, retriever="bm25").check(SOURCE, TARGET)
     assert report.details["context"]["mode"] == "retrieval"
     assert "context overflow" in report.details["context"]["why"]
@@ -476,7 +486,7 @@ def test_dcr_switches_to_retrieval_on_context_overflow():
 
 
 def test_dcr_paragraph_level_refuses_long_sources_explicitly():
-    llm = LLM(FakeModel(responder=_excerpt_responder, context_window=50))
+    llm = LLM(FakeModel(by_reply=EXCERPT_SCRIPT, context_window=50))
     report = get_method("dcr", llm=llm, level="paragraph", retriever="bm25").check(SOURCE * 20, TARGET)
     assert report.score is None and "level=sentence" in report.unscored_reason
     assert report.usage.calls == 0
@@ -535,19 +545,18 @@ def test_dcr_with_a_swapped_verifier_maps_labels_to_marks():
 
 
 def test_dcr_with_the_factscore_verifier_end_to_end():
-    def responder(messages):
-        fact = messages[-1]["content"].split("FACT:")[-1]
-        if "1999" in fact:
+    def verify(messages):
+        if "1999" in fenced(messages, "fact"):
             return json.dumps({"supported": False, "inconsistencies": ['The text says "1999"; the source says 2001.']})
         return json.dumps({"supported": True, "inconsistencies": []})
 
-    model = FakeModel(responder=responder)
+    model = FakeModel(by_reply={"FactJudgmentReply": verify})
     report = get_method("dcr", llm=LLM(model, cache=None), verifier="factscore").check(SOURCE, TARGET)
     assert report.details["stages"]["verifier"] == "factscore"
     assert [v.label for v in report.verdicts] == ["unsupported", "supported", "supported"]
     assert report.score == pytest.approx(2 / 3) and report.subscores["Z"] == pytest.approx(1 / 3)
     assert report.findings[0].target_spans[0].of(TARGET) == "Alice founded Acme in 1999."
-    assert len(model.requests) == 3 and all("FACT:" in r[-1]["content"] for r in model.requests)
+    assert model.reply_types == ["FactJudgmentReply"] * 3  # one factscore verification per sentence, nothing else
 
 
 def test_the_dcr_verifier_in_another_claim_method():
@@ -569,26 +578,29 @@ def test_the_dcr_verifier_in_another_claim_method():
 # ---------------------------------------------------------------------------------------------- fuzzing
 
 
-def _mixed_responder(rng: random.Random, garbage: list[str]):
-    """Per prompt kind, a valid reply half the time, else a garbled one."""
-    def respond(messages):
-        user = next(m["content"] for m in messages if m["role"] == "user")  # the prompt, also on a repair request
-        if rng.random() < 0.5:
-            return rng.choice(garbage)
-        if "ASSESSMENTS" in user:
-            count = int(user.split("There are ")[1].split()[0])
-            return marks(*[rng.choice([1, -1]) for _ in range(count)])
-        if "EXCERPT:" in user or "TEXT as a whole" in user:
-            return json.dumps({"reason": rng.choice(["Consistent: ok.", "Inconsistent: no."]), "is_consistent": True})
-        return dce(*[(i, rng.choice(["Consistent: ok.", "Inconsistent: no.", "Hmm."])) for i in (1, 2, 3)])
-    return respond
+def _mixed_script(rng: random.Random, garbage: list[str]) -> dict:
+    """Per reply type, a valid reply half the time, else a garbled one."""
+    def garbled(valid):
+        return lambda messages: rng.choice(garbage) if rng.random() < 0.5 else valid(messages)
+
+    def amc(messages):
+        count = len(re.findall(r"^\d+\. ", fenced(messages, "reasons"), re.M))
+        return marks(*[rng.choice([1, -1]) for _ in range(count)])
+
+    def single(messages):
+        return json.dumps({"reason": rng.choice(["Consistent: ok.", "Inconsistent: no."]), "is_consistent": True})
+
+    return {"AmcReply": garbled(amc),
+            "DceSingleReply": garbled(single),
+            "DceReply": garbled(lambda m: dce(*[(i, rng.choice(["Consistent: ok.", "Inconsistent: no.", "Hmm."]))
+                                                for i in (1, 2, 3)]))}
 
 
 @pytest.mark.parametrize("options", [{}, {"amc": "rule"}, {"level": "paragraph"},
                                      {"retrieval": "always", "retriever": "bm25"}])
 def test_dcr_garbled_replies_some_judged_some_not_nothing_escapes(options):
     rng = random.Random(str(options))
-    llm = LLM(FakeModel(responder=_mixed_responder(rng, garbled_replies(1000, seed=3))), cache=None)
+    llm = LLM(FakeModel(by_reply=_mixed_script(rng, garbled_replies(1000, seed=3))), cache=None)
     method = get_method("dcr", llm=llm, **options)
     outcomes = {"judged": 0, "unscored": 0, "scored_reports": 0}
     for _ in range(40):
@@ -599,7 +611,7 @@ def test_dcr_garbled_replies_some_judged_some_not_nothing_escapes(options):
             assert not report.findings or any(v.label == "unscored" for v in report.verdicts)
         else:
             outcomes["scored_reports"] += 1
-            assert 0.0 <= report.score <= 1.0
+            assert report.score == pytest.approx((report.subscores["Z"] + 1) / 2)  # AMC's (Z + 1) / 2
         for v in report.verdicts:
             assert v.label != "unscored" or v.reason
             outcomes["unscored" if v.label == "unscored" else "judged"] += 1
@@ -617,5 +629,6 @@ def test_dcr_on_the_embedded_model(embedded_config):
     report = get_method("dcr", config=config, amc="rule").check("The cat sat on the mat. It was sunny.", "The cat sat on the mat.")
     assert report.model and report.model.startswith("embedded")
     assert report.usage.calls >= 1
-    assert report.score is not None or report.unscored_reason
     assert len(report.verdicts) == 1
+    if report.score is not None:  # one sentence: Z is its one mark, so the score is 1 (consistent) or 0
+        assert report.score == (1.0 if report.verdicts[0].label == "supported" else 0.0)

@@ -79,8 +79,23 @@ def responder(messages) -> str:
     return check_reply(fenced(user, "fact"))
 
 
-def dove(responder_fn=responder, **options) -> tuple[Dove, FakeModel]:
-    fake = FakeModel(responder=responder_fn)
+def _batch_reply(messages) -> str:
+    return json.dumps({"results": [{"id": n, "reason": f"checked {f}", "evidence": "", "supported": _supported(f)}
+                                   for n, f in listing(first_prompt(messages), "facts")]})
+
+
+# The scripted model keyed by the reply each DoveScore stage asks for (FakeModel(by_reply=...)), reading the data
+# fenced in the prompt: the decomposition, event orders by keyword position, facts about a baker unsupported.
+SCRIPT = {"DoveFactsReply": DECOMPOSITION,
+          "DoveOrderReply": lambda messages: _sort_reply(first_prompt(messages)),
+          "DoveBatchReply": _batch_reply,
+          "DoveCheckReply": lambda messages: check_reply(fenced(first_prompt(messages), "fact"))}
+
+
+def dove(script=None, **options) -> tuple[Dove, FakeModel]:
+    """Dove on a fake scripted by ``script``: a ``by_reply`` dict (default :data:`SCRIPT`) or a function."""
+    script = SCRIPT if script is None else script
+    fake = FakeModel(by_reply=script) if isinstance(script, dict) else FakeModel(responder=script)
     return Dove(llm=LLM(fake, cache=None), **options), fake
 
 
@@ -271,11 +286,7 @@ def test_inputs_are_fenced_in_every_prompt():
 def test_truth_in_source_order_scores_one():
     truth = "Anna baked a cake. Anna invited Ben. Ben arrived at six. They ate the cake."
 
-    def truthful(messages):
-        if DECOMPOSE in first_prompt(messages):
-            return json.dumps({"event_facts": EVENTS, "descriptive_facts": []})
-        return responder(messages)
-
+    truthful = SCRIPT | {"DoveFactsReply": json.dumps({"event_facts": EVENTS, "descriptive_facts": []})}
     report = dove(truthful)[0].check(SOURCE, truth)
     assert report.score == 1.0 and report.subscores["S_EO"] == 1.0
     assert not report.findings
@@ -292,11 +303,8 @@ def test_batched_checker_gives_the_same_verdicts_as_per_fact():
 
 
 def test_batch_falls_back_to_per_fact_for_unanswered_facts():
-    def partial(messages):
-        if BATCH in first_prompt(messages):  # answers only fact 1 of each batch
-            return json.dumps({"results": [{"id": 1, "supported": True, "reason": "ok"}]})
-        return responder(messages)
-
+    partial = SCRIPT | {  # each batch reply answers only its fact 1
+        "DoveBatchReply": json.dumps({"results": [{"id": 1, "supported": True, "reason": "ok"}]})}
     report = dove(partial, batch_size=5)[0].check(SOURCE, TARGET)
     labels = {v.claim.id: v.label for v in report.verdicts}
     assert labels == {"E1": "supported", "E2": "supported", "E3": "supported", "E4": "supported", "D1": "unsupported"}
@@ -304,17 +312,13 @@ def test_batch_falls_back_to_per_fact_for_unanswered_facts():
 
 
 def test_batch_fact_without_a_verdict_is_unscored_with_both_reasons():
-    def partial(messages):
-        user = first_prompt(messages)
-        if BATCH in user:
-            return json.dumps({"results": [{"id": n, "supported": True} for n, f in listing(user, "facts")
-                                           if "baker" not in f]})
-        if "could not be used" in messages[-1]["content"]:  # the repair round
-            return '{"supported": null}'
-        if CHECK in user and "baker" in fenced(user, "fact"):
-            return "Supported? No."
-        return responder(messages)
+    def batch_without_baker(messages):
+        return json.dumps({"results": [{"id": n, "supported": True} for n, f in listing(first_prompt(messages), "facts")
+                                       if "baker" not in f]})
 
+    # only the baker fact is checked alone: first its reply, then its repair round's
+    partial = SCRIPT | {"DoveBatchReply": batch_without_baker,
+                        "DoveCheckReply": ["Supported? No.", '{"supported": null}']}
     report = dove(partial, batch_size=5)[0].check(SOURCE, TARGET)
     baker = next(v for v in report.verdicts if v.claim.id == "D1")
     assert baker.label == "unscored"
@@ -335,12 +339,8 @@ def test_batch_fact_without_a_verdict_is_unscored_with_both_reasons():
     ('{"x": [{"y": {"supported": true}}]}', "unscored"),
 ])
 def test_fact_checker_reply_forms_end_to_end(reply, label):
-    def scripted(messages):
-        user = first_prompt(messages)
-        if DECOMPOSE in user:
-            return json.dumps({"event_facts": [], "descriptive_facts": ["Anna is a baker."]})
-        return reply
-
+    scripted = {"DoveFactsReply": json.dumps({"event_facts": [], "descriptive_facts": ["Anna is a baker."]}),
+                "DoveCheckReply": reply}
     report = dove(scripted)[0].check(SOURCE, TARGET)
     (verdict,) = report.verdicts
     assert verdict.label == label
@@ -372,59 +372,46 @@ def test_decomposer_failure_is_unscored_with_the_raw_replies():
 
 
 def test_only_descriptive_facts():
-    def desc(messages):
-        user = first_prompt(messages)
-        if DECOMPOSE in user:
-            return json.dumps({"event_facts": [], "descriptive_facts": ["Anna is a baker.", "Ben is Anna's friend."]})
-        return json.dumps({"supported": "baker" not in fenced(user, "fact")})
-
+    desc = {"DoveFactsReply": json.dumps({"event_facts": [],
+                                          "descriptive_facts": ["Anna is a baker.", "Ben is Anna's friend."]}),
+            "DoveCheckReply": lambda m: json.dumps({"supported": "baker" not in fenced(first_prompt(m), "fact")})}
     method, fake = dove(desc)
     report = method.check(SOURCE, TARGET)
     assert report.score == 0.5 and report.subscores["alpha"] == 0.0 and report.subscores["S_EO"] is None
-    assert not any(SORT in first_prompt(r) for r in fake.requests)  # no sorter call
+    assert "DoveOrderReply" not in fake.reply_types  # no sorter call
 
 
 def test_fewer_than_two_verified_events_needs_no_sorter():
-    def one_true(messages):
-        user = first_prompt(messages)
-        if CHECK in user and DECOMPOSE not in user and SORT not in user:
-            return json.dumps({"supported": "baked" in fenced(user, "fact")})
-        return responder(messages)
-
+    one_true = SCRIPT | {
+        "DoveCheckReply": lambda m: json.dumps({"supported": "baked" in fenced(first_prompt(m), "fact")})}
     method, fake = dove(one_true)
     report = method.check(SOURCE, TARGET)
     assert report.subscores["S_EO"] == 1.0 and report.subscores["ShuffleD"] == 0.0
     assert report.subscores["S_E"] == 0.25
     assert report.score == pytest.approx(0.8 * 0.25)
     assert "fewer than two" in report.details["order"]["note"]
-    assert not any(SORT in first_prompt(r) for r in fake.requests)
+    assert "DoveOrderReply" not in fake.reply_types
 
 
 def test_sorter_failure_is_unscored_with_subscores_kept():
-    def broken_sorter(messages):
-        if SORT in first_prompt(messages):
-            return "I think they all happen at once."
-        return responder(messages)
-
-    report = dove(broken_sorter)[0].check(SOURCE, TARGET)
+    method, fake = dove(SCRIPT | {"DoveOrderReply": "I think they all happen at once."})
+    report = method.check(SOURCE, TARGET)
     assert report.score is None and "sorter" in report.unscored_reason
     assert report.subscores["S_E"] == 1.0 and report.subscores["S_EO"] is None
-    assert sum(SORT in first_prompt(c.messages) for c in report.calls) == 2  # one call, one repair round
+    assert fake.reply_types.count("DoveOrderReply") == 2  # one call, one repair round
 
 
 def test_sorter_that_drops_an_event_compares_the_rest():
     def dropping(messages):
         user = first_prompt(messages)
-        if SORT in user:
-            order = json.loads(_sort_reply(user))
-            shown = dict(listing(user, "events"))
-            if "Then she invited Ben" in fenced(user, "text"):  # source side: drop "invited", repeat one, invent one
-                order = [n for n in order if shown[n] != "Anna invited Ben."]
-                order = order + [order[0], 42]
-            return json.dumps(order)
-        return responder(messages)
+        order = json.loads(_sort_reply(user))
+        shown = dict(listing(user, "events"))
+        if "Then she invited Ben" in fenced(user, "text"):  # source side: drop "invited", repeat one, invent one
+            order = [n for n in order if shown[n] != "Anna invited Ben."]
+            order = order + [order[0], 42]
+        return json.dumps(order)
 
-    report = dove(dropping)[0].check(SOURCE, TARGET)
+    report = dove(SCRIPT | {"DoveOrderReply": dropping})[0].check(SOURCE, TARGET)
     order = report.details["order"]
     assert order["source_sorter"]["missing"] == ["E3"]
     assert order["source_sorter"]["invented"] == ["42"] and len(order["source_sorter"]["duplicated"]) == 1
@@ -434,12 +421,10 @@ def test_sorter_that_drops_an_event_compares_the_rest():
 
 def test_unscored_facts_are_left_out_and_listed():
     def flaky(messages):
-        user = first_prompt(messages)
-        if CHECK in user and DECOMPOSE not in user and SORT not in user and "baker" in fenced(user, "fact"):
-            return "hmm"
-        return responder(messages)
+        fact = fenced(first_prompt(messages), "fact")
+        return "hmm" if "baker" in fact else check_reply(fact)
 
-    report = dove(flaky)[0].check(SOURCE, TARGET)
+    report = dove(SCRIPT | {"DoveCheckReply": flaky})[0].check(SOURCE, TARGET)
     assert report.details["unscored_facts"][0]["id"] == "D1"
     assert report.subscores["alpha"] == 1.0 and report.subscores["S_D"] is None
     assert report.score == pytest.approx(2 / 3)
@@ -452,7 +437,7 @@ def test_unscored_facts_are_left_out_and_listed():
 def test_long_source_goes_through_retrieval():
     """A small context window forces retrieval: every fact is checked against retrieved snippets."""
     long_source = " ".join(f"Filler sentence number {i} talks about the weather." for i in range(200)) + " " + SOURCE
-    fake = FakeModel(responder=responder, context_window=1500)  # FakeModel counts words as tokens
+    fake = FakeModel(by_reply=SCRIPT, context_window=1500)  # FakeModel counts words as tokens
     method = Dove(llm=LLM(fake, cache=None), top_k=2, window=0, retriever="bm25")
     report = method.check(long_source, TARGET)
     context = report.details["context"]
@@ -491,14 +476,14 @@ def _source_with_distractors() -> str:
 def test_source_side_sorter_reads_excerpts_narrowed_to_fit(window, narrowed):
     """With retrieval the source-side sorter reads the facts' snippets merged in source order; when they do
     not fit, the top sentence per event without a window; when even that does not fit, no order (unscored)."""
-    fake = FakeModel(responder=responder, context_window=window)
+    fake = FakeModel(by_reply=SCRIPT, context_window=window)
     report = Dove(llm=LLM(fake, cache=None), top_k=3, window=2, retriever="bm25").check(
         _source_with_distractors(), TARGET)
     context = report.details["context"]
     if narrowed is None:
         assert report.score is None and "do not fit" in report.unscored_reason and report.subscores["S_E"] == 1.0
         return
-    sort_prompts = [p for p in map(first_prompt, fake.requests) if SORT in p]
+    sort_prompts = [first_prompt(r) for r, kind in zip(fake.requests, fake.reply_types) if kind == "DoveOrderReply"]
     sorted_text = next(t for t in (fenced(p, "text") for p in sort_prompts) if "Then she invited" in t)
     assert (context["sorter_top_k"], context["sorter_window"]) == ((1, 0) if narrowed else (3, 2))
     if narrowed:
@@ -516,7 +501,7 @@ def test_retrieval_options_show_the_snippets_used():
     assert (context["top_k"], context["window"]) == (3, 1)
     for snippets in context["snippets"].values():
         assert 1 <= len(snippets) <= 3 and all(s["kind"] == "snippet" and "span" in s for s in snippets)
-    assert not any(BATCH in first_prompt(r) for r in fake.requests)  # batch_size applies to the whole source only
+    assert "DoveBatchReply" not in fake.reply_types  # batch_size applies to the whole source only
     assert report.score == pytest.approx(0.8 * (2 / 3))
 
 
@@ -527,7 +512,7 @@ def test_cli_retrieval_options(monkeypatch, tmp_path):
     from halluscope.cli.main import app
     from halluscope.records import Report
 
-    monkeypatch.setattr(method_base, "get_llm", lambda config: LLM(FakeModel(responder=responder), cache=None))
+    monkeypatch.setattr(method_base, "get_llm", lambda config: LLM(FakeModel(by_reply=SCRIPT), cache=None))
     (tmp_path / "s.txt").write_text(SOURCE, encoding="utf-8")
     (tmp_path / "t.txt").write_text(TARGET, encoding="utf-8")
     result = CliRunner().invoke(app, ["check", "-s", str(tmp_path / "s.txt"), "-t", str(tmp_path / "t.txt"),
@@ -692,8 +677,7 @@ def test_check_reply_schema_drives_the_prompt():
 def test_last_batch_of_one_fact_uses_the_one_fact_prompt():
     method, fake = dove(batch_size=2)  # 5 facts: batches of 2, 2 and 1
     report = method.check(SOURCE, TARGET)
-    checks = [p for p in map(first_prompt, fake.requests) if DECOMPOSE not in p and SORT not in p]
-    assert sum(BATCH in p for p in checks) == 2 and sum(BATCH not in p for p in checks) == 1
+    assert fake.reply_types.count("DoveBatchReply") == 2 and fake.reply_types.count("DoveCheckReply") == 1
     assert len(fake.requests) == 1 + 3 + 2 and report.score == pytest.approx(0.8 * (2 / 3))
 
 
@@ -702,12 +686,8 @@ def test_sorter_reply_that_copies_the_prompts_example_is_an_echo():
         parse_event_order('{"order": [2, 4, 3, 1]}', EV[:2], example=(2, 4, 3, 1))
     assert parse_event_order('{"order": [2, 4, 3, 1]}', EV, example=(2, 4, 3, 1)).order == [1, 3, 2, 0]
 
-    def echoing(messages):
-        user = first_prompt(messages)
-        if DECOMPOSE in user:
-            return json.dumps({"event_facts": EVENTS[1:], "descriptive_facts": []})
-        return '{"order": [2, 4, 3, 1]}' if SORT in user else responder(messages)
-
+    echoing = SCRIPT | {"DoveFactsReply": json.dumps({"event_facts": EVENTS[1:], "descriptive_facts": []}),
+                        "DoveOrderReply": '{"order": [2, 4, 3, 1]}'}
     report = dove(echoing)[0].check(SOURCE, TARGET)
     assert report.score is None and "copies the prompt's example order" in report.unscored_reason
 

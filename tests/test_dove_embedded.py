@@ -21,7 +21,6 @@ def _check_invariants(report) -> None:
     for verdict in report.verdicts:
         assert verdict.label != "unscored" or verdict.reason
     if report.score is not None:
-        assert 0.0 <= report.score <= 1.0
         assert set(report.subscores) == {"S_E", "S_D", "S_EO", "alpha", "ShuffleD"}
 
 

@@ -50,19 +50,14 @@ PROSE_VERDICTS = ["No problem!", "Yes, I can help with that.", "True to form, th
 
 
 def fact_of(messages) -> str:
-    """The FACT fenced in a verification prompt."""
+    """The fact fenced in a verification prompt (the data it carries, whatever the wording around it)."""
     user = next(m["content"] for m in messages if m["role"] == "user")
-    m = re.search(r"FACT:\n<fact_\w+>\n(.*?)\n</fact_\w+>", user, re.S)
-    return m.group(1) if m else ""
+    m = re.search(r"<fact_(\w+)>\n(.*?)\n</fact_\1>", user, re.S)
+    return m.group(2) if m else ""
 
 
 def judge(messages) -> str:
-    """Scripted model: decomposes into FACTS, keeps descriptions 1 and 3, and judges facts about Amazon wrong."""
-    user = next(m["content"] for m in messages if m["role"] == "user")
-    if "<sentences_" in user:
-        return FACTS
-    if "DESCRIPTIONS:" in user:
-        return json.dumps({"keep": [1, 3]})
+    """Verification: facts about Amazon are wrong, each problem described."""
     fact = fact_of(messages)
     problems = []
     if "Amazon" in fact:
@@ -72,8 +67,16 @@ def judge(messages) -> str:
     return json.dumps({"supported": not problems, "inconsistencies": problems})
 
 
-def fake(responder=judge, **kwargs) -> LLM:
-    return LLM(FakeModel(responder=responder, **kwargs), cache=None)
+# The scripted model, keyed by the reply each stage asks for (not by prompt wording): decomposes into FACTS,
+# judges facts about Amazon wrong, keeps descriptions 1 and 3.
+JUDGE = {"FactsReply": FACTS, "FactJudgmentReply": judge, "FactCheckReply": judge,
+         "KeepReply": json.dumps({"keep": [1, 3]})}
+
+
+def fake(responder=None, *, by_reply=None, **kwargs) -> LLM:
+    if responder is None and by_reply is None:
+        by_reply = JUDGE
+    return LLM(FakeModel(responder=responder, by_reply=by_reply, **kwargs), cache=None)
 
 
 # ---------------------------------------------------------------------------------------------- parsers
@@ -247,21 +250,16 @@ def test_factscore_llm_dedup_is_the_default_and_keeps_the_selected_wordings():
 
 
 def test_factscore_llm_dedup_failure_falls_back_explicitly():
-    def responder(messages):
-        return "no idea" if "DESCRIPTIONS:" in messages[1]["content"] else judge(messages)
-
-    report = FactScore(llm=fake(responder), dedup="llm").check(SOURCE, TARGET)
+    report = FactScore(llm=fake(by_reply=JUDGE | {"KeepReply": "no idea"}), dedup="llm").check(SOURCE, TARGET)
     assert "used fuzzy" in report.details["dedup_error"]
     assert len(report.findings) == 2
 
 
 def test_factscore_without_descriptions():
-    def responder(messages):
-        if "<sentences_" in messages[-1]["content"]:
-            return FACTS
+    def verify(messages):
         return json.dumps({"supported": "Amazon" not in fact_of(messages)})
 
-    method = FactScore(llm=fake(responder), describe=False)
+    method = FactScore(llm=fake(by_reply={"FactsReply": FACTS, "FactCheckReply": verify}), describe=False)
     report = method.check(SOURCE, TARGET)
     assert report.score == pytest.approx(1 / 3)
     assert [f.description for f in report.findings] == [
@@ -272,21 +270,20 @@ def test_factscore_without_descriptions():
 
 
 def test_unsupported_fact_without_description_gets_one():
-    def responder(messages):
-        if "<sentences_" in messages[-1]["content"]:
-            return FACTS
+    def verify(messages):
         return json.dumps({"supported": "month" in fact_of(messages), "inconsistencies": []})
 
-    report = FactScore(llm=fake(responder), dedup="none").check(SOURCE, TARGET)
+    report = FactScore(llm=fake(by_reply={"FactsReply": FACTS, "FactJudgmentReply": verify}), dedup="none").check(
+        SOURCE, TARGET)
     assert [f.description for f in report.findings][0] == "Not supported by the source: Amazon was investigated."
 
 
 @pytest.mark.parametrize("prose", PROSE_VERDICTS)
 def test_a_prose_verdict_is_unscored_not_a_verdict(prose):
-    def responder(messages):
+    def verify(messages):
         return prose if "cease" in fact_of(messages) else judge(messages)
 
-    report = FactScore(llm=fake(responder)).check(SOURCE, TARGET)
+    report = FactScore(llm=fake(by_reply=JUDGE | {"FactJudgmentReply": verify})).check(SOURCE, TARGET)
     assert report.score == 0.5 and report.subscores["judged"] == 2.0
     third = report.verdicts[2]
     assert third.label == "unscored" and "verification reply unusable" in third.reason
@@ -297,10 +294,8 @@ def test_a_prose_verdict_is_unscored_not_a_verdict(prose):
 @pytest.mark.parametrize("reply", PLACEHOLDER_FACTS)
 def test_a_placeholder_decomposition_is_unscored_not_zero(reply):
     # issue 14: the embedded model echoed "<atomic fact>"; 13/15 QAGS items were then scored 0.0
-    def responder(messages):
-        return reply if "<sentences_" in messages[1]["content"] else '{"supported": false, "inconsistencies": []}'
-
-    report = FactScore(llm=fake(responder)).check(SOURCE, TARGET)
+    scripted = {"FactsReply": reply, "FactJudgmentReply": '{"supported": false, "inconsistencies": []}'}
+    report = FactScore(llm=fake(by_reply=scripted)).check(SOURCE, TARGET)
     assert report.score is None and "decomposition failed" in report.unscored_reason
     assert report.findings == [] and report.verdicts == []
     assert len(report.calls) == 2 and all(c.reply == reply for c in report.calls)
@@ -313,7 +308,7 @@ def test_decomposition_failure_is_unscored():
 
 
 def test_no_judged_fact_gives_an_unscored_report():
-    report = FactScore(llm=fake(lambda m: FACTS if "<sentences_" in m[1]["content"] else "No problem!")).check(
+    report = FactScore(llm=fake(by_reply={"FactsReply": FACTS}, default="No problem!")).check(
         SOURCE, TARGET)
     assert report.score is None and "could be judged" in report.unscored_reason
     assert [v.label for v in report.verdicts] == ["unscored"] * 3 and report.findings == []
@@ -400,13 +395,13 @@ class FirstWordVerifier(LLMVerifier):
 
 
 def test_a_swapped_verifier_runs_end_to_end():
-    def responder(messages):
+    def verify(messages):  # a plain-text verifier: the request asks for no schema
         user = messages[-1]["content"]
-        if "<sentences_" in user:
-            return FACTS
         return "bad" if "Amazon" in user.split("AGAINST")[0] else "ok"
 
-    method = get_method("factscore", llm=fake(responder), verifier="test_first_word")
+    method = get_method("factscore", llm=fake(by_reply={"FactsReply": FACTS, "text": verify,
+                                                            "KeepReply": '{"keep": [1, 2]}'}),
+                        verifier="test_first_word")
     assert not isinstance(method.verifier, FactScoreVerifier)
     report = method.check(SOURCE, TARGET)
     assert report.details["stages"]["verifier"] == "test_first_word"
@@ -419,21 +414,16 @@ def test_a_swapped_verifier_runs_end_to_end():
 
 
 def test_the_probe_verifier_swapped_into_factscore():
-    def responder(messages):
-        user = messages[-1]["content"]
-        if "<sentences_" in user:
-            return FACTS
-        if '"evidence"' in user:  # PROBE's evidence finding: quote the source
-            return json.dumps({"reasoning": "", "evidence": ["The police investigated Philips for a month and let "
-                                                             "it continue."]})
-        if '"verdict"' in user:  # PROBE's evaluation of one excerpt
-            claim = re.search(r"ASSERTION:\n<claim_\w+>\n(.*?)\n</claim_\w+>", user, re.S).group(1)
-            return json.dumps({"reasoning": "", "verdict": "FAIL" if "Amazon" in claim else "PASS"})
-        if "DESCRIPTIONS:" in user:  # FActScore's default LLM de-duplication
-            return json.dumps({"keep": [1, 2]})
-        raise AssertionError(f"unexpected request: {user[:200]}")
+    def evaluate(messages):  # PROBE's evaluation of one excerpt
+        claim = re.search(r"<claim_(\w+)>\n(.*?)\n</claim_\1>", messages[-1]["content"], re.S).group(2)
+        return json.dumps({"reasoning": "", "verdict": "FAIL" if "Amazon" in claim else "PASS"})
 
-    report = get_method("factscore", llm=fake(responder), verifier="probe").check(SOURCE, TARGET)
+    scripted = {"FactsReply": FACTS,
+                "EvidenceReply": json.dumps({"reasoning": "", "evidence": [  # PROBE's evidence finding: a quote
+                    "The police investigated Philips for a month and let it continue."]}),
+                "EvaluationReply": evaluate,
+                "KeepReply": json.dumps({"keep": [1, 2]})}  # FActScore's default LLM de-duplication
+    report = get_method("factscore", llm=fake(by_reply=scripted), verifier="probe").check(SOURCE, TARGET)
     assert report.details["stages"]["verifier"] == "probe"
     assert [v.label for v in report.verdicts] == ["unsupported", "supported", "unsupported"]
     assert report.score == pytest.approx(1 / 3) and report.findings
@@ -449,11 +439,11 @@ def test_the_factscore_verifier_serves_another_claim_method():
         def make_decomposer(self):
             return SentenceDecomposer()
 
-    def responder(messages):
+    def verify(messages):
         return json.dumps({"supported": "Amazon" not in fact_of(messages), "inconsistencies": []
                            if "Amazon" not in fact_of(messages) else ['"Amazon" is not in the source.']})
 
-    report = Sentences(llm=fake(responder), verifier="factscore").check(SOURCE, TARGET)
+    report = Sentences(llm=fake(by_reply={"FactJudgmentReply": verify}), verifier="factscore").check(SOURCE, TARGET)
     assert [v.label for v in report.verdicts] == ["unsupported", "unsupported"]
     assert report.score == 0.0 and '"Amazon" is not in the source.' in report.verdicts[0].reason
 
@@ -466,17 +456,12 @@ def test_garbled_replies_some_scored_some_not_and_no_finding_without_a_verdict(o
     rng = random.Random(19)
     pool = garbled_replies(400, seed=19) + PLACEHOLDER_FACTS + PROSE_VERDICTS
 
-    def responder(messages):
-        user = next(m["content"] for m in messages if m["role"] == "user")
-        if rng.random() < 0.5:
-            return rng.choice(pool)
-        if "<sentences_" in user:
-            return FACTS
-        if "DESCRIPTIONS:" in user:
-            return '{"keep": [1]}'
-        return judge(messages)
+    def garbled(valid):
+        return lambda messages: rng.choice(pool) if rng.random() < 0.5 else valid(messages)
 
-    method = FactScore(llm=fake(responder), **options)
+    scripted = {"FactsReply": garbled(lambda m: FACTS), "KeepReply": garbled(lambda m: '{"keep": [1]}'),
+                "FactJudgmentReply": garbled(judge), "FactCheckReply": garbled(judge)}
+    method = FactScore(llm=fake(by_reply=scripted), **options)
     outcomes = {"scored": 0, "unscored": 0}
     for _ in range(40):
         report = method.check(SOURCE, TARGET)
@@ -504,6 +489,6 @@ def test_factscore_on_the_embedded_model(embedded_config):
     config = embedded_config.with_overrides(max_tokens=120, embedded_threads=1)
     report = get_method("factscore", config=config).check("The cat sat on the mat.", "The dog sat on the mat.")
     assert report.usage.calls >= 1
-    assert report.score is not None or report.unscored_reason
-    if report.score is not None:
-        assert 0.0 <= report.score <= 1.0 and report.verdicts
+    judged = [v for v in report.verdicts if v.label != "unscored"]
+    if report.score is not None:  # the fraction of judged facts that are supported
+        assert report.score == pytest.approx(sum(v.label == "supported" for v in judged) / len(judged))

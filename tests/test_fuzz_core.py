@@ -98,4 +98,5 @@ async def test_geval_end_to_end_on_garbled_replies() -> None:
             assert report.unscored_reason and report.label is None
             assert len(report.calls) == 2 and all(isinstance(c.reply, str) for c in report.calls)
         else:
-            assert 0.0 <= report.score <= 1.0 and report.subscores["rating"] in (1.0, 2.0, 3.0, 4.0, 5.0)
+            assert report.subscores["rating"] in (1.0, 2.0, 3.0, 4.0, 5.0)
+            assert report.score == (report.subscores["rating"] - 1) / 4

@@ -104,4 +104,5 @@ def test_transport_faults_and_mixed_garbage_never_crash(method, options):
         report = _check(method, options, responder)
         _assert_nothing_scored(report, f"{method} mixed")
         outcomes["llm_error" if "LLM error" in (report.unscored_reason or "") else "unparseable"] += 1
-    assert sum(outcomes.values()) == 12
+    # both ways of failing were met (the seeded mix holds faults and garbage), and each was told apart
+    assert outcomes["llm_error"] >= 1 and outcomes["unparseable"] >= 1, outcomes

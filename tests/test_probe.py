@@ -42,7 +42,7 @@ EVIDENCE = {
     "Oxford": ["She moved to Paris in 1891 to study physics."],  # real, but it does not support the claim
 }
 
-FIND = "Find the passages"
+FIND = "Find the passages"  # prompt wording, still used by tests/test_inject.py's scripted judges
 DECOMPOSE = "List every assertion"
 EVALUATE = "Decide whether the EVIDENCE EXCERPT"
 
@@ -58,25 +58,28 @@ def first_user(messages) -> str:
     return next(m["content"] for m in messages if m["role"] == "user")
 
 
-def responder(pass_rule=lambda claim, evidence: True, evidence=EVIDENCE):
-    """A scripted model that reads the probe prompts and answers each step."""
+def responder(pass_rule=lambda claim, evidence: True, evidence=EVIDENCE) -> dict:
+    """A scripted model keyed by the reply each PROBE stage asks for (``FakeModel(by_reply=...)``), reading the
+    claim and evidence fenced in the prompt: the claims, quotes per claim, PASS where ``pass_rule`` says."""
 
-    def reply(messages):
+    def find(messages):
+        claim = fenced(first_user(messages), "claim")
+        for key, quotes in evidence.items():
+            if key in claim:
+                return json.dumps({"reasoning": "see source", "evidence": quotes})
+        return json.dumps({"reasoning": "nothing", "evidence": []})
+
+    def evaluate(messages):
         user = first_user(messages)
-        if DECOMPOSE in user:
-            return DECOMPOSITION
-        if FIND in user:
-            claim = fenced(user, "claim")
-            for key, quotes in evidence.items():
-                if key in claim:
-                    return json.dumps({"reasoning": "see source", "evidence": quotes})
-            return json.dumps({"reasoning": "nothing", "evidence": []})
-        if EVALUATE in user:
-            verdict = "PASS" if pass_rule(fenced(user, "claim"), fenced(user, "evidence")) else "FAIL"
-            return json.dumps({"reasoning": "...", "verdict": verdict})
-        raise AssertionError(f"unexpected prompt: {user[:80]}")
+        verdict = "PASS" if pass_rule(fenced(user, "claim"), fenced(user, "evidence")) else "FAIL"
+        return json.dumps({"reasoning": "...", "verdict": verdict})
 
-    return reply
+    return {"ClaimsReply": DECOMPOSITION, "EvidenceReply": find, "EvaluationReply": evaluate}
+
+
+def scripted(script) -> FakeModel:
+    """A fake from a ``by_reply`` script (a dict) or a function of the messages."""
+    return FakeModel(by_reply=script) if isinstance(script, dict) else FakeModel(responder=script)
 
 
 def default_pass(claim: str, evidence: str) -> bool:
@@ -84,7 +87,7 @@ def default_pass(claim: str, evidence: str) -> bool:
 
 
 def make_probe(reply=None, **options) -> Probe:
-    llm = LLM(FakeModel(responder=reply or responder(default_pass)), cache=None)
+    llm = LLM(scripted(reply or responder(default_pass)), cache=None)
     return get_method("probe", llm=llm, **options)  # type: ignore[return-value]
 
 
@@ -207,7 +210,7 @@ def test_multi_judge_consensus_end_to_end():
 
         return LLM(FakeModel(responder=reply, name=name), cache=None)
 
-    main = LLM(FakeModel(responder=responder()), cache=None)
+    main = LLM(FakeModel(by_reply=responder()), cache=None)
     judges = [judge("FAIL", "a"), judge("FAIL", "b"), judge("PASS", "c"), judge("PASS", "d")]
     report = Probe(llm=main, judges=judges, consensus=0.75, retrieval="never").check(SOURCE, TARGET)
     assert report.details["verifier"]["judges"] == ["a", "b", "c", "d"]
@@ -239,12 +242,12 @@ def _long_source() -> str:
 
 def test_auto_retrieval_on_a_long_source_shows_only_snippets_and_locates_in_full_source():
     source = _long_source()
-    model = FakeModel(responder=responder(default_pass), context_window=2000)
+    model = FakeModel(by_reply=responder(default_pass), context_window=2000)
     report = Probe(llm=LLM(model, cache=None), retriever="bm25", top_k=2, window=1).check(source, TARGET)
     context = report.details["context"]
     assert context["mode"] == "retrieval" and "does not fit" in context["why"] and context["retriever"] == "bm25"
     assert report.details["source_mode"] == "retrieval"
-    finder_prompts = [first_user(r) for r in model.requests if FIND in first_user(r)]
+    finder_prompts = [first_user(r) for r, kind in zip(model.requests, model.reply_types) if kind == "EvidenceReply"]
     assert finder_prompts and all(len(p) < 2500 for p in finder_prompts)
     assert all("SOURCE EXCERPT" in p for p in finder_prompts)
     warsaw = report.verdicts[0].evidence[0]
@@ -273,7 +276,7 @@ def test_cli_retrieval_options_on_probe(tmp_path, monkeypatch):
     from halluscope.cli.main import app
 
     monkeypatch.setattr(method_base, "get_llm",
-                        lambda config: LLM(FakeModel(responder=responder(default_pass)), cache=None))
+                        lambda config: LLM(FakeModel(by_reply=responder(default_pass)), cache=None))
     (tmp_path / "s.txt").write_text(SOURCE)
     (tmp_path / "t.txt").write_text(TARGET)
     result = CliRunner().invoke(app, ["check", "-s", str(tmp_path / "s.txt"), "-t", str(tmp_path / "t.txt"),
@@ -288,30 +291,32 @@ def test_cli_retrieval_options_on_probe(tmp_path, monkeypatch):
 
 
 def test_context_overflow_switches_to_snippets_and_keeps_only_their_steps():
-    def reply(messages):
-        user = first_user(messages)
-        if FIND in user and "SOURCE EXCERPT" not in user:
-            raise ContextOverflowError("prompt too long for this model")
-        return responder(default_pass)(messages)
+    script = responder(default_pass)
+    find = script["EvidenceReply"]
 
-    report = make_probe(reply, retriever="bm25", top_k=1, window=0).check(SOURCE, TARGET)
+    def find_in_snippets_only(messages):
+        if fenced(first_user(messages), "source").strip() == SOURCE.strip():  # the whole source: too long
+            raise ContextOverflowError("prompt too long for this model")
+        return find(messages)
+
+    report = make_probe(script | {"EvidenceReply": find_in_snippets_only}, retriever="bm25", top_k=1,
+                        window=0).check(SOURCE, TARGET)
     assert report.details["context"]["mode"] == "retrieval" and "overflow" in report.details["context"]["why"]
     assert all(step["narrowed"] for step in report.details["steps"]["evidence_finding"])
     assert report.score is not None
 
 
 def test_a_claim_unchecked_on_some_snippet_and_unsupported_on_the_others_stays_unscored():
-    def reply(messages):
+    def find(messages):
         user = first_user(messages)
-        if FIND in user:
-            claim, snippet = fenced(user, "claim"), fenced(user, "source")
-            if "Paris" in snippet:
-                return '{"reasoning": "the passage about Par'  # cut off: this snippet could not be checked
-            if "Warsaw" in claim and "Warsaw" in snippet:
-                return json.dumps({"evidence": ["Marie Curie was born in Warsaw in 1867."]})
-            return '{"reasoning": "nothing here", "evidence": []}'
-        return responder(default_pass)(messages)
+        claim, snippet = fenced(user, "claim"), fenced(user, "source")
+        if "Paris" in snippet:
+            return '{"reasoning": "the passage about Par'  # cut off: this snippet could not be checked
+        if "Warsaw" in claim and "Warsaw" in snippet:
+            return json.dumps({"evidence": ["Marie Curie was born in Warsaw in 1867."]})
+        return '{"reasoning": "nothing here", "evidence": []}'
 
+    reply = responder(default_pass) | {"EvidenceReply": find}
     report = make_probe(reply, retrieval="always", top_k=4, window=0, retriever="bm25").check(SOURCE, TARGET)
     assert labels(report) == {"c1": "supported", "c2": "unscored", "c3": "unscored"}
     assert report.verdicts[2].reason.startswith("1 of 4 snippets could not be judged and none supports the claim")
@@ -322,11 +327,7 @@ def test_a_claim_unchecked_on_some_snippet_and_unsupported_on_the_others_stays_u
 
 
 def test_decomposition_failure_falls_back_to_sentences_or_unscored():
-    def reply(messages):
-        if DECOMPOSE in first_user(messages):
-            return "I am not sure what you mean."
-        return responder(default_pass)(messages)
-
+    reply = responder(default_pass) | {"ClaimsReply": "I am not sure what you mean."}
     report = make_probe(reply, retrieval="never").check(SOURCE, TARGET)
     step = report.details["steps"]["decomposition"]
     assert step["fallback"] == "sentences" and step["error"]
@@ -342,15 +343,10 @@ def test_decomposition_failure_falls_back_to_sentences_or_unscored():
 def _with_evidence_reply(evidence_reply: str, verdict_reply: str | None = None):
     """Every evidence-finding reply (and its repair) is ``evidence_reply``; verdicts as scripted."""
 
-    def reply(messages):
-        user = first_user(messages)
-        if FIND in user:
-            return evidence_reply
-        if EVALUATE in user and verdict_reply is not None:
-            return verdict_reply
-        return responder(default_pass)(messages)
-
-    return reply
+    script = responder(default_pass) | {"EvidenceReply": evidence_reply}
+    if verdict_reply is not None:
+        script["EvaluationReply"] = verdict_reply
+    return script
 
 
 @pytest.mark.parametrize("bad", ['{"reas', 'I found [nothing]', '{"reasoning": "x", "evidence": ["In 1903 she',
@@ -451,10 +447,7 @@ def test_placeholder_claims_are_dropped_and_never_scored():
         parse_claims(example, "Ann buys butter.")
     assert parse_claims(example, "The museum opened in 1998 to the public.")[0].claim == "The museum opened in 1998."
     # a decomposer that echoes only placeholders falls back to the target's sentences; none is scored as "..."
-    def reply(messages):
-        return echo if DECOMPOSE in first_user(messages) else responder(default_pass)(messages)
-
-    report = make_probe(reply, retrieval="never").check(SOURCE, TARGET)
+    report = make_probe(responder(default_pass) | {"ClaimsReply": echo}, retrieval="never").check(SOURCE, TARGET)
     assert report.details["steps"]["decomposition"]["fallback"] == "sentences"
     assert all(not is_template_echo(c.text) for c in report.claims)
 
@@ -471,13 +464,13 @@ def test_the_verifier_never_scores_a_placeholder_claim():
 def test_the_web_report_lists_the_unscored_claims():
     invented = json.dumps({"evidence": ["Curie taught chemistry at Oxford."]})
 
-    def reply(messages):
-        user = first_user(messages)
-        if FIND in user and "Oxford" in fenced(user, "claim"):
-            return invented
-        return responder(default_pass)(messages)
+    script = responder(default_pass)
+    find = script["EvidenceReply"]
 
-    report = make_probe(reply, retrieval="never").check(SOURCE, TARGET)
+    def find_or_invent(messages):
+        return invented if "Oxford" in fenced(first_user(messages), "claim") else find(messages)
+
+    report = make_probe(script | {"EvidenceReply": find_or_invent}, retrieval="never").check(SOURCE, TARGET)
     assert labels(report) == {"c1": "supported", "c2": "supported", "c3": "unscored"}
     assert report.score == 1.0 and not report.findings  # a rejected quote never flags a sentence
     page = render_html(report, SOURCE, TARGET)
@@ -509,14 +502,14 @@ class KeywordVerifier(LLMVerifier):
 
 
 def test_probe_with_another_verifier_runs_end_to_end():
-    model = FakeModel(responder=lambda m: DECOMPOSITION if DECOMPOSE in first_user(m) else "ok")
+    model = FakeModel(by_reply={"ClaimsReply": DECOMPOSITION}, default="ok")
     probe = Probe(llm=LLM(model, cache=None), verifier="test_keyword", retrieval="never")
     report = probe.check(SOURCE, TARGET)
     assert labels(report) == {"c1": "supported", "c2": "supported", "c3": "unsupported"}
     assert report.details["stages"]["verifier"] == "test_keyword" and "verifier" not in report.details
     assert [f.claim_ids for f in report.findings] == [["c3"]]
     assert report.details["steps"]["evidence_finding"] == [] and report.details["steps"]["decomposition"]["claims"]
-    assert not any(FIND in first_user(r) or EVALUATE in first_user(r) for r in model.requests)
+    assert not {"EvidenceReply", "EvaluationReply"} & set(model.reply_types)  # neither finding nor evaluation asked
     assert "probe_find_evidence" not in probe.prompt_version
 
 
@@ -542,13 +535,13 @@ def test_probe_verifier_in_another_claim_method(method):
         pytest.skip(f"{method} is not a claim pipeline yet")
     swapped = type(f"Sentences{base.__name__}", (base,), {"make_decomposer": lambda self: SentenceDecomposer()})
     target = "Marie Curie was born in Warsaw. She taught at Oxford."
-    model = FakeModel(responder=responder(default_pass))
+    model = FakeModel(by_reply=responder(default_pass))
     report = swapped(llm=LLM(model, cache=None), verifier="probe", retrieval="never").check(SOURCE, target)
     assert report.details["stages"]["verifier"] == "probe"
     assert [v.label for v in report.verdicts] == ["supported", "unsupported"]
     assert report.verdicts[0].evidence[0].span.of(SOURCE) == "Marie Curie was born in Warsaw in 1867."
     assert "judges failed all 1 passages" in report.verdicts[1].reason
-    assert any(FIND in first_user(r) for r in model.requests) and any(EVALUATE in first_user(r) for r in model.requests)
+    assert {"EvidenceReply", "EvaluationReply"} <= set(model.reply_types)
     assert report.score is not None
     flagged = [s.of(target) for f in report.findings for s in f.target_spans]
     assert "She taught at Oxford." in flagged and "Marie Curie was born in Warsaw." not in flagged
@@ -611,7 +604,6 @@ def test_garbled_model_end_to_end_never_raises_and_only_explicit_replies_flag_cl
     for k in range(40):
         report = probe.check(SOURCE, TARGET + f" Extra {k}.")
         Report.model_validate_json(report.model_dump_json())
-        assert report.score is not None or report.unscored_reason
         outcomes = report.details["steps"]["localization"]["outcomes"]
         for v in report.verdicts:
             assert v.label != "unscored" or v.reason
@@ -653,10 +645,10 @@ def test_options_and_validation():
 
 
 def test_retrieval_evidence_finder_makes_no_finder_calls():
-    model = FakeModel(responder=responder(default_pass))
+    model = FakeModel(by_reply=responder(default_pass))
     probe = Probe(llm=LLM(model, cache=None), evidence="retrieval", retriever="bm25", max_evidence=2)
     report = probe.check(SOURCE, TARGET)
-    assert not any(FIND in first_user(r) for r in model.requests)
+    assert "EvidenceReply" not in model.reply_types
     finder = report.details["verifier"]["evidence_finder"]
     assert finder == {"name": "top_sentences", "max_evidence": 2, "retriever": "bm25"}
     assert report.details["context"]["mode"] == "full"
@@ -665,7 +657,7 @@ def test_retrieval_evidence_finder_makes_no_finder_calls():
     for v in report.verdicts:
         assert all(e.span.of(SOURCE) == e.text for e in v.evidence)
     assert labels(report)["c1"] == "supported" and labels(report)["c3"] == "unsupported"
-    snippets = Probe(llm=LLM(FakeModel(responder=responder(default_pass)), cache=None), evidence="retrieval",
+    snippets = Probe(llm=LLM(FakeModel(by_reply=responder(default_pass)), cache=None), evidence="retrieval",
                      retriever="bm25", retrieval="always", top_k=1, window=0, max_evidence=2).check(SOURCE, TARGET)
     for step in snippets.details["steps"]["evidence_finding"]:  # one-sentence snippets: one sentence each
         assert len(step["quotes"]) == 1 and step["narrowed"]

@@ -217,7 +217,7 @@ def test_legacy_injected_claims_and_bad_gold():
 
 
 def probe_report() -> Report:
-    llm = LLM(FakeModel(responder=responder(default_pass)), cache=None)
+    llm = LLM(FakeModel(by_reply=responder(default_pass)), cache=None)
     return Probe(llm=llm, retrieval="never").check(CURIE_SOURCE, CURIE_TARGET)
 
 

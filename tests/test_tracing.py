@@ -21,7 +21,7 @@ from opentelemetry.trace import SpanKind  # noqa: E402
 from halluscope import Config  # noqa: E402
 from halluscope.llm import LLM, FakeModel  # noqa: E402
 from halluscope.methods import get_method  # noqa: E402
-from tests.test_factscore import SOURCE, TARGET, judge  # noqa: E402
+from tests.test_factscore import JUDGE, SOURCE, TARGET  # noqa: E402
 
 _EXPORTER = InMemorySpanExporter()
 
@@ -48,7 +48,7 @@ def spans():
 
 
 def fake_llm(**kwargs) -> LLM:
-    return LLM(FakeModel(responder=judge, name="fake-judge", **kwargs), cache=None)
+    return LLM(FakeModel(by_reply=JUDGE, name="fake-judge", **kwargs), cache=None)
 
 
 def test_one_span_per_stage_and_llm_call_with_token_counts(spans):
@@ -96,7 +96,7 @@ def test_cache_hits_are_spans_without_tokens(spans, tmp_path):
     cache = ResponseCache(tmp_path / "c.sqlite")
     config = Config(otel=True)
     for _ in range(2):
-        llm = LLM(FakeModel(responder=judge, name="fake-judge"), cache=cache)
+        llm = LLM(FakeModel(by_reply=JUDGE, name="fake-judge"), cache=cache)
         get_method("factscore", llm=llm, config=config, dedup="fuzzy").check(SOURCE, TARGET)
     llm_spans = [s for s in spans.get_finished_spans() if s.name == "chat fake-judge"]
     assert len(llm_spans) == 8
@@ -126,9 +126,10 @@ def test_no_spans_when_off(spans):
 
 def test_env_var_turns_it_on(spans, monkeypatch):
     monkeypatch.setenv("HALLUSCOPE_OTEL", "1")
-    get_method("rouge", config=Config()).check("The cat sat on the mat.", "The cat sat.")
+    report = get_method("rouge", config=Config()).check("The cat sat on the mat.", "The cat sat.")
     (check,) = spans.get_finished_spans()
-    assert check.name == "halluscope.check rouge" and 0 <= check.attributes["gen_ai.evaluation.score.value"] <= 1
+    assert report.score == 1.0  # every target word is in the source
+    assert check.name == "halluscope.check rouge" and check.attributes["gen_ai.evaluation.score.value"] == 1.0
 
 
 def test_failed_llm_call_span_records_the_error(spans):

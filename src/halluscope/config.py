@@ -86,8 +86,9 @@ class Config(BaseSettings):
 
     model: str | None = None
     """Model to use. ``None`` picks the embedded offline model unless ``base_url`` is set.
-    Forms: ``embedded`` / ``embedded:smollm2`` / ``embedded:/path/model.gguf``, ``fake``, or a model name
-    served by the OpenAI-compatible endpoint at ``base_url`` (e.g. ``gpt-4o-mini``, ``qwen2.5:7b``).
+    Forms: ``embedded`` / ``embedded:smollm2`` / ``embedded:/path/model.gguf``, ``fake:script.json`` (a
+    scripted fake, docs/testing.md), or a model name served by the OpenAI-compatible endpoint at ``base_url``
+    (e.g. ``gpt-4o-mini``, ``qwen2.5:7b``).
     Any provider through LiteLLM (``pip install 'halluscope[litellm]'``): ``litellm:<LiteLLM model>``
     (e.g. ``litellm:anthropic/claude-3-5-haiku-latest``), or a ``<provider>/<model>`` string whose provider
     is in :data:`halluscope.llm.litellm_backend.LITELLM_PROVIDERS` (``anthropic/``, ``bedrock/``,

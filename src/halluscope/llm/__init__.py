@@ -23,7 +23,10 @@ def build_api(config: Config) -> ModelAPI:
     """Pick the backend named by ``config.model`` (see :class:`Config.model`)."""
     model = config.model
     if model == "fake":
-        raise ValueError("the fake model is scripted: build FakeModel(...) and wrap it in LLM(...) yourself")
+        raise ValueError("the fake model is scripted: build FakeModel(...) and wrap it in LLM(...) yourself, "
+                         "or name a script: fake:script.json (docs/testing.md)")
+    if model is not None and model.startswith("fake:"):
+        return FakeModel.from_script(model.split(":", 1)[1])  # replies keyed by reply type (FakeModel.by_reply)
     if model is None and not config.base_url:
         model = "embedded"
     if model is not None and (model == "embedded" or model.startswith("embedded:")):
