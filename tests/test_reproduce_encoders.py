@@ -48,7 +48,8 @@ def tiny_nli(folder) -> str:
 
 def stories(tmp_path):
     sentences = ["Ann found a map.", "She crossed the river.", "She met a guard.", "The guard let her pass."]
-    examples = [Example(id=f"s{k}", source=" ".join(sentences) + f" The story ends here ({k}).",
+    aside = "The old lighthouse keeper repainted the harbour wall every spring with blue paint from the village shop."
+    examples = [Example(id=f"s{k}", source=" ".join(sentences) + f" {aside} The story ends here ({k}).",
                         target=" ".join(sentences), group=f"story{k}", split="dev") for k in range(3)]
     path = tmp_path / "stories.jsonl"
     write_examples(path, examples)
@@ -133,3 +134,28 @@ def test_longdoc_encoder_rows_run_the_papers_retrieval_protocol_with_their_check
     for row_id in ("summac_conv", "alignscore", "unieval", "bartscore"):
         assert rows[row_id].method is None and rows[row_id].reason
     assert "convolution" in rows["summac_conv"].reason
+
+
+async def test_longdoc_minicheck_row_runs_the_seq2seq_stage_through_retrieval(tmp_path, monkeypatch):
+    # the stress suite's density bins: TF-IDF instead of loading sentence embeddings (seconds of imports)
+    monkeypatch.setattr("halluscope.bench.suite_stress.EmbeddingDensity._embedding", lambda self, source, texts: None)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(minilm.get_model_path()))
+    torch.manual_seed(0)
+    transformers.T5ForConditionalGeneration(transformers.T5Config(
+        vocab_size=tokenizer.vocab_size, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_decoder_layers=1,
+        num_heads=2, decoder_start_token_id=0, pad_token_id=0)).save_pretrained(tmp_path / "t5")
+    tokenizer.save_pretrained(tmp_path / "t5")
+    monkeypatch.setenv(ENV_VAR, f"lytang/MiniCheck-Flan-T5-Large={tmp_path / 't5'}")
+    ctx = Context(out_dir=tmp_path / "out", config=Config(cache=False), dataset=str(stories(tmp_path)),
+                  progress=False, llm=LLM(FakeModel(), cache=None), build_options={"insert_with": "tfidf"})
+    result = await run_reproduce(get_protocol("longdoc"), ctx, methods=["minicheck", "summac_zs_w0"],
+                                 n_bootstrap=0, echo=lambda _: None)
+    minicheck, summac = result["rows"]
+    assert minicheck["status"] == "ok" and minicheck["options"]["verifier"] == f"seq2seq:{tmp_path / 't5'}"
+    assert minicheck["options"]["retrieval"] == "always" and minicheck["cost"]["calls"] == 0
+    original = {m["key"]: m for m in minicheck["metrics"]}["mean_original"]
+    assert isinstance(original["ours"]["value"], float) and 0.0 <= original["ours"]["value"] <= 1.0
+    assert original["paper"]["analogue"] and original["paper"]["row"] == "MiniCheck"
+    # SummaC's model is not named and not cached: that row says so and runs nothing
+    assert summac["status"] == "not installed"
+    assert summac["metrics"][0]["reason"].startswith(f"model not installed ({SUMMAC_ID})")
