@@ -283,7 +283,7 @@ def test_cli_reproduce_prints_paper_and_ours_columns(tmp_path):
                                    "--bootstrap", "0", "--no-cache"])
     assert res.exit_code == 0, res.output
     assert HEADER in res.output and "| ROUGE-2 (rouge2) | AUC average | 0.547 (Table 3) |" in res.output
-    assert "Rows not run (--methods all): geval, factscore, dove" in res.output
+    assert "Rows not run (--methods all): geval, summac_zs, factscore, dove" in res.output
     assert (out / "reproduce.json").is_file() and (out / "reproduce.md").is_file()
     bad = CliRunner().invoke(app, ["reproduce", "nope"])
     assert bad.exit_code == 2 and "unknown paper" in bad.output

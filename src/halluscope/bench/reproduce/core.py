@@ -12,12 +12,13 @@ import json
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from halluscope.bench.builtin_suites import fmt
 from halluscope.bench.reproduce.builders import BuildError, BuildMode, BuiltSet
+from halluscope.bench.reproduce.checkpoints import Checkpoint, locate
 from halluscope.bench.reproduce.papers import PaperNumber, PaperResults, load_paper_results
 from halluscope.config import Config
 
@@ -71,6 +72,7 @@ class Row:
     reason: str | None = None
     analogue: bool = False  # the paper numbers shown are of the nearest analogue, not this method
     note: str | None = None
+    checkpoint: Checkpoint | None = None  # the encoder checkpoint the row needs (its stage is in ``options``)
 
     def title(self) -> str:
         if self.method is None:
@@ -334,6 +336,15 @@ async def run_row(protocol: Protocol, row: Row, built: BuiltSet, ctx: Context, *
                               "options": dict(row.options), "analogue": row.analogue, "note": row.note,
                               "status": "ok", "reason": None, "metrics": []}
     started = time.perf_counter()
+    if row.checkpoint is not None:  # an encoder baseline: runs only where its checkpoint is on this machine
+        location, missing = locate(row.id, row.checkpoint)
+        if location is None:
+            record.update(status="not installed", reason=missing, checkpoint=row.checkpoint.model,
+                          metrics=[{"key": m.key, "label": m.label, "paper": None, "ours": None, "reason": missing}
+                                   for m in row.metrics], wall_time_s=round(time.perf_counter() - started, 3))
+            return record
+        record.update(checkpoint=row.checkpoint.model, checkpoint_location=location)
+        row = replace(row, options={**row.options, row.checkpoint.option: row.checkpoint.stage(location)})
     try:
         cls = method_class(row.method)  # type: ignore[arg-type]
         extra = {k: v for k, v in options.items() if k in cls.Options.model_fields and k not in row.options}

@@ -9,6 +9,7 @@ from typing import Any
 
 from halluscope.bench.datasets import Dataset, load_dataset, sample_examples
 from halluscope.bench.reproduce.builders import (BuiltSet, build_injected, build_montage, build_perturbed)
+from halluscope.bench.reproduce.checkpoints import Checkpoint
 from halluscope.bench.reproduce.core import Context, Metric, Protocol, ReproduceError, Row
 from halluscope.records import Example
 
@@ -55,6 +56,30 @@ async def _shared(ctx: Context, default: str) -> BuiltSet:
                              f"({', '.join(ctx.build_options)})")
     dataset = _load(ctx, default)
     return BuiltSet({"main": dataset}, "shared", None, {}, len(dataset.examples))
+
+
+# --- the papers' encoder baselines that an encoder stage can compute (docs/reproduce.md, "Encoder baselines") --
+
+SUMMAC_NLI = Checkpoint("nli", "tals/albert-xlarge-vitaminc-mnli")  # the NLI model SummaC's zero-shot scorer uses
+MINICHECK_T5 = Checkpoint("seq2seq", "lytang/MiniCheck-Flan-T5-Large")
+_SUMMAC_ZS_NOTE = ("analogue of SummaC-ZS: its NLI model through nli: on each target sentence (max entailment "
+                   "probability over source windows of whole sentences that fill the model's input), the row score "
+                   "the share of sentences at P >= 0.5; SummaC-ZS scores each summary sentence by max over single "
+                   "source sentences of P(entail) - P(contradict) and averages those")
+_SUMMAC_CONV = ("SummaC-Conv runs a learned 1-D convolution over the histogram of each summary sentence's NLI "
+                "scores (trained on SummaC's benchmark); halluscope's nli: stage keeps the max over windows and has "
+                "no such layer, so the row is not computed (summac_zs is the zero-shot analogue)")
+_ALIGNSCORE = ("AlignScore (a RoBERTa with its own alignment heads, shipped as a checkpoint for its own package) "
+               "loads with none of halluscope's encoder stages")
+_UNIEVAL = ("UniEval (a T5 that answers a yes/no question in its own input format, per summary sentence) is not "
+            "reproduced: the seq2seq: stage feeds MiniCheck-Flan-T5's input")
+_BARTSCORE = ("BARTScore (BART's likelihood of the summary given the source) has no halluscope stage: the encoder "
+              "stages classify (window, claim) pairs")
+
+
+def _sentence_checker(checkpoint: Checkpoint, **retrieval: Any) -> dict[str, Any]:
+    """DCR at sentence level with an encoder verifier: each target sentence checked by the model, no LLM call."""
+    return {"level": "sentence", **retrieval, "verifier": checkpoint.stage()}
 
 
 # --- FINAL (seed 002) ----------------------------------------------------------------------------------------
@@ -120,7 +145,7 @@ DCR = Protocol(
     rows=(
         Row("bertscore", "BERTScore", _CORR, reason="BERTScore is not a halluscope method"),
         Row("moverscore", "MoverScore", _CORR, reason="MoverScore is not a halluscope method"),
-        Row("unieval", "UniEval", _CORR, reason="UniEval (a fine-tuned T5 evaluator) is not a halluscope method"),
+        Row("unieval", "UniEval", _CORR, reason=_UNIEVAL),
         Row("geval", "G-Eval", _CORR, "geval", {"prompt": "paper"}),
         Row("dcr", "DCE-AMC", _CORR, "dcr", {"level": "sentence", "amc": "llm"}),
         Row("improve", "DCR with RAI (sentence level)", _RAI, "improve", {"level": "sentence", "rounds": 1}),
@@ -178,9 +203,10 @@ DOVE = Protocol(
         Row("rouge2", "ROUGE-2", _AUC, "rouge", {"variant": "rouge2"}),
         Row("rougeL", "ROUGE-L", _AUC, "rouge", {"variant": "rougeL"}),
         Row("geval", "LLM-as-evaluator (G-Eval prompt)", _AUC, "geval", {"prompt": "paper"}),
-        Row("summac_zs", "SummaC-ZS", _AUC, reason="SummaC (an NLI model) is not a halluscope method"),
-        Row("summac_conv", "SummaC-Conv", _AUC, reason="SummaC (an NLI model) is not a halluscope method"),
-        Row("alignscore", "AlignScore", _AUC, reason="AlignScore (a fine-tuned RoBERTa) is not a halluscope method"),
+        Row("summac_zs", "SummaC-ZS", _AUC, "dcr", _sentence_checker(SUMMAC_NLI), analogue=True,
+            note=_SUMMAC_ZS_NOTE, checkpoint=SUMMAC_NLI),
+        Row("summac_conv", "SummaC-Conv", _AUC, reason=_SUMMAC_CONV),
+        Row("alignscore", "AlignScore", _AUC, reason=_ALIGNSCORE),
         Row("factscore", "FactScore", _AUC, "factscore", {"describe": False}),
         Row("dove", "DoveScore", _AUC, "dove", {}),
     ),
@@ -229,12 +255,24 @@ def _longdoc_rows() -> tuple[Row, ...]:
                             {**extra, **_RETRIEVAL, "window": w}, dataset="originals", analogue=True))
     rows.append(Row("rouge", "ROUGE", _stress_metrics(None), "rouge", {"variant": "mean"},
                     note="no retrieval; a model-free reference for the perturbation deltas"))
-    for name, why in (("BARTScore", "a BART likelihood metric"), ("MiniCheck", "Bespoke-MiniCheck-7B"),
-                      ("SummaC-Conv", "an NLI model"), ("SummaC-ZS", "an NLI model"),
-                      ("AlignScore", "a fine-tuned RoBERTa"), ("UniEval", "a fine-tuned T5")):
+    # the encoder baselines an encoder stage computes, through the same retrieval protocol (when installed)
+    for row_id, paper_row, checkpoint, note in (
+            ("summac_zs", "SummaC-ZS", SUMMAC_NLI, _SUMMAC_ZS_NOTE.replace("source windows", "retrieved snippets")),
+            ("minicheck", "MiniCheck", MINICHECK_T5,
+             "analogue of MiniCheck: the paper ran Bespoke-MiniCheck-7B (a decoder LLM, not an encoder stage); "
+             "this row runs the same family's MiniCheck-Flan-T5-Large through seq2seq: on each target sentence")):
+        rows.append(Row(row_id, paper_row, _stress_metrics(1), "dcr",
+                        _sentence_checker(checkpoint, **_RETRIEVAL, window=1), analogue=True, note=note,
+                        checkpoint=checkpoint))
+        for w in (0, 2):
+            rows.append(Row(f"{row_id}_w{w}", paper_row, _window_metrics(w), "dcr",
+                            _sentence_checker(checkpoint, **_RETRIEVAL, window=w), dataset="originals",
+                            analogue=True, note=note, checkpoint=checkpoint))
+    for name, why in (("BARTScore", _BARTSCORE), ("SummaC-Conv", _SUMMAC_CONV), ("AlignScore", _ALIGNSCORE),
+                      ("UniEval", _UNIEVAL)):
         rows.append(Row(name.lower().replace("-", "_"), name,
                         _stress_metrics(None) + _window_metrics(0) + _window_metrics(1) + _window_metrics(2),
-                        reason=f"{name} ({why}) is not a halluscope method"))
+                        reason=why))
     return tuple(rows)
 
 
@@ -276,7 +314,9 @@ LONGDOC = Protocol(
     sample_applies_to="base",
     explain_missing=_longdoc_missing,
     protocol_notes=("The paper's metrics are not halluscope methods: halluscope's LLM rows run the same retrieval "
-                    "protocol and show MiniCheck's numbers as the nearest analogue.",),
+                    "protocol and show MiniCheck's numbers as the nearest analogue; the summac_zs and minicheck rows "
+                    "run SummaC's NLI model and MiniCheck-Flan-T5-Large through the encoder stages where they are "
+                    "installed (HALLUSCOPE_REPRODUCE_MODELS or the Hugging Face cache).",),
 )
 
 
