@@ -3,9 +3,14 @@ each check is written to ``tests/replays/<name>.json`` -- the item, the options,
 (messages and response format) with its raw reply in order, the token counts the method asked for, and the
 report's outcome (score, per-claim labels, findings' spans). ``tests/test_replay.py`` replays them offline.
 
+A fixture holds no copy of the dev data: the item is stored by reference (dataset file, row id, sha256 of its
+source and target) and the request texts hold ``{{source}}`` / ``{{target}}`` where the item's texts stood; the
+replay reads the row from ``../shared/data`` and puts them back (``tests/replay_model.py``).
+
     python benchmarks/record_replays.py                                   # embedded 1.5B, every method
     python benchmarks/record_replays.py --model embedded:smollm2 --only dove
     python benchmarks/record_replays.py --model gpt-4o-mini --base-url https://api.openai.com/v1
+    python benchmarks/record_replays.py --convert     # rewrite fixtures that still hold the item's text; no model
 
 Re-record after an intended prompt change (a replay test names the request that no longer matches). Needs
 ``../shared/data`` (or ``--data``). The response cache is off, so every request reaches the model.
@@ -26,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from halluscope.config import Config  # noqa: E402
 from halluscope.llm import GenerateParams, build_api, get_llm  # noqa: E402
 from halluscope.methods import get_method  # noqa: E402
-from tests.replay_model import REPLAY_DIR, outcome  # noqa: E402
+from tests.replay_model import FORMAT, REPLAY_DIR, fill_text, outcome, strip_fixture  # noqa: E402
 
 # (fixture name, method, options): every LLM method, and factscore behind the lexical gate
 SUITE: list[tuple[str, str, dict[str, Any]]] = [
@@ -40,6 +45,7 @@ SUITE: list[tuple[str, str, dict[str, Any]]] = [
     ("improve", "improve", {}),
 ]
 ITEM = ("summedits/samsum.jsonl", "samsum_train_13681548_5")  # a short dialogue; the summary says "alone"
+FIELDS = {"id": "id", "source": "doc", "target": "summary"}  # the SummEdits row's fields
 
 
 class RecordingAPI:
@@ -73,8 +79,8 @@ def load_item(data: Path) -> dict[str, str]:
     path, item_id = ITEM
     for line in (data / path).read_text().splitlines():
         row = json.loads(line)
-        if row["id"] == item_id:
-            return {"dataset": path, "id": item_id, "source": row["doc"], "target": row["summary"]}
+        if row[FIELDS["id"]] == item_id:
+            return {"dataset": path, "id": item_id, "source": row[FIELDS["source"]], "target": row[FIELDS["target"]]}
     raise SystemExit(f"item {item_id} not found in {data / path}")
 
 
@@ -98,6 +104,41 @@ def record(name: str, method: str, options: dict[str, Any], item: dict[str, str]
     return fixture
 
 
+def stored_form(fixture: dict[str, Any]) -> dict[str, Any]:
+    """The fixture as written: no copy of the item's text (``strip_fixture``), checked to give the recorded
+    fixture back exactly when the texts are put back."""
+    stored = strip_fixture(fixture, FIELDS)
+    source, target = fixture["item"]["source"], fixture["item"]["target"]
+    for name, text in (("source", source), ("target", target)):
+        if text in json.dumps(stored["item"], ensure_ascii=False) or any(
+                text in m["content"] for c in stored["calls"] for m in c["messages"]):
+            raise SystemExit(f"{fixture['name']}: the item's {name} is still in a request after stripping")
+    back = [[fill_text(m["content"], source, target) for m in c["messages"]] for c in stored["calls"]]
+    if back != [[m["content"] for m in c["messages"]] for c in fixture["calls"]] or \
+            {fill_text(t, source, target): n for t, n in stored["token_counts"].items()} != fixture["token_counts"]:
+        raise SystemExit(f"{fixture['name']}: stripping the item's text is not reversible")
+    return stored
+
+
+def write_fixture(path: Path, stored: dict[str, Any]) -> None:
+    path.write_text(json.dumps(stored, indent=1, ensure_ascii=False) + "\n")
+
+
+def convert(out: Path, only: list[str] | None) -> int:
+    """Rewrite fixtures recorded with the item's text in them (``item.source``/``item.target``) into the stored
+    form; the recorded requests, replies and outcome are kept. No model runs."""
+    for path in sorted(out.glob("*.json")):
+        if only and path.stem not in only:
+            continue
+        fixture = json.loads(path.read_text())
+        if fixture.get("format") == FORMAT:
+            print(f"{path.stem}: already {FORMAT}")
+            continue
+        write_fixture(path, stored_form(fixture))
+        print(f"{path.stem}: converted to {FORMAT}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="embedded:qwen2.5-coder-1.5b")
@@ -107,7 +148,11 @@ def main() -> int:
     parser.add_argument("--only", action="append", help="record only these fixture names (repeatable)")
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--out", type=Path, default=REPLAY_DIR)
+    parser.add_argument("--convert", action="store_true",
+                        help="rewrite existing fixtures that hold the item's text into the stored form; no model")
     args = parser.parse_args()
+    if args.convert:
+        return convert(args.out, args.only)
     config = Config(model=args.model, base_url=args.base_url, api_key=args.api_key, max_tokens=args.max_tokens,
                     cache=False)
     item = load_item(args.data)
@@ -116,7 +161,7 @@ def main() -> int:
         if args.only and name not in args.only:
             continue
         fixture = record(name, method, options, item, config, args.model)
-        (args.out / f"{name}.json").write_text(json.dumps(fixture, indent=1, ensure_ascii=False) + "\n")
+        write_fixture(args.out / f"{name}.json", stored_form(fixture))
     return 0
 
 

@@ -16,7 +16,7 @@ same questions are asked of both trees. Sections (``--parts``, all by default):
   prompt (``tests/stage_fuzz.valid``), flipping the verdict for about one prompt in three (by a hash of the
   prompt, so the same prompt always gets the same reply);
 - ``replays``: the report of every recorded replay fixture (``tests/replays/``) replayed offline, with the
-  requests that found no recorded reply.
+  requests that found no recorded reply; the fixtures' item texts are read from the dev data.
 """
 
 from __future__ import annotations
@@ -145,12 +145,16 @@ def fuzz_section() -> dict[str, Any]:
     return {"rows": rows, "crashes": sorted(crashes)}
 
 
-def replays_section() -> dict[str, Any]:
-    from tests.replay_model import fixtures, load_fixture, replay
+def replays_section(data: Path) -> dict[str, Any]:
+    from tests.replay_model import ReplayDataMissing, fixtures, load_fixture, replay
 
     out: dict[str, Any] = {}
     for path in fixtures():
-        report, model = replay(load_fixture(path))
+        try:
+            fixture = load_fixture(path, data)  # the fixtures hold no dataset text: their item comes from data
+        except ReplayDataMissing as exc:
+            raise SystemExit(f"{exc} (use --data)") from exc
+        report, model = replay(fixture)
         out[path.stem] = {"report": strip_volatile(report.model_dump(mode="json")), "unmatched": model.unmatched,
                           "unused_recorded_calls": model.unused()}
     return out
@@ -206,7 +210,7 @@ def main() -> int:
                 raise SystemExit(f"dev data not found at {args.data} (use --data)")
             snapshot["methods"] = methods_section(args.data)
         elif part == "replays":
-            snapshot["replays"] = replays_section()
+            snapshot["replays"] = replays_section(args.data)
         else:
             parser.error(f"unknown part {part!r}")
         print(f"{part}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
