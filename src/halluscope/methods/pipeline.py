@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from halluscope.methods.base import Method
+from halluscope.methods.findings import claim_finding  # noqa: F401  (importable here as before)
 from halluscope.methods.gate import gate_verdict
 from halluscope.methods.options import ClaimOptions, RetrievalOptions
 from halluscope.config import Config
@@ -351,17 +352,6 @@ class ClaimPipeline(Method):
         return Report(method=self.name, score=aggregate.score, unscored_reason=aggregate.unscored_reason,
                       subscores=aggregate.subscores, claims=run.claims, verdicts=run.verdicts, findings=findings,
                       details=run.details)
-
-
-def claim_finding(verdict: Verdict) -> Finding:
-    """The verdict's offending characters (``verdict.target_spans``) when it has them, else the claim's spans."""
-    claim = verdict.claim
-    what = "contradicted by" if verdict.label == "contradicted" else "not supported by"
-    description = f'"{claim.text}" is {what} the source.' + (f" {verdict.reason}" if verdict.reason else "")
-    confidence = None if verdict.support_probability is None else round(1.0 - verdict.support_probability, 6)
-    return Finding(description=description, kind=verdict.label,  # type: ignore[arg-type]
-                   target_spans=list(verdict.target_spans or claim.target_spans), evidence=list(verdict.evidence),
-                   claim_ids=[claim.id] if claim.id else [], confidence=confidence)
 
 
 def gate_details(gate_name: str, decisions: Sequence[GateDecision]) -> dict[str, Any]:
