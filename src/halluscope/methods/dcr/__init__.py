@@ -99,7 +99,6 @@ from halluscope.methods.dcr.scoring import (
 )
 from halluscope.methods.dcr.verifier import (
     NO_REASON,
-    _NOTES,
     DceNotes,
     DcrVerifier,
     OtherReason,
@@ -107,7 +106,6 @@ from halluscope.methods.dcr.verifier import (
     _check_stated_reason,
     _is_paragraph,
     assign_reasons,
-    recording_notes,
 )
 from halluscope.methods.dcr.decompose import (
     ParagraphDecomposer,
@@ -159,5 +157,4 @@ __all__ = [
     "parse_amc",
     "parse_dce_sentences",
     "parse_dce_single",
-    "recording_notes",
 ]

@@ -11,11 +11,11 @@ from halluscope.methods.dcr.amc import AmcMode
 from halluscope.methods.dcr.prompts import (AMC_PROMPT, DCE_EXCERPT_BATCH_PROMPT, DCE_EXCERPT_PROMPT,
                                            DCE_PARAGRAPH_PROMPT, DCE_SENTENCE_PROMPT, DCR_PROMPTS)
 from halluscope.methods.dcr.scoring import LABEL_MARKS, _paper_aggregate, _why_none, amc_score
-from halluscope.methods.dcr.verifier import _NOTES, DceNotes, DcrVerifier, recording_notes
+from halluscope.methods.dcr.verifier import DceNotes, DcrVerifier
 from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions
 from halluscope.methods.pipeline import ClaimPipeline, PipelineRun, claim_finding
 from halluscope.prompts import PromptTemplate
-from halluscope.records import Claim, Finding, Report, Verdict
+from halluscope.records import Claim, Finding, Verdict
 from halluscope.stages import Aggregate, Decomposer, Selection, build_stage
 
 
@@ -68,10 +68,6 @@ class DCR(ClaimPipeline):
         amc = [AMC_PROMPT] if self.opts.amc == "llm" else []
         return [self.prompt(t) for t in dce + amc]
 
-    async def run(self, source: str, target: str) -> Report:
-        with recording_notes():
-            return await super().run(source, target)
-
     async def verify(self, claims: list[Claim], selection: Selection, source: str) -> tuple[list[Verdict], dict]:
         if self.opts.level == "paragraph" and selection.mode == "retrieval":
             why = (f"paragraph-level DCR needs the whole source in one prompt, but {selection.why}; use "
@@ -86,7 +82,7 @@ class DCR(ClaimPipeline):
         """Eq. 3 with ``amc_weights``: ``paper`` (alpha = beta = 0 over every marked reason; any sentence or reason
         without a mark leaves the Report unscored) or ``auto`` (App. I: only the judged sentences' kept reasons
         count, the other reasons are taken out by alpha and beta)."""
-        notes = _NOTES.get() or DceNotes()
+        notes = run.trace.get(DceNotes) or DceNotes()
         judged = [v for v in run.verdicts if v.label in LABEL_MARKS]
         others = notes.other_reasons
         run.details["other_reasons"] = [o.record() for o in others]

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import contextvars
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -49,25 +47,12 @@ class OtherReason:
 
 @dataclass
 class DceNotes:
-    """What DCE said beyond one verdict per unit during one DCR run: read by :meth:`DCR.aggregate`."""
+    """What DCE said beyond one verdict per unit during one check: recorded in the check's trace
+    (:mod:`halluscope.methods.trace`), read by :meth:`DCR.aggregate`."""
 
     other_reasons: list[OtherReason] = field(default_factory=list)
     is_consistent: bool | None = None
     unmarked_reasons: list[str] = field(default_factory=list)  # DCE reasons AMC could not mark (any unit or none)
-
-
-_NOTES: contextvars.ContextVar[DceNotes | None] = contextvars.ContextVar("dce_notes", default=None)
-
-
-@contextmanager
-def recording_notes() -> Iterator[DceNotes]:
-    """Collect the DCE notes of the verifier calls made inside (one DCR run; nested runs keep their own)."""
-    notes = DceNotes()
-    token = _NOTES.set(notes)
-    try:
-        yield notes
-    finally:
-        _NOTES.reset(token)
 
 
 NO_REASON = "the evaluator gave no reason for this sentence"
@@ -113,7 +98,8 @@ class DcrVerifier(LLMVerifier):
     Against the whole source one DCE call judges all claims at once, numbered (as the paper does); a lone
     ``paragraph`` claim is judged with the paragraph prompt; against a retrieved snippet each claim gets a
     call of its own. AMC per :class:`AutoMetricConverter` (``amc`` option of the method; ``llm`` otherwise).
-    Reasons that are not about one claim go to the running DCR's notes (other methods ignore them)."""
+    Reasons that are not about one claim go to the check's :class:`DceNotes` (``context.trace``; other methods
+    ignore them)."""
 
     reply_tokens = DCE_REPLY_TOKENS
 
@@ -160,7 +146,7 @@ class DcrVerifier(LLMVerifier):
         judgment: DceJudgment = step.value
         amc = await self.amc([r.text for r in judgment.reasons])
         verdicts, others = assign_reasons(claims, judgment.reasons, amc)
-        notes = _NOTES.get()
+        notes = context.trace.record(DceNotes) if context.trace is not None else None
         if notes is not None:
             notes.other_reasons.extend(others)
             notes.is_consistent = judgment.is_consistent
