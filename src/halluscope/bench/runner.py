@@ -250,7 +250,7 @@ async def run_bench(
                                  score=_scorer(concurrency=concurrency, progress=progress, engine=engine,
                                                retry_unscored=retry_unscored))
         method, calibration = await method.calibrate(items, bench)
-        protocol = calibration.model_dump(mode="json")
+        protocol = calibration.model_dump(mode="json") if calibration is not None else None
     identity = _identity(dataset, method, model, sample, seed)
     if calibration is not None:
         # "final_protocol": the key keeps the name of its first user (FINAL's dev-split protocol), so the run.json

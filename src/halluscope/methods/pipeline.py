@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from halluscope.methods.base import Method
-from halluscope.methods.findings import claim_finding  # noqa: F401  (importable here as before)
+from halluscope.methods.findings import claim_finding as claim_finding  # importable here as before
 from halluscope.methods.gate import gate_verdict
 from halluscope.methods.options import ClaimOptions, RetrievalOptions
 from halluscope.methods.trace import RunTrace, bind_trace

@@ -29,8 +29,8 @@ async def run_row(protocol: Protocol, row: Row, built: BuiltSet, ctx: Context, *
         cls = method_class(row.method)  # type: ignore[arg-type]
         extra = {k: v for k, v in options.items() if k in cls.Options.model_fields and k not in row.options}
         record["options"] = {**extra, **row.options}
-        method = get_method(row.method, llm=ctx.get_llm() if cls.uses_llm else None, config=ctx.config,
-                            **record["options"])
+        method = get_method(row.method, llm=ctx.get_llm() if cls.uses_llm else None,  # type: ignore[arg-type]
+                            config=ctx.config, **record["options"])
         record["model"] = method.model_name
         dataset = built.datasets.get(row.dataset)
         if dataset is None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -52,7 +52,9 @@ class DCR(ClaimPipeline):
     default_verifier = "dcr"
 
     def make_decomposer(self) -> Decomposer:
-        return build_stage("decomposer", "paragraph" if self.opts.level == "paragraph" else "sentences", self)
+        decomposer: Decomposer = build_stage("decomposer", "paragraph" if self.opts.level == "paragraph" else "sentences",
+                                             self)
+        return decomposer
 
     def used_prompts(self) -> list[PromptTemplate]:
         if not isinstance(self.verifier, DcrVerifier):
@@ -68,7 +70,7 @@ class DCR(ClaimPipeline):
         amc = [AMC_PROMPT] if self.opts.amc == "llm" else []
         return [self.prompt(t) for t in dce + amc]
 
-    async def verify(self, claims: list[Claim], selection: Selection, source: str) -> tuple[list[Verdict], dict]:
+    async def verify(self, claims: list[Claim], selection: Selection, source: str) -> tuple[list[Verdict], dict[str, Any]]:
         if self.opts.level == "paragraph" and selection.mode == "retrieval":
             why = (f"paragraph-level DCR needs the whole source in one prompt, but {selection.why}; use "
                    "level=sentence, which works on long sources through retrieval")
