@@ -223,7 +223,7 @@ def test_paragraph_level():
 def test_improve_options_are_rounds_plus_dcr_options():
     from halluscope.methods.dcr import DCR
 
-    assert set(Improve.Options.model_fields) == set(DCR.Options.model_fields) | {"rounds"}
+    assert set(Improve.Options.model_fields) == set(DCR.Options.model_fields) | {"rounds", "evaluator", "evaluator_options"}
     opts = Improve(llm=fake_llm(), rounds=3, level="paragraph", retrieval="always", top_k=2).options()
     assert (opts["rounds"], opts["level"], opts["retrieval"], opts["top_k"]) == (3, "paragraph", "always", 2)
     for bad in ({"rounds": 0}, {"rounds": 11}, {"rounds": "two"}, {"improve": 1}):

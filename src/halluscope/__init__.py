@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from halluscope._version import package_version as _package_version
 
-from halluscope.config import Config
+from halluscope.config import DEFAULT_METHOD, Config
 from halluscope.records import Claim, Evidence, Finding, LLMCall, Report, Span, Usage, Verdict
 from halluscope.sync import run_sync
 
@@ -24,7 +24,6 @@ __all__ = [
     "acheck", "acheck_many", "aevaluate", "check", "check_many", "evaluate", "DEFAULT_METHOD", "__version__",
 ]
 __version__ = _package_version()
-DEFAULT_METHOD = "geval"
 
 
 def _method(method: str, model: str | None, config: Config | None, llm: Any, options: dict[str, Any]) -> Method:

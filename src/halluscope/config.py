@@ -19,6 +19,8 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 CONFIG_FILE_ENV = "HALLUSCOPE_CONFIG"
+DEFAULT_METHOD = "geval"
+"""The method ``halluscope.check``, ``evaluate`` and ``halluscope check`` use when none is named."""
 CONFIG_FILE_NAME = "halluscope.toml"
 
 

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from halluscope.records import Claim, Evidence, Finding, Span, StepResult, Verdict
 
 if TYPE_CHECKING:  # pragma: no cover
     from halluscope.methods.base import Method
+    from halluscope.methods.trace import RunTrace
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,9 @@ class Context:
     rank: int = 0  # 0 = best retrieved snippet
     score: float | None = None  # retrieval score of a snippet
     sentences: tuple[int, ...] = ()  # source sentence indices of a snippet
+    trace: RunTrace | None = field(default=None, compare=False, repr=False)
+    """The check's trace, for a verifier that records into it (see :mod:`halluscope.methods.trace`); None
+    outside a pipeline check."""
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "rank": self.rank}
@@ -55,6 +59,11 @@ class Selection:
     why: str
     contexts: dict[str, list[Context]]  # claim id -> contexts
     details: dict[str, Any] = field(default_factory=dict)
+
+    def with_trace(self, trace: RunTrace) -> Selection:
+        """The same selection with every context carrying ``trace`` (the pipeline's, for one check)."""
+        contexts = {cid: [replace(c, trace=trace) for c in ctxs] for cid, ctxs in self.contexts.items()}
+        return replace(self, contexts=contexts)
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"mode": self.mode, "why": self.why, **self.details}

@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
-from halluscope.config import Config
+from halluscope.config import DEFAULT_METHOD, Config
 from halluscope.records import Report
 
 if TYPE_CHECKING:
@@ -161,8 +161,6 @@ async def aevaluate(data: Any, source: str = "source", target: str = "target", m
     """Check every row of ``data`` (a DataFrame, or an iterable of dicts) and return a DataFrame: the input's
     columns and index, then :data:`RESULT_COLUMNS`. ``source``/``target`` name the columns to compare;
     ``method`` is a method name (built with ``model``/``config``/``llm``/options) or a ready Method."""
-    import halluscope
-
     pd = _pandas()
     index, rows, frame = _rows_of(data)
     columns = list(frame.columns) if frame is not None else list(dict.fromkeys(k for r in rows for k in r))
@@ -172,7 +170,7 @@ async def aevaluate(data: Any, source: str = "source", target: str = "target", m
     clash = [c for c in RESULT_COLUMNS if c in columns]
     if clash:
         raise TableError(f"the input already has result column(s) {clash}; rename or drop them first")
-    m = _method(method or halluscope.DEFAULT_METHOD, model, config, llm, options)
+    m = _method(method or DEFAULT_METHOD, model, config, llm, options)
     items = [(i, row.get(source), row.get(target)) for i, row in enumerate(rows)]
     results: dict[int, dict[str, Any]] = {}
     async for i, report in score_pairs(m, items, concurrency or m.config.max_concurrency, threshold):

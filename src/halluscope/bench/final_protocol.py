@@ -21,7 +21,10 @@ before it evaluates, done the same way by the bench and recorded with the run.
    (fewest step-2 calls). When the selection items hold one class only, or the method scored fewer than two
    of them, the method's own default threshold is kept and the reason recorded.
 
-Selection items: a dataset given explicitly (``select_on``, e.g. ``final:dev`` when evaluating a held-out
+The bench reaches this protocol only through the calibration hook (:mod:`halluscope.methods.calibration`):
+``Localize.needs_calibration`` is :func:`needs_selection`, ``Localize.calibrate`` is :func:`resolve_final_protocol`.
+The bench picks the selection items the same way for any calibrating method (:mod:`halluscope.bench.calibration`):
+a dataset given explicitly (``select_on``, e.g. ``final:dev`` when evaluating a held-out
 split, or a user's file), else a seeded share of the run's items held out and not scored (``select_holdout``,
 :func:`holdout_split`), else the run's items of its dev split when the run has a dev split and another one (see
 :func:`halluscope.bench.builtin_suites.pick_dev_split`), else the run's own items - then the choice is made
@@ -31,15 +34,16 @@ selection).
 Every selection run is an ordinary resumable bench run in ``<out>/final_protocol/<selection>/...`` (its own
 ``items.jsonl``, ``run.json``, ``final_matches.jsonl``), so a re-run costs no LLM call.
 
-API (also used by ``halluscope reproduce``):
+API:
 
 * :func:`needs_selection` ``(method) -> bool``;
-* :func:`resolve_final_protocol` ``(method, selection, out_dir, *, judge, selection_name, evaluated_ids, ...)
+* :func:`resolve_final_protocol` ``(method, selection, bench: CalibrationBench)
   -> (method with concrete options, FinalProtocol)`` - the whole protocol;
 * :func:`select_variant`, :func:`select_filter_threshold` - one step each;
 * :func:`choose_variant` ``(candidates) -> (variant, criterion)`` and :func:`best_f1_threshold`
   ``(labels, scores) -> (threshold, f1) | None`` - the pure decisions, testable without any model;
-* :func:`selection_items` ``(dataset, examples, select_on) -> (items, name)``.
+* :func:`selection_items` ``(dataset, examples, select_on) -> (items, name)`` and :func:`holdout_split` (from
+  :mod:`halluscope.bench.calibration`, importable here as before).
 """
 
 from __future__ import annotations
@@ -53,8 +57,9 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from halluscope._optional import require
-from halluscope.bench.datasets import Dataset
+from halluscope.bench.calibration import holdout_split, selection_items  # noqa: F401  (public here too)
 from halluscope.methods.base import Method
+from halluscope.methods.calibration import CalibrationBench
 from halluscope.records import Example, Report
 
 PROTOCOL_DIR = "final_protocol"
@@ -120,6 +125,10 @@ class FinalProtocol(BaseModel):
                 "variant_criterion": self.variant.criterion if self.variant else None,
                 "filter_threshold": self.filter_threshold.threshold if self.filter_threshold else None,
                 "filter_threshold_criterion": self.filter_threshold.criterion if self.filter_threshold else None}
+
+    def markdown(self) -> list[str]:
+        """Lines for ``results.md``."""
+        return render_protocol(self.model_dump(mode="json"))
 
 
 # ------------------------------------------------------------------------------------------- pure decisions
@@ -222,40 +231,6 @@ def _gold_label(example: Example) -> int | None:
     return None
 
 
-def holdout_split(dataset: Dataset, examples: Sequence[Example], share: float,
-                  seed: int = 0) -> tuple[list[Example], list[Example], str]:
-    """(selection items, evaluated items, name): a seeded ``share`` of the run's items held out for FINAL's choices
-    and never scored in the run, so the variant is not chosen on the items it is then scored on. Each part keeps at
-    least one item (a run of one item cannot be split)."""
-    import random
-
-    if not 0 < share < 1:
-        raise ValueError(f"the held-out share must be between 0 and 1, got {share}")
-    items = list(examples)
-    if len(items) < 2:
-        raise ValueError(f"cannot hold out a selection split from {len(items)} item(s)")
-    order = sorted(range(len(items)), key=lambda i: items[i].id)
-    random.Random(seed).shuffle(order)
-    k = min(len(items) - 1, max(1, round(share * len(items))))
-    held = set(order[:k])
-    selection = [e for i, e in enumerate(items) if i in held]
-    evaluated = [e for i, e in enumerate(items) if i not in held]
-    return selection, evaluated, f"{dataset.spec} held-out {k} of {len(items)} items (seed {seed}; not scored)"
-
-
-def selection_items(dataset: Dataset, examples: Sequence[Example],
-                    select_on: Dataset | None = None) -> tuple[list[Example], str]:
-    """The items the choices are made on, and a name for the record (see the module docstring)."""
-    from halluscope.bench.builtin_suites import pick_dev_split
-
-    if select_on is not None:
-        return list(select_on.examples), select_on.spec
-    dev = pick_dev_split([e.split for e in examples])
-    if dev is not None:
-        return [e for e in examples if e.split == dev], f"{dataset.spec} split {dev}"
-    return list(examples), f"{dataset.spec} (the evaluated items: in-sample)"
-
-
 # ------------------------------------------------------------------------------------------- running
 
 
@@ -283,21 +258,11 @@ def _folder(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._+]+", "-", name).strip("-")[:80] or "selection"
 
 
-async def _bench(method: Method, items: list[Example], name: str, out: Path, *, judge: Any, suites: Sequence[str],
-                 **kwargs: Any) -> tuple[dict[str, Any], list[Report]]:
-    from halluscope.bench.runner import ITEMS_FILE, ItemStore, run_bench
-
-    dataset = Dataset(name=name, subset=None, examples=items)
-    results = await run_bench(method, dataset, out, judge=judge, n_bootstrap=0, suite_names=list(suites), **kwargs)
-    done = ItemStore(out / ITEMS_FILE).load()
-    return results, [done[e.id] for e in items]
-
-
-async def select_variant(method: Method, items: list[Example], out_dir: Path, *, judge: Any, selection_name: str,
-                         **bench_kwargs: Any) -> VariantSelection:
+async def select_variant(method: Method, items: list[Example], out_dir: Path,
+                         bench: CalibrationBench) -> VariantSelection:
     """Run the end-to-end localizer with each prompt variant on ``items`` and choose (see the module docstring)."""
     from halluscope.methods import get_method
-    from halluscope.methods.localize import VARIANTS
+    from halluscope.methods.localize.prompts import VARIANTS
 
     style = method.opts.style  # type: ignore[attr-defined]
     candidates: list[VariantScore] = []
@@ -306,8 +271,8 @@ async def select_variant(method: Method, items: list[Example], out_dir: Path, *,
                    "filter_options": {}}
         candidate = get_method(method.name, llm=_backend(method), config=method.config, **options)
         run_dir = out_dir / f"variant-{variant}"
-        results, reports = await _bench(candidate, items, selection_name, run_dir, judge=judge,
-                                        suites=("final_matching",), **bench_kwargs)
+        results, reports = await bench.score(candidate, items, bench.selection_name, run_dir, judge=bench.judge,
+                                             suites=("final_matching",))
         fm = results["metrics"].get("final_matching", {})
         value = (lambda key: (fm.get(key) or {}).get("value")) if fm else (lambda key: None)
         candidates.append(VariantScore(
@@ -331,8 +296,8 @@ async def select_variant(method: Method, items: list[Example], out_dir: Path, *,
     return VariantSelection(chosen=chosen, criterion=criterion, style=style, candidates=candidates, note=note)
 
 
-async def select_filter_threshold(method: Method, items: list[Example], out_dir: Path, *, selection_name: str,
-                                  **bench_kwargs: Any) -> ThresholdSelection:
+async def select_filter_threshold(method: Method, items: list[Example], out_dir: Path,
+                                  bench: CalibrationBench) -> ThresholdSelection:
     """Score ``items`` with the localizer's filter method and choose its threshold by F1 (module docstring)."""
     from halluscope.methods import get_method
 
@@ -340,7 +305,7 @@ async def select_filter_threshold(method: Method, items: list[Example], out_dir:
     filt = get_method(opts.filter, llm=_backend(method), config=method.config,  # type: ignore[attr-defined]
                       **opts.filter_options)  # type: ignore[attr-defined]
     run_dir = out_dir / f"filter-{_folder(filt.name)}"
-    results, reports = await _bench(filt, items, selection_name, run_dir, judge=None, suites=(), **bench_kwargs)
+    results, reports = await bench.score(filt, items, bench.selection_name, run_dir, judge=None, suites=())
     pairs = [(_gold_label(e), r.score) for e, r in zip(items, reports)]
     usable = [(label, score) for label, score in pairs if label is not None and score is not None]
     base = dict(method=filt.name, default_threshold=filt.default_threshold, n=len(usable),
@@ -355,31 +320,29 @@ async def select_filter_threshold(method: Method, items: list[Example], out_dir:
                               reason="maximizes the F1 of flagging inconsistent items (score < threshold)")
 
 
-async def resolve_final_protocol(method: Method, selection: Sequence[Example], out_dir: Path | str, *, judge: Any,
-                                 selection_name: str, evaluated_ids: Sequence[str] = (),
-                                 **bench_kwargs: Any) -> tuple[Method, FinalProtocol]:
+async def resolve_final_protocol(method: Method, selection: Sequence[Example],
+                                 bench: CalibrationBench) -> tuple[Method, FinalProtocol]:
     """Make every dev-split choice ``method`` leaves open and return a method with concrete options
-    (``variant`` 1 or 2, ``filter_threshold`` a number) plus the record. ``bench_kwargs`` go to each selection
-    run's :func:`~halluscope.bench.runner.run_bench` (``concurrency``, ``progress``, ``engine``,
-    ``retry_unscored``). A method with nothing to choose is returned unchanged with an empty record."""
+    (``variant`` 1 or 2, ``filter_threshold`` a number) plus the record; ``Localize.calibrate`` (the bench's
+    calibration hook). Each selection run is scored by ``bench.score`` (a bench run below ``bench.out_dir``). A
+    method with nothing to choose is returned unchanged with an empty record."""
     from halluscope.methods import get_method
 
     items = list(selection)
+    selection_name = bench.selection_name
     record = FinalProtocol(selected_on=selection_name, n_selection=len(items),
-                           overlap=len({e.id for e in items} & set(evaluated_ids)))
+                           overlap=len({e.id for e in items} & set(bench.evaluated_ids)))
     if not needs_selection(method):
         return method, record
     if not items:
         raise ValueError(f"no selection items for the FINAL protocol ({selection_name})")
-    base = Path(out_dir) / PROTOCOL_DIR / _folder(selection_name)
+    base = Path(bench.out_dir) / PROTOCOL_DIR / _folder(selection_name)
     options = method.options()
     if method.opts.variant == "auto":  # type: ignore[attr-defined]
-        record.variant = await select_variant(method, items, base, judge=judge, selection_name=selection_name,
-                                              **bench_kwargs)
+        record.variant = await select_variant(method, items, base, bench)
         options["variant"] = record.variant.chosen
     if _needs_threshold(method):
-        record.filter_threshold = await select_filter_threshold(method, items, base, selection_name=selection_name,
-                                                                **bench_kwargs)
+        record.filter_threshold = await select_filter_threshold(method, items, base, bench)
         options["filter_threshold"] = record.filter_threshold.threshold
     resolved = get_method(method.name, llm=_backend(method), config=method.config, **options)
     return resolved, record

@@ -31,10 +31,11 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from pydantic import ValidationError
 
-from halluscope.bench import final_protocol
+from halluscope.bench.calibration import holdout_split, selection_items
 from halluscope.bench.datasets import Dataset, sample_examples
 from halluscope.bench.suites import SuiteContext, SuiteResult, load_suite_modules
 from halluscope.methods.base import InputError, Method
+from halluscope.methods.calibration import Calibration, CalibrationBench
 from halluscope.records import Example, Report, Usage
 
 if TYPE_CHECKING:
@@ -227,28 +228,34 @@ async def run_bench(
     """Run (or resume) a benchmark and write its results; returns the ``results.json`` content.
 
     ``engine`` scores the pending items (default :class:`LocalEngine`; ``RayEngine`` for a Ray cluster).
-    ``select_on``: the dev items for FINAL's choices (``localize`` prompt variant, 2-step threshold; see
-    :mod:`halluscope.bench.final_protocol`), default the run's dev split or its own items. ``select_holdout``: hold
-    out that seeded share of the run's items for those choices instead, and score only the rest."""
+    A method that leaves choices to dev items (``method.needs_calibration()``, e.g. FINAL's ``localize``: prompt
+    variant, 2-step threshold) is calibrated first (``method.calibrate``, see :mod:`halluscope.methods.calibration`)
+    and the run scores the calibrated method. ``select_on``: the dev items for those choices, default the run's dev
+    split or its own items. ``select_holdout``: hold out that seeded share of the run's items for those choices
+    instead, and score only the rest."""
     started = time.perf_counter()
     model = method.model_name
     out_dir = Path(out_dir) if out_dir is not None else default_out_dir(dataset.spec, method.name, model, sample, seed)
     examples = select_examples(dataset, sample=sample, seed=seed, limit=limit)
     if not examples:
         raise BenchError(f"dataset {dataset.spec} has no items to run (after --sample/--limit)")
-    protocol: dict[str, Any] | None = None
-    if final_protocol.needs_selection(method):  # FINAL: prompt variant / 2-step threshold chosen on dev items
+    protocol: dict[str, Any] | None = None  # the calibration record (results.json key "final_protocol", see below)
+    calibration: Calibration | None = None
+    if method.needs_calibration():
         if select_holdout and select_on is None:
-            items, examples, name = final_protocol.holdout_split(dataset, examples, select_holdout, seed)
+            items, examples, name = holdout_split(dataset, examples, select_holdout, seed)
         else:
-            items, name = final_protocol.selection_items(dataset, examples, select_on)
-        method, record = await final_protocol.resolve_final_protocol(
-            method, items, out_dir, judge=judge, selection_name=name, evaluated_ids=[e.id for e in examples],
-            concurrency=concurrency, progress=progress, engine=engine, retry_unscored=retry_unscored)
-        protocol = record.model_dump(mode="json")
+            items, name = selection_items(dataset, examples, select_on)
+        bench = CalibrationBench(out_dir=out_dir, selection_name=name, judge=judge, evaluated_ids=[e.id for e in examples],
+                                 score=_scorer(concurrency=concurrency, progress=progress, engine=engine,
+                                               retry_unscored=retry_unscored))
+        method, calibration = await method.calibrate(items, bench)
+        protocol = calibration.model_dump(mode="json") if calibration is not None else None
     identity = _identity(dataset, method, model, sample, seed)
-    if protocol is not None:
-        identity["final_protocol"] = record.choices()
+    if calibration is not None:
+        # "final_protocol": the key keeps the name of its first user (FINAL's dev-split protocol), so the run.json
+        # and results.json of existing folders still match
+        identity["final_protocol"] = calibration.choices()
         if select_holdout and select_on is None:
             identity["select_holdout"] = select_holdout
     _check_identity(out_dir, identity)
@@ -316,8 +323,22 @@ async def run_bench(
         if outcome.metrics or outcome.tables or outcome.plots:
             _merge(results, name, outcome, out_dir)
     results["wall_time_s"] = round(time.perf_counter() - started, 3)
-    write_results(out_dir, results)
+    write_results(out_dir, results, calibration.markdown() if calibration is not None else ())
     return results
+
+
+def _scorer(**bench_kwargs: Any) -> Any:
+    """A calibration's way to score a method on dev items: a bench run of its own (resumable, no bootstrap)."""
+
+    async def score(method: Method, items: list[Example], name: str, out: Path, *, judge: Any,
+                    suites: Sequence[str]) -> tuple[dict[str, Any], list[Report]]:
+        dataset = Dataset(name=name, subset=None, examples=items)
+        results = await run_bench(method, dataset, out, judge=judge, n_bootstrap=0, suite_names=list(suites),
+                                  **bench_kwargs)
+        done = ItemStore(out / ITEMS_FILE).load()
+        return results, [done[e.id] for e in items]
+
+    return score
 
 
 def _per_item(usage: Usage, n: int) -> dict[str, float]:
@@ -340,13 +361,14 @@ def _merge(results: dict[str, Any], name: str, outcome: SuiteResult, out_dir: Pa
         results["plots"].append(str(p.relative_to(out_dir)) if p.is_relative_to(out_dir) else str(p))
 
 
-def write_results(out_dir: Path, results: dict[str, Any]) -> None:
+def write_results(out_dir: Path, results: dict[str, Any], calibration_md: Sequence[str] = ()) -> None:
     (out_dir / RESULTS_JSON).write_text(json.dumps(results, indent=2, ensure_ascii=False, default=str) + "\n",
                                         encoding="utf-8")
-    (out_dir / RESULTS_MD).write_text(render_markdown(results), encoding="utf-8")
+    (out_dir / RESULTS_MD).write_text(render_markdown(results, calibration_md), encoding="utf-8")
 
 
-def render_markdown(results: dict[str, Any]) -> str:
+def render_markdown(results: dict[str, Any], calibration_md: Sequence[str] = ()) -> str:
+    """``results.md``; ``calibration_md``: the calibrating method's lines about its dev-set choices."""
     u = results["usage"]
     lines = [
         f"# {results['method']} on {results['dataset']}",
@@ -376,8 +398,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         "Values are point estimates with bootstrap 95% confidence intervals in brackets.",
         "",
     ]
-    if results.get("final_protocol"):
-        lines += final_protocol.render_protocol(results["final_protocol"])
+    lines += calibration_md
     for name, error in results.get("suite_errors", {}).items():
         lines += [f"**suite `{name}` failed:** {error}", ""]
     for table in results["tables"]:

@@ -55,6 +55,7 @@ def improve_command(
     target: Annotated[str, typer.Option("--target", "-t", help="Target text file to improve ('-' for stdin).")],
     rounds: Annotated[int, typer.Option("--rounds", "-n", min=1, max=10, help="Maximum rewrite rounds.")] = 2,
     level: Annotated[str, typer.Option(help="'sentence' (rewrite flagged sentences) or 'paragraph' (whole text).")] = "sentence",
+    evaluator: Annotated[Optional[str], typer.Option("--method", help="The evaluator that flags sentences and re-verifies each rewrite: dcr (default, the paper's) or any method that yields findings (probe, factscore, dove, localize, ...); -o options then go to it. Same as -o evaluator=NAME.")] = None,
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
     api_key: ApiKeyOpt = None,
@@ -64,11 +65,12 @@ def improve_command(
     output: Annotated[Optional[Path], typer.Option("--output", "-O", help="Write the verified improved text here.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the full Report as JSON.")] = False,
 ) -> None:
-    """Evaluate TARGET against SOURCE with DCR, rewrite the inconsistent sentences, re-verify, repeat.
+    """Evaluate TARGET against SOURCE with DCR (or --method), rewrite the inconsistent sentences, re-verify, repeat.
 
-    Only a rewrite whose re-evaluation scores strictly higher than the original is reported as an
-    improvement; otherwise the original text is kept. Every DCR option works here too with -o (amc,
-    retrieval, top_k, window, retriever, verifier): `halluscope methods improve` lists them."""
+    Only a rewrite whose re-evaluation by the same evaluator scores strictly higher than the original is reported
+    as an improvement; otherwise the original text is kept. With DCR every DCR option works here too with -o (amc,
+    retrieval, top_k, window, retriever, verifier): `halluscope methods improve` lists them; with --method NAME
+    the -o options are that method's."""
     from halluscope.llm import LLMError
     from halluscope.methods import InputError, get_method
 
@@ -82,6 +84,8 @@ def improve_command(
         raise fail(str(exc))
     config = make_config(model, base_url, api_key, no_cache, concurrency)
     options = parse_options(option)
+    if evaluator is not None:
+        options["evaluator"] = evaluator
     options.setdefault("rounds", rounds)
     options.setdefault("level", level)
     try:

@@ -6,7 +6,7 @@ import asyncio
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Iterable, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from halluscope import tracing
 from halluscope.config import Config
@@ -15,6 +15,9 @@ from halluscope.methods.options import MethodOptions, OptionsError
 from halluscope.prompts import PromptTemplate, apply_overrides
 from halluscope.records import Example, Report
 from halluscope.sync import run_sync
+
+if TYPE_CHECKING:
+    from halluscope.methods.calibration import Calibration, CalibrationBench
 
 
 class InputError(ValueError):
@@ -103,6 +106,18 @@ class Method(ABC):
         """Score a labelled example. Defaults to :meth:`run`; override to use gold information the harness
         may legitimately pass (e.g. oracle labels for a 2-step localizer)."""
         return await self.run(example.source, example.target)
+
+    def needs_calibration(self) -> bool:
+        """Whether this instance leaves choices to development items, to be made by :meth:`calibrate` before a
+        benchmark scores it (:mod:`halluscope.methods.calibration`). Default: nothing to choose."""
+        return False
+
+    async def calibrate(self, dev_items: Sequence[Example],
+                        bench: CalibrationBench) -> tuple[Method, Calibration | None]:
+        """Make the choices this instance leaves to ``dev_items`` and return a method with concrete options plus
+        the record of what was chosen. Called by the bench only when :meth:`needs_calibration` is True; the
+        default has nothing to choose."""
+        return self, None
 
     async def acheck(self, source: str, target: str) -> Report:
         validate_pair(source, target)

@@ -26,6 +26,7 @@ from pydantic import Field
 
 from halluscope.methods import register_method
 from halluscope.methods.base import Method
+from halluscope.methods.findings import claim_finding
 from halluscope.methods.options import MethodOptions
 from halluscope.records import Claim, Evidence, Report, Span, Verdict
 from halluscope.stages import GateDecision, register_stage
@@ -281,8 +282,6 @@ class GateMethod(Method):
         self.gate = LexicalGate(self)
 
     async def run(self, source: str, target: str) -> Report:
-        from halluscope.methods.pipeline import claim_finding
-
         claims = [Claim(text=s.text, kind="sentence", id=f"s{s.index + 1}", target_spans=[s.span])
                   for s in split_sentences(target)]
         if not claims:

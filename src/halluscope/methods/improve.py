@@ -1,8 +1,10 @@
 """``improve``: the reason-assisted improver (RAI) of DCR (seed 001, §3.3, Algorithm 1, App. F-G).
 
-The one way to run RAI. It is DCR (:mod:`halluscope.methods.dcr`, same options, same verifier -- also a
-swapped one) followed by up to ``rounds`` rounds of rewriting. Each round: the sentences DCR judged
-inconsistent are rewritten by the LLM, using DCR's reason for each and the source; sentences judged
+The one way to run RAI. It composes an evaluator -- DCR (:mod:`halluscope.methods.dcr`, same options, same
+verifier, also a swapped one) by default, or any method that yields findings (``evaluator=NAME``; see
+docs/dcr.md) -- with up to ``rounds`` rounds of rewriting. Each round: the sentences DCR judged
+inconsistent are rewritten by the LLM, using DCR's reason for each (another evaluator: the findings pointing
+into it) and the source; sentences judged
 consistent are never touched (their text is kept byte for byte). The rewritten text is then evaluated again
 by the same DCR pipeline. Rounds stop when the text is consistent, after ``rounds`` rounds, or when a rewrite
 cannot be used (unusable reply, empty, or unchanged).
@@ -26,90 +28,35 @@ not rewrites; ``""`` deletes the sentence); a paragraph rewrite is ``{"improved_
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from halluscope.llm.replies import Reply
+from halluscope.config import Config
+from halluscope.llm import LLM
 from halluscope.llm.structured import generate_reply
-from halluscope.methods import register_method
-from halluscope.methods.dcr import DCR, DCR_PROMPTS, DcrOptions
+from halluscope.methods import method_class, register_method
+from halluscope.methods.base import Method
+from halluscope.methods.dcr import DCR_PROMPTS, DcrOptions
+from halluscope.methods.rai import (  # noqa: F401  (importable from here as before)
+    RAI_PARAGRAPH_PROMPT,
+    RAI_PROMPTS,
+    RAI_SENTENCE_PROMPT,
+    REWRITE_ECHOES,
+    ImprovedTextReply,
+    RewritesReply,
+    SentenceRewrite,
+    parse_rai_paragraph,
+    parse_rai_sentences,
+    sentence_diff,
+    splice,
+)
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Report, Span, Verdict
-from halluscope.text import ParseError, split_sentences
-from halluscope.text.placeholders import is_placeholder, shown_strings
+from halluscope.text import split_sentences
 
-# ------------------------------------------------------------------------------------------------ replies
-
-
-class SentenceRewrite(BaseModel):
-    """One rewritten sentence, by its number in the TEXT."""
-
-    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
-
-    id: int = Field(description="the number of the sentence")
-    improved_sentence: str = Field(description="the rewritten sentence, or an empty string to delete it")
-
-
-class RewritesReply(Reply):
-    """RAI at sentence level: one rewrite per sentence listed for rewriting."""
-
-    rewrites: list[SentenceRewrite] = Field(description="one entry for each sentence listed for rewriting, "
-                                                        "and only for those")
-
-
-class ImprovedTextReply(Reply):
-    """RAI at paragraph level: the whole rewritten text."""
-
-    improved_text: str = Field(description="the rewritten TEXT")
-
-
-REWRITE_ECHOES = shown_strings(RewritesReply) | shown_strings(ImprovedTextReply)
-
-# ------------------------------------------------------------------------------------------------ prompts
-
-_SYSTEM = "You are a careful editor who corrects texts so that they say only what their source supports."
-
-RAI_SENTENCE_PROMPT = PromptTemplate(
-    name="rai_sentence",
-    version="2",
-    reply=RewritesReply,
-    system=_SYSTEM,
-    user=(
-        "A reviewer found that some sentences of a TEXT are not consistent with the SOURCE the text is based "
-        "on. Rewrite each of those sentences so that everything it says is supported by the SOURCE.\n\n"
-        "How to rewrite:\n"
-        "- Read the reviewer's reason to see exactly what is wrong.\n"
-        "- Correct wrong details from the SOURCE, and drop details the SOURCE does not contain. Keep the rest "
-        "of the sentence, its role in the text and its style, and change as little as possible.\n"
-        "- Do not add anything the SOURCE does not say.\n"
-        '- If no part of a sentence can be supported by the SOURCE, give "" as its rewrite to delete it.\n\n'
-        'Give one entry for each sentence listed below, and only for those, with its number as "id".\n\n'
-        "$format\n\n"
-        "SOURCE:\n$source\n\n"
-        "FULL TEXT, for context:\n$target\n\n"
-        "SENTENCES TO REWRITE, each with its number and the reviewer's reason:\n$flagged"
-    ),
-)
-
-RAI_PARAGRAPH_PROMPT = PromptTemplate(
-    name="rai_paragraph",
-    version="2",
-    reply=ImprovedTextReply,
-    system=_SYSTEM,
-    user=(
-        "A reviewer found that the TEXT below is not consistent with the SOURCE it is based on, for the reason "
-        "given. Rewrite the TEXT so that everything it says is supported by the SOURCE: correct wrong details "
-        "from the SOURCE, drop details the SOURCE does not contain, keep everything else, its purpose and its "
-        "style, and add nothing the SOURCE does not say.\n\n"
-        "$format\n\nSOURCE:\n$source\n\nTEXT:\n$target\n\nREVIEWER'S REASON:\n$reason"
-    ),
-)
-
-RAI_PROMPTS = (RAI_SENTENCE_PROMPT, RAI_PARAGRAPH_PROMPT)
 
 # ------------------------------------------------------------------------------------------------ records
 
@@ -141,62 +88,40 @@ class ImprovementRound(BaseModel):
     ignored_rewrites: list[int] = Field(default_factory=list)  # ids the model rewrote that were not flagged
 
 
-# ------------------------------------------------------------------------------------------------ parsing
+# ------------------------------------------------------------------------------------------------ units
 
 
-def parse_rai_sentences(text: str, flagged: set[int], n: int) -> tuple[dict[int, str], list[int]]:
-    """``{0-based sentence index: rewrite}`` for flagged sentences, and the ids (1-based, as written) of
-    rewrites for sentences that were not flagged (ignored). Echoed placeholders are not rewrites. Raises
-    ParseError when the reply is not the declared schema or rewrites no flagged sentence."""
-    entries = RewritesReply.parse(text).rewrites
-    rewrites: dict[int, str] = {}
-    ignored: list[int] = []
-    for entry in entries:
-        new = " ".join(entry.improved_sentence.split())
-        if new and is_placeholder(new, REWRITE_ECHOES):
-            continue
-        index = entry.id - 1
-        if index in flagged and 0 <= index < n:
-            rewrites.setdefault(index, new)
-        else:
-            ignored.append(entry.id)
-    if not rewrites:
-        raise ParseError("the reply rewrites none of the flagged sentences")
-    return rewrites, ignored
+@dataclass(frozen=True)
+class Unit:
+    """One rewritable piece of an evaluated text: its words and where they are, and the evaluator's reason when
+    it flagged them (None: not flagged, never touched)."""
+
+    text: str
+    span: Span
+    reason: str | None = None
 
 
-def parse_rai_paragraph(text: str) -> str:
-    value = ImprovedTextReply.parse(text).improved_text.strip()
-    if not value or is_placeholder(value, REWRITE_ECHOES):
-        raise ParseError("'improved_text' is empty or a placeholder")
-    return value
+def judged_by_verdicts(report: Report) -> bool:
+    """Whether the report's verdicts are its units: each about one stretch of the text, a sentence or the
+    paragraph (dcr, and any claim method that judges sentences)."""
+    return bool(report.verdicts) and all(v.claim.kind in ("sentence", "paragraph") and len(v.claim.target_spans) == 1
+                                         for v in report.verdicts)
 
 
-# ------------------------------------------------------------------------------------------------ splicing
-
-
-def splice(text: str, spans: Sequence[Span], rewrites: dict[int, str]) -> str:
-    """``text`` with the sentences at the given spans replaced; everything else is kept exactly. An empty
-    rewrite deletes the sentence together with the whitespace after it (or before it, for the last one)."""
-    out = text
-    for index in sorted(rewrites, reverse=True):  # right to left keeps earlier offsets valid
-        start, end = spans[index].start, spans[index].end
-        new = rewrites[index]
-        if not new:
-            while end < len(out) and out[end] in " \t":
-                end += 1
-            if not out[end:].strip():  # the last sentence: take the space before it instead
-                while start > 0 and out[start - 1] in " \t":
-                    start -= 1
-        out = out[:start] + new + out[end:]
-    return out
-
-
-def sentence_diff(before: str, after: str) -> str:
-    """Unified diff of the two texts with one sentence per line."""
-    a = [s.text for s in split_sentences(before)]
-    b = [s.text for s in split_sentences(after)]
-    return "\n".join(difflib.unified_diff(a, b, "original", "improved", lineterm=""))
+def units_of(report: Report, text: str) -> list[Unit]:
+    """The evaluator's units of ``text``: its verdicts when each is about one stretch of the text (a sentence or
+    the paragraph: dcr, and any claim method that judges sentences), flagged when judged unsupported or
+    contradicted, with the verdict's reason; else the text's sentences, flagged when a finding points into them,
+    with those findings' descriptions as the reason."""
+    verdicts = report.verdicts
+    if judged_by_verdicts(report):
+        return [Unit(v.claim.text, v.claim.target_spans[0],
+                     v.reason if v.label in ("unsupported", "contradicted") else None) for v in verdicts]
+    units = []
+    for sentence in split_sentences(text):
+        about = [f.description for f in report.findings if any(sp.overlaps(sentence.span) for sp in f.target_spans)]
+        units.append(Unit(sentence.text, sentence.span, " ".join(dict.fromkeys(about)) or None))
+    return units
 
 
 # ------------------------------------------------------------------------------------------------ loop
@@ -204,14 +129,21 @@ def sentence_diff(before: str, after: str) -> str:
 
 @dataclass(frozen=True)
 class Evaluated:
-    """One text and DCR's Report on it (the given target, or a rewrite)."""
+    """One text and the evaluator's Report on it (the given target, or a rewrite)."""
 
     text: str
     report: Report
+    threshold: float = 1.0
+    """The evaluator's threshold: with findings-only units, a text is consistent when it has no finding and a
+    score at or above it."""
 
     @property
     def verdicts(self) -> list[Verdict]:
         return self.report.verdicts
+
+    @property
+    def units(self) -> list[Unit]:
+        return units_of(self.report, self.text)
 
     @property
     def score(self) -> float | None:
@@ -219,13 +151,16 @@ class Evaluated:
 
     @property
     def consistent(self) -> bool:
-        """Every unit judged, and judged consistent (the paper's score == 1)."""
-        return self.score == 1.0 and bool(self.verdicts) and all(v.label == "supported" for v in self.verdicts)
+        """Every unit judged, and judged consistent (the paper's score == 1); for an evaluator judged by findings
+        only: no finding, and a score at or above its threshold."""
+        if judged_by_verdicts(self.report):
+            return self.score == 1.0 and all(v.label == "supported" for v in self.verdicts)
+        return self.score is not None and self.score >= self.threshold and not self.report.findings
 
     @property
     def flagged(self) -> list[int]:
         """Indices of the units judged inconsistent."""
-        return [i for i, v in enumerate(self.verdicts) if v.label in ("unsupported", "contradicted")]
+        return [i for i, u in enumerate(self.units) if u.reason is not None]
 
     def round(self, number: int, changes: Sequence[SentenceChange] = (), ignored: Sequence[int] = ()
               ) -> ImprovementRound:
@@ -245,30 +180,104 @@ class Rewrite:
     error: str | None = None
 
 
+DEFAULT_EVALUATOR = "dcr"
+
+
 class ImproveOptions(DcrOptions):
-    """RAI's rounds on top of every DCR option (the evaluation of each round is DCR's)."""
+    """RAI's rounds and its evaluator. With ``evaluator=dcr`` (the default, the paper) every DCR option applies to
+    the evaluation, as listed here; with another evaluator the options other than ``rounds``, ``level``,
+    ``evaluator`` and ``evaluator_options`` are that evaluator's (they end up in ``evaluator_options``)."""
 
     rounds: int = Field(default=2, ge=1, le=10)
-    """Most rewrite rounds; each rewrite is re-evaluated by DCR (the paper converges within about 2)."""
+    """Most rewrite rounds; each rewrite is re-evaluated by the same evaluator (the paper converges within about 2)."""
+
+    evaluator: str = DEFAULT_EVALUATOR
+    """The method that finds what to rewrite and re-verifies each rewrite: dcr (the paper's) or any method that yields findings (probe, factscore, dove, localize, ...)."""
+
+    evaluator_options: dict[str, Any] = Field(default_factory=dict)
+    """evaluator other than dcr: that method's options (also given as plain options: -o evaluator=probe -o judges=a,b)."""
+
+    @field_validator("evaluator")
+    @classmethod
+    def _known_evaluator(cls, value: str) -> str:
+        if value == "improve":
+            raise ValueError("improve cannot be its own evaluator")
+        try:
+            method_class(value)
+        except KeyError as exc:
+            raise ValueError(exc.args[0]) from None
+        return value
+
+    @model_validator(mode="after")
+    def _dcr_options_only_for_dcr(self) -> ImproveOptions:
+        if self.evaluator == DEFAULT_EVALUATOR and self.evaluator_options:
+            raise ValueError("evaluator_options are for an evaluator other than dcr; give DCR's options directly")
+        return self
+
+
+_OWN_OPTIONS = ("rounds", "level", "evaluator", "evaluator_options")
 
 
 @register_method
-class Improve(DCR):
-    """DCR evaluation followed by up to ``rounds`` rounds of reason-assisted rewriting."""
+class Improve(Method):
+    """An evaluator (DCR by default) followed by up to ``rounds`` rounds of reason-assisted rewriting."""
 
     name = "improve"
-    description = ("DCR + RAI: rewrite the sentences DCR flags, re-verify, repeat up to `rounds` times; "
-                   "the report scores the given target and carries the verified improved text and a diff.")
+    description = ("DCR + RAI: rewrite the sentences DCR (or -o evaluator=METHOD) flags, re-verify, repeat up to "
+                   "`rounds` times; the report scores the given target and carries the verified improved text and a diff.")
     Options: ClassVar[type[ImproveOptions]] = ImproveOptions
     opts: ImproveOptions
     prompts = DCR_PROMPTS + RAI_PROMPTS
+    default_threshold = 1.0  # DCR's; another evaluator's own threshold is used instead (see __init__)
+
+    def __init__(self, llm: LLM | None = None, config: Config | None = None, **options: Any):
+        evaluator = options.get("evaluator", DEFAULT_EVALUATOR)
+        if evaluator != DEFAULT_EVALUATOR:  # the options that are not improve's own are the evaluator's
+            extra = {k: options.pop(k) for k in list(options) if k not in _OWN_OPTIONS}
+            options["evaluator_options"] = {**extra, **dict(options.get("evaluator_options") or {})}
+        super().__init__(llm, config, **options)
+        self._evaluator: Method | None = None
+        if self.opts.evaluator != DEFAULT_EVALUATOR:
+            cls = method_class(self.opts.evaluator)
+            cls.Options.parse(self.opts.evaluator, self.opts.evaluator_options)  # a bad option fails here
+            self.default_threshold = cls.default_threshold  # type: ignore[misc]
+
+    @property
+    def evaluator(self) -> Method:
+        """The evaluating method, built on first use with this method's LLM and config."""
+        if self._evaluator is None:
+            if self.opts.evaluator == DEFAULT_EVALUATOR:
+                options = {k: v for k, v in self.opts.model_dump().items() if k in DcrOptions.model_fields}
+            else:
+                options = dict(self.opts.evaluator_options)
+            cls = method_class(self.opts.evaluator)
+            self._evaluator = cls(llm=self.llm if cls.uses_llm else None, config=self.config, **options)
+        return self._evaluator
+
+    def options(self) -> dict[str, Any]:
+        """With dcr: DCR's options and ``rounds`` (as before the evaluator was an option); else ``rounds``,
+        ``level``, ``evaluator`` and the evaluator's options."""
+        if self.opts.evaluator == DEFAULT_EVALUATOR:
+            return self.opts.model_dump(mode="json", exclude={"evaluator", "evaluator_options"})
+        return {"rounds": self.opts.rounds, "level": self.opts.level, "evaluator": self.opts.evaluator,
+                "evaluator_options": self.evaluator.options()}
+
+    def close(self) -> None:
+        if self._evaluator is not None:
+            self._evaluator.close()
+        super().close()
 
     def used_prompts(self) -> list[PromptTemplate]:
         rai = RAI_PARAGRAPH_PROMPT if self.opts.level == "paragraph" else RAI_SENTENCE_PROMPT
-        return super().used_prompts() + [self.prompt(rai)]
+        return self.evaluator.used_prompts() + [self.prompt(rai)]
+
+    async def evaluate(self, source: str, text: str) -> Evaluated:
+        """The evaluator on ``text``; ``run`` (not ``acheck``), so its calls land in this check's call log."""
+        report = await self.evaluator.run(source, text)
+        return Evaluated(text, report.model_copy(update={"method": self.name}), self.evaluator.default_threshold)
 
     async def run(self, source: str, target: str) -> Report:
-        original = Evaluated(target, await super().run(source, target))
+        original = await self.evaluate(source, target)
         rounds = [original.round(0)]
         current = original
         max_rounds = self.opts.rounds
@@ -281,7 +290,9 @@ class Improve(DCR):
                 stop_reason = f"could not evaluate the text of round {number - 1}: {current.report.unscored_reason}"
                 break
             if not current.flagged:
-                stop_reason = "no sentence was judged inconsistent (the others could not be judged)"
+                stop_reason = ("no sentence was judged inconsistent (the others could not be judged)"
+                               if judged_by_verdicts(current.report) else
+                               "the evaluator's findings point into no sentence of the text")
                 break
             rewrite = await self.rewrite(source, current)
             if rewrite.text is None:
@@ -294,7 +305,7 @@ class Improve(DCR):
                 stop = "changed nothing"
                 problem = f"the rewrite {stop}"
             else:
-                current = Evaluated(rewrite.text, await super().run(source, rewrite.text))
+                current = await self.evaluate(source, rewrite.text)
                 rounds.append(current.round(number, rewrite.changes, rewrite.ignored))
                 continue
             rounds[-1].rewrite_error = problem
@@ -307,9 +318,10 @@ class Improve(DCR):
 
     async def rewrite(self, source: str, evaluated: Evaluated) -> Rewrite:
         """RAI on the units ``evaluated`` flags: the whole text (paragraph level) or the flagged sentences."""
-        verdicts = evaluated.verdicts
+        units = evaluated.units
+        flagged = evaluated.flagged
         if self.opts.level == "paragraph":
-            reason = verdicts[0].reason
+            reason = units[0].reason if len(units) == 1 else " ".join(units[i].reason or "" for i in flagged)
             step = await generate_reply(self.llm, self.prompt(RAI_PARAGRAPH_PROMPT).render(
                 source=source, target=evaluated.text, reason=reason), ImprovedTextReply,
                 parse=parse_rai_paragraph)  # type: ignore[arg-type]
@@ -317,12 +329,11 @@ class Improve(DCR):
                 return Rewrite(error=step.error)
             new: str = step.value  # type: ignore[assignment]
             return Rewrite(text=new, changes=[SentenceChange(sentence=1, before=evaluated.text.strip(), after=new,
-                                                             reason=reason)])
-        flagged = evaluated.flagged
-        texts = [v.claim.text for v in verdicts]
-        listing = "\n".join(f"[{i + 1}] {' '.join(texts[i].split())}\n    reason: {' '.join(verdicts[i].reason.split())}"
+                                                             reason=reason or "")])
+        texts = [u.text for u in units]
+        listing = "\n".join(f"[{i + 1}] {' '.join(texts[i].split())}\n    reason: {' '.join((units[i].reason or '').split())}"
                             for i in flagged)
-        n = len(verdicts)
+        n = len(units)
         step = await generate_reply(self.llm, self.prompt(RAI_SENTENCE_PROMPT).render(
             source=source, target=evaluated.text, flagged=listing), RewritesReply,
             parse=lambda text: parse_rai_sentences(text, set(flagged), n))  # type: ignore[arg-type, return-value]
@@ -330,9 +341,9 @@ class Improve(DCR):
             return Rewrite(error=step.error)
         rewrites, ignored = step.value  # type: ignore[misc]
         rewrites = {i: new for i, new in rewrites.items() if new != texts[i]}
-        changes = [SentenceChange(sentence=i + 1, before=texts[i], after=new, reason=verdicts[i].reason)
+        changes = [SentenceChange(sentence=i + 1, before=texts[i], after=new, reason=units[i].reason or "")
                    for i, new in sorted(rewrites.items())]
-        spans = [v.claim.target_spans[0] for v in verdicts]
+        spans = [u.span for u in units]
         return Rewrite(text=splice(evaluated.text, spans, rewrites), changes=changes, ignored=ignored)
 
     def result(self, report: Report, rounds: list[ImprovementRound], stop_reason: str) -> Report:

@@ -5,8 +5,9 @@
 
 :class:`ClaimPipeline` runs it. A method supplies its decomposer and its own verifier (registered as a
 stage, so another method's verifier can be swapped in with ``-o verifier=NAME``), and overrides
-:meth:`ClaimPipeline.aggregate` / :meth:`ClaimPipeline.localize` or :meth:`ClaimPipeline.run` only for what
-is its own (DoveScore's event order, DCR's AMC, FActScore's de-duplication).
+:meth:`ClaimPipeline.aggregate` / :meth:`ClaimPipeline.localize` / :meth:`ClaimPipeline.finish` only for what
+is its own (DoveScore's event order, DCR's AMC, FActScore's de-duplication, PROBE's step record). What the stages
+record during a check travels in one :class:`~halluscope.methods.trace.RunTrace` that the pipeline passes along.
 
 The one retrieval protocol (seed 003 §3.2, Eq. 1-2), shared by every claim method through
 :class:`RetrievalSelector`: with ``retrieval=auto`` the whole source is used when the verifier's prompt fits
@@ -25,8 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from halluscope.methods.base import Method
+from halluscope.methods.findings import claim_finding as claim_finding  # importable here as before
 from halluscope.methods.gate import gate_verdict
 from halluscope.methods.options import ClaimOptions, RetrievalOptions
+from halluscope.methods.trace import RunTrace, bind_trace
 from halluscope.config import Config
 from halluscope.llm import LLM, ContextOverflowError
 from halluscope.prompts import PromptTemplate
@@ -226,11 +229,13 @@ class PipelineRun:
     selection: Selection
     verdicts: list[Verdict]
     details: dict[str, Any] = field(default_factory=dict)
+    trace: RunTrace = field(default_factory=RunTrace)
+    """What the stages recorded during this check (see :mod:`halluscope.methods.trace`)."""
 
 
 class ClaimPipeline(Method):
     """Base of the claim methods. Subclasses set ``default_verifier`` (a registered verifier name) and
-    implement :meth:`make_decomposer`; they may override :meth:`aggregate`, :meth:`localize`, :meth:`run`."""
+    implement :meth:`make_decomposer`; they may override :meth:`aggregate`, :meth:`localize`, :meth:`finish`."""
 
     Options: ClassVar[type[ClaimOptions]] = ClaimOptions
     default_verifier: ClassVar[str]
@@ -300,10 +305,13 @@ class ClaimPipeline(Method):
 
         return list(await asyncio.gather(*(one(c, ctx) for c, ctx in pairs)))
 
-    async def evaluate(self, source: str, target: str) -> PipelineRun | Report:
-        """Decompose, select contexts, verify. Returns an unscored Report when there is nothing to verify."""
+    async def evaluate(self, source: str, target: str, trace: RunTrace | None = None) -> PipelineRun | Report:
+        """Decompose, select contexts, verify. Returns an unscored Report when there is nothing to verify.
+        ``trace`` (a new one when None) goes to the stages: the decomposer through ``with_trace``, the verifier on
+        each context."""
+        trace = trace if trace is not None else RunTrace()
         details: dict[str, Any] = {"stages": self.stage_names()}
-        decomposer = self.make_decomposer()
+        decomposer = bind_trace(self.make_decomposer(), trace)
         with stage_span("decomposer", decomposer.name):
             decomposed = await decomposer(target)
         if not decomposed.ok:
@@ -321,27 +329,28 @@ class ClaimPipeline(Method):
             details["gate"] = gate_details(self.gate.name, decisions)
         rest = [c for c in claims if _cid(c) not in settled]
         with stage_span("context_selector", self.selector.name):
-            selection = await self.selector(source, claims)
-        trace: dict[str, Any] = {}
+            selection = (await self.selector(source, claims)).with_trace(trace)
+        tried: dict[str, Any] = {}  # per claim, the label on each snippet tried
         verdicts: list[Verdict] = []
         if rest:
             try:
                 with stage_span("verifier", self.verifier.name):
-                    verdicts, trace = await self.verify(rest, selection, source)
+                    verdicts, tried = await self.verify(rest, selection, source)
             except ContextOverflowError as exc:
                 if selection.mode != "full" or self.opts.retrieval != "auto":  # type: ignore[attr-defined]
                     raise
                 with stage_span("context_selector", self.selector.name):
-                    selection = await self.selector.retrieve(source, claims,
-                                                             f"the model reported a context overflow: {exc}")
+                    selection = (await self.selector.retrieve(source, claims,
+                                                              f"the model reported a context overflow: {exc}")
+                                 ).with_trace(trace)
                 with stage_span("verifier", self.verifier.name):
-                    verdicts, trace = await self.verify(rest, selection, source)
+                    verdicts, tried = await self.verify(rest, selection, source)
         decided_by = f"verifier:{self.verifier.name}"
         verified = {_cid(v.claim): v if v.decided_by else v.model_copy(update={"decided_by": decided_by})
                     for v in verdicts}
         verdicts = [settled.get(_cid(c)) or verified[_cid(c)] for c in claims]
-        details["context"] = {**selection.describe(), **trace}
-        return PipelineRun(source, target, claims, selection, verdicts, details)
+        details["context"] = {**selection.describe(), **tried}
+        return PipelineRun(source, target, claims, selection, verdicts, details, trace)
 
     async def aggregate(self, run: PipelineRun) -> Aggregate:
         """Default: the fraction of judged claims that are supported (unscored claims are left out and counted)."""
@@ -359,27 +368,22 @@ class ClaimPipeline(Method):
         return [claim_finding(v) for v in run.verdicts if v.label in ("unsupported", "contradicted")]
 
     async def run(self, source: str, target: str) -> Report:
-        run = await self.evaluate(source, target)
+        trace = RunTrace()
+        run = await self.evaluate(source, target, trace)
         if isinstance(run, Report):
-            return run
+            return self.finish(run, trace)
         with stage_span("aggregator", self.name):
             aggregate = await self.aggregate(run)
         with stage_span("localizer", self.name):
             findings = await self.localize(run)
-        return Report(method=self.name, score=aggregate.score, unscored_reason=aggregate.unscored_reason,
-                      subscores=aggregate.subscores, claims=run.claims, verdicts=run.verdicts, findings=findings,
-                      details=run.details)
+        return self.finish(Report(method=self.name, score=aggregate.score, unscored_reason=aggregate.unscored_reason,
+                                  subscores=aggregate.subscores, claims=run.claims, verdicts=run.verdicts,
+                                  findings=findings, details=run.details), trace)
 
-
-def claim_finding(verdict: Verdict) -> Finding:
-    """The verdict's offending characters (``verdict.target_spans``) when it has them, else the claim's spans."""
-    claim = verdict.claim
-    what = "contradicted by" if verdict.label == "contradicted" else "not supported by"
-    description = f'"{claim.text}" is {what} the source.' + (f" {verdict.reason}" if verdict.reason else "")
-    confidence = None if verdict.support_probability is None else round(1.0 - verdict.support_probability, 6)
-    return Finding(description=description, kind=verdict.label,  # type: ignore[arg-type]
-                   target_spans=list(verdict.target_spans or claim.target_spans), evidence=list(verdict.evidence),
-                   claim_ids=[claim.id] if claim.id else [], confidence=confidence)
+    def finish(self, report: Report, trace: RunTrace) -> Report:
+        """The check's Report with what the method adds from the check's trace (also to an early, unscored
+        Report). Default: the Report as it is."""
+        return report
 
 
 def gate_details(gate_name: str, decisions: Sequence[GateDecision]) -> dict[str, Any]:

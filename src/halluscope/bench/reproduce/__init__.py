@@ -3,7 +3,9 @@ the paper's published numbers beside ours (``reproduce.json`` + ``reproduce.md``
 
 - :mod:`.papers`: the published numbers, kept as small validated JSON files (``paper_results/*.json``);
 - :mod:`.builders`: resumable builders of the evaluation sets (montage lies, perturbations, injections);
-- :mod:`.core`: rows, metrics, the runner (one resumable bench run per row) and the rendering;
+- :mod:`.spec`: rows, metrics, the protocol and the run's context; :mod:`.table`: our value per (row, metric)
+  from the row's bench results; :mod:`.running`: the runner (one resumable bench run per row); :mod:`.render`:
+  markdown and terminal output; :mod:`.core` re-exports them all (the old path);
 - :mod:`.protocols`: the five protocols (``dove``, ``dcr``, ``final``, ``longdoc``, ``probe``).
 """
 

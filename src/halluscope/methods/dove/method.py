@@ -33,9 +33,9 @@ from halluscope.methods.pipeline import (
     _shared_index,  # the index the retrieval stage built (cached per source)
 )
 from halluscope.prompts import PromptTemplate
-from halluscope.records import Claim, Finding, Report, StepResult
+from halluscope.records import Claim, Finding, StepResult
 from halluscope.retrieval import SourceIndex, fits_in_context
-from halluscope.stages import Decomposer, build_stage
+from halluscope.stages import Aggregate, Decomposer, build_stage
 
 if TYPE_CHECKING:
     from halluscope.config import Config
@@ -69,6 +69,13 @@ class _OrderOutcome:
     shuffle_degree: float | None = None
     findings: list[Finding] = field(default_factory=list)
     error: str | None = None
+
+
+@dataclass
+class DoveOrderFindings:
+    """One check's findings about events out of order (a record of the check's trace)."""
+
+    findings: list[Finding] = field(default_factory=list)
 
 
 @register_method
@@ -123,10 +130,9 @@ class Dove(ClaimPipeline):
         return fits_in_context(self.llm, source, reserve_tokens=reserve)
 
     # -- DoveScore ----------------------------------------------------------------------------------------
-    async def run(self, source: str, target: str) -> Report:
-        run = await self.evaluate(source, target)
-        if isinstance(run, Report):
-            return run
+    async def aggregate(self, run: PipelineRun) -> Aggregate:
+        """DoveScore from the verified facts and the verified events' order; the order's findings are recorded in
+        the check's trace (:class:`DoveOrderFindings`) for :meth:`localize`."""
         details = run.details
         label = {v.claim.id: v.label for v in run.verdicts}
         events = [c for c in run.claims if c.kind != "descriptive"]
@@ -139,24 +145,23 @@ class Dove(ClaimPipeline):
         scored_descriptive = [c for c in descriptive if label[c.id] != "unscored"]
         verified_events = [c for c in scored_events if label[c.id] == "supported"]
         n_desc_correct = sum(label[c.id] == "supported" for c in scored_descriptive)
-        findings = await self.localize(run)
-
-        def report(**kwargs: Any) -> Report:
-            return Report(method=self.name, claims=run.claims, verdicts=run.verdicts, details=details, **kwargs)
-
         if not scored_events and not scored_descriptive:
-            return report(unscored_reason=f"none of the {len(run.claims)} facts could be checked "
-                                          f"({unscored[0].reason})", findings=findings)
+            return Aggregate(None, {}, f"none of the {len(run.claims)} facts could be checked ({unscored[0].reason})")
         counts = (len(scored_events), len(verified_events), len(scored_descriptive), n_desc_correct)
         shuffle: float | None = None
         if scored_events:
             order = await self.event_order(verified_events, run)
             if order.error is not None:
-                return report(unscored_reason=order.error, subscores=partial_subscores(*counts), findings=findings)
+                return Aggregate(None, partial_subscores(*counts), order.error)
             shuffle = order.shuffle_degree
-            findings += order.findings
+            run.trace.record(DoveOrderFindings).findings.extend(order.findings)
         scores = dove_score(*counts, shuffle)
-        return report(score=scores.score, subscores=scores.subscores(), findings=findings)
+        return Aggregate(scores.score, scores.subscores())
+
+    async def localize(self, run: PipelineRun) -> list[Finding]:
+        """Unsupported facts, then the events out of order (when the order was scored)."""
+        order = run.trace.get(DoveOrderFindings)
+        return await super().localize(run) + (order.findings if order is not None else [])
 
     async def event_order(self, events: list[Claim], run: PipelineRun) -> _OrderOutcome:
         """Sort the verified events by the source and by the target and compare the two orderings; every

@@ -8,6 +8,7 @@ prompt's example unless its segment really occurs in the target.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,8 @@ from rapidfuzz import fuzz
 from halluscope.llm.structured import generate_reply
 from halluscope.methods.probe.options import ProbeOptions
 from halluscope.methods.probe.replies import DECOMPOSE_PROMPT, ClaimEntry, ClaimsReply, is_template_echo, reply_examples
-from halluscope.methods.probe.trace import current_trace
+from halluscope.methods.probe.trace import ProbeTrace
+from halluscope.methods.trace import RunTrace
 from halluscope.records import Claim, StepResult
 from halluscope.stages import register_stage
 from halluscope.text import ParseError, locate, split_sentences
@@ -91,12 +93,19 @@ class ProbeDecomposer:
     failed step (``unscored``)."""
 
     name: str
+    trace: RunTrace | None = None  # the check's trace (with_trace), where the decomposition is recorded
 
     def __init__(self, method: "Method"):
         self.llm = method.llm
         self.prompt = method.prompt(DECOMPOSE_PROMPT)
         opts = method.opts if isinstance(method.opts, ProbeOptions) else ProbeOptions()
         self.fallback = opts.on_decompose_error
+
+    def with_trace(self, trace: RunTrace) -> ProbeDecomposer:
+        """This decomposer, recording its step into ``trace`` (one check's)."""
+        bound = copy.copy(self)
+        bound.trace = trace
+        return bound
 
     async def __call__(self, target: str) -> StepResult[list[Claim]]:
         def parse(text: str) -> Any:
@@ -112,9 +121,8 @@ class ProbeDecomposer:
             claims, placements = sentence_claims(target)
         else:
             error, claims, placements = step.error, [], []
-        trace = current_trace()
-        if trace is not None:
-            trace.decomposition = {
+        if self.trace is not None:
+            self.trace.record(ProbeTrace).decomposition = {
                 "claims": [{"id": c.id, "text": c.text,
                             "span": c.target_spans[0].model_dump() if c.target_spans else None, **p}
                            for c, p in zip(claims, placements)],

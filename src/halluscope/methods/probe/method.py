@@ -20,7 +20,8 @@ from halluscope.methods.pipeline import ClaimPipeline, PipelineRun, claim_findin
 from halluscope.methods.probe.options import ProbeOptions
 from halluscope.methods.probe.replies import (DECOMPOSE_PROMPT, EVALUATE_BATCH_PROMPT, EVALUATE_PROMPT,
                                               FIND_EVIDENCE_BATCH_PROMPT, FIND_EVIDENCE_PROMPT)
-from halluscope.methods.probe.trace import ProbeTrace, recording
+from halluscope.methods.probe.trace import ProbeTrace
+from halluscope.methods.trace import RunTrace
 from halluscope.methods.probe.verifier import ProbeVerifier
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Finding, Report, Verdict
@@ -113,16 +114,15 @@ class Probe(ClaimPipeline):
         return [probe_finding(v) if v.label == "unsupported" else claim_finding(v)
                 for v in run.verdicts if v.label in ("unsupported", "contradicted")]
 
-    async def run(self, source: str, target: str) -> Report:
-        trace = ProbeTrace()
-        with recording(trace):
-            report = await super().run(source, target)
-        details: dict[str, Any] = {**report.details, "steps": trace.steps(report)}
+    def finish(self, report: Report, trace: RunTrace) -> Report:
+        """The step record (``details["steps"]``) and the quote counts, from the check's :class:`ProbeTrace`."""
+        steps = trace.record(ProbeTrace)
+        details: dict[str, Any] = {**report.details, "steps": steps.steps(report)}
         if "context" in report.details:
             details["source_mode"] = report.details["context"]["mode"]
         if isinstance(self.verifier, ProbeVerifier):
             details["verifier"] = self.verifier.describe()
-        subscores = {**report.subscores, **trace.quote_counts()} if report.verdicts else report.subscores
+        subscores = {**report.subscores, **steps.quote_counts()} if report.verdicts else report.subscores
         return report.model_copy(update={"details": details, "subscores": subscores})
 
 

@@ -1,15 +1,13 @@
 """The step record of one ``probe`` check: what each step produced, for ``Report.details["steps"]``.
 
-Stages record into the :class:`ProbeTrace` that :func:`recording` makes current (a context variable, so
-concurrent checks on one method instance never mix their records). Outside a ``probe`` check (e.g. PROBE's
-verifier swapped into ``factscore``) nothing is current and nothing is recorded.
+Stages record into the check's :class:`ProbeTrace`, one record of the check's
+:class:`~halluscope.methods.trace.RunTrace` that the pipeline passes along (the decomposer through
+``with_trace``, the verifier on each ``Context``), so concurrent checks on one method instance never mix their
+records; ``Probe.finish`` turns it into the details. Outside a pipeline check nothing is recorded.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,19 +78,3 @@ def _claim_outcome(claim_id: str, label: str, decisions: list[dict[str, Any]]) -
     failed every passage), ``unscored:<why>``; the bare label when no context gave it (e.g. a claim left
     unscored because some of its snippets could not be checked)."""
     return next((d["outcome"] for d in decisions if d["claim_id"] == claim_id and d["label"] == label), label)
-
-
-_CURRENT: ContextVar[ProbeTrace | None] = ContextVar("halluscope_probe_trace", default=None)
-
-
-def current_trace() -> ProbeTrace | None:
-    return _CURRENT.get()
-
-
-@contextmanager
-def recording(trace: ProbeTrace) -> Iterator[ProbeTrace]:
-    token = _CURRENT.set(trace)
-    try:
-        yield trace
-    finally:
-        _CURRENT.reset(token)

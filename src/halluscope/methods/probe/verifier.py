@@ -29,7 +29,7 @@ from halluscope.methods.probe.options import ProbeOptions
 from halluscope.methods.probe.replies import (EVALUATE_BATCH_PROMPT, EVALUATE_PROMPT, FIND_EVIDENCE_BATCH_PROMPT,
                                               FIND_EVIDENCE_PROMPT, FIND_REPLY_TOKENS, EvidenceBatchEntry,
                                               EvidenceReply, is_template_echo)
-from halluscope.methods.probe.trace import current_trace
+from halluscope.methods.probe.trace import ProbeTrace
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Evidence, LLMCall, Verdict
 from halluscope.stages import Context, build_stage, register_stage
@@ -152,10 +152,10 @@ class ProbeVerifier(LLMVerifier):
         return self.settle(claim, context, search, judgments)
 
     def settle(self, claim: Claim, context: Context, search: QuoteSearch, judgments: list[EvidenceJudgment]) -> Verdict:
-        """The claim's verdict from its search and judgments, recorded in the running trace."""
+        """The claim's verdict from its search and judgments, recorded in the check's trace (``context.trace``)."""
         verdict, outcome = decide(claim, search, judgments)
-        trace = current_trace()
-        if trace is not None:
+        if context.trace is not None:
+            trace = context.trace.record(ProbeTrace)
             trace.searches.append(search.record())
             trace.judgments.extend(j.record(i, context.rank, context.kind) for i, j in enumerate(judgments))
             trace.outcomes.append({"claim_id": claim.id, "context": {"rank": context.rank, "kind": context.kind},

@@ -1,0 +1,29 @@
+"""DCR's paragraph level: the whole target as one unit."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from halluscope.records import Claim, Span, StepResult
+from halluscope.stages import register_stage
+
+if TYPE_CHECKING:  # pragma: no cover
+    from halluscope.methods.base import Method
+
+
+@register_stage("paragraph", "decomposer")
+class ParagraphDecomposer:
+    """The whole target as one claim of kind paragraph (no LLM call): DCR's paragraph level."""
+
+    name: str
+
+    def __init__(self, method: "Method | None" = None):
+        pass
+
+    async def __call__(self, target: str) -> StepResult[list[Claim]]:
+        text = target.strip()
+        if not text:
+            return StepResult.success([])
+        start = len(target) - len(target.lstrip())
+        return StepResult.success([Claim(text=text, kind="paragraph", id="s1",
+                                         target_spans=[Span(start=start, end=start + len(text))])])

@@ -1,0 +1,84 @@
+"""Eq. 3 of seed 001 (Z from AMC's marks, with App. I's alpha and beta) and DCR's aggregation under
+``amc_weights=paper``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from halluscope.methods.dcr.verifier import NO_REASON, OtherReason
+from halluscope.records import Verdict
+from halluscope.stages import Aggregate
+
+
+@dataclass(frozen=True)
+class AmcScore:
+    """Eq. 3 of seed 001. ``marks`` are all k marked reasons; ``sentence_level[i]`` says whether reason i
+    counts (is the one reason kept for exactly one sentence)."""
+
+    marks: tuple[int, ...]
+    sentence_level: tuple[bool, ...]
+    alpha: float
+    beta: float
+    z: float | None  # Z in [-1, 1]; None when no reason is sentence-level (k + beta = 0)
+    score: float | None  # (Z + 1) / 2
+
+    @property
+    def k(self) -> int:
+        return len(self.marks)
+
+
+def amc_score(marks: list[int] | tuple[int, ...], sentence_level: list[bool] | tuple[bool, ...]) -> AmcScore:
+    """``Z = (sum z + alpha) / (k + beta)`` with ``alpha = -sum(z of excluded)``, ``beta = -#excluded``.
+
+    Seed 001 App. I: marks [-1, +1, -1] where the first reason is paragraph-level -> alpha = 1, beta = -1,
+    Z = (-1 + 1) / 2 = 0, score 0.5."""
+    if len(marks) != len(sentence_level):
+        raise ValueError(f"{len(marks)} marks but {len(sentence_level)} sentence-level flags")
+    if any(m not in (1, -1) for m in marks):
+        raise ValueError("marks must be +1 or -1")
+    alpha = float(-sum(m for m, s in zip(marks, sentence_level) if not s))
+    beta = float(-sum(1 for s in sentence_level if not s))
+    denominator = len(marks) + beta
+    if denominator == 0:
+        return AmcScore(tuple(marks), tuple(sentence_level), alpha, beta, None, None)
+    z = (sum(marks) + alpha) / denominator
+    return AmcScore(tuple(marks), tuple(sentence_level), alpha, beta, z, (z + 1) / 2)
+
+
+LABEL_MARKS: dict[str, int] = {"supported": 1, "unsupported": -1, "contradicted": -1}
+"""A verdict's mark in Z (any verifier's labels); unscored verdicts have none."""
+
+
+def _paper_aggregate(verdicts: Sequence[Verdict], judged: Sequence[Verdict], others: Sequence[OtherReason],
+                     unmarked: Sequence[str], subscores: dict[str, float | None]) -> Aggregate:
+    """Eq. 3 as the paper's experiments ran it: alpha = beta = 0, so Z is the mean of every mark AMC gave --
+    one per sentence, plus any reason not about exactly one sentence. Z needs every one of them: a sentence
+    (or reason) without a mark is neither dropped (which would shrink k) nor guessed, so the Report is
+    unscored, saying which."""
+    missing = [(i, v) for i, v in enumerate(verdicts) if v.label not in LABEL_MARKS]
+    subscores["unscored_units"] = float(len(missing))
+    if missing or unmarked:
+        if missing:
+            i, first = missing[0]
+            what = f"{len(missing)} of {len(verdicts)} sentences have no mark (sentence {i + 1}: {first.reason})"
+        else:
+            what = f"{len(unmarked)} DCE reason(s) could not be marked ({unmarked[0][:80]!r})"
+        return Aggregate(None, subscores, f"{what}; with alpha = beta = 0 (amc_weights=paper) Z averages over all "
+                                          "sentences, so none can be left out or guessed; amc_weights=auto scores "
+                                          "the judged sentences only"[:1000])
+    marks = [LABEL_MARKS[v.label] for v in judged] + [o.mark for o in others]
+    amc = amc_score(marks, [True] * len(marks))
+    subscores.update({"Z": amc.z, "alpha": amc.alpha, "beta": amc.beta, "k": float(amc.k)})
+    if amc.score is None:
+        return Aggregate(None, subscores, "no sentence received a usable judgment (no units)")
+    return Aggregate(amc.score, subscores)
+
+
+def _why_none(verdicts: Sequence[Verdict], others: Sequence[OtherReason]) -> str:
+    specific = [v.reason for v in verdicts if v.label == "unscored" and v.reason != NO_REASON]
+    if specific:
+        return specific[0]
+    if others:
+        return "only reasons not about a single sentence"
+    return verdicts[0].reason if verdicts else "no units"
