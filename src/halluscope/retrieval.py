@@ -38,12 +38,13 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from halluscope.records import Claim, Span
+from halluscope.methods.options import StageOptions, options_view
 from halluscope.stages import register_stage
 from halluscope.text import Sentence, split_sentences
 
@@ -884,6 +885,14 @@ class Retrieve:
     from the process-wide cache, built off the event loop)."""
 
     name: str
+    Options: ClassVar[type[StageOptions]] = options_view(
+        "RetrieveOptions", RetrievalConfig, list(RetrievalConfig.model_fields),  # type: ignore[arg-type]
+        "The retrieval settings (RetrievalConfig).")
+
+    @classmethod
+    def from_options(cls, model: Any, options: StageOptions) -> "Retrieve":
+        """The stage from its options (``build_stage("generator", "retrieve", options={...})``); no model."""
+        return cls(RetrievalConfig(**options.model_dump()))
 
     def __init__(self, config: RetrievalConfig | None = None):
         self.config = config or RetrievalConfig()

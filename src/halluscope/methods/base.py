@@ -45,6 +45,7 @@ class Method(ABC):
         self.config = config or Config()
         self._llm = llm
         self._owns_llm = llm is None  # built here from the config (see ``llm``): closed by ``close``
+        self._named_llms: dict[str, LLM] = {}  # clients built by ``named_llm``: closed by ``close``
         self.opts = self.Options.parse(self.name, options)
         self._resolved: dict[str, PromptTemplate] = {}
         for template in self.prompts:
@@ -63,6 +64,39 @@ class Method(ABC):
             self._llm = get_llm(self.config)
         return self._llm
 
+    def named_llm(self, model: str) -> LLM:
+        """A client for another model at the main model's endpoint (PROBE's judges), built once per name, sharing
+        the main client's response cache (keys carry the model's name, so nothing mixes) instead of opening a
+        cache connection of its own."""
+        client = self._named_llms.get(model)
+        if client is None:
+            shared = self.llm.cache
+            if shared is None:
+                client = get_llm(self.config.with_overrides(model=model))
+            else:
+                client = get_llm(self.config.with_overrides(model=model, cache=False))
+                client.cache = shared
+            self._named_llms[model] = client
+        return client
+
+    def build_stage(self, kind: str, name: str, options: Any = None) -> Any:
+        """The named stage built for this method: with its LLM (when the stage calls one; ``uses_llm``), the
+        method's prompt overrides and ``named_llm``; ``options`` None gives the stage the method's values of the
+        options it declares too (the method's flat options serve its own stages)."""
+        from halluscope.methods.options import own_options
+        from halluscope.stages import build_stage, stage_spec
+
+        spec = stage_spec(kind, name)
+        if options is None:
+            options = own_options(spec.options_model, self.opts)
+        model = self.llm if getattr(spec.factory, "uses_llm", True) else None
+        return build_stage(kind, name, model, options, prompts=self.prompt, named_llm=self.named_llm,
+                           **self.stage_collaborators())
+
+    def stage_collaborators(self) -> dict[str, Any]:
+        """Further collaborators this method offers the stages it builds (a claim method: ``fits``)."""
+        return {}
+
     @property
     def model_name(self) -> str | None:
         """The model's name; the configured one when the backend could not be built (so reporting an
@@ -78,6 +112,11 @@ class Method(ABC):
         """Release the clients this instance built itself (its own LLM client, extra judges' clients) and their
         cache connections; clients passed in belong to the caller. For an instance no one uses any more (a
         server evicting it); harmless to call twice."""
+        shared = self._llm.cache if self._llm is not None else None
+        for client in self._named_llms.values():
+            if client is not self._llm:
+                client.close(cache=client.cache is not shared)
+        self._named_llms = {}
         if self._owns_llm and self._llm is not None:
             self._llm.close()
             self._llm = None

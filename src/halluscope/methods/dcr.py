@@ -67,19 +67,19 @@ from halluscope.llm.structured import generate_reply
 from halluscope.methods import register_method
 from halluscope.methods.batching import (BatchStep, ask_batch, batch_reply_budget, chunked, gather_or_cancel,
                                          judge_in_batches)
-from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions
+from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions, StageOptions
 from halluscope.methods.pipeline import (ClaimPipeline, LLMVerifier, PipelineRun, best_verdict, claim_finding,
                                          messages_tokens,
                                          reply_budget)
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Finding, LLMCall, Report, Span, StepResult, Verdict
-from halluscope.stages import Aggregate, Context, Decomposer, Selection, build_stage, register_stage
+from halluscope.stages import Aggregate, Context, Decomposer, PromptResolver, Selection, register_stage, same_prompt
 from halluscope.text import ParseError
 from halluscope.text.placeholders import is_placeholder, shown_strings
 from halluscope.text.verdict_words import verdict_mark
 
 if TYPE_CHECKING:  # pragma: no cover
-    from halluscope.methods.base import Method
+    from halluscope.llm import LLM
 
 Level = Literal["sentence", "paragraph"]
 AmcMode = Literal["llm", "rule"]
@@ -382,10 +382,10 @@ class AutoMetricConverter:
     design); an unusable reply leaves every reason unmarked with the error. ``rule``: the verdict each reason
     states in words (:func:`verdict_mark`), no call; a reason that states none is unmarked."""
 
-    def __init__(self, method: "Method", mode: AmcMode = "llm"):
-        self.llm = method.llm
+    def __init__(self, llm: "LLM", mode: AmcMode = "llm", prompt: PromptTemplate = AMC_PROMPT):
+        self.llm = llm
         self.mode: AmcMode = mode
-        self.prompt = method.prompt(AMC_PROMPT)
+        self.prompt = prompt
 
     async def __call__(self, reasons: Sequence[str]) -> AmcMarks:
         n = len(reasons)
@@ -491,19 +491,24 @@ class DcrVerifier(LLMVerifier):
 
     Against the whole source one DCE call judges all claims at once, numbered (as the paper does); a lone
     ``paragraph`` claim is judged with the paragraph prompt; against a retrieved snippet each claim gets a
-    call of its own. AMC per :class:`AutoMetricConverter` (``amc`` option of the method; ``llm`` otherwise).
-    Reasons that are not about one claim go to the running DCR's notes (other methods ignore them)."""
+    call of its own. AMC per :class:`AutoMetricConverter` (option ``amc``). Reasons that are not about one
+    claim go to the running DCR's notes (other methods ignore them)."""
 
     reply_tokens = DCE_REPLY_TOKENS
 
-    def __init__(self, method: "Method"):
-        super().__init__(method)
-        self.amc_mode: AmcMode = getattr(method.opts, "amc", "llm")
-        self.sentence_prompt = method.prompt(DCE_SENTENCE_PROMPT)
-        self.paragraph_prompt = method.prompt(DCE_PARAGRAPH_PROMPT)
-        self.excerpt_prompt = method.prompt(DCE_EXCERPT_PROMPT)
-        self.excerpt_batch_prompt = method.prompt(DCE_EXCERPT_BATCH_PROMPT)
-        self.amc = AutoMetricConverter(method, self.amc_mode)
+    class Options(StageOptions):
+        amc: AmcMode = "llm"
+        """How reasons become +1/-1: llm (a call that reads only the reasons, the paper's AMC) or rule (the verdict words each reason states; no extra call)."""
+
+    def __init__(self, model: "LLM", options: "DcrVerifier.Options | None" = None, *,
+                 prompts: PromptResolver = same_prompt):
+        super().__init__(model, options, prompts=prompts)
+        self.amc_mode: AmcMode = self.options.amc
+        self.sentence_prompt = prompts(DCE_SENTENCE_PROMPT)
+        self.paragraph_prompt = prompts(DCE_PARAGRAPH_PROMPT)
+        self.excerpt_prompt = prompts(DCE_EXCERPT_PROMPT)
+        self.excerpt_batch_prompt = prompts(DCE_EXCERPT_BATCH_PROMPT)
+        self.amc = AutoMetricConverter(model, self.amc_mode, prompts(AMC_PROMPT))
 
     def used_prompts(self) -> list[PromptTemplate]:
         return [self.sentence_prompt, self.excerpt_prompt] + ([self.amc.prompt] if self.amc_mode == "llm" else [])
@@ -693,8 +698,9 @@ class ParagraphDecomposer:
     """The whole target as one claim of kind paragraph (no LLM call): DCR's paragraph level."""
 
     name: str
+    uses_llm: ClassVar[bool] = False
 
-    def __init__(self, method: "Method | None" = None):
+    def __init__(self, model: Any = None, options: StageOptions | None = None):
         pass
 
     async def __call__(self, target: str) -> StepResult[list[Claim]]:
@@ -718,7 +724,7 @@ class DCR(ClaimPipeline):
     default_verifier = "dcr"
 
     def make_decomposer(self) -> Decomposer:
-        return build_stage("decomposer", "paragraph" if self.opts.level == "paragraph" else "sentences", self)
+        return self.build_stage("decomposer", "paragraph" if self.opts.level == "paragraph" else "sentences")  # type: ignore[no-any-return]
 
     def used_prompts(self) -> list[PromptTemplate]:
         if not isinstance(self.verifier, DcrVerifier):

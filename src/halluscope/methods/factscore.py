@@ -49,7 +49,7 @@ from rapidfuzz import fuzz, process
 from halluscope.llm.replies import Reply
 from halluscope.llm.structured import generate_reply
 from halluscope.methods import register_method
-from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions
+from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions, StageOptions
 from halluscope.methods.batching import (
     BatchStep,
     ask_batch,
@@ -68,7 +68,7 @@ from halluscope.methods.pipeline import (
 )
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Finding, LLMCall, Span, StepResult, Verdict
-from halluscope.stages import Context, build_stage, register_stage
+from halluscope.stages import Context, PromptResolver, register_stage, same_prompt
 from halluscope.text import ParseError, Sentence, locate, split_sentences
 from halluscope.text.descriptions import (
     MAX_FUZZY_DESCRIPTIONS,
@@ -88,6 +88,7 @@ from halluscope.text.placeholders import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
+    from halluscope.llm import LLM
     from halluscope.methods.base import Method
 
 DedupMode = Literal["fuzzy", "llm", "none"]
@@ -363,9 +364,9 @@ class FactScoreDecomposer:
 
     name: str
 
-    def __init__(self, method: Method):
-        self.llm = method.llm
-        self.prompt = method.prompt(FACTSCORE_DECOMPOSE_PROMPT)
+    def __init__(self, model: LLM, options: StageOptions | None = None, *, prompts: PromptResolver = same_prompt):
+        self.llm = model
+        self.prompt = prompts(FACTSCORE_DECOMPOSE_PROMPT)
 
     async def __call__(self, target: str) -> StepResult[list[Claim]]:
         sentences = split_sentences(target)
@@ -385,22 +386,29 @@ class FactScoreDecomposer:
 class FactScoreVerifier(LLMVerifier):
     """One call per claim: supported by the context or not (a stated JSON boolean), inconsistencies described.
 
-    With ``describe`` (a FActScore option; on for other methods) an unsupported claim's inconsistencies are
-    its reason, one per line; without it the model only states the boolean. With the whole source and
-    ``batch_size`` > 1 (a FActScore option; 1 for other methods) several facts are judged per call, each on its
-    own (:mod:`halluscope.methods.batching`); a fact the batch reply does not judge is asked on its own. Against
-    a retrieved snippet every fact has its own context, so each gets its own call."""
+    With ``describe`` an unsupported claim's inconsistencies are its reason, one per line; without it the model
+    only states the boolean. With the whole source and ``batch_size`` > 1 several facts are judged per call,
+    each on its own (:mod:`halluscope.methods.batching`); a fact the batch reply does not judge is asked on its
+    own. Against a retrieved snippet every fact has its own context, so each gets its own call."""
 
     reply_tokens = VERIFY_REPLY_TOKENS
 
-    def __init__(self, method: Method):
-        super().__init__(method)
-        self.describe = bool(getattr(method.opts, "describe", True))
-        self.batch_size = int(getattr(method.opts, "batch_size", 1) or 1)
+    class Options(StageOptions):
+        describe: bool = True
+        """Ask for a description of each inconsistency of an unsupported fact (FINAL's Pipeline); else yes/no only."""
+
+        batch_size: int = Field(default=1, ge=1, le=MAX_BATCH_SIZE)
+        """Facts per verification call when the whole source is sent, each still judged on its own (1 = the paper's one call per fact)."""
+
+    def __init__(self, model: LLM, options: "FactScoreVerifier.Options | None" = None, *,
+                 prompts: PromptResolver = same_prompt):
+        super().__init__(model, options, prompts=prompts)
+        self.describe = self.options.describe
+        self.batch_size = self.options.batch_size
         self.schema: type[FactCheckReply] = FactJudgmentReply if self.describe else FactCheckReply
-        self.prompt = method.prompt(FACTSCORE_DESCRIBE_PROMPT if self.describe else FACTSCORE_VERIFY_PROMPT)
-        self.batch_prompt = method.prompt(FACTSCORE_DESCRIBE_BATCH_PROMPT if self.describe
-                                          else FACTSCORE_VERIFY_BATCH_PROMPT)
+        self.prompt = prompts(FACTSCORE_DESCRIBE_PROMPT if self.describe else FACTSCORE_VERIFY_PROMPT)
+        self.batch_prompt = prompts(FACTSCORE_DESCRIBE_BATCH_PROMPT if self.describe
+                                    else FACTSCORE_VERIFY_BATCH_PROMPT)
         self.batch_reply: type[Reply] = FactJudgmentBatchReply if self.describe else FactCheckBatchReply
         self.batch_entry: type[FactCheckReply] = FactJudgmentBatchEntry if self.describe else FactCheckBatchEntry
 
@@ -542,7 +550,7 @@ class FactScore(ClaimPipeline):
     default_verifier = "factscore"
 
     def make_decomposer(self) -> FactScoreDecomposer:
-        return cast(FactScoreDecomposer, build_stage("decomposer", "factscore", self))
+        return cast(FactScoreDecomposer, self.build_stage("decomposer", "factscore"))
 
     def used_prompts(self) -> list[PromptTemplate]:
         used = [self.prompt(FACTSCORE_DECOMPOSE_PROMPT)]

@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Any
 from rapidfuzz import fuzz
 
 from halluscope.llm.structured import generate_reply
-from halluscope.methods.probe.options import ProbeOptions
+from halluscope.methods.probe.options import ProbeDecomposerOptions
 from halluscope.methods.probe.replies import DECOMPOSE_PROMPT, ClaimEntry, ClaimsReply, is_template_echo, reply_examples
 from halluscope.methods.probe.trace import current_trace
 from halluscope.records import Claim, StepResult
-from halluscope.stages import register_stage
+from halluscope.stages import PromptResolver, register_stage, same_prompt
 from halluscope.text import ParseError, locate, split_sentences
 
 if TYPE_CHECKING:  # pragma: no cover
-    from halluscope.methods.base import Method
+    from halluscope.llm import LLM
 
 CLAIM_EXAMPLES = reply_examples(ClaimsReply)
 
@@ -91,12 +91,12 @@ class ProbeDecomposer:
     failed step (``unscored``)."""
 
     name: str
+    Options = ProbeDecomposerOptions
 
-    def __init__(self, method: "Method"):
-        self.llm = method.llm
-        self.prompt = method.prompt(DECOMPOSE_PROMPT)
-        opts = method.opts if isinstance(method.opts, ProbeOptions) else ProbeOptions()
-        self.fallback = opts.on_decompose_error
+    def __init__(self, model: "LLM", options: Any = None, *, prompts: PromptResolver = same_prompt):
+        self.llm = model
+        self.prompt = prompts(DECOMPOSE_PROMPT)
+        self.fallback = (options or self.Options()).on_decompose_error
 
     async def __call__(self, target: str) -> StepResult[list[Claim]]:
         def parse(text: str) -> Any:
