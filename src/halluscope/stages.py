@@ -216,8 +216,9 @@ _loaded = False
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class UnknownStageError(ValueError):
-    """No stage of that protocol is registered under that name (the message lists the ones that are)."""
+class UnknownStageError(OptionsError):
+    """No stage of that protocol is registered under that name (the message lists the ones that are); an
+    :class:`OptionsError`, since stages are chosen by option."""
 
 
 def register_stage(name: str, protocol: ProtocolName = "generator", description: str = "",

@@ -96,6 +96,8 @@ def _allowed(cls: type[MethodOptions], loc: tuple[Any, ...]) -> str:
 
 def _type_name(annotation: Any) -> str:
     origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:  # the constraints are checked, not part of the type's name
+        return _type_name(typing.get_args(annotation)[0])
     if origin is Literal:
         return "|".join(str(a) for a in typing.get_args(annotation))
     if origin is not None:

@@ -253,6 +253,7 @@ class ClaimPipeline(Method):
 
     def __init__(self, llm: LLM | None = None, config: Config | None = None, **options: Any):
         namespaced = split_namespaced(self.name, options)
+        self._refuse_misplaced(options)
         super().__init__(llm, config, **options)
         self.stage_given = {kind: dict(values) for kind, values in namespaced.items()}
         for kind, values in namespaced.items():
@@ -269,6 +270,18 @@ class ClaimPipeline(Method):
         gate_name = getattr(self.opts, "gate", None)
         self.gate_options = stage_options("gate", gate_name, namespaced.get("gate", {})) if gate_name else None
         self.gate: Gate | None = self.build_stage("gate", gate_name, self.gate_options) if gate_name else None
+
+    def _refuse_misplaced(self, options: dict[str, Any]) -> None:
+        """A flat option the method lacks but its chosen verifier or gate has: say how to give it (namespaced)."""
+        for kind in SWAPPABLE:
+            chosen = options.get(kind)
+            if not isinstance(chosen, str) or not chosen:
+                continue
+            fields = stage_spec(kind, chosen).options_model.model_fields
+            misplaced = [k for k in options if k not in self.Options.model_fields and k in fields]
+            if misplaced:
+                raise OptionsError(f"{', '.join(misplaced)}: an option of the {kind} {chosen!r}, not of {self.name}; "
+                                   f"give it as {', '.join(f'{kind}.{k}' for k in misplaced)}")
 
     def options(self) -> dict[str, Any]:
         """The method's options, and the namespaced stage options given (``verifier.judges``), as validated."""
