@@ -249,17 +249,16 @@ def register_stage(name: str, protocol: ProtocolName = "generator", description:
 
 def _load_builtins() -> None:
     global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    for module in _BUILTIN_MODULES:
-        try:
-            importlib.import_module(module)
-        except ImportError:  # a module whose optional dependency is missing registers nothing
-            continue
+    if not _loaded:
+        _loaded = True
+        for module in _BUILTIN_MODULES:
+            try:
+                importlib.import_module(module)
+            except ImportError:  # a module whose optional dependency is missing registers nothing
+                continue
     from halluscope.plugins import load_entry_points
 
-    load_entry_points("halluscope.stages")  # importing a plugin's module registers its stages
+    load_entry_points("halluscope.stages")  # once per process: importing a plugin's module registers its stages
 
 
 def stages(protocol: str | None = None) -> list[StageSpec]:
