@@ -170,3 +170,10 @@ def test_describe_stages_is_json_with_options():
     rows = json.loads(json.dumps(halluscope.stages.describe_stages()))
     probe = next(r for r in rows if (r["protocol"], r["name"]) == ("verifier", "probe"))
     assert {o["name"] for o in probe["options"]} >= {"judges", "samples", "batch_size"}
+
+
+def test_the_encoder_gate_takes_its_thresholds_as_options():
+    opts = stage_options("gate", "encoder:my-verifier", {"high": 0.95, "low": 0.05})
+    assert (opts.checkpoint, opts.high, opts.low) == ("my-verifier", 0.95, 0.05)
+    with pytest.raises(OptionsError, match="checkpoint is given twice"):
+        stage_options("gate", "encoder:my-verifier", {"checkpoint": "other"})
