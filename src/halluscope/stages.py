@@ -29,7 +29,7 @@ import importlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast, runtime_checkable
 
 from halluscope.methods.options import OptionsError, StageOptions
 from halluscope.records import Claim, Evidence, Span, StepResult, Verdict
@@ -312,7 +312,7 @@ def stage_options(protocol: str, name: str, options: Mapping[str, Any] | StageOp
             raise OptionsError(f"{protocol} stage {name!r}: {spec.argument_option} is given twice (after the "
                                "colon and as an option)")
         values[spec.argument_option] = argument
-    return model.parse(f"{protocol} stage {spec.name!r}", values)
+    return cast(StageOptions, model.parse(f"{protocol} stage {spec.name!r}", values))
 
 
 def build_stage(protocol: str, name: str, model: Any = None,

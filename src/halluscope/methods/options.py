@@ -53,20 +53,22 @@ class StageOptions(MethodOptions):
     (unknown keys refused, ranges checked, one line of doc per field). A stage with no options keeps it empty."""
 
 
-def options_view(name: str, source: type[MethodOptions], fields: Sequence[str], doc: str) -> type[StageOptions]:
-    """A stage options model holding ``fields`` of ``source`` (a method's flat options), each with the same type,
-    default, bounds, doc and validators: one declaration serves the method's flat option and its stage's."""
+def options_view(name: str, source: type[BaseModel], fields: Sequence[str], doc: str) -> Any:
+    """A stage options model (a :class:`StageOptions` subclass) holding ``fields`` of ``source`` (a method's flat
+    options), each with the same type, default, bounds, doc and validators: one declaration serves the method's
+    flat option and its stage's. Typed ``Any`` for the type checker, which cannot see the fields of a model built
+    at run time."""
     infos = source.model_fields
     validators = {}
     for key, decorator in source.__pydantic_decorators__.field_validators.items():
         kept = [f for f in decorator.info.fields if f in fields]
         if kept:
             func = getattr(decorator.func, "__func__", decorator.func)  # the classmethod, unbound
-            validators[key] = field_validator(*kept, mode=decorator.info.mode)(func)  # type: ignore[call-overload]
+            validators[key] = field_validator(*kept, mode=decorator.info.mode)(func)
     model = create_model(name, __base__=StageOptions, __doc__=doc, __validators__=validators,  # type: ignore[call-overload]
                          **{f: (infos[f].annotation, infos[f]) for f in fields})
     model.__module__ = source.__module__
-    return model  # type: ignore[no-any-return]
+    return model
 
 
 def own_options(stage_options: type[MethodOptions], method_options: MethodOptions) -> dict[str, Any]:

@@ -143,7 +143,7 @@ class SentenceDecomposer:
         self.kind = (options or self.Options()).claim_kind
 
     async def __call__(self, target: str) -> StepResult[list[Claim]]:
-        claims = [Claim(text=s.text, kind=self.kind, id=f"s{s.index + 1}", target_spans=[s.span])  # type: ignore[arg-type]
+        claims = [Claim(text=s.text, kind=self.kind, id=f"s{s.index + 1}", target_spans=[s.span])
                   for s in split_sentences(target)]
         return StepResult.success(claims)
 
@@ -163,7 +163,7 @@ class LLMVerifier:
         if model is None:
             raise TypeError(f"the {type(self).__name__} verifier needs an LLM (model=...)")
         self.llm = model
-        self.options = options if options is not None else self.Options()
+        self.options: Any = options if options is not None else self.Options()  # the subclass's Options
         self.prompts = prompts
 
     def messages(self, claims: Sequence[Claim], context_text: str) -> list[dict[str, str]]:

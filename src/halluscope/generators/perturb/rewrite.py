@@ -9,7 +9,7 @@ replies kept -- the original is never passed off as a perturbation.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import Literal, get_args
 
 from halluscope.generators.perturb.checks import (
     FORMAT_HINT, check_rewrite, parse_rewritten, reply_is_tagged, rewrite_stats,
@@ -80,7 +80,8 @@ REWRITE_PROMPTS: dict[str, PromptTemplate] = {
 }
 
 
-RewriteName = Literal[tuple(REWRITE_PROMPTS)]  # type: ignore[valid-type]
+RewriteName = Literal["paraphrased", "simplified", "synonym_replaced", "less_diverse", "negated", "compressed"]
+assert set(get_args(RewriteName)) == set(REWRITE_PROMPTS), "RewriteName must list every rewrite prompt"
 
 
 @register_stage("perturb_rewrite")
