@@ -79,24 +79,6 @@ class Method(ABC):
             self._named_llms[model] = client
         return client
 
-    def build_stage(self, kind: str, name: str, options: Any = None) -> Any:
-        """The named stage built for this method: with its LLM (when the stage calls one; ``uses_llm``), the
-        method's prompt overrides and ``named_llm``; ``options`` None gives the stage the method's values of the
-        options it declares too (the method's flat options serve its own stages)."""
-        from halluscope.methods.options import own_options
-        from halluscope.stages import build_stage, stage_spec
-
-        spec = stage_spec(kind, name)
-        if options is None:
-            options = own_options(spec.options_model, self.opts)
-        model = self.llm if getattr(spec.factory, "uses_llm", True) else None
-        return build_stage(kind, name, model, options, prompts=self.prompt, named_llm=self.named_llm,
-                           **self.stage_collaborators())
-
-    def stage_collaborators(self) -> dict[str, Any]:
-        """Further collaborators this method offers the stages it builds (a claim method: ``fits``)."""
-        return {}
-
     @property
     def model_name(self) -> str | None:
         """The model's name; the configured one when the backend could not be built (so reporting an

@@ -26,9 +26,9 @@ from pydantic import Field
 
 from halluscope.methods import register_method
 from halluscope.methods.base import Method
-from halluscope.methods.options import MethodOptions, options_view
+from halluscope.methods.options import MethodOptions, options_view, own_options
 from halluscope.records import Claim, Evidence, Report, Span, Verdict
-from halluscope.stages import GateDecision, register_stage
+from halluscope.stages import GateDecision, build_stage, register_stage
 from halluscope.text import split_sentences
 from halluscope.text.lexical import (
     Token,
@@ -286,7 +286,7 @@ class GateMethod(Method):
 
     def __init__(self, llm: Any = None, config: Any = None, **options: Any):
         super().__init__(llm, config, **options)
-        self.gate: LexicalGate = self.build_stage("gate", "lexical")
+        self.gate: LexicalGate = build_stage("gate", "lexical", None, own_options(LexicalGate.Options, self.opts))
 
     async def run(self, source: str, target: str) -> Report:
         from halluscope.methods.pipeline import claim_finding

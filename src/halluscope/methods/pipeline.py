@@ -289,8 +289,16 @@ class ClaimPipeline(Method):
         return {**super().options(), **{f"{kind}.{k}": chosen[kind].model_dump(mode="json")[k]  # type: ignore[union-attr]
                                         for kind, values in self.stage_given.items() for k in values}}
 
-    def stage_collaborators(self) -> dict[str, Any]:
-        return {"fits": self.source_fits}
+    def build_stage(self, kind: str, name: str, options: Any = None) -> Any:
+        """The named stage built for this method: with its LLM (when the stage calls one: ``uses_llm``), its
+        prompt overrides, ``named_llm`` and ``fits``; ``options`` None gives the stage the method's values of the
+        options it declares too (the method's flat options serve its own stages)."""
+        spec = stage_spec(kind, name)
+        if options is None:
+            options = own_options(spec.options_model, self.opts)
+        model = self.llm if getattr(spec.factory, "uses_llm", True) else None
+        return build_stage(kind, name, model, options, prompts=self.prompt, named_llm=self.named_llm,
+                           fits=self.source_fits)
 
     # -- stages -------------------------------------------------------------------------------------------
     def make_decomposer(self) -> Decomposer:
