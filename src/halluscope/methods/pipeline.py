@@ -29,7 +29,7 @@ from halluscope.methods.gate import gate_verdict
 from halluscope.methods.options import (ClaimOptions, OptionsError, RetrievalOptions, StageOptions, options_view,
                                         own_options)
 from halluscope.config import Config
-from halluscope.llm import LLM, ContextOverflowError, get_llm
+from halluscope.llm import LLM, ContextOverflowError
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, ClaimKind, Evidence, Finding, LLMCall, Relation, Report, StepResult, Verdict
 from halluscope.stages import (Aggregate, Context, Decomposer, Gate, GateDecision, PromptResolver, Selection,

@@ -106,6 +106,7 @@ class ProbeEvidenceFinder:
     PROBE step 2. Every quote gets exact source offsets or is rejected and recorded."""
 
     name: str
+    uses_llm = True
     Options = ProbeFinderOptions
 
     def __init__(self, model: "LLM", options: Any = None, *, prompts: PromptResolver = same_prompt,

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from halluscope.methods.batching import (BatchStep, ask_batch, batch_reply_budget, gather_or_cancel, judge_in_batches,
                                         numbered)
+from halluscope.methods.options import own_options
 from halluscope.methods.pipeline import LLMVerifier, messages_tokens
 from halluscope.methods.probe.evidence import ProbeEvidenceFinder, QuoteSearch, SourceSentences, context_around
 from halluscope.methods.probe.judge import EvidenceEvaluator, EvidenceJudgment, Judge
@@ -32,7 +33,7 @@ from halluscope.methods.probe.replies import (EVALUATE_BATCH_PROMPT, EVALUATE_PR
 from halluscope.methods.probe.trace import current_trace
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Evidence, LLMCall, Verdict
-from halluscope.stages import Context, PromptResolver, build_stage, register_stage, same_prompt
+from halluscope.stages import Context, PromptResolver, build_stage, register_stage, same_prompt, stage_spec
 
 if TYPE_CHECKING:  # pragma: no cover
     from halluscope.llm import LLM
@@ -93,10 +94,9 @@ class ProbeVerifier(LLMVerifier):
         super().__init__(model, options, prompts=prompts)
         self.opts = self.options
         finder = "top_sentences" if self.opts.evidence == "retrieval" else "probe"
-        self.finder = build_stage("evidence_finder", finder, model if finder == "probe" else None,
-                                  {k: v for k, v in self.opts.model_dump().items()
-                                   if k in ({"max_evidence"} if finder == "probe" else {"max_evidence", "retriever"})},
-                                  prompts=prompts)
+        spec = stage_spec("evidence_finder", finder)
+        self.finder = build_stage("evidence_finder", finder, model if getattr(spec.factory, "uses_llm", True) else None,
+                                  own_options(spec.options_model, self.opts), prompts=prompts)
         self.evaluate_prompt = prompts(EVALUATE_PROMPT)
         self.named_llm = named_llm
         if self.opts.judges and named_llm is None:
