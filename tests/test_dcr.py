@@ -500,8 +500,8 @@ class _KeywordVerifier:
     """Test-only verifier: a year the source lacks is contradicted, "Paris" cannot be judged, the rest is
     supported; it asks the model once per claim (to show its calls are kept)."""
 
-    def __init__(self, method):
-        self.llm = method.llm
+    def __init__(self, model, options=None):
+        self.llm = model
 
     def reserve_tokens(self, claims) -> int:
         return 10

@@ -722,7 +722,7 @@ async def test_a_placeholder_claim_in_a_batch_is_unscored_even_when_the_batch_re
     reply = json.dumps({"results": [{"id": i, "reason": "stated", "evidence": "", "supported": True}
                                     for i in (1, 2, 3)]})
     fake = FakeModel(default=reply)
-    checker = DoveFactChecker(Dove(llm=LLM(fake, cache=None), batch_size=3))
+    checker = DoveFactChecker(LLM(fake, cache=None), DoveFactChecker.Options(batch_size=3))
     claims = [Claim(text="The ferry was approved."), Claim(text="<fact>"), Claim(text="The council met.")]
     verdicts = await checker(claims, Context(text=SOURCE), SOURCE)
     assert [v.label for v in verdicts] == ["supported", "unscored", "supported"]

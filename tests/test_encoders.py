@@ -115,7 +115,7 @@ def scripted(tokenizer, monkeypatch):
 
 
 def verify(name: str, claims: list[str], context: Context | None = None, batch_size: int = 16):
-    verifier = build_stage("verifier", name, None, batch_size=batch_size)
+    verifier = build_stage("verifier", name, None, {"batch_size": batch_size})
     items = [Claim(text=c, id=f"c{i}", target_spans=[Span(start=0, end=len(c))]) for i, c in enumerate(claims)]
     return asyncio.run(verifier(items, context or Context(text=SOURCE), SOURCE))
 

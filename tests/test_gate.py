@@ -200,7 +200,7 @@ ASKED: list[str] = []
 class CountingVerifier:
     """Supports every claim it is asked about and records which (test only)."""
 
-    def __init__(self, method):
+    def __init__(self, model, options=None):
         pass
 
     def reserve_tokens(self, claims: Sequence[Claim]) -> int:

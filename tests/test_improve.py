@@ -237,7 +237,7 @@ def test_improve_options_are_rounds_plus_dcr_options():
 class _KeywordVerifier:
     """Test-only verifier: a sentence with 1999 or cars is unsupported, the rest supported (no LLM call)."""
 
-    def __init__(self, method):
+    def __init__(self, model, options=None):
         pass
 
     def reserve_tokens(self, claims) -> int:

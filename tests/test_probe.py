@@ -152,7 +152,7 @@ def test_place_claims_segment_then_claim_then_similar_sentence_then_unplaced():
 
 
 def _finder(reply: str) -> ProbeEvidenceFinder:
-    return ProbeEvidenceFinder(make_probe(lambda messages: reply))
+    return ProbeEvidenceFinder(LLM(FakeModel(responder=lambda messages: reply), cache=None))
 
 
 def test_quote_verification_accepts_whitespace_and_quote_variants_only():

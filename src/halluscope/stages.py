@@ -7,23 +7,47 @@ A stage is one small async callable with a name. A claim method is a composition
            --Localizer--> findings
 
 Every protocol is declared here once; stage implementations live next to the method they come from and
-register a *factory* under a name, so a method's stage can be swapped by option (``-o verifier=probe``) and
-``halluscope stages`` lists them all. A factory takes the method instance that will use the stage (for its
-LLM client, config, resolved prompts and options) and returns the stage.
+register their class under a name, so a method's stage can be swapped by option (``-o verifier=probe``) and
+``halluscope stages`` lists them all with their options.
+
+A stage never reads its host method. It is built by :func:`build_stage` from
+
+* ``model``: the LLM client it calls (``None`` for a stage that calls no LLM);
+* ``options``: an instance of the stage class's own ``Options`` model (a :class:`StageOptions`: unknown keys
+  refused, ranges checked), validated from a dict by :func:`build_stage`;
+* the explicit collaborators its constructor names as keyword arguments, among: ``prompts`` (a
+  :data:`PromptResolver` applying the user's prompt overrides), ``named_llm`` (a client for another model at
+  the same endpoint, e.g. PROBE's judges), ``fits`` (whether a source fits the verifier's context window).
+  Collaborators a constructor does not name are not passed to it.
+
+Third-party stages are found through the ``halluscope.stages`` entry point group (see :mod:`halluscope.plugins`).
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast, runtime_checkable
 
-from halluscope.records import Claim, Evidence, Finding, Span, StepResult, Verdict
+from halluscope.methods.options import OptionsError, StageOptions
+from halluscope.records import Claim, Evidence, Span, StepResult, Verdict
 
 if TYPE_CHECKING:  # pragma: no cover
-    from halluscope.methods.base import Method
     from halluscope.methods.trace import RunTrace
+    from halluscope.prompts import PromptTemplate
+
+__all__ = ["Context", "Selection", "Aggregate", "Decomposer", "ContextSelector", "EvidenceFinder", "Verifier",
+           "Gate", "GateDecision", "StageOptions", "StageSpec", "UnknownStageError", "register_stage",
+           "build_stage", "stage_options", "stage_spec", "stages", "describe_stages", "same_prompt"]
+
+PromptResolver = Callable[["PromptTemplate"], "PromptTemplate"]
+
+
+def same_prompt(template: "PromptTemplate") -> "PromptTemplate":
+    """The default :data:`PromptResolver`: the built-in template, no override."""
+    return template
 
 
 @dataclass(frozen=True)
@@ -154,43 +178,38 @@ class Gate(Protocol):
     async def __call__(self, claims: Sequence[Claim], source: str, target: str | None = None) -> list[GateDecision]: ...
 
 
-@runtime_checkable
-class Aggregator(Protocol):
-    """verdicts -> score + sub-scores."""
-
-    name: str
-
-    async def __call__(self, verdicts: Sequence[Verdict]) -> Aggregate: ...
-
-
-@runtime_checkable
-class Localizer(Protocol):
-    """(target, verdicts) -> located findings (description, target spans, evidence)."""
-
-    name: str
-
-    async def __call__(self, target: str, verdicts: Sequence[Verdict]) -> list[Finding]: ...
-
-
 PROTOCOLS: dict[str, type] = {
     "decomposer": Decomposer, "context_selector": ContextSelector, "evidence_finder": EvidenceFinder,
-    "verifier": Verifier, "aggregator": Aggregator, "localizer": Localizer, "gate": Gate,
+    "verifier": Verifier, "gate": Gate,
 }
-ProtocolName = Literal["decomposer", "context_selector", "evidence_finder", "verifier", "aggregator",
-                       "localizer", "gate", "generator"]
+ProtocolName = Literal["decomposer", "context_selector", "evidence_finder", "verifier", "gate", "generator"]
 
 
 @dataclass(frozen=True)
 class StageSpec:
+    """A registered stage: its kind (protocol), name, class and one line of description. ``argument`` (e.g.
+    ``MODEL``) means the stage is also selected as ``name:VALUE``, VALUE going to its option ``argument_option``."""
+
     name: str
     protocol: str
     factory: Callable[..., Any]
     description: str
-    argument: str = ""  # what follows "name:" for a stage that takes one (e.g. MODEL), else ""
+    argument: str = ""
+    argument_option: str = ""
 
     @property
     def module(self) -> str:
         return getattr(self.factory, "__module__", "?")
+
+    @property
+    def options_model(self) -> type[StageOptions]:
+        model = getattr(self.factory, "Options", None)
+        return model if isinstance(model, type) and issubclass(model, StageOptions) else StageOptions
+
+    @property
+    def label(self) -> str:
+        """How the stage is named on the command line (``nli:MODEL`` for one that takes an argument)."""
+        return f"{self.name}:{self.argument}" if self.argument else self.name
 
 
 _STAGES: dict[tuple[str, str], StageSpec] = {}
@@ -206,15 +225,18 @@ _loaded = False
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class UnknownStageError(ValueError):
-    """No stage of that protocol is registered under that name (the message lists the ones that are)."""
+class UnknownStageError(OptionsError):
+    """No stage of that protocol is registered under that name (the message lists the ones that are); an
+    :class:`OptionsError`, since stages are chosen by option."""
 
 
 def register_stage(name: str, protocol: ProtocolName = "generator", description: str = "",
-                   argument: str = "") -> Callable[[F], F]:
-    """Decorator for a stage factory (a class or a function taking the method instance). Sets ``name`` on a
-    class and registers it under ``(protocol, name)``. With ``argument`` (e.g. ``"MODEL"``) the stage is
-    selected as ``name:VALUE`` and the factory receives VALUE after the method."""
+                   argument: str = "", argument_option: str = "") -> Callable[[F], F]:
+    """Class decorator registering a stage under ``(protocol, name)`` and setting its ``name``. The class is
+    built as ``cls(model, options, **collaborators)`` (or through its ``from_options`` classmethod when it has
+    one), ``options`` an instance of its ``Options`` model (:class:`StageOptions` when it declares none). With
+    ``argument`` (e.g. ``"MODEL"``) the stage is also selected as ``name:VALUE``: VALUE becomes the option
+    named ``argument_option``."""
 
     def deco(factory: F) -> F:
         key = (protocol, name)
@@ -222,10 +244,13 @@ def register_stage(name: str, protocol: ProtocolName = "generator", description:
         if existing is not None and existing.factory is not factory and (
                 existing.factory.__qualname__ != factory.__qualname__ or existing.module != factory.__module__):
             raise ValueError(f"{protocol} stage {name!r} is already registered by {existing.module}")
+        if argument and argument_option not in getattr(getattr(factory, "Options", None), "model_fields", {}):
+            raise ValueError(f"{protocol} stage {name!r}: argument_option {argument_option!r} is not one of its "
+                             "options")
         if isinstance(factory, type):
             factory.name = name  # type: ignore[attr-defined]
         doc = description or (factory.__doc__ or "").strip().split("\n")[0]
-        _STAGES[key] = StageSpec(name, protocol, factory, doc, argument)
+        _STAGES[key] = StageSpec(name, protocol, factory, doc, argument, argument_option)
         return factory
 
     return deco
@@ -233,14 +258,16 @@ def register_stage(name: str, protocol: ProtocolName = "generator", description:
 
 def _load_builtins() -> None:
     global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    for module in _BUILTIN_MODULES:
-        try:
-            importlib.import_module(module)
-        except ImportError:  # a module whose optional dependency is missing registers nothing
-            continue
+    if not _loaded:
+        _loaded = True
+        for module in _BUILTIN_MODULES:
+            try:
+                importlib.import_module(module)
+            except ImportError:  # a module whose optional dependency is missing registers nothing
+                continue
+    from halluscope.plugins import load_entry_points
+
+    load_entry_points("halluscope.stages")  # once per process: importing a plugin's module registers its stages
 
 
 def stages(protocol: str | None = None) -> list[StageSpec]:
@@ -251,33 +278,79 @@ def stages(protocol: str | None = None) -> list[StageSpec]:
 
 
 def stage_spec(protocol: str, name: str) -> StageSpec:
+    """The stage registered as ``name`` (or ``name:VALUE`` for one that takes an argument)."""
+    return _resolve(protocol, name)[0]
+
+
+def _resolve(protocol: str, name: str) -> tuple[StageSpec, str | None]:
+    """The spec and the argument after the colon (None when there is none)."""
     _load_builtins()
     spec = _STAGES.get((protocol, name))
-    if spec is None:
-        valid = ", ".join(s.name for s in stages(protocol)) or "none"
-        raise UnknownStageError(f"no {protocol} stage named {name!r}; registered: {valid}")
-    return spec
-
-
-def build_stage(protocol: str, name: str, method: "Method", **kwargs: Any) -> Any:
-    """Instantiate the named stage for ``method`` and check that it has the protocol's shape. A stage registered
-    with ``argument=`` takes one after a colon: ``nli:cross-encoder/nli-deberta-v3-base`` builds the ``nli``
-    stage with ``argument="cross-encoder/nli-deberta-v3-base"``."""
-    _load_builtins()
+    if spec is not None:
+        return spec, None
     base, colon, argument = name.partition(":")
-    parametrised = _STAGES.get((protocol, base)) if colon and (protocol, name) not in _STAGES else None
-    if parametrised is not None and parametrised.argument:
-        if not argument:
-            raise UnknownStageError(f"{protocol} stage {base!r} needs its {parametrised.argument} after a colon")
-        stage = parametrised.factory(method, argument, **kwargs)
-    else:
-        stage = stage_spec(protocol, name).factory(method, **kwargs)
+    spec = _STAGES.get((protocol, base))
+    if spec is not None and spec.argument:
+        if colon and not argument:
+            raise UnknownStageError(f"{protocol} stage {base!r} needs its {spec.argument} after the colon")
+        return spec, argument if colon else None
+    valid = ", ".join(s.label for s in stages(protocol)) or "none"
+    what = f"{protocol} stage {base!r} takes no argument after a colon" if spec is not None else (
+        f"no {protocol} stage named {name!r}")
+    raise UnknownStageError(f"{what}; registered: {valid}")
+
+
+def stage_options(protocol: str, name: str, options: Mapping[str, Any] | StageOptions | None = None
+                  ) -> StageOptions:
+    """``options`` validated by the named stage's own options model (unknown keys refused, ranges checked):
+    :class:`OptionsError` names the stage and lists its options. The argument of ``name:VALUE`` fills the
+    stage's ``argument_option`` (an explicit value of that option beside it is refused)."""
+    spec, argument = _resolve(protocol, name)
+    model = spec.options_model
+    if isinstance(options, StageOptions):
+        if not isinstance(options, model):
+            raise OptionsError(f"{protocol} stage {spec.name!r} takes {model.__name__}, not "
+                               f"{type(options).__name__}")
+        if argument is not None and getattr(options, spec.argument_option) != argument:
+            raise OptionsError(f"{protocol} stage {name!r}: its options name another {spec.argument_option} "
+                               f"({getattr(options, spec.argument_option)!r})")
+        return options
+    values = dict(options or {})
+    if argument is not None:
+        if spec.argument_option in values:
+            raise OptionsError(f"{protocol} stage {name!r}: {spec.argument_option} is given twice (after the "
+                               "colon and as an option)")
+        values[spec.argument_option] = argument
+    return cast(StageOptions, model.parse(f"{protocol} stage {spec.name!r}", values))
+
+
+def build_stage(protocol: str, name: str, model: Any = None,
+                options: Mapping[str, Any] | StageOptions | None = None, **collaborators: Any) -> Any:
+    """Build the named stage from its model (the LLM client, or None), its options (a dict validated by the
+    stage's own ``Options``, or an instance of it) and the collaborators its constructor names (``prompts``,
+    ``named_llm``, ``fits``, ...; the others are not passed). Checks the protocol's shape.
+
+    ``nli:cross-encoder/nli-deberta-v3-base`` builds the ``nli`` stage with the option ``checkpoint`` set to
+    ``cross-encoder/nli-deberta-v3-base`` (the stage's ``argument_option``)."""
+    spec, _ = _resolve(protocol, name)
+    opts = stage_options(protocol, name, options)
+    factory = getattr(spec.factory, "from_options", spec.factory)
+    stage = factory(model, opts, **_accepted(factory, collaborators))
     expected = PROTOCOLS.get(protocol)
     if expected is not None and not isinstance(stage, expected):
         raise TypeError(f"{protocol} stage {name!r} does not implement {expected.__name__}")
     return stage
 
 
-def describe_stages() -> list[dict[str, str]]:
-    return [{"protocol": s.protocol, "name": f"{s.name}:{s.argument}" if s.argument else s.name, "module": s.module,
-             "description": s.description} for s in stages()]
+def _accepted(factory: Callable[..., Any], collaborators: dict[str, Any]) -> dict[str, Any]:
+    """The collaborators ``factory`` names as parameters (all of them when it takes ``**kwargs``)."""
+    params = inspect.signature(factory).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return dict(collaborators)
+    return {k: v for k, v in collaborators.items() if k in params}
+
+
+def describe_stages() -> list[dict[str, Any]]:
+    """Every stage with its options (name, type, default, doc each), for ``halluscope stages`` and ``serve``."""
+    return [{"protocol": s.protocol, "name": s.label, "module": s.module, "description": s.description,
+             "options": s.options_model.option_rows()} for s in stages()]

@@ -239,6 +239,22 @@ LOADERS: dict[str, Callable[[Path, str | None], Dataset]] = {
 }
 
 
+def dataset_loaders() -> dict[str, Callable[[Path, str | None], Dataset]]:
+    """The built-in loaders and those of the ``halluscope.datasets`` entry points (name -> loader(root, subset));
+    an entry point that is not callable, or that would shadow a built-in, is skipped with a warning."""
+    from halluscope.plugins import load_entry_points, warn_broken
+
+    loaders = dict(LOADERS)
+    for ep, obj in load_entry_points("halluscope.datasets"):
+        if not callable(obj):
+            warn_broken(ep, f"{obj!r} is not a dataset loader (root, subset) -> Dataset")
+        elif ep.name in LOADERS:
+            warn_broken(ep, f"dataset {ep.name!r} is a built-in")
+        else:
+            loaders[ep.name] = obj
+    return loaders
+
+
 def load_dataset(spec: str, data_dir: str | Path | None = None) -> Dataset:
     """``NAME[:subset]`` of a known benchmark, or a path to a generic-format ``.jsonl`` file."""
     if spec.endswith(".jsonl") or Path(spec).is_file():
@@ -247,9 +263,10 @@ def load_dataset(spec: str, data_dir: str | Path | None = None) -> Dataset:
             raise DatasetError(f"dataset file not found: {path}")
         return Dataset(path.stem, None, read_examples(path), [path])
     name, _, subset = spec.partition(":")
-    if name not in LOADERS:
-        raise DatasetError(f"unknown dataset {name!r}; use one of {', '.join(LOADERS)} or a path to a .jsonl file")
-    dataset = LOADERS[name](resolve_data_dir(data_dir), subset or None)
+    loaders = dataset_loaders()
+    if name not in loaders:
+        raise DatasetError(f"unknown dataset {name!r}; use one of {', '.join(loaders)} or a path to a .jsonl file")
+    dataset = loaders[name](resolve_data_dir(data_dir), subset or None)
     _check_unique_ids(dataset.examples, dataset.spec)
     return dataset
 

@@ -8,7 +8,8 @@ them and returns metrics, Markdown tables and plots. The bench runner calls ever
 ``reports[i]`` is the report for ``examples[i]``; unscored reports are included so a suite can count
 them: use :func:`scored_pairs` to drop them (and report how many were dropped). Suites live in modules
 listed in :data:`SUITE_MODULES`; the bench runner imports them (this module stays cheap to import).
-A suite module for a new metric appends its dotted module path to ``SUITE_MODULES``.
+A suite module for a new metric appends its dotted module path to ``SUITE_MODULES`` (or, in another
+package, declares it in the ``halluscope.suites`` entry point group).
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ def suites() -> dict[str, Suite]:
     return dict(_SUITES)
 
 
-# Modules that define suites, imported by the bench runner (append yours; keep the built-ins first).
+# Modules that define suites, imported by the bench runner (keep the built-ins first); a third-party package
+# declares its suite module in the ``halluscope.suites`` entry point group instead.
 SUITE_MODULES: list[str] = [
     "halluscope.bench.builtin_suites",
     "halluscope.bench.suite_stress",
@@ -81,8 +83,12 @@ SUITE_MODULES: list[str] = [
 
 def load_suite_modules(modules: list[str] | None = None) -> dict[str, Suite]:
     """Import every suite module (registering its suites) and return all registered suites."""
+    from halluscope.plugins import load_entry_points
+
     for module in SUITE_MODULES if modules is None else modules:
         importlib.import_module(module)
+    if modules is None:
+        load_entry_points("halluscope.suites")  # a plugin's module registers its suites when imported
     return suites()
 
 

@@ -74,8 +74,9 @@ def methods_command(name: Optional[str] = typer.Argument(None, help="Show this m
 
 
 @app.command("stages")
-def stages_command(protocol: Optional[str] = typer.Argument(None, help="Only stages of this protocol.")) -> None:
-    """List the registered pipeline stages with their protocol."""
+def stages_command(protocol: Optional[str] = typer.Argument(None, help="Only stages of this protocol (kind)."),
+                   name: Optional[str] = typer.Argument(None, help="Only this stage.")) -> None:
+    """List the registered pipeline stages with their protocol and their options."""
     from halluscope.stages import PROTOCOLS, stages
 
     found = stages(protocol)
@@ -83,9 +84,19 @@ def stages_command(protocol: Optional[str] = typer.Argument(None, help="Only sta
         typer.secho(f"error: no stages for protocol {protocol!r}; protocols: {', '.join(PROTOCOLS)}", err=True,
                     fg=typer.colors.RED)
         raise typer.Exit(2)
+    if name is not None:
+        found = [s for s in found if name in (s.name, s.label)]
+        if not found:
+            typer.secho(f"error: no {protocol} stage named {name!r}", err=True, fg=typer.colors.RED)
+            raise typer.Exit(2)
     for spec in found:
-        name = f"{spec.name}:{spec.argument}" if spec.argument else spec.name
-        typer.echo(f"{spec.protocol:17s} {name:22s} {spec.description}  [{spec.module}]")
+        typer.echo(f"{spec.protocol:17s} {spec.label:22s} {spec.description}  [{spec.module}]")
+        for row in spec.options_model.option_rows():
+            typer.echo(f"    {row['name']} : {row['type']} = {row['default']}")
+            if row["doc"]:
+                typer.echo(f"        {row['doc']}")
+    if any(s.protocol in ("verifier", "gate") for s in found):
+        typer.echo("\nOn a claim method: -o verifier=NAME -o verifier.OPTION=VALUE (likewise gate=, gate.OPTION=).")
 
 
 app.command("check")(check_command)

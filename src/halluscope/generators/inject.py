@@ -333,25 +333,30 @@ class GoldEvidenceBuilder:
                  consensus: float = 0.75, max_evidence: int = 3, context_sentences: int = 2,
                  prompts_dir: Path | None = None):
         from halluscope.config import Config
-        from halluscope.methods.probe import EVALUATE_PROMPT, EvidenceEvaluator, Probe, ProbeEvidenceFinder
+        from halluscope.methods.probe import EVALUATE_PROMPT, EvidenceEvaluator
+        from halluscope.methods.probe.options import ProbeVerifierOptions
         from halluscope.methods.probe.verifier import build_judges
+        from halluscope.prompts import PromptTemplate, apply_overrides
+        from halluscope.stages import build_stage
 
         if not 0 < consensus <= 1:
             raise ValueError("consensus must be in (0, 1]")
         judge_llms = list(judges) or [llm]
         samples = samples or (1 if len(judge_llms) > 1 else 3)
-        config = Config().with_overrides(prompts_dir=prompts_dir) if prompts_dir is not None else None
+        config = Config().with_overrides(prompts_dir=prompts_dir) if prompts_dir is not None else Config()
+        opts = ProbeVerifierOptions.parse("the gold evidence builder", {  # PROBE's ranges
+            "samples": samples, "consensus": consensus, "max_evidence": max_evidence,
+            "context_sentences": context_sentences})
 
-        def probe(model: LLM, **extra: Any) -> Probe:
-            return Probe(llm=model, config=config, retrieval="never", on_decompose_error="unscored",
-                         max_evidence=max_evidence, context_sentences=context_sentences, consensus=consensus, **extra)
+        def prompts(template: PromptTemplate) -> PromptTemplate:
+            return apply_overrides(template, config.prompts_dir)
 
-        self.method = probe(llm, judges=judge_llms, samples=samples)
-        self.decomposer = self.method.make_decomposer()
+        self.decomposer = build_stage("decomposer", "probe", llm, {"on_decompose_error": "unscored"}, prompts=prompts)
         finder_llms = list({j.name: j for j in judge_llms}.values())  # each judge model finds evidence once
-        self.finders = [ProbeEvidenceFinder(probe(j)) for j in finder_llms]
-        self.evaluator = EvidenceEvaluator(build_judges(self.method, self.method.opts),
-                                           self.method.prompt(EVALUATE_PROMPT), consensus=consensus)
+        self.finders = [build_stage("evidence_finder", "probe", j, {"max_evidence": opts.max_evidence},
+                                    prompts=prompts) for j in finder_llms]
+        self.evaluator = EvidenceEvaluator(build_judges(judge_llms, opts.samples, opts.sample_temperature),
+                                           prompts(EVALUATE_PROMPT), consensus=consensus)
         self.consensus, self.context_sentences = consensus, context_sentences
         self.description = {"decomposer": llm.name, "finders": [f.llm.name for f in self.finders],
                             "judges": [j.name for j in self.evaluator.judges], "consensus": consensus,

@@ -1,5 +1,6 @@
 """The method registry. Built-in methods are imported lazily by name; third-party methods register with
-:func:`register_method`."""
+:func:`register_method`, or are found through the ``halluscope.methods`` entry point group
+(:mod:`halluscope.plugins`)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,25 @@ def register_method(cls: type[Method]) -> type[Method]:
     return cls
 
 
+def _load_plugins() -> None:
+    """Register the Method classes of the ``halluscope.methods`` entry points (once per process); one that is
+    not a Method subclass, or that would shadow a built-in, is skipped with a warning."""
+    from halluscope.plugins import load_entry_points, warn_broken
+
+    for ep, obj in load_entry_points("halluscope.methods"):
+        if not (isinstance(obj, type) and issubclass(obj, Method)):
+            warn_broken(ep, f"{obj!r} is not a halluscope Method subclass")
+        elif getattr(obj, "name", None) in _BUILTIN:
+            warn_broken(ep, f"method {obj.name!r} is a built-in")
+        elif _REGISTERED.get(obj.name) is not obj:
+            try:
+                register_method(obj)
+            except ValueError as exc:
+                warn_broken(ep, exc)
+
+
 def method_class(name: str) -> type[Method]:
+    _load_plugins()
     if name in _REGISTERED:
         return _REGISTERED[name]
     if name not in _BUILTIN:
@@ -60,4 +79,5 @@ def get_method(name: str, **kwargs: Any) -> Method:
 
 
 def list_methods() -> list[str]:
+    _load_plugins()
     return sorted(set(_BUILTIN) | set(_REGISTERED))

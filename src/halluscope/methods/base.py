@@ -48,6 +48,7 @@ class Method(ABC):
         self.config = config or Config()
         self._llm = llm
         self._owns_llm = llm is None  # built here from the config (see ``llm``): closed by ``close``
+        self._named_llms: dict[str, LLM] = {}  # clients built by ``named_llm``: closed by ``close``
         self.opts = self.Options.parse(self.name, options)
         self._resolved: dict[str, PromptTemplate] = {}
         for template in self.prompts:
@@ -66,6 +67,21 @@ class Method(ABC):
             self._llm = get_llm(self.config)
         return self._llm
 
+    def named_llm(self, model: str) -> LLM:
+        """A client for another model at the main model's endpoint (PROBE's judges), built once per name, sharing
+        the main client's response cache (keys carry the model's name, so nothing mixes) instead of opening a
+        cache connection of its own."""
+        client = self._named_llms.get(model)
+        if client is None:
+            shared = self.llm.cache
+            if shared is None:
+                client = get_llm(self.config.with_overrides(model=model))
+            else:
+                client = get_llm(self.config.with_overrides(model=model, cache=False))
+                client.cache = shared
+            self._named_llms[model] = client
+        return client
+
     @property
     def model_name(self) -> str | None:
         """The model's name; the configured one when the backend could not be built (so reporting an
@@ -81,6 +97,11 @@ class Method(ABC):
         """Release the clients this instance built itself (its own LLM client, extra judges' clients) and their
         cache connections; clients passed in belong to the caller. For an instance no one uses any more (a
         server evicting it); harmless to call twice."""
+        shared = self._llm.cache if self._llm is not None else None
+        for client in self._named_llms.values():
+            if client is not self._llm:
+                client.close(cache=client.cache is not shared)
+        self._named_llms = {}
         if self._owns_llm and self._llm is not None:
             self._llm.close()
             self._llm = None

@@ -27,8 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from halluscope.methods.base import Method
+from pydantic import Field
+
 from halluscope.methods.gate import target_spans
+from halluscope.methods.options import StageOptions
 from halluscope.records import Claim, Evidence, Span, Verdict
 from halluscope.stages import Context, GateDecision, register_stage
 from halluscope.text import split_sentences
@@ -150,10 +152,18 @@ class EncoderVerifier:
 
     name: ClassVar[str]
     kind: ClassVar[str]
+    uses_llm: ClassVar[bool] = False
 
-    def __init__(self, method: Method | None, model: str, batch_size: int = DEFAULT_BATCH_SIZE):
-        self.model_id = model
-        self.batch_size = batch_size
+    class Options(StageOptions):
+        checkpoint: str = Field(min_length=1)
+        """The checker: a Hugging Face model id or a local folder (also given after a colon: nli:MODEL)."""
+
+        batch_size: int = Field(default=DEFAULT_BATCH_SIZE, ge=1, le=1024)
+        """(source window, claim) pairs per forward pass."""
+
+    def __init__(self, model: Any, options: "EncoderVerifier.Options"):
+        self.model_id = options.checkpoint
+        self.batch_size = options.batch_size
 
     def reserve_tokens(self, claims: Sequence[Claim]) -> int:
         return 0  # nothing goes to the LLM
@@ -188,7 +198,7 @@ class EncoderVerifier:
         return [items[i:i + self.batch_size] for i in range(0, len(items), self.batch_size)]
 
 
-@register_stage("nli", "verifier", argument="MODEL")
+@register_stage("nli", "verifier", argument="MODEL", argument_option="checkpoint")
 class NLIVerifier(EncoderVerifier):
     """Sequence-classification checker (NLI, MiniCheck-RoBERTa/DeBERTa, cross-encoders): P(entailment) per window."""
 
@@ -251,7 +261,7 @@ POSITIVE_NEGATIVE = (("1", "0"), ("yes", "no"), ("Yes", "No"))
 WORD_BOUNDARY = "\u2581"  # SentencePiece's word-start piece: MiniCheck-Flan-T5's "not supported" answer
 
 
-@register_stage("seq2seq", "verifier", argument="MODEL")
+@register_stage("seq2seq", "verifier", argument="MODEL", argument_option="checkpoint")
 class Seq2SeqVerifier(EncoderVerifier):
     """Text-to-text yes/no checker (MiniCheck-Flan-T5 style): P("1") as the first decoded token."""
 
@@ -313,7 +323,7 @@ class Seq2SeqVerifier(EncoderVerifier):
         return verdicts
 
 
-@register_stage("tagger", "verifier", argument="MODEL")
+@register_stage("tagger", "verifier", argument="MODEL", argument_option="checkpoint")
 class TokenTaggerVerifier(EncoderVerifier):
     """Token-classification span tagger (LettuceDetect style): hallucinated claim tokens become target spans."""
 
@@ -381,22 +391,34 @@ def _merge_tokens(text: str, offsets: Sequence[tuple[int, int]]) -> list[Span]:
     return spans
 
 
-@register_stage("encoder", "verifier", argument="PATH")
+@register_stage("encoder", "verifier", argument="PATH", argument_option="checkpoint")
 class TrainedVerifier(NLIVerifier):
     """A `halluscope train-verifier` folder (or any sequence classifier): its calibrated threshold is used."""
 
     kind = "nli"
 
 
-@register_stage("encoder", "gate", argument="PATH")
+@register_stage("encoder", "gate", argument="PATH", argument_option="checkpoint")
 class EncoderGate:
     """A sequence-classification checker as the cascade's gate: settles a claim when P(supported) is at least
     ``high`` (supported) or at most ``low`` (unsupported); the rest go on to the verifier."""
 
-    def __init__(self, method: Method | None, model: str, low: float = 0.1, high: float = 0.9):
-        self.verifier = TrainedVerifier(method, model)
-        self.model_id = model
-        self.low, self.high = low, high
+    uses_llm: ClassVar[bool] = False
+
+    class Options(StageOptions):
+        checkpoint: str = Field(min_length=1)
+        """A `halluscope train-verifier` folder or any sequence classifier (also given after a colon: encoder:PATH)."""
+
+        low: float = Field(default=0.1, ge=0.0, le=1.0)
+        """Settle unsupported at or below this P(supported)."""
+
+        high: float = Field(default=0.9, ge=0.0, le=1.0)
+        """Settle supported at or above this P(supported)."""
+
+    def __init__(self, model: Any, options: "EncoderGate.Options"):
+        self.verifier = TrainedVerifier(None, TrainedVerifier.Options(checkpoint=options.checkpoint))
+        self.model_id = options.checkpoint
+        self.low, self.high = options.low, options.high
 
     async def __call__(self, claims: Sequence[Claim], source: str, target: str | None = None) -> list[GateDecision]:
         verdicts = await self.verifier(claims, Context(text=source, kind="source"), source)

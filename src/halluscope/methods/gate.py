@@ -27,9 +27,9 @@ from pydantic import Field
 from halluscope.methods import register_method
 from halluscope.methods.base import Method
 from halluscope.methods.findings import claim_finding
-from halluscope.methods.options import MethodOptions
+from halluscope.methods.options import MethodOptions, options_view, own_options
 from halluscope.records import Claim, Evidence, Report, Span, Verdict
-from halluscope.stages import GateDecision, register_stage
+from halluscope.stages import GateDecision, build_stage, register_stage
 from halluscope.text import split_sentences
 from halluscope.text.lexical import (
     Token,
@@ -81,10 +81,13 @@ class LexicalGate:
     """Numbers, dates and names the source never mentions, negation flips, verbatim support (no LLM)."""
 
     name: ClassVar[str]
+    uses_llm: ClassVar[bool] = False
+    Options = options_view("LexicalGateOptions", GateOptions,
+                           ["top_k", "window", "supported_coverage", "flip_overlap", "absent_precision"],
+                           "Thresholds of the lexical gate.")
 
-    def __init__(self, method: Method | None = None, opts: GateOptions | None = None):
-        method_opts = getattr(method, "opts", None)
-        self.opts = opts or (method_opts if isinstance(method_opts, GateOptions) else GateOptions())
+    def __init__(self, model: Any = None, options: Any = None):
+        self.opts = options if options is not None else self.Options()
 
     async def __call__(self, claims: Sequence[Claim], source: str, target: str | None = None) -> list[GateDecision]:
         index = await _bm25_index(source, self.opts)
@@ -279,7 +282,7 @@ class GateMethod(Method):
 
     def __init__(self, llm: Any = None, config: Any = None, **options: Any):
         super().__init__(llm, config, **options)
-        self.gate = LexicalGate(self)
+        self.gate: LexicalGate = build_stage("gate", "lexical", None, own_options(LexicalGate.Options, self.opts))
 
     async def run(self, source: str, target: str) -> Report:
         claims = [Claim(text=s.text, kind="sentence", id=f"s{s.index + 1}", target_spans=[s.span])

@@ -7,9 +7,10 @@ mistyped option raises :class:`OptionsError` naming the valid ones (CLI exit 2, 
 from __future__ import annotations
 
 import typing
+from collections.abc import Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
 
 class OptionsError(ValueError):
@@ -41,10 +42,39 @@ class MethodOptions(BaseModel):
         """One row per option: name, type, default, doc."""
         rows = []
         for name, info in cls.model_fields.items():
-            default = info.get_default(call_default_factory=True)
-            rows.append({"name": name, "type": _type_name(info.annotation), "default": repr(default),
+            default = "(required)" if info.is_required() else repr(info.get_default(call_default_factory=True))
+            rows.append({"name": name, "type": _type_name(info.annotation), "default": default,
                          "doc": " ".join((info.description or "").split())})
         return rows
+
+
+class StageOptions(MethodOptions):
+    """Base of every stage's options (the ``Options`` attribute of a stage class): as strict as a method's
+    (unknown keys refused, ranges checked, one line of doc per field). A stage with no options keeps it empty."""
+
+
+def options_view(name: str, source: type[BaseModel], fields: Sequence[str], doc: str) -> Any:
+    """A stage options model (a :class:`StageOptions` subclass) holding ``fields`` of ``source`` (a method's flat
+    options), each with the same type, default, bounds, doc and validators: one declaration serves the method's
+    flat option and its stage's. Typed ``Any`` for the type checker, which cannot see the fields of a model built
+    at run time."""
+    infos = source.model_fields
+    validators = {}
+    for key, decorator in source.__pydantic_decorators__.field_validators.items():
+        kept = [f for f in decorator.info.fields if f in fields]
+        if kept:
+            func = getattr(decorator.func, "__func__", decorator.func)  # the classmethod, unbound
+            validators[key] = field_validator(*kept, mode=decorator.info.mode)(func)
+    model = create_model(name, __base__=StageOptions, __doc__=doc, __validators__=validators,  # type: ignore[call-overload]
+                         **{f: (infos[f].annotation, infos[f]) for f in fields})
+    model.__module__ = source.__module__
+    return model
+
+
+def own_options(stage_options: type[MethodOptions], method_options: MethodOptions) -> dict[str, Any]:
+    """The method's values of the options its stage also declares: how a method passes its flat options
+    (``-o batch_size=4``) to its own stages."""
+    return {f: getattr(method_options, f) for f in stage_options.model_fields if f in type(method_options).model_fields}
 
 
 def _allowed(cls: type[MethodOptions], loc: tuple[Any, ...]) -> str:
@@ -68,6 +98,8 @@ def _allowed(cls: type[MethodOptions], loc: tuple[Any, ...]) -> str:
 
 def _type_name(annotation: Any) -> str:
     origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:  # the constraints are checked, not part of the type's name
+        return _type_name(typing.get_args(annotation)[0])
     if origin is Literal:
         return "|".join(str(a) for a in typing.get_args(annotation))
     if origin is not None:

@@ -28,14 +28,15 @@ from typing import Any, ClassVar
 from halluscope.methods.base import Method
 from halluscope.methods.findings import claim_finding as claim_finding  # importable here as before
 from halluscope.methods.gate import gate_verdict
-from halluscope.methods.options import ClaimOptions, RetrievalOptions
+from halluscope.methods.options import (ClaimOptions, OptionsError, RetrievalOptions, StageOptions, options_view,
+                                        own_options)
 from halluscope.methods.trace import RunTrace, bind_trace
 from halluscope.config import Config
 from halluscope.llm import LLM, ContextOverflowError
 from halluscope.prompts import PromptTemplate
-from halluscope.records import Claim, Evidence, Finding, LLMCall, Relation, Report, StepResult, Verdict
-from halluscope.stages import (Aggregate, Context, Decomposer, Gate, GateDecision, Selection, Verifier,
-                               build_stage, register_stage)
+from halluscope.records import Claim, ClaimKind, Evidence, Finding, LLMCall, Relation, Report, StepResult, Verdict
+from halluscope.stages import (Aggregate, Context, Decomposer, Gate, GateDecision, PromptResolver, Selection,
+                               Verifier, build_stage, register_stage, same_prompt, stage_options, stage_spec)
 from halluscope.text import split_sentences
 from halluscope.tracing import stage_span
 
@@ -61,10 +62,15 @@ class RetrievalSelector:
     of 2w+1 source sentences per claim."""
 
     name: str  # set by @register_stage
+    uses_llm: ClassVar[bool] = False
+    Options: ClassVar[type[StageOptions]] = options_view(
+        "RetrievalSelectorOptions", RetrievalOptions, list(RetrievalOptions.model_fields),
+        "The retrieval protocol (seed 003): when to retrieve, K snippets of 2w+1 sentences per claim.")
 
-    def __init__(self, method: "ClaimPipeline"):
-        self.opts: RetrievalOptions = method.opts  # type: ignore[assignment]
-        self.fits: Callable[[str, Sequence[Claim]], bool] = method.source_fits
+    def __init__(self, model: Any = None, options: StageOptions | None = None, *,
+                 fits: Callable[[str, Sequence[Claim]], bool] | None = None):
+        self.opts: RetrievalOptions = options or self.Options()  # type: ignore[assignment]
+        self.fits: Callable[[str, Sequence[Claim]], bool] = fits or (lambda source, claims: True)
 
     async def __call__(self, source: str, claims: Sequence[Claim]) -> Selection:
         mode = self.opts.retrieval
@@ -122,12 +128,17 @@ class SentenceDecomposer:
     """Every target sentence is a claim (no LLM call); spans are exact."""
 
     name: str  # set by @register_stage
+    uses_llm: ClassVar[bool] = False
 
-    def __init__(self, method: Method | None = None, kind: str = "sentence"):
-        self.kind = kind
+    class Options(StageOptions):
+        claim_kind: ClaimKind = "sentence"
+        """The kind given to each claim (dove uses event: every sentence is an event fact)."""
+
+    def __init__(self, model: Any = None, options: "SentenceDecomposer.Options | None" = None):
+        self.kind = (options or self.Options()).claim_kind
 
     async def __call__(self, target: str) -> StepResult[list[Claim]]:
-        claims = [Claim(text=s.text, kind=self.kind, id=f"s{s.index + 1}", target_spans=[s.span])  # type: ignore[arg-type]
+        claims = [Claim(text=s.text, kind=self.kind, id=f"s{s.index + 1}", target_spans=[s.span])
                   for s in split_sentences(target)]
         return StepResult.success(claims)
 
@@ -141,10 +152,14 @@ class LLMVerifier:
 
     name: str
     reply_tokens: ClassVar[int] = 512
+    Options: ClassVar[type[StageOptions]] = StageOptions
 
-    def __init__(self, method: Method):
-        self.method = method
-        self.llm = method.llm
+    def __init__(self, model: LLM, options: StageOptions | None = None, *, prompts: PromptResolver = same_prompt):
+        if model is None:
+            raise TypeError(f"the {type(self).__name__} verifier needs an LLM (model=...)")
+        self.llm = model
+        self.options: Any = options if options is not None else self.Options()  # the subclass's Options
+        self.prompts = prompts
 
     def messages(self, claims: Sequence[Claim], context_text: str) -> list[dict[str, str]]:
         raise NotImplementedError
@@ -233,19 +248,82 @@ class PipelineRun:
     """What the stages recorded during this check (see :mod:`halluscope.methods.trace`)."""
 
 
+SWAPPABLE = ("verifier", "gate")  # the stage kinds a claim method lets the user choose, with namespaced options
+
+
+def split_namespaced(method: str, options: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Take the namespaced options (``verifier.judges``, ``gate.top_k``) out of ``options``, grouped by stage
+    kind; a namespace that is not a swappable stage kind is an :class:`OptionsError`."""
+    out: dict[str, dict[str, Any]] = {}
+    for key in [k for k in options if "." in k]:
+        kind, _, option = key.partition(".")
+        if kind not in SWAPPABLE or not option:
+            raise OptionsError(f"unknown option {key!r} for {method}: a stage's options are named "
+                               f"{' or '.join(f'{k}.OPTION' for k in SWAPPABLE)}")
+        out.setdefault(kind, {})[option] = options.pop(key)
+    return out
+
+
 class ClaimPipeline(Method):
     """Base of the claim methods. Subclasses set ``default_verifier`` (a registered verifier name) and
-    implement :meth:`make_decomposer`; they may override :meth:`aggregate`, :meth:`localize`, :meth:`finish`."""
+    implement :meth:`make_decomposer`; they may override :meth:`aggregate`, :meth:`localize`, :meth:`finish`.
+
+    The verifier and the gate are chosen by option (``verifier=NAME``, ``gate=NAME``) and take their own options
+    namespaced (``verifier.batch_size=3``), validated by the chosen stage's ``Options``. A verifier chosen in
+    place of the method's own gets only those; the method's own verifier also gets the method's values of the
+    options it declares (``-o batch_size=4``), the namespaced ones winning."""
 
     Options: ClassVar[type[ClaimOptions]] = ClaimOptions
     default_verifier: ClassVar[str]
 
     def __init__(self, llm: LLM | None = None, config: Config | None = None, **options: Any):
+        namespaced = split_namespaced(self.name, options)
+        self._refuse_misplaced(options)
         super().__init__(llm, config, **options)
+        self.stage_given = {kind: dict(values) for kind, values in namespaced.items()}
+        for kind, values in namespaced.items():
+            if not getattr(self.opts, kind, None):
+                raise OptionsError(f"{', '.join(f'{kind}.{k}' for k in values)} given for {self.name}, but no {kind} "
+                                   f"is chosen: add -o {kind}=NAME (see `halluscope stages {kind}`)")
+        self.verifier_name: str = getattr(self.opts, "verifier", None) or self.default_verifier
+        spec = stage_spec("verifier", self.verifier_name)  # fails early on a bad name
+        own = own_options(spec.options_model, self.opts) if self.verifier_name == self.default_verifier else {}
+        self.verifier_options = stage_options("verifier", self.verifier_name,
+                                              {**own, **namespaced.get("verifier", {})})  # fails early on bad options
         self._verifier: Verifier | None = None
         self._selector: RetrievalSelector | None = None
         gate_name = getattr(self.opts, "gate", None)
-        self.gate: Gate | None = build_stage("gate", gate_name, self) if gate_name else None  # fails early on a bad name
+        self.gate_options = stage_options("gate", gate_name, namespaced.get("gate", {})) if gate_name else None
+        self.gate: Gate | None = self.build_stage("gate", gate_name, self.gate_options) if gate_name else None
+
+    def _refuse_misplaced(self, options: dict[str, Any]) -> None:
+        """A flat option the method lacks but its chosen verifier or gate has: say how to give it (namespaced)."""
+        for kind in SWAPPABLE:
+            chosen = options.get(kind)
+            if not isinstance(chosen, str) or not chosen:
+                continue
+            fields = stage_spec(kind, chosen).options_model.model_fields
+            misplaced = [k for k in options if k not in self.Options.model_fields and k in fields]
+            if misplaced:
+                raise OptionsError(f"{', '.join(misplaced)}: an option of the {kind} {chosen!r}, not of {self.name}; "
+                                   f"give it as {', '.join(f'{kind}.{k}' for k in misplaced)}")
+
+    def options(self) -> dict[str, Any]:
+        """The method's options, and the namespaced stage options given (``verifier.judges``), as validated."""
+        chosen = {"verifier": self.verifier_options, "gate": self.gate_options}
+        return {**super().options(), **{f"{kind}.{k}": chosen[kind].model_dump(mode="json")[k]  # type: ignore[union-attr]
+                                        for kind, values in self.stage_given.items() for k in values}}
+
+    def build_stage(self, kind: str, name: str, options: Any = None) -> Any:
+        """The named stage built for this method: with its LLM (when the stage calls one: ``uses_llm``), its
+        prompt overrides, ``named_llm`` and ``fits``; ``options`` None gives the stage the method's values of the
+        options it declares too (the method's flat options serve its own stages)."""
+        spec = stage_spec(kind, name)
+        if options is None:
+            options = own_options(spec.options_model, self.opts)
+        model = self.llm if getattr(spec.factory, "uses_llm", True) else None
+        return build_stage(kind, name, model, options, prompts=self.prompt, named_llm=self.named_llm,
+                           fits=self.source_fits)
 
     # -- stages -------------------------------------------------------------------------------------------
     def make_decomposer(self) -> Decomposer:
@@ -254,14 +332,13 @@ class ClaimPipeline(Method):
     @property
     def verifier(self) -> Verifier:
         if self._verifier is None:
-            name = getattr(self.opts, "verifier", None) or self.default_verifier
-            self._verifier = build_stage("verifier", name, self)
+            self._verifier = self.build_stage("verifier", self.verifier_name, self.verifier_options)
         return self._verifier
 
     @property
     def selector(self) -> RetrievalSelector:
         if self._selector is None:
-            self._selector = RetrievalSelector(self)
+            self._selector = self.build_stage("context_selector", "retrieval")
         return self._selector
 
     def used_prompts(self) -> list[PromptTemplate]:

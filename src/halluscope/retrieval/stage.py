@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
+from halluscope.methods.options import StageOptions, options_view
 from halluscope.retrieval.cache import shared_index
 from halluscope.retrieval.config import RetrievalConfig
 from halluscope.retrieval.index import SourceIndex, Snippet
@@ -27,6 +28,14 @@ class Retrieve:
     from the process-wide cache, built off the event loop)."""
 
     name: str
+    Options: ClassVar[type[StageOptions]] = options_view(
+        "RetrieveOptions", RetrievalConfig, list(RetrievalConfig.model_fields),  # type: ignore[arg-type]
+        "The retrieval settings (RetrievalConfig).")
+
+    @classmethod
+    def from_options(cls, model: Any, options: StageOptions) -> "Retrieve":
+        """The stage from its options (``build_stage("generator", "retrieve", options={...})``); no model."""
+        return cls(RetrievalConfig(**options.model_dump()))
 
     def __init__(self, config: RetrievalConfig | None = None):
         self.config = config or RetrievalConfig()

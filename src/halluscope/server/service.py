@@ -307,8 +307,9 @@ class Service:
             raise CheckFailed(500, f"internal error: {type(exc).__name__}: {exc}") from None
 
     def _load_dataset(self, spec: str) -> tuple[str, list[Example]]:
-        from halluscope.bench.datasets import LOADERS, DatasetError, load_dataset
+        from halluscope.bench.datasets import DatasetError, dataset_loaders, load_dataset
 
+        LOADERS = dataset_loaders()  # the built-in datasets and those of installed plugins
         looks_like_file = spec.endswith(".jsonl") or "/" in spec or os.sep in spec
         if looks_like_file:
             root = self.settings.datasets_dir

@@ -13,7 +13,7 @@ import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -24,7 +24,8 @@ from halluscope.llm import LLM, LLMError
 from halluscope.llm.structured import generate_parsed
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Example, LLMCall, Span
-from halluscope.stages import register_stage
+from halluscope.methods.options import StageOptions
+from halluscope.stages import PromptResolver, register_stage, same_prompt
 from halluscope.text import Sentence, locate, split_sentences
 from halluscope.text.parsing import ParseError
 
@@ -198,6 +199,19 @@ class InsertSourceSentence:
 
     name: str
     perturbation = "added_source_sentence"
+
+    class Options(StageOptions):
+        how: Literal["tfidf", "retrieval", "llm"] = "tfidf"
+        """tfidf (lexical, no model), retrieval (the shared retrieval stage) or llm (the model picks and inserts)."""
+
+        seed: int = 0
+        """Seed of the sentence and position drawn (tfidf, retrieval)."""
+
+    @classmethod
+    def from_options(cls, model: LLM | None, options: "InsertSourceSentence.Options", *,
+                     prompts: PromptResolver = same_prompt) -> "InsertSourceSentence":
+        return cls(options.how, llm=model if options.how == "llm" else None, prompt=prompts(INSERT_PROMPT),
+                   seed=options.seed)
 
     def __init__(self, how: InsertWith = "tfidf", *, llm: LLM | None = None, prompt: PromptTemplate = INSERT_PROMPT,
                  seed: int = 0):

@@ -9,6 +9,7 @@ replies kept -- the original is never passed off as a perturbation.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Literal, get_args
 
 from halluscope.generators.perturb.checks import (
     FORMAT_HINT, check_rewrite, parse_rewritten, reply_is_tagged, rewrite_stats,
@@ -18,7 +19,8 @@ from halluscope.llm import LLM, GenerateParams, LLMError
 from halluscope.llm.structured import generate_parsed
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Example, LLMCall, StepResult
-from halluscope.stages import register_stage
+from halluscope.methods.options import StageOptions
+from halluscope.stages import PromptResolver, register_stage, same_prompt
 from halluscope.text import Sentence, split_sentences
 from halluscope.text.parsing import ParseError
 
@@ -78,11 +80,31 @@ REWRITE_PROMPTS: dict[str, PromptTemplate] = {
 }
 
 
+RewriteName = Literal["paraphrased", "simplified", "synonym_replaced", "less_diverse", "negated", "compressed"]
+assert set(get_args(RewriteName)) == set(REWRITE_PROMPTS), "RewriteName must list every rewrite prompt"
+
+
 @register_stage("perturb_rewrite")
 class RewritePerturbation:
     """An LLM rewrite perturbation (paraphrased, simplified, ...) of one Example's target."""
 
     name: str
+
+    class Options(StageOptions):
+        perturbation: RewriteName = "paraphrased"
+        """Which rewrite (each has its own prompt)."""
+
+        unit: Unit = "target"
+        """Rewrite the whole target at once, or sentence by sentence."""
+
+        require_tags: bool = False
+        """Refuse a reply without the rewritten text inside its tags."""
+
+    @classmethod
+    def from_options(cls, model: LLM, options: "RewritePerturbation.Options", *,
+                     prompts: PromptResolver = same_prompt) -> "RewritePerturbation":
+        return cls(options.perturbation, model, prompts(REWRITE_PROMPTS[options.perturbation]), unit=options.unit,
+                   require_tags=options.require_tags)
 
     def __init__(self, perturbation: str, llm: LLM, prompt: PromptTemplate, *, unit: Unit = "target",
                  require_tags: bool = False):

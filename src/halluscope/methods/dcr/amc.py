@@ -9,12 +9,13 @@ from typing import TYPE_CHECKING, Literal
 from halluscope.llm.structured import generate_reply
 from halluscope.methods.dcr.prompts import AMC_PROMPT
 from halluscope.methods.dcr.replies import AmcReply, parse_amc
+from halluscope.prompts import PromptTemplate
 from halluscope.records import LLMCall
 from halluscope.text import ParseError
 from halluscope.text.verdict_words import verdict_mark
 
 if TYPE_CHECKING:  # pragma: no cover
-    from halluscope.methods.base import Method
+    from halluscope.llm import LLM
 
 
 AmcMode = Literal["llm", "rule"]
@@ -34,10 +35,10 @@ class AutoMetricConverter:
     design); an unusable reply leaves every reason unmarked with the error. ``rule``: the verdict each reason
     states in words (:func:`verdict_mark`), no call; a reason that states none is unmarked."""
 
-    def __init__(self, method: "Method", mode: AmcMode = "llm"):
-        self.llm = method.llm
+    def __init__(self, llm: "LLM", mode: AmcMode = "llm", prompt: PromptTemplate = AMC_PROMPT):
+        self.llm = llm
         self.mode: AmcMode = mode
-        self.prompt = method.prompt(AMC_PROMPT)
+        self.prompt = prompt
 
     async def __call__(self, reasons: Sequence[str]) -> AmcMarks:
         n = len(reasons)

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, ClassVar
 
 from halluscope.records import Claim, Span, StepResult
+from halluscope.methods.options import StageOptions
 from halluscope.stages import register_stage
-
-if TYPE_CHECKING:  # pragma: no cover
-    from halluscope.methods.base import Method
 
 
 @register_stage("paragraph", "decomposer")
@@ -16,8 +14,9 @@ class ParagraphDecomposer:
     """The whole target as one claim of kind paragraph (no LLM call): DCR's paragraph level."""
 
     name: str
+    uses_llm: ClassVar[bool] = False
 
-    def __init__(self, method: "Method | None" = None):
+    def __init__(self, model: Any = None, options: StageOptions | None = None):
         pass
 
     async def __call__(self, target: str) -> StepResult[list[Claim]]:

@@ -17,7 +17,7 @@ from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions
 from halluscope.methods.pipeline import ClaimPipeline, PipelineRun, claim_finding
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Finding, Verdict
-from halluscope.stages import Aggregate, Context, Decomposer, Selection, build_stage
+from halluscope.stages import Aggregate, Context, Decomposer, Selection
 
 
 Level = Literal["sentence", "paragraph"]
@@ -53,8 +53,8 @@ class DCR(ClaimPipeline):
     default_verifier = "dcr"
 
     def make_decomposer(self) -> Decomposer:
-        decomposer: Decomposer = build_stage("decomposer", "paragraph" if self.opts.level == "paragraph" else "sentences",
-                                             self)
+        decomposer: Decomposer = self.build_stage("decomposer",
+                                                  "paragraph" if self.opts.level == "paragraph" else "sentences")
         return decomposer
 
     def used_prompts(self) -> list[PromptTemplate]:

@@ -10,21 +10,22 @@ from typing import TYPE_CHECKING, Any
 from halluscope.llm.structured import generate_reply
 from halluscope.methods.batching import BatchCall, BatchStep, chunked, gather_or_cancel, judge_in_batches
 from halluscope.methods.dcr.amc import AmcMarks, AmcMode, AutoMetricConverter
-from halluscope.methods.dcr.prompts import (DCE_EXCERPT_BATCH_PROMPT, DCE_EXCERPT_PROMPT, DCE_PARAGRAPH_PROMPT,
-                                           DCE_REPLY_TOKENS, DCE_SENTENCE_PROMPT)
+from halluscope.methods.dcr.prompts import (AMC_PROMPT, DCE_EXCERPT_BATCH_PROMPT, DCE_EXCERPT_PROMPT,
+                                           DCE_PARAGRAPH_PROMPT, DCE_REPLY_TOKENS, DCE_SENTENCE_PROMPT)
 from halluscope.methods.dcr.replies import (DceExcerptEntry, DceJudgment, DceReason, DceReply,
                                            DceSingleReply, _stated_reason, bracket_numbered, number_claims,
                                            parse_dce_sentences,
                                            parse_dce_single)
+from halluscope.methods.options import StageOptions
 from halluscope.methods.pipeline import LLMVerifier, messages_tokens, reply_budget
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, LLMCall, StepResult, Verdict
-from halluscope.stages import Context, Selection, register_stage
+from halluscope.stages import Context, PromptResolver, Selection, register_stage, same_prompt
 from halluscope.text import ParseError
 from halluscope.text.placeholders import is_placeholder
 
 if TYPE_CHECKING:  # pragma: no cover
-    from halluscope.methods.base import Method
+    from halluscope.llm import LLM
 
 
 @dataclass(frozen=True)
@@ -91,21 +92,26 @@ class DcrVerifier(LLMVerifier):
 
     Against the whole source one DCE call judges all claims at once, numbered (as the paper does); a lone
     ``paragraph`` claim is judged with the paragraph prompt; against a retrieved snippet each claim gets a
-    call of its own. AMC per :class:`AutoMetricConverter` (``amc`` option of the method; ``llm`` otherwise).
+    call of its own. AMC per :class:`AutoMetricConverter` (option ``amc``).
     Reasons that are not about one claim go to the check's :class:`DceNotes` (``context.trace``; other methods
     ignore them)."""
 
     reply_tokens = DCE_REPLY_TOKENS
 
-    def __init__(self, method: "Method"):
-        super().__init__(method)
-        self.amc_mode: AmcMode = getattr(method.opts, "amc", "llm")
-        self.sentence_prompt = method.prompt(DCE_SENTENCE_PROMPT)
-        self.paragraph_prompt = method.prompt(DCE_PARAGRAPH_PROMPT)
-        self.excerpt_prompt = method.prompt(DCE_EXCERPT_PROMPT)
-        self.excerpt_batch = BatchCall(method.prompt(DCE_EXCERPT_BATCH_PROMPT), DceExcerptEntry, listing="sentences",
+    class Options(StageOptions):
+        amc: AmcMode = "llm"
+        """How reasons become +1/-1: llm (a call that reads only the reasons, the paper's AMC) or rule (the verdict words each reason states; no extra call)."""
+
+    def __init__(self, model: "LLM", options: "DcrVerifier.Options | None" = None, *,
+                 prompts: PromptResolver = same_prompt):
+        super().__init__(model, options, prompts=prompts)
+        self.amc_mode: AmcMode = self.options.amc
+        self.sentence_prompt = prompts(DCE_SENTENCE_PROMPT)
+        self.paragraph_prompt = prompts(DCE_PARAGRAPH_PROMPT)
+        self.excerpt_prompt = prompts(DCE_EXCERPT_PROMPT)
+        self.excerpt_batch = BatchCall(prompts(DCE_EXCERPT_BATCH_PROMPT), DceExcerptEntry, listing="sentences",
                                        unit="sentence", reply_tokens=self.reply_tokens, number=bracket_numbered)
-        self.amc = AutoMetricConverter(method, self.amc_mode)
+        self.amc = AutoMetricConverter(model, self.amc_mode, prompts(AMC_PROMPT))
 
     def used_prompts(self) -> list[PromptTemplate]:
         return [self.sentence_prompt, self.excerpt_prompt] + ([self.amc.prompt] if self.amc_mode == "llm" else [])

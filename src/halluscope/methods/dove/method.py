@@ -29,13 +29,12 @@ from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions
 from halluscope.methods.pipeline import (
     ClaimPipeline,
     PipelineRun,
-    SentenceDecomposer,
     _shared_index,  # the index the retrieval stage built (cached per source)
 )
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Finding, StepResult
 from halluscope.retrieval import SourceIndex, fits_in_context
-from halluscope.stages import Aggregate, Decomposer, build_stage
+from halluscope.stages import Aggregate, Decomposer
 
 if TYPE_CHECKING:
     from halluscope.config import Config
@@ -98,8 +97,8 @@ class Dove(ClaimPipeline):
     # -- stages -------------------------------------------------------------------------------------------
     def make_decomposer(self) -> Decomposer:
         if self.opts.decomposer == "sentences":
-            return SentenceDecomposer(self, kind="event")
-        return cast(Decomposer, build_stage("decomposer", "dove", self))
+            return cast(Decomposer, self.build_stage("decomposer", "sentences", {"claim_kind": "event"}))
+        return cast(Decomposer, self.build_stage("decomposer", "dove"))
 
     @property
     def sorter(self) -> DoveSorter:

@@ -7,8 +7,9 @@ import asyncio
 import hashlib
 import random
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
+from pydantic import Field
 from rapidfuzz import fuzz, process
 
 from halluscope.llm import LLM
@@ -32,16 +33,14 @@ from halluscope.methods.dove.replies import (
     parse_event_order,
 )
 from halluscope.methods.batching import BatchCall, BatchingVerifier, numbered_as_written
+from halluscope.methods.options import MAX_BATCH_SIZE, StageOptions
 from halluscope.methods.pipeline import messages_tokens, reply_budget
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Evidence, LLMCall, Span, StepResult, Verdict
 from halluscope.retrieval import SourceIndex
-from halluscope.stages import Context, register_stage
+from halluscope.stages import Context, PromptResolver, register_stage, same_prompt
 from halluscope.text import locate, split_sentences
 from halluscope.text.placeholders import is_placeholder, shown_strings
-
-if TYPE_CHECKING:  # pragma: no cover
-    from halluscope.methods.base import Method
 
 CHECK_REPLY_TOKENS = 256  # a reason, a short quote and a verdict
 EVIDENCE_ECHOES = shown_strings(DoveCheckReply)
@@ -72,9 +71,9 @@ class DoveDecomposer:
 
     name: str
 
-    def __init__(self, method: Method):
-        self.llm = method.llm
-        self.prompt = method.prompt(DOVE_DECOMPOSE_PROMPT)
+    def __init__(self, model: LLM, options: StageOptions | None = None, *, prompts: PromptResolver = same_prompt):
+        self.llm = model
+        self.prompt = prompts(DOVE_DECOMPOSE_PROMPT)
 
     async def __call__(self, target: str) -> StepResult[list[Claim]]:
         def parse(text: str) -> DoveFacts:
@@ -117,18 +116,23 @@ def _verdict(claim: Claim, judgment: DoveCheckReply, source: str, calls: list[LL
 class DoveFactChecker(BatchingVerifier[DoveCheckReply]):
     """DoveScore's fact checker: supported / contradicted / unsupported, with a reason and a source quote.
 
-    One call per fact; with the whole source and ``batch_size`` > 1 (a ``dove`` option; 1 for other methods)
-    several facts per call. A fact the batch reply does not judge exactly once by its number is re-checked on
-    its own (the per-fact path is the reference); unscored when that reply is unusable too."""
+    One call per fact; with the whole source and ``batch_size`` > 1 several facts per call. A fact the batch
+    reply does not judge exactly once by its number is re-checked on its own (the per-fact path is the
+    reference); unscored when that reply is unusable too."""
 
     reply_tokens = CHECK_REPLY_TOKENS
     placeholders_in_batch = True  # numbered in the batch prompt as written; unscored whatever the reply says
 
-    def __init__(self, method: Method):
-        super().__init__(method)
-        self.batch_size = int(getattr(method.opts, "batch_size", 1) or 1)
-        self.prompt = method.prompt(DOVE_CHECK_PROMPT)
-        self.batch = BatchCall(method.prompt(DOVE_CHECK_BATCH_PROMPT), DoveBatchJudgment, listing="facts",
+    class Options(StageOptions):
+        batch_size: int = Field(default=1, ge=1, le=MAX_BATCH_SIZE)
+        """Facts per fact-checker call when the whole source is sent (1 = the paper's one call per fact)."""
+
+    def __init__(self, model: LLM, options: "DoveFactChecker.Options | None" = None, *,
+                 prompts: PromptResolver = same_prompt):
+        super().__init__(model, options, prompts=prompts)
+        self.batch_size = self.options.batch_size
+        self.prompt = prompts(DOVE_CHECK_PROMPT)
+        self.batch = BatchCall(prompts(DOVE_CHECK_BATCH_PROMPT), DoveBatchJudgment, listing="facts",
                                unit="fact", reply_tokens=CHECK_REPLY_TOKENS, overhead=64, number=numbered_as_written)
 
     def messages(self, claims: Sequence[Claim], context_text: str) -> list[dict[str, str]]:

@@ -11,12 +11,13 @@ from halluscope.llm.structured import generate_reply
 from halluscope.methods.factscore.prompts import FACTSCORE_DECOMPOSE_PROMPT
 from halluscope.methods.factscore.replies import FACT_ECHOES, FACT_EXAMPLES, FactsReply
 from halluscope.records import Claim, StepResult
-from halluscope.stages import register_stage
+from halluscope.methods.options import StageOptions
+from halluscope.stages import PromptResolver, register_stage, same_prompt
 from halluscope.text import ParseError, Sentence, locate, split_sentences
 from halluscope.text.placeholders import is_placeholder, normalized, resembles
 
 if TYPE_CHECKING:  # pragma: no cover
-    from halluscope.methods.base import Method
+    from halluscope.llm import LLM
 
 
 @dataclass(frozen=True)
@@ -62,9 +63,9 @@ class FactScoreDecomposer:
 
     name: str
 
-    def __init__(self, method: Method):
-        self.llm = method.llm
-        self.prompt = method.prompt(FACTSCORE_DECOMPOSE_PROMPT)
+    def __init__(self, model: LLM, options: StageOptions | None = None, *, prompts: PromptResolver = same_prompt):
+        self.llm = model
+        self.prompt = prompts(FACTSCORE_DECOMPOSE_PROMPT)
 
     async def __call__(self, target: str) -> StepResult[list[Claim]]:
         sentences = split_sentences(target)

@@ -18,7 +18,6 @@ from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions
 from halluscope.methods.pipeline import ClaimPipeline, PipelineRun, claim_finding
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Finding, Verdict
-from halluscope.stages import build_stage
 from halluscope.text.descriptions import merge_spans, spans_for_description
 
 
@@ -49,7 +48,7 @@ class FactScore(ClaimPipeline):
     default_verifier = "factscore"
 
     def make_decomposer(self) -> FactScoreDecomposer:
-        return cast(FactScoreDecomposer, build_stage("decomposer", "factscore", self))
+        return cast(FactScoreDecomposer, self.build_stage("decomposer", "factscore"))
 
     def used_prompts(self) -> list[PromptTemplate]:
         used = [self.prompt(FACTSCORE_DECOMPOSE_PROMPT)]

@@ -6,41 +6,51 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from pydantic import Field
+
 from halluscope.llm.structured import generate_reply
 from halluscope.methods.batching import BatchCall, BatchingVerifier
+from halluscope.methods.options import MAX_BATCH_SIZE, StageOptions
 from halluscope.methods.factscore.prompts import (FACTSCORE_DESCRIBE_BATCH_PROMPT, FACTSCORE_DESCRIBE_PROMPT,
                                                   FACTSCORE_VERIFY_BATCH_PROMPT, FACTSCORE_VERIFY_PROMPT,
                                                   VERIFY_REPLY_TOKENS)
 from halluscope.methods.factscore.replies import (FactCheckBatchEntry, FactCheckReply, FactJudgmentBatchEntry,
                                                   FactJudgmentReply)
 from halluscope.records import Claim, LLMCall, Verdict
-from halluscope.stages import Context, register_stage
+from halluscope.stages import Context, PromptResolver, register_stage, same_prompt
 from halluscope.text.placeholders import is_placeholder
 
 if TYPE_CHECKING:  # pragma: no cover
-    from halluscope.methods.base import Method
+    from halluscope.llm import LLM
 
 
 @register_stage("factscore", "verifier")
 class FactScoreVerifier(BatchingVerifier[FactCheckReply]):
     """One call per claim: supported by the context or not (a stated JSON boolean), inconsistencies described.
 
-    With ``describe`` (a FActScore option; on for other methods) an unsupported claim's inconsistencies are
-    its reason, one per line; without it the model only states the boolean. With the whole source and
-    ``batch_size`` > 1 (a FActScore option; 1 for other methods) several facts are judged per call, each on its
-    own (:mod:`halluscope.methods.batching`); a fact the batch reply does not judge is asked on its own. Against
-    a retrieved snippet every fact has its own context, so each gets its own call."""
+    With ``describe`` an unsupported claim's inconsistencies are its reason, one per line; without it the model
+    only states the boolean. With the whole source and ``batch_size`` > 1 several facts are judged per call,
+    each on its own (:mod:`halluscope.methods.batching`); a fact the batch reply does not judge is asked on its
+    own. Against a retrieved snippet every fact has its own context, so each gets its own call."""
 
     reply_tokens = VERIFY_REPLY_TOKENS
 
-    def __init__(self, method: Method):
-        super().__init__(method)
-        self.describe = bool(getattr(method.opts, "describe", True))
-        self.batch_size = int(getattr(method.opts, "batch_size", 1) or 1)
+    class Options(StageOptions):
+        describe: bool = True
+        """Ask for a description of each inconsistency of an unsupported fact (FINAL's Pipeline); else yes/no only."""
+
+        batch_size: int = Field(default=1, ge=1, le=MAX_BATCH_SIZE)
+        """Facts per verification call when the whole source is sent, each still judged on its own (1 = the paper's one call per fact)."""
+
+    def __init__(self, model: LLM, options: "FactScoreVerifier.Options | None" = None, *,
+                 prompts: PromptResolver = same_prompt):
+        super().__init__(model, options, prompts=prompts)
+        self.describe = self.options.describe
+        self.batch_size = self.options.batch_size
         self.schema: type[FactCheckReply] = FactJudgmentReply if self.describe else FactCheckReply
-        self.prompt = method.prompt(FACTSCORE_DESCRIBE_PROMPT if self.describe else FACTSCORE_VERIFY_PROMPT)
-        self.batch = BatchCall(method.prompt(FACTSCORE_DESCRIBE_BATCH_PROMPT if self.describe
-                                             else FACTSCORE_VERIFY_BATCH_PROMPT),
+        self.prompt = prompts(FACTSCORE_DESCRIBE_PROMPT if self.describe else FACTSCORE_VERIFY_PROMPT)
+        self.batch = BatchCall(prompts(FACTSCORE_DESCRIBE_BATCH_PROMPT if self.describe
+                                       else FACTSCORE_VERIFY_BATCH_PROMPT),
                                FactJudgmentBatchEntry if self.describe else FactCheckBatchEntry,
                                listing="facts", unit="fact", reply_tokens=self.reply_tokens)
 

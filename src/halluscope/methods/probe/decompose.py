@@ -15,16 +15,16 @@ from typing import TYPE_CHECKING, Any
 from rapidfuzz import fuzz
 
 from halluscope.llm.structured import generate_reply
-from halluscope.methods.probe.options import ProbeOptions
+from halluscope.methods.probe.options import ProbeDecomposerOptions
 from halluscope.methods.probe.replies import DECOMPOSE_PROMPT, ClaimEntry, ClaimsReply, is_template_echo, reply_examples
 from halluscope.methods.probe.trace import ProbeTrace
 from halluscope.methods.trace import RunTrace
 from halluscope.records import Claim, StepResult
-from halluscope.stages import register_stage
+from halluscope.stages import PromptResolver, register_stage, same_prompt
 from halluscope.text import ParseError, locate, split_sentences
 
 if TYPE_CHECKING:  # pragma: no cover
-    from halluscope.methods.base import Method
+    from halluscope.llm import LLM
 
 CLAIM_EXAMPLES = reply_examples(ClaimsReply)
 
@@ -94,12 +94,12 @@ class ProbeDecomposer:
 
     name: str
     trace: RunTrace | None = None  # the check's trace (with_trace), where the decomposition is recorded
+    Options = ProbeDecomposerOptions
 
-    def __init__(self, method: "Method"):
-        self.llm = method.llm
-        self.prompt = method.prompt(DECOMPOSE_PROMPT)
-        opts = method.opts if isinstance(method.opts, ProbeOptions) else ProbeOptions()
-        self.fallback = opts.on_decompose_error
+    def __init__(self, model: "LLM", options: Any = None, *, prompts: PromptResolver = same_prompt):
+        self.llm = model
+        self.prompt = prompts(DECOMPOSE_PROMPT)
+        self.fallback = (options or self.Options()).on_decompose_error
 
     def with_trace(self, trace: RunTrace) -> ProbeDecomposer:
         """This decomposer, recording its step into ``trace`` (one check's)."""

@@ -27,25 +27,20 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from halluscope.llm.structured import generate_reply
 from halluscope.methods.pipeline import reply_budget
-from halluscope.methods.probe.options import ProbeOptions
+from halluscope.methods.probe.options import ProbeFinderOptions, TopSentencesOptions
 from halluscope.methods.probe.replies import (FIND_EVIDENCE_PROMPT, FIND_REPLY_TOKENS, FULL_SOURCE_HEADING,
                                               SNIPPET_HEADING, EvidenceReply)
 from halluscope.records import Claim, Evidence, LLMCall, Span, StepResult
 from halluscope.retrieval import RetrievalConfig, resolve_retriever, shared_index
-from halluscope.stages import Context, register_stage
+from halluscope.stages import Context, PromptResolver, register_stage, same_prompt
 from halluscope.text import Match, Sentence, locate, split_sentences
 
 if TYPE_CHECKING:  # pragma: no cover
-    from halluscope.methods.base import Method
+    from halluscope.llm import LLM
 
 SearchOutcome = Literal["unusable_reply", "all_quotes_rejected", "no_evidence", "evidence"]
 LOCATE_OFF_LOOP_CHARS = 20_000
 """Quotes are located in a worker thread when the source is longer than this (fuzzy matching is CPU work)."""
-
-
-def probe_options(method: "Method") -> ProbeOptions:
-    """The method's options when it is ``probe``; PROBE's defaults when its stages serve another method."""
-    return method.opts if isinstance(method.opts, ProbeOptions) else ProbeOptions()
 
 
 @dataclass
@@ -111,11 +106,14 @@ class ProbeEvidenceFinder:
     PROBE step 2. Every quote gets exact source offsets or is rejected and recorded."""
 
     name: str
+    uses_llm = True
+    Options = ProbeFinderOptions
 
-    def __init__(self, method: "Method", *, min_fuzzy: float = 90.0):
-        self.llm = method.llm
-        self.prompt = method.prompt(FIND_EVIDENCE_PROMPT)
-        self.max_evidence = probe_options(method).max_evidence
+    def __init__(self, model: "LLM", options: Any = None, *, prompts: PromptResolver = same_prompt,
+                 min_fuzzy: float = 90.0):
+        self.llm = model
+        self.prompt = prompts(FIND_EVIDENCE_PROMPT)
+        self.max_evidence: int = (options or self.Options()).max_evidence
         self.min_fuzzy = min_fuzzy
 
     def messages(self, claim: str, context_text: str, kind: str = "source") -> list[dict[str, str]]:
@@ -173,11 +171,13 @@ class TopSentencesFinder:
     models; the evaluation step still decides support."""
 
     name: str
+    uses_llm = False
+    Options = TopSentencesOptions
 
-    def __init__(self, method: "Method"):
-        self.max_evidence = probe_options(method).max_evidence
-        self.config = RetrievalConfig(top_k=self.max_evidence, window=0,
-                                      retriever=getattr(method.opts, "retriever", "auto"))
+    def __init__(self, model: Any = None, options: Any = None):
+        opts = options or self.Options()
+        self.max_evidence: int = opts.max_evidence
+        self.config = RetrievalConfig(top_k=self.max_evidence, window=0, retriever=opts.retriever)
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "max_evidence": self.max_evidence,

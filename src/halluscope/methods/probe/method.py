@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from halluscope.config import Config
-from halluscope.llm import LLM, get_llm
+from halluscope.llm import LLM
 from halluscope.methods import register_method
 from halluscope.methods.pipeline import ClaimPipeline, PipelineRun, claim_finding
 from halluscope.methods.probe.options import ProbeOptions
@@ -25,7 +25,7 @@ from halluscope.methods.trace import RunTrace
 from halluscope.methods.probe.verifier import ProbeVerifier
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Finding, Report, Verdict
-from halluscope.stages import Aggregate, Decomposer, build_stage
+from halluscope.stages import Aggregate, Decomposer
 
 
 @register_method
@@ -46,42 +46,22 @@ class Probe(ClaimPipeline):
         if any(isinstance(j, LLM) for j in self._judge_specs):
             options["judges"] = [j.name if isinstance(j, LLM) else j for j in self._judge_specs]
         super().__init__(llm, config, **options)
-        if not self._judge_specs:
-            self._judge_specs = list(self.opts.judges or [])
-        self._judge_llms: list[LLM] | None = None
         self._decomposer: Decomposer | None = None
 
     # -- stages -------------------------------------------------------------------------------------------
     def make_decomposer(self) -> Decomposer:
         if self._decomposer is None:
-            self._decomposer = build_stage("decomposer", "probe", self)
+            self._decomposer = self.build_stage("decomposer", "probe")
         return self._decomposer
 
     def judge_llms(self) -> list[LLM]:
         """The evidence-evaluation models (clients for named models are built once)."""
-        if self._judge_llms is None:
-            self._judge_llms = [j if isinstance(j, LLM) else self._named_judge(j) for j in self._judge_specs] \
-                or [self.llm]
-        return self._judge_llms
+        return [self.named_llm(n) for n in self.opts.judges or []] or [self.llm]
 
-    def _named_judge(self, model: str) -> LLM:
-        """A client for judge ``model`` that shares the main client's response cache (keys carry the model's
-        name, so nothing mixes) instead of opening a cache connection of its own per judge and instance."""
-        shared = self.llm.cache
-        if shared is None:
-            return get_llm(self.config.with_overrides(model=model))
-        judge = get_llm(self.config.with_overrides(model=model, cache=False))
-        judge.cache = shared
-        return judge
-
-    def close(self) -> None:
-        """Also close the judges' clients built here (their HTTP connections; a cache of their own, if any)."""
-        built = [j for j in self._judge_llms or [] if j not in self._judge_specs and j is not self._llm]
-        shared = self._llm.cache if self._llm is not None else None
-        for judge in built:
-            judge.close(cache=judge.cache is not shared)
-        self._judge_llms = None
-        super().close()
+    def named_llm(self, model: str) -> LLM:
+        """A judge passed as an LLM object is used as given; another name gets a client at the main endpoint."""
+        given = next((j for j in self._judge_specs if isinstance(j, LLM) and j.name == model), None)
+        return given if given is not None else super().named_llm(model)
 
     def used_prompts(self) -> list[PromptTemplate]:
         decompose = self.prompt(DECOMPOSE_PROMPT)

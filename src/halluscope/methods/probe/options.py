@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints, field_validator
 
-from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions
+from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions, options_view
 
 MAX_JUDGES = 8
 MAX_SAMPLES = 20
@@ -52,3 +52,18 @@ class ProbeOptions(ClaimOptions):
             names = [n.strip() for n in value.split(",") if n.strip()]
             return names or None
         return value
+
+
+# The options of PROBE's stages: views of the flat options above (one declaration each), so `probe -o judges=a,b`
+# reaches its own verifier and `dove -o verifier=probe -o verifier.judges=a,b` the same stage.
+ProbeVerifierOptions = options_view(
+    "ProbeVerifierOptions", ProbeOptions,
+    ["judges", "samples", "sample_temperature", "consensus", "max_evidence", "context_sentences", "evidence",
+     "retriever", "batch_size"],
+    "PROBE's evidence finding and evaluation (steps 2-3); retriever: that of evidence=retrieval.")
+ProbeDecomposerOptions = options_view("ProbeDecomposerOptions", ProbeOptions, ["on_decompose_error"],
+                                      "PROBE's decomposition (step 1).")
+ProbeFinderOptions = options_view("ProbeFinderOptions", ProbeOptions, ["max_evidence"],
+                                  "PROBE's evidence finder (step 2).")
+TopSentencesOptions = options_view("TopSentencesOptions", ProbeOptions, ["max_evidence", "retriever"],
+                                   "The no-LLM evidence finder: the top source sentences.")

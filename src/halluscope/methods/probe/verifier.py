@@ -16,34 +16,31 @@ How a claim's verdict is decided in one context:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from halluscope.methods.batching import BatchCall, BatchStep, gather_or_cancel, judge_in_batches
+from halluscope.methods.options import own_options
 from halluscope.methods.pipeline import LLMVerifier
-from halluscope.methods.probe.evidence import (ProbeEvidenceFinder, QuoteSearch, SourceSentences, context_around,
-                                               probe_options)
+from halluscope.methods.probe.evidence import ProbeEvidenceFinder, QuoteSearch, SourceSentences, context_around
 from halluscope.methods.probe.judge import EvidenceEvaluator, EvidenceJudgment, Judge
-from halluscope.methods.probe.options import ProbeOptions
+from halluscope.methods.probe.options import ProbeVerifierOptions
 from halluscope.methods.probe.replies import (EVALUATE_BATCH_PROMPT, EVALUATE_PROMPT, FIND_EVIDENCE_BATCH_PROMPT,
                                               FIND_EVIDENCE_PROMPT, FIND_REPLY_TOKENS, EvidenceBatchEntry,
                                               EvidenceReply, is_template_echo)
 from halluscope.methods.probe.trace import ProbeTrace
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Evidence, LLMCall, Verdict
-from halluscope.stages import Context, build_stage, register_stage
+from halluscope.stages import Context, PromptResolver, build_stage, register_stage, same_prompt, stage_spec
 
 if TYPE_CHECKING:  # pragma: no cover
-    from halluscope.methods.base import Method
+    from halluscope.llm import LLM
 
 
-
-def build_judges(method: "Method", opts: ProbeOptions) -> list[Judge]:
-    """Every judge model (``probe``'s ``judges``; else the method's own model) times ``samples``."""
-    judge_llms = getattr(method, "judge_llms", None)
-    llms = judge_llms() if callable(judge_llms) else [method.llm]
-    return [Judge(llm, sample, opts.sample_temperature) for llm in llms for sample in range(opts.samples)]
+def build_judges(llms: Sequence["LLM"], samples: int, temperature: float) -> list[Judge]:
+    """Every judge model times ``samples`` votes (samples beyond the first at ``temperature``)."""
+    return [Judge(llm, sample, temperature) for llm in llms for sample in range(samples)]
 
 
 def decide(claim: Claim, search: QuoteSearch, judgments: Sequence[EvidenceJudgment]) -> tuple[Verdict, str]:
@@ -87,32 +84,45 @@ class ProbeVerifier(LLMVerifier):
     Supported when some passage is accepted; see the module docstring for every other outcome."""
 
     reply_tokens = FIND_REPLY_TOKENS
+    Options = ProbeVerifierOptions
 
-    def __init__(self, method: "Method"):
-        super().__init__(method)
-        self.opts = probe_options(method)
-        self.finder = build_stage("evidence_finder", "top_sentences" if self.opts.evidence == "retrieval" else "probe",
-                                  method)
-        self.evaluate_prompt = method.prompt(EVALUATE_PROMPT)
+    def __init__(self, model: "LLM", options: Any = None, *, prompts: PromptResolver = same_prompt,
+                 named_llm: Callable[[str], "LLM"] | None = None):
+        """``named_llm``: a client for a judge model named in ``judges`` (at the main model's endpoint); needed
+        only when ``judges`` names models."""
+        super().__init__(model, options, prompts=prompts)
+        self.opts = self.options
+        finder = "top_sentences" if self.opts.evidence == "retrieval" else "probe"
+        spec = stage_spec("evidence_finder", finder)
+        self.finder = build_stage("evidence_finder", finder, model if getattr(spec.factory, "uses_llm", True) else None,
+                                  own_options(spec.options_model, self.opts), prompts=prompts)
+        self.evaluate_prompt = prompts(EVALUATE_PROMPT)
+        self.named_llm = named_llm
+        if self.opts.judges and named_llm is None:
+            raise TypeError("the probe verifier needs named_llm to reach the judge models it is given")
         self._evaluator: EvidenceEvaluator | None = None
         self._sentences = SourceSentences()
-        self.find_batch = BatchCall(method.prompt(FIND_EVIDENCE_BATCH_PROMPT), EvidenceBatchEntry, listing="claims",
+        self.find_batch = BatchCall(prompts(FIND_EVIDENCE_BATCH_PROMPT), EvidenceBatchEntry, listing="claims",
                                     unit="assertion", reply_tokens=FIND_REPLY_TOKENS)
+
+    def judge_llms(self) -> list["LLM"]:
+        """The evidence-evaluation models: those named in ``judges``, else the verifier's own model."""
+        return [self.named_llm(n) for n in self.opts.judges or []] or [self.llm]  # type: ignore[misc]
 
     @property
     def evaluator(self) -> EvidenceEvaluator:
         if self._evaluator is None:  # judge models are built on first use
-            self._evaluator = EvidenceEvaluator(build_judges(self.method, self.opts), self.evaluate_prompt,
-                                                consensus=self.opts.consensus,
-                                                batch_prompt=self.method.prompt(EVALUATE_BATCH_PROMPT))
+            judges = build_judges(self.judge_llms(), self.opts.samples, self.opts.sample_temperature)
+            self._evaluator = EvidenceEvaluator(judges, self.evaluate_prompt, consensus=self.opts.consensus,
+                                                batch_prompt=self.prompts(EVALUATE_BATCH_PROMPT))
         return self._evaluator
 
     def used_prompts(self) -> list[PromptTemplate]:
-        finder = [self.method.prompt(FIND_EVIDENCE_PROMPT)] if isinstance(self.finder, ProbeEvidenceFinder) else []
+        finder = [self.prompts(FIND_EVIDENCE_PROMPT)] if isinstance(self.finder, ProbeEvidenceFinder) else []
         batched = []
         if self.batch_size > 1:
-            batched = ([self.method.prompt(FIND_EVIDENCE_BATCH_PROMPT)] if finder else []) + [
-                self.method.prompt(EVALUATE_BATCH_PROMPT)]
+            batched = ([self.prompts(FIND_EVIDENCE_BATCH_PROMPT)] if finder else []) + [
+                self.prompts(EVALUATE_BATCH_PROMPT)]
         return finder + [self.evaluate_prompt] + batched
 
     def messages(self, claims: Sequence[Claim], context_text: str) -> list[dict[str, str]]:
@@ -131,7 +141,7 @@ class ProbeVerifier(LLMVerifier):
 
     @property
     def batch_size(self) -> int:
-        return int(getattr(self.opts, "batch_size", 1) or 1)
+        return int(self.opts.batch_size)
 
     async def __call__(self, claims: Sequence[Claim], context: Context, source: str) -> list[Verdict]:
         if self.batch_size > 1 and context.kind == "source" and len(claims) > 1:

@@ -1,0 +1,179 @@
+"""Stages are built from (model, options, collaborators), each validating its own options; a claim method's
+verifier and gate take namespaced options (``verifier.judges``), never the host method's."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+import halluscope
+from halluscope.cli.main import app
+from halluscope.llm import LLM, FakeModel
+from halluscope.methods import OptionsError, get_method
+from halluscope.methods.factscore import FACTSCORE_DESCRIBE_BATCH_PROMPT
+from halluscope.stages import StageOptions, build_stage, register_stage, stage_options
+
+SOURCE = "The museum opens at nine. It has a large garden. The cafe sells tea."
+TARGET = "The museum opens at nine. The cafe sells coffee."
+
+
+def fake() -> LLM:
+    return LLM(FakeModel(default="{}"), cache=None)
+
+
+def test_a_verifier_swapped_into_dove_does_not_pick_up_doves_batch_size():
+    method = get_method("dove", llm=fake(), verifier="factscore", batch_size=3)
+    assert method.verifier.batch_size == 1  # was 3: the factscore verifier read dove's option
+    assert FACTSCORE_DESCRIBE_BATCH_PROMPT.name not in {p.name for p in method.used_prompts()}
+    assert method.opts.batch_size == 3  # dove's own option is still dove's
+
+
+def test_a_swapped_verifier_takes_its_own_namespaced_options():
+    method = get_method("dove", llm=fake(), verifier="factscore",
+                        **{"verifier.batch_size": 4, "verifier.describe": False})
+    assert (method.verifier.batch_size, method.verifier.describe) == (4, False)
+    assert method.opts.batch_size == 1
+    assert method.options()["verifier.batch_size"] == 4 and method.options()["verifier.describe"] is False
+
+
+def test_the_methods_own_verifier_still_takes_its_flat_options():
+    assert get_method("dove", llm=fake(), batch_size=4).verifier.batch_size == 4
+    assert get_method("factscore", llm=fake(), describe=False).verifier.describe is False
+    assert get_method("dcr", llm=fake(), amc="rule").verifier.amc_mode == "rule"
+    assert get_method("probe", llm=fake(), samples=3).verifier.opts.samples == 3
+    assert "verifier.batch_size" not in get_method("dove", llm=fake(), batch_size=4).options()
+
+
+def test_dove_takes_the_probe_verifier_with_its_judges(monkeypatch):
+    """`dove -o verifier=probe -o verifier.judges=a,b` used to fail with an OptionsError."""
+    from halluscope.methods import base
+
+    built: list[str | None] = []
+
+    def get_llm(config):
+        built.append(config.model)
+        return LLM(FakeModel(default="{}"), cache=None)
+
+    monkeypatch.setattr(base, "get_llm", get_llm)
+    method = get_method("dove", llm=fake(), verifier="probe",
+                        **{"verifier.judges": "a,b", "verifier.samples": 2, "verifier.batch_size": 3})
+    assert method.verifier.opts.judges == ["a", "b"] and method.verifier.batch_size == 3
+    assert len(method.verifier.evaluator.judges) == 4  # 2 judge models x 2 samples
+    assert built == ["a", "b"]  # each judge's client built once, at the main model's endpoint
+    method.close()
+
+
+def test_a_stage_option_given_flat_to_a_method_that_lacks_it_says_how_to_give_it():
+    with pytest.raises(OptionsError, match=r"verifier\.judges"):
+        get_method("dove", llm=fake(), verifier="probe", judges="a,b")
+
+
+def test_a_namespaced_option_without_its_stage_chosen_is_an_error():
+    with pytest.raises(OptionsError, match="no verifier is chosen"):
+        get_method("dcr", llm=fake(), **{"verifier.batch_size": 2})
+    with pytest.raises(OptionsError, match="no gate is chosen"):
+        get_method("dcr", llm=fake(), **{"gate.top_k": 2})
+
+
+def test_a_bad_namespaced_option_names_the_stage_and_lists_its_options():
+    with pytest.raises(OptionsError) as bad_name:
+        get_method("factscore", llm=fake(), verifier="dove", **{"verifier.judges": "a"})
+    assert "verifier stage 'dove'" in str(bad_name.value) and "batch_size" in str(bad_name.value)
+    with pytest.raises(OptionsError, match=r"allowed: 1 to 64"):
+        get_method("factscore", llm=fake(), verifier="dove", **{"verifier.batch_size": 0})
+    with pytest.raises(OptionsError, match="verifier.OPTION or gate.OPTION"):
+        get_method("dove", llm=fake(), **{"decomposer.kind": "x"})
+
+
+def test_gate_options_are_namespaced_too():
+    method = get_method("dcr", llm=fake(), gate="lexical", **{"gate.top_k": 5, "gate.flip_overlap": 0.5})
+    assert (method.gate.opts.top_k, method.gate.opts.flip_overlap) == (5, 0.5)
+    with pytest.raises(OptionsError, match="gate stage 'lexical'"):
+        get_method("dcr", llm=fake(), gate="lexical", **{"gate.uncertain": "unscored"})  # the gate method's only
+
+
+def test_the_python_api_passes_namespaced_options():
+    report = halluscope.check(SOURCE, TARGET, "dcr", llm=LLM(FakeModel(default="{}"), cache=None),
+                              verifier="factscore", **{"verifier.describe": False})
+    assert report.details["stages"]["verifier"] == "factscore"
+
+
+def test_the_retrieve_stage_builds_and_runs():
+    """`build_stage("generator", "retrieve", method)` used to build, then fail when called."""
+    stage = build_stage("generator", "retrieve", options={"retriever": "bm25", "top_k": 1, "window": 0})
+    (snippets,) = asyncio.run(stage(SOURCE, ["tea"]))
+    assert [s.text for s in snippets] == ["The cafe sells tea."]
+
+
+def test_build_stage_validates_options_and_passes_only_named_collaborators():
+    with pytest.raises(OptionsError, match="verifier stage 'dove'.*Valid options: batch_size"):
+        build_stage("verifier", "dove", fake(), {"bach_size": 2})
+    with pytest.raises(OptionsError, match="checkpoint"):
+        stage_options("verifier", "nli", {})
+    assert stage_options("verifier", "nli:some/model").checkpoint == "some/model"
+    seen = {}
+
+    @register_stage("test_stage_options_probe", "verifier")
+    class Recording:
+        class Options(StageOptions):
+            strict: bool = False
+
+        def __init__(self, model, options, *, prompts):
+            seen.update(model=model, strict=options.strict, prompts=prompts)
+
+        def reserve_tokens(self, claims):
+            return 0
+
+        async def __call__(self, claims, context, source):
+            return []
+
+    build_stage("verifier", "test_stage_options_probe", "M", {"strict": True}, prompts="P", named_llm="N")
+    assert seen == {"model": "M", "strict": True, "prompts": "P"}
+
+
+def test_cli_check_refuses_a_bad_namespaced_option(tmp_path):
+    source, target = tmp_path / "s.txt", tmp_path / "t.txt"
+    source.write_text(SOURCE)
+    target.write_text(TARGET)
+    result = CliRunner().invoke(app, ["check", "-s", str(source), "-t", str(target), "--method", "dove",
+                                      "-o", "verifier=probe", "-o", "verifier.judgez=a"])
+    assert result.exit_code == 2
+    assert "verifier stage 'probe'" in result.output and "judges" in result.output
+
+
+def test_cli_stages_lists_each_stages_options():
+    result = CliRunner().invoke(app, ["stages", "verifier", "probe"])
+    assert result.exit_code == 0
+    assert "judges : list[str] | NoneType = None" in result.output
+    assert "consensus : float = 0.75" in result.output
+    every = CliRunner().invoke(app, ["stages"])
+    assert "checkpoint : str = (required)" in every.output and "claim_kind" in every.output
+
+
+def test_the_service_takes_namespaced_options(tmp_path):
+    from halluscope.config import Config
+    from halluscope.server.service import Service
+    from halluscope.server.settings import ServerSettings
+
+    service = Service(Config(), ServerSettings(jobs_db=tmp_path / "jobs.sqlite"), fake())
+    try:
+        method = asyncio.run(service.method("dove", {"verifier": "factscore", "verifier.batch_size": 2}))
+        assert method.verifier.batch_size == 2
+    finally:
+        service.stop()
+
+
+def test_describe_stages_is_json_with_options():
+    rows = json.loads(json.dumps(halluscope.stages.describe_stages()))
+    probe = next(r for r in rows if (r["protocol"], r["name"]) == ("verifier", "probe"))
+    assert {o["name"] for o in probe["options"]} >= {"judges", "samples", "batch_size"}
+
+
+def test_the_encoder_gate_takes_its_thresholds_as_options():
+    opts = stage_options("gate", "encoder:my-verifier", {"high": 0.95, "low": 0.05})
+    assert (opts.checkpoint, opts.high, opts.low) == ("my-verifier", 0.95, 0.05)
+    with pytest.raises(OptionsError, match="checkpoint is given twice"):
+        stage_options("gate", "encoder:my-verifier", {"checkpoint": "other"})
