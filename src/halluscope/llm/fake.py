@@ -74,6 +74,7 @@ class FakeModel:
         structured_output: StructuredOutput = "schema",
     ):
         self.name = name
+        self.cache_id: str | None = None  # set by from_script: the script's digest, so an edited script is not cached
         self.structured_output: StructuredOutput = structured_output  # see halluscope.llm.base.StructuredOutput
         self._replies = list(replies)
         self._rules = [(re.compile(p, re.S | re.I), r) for p, r in rules]
