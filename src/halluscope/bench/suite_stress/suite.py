@@ -1,0 +1,62 @@
+"""The whole stress report and the ``stress`` bench suite."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from halluscope.bench.suite_stress.deltas import ORIGINAL, delta_stats, is_stress_set, mean_scores, perturbation_pairs
+from halluscope.bench.suite_stress.density import (DensityFn, EmbeddingDensity, density_bins, density_correlation,
+                                                   density_points)
+from halluscope.bench.suite_stress.plots import plot_deltas, plot_density
+from halluscope.bench.suite_stress.tables import bins_table, delta_table, mean_table
+from halluscope.bench.suites import SuiteContext, SuiteResult, register_suite
+from halluscope.records import Example, Report
+
+
+# -------------------------------------------------------------------------------------------- suite
+
+
+def stress_report(examples: list[Example], reports: list[Report], ctx: SuiteContext,
+                  density: DensityFn | None = None, *, n_bins: int | None = None) -> SuiteResult:
+    """The whole stress report. ``density`` defaults to :class:`EmbeddingDensity`; density bins are skipped
+    when ``ctx.extra["stress_density"]`` is false. ``n_bins`` defaults to ``ctx.extra["density_bins"]`` or 5."""
+    if len(examples) != len(reports):
+        raise ValueError(f"{len(examples)} examples but {len(reports)} reports")
+    n_bins = n_bins or int(ctx.extra.get("density_bins", 5))
+    result = SuiteResult()
+    label = f"{ctx.method} ({ctx.model or 'no LLM'})"
+
+    means = mean_scores(examples, reports, ctx)
+    pairs, unpaired = perturbation_pairs(examples, reports)
+    stats = delta_stats(pairs, ctx)
+    metrics: dict[str, Any] = {"mean_score": means, "delta": stats, "unpaired": unpaired,
+                               "n_groups": len({e.group for e in examples if e.difficulty == ORIGINAL})}
+    result.tables.append(("Stress test: mean score per perturbation", mean_table(means)))
+    if stats or unpaired:
+        result.tables.append(("Stress test: score change vs the original (perturbed - original)",
+                              delta_table(stats, unpaired)))
+    if stats:
+        result.plots.append(plot_deltas(pairs, stats, Path(ctx.out_dir) / "stress_deltas.png",
+                                        f"Score change under meaning-preserving edits: {label}"))
+
+    if ctx.extra.get("stress_density", True):
+        density_fn = density or EmbeddingDensity()
+        points, unit = density_points(examples, reports, density_fn)
+        measure = getattr(density_fn, "measure", None) or "custom"
+        bins = density_bins(points, ctx, n_bins)
+        metrics["density"] = {"measure": measure, "unit": unit, "n": len(points),
+                              "spearman": density_correlation(points), "bins": bins}
+        if bins:
+            result.tables.append((f"Stress test: mean {unit} score by information density ({measure})",
+                                  bins_table(bins)))
+            result.plots.append(plot_density(points, bins, Path(ctx.out_dir) / "stress_density.png",
+                                             f"Score vs information density: {label}",
+                                             f"{unit} information density ({measure} cosine, Eq. 3)"))
+    result.metrics = metrics
+    return result
+
+
+@register_suite("stress", applies=is_stress_set)
+def stress_suite(examples: list[Example], reports: list[Report], ctx: SuiteContext) -> SuiteResult:
+    return stress_report(examples, reports, ctx)

@@ -1,0 +1,17 @@
+"""Background jobs persisted in SQLite: they survive a restart (also ``kill -9``) and resume where they stopped.
+
+Tables: ``jobs`` (one row per job, with its running counts), ``items`` (the job's examples, copied in at
+submission so a job does not depend on a file that may change) and ``results`` (one row per finished item:
+the whole Report JSON, or the error). A result and the job's counts are written in one transaction, so after
+a crash the counts match the results. On start, jobs left ``running`` go back to ``queued``; a job runs only
+the items that have no result, so nothing finished is computed again, and an item that was half-way reuses
+the LLM replies already in the response cache (0 repeated calls for every reply that had arrived).
+
+One server process per database: :class:`JobStore` holds an exclusive lock on ``<db>.lock``.
+"""
+
+from halluscope.server.jobs.runner import CheckFailed, ItemRunner, JobRunner
+from halluscope.server.jobs.store import ACTIVE, ID_LENGTH, JobStore, StoreLocked, result_line, valid_job_id
+
+__all__ = ["ACTIVE", "ID_LENGTH", "CheckFailed", "ItemRunner", "JobRunner", "JobStore", "StoreLocked", "result_line",
+           "valid_job_id"]
