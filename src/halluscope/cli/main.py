@@ -71,6 +71,14 @@ def methods_command(name: Optional[str] = typer.Argument(None, help="Show this m
             typer.echo(f"      {row['doc']}")
     if rows:
         typer.echo("\nSet with -o NAME=VALUE (CLI), or as keyword arguments in Python.")
+    details = cls.Details
+    keys = details.keys_doc()
+    if keys or details.model_config.get("extra") != "allow":
+        typer.echo(f"\nReport.details keys ({details.__module__}.{details.__name__}; each optional):")
+        if not keys:
+            typer.echo("  (none)")
+    for key, doc in keys:
+        typer.echo(f"  {key}" + (f" : {doc}" if doc else ""))
 
 
 @app.command("stages")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from halluscope import tracing
 from halluscope.config import Config
 from halluscope.llm import LLM, LLMError, get_llm, track_calls
+from halluscope.methods.details import FreeDetails, MethodDetails
 from halluscope.methods.options import MethodOptions, OptionsError
 from halluscope.prompts import PromptTemplate, apply_overrides
 from halluscope.records import Example, Report
@@ -43,6 +44,7 @@ class Method(ABC):
     default_threshold: ClassVar[float] = 0.5
     prompts: ClassVar[tuple[PromptTemplate, ...]] = ()  # the templates this method renders
     Options: ClassVar[type[MethodOptions]] = MethodOptions
+    Details: ClassVar[type[MethodDetails]] = FreeDetails  # the keys its Report.details holds (methods/details.py)
 
     def __init__(self, llm: LLM | None = None, config: Config | None = None, **options: Any):
         self.config = config or Config()
@@ -92,6 +94,11 @@ class Method(ABC):
             return self.llm.name
         except LLMError:
             return self.config.model
+
+    def details_model(self) -> type[MethodDetails]:
+        """The model this instance's ``Report.details`` validate against: ``Details`` (a method whose details
+        depend on its options, like ``improve`` on its evaluator, overrides this)."""
+        return self.Details
 
     def close(self) -> None:
         """Release the clients this instance built itself (its own LLM client, extra judges' clients) and their
@@ -162,6 +169,7 @@ class Method(ABC):
                 "model": self.model_name,
                 "calls": list(log.calls),  # every exchange, in order, also when the method failed midway
             }
+            self.details_model().check(report.details)  # an undeclared key or a wrong type fails here
             report = report.model_copy(update=update)
             report = report.with_threshold(report.threshold if report.threshold is not None
                                            else self.default_threshold)

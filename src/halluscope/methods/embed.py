@@ -14,7 +14,7 @@ Per-sentence details (best source span, cosine, information density of seed 003 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import Field
@@ -23,6 +23,7 @@ from halluscope.config import Config
 from halluscope.llm import LLM
 from halluscope.methods import register_method
 from halluscope.methods.base import Method
+from halluscope.methods.details import MethodDetails
 from halluscope.methods.options import MethodOptions
 from halluscope.records import Claim, Evidence, Finding, Report, Verdict
 from halluscope.retrieval import DEFAULT_EMBEDDING_MODEL, RetrievalConfig, resolve_retriever, shared_index
@@ -37,6 +38,15 @@ class EmbedOptions(MethodOptions):
     """If set, target sentences whose best cosine is below this are reported as findings."""
 
 
+class EmbedDetails(MethodDetails):
+    """``Report.details`` of ``embed``."""
+
+    sentences: list[dict[str, Any]] | None = None
+    """Per target sentence: its best source span, the cosine and the information density (seed 003 Eq. 3)."""
+    retrieval: dict[str, Any] | None = None
+    """The embedding index's settings."""
+
+
 @register_method
 class Embed(Method):
     name = "embed"
@@ -44,6 +54,7 @@ class Embed(Method):
     uses_llm = False
 
     Options = EmbedOptions
+    Details: ClassVar[type[MethodDetails]] = EmbedDetails
 
     def __init__(self, llm: LLM | None = None, config: Config | None = None, **options: Any):
         super().__init__(llm, config, **options)
@@ -84,4 +95,4 @@ class Embed(Method):
                         kind="unsupported", target_spans=[s.span], evidence=evidence, claim_ids=[claim.id or ""]))
         return Report(method=self.name, score=float(np.mean(best_scores)), claims=claims, verdicts=verdicts,
                       findings=findings, subscores={"min_sentence": float(min(best_scores))},
-                      details={"sentences": rows, "retrieval": index.describe()})
+                      details=EmbedDetails.build(sentences=rows, retrieval=index.describe()))

@@ -26,6 +26,7 @@ from pydantic import Field
 
 from halluscope.methods import register_method
 from halluscope.methods.base import Method
+from halluscope.methods.details import MethodDetails
 from halluscope.methods.findings import claim_finding
 from halluscope.methods.options import MethodOptions, options_view, own_options
 from halluscope.records import Claim, Evidence, Report, Span, Verdict
@@ -269,6 +270,13 @@ def gate_verdict(decision: GateDecision, gate_name: str, uncertain: Literal["thr
                                        f"{sign} {threshold}", decided_by=f"gate:{gate_name}:threshold", **common)
 
 
+class GateDetails(MethodDetails):
+    """``Report.details`` of the ``gate`` method."""
+
+    gate: dict[str, dict[str, Any]] | None = None
+    """Per sentence id (``s1``, ``s2``, ...): the gate's ``outcome`` and the lexical signals behind it."""
+
+
 @register_method
 class GateMethod(Method):
     """Each target sentence through the lexical gate: no LLM, no download, milliseconds per claim."""
@@ -278,6 +286,7 @@ class GateMethod(Method):
                    "flips, with their spans; score = mean lexical support of the target sentences.")
     uses_llm = False
     Options = GateOptions
+    Details: ClassVar[type[MethodDetails]] = GateDetails
     opts: GateOptions
 
     def __init__(self, llm: Any = None, config: Any = None, **options: Any):
@@ -296,6 +305,6 @@ class GateMethod(Method):
         subscores: dict[str, float | None] = {"claims": float(len(claims)), **counts}
         score = sum(d.score for d in decisions) / len(decisions)
         findings = [claim_finding(v) for v in verdicts if v.label in ("unsupported", "contradicted")]
-        details = {"gate": {d.claim.id: {"outcome": d.outcome, **d.signals} for d in decisions}}
+        details = GateDetails.build(gate={d.claim.id: {"outcome": d.outcome, **d.signals} for d in decisions})
         return Report(method=self.name, score=score, subscores=subscores, claims=claims, verdicts=verdicts,
                       findings=findings, details=details)

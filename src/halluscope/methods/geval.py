@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -27,6 +27,7 @@ from halluscope.llm.replies import Reply
 from halluscope.llm.structured import generate_reply
 from halluscope.methods import register_method
 from halluscope.methods.base import Method
+from halluscope.methods.details import MethodDetails
 from halluscope.methods.options import MethodOptions
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Report
@@ -126,12 +127,28 @@ class GevalOptions(MethodOptions):
     log-probabilities (the plain integer, said in details, when the backend returns none); none: the integer."""
 
 
+class GevalDetails(MethodDetails):
+    """``Report.details`` of ``geval``: which prompt ran and, with the paper's, the reply and its weighting."""
+
+    prompt: Literal["reasoned", "paper"] | None = None
+    """The prompt sent (the ``prompt`` option)."""
+    reason: str | None = None
+    """``prompt=reasoned``: the model's reason for its rating."""
+    reply: str | None = None
+    """``prompt=paper``: the reply (its first 200 characters)."""
+    weighting: str | None = None
+    """``prompt=paper``: how the rating was weighted (probability, none, or why the probabilities were unavailable)."""
+    score_probabilities: dict[str, float] | None = None
+    """``weighting=probability``: each score token's renormalized probability."""
+
+
 @register_method
 class GEval(Method):
     name = "geval"
     description = "LLM judge: one 1-5 consistency rating for the whole target, normalized to [0, 1]."
     prompts = (GEVAL_PROMPT, GEVAL_PAPER_PROMPT)
     Options = GevalOptions
+    Details: ClassVar[type[MethodDetails]] = GevalDetails
     opts: GevalOptions
 
     def used_prompts(self) -> list[PromptTemplate]:  # only the prompt this instance sends
@@ -148,7 +165,7 @@ class GEval(Method):
             return Report(method=self.name, unscored_reason=parsed.error)
         rating = parsed.value.score
         return Report(method=self.name, score=(rating - 1) / 4, subscores={"rating": float(rating)},
-                      details={"reason": parsed.value.reason, "prompt": "reasoned"})
+                      details=GevalDetails.build(reason=parsed.value.reason, prompt="reasoned"))
 
     async def _run_paper(self, source: str, target: str) -> Report:
         max_tokens = min(self.opts.max_tokens, 16, self.llm.default_params.max_tokens)
@@ -157,19 +174,20 @@ class GEval(Method):
         messages = [m for m in self.prompt(GEVAL_PAPER_PROMPT).render(source=source, target=target) if m["content"]]
         completion = await self.llm.generate(messages, params)
         rating = parse_paper_score(completion.text)
-        details: dict[str, Any] = {"prompt": "paper", "reply": completion.text[:200]}
+        details: dict[str, Any] = GevalDetails.build(prompt="paper", reply=completion.text[:200])
         if rating is None:
             return Report(method=self.name, unscored_reason=f"geval: the reply is not a score from 1 to 5: "
                                                             f"{completion.text[:80]!r}", details=details)
         value = float(rating)
-        details["weighting"] = "none (weighting=none)"
+        details.update(GevalDetails.build(weighting="none (weighting=none)"))
         if weighted:
             found = weighted_score(completion.logprobs)
             if found is not None:
                 value, probs = found
-                details.update(weighting="probability (G-Eval)", score_probabilities=probs)
+                details.update(GevalDetails.build(weighting="probability (G-Eval)", score_probabilities=probs))
             else:
-                details["weighting"] = ("unavailable: the backend returned no log-probabilities for the score "
-                                        "token; the integer score is used")
+                details.update(GevalDetails.build(weighting=(
+                    "unavailable: the backend returned no log-probabilities for the score token; the integer "
+                    "score is used")))
         return Report(method=self.name, score=(value - 1) / 4, subscores={"rating": float(rating), "weighted": value},
                       details=details)

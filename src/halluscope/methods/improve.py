@@ -28,6 +28,7 @@ not rewrites; ``""`` deletes the sentence); a paragraph rewrite is ``{"improved_
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -39,7 +40,8 @@ from halluscope.llm import LLM
 from halluscope.llm.structured import generate_reply
 from halluscope.methods import method_class, register_method
 from halluscope.methods.base import Method
-from halluscope.methods.dcr import DCR_PROMPTS, DcrOptions
+from halluscope.methods.dcr import DCR_PROMPTS, DcrDetails, DcrOptions
+from halluscope.methods.details import MethodDetails
 from halluscope.methods.rai import (  # noqa: F401  (importable from here as before)
     RAI_PARAGRAPH_PROMPT,
     RAI_PROMPTS,
@@ -218,6 +220,39 @@ class ImproveOptions(DcrOptions):
 _OWN_OPTIONS = ("rounds", "level", "evaluator", "evaluator_options")
 
 
+class ImproveRoundsDetails(MethodDetails):
+    """The keys ``improve`` adds to its evaluator's details."""
+
+    rounds: list[dict[str, Any]] | None = None
+    """One :class:`ImprovementRound` (dumped) per evaluated text; round 0 is the original."""
+    max_rounds: int | None = None
+    """The ``rounds`` option."""
+    improved_target: str | None = None
+    """The best-scoring verified text (the original when no rewrite scored higher)."""
+    improved: bool | None = None
+    """Whether a rewrite scored higher than the original."""
+    best_round: int | None = None
+    """The round of ``improved_target`` (0 when not improved)."""
+    stop_reason: str | None = None
+    """Why the rounds stopped."""
+    diff: str | None = None
+    """A unified diff, one sentence per line, original vs improved (empty when not improved)."""
+
+
+class ImproveDetails(ImproveRoundsDetails, DcrDetails):
+    """``Report.details`` of ``improve`` with its default evaluator: DCR's keys, then the rounds'."""
+
+
+@functools.cache
+def improve_details(evaluator: type[MethodDetails]) -> type[MethodDetails]:
+    """``improve``'s details model over another evaluator: that evaluator's keys plus :class:`ImproveRoundsDetails`."""
+    if evaluator is DcrDetails:
+        return ImproveDetails
+    return type(f"Improve{evaluator.__name__}", (ImproveRoundsDetails, evaluator),
+                {"__doc__": f"``improve`` over an evaluator whose details are {evaluator.__name__}.",
+                 "__module__": __name__})
+
+
 @register_method
 class Improve(Method):
     """An evaluator (DCR by default) followed by up to ``rounds`` rounds of reason-assisted rewriting."""
@@ -226,6 +261,7 @@ class Improve(Method):
     description = ("DCR + RAI: rewrite the sentences DCR (or -o evaluator=METHOD) flags, re-verify, repeat up to "
                    "`rounds` times; the report scores the given target and carries the verified improved text and a diff.")
     Options: ClassVar[type[ImproveOptions]] = ImproveOptions
+    Details: ClassVar[type[MethodDetails]] = ImproveDetails  # with evaluator=dcr; see details_model
     opts: ImproveOptions
     prompts = DCR_PROMPTS + RAI_PROMPTS
     default_threshold = 1.0  # DCR's; another evaluator's own threshold is used instead (see __init__)
@@ -261,6 +297,12 @@ class Improve(Method):
             return self.opts.model_dump(mode="json", exclude={"evaluator", "evaluator_options"})
         return {"rounds": self.opts.rounds, "level": self.opts.level, "evaluator": self.opts.evaluator,
                 "evaluator_options": self.evaluator.options()}
+
+    def details_model(self) -> type[MethodDetails]:
+        """The evaluator's details model plus the rounds' keys."""
+        if self.opts.evaluator == DEFAULT_EVALUATOR:
+            return ImproveDetails
+        return improve_details(self.evaluator.details_model())
 
     def close(self) -> None:
         if self._evaluator is not None:
@@ -354,14 +396,14 @@ class Improve(Method):
                 best = r
         improved = best.round > 0 and original.score is not None
         improved_target = best.text if improved else original.text
-        details: dict[str, Any] = {**report.details,
-                                   "rounds": [r.model_dump() for r in rounds],
-                                   "max_rounds": self.opts.rounds,
-                                   "improved_target": improved_target,
-                                   "improved": improved,
-                                   "best_round": best.round if improved else 0,
-                                   "stop_reason": stop_reason,
-                                   "diff": sentence_diff(original.text, improved_target) if improved else ""}
+        details: dict[str, Any] = {**report.details, **ImproveRoundsDetails.build(
+            rounds=[r.model_dump() for r in rounds],
+            max_rounds=self.opts.rounds,
+            improved_target=improved_target,
+            improved=improved,
+            best_round=best.round if improved else 0,
+            stop_reason=stop_reason,
+            diff=sentence_diff(original.text, improved_target) if improved else "")}
         subscores = {**report.subscores, "initial_score": original.score,
                      "final_score": best.score if improved else original.score,
                      "rounds_run": float(len(rounds) - 1)}

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from halluscope.methods.base import Method
+from halluscope.methods.details import MethodDetails, PipelineDetails
 from halluscope.methods.findings import claim_finding as claim_finding  # importable here as before
 from halluscope.methods.gate import gate_verdict
 from halluscope.methods.options import (ClaimOptions, OptionsError, RetrievalOptions, StageOptions, options_view,
@@ -274,6 +275,7 @@ class ClaimPipeline(Method):
     options it declares (``-o batch_size=4``), the namespaced ones winning."""
 
     Options: ClassVar[type[ClaimOptions]] = ClaimOptions
+    Details: ClassVar[type[MethodDetails]] = PipelineDetails
     default_verifier: ClassVar[str]
 
     def __init__(self, llm: LLM | None = None, config: Config | None = None, **options: Any):
@@ -387,7 +389,7 @@ class ClaimPipeline(Method):
         ``trace`` (a new one when None) goes to the stages: the decomposer through ``with_trace``, the verifier on
         each context."""
         trace = trace if trace is not None else RunTrace()
-        details: dict[str, Any] = {"stages": self.stage_names()}
+        details: dict[str, Any] = PipelineDetails.build(stages=self.stage_names())
         decomposer = bind_trace(self.make_decomposer(), trace)
         with stage_span("decomposer", decomposer.name):
             decomposed = await decomposer(target)
@@ -403,7 +405,7 @@ class ClaimPipeline(Method):
             with stage_span("gate", self.gate.name):
                 decisions = await self.gate(claims, source, target)
             settled = {_cid(d.claim): gate_verdict(d, self.gate.name) for d in decisions if d.settled}
-            details["gate"] = gate_details(self.gate.name, decisions)
+            details.update(PipelineDetails.build(gate=gate_details(self.gate.name, decisions)))
         rest = [c for c in claims if _cid(c) not in settled]
         with stage_span("context_selector", self.selector.name):
             selection = (await self.selector(source, claims)).with_trace(trace)
@@ -426,7 +428,7 @@ class ClaimPipeline(Method):
         verified = {_cid(v.claim): v if v.decided_by else v.model_copy(update={"decided_by": decided_by})
                     for v in verdicts}
         verdicts = [settled.get(_cid(c)) or verified[_cid(c)] for c in claims]
-        details["context"] = {**selection.describe(), **tried}
+        details.update(PipelineDetails.build(context={**selection.describe(), **tried}))
         return PipelineRun(source, target, claims, selection, verdicts, details, trace)
 
     async def aggregate(self, run: PipelineRun) -> Aggregate:

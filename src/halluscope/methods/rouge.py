@@ -18,12 +18,13 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import field_validator
 
 from halluscope.methods import register_method
 from halluscope.methods.base import Method
+from halluscope.methods.details import MethodDetails, NoDetails
 from halluscope.methods.options import MethodOptions
 from halluscope.records import Report
 
@@ -143,6 +144,7 @@ class Rouge(Method):
     uses_llm = False
 
     Options = RougeOptions
+    Details: ClassVar[type[MethodDetails]] = NoDetails  # rouge writes no details
 
     def __init__(self, llm: Any = None, config: Any = None, **options: Any):
         super().__init__(llm, config, **options)

@@ -110,6 +110,7 @@ from halluscope.methods.dcr.verifier import (
 from halluscope.methods.dcr.decompose import (
     ParagraphDecomposer,
 )
+from halluscope.methods.dcr.details import DcrDetails
 from halluscope.methods.dcr.method import (
     DCR,
     AmcWeights,
@@ -119,6 +120,7 @@ from halluscope.methods.dcr.method import (
 )
 
 __all__ = [
+    "DcrDetails",
     "AMC_PROMPT",
     "AmcMarks",
     "AmcMode",

@@ -8,7 +8,9 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from halluscope.methods import register_method
+from halluscope.methods.details import MethodDetails
 from halluscope.methods.dcr.amc import AmcMode
+from halluscope.methods.dcr.details import DcrDetails
 from halluscope.methods.dcr.prompts import (AMC_PROMPT, DCE_EXCERPT_BATCH_PROMPT, DCE_EXCERPT_PROMPT,
                                            DCE_PARAGRAPH_PROMPT, DCE_SENTENCE_PROMPT, DCR_PROMPTS)
 from halluscope.methods.dcr.scoring import LABEL_MARKS, _paper_aggregate, _why_none, amc_score
@@ -47,6 +49,7 @@ class DCR(ClaimPipeline):
     description = ("Divide-Conquer-Reasoning: judge each target sentence against the source with a reason (DCE), "
                    "map reasons to +1/-1 (AMC), score (Z+1)/2. RAI rewriting is the `improve` method.")
     Options: ClassVar[type[DcrOptions]] = DcrOptions
+    Details: ClassVar[type[MethodDetails]] = DcrDetails
     opts: DcrOptions
     prompts = DCR_PROMPTS
     default_threshold = 1.0
@@ -95,10 +98,10 @@ class DCR(ClaimPipeline):
         notes = run.trace.get(DceNotes) or DceNotes()
         judged = [v for v in run.verdicts if v.label in LABEL_MARKS]
         others = notes.other_reasons
-        run.details["other_reasons"] = [o.record() for o in others]
-        run.details["amc_weights"] = self.opts.amc_weights
+        run.details.update(DcrDetails.build(other_reasons=[o.record() for o in others],
+                                            amc_weights=self.opts.amc_weights))
         if notes.is_consistent is not None:
-            run.details["dce_is_consistent"] = notes.is_consistent
+            run.details.update(DcrDetails.build(dce_is_consistent=notes.is_consistent))
         subscores: dict[str, float | None] = {"units": float(len(run.verdicts)), "judged": float(len(judged))}
         if self.opts.amc_weights == "paper":
             return _paper_aggregate(run.verdicts, judged, others, notes.unmarked_reasons, subscores)

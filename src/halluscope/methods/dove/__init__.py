@@ -17,6 +17,7 @@ verify) with DoveScore's own part on top:
 Replies are parsed strictly against the schemas in :mod:`.replies`; edge cases are in docs/dove.md.
 """
 
+from halluscope.methods.dove.details import DoveDetails
 from halluscope.methods.dove.method import Dove, DoveOptions
 from halluscope.methods.dove.order import (
                                            DoveScores,
@@ -55,6 +56,7 @@ from halluscope.methods.dove.stages import (
 )
 
 __all__ = [
+    "DoveDetails",
     "DOVE_CHECK_BATCH_PROMPT", "DOVE_CHECK_PROMPT", "DOVE_DECOMPOSE_PROMPT", "DOVE_SORT_PROMPT", "Dove",
     "DoveBatchAnswers", "DoveBatchJudgment", "DoveBatchReply", "DoveCheckReply", "DoveDecomposer",
     "DoveFactChecker", "DoveFacts", "DoveFactsReply", "DoveOptions", "DoveOrderReply", "DoveScores", "DoveSorter",

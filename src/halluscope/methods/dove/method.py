@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
 from pydantic import Field
 
 from halluscope.methods import register_method
+from halluscope.methods.details import MethodDetails
+from halluscope.methods.dove.details import DoveDetails
 from halluscope.methods.dove.order import (
     EventOrder,
     dove_score,
@@ -86,6 +88,7 @@ class Dove(ClaimPipeline):
     description = ("DoveScore: event and descriptive facts checked against the source, plus the order of the "
                    "verified events (catches true facts told in a misleading order).")
     Options = DoveOptions
+    Details: ClassVar[type[MethodDetails]] = DoveDetails
     opts: DoveOptions
     prompts = (DOVE_DECOMPOSE_PROMPT, DOVE_CHECK_PROMPT, DOVE_CHECK_BATCH_PROMPT, DOVE_SORT_PROMPT)
     default_verifier = "dove"
@@ -136,10 +139,10 @@ class Dove(ClaimPipeline):
         label = {v.claim.id: v.label for v in run.verdicts}
         events = [c for c in run.claims if c.kind != "descriptive"]
         descriptive = [c for c in run.claims if c.kind == "descriptive"]
-        details["decomposition"] = {"event_facts": [c.text for c in events],
-                                    "descriptive_facts": [c.text for c in descriptive]}
+        details.update(DoveDetails.build(decomposition={"event_facts": [c.text for c in events],
+                                                        "descriptive_facts": [c.text for c in descriptive]}))
         unscored = [v for v in run.verdicts if v.label == "unscored"]
-        details["unscored_facts"] = [{"id": v.claim.id, "reason": v.reason} for v in unscored]
+        details.update(DoveDetails.build(unscored_facts=[{"id": v.claim.id, "reason": v.reason} for v in unscored]))
         scored_events = [c for c in events if label[c.id] != "unscored"]
         scored_descriptive = [c for c in descriptive if label[c.id] != "unscored"]
         verified_events = [c for c in scored_events if label[c.id] == "supported"]
@@ -166,7 +169,7 @@ class Dove(ClaimPipeline):
         """Sort the verified events by the source and by the target and compare the two orderings; every
         sorter repair is recorded in ``details["order"]``."""
         info: dict[str, Any] = {"verified_events": [c.id for c in events]}
-        run.details["order"] = info
+        run.details.update(DoveDetails.build(order=info))  # filled in below (the same dict)
         if len(events) < 2:
             info["note"] = "fewer than two verified events: no pair can be out of order (ShuffleD = 0)"
             return _OrderOutcome(shuffle_degree=0.0)

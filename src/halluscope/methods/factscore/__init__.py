@@ -41,6 +41,7 @@ contributes one description (the fact and the verifier's reason), de-duplicated 
 
 from halluscope.methods.factscore.decompose import AtomicFact, FactScoreDecomposer, parse_facts
 from halluscope.methods.factscore.dedup import DedupMode, DescriptionDeduplicator, parse_keep
+from halluscope.methods.factscore.details import FactScoreDetails
 from halluscope.methods.factscore.method import FactScore, FactScoreOptions
 from halluscope.methods.factscore.prompts import (FACTSCORE_DECOMPOSE_PROMPT, FACTSCORE_DEDUP_PROMPT,
                                                   FACTSCORE_DESCRIBE_BATCH_PROMPT, FACTSCORE_DESCRIBE_PROMPT,
@@ -53,6 +54,7 @@ from halluscope.methods.factscore.replies import (DESCRIPTION_ECHOES, DESCRIPTIO
 from halluscope.methods.factscore.verifier import FactScoreVerifier
 
 __all__ = [
+    "FactScoreDetails",
     "DESCRIPTION_ECHOES", "DESCRIPTION_EXAMPLES", "FACTSCORE_DECOMPOSE_PROMPT", "FACTSCORE_DEDUP_PROMPT",
     "FACTSCORE_DESCRIBE_BATCH_PROMPT", "FACTSCORE_DESCRIBE_PROMPT", "FACTSCORE_VERIFY_BATCH_PROMPT",
     "FACTSCORE_VERIFY_PROMPT", "FACT_ECHOES", "FACT_EXAMPLES", "VERIFY_REPLY_TOKENS", "AtomicFact", "DedupMode",

@@ -3,13 +3,15 @@ facts supported as its score, and the descriptions of unsupported facts de-dupli
 
 from __future__ import annotations
 
-from typing import cast
+from typing import ClassVar, cast
 
 from pydantic import Field
 
 from halluscope.methods import register_method
+from halluscope.methods.details import MethodDetails
 from halluscope.methods.factscore.decompose import FactScoreDecomposer
 from halluscope.methods.factscore.dedup import DedupMode, DescriptionDeduplicator
+from halluscope.methods.factscore.details import FactScoreDetails
 from halluscope.methods.factscore.prompts import (FACTSCORE_DECOMPOSE_PROMPT, FACTSCORE_DEDUP_PROMPT,
                                                   FACTSCORE_DESCRIBE_BATCH_PROMPT, FACTSCORE_DESCRIBE_PROMPT,
                                                   FACTSCORE_VERIFY_BATCH_PROMPT, FACTSCORE_VERIFY_PROMPT)
@@ -41,6 +43,7 @@ class FactScore(ClaimPipeline):
     description = ("Atomic facts + per-fact verification -> fraction supported; describe=True lists each "
                    "fact's inconsistencies, de-duplicated across facts (fuzzy or LLM).")
     Options = FactScoreOptions
+    Details: ClassVar[type[MethodDetails]] = FactScoreDetails
     opts: FactScoreOptions
     prompts = (FACTSCORE_DECOMPOSE_PROMPT, FACTSCORE_VERIFY_PROMPT, FACTSCORE_DESCRIBE_PROMPT,
                FACTSCORE_VERIFY_BATCH_PROMPT, FACTSCORE_DESCRIBE_BATCH_PROMPT, FACTSCORE_DEDUP_PROMPT)
@@ -76,11 +79,11 @@ class FactScore(ClaimPipeline):
         quoted = [spans_for_description(d, run.target) for d in descriptions]
         dedup = DescriptionDeduplicator(self, self.opts.dedup, self.opts.dedup_threshold)
         groups, error = await dedup(descriptions, quoted, run.target)
-        run.details["descriptions_before_dedup"] = len(descriptions)
+        run.details.update(FactScoreDetails.build(descriptions_before_dedup=len(descriptions)))
         if error:
-            run.details["dedup_error"] = error
+            run.details.update(FactScoreDetails.build(dedup_error=error))
         if dedup.note:
-            run.details["dedup_note"] = dedup.note
+            run.details.update(FactScoreDetails.build(dedup_note=dedup.note))
         findings: list[Finding] = []
         for group in groups:
             kept = group[0]

@@ -48,6 +48,7 @@ Modules: :mod:`.replies` (declared replies and parsers), :mod:`.prompts`, :mod:`
 from __future__ import annotations
 
 from halluscope.methods.localize.examples import FEW_SHOT_EXAMPLES
+from halluscope.methods.localize.details import LocalizeDetails
 from halluscope.methods.localize.method import Localize, LocalizeOptions
 from halluscope.methods.localize.prompts import (
     _HINTS,
@@ -77,6 +78,7 @@ from halluscope.methods.localize.stages import (
 )
 
 __all__ = [
+    "LocalizeDetails",
     "BINARY_PROMPT", "FEW_SHOT_EXAMPLES", "FINAL_MARKER", "LOCALIZATION_ECHOES", "LOCALIZATION_EXAMPLES",
     "LOCALIZE_PROMPTS", "STYLES", "VARIANTS", "BinaryFilter", "DescriptionLocalizer", "HintedLocalizationReply",
     "LocalizationReply", "Localize", "LocalizeOptions", "Style", "Variant", "_HINTS", "description_score",

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from halluscope.methods import method_class, register_method
 from halluscope.methods.base import Method
+from halluscope.methods.details import MethodDetails
+from halluscope.methods.localize.details import LocalizeDetails
 from halluscope.methods.localize.prompts import BINARY_PROMPT, LOCALIZE_PROMPTS, Style
 from halluscope.methods.localize.stages import (BinaryFilter, DescriptionLocalizer, description_score,
                                                 findings_from_descriptions)
@@ -76,6 +78,7 @@ class Localize(Method):
     description = ("End-to-end LLM localization (FINAL): list each inconsistency as a self-contained "
                    "description, mapped to target spans; styles zero_shot/few_shot/cot, optional 2-step filter.")
     Options = LocalizeOptions
+    Details: ClassVar[type[MethodDetails]] = LocalizeDetails
     opts: LocalizeOptions
     prompts = tuple(LOCALIZE_PROMPTS.values()) + (BINARY_PROMPT,)
     default_threshold = 0.75
@@ -112,7 +115,7 @@ class Localize(Method):
             return await self._localize(source, target, {})
         consistent, info, error = await self._filter_step(source, target)
         if error is not None:
-            return Report(method=self.name, unscored_reason=f"2-step filter failed: {error}", details={"filter": info})
+            return Report(method=self.name, unscored_reason=f"2-step filter failed: {error}", details=LocalizeDetails.build(filter=info))
         return await self._after_filter(source, target, bool(consistent), info)
 
     async def run_example(self, example: Example) -> Report:
@@ -129,8 +132,8 @@ class Localize(Method):
     async def _after_filter(self, source: str, target: str, consistent: bool, info: dict[str, Any]) -> Report:
         if consistent:
             return Report(method=self.name, score=1.0, subscores={"descriptions": 0.0},
-                          details={"filter": info, "localized": False, "descriptions": []})
-        return await self._localize(source, target, {"filter": info})
+                          details=LocalizeDetails.build(filter=info, localized=False, descriptions=[]))
+        return await self._localize(source, target, LocalizeDetails.build(filter=info))
 
     async def _filter_step(self, source: str, target: str) -> tuple[bool | None, dict[str, Any], str | None]:
         if self.opts.filter == "self":
@@ -160,9 +163,11 @@ class Localize(Method):
                           details=details)
         descriptions: list[str] = step.value
         findings = findings_from_descriptions(descriptions, target)
-        details = {**details, "localized": True, "descriptions": descriptions, "prompt_variant": self.variant}
+        details = {**details, **LocalizeDetails.build(localized=True, descriptions=descriptions,
+                                                      prompt_variant=self.variant)}
         if self.opts.variant == "auto":
-            details["prompt_variant_note"] = "variant=auto is chosen on a dev split by the bench; a single check uses 1"
+            details.update(LocalizeDetails.build(
+                prompt_variant_note="variant=auto is chosen on a dev split by the bench; a single check uses 1"))
         return Report(method=self.name, score=description_score(len(descriptions)),
                       subscores={"descriptions": float(len(descriptions)),
                                  "located": float(sum(bool(f.target_spans) for f in findings))},

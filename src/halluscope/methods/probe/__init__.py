@@ -25,6 +25,7 @@ passage. ``details["steps"]["localization"]["outcomes"]`` says which, per claim.
 from halluscope.methods.probe.decompose import ProbeDecomposer, parse_claims, place_claims, sentence_claims
 from halluscope.methods.probe.evidence import ProbeEvidenceFinder, QuoteSearch, TopSentencesFinder, locate_quote
 from halluscope.methods.probe.judge import EvidenceEvaluator, EvidenceJudgment, Judge, Vote
+from halluscope.methods.probe.details import ProbeDetails
 from halluscope.methods.probe.method import Probe, probe_finding
 from halluscope.methods.probe.options import ProbeOptions
 from halluscope.methods.probe.replies import (DECOMPOSE_PROMPT, EVALUATE_PROMPT, FIND_EVIDENCE_PROMPT, ClaimEntry,
@@ -32,6 +33,7 @@ from halluscope.methods.probe.replies import (DECOMPOSE_PROMPT, EVALUATE_PROMPT,
 from halluscope.methods.probe.verifier import ProbeVerifier, decide
 
 __all__ = [
+    "ProbeDetails",
     "DECOMPOSE_PROMPT", "EVALUATE_PROMPT", "FIND_EVIDENCE_PROMPT", "ClaimEntry", "ClaimsReply", "EvaluationReply",
     "EvidenceEvaluator", "EvidenceJudgment", "EvidenceReply", "Judge", "Probe", "ProbeDecomposer",
     "ProbeEvidenceFinder", "ProbeOptions", "ProbeVerifier", "QuoteSearch", "TopSentencesFinder", "Vote", "decide",

@@ -16,7 +16,9 @@ from typing import Any, ClassVar
 from halluscope.config import Config
 from halluscope.llm import LLM
 from halluscope.methods import register_method
+from halluscope.methods.details import MethodDetails
 from halluscope.methods.pipeline import ClaimPipeline, PipelineRun, claim_finding
+from halluscope.methods.probe.details import ProbeDetails
 from halluscope.methods.probe.options import ProbeOptions
 from halluscope.methods.probe.replies import (DECOMPOSE_PROMPT, EVALUATE_BATCH_PROMPT, EVALUATE_PROMPT,
                                               FIND_EVIDENCE_BATCH_PROMPT, FIND_EVIDENCE_PROMPT)
@@ -36,6 +38,7 @@ class Probe(ClaimPipeline):
     prompts = (DECOMPOSE_PROMPT, FIND_EVIDENCE_PROMPT, EVALUATE_PROMPT,
                FIND_EVIDENCE_BATCH_PROMPT, EVALUATE_BATCH_PROMPT)
     Options: ClassVar[type[ProbeOptions]] = ProbeOptions
+    Details: ClassVar[type[MethodDetails]] = ProbeDetails
     default_verifier = "probe"
     opts: ProbeOptions
 
@@ -97,11 +100,11 @@ class Probe(ClaimPipeline):
     def finish(self, report: Report, trace: RunTrace) -> Report:
         """The step record (``details["steps"]``) and the quote counts, from the check's :class:`ProbeTrace`."""
         steps = trace.record(ProbeTrace)
-        details: dict[str, Any] = {**report.details, "steps": steps.steps(report)}
+        details: dict[str, Any] = {**report.details, **ProbeDetails.build(steps=steps.steps(report))}
         if "context" in report.details:
-            details["source_mode"] = report.details["context"]["mode"]
+            details.update(ProbeDetails.build(source_mode=report.details["context"]["mode"]))
         if isinstance(self.verifier, ProbeVerifier):
-            details["verifier"] = self.verifier.describe()
+            details.update(ProbeDetails.build(verifier=self.verifier.describe()))
         subscores = {**report.subscores, **steps.quote_counts()} if report.verdicts else report.subscores
         return report.model_copy(update={"details": details, "subscores": subscores})
 
