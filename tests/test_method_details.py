@@ -70,7 +70,9 @@ def test_build_returns_the_values_unchanged_in_order():
     assert FactScoreDetails.build(descriptions_before_dedup=3)["descriptions_before_dedup"] == 3
 
 
-class _TypoGEval(GEval):  # not registered: only built here
+class _TypoGEval(GEval):  # not registered: only built here; declares its details, so they are checked
+    Details = GevalDetails
+
     async def run(self, source: str, target: str) -> Report:
         report = await super().run(source, target)
         return report.model_copy(update={"details": {**report.details, "resaon": "misspelt"}})
@@ -96,6 +98,23 @@ def test_a_claim_method_writing_a_wrong_type_fails_on_a_replay(monkeypatch):
     monkeypatch.setattr(DCR, "run", wrong_type)
     with pytest.raises(ValidationError, match="dce_is_consistent"):
         replay(fixture)
+
+
+class _PluginGEval(GEval):  # a plugin's subclass that declares no details model of its own
+    async def run(self, source: str, target: str) -> Report:
+        report = await super().run(source, target)
+        return report.model_copy(update={"details": {**report.details, "plugin_note": 1}})
+
+
+def test_a_subclass_from_outside_halluscope_without_its_own_model_is_not_checked():
+    """A plugin that extends a built-in method and writes keys of its own keeps working: its details are free,
+    while the built-in itself (and a subclass that declares ``Details``) stays checked."""
+    reply = '{"reason": "The day is wrong.", "score": 2}'
+    plugin = _PluginGEval(llm=fake_llm(reply))
+    assert plugin.details_model() is FreeDetails
+    assert plugin.check(SOURCE, TARGET).details["plugin_note"] == 1
+    assert GEval(llm=fake_llm(reply)).details_model() is GevalDetails
+    assert _TypoGEval(llm=fake_llm(reply)).details_model() is GevalDetails
 
 
 def test_a_method_without_a_details_model_keeps_free_details():

@@ -97,7 +97,15 @@ class Method(ABC):
 
     def details_model(self) -> type[MethodDetails]:
         """The model this instance's ``Report.details`` validate against: ``Details`` (a method whose details
-        depend on its options, like ``improve`` on its evaluator, overrides this)."""
+        depend on its options, like ``improve`` on its evaluator, overrides this). A subclass defined outside
+        halluscope that declares no ``Details`` of its own may write keys its built-in parent does not declare:
+        its details are not checked (``FreeDetails``), so a plugin written before details were typed keeps working."""
+        for cls in type(self).__mro__:
+            if "Details" in vars(cls):
+                if cls is not type(self) and not type(self).__module__.startswith("halluscope.") \
+                        and cls.__module__.startswith("halluscope."):
+                    return FreeDetails
+                break
         return self.Details
 
     def close(self) -> None:
