@@ -36,12 +36,13 @@ from halluscope.methods.options import OptionsError, StageOptions
 from halluscope.records import Claim, Evidence, Finding, Span, StepResult, Verdict
 
 if TYPE_CHECKING:  # pragma: no cover
+    from halluscope.methods.dove.order import EventOrder
     from halluscope.methods.pipeline import PipelineRun
     from halluscope.methods.trace import RunTrace
     from halluscope.prompts import PromptTemplate
 
 __all__ = ["Context", "Selection", "Aggregate", "Decomposer", "ContextSelector", "EvidenceFinder", "Verifier",
-           "Aggregator", "Localizer", "Deduplicator", "Gate", "GateDecision", "StageOptions", "StageSpec", "UnknownStageError", "register_stage",
+           "Aggregator", "Localizer", "Deduplicator", "Sorter", "Gate", "GateDecision", "StageOptions", "StageSpec", "UnknownStageError", "register_stage",
            "build_stage", "stage_options", "stage_spec", "stages", "describe_stages", "same_prompt"]
 
 PromptResolver = Callable[["PromptTemplate"], "PromptTemplate"]
@@ -180,6 +181,17 @@ class Deduplicator(Protocol):
                        ) -> tuple[list[list[int]], str | None]: ...
 
 
+@runtime_checkable
+class Sorter(Protocol):
+    """(events, the text to order them by, the check's source) -> the events' order according to the text (indices
+    into ``events``, with the ones it could not place, repeated or invented): DoveScore's sorters."""
+
+    name: str
+
+    async def __call__(self, events: Sequence[str], text: str, about: str | None = None
+                       ) -> StepResult[EventOrder]: ...
+
+
 GateOutcome = Literal["supported", "unsupported", "contradicted", "uncertain"]
 
 
@@ -215,7 +227,7 @@ class Gate(Protocol):
 PROTOCOLS: dict[str, type] = {
     "decomposer": Decomposer, "context_selector": ContextSelector, "evidence_finder": EvidenceFinder,
     "verifier": Verifier, "aggregator": Aggregator, "localizer": Localizer, "deduplicator": Deduplicator,
-    "gate": Gate,
+    "sorter": Sorter, "gate": Gate,
 }
 ProtocolName = Literal["decomposer", "context_selector", "evidence_finder", "verifier", "aggregator", "localizer",
                        "deduplicator", "sorter", "gate", "generator"]

@@ -19,7 +19,7 @@ from halluscope.methods.dove.prompts import (
     DOVE_DECOMPOSE_PROMPT,
     DOVE_SORT_PROMPT,
 )
-from halluscope.methods.dove.stages import DoveSorter, PositionSorter
+from halluscope.methods.dove.stages import DoveSorter
 from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions
 from halluscope.methods.pipeline import (
     ClaimPipeline,
@@ -29,7 +29,7 @@ from halluscope.methods.pipeline import (
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, StepResult
 from halluscope.retrieval import SourceIndex, fits_in_context
-from halluscope.stages import Decomposer
+from halluscope.stages import Decomposer, Sorter, stage_spec
 
 if TYPE_CHECKING:
     from halluscope.config import Config
@@ -76,6 +76,7 @@ class Dove(ClaimPipeline):
     def __init__(self, llm: LLM | None = None, config: Config | None = None, **options: Any):
         super().__init__(llm, config, **options)
         self._sorter: DoveSorter | None = None
+        self._source_sorter: Sorter | None = None
 
     # -- stages -------------------------------------------------------------------------------------------
     def make_decomposer(self) -> Decomposer:
@@ -85,14 +86,23 @@ class Dove(ClaimPipeline):
 
     @property
     def sorter(self) -> DoveSorter:
+        """The LLM sorter (the paper's): the target side's, and the source side's unless ``sorter=position``."""
         if self._sorter is None:
-            self._sorter = DoveSorter(self.llm, self.prompt(DOVE_SORT_PROMPT), seed=self.config.seed or 0,
-                                      shuffle=self.opts.sorter_input == "shuffled")
+            self._sorter = cast(DoveSorter, self.build_stage(
+                "sorter", "llm", {"sorter_input": self.opts.sorter_input, "seed": self.config.seed or 0}))
         return self._sorter
 
+    @property
+    def source_sorter(self) -> Sorter:
+        """The ``sorter`` stage that orders the verified events by the source (option ``sorter``)."""
+        if self._source_sorter is None:
+            self._source_sorter = self.sorter if self.opts.sorter == "llm" else cast(
+                Sorter, self.build_stage("sorter", self.opts.sorter))
+        return self._source_sorter
+
     def stage_names(self) -> dict[str, str]:
-        sorter = PositionSorter.name if self.opts.sorter == "position" else DoveSorter.name
-        return {**super().stage_names(), "sorter": sorter}
+        spec = stage_spec("sorter", self.opts.sorter)
+        return {**super().stage_names(), "sorter": getattr(spec.factory, "label", spec.name)}
 
     def used_prompts(self) -> list[PromptTemplate]:
         used = [self.prompt(DOVE_DECOMPOSE_PROMPT)] if self.opts.decomposer == "llm" else []
@@ -151,7 +161,7 @@ class Dove(ClaimPipeline):
     async def sort_by_source(self, events: list[Claim], run: PipelineRun) -> StepResult[EventOrder]:
         texts = [c.text for c in events]
         if self.opts.sorter == "position":
-            return await PositionSorter(await self.source_index(run.source))(texts)
+            return await self.source_sorter(texts, run.source)
         text = await self.sorting_text(events, run)
         if text is None:
             return StepResult.failure("the source excerpts about the verified events do not fit the model's "
