@@ -72,6 +72,8 @@ class DescriptionDeduplicator:
     async def with_llm(self, descriptions: Sequence[str], target: str) -> StepResult[list[list[int]]]:
         listing = "\n".join(f"{i}. {d}" for i, d in enumerate(descriptions, 1))
         n = len(descriptions)
+        if self.llm is None:  # built without a model: the caller falls back to fuzzy, saying why
+            return StepResult.failure("no LLM to de-duplicate with")
         step = await generate_reply(self.llm, self.prompt.render(target=target, descriptions=listing), KeepReply,
                                     parse=lambda text: parse_keep(text, n))  # type: ignore[arg-type, return-value]
         if step.value is None:
