@@ -40,8 +40,9 @@ class DoveOrderFindings:
 
 @register_stage("dove", "aggregator")
 class DoveAggregator:
-    """DoveScore (Eq. 5): alpha * S_E * S_EO + (1 - alpha) * S_D, the event order judged by the dove method's
-    sorters (so it is used within dove)."""
+    """DoveScore (Eq. 5): alpha * S_E * S_EO + (1 - alpha) * S_D, the event order judged by dove's sorters.
+
+    It needs the dove method's event-order step (``event_order``), so it is used within dove."""
 
     name: str  # set by @register_stage
     uses_llm: ClassVar[bool] = False

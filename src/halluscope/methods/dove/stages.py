@@ -223,7 +223,8 @@ class DoveSorter:
         return StepResult.success(back, step.calls)
 
 
-@register_stage("position", "sorter")
+@register_stage("position", "sorter", "No LLM: orders events by the source sentence each retrieves best (only for "
+                                       "sources narrated in chronological order).")
 class PositionSorter:
     """No-LLM source-side sorter: orders events by where the source tells them, i.e. by the source sentence
     each event retrieves best. Only valid for sources narrated in chronological order (most stories and news

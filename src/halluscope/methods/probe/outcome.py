@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @register_stage("probe", "aggregator")
 class ProbeAggregator:
-    """The fraction of judged claims that are supported; unscored claims are left out and counted."""
+    """The fraction of judged claims supported, with the counts of unscored and of hallucinated claims."""
 
     name: str  # set by @register_stage
     uses_llm: ClassVar[bool] = False
