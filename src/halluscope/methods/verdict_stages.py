@@ -18,9 +18,9 @@ if TYPE_CHECKING:  # pragma: no cover
 FLAGGED = ("unsupported", "contradicted")
 
 
-@register_stage("supported_fraction", "aggregator")
-class SupportedFraction:
-    """The fraction of judged claims that are supported (unscored claims are left out and counted)."""
+class RunStage:
+    """Base of the aggregators and localizers that call no LLM: built from ``(model=None, options)``, their
+    ``Options`` (none by default) kept as ``self.options``."""
 
     name: str  # set by @register_stage
     uses_llm: ClassVar[bool] = False
@@ -28,6 +28,11 @@ class SupportedFraction:
 
     def __init__(self, model: Any = None, options: StageOptions | None = None):
         self.options = options or self.Options()
+
+
+@register_stage("supported_fraction", "aggregator")
+class SupportedFraction(RunStage):
+    """The fraction of judged claims that are supported (unscored claims are left out and counted)."""
 
     async def __call__(self, run: PipelineRun) -> Aggregate:
         judged = [v for v in run.verdicts if v.label != "unscored"]
@@ -41,15 +46,8 @@ class SupportedFraction:
 
 
 @register_stage("claims", "localizer")
-class ClaimFindings:
+class ClaimFindings(RunStage):
     """One finding per unsupported or contradicted claim, at its target spans."""
-
-    name: str  # set by @register_stage
-    uses_llm: ClassVar[bool] = False
-    Options: ClassVar[type[StageOptions]] = StageOptions
-
-    def __init__(self, model: Any = None, options: StageOptions | None = None):
-        self.options = options or self.Options()
 
     async def __call__(self, run: PipelineRun) -> list[Finding]:
         return [claim_finding(v) for v in run.verdicts if v.label in FLAGGED]

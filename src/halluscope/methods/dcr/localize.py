@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from halluscope.methods.dcr.verifier import DcrVerifier
 from halluscope.methods.findings import claim_finding
 from halluscope.methods.options import StageOptions
+from halluscope.methods.verdict_stages import RunStage
 from halluscope.records import Finding, Verdict
 from halluscope.stages import register_stage
 
@@ -15,15 +16,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 @register_stage("dcr", "localizer")
-class DcrLocalizer:
+class DcrLocalizer(RunStage):
     """One finding per unit judged inconsistent; with DCR's own verifier its description is DCE's reason."""
 
-    name: str  # set by @register_stage
-    uses_llm: ClassVar[bool] = False
-    Options: ClassVar[type[StageOptions]] = StageOptions
-
     def __init__(self, model: Any = None, options: StageOptions | None = None, *, verifier: Any = None):
-        self.options = options or self.Options()
+        super().__init__(model, options)
         self.own_reasons = isinstance(verifier, DcrVerifier)  # another verifier's reasons are not DCE's
 
     async def __call__(self, run: PipelineRun) -> list[Finding]:

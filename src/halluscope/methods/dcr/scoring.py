@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Literal
 
 from halluscope.methods.dcr.verifier import NO_REASON, DceNotes, OtherReason
 from halluscope.methods.options import StageOptions
+from halluscope.methods.verdict_stages import RunStage
 from halluscope.records import Verdict
 from halluscope.stages import Aggregate, register_stage
 
@@ -92,18 +93,14 @@ def _why_none(verdicts: Sequence[Verdict], others: Sequence[OtherReason]) -> str
 
 
 @register_stage("dcr", "aggregator")
-class DcrAggregator:
+class DcrAggregator(RunStage):
     """DCR's Eq. 3: Z from AMC's marks (one per judged sentence, plus DCE's other reasons), score (Z + 1) / 2."""
-
-    name: str  # set by @register_stage
-    uses_llm: ClassVar[bool] = False
 
     class Options(StageOptions):
         amc_weights: AmcWeights = "paper"
         """alpha and beta of Eq. 3: paper (alpha = beta = 0, Z over every marked reason) or auto (App. I: reasons not about exactly one sentence taken out, unmarked sentences left out)."""
 
-    def __init__(self, model: Any = None, options: DcrAggregator.Options | None = None):
-        self.options = options or self.Options()
+    options: DcrAggregator.Options
 
     async def __call__(self, run: PipelineRun) -> Aggregate:
         """Eq. 3 with ``amc_weights``: ``paper`` (alpha = beta = 0 over every marked reason; any sentence or reason

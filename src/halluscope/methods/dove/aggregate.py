@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from halluscope.methods.dove.order import dove_score, partial_subscores
 from halluscope.methods.options import StageOptions
-from halluscope.methods.verdict_stages import ClaimFindings
+from halluscope.methods.verdict_stages import ClaimFindings, RunStage
 from halluscope.records import Claim, Finding
 from halluscope.stages import Aggregate, register_stage
 
@@ -39,21 +39,17 @@ class DoveOrderFindings:
 
 
 @register_stage("dove", "aggregator")
-class DoveAggregator:
+class DoveAggregator(RunStage):
     """DoveScore (Eq. 5): alpha * S_E * S_EO + (1 - alpha) * S_D, the event order judged by dove's sorters.
 
     It needs the dove method's event-order step (``event_order``), so it is used within dove."""
-
-    name: str  # set by @register_stage
-    uses_llm: ClassVar[bool] = False
-    Options: ClassVar[type[StageOptions]] = StageOptions
 
     def __init__(self, model: Any = None, options: StageOptions | None = None, *,
                  event_order: EventOrderStep | None = None):
         if event_order is None:
             raise TypeError("the dove aggregator needs the dove method's event-order step (event_order=...); it "
                             "is used within dove")
-        self.options = options or self.Options()
+        super().__init__(model, options)
         self.event_order = event_order
 
     async def __call__(self, run: PipelineRun) -> Aggregate:
@@ -86,15 +82,8 @@ class DoveAggregator:
 
 
 @register_stage("dove", "localizer")
-class DoveLocalizer:
+class DoveLocalizer(RunStage):
     """Unsupported facts, then the events out of order (when the dove aggregator scored the order)."""
-
-    name: str  # set by @register_stage
-    uses_llm: ClassVar[bool] = False
-    Options: ClassVar[type[StageOptions]] = StageOptions
-
-    def __init__(self, model: Any = None, options: StageOptions | None = None):
-        self.options = options or self.Options()
 
     async def __call__(self, run: PipelineRun) -> list[Finding]:
         order = run.trace.get(DoveOrderFindings)

@@ -3,11 +3,10 @@ claims) and its localizer (step 4: every unsupported claim's target span is a fi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING
 
 from halluscope.methods.findings import claim_finding
-from halluscope.methods.options import StageOptions
-from halluscope.methods.verdict_stages import SupportedFraction
+from halluscope.methods.verdict_stages import RunStage, SupportedFraction
 from halluscope.records import Finding, Verdict
 from halluscope.stages import Aggregate, register_stage
 
@@ -16,15 +15,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 @register_stage("probe", "aggregator")
-class ProbeAggregator:
+class ProbeAggregator(RunStage):
     """The fraction of judged claims supported, with the counts of unscored and of hallucinated claims."""
-
-    name: str  # set by @register_stage
-    uses_llm: ClassVar[bool] = False
-    Options: ClassVar[type[StageOptions]] = StageOptions
-
-    def __init__(self, model: Any = None, options: StageOptions | None = None):
-        self.options = options or self.Options()
 
     async def __call__(self, run: PipelineRun) -> Aggregate:
         base = await SupportedFraction()(run)
@@ -35,16 +27,9 @@ class ProbeAggregator:
 
 
 @register_stage("probe", "localizer")
-class ProbeLocalizer:
+class ProbeLocalizer(RunStage):
     """Step 4: every unsupported claim's target span is a finding (a contradicted one gets the plain claim
     finding)."""
-
-    name: str  # set by @register_stage
-    uses_llm: ClassVar[bool] = False
-    Options: ClassVar[type[StageOptions]] = StageOptions
-
-    def __init__(self, model: Any = None, options: StageOptions | None = None):
-        self.options = options or self.Options()
 
     async def __call__(self, run: PipelineRun) -> list[Finding]:
         return [probe_finding(v) if v.label == "unsupported" else claim_finding(v)
