@@ -181,7 +181,8 @@ def test_sorter_reply_that_places_fewer_than_two_events_is_an_error():
 
 
 async def test_sorter_stage_maps_shown_numbers_back():
-    sorter = DoveSorter(LLM(FakeModel(responder=lambda m: _sort_reply(m[-1]["content"]))))
+    sorter = DoveSorter(LLM(FakeModel(responder=lambda m: _sort_reply(m[-1]["content"]))),
+                        DoveSorter.Options(sorter_input="shuffled"))
     shown = sorter.presentation(EVENTS)
     assert sorted(shown) == list(range(4))
     result = await sorter(EVENTS, SOURCE)
@@ -658,14 +659,13 @@ def test_position_sorter_needs_no_sorter_call():
 
 
 async def test_position_sorter_ties_and_unmatched_events():
-    from halluscope.methods.dove import PositionSorter
-    from halluscope.retrieval import RetrievalConfig, SourceIndex
+    from halluscope.stages import build_stage
 
-    index = SourceIndex.build(SOURCE, RetrievalConfig(retriever="bm25"))
-    result = await PositionSorter(index)(["Ben arrived.", "Quantum zebras yodel.", "Anna baked.", "Anna baked a cake."])
+    sorter = build_stage("sorter", "position", options={"retriever": "bm25"})
+    result = await sorter(["Ben arrived.", "Quantum zebras yodel.", "Anna baked.", "Anna baked a cake."], SOURCE)
     assert result.value.order == [2, 3, 0]  # the two "baked" events tie on sentence 0 and keep their order
     assert result.value.missing == [1]
-    failed = await PositionSorter(index)(["Quantum zebras yodel.", "Purple volcanoes sing."])
+    failed = await sorter(["Quantum zebras yodel.", "Purple volcanoes sing."], SOURCE)
     assert failed.value is None and "only 0 of 2" in failed.error
 
 

@@ -69,18 +69,12 @@ def test_pairwise_work_is_done_in_blocks_and_not_at_all_past_the_cap(monkeypatch
 
 
 def test_factscore_notes_a_capped_fuzzy_deduplication() -> None:
-    from halluscope.methods.factscore import DescriptionDeduplicator
+    from halluscope.stages import build_stage
 
-    class _Stub:
-        llm = None
-
-        def prompt(self, template):
-            return template
-
-    dedup = DescriptionDeduplicator(_Stub(), "fuzzy")  # type: ignore[arg-type]
+    dedup = build_stage("deduplicator", "fuzzy")
     texts = [f"fact {i} is wrong" for i in range(MAX_FUZZY_DESCRIPTIONS + 5)]
     dedup.fuzzy(texts, [[] for _ in texts])
     assert dedup.note and "not compared pairwise" in dedup.note
-    small = DescriptionDeduplicator(_Stub(), "fuzzy")  # type: ignore[arg-type]
+    small = build_stage("deduplicator", "fuzzy")
     small.fuzzy(texts[:10], [[] for _ in texts[:10]])
     assert small.note is None

@@ -22,8 +22,8 @@ PLUGIN = textwrap.dedent('''
     from halluscope.bench.suites import SuiteResult, register_suite
     from halluscope.methods.base import Method
     from halluscope.methods.options import StageOptions
-    from halluscope.records import Example, Report, Verdict
-    from halluscope.stages import register_stage
+    from halluscope.records import Example, Finding, Report, Verdict
+    from halluscope.stages import Aggregate, register_stage
 
 
     @register_stage("hs_plugin_words", "verifier")
@@ -56,6 +56,43 @@ PLUGIN = textwrap.dedent('''
             return out
 
 
+    @register_stage("hs_plugin_tolerant", "aggregator")
+    class TolerantAggregator:
+        """1 when at most max_flagged claims are unsupported or contradicted, else 0 (no LLM)."""
+
+        uses_llm = False
+
+        class Options(StageOptions):
+            max_flagged: int = Field(default=0, ge=0, le=10)
+            """How many flagged claims still score 1."""
+
+        def __init__(self, model, options):
+            self.max_flagged = options.max_flagged
+
+        async def __call__(self, run):
+            flagged = sum(v.label in ("unsupported", "contradicted") for v in run.verdicts)
+            return Aggregate(1.0 if flagged <= self.max_flagged else 0.0, {"flagged": float(flagged)})
+
+
+    @register_stage("hs_plugin_marks", "localizer")
+    class MarkLocalizer:
+        """One finding per claim not supported, described as PREFIX: claim (no LLM)."""
+
+        uses_llm = False
+
+        class Options(StageOptions):
+            prefix: str = Field(default="flagged", min_length=1)
+            """The first word of each finding."""
+
+        def __init__(self, model, options):
+            self.prefix = options.prefix
+
+        async def __call__(self, run):
+            return [Finding(description=f"{self.prefix}: {v.claim.text}", kind="unsupported",
+                            target_spans=list(v.claim.target_spans), claim_ids=[v.claim.id])
+                    for v in run.verdicts if v.label != "supported"]
+
+
     class Always(Method):
         name = "hs_plugin_always"
         description = "Scores every pair 1 (test plugin)."
@@ -78,6 +115,8 @@ PLUGIN = textwrap.dedent('''
 ENTRY_POINTS = textwrap.dedent("""
     [halluscope.stages]
     words = hs_plugin_mod
+    tolerant = hs_plugin_mod:TolerantAggregator
+    marks = hs_plugin_mod:MarkLocalizer
 
     [halluscope.methods]
     always = hs_plugin_mod:Always
@@ -122,6 +161,31 @@ def test_a_plugin_verifier_works_on_every_claim_method_with_its_own_options(plug
         get_method(name, llm=LLM(FakeModel(), cache=None), verifier="hs_plugin_words", **{"verifier.min_words": 0})
 
 
+@pytest.mark.filterwarnings("ignore::halluscope.plugins.PluginWarning")  # the broken entry point, tested below
+@pytest.mark.parametrize("name", ["dcr", "factscore", "probe", "dove"])
+def test_a_plugin_aggregator_and_localizer_replace_every_claim_methods_own_with_their_own_options(plugin, name):
+    def check(**options):
+        method = get_method(name, llm=LLM(FakeModel(), cache=None), verifier="hs_plugin_words",
+                            aggregator="hs_plugin_tolerant", localizer="hs_plugin_marks", **options)
+        method.make_decomposer = lambda: method.build_stage("decomposer", "sentences")  # no LLM call
+        return method, method.check(SOURCE, TARGET)
+
+    method, report = check()  # one claim of two is unsupported; the defaults: max_flagged=0, prefix "flagged"
+    assert [v.label for v in report.verdicts] == ["supported", "unsupported"]
+    assert report.score == 0.0 and report.subscores["flagged"] == 1.0  # (probe adds its quote counts)
+    assert [f.description for f in report.findings] == ["flagged: The cafe sells coffee."]
+    assert report.findings[0].target_spans[0].start == TARGET.index("The cafe")
+    assert method.aggregator.name == "hs_plugin_tolerant" and method.localizer.name == "hs_plugin_marks"
+    method, report = check(**{"aggregator.max_flagged": 1, "localizer.prefix": "odd"})
+    assert report.score == 1.0
+    assert [f.description for f in report.findings] == ["odd: The cafe sells coffee."]
+    assert method.options()["aggregator.max_flagged"] == 1 and method.options()["localizer.prefix"] == "odd"
+    with pytest.raises(ValueError, match="aggregator stage 'hs_plugin_tolerant'.*max_flagged"):
+        check(**{"aggregator.max_flagged": 99})
+    with pytest.raises(ValueError, match="localizer stage 'hs_plugin_marks'.*prefix"):
+        check(**{"localizer.prefix": ""})
+
+
 def test_plugin_stages_and_methods_are_listed_and_a_broken_one_is_a_warning(plugin):
     with pytest.warns(PluginWarning, match="broken.*hs_plugin_missing_module"):
         assert "hs_plugin_always" in list_methods()
@@ -129,6 +193,9 @@ def test_plugin_stages_and_methods_are_listed_and_a_broken_one_is_a_warning(plug
     stages = CliRunner().invoke(app, ["stages", "verifier"])
     assert stages.exit_code == 0
     assert "hs_plugin_words" in stages.output and "min_words : int = 1" in stages.output
+    listed = CliRunner().invoke(app, ["stages"])
+    assert "hs_plugin_tolerant" in listed.output and "max_flagged : int = 0" in listed.output
+    assert "hs_plugin_marks" in listed.output
     methods = CliRunner().invoke(app, ["methods"])
     assert methods.exit_code == 0 and "hs_plugin_always" in methods.output
 

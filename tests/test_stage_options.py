@@ -1,5 +1,5 @@
 """Stages are built from (model, options, collaborators), each validating its own options; a claim method's
-verifier and gate take namespaced options (``verifier.judges``), never the host method's."""
+verifier, aggregator, localizer and gate take namespaced options (``verifier.judges``), never the host method's."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from halluscope.cli.main import app
 from halluscope.llm import LLM, FakeModel
 from halluscope.methods import OptionsError, get_method
 from halluscope.methods.factscore import FACTSCORE_DESCRIBE_BATCH_PROMPT
-from halluscope.stages import StageOptions, build_stage, register_stage, stage_options
+from halluscope.methods.pipeline import PipelineRun
+from halluscope.records import Claim, Verdict
+from halluscope.stages import Selection, StageOptions, build_stage, register_stage, stage_options
 
 SOURCE = "The museum opens at nine. It has a large garden. The cafe sells tea."
 TARGET = "The museum opens at nine. The cafe sells coffee."
@@ -64,6 +66,42 @@ def test_dove_takes_the_probe_verifier_with_its_judges(monkeypatch):
     assert len(method.verifier.evaluator.judges) == 4  # 2 judge models x 2 samples
     assert built == ["a", "b"]  # each judge's client built once, at the main model's endpoint
     method.close()
+
+
+def test_each_claim_method_composes_its_own_aggregator_and_localizer_from_its_flat_options():
+    own = {"dcr": ("dcr", "dcr"), "probe": ("probe", "probe"), "dove": ("dove", "dove"),
+           "factscore": ("supported_fraction", "factscore")}
+    for name, (aggregator, localizer) in own.items():
+        method = get_method(name, llm=fake())
+        assert (method.aggregator.name, method.localizer.name) == (aggregator, localizer)
+    dcr = get_method("dcr", llm=fake(), amc_weights="auto")
+    assert dcr.aggregator.options.amc_weights == "auto"  # the method's flat option reaches its own aggregator
+    factscore = get_method("factscore", llm=fake(), dedup="fuzzy", dedup_threshold=70.0)
+    assert factscore.localizer.deduplicator().name == "fuzzy"
+    assert factscore.localizer.deduplicator().threshold == 70.0
+
+
+def test_a_swapped_localizer_takes_only_its_namespaced_options():
+    probe = get_method("probe", llm=fake(), localizer="factscore", **{"localizer.dedup": "none"})
+    assert probe.localizer.name == "factscore" and probe.localizer.options.dedup == "none"
+    assert probe.localizer.options.describe is True  # the stage's default, not read from probe
+    dcr = get_method("dcr", llm=fake(), aggregator="supported_fraction", amc_weights="auto")
+    assert dcr.aggregator.name == "supported_fraction"  # amc_weights stays dcr's, not the swapped stage's
+    with pytest.raises(OptionsError, match="aggregator stage 'supported_fraction'"):
+        get_method("dcr", llm=fake(), aggregator="supported_fraction", **{"aggregator.amc_weights": "auto"})
+    with pytest.raises(OptionsError, match="no localizer stage named 'nope'"):
+        get_method("dcr", llm=fake(), localizer="nope")
+
+
+async def test_dcr_aggregator_on_another_verifiers_verdicts_reads_an_empty_trace():
+    dcr = get_method("dcr", llm=fake(), verifier="factscore")
+    claims = [Claim(text="a", id="s1"), Claim(text="b", id="s2")]
+    verdicts = [Verdict(claim=claims[0], label="supported", reason="ok"),
+                Verdict(claim=claims[1], label="unsupported", reason="no")]
+    run = PipelineRun("src", "tgt", claims, Selection("full", "fits", {}), verdicts)
+    aggregate = await dcr.aggregator(run)
+    assert aggregate.score == 0.5 and aggregate.subscores["Z"] == 0.0  # (+1 - 1) / 2 -> Z = 0 -> 0.5
+    assert run.details["other_reasons"] == [] and run.details["amc_weights"] == "paper"
 
 
 def test_a_stage_option_given_flat_to_a_method_that_lacks_it_says_how_to_give_it():

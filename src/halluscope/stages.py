@@ -4,7 +4,8 @@ A stage is one small async callable with a name. A claim method is a composition
 
     target --Decomposer--> claims --ContextSelector--> per-claim contexts (whole source, or K snippets)
            --Verifier--> verdicts (optionally via an EvidenceFinder) --Aggregator--> score + subscores
-           --Localizer--> findings
+           --Localizer--> findings (FActScore's through a Deduplicator; DoveScore's aggregator orders events
+           with a Sorter)
 
 Every protocol is declared here once; stage implementations live next to the method they come from and
 register their class under a name, so a method's stage can be swapped by option (``-o verifier=probe``) and
@@ -32,14 +33,16 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast, runtime_checkable
 
 from halluscope.methods.options import OptionsError, StageOptions
-from halluscope.records import Claim, Evidence, Span, StepResult, Verdict
+from halluscope.records import Claim, Evidence, Finding, Span, StepResult, Verdict
 
 if TYPE_CHECKING:  # pragma: no cover
+    from halluscope.methods.dove.order import EventOrder
+    from halluscope.methods.pipeline import PipelineRun
     from halluscope.methods.trace import RunTrace
     from halluscope.prompts import PromptTemplate
 
 __all__ = ["Context", "Selection", "Aggregate", "Decomposer", "ContextSelector", "EvidenceFinder", "Verifier",
-           "Gate", "GateDecision", "StageOptions", "StageSpec", "UnknownStageError", "register_stage",
+           "Aggregator", "Localizer", "Deduplicator", "Sorter", "Gate", "GateDecision", "StageOptions", "StageSpec", "UnknownStageError", "register_stage",
            "build_stage", "stage_options", "stage_spec", "stages", "describe_stages", "same_prompt"]
 
 PromptResolver = Callable[["PromptTemplate"], "PromptTemplate"]
@@ -146,6 +149,49 @@ class Verifier(Protocol):
         ...
 
 
+@runtime_checkable
+class Aggregator(Protocol):
+    """(the check's run: claims, verdicts, details, trace) -> the score and sub-scores. The run is passed
+    explicitly: an aggregator reads what the stages recorded from ``run.trace`` and may add to ``run.details``."""
+
+    name: str
+
+    async def __call__(self, run: PipelineRun) -> Aggregate: ...
+
+
+@runtime_checkable
+class Localizer(Protocol):
+    """(the check's run, after aggregation) -> findings: where in the target the problems are and why."""
+
+    name: str
+
+    async def __call__(self, run: PipelineRun) -> list[Finding]: ...
+
+
+@runtime_checkable
+class Deduplicator(Protocol):
+    """(descriptions, the target spans each quotes, target) -> groups of duplicate descriptions (indices; the
+    first of each group is the one kept) and the reason when the stage fell back to another way of grouping.
+    ``note`` says when the grouping was limited (e.g. too many descriptions to compare pairwise)."""
+
+    name: str
+    note: str | None
+
+    async def __call__(self, descriptions: Sequence[str], spans: Sequence[Sequence[Span]], target: str
+                       ) -> tuple[list[list[int]], str | None]: ...
+
+
+@runtime_checkable
+class Sorter(Protocol):
+    """(events, the text to order them by, the check's source) -> the events' order according to the text (indices
+    into ``events``, with the ones it could not place, repeated or invented): DoveScore's sorters."""
+
+    name: str
+
+    async def __call__(self, events: Sequence[str], text: str, about: str | None = None
+                       ) -> StepResult[EventOrder]: ...
+
+
 GateOutcome = Literal["supported", "unsupported", "contradicted", "uncertain"]
 
 
@@ -180,9 +226,11 @@ class Gate(Protocol):
 
 PROTOCOLS: dict[str, type] = {
     "decomposer": Decomposer, "context_selector": ContextSelector, "evidence_finder": EvidenceFinder,
-    "verifier": Verifier, "gate": Gate,
+    "verifier": Verifier, "aggregator": Aggregator, "localizer": Localizer, "deduplicator": Deduplicator,
+    "sorter": Sorter, "gate": Gate,
 }
-ProtocolName = Literal["decomposer", "context_selector", "evidence_finder", "verifier", "gate", "generator"]
+ProtocolName = Literal["decomposer", "context_selector", "evidence_finder", "verifier", "aggregator", "localizer",
+                       "deduplicator", "sorter", "gate", "generator"]
 
 
 @dataclass(frozen=True)
@@ -215,7 +263,7 @@ class StageSpec:
 _STAGES: dict[tuple[str, str], StageSpec] = {}
 # Modules whose import registers the built-in stages (imported on first lookup, so `import halluscope` stays light).
 _BUILTIN_MODULES = (
-    "halluscope.methods.pipeline", "halluscope.methods.dove", "halluscope.methods.dcr",
+    "halluscope.methods.pipeline", "halluscope.methods.verdict_stages", "halluscope.methods.dove", "halluscope.methods.dcr",
     "halluscope.methods.factscore", "halluscope.methods.probe", "halluscope.methods.localize",
     "halluscope.methods.gate", "halluscope.methods.encoders",
     "halluscope.retrieval", "halluscope.generators.perturb", "halluscope.generators.montage",

@@ -103,8 +103,9 @@ def stages_command(protocol: Optional[str] = typer.Argument(None, help="Only sta
             typer.echo(f"    {row['name']} : {row['type']} = {row['default']}")
             if row["doc"]:
                 typer.echo(f"        {row['doc']}")
-    if any(s.protocol in ("verifier", "gate") for s in found):
-        typer.echo("\nOn a claim method: -o verifier=NAME -o verifier.OPTION=VALUE (likewise gate=, gate.OPTION=).")
+    if any(s.protocol in ("verifier", "gate", "aggregator", "localizer") for s in found):
+        typer.echo("\nOn a claim method: -o verifier=NAME -o verifier.OPTION=VALUE (likewise gate=, aggregator=, "
+                   "localizer=).")
 
 
 app.command("check")(check_command)

@@ -148,5 +148,11 @@ class ClaimOptions(RetrievalOptions):
     verifier: str | None = None
     """A registered verifier stage to use instead of the method's own (see `halluscope stages`)."""
 
+    aggregator: str | None = None
+    """A registered aggregator stage to use instead of the method's own: how verdicts become the score (see `halluscope stages aggregator`)."""
+
+    localizer: str | None = None
+    """A registered localizer stage to use instead of the method's own: how verdicts become findings (see `halluscope stages localizer`)."""
+
     gate: str | None = None
     """A gate run before the verifier (cascade): `lexical` or `encoder:DIR`; the claims it settles skip the verifier (no LLM call), the uncertain ones go on."""

@@ -21,6 +21,7 @@ says which path ran, why, and the snippets each claim was checked against.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -36,8 +37,8 @@ from halluscope.config import Config
 from halluscope.llm import LLM, ContextOverflowError
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, ClaimKind, Evidence, Finding, LLMCall, Relation, Report, StepResult, Verdict
-from halluscope.stages import (Aggregate, Context, Decomposer, Gate, GateDecision, PromptResolver, Selection,
-                               Verifier, build_stage, register_stage, same_prompt, stage_options, stage_spec)
+from halluscope.stages import (Aggregate, Aggregator, Context, Decomposer, Gate, GateDecision, Localizer,
+                               PromptResolver, Selection, Verifier, build_stage, register_stage, same_prompt, stage_options, stage_spec)
 from halluscope.text import split_sentences
 from halluscope.tracing import stage_span
 
@@ -249,7 +250,8 @@ class PipelineRun:
     """What the stages recorded during this check (see :mod:`halluscope.methods.trace`)."""
 
 
-SWAPPABLE = ("verifier", "gate")  # the stage kinds a claim method lets the user choose, with namespaced options
+SWAPPABLE = ("verifier", "gate", "aggregator", "localizer")  # the stage kinds a claim method lets the user choose
+OWN_STAGES = ("verifier", "aggregator", "localizer")  # the kinds every claim method has a default of
 
 
 def split_namespaced(method: str, options: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -266,17 +268,21 @@ def split_namespaced(method: str, options: dict[str, Any]) -> dict[str, dict[str
 
 
 class ClaimPipeline(Method):
-    """Base of the claim methods. Subclasses set ``default_verifier`` (a registered verifier name) and
-    implement :meth:`make_decomposer`; they may override :meth:`aggregate`, :meth:`localize`, :meth:`finish`.
+    """Base of the claim methods. Subclasses set ``default_verifier`` (a registered verifier name), may set
+    ``default_aggregator`` / ``default_localizer`` (registered aggregator and localizer names) and implement
+    :meth:`make_decomposer`; they may override :meth:`finish`.
 
-    The verifier and the gate are chosen by option (``verifier=NAME``, ``gate=NAME``) and take their own options
-    namespaced (``verifier.batch_size=3``), validated by the chosen stage's ``Options``. A verifier chosen in
-    place of the method's own gets only those; the method's own verifier also gets the method's values of the
-    options it declares (``-o batch_size=4``), the namespaced ones winning."""
+    The verifier, aggregator, localizer and gate are chosen by option (``verifier=NAME``, ``aggregator=NAME``,
+    ``localizer=NAME``, ``gate=NAME``) and take their own options namespaced (``verifier.batch_size=3``),
+    validated by the chosen stage's ``Options``. A stage chosen in place of the method's own gets only those; the
+    method's own stage also gets the method's values of the options it declares (``-o batch_size=4``), the
+    namespaced ones winning."""
 
     Options: ClassVar[type[ClaimOptions]] = ClaimOptions
     Details: ClassVar[type[MethodDetails]] = PipelineDetails
     default_verifier: ClassVar[str]
+    default_aggregator: ClassVar[str] = "supported_fraction"
+    default_localizer: ClassVar[str] = "claims"
 
     def __init__(self, llm: LLM | None = None, config: Config | None = None, **options: Any):
         namespaced = split_namespaced(self.name, options)
@@ -287,12 +293,16 @@ class ClaimPipeline(Method):
             if not getattr(self.opts, kind, None):
                 raise OptionsError(f"{', '.join(f'{kind}.{k}' for k in values)} given for {self.name}, but no {kind} "
                                    f"is chosen: add -o {kind}=NAME (see `halluscope stages {kind}`)")
-        self.verifier_name: str = getattr(self.opts, "verifier", None) or self.default_verifier
-        spec = stage_spec("verifier", self.verifier_name)  # fails early on a bad name
-        own = own_options(spec.options_model, self.opts) if self.verifier_name == self.default_verifier else {}
-        self.verifier_options = stage_options("verifier", self.verifier_name,
-                                              {**own, **namespaced.get("verifier", {})})  # fails early on bad options
+        self.chosen: dict[str, tuple[str, StageOptions]] = {}  # kind -> (stage name, its validated options)
+        for kind in OWN_STAGES:
+            name = getattr(self.opts, kind, None) or getattr(self, f"default_{kind}")
+            spec = stage_spec(kind, name)  # fails early on a bad name
+            own = own_options(spec.options_model, self.opts) if name == getattr(self, f"default_{kind}") else {}
+            self.chosen[kind] = (name, stage_options(kind, name, {**own, **namespaced.get(kind, {})}))  # bad options fail here
+        self.verifier_name, self.verifier_options = self.chosen["verifier"]
         self._verifier: Verifier | None = None
+        self._aggregator: Aggregator | None = None
+        self._localizer: Localizer | None = None
         self._selector: RetrievalSelector | None = None
         gate_name = getattr(self.opts, "gate", None)
         self.gate_options = stage_options("gate", gate_name, namespaced.get("gate", {})) if gate_name else None
@@ -312,20 +322,30 @@ class ClaimPipeline(Method):
 
     def options(self) -> dict[str, Any]:
         """The method's options, and the namespaced stage options given (``verifier.judges``), as validated."""
-        chosen = {"verifier": self.verifier_options, "gate": self.gate_options}
+        chosen = {**{kind: opts for kind, (_, opts) in self.chosen.items()}, "gate": self.gate_options}
         return {**super().options(), **{f"{kind}.{k}": chosen[kind].model_dump(mode="json")[k]  # type: ignore[union-attr]
                                         for kind, values in self.stage_given.items() for k in values}}
 
-    def build_stage(self, kind: str, name: str, options: Any = None) -> Any:
+    def build_stage(self, kind: str, name: str, options: Any = None, **collaborators: Any) -> Any:
         """The named stage built for this method: with its LLM (when the stage calls one: ``uses_llm``), its
-        prompt overrides, ``named_llm`` and ``fits``; ``options`` None gives the stage the method's values of the
-        options it declares too (the method's flat options serve its own stages)."""
+        prompt overrides, ``named_llm`` and ``fits``, and this method's ``verifier`` when its constructor names
+        one (a localizer that words findings from its own verifier's reasons); ``options`` None gives the stage
+        the method's values of the options it declares too (the method's flat options serve its own stages).
+        ``collaborators`` add to (or replace) those."""
         spec = stage_spec(kind, name)
         if options is None:
             options = own_options(spec.options_model, self.opts)
         model = self.llm if getattr(spec.factory, "uses_llm", True) else None
-        return build_stage(kind, name, model, options, prompts=self.prompt, named_llm=self.named_llm,
-                           fits=self.source_fits)
+        given: dict[str, Any] = {"prompts": self.prompt, "named_llm": self.named_llm, "fits": self.source_fits}
+        factory = getattr(spec.factory, "from_options", spec.factory)
+        if kind != "verifier" and "verifier" in inspect.signature(factory).parameters:
+            given["verifier"] = self.verifier
+        return build_stage(kind, name, model, options, **{**given, **collaborators})
+
+    def stage_collaborators(self, kind: str) -> dict[str, Any]:
+        """The collaborators this method gives its own ``kind`` stage besides the usual ones (none by default;
+        DoveScore's aggregator gets the event-order step, FActScore's localizer its de-duplicator)."""
+        return {}
 
     # -- stages -------------------------------------------------------------------------------------------
     def make_decomposer(self) -> Decomposer:
@@ -336,6 +356,24 @@ class ClaimPipeline(Method):
         if self._verifier is None:
             self._verifier = self.build_stage("verifier", self.verifier_name, self.verifier_options)
         return self._verifier
+
+    @property
+    def aggregator(self) -> Aggregator:
+        if self._aggregator is None:
+            self._aggregator = self._build_own("aggregator")
+        return self._aggregator
+
+    @property
+    def localizer(self) -> Localizer:
+        if self._localizer is None:
+            self._localizer = self._build_own("localizer")
+        return self._localizer
+
+    def _build_own(self, kind: str) -> Any:
+        """The chosen stage of ``kind`` (the method's own unless ``-o KIND=NAME``), with its options."""
+        name, options = self.chosen[kind]
+        extra = self.stage_collaborators(kind) if name == getattr(self, f"default_{kind}") else {}
+        return self.build_stage(kind, name, options, **extra)
 
     @property
     def selector(self) -> RetrievalSelector:
@@ -432,29 +470,22 @@ class ClaimPipeline(Method):
         return PipelineRun(source, target, claims, selection, verdicts, details, trace)
 
     async def aggregate(self, run: PipelineRun) -> Aggregate:
-        """Default: the fraction of judged claims that are supported (unscored claims are left out and counted)."""
-        judged = [v for v in run.verdicts if v.label != "unscored"]
-        supported = float(sum(v.label == "supported" for v in judged))
-        sub: dict[str, float | None] = {"claims": float(len(run.verdicts)), "judged": float(len(judged)),
-                                        "supported": supported}
-        if not judged:
-            why = next((v.reason for v in run.verdicts), "no claims")
-            return Aggregate(None, sub, f"none of the {len(run.verdicts)} claims could be judged ({why})")
-        return Aggregate(supported / len(judged), sub)
+        """The chosen aggregator's score of the run (default: the fraction of judged claims supported)."""
+        with stage_span("aggregator", self.aggregator.name):
+            return await self.aggregator(run)
 
     async def localize(self, run: PipelineRun) -> list[Finding]:
-        """Default: one finding per unsupported or contradicted claim, at its target spans."""
-        return [claim_finding(v) for v in run.verdicts if v.label in ("unsupported", "contradicted")]
+        """The chosen localizer's findings (default: one per unsupported or contradicted claim)."""
+        with stage_span("localizer", self.localizer.name):
+            return await self.localizer(run)
 
     async def run(self, source: str, target: str) -> Report:
         trace = RunTrace()
         run = await self.evaluate(source, target, trace)
         if isinstance(run, Report):
             return self.finish(run, trace)
-        with stage_span("aggregator", self.name):
-            aggregate = await self.aggregate(run)
-        with stage_span("localizer", self.name):
-            findings = await self.localize(run)
+        aggregate = await self.aggregate(run)
+        findings = await self.localize(run)
         return self.finish(Report(method=self.name, score=aggregate.score, unscored_reason=aggregate.unscored_reason,
                                   subscores=aggregate.subscores, claims=run.claims, verdicts=run.verdicts,
                                   findings=findings, details=run.details), trace)

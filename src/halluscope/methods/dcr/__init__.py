@@ -93,6 +93,7 @@ from halluscope.methods.dcr.amc import (
 from halluscope.methods.dcr.scoring import (
     LABEL_MARKS,
     AmcScore,
+    DcrAggregator,
     _paper_aggregate,
     _why_none,
     amc_score,
@@ -111,6 +112,9 @@ from halluscope.methods.dcr.decompose import (
     ParagraphDecomposer,
 )
 from halluscope.methods.dcr.details import DcrDetails
+from halluscope.methods.dcr.localize import (
+    DcrLocalizer,
+)
 from halluscope.methods.dcr.method import (
     DCR,
     AmcWeights,
@@ -155,6 +159,8 @@ __all__ = [
     "amc_score",
     "assign_reasons",
     "dcr_finding",
+    "DcrAggregator",
+    "DcrLocalizer",
     "number_claims",
     "parse_amc",
     "parse_dce_sentences",

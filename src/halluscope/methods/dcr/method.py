@@ -1,4 +1,5 @@
-"""``DCR``: its options and the method (aggregation by AMC's marks, findings from DCE's reasons)."""
+"""``DCR``: its options and the method (its aggregator, Eq. 3 over AMC's marks, is in :mod:`.scoring`; its
+localizer, findings from DCE's reasons, in :mod:`.localize`)."""
 
 from __future__ import annotations
 
@@ -8,22 +9,22 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from halluscope.methods import register_method
-from halluscope.methods.details import MethodDetails
 from halluscope.methods.dcr.amc import AmcMode
-from halluscope.methods.dcr.details import DcrDetails
 from halluscope.methods.dcr.prompts import (AMC_PROMPT, DCE_EXCERPT_BATCH_PROMPT, DCE_EXCERPT_PROMPT,
                                            DCE_PARAGRAPH_PROMPT, DCE_SENTENCE_PROMPT, DCR_PROMPTS)
-from halluscope.methods.dcr.scoring import LABEL_MARKS, _paper_aggregate, _why_none, amc_score
-from halluscope.methods.dcr.verifier import DceNotes, DcrVerifier
+from halluscope.methods.dcr.localize import dcr_finding as dcr_finding  # importable here as before
+from halluscope.methods.dcr.scoring import AmcWeights as AmcWeights
+from halluscope.methods.dcr.verifier import DcrVerifier
+from halluscope.methods.details import MethodDetails
+from halluscope.methods.dcr.details import DcrDetails
 from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions
-from halluscope.methods.pipeline import ClaimPipeline, PipelineRun, claim_finding
+from halluscope.methods.pipeline import ClaimPipeline
 from halluscope.prompts import PromptTemplate
-from halluscope.records import Claim, Finding, Verdict
-from halluscope.stages import Aggregate, Context, Decomposer, Selection
+from halluscope.records import Claim, Verdict
+from halluscope.stages import Context, Decomposer, Selection
 
 
 Level = Literal["sentence", "paragraph"]
-AmcWeights = Literal["paper", "auto"]
 
 
 class DcrOptions(ClaimOptions):
@@ -45,15 +46,17 @@ class DcrOptions(ClaimOptions):
 
 @register_method
 class DCR(ClaimPipeline):
+    Details: ClassVar[type[MethodDetails]] = DcrDetails
     name = "dcr"
     description = ("Divide-Conquer-Reasoning: judge each target sentence against the source with a reason (DCE), "
                    "map reasons to +1/-1 (AMC), score (Z+1)/2. RAI rewriting is the `improve` method.")
     Options: ClassVar[type[DcrOptions]] = DcrOptions
-    Details: ClassVar[type[MethodDetails]] = DcrDetails
     opts: DcrOptions
     prompts = DCR_PROMPTS
     default_threshold = 1.0
     default_verifier = "dcr"
+    default_aggregator = "dcr"
+    default_localizer = "dcr"
 
     def make_decomposer(self) -> Decomposer:
         decomposer: Decomposer = self.build_stage("decomposer",
@@ -90,38 +93,3 @@ class DCR(ClaimPipeline):
         if self.opts.batch_size > 1 and isinstance(verifier, DcrVerifier):
             return await verifier.judge_excerpts(pairs, self.opts.batch_size)
         return await super().judge_round(pairs, source)
-
-    async def aggregate(self, run: PipelineRun) -> Aggregate:
-        """Eq. 3 with ``amc_weights``: ``paper`` (alpha = beta = 0 over every marked reason; any sentence or reason
-        without a mark leaves the Report unscored) or ``auto`` (App. I: only the judged sentences' kept reasons
-        count, the other reasons are taken out by alpha and beta)."""
-        notes = run.trace.get(DceNotes) or DceNotes()
-        judged = [v for v in run.verdicts if v.label in LABEL_MARKS]
-        others = notes.other_reasons
-        run.details.update(DcrDetails.build(other_reasons=[o.record() for o in others],
-                                            amc_weights=self.opts.amc_weights))
-        if notes.is_consistent is not None:
-            run.details.update(DcrDetails.build(dce_is_consistent=notes.is_consistent))
-        subscores: dict[str, float | None] = {"units": float(len(run.verdicts)), "judged": float(len(judged))}
-        if self.opts.amc_weights == "paper":
-            return _paper_aggregate(run.verdicts, judged, others, notes.unmarked_reasons, subscores)
-        marks = [LABEL_MARKS[v.label] for v in judged] + [o.mark for o in others]
-        amc = amc_score(marks, [True] * len(judged) + [False] * len(others)) if marks else None
-        if amc is not None:
-            subscores.update({"Z": amc.z, "alpha": amc.alpha, "beta": amc.beta, "k": float(amc.k)})
-        if amc is None or amc.score is None:
-            return Aggregate(None, subscores, f"no sentence received a usable judgment ({_why_none(run.verdicts, others)})")
-        return Aggregate(amc.score, subscores)
-
-    async def localize(self, run: PipelineRun) -> list[Finding]:
-        """One finding per unit judged inconsistent; with DCR's own verifier its description is DCE's reason."""
-        own = isinstance(self.verifier, DcrVerifier)
-        return [dcr_finding(v) if own else claim_finding(v)
-                for v in run.verdicts if v.label in ("unsupported", "contradicted")]
-
-
-
-def dcr_finding(verdict: Verdict) -> Finding:
-    claim = verdict.claim
-    return Finding(description=verdict.reason, kind="inconsistent", target_spans=list(claim.target_spans),
-                   evidence=list(verdict.evidence), claim_ids=[claim.id] if claim.id else [])

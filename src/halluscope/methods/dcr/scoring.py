@@ -1,14 +1,22 @@
-"""Eq. 3 of seed 001 (Z from AMC's marks, with App. I's alpha and beta) and DCR's aggregation under
-``amc_weights=paper``."""
+"""Eq. 3 of seed 001 (Z from AMC's marks, with App. I's alpha and beta) and DCR's aggregator stage
+(``amc_weights=paper`` or ``auto``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
-from halluscope.methods.dcr.verifier import NO_REASON, OtherReason
+from halluscope.methods.dcr.verifier import NO_REASON, DceNotes, OtherReason
+from halluscope.methods.options import StageOptions
+from halluscope.methods.verdict_stages import RunStage
 from halluscope.records import Verdict
-from halluscope.stages import Aggregate
+from halluscope.stages import Aggregate, register_stage
+
+if TYPE_CHECKING:  # pragma: no cover
+    from halluscope.methods.pipeline import PipelineRun
+
+AmcWeights = Literal["paper", "auto"]
 
 
 @dataclass(frozen=True)
@@ -82,3 +90,37 @@ def _why_none(verdicts: Sequence[Verdict], others: Sequence[OtherReason]) -> str
     if others:
         return "only reasons not about a single sentence"
     return verdicts[0].reason if verdicts else "no units"
+
+
+@register_stage("dcr", "aggregator")
+class DcrAggregator(RunStage):
+    """DCR's Eq. 3: Z from AMC's marks (one per judged sentence, plus DCE's other reasons), score (Z + 1) / 2."""
+
+    class Options(StageOptions):
+        amc_weights: AmcWeights = "paper"
+        """alpha and beta of Eq. 3: paper (alpha = beta = 0, Z over every marked reason) or auto (App. I: reasons not about exactly one sentence taken out, unmarked sentences left out)."""
+
+    options: DcrAggregator.Options
+
+    async def __call__(self, run: PipelineRun) -> Aggregate:
+        """Eq. 3 with ``amc_weights``: ``paper`` (alpha = beta = 0 over every marked reason; any sentence or reason
+        without a mark leaves the Report unscored) or ``auto`` (App. I: only the judged sentences' kept reasons
+        count, the other reasons are taken out by alpha and beta). DCE's other reasons come from the run's trace
+        (:class:`DceNotes`, recorded by DCR's verifier; none with another verifier)."""
+        notes = run.trace.get(DceNotes) or DceNotes()
+        judged = [v for v in run.verdicts if v.label in LABEL_MARKS]
+        others = notes.other_reasons
+        run.details["other_reasons"] = [o.record() for o in others]
+        run.details["amc_weights"] = self.options.amc_weights
+        if notes.is_consistent is not None:
+            run.details["dce_is_consistent"] = notes.is_consistent
+        subscores: dict[str, float | None] = {"units": float(len(run.verdicts)), "judged": float(len(judged))}
+        if self.options.amc_weights == "paper":
+            return _paper_aggregate(run.verdicts, judged, others, notes.unmarked_reasons, subscores)
+        marks = [LABEL_MARKS[v.label] for v in judged] + [o.mark for o in others]
+        amc = amc_score(marks, [True] * len(judged) + [False] * len(others)) if marks else None
+        if amc is not None:
+            subscores.update({"Z": amc.z, "alpha": amc.alpha, "beta": amc.beta, "k": float(amc.k)})
+        if amc is None or amc.score is None:
+            return Aggregate(None, subscores, f"no sentence received a usable judgment ({_why_none(run.verdicts, others)})")
+        return Aggregate(amc.score, subscores)

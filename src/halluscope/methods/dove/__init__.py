@@ -17,6 +17,7 @@ verify) with DoveScore's own part on top:
 Replies are parsed strictly against the schemas in :mod:`.replies`; edge cases are in docs/dove.md.
 """
 
+from halluscope.methods.dove.aggregate import DoveAggregator, DoveLocalizer
 from halluscope.methods.dove.details import DoveDetails
 from halluscope.methods.dove.method import Dove, DoveOptions
 from halluscope.methods.dove.order import (
@@ -62,5 +63,5 @@ __all__ = [
     "DoveFactChecker", "DoveFacts", "DoveFactsReply", "DoveOptions", "DoveOrderReply", "DoveScores", "DoveSorter",
     "EventOrder", "PositionSorter", "dove_score", "event_order_finding", "judge_order", "match_event",
     "order_comparison", "parse_batch_judgments", "parse_decomposition", "parse_event_order", "parse_fact_judgment",
-    "target_position_order",
+    "target_position_order", "DoveAggregator", "DoveLocalizer",
 ]

@@ -5,28 +5,23 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
 from pydantic import Field
 
 from halluscope.methods import register_method
-from halluscope.methods.details import MethodDetails
-from halluscope.methods.dove.details import DoveDetails
-from halluscope.methods.dove.order import (
-    EventOrder,
-    dove_score,
-    judge_order,
-    partial_subscores,
-    target_position_order,
-)
+from halluscope.methods.dove.aggregate import DoveOrderFindings as DoveOrderFindings  # importable here as before
+from halluscope.methods.dove.aggregate import OrderOutcome
+from halluscope.methods.dove.order import EventOrder, judge_order, target_position_order
 from halluscope.methods.dove.prompts import (
     DOVE_CHECK_BATCH_PROMPT,
     DOVE_CHECK_PROMPT,
     DOVE_DECOMPOSE_PROMPT,
     DOVE_SORT_PROMPT,
 )
-from halluscope.methods.dove.stages import DoveSorter, PositionSorter
+from halluscope.methods.dove.stages import DoveSorter
+from halluscope.methods.details import MethodDetails
+from halluscope.methods.dove.details import DoveDetails
 from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions
 from halluscope.methods.pipeline import (
     ClaimPipeline,
@@ -34,9 +29,9 @@ from halluscope.methods.pipeline import (
     _shared_index,  # the index the retrieval stage built (cached per source)
 )
 from halluscope.prompts import PromptTemplate
-from halluscope.records import Claim, Finding, StepResult
+from halluscope.records import Claim, StepResult
 from halluscope.retrieval import SourceIndex, fits_in_context
-from halluscope.stages import Aggregate, Decomposer
+from halluscope.stages import Decomposer, Sorter, stage_spec
 
 if TYPE_CHECKING:
     from halluscope.config import Config
@@ -65,37 +60,26 @@ class DoveOptions(ClaimOptions):
     input cannot make the source order agree with the target)."""
 
 
-@dataclass
-class _OrderOutcome:
-    shuffle_degree: float | None = None
-    findings: list[Finding] = field(default_factory=list)
-    error: str | None = None
-
-
-@dataclass
-class DoveOrderFindings:
-    """One check's findings about events out of order (a record of the check's trace)."""
-
-    findings: list[Finding] = field(default_factory=list)
-
-
 @register_method
 class Dove(ClaimPipeline):
     """DoveScore. Claims of kind ``descriptive`` are descriptive facts; every other claim is an event fact, in
     the decomposer's order (so a swapped decomposer such as ``sentences`` gives a sentence-level DoveScore)."""
 
+    Details: ClassVar[type[MethodDetails]] = DoveDetails
     name = "dove"
     description = ("DoveScore: event and descriptive facts checked against the source, plus the order of the "
                    "verified events (catches true facts told in a misleading order).")
     Options = DoveOptions
-    Details: ClassVar[type[MethodDetails]] = DoveDetails
     opts: DoveOptions
     prompts = (DOVE_DECOMPOSE_PROMPT, DOVE_CHECK_PROMPT, DOVE_CHECK_BATCH_PROMPT, DOVE_SORT_PROMPT)
     default_verifier = "dove"
+    default_aggregator = "dove"
+    default_localizer = "dove"
 
     def __init__(self, llm: LLM | None = None, config: Config | None = None, **options: Any):
         super().__init__(llm, config, **options)
         self._sorter: DoveSorter | None = None
+        self._source_sorter: Sorter | None = None
 
     # -- stages -------------------------------------------------------------------------------------------
     def make_decomposer(self) -> Decomposer:
@@ -105,14 +89,23 @@ class Dove(ClaimPipeline):
 
     @property
     def sorter(self) -> DoveSorter:
+        """The LLM sorter (the paper's): the target side's, and the source side's unless ``sorter=position``."""
         if self._sorter is None:
-            self._sorter = DoveSorter(self.llm, self.prompt(DOVE_SORT_PROMPT), seed=self.config.seed or 0,
-                                      shuffle=self.opts.sorter_input == "shuffled")
+            self._sorter = cast(DoveSorter, self.build_stage(
+                "sorter", "llm", {"sorter_input": self.opts.sorter_input, "seed": self.config.seed or 0}))
         return self._sorter
 
+    @property
+    def source_sorter(self) -> Sorter:
+        """The ``sorter`` stage that orders the verified events by the source (option ``sorter``)."""
+        if self._source_sorter is None:
+            self._source_sorter = self.sorter if self.opts.sorter == "llm" else cast(
+                Sorter, self.build_stage("sorter", self.opts.sorter))
+        return self._source_sorter
+
     def stage_names(self) -> dict[str, str]:
-        sorter = PositionSorter.name if self.opts.sorter == "position" else DoveSorter.name
-        return {**super().stage_names(), "sorter": sorter}
+        spec = stage_spec("sorter", self.opts.sorter)
+        return {**super().stage_names(), "sorter": getattr(spec.factory, "label", spec.name)}
 
     def used_prompts(self) -> list[PromptTemplate]:
         used = [self.prompt(DOVE_DECOMPOSE_PROMPT)] if self.opts.decomposer == "llm" else []
@@ -131,57 +124,28 @@ class Dove(ClaimPipeline):
             reserve = max(reserve, self.sorter.reserve_tokens([c.text for c in claims]))
         return fits_in_context(self.llm, source, reserve_tokens=reserve)
 
-    # -- DoveScore ----------------------------------------------------------------------------------------
-    async def aggregate(self, run: PipelineRun) -> Aggregate:
-        """DoveScore from the verified facts and the verified events' order; the order's findings are recorded in
-        the check's trace (:class:`DoveOrderFindings`) for :meth:`localize`."""
-        details = run.details
-        label = {v.claim.id: v.label for v in run.verdicts}
-        events = [c for c in run.claims if c.kind != "descriptive"]
-        descriptive = [c for c in run.claims if c.kind == "descriptive"]
-        details.update(DoveDetails.build(decomposition={"event_facts": [c.text for c in events],
-                                                        "descriptive_facts": [c.text for c in descriptive]}))
-        unscored = [v for v in run.verdicts if v.label == "unscored"]
-        details.update(DoveDetails.build(unscored_facts=[{"id": v.claim.id, "reason": v.reason} for v in unscored]))
-        scored_events = [c for c in events if label[c.id] != "unscored"]
-        scored_descriptive = [c for c in descriptive if label[c.id] != "unscored"]
-        verified_events = [c for c in scored_events if label[c.id] == "supported"]
-        n_desc_correct = sum(label[c.id] == "supported" for c in scored_descriptive)
-        if not scored_events and not scored_descriptive:
-            return Aggregate(None, {}, f"none of the {len(run.claims)} facts could be checked ({unscored[0].reason})")
-        counts = (len(scored_events), len(verified_events), len(scored_descriptive), n_desc_correct)
-        shuffle: float | None = None
-        if scored_events:
-            order = await self.event_order(verified_events, run)
-            if order.error is not None:
-                return Aggregate(None, partial_subscores(*counts), order.error)
-            shuffle = order.shuffle_degree
-            run.trace.record(DoveOrderFindings).findings.extend(order.findings)
-        scores = dove_score(*counts, shuffle)
-        return Aggregate(scores.score, scores.subscores())
+    def stage_collaborators(self, kind: str) -> dict[str, Any]:
+        """DoveScore's aggregator gets the event-order step (this method's sorters)."""
+        return {"event_order": self.event_order} if kind == "aggregator" else {}
 
-    async def localize(self, run: PipelineRun) -> list[Finding]:
-        """Unsupported facts, then the events out of order (when the order was scored)."""
-        order = run.trace.get(DoveOrderFindings)
-        return await super().localize(run) + (order.findings if order is not None else [])
-
-    async def event_order(self, events: list[Claim], run: PipelineRun) -> _OrderOutcome:
+    # -- event order --------------------------------------------------------------------------------------
+    async def event_order(self, events: list[Claim], run: PipelineRun) -> OrderOutcome:
         """Sort the verified events by the source and by the target and compare the two orderings; every
         sorter repair is recorded in ``details["order"]``."""
         info: dict[str, Any] = {"verified_events": [c.id for c in events]}
-        run.details.update(DoveDetails.build(order=info))  # filled in below (the same dict)
+        run.details["order"] = info
         if len(events) < 2:
             info["note"] = "fewer than two verified events: no pair can be out of order (ShuffleD = 0)"
-            return _OrderOutcome(shuffle_degree=0.0)
+            return OrderOutcome(shuffle_degree=0.0)
         by_source = await self.sort_by_source(events, run)
         if by_source.value is None:
-            return _OrderOutcome(error=by_source.error)
+            return OrderOutcome(error=by_source.error)
         info.update(by_source.value.notes)
         if self.opts.target_order == "sorter":
             by_target = (StepResult.success(target_position_order(events)) if self.opts.sorter == "position"
                          else await self.sorter([c.text for c in events], run.target, about=run.source))
             if by_target.value is None:
-                return _OrderOutcome(error=by_target.error)
+                return OrderOutcome(error=by_target.error)
             target_sequence = by_target.value.order
             info["target_sorter"] = by_target.value.repairs(events)
         else:
@@ -193,14 +157,14 @@ class Dove(ClaimPipeline):
         info["target_order"] = [events[i].id for i in target_sequence]
         info["compared_events"] = placed = len(set(source_order.order) & set(target_sequence))
         if judged is None:
-            return _OrderOutcome(error=f"the sorter placed only {placed} of {len(events)} verified events in both "
+            return OrderOutcome(error=f"the sorter placed only {placed} of {len(events)} verified events in both "
                                        "orderings; event order cannot be judged")
-        return _OrderOutcome(shuffle_degree=judged.shuffle_degree, findings=judged.findings)
+        return OrderOutcome(shuffle_degree=judged.shuffle_degree, findings=judged.findings)
 
     async def sort_by_source(self, events: list[Claim], run: PipelineRun) -> StepResult[EventOrder]:
         texts = [c.text for c in events]
         if self.opts.sorter == "position":
-            return await PositionSorter(await self.source_index(run.source))(texts)
+            return await self.source_sorter(texts, run.source)
         text = await self.sorting_text(events, run)
         if text is None:
             return StepResult.failure("the source excerpts about the verified events do not fit the model's "

@@ -7,7 +7,7 @@ import asyncio
 import hashlib
 import random
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 from rapidfuzz import fuzz, process
@@ -33,11 +33,9 @@ from halluscope.methods.dove.replies import (
     parse_event_order,
 )
 from halluscope.methods.batching import BatchCall, BatchingVerifier, numbered_as_written
-from halluscope.methods.options import MAX_BATCH_SIZE, StageOptions
-from halluscope.methods.pipeline import messages_tokens, reply_budget
-from halluscope.prompts import PromptTemplate
+from halluscope.methods.options import MAX_BATCH_SIZE, RetrievalOptions, StageOptions, options_view
+from halluscope.methods.pipeline import _shared_index, messages_tokens, reply_budget
 from halluscope.records import Claim, Evidence, LLMCall, Span, StepResult, Verdict
-from halluscope.retrieval import SourceIndex
 from halluscope.stages import Context, PromptResolver, register_stage, same_prompt
 from halluscope.text import locate, split_sentences
 from halluscope.text.placeholders import is_placeholder, shown_strings
@@ -158,17 +156,34 @@ class DoveFactChecker(BatchingVerifier[DoveCheckReply]):
 # ------------------------------------------------------------------------------------------------ sorters
 
 
+class SorterOptions(StageOptions):
+    """The LLM sorter's settings."""
+
+    sorter_input: Literal["decomposition", "shuffled"] = "decomposition"
+    """The order the events are shown in: decomposition (the paper: as given) or shuffled (a fixed pseudo-random order seeded by the events, so a model that echoes its input cannot make every ordering agree with the target)."""
+
+    seed: int = 0
+    """Seeds the shuffled presentation (dove passes the run's seed)."""
+
+
+@register_stage("llm", "sorter")
 class DoveSorter:
     """Events x text -> their chronological order according to the text (the paper's sorter, one call).
 
-    ``shuffle``: the events are shown in a fixed pseudo-random order (seeded by their texts), never in target
-    order, so that a model echoing its input cannot make every ordering agree with the target. Without it (the
-    paper's setting, ``dove -o sorter_input=decomposition``) they are shown in the order they are given."""
+    ``sorter_input=shuffled``: the events are shown in a fixed pseudo-random order (seeded by their texts), never
+    in target order, so that a model echoing its input cannot make every ordering agree with the target. Without
+    it (the paper's setting, ``dove -o sorter_input=decomposition``) they are shown in the order they are given."""
 
-    name: ClassVar[str] = "dove.sort"
+    name: str  # set by @register_stage
+    label: ClassVar[str] = "dove.sort"  # its name in a report's details["stages"]
+    Options: ClassVar[type[StageOptions]] = SorterOptions
 
-    def __init__(self, llm: LLM, prompt: PromptTemplate = DOVE_SORT_PROMPT, seed: int = 0, shuffle: bool = True):
-        self.llm, self.prompt, self.seed, self.shuffle = llm, prompt, seed, shuffle
+    def __init__(self, model: LLM, options: StageOptions | None = None, *, prompts: PromptResolver = same_prompt):
+        if model is None:
+            raise TypeError("the llm sorter needs an LLM (model=...)")
+        opts: SorterOptions = options or SorterOptions()  # type: ignore[assignment]
+        self.llm, self.prompt = model, prompts(DOVE_SORT_PROMPT)
+        self.seed, self.shuffle = opts.seed, opts.sorter_input == "shuffled"
 
     def presentation(self, events: Sequence[str]) -> list[int]:
         if not self.shuffle:
@@ -208,6 +223,8 @@ class DoveSorter:
         return StepResult.success(back, step.calls)
 
 
+@register_stage("position", "sorter", "No LLM: orders events by the source sentence each retrieves best (only for "
+                                       "sources narrated in chronological order).")
 class PositionSorter:
     """No-LLM source-side sorter: orders events by where the source tells them, i.e. by the source sentence
     each event retrieves best. Only valid for sources narrated in chronological order (most stories and news
@@ -215,16 +232,24 @@ class PositionSorter:
     sentence keep their given order (the source gives no evidence against it); an event with no positive
     retrieval score anywhere is left unplaced (``missing``)."""
 
-    name: ClassVar[str] = "dove.position_sort"
+    name: str  # set by @register_stage
+    label: ClassVar[str] = "dove.position_sort"  # its name in a report's details["stages"]
+    uses_llm: ClassVar[bool] = False
+    Options: ClassVar[type[StageOptions]] = options_view(
+        "PositionSorterOptions", RetrievalOptions, ["top_k", "window", "retriever", "merge_windows", "embed_all_up_to"],
+        "The retrieval index the events are placed with (the one the retrieval stage uses for the same settings).")
 
-    def __init__(self, index: SourceIndex):
-        self.index = index
+    def __init__(self, model: Any = None, options: StageOptions | None = None):
+        self.opts: RetrievalOptions = options or self.Options()  # type: ignore[assignment]
 
-    async def __call__(self, events: Sequence[str]) -> StepResult[EventOrder]:
+    async def __call__(self, events: Sequence[str], text: str, about: str | None = None) -> StepResult[EventOrder]:
+        """``text``: the source (its index comes from the shared index cache)."""
+        index = await _shared_index(text, self.opts)
+
         def anchors() -> list[int | None]:
             found: list[int | None] = []
-            for text in events:
-                scores = self.index.sentence_scores(text)
+            for event in events:
+                scores = index.sentence_scores(event)
                 best = int(scores.argmax()) if scores.size else -1
                 found.append(best if best >= 0 and float(scores[best]) > 0 else None)
             return found

@@ -1,9 +1,10 @@
 """``factscore``: atomic facts, each verified -> fraction supported; descriptions de-duplicated (FActScore as
 the "Pipeline" baseline of FINAL, seed 002 §4.1, App. C.2, H.2.5).
 
-A :class:`~halluscope.methods.pipeline.ClaimPipeline` with two registered stages of its own (modules:
+A :class:`~halluscope.methods.pipeline.ClaimPipeline` with registered stages of its own (modules:
 ``replies`` the reply schemas, ``prompts``, ``decompose`` the decomposer, ``verifier``, ``dedup`` the
-de-duplication of descriptions, ``method`` the method and its options):
+``deduplicator`` stages ``llm`` / ``fuzzy`` / ``none``, ``localize`` the localizer that composes one of them,
+``method`` the method and its options):
 
 1. **Decompose** (decomposer ``factscore``): one call splits the target (given as numbered sentences) into
    atomic facts, each declared with the number of the sentence it came from (that sentence's span becomes
@@ -40,9 +41,11 @@ contributes one description (the fact and the verifier's reason), de-duplicated 
 """
 
 from halluscope.methods.factscore.decompose import AtomicFact, FactScoreDecomposer, parse_facts
-from halluscope.methods.factscore.dedup import DedupMode, DescriptionDeduplicator, parse_keep
+from halluscope.methods.factscore.dedup import (DedupMode, DescriptionDeduplicator, FuzzyDeduplicator, LlmDeduplicator,
+                                                NoDeduplication, parse_keep)
 from halluscope.methods.factscore.details import FactScoreDetails
 from halluscope.methods.factscore.method import FactScore, FactScoreOptions
+from halluscope.methods.factscore.localize import FactScoreLocalizer
 from halluscope.methods.factscore.prompts import (FACTSCORE_DECOMPOSE_PROMPT, FACTSCORE_DEDUP_PROMPT,
                                                   FACTSCORE_DESCRIBE_BATCH_PROMPT, FACTSCORE_DESCRIBE_PROMPT,
                                                   FACTSCORE_VERIFY_BATCH_PROMPT, FACTSCORE_VERIFY_PROMPT,
@@ -60,5 +63,6 @@ __all__ = [
     "FACTSCORE_VERIFY_PROMPT", "FACT_ECHOES", "FACT_EXAMPLES", "VERIFY_REPLY_TOKENS", "AtomicFact", "DedupMode",
     "DescriptionDeduplicator", "FactCheckBatchEntry", "FactCheckBatchReply", "FactCheckReply", "FactEntry",
     "FactJudgmentBatchEntry", "FactJudgmentBatchReply", "FactJudgmentReply", "FactScore", "FactScoreDecomposer",
-    "FactScoreOptions", "FactScoreVerifier", "FactsReply", "KeepReply", "parse_facts", "parse_keep",
+    "FactScoreLocalizer", "FactScoreOptions", "FactScoreVerifier", "FactsReply", "FuzzyDeduplicator", "KeepReply",
+    "LlmDeduplicator", "NoDeduplication", "parse_facts", "parse_keep",
 ]

@@ -1,23 +1,26 @@
-"""FActScore's de-duplication of inconsistency descriptions across facts: by the model (it keeps one description
-of each group of duplicates, by number), fuzzy (no call), or none."""
+"""FActScore's de-duplication of inconsistency descriptions across facts, as ``deduplicator`` stages: ``llm`` (the
+model keeps one description of each group of duplicates, by number), ``fuzzy`` (no call), or ``none``."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
+from pydantic import Field
 from rapidfuzz import fuzz, process
 
 from halluscope.llm.structured import generate_reply
 from halluscope.methods.factscore.prompts import FACTSCORE_DEDUP_PROMPT
 from halluscope.methods.factscore.replies import KeepReply
+from halluscope.methods.options import StageOptions
 from halluscope.records import Span, StepResult
+from halluscope.stages import PromptResolver, register_stage, same_prompt
 from halluscope.text import ParseError
 from halluscope.text.descriptions import (MAX_FUZZY_DESCRIPTIONS, fuzzy_duplicate_groups, fuzzy_is_capped,
                                           most_specific)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from halluscope.methods.base import Method
+    from halluscope.llm import LLM
 
 DedupMode = Literal["fuzzy", "llm", "none"]
 
@@ -36,14 +39,24 @@ def parse_keep(text: str, count: int) -> list[int]:
 
 class DescriptionDeduplicator:
     """Groups of duplicate descriptions (the first index of each group is the one kept): fuzzy, by the LLM
-    (falling back to fuzzy, with the reason, when its reply is unusable), or none."""
+    (falling back to fuzzy, with the reason, when its reply is unusable), or none. The registered
+    ``deduplicator`` stages below fix ``mode``."""
 
-    def __init__(self, method: Method, mode: DedupMode = "llm", threshold: float = 85.0):
-        self.llm = method.llm
-        self.prompt = method.prompt(FACTSCORE_DEDUP_PROMPT)
-        self.mode = mode
-        self.threshold = threshold
+    name: str  # set by @register_stage
+    mode: ClassVar[DedupMode]
+    uses_llm: ClassVar[bool] = False
+
+    class Options(StageOptions):
+        dedup_threshold: float = Field(default=85.0, ge=0, le=100)
+        """Word-order-insensitive similarity (0-100) at which two descriptions merge (fuzzy grouping)."""
+
+    def __init__(self, model: LLM | None = None, options: StageOptions | None = None, *,
+                 prompts: PromptResolver = same_prompt):
+        self.llm = model
+        self.prompt = prompts(FACTSCORE_DEDUP_PROMPT)
+        self.threshold = getattr(options or self.Options(), "dedup_threshold", 85.0)
         self.note: str | None = None  # set when the fuzzy grouping was capped
+
     async def __call__(self, descriptions: Sequence[str], spans: Sequence[Sequence[Span]], target: str
                        ) -> tuple[list[list[int]], str | None]:
         n = len(descriptions)
@@ -59,6 +72,8 @@ class DescriptionDeduplicator:
     async def with_llm(self, descriptions: Sequence[str], target: str) -> StepResult[list[list[int]]]:
         listing = "\n".join(f"{i}. {d}" for i, d in enumerate(descriptions, 1))
         n = len(descriptions)
+        if self.llm is None:  # built without a model: the caller falls back to fuzzy, saying why
+            return StepResult.failure("no LLM to de-duplicate with")
         step = await generate_reply(self.llm, self.prompt.render(target=target, descriptions=listing), KeepReply,
                                     parse=lambda text: parse_keep(text, n))  # type: ignore[arg-type, return-value]
         if step.value is None:
@@ -74,6 +89,33 @@ class DescriptionDeduplicator:
             kept = most_specific(descriptions, group, spans)
             out.append([kept] + [i for i in group if i != kept])
         return out
+
+
+@register_stage("llm", "deduplicator")
+class LlmDeduplicator(DescriptionDeduplicator):
+    """FActScore's: the model keeps one description of each group of duplicates, by number (fuzzy grouping, with
+    the reason, when its reply is unusable)."""
+
+    mode: ClassVar[DedupMode] = "llm"
+    uses_llm: ClassVar[bool] = True
+
+
+@register_stage("fuzzy", "deduplicator")
+class FuzzyDeduplicator(DescriptionDeduplicator):
+    """No LLM call: descriptions whose word-order-insensitive similarity reaches the threshold, or that quote the
+    same target spans, merge; the most specific one is kept."""
+
+    mode: ClassVar[DedupMode] = "fuzzy"
+
+
+@register_stage("none", "deduplicator")
+class NoDeduplication(DescriptionDeduplicator):
+    """Every description is kept."""
+
+    mode: ClassVar[DedupMode] = "none"
+
+    class Options(StageOptions):
+        pass
 
 
 def _groups_around(descriptions: Sequence[str], keep: Sequence[int]) -> list[list[int]]:

@@ -27,6 +27,7 @@ from halluscope.methods.probe.evidence import ProbeEvidenceFinder, QuoteSearch, 
 from halluscope.methods.probe.judge import EvidenceEvaluator, EvidenceJudgment, Judge, Vote
 from halluscope.methods.probe.details import ProbeDetails
 from halluscope.methods.probe.method import Probe, probe_finding
+from halluscope.methods.probe.outcome import ProbeAggregator, ProbeLocalizer
 from halluscope.methods.probe.options import ProbeOptions
 from halluscope.methods.probe.replies import (DECOMPOSE_PROMPT, EVALUATE_PROMPT, FIND_EVIDENCE_PROMPT, ClaimEntry,
                                               ClaimsReply, EvaluationReply, EvidenceReply, is_template_echo)
@@ -37,5 +38,6 @@ __all__ = [
     "DECOMPOSE_PROMPT", "EVALUATE_PROMPT", "FIND_EVIDENCE_PROMPT", "ClaimEntry", "ClaimsReply", "EvaluationReply",
     "EvidenceEvaluator", "EvidenceJudgment", "EvidenceReply", "Judge", "Probe", "ProbeDecomposer",
     "ProbeEvidenceFinder", "ProbeOptions", "ProbeVerifier", "QuoteSearch", "TopSentencesFinder", "Vote", "decide",
-    "is_template_echo", "locate_quote", "parse_claims", "place_claims", "probe_finding", "sentence_claims",
+    "is_template_echo", "locate_quote", "parse_claims", "place_claims", "probe_finding", "ProbeAggregator",
+    "ProbeLocalizer", "sentence_claims",
 ]

@@ -4,7 +4,8 @@
            --ProbeVerifier (evidence finding, evidence evaluation)--> verdicts --> score, findings
 
 What is PROBE's own here: the decomposer (segments -> spans), the verifier (quotes verified in the source,
-per-passage PASS/FAIL with consensus), the findings' wording, the step record in ``details["steps"]`` and a
+per-passage PASS/FAIL with consensus), the aggregator and localizer (:mod:`.outcome`: the counts, the findings'
+wording), the step record in ``details["steps"]`` and a
 strict max over snippets (a claim is unsupported only when every snippet it was checked against was judged).
 """
 
@@ -17,8 +18,9 @@ from halluscope.config import Config
 from halluscope.llm import LLM
 from halluscope.methods import register_method
 from halluscope.methods.details import MethodDetails
-from halluscope.methods.pipeline import ClaimPipeline, PipelineRun, claim_finding
+from halluscope.methods.pipeline import ClaimPipeline
 from halluscope.methods.probe.details import ProbeDetails
+from halluscope.methods.probe.outcome import probe_finding as probe_finding  # importable here as before
 from halluscope.methods.probe.options import ProbeOptions
 from halluscope.methods.probe.replies import (DECOMPOSE_PROMPT, EVALUATE_BATCH_PROMPT, EVALUATE_PROMPT,
                                               FIND_EVIDENCE_BATCH_PROMPT, FIND_EVIDENCE_PROMPT)
@@ -26,20 +28,22 @@ from halluscope.methods.probe.trace import ProbeTrace
 from halluscope.methods.trace import RunTrace
 from halluscope.methods.probe.verifier import ProbeVerifier
 from halluscope.prompts import PromptTemplate
-from halluscope.records import Claim, Finding, Report, Verdict
-from halluscope.stages import Aggregate, Decomposer
+from halluscope.records import Claim, Report
+from halluscope.stages import Decomposer
 
 
 @register_method
 class Probe(ClaimPipeline):
+    Details: ClassVar[type[MethodDetails]] = ProbeDetails
     name = "probe"
     description = ("Process-based (PROBE): claims with their target spans -> quoted source evidence -> "
                    "per-excerpt PASS/FAIL (optional multi-judge consensus) -> unsupported claims located.")
     prompts = (DECOMPOSE_PROMPT, FIND_EVIDENCE_PROMPT, EVALUATE_PROMPT,
                FIND_EVIDENCE_BATCH_PROMPT, EVALUATE_BATCH_PROMPT)
     Options: ClassVar[type[ProbeOptions]] = ProbeOptions
-    Details: ClassVar[type[MethodDetails]] = ProbeDetails
     default_verifier = "probe"
+    default_aggregator = "probe"
+    default_localizer = "probe"
     opts: ProbeOptions
 
     def __init__(self, llm: LLM | None = None, config: Config | None = None, **options: Any):
@@ -83,37 +87,15 @@ class Probe(ClaimPipeline):
             return True  # retrieved evidence: the source text itself is never sent to the model
         return super().source_fits(source, claims)
 
-    # -- steps --------------------------------------------------------------------------------------------
-    async def aggregate(self, run: PipelineRun) -> Aggregate:
-        """The fraction of judged claims that are supported; unscored claims are left out and counted."""
-        base = await super().aggregate(run)
-        flagged = sum(v.label in ("unsupported", "contradicted") for v in run.verdicts)
-        subscores = {**base.subscores, "unscored_claims": float(sum(v.label == "unscored" for v in run.verdicts)),
-                     "hallucinated_claims": float(flagged)}
-        return Aggregate(base.score, subscores, base.unscored_reason)
-
-    async def localize(self, run: PipelineRun) -> list[Finding]:
-        """Step 4: every unsupported claim's target span is a finding."""
-        return [probe_finding(v) if v.label == "unsupported" else claim_finding(v)
-                for v in run.verdicts if v.label in ("unsupported", "contradicted")]
-
+    # -- steps ----------------------------------------------------------------------------------------------
     def finish(self, report: Report, trace: RunTrace) -> Report:
         """The step record (``details["steps"]``) and the quote counts, from the check's :class:`ProbeTrace`."""
         steps = trace.record(ProbeTrace)
-        details: dict[str, Any] = {**report.details, **ProbeDetails.build(steps=steps.steps(report))}
+        details: dict[str, Any] = {**report.details, "steps": steps.steps(report)}
         if "context" in report.details:
-            details.update(ProbeDetails.build(source_mode=report.details["context"]["mode"]))
+            details["source_mode"] = report.details["context"]["mode"]
         if isinstance(self.verifier, ProbeVerifier):
-            details.update(ProbeDetails.build(verifier=self.verifier.describe()))
+            details["verifier"] = self.verifier.describe()
         subscores = {**report.subscores, **steps.quote_counts()} if report.verdicts else report.subscores
         return report.model_copy(update={"details": details, "subscores": subscores})
 
-
-def probe_finding(verdict: Verdict) -> Finding:
-    claim = verdict.claim
-    return Finding(description=f'The text claims that "{claim.text}", but the source does not support this '
-                               f"({verdict.reason}).",
-                   kind="unsupported", target_spans=list(claim.target_spans), evidence=list(verdict.evidence),
-                   claim_ids=[claim.id] if claim.id else [],
-                   # the verdict's score is the best passage's share of PASS votes (0 when none was found)
-                   confidence=None if verdict.score is None else min(1.0, max(0.0, 1.0 - verdict.score)))

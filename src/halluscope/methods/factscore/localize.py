@@ -1,0 +1,83 @@
+"""FActScore's localizer: the descriptions of every unsupported fact, de-duplicated across facts by the chosen
+``deduplicator`` stage, one finding per distinct inconsistency (FINAL's Pipeline); or one finding per unsupported
+fact (``describe=False``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from halluscope.methods.factscore.method import FactScoreOptions
+from halluscope.methods.factscore.verifier import FactScoreVerifier
+from halluscope.methods.findings import claim_finding
+from halluscope.methods.options import StageOptions, options_view
+from halluscope.records import Finding, Verdict
+from halluscope.stages import Deduplicator, PromptResolver, build_stage, register_stage, same_prompt, stage_spec
+from halluscope.text.descriptions import merge_spans, spans_for_description
+
+if TYPE_CHECKING:  # pragma: no cover
+    from halluscope.llm import LLM
+    from halluscope.methods.pipeline import PipelineRun
+
+
+@register_stage("factscore", "localizer")
+class FactScoreLocalizer:
+    """One finding per distinct inconsistency: the descriptions of every unsupported fact, de-duplicated
+    (``describe=True``); else one finding per unsupported fact."""
+
+    name: str  # set by @register_stage
+    uses_llm: ClassVar[bool] = True  # the llm deduplicator calls the model
+    Options: ClassVar[type[StageOptions]] = options_view(
+        "FactScoreLocalizerOptions", FactScoreOptions, ["describe", "dedup", "dedup_threshold"],
+        "FActScore's findings: described inconsistencies de-duplicated across facts (dedup names the deduplicator).")
+
+    def __init__(self, model: LLM | None = None, options: StageOptions | None = None, *, verifier: Any = None,
+                 prompts: PromptResolver = same_prompt):
+        self.llm = model
+        self.options: Any = options or self.Options()
+        self.prompts = prompts
+        self.own_reasons = isinstance(verifier, FactScoreVerifier)  # its reasons are one description a line
+
+    def deduplicator(self) -> Deduplicator:
+        """A fresh ``deduplicator`` stage (its ``note`` is about one call), with this localizer's threshold."""
+        spec = stage_spec("deduplicator", self.options.dedup)
+        fields = spec.options_model.model_fields
+        options = {"dedup_threshold": self.options.dedup_threshold} if "dedup_threshold" in fields else {}
+        model = self.llm if getattr(spec.factory, "uses_llm", True) else None
+        return build_stage("deduplicator", self.options.dedup, model, options, prompts=self.prompts)  # type: ignore[no-any-return]
+
+    async def __call__(self, run: PipelineRun) -> list[Finding]:
+        flagged = [v for v in run.verdicts if v.label in ("unsupported", "contradicted")]
+        own = self.own_reasons
+        if not self.options.describe:
+            return [_fact_finding(v, f"Not supported by the source: {v.claim.text}") if own else claim_finding(v)
+                    for v in flagged]
+        descriptions: list[str] = []
+        origins: list[Verdict] = []
+        for v in flagged:
+            for d in (v.reason.split("\n") if own else [claim_finding(v).description]):
+                descriptions.append(d)
+                origins.append(v)
+        quoted = [spans_for_description(d, run.target) for d in descriptions]
+        dedup = self.deduplicator()
+        groups, error = await dedup(descriptions, quoted, run.target)
+        run.details["descriptions_before_dedup"] = len(descriptions)
+        if error:
+            run.details["dedup_error"] = error
+        if dedup.note:
+            run.details["dedup_note"] = dedup.note
+        findings: list[Finding] = []
+        for group in groups:
+            kept = group[0]
+            members = [origins[i] for i in group]
+            spans = quoted[kept] or merge_spans([s for m in members for s in m.claim.target_spans])
+            claim_ids = list(dict.fromkeys(m.claim.id for m in members if m.claim.id))
+            findings.append(Finding(description=descriptions[kept], kind=origins[kept].label,  # type: ignore[arg-type]
+                                    target_spans=spans, evidence=[e for m in members for e in m.evidence],
+                                    claim_ids=claim_ids))
+        return findings
+
+
+def _fact_finding(verdict: Verdict, description: str) -> Finding:
+    return Finding(description=description, kind=verdict.label,  # type: ignore[arg-type]
+                   target_spans=list(verdict.claim.target_spans), evidence=list(verdict.evidence),
+                   claim_ids=[verdict.claim.id] if verdict.claim.id else [])
