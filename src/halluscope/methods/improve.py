@@ -294,7 +294,8 @@ class Improve(Method):
         """With dcr: DCR's options and ``rounds`` (as before the evaluator was an option); else ``rounds``,
         ``level``, ``evaluator`` and the evaluator's options."""
         if self.opts.evaluator == DEFAULT_EVALUATOR:
-            return self.opts.model_dump(mode="json", exclude={"evaluator", "evaluator_options"})
+            unset = {k for k in ("aggregator", "localizer") if getattr(self.opts, k, None) is None}
+            return self.opts.model_dump(mode="json", exclude={"evaluator", "evaluator_options", *unset})
         return {"rounds": self.opts.rounds, "level": self.opts.level, "evaluator": self.opts.evaluator,
                 "evaluator_options": self.evaluator.options()}
 

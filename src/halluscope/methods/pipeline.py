@@ -323,7 +323,11 @@ class ClaimPipeline(Method):
     def options(self) -> dict[str, Any]:
         """The method's options, and the namespaced stage options given (``verifier.judges``), as validated."""
         chosen = {**{kind: opts for kind, (_, opts) in self.chosen.items()}, "gate": self.gate_options}
-        return {**super().options(), **{f"{kind}.{k}": chosen[kind].model_dump(mode="json")[k]  # type: ignore[union-attr]
+        own = super().options()
+        for kind in ("aggregator", "localizer"):  # recorded only when chosen: default records (and the
+            if own.get(kind) is None:             # identity of bench folders measured before) stay what they were
+                own.pop(kind, None)
+        return {**own, **{f"{kind}.{k}": chosen[kind].model_dump(mode="json")[k]  # type: ignore[union-attr]
                                         for kind, values in self.stage_given.items() for k in values}}
 
     def build_stage(self, kind: str, name: str, options: Any = None, **collaborators: Any) -> Any:
