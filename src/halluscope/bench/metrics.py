@@ -279,6 +279,16 @@ def bootstrap_ci(
     return result
 
 
+def format_ci(ci: dict[str, Any] | None) -> str:
+    """A :func:`bootstrap_ci` result as table text: ``value [low, high]``, the value alone when the interval
+    is undefined, ``-`` when there is no value."""
+    if not ci or ci.get("value") is None:
+        return "-"
+    if ci.get("low") is None or ci.get("high") is None:
+        return f"{ci['value']:.3f}"
+    return f"{ci['value']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}]"
+
+
 # --- unscored items: coverage and "counts every item" values ---------------------------------------
 
 

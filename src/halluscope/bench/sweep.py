@@ -35,7 +35,7 @@ import numpy as np
 
 from halluscope._optional import require
 from halluscope.bench.datasets import Dataset
-from halluscope.bench.metrics import bootstrap_ci
+from halluscope.bench.metrics import bootstrap_ci, format_ci
 from halluscope.bench.runner import ITEMS_FILE, ItemStore, run_bench, select_examples
 from halluscope.methods.base import Method
 from halluscope.records import Example
@@ -207,14 +207,6 @@ def summarize(key: str, points: Sequence[SweepPoint], *, method_name: str, datas
             "rows": rows}
 
 
-def _fmt(ci: dict[str, Any] | None) -> str:
-    if not ci or ci.get("value") is None:
-        return "-"
-    if ci.get("low") is None or ci.get("high") is None:
-        return f"{ci['value']:.3f}"
-    return f"{ci['value']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}]"
-
-
 def render_markdown(summary: dict[str, Any]) -> str:
     key, rows = summary["key"], summary["rows"]
     has_orig = any(r["mean_score_original"] for r in rows)
@@ -226,10 +218,10 @@ def render_markdown(summary: dict[str, Any]) -> str:
     for r in rows:
         per_item = r["usage_per_item"] or {}
         cells = [f"`{json.dumps(r['value'])}`", str(r["n"]), str(r["n_unscored"]),
-                 f"{(r['n'] or 0) - (r['n_unscored'] or 0)}/{r['n']}", _fmt(r["mean_score"])]
+                 f"{(r['n'] or 0) - (r['n_unscored'] or 0)}/{r['n']}", format_ci(r["mean_score"])]
         if has_orig:
-            cells.append(_fmt(r["mean_score_original"]))
-        cells += [_fmt(r["mean_delta"].get(p)) for p in perturbations]
+            cells.append(format_ci(r["mean_score_original"]))
+        cells += [format_ci(r["mean_delta"].get(p)) for p in perturbations]
         cells += [str(per_item.get(k, "-")) for k in ("calls", "tokens", "cache_hits")] + [str(r["wall_time_s"])]
         lines.append("| " + " | ".join(cells) + " |")
     warning = fewer_items_warning(rows)

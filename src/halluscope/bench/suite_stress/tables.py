@@ -5,18 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from halluscope.bench.metrics import format_ci
 from halluscope.bench.suite_stress.deltas import perturbation_order
 
 
 # ------------------------------------------------------------------------------------------- tables
-
-
-def _fmt(ci: dict[str, Any] | None) -> str:
-    if not ci or ci.get("value") is None:
-        return "-"
-    if ci.get("low") is None or ci.get("high") is None:
-        return f"{ci['value']:.3f}"
-    return f"{ci['value']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}]"
 
 
 def _num(value: float | None, digits: int = 3) -> str:
@@ -26,7 +19,7 @@ def _num(value: float | None, digits: int = 3) -> str:
 def mean_table(means: dict[str, Any]) -> str:
     lines = ["| rows | n | unscored | mean score [95% CI] |", "|---|---|---|---|"]
     for name, ci in means.items():
-        lines.append(f"| {name} | {ci['n']} | {ci['unscored']} | {_fmt(ci)} |")
+        lines.append(f"| {name} | {ci['n']} | {ci['unscored']} | {format_ci(ci)} |")
     return "\n".join(lines)
 
 
@@ -39,7 +32,7 @@ def delta_table(stats: dict[str, dict[str, Any]], unpaired: dict[str, int]) -> s
             lines.append(f"| {name} | 0 | {unpaired.get(name, 0)} | - | - | - | - | - | - |")
             continue
         lines.append(
-            f"| {name} | {s['n_pairs']} | {unpaired.get(name, 0)} | {_fmt(s['mean_delta'])} | "
+            f"| {name} | {s['n_pairs']} | {unpaired.get(name, 0)} | {format_ci(s['mean_delta'])} | "
             f"{_num(s['median_delta'])} | {_num(s['min_delta'])} | {_num(s['max_delta'])} | "
             f"{_num(s['mean_abs_delta'])} | {_num(s['label_flip_rate'], 2)} |")
     return "\n".join(lines)
@@ -49,5 +42,5 @@ def bins_table(bins: Sequence[dict[str, Any]]) -> str:
     lines = ["| density bin | units | examples | mean density | mean score [95% CI] |", "|---|---|---|---|---|"]
     for b in bins:
         lines.append(f"| [{b['low']:.3f}, {b['high']:.3f}] | {b['n']} | {b['n_examples']} | "
-                     f"{b['mean_density']:.3f} | {_fmt(b['score'])} |")
+                     f"{b['mean_density']:.3f} | {format_ci(b['score'])} |")
     return "\n".join(lines)
