@@ -124,6 +124,16 @@ def _human_score(value: object, path: Path, lineno: int) -> float | None:
     return score
 
 
+def _read_records(path: Path, to_examples: Callable[[dict[str, Any], int], list[Example]]) -> list[Example]:
+    """The Examples ``to_examples(row, line number)`` makes of each record of a benchmark file, in order; a
+    malformed record (missing key, wrong type) raises a DatasetError naming its line."""
+    examples: list[Example] = []
+    for lineno, row in read_jsonl_lines(path):
+        with _record(path, lineno):
+            examples.extend(to_examples(row, lineno))
+    return examples
+
+
 def read_examples(path: str | Path) -> list[Example]:
     """Read a generic-format JSONL file (one Example per line); errors name the file and line."""
     path = Path(path)
@@ -164,20 +174,20 @@ def load_final(root: Path, subset: str | None) -> Dataset:
     are none (FINAL's own gold), DeFacto's original label is kept in ``meta["defacto_label"]``."""
     split = subset or "dev"
     path = root / "final" / f"{split}.jsonl"
-    examples = []
-    for lineno, row in read_jsonl_lines(path):
-        with _record(path, lineno):
-            descriptions = [d for d in row["human_descriptions"] if d.strip()]
-            examples.append(Example(
-                id=f"final-{row['doc_id']}",
-                source=row["text"],
-                target=row["summary"],
-                label=0 if descriptions else 1,
-                descriptions=descriptions,
-                split=row.get("split", split),
-                meta={"defacto_label": row.get("DeFacto_label"), "doc_id": row["doc_id"]},
-            ))
-    return Dataset("final", split, examples, [path])
+
+    def example(row: dict[str, Any], _lineno: int) -> list[Example]:
+        descriptions = [d for d in row["human_descriptions"] if d.strip()]
+        return [Example(
+            id=f"final-{row['doc_id']}",
+            source=row["text"],
+            target=row["summary"],
+            label=0 if descriptions else 1,
+            descriptions=descriptions,
+            split=row.get("split", split),
+            meta={"defacto_label": row.get("DeFacto_label"), "doc_id": row["doc_id"]},
+        )]
+
+    return Dataset("final", split, _read_records(path, example), [path])
 
 
 def load_summedits(root: Path, subset: str | None) -> Dataset:
@@ -187,21 +197,26 @@ def load_summedits(root: Path, subset: str | None) -> Dataset:
     unknown = [d for d in domains if d not in SUMMEDITS_DOMAINS]
     if unknown:
         raise DatasetError(f"unknown SummEdits domain(s) {unknown}; available: {', '.join(SUMMEDITS_DOMAINS)}")
-    examples, files = [], []
+
+    def examples_of(domain: str) -> Callable[[dict[str, Any], int], list[Example]]:
+        def example(row: dict[str, Any], _lineno: int) -> list[Example]:
+            return [Example(
+                id=row["id"],
+                source=row["doc"],
+                target=row["summary"],
+                label=int(row["label"]),
+                group=row["id"].rsplit("_", 1)[0],
+                split=row.get("split"),
+                meta={"domain": row.get("domain", domain), "edit_types": row.get("edit_types", [])},
+            )]
+        return example
+
+    examples: list[Example] = []
+    files = []
     for domain in domains:
         path = root / "summedits" / f"{domain}.jsonl"
         files.append(path)
-        for lineno, row in read_jsonl_lines(path):
-            with _record(path, lineno):
-                examples.append(Example(
-                    id=row["id"],
-                    source=row["doc"],
-                    target=row["summary"],
-                    label=int(row["label"]),
-                    group=row["id"].rsplit("_", 1)[0],
-                    split=row.get("split"),
-                    meta={"domain": row.get("domain", domain), "edit_types": row.get("edit_types", [])},
-                ))
+        examples += _read_records(path, examples_of(domain))
     return Dataset("summedits", subset, examples, files)
 
 
@@ -209,26 +224,26 @@ def load_qags(root: Path, subset: str | None) -> Dataset:
     """QAGS-CNNDM (as shipped with DCR): graded human consistency in [0, 1], no binary label."""
     split = subset or "dev"
     path = root / "qags" / f"cnndm_{split}.jsonl"
-    examples = []
-    for lineno, row in read_jsonl_lines(path):
-        with _record(path, lineno):
-            score = _human_score(row["consistency"], path, lineno)
-            examples.append(Example(id=f"qags-{row['id']}", source=row["source"], target=row["summary"],
-                                    human_score=score, split=split, meta={"subset": "cnndm"}))
-    return Dataset("qags", split, examples, [path])
+
+    def example(row: dict[str, Any], lineno: int) -> list[Example]:
+        score = _human_score(row["consistency"], path, lineno)
+        return [Example(id=f"qags-{row['id']}", source=row["source"], target=row["summary"],
+                        human_score=score, split=split, meta={"subset": "cnndm"})]
+
+    return Dataset("qags", split, _read_records(path, example), [path])
 
 
 def load_squality(root: Path, subset: str | None) -> Dataset:
     """SQuALITY: one unlabelled Example per (story, human plot summary); ``group`` is the story."""
     split = subset or "dev"
     path = root / "squality" / f"{split}.jsonl"
-    examples = []
-    for lineno, row in read_jsonl_lines(path):
-        with _record(path, lineno):
-            for k, summary in enumerate(row["plot_summaries"]):
-                examples.append(Example(id=f"squality-{row['id']}-{k}", source=row["document"], target=summary,
-                                        group=str(row["id"]), split=split, meta={"summary_index": k}))
-    return Dataset("squality", split, examples, [path])
+
+    def examples(row: dict[str, Any], _lineno: int) -> list[Example]:
+        return [Example(id=f"squality-{row['id']}-{k}", source=row["document"], target=summary,
+                        group=str(row["id"]), split=split, meta={"summary_index": k})
+                for k, summary in enumerate(row["plot_summaries"])]
+
+    return Dataset("squality", split, _read_records(path, examples), [path])
 
 
 LOADERS: dict[str, Callable[[Path, str | None], Dataset]] = {
