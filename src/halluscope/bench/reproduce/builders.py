@@ -147,6 +147,15 @@ def as_dataset(folder: Path, name: str) -> Dataset:
     return Dataset(name, None, read_examples(path) if path.stat().st_size else [], [path])
 
 
+async def build_single_set(folder: Path, name: str, builder: str, mode: BuildMode, opts: dict[str, Any],
+                           identity: dict[str, Any], base: Sequence[Example],
+                           make: Callable[[Example], Awaitable[Part]], progress: bool) -> BuiltSet:
+    """Build (or resume) the parts ``make`` writes into ``name.jsonl`` (:func:`build_parts`, the options in
+    the identity) and the BuiltSet whose one dataset, ``main``, is that file."""
+    _, skipped, now, total = await build_parts(folder, name, {**identity, "options": opts}, base, make, progress)
+    return BuiltSet({"main": as_dataset(folder, name)}, builder, mode, opts, len(base), skipped, now, total)
+
+
 def check_options(builder: str, options: dict[str, Any], valid: Sequence[str]) -> None:
     unknown = sorted(set(options) - set(valid))
     if unknown:
@@ -198,9 +207,7 @@ async def build_montage(folder: Path, base: Sequence[Example], *, mode: BuildMod
         skipped = [(s["difficulty"], s["reason"].split(":")[0][:100]) for s in result.skipped]
         return Part(example.id, result.examples, skipped, Usage())  # its calls are in build_parts' log
 
-    examples, skipped, now, total = await build_parts(folder, "montage", {**identity, "options": opts}, base, make,
-                                                      progress)
-    built = BuiltSet({"main": as_dataset(folder, "montage")}, "montage", mode, opts, len(base), skipped, now, total)
+    built = await build_single_set(folder, "montage", "montage", mode, opts, identity, base, make, progress)
     if level == "sentence":
         built.departures.append("montage lies reorder the target's sentences (no LLM); the paper decomposes events "
                                 "with an LLM and writes each lie incrementally (--builder llm)")
@@ -248,9 +255,7 @@ async def build_injected(folder: Path, base: Sequence[Example], pool: Sequence[E
                    for c, f in zip(_failed_levels(complexities, made), failures)]
         return Part(example.id, made, skipped, Usage())  # its calls are in build_parts' log
 
-    examples, skipped, now, total = await build_parts(folder, "injected", {**identity, "options": opts}, base, make,
-                                                      progress)
-    built = BuiltSet({"main": as_dataset(folder, "injected")}, "inject", mode, opts, len(base), skipped, now, total)
+    built = await build_single_set(folder, "injected", "inject", mode, opts, identity, base, make, progress)
     if facts_from == "donor":
         built.departures.append("injected facts are sentences from other targets of the same dataset (no LLM); "
                                 "the paper invents plausible facts with an LLM (--builder llm)")
