@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from halluscope.server.stub import answer_lifespan, chat_completion, read_body, send_json
+
 CANNED_REPLY = '{"reason": "Every statement is supported by the source.", "score": 4}'
 
 
@@ -47,43 +49,22 @@ class FixedLatencyEndpoint:
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        body = b""
-        more = True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
+            await answer_lifespan(receive, send)
+            return
+        body, _ = await read_body(receive)
         path = scope["path"]
         if path.endswith("/chat/completions"):
             request = json.loads(body)
             await asyncio.sleep(self.latency_s)
             self.served += 1
             prompt_words = sum(len(m["content"].split()) for m in request["messages"])
-            payload = {
-                "id": f"bench-{self.served}", "object": "chat.completion", "model": request.get("model", "bench"),
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": CANNED_REPLY}}],
-                "usage": {"prompt_tokens": prompt_words, "completion_tokens": len(CANNED_REPLY.split())},
-            }
-            await self._reply(send, 200, payload)
+            payload = chat_completion(f"bench-{self.served}", request.get("model", "bench"), CANNED_REPLY,
+                                      prompt_words, len(CANNED_REPLY.split()))
+            await send_json(send, 200, payload)
         elif path == "/stats":
-            await self._reply(send, 200, {"served": self.served})
+            await send_json(send, 200, {"served": self.served})
         else:
-            await self._reply(send, 200, {"ok": True})
-
-    @staticmethod
-    async def _reply(send, status: int, payload: dict) -> None:
-        data = json.dumps(payload).encode()
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
-        await send({"type": "http.response.body", "body": data})
+            await send_json(send, 200, {"ok": True})
 
 
 def serve(port: int, latency_ms: float) -> None:

@@ -45,6 +45,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from halluscope.server.stub import answer_lifespan, chat_completion, read_body, send_json
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 TAG = re.compile(r"request ([0-9a-f]{16})")
@@ -64,20 +66,11 @@ class StubEndpoint:
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        body, more = b"", True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":  # a client killed mid-request
-                return
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
+            await answer_lifespan(receive, send)
+            return
+        body, whole = await read_body(receive)
+        if not whole:  # a client killed mid-request
+            return
         if scope["path"].endswith("/chat/completions"):
             digest = hashlib.sha256(body).hexdigest()[:16]
             self.arrived.append(digest)
@@ -87,23 +80,13 @@ class StubEndpoint:
             found = re.search(r"Claim number (\d+)\.", text)
             score = 5 if found and int(found.group(1)) % 2 else 2
             content = json.dumps({"reason": f"request {digest}", "score": score})
-            await self._reply(send, {
-                "id": digest, "object": "chat.completion", "model": request.get("model", "stub"),
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": content}}],
-                "usage": {"prompt_tokens": len(text.split()), "completion_tokens": 8}})
+            await send_json(send, 200, chat_completion(digest, request.get("model", "stub"), content,
+                                                       len(text.split()), 8))
             self.answered.append(digest)
         elif scope["path"] == "/log":
-            await self._reply(send, {"arrived": self.arrived, "answered": self.answered})
+            await send_json(send, 200, {"arrived": self.arrived, "answered": self.answered})
         else:
-            await self._reply(send, {"ok": True})
-
-    @staticmethod
-    async def _reply(send, payload: dict) -> None:
-        data = json.dumps(payload).encode()
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
-        await send({"type": "http.response.body", "body": data})
+            await send_json(send, 200, {"ok": True})
 
 
 def free_port() -> int:

@@ -49,29 +49,19 @@ class StubEndpoint:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        body = b""
-        more = True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
+            await answer_lifespan(receive, send)
+            return
+        body, _ = await read_body(receive)
         path = scope["path"]
         if path.endswith("/chat/completions"):
             await self._complete(json.loads(body), receive, send)
         elif path == "/stats":
-            await _reply(send, 200, self.stats())
+            await send_json(send, 200, self.stats())
         elif path == "/hold":
             after = parse_qs(scope.get("query_string", b"").decode()).get("after", ["0"])[0]
             self.hold_after = int(after)
             self._release = asyncio.Event()
-            await _reply(send, 200, self.stats())
+            await send_json(send, 200, self.stats())
         elif path == "/release":
             answer = parse_qs(scope.get("query_string", b"").decode()).get("answer", [""])[0] == "held"
             released = self._release
@@ -81,9 +71,9 @@ class StubEndpoint:
             else:
                 self.hold_after = None
             released.set()
-            await _reply(send, 200, self.stats())
+            await send_json(send, 200, self.stats())
         else:
-            await _reply(send, 200, {"ok": True})
+            await send_json(send, 200, {"ok": True})
 
     async def _complete(self, request: dict[str, Any], receive: Any, send: Any) -> None:
         key = hashlib.sha256(json.dumps(request["messages"], sort_keys=True).encode()).hexdigest()
@@ -101,7 +91,7 @@ class StubEndpoint:
             gone.cancel()
             self.held -= 1
             if gone.done() or not getattr(held_by, "answer", False):
-                await _reply(send, 503, {"error": {"message": "held by the stub"}})
+                await send_json(send, 503, {"error": {"message": "held by the stub"}})
                 return
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
@@ -110,14 +100,49 @@ class StubEndpoint:
         if HOSTILE_MARKER in json.dumps(request["messages"]):
             content = "<think>" * 28_000
         words = sum(len(str(m.get("content", "")).split()) for m in request["messages"])
-        payload = {"id": f"stub-{self.received}", "object": "chat.completion", "model": request.get("model", "stub"),
-                   "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
-                   "usage": {"prompt_tokens": words, "completion_tokens": len(content.split())}}
-        await _reply(send, 200, payload)
+        payload = chat_completion(f"stub-{self.received}", request.get("model", "stub"), content, words,
+                                  len(content.split()))
+        await send_json(send, 200, payload)
         self.answered.add(key)
 
 
-async def _reply(send: Any, status: int, payload: Any) -> None:
+# --- the ASGI and OpenAI-format pieces (also used by the endpoints of benchmarks/overhead.py and ray_throughput.py)
+
+
+async def answer_lifespan(receive: Any, send: Any) -> None:
+    """Complete the ASGI lifespan protocol: acknowledge startup, then return once shutdown is acknowledged."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def read_body(receive: Any) -> tuple[bytes, bool]:
+    """The request body, and whether it arrived whole (False: the client went away before its end)."""
+    body = b""
+    more = True
+    while more:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return body, False
+        body += message.get("body", b"")
+        more = message.get("more_body", False)
+    return body, True
+
+
+def chat_completion(completion_id: str, model: str, content: str, prompt_tokens: int,
+                    completion_tokens: int) -> dict[str, Any]:
+    """An OpenAI ``chat.completion`` object with one finished assistant message."""
+    return {"id": completion_id, "object": "chat.completion", "model": model,
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}}
+
+
+async def send_json(send: Any, status: int, payload: Any) -> None:
+    """Send ``payload`` as a JSON response with ``status``."""
     data = json.dumps(payload).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
