@@ -163,23 +163,25 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
     def respond(fmt: str, body: bytes) -> Response:
         return Response(body, media_type="text/html; charset=utf-8" if fmt == "html" else "application/json")
 
+    async def check_pair(source: str, target: str, method_name: str, options: dict[str, Any], fmt: str) -> Response:
+        """Check one pair with ``method_name`` (its size checked first) and answer in ``fmt``."""
+        service.check_size(source, target)
+        method = await service.method(method_name, options)
+        return respond(fmt, await service.check(method, source, target, renderer(fmt, source, target)))
+
     @app.post("/check", tags=["checks"], response_model=Report, responses=_WORK_ERRORS,
               openapi_extra=_body_doc(CheckRequest),
               summary="Check one pair: the Report as JSON, or the web report with ?format=html.")
     async def check(request: Request, format: str = fmt_query) -> Response:
         req = await _parse(request, CheckRequest)
-        service.check_size(req.source, req.target)
-        method = await service.method(req.method or settings.default_method, req.options)
-        return respond(format, await service.check(method, req.source, req.target, renderer(format, req.source, req.target)))
+        return await check_pair(req.source, req.target, req.method or settings.default_method, req.options, format)
 
     @app.post("/improve", tags=["checks"], response_model=Report, responses=_WORK_ERRORS,
               openapi_extra=_body_doc(ImproveRequest),
               summary="Check one pair with DCR and rewrite what it flags (RAI); the Report carries the verified fix.")
     async def improve(request: Request, format: str = fmt_query) -> Response:
         req = await _parse(request, ImproveRequest)
-        service.check_size(req.source, req.target)
-        method = await service.method("improve", {**req.options, "rounds": req.rounds})
-        return respond(format, await service.check(method, req.source, req.target, renderer(format, req.source, req.target)))
+        return await check_pair(req.source, req.target, "improve", {**req.options, "rounds": req.rounds}, format)
 
     @app.post("/check/batch", tags=["checks"], response_class=StreamingResponse,
               responses={**_WORK_ERRORS, **_ndjson_doc(
