@@ -106,6 +106,12 @@ def load_checker(kind: str, model_id: str) -> LoadedChecker:
         return checker
 
 
+def model_labels(config: Any) -> tuple[dict[int, str], int]:
+    """A checkpoint config's ``id2label`` (integer keys) and its number of output labels."""
+    id2label = {int(k): v for k, v in (getattr(config, "id2label", None) or {}).items()}
+    return id2label, int(getattr(config, "num_labels", len(id2label)))
+
+
 def label_index(id2label: dict[int, str], words: Sequence[str]) -> int | None:
     """The column whose label names one of ``words`` (``ENTAILMENT``, ``supported``), skipping negated ones
     (``not_entailment``, ``inconsistent``)."""
@@ -197,6 +203,15 @@ class EncoderVerifier:
     def batches(self, items: list[Any]) -> list[list[Any]]:
         return [items[i:i + self.batch_size] for i in range(0, len(items), self.batch_size)]
 
+    @staticmethod
+    def tokenize(checker: LoadedChecker, claims: list[Claim], context: Context, batch: list[tuple[int, int, int]],
+                 **extra: Any) -> Any:
+        """The tokenizer's tensors for a batch of :meth:`pairs`: context window first (the only part
+        truncated), then the claim."""
+        return checker.tokenizer([context.text[s:e] for _, s, e in batch], [claims[i].text for i, _, _ in batch],
+                                 truncation="only_first", max_length=checker.max_length, padding=True,
+                                 return_tensors="pt", **extra)
+
 
 @register_stage("nli", "verifier", argument="MODEL", argument_option="checkpoint")
 class NLIVerifier(EncoderVerifier):
@@ -207,9 +222,7 @@ class NLIVerifier(EncoderVerifier):
     def judge(self, checker: LoadedChecker, claims: list[Claim], context: Context) -> list[Verdict]:
         import torch
 
-        config = checker.model.config
-        id2label = {int(k): v for k, v in (getattr(config, "id2label", None) or {}).items()}
-        n_labels = int(getattr(config, "num_labels", len(id2label)))
+        id2label, n_labels = model_labels(checker.model.config)
         support = label_index(id2label, _SUPPORT_WORDS)
         contradiction = label_index(id2label, _CONTRADICTION_WORDS)
         if support is None and n_labels == 2:
@@ -219,9 +232,7 @@ class NLIVerifier(EncoderVerifier):
         pairs = self.pairs(checker, claims, context)
         probs: list[tuple[float, float | None]] = []
         for batch in self.batches(pairs):
-            enc = checker.tokenizer([context.text[s:e] for _, s, e in batch], [claims[i].text for i, _, _ in batch],
-                                    truncation="only_first", max_length=checker.max_length, padding=True,
-                                    return_tensors="pt").to(checker.device)
+            enc = self.tokenize(checker, claims, context, batch).to(checker.device)
             with torch.no_grad():
                 logits = checker.model(**enc).logits.float()
             if n_labels == 1:
@@ -332,19 +343,16 @@ class TokenTaggerVerifier(EncoderVerifier):
     def judge(self, checker: LoadedChecker, claims: list[Claim], context: Context) -> list[Verdict]:
         import torch
 
-        config = checker.model.config
-        id2label = {int(k): v for k, v in (getattr(config, "id2label", None) or {}).items()}
+        id2label, n_labels = model_labels(checker.model.config)
         flagged_column = label_index(id2label, _HALLUCINATION_WORDS)
-        if flagged_column is None and int(getattr(config, "num_labels", len(id2label))) == 2:
+        if flagged_column is None and n_labels == 2:
             flagged_column = 1  # LettuceDetect: 1 = hallucinated token
         if flagged_column is None:
             raise ValueError(f"cannot tell which of the labels {id2label} marks a hallucinated token")
         pairs = self.pairs(checker, claims, context)
         per_pair: list[dict[tuple[int, int], float]] = []  # claim-token offsets -> P(hallucinated)
         for batch in self.batches(pairs):
-            enc = checker.tokenizer([context.text[s:e] for _, s, e in batch], [claims[i].text for i, _, _ in batch],
-                                    truncation="only_first", max_length=checker.max_length, padding=True,
-                                    return_offsets_mapping=True, return_tensors="pt")
+            enc = self.tokenize(checker, claims, context, batch, return_offsets_mapping=True)
             offsets = enc.pop("offset_mapping")
             sequence_ids = [enc.sequence_ids(b) for b in range(len(batch))]
             with torch.no_grad():
