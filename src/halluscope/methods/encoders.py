@@ -123,6 +123,15 @@ def label_index(id2label: dict[int, str], words: Sequence[str]) -> int | None:
     return None
 
 
+def label_column(id2label: dict[int, str], n_labels: int, words: Sequence[str]) -> int | None:
+    """:func:`label_index`, or column 1 of a two-label head whose labels name none of ``words`` (MiniCheck:
+    1 = supported; LettuceDetect: 1 = hallucinated token)."""
+    column = label_index(id2label, words)
+    if column is None and n_labels == 2:
+        column = 1
+    return column
+
+
 def sentence_windows(tokenizer: Any, text: str, claim: str, max_length: int) -> list[tuple[int, int]]:
     """``text`` cut into runs of whole sentences that fit in one input next to ``claim`` (character ranges);
     one sentence too long for any window is a window of its own (the tokenizer truncates it)."""
@@ -223,10 +232,8 @@ class NLIVerifier(EncoderVerifier):
         import torch
 
         id2label, n_labels = model_labels(checker.model.config)
-        support = label_index(id2label, _SUPPORT_WORDS)
+        support = label_column(id2label, n_labels, _SUPPORT_WORDS)
         contradiction = label_index(id2label, _CONTRADICTION_WORDS)
-        if support is None and n_labels == 2:
-            support = 1  # binary checkers (MiniCheck): 1 = supported
         if support is None and n_labels != 1:
             raise ValueError(f"cannot tell which of the labels {id2label} means entailment")
         pairs = self.pairs(checker, claims, context)
@@ -344,9 +351,7 @@ class TokenTaggerVerifier(EncoderVerifier):
         import torch
 
         id2label, n_labels = model_labels(checker.model.config)
-        flagged_column = label_index(id2label, _HALLUCINATION_WORDS)
-        if flagged_column is None and n_labels == 2:
-            flagged_column = 1  # LettuceDetect: 1 = hallucinated token
+        flagged_column = label_column(id2label, n_labels, _HALLUCINATION_WORDS)
         if flagged_column is None:
             raise ValueError(f"cannot tell which of the labels {id2label} marks a hallucinated token")
         pairs = self.pairs(checker, claims, context)
