@@ -3,7 +3,8 @@
     python benchmarks/compare_bench_runs.py OLD_DIR NEW_DIR
 
 OLD_DIR and NEW_DIR are either one bench output folder each (holding results.json) or folders of such folders
-(matched by name: run the same commands into two roots). For every run it compares, after dropping wall-clock
+(matched by relative path: run the same commands into two roots; nested run folders, such as localize's
+``final_protocol/.../variant-N`` selection runs, are compared too). For every run it compares, after dropping wall-clock
 fields (elapsed and wall times, creation stamps) and writing each root's own path as ``<ROOT>``:
 
 - ``items.jsonl``: every item's full Report, matched by ``example_id`` -- score, label, verdicts, findings, usage
@@ -41,9 +42,10 @@ def normalize(value: Any, root: str) -> Any:
 
 
 def run_dirs(root: Path) -> dict[str, Path]:
-    if (root / "results.json").exists() or (root / "items.jsonl").exists():
-        return {".": root}
-    return {p.name: p for p in sorted(root.iterdir()) if p.is_dir()}
+    """Every folder under root (root included) holding a run's files, by its path relative to root (so the
+    localize method's nested ``final_protocol/<selection>/variant-N`` runs are compared too)."""
+    folders = {p.parent for name in ("items.jsonl", "results.json", "run.json") for p in root.rglob(name)}
+    return {str(p.relative_to(root)): p for p in sorted(folders)}
 
 
 def load_run(folder: Path, root: Path) -> dict[str, Any]:
