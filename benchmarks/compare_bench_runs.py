@@ -37,7 +37,7 @@ def normalize(value: Any, root: str) -> Any:
     if isinstance(value, list):
         return [normalize(v, root) for v in value]
     if isinstance(value, str):
-        return value.replace(root, "<ROOT>")
+        return "<ROOT>" if value == root else value.replace(root + "/", "<ROOT>/")
     return value
 
 
