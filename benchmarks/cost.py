@@ -520,6 +520,7 @@ def summarize(rows: list[Row], systems: list[str]) -> list[dict[str, Any]]:
             "units": sum(r.units for r in mine),
             "failed_runs": sum(r.error is not None for r in mine),
             "refused_requests": sum(r.http_errors for r in mine),
+            "memo_replayed_calls": sum(int(r.notes.get("memo_replayed_calls", 0)) for r in mine),
             "seconds_per_item": statistics.mean(r.seconds for r in mine),
             "report_usage_matches_endpoint": all(
                 r.report_calls is None or (r.report_calls, r.report_prompt_tokens, r.report_completion_tokens)
@@ -567,6 +568,11 @@ def markdown(summary: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     if acc_lines:
         lines += ["", f"Accuracy against the gold of {meta.get('dataset', 'the dataset')} (95 % bootstrap CI over "
                   "the scored items):", "", "| system | scored | accuracy |", "|---|---|---|", *acc_lines]
+    replayed = [f"{s['system']} {s['memo_replayed_calls']} of {round(s['calls_per_item'] * s['items'])}"
+                for s in summary if s.get("memo_replayed_calls")]
+    if replayed:
+        lines.append("\n`--memo`: calls answered with the endpoint's earlier answer to a byte-identical temperature-0 "
+                     "request (counted as calls, with that answer's tokens): " + "; ".join(replayed) + ".")
     for name, why in meta.get("skipped", {}).items():
         lines.append(f"\n{name}: skipped ({why})")
     mismatch = [s["system"] for s in summary if not s["report_usage_matches_endpoint"]]
@@ -608,6 +614,9 @@ def main() -> None:
     parser.add_argument("--time-budget-s", type=float, default=None, help="start no new item after this")
     parser.add_argument("--out", type=Path, default=REPO / "bench_out" / "cost")
     parser.add_argument("--fresh", action="store_true", help="discard the rows already measured in --out")
+    parser.add_argument("--report-only", action="store_true",
+                        help="measure nothing: write cost.md / cost.json from the rows already in --out, for the "
+                             "systems selected (--methods, peers unless --no-peers) on the items all of them have")
     parser.add_argument("--memo", action="store_true",
                         help="answer a byte-identical temperature-0 request from the first answer (memo.jsonl in "
                              "--out); counted as a call all the same (rows say how many were replayed)")
@@ -640,6 +649,10 @@ def main() -> None:
     if store.rows:
         print(f"resuming: {len(store.rows)} rows already measured in {store.path}", file=sys.stderr, flush=True)
 
+    if args.report_only:
+        systems = [label for label, _, _ in plan] + ([] if args.no_peers else list(PEERS))
+        write_summary(args, store, items, systems, settings, {}, time.monotonic(), proxy=None)
+        return
     proc = None
     if args.base_url:
         upstream = args.base_url
@@ -687,6 +700,12 @@ def main() -> None:
     finally:
         if proc is not None:
             stop(proc)
+    write_summary(args, store, items, systems, settings, skipped, started, proxy=proxy)
+
+
+def write_summary(args: Any, store: "RowStore", items: list[Any], systems: list[str], settings: dict[str, Any],
+                  skipped: dict[str, str], started: float, proxy: CountingProxy | None) -> None:
+    """``cost.json`` and ``cost.md`` over the items every system has a row for."""
     ids = [item.id for item in items]
     rows = [r for r in store.rows if r.item in ids]
     complete = [i for i in ids if all(store.has(system, i) for system in systems)]
@@ -694,7 +713,8 @@ def main() -> None:
     meta = {**settings, "items_run": len(complete), "items_asked": len(items),
             "wall_s_this_run": round(time.monotonic() - started, 1),
             "seconds_all_rows": round(sum(r.seconds for r in rows), 1), "skipped": skipped,
-            "loadavg": os.getloadavg()[0], "request_shapes": {k: sorted(v) for k, v in proxy.shapes.items()}}
+            "loadavg": os.getloadavg()[0],
+            "request_shapes": {k: sorted(v) for k, v in proxy.shapes.items()} if proxy is not None else {}}
     (args.out / "cost.json").write_text(json.dumps({"meta": meta, "summary": summary,
                                                     "rows": [r.__dict__ for r in rows]}, indent=2, default=str))
     table = markdown(summary, meta)
