@@ -70,16 +70,23 @@ ALIAS = "smollm2-server"
 # (label, method, options): the paper's defaults first, then the batched variant beside it
 def method_plan(batch_size: int) -> list[tuple[str, str, dict[str, Any]]]:
     b = {"batch_size": batch_size}
+    g = {"gate": "lexical"}
     return [
+        ("rouge", "rouge", {}),  # no LLM: the baselines every row is compared with
+        ("gate", "gate", {}),
         ("geval", "geval", {}),
         ("dcr", "dcr", {}),
         (f"dcr batch_size={batch_size}", "dcr", b),
+        ("dcr gate=lexical", "dcr", g),  # the cascade, right after the ungated run (see --memo)
         ("factscore", "factscore", {}),
         (f"factscore batch_size={batch_size}", "factscore", b),
+        ("factscore gate=lexical", "factscore", g),
         ("probe", "probe", {}),
         (f"probe batch_size={batch_size}", "probe", b),
+        ("probe gate=lexical", "probe", g),
         ("dove", "dove", {}),
         (f"dove batch_size={batch_size}", "dove", b),
+        ("dove gate=lexical", "dove", g),
         ("localize", "localize", {}),
     ]
 
@@ -95,14 +102,58 @@ class Tally:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     errors: int = 0  # requests the endpoint refused
+    replayed: int = 0  # calls answered from --memo (counted as calls: the system made them)
+
+
+class Memo:
+    """``--memo``: a request body byte-identical to one the endpoint already answered at temperature 0 gets
+    that answer again instead of being generated twice (a deterministic endpoint would give the same). The
+    call still counts for the system that made it, with the endpoint's usage. This is what makes a cascade
+    (``gate=lexical``) cheap to measure right after its ungated run: the claims the gate does not settle send
+    the same requests. Kept in ``memo.jsonl`` in ``--out``, so a resumed run keeps it."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._answers: dict[str, bytes] = {}
+        if path.exists():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    entry = json.loads(line)
+                    self._answers[entry["key"]] = entry["payload"].encode()
+                except (ValueError, KeyError):
+                    continue  # a line cut off by a kill
+
+    @staticmethod
+    def _key(path: str, body: bytes) -> str | None:
+        try:
+            request = json.loads(body)
+        except ValueError:
+            return None
+        if not isinstance(request, dict) or request.get("temperature", 1.0) != 0:
+            return None  # only a request whose answer is meant to be deterministic
+        return hashlib.sha256(path.encode() + b"\0" + body).hexdigest()
+
+    def get(self, path: str, body: bytes) -> bytes | None:
+        key = self._key(path, body)
+        return self._answers.get(key) if key else None
+
+    def put(self, path: str, body: bytes, payload: bytes) -> None:
+        key = self._key(path, body)
+        if key is None or key in self._answers:
+            return
+        self._answers[key] = payload
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps({"key": key, "payload": payload.decode("utf-8", "replace")}) + "\n")
 
 
 class CountingProxy:
     """A loopback HTTP proxy to an OpenAI-compatible endpoint that counts, per tag, every chat/completions
     request and the tokens the endpoint reports in ``usage``. One request at a time reaches the endpoint."""
 
-    def __init__(self, upstream: str, timeout_s: float = 900.0, translate_schema: bool = False):
+    def __init__(self, upstream: str, timeout_s: float = 900.0, translate_schema: bool = False,
+                 memo_path: Path | None = None):
         self.upstream = upstream.rstrip("/")
+        self.memo = Memo(memo_path) if memo_path is not None else None
         self.translate_schema = translate_schema
         self.shapes: dict[str, set[str]] = {}
         self.tag = "untagged"
@@ -124,14 +175,21 @@ class CountingProxy:
                     tag = outer.tag
                     if method == "POST" and body:
                         body = outer._adapt(tag, body)
-                    try:
-                        resp = outer._client.request(method, outer.upstream + path, content=body, headers=headers)
-                        status, payload = resp.status_code, resp.content
-                        ctype = resp.headers.get("content-type", "application/json")
-                    except httpx.HTTPError as exc:
-                        status, payload, ctype = 502, json.dumps({"error": str(exc)}).encode(), "application/json"
+                    replayed = outer.memo.get(path, body) if outer.memo is not None and method == "POST" else None
+                    if replayed is not None:
+                        status, payload, ctype = 200, replayed, "application/json"
+                    else:
+                        try:
+                            resp = outer._client.request(method, outer.upstream + path, content=body,
+                                                         headers=headers)
+                            status, payload = resp.status_code, resp.content
+                            ctype = resp.headers.get("content-type", "application/json")
+                        except httpx.HTTPError as exc:
+                            status, payload, ctype = 502, json.dumps({"error": str(exc)}).encode(), "application/json"
+                        if outer.memo is not None and method == "POST" and status == 200:
+                            outer.memo.put(path, body, payload)
                     if path.endswith("/completions") and method == "POST":
-                        outer._count(tag, status, payload)
+                        outer._count(tag, status, payload, replayed=replayed is not None)
                 self.send_response(status)
                 self.send_header("content-type", ctype)
                 self.send_header("content-length", str(len(payload)))
@@ -168,7 +226,7 @@ class CountingProxy:
             return json.dumps(request).encode()
         return body
 
-    def _count(self, tag: str, status: int, payload: bytes) -> None:
+    def _count(self, tag: str, status: int, payload: bytes, replayed: bool = False) -> None:
         """A completion the endpoint served counts as a call; a refused request (e.g. halluscope's first
         ``json_schema`` request, which llama_cpp.server refuses before halluscope falls back to JSON mode)
         is counted apart, as an HTTP error: it generated nothing."""
@@ -177,6 +235,7 @@ class CountingProxy:
             tally.errors += 1
             return
         tally.calls += 1
+        tally.replayed += int(replayed)
         try:
             usage = json.loads(payload).get("usage") or {}
         except ValueError:
@@ -461,6 +520,7 @@ def summarize(rows: list[Row], systems: list[str]) -> list[dict[str, Any]]:
             "units": sum(r.units for r in mine),
             "failed_runs": sum(r.error is not None for r in mine),
             "refused_requests": sum(r.http_errors for r in mine),
+            "memo_replayed_calls": sum(int(r.notes.get("memo_replayed_calls", 0)) for r in mine),
             "seconds_per_item": statistics.mean(r.seconds for r in mine),
             "report_usage_matches_endpoint": all(
                 r.report_calls is None or (r.report_calls, r.report_prompt_tokens, r.report_completion_tokens)
@@ -508,6 +568,11 @@ def markdown(summary: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     if acc_lines:
         lines += ["", f"Accuracy against the gold of {meta.get('dataset', 'the dataset')} (95 % bootstrap CI over "
                   "the scored items):", "", "| system | scored | accuracy |", "|---|---|---|", *acc_lines]
+    replayed = [f"{s['system']} {s['memo_replayed_calls']} of {round(s['calls_per_item'] * s['items'])}"
+                for s in summary if s.get("memo_replayed_calls")]
+    if replayed:
+        lines.append("\n`--memo`: calls answered with the endpoint's earlier answer to a byte-identical temperature-0 "
+                     "request (counted as calls, with that answer's tokens): " + "; ".join(replayed) + ".")
     for name, why in meta.get("skipped", {}).items():
         lines.append(f"\n{name}: skipped ({why})")
     mismatch = [s["system"] for s in summary if not s["report_usage_matches_endpoint"]]
@@ -549,6 +614,12 @@ def main() -> None:
     parser.add_argument("--time-budget-s", type=float, default=None, help="start no new item after this")
     parser.add_argument("--out", type=Path, default=REPO / "bench_out" / "cost")
     parser.add_argument("--fresh", action="store_true", help="discard the rows already measured in --out")
+    parser.add_argument("--report-only", action="store_true",
+                        help="measure nothing: write cost.md / cost.json from the rows already in --out, for the "
+                             "systems selected (--methods, peers unless --no-peers) on the items all of them have")
+    parser.add_argument("--memo", action="store_true",
+                        help="answer a byte-identical temperature-0 request from the first answer (memo.jsonl in "
+                             "--out); counted as a call all the same (rows say how many were replayed)")
     parser.add_argument("--translate-schema", action=argparse.BooleanOptionalAction, default=None,
                         help="rewrite response_format json_schema into llama-cpp-python's json_object+schema at the "
                              "proxy, for every client (default: on for the llama_cpp.server started here)")
@@ -562,7 +633,9 @@ def main() -> None:
     plan = method_plan(args.batch_size)
     if args.methods:
         wanted = {m.strip() for m in args.methods.split(",")}
-        plan = [p for p in plan if p[0] in wanted or p[1] in wanted]
+        labels = {p[0] for p in plan}
+        # a label names that system alone; a bare method name every variant of it
+        plan = [p for p in plan if p[0] in wanted or (p[1] in wanted and p[1] not in labels)]
 
     translate = args.translate_schema if args.translate_schema is not None else not args.base_url
     from halluscope.llm.embedded import KNOWN_MODELS
@@ -571,11 +644,15 @@ def main() -> None:
     endpoint = args.base_url or f"llama_cpp.server + {server_model} (n_ctx={args.n_ctx}, threads={args.threads})"
     settings = {"endpoint": endpoint, "model": args.model, "max_tokens": args.max_tokens,
                 "batch_size": args.batch_size, "translate_schema": translate, "dataset": args.dataset,
-                "structured_output": args.structured_output}
+                "structured_output": args.structured_output, **({"memo": True} if args.memo else {})}
     store = RowStore(args.out, settings, fresh=args.fresh)
     if store.rows:
         print(f"resuming: {len(store.rows)} rows already measured in {store.path}", file=sys.stderr, flush=True)
 
+    if args.report_only:
+        systems = [label for label, _, _ in plan] + ([] if args.no_peers else list(PEERS))
+        write_summary(args, store, items, systems, settings, {}, time.monotonic(), proxy=None)
+        return
     proc = None
     if args.base_url:
         upstream = args.base_url
@@ -585,7 +662,10 @@ def main() -> None:
     started = time.monotonic()
     skipped: dict[str, str] = {}
     try:
-        with CountingProxy(upstream, translate_schema=translate) as proxy:
+        if args.fresh:
+            (args.out / "memo.jsonl").unlink(missing_ok=True)
+        with CountingProxy(upstream, translate_schema=translate,
+                           memo_path=args.out / "memo.jsonl" if args.memo else None) as proxy:
             config = Config(model=args.model, base_url=proxy.url, api_key=args.api_key, max_tokens=args.max_tokens,
                             cache=False, max_concurrency=1, timeout_s=900, max_retries=0,
                             structured_output=args.structured_output)
@@ -620,6 +700,12 @@ def main() -> None:
     finally:
         if proc is not None:
             stop(proc)
+    write_summary(args, store, items, systems, settings, skipped, started, proxy=proxy)
+
+
+def write_summary(args: Any, store: "RowStore", items: list[Any], systems: list[str], settings: dict[str, Any],
+                  skipped: dict[str, str], started: float, proxy: CountingProxy | None) -> None:
+    """``cost.json`` and ``cost.md`` over the items every system has a row for."""
     ids = [item.id for item in items]
     rows = [r for r in store.rows if r.item in ids]
     complete = [i for i in ids if all(store.has(system, i) for system in systems)]
@@ -627,7 +713,8 @@ def main() -> None:
     meta = {**settings, "items_run": len(complete), "items_asked": len(items),
             "wall_s_this_run": round(time.monotonic() - started, 1),
             "seconds_all_rows": round(sum(r.seconds for r in rows), 1), "skipped": skipped,
-            "loadavg": os.getloadavg()[0], "request_shapes": {k: sorted(v) for k, v in proxy.shapes.items()}}
+            "loadavg": os.getloadavg()[0],
+            "request_shapes": {k: sorted(v) for k, v in proxy.shapes.items()} if proxy is not None else {}}
     (args.out / "cost.json").write_text(json.dumps({"meta": meta, "summary": summary,
                                                     "rows": [r.__dict__ for r in rows]}, indent=2, default=str))
     table = markdown(summary, meta)
@@ -734,6 +821,8 @@ def _measure(proxy: CountingProxy, system: str, item: Any, run: Any) -> Row:
     tally = proxy.take(tag)
     row.calls, row.prompt_tokens, row.completion_tokens, row.http_errors = (
         tally.calls, tally.prompt_tokens, tally.completion_tokens, tally.errors)
+    if tally.replayed:
+        row.notes["memo_replayed_calls"] = tally.replayed
     return row
 
 

@@ -128,3 +128,48 @@ def test_final_rows_are_matched_by_the_named_judge_and_summarized():
     table = cost_mod.markdown(cost_mod.summarize(rows, ["localize"]),
                               {"items_run": 3, "endpoint": "stub", "max_tokens": 8, "dataset": "final:dev"})
     assert "FINAL matching F1 0.500" in table and "judge judge-x" in table
+
+
+def test_memo_answers_an_identical_request_once_and_still_counts_it(tmp_path):
+    """``--memo``: a second system that sends byte-identical temperature-0 requests (here ``geval`` run twice,
+    as two labels of the same method would be) gets the endpoint's earlier answer, counted as its call; the
+    rows say how many were replayed, and ``--report-only`` rebuilds the table without reaching the endpoint."""
+    data = write_items(tmp_path / "items.jsonl", 2)
+    out = tmp_path / "cost"
+    with StubEndpoint() as stub:
+        first = cost(stub, data, out, "--limit", "2", "--memo")
+        assert first.returncode == 0, first.stderr
+        assert len(stub.arrived) == 2
+        memo_lines = (out / "memo.jsonl").read_text().splitlines()
+        assert len(memo_lines) == 2
+        # the same rows measured again under another folder name would reach the endpoint; with the memo kept
+        # in --out, re-measuring a discarded row is answered from it
+        rows = out / "rows.jsonl"
+        rows.write_text(rows.read_text().splitlines()[0] + "\n")
+        again = cost(stub, data, out, "--limit", "2", "--memo")
+        assert again.returncode == 0, again.stderr
+        assert len(stub.arrived) == 2  # nothing new reached the endpoint
+        remeasured = json.loads(rows.read_text().splitlines()[-1])
+        assert remeasured["item"] == "q1" and remeasured["calls"] == 1
+        assert remeasured["notes"]["memo_replayed_calls"] == 1
+        assert remeasured["prompt_tokens"] == 10 and remeasured["completion_tokens"] == 5
+
+        report = cost(stub, data, out, "--limit", "2", "--memo", "--report-only")
+        assert report.returncode == 0, report.stderr
+        assert len(stub.arrived) == 2
+        summary = json.loads((out / "cost.json").read_text())["summary"]
+        assert summary[0]["system"] == "geval" and summary[0]["memo_replayed_calls"] == 1
+        assert "geval 1 of 2" in (out / "cost.md").read_text()
+
+
+def test_the_plan_puts_the_baselines_and_each_cascade_beside_its_method():
+    """The no-LLM baselines and a ``gate=lexical`` row per claim method are measured with the others."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import cost as cost_module
+    finally:
+        sys.path.pop(0)
+    labels = [label for label, _, _ in cost_module.method_plan(4)]
+    assert {"rouge", "gate", "factscore gate=lexical", "dcr gate=lexical"} <= set(labels)
+    assert dict((label, opts) for label, _, opts in cost_module.method_plan(4))["factscore gate=lexical"] == {
+        "gate": "lexical"}
