@@ -240,3 +240,40 @@ def test_tiny_real_seq2seq_model_loads_and_scores(tokenizer, tmp_path):
     tokenizer.save_pretrained(tmp_path / "t5")
     verdicts = verify(f"seq2seq:{tmp_path / 't5'}", ["The cafe sells tea."])
     assert verdicts[0].label in ("supported", "unsupported") and 0.0 <= verdicts[0].score <= 1.0
+
+
+class LockCheckingTokenizer:
+    """The real tokenizer, refusing any call made while the checker's lock is free (a fast tokenizer's padding
+    state is shared across threads, so unlocked concurrent use pads batches wrongly)."""
+
+    def __init__(self, tokenizer, checker_ref):
+        self._tokenizer, self._checker_ref, self.calls = tokenizer, checker_ref, 0
+
+    def __call__(self, *args, **kwargs):
+        assert self._checker_ref[0].lock.locked(), "tokenizer used without the checker's lock"
+        self.calls += 1
+        return self._tokenizer(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._tokenizer, name)
+
+
+@pytest.mark.parametrize("kind", ["nli", "tagger", "seq2seq"])
+def test_concurrent_claims_on_one_checker_use_it_under_its_lock(tokenizer, kind, monkeypatch):
+    ref: list[LoadedChecker] = []
+    model = {"nli": KeywordNLI, "tagger": KeywordTagger, "seq2seq": KeywordYesNo}[kind](tokenizer)
+    checking = LockCheckingTokenizer(tokenizer, ref)
+    ref.append(LoadedChecker("locked", kind, checking, model, "cpu", 24))
+    monkeypatch.setitem(encoders._LOADED, (kind, "locked"), ref[0])
+    claims = ["The cafe sells tea.", "The ferry runs on Mondays.", "The cafe sells coffee.", "Entry is free."]
+    alone = [v.label for v in verify(f"{kind}:locked", claims)]
+
+    async def together():
+        verifier = build_stage("verifier", f"{kind}:locked", None, {"batch_size": 2})
+        items = [Claim(text=c, id=f"c{i}", target_spans=[Span(start=0, end=len(c))]) for i, c in enumerate(claims)]
+        return await asyncio.gather(*(verifier([item], Context(text=SOURCE), SOURCE) for item in items * 4))
+
+    runs = asyncio.run(together())
+    assert checking.calls > 0 and not ref[0].lock.locked()
+    assert [run[0].label for run in runs] == alone * 4  # no call failed or was mis-padded
+    assert all(run[0].label != "unscored" for run in runs)

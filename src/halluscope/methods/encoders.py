@@ -23,7 +23,7 @@ import asyncio
 import json
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -58,6 +58,9 @@ class LoadedChecker:
     device: str
     max_length: int
     threshold: float = 0.5
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    """Held for every use of ``tokenizer`` and ``model``: a fast tokenizer sets padding and truncation on its
+    shared Rust backend per call, so two threads judging at once can pad each other's batches wrongly."""
 
 
 _LOADED: dict[tuple[str, str], LoadedChecker] = {}
@@ -192,7 +195,7 @@ class EncoderVerifier:
         except EncoderUnavailable as exc:
             return [Verdict.unscored(c, str(exc)) for c in claims]
         try:
-            return await asyncio.to_thread(self.judge, checker, list(claims), context)
+            return await asyncio.to_thread(self.judge_locked, checker, list(claims), context)
         except (RuntimeError, ValueError, IndexError, TypeError) as exc:  # torch raises RuntimeError
             return [Verdict.unscored(c, f"{self.kind} checker {self.model_id!r} failed: {exc}"[:1000])
                     for c in claims]
@@ -205,6 +208,10 @@ class EncoderVerifier:
             for start, end in sentence_windows(checker.tokenizer, context.text, claim.text, checker.max_length):
                 out.append((i, start, end))
         return out
+
+    def judge_locked(self, checker: LoadedChecker, claims: list[Claim], context: Context) -> list[Verdict]:
+        with checker.lock:
+            return self.judge(checker, claims, context)
 
     def judge(self, checker: LoadedChecker, claims: list[Claim], context: Context) -> list[Verdict]:
         raise NotImplementedError
