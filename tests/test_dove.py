@@ -26,6 +26,7 @@ from halluscope.permutations import count_inversions
 from halluscope.records import Verdict
 from halluscope.stages import register_stage, stage_spec
 from halluscope.text import ParseError
+from tests.prompt_data import fenced, listing, user_text
 
 SOURCE = "Anna baked a cake in the morning. Then she invited Ben. Ben arrived at six. They ate the cake together."
 TARGET = "Ben arrived at six. Anna baked a cake. Anna invited Ben. They ate the cake. Anna is a baker."
@@ -33,28 +34,12 @@ EVENTS = ["Ben arrived at six.", "Anna baked a cake.", "Anna invited Ben.", "Ann
 KEYWORDS = {"Ben arrived at six.": "arrived", "Anna baked a cake.": "baked", "Anna invited Ben.": "invited",
             "Anna and Ben ate the cake.": "ate", "They ate the cake.": "ate"}
 DECOMPOSITION = json.dumps({"event_facts": EVENTS, "descriptive_facts": ["Anna is a baker."]})
-DECOMPOSE, SORT, BATCH, CHECK = "Split the TEXT below", "EVENTS:", "FACTS:", "FACT:"
 
 
-def first_prompt(messages) -> str:
-    """The task prompt (a repair round appends a second user message after it)."""
-    return next(m["content"] for m in messages if m["role"] == "user")
-
-
-def fenced(user: str, name: str) -> str:
-    """The text of the prompt's fenced ``name`` value (the last one: examples come first)."""
-    found = re.findall(rf"<{name}_(\w+)>\n(.*?)\n</{name}_\1>", user, re.DOTALL)
-    return found[-1][1]
-
-
-def listing(user: str, name: str) -> list[tuple[int, str]]:
-    return [(int(n), text) for n, text in re.findall(r"^(\d+)\. (.+)$", fenced(user, name), re.MULTILINE)]
-
-
-def _sort_reply(user: str) -> str:
+def _sort_reply(messages) -> str:
     """Order the shown events by where their keyword first appears in the prompt's TEXT."""
-    text = fenced(user, "text")
-    shown = sorted(listing(user, "events"), key=lambda item: text.find(KEYWORDS[item[1]]))
+    text = fenced(messages, "text")
+    shown = sorted(listing(messages, "events"), key=lambda item: text.find(KEYWORDS[item[1]]))
     return json.dumps([n for n, _ in shown])
 
 
@@ -67,35 +52,22 @@ def check_reply(fact: str, **extra) -> str:
     return json.dumps({"reason": f"checked {fact}", "evidence": evidence, "supported": _supported(fact), **extra})
 
 
-def responder(messages) -> str:
-    user = first_prompt(messages)
-    if DECOMPOSE in user:
-        return DECOMPOSITION
-    if SORT in user:
-        return _sort_reply(user)
-    if BATCH in user:
-        return json.dumps({"results": [{"id": n, "reason": f"checked {f}", "evidence": "", "supported": _supported(f)}
-                                       for n, f in listing(user, "facts")]})
-    return check_reply(fenced(user, "fact"))
-
-
 def _batch_reply(messages) -> str:
     return json.dumps({"results": [{"id": n, "reason": f"checked {f}", "evidence": "", "supported": _supported(f)}
-                                   for n, f in listing(first_prompt(messages), "facts")]})
+                                   for n, f in listing(messages, "facts")]})
 
 
 # The scripted model keyed by the reply each DoveScore stage asks for (FakeModel(by_reply=...)), reading the data
 # fenced in the prompt: the decomposition, event orders by keyword position, facts about a baker unsupported.
 SCRIPT = {"DoveFactsReply": DECOMPOSITION,
-          "DoveOrderReply": lambda messages: _sort_reply(first_prompt(messages)),
+          "DoveOrderReply": _sort_reply,
           "DoveBatchReply": _batch_reply,
-          "DoveCheckReply": lambda messages: check_reply(fenced(first_prompt(messages), "fact"))}
+          "DoveCheckReply": lambda messages: check_reply(fenced(messages, "fact"))}
 
 
 def dove(script=None, **options) -> tuple[Dove, FakeModel]:
-    """Dove on a fake scripted by ``script``: a ``by_reply`` dict (default :data:`SCRIPT`) or a function."""
-    script = SCRIPT if script is None else script
-    fake = FakeModel(by_reply=script) if isinstance(script, dict) else FakeModel(responder=script)
+    """Dove on a fake scripted by ``script``, a ``by_reply`` dict (default :data:`SCRIPT`)."""
+    fake = FakeModel(by_reply=SCRIPT if script is None else script)
     return Dove(llm=LLM(fake, cache=None), **options), fake
 
 
@@ -181,7 +153,7 @@ def test_sorter_reply_that_places_fewer_than_two_events_is_an_error():
 
 
 async def test_sorter_stage_maps_shown_numbers_back():
-    sorter = DoveSorter(LLM(FakeModel(responder=lambda m: _sort_reply(m[-1]["content"]))),
+    sorter = DoveSorter(LLM(FakeModel(by_reply={"DoveOrderReply": _sort_reply})),
                         DoveSorter.Options(sorter_input="shuffled"))
     shown = sorter.presentation(EVENTS)
     assert sorted(shown) == list(range(4))
@@ -280,7 +252,7 @@ def test_inputs_are_fenced_in_every_prompt():
     method, fake = dove()
     method.check(SOURCE, TARGET)
     for request in fake.requests:
-        user = first_prompt(request)
+        user = user_text(request)
         assert re.search(r"<(target|source|text)_\w+>", user), user[:80]
 
 
@@ -314,7 +286,7 @@ def test_batch_falls_back_to_per_fact_for_unanswered_facts():
 
 def test_batch_fact_without_a_verdict_is_unscored_with_both_reasons():
     def batch_without_baker(messages):
-        return json.dumps({"results": [{"id": n, "supported": True} for n, f in listing(first_prompt(messages), "facts")
+        return json.dumps({"results": [{"id": n, "supported": True} for n, f in listing(messages, "facts")
                                        if "baker" not in f]})
 
     # only the baker fact is checked alone: first its reply, then its repair round's
@@ -362,12 +334,12 @@ def test_target_order_from_decomposition_saves_a_call():
 
 
 def test_no_facts_is_unscored():
-    report = dove(lambda m: '{"event_facts": [], "descriptive_facts": []}')[0].check(SOURCE, TARGET)
+    report = dove({"DoveFactsReply": '{"event_facts": [], "descriptive_facts": []}'})[0].check(SOURCE, TARGET)
     assert report.score is None and "found no claims" in report.unscored_reason
 
 
 def test_decomposer_failure_is_unscored_with_the_raw_replies():
-    report = dove(lambda m: "Event Facts:\n- Ben arrived.")[0].check(SOURCE, TARGET)
+    report = dove({"DoveFactsReply": "Event Facts:\n- Ben arrived."})[0].check(SOURCE, TARGET)
     assert report.score is None and "decomposer: unparseable reply" in report.unscored_reason
     assert len(report.calls) == 2 and report.calls[0].reply == "Event Facts:\n- Ben arrived."
 
@@ -375,7 +347,7 @@ def test_decomposer_failure_is_unscored_with_the_raw_replies():
 def test_only_descriptive_facts():
     desc = {"DoveFactsReply": json.dumps({"event_facts": [],
                                           "descriptive_facts": ["Anna is a baker.", "Ben is Anna's friend."]}),
-            "DoveCheckReply": lambda m: json.dumps({"supported": "baker" not in fenced(first_prompt(m), "fact")})}
+            "DoveCheckReply": lambda m: json.dumps({"supported": "baker" not in fenced(m, "fact")})}
     method, fake = dove(desc)
     report = method.check(SOURCE, TARGET)
     assert report.score == 0.5 and report.subscores["alpha"] == 0.0 and report.subscores["S_EO"] is None
@@ -384,7 +356,7 @@ def test_only_descriptive_facts():
 
 def test_fewer_than_two_verified_events_needs_no_sorter():
     one_true = SCRIPT | {
-        "DoveCheckReply": lambda m: json.dumps({"supported": "baked" in fenced(first_prompt(m), "fact")})}
+        "DoveCheckReply": lambda m: json.dumps({"supported": "baked" in fenced(m, "fact")})}
     method, fake = dove(one_true)
     report = method.check(SOURCE, TARGET)
     assert report.subscores["S_EO"] == 1.0 and report.subscores["ShuffleD"] == 0.0
@@ -404,10 +376,9 @@ def test_sorter_failure_is_unscored_with_subscores_kept():
 
 def test_sorter_that_drops_an_event_compares_the_rest():
     def dropping(messages):
-        user = first_prompt(messages)
-        order = json.loads(_sort_reply(user))
-        shown = dict(listing(user, "events"))
-        if "Then she invited Ben" in fenced(user, "text"):  # source side: drop "invited", repeat one, invent one
+        order = json.loads(_sort_reply(messages))
+        shown = dict(listing(messages, "events"))
+        if "Then she invited Ben" in fenced(messages, "text"):  # source side: drop "invited", repeat one, invent one
             order = [n for n in order if shown[n] != "Anna invited Ben."]
             order = order + [order[0], 42]
         return json.dumps(order)
@@ -422,7 +393,7 @@ def test_sorter_that_drops_an_event_compares_the_rest():
 
 def test_unscored_facts_are_left_out_and_listed():
     def flaky(messages):
-        fact = fenced(first_prompt(messages), "fact")
+        fact = fenced(messages, "fact")
         return "hmm" if "baker" in fact else check_reply(fact)
 
     report = dove(SCRIPT | {"DoveCheckReply": flaky})[0].check(SOURCE, TARGET)
@@ -450,14 +421,17 @@ def test_long_source_goes_through_retrieval():
 
 
 def test_context_overflow_from_backend_switches_to_retrieval():
-    def overflowing(messages):
-        if "Filler" in messages[-1]["content"] and len(messages[-1]["content"]) > 3000:
-            raise ContextOverflowError("prompt too long")
-        return responder(messages)
+    def overflowing(reply):
+        """The scripted reply, but a backend overflow for a prompt carrying the long source whole."""
+        def answer(messages):
+            if "Filler" in messages[-1]["content"] and len(messages[-1]["content"]) > 3000:
+                raise ContextOverflowError("prompt too long")
+            return reply(messages) if callable(reply) else reply
+        return answer
 
     long_source = " ".join(f"Filler sentence number {i} talks about the weather." for i in range(150)) + " " + SOURCE
-    report = Dove(llm=LLM(FakeModel(responder=overflowing), cache=None), top_k=2, window=0, retriever="bm25").check(
-        long_source, TARGET)
+    fake = FakeModel(by_reply={kind: overflowing(reply) for kind, reply in SCRIPT.items()})
+    report = Dove(llm=LLM(fake, cache=None), top_k=2, window=0, retriever="bm25").check(long_source, TARGET)
     assert report.details["context"]["mode"] == "retrieval"
     assert "overflow" in report.details["context"]["why"]
     assert report.score == pytest.approx(0.8 * (2 / 3))
@@ -484,7 +458,7 @@ def test_source_side_sorter_reads_excerpts_narrowed_to_fit(window, narrowed):
     if narrowed is None:
         assert report.score is None and "do not fit" in report.unscored_reason and report.subscores["S_E"] == 1.0
         return
-    sort_prompts = [first_prompt(r) for r, kind in zip(fake.requests, fake.reply_types) if kind == "DoveOrderReply"]
+    sort_prompts = [r for r, kind in zip(fake.requests, fake.reply_types) if kind == "DoveOrderReply"]
     sorted_text = next(t for t in (fenced(p, "text") for p in sort_prompts) if "Then she invited" in t)
     assert (context["sorter_top_k"], context["sorter_window"]) == ((1, 0) if narrowed else (3, 2))
     if narrowed:
@@ -569,34 +543,30 @@ class KeywordVerifier(LLMVerifier):
 
 
 def test_swapped_verifier_runs_dove_end_to_end():
-    def only_decompose_and_sort(messages):
-        user = first_prompt(messages)
-        assert "Is the FACT true" not in user  # dove's own fact checker is never asked
-        return "ok" if user.startswith("KEYWORD CHECK") else responder(messages)
-
+    only_decompose_and_sort = {"DoveFactsReply": DECOMPOSITION, "DoveOrderReply": _sort_reply, "text": "ok"}
     method, fake = dove(only_decompose_and_sort, verifier="test_dove_keyword")
     report = method.check(SOURCE, TARGET)
+    assert not {"DoveCheckReply", "DoveBatchReply"} & set(fake.reply_types)  # dove's own fact checker is never asked
     assert report.details["stages"]["verifier"] == "test_dove_keyword"
     assert {v.claim.id: v.label for v in report.verdicts} == {
         "E1": "supported", "E2": "supported", "E3": "supported", "E4": "supported", "D1": "unsupported"}
     assert report.score == pytest.approx(0.8 * (2 / 3)) and report.subscores["ShuffleD"] == pytest.approx(1 / 3)
-    assert sum(first_prompt(r).startswith("KEYWORD CHECK") for r in fake.requests) == 5
+    assert sum(user_text(r).startswith("KEYWORD CHECK") for r in fake.requests) == fake.reply_types.count("text") == 5
     assert "dove_check" not in method.prompt_version and "dove_sort" in method.prompt_version
 
 
 def test_factscore_verifier_in_dove():
-    def factscore_replies(messages):
-        user = first_prompt(messages)
-        if "Is the FACT supported by the SOURCE?" in user:
-            fact = fenced(user, "fact")
-            if "baker" in fact:
-                inconsistency = 'The fact says "baker"; the source does not say so.'
-                return json.dumps({"supported": False, "inconsistencies": [inconsistency]})
-            return json.dumps({"supported": True, "inconsistencies": []})
-        assert "Is the FACT true" not in user
-        return responder(messages)
+    def factscore_judgment(messages):
+        if "baker" in fenced(messages, "fact"):
+            inconsistency = 'The fact says "baker"; the source does not say so.'
+            return json.dumps({"supported": False, "inconsistencies": [inconsistency]})
+        return json.dumps({"supported": True, "inconsistencies": []})
 
-    report = dove(factscore_replies, verifier="factscore")[0].check(SOURCE, TARGET)
+    factscore_replies = {"DoveFactsReply": DECOMPOSITION, "DoveOrderReply": _sort_reply,
+                         "FactJudgmentReply": factscore_judgment}
+    method, fake = dove(factscore_replies, verifier="factscore")
+    report = method.check(SOURCE, TARGET)
+    assert not {"DoveCheckReply", "DoveBatchReply"} & set(fake.reply_types)  # dove's own fact checker is never asked
     assert report.details["stages"]["verifier"] == "factscore"
     assert report.score == pytest.approx(0.8 * (2 / 3))
     (unsupported,) = [f for f in report.findings if f.kind == "unsupported"]
@@ -610,14 +580,10 @@ def test_dove_verifier_named_explicitly_is_the_default():
 
 def test_dove_verifier_in_another_claim_method():
     """The ``dove`` verifier takes claims + one context: it runs inside factscore too."""
-    def replies(messages):
-        user = first_prompt(messages)
-        if "Break the TEXT below into atomic facts" in user:
-            return json.dumps({"facts": [{"sentence": 1, "fact": "Ben arrived at six."},
-                                         {"sentence": 5, "fact": "Anna is a baker."}]})
-        return check_reply(fenced(user, "fact"))
-
-    report = get_method("factscore", llm=LLM(FakeModel(responder=replies), cache=None), verifier="dove").check(
+    replies = {"FactsReply": json.dumps({"facts": [{"sentence": 1, "fact": "Ben arrived at six."},
+                                                   {"sentence": 5, "fact": "Anna is a baker."}]}),
+               "DoveCheckReply": SCRIPT["DoveCheckReply"]}
+    report = get_method("factscore", llm=LLM(FakeModel(by_reply=replies), cache=None), verifier="dove").check(
         SOURCE, TARGET)
     assert [v.label for v in report.verdicts] == ["supported", "unsupported"] and report.score == 0.5
 
@@ -626,35 +592,27 @@ def test_dove_verifier_in_another_claim_method():
 
 
 def test_sentence_decomposer_needs_no_decomposition_call():
-    def no_decomposition(messages):
-        user = first_prompt(messages)
-        assert DECOMPOSE not in user
-        if SORT in user:
-            return json.dumps({"order": json.loads(_sort_reply(user))})
-        return json.dumps({"supported": True, "reason": "stated"})
-
+    no_decomposition = {"DoveOrderReply": lambda m: json.dumps({"order": json.loads(_sort_reply(m))}),
+                        "DoveCheckReply": json.dumps({"supported": True, "reason": "stated"})}
     method, fake = dove(no_decomposition, decomposer="sentences", target_order="decomposition")
     target = "Ben arrived at six. Anna baked a cake. They ate the cake."
     report = method.check(SOURCE, target)
     assert [c.text for c in report.claims] == ["Ben arrived at six.", "Anna baked a cake.", "They ate the cake."]
     assert [c.target_spans[0].of(target) for c in report.claims] == [c.text for c in report.claims]
     assert report.subscores["alpha"] == 1.0 and report.subscores["ShuffleD"] == pytest.approx(1 / 3)
-    assert len(fake.requests) == 3 + 1
+    assert len(fake.requests) == 3 + 1 and "DoveFactsReply" not in fake.reply_types
     assert "dove_decompose" not in method.prompt_version
 
 
 def test_position_sorter_needs_no_sorter_call():
-    def checks_only(messages):
-        assert SORT not in first_prompt(messages)
-        return responder(messages)
-
+    checks_only = {kind: reply for kind, reply in SCRIPT.items() if kind != "DoveOrderReply"}
     for target_order in ("sorter", "decomposition"):
         method, fake = dove(checks_only, sorter="position", target_order=target_order, retriever="bm25")
         report = method.check(SOURCE, TARGET)
         assert report.details["order"]["source_order"] == ["E2", "E3", "E1", "E4"]
         assert report.details["order"]["source_sentence_of_event"] == [2, 0, 1, 3]
         assert report.subscores["ShuffleD"] == pytest.approx(1 / 3)
-        assert len(fake.requests) == 1 + 5
+        assert len(fake.requests) == 1 + 5 and "DoveOrderReply" not in fake.reply_types
         assert report.details["stages"]["sorter"] == "dove.position_sort"
 
 
@@ -694,6 +652,7 @@ def test_sorter_reply_that_copies_the_prompts_example_is_an_echo():
 
 def test_a_batch_call_gets_the_reply_room_of_its_single_calls():
     from halluscope.llm import GenerateParams
+    from halluscope.llm.fake import reply_type
     from halluscope.methods.batching import batch_reply_budget
     from halluscope.methods.dove.stages import CHECK_REPLY_TOKENS
     from halluscope.methods.pipeline import reply_budget
@@ -702,12 +661,12 @@ def test_a_batch_call_gets_the_reply_room_of_its_single_calls():
 
     class Recording(FakeModel):
         async def generate(self, messages, params):
-            if BATCH in first_prompt(messages):
+            if reply_type(params) == "DoveBatchReply":
                 budgets.append(params.max_tokens)
             return await super().generate(messages, params)
 
     # a client cap below three facts' worth of reply: the batch must still get each fact's single-call room
-    llm = LLM(Recording(responder=responder), cache=None, default_params=GenerateParams(max_tokens=300))
+    llm = LLM(Recording(by_reply=SCRIPT), cache=None, default_params=GenerateParams(max_tokens=300))
     Dove(llm=llm, batch_size=3).check(SOURCE, TARGET)
     assert budgets and budgets[0] == batch_reply_budget(llm, CHECK_REPLY_TOKENS, 3, overhead=64)
     assert budgets[0] >= 3 * reply_budget(llm, CHECK_REPLY_TOKENS)  # never less room per fact than alone
@@ -736,14 +695,13 @@ async def test_sorter_input_order_is_the_decomposition_order_by_default_and_shuf
     seen: list[list[str]] = []
 
     def respond(messages):
-        user = messages[-1]["content"]
-        seen.append([t for _, t in listing(user, "events")])
-        return _sort_reply(user)
+        seen.append([t for _, t in listing(messages, "events")])
+        return _sort_reply(messages)
 
-    paper = get_method("dove", llm=LLM(FakeModel(responder=respond)))
+    paper = get_method("dove", llm=LLM(FakeModel(by_reply={"DoveOrderReply": respond})))
     assert paper.opts.sorter_input == "decomposition"
     await paper.sorter(EVENTS, SOURCE)
     assert seen[-1] == EVENTS  # shown as listed: the paper's sorter input
-    shuffled = get_method("dove", llm=LLM(FakeModel(responder=respond)), sorter_input="shuffled")
+    shuffled = get_method("dove", llm=LLM(FakeModel(by_reply={"DoveOrderReply": respond})), sorter_input="shuffled")
     await shuffled.sorter(EVENTS, SOURCE)
     assert sorted(seen[-1]) == sorted(EVENTS) and seen[-1] != EVENTS
