@@ -18,6 +18,7 @@ from halluscope.permutations import DIFFICULTY_BINS, count_inversions
 from halluscope.records import Example
 from halluscope.text import ParseError, split_sentences
 from tests.garble import garbled_replies
+from tests.prompt_data import fenced
 
 SOURCE = "A long story about Mia."
 SENTENCES = ["Mia woke before dawn.", "She packed a small bag.", "The bus to the coast was late.",
@@ -71,7 +72,7 @@ def test_sentence_level_group():
 
 
 def test_the_default_is_the_papers_event_level_construction():
-    generator = MontageGenerator(LLM(FakeModel(responder=appending_responder)))
+    generator = MontageGenerator(LLM(FakeModel(by_reply=SCRIPT)))
     assert generator.level == "event" and generator.needs_llm
     result = run(generator.generate(SOURCE, "Mia's day.", "g"))
     assert len(result.examples) == 5 and len(result.calls) == 1 + 4 * (len(EVENTS) - 1)
@@ -95,22 +96,28 @@ def test_too_short_target_gives_no_group():
 EVENTS = ["Mia woke up.", "Mia ate breakfast.", "Mia walked to school.", "Mia met Leo.", "Mia and Leo played chess."]
 
 
-def appending_responder(messages):
-    user = messages[-1]["content"]
-    if "List every distinct event" in user:
+def is_decomposition(messages) -> bool:
+    """Montage's three stages all ask for free text (reply type ``"text"``): the decomposition is the request that
+    fences a ``target``, the append one fences the ``paragraph`` so far and the next ``event``, the paraphrase one
+    the ``text`` to retell. The data each prompt fences tells them apart, never its wording."""
+    return bool(fenced(messages, "target", ""))
+
+
+def montage_reply(messages) -> str:
+    """The events of :data:`EVENTS`; an append that tells the story so far, then the event; a flashback retelling."""
+    if is_decomposition(messages):
         return json.dumps(EVENTS)
-    if "STORY SO FAR" in user:
-        story = user.split("STORY SO FAR:\n")[1].split("\n\nNEXT EVENT")[0]
-        event = user.split("happens after everything in the story so far):\n")[1].split("\n\n")[0]
-        return f"{story} {event}"
-    if "Rewritten:" in user:
-        text = user.split("TEXT:\n")[1].split("\n\nAnswer in exactly")[0]
-        return f"Original technique: chronological order\nChosen technique: flashback\nRewritten: In the end, {text}"
-    raise AssertionError("unexpected prompt")
+    if event := fenced(messages, "event", ""):
+        return f"{fenced(messages, 'paragraph')} {event}"
+    text = fenced(messages, "text")  # a paraphrase request (anything else fails the test: no such stage)
+    return f"Original technique: chronological order\nChosen technique: flashback\nRewritten: In the end, {text}"
+
+
+SCRIPT = {"text": montage_reply}
 
 
 def test_event_level_builds_lies_incrementally():
-    fake = FakeModel(responder=appending_responder)
+    fake = FakeModel(by_reply=SCRIPT)
     generator = MontageGenerator(LLM(fake), level="event", seed=0)
     result = run(generator.generate(SOURCE, "Mia woke up, ate, walked to school, met Leo and played chess.", "g"))
     truth, *lies = result.examples
@@ -123,7 +130,7 @@ def test_event_level_builds_lies_incrementally():
 
 
 def test_event_level_with_paraphrase():
-    generator = MontageGenerator(LLM(FakeModel(responder=appending_responder)), level="event", paraphrase=True)
+    generator = MontageGenerator(LLM(FakeModel(by_reply=SCRIPT)), level="event", paraphrase=True)
     result = run(generator.generate(SOURCE, "Mia's day.", "g"))
     para = [e for e in result.examples if e.meta["variant"] == "paraphrase"]
     assert len(para) == 5 and all(e.group == "g:paraphrase" for e in para)
@@ -132,13 +139,8 @@ def test_event_level_with_paraphrase():
 
 
 def test_failed_append_skips_the_lie_with_a_reason():
-    def lazy(messages):
-        user = next(m["content"] for m in messages if m["role"] == "user")
-        if "List every distinct event" in user:
-            return json.dumps(EVENTS)
-        return "Sure!"
-
-    result = run(MontageGenerator(LLM(FakeModel(responder=lazy)), level="event").generate(SOURCE, "t", "g"))
+    lazy = FakeModel(by_reply={"text": lambda m: json.dumps(EVENTS) if is_decomposition(m) else "Sure!"})
+    result = run(MontageGenerator(LLM(lazy), level="event").generate(SOURCE, "t", "g"))
     assert not result.examples
     assert len(result.skipped) == 4 and all("appending event" in s["reason"] for s in result.skipped)
 
@@ -191,7 +193,7 @@ def test_cli_writes_harness_jsonl(tmp_path):
 def test_cli_default_writes_event_level_lies(tmp_path, monkeypatch):
     import halluscope.generators.montage as montage
 
-    fake = FakeModel(responder=appending_responder)
+    fake = FakeModel(by_reply=SCRIPT)
     monkeypatch.setattr(montage, "get_llm", lambda config: LLM(fake, cache=None))  # the model the CLI would build
     data = tmp_path / "in.jsonl"
     data.write_text(json.dumps({"id": "s1", "source": SOURCE, "target": "Mia's day."}) + "\n")
@@ -223,7 +225,7 @@ def test_max_events_cuts_truth_and_lies_alike():
     truth, *lies = result.examples
     assert truth.target == " ".join(SENTENCES[:5]) and truth.meta["max_events"] == 5
     assert all(sorted(lie.meta["permutation"]) == list(range(5)) for lie in lies)
-    events = run(MontageGenerator(LLM(FakeModel(responder=appending_responder)), level="event", max_events=4)
+    events = run(MontageGenerator(LLM(FakeModel(by_reply=SCRIPT)), level="event", max_events=4)
                  .generate(SOURCE, "Mia's day.", "g")).examples
     assert events[0].target == " ".join(EVENTS[:4])  # rebuilt incrementally from the kept events
     with pytest.raises(ValueError):
@@ -235,16 +237,15 @@ def test_event_level_on_garbled_replies_never_raises():
     replies = iter(garbled_replies(1000))
     used = 0
 
-    def responder(messages):
+    def garbled(messages):
         nonlocal used
-        user = next(m["content"] for m in messages if m["role"] == "user")
-        if "List every distinct event" in user and used % 3 == 0:
+        if is_decomposition(messages) and used % 3 == 0:
             used += 1
             return json.dumps(EVENTS)  # sometimes a valid decomposition, so the append path gets garbage too
         used += 1
         return next(replies, "")
 
-    generator = MontageGenerator(LLM(FakeModel(responder=responder)), level="event", paraphrase=True)
+    generator = MontageGenerator(LLM(FakeModel(by_reply={"text": garbled})), level="event", paraphrase=True)
     n = 0
     while used < 1000:
         result = run(generator.generate(SOURCE, "Mia's day.", f"g{n}"))
