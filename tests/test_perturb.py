@@ -21,6 +21,7 @@ from halluscope.text import fence, fence_key, split_sentences
 from halluscope.text.parsing import ParseError
 from tests.conftest import fake_llm
 from tests.garble import garbled_replies
+from tests.prompt_data import fenced
 
 SOURCE = (
     "Mara Voss ran the lighthouse on Keel Island for twenty years. Every winter the supply boat came twice. "
@@ -54,7 +55,7 @@ GOOD = {
     "compressed": ("Mara Voss kept Keel Island lighthouse twenty years; in 1952 she alone rowed out and saved "
                    "three sailors from the storm-wrecked supply boat, earning a silver medal."),
 }
-# a phrase unique to each perturbation's prompt, for FakeModel rules
+# a phrase each perturbation's prompt must carry (what it asks for)
 PROMPT_KEYS = {
     "paraphrased": "Paraphrase the text",
     "simplified": "easier to read",
@@ -106,8 +107,8 @@ def test_prompt_override_from_prompts_dir(tmp_path):
     llm = fake_llm(default=wrap(GOOD["paraphrased"]))
     gen = PerturbGenerator(llm, Config(prompts_dir=tmp_path), perturbations=["paraphrased"])
     group = run(gen.perturb_one(ORIG))
-    fenced = fence("text", TARGET, fence_key({"text": TARGET}))  # the value is fenced as in every prompt
-    assert llm.api.requests[0][-1]["content"] == f"CUSTOM <rewritten> {fenced}"
+    fenced_text = fence("text", TARGET, fence_key({"text": TARGET}))  # the value is fenced as in every prompt
+    assert llm.api.requests[0][-1]["content"] == f"CUSTOM <rewritten> {fenced_text}"
     assert group.rows[1].meta["prompt"] == "perturb_paraphrased@1+custom"
 
 
@@ -203,12 +204,20 @@ def test_untagged_rewrite_is_kept_and_marked():
 # ------------------------------------------------------------------------------------ rewrite stages
 
 
-def _rules():
-    return [(PROMPT_KEYS[n], wrap(GOOD[n])) for n in REWRITES]
+def good_rewrite(messages) -> str:
+    """The good rewrite of the perturbation whose template made this request. Every rewrite asks for free text
+    (reply type ``"text"``) about the same fenced ``text``, so the request is compared with each template rendered
+    with that text: which template asked, never which words it used."""
+    text = fenced(messages, "text")
+    for name in REWRITES:
+        rendered = REWRITE_PROMPTS[name].render(text=text)
+        if messages[:len(rendered)] == rendered:
+            return wrap(GOOD[name])
+    raise AssertionError("a request that no rewrite template made")
 
 
 def test_every_rewrite_kept_with_group_difficulty_and_meta():
-    llm = fake_llm(rules=_rules())
+    llm = LLM(FakeModel(by_reply={"text": good_rewrite}), cache=None)
     gen = PerturbGenerator(llm, perturbations=REWRITES)
     group = run(gen.perturb_one(ORIG))
     assert not group.skips
@@ -293,11 +302,7 @@ def test_sentence_unit_rewrites_each_sentence_and_keeps_layout():
     replies = {"The boat sank.": "The vessel went down.", "Mara rowed out.": "Mara went out by rowing boat.",
                "She saved three sailors.": "She rescued three seamen."}
 
-    def responder(messages):
-        fenced = messages[-1]["content"].rsplit("TEXT:\n", 1)[1]
-        return wrap(replies[fenced.split("\n")[1]])  # the sentence between its fence tags
-
-    llm = LLM(FakeModel(responder=responder), cache=None)
+    llm = LLM(FakeModel(by_reply={"text": lambda messages: wrap(replies[fenced(messages, "text")])}), cache=None)
     gen = PerturbGenerator(llm, perturbations=["synonym_replaced"], unit="sentence")
     group = run(gen.perturb_one(ORIG.model_copy(update={"target": target})))
     assert group.rows[1].target == "The vessel went down. Mara went out by rowing boat.\n\nShe rescued three seamen."
