@@ -16,6 +16,7 @@ from halluscope.llm import LLM, FakeModel
 from halluscope.records import Example, Span
 from halluscope.text import ParseError
 from tests.garble import garbled_replies
+from tests.prompt_data import fenced
 
 SOURCE = "The Elm Street bridge opened in 1820. It crosses the Avon river. Local masons built it from granite."
 TARGET = "The Elm Street bridge opened in 1820. It spans the Avon. Masons built it from granite."
@@ -220,22 +221,22 @@ GOLD_EVIDENCE = {"1820": ["The Elm Street bridge opened in 1820."], "Avon": ["It
 
 def gold_model(name: str, strict: bool) -> LLM:
     """Decomposes, quotes GOLD_EVIDENCE, and votes: PASS on everything, or (``strict``) only when the passage
-    shares the claim's key word (so the two judges disagree on the Avon claim and on granite's Avon passage)."""
-    from tests.test_probe import DECOMPOSE, EVALUATE, FIND, fenced, first_user
+    shares the claim's key word (so the two judges disagree on the Avon claim and on granite's Avon passage).
+    Keyed by the reply each PROBE stage asks for; the claim and the evidence judged are read from the prompt's data."""
+    def key_of(messages) -> str:
+        claim = fenced(messages, "claim")
+        return next(k for k in GOLD_EVIDENCE if k in claim)
 
-    def reply(messages):
-        user = first_user(messages)
-        if DECOMPOSE in user:
-            return GOLD_DECOMPOSITION
-        claim = fenced(user, "claim")
-        key = next(k for k in GOLD_EVIDENCE if k in claim)
-        if FIND in user:
-            return json.dumps({"reasoning": "r", "evidence": GOLD_EVIDENCE[key]})
-        assert EVALUATE in user
-        passed = not strict or (key != "Avon" and key in fenced(user, "evidence"))
+    def find(messages):
+        return json.dumps({"reasoning": "r", "evidence": GOLD_EVIDENCE[key_of(messages)]})
+
+    def evaluate(messages):
+        key = key_of(messages)
+        passed = not strict or (key != "Avon" and key in fenced(messages, "evidence"))
         return json.dumps({"reasoning": "r", "verdict": "PASS" if passed else "FAIL"})
 
-    return LLM(FakeModel(responder=reply, name=name), cache=None)
+    script = {"ClaimsReply": GOLD_DECOMPOSITION, "EvidenceReply": find, "EvaluationReply": evaluate}
+    return LLM(FakeModel(by_reply=script, name=name), cache=None)
 
 
 async def test_gold_evidence_by_multi_judge_consensus():
