@@ -17,6 +17,7 @@ from halluscope.methods.trace import RunTrace, bind_trace
 from halluscope.records import Claim, Span
 from halluscope.stages import Context
 from tests.conftest import fake_llm
+from tests.prompt_data import fenced
 from tests.test_dcr import SOURCE, dce, marks
 
 
@@ -44,12 +45,12 @@ async def test_the_dcr_verifier_records_its_notes_in_the_contexts_trace_only():
 
 async def test_concurrent_checks_on_one_instance_keep_their_own_notes():
     def respond(messages):
-        user = messages[-1]["content"]  # amc=rule: DCE is the only call
-        consistent = "Paris" in user.split("TEXT")[-1]
+        consistent = "Paris" in fenced(messages, "sentences")  # the target's numbered sentences
         reason = "Consistent: stated." if consistent else "Inconsistent: not stated."
         return dce((1, reason), is_consistent=consistent)
 
-    method = get_method("dcr", llm=LLM(FakeModel(responder=respond), cache=None), amc="rule")
+    # amc=rule: DCE is the only call; any other request finds no scripted reply
+    method = get_method("dcr", llm=LLM(FakeModel(by_reply={"DceReply": respond}), cache=None), amc="rule")
     paris, rome = await asyncio.gather(method.acheck(SOURCE, "Alice lived in Paris."),
                                        method.acheck(SOURCE, "Alice lived in Rome."))
     assert paris.details["dce_is_consistent"] is True and rome.details["dce_is_consistent"] is False
