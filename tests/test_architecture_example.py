@@ -9,6 +9,7 @@ from pathlib import Path
 
 from halluscope.llm import LLM, FakeModel
 from halluscope.methods import get_method
+from tests.prompt_data import fenced
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 
@@ -26,19 +27,19 @@ def test_the_documented_method_is_short_and_runs_end_to_end():
     sys.modules[module.__name__] = module  # pydantic resolves the annotations through the module
     exec(compile(code, str(DOC), "exec"), module.__dict__)
 
-    def reply(messages):
-        claim = messages[-1]["content"].split("CLAIM:", 1)[1]
+    def reply(messages):  # the documented verifier's reply type is its YesNo model
+        claim = fenced(messages, "claim")
         return '{"verdict": "no", "reason": "not stated"}' if "Friday" in claim else '{"verdict": "yes", "reason": "ok"}'
 
     source = "The ferry opened on Monday. It carries 300 people."
     target = "The ferry opened on Friday. It carries 300 people."
-    llm = LLM(FakeModel(responder=reply), cache=None)
+    llm = LLM(FakeModel(by_reply={"YesNo": reply}), cache=None)
     report = get_method("yesno", llm=llm).check(source, target)
     assert report.score == 0.5 and [v.label for v in report.verdicts] == ["unsupported", "supported"]
     assert report.findings[0].target_spans[0].of(target) == "The ferry opened on Friday."
     assert report.details["context"]["mode"] == "full"
 
-    retrieved = get_method("yesno", llm=LLM(FakeModel(responder=reply), cache=None), retrieval="always",
+    retrieved = get_method("yesno", llm=LLM(FakeModel(by_reply={"YesNo": reply}), cache=None), retrieval="always",
                            top_k=1, window=0, retriever="bm25").check(source, target)
     assert retrieved.score == 0.5 and retrieved.details["context"]["mode"] == "retrieval"
     snippets = retrieved.details["context"]["snippets"]
