@@ -252,7 +252,7 @@ def test_inputs_are_fenced_in_every_prompt():
     method, fake = dove()
     method.check(SOURCE, TARGET)
     for request in fake.requests:
-        user = user_text(request)
+        user = next(m["content"] for m in request if m["role"] == "user")  # the task prompt
         assert re.search(r"<(target|source|text)_\w+>", user), user[:80]
 
 
