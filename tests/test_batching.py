@@ -321,7 +321,7 @@ def p_script(find_batch=None) -> dict:
         return json.dumps(find_batch(entries) if find_batch else {"results": entries})
 
     return {"ClaimsReply": P_DECOMPOSITION,
-            "EvidenceReply": lambda messages: json.dumps({"reasoning": "", "evidence": p_quotes(fenced(messages, "claim"))}),
+            "EvidenceReply": lambda m: json.dumps({"reasoning": "", "evidence": p_quotes(fenced(m, "claim"))}),
             "EvidenceBatchReply": find_evidence_batch,
             "EvaluationReply": evaluate,
             "EvaluationBatchReply": evaluate_batch}

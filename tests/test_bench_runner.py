@@ -96,7 +96,8 @@ async def test_interrupted_run_resumes_without_repeating_calls(tmp_path, concurr
 async def test_cut_off_last_line_is_dropped_and_redone(tmp_path):
     ds = Dataset("toy", None, _examples(4))
     out = tmp_path / "run"
-    await run_bench(_geval(FakeModel(by_reply=_rating(_reply)), tmp_path / "c1"), ds, out, progress=False, n_bootstrap=0)
+    await run_bench(_geval(FakeModel(by_reply=_rating(_reply)), tmp_path / "c1"), ds, out, progress=False,
+                    n_bootstrap=0)
     items = out / ITEMS_FILE
     text = items.read_text()
     items.write_text(text[: len(text) - 40])  # the last line is cut mid-JSON, as by a kill during a write
