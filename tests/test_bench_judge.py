@@ -9,6 +9,7 @@ import pytest
 from halluscope.bench.builtin_suites import final_matching_suite
 from halluscope.bench.judge import (
     MATCH_PROMPT,
+    MatchReply,
     match_descriptions,
     match_key,
     parse_matches,
@@ -19,6 +20,7 @@ from halluscope.records import Example, Finding, Report
 from halluscope.text.parsing import ParseError
 from tests.conftest import fake_llm
 from tests.garble import garbled_replies
+from tests.prompt_data import fenced
 
 
 @pytest.mark.parametrize(
@@ -129,7 +131,10 @@ def _final_items():
 
 async def test_final_suite_counts_and_resumes(tmp_path):
     examples, reports = _final_items()
-    model = FakeModel(rules=[(r"Tom won", '{"matches": {"P1": "G1", "P2": "G1"}}')])
+    # only the "dup" item needs the judge (the others have no gold, no prediction or no report): its summary
+    # gets the matches; a request about any other summary finds no reply and fails
+    matches = {"Tom won on Monday.": '{"matches": {"P1": "G1", "P2": "G1"}}'}
+    model = FakeModel(by_reply={MatchReply: lambda messages: matches[fenced(messages, "summary")]})
     ctx = SuiteContext(out_dir=tmp_path, method="m", model="fake", dataset="t", judge=LLM(model, cache=None),
                        n_bootstrap=50)
     res = await final_matching_suite(examples, reports, ctx)
@@ -161,7 +166,7 @@ async def test_final_suite_judge_failure_is_counted_not_scored_as_no_match(tmp_p
 async def test_final_suite_with_garbled_judge_never_raises(tmp_path):
     examples, reports = _final_items()
     replies = iter(garbled_replies(200, seed=5))
-    judge = LLM(FakeModel(responder=lambda messages: next(replies)), cache=None)
+    judge = LLM(FakeModel(by_reply={MatchReply: lambda messages: next(replies)}), cache=None)
     ctx = SuiteContext(out_dir=tmp_path, method="m", model="fake", dataset="t", judge=judge, n_bootstrap=0)
     m = (await final_matching_suite(examples, reports, ctx)).metrics
     assert m["n_judge_unscored"] + m["n_scored"] == 3

@@ -13,12 +13,16 @@ import pytest
 from halluscope.bench.datasets import Dataset
 from halluscope.bench.final_protocol import (PROTOCOL_DIR, VariantScore, best_f1_threshold, choose_variant,
                                              needs_selection, selection_items)
+from halluscope.bench.judge import MatchReply
 from halluscope.bench.runner import ITEMS_FILE, RUN_FILE, ItemStore, run_bench
 from halluscope.llm import LLM, FakeModel
+from halluscope.llm.fake import TEXT_REPLY
 from halluscope.methods import get_method
 from halluscope.methods.localize import FINAL_MARKER, Localize
+from halluscope.methods.localize.prompts import LOCALIZE_PROMPTS
 from halluscope.records import Example, Finding, Report
 from tests.conftest import fake_llm
+from tests.prompt_data import fenced, user_text
 
 # ------------------------------------------------------------------------------------------- thresholds
 
@@ -119,20 +123,24 @@ def _examples() -> list[Example]:
             for i, s, t, d in ITEMS]
 
 
-def _target(messages) -> str:
-    user = next(m["content"] for m in messages if m["role"] == "user")
-    return re.search(r"<target_\w+>\n(.*?)\n</target_\w+>", user, re.S).group(1)
+def _variant(messages) -> int:
+    """The localize prompt variant a request was rendered from: the chain-of-thought template that, given the
+    request's fenced source and target, renders the same user message (no instruction wording is searched)."""
+    values = {"source": fenced(messages, "source"), "target": fenced(messages, "target")}
+    user = user_text(messages)
+    found = [v for v in (1, 2) if LOCALIZE_PROMPTS[("cot", False, v)].render(**values)[-1]["content"] == user]
+    assert len(found) == 1, "the request is neither localize chain-of-thought variant"
+    return found[0]
 
 
 def _localizer(variant_two_finds: bool, variant_one_finds: str = "wrong"):
-    """Variant 2's wording (numbered steps) gets the right descriptions; variant 1's gets ``variant_one_finds``:
-    ``wrong`` descriptions (about words that are fine) or ``nothing``."""
+    """A script keyed by reply type: variant 2's requests get the right descriptions; variant 1's get
+    ``variant_one_finds``: ``wrong`` descriptions (about words that are fine) or ``nothing``."""
 
     def respond(messages):
-        user = next(m["content"] for m in messages if m["role"] == "user")
-        target = _target(messages)
+        target = fenced(messages, "target")
         item = next(i for i, _, t, _ in ITEMS if t == target)
-        v2 = "1. Read the TEXT" in user
+        v2 = _variant(messages) == 2
         if item not in WRONG:
             found = []
         elif v2 and variant_two_finds:
@@ -144,14 +152,13 @@ def _localizer(variant_two_finds: bool, variant_one_finds: str = "wrong"):
             found = []
         return f"Checked each statement.\n{FINAL_MARKER}\n{json.dumps({'inconsistencies': found})}"
 
-    return respond
+    return {TEXT_REPLY: respond}  # the chain-of-thought localizer asks for free text
 
 
 def _judge(messages):
     """Matches a candidate to G1 when the word it quotes appears in the reference description."""
-    user = messages[-1]["content"]
-    reference = user.split("REFERENCE errors:")[1].split("CANDIDATE errors:")[0]
-    candidates = re.findall(r"^P(\d+)\. (.*)$", user.split("CANDIDATE errors:")[1], re.M)
+    reference = fenced(messages, "gold")
+    candidates = re.findall(r"^P(\d+)\. (.*)$", fenced(messages, "predicted"), re.M)
     matches = {}
     for number, text in candidates:
         quoted = re.search(r'"([^"]+)"', text)
@@ -159,9 +166,12 @@ def _judge(messages):
     return json.dumps({"reasoning": "compared quoted words", "matches": matches})
 
 
+JUDGE = {MatchReply: _judge}
+
+
 async def test_bench_picks_the_variant_with_the_better_final_f1_and_records_it(tmp_path):
-    model = FakeModel(responder=_localizer(variant_two_finds=True))
-    judge_model = FakeModel(responder=_judge, name="judge")
+    model = FakeModel(by_reply=_localizer(variant_two_finds=True))
+    judge_model = FakeModel(by_reply=JUDGE, name="judge")
     method = Localize(llm=LLM(model, cache=None))
     out = tmp_path / "run"
     results = await run_bench(method, Dataset("final", "dev", _examples()), out,
@@ -191,7 +201,7 @@ async def test_bench_picks_the_variant_with_the_better_final_f1_and_records_it(t
 
 
 async def test_without_a_judge_the_variant_is_chosen_by_item_f1(tmp_path):
-    model = FakeModel(responder=_localizer(variant_two_finds=True, variant_one_finds="nothing"))
+    model = FakeModel(by_reply=_localizer(variant_two_finds=True, variant_one_finds="nothing"))
     results = await run_bench(Localize(llm=LLM(model, cache=None), style="cot"), Dataset("final", "dev", _examples()),
                               tmp_path / "r", judge=None, progress=False, n_bootstrap=0)
     variant = results["final_protocol"]["variant"]
@@ -202,7 +212,7 @@ async def test_without_a_judge_the_variant_is_chosen_by_item_f1(tmp_path):
 
 async def test_when_no_selection_item_is_scored_variant_1_is_kept_and_the_note_says_why(tmp_path):
     model = FakeModel(default="I looked at the text and it seems fine to me.")  # never the Final Output line
-    judge_model = FakeModel(responder=_judge, name="judge")
+    judge_model = FakeModel(by_reply=JUDGE, name="judge")
     results = await run_bench(Localize(llm=LLM(model, cache=None)), Dataset("final", "dev", _examples()),
                               tmp_path / "r", judge=LLM(judge_model, cache=None), progress=False, n_bootstrap=0)
     variant = results["final_protocol"]["variant"]
@@ -212,7 +222,7 @@ async def test_when_no_selection_item_is_scored_variant_1_is_kept_and_the_note_s
 
 
 async def test_fixed_variant_runs_no_selection(tmp_path):
-    model = FakeModel(responder=_localizer(variant_two_finds=True))
+    model = FakeModel(by_reply=_localizer(variant_two_finds=True))
     results = await run_bench(Localize(llm=LLM(model, cache=None), variant=1), Dataset("final", "dev", _examples()),
                               tmp_path / "r", judge=None, progress=False, n_bootstrap=0)
     assert results["final_protocol"] is None and len(model.requests) == 4
@@ -272,7 +282,7 @@ async def test_one_class_dev_items_keep_the_methods_default_threshold(tmp_path):
 
 
 async def test_selection_on_another_dataset_is_recorded_as_separate(tmp_path):
-    model = FakeModel(responder=_localizer(variant_two_finds=True, variant_one_finds="nothing"))
+    model = FakeModel(by_reply=_localizer(variant_two_finds=True, variant_one_finds="nothing"))
     dev = Dataset("final", "dev", _examples())
     test = Dataset("final", "test", [e.model_copy(update={"id": f"t-{e.id}", "split": "test"}) for e in _examples()])
     results = await run_bench(Localize(llm=LLM(model, cache=None)), test, tmp_path / "r", judge=None, progress=False,
@@ -285,7 +295,7 @@ async def test_selection_on_another_dataset_is_recorded_as_separate(tmp_path):
 async def test_the_run_reuses_the_chosen_variants_replies_from_the_cache(tmp_path):
     from halluscope.llm import ResponseCache
 
-    model = FakeModel(responder=_localizer(variant_two_finds=True, variant_one_finds="nothing"))
+    model = FakeModel(by_reply=_localizer(variant_two_finds=True, variant_one_finds="nothing"))
     llm = LLM(model, cache=ResponseCache(tmp_path / "cache.sqlite"))
     results = await run_bench(Localize(llm=llm), Dataset("final", "dev", _examples()), tmp_path / "r", judge=None,
                               progress=False, n_bootstrap=0)
@@ -295,8 +305,8 @@ async def test_the_run_reuses_the_chosen_variants_replies_from_the_cache(tmp_pat
 
 
 async def test_select_holdout_chooses_on_items_the_run_does_not_score(tmp_path):
-    model = FakeModel(responder=_localizer(variant_two_finds=True))
-    judge_model = FakeModel(responder=_judge, name="judge")
+    model = FakeModel(by_reply=_localizer(variant_two_finds=True))
+    judge_model = FakeModel(by_reply=JUDGE, name="judge")
     results = await run_bench(Localize(llm=LLM(model, cache=None)), Dataset("final", "dev", _examples()),
                               tmp_path / "run", judge=LLM(judge_model, cache=None), progress=False, n_bootstrap=0,
                               select_holdout=0.5)
@@ -316,7 +326,7 @@ async def test_final_matching_counts_an_unscored_item_as_no_match(tmp_path):
     found = Report(method="localize", score=0.5, findings=[Finding(description=f'The text says "{WRONG[exs[0].id]}".')])
     reports = [found, Report(method="localize", unscored_reason="no Final Output line")]
     ctx = SuiteContext(out_dir=tmp_path, method="localize", model="fake", dataset="final",
-                       judge=LLM(FakeModel(responder=_judge, name="fake"), cache=None), n_bootstrap=0)
+                       judge=LLM(FakeModel(by_reply=JUDGE, name="fake"), cache=None), n_bootstrap=0)
     res = await final_matching_suite(exs, reports, ctx)
     m = res.metrics
     assert m["recall"]["value"] == 1.0 and m["recall_all"]["value"] == 0.5

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from collections.abc import Sequence
 
 import pytest
@@ -18,6 +17,7 @@ from halluscope.methods.pipeline import SentenceDecomposer
 from halluscope.records import Claim, Report, Span, Verdict
 from halluscope.stages import Context, UnknownStageError, register_stage
 from halluscope.text.lexical import numbers
+from tests.prompt_data import fenced
 
 SOURCE = ("The harbour ferry leaves the north pier every 20 minutes between 6am and midnight. Tickets cost "
           "3 pounds for adults. The service is run by Harbour Lines, which took it over in May 2019. "
@@ -153,19 +153,14 @@ def test_cli_check_with_the_gate_method_runs_without_a_model(tmp_path):
 CASCADE_TARGET = ("The ferry runs every 15 minutes. Tickets cost 3 pounds for adults. "
                   "Grown-ups pay three pounds to ride the boat.")
 UNCERTAIN = "Grown-ups pay three pounds to ride the boat."
-
-
-def _fact_of(messages) -> str:
-    user = next(m["content"] for m in messages if m["role"] == "user")
-    found = re.findall(r"<fact_(\w+)>\n(.*?)\n</fact_\1>", user, re.DOTALL)
-    return found[-1][1]
+SUPPORTS = {"DoveCheckReply": json.dumps({"reason": "ok", "evidence": "", "supported": True})}  # dove's verifier
 
 
 def test_cascade_sends_only_uncertain_claims_to_the_llm():
-    fake = FakeModel(responder=lambda m: json.dumps({"reason": "ok", "evidence": "", "supported": True}))
+    fake = FakeModel(by_reply=SUPPORTS)
     dove = get_method("dove", llm=LLM(fake, cache=None), decomposer="sentences", sorter="position", gate="lexical")
     report = dove.check(SOURCE, CASCADE_TARGET)
-    assert [_fact_of(r) for r in fake.requests] == [UNCERTAIN]  # one call, for the one uncertain claim
+    assert [fenced(r, "fact") for r in fake.requests] == [UNCERTAIN]  # one call, for the one uncertain claim
     assert report.usage.calls == 1
     assert [v.decided_by for v in report.verdicts] == ["gate:lexical", "gate:lexical", "verifier:dove"]
     assert [v.label for v in report.verdicts] == ["unsupported", "supported", "supported"]
@@ -175,7 +170,7 @@ def test_cascade_sends_only_uncertain_claims_to_the_llm():
 
 
 def test_without_a_gate_every_claim_goes_to_the_llm_and_says_so():
-    fake = FakeModel(responder=lambda m: json.dumps({"reason": "ok", "evidence": "", "supported": True}))
+    fake = FakeModel(by_reply=SUPPORTS)
     dove = get_method("dove", llm=LLM(fake, cache=None), decomposer="sentences", sorter="position")
     report = dove.check(SOURCE, CASCADE_TARGET)
     assert len(fake.requests) == 3 and "gate" not in report.details

@@ -10,6 +10,7 @@ import pytest
 from halluscope.llm import LLM, FakeModel
 from halluscope.llm.affinity import PrefixAffinityGate, prompt_text, shared_prefix
 from halluscope.llm.embedded import reused_prefix
+from halluscope.llm.fake import TEXT_REPLY
 from halluscope.llm.openai_compat import _usage
 from halluscope.records import LLMCall, Report, Usage
 
@@ -82,7 +83,7 @@ class _BlockingFake(FakeModel):
     prefix_affinity = True
 
     def __init__(self):
-        super().__init__(responder=lambda messages: "ok")
+        super().__init__(by_reply={TEXT_REPLY: "ok"})  # the test's own messages ask for free text
         self.opened = asyncio.Event()
 
     async def generate(self, messages, params):

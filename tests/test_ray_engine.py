@@ -27,6 +27,7 @@ from halluscope.bench.runner import ITEMS_FILE, ItemStore, run_bench
 from halluscope.config import Config
 from halluscope.llm import LLM, FakeModel, open_cache
 from halluscope.methods import get_method
+from halluscope.methods.geval import GevalReply
 from tests.test_cache_backends import REQUEST_TAG, StubEndpoint, stub_reply, toy_examples, write_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,8 +37,10 @@ skip_without_ray = pytest.mark.skipif(not HAVE_RAY, reason=NO_RAY)
 
 
 def fake_llm(config: Config) -> LLM:
-    """What every actor (and the driver) builds: the scripted fake model over the configured cache."""
-    return LLM(FakeModel(responder=stub_reply), cache=open_cache(config), max_concurrency=config.max_concurrency)
+    """What every actor (and the driver) builds: the scripted fake model (G-Eval's ratings, by reply type) over the
+    configured cache."""
+    return LLM(FakeModel(by_reply={GevalReply: stub_reply}), cache=open_cache(config),
+               max_concurrency=config.max_concurrency)
 
 
 def _comparable(report) -> dict:

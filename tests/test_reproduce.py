@@ -12,13 +12,17 @@ from scipy import stats
 from typer.testing import CliRunner
 
 from halluscope.bench.datasets import write_examples
+from halluscope.bench.judge import MatchReply
 from halluscope.bench.reproduce import (PAPERS, PROTOCOLS, Context, PaperResults, ReproduceError, get_protocol,
                                         load_paper_results, run_reproduce)
 from halluscope.bench.reproduce.core import main_table, select_rows
 from halluscope.cli.main import app
 from halluscope.config import Config
 from halluscope.llm import LLM, FakeModel
+from halluscope.llm.fake import TEXT_REPLY
+from halluscope.methods.localize import FINAL_MARKER, HintedLocalizationReply, LocalizationReply
 from halluscope.records import Example
+from tests.prompt_data import fenced
 
 HEADER = ("| row | metric | paper | ours, all items [95% CI] | ours, scored items | coverage | judge | "
           "calls / tokens per item | note |")
@@ -105,9 +109,6 @@ def test_row_selection_embedded_subset_and_errors():
 
 # --- runs with the scripted fake model ------------------------------------------------------------------------
 
-GEVAL = re.compile(r"Consistency \(1-5\)")  # the reproduce rows use G-Eval's score-only form (prompt=paper)
-
-
 def _qags(tmp_path):
     human = [0.0, 0.3, 0.6, 1.0, 0.5]
     examples = [Example(id=f"q{i}", source=f"Source {i}: the council met on Tuesday and approved the budget.",
@@ -118,11 +119,14 @@ def _qags(tmp_path):
 
 
 def _rating(messages) -> str:
-    text = messages[-1]["content"]
-    if GEVAL.search(text):
-        i = int(re.search(r"Claim number (\d)", text).group(1))
-        return str([1, 2, 3, 5, 4][i])
-    return "I cannot answer that."  # anything else (DCR's prompts) gets no usable reply
+    i = int(re.match(r"Claim number (\d)\.", fenced(messages, "target")).group(1))
+    return str([1, 2, 3, 5, 4][i])
+
+
+# the reproduce rows use G-Eval's score-only form (prompt=paper): a free-text request; anything else (DCR's
+# prompts) gets no usable reply
+RATINGS = {TEXT_REPLY: _rating}
+UNUSABLE = "I cannot answer that."
 
 
 def _ctx(tmp_path, model: FakeModel, **kw) -> Context:
@@ -135,7 +139,7 @@ async def test_dcr_protocol_table_paper_column_unscored_row_and_resume(tmp_path)
     with pytest.raises(ReproduceError, match="top_kk belong to none of the selected rows' methods"):
         await run_reproduce(get_protocol("dcr"), _ctx(tmp_path, FakeModel(), dataset=str(path)), methods=["geval"],
                             options={"top_kk": 1}, echo=lambda _: None)
-    first = FakeModel(responder=_rating)
+    first = FakeModel(by_reply=RATINGS, default=UNUSABLE)
     result = await run_reproduce(get_protocol("dcr"), _ctx(tmp_path, first, dataset=str(path)),
                                  methods=["geval", "dcr"], n_bootstrap=50, echo=lambda _: None)
     geval, dcr = result["rows"]
@@ -176,12 +180,13 @@ async def test_dcr_protocol_table_paper_column_unscored_row_and_resume(tmp_path)
     assert again["rows"][0]["cost"]["calls_this_run"] == 0
 
 
-def _final_reply(messages) -> str:
-    text = messages[-1]["content"]
-    if "CANDIDATE" in text:  # the matching judge
-        return json.dumps({"reasoning": "same error", "matches": {"P1": "G1"}})
-    answer = json.dumps({"inconsistencies": ['The TEXT says "Monday", but the SOURCE says the vote was on Tuesday.']})
-    return f"The day differs.\nFinal Output:\n{answer}" if "Final Output" in text else answer
+_FOUND = json.dumps({"inconsistencies": ['The TEXT says "Monday", but the SOURCE says the vote was on Tuesday.']})
+FINAL_SCRIPT = {
+    MatchReply: json.dumps({"reasoning": "same error", "matches": {"P1": "G1"}}),  # the matching judge
+    LocalizationReply: _FOUND,  # zero-shot localization
+    HintedLocalizationReply: _FOUND,
+    TEXT_REPLY: f"The day differs.\n{FINAL_MARKER}\n{_FOUND}",  # chain of thought: reasoning, then the answer
+}
 
 
 async def test_final_protocol_matches_with_the_judge_and_resumes(tmp_path):
@@ -192,7 +197,7 @@ async def test_final_protocol_matches_with_the_judge_and_resumes(tmp_path):
     ]
     path = tmp_path / "final_tiny.jsonl"
     write_examples(path, examples)
-    model = FakeModel(responder=_final_reply)
+    model = FakeModel(by_reply=FINAL_SCRIPT)
     result = await run_reproduce(get_protocol("final"), _ctx(tmp_path, model, dataset=str(path)),
                                  methods=["zero_shot", "oracle_cot_hint"], n_bootstrap=0, echo=lambda _: None)
     zero = {m["key"]: m for m in result["rows"][0]["metrics"]}

@@ -13,12 +13,14 @@ import pytest
 
 from halluscope.bench.judge import MATCH_PROMPT, match_descriptions
 from halluscope.llm import LLM, FakeModel
+from halluscope.llm.fake import TEXT_REPLY
 from halluscope.methods import get_method
 from halluscope.methods.dcr import DCE_SENTENCE_PROMPT
 from halluscope.methods.dove.prompts import DOVE_CHECK_PROMPT
 from halluscope.methods.probe.replies import EVALUATE_PROMPT
 from halluscope.text import split_sentences
 from halluscope.text.fence import fence_key, source_fence_key
+from tests.prompt_data import fenced, listing
 
 SOURCE = ("The Harbour Line ferry opened in March 2021. It crosses the bay every 30 minutes between 6 am and "
           "midnight. Two thirds of its cost came from a regional grant; the city paid the rest. The boats are "
@@ -31,50 +33,54 @@ OTHER_TARGET = "The ferry opened in 2021. Its boats run on diesel."
 _FENCED = re.compile(r"<([a-z0-9_]+)_([0-9a-f]{10})>\n(.*?)\n</\1_\2>", re.S)
 
 
-def _numbered(user: str, name: str) -> list[str]:
-    block = next(text for tag, _, text in _FENCED.findall(user) if tag == name)
-    return [re.sub(r"^\d+\.\s*", "", line) for line in block.splitlines() if line.strip()]
+def _sentences_as_facts(messages) -> str:
+    return json.dumps({"facts": [{"sentence": n, "fact": text} for n, text in listing(messages, "sentences")]})
 
 
-def _fenced(user: str, name: str) -> str:
-    return next(text for tag, _, text in _FENCED.findall(user) if tag == name)
+def _lines(messages, name: str) -> list[str]:
+    """The non-empty lines fenced as ``name`` (DCE numbers its sentences ``[1]``, ``[2]``, ...)."""
+    return [line for line in fenced(messages, name).splitlines() if line.strip()]
 
 
-def responder(messages: list[dict[str, str]]) -> str:
-    """Valid replies for every step of every method, so each method makes all its calls."""
-    user = next(m["content"] for m in messages if m["role"] == "user")
-    if "Split the TEXT below" in user:  # dove decompose
-        return json.dumps({"event_facts": [s.text for s in split_sentences(_fenced(user, "target"))],
-                           "descriptive_facts": []})
-    if "Order the events" in user:  # dove sort
-        return json.dumps({"order": list(range(1, len(_numbered(user, "events")) + 1))})
-    if "Is the FACT true" in user:
-        return json.dumps({"reason": "stated", "evidence": "", "supported": True})
-    if "into atomic facts" in user:  # factscore decompose
-        return json.dumps({"facts": [{"sentence": i, "fact": s} for i, s in enumerate(_numbered(user, "sentences"), 1)]})
-    if "Is the FACT supported" in user:
-        return json.dumps({"supported": True, "inconsistencies": []})
-    if "List every assertion" in user:  # probe decompose
-        return json.dumps({"claims": [{"segment": s.text, "claim": s.text}
-                                      for s in split_sentences(_fenced(user, "target"))]})
-    if "Find the passages" in user:
-        return json.dumps({"reasoning": "", "evidence": ["The Harbour Line ferry opened in March 2021."]})
-    if "EVIDENCE EXCERPT, on its own" in user:
-        return json.dumps({"reasoning": "ok", "verdict": "PASS"})
-    if "one sentence at a time" in user:  # DCE
-        n = len(_numbered(user, "sentences"))
-        return json.dumps({"sentences": [{"id": i, "reason": "Consistent: stated."} for i in range(1, n + 1)],
-                           "is_consistent": True})
-    if "ASSESSMENTS" in user:
-        n = int(re.search(r"There are (\d+) assessments", user).group(1))
-        return json.dumps({"marks": [1] * n})
-    if "Rate how factually consistent" in user:
-        return json.dumps({"reason": "fine", "score": 4})
-    if "single out the same piece" in user:  # FINAL matching judge
-        return json.dumps({"reasoning": "", "matches": {"P1": "G1"}})
-    if "Final Output" in user:  # localize, chain of thought
-        return 'Nothing is wrong.\nFinal Output:\n{"inconsistencies": []}'
-    return json.dumps({"inconsistencies": []})  # localize
+def _target_sentences(messages) -> list[str]:
+    return [s.text for s in split_sentences(fenced(messages, "target"))]
+
+
+DOVE_CHECK = json.dumps({"reason": "stated", "evidence": "", "supported": True})
+FACTSCORE_CHECK = json.dumps({"supported": True, "inconsistencies": []})
+PROBE_EVIDENCE = json.dumps({"reasoning": "", "evidence": ["The Harbour Line ferry opened in March 2021."]})
+PROBE_PASS = json.dumps({"reasoning": "ok", "verdict": "PASS"})
+NOT_A_BATCH = json.dumps({"inconsistencies": []})
+
+SCRIPT = {
+    # dove: decompose, sort (the source's order and the target's), check each fact
+    "DoveFactsReply": lambda m: json.dumps({"event_facts": _target_sentences(m), "descriptive_facts": []}),
+    "DoveOrderReply": lambda m: json.dumps({"order": [n for n, _ in listing(m, "events")]}),
+    "DoveCheckReply": DOVE_CHECK,
+    # factscore: decompose (one fact per sentence), verify each fact
+    "FactsReply": _sentences_as_facts,
+    "FactJudgmentReply": FACTSCORE_CHECK,
+    # probe: decompose, find evidence, evaluate each passage
+    "ClaimsReply": lambda m: json.dumps({"claims": [{"segment": s, "claim": s} for s in _target_sentences(m)]}),
+    "EvidenceReply": PROBE_EVIDENCE,
+    "EvaluationReply": PROBE_PASS,
+    # batch_size=2: a batch request gets a reply with no "results" list, which the batch parser refuses (after a
+    # repair round), so every unit is then asked alone too: the layout of the batch calls and of the one-unit
+    # calls is compared
+    "DoveBatchReply": NOT_A_BATCH,
+    "FactJudgmentBatchReply": NOT_A_BATCH,
+    "EvidenceBatchReply": NOT_A_BATCH,
+    "EvaluationBatchReply": PROBE_PASS,
+    # dcr (and improve, which checks with dcr): DCE on the whole source, AMC marks each reason consistent
+    "DceReply": lambda m: json.dumps({"sentences": [{"id": n, "reason": "Consistent: stated."}
+                                                    for n, _ in enumerate(_lines(m, "sentences"), 1)],
+                                      "is_consistent": True}),
+    "AmcReply": lambda m: json.dumps({"marks": [1] * len(listing(m, "reasons"))}),
+    "GevalReply": json.dumps({"reason": "fine", "score": 4}),
+    "MatchReply": json.dumps({"reasoning": "", "matches": {"P1": "G1"}}),  # FINAL matching judge
+    TEXT_REPLY: 'Nothing is wrong.\nFinal Output:\n{"inconsistencies": []}',  # localize, chain of thought
+}
+"""Valid replies for every step of every method, keyed by reply type, so each method makes all its calls."""
 
 
 def serialized(messages: list[dict[str, str]]) -> str:
@@ -121,13 +127,18 @@ def assert_source_once(requests: list[list[dict[str, str]]], shared: tuple[str, 
     return checked
 
 
-def run_method(name: str, targets=(TARGET,), **options) -> list[list[dict[str, str]]]:
-    api = FakeModel(responder=responder)
+def run_method(name: str, targets=(TARGET,), **options) -> FakeModel:
+    api = FakeModel(by_reply=SCRIPT)
     method = get_method(name, llm=LLM(api), **options)
     for target in targets:
         report = method.check(SOURCE, target)
         assert report.unscored_reason is None, report.unscored_reason
-    return api.requests
+    return api
+
+
+def asked(api: FakeModel, kind: str) -> list[list[dict[str, str]]]:
+    """The requests ``api`` received that asked for the reply type ``kind``."""
+    return [m for m, t in zip(api.requests, api.reply_types, strict=True) if t == kind]
 
 
 @pytest.mark.parametrize("name, options", [
@@ -136,21 +147,21 @@ def run_method(name: str, targets=(TARGET,), **options) -> list[list[dict[str, s
     ("probe", {}), ("probe", {"batch_size": 2}),
 ])
 def test_claim_level_methods_share_the_fenced_source_across_claims(name, options):
-    requests = run_method(name, **options)
+    requests = run_method(name, **options).requests
     assert assert_source_once(requests) >= 2
 
 
 @pytest.mark.parametrize("name", ["dcr", "geval", "localize", "improve"])
 def test_target_level_methods_share_the_fenced_source_across_targets(name):
     """One call per target about the source: two targets checked against it share the source prefix."""
-    requests = run_method(name, targets=(TARGET, OTHER_TARGET))
+    requests = run_method(name, targets=(TARGET, OTHER_TARGET)).requests
     assert_source_once(requests)
 
 
 def test_probe_evaluations_share_instructions_and_fence_key_across_passages():
     """PROBE's evaluation shows an excerpt, not the source: its key is still the source's (``about``), so every
     evaluation call of the item has the same system message and the same instructions before the excerpt."""
-    requests = [m for m in run_method("probe") if "EVIDENCE EXCERPT, on its own" in first_user(m)]
+    requests = asked(run_method("probe"), "EvaluationReply")
     assert len({first_user(m) for m in requests}) >= 2
     systems = {m[0]["content"] for m in requests}
     assert len(systems) == 1
@@ -158,11 +169,11 @@ def test_probe_evaluations_share_instructions_and_fence_key_across_passages():
     assert common.rstrip().endswith("EVIDENCE EXCERPT:") or "<evidence_" in common
     for m in requests:
         user = first_user(m)
-        assert user.index("EVIDENCE EXCERPT:") < user.index("ASSERTION:")  # the claim comes last
+        assert user.index("<evidence_") < user.index("<claim_")  # the claim comes last
 
 
 def test_final_judge_shares_summary_and_references_across_systems():
-    api = FakeModel(responder=responder)
+    api = FakeModel(by_reply=SCRIPT)
     judge = LLM(api)
     gold = ["The boats are not diesel."]
 
@@ -291,7 +302,7 @@ def test_the_layout_check_covers_every_method_prompt():
 def test_dove_sorts_by_source_and_by_target_under_one_key():
     """The two sorter calls (the source's order, the target's) read different TEXTs but are about one source:
     one fence key, so they share the system message and the instructions up to the TEXT."""
-    sorts = [m for m in run_method("dove") if "Order the events" in first_user(m)]
+    sorts = asked(run_method("dove"), "DoveOrderReply")
     assert len(sorts) == 2 and sorts[0][0] == sorts[1][0]
     common = os.path.commonprefix([serialized(m) for m in sorts])
     assert "TEXT:\n<text_" + re.search(r"end in _(\w{10})", sorts[0][0]["content"]).group(1) + ">\n" in common
