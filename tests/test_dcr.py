@@ -20,6 +20,7 @@ from halluscope.text import ParseError
 from halluscope.text.verdict_words import verdict_mark
 from tests.conftest import fake_llm
 from tests.garble import garbled_replies
+from tests.reply_mutations import mutations
 
 SOURCE = "Alice founded Acme in 2001 in Paris. The company makes rockets. Bob joined Acme in 2005."
 TARGET = "Alice founded Acme in 1999. Acme makes rockets. It is based in Paris."
@@ -201,25 +202,7 @@ VALID_REPLIES = [
 ]
 
 
-def _mutations(n: int, seed: int = 0) -> list[str]:
-    """Valid DCR replies wrapped, truncated, or with a stray character: some stay valid, some do not."""
-    rng = random.Random(seed)
-    out = []
-    for _ in range(n):
-        base = rng.choice(VALID_REPLIES)
-        op = rng.randrange(4)
-        if op == 0:
-            base = "Sure, here it is:\n```json\n" + base + "\n```"
-        elif op == 1:
-            base = base[: rng.randrange(len(base))]
-        elif op == 2:
-            i = rng.randrange(len(base))
-            base = base[:i] + rng.choice('{}[]",: ') + base[i:]
-        out.append(base)
-    return out
-
-
-FUZZ = garbled_replies(1000) + VALID_REPLIES + _mutations(400)
+FUZZ = garbled_replies(1000) + VALID_REPLIES + mutations(VALID_REPLIES, 400)
 
 
 @pytest.mark.parametrize("name", ["dce_sentences", "dce_single", "amc_1", "amc_3", "verdict_mark"])

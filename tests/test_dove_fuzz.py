@@ -21,6 +21,7 @@ from halluscope.methods.dove import (
 )
 from halluscope.text import ParseError
 from tests.garble import garbled_replies
+from tests.reply_mutations import mutations
 
 EVENTS = ["Anna baked a cake", "Ben arrived", "They ate the cake"]
 VALID_REPLIES = [
@@ -36,25 +37,7 @@ NO_VERDICT = ["Supported? No.", '{"supported": null}', '{"supported": "yes"}', "
               '{"verdict": "supported"}', '{"x": {"supported": true}}', '{"supported": tr', "", "[]", "{}"]
 
 
-def _mutations(n: int, seed: int = 0) -> list[str]:
-    """Valid replies wrapped in prose, cut off, or with a stray character (some stay valid, some do not)."""
-    rng = random.Random(seed)
-    out = []
-    for _ in range(n):
-        base = rng.choice(VALID_REPLIES)
-        op = rng.randrange(4)
-        if op == 0:
-            base = "Sure, here it is:\n```json\n" + base + "\n```"
-        elif op == 1:
-            base = base[: rng.randrange(len(base))]
-        elif op == 2:
-            i = rng.randrange(len(base))
-            base = base[:i] + rng.choice('{}[]",: ') + base[i:]
-        out.append(base)
-    return out
-
-
-REPLIES = garbled_replies(1200) + VALID_REPLIES + NO_VERDICT + _mutations(400)
+REPLIES = garbled_replies(1200) + VALID_REPLIES + NO_VERDICT + mutations(VALID_REPLIES, 400)
 
 PARSERS = {
     "decomposition": parse_decomposition,

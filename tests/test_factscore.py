@@ -26,6 +26,7 @@ from halluscope.stages import Context, register_stage
 from halluscope.text import ParseError, split_sentences
 from halluscope.text.descriptions import fuzzy_duplicate_groups
 from tests.garble import garbled_replies
+from tests.reply_mutations import cut, mutations, replace, stray, upper, wrap
 
 SOURCE = "Philips sold 250,000 units on Amazon. The police investigated Philips for a month and let it continue."
 TARGET = "Amazon was investigated for a month. The police ordered Amazon to cease operations."
@@ -141,35 +142,17 @@ def test_parse_keep():
             parse_keep(bad, 3)
 
 
-def mutations(valid: Sequence[str], n: int, seed: int) -> list[str]:
-    """Valid replies, cut off, wrapped in prose, with a stray character, upper-cased, or re-keyed."""
-    rng = random.Random(seed)
-    out = list(valid)
-    while len(out) < n:
-        v = rng.choice(valid)
-        op = rng.randrange(5)
-        if op == 0:
-            v = v[: rng.randrange(len(v))]
-        elif op == 1:
-            v = f"Sure! Here it is: {v} Hope this helps."
-        elif op == 2:
-            i = rng.randrange(len(v))
-            v = v[:i] + rng.choice('{}[]",:') + v[i:]
-        elif op == 3:
-            v = v.upper()
-        else:
-            v = v.replace('"supported"', '"is_supported"').replace('"facts"', '"atomic_facts"')
-        out.append(v)
-    return out
-
-
 VALID = [FACTS, '{"supported": true}', '{"supported": false, "inconsistencies": ["The year is wrong."]}',
          '{"keep": [1, 2]}', '[{"sentence": 2, "fact": "The police gave an order."}]']
+# cut off, wrapped in prose, a stray character, upper-cased, or re-keyed
+FACTSCORE_EDITS = (cut, wrap("Sure! Here it is: ", " Hope this helps."), stray('{}[]",:'), upper,
+                   replace(('"supported"', '"is_supported"'), ('"facts"', '"atomic_facts"')))
 
 
 def test_parsers_on_garbled_replies_some_parse_some_fail():
     sentences = split_sentences(TARGET)
-    replies = garbled_replies(1000, seed=17) + mutations(VALID, 600, seed=3) + PLACEHOLDER_FACTS + PROSE_VERDICTS
+    replies = (garbled_replies(1000, seed=17) + VALID + mutations(VALID, 600 - len(VALID), seed=3, edits=FACTSCORE_EDITS)
+               + PLACEHOLDER_FACTS + PROSE_VERDICTS)
     parsers = {"facts": lambda t: parse_facts(t, sentences, TARGET), "describe": FactJudgmentReply.parse,
                "check": FactCheckReply.parse, "keep": lambda t: parse_keep(t, 4)}
     for name, parse in parsers.items():

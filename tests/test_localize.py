@@ -26,6 +26,7 @@ from halluscope.text import ParseError
 from halluscope.text.descriptions import is_none_answer, spans_for_description
 from tests.conftest import fake_llm
 from tests.garble import garbled_replies
+from tests.reply_mutations import cut, mutations, replace, stray, wrap
 
 SOURCE = "Alice founded Acme in 2001 in Paris. The company makes rockets."
 TARGET = "Alice founded Acme in 1999. Acme makes rockets and cars."
@@ -138,28 +139,13 @@ def test_parse_binary_verdict():
             parse_binary_verdict(bad)
 
 
-def _mutations(valid: list[str], n: int, seed: int) -> list[str]:
-    rng = random.Random(seed)
-    out = list(valid)
-    while len(out) < n:
-        v = rng.choice(valid)
-        op = rng.randrange(4)
-        if op == 0:
-            v = v[: rng.randrange(len(v))]
-        elif op == 1:
-            i = rng.randrange(len(v))
-            v = v[:i] + rng.choice('{}[]",:\n') + v[i:]
-        elif op == 2:
-            v = "Sure, here you go. " + v
-        else:
-            v = v.replace("inconsistencies", "problems")
-        out.append(v)
-    return out
+LOCALIZE_EDITS = (cut, stray('{}[]",:\n'), wrap("Sure, here you go. "), replace(("inconsistencies", "problems")))
 
 
 def test_parsers_on_garbled_replies_some_parse_some_fail():
     valid = [ANSWER, NONE, COT, f"Thinking.\n{FINAL_MARKER}\n{NONE}", "Checks.\nFinal answer: no"]
-    replies = garbled_replies(1000, seed=7) + JUNK + [REAL_COT_REPLY] + _mutations(valid, 600, seed=1)
+    replies = (garbled_replies(1000, seed=7) + JUNK + [REAL_COT_REPLY] + valid
+               + mutations(valid, 600 - len(valid), seed=1, edits=LOCALIZE_EDITS))
     for name, parse in (("zero_shot", parse_localization), ("cot", parse_final_output),
                         ("binary", parse_binary_verdict)):
         ok = failed = 0
