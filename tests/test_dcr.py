@@ -20,6 +20,7 @@ from halluscope.text import ParseError
 from halluscope.text.verdict_words import verdict_mark
 from tests.conftest import fake_llm
 from tests.garble import garbled_replies
+from tests.prompt_data import fenced
 from tests.reply_mutations import mutations
 
 SOURCE = "Alice founded Acme in 2001 in Paris. The company makes rockets. Bob joined Acme in 2005."
@@ -389,13 +390,6 @@ def test_dcr_does_not_import_improve():
 # ---------------------------------------------------------------------------------------- long sources
 
 
-def fenced(messages, name: str) -> str:
-    """The data the prompt fenced as ``<name_KEY> ... </name_KEY>`` (the prompt: the first user message)."""
-    user = next(m["content"] for m in messages if m["role"] == "user")
-    match = re.search(rf"<{name}_(\w+)>\n(.*?)\n</{name}_\1>", user, re.S)
-    return match.group(2) if match else ""
-
-
 def _judge_excerpt(messages):
     sentence, excerpt = fenced(messages, "sentence"), fenced(messages, "source")
     if "1999" in sentence or "Paris" in sentence and "Paris" not in excerpt:
@@ -503,7 +497,7 @@ class _KeywordVerifier:
 
 
 def test_dcr_with_a_swapped_verifier_maps_labels_to_marks():
-    model = FakeModel(responder=lambda messages: "ok")
+    model = FakeModel(default="ok")
     report = get_method("dcr", llm=LLM(model, cache=None), verifier="test_dcr_keywords",
                         amc_weights="auto").check(SOURCE, TARGET)
     assert report.details["stages"]["verifier"] == "test_dcr_keywords"
@@ -516,12 +510,12 @@ def test_dcr_with_a_swapped_verifier_maps_labels_to_marks():
     assert len(model.requests) == 3 and all("CLAIM:" in r[-1]["content"] for r in model.requests)
     assert "dcr_" not in get_method("dcr", llm=LLM(model, cache=None), verifier="test_dcr_keywords").prompt_version
 
-    retrieved = get_method("dcr", llm=LLM(FakeModel(responder=lambda m: "ok"), cache=None),
+    retrieved = get_method("dcr", llm=LLM(FakeModel(default="ok"), cache=None),
                            verifier="test_dcr_keywords", retrieval="always", retriever="bm25", top_k=1,
                            window=0, amc_weights="auto").check(SOURCE, TARGET)
     assert retrieved.details["context"]["mode"] == "retrieval" and retrieved.score == 0.5
     # the paper's weights: the unscored sentence cannot be left out, so there is no score
-    paper = get_method("dcr", llm=LLM(FakeModel(responder=lambda m: "ok"), cache=None),
+    paper = get_method("dcr", llm=LLM(FakeModel(default="ok"), cache=None),
                        verifier="test_dcr_keywords").check(SOURCE, TARGET)
     assert paper.score is None and "could not tell" in paper.unscored_reason
     assert [f.kind for f in paper.findings] == ["contradicted"]
@@ -590,13 +584,11 @@ def test_dcr_garbled_replies_some_judged_some_not_nothing_escapes(options):
         report = method.check(SOURCE, TARGET)
         assert isinstance(report, Report) and report.calls and len(report.calls) == report.usage.calls
         if report.score is None:  # findings only from judged sentences (amc_weights=paper keeps them)
-            assert report.unscored_reason
             assert not report.findings or any(v.label == "unscored" for v in report.verdicts)
         else:
             outcomes["scored_reports"] += 1
             assert report.score == pytest.approx((report.subscores["Z"] + 1) / 2)  # AMC's (Z + 1) / 2
         for v in report.verdicts:
-            assert v.label != "unscored" or v.reason
             outcomes["unscored" if v.label == "unscored" else "judged"] += 1
         assert len(report.findings) == sum(v.label == "unsupported" for v in report.verdicts)
     assert outcomes["judged"] > 0 and outcomes["unscored"] > 0 and outcomes["scored_reports"] > 0, outcomes
