@@ -26,6 +26,7 @@ from halluscope.stages import Context, register_stage
 from halluscope.text import ParseError, split_sentences
 from halluscope.text.descriptions import fuzzy_duplicate_groups
 from tests.garble import garbled_replies
+from tests.prompt_data import fenced
 from tests.reply_mutations import cut, mutations, replace, stray, upper, wrap
 
 SOURCE = "Philips sold 250,000 units on Amazon. The police investigated Philips for a month and let it continue."
@@ -50,16 +51,9 @@ PROSE_VERDICTS = ["No problem!", "Yes, I can help with that.", "True to form, th
                   '{"verdict": "supported"}']
 
 
-def fact_of(messages) -> str:
-    """The fact fenced in a verification prompt (the data it carries, whatever the wording around it)."""
-    user = next(m["content"] for m in messages if m["role"] == "user")
-    m = re.search(r"<fact_(\w+)>\n(.*?)\n</fact_\1>", user, re.S)
-    return m.group(2) if m else ""
-
-
 def judge(messages) -> str:
     """Verification: facts about Amazon are wrong, each problem described."""
-    fact = fact_of(messages)
+    fact = fenced(messages, "fact")
     problems = []
     if "Amazon" in fact:
         problems.append('The fact says "Amazon" was investigated, but the source says it was Philips.')
@@ -74,10 +68,9 @@ JUDGE = {"FactsReply": FACTS, "FactJudgmentReply": judge, "FactCheckReply": judg
          "KeepReply": json.dumps({"keep": [1, 3]})}
 
 
-def fake(responder=None, *, by_reply=None, **kwargs) -> LLM:
-    if responder is None and by_reply is None:
-        by_reply = JUDGE
-    return LLM(FakeModel(responder=responder, by_reply=by_reply, **kwargs), cache=None)
+def fake(*, by_reply=None, **kwargs) -> LLM:
+    """An LLM over a fake keyed by reply type (``JUDGE`` unless another script is given)."""
+    return LLM(FakeModel(by_reply=JUDGE if by_reply is None else by_reply, **kwargs), cache=None)
 
 
 # ---------------------------------------------------------------------------------------------- parsers
@@ -240,7 +233,7 @@ def test_factscore_llm_dedup_failure_falls_back_explicitly():
 
 def test_factscore_without_descriptions():
     def verify(messages):
-        return json.dumps({"supported": "Amazon" not in fact_of(messages)})
+        return json.dumps({"supported": "Amazon" not in fenced(messages, "fact")})
 
     method = FactScore(llm=fake(by_reply={"FactsReply": FACTS, "FactCheckReply": verify}), describe=False)
     report = method.check(SOURCE, TARGET)
@@ -254,7 +247,7 @@ def test_factscore_without_descriptions():
 
 def test_unsupported_fact_without_description_gets_one():
     def verify(messages):
-        return json.dumps({"supported": "month" in fact_of(messages), "inconsistencies": []})
+        return json.dumps({"supported": "month" in fenced(messages, "fact"), "inconsistencies": []})
 
     report = FactScore(llm=fake(by_reply={"FactsReply": FACTS, "FactJudgmentReply": verify}), dedup="none").check(
         SOURCE, TARGET)
@@ -264,7 +257,7 @@ def test_unsupported_fact_without_description_gets_one():
 @pytest.mark.parametrize("prose", PROSE_VERDICTS)
 def test_a_prose_verdict_is_unscored_not_a_verdict(prose):
     def verify(messages):
-        return prose if "cease" in fact_of(messages) else judge(messages)
+        return prose if "cease" in fenced(messages, "fact") else judge(messages)
 
     report = FactScore(llm=fake(by_reply=JUDGE | {"FactJudgmentReply": verify})).check(SOURCE, TARGET)
     assert report.score == 0.5 and report.subscores["judged"] == 2.0
@@ -398,8 +391,8 @@ def test_a_swapped_verifier_runs_end_to_end():
 
 def test_the_probe_verifier_swapped_into_factscore():
     def evaluate(messages):  # PROBE's evaluation of one excerpt
-        claim = re.search(r"<claim_(\w+)>\n(.*?)\n</claim_\1>", messages[-1]["content"], re.S).group(2)
-        return json.dumps({"reasoning": "", "verdict": "FAIL" if "Amazon" in claim else "PASS"})
+        verdict = "FAIL" if "Amazon" in fenced(messages, "claim") else "PASS"
+        return json.dumps({"reasoning": "", "verdict": verdict})
 
     scripted = {"FactsReply": FACTS,
                 "EvidenceReply": json.dumps({"reasoning": "", "evidence": [  # PROBE's evidence finding: a quote
@@ -423,8 +416,8 @@ def test_the_factscore_verifier_serves_another_claim_method():
             return SentenceDecomposer()
 
     def verify(messages):
-        return json.dumps({"supported": "Amazon" not in fact_of(messages), "inconsistencies": []
-                           if "Amazon" not in fact_of(messages) else ['"Amazon" is not in the source.']})
+        return json.dumps({"supported": "Amazon" not in fenced(messages, "fact"), "inconsistencies": []
+                           if "Amazon" not in fenced(messages, "fact") else ['"Amazon" is not in the source.']})
 
     report = Sentences(llm=fake(by_reply={"FactJudgmentReply": verify}), verifier="factscore").check(SOURCE, TARGET)
     assert [v.label for v in report.verdicts] == ["unsupported", "unsupported"]
@@ -450,11 +443,9 @@ def test_garbled_replies_some_scored_some_not_and_no_finding_without_a_verdict(o
         report = method.check(SOURCE, TARGET)
         assert isinstance(report, Report)
         outcomes["scored" if report.score is not None else "unscored"] += 1
-        if report.score is None:
-            assert report.unscored_reason
         for v in report.verdicts:
             if v.label == "unscored":
-                assert v.reason and v.calls
+                assert v.calls  # the reply that could not be used, kept for audit
                 continue
             stated = re.search(r'"supported"\s*:\s*(true|false)', v.calls[-1].reply)  # the reply that decided
             assert stated and (stated.group(1) == "true") == (v.label == "supported")
