@@ -21,6 +21,7 @@ from halluscope.stages import register_stage
 from halluscope.text import ParseError, split_sentences
 from tests.conftest import fake_llm
 from tests.garble import garbled_replies
+from tests.prompt_data import fenced
 from tests.reply_mutations import cut, mutations, stray, unchanged, wrap
 
 SOURCE = "Alice founded Acme in 2001 in Paris. The company makes rockets. Bob joined Acme in 2005."
@@ -248,8 +249,7 @@ def _mixed_script(rng: random.Random, garbage: list[str]) -> dict:
         return lambda messages: rng.choice(garbage) if rng.random() < 0.4 else valid(messages)
 
     def dce_sentences(messages):
-        user = next(m["content"] for m in messages if m["role"] == "user")  # the prompt, also on a repair request
-        n = len(re.findall(r"^\[\d+\] ", user, re.M))
+        n = len(re.findall(r"^\[\d+\] ", fenced(messages, "sentences"), re.M))  # the numbered sentences asked about
         return dce(*[rng.choice(["Consistent: ok.", "Inconsistent: no."]) for _ in range(n)])
 
     def whole_text(messages):
