@@ -44,8 +44,9 @@ EVIDENCE = {
     "Oxford": ["She moved to Paris in 1891 to study physics."],  # real, but it does not support the claim
 }
 
-# prompt wording kept only for tests/test_inject.py's scripted judges (which also import fenced and first_user from
-# here); this file keys its fakes by reply type and reads the fenced data with tests/prompt_data.py
+# prompt wording, kept for tests/test_inject.py's scripted judges (which also import fenced and first_user from here)
+# and for one assertion on the first prompt; this file's fakes are keyed by reply type and read the fenced data
+# with tests/prompt_data.py
 FIND = "Find the passages"
 DECOMPOSE = "List every assertion"
 EVALUATE = "Decide whether the EVIDENCE EXCERPT"
