@@ -21,7 +21,7 @@ from halluscope.text.verdict_words import verdict_mark
 from tests.conftest import fake_llm
 from tests.garble import garbled_replies
 from tests.prompt_data import fenced
-from tests.reply_mutations import mutations
+from tests.reply_fuzz import mutations, parse_each
 
 SOURCE = "Alice founded Acme in 2001 in Paris. The company makes rockets. Bob joined Acme in 2005."
 TARGET = "Alice founded Acme in 1999. Acme makes rockets. It is based in Paris."
@@ -210,15 +210,8 @@ FUZZ = garbled_replies(1000) + VALID_REPLIES + mutations(VALID_REPLIES, 400)
 def test_parsers_on_garbled_replies_some_parse_some_fail(name):
     parse = {"dce_sentences": lambda t: parse_dce_sentences(t, 3), "dce_single": parse_dce_single,
              "amc_1": lambda t: parse_amc(t, 1), "amc_3": lambda t: parse_amc(t, 3), "verdict_mark": verdict_mark}[name]
-    ok = failed = 0
-    for reply in FUZZ:
-        try:
-            parse(reply)
-        except ParseError:
-            failed += 1
-        else:
-            ok += 1
-    assert ok > 0 and failed > 0 and ok + failed == len(FUZZ)
+    parsed, refused = parse_each(parse, FUZZ)
+    assert parsed and refused
 
 
 # ------------------------------------------------------------------------------------------ the method

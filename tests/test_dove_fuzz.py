@@ -21,7 +21,7 @@ from halluscope.methods.dove import (
 from halluscope.text import ParseError
 from tests.garble import garbled_replies
 from tests.prompt_data import fenced, listing
-from tests.reply_mutations import mutations
+from tests.reply_fuzz import mutations, parse_each
 
 EVENTS = ["Anna baked a cake", "Ben arrived", "They ate the cake"]
 VALID_REPLIES = [
@@ -49,16 +49,9 @@ PARSERS = {
 
 @pytest.mark.parametrize("name", sorted(PARSERS))
 def test_parser_returns_or_raises_parse_error(name):
-    parse = PARSERS[name]
-    parsed = failed = 0
-    for reply in REPLIES:
-        try:
-            parse(reply)
-            parsed += 1
-        except ParseError as exc:
-            assert str(exc)  # a failure always says why
-            failed += 1
-    assert parsed > 0 and failed > 0 and parsed + failed == len(REPLIES)
+    parsed, refused = parse_each(PARSERS[name], REPLIES)
+    assert parsed and refused
+    assert all(str(exc) for exc in refused)  # a failure always says why
 
 
 def test_no_verdict_replies_are_refused_by_the_fact_parsers():

@@ -27,7 +27,7 @@ from halluscope.text import ParseError, split_sentences
 from halluscope.text.descriptions import fuzzy_duplicate_groups
 from tests.garble import garbled_replies
 from tests.prompt_data import fenced
-from tests.reply_mutations import cut, mutations, replace, stray, upper, wrap
+from tests.reply_fuzz import cut, mutations, parse_each, replace, stray, upper, wrap
 
 SOURCE = "Philips sold 250,000 units on Amazon. The police investigated Philips for a month and let it continue."
 TARGET = "Amazon was investigated for a month. The police ordered Amazon to cease operations."
@@ -149,19 +149,13 @@ def test_parsers_on_garbled_replies_some_parse_some_fail():
     parsers = {"facts": lambda t: parse_facts(t, sentences, TARGET), "describe": FactJudgmentReply.parse,
                "check": FactCheckReply.parse, "keep": lambda t: parse_keep(t, 4)}
     for name, parse in parsers.items():
-        ok = failed = 0
-        for reply in replies:
-            try:
-                value = parse(reply)
-            except ParseError:
-                failed += 1
-                continue
-            ok += 1
+        parsed, refused = parse_each(parse, replies)
+        for reply, value in parsed:
             if name in ("describe", "check"):  # a verdict only from a reply that states it as a JSON boolean
                 assert re.search(r'"supported"[\s:,]*' + ("true" if value.supported else "false"), reply)
             if name == "facts":
                 assert all(f.text in reply and 0 <= f.sentence_index < 2 for f in value)
-        assert ok > 0 and failed > 0, name
+        assert parsed and refused, name
 
 
 # ------------------------------------------------------------------------------------------------ dedup

@@ -22,7 +22,7 @@ from halluscope.text import ParseError, split_sentences
 from tests.conftest import fake_llm
 from tests.garble import garbled_replies
 from tests.prompt_data import fenced
-from tests.reply_mutations import cut, mutations, stray, unchanged, wrap
+from tests.reply_fuzz import cut, mutations, parse_each, stray, unchanged, wrap
 
 SOURCE = "Alice founded Acme in 2001 in Paris. The company makes rockets. Bob joined Acme in 2005."
 TARGET = "Alice founded Acme in 1999.  Acme makes rockets and cars. It is based in Paris."
@@ -101,15 +101,9 @@ RAI_EDITS = (wrap("Here you go:\n```json\n", "\n```"), cut, stray('{}[]",: '), u
 @pytest.mark.parametrize("name", ["sentences", "paragraph"])
 def test_rai_parsers_on_garbled_replies_some_parse_some_fail(name):
     parse = {"sentences": lambda t: parse_rai_sentences(t, {0, 1}, 3), "paragraph": parse_rai_paragraph}[name]
-    ok = failed = 0
-    for reply in garbled_replies(1000, seed=5) + VALID_REPLIES + mutations(VALID_REPLIES, 400, edits=RAI_EDITS):
-        try:
-            parse(reply)
-        except ParseError:
-            failed += 1
-        else:
-            ok += 1
-    assert ok > 0 and failed > 0
+    parsed, refused = parse_each(
+        parse, garbled_replies(1000, seed=5) + VALID_REPLIES + mutations(VALID_REPLIES, 400, edits=RAI_EDITS))
+    assert parsed and refused
 
 
 # ------------------------------------------------------------------------------------------------- loop

@@ -27,7 +27,7 @@ from halluscope.text import ParseError
 from halluscope.text.descriptions import is_none_answer, spans_for_description
 from tests.conftest import fake_llm
 from tests.garble import garbled_replies
-from tests.reply_mutations import cut, mutations, replace, stray, wrap
+from tests.reply_fuzz import cut, mutations, parse_each, replace, stray, wrap
 
 SOURCE = "Alice founded Acme in 2001 in Paris. The company makes rockets."
 TARGET = "Alice founded Acme in 1999. Acme makes rockets and cars."
@@ -149,20 +149,14 @@ def test_parsers_on_garbled_replies_some_parse_some_fail():
                + mutations(valid, 600 - len(valid), seed=1, edits=LOCALIZE_EDITS))
     for name, parse in (("zero_shot", parse_localization), ("cot", parse_final_output),
                         ("binary", parse_binary_verdict)):
-        ok = failed = 0
-        for reply in replies:
-            try:
-                value = parse(reply)
-            except ParseError:
-                failed += 1
-                continue
-            ok += 1
+        parsed, refused = parse_each(parse, replies)
+        for reply, value in parsed:
             if name != "binary":  # a finding only from a reply that lists it
                 squeezed = "".join(reply.replace('\\"', '"').split())  # syntax repair may have joined lines
                 assert all("".join(d.split()) in squeezed for d in value)
             else:
                 assert "final answer" in reply.lower()
-        assert ok > 0 and failed > 0, name
+        assert parsed and refused, name
     for reply in replies:  # never raises, whatever the text
         spans_for_description(reply, TARGET)
 

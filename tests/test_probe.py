@@ -24,7 +24,7 @@ from halluscope.stages import Context, register_stage
 from halluscope.text import ParseError
 from tests.garble import garbled_replies
 from tests.prompt_data import fenced
-from tests.reply_mutations import mutations
+from tests.reply_fuzz import mutations, parse_each
 
 SOURCE = ("Marie Curie was born in Warsaw in 1867. She moved to Paris in 1891 to study physics. "
           "In 1903 she shared the Nobel Prize in Physics. She later won a second Nobel Prize, in Chemistry.")
@@ -558,14 +558,8 @@ FUZZ = garbled_replies(1200) + VALID_REPLIES + mutations(VALID_REPLIES, 300)
 @pytest.mark.parametrize("parser", [parse_claims, EvidenceReply.parse, EvaluationReply.parse],
                          ids=["claims", "evidence", "evaluation"])
 def test_parsers_fuzzed_with_garbled_replies(parser):
-    outcomes = {"ok": 0, "error": 0}
-    for reply in FUZZ:
-        try:
-            parser(reply)
-            outcomes["ok"] += 1
-        except (ParseError, ValidationError):
-            outcomes["error"] += 1
-    assert outcomes["ok"] > 0 and outcomes["error"] > 0 and sum(outcomes.values()) == len(FUZZ)
+    parsed, refused = parse_each(parser, FUZZ, (ParseError, ValidationError))
+    assert parsed and refused
 
 
 def test_garbled_model_end_to_end_never_raises_and_only_explicit_replies_flag_claims():

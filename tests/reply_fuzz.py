@@ -1,5 +1,6 @@
-"""Valid replies damaged the ways a model's replies go wrong (cut off, wrapped in prose or a code fence, a stray
-character, ...), for the tests that fuzz a method's reply parsers: some mutations stay valid, some do not.
+"""For the tests that fuzz a method's reply parsers: valid replies damaged the ways a model's replies go wrong (cut
+off, wrapped in prose or a code fence, a stray character, ...; some mutations stay valid, some do not), and a
+parser run over many replies, split into those it accepted and those it refused.
 
 One generator, :func:`mutations`, with the edits as a tuple so each parser's test picks the damage that matters to
 it; the random draws are made in a fixed order (the reply, the edit, then the edit's own draws), so a seed always
@@ -8,7 +9,10 @@ gives the same list."""
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from halluscope.text import ParseError
 
 Edit = Callable[[str, random.Random], str]
 """One way to damage a reply: a function of the reply and the generator's random source."""
@@ -67,3 +71,19 @@ def mutations(valid: Sequence[str], n: int, seed: int = 0, edits: Sequence[Edit]
         text = rng.choice(valid)
         out.append(edits[rng.randrange(len(edits))](text, rng))
     return out
+
+
+def parse_each(parse: Callable[[str], Any], replies: Iterable[str],
+               refusals: tuple[type[Exception], ...] = (ParseError,)) -> tuple[list[tuple[str, Any]], list[Exception]]:
+    """``parse`` run on every reply: the replies it accepted, each with its value, and the errors it refused the
+    others with (one of ``refusals``); any other exception escapes, failing the test."""
+    parsed: list[tuple[str, Any]] = []
+    refused: list[Exception] = []
+    for reply in replies:
+        try:
+            value = parse(reply)
+        except refusals as exc:
+            refused.append(exc)
+        else:
+            parsed.append((reply, value))
+    return parsed, refused
