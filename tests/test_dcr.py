@@ -407,8 +407,9 @@ def test_dcr_retrieval_on_request():
     supported = report.verdicts[1]
     assert supported.evidence[0].relation == "supports"
     assert supported.evidence[0].span.of(SOURCE) == supported.evidence[0].text
-    assert supported.calls and all("EXCERPT:" in c.messages[-1]["content"] or "ASSESSMENTS" in c.messages[-1]["content"]
-                                   for c in supported.calls)
+    assert supported.calls  # each one the excerpt DCE about this sentence, or the AMC over the reasons
+    assert all(fenced(c.messages, "sentence", "") == supported.claim.text or fenced(c.messages, "reasons", "")
+               for c in supported.calls)
     assert report.usage.calls == sum(len(v.calls) for v in report.verdicts) == len(report.calls)
     assert report.details["other_reasons"] == [] and "dce_is_consistent" not in report.details
 
