@@ -239,7 +239,7 @@ async def test_different_requests_are_not_coalesced() -> None:
     await _overlapping(fake, [llm.generate([{"role": "user", "content": str(i % 4)}]) for i in range(12)])
     assert len(fake.requests) == 4
     fake.gate = asyncio.Event()
-    await _overlapping(fake, [llm.generate(MSGS, llm.params(max_tokens=5)), llm.generate(MSGS, llm.params(max_tokens=6))])
+    await _overlapping(fake, [llm.generate(MSGS, llm.params(max_tokens=n)) for n in (5, 6)])
     assert len(fake.requests) == 6
 
 
