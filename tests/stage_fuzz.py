@@ -1,10 +1,11 @@
 """Stage-by-stage fuzzing (issue 18): a scripted model that answers every halluscope stage with a valid reply and
 attacks only one named stage -- its first answer and its repair answer.
 
-A request is recognised by its prompt template (the literal wording of every registered method's templates, the
-user's overrides aside), the data it carries is read back from the prompt's fences, and a valid reply is built
-from it (one entry per numbered unit, quotes copied from the source, ...). The attacked stage gets one reply of
-an attack class instead. Used by ``tests/test_fuzz_stages.py`` (a fast subset) and by
+A request is recognised by its prompt template (the literal wording of every registered method's templates, read
+from the templates themselves, so rewording a prompt does not break it; a reply type alone cannot tell apart the
+templates that share one, e.g. dcr's paragraph and excerpt DCE or localize's filter and cot), the data it carries
+is read back from the prompt's fences (tests/prompt_data.py), and a valid reply is built from it (one entry per
+numbered unit, quotes copied from the source, ...). The attacked stage gets one reply of an attack class instead. Used by ``tests/test_fuzz_stages.py`` (a fast subset) and by
 ``python benchmarks/fuzz_table.py --stage-by-stage`` (everything).
 
 Counted per check: whether the attacked stage was reached (it must be: every earlier stage was answered validly),
@@ -29,6 +30,7 @@ from halluscope.llm.structured import REPAIR_REQUEST
 from halluscope.methods import get_method, list_methods, method_class
 from halluscope.prompts import PromptTemplate
 from halluscope.text import split_sentences
+from tests.prompt_data import fenced
 
 SOURCE = ("The city council approved the ferry project on Monday. Two thirds of the cost comes from a regional "
           "grant. The first boat will sail in March. The mayor said the route would cut commutes by an hour.")
@@ -81,11 +83,6 @@ def stage_of(messages: list[dict[str, str]]) -> str | None:
     return best
 
 
-def fenced(user: str, name: str) -> str:
-    m = re.search(rf"<{name}_([0-9a-f]{{10}})>\n(.*?)\n</{name}_\1>", user, re.S)
-    return m.group(2) if m else ""
-
-
 def items(listing: str) -> list[tuple[int, str]]:
     """``(number, text)`` of a numbered listing ("1. text" or "[1] text" lines)."""
     out = []
@@ -104,7 +101,7 @@ def _dumps(value: Any) -> str:
 
 
 def _source_quote(user: str) -> str:
-    source = fenced(user, "source") or SOURCE
+    source = fenced(user, "source", "") or SOURCE
     sentences = split_sentences(source)
     return sentences[0].text if sentences else source
 
@@ -119,7 +116,7 @@ def valid(stage: str, user: str, flip: bool = False) -> Any:
     if stage == "geval":
         return {"reason": "The text follows the source.", "score": 1 if flip else 5}
     if stage == "factscore_decompose":
-        return {"facts": [{"sentence": n, "fact": t} for n, t in items(fenced(user, "sentences"))]}
+        return {"facts": [{"sentence": n, "fact": t} for n, t in items(fenced(user, "sentences", ""))]}
     if stage in ("factscore_verify", "factscore_describe"):
         if stage == "factscore_verify":
             return {"supported": not flip}
@@ -128,37 +125,37 @@ def valid(stage: str, user: str, flip: bool = False) -> Any:
     if stage in ("factscore_verify_batch", "factscore_describe_batch"):
         describe = stage == "factscore_describe_batch"
         entries = []
-        for n, _ in items(fenced(user, "facts")):
+        for n, _ in items(fenced(user, "facts", "")):
             entry: dict[str, Any] = {"id": n, "supported": not flip}
             if describe:
                 entry["inconsistencies"] = ['The fact says "this", but the SOURCE says otherwise.'] if flip else []
             entries.append(entry)
         return {"results": entries}
     if stage == "factscore_dedup":
-        return {"keep": [n for n, _ in items(fenced(user, "descriptions"))]}
+        return {"keep": [n for n, _ in items(fenced(user, "descriptions", ""))]}
     if stage == "probe_decompose":
-        return {"claims": [{"segment": s.text, "claim": s.text} for s in split_sentences(fenced(user, "target"))]}
+        return {"claims": [{"segment": s.text, "claim": s.text} for s in split_sentences(fenced(user, "target", ""))]}
     if stage == "probe_find_evidence":  # flipped: nothing bears on the claim (it is then unsupported)
         return {"reasoning": "quoted", "evidence": [] if flip else [_source_quote(user)]}
     if stage == "probe_find_evidence_batch":
         return {"results": [{"id": n, "reasoning": "quoted", "evidence": [] if flip else [_source_quote(user)]}
-                            for n, _ in items(fenced(user, "claims"))]}
+                            for n, _ in items(fenced(user, "claims", ""))]}
     if stage == "probe_evaluate":
         return {"reasoning": "checked", "verdict": "FAIL" if flip else "PASS"}
     if stage == "probe_evaluate_batch":
         return {"results": [{"id": n, "reasoning": "checked", "verdict": "FAIL" if flip else "PASS"}
-                            for n, _ in items(fenced(user, "claims"))]}
+                            for n, _ in items(fenced(user, "claims", ""))]}
     if stage == "dove_decompose":
-        return {"event_facts": [s.text for s in split_sentences(fenced(user, "target"))], "descriptive_facts": []}
+        return {"event_facts": [s.text for s in split_sentences(fenced(user, "target", ""))], "descriptive_facts": []}
     if stage == "dove_check":
         return {"reason": "checked", "evidence": "", "supported": not flip, "contradicted": flip}
     if stage == "dove_check_batch":
         return {"results": [{"id": n, "reason": "checked", "evidence": "", "supported": not flip,
-                             "contradicted": flip} for n, _ in items(fenced(user, "facts"))]}
+                             "contradicted": flip} for n, _ in items(fenced(user, "facts", ""))]}
     if stage == "dove_sort":
-        return {"order": [n for n, _ in items(fenced(user, "events"))]}
+        return {"order": [n for n, _ in items(fenced(user, "events", ""))]}
     if stage == "dcr_dce_sentence":
-        listed = items(fenced(user, "sentences"))
+        listed = items(fenced(user, "sentences", ""))
         last = listed[-1][0] if listed else 0
         return {"sentences": [{"id": n, "reason": INCONSISTENT if (n == last) != flip else CONSISTENT}
                               for n, _ in listed], "is_consistent": False}
@@ -166,14 +163,14 @@ def valid(stage: str, user: str, flip: bool = False) -> Any:
         return {"reason": INCONSISTENT if flip else CONSISTENT, "is_consistent": not flip}
     if stage == "dcr_dce_excerpt_batch":
         return {"results": [{"id": n, "reason": INCONSISTENT if flip else CONSISTENT, "is_consistent": not flip}
-                            for n, _ in items(fenced(user, "sentences"))]}
+                            for n, _ in items(fenced(user, "sentences", ""))]}
     if stage == "dcr_amc":
-        listed = items(fenced(user, "reasons"))
+        listed = items(fenced(user, "reasons", ""))
         marks = [1 if t.startswith("Consistent") else -1 for _, t in listed]
         return {"marks": [-m for m in marks] if flip else marks}
     if stage == "rai_sentence":
         return {"rewrites": [{"id": n, "improved_sentence": "The council approved the ferry project."}
-                             for n, _ in items(fenced(user, "flagged"))]}
+                             for n, _ in items(fenced(user, "flagged", ""))]}
     if stage == "rai_paragraph":
         return {"improved_text": "The council approved the ferry project on Monday."}
     if stage == "localize_binary_filter":

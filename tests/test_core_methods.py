@@ -15,6 +15,7 @@ from halluscope.methods.rouge import Rouge
 from halluscope.records import Report
 from halluscope.text.parsing import ParseError
 from tests.conftest import fake_llm
+from tests.prompt_data import fenced
 
 SOURCE = "The council approved the budget on Tuesday. Bus fares will stay the same."
 TARGET = "The council approved the budget on Friday."
@@ -102,8 +103,12 @@ def test_bad_input_is_refused(source, target) -> None:
 
 
 def test_check_many_keeps_order_and_turns_bad_pairs_into_unscored_reports() -> None:
-    fake = FakeModel(rules=[("Friday", '{"reason": "wrong day", "score": 2}'), ("Tuesday", '{"reason": "ok", "score": 5}')])
-    method = GEval(llm=LLM(fake, cache=None))
+    ratings = {"Friday": '{"reason": "wrong day", "score": 2}', "Tuesday": '{"reason": "ok", "score": 5}'}
+
+    def rate(messages):  # by the day the rated text names (KeyError: a text nobody scripted)
+        return ratings[next(day for day in ratings if day in fenced(messages, "target"))]
+
+    method = GEval(llm=LLM(FakeModel(by_reply={GevalReply: rate}), cache=None))
     reports = method.check_many([(SOURCE, TARGET), (SOURCE, ""), (SOURCE, "Approved on Tuesday.")], concurrency=2)
     assert [r.score for r in reports] == [0.25, None, 1.0]
     assert reports[1].unscored_reason.startswith("bad input")
@@ -115,16 +120,22 @@ async def test_acheck_many_runs_concurrently() -> None:
         name = "slow-test"
         uses_llm = False
         in_flight = peak = 0
+        four_in = asyncio.Event()
 
         async def run(self, source: str, target: str) -> Report:
             Slow.in_flight += 1
             Slow.peak = max(Slow.peak, Slow.in_flight)
-            await asyncio.sleep(0.01)
+            if Slow.in_flight == 4:
+                Slow.four_in.set()
+            # the first checks stay in until four run at once (proven by the event, not by a sleep's length);
+            # the time-out only turns a run that never gets four at once into a failure instead of a hang
+            await asyncio.wait_for(Slow.four_in.wait(), timeout=60)
+            await asyncio.sleep(0.001)  # some time inside the check, for elapsed_s
             Slow.in_flight -= 1
             return Report(method=self.name, score=1.0)
 
     reports = await Slow().acheck_many([(SOURCE, TARGET)] * 10, concurrency=4)
-    assert len(reports) == 10 and Slow.peak == 4
+    assert len(reports) == 10 and Slow.peak == 4  # four at once, never more
     assert all(r.model is None and r.elapsed_s > 0 for r in reports)
 
 

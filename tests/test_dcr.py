@@ -20,6 +20,8 @@ from halluscope.text import ParseError
 from halluscope.text.verdict_words import verdict_mark
 from tests.conftest import fake_llm
 from tests.garble import garbled_replies
+from tests.prompt_data import fenced
+from tests.reply_fuzz import mutations, parse_each
 
 SOURCE = "Alice founded Acme in 2001 in Paris. The company makes rockets. Bob joined Acme in 2005."
 TARGET = "Alice founded Acme in 1999. Acme makes rockets. It is based in Paris."
@@ -201,40 +203,15 @@ VALID_REPLIES = [
 ]
 
 
-def _mutations(n: int, seed: int = 0) -> list[str]:
-    """Valid DCR replies wrapped, truncated, or with a stray character: some stay valid, some do not."""
-    rng = random.Random(seed)
-    out = []
-    for _ in range(n):
-        base = rng.choice(VALID_REPLIES)
-        op = rng.randrange(4)
-        if op == 0:
-            base = "Sure, here it is:\n```json\n" + base + "\n```"
-        elif op == 1:
-            base = base[: rng.randrange(len(base))]
-        elif op == 2:
-            i = rng.randrange(len(base))
-            base = base[:i] + rng.choice('{}[]",: ') + base[i:]
-        out.append(base)
-    return out
-
-
-FUZZ = garbled_replies(1000) + VALID_REPLIES + _mutations(400)
+FUZZ = garbled_replies(1000) + VALID_REPLIES + mutations(VALID_REPLIES, 400)
 
 
 @pytest.mark.parametrize("name", ["dce_sentences", "dce_single", "amc_1", "amc_3", "verdict_mark"])
 def test_parsers_on_garbled_replies_some_parse_some_fail(name):
     parse = {"dce_sentences": lambda t: parse_dce_sentences(t, 3), "dce_single": parse_dce_single,
              "amc_1": lambda t: parse_amc(t, 1), "amc_3": lambda t: parse_amc(t, 3), "verdict_mark": verdict_mark}[name]
-    ok = failed = 0
-    for reply in FUZZ:
-        try:
-            parse(reply)
-        except ParseError:
-            failed += 1
-        else:
-            ok += 1
-    assert ok > 0 and failed > 0 and ok + failed == len(FUZZ)
+    parsed, refused = parse_each(parse, FUZZ)
+    assert parsed and refused
 
 
 # ------------------------------------------------------------------------------------------ the method
@@ -305,7 +282,7 @@ def test_dcr_only_reasons_about_the_whole_text_is_unscored():
     for weights in ("paper", "auto"):
         report = get_method("dcr", llm=fake_llm(reply, marks(-1)), amc_weights=weights).check(SOURCE, TARGET)
         assert report.score is None
-        assert all(v.label == "unscored" and v.reason for v in report.verdicts)
+        assert all(v.label == "unscored" for v in report.verdicts)
         if weights == "auto":
             assert "not about a single sentence" in report.unscored_reason
             assert (report.subscores["alpha"], report.subscores["beta"], report.subscores["k"]) == (1.0, -1.0, 1.0)
@@ -406,13 +383,6 @@ def test_dcr_does_not_import_improve():
 # ---------------------------------------------------------------------------------------- long sources
 
 
-def fenced(messages, name: str) -> str:
-    """The data the prompt fenced as ``<name_KEY> ... </name_KEY>`` (the prompt: the first user message)."""
-    user = next(m["content"] for m in messages if m["role"] == "user")
-    match = re.search(rf"<{name}_(\w+)>\n(.*?)\n</{name}_\1>", user, re.S)
-    return match.group(2) if match else ""
-
-
 def _judge_excerpt(messages):
     sentence, excerpt = fenced(messages, "sentence"), fenced(messages, "source")
     if "1999" in sentence or "Paris" in sentence and "Paris" not in excerpt:
@@ -437,8 +407,9 @@ def test_dcr_retrieval_on_request():
     supported = report.verdicts[1]
     assert supported.evidence[0].relation == "supports"
     assert supported.evidence[0].span.of(SOURCE) == supported.evidence[0].text
-    assert supported.calls and all("EXCERPT:" in c.messages[-1]["content"] or "ASSESSMENTS" in c.messages[-1]["content"]
-                                   for c in supported.calls)
+    assert supported.calls  # each one the excerpt DCE about this sentence, or the AMC over the reasons
+    assert all(fenced(c.messages, "sentence", "") == supported.claim.text or fenced(c.messages, "reasons", "")
+               for c in supported.calls)
     assert report.usage.calls == sum(len(v.calls) for v in report.verdicts) == len(report.calls)
     assert report.details["other_reasons"] == [] and "dce_is_consistent" not in report.details
 
@@ -520,7 +491,7 @@ class _KeywordVerifier:
 
 
 def test_dcr_with_a_swapped_verifier_maps_labels_to_marks():
-    model = FakeModel(responder=lambda messages: "ok")
+    model = FakeModel(default="ok")
     report = get_method("dcr", llm=LLM(model, cache=None), verifier="test_dcr_keywords",
                         amc_weights="auto").check(SOURCE, TARGET)
     assert report.details["stages"]["verifier"] == "test_dcr_keywords"
@@ -533,12 +504,12 @@ def test_dcr_with_a_swapped_verifier_maps_labels_to_marks():
     assert len(model.requests) == 3 and all("CLAIM:" in r[-1]["content"] for r in model.requests)
     assert "dcr_" not in get_method("dcr", llm=LLM(model, cache=None), verifier="test_dcr_keywords").prompt_version
 
-    retrieved = get_method("dcr", llm=LLM(FakeModel(responder=lambda m: "ok"), cache=None),
+    retrieved = get_method("dcr", llm=LLM(FakeModel(default="ok"), cache=None),
                            verifier="test_dcr_keywords", retrieval="always", retriever="bm25", top_k=1,
                            window=0, amc_weights="auto").check(SOURCE, TARGET)
     assert retrieved.details["context"]["mode"] == "retrieval" and retrieved.score == 0.5
     # the paper's weights: the unscored sentence cannot be left out, so there is no score
-    paper = get_method("dcr", llm=LLM(FakeModel(responder=lambda m: "ok"), cache=None),
+    paper = get_method("dcr", llm=LLM(FakeModel(default="ok"), cache=None),
                        verifier="test_dcr_keywords").check(SOURCE, TARGET)
     assert paper.score is None and "could not tell" in paper.unscored_reason
     assert [f.kind for f in paper.findings] == ["contradicted"]
@@ -607,13 +578,11 @@ def test_dcr_garbled_replies_some_judged_some_not_nothing_escapes(options):
         report = method.check(SOURCE, TARGET)
         assert isinstance(report, Report) and report.calls and len(report.calls) == report.usage.calls
         if report.score is None:  # findings only from judged sentences (amc_weights=paper keeps them)
-            assert report.unscored_reason
             assert not report.findings or any(v.label == "unscored" for v in report.verdicts)
         else:
             outcomes["scored_reports"] += 1
             assert report.score == pytest.approx((report.subscores["Z"] + 1) / 2)  # AMC's (Z + 1) / 2
         for v in report.verdicts:
-            assert v.label != "unscored" or v.reason
             outcomes["unscored" if v.label == "unscored" else "judged"] += 1
         assert len(report.findings) == sum(v.label == "unsupported" for v in report.verdicts)
     assert outcomes["judged"] > 0 and outcomes["unscored"] > 0 and outcomes["scored_reports"] > 0, outcomes

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-import re
 
 import pytest
 
@@ -21,6 +20,8 @@ from halluscope.methods.dove import (
 )
 from halluscope.text import ParseError
 from tests.garble import garbled_replies
+from tests.prompt_data import fenced, listing
+from tests.reply_fuzz import mutations, parse_each
 
 EVENTS = ["Anna baked a cake", "Ben arrived", "They ate the cake"]
 VALID_REPLIES = [
@@ -36,25 +37,7 @@ NO_VERDICT = ["Supported? No.", '{"supported": null}', '{"supported": "yes"}', "
               '{"verdict": "supported"}', '{"x": {"supported": true}}', '{"supported": tr', "", "[]", "{}"]
 
 
-def _mutations(n: int, seed: int = 0) -> list[str]:
-    """Valid replies wrapped in prose, cut off, or with a stray character (some stay valid, some do not)."""
-    rng = random.Random(seed)
-    out = []
-    for _ in range(n):
-        base = rng.choice(VALID_REPLIES)
-        op = rng.randrange(4)
-        if op == 0:
-            base = "Sure, here it is:\n```json\n" + base + "\n```"
-        elif op == 1:
-            base = base[: rng.randrange(len(base))]
-        elif op == 2:
-            i = rng.randrange(len(base))
-            base = base[:i] + rng.choice('{}[]",: ') + base[i:]
-        out.append(base)
-    return out
-
-
-REPLIES = garbled_replies(1200) + VALID_REPLIES + NO_VERDICT + _mutations(400)
+REPLIES = garbled_replies(1200) + VALID_REPLIES + NO_VERDICT + mutations(VALID_REPLIES, 400)
 
 PARSERS = {
     "decomposition": parse_decomposition,
@@ -66,16 +49,9 @@ PARSERS = {
 
 @pytest.mark.parametrize("name", sorted(PARSERS))
 def test_parser_returns_or_raises_parse_error(name):
-    parse = PARSERS[name]
-    parsed = failed = 0
-    for reply in REPLIES:
-        try:
-            parse(reply)
-            parsed += 1
-        except ParseError as exc:
-            assert str(exc)  # a failure always says why
-            failed += 1
-    assert parsed > 0 and failed > 0 and parsed + failed == len(REPLIES)
+    parsed, refused = parse_each(PARSERS[name], REPLIES)
+    assert parsed and refused
+    assert all(str(exc) for exc in refused)  # a failure always says why
 
 
 def test_no_verdict_replies_are_refused_by_the_fact_parsers():
@@ -115,16 +91,14 @@ DECOMPOSITION = ('{"event_facts": ["Ben arrived.", "Anna baked a cake.", "Anna a
                  '"descriptive_facts": ["Anna is a cook."]}')
 
 
-def _first_user(messages) -> str:
-    return next(m["content"] for m in messages if m["role"] == "user")
-
-
-def _fenced(user: str, name: str) -> str:
-    return re.findall(rf"<{name}_(\w+)>\n(.*?)\n</{name}_\1>", user, re.DOTALL)[-1][1]
+def is_sorter_call(call) -> bool:
+    """Whether a logged call is the sorter's: it is the one that shows the events (fenced as ``events``)."""
+    return bool(fenced(call.messages, "events", ""))
 
 
 class GarbledResponder:
-    """Replies from the pool in turn; optionally a valid decomposition so the checker and sorter get them."""
+    """A script keyed by reply type: the pool's replies in turn to every request (decomposition, checks, sorter),
+    or optionally a valid decomposition so the checker and sorter get them."""
 
     def __init__(self, pool: list[str], valid_decomposition: bool):
         self.replies = itertools.cycle(pool)
@@ -132,25 +106,28 @@ class GarbledResponder:
         self.used = 0
         self.valid_decomposition = valid_decomposition
 
-    def __call__(self, messages) -> str:
-        if self.valid_decomposition and "Split the TEXT below" in _first_user(messages):
-            return DECOMPOSITION
+    def next_reply(self, messages) -> str:
         self.used += 1
         return next(self.replies)
+
+    def decompose(self, messages) -> str:
+        return DECOMPOSITION if self.valid_decomposition else self.next_reply(messages)
+
+    def script(self) -> dict:
+        return {"DoveFactsReply": self.decompose, "DoveCheckReply": self.next_reply,
+                "DoveBatchReply": self.next_reply, "DoveOrderReply": self.next_reply}
 
 
 def _stated(verdict) -> bool:
     """Whether one of the verdict's own replies states exactly this verdict for this fact."""
     for call in verdict.calls:
-        user = _first_user(call.messages)
         try:
-            if "FACTS:" in user:
-                lines = re.findall(r"^(\d+)\. (.+)$", _fenced(user, "facts"), re.MULTILINE)
-                listing = {text: int(n) for n, text in lines}
-                judged = parse_batch_judgments(call.reply, len(listing)).judged
-                stated = judged.get(listing[verdict.claim.text] - 1)
+            if fenced(call.messages, "facts", ""):  # a batch check: the facts are listed, numbered
+                numbered = {text: n for n, text in listing(call.messages, "facts")}
+                judged = parse_batch_judgments(call.reply, len(numbered)).judged
+                stated = judged.get(numbered[verdict.claim.text] - 1)
             else:
-                stated = parse_fact_judgment(call.reply) if _fenced(user, "fact") == verdict.claim.text else None
+                stated = parse_fact_judgment(call.reply) if fenced(call.messages, "fact") == verdict.claim.text else None
         except ParseError:
             continue
         if stated is not None and stated.label == verdict.label:
@@ -160,7 +137,7 @@ def _stated(verdict) -> bool:
 
 def _run_all(pool: list[str], valid_decomposition: bool, **options) -> list:
     responder = GarbledResponder(pool, valid_decomposition)
-    method = Dove(llm=LLM(FakeModel(responder=responder), cache=None), **options)
+    method = Dove(llm=LLM(FakeModel(by_reply=responder.script()), cache=None), **options)
 
     async def until_all_used():
         reports = []
@@ -181,13 +158,11 @@ def test_dove_end_to_end_on_garbled_replies(valid_decomposition, batch_size):
         assert (report.score is None) == bool(report.unscored_reason)
         for verdict in report.verdicts:
             assert verdict.calls  # the raw replies are kept
-            if verdict.label == "unscored":
-                assert verdict.reason
-            else:
+            if verdict.label != "unscored":
                 judged += 1
                 assert _stated(verdict), (verdict.label, [c.reply for c in verdict.calls])
         if "source_order" in report.details.get("order", {}):
-            sorter_calls = [c for c in report.calls if "EVENTS:" in _first_user(c.messages)]
+            sorter_calls = [c for c in report.calls if is_sorter_call(c)]
             assert any(_parses_as_order(c) for c in sorter_calls)
     assert any(r.score is None for r in reports)
     if valid_decomposition:
@@ -196,7 +171,7 @@ def test_dove_end_to_end_on_garbled_replies(valid_decomposition, batch_size):
 
 def _parses_as_order(call) -> bool:
     """Whether a sorter call's reply is a valid ordering of the events it was shown."""
-    shown = re.findall(r"^\d+\. (.+)$", _fenced(_first_user(call.messages), "events"), re.MULTILINE)
+    shown = [text for _, text in listing(call.messages, "events")]
     try:
         parse_event_order(call.reply, shown)
         return True
@@ -207,19 +182,15 @@ def _parses_as_order(call) -> bool:
 class GarbledSorter(GarbledResponder):
     """A valid decomposition and checker (every fact supported); the sorter gets the pool's replies."""
 
-    def __call__(self, messages) -> str:
-        user = _first_user(messages)
-        if "EVENTS:" in user:
-            self.used += 1
-            return next(self.replies)
-        if "Split the TEXT below" in user:
-            return DECOMPOSITION
-        return '{"reason": "stated", "supported": true}'
+    def script(self) -> dict:
+        supported = '{"reason": "stated", "supported": true}'
+        return {"DoveFactsReply": DECOMPOSITION, "DoveCheckReply": supported, "DoveBatchReply": supported,
+                "DoveOrderReply": self.next_reply}
 
 
 def test_event_order_only_from_a_sorter_reply_that_states_one():
     responder = GarbledSorter(random.Random(2).sample(REPLIES, 200), True)
-    method = Dove(llm=LLM(FakeModel(responder=responder), cache=None), target_order="decomposition")
+    method = Dove(llm=LLM(FakeModel(by_reply=responder.script()), cache=None), target_order="decomposition")
 
     async def until_all_used():
         reports = []
@@ -229,7 +200,7 @@ def test_event_order_only_from_a_sorter_reply_that_states_one():
 
     ordered = refused = 0
     for report in asyncio.run(until_all_used()):
-        sorter_calls = [c for c in report.calls if "EVENTS:" in _first_user(c.messages)]
+        sorter_calls = [c for c in report.calls if is_sorter_call(c)]
         if report.score is not None:
             ordered += 1
             assert any(_parses_as_order(c) for c in sorter_calls)
@@ -247,5 +218,5 @@ def test_replies_without_a_verdict_never_score(batch_size):
     reports = _run_all(NO_VERDICT * 3, True, batch_size=batch_size)
     for report in reports:
         assert report.score is None and not report.findings
-        assert report.verdicts and all(v.label == "unscored" and v.reason for v in report.verdicts)
+        assert report.verdicts and all(v.label == "unscored" for v in report.verdicts)
         assert "could be checked" in report.unscored_reason

@@ -26,6 +26,8 @@ from halluscope.stages import Context, register_stage
 from halluscope.text import ParseError, split_sentences
 from halluscope.text.descriptions import fuzzy_duplicate_groups
 from tests.garble import garbled_replies
+from tests.prompt_data import fenced
+from tests.reply_fuzz import cut, mutations, parse_each, replace, stray, upper, wrap
 
 SOURCE = "Philips sold 250,000 units on Amazon. The police investigated Philips for a month and let it continue."
 TARGET = "Amazon was investigated for a month. The police ordered Amazon to cease operations."
@@ -49,16 +51,9 @@ PROSE_VERDICTS = ["No problem!", "Yes, I can help with that.", "True to form, th
                   '{"verdict": "supported"}']
 
 
-def fact_of(messages) -> str:
-    """The fact fenced in a verification prompt (the data it carries, whatever the wording around it)."""
-    user = next(m["content"] for m in messages if m["role"] == "user")
-    m = re.search(r"<fact_(\w+)>\n(.*?)\n</fact_\1>", user, re.S)
-    return m.group(2) if m else ""
-
-
 def judge(messages) -> str:
     """Verification: facts about Amazon are wrong, each problem described."""
-    fact = fact_of(messages)
+    fact = fenced(messages, "fact")
     problems = []
     if "Amazon" in fact:
         problems.append('The fact says "Amazon" was investigated, but the source says it was Philips.')
@@ -73,10 +68,9 @@ JUDGE = {"FactsReply": FACTS, "FactJudgmentReply": judge, "FactCheckReply": judg
          "KeepReply": json.dumps({"keep": [1, 3]})}
 
 
-def fake(responder=None, *, by_reply=None, **kwargs) -> LLM:
-    if responder is None and by_reply is None:
-        by_reply = JUDGE
-    return LLM(FakeModel(responder=responder, by_reply=by_reply, **kwargs), cache=None)
+def fake(*, by_reply=None, **kwargs) -> LLM:
+    """An LLM over a fake keyed by reply type (``JUDGE`` unless another script is given)."""
+    return LLM(FakeModel(by_reply=JUDGE if by_reply is None else by_reply, **kwargs), cache=None)
 
 
 # ---------------------------------------------------------------------------------------------- parsers
@@ -141,51 +135,27 @@ def test_parse_keep():
             parse_keep(bad, 3)
 
 
-def mutations(valid: Sequence[str], n: int, seed: int) -> list[str]:
-    """Valid replies, cut off, wrapped in prose, with a stray character, upper-cased, or re-keyed."""
-    rng = random.Random(seed)
-    out = list(valid)
-    while len(out) < n:
-        v = rng.choice(valid)
-        op = rng.randrange(5)
-        if op == 0:
-            v = v[: rng.randrange(len(v))]
-        elif op == 1:
-            v = f"Sure! Here it is: {v} Hope this helps."
-        elif op == 2:
-            i = rng.randrange(len(v))
-            v = v[:i] + rng.choice('{}[]",:') + v[i:]
-        elif op == 3:
-            v = v.upper()
-        else:
-            v = v.replace('"supported"', '"is_supported"').replace('"facts"', '"atomic_facts"')
-        out.append(v)
-    return out
-
-
 VALID = [FACTS, '{"supported": true}', '{"supported": false, "inconsistencies": ["The year is wrong."]}',
          '{"keep": [1, 2]}', '[{"sentence": 2, "fact": "The police gave an order."}]']
+# cut off, wrapped in prose, a stray character, upper-cased, or re-keyed
+FACTSCORE_EDITS = (cut, wrap("Sure! Here it is: ", " Hope this helps."), stray('{}[]",:'), upper,
+                   replace(('"supported"', '"is_supported"'), ('"facts"', '"atomic_facts"')))
 
 
 def test_parsers_on_garbled_replies_some_parse_some_fail():
     sentences = split_sentences(TARGET)
-    replies = garbled_replies(1000, seed=17) + mutations(VALID, 600, seed=3) + PLACEHOLDER_FACTS + PROSE_VERDICTS
+    replies = (garbled_replies(1000, seed=17) + VALID + mutations(VALID, 600 - len(VALID), seed=3, edits=FACTSCORE_EDITS)
+               + PLACEHOLDER_FACTS + PROSE_VERDICTS)
     parsers = {"facts": lambda t: parse_facts(t, sentences, TARGET), "describe": FactJudgmentReply.parse,
                "check": FactCheckReply.parse, "keep": lambda t: parse_keep(t, 4)}
     for name, parse in parsers.items():
-        ok = failed = 0
-        for reply in replies:
-            try:
-                value = parse(reply)
-            except ParseError:
-                failed += 1
-                continue
-            ok += 1
+        parsed, refused = parse_each(parse, replies)
+        for reply, value in parsed:
             if name in ("describe", "check"):  # a verdict only from a reply that states it as a JSON boolean
                 assert re.search(r'"supported"[\s:,]*' + ("true" if value.supported else "false"), reply)
             if name == "facts":
                 assert all(f.text in reply and 0 <= f.sentence_index < 2 for f in value)
-        assert ok > 0 and failed > 0, name
+        assert parsed and refused, name
 
 
 # ------------------------------------------------------------------------------------------------ dedup
@@ -257,7 +227,7 @@ def test_factscore_llm_dedup_failure_falls_back_explicitly():
 
 def test_factscore_without_descriptions():
     def verify(messages):
-        return json.dumps({"supported": "Amazon" not in fact_of(messages)})
+        return json.dumps({"supported": "Amazon" not in fenced(messages, "fact")})
 
     method = FactScore(llm=fake(by_reply={"FactsReply": FACTS, "FactCheckReply": verify}), describe=False)
     report = method.check(SOURCE, TARGET)
@@ -271,7 +241,7 @@ def test_factscore_without_descriptions():
 
 def test_unsupported_fact_without_description_gets_one():
     def verify(messages):
-        return json.dumps({"supported": "month" in fact_of(messages), "inconsistencies": []})
+        return json.dumps({"supported": "month" in fenced(messages, "fact"), "inconsistencies": []})
 
     report = FactScore(llm=fake(by_reply={"FactsReply": FACTS, "FactJudgmentReply": verify}), dedup="none").check(
         SOURCE, TARGET)
@@ -281,7 +251,7 @@ def test_unsupported_fact_without_description_gets_one():
 @pytest.mark.parametrize("prose", PROSE_VERDICTS)
 def test_a_prose_verdict_is_unscored_not_a_verdict(prose):
     def verify(messages):
-        return prose if "cease" in fact_of(messages) else judge(messages)
+        return prose if "cease" in fenced(messages, "fact") else judge(messages)
 
     report = FactScore(llm=fake(by_reply=JUDGE | {"FactJudgmentReply": verify})).check(SOURCE, TARGET)
     assert report.score == 0.5 and report.subscores["judged"] == 2.0
@@ -415,8 +385,8 @@ def test_a_swapped_verifier_runs_end_to_end():
 
 def test_the_probe_verifier_swapped_into_factscore():
     def evaluate(messages):  # PROBE's evaluation of one excerpt
-        claim = re.search(r"<claim_(\w+)>\n(.*?)\n</claim_\1>", messages[-1]["content"], re.S).group(2)
-        return json.dumps({"reasoning": "", "verdict": "FAIL" if "Amazon" in claim else "PASS"})
+        verdict = "FAIL" if "Amazon" in fenced(messages, "claim") else "PASS"
+        return json.dumps({"reasoning": "", "verdict": verdict})
 
     scripted = {"FactsReply": FACTS,
                 "EvidenceReply": json.dumps({"reasoning": "", "evidence": [  # PROBE's evidence finding: a quote
@@ -440,8 +410,8 @@ def test_the_factscore_verifier_serves_another_claim_method():
             return SentenceDecomposer()
 
     def verify(messages):
-        return json.dumps({"supported": "Amazon" not in fact_of(messages), "inconsistencies": []
-                           if "Amazon" not in fact_of(messages) else ['"Amazon" is not in the source.']})
+        return json.dumps({"supported": "Amazon" not in fenced(messages, "fact"), "inconsistencies": []
+                           if "Amazon" not in fenced(messages, "fact") else ['"Amazon" is not in the source.']})
 
     report = Sentences(llm=fake(by_reply={"FactJudgmentReply": verify}), verifier="factscore").check(SOURCE, TARGET)
     assert [v.label for v in report.verdicts] == ["unsupported", "unsupported"]
@@ -467,11 +437,9 @@ def test_garbled_replies_some_scored_some_not_and_no_finding_without_a_verdict(o
         report = method.check(SOURCE, TARGET)
         assert isinstance(report, Report)
         outcomes["scored" if report.score is not None else "unscored"] += 1
-        if report.score is None:
-            assert report.unscored_reason
         for v in report.verdicts:
             if v.label == "unscored":
-                assert v.reason and v.calls
+                assert v.calls  # the reply that could not be used, kept for audit
                 continue
             stated = re.search(r'"supported"\s*:\s*(true|false)', v.calls[-1].reply)  # the reply that decided
             assert stated and (stated.group(1) == "true") == (v.label == "supported")

@@ -69,8 +69,7 @@ def test_parse_geval_success_is_always_in_range() -> None:
 
 
 async def test_generate_structured_turns_every_garbled_reply_into_value_or_reason() -> None:
-    replies = iter(REPLIES * 2)
-    llm = LLM(FakeModel(responder=lambda messages: next(replies)), cache=None)
+    llm = LLM(FakeModel(REPLIES * 2), cache=None)  # the garbled replies in order
     errors = 0
     for _ in range(len(REPLIES) // 2):
         parsed = await generate_structured(llm, [{"role": "user", "content": "list the claims"}], Claims)
@@ -85,8 +84,7 @@ async def test_generate_structured_turns_every_garbled_reply_into_value_or_reaso
 
 
 async def test_geval_end_to_end_on_garbled_replies() -> None:
-    replies = iter(REPLIES)
-    method = GEval(llm=LLM(FakeModel(responder=lambda messages: next(replies)), cache=None))
+    method = GEval(llm=LLM(FakeModel(REPLIES), cache=None))  # the garbled replies in order
     pairs = [("The mayor opened the bridge on Monday.", f"The mayor opened a bridge. ({i})") for i in range(500)]
     reports = await method.acheck_many(pairs, concurrency=8)
     assert len(reports) == 500
@@ -95,7 +93,7 @@ async def test_geval_end_to_end_on_garbled_replies() -> None:
     for report in reports:
         assert report.calls and report.usage.calls == len(report.calls) <= 2
         if report.score is None:
-            assert report.unscored_reason and report.label is None
+            assert report.label is None
             assert len(report.calls) == 2 and all(isinstance(c.reply, str) for c in report.calls)
         else:
             assert report.subscores["rating"] in (1.0, 2.0, 3.0, 4.0, 5.0)

@@ -21,6 +21,8 @@ from halluscope.stages import register_stage
 from halluscope.text import ParseError, split_sentences
 from tests.conftest import fake_llm
 from tests.garble import garbled_replies
+from tests.prompt_data import fenced
+from tests.reply_fuzz import cut, mutations, parse_each, stray, unchanged, wrap
 
 SOURCE = "Alice founded Acme in 2001 in Paris. The company makes rockets. Bob joined Acme in 2005."
 TARGET = "Alice founded Acme in 1999.  Acme makes rockets and cars. It is based in Paris."
@@ -93,38 +95,15 @@ def test_parse_rai_paragraph():
 
 VALID_REPLIES = [rewrites(s1="Alice founded Acme in 2001."), rewrites(s1="", s2="Acme makes rockets."),
                  json.dumps({"improved_text": "Alice founded Acme in 2001."})]
-
-
-def _mutations(n: int, seed: int = 0) -> list[str]:
-    """Valid RAI replies wrapped, truncated, or with a stray character: some stay valid, some do not."""
-    rng = random.Random(seed)
-    out = []
-    for _ in range(n):
-        base = rng.choice(VALID_REPLIES)
-        op = rng.randrange(4)
-        if op == 0:
-            base = "Here you go:\n```json\n" + base + "\n```"
-        elif op == 1:
-            base = base[: rng.randrange(len(base))]
-        elif op == 2:
-            i = rng.randrange(len(base))
-            base = base[:i] + rng.choice('{}[]",: ') + base[i:]
-        out.append(base)
-    return out
+RAI_EDITS = (wrap("Here you go:\n```json\n", "\n```"), cut, stray('{}[]",: '), unchanged)
 
 
 @pytest.mark.parametrize("name", ["sentences", "paragraph"])
 def test_rai_parsers_on_garbled_replies_some_parse_some_fail(name):
     parse = {"sentences": lambda t: parse_rai_sentences(t, {0, 1}, 3), "paragraph": parse_rai_paragraph}[name]
-    ok = failed = 0
-    for reply in garbled_replies(1000, seed=5) + VALID_REPLIES + _mutations(400):
-        try:
-            parse(reply)
-        except ParseError:
-            failed += 1
-        else:
-            ok += 1
-    assert ok > 0 and failed > 0
+    parsed, refused = parse_each(
+        parse, garbled_replies(1000, seed=5) + VALID_REPLIES + mutations(VALID_REPLIES, 400, edits=RAI_EDITS))
+    assert parsed and refused
 
 
 # ------------------------------------------------------------------------------------------------- loop
@@ -264,8 +243,7 @@ def _mixed_script(rng: random.Random, garbage: list[str]) -> dict:
         return lambda messages: rng.choice(garbage) if rng.random() < 0.4 else valid(messages)
 
     def dce_sentences(messages):
-        user = next(m["content"] for m in messages if m["role"] == "user")  # the prompt, also on a repair request
-        n = len(re.findall(r"^\[\d+\] ", user, re.M))
+        n = len(re.findall(r"^\[\d+\] ", fenced(messages, "sentences"), re.M))  # the numbered sentences asked about
         return dce(*[rng.choice(["Consistent: ok.", "Inconsistent: no."]) for _ in range(n)])
 
     def whole_text(messages):

@@ -14,6 +14,7 @@ from halluscope.methods import OptionsError, get_method
 from halluscope.methods.improve import Improve
 from halluscope.records import Claim, Finding, Report, Span, Verdict
 from halluscope.methods.improve import units_of
+from tests.prompt_data import fenced
 
 SOURCE = "Alice founded Acme in 2001 in Paris. The company makes rockets. Bob joined Acme in 2005."
 TARGET = "Alice founded Acme in 1999.  Acme makes rockets. It is based in Paris."
@@ -21,29 +22,33 @@ FIXED = "Alice founded Acme in 2001.  Acme makes rockets. It is based in Paris."
 
 
 def _localizer_and_rewriter(still_wrong: bool = False):
-    """localize (zero-shot, variant 1) finds "1999" while the text has it; the rewriter fixes sentence 1."""
+    """A script keyed by reply type: localize (zero-shot, variant 1) finds "1999" while the text it is given has
+    it; the rewriter fixes sentence 1. Also the requests seen, in order, and the rewrite requests alone."""
     seen: list[str] = []
+    rewrites: list[str] = []
 
-    def respond(messages):
-        user = messages[-1]["content"]
-        seen.append(user)
-        if "SENTENCES TO REWRITE" in user:
-            return json.dumps({"rewrites": [{"id": 1, "improved_sentence": "Alice founded Acme in 2001."}]})
-        if "1999" in user or still_wrong:
+    def localize(messages):
+        seen.append(messages[-1]["content"])
+        if "1999" in fenced(messages, "target") or still_wrong:
             return json.dumps({"inconsistencies": ['The text says "1999", but the source says 2001.']})
         return json.dumps({"inconsistencies": []})
 
-    return respond, seen
+    def rewrite(messages):
+        seen.append(messages[-1]["content"])
+        rewrites.append(messages[-1]["content"])
+        return json.dumps({"rewrites": [{"id": 1, "improved_sentence": "Alice founded Acme in 2001."}]})
+
+    return {"LocalizationReply": localize, "RewritesReply": rewrite}, seen, rewrites
 
 
-def _improve(responder, **options):
-    return Improve(llm=LLM(FakeModel(responder=responder), cache=None), evaluator="localize", variant=1,
+def _improve(script, **options):
+    return Improve(llm=LLM(FakeModel(by_reply=script), cache=None), evaluator="localize", variant=1,
                    style="zero_shot", **options)
 
 
 def test_localize_as_evaluator_rewrites_the_sentence_its_finding_points_into():
-    respond, seen = _localizer_and_rewriter()
-    report = _improve(respond, rounds=2).check(SOURCE, TARGET)
+    script, seen, rewrites = _localizer_and_rewriter()
+    report = _improve(script, rounds=2).check(SOURCE, TARGET)
     details = report.details
     assert report.method == "improve" and report.score == pytest.approx(0.5)  # localize's score of the given text
     assert details["improved"] is True and details["improved_target"] == FIXED
@@ -51,22 +56,22 @@ def test_localize_as_evaluator_rewrites_the_sentence_its_finding_points_into():
     assert details["rounds"][0]["inconsistent_sentences"] == [1]
     change = details["rounds"][1]["changes"][0]
     assert change["before"] == "Alice founded Acme in 1999." and "source says 2001" in change["reason"]
-    rewrite_prompt = next(p for p in seen if "SENTENCES TO REWRITE" in p)
+    [rewrite_prompt] = rewrites
     assert 'reason: The text says "1999", but the source says 2001.' in rewrite_prompt
-    assert "[2]" not in rewrite_prompt.split("SENTENCES TO REWRITE")[1]  # only the flagged sentence is listed
+    assert "[2]" not in fenced(rewrite_prompt, "flagged")  # only the flagged sentence is listed
     assert len(seen) == 3 and report.usage.calls == 3  # evaluate, rewrite, re-evaluate
 
 
 def test_a_rewrite_the_evaluator_still_flags_is_not_returned():
-    respond, _ = _localizer_and_rewriter(still_wrong=True)
-    report = _improve(respond, rounds=1).check(SOURCE, TARGET)
+    script, _, _ = _localizer_and_rewriter(still_wrong=True)
+    report = _improve(script, rounds=1).check(SOURCE, TARGET)
     assert report.details["improved"] is False and report.details["improved_target"] == TARGET
     assert [r["score"] for r in report.details["rounds"]] == [0.5, 0.5]
 
 
 def test_evaluator_options_are_routed_and_validated():
-    respond, _ = _localizer_and_rewriter()
-    method = _improve(respond)
+    script, _, _ = _localizer_and_rewriter()
+    method = _improve(script)
     assert method.options() == {"rounds": 2, "level": "sentence", "evaluator": "localize",
                                 "evaluator_options": method.evaluator.options()}
     assert method.evaluator.options()["style"] == "zero_shot" and method.default_threshold == 0.75

@@ -187,59 +187,6 @@ def test_empty_model_variable_means_not_set(monkeypatch) -> None:
 
 # --- single flight --------------------------------------------------------------------------------------------
 
-class _SlowFake(FakeModel):
-    """A FakeModel whose replies take a little while, so identical requests overlap."""
-
-    def __init__(self, *args: object, delay: float = 0.05, **kwargs: object):
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.delay = delay
-
-    async def generate(self, messages, params) -> Completion:
-        await asyncio.sleep(self.delay)
-        return await super().generate(messages, params)
-
-
-@pytest.mark.parametrize("with_cache", [False, True])
-async def test_identical_requests_in_flight_share_one_call(tmp_path, with_cache: bool) -> None:
-    fake = _SlowFake(default="shared")
-    llm = LLM(fake, cache=ResponseCache(tmp_path / "c.sqlite") if with_cache else None)
-    with track_calls() as log:
-        replies = await asyncio.gather(*(llm.generate(MSGS) for _ in range(20)))
-    assert len(fake.requests) == 1
-    assert {r.text for r in replies} == {"shared"}
-    assert log.usage.calls == 1 and log.usage.cache_hits == 19
-    assert sum(r.cached for r in replies) == 19 and sum(r.usage.calls for r in replies) == 1
-    assert all(r.usage == Usage(cache_hits=1) for r in replies if r.cached)
-    assert llm.in_flight == 0
-
-
-async def test_different_requests_are_not_coalesced() -> None:
-    fake = _SlowFake(default="x")
-    llm = LLM(fake, cache=None)
-    await asyncio.gather(*(llm.generate([{"role": "user", "content": str(i % 4)}]) for i in range(12)))
-    assert len(fake.requests) == 4
-    await asyncio.gather(llm.generate(MSGS, llm.params(max_tokens=5)), llm.generate(MSGS, llm.params(max_tokens=6)))
-    assert len(fake.requests) == 6
-
-
-async def test_sequential_identical_requests_without_cache_each_call() -> None:
-    fake = FakeModel(default="x")
-    llm = LLM(fake, cache=None)
-    await llm.generate(MSGS)
-    await llm.generate(MSGS)
-    assert len(fake.requests) == 2  # single flight only joins requests that overlap in time
-
-
-async def test_an_error_reaches_every_waiter_and_nothing_stays_in_flight() -> None:
-    fake = _SlowFake([LLMError("endpoint down")], default="later")
-    llm = LLM(fake, cache=None)
-    results = await asyncio.gather(*(llm.generate(MSGS) for _ in range(5)), return_exceptions=True)
-    assert all(isinstance(r, LLMError) and "endpoint down" in str(r) for r in results)
-    assert len(fake.requests) == 1 and llm.in_flight == 0
-    assert llm.usage == Usage()
-    assert (await llm.generate(MSGS)).text == "later"  # the next request is a fresh call
-
-
 class _GatedFake(FakeModel):
     """A FakeModel whose calls wait until the test opens the gate: the order of events is the test's, not
     the scheduler's (no sleeps to race against on a loaded machine)."""
@@ -259,6 +206,59 @@ async def _settle() -> None:
     """Let every ready task run up to its next real wait (joining a flight is synchronous up to there)."""
     for _ in range(5):
         await asyncio.sleep(0)
+
+
+async def _overlapping(fake: _GatedFake, calls) -> list:
+    """Run ``calls`` (coroutines) as tasks that all reach the model before any reply is let out: the gate opens
+    only once the first call is inside the backend and every task has run up to its wait. Results (or errors) in
+    order."""
+    tasks = [asyncio.create_task(c) for c in calls]
+    await fake.entered.wait()
+    await _settle()
+    fake.gate.set()
+    return await asyncio.gather(*tasks, return_exceptions=True)
+
+
+@pytest.mark.parametrize("with_cache", [False, True])
+async def test_identical_requests_in_flight_share_one_call(tmp_path, with_cache: bool) -> None:
+    fake = _GatedFake(default="shared")
+    llm = LLM(fake, cache=ResponseCache(tmp_path / "c.sqlite") if with_cache else None)
+    with track_calls() as log:
+        replies = await _overlapping(fake, [llm.generate(MSGS) for _ in range(20)])
+    assert len(fake.requests) == 1
+    assert {r.text for r in replies} == {"shared"}
+    assert log.usage.calls == 1 and log.usage.cache_hits == 19
+    assert sum(r.cached for r in replies) == 19 and sum(r.usage.calls for r in replies) == 1
+    assert all(r.usage == Usage(cache_hits=1) for r in replies if r.cached)
+    assert llm.in_flight == 0
+
+
+async def test_different_requests_are_not_coalesced() -> None:
+    fake = _GatedFake(default="x")
+    llm = LLM(fake, cache=None)
+    await _overlapping(fake, [llm.generate([{"role": "user", "content": str(i % 4)}]) for i in range(12)])
+    assert len(fake.requests) == 4
+    fake.gate = asyncio.Event()
+    await _overlapping(fake, [llm.generate(MSGS, llm.params(max_tokens=n)) for n in (5, 6)])
+    assert len(fake.requests) == 6
+
+
+async def test_sequential_identical_requests_without_cache_each_call() -> None:
+    fake = FakeModel(default="x")
+    llm = LLM(fake, cache=None)
+    await llm.generate(MSGS)
+    await llm.generate(MSGS)
+    assert len(fake.requests) == 2  # single flight only joins requests that overlap in time
+
+
+async def test_an_error_reaches_every_waiter_and_nothing_stays_in_flight() -> None:
+    fake = _GatedFake([LLMError("endpoint down")], default="later")
+    llm = LLM(fake, cache=None)
+    results = await _overlapping(fake, [llm.generate(MSGS) for _ in range(5)])
+    assert all(isinstance(r, LLMError) and "endpoint down" in str(r) for r in results)
+    assert len(fake.requests) == 1 and llm.in_flight == 0
+    assert llm.usage == Usage()
+    assert (await llm.generate(MSGS)).text == "later"  # the next request is a fresh call
 
 
 async def test_a_cancelled_leader_hands_over_to_a_waiter() -> None:
@@ -298,11 +298,12 @@ async def test_a_cancelled_waiter_does_not_cancel_the_shared_call() -> None:
 
 
 def test_single_flight_works_across_event_loops() -> None:
-    fake = _SlowFake(default="ok", delay=0.01)
+    fake = _GatedFake(default="ok")
     llm = LLM(fake, cache=None)
 
     async def burst() -> list[Completion]:
-        return await asyncio.gather(*(llm.generate(MSGS) for _ in range(3)))
+        fake.entered, fake.gate = asyncio.Event(), asyncio.Event()  # this loop's own events
+        return await _overlapping(fake, [llm.generate(MSGS) for _ in range(3)])
 
     for _ in range(2):
         assert [r.cached for r in asyncio.run(burst())] == [False, True, True]

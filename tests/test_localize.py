@@ -13,6 +13,7 @@ from halluscope.llm import LLM, FakeModel
 from halluscope.methods import OptionsError, get_method
 from halluscope.methods.localize import (
     _HINTS as HINTS,
+    BINARY_PROMPT,
     FINAL_MARKER,
     LOCALIZE_PROMPTS,
     Localize,
@@ -26,6 +27,7 @@ from halluscope.text import ParseError
 from halluscope.text.descriptions import is_none_answer, spans_for_description
 from tests.conftest import fake_llm
 from tests.garble import garbled_replies
+from tests.reply_fuzz import cut, mutations, parse_each, replace, stray, wrap
 
 SOURCE = "Alice founded Acme in 2001 in Paris. The company makes rockets."
 TARGET = "Alice founded Acme in 1999. Acme makes rockets and cars."
@@ -138,44 +140,23 @@ def test_parse_binary_verdict():
             parse_binary_verdict(bad)
 
 
-def _mutations(valid: list[str], n: int, seed: int) -> list[str]:
-    rng = random.Random(seed)
-    out = list(valid)
-    while len(out) < n:
-        v = rng.choice(valid)
-        op = rng.randrange(4)
-        if op == 0:
-            v = v[: rng.randrange(len(v))]
-        elif op == 1:
-            i = rng.randrange(len(v))
-            v = v[:i] + rng.choice('{}[]",:\n') + v[i:]
-        elif op == 2:
-            v = "Sure, here you go. " + v
-        else:
-            v = v.replace("inconsistencies", "problems")
-        out.append(v)
-    return out
+LOCALIZE_EDITS = (cut, stray('{}[]",:\n'), wrap("Sure, here you go. "), replace(("inconsistencies", "problems")))
 
 
 def test_parsers_on_garbled_replies_some_parse_some_fail():
     valid = [ANSWER, NONE, COT, f"Thinking.\n{FINAL_MARKER}\n{NONE}", "Checks.\nFinal answer: no"]
-    replies = garbled_replies(1000, seed=7) + JUNK + [REAL_COT_REPLY] + _mutations(valid, 600, seed=1)
+    replies = (garbled_replies(1000, seed=7) + JUNK + [REAL_COT_REPLY] + valid
+               + mutations(valid, 600 - len(valid), seed=1, edits=LOCALIZE_EDITS))
     for name, parse in (("zero_shot", parse_localization), ("cot", parse_final_output),
                         ("binary", parse_binary_verdict)):
-        ok = failed = 0
-        for reply in replies:
-            try:
-                value = parse(reply)
-            except ParseError:
-                failed += 1
-                continue
-            ok += 1
+        parsed, refused = parse_each(parse, replies)
+        for reply, value in parsed:
             if name != "binary":  # a finding only from a reply that lists it
                 squeezed = "".join(reply.replace('\\"', '"').split())  # syntax repair may have joined lines
                 assert all("".join(d.split()) in squeezed for d in value)
             else:
                 assert "final answer" in reply.lower()
-        assert ok > 0 and failed > 0, name
+        assert parsed and refused, name
     for reply in replies:  # never raises, whatever the text
         spans_for_description(reply, TARGET)
 
@@ -401,22 +382,25 @@ def test_garbled_replies_some_scored_some_not_and_no_finding_without_one(options
     cot = options.get("style", "cot") == "cot"
     valid = [COT, f"Reasoning.\n{FINAL_MARKER}\n{NONE}"] if cot else [ANSWER, NONE]
 
-    def responder(messages):
-        first_user = next(m["content"] for m in messages if m["role"] == "user")
+    # the self filter and the cot localization both ask for free text about the same data: a filter request is
+    # told by the template that made it (its user message as rendered), not by its wording
+    filter_request = BINARY_PROMPT.render(source=SOURCE, target=TARGET)[-1]["content"]
+
+    def reply(messages):
         if rng.random() < 0.5:
             return rng.choice(garbage)
-        if "Final answer" in first_user:
+        if next(m["content"] for m in messages if m["role"] == "user") == filter_request:
             return rng.choice(["Checked.\nFinal answer: no", "Checked.\nFinal answer: yes"])
         return rng.choice(valid)
 
-    method = Localize(llm=LLM(FakeModel(responder=responder), cache=None), **options)
+    method = Localize(llm=LLM(FakeModel(by_reply={"LocalizationReply": reply, "text": reply}), cache=None), **options)
     outcomes = {"scored": 0, "unscored": 0}
     for _ in range(60):
         report = method.check(SOURCE, TARGET)
         assert isinstance(report, Report)
         outcomes["scored" if report.score is not None else "unscored"] += 1
         if report.score is None:
-            assert report.unscored_reason and report.findings == []
+            assert report.findings == []
             continue
         if report.details.get("localized"):
             deciding = report.calls[-1].reply  # every finding comes from the reply that was accepted

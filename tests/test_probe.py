@@ -23,6 +23,8 @@ from halluscope.report import render_html
 from halluscope.stages import Context, register_stage
 from halluscope.text import ParseError
 from tests.garble import garbled_replies
+from tests.prompt_data import fenced
+from tests.reply_fuzz import mutations, parse_each
 
 SOURCE = ("Marie Curie was born in Warsaw in 1867. She moved to Paris in 1891 to study physics. "
           "In 1903 she shared the Nobel Prize in Physics. She later won a second Nobel Prize, in Chemistry.")
@@ -42,16 +44,12 @@ EVIDENCE = {
     "Oxford": ["She moved to Paris in 1891 to study physics."],  # real, but it does not support the claim
 }
 
-FIND = "Find the passages"  # prompt wording, still used by tests/test_inject.py's scripted judges
+# prompt wording, kept for tests/test_inject.py's scripted judges (which also import fenced and first_user from here)
+# and for one assertion on the first prompt; this file's fakes are keyed by reply type and read the fenced data
+# with tests/prompt_data.py
+FIND = "Find the passages"
 DECOMPOSE = "List every assertion"
 EVALUATE = "Decide whether the EVIDENCE EXCERPT"
-
-
-def fenced(user: str, name: str) -> str:
-    """The value the prompt fenced as ``<name_KEY> ... </name_KEY>``."""
-    match = re.search(rf"<{name}_([0-9a-f]+)>\n(.*?)\n</{name}_\1>", user, re.S)
-    assert match, f"no fenced {name} in prompt"
-    return match.group(2)
 
 
 def first_user(messages) -> str:
@@ -63,15 +61,14 @@ def responder(pass_rule=lambda claim, evidence: True, evidence=EVIDENCE) -> dict
     claim and evidence fenced in the prompt: the claims, quotes per claim, PASS where ``pass_rule`` says."""
 
     def find(messages):
-        claim = fenced(first_user(messages), "claim")
+        claim = fenced(messages, "claim")
         for key, quotes in evidence.items():
             if key in claim:
                 return json.dumps({"reasoning": "see source", "evidence": quotes})
         return json.dumps({"reasoning": "nothing", "evidence": []})
 
     def evaluate(messages):
-        user = first_user(messages)
-        verdict = "PASS" if pass_rule(fenced(user, "claim"), fenced(user, "evidence")) else "FAIL"
+        verdict = "PASS" if pass_rule(fenced(messages, "claim"), fenced(messages, "evidence")) else "FAIL"
         return json.dumps({"reasoning": "...", "verdict": verdict})
 
     return {"ClaimsReply": DECOMPOSITION, "EvidenceReply": find, "EvaluationReply": evaluate}
@@ -152,7 +149,7 @@ def test_place_claims_segment_then_claim_then_similar_sentence_then_unplaced():
 
 
 def _finder(reply: str) -> ProbeEvidenceFinder:
-    return ProbeEvidenceFinder(LLM(FakeModel(responder=lambda messages: reply), cache=None))
+    return ProbeEvidenceFinder(LLM(FakeModel(by_reply={"EvidenceReply": reply}), cache=None))
 
 
 def test_quote_verification_accepts_whitespace_and_quote_variants_only():
@@ -204,11 +201,11 @@ def test_consensus_voting_threshold_and_unreadable_votes():
 def test_multi_judge_consensus_end_to_end():
     def judge(verdict_for_others: str, name: str) -> LLM:
         def reply(messages):
-            excerpt = fenced(first_user(messages), "evidence")
+            excerpt = fenced(messages, "evidence")
             verdict = "PASS" if "Warsaw" in excerpt else verdict_for_others
             return json.dumps({"reasoning": "", "verdict": verdict})
 
-        return LLM(FakeModel(responder=reply, name=name), cache=None)
+        return LLM(FakeModel(by_reply={"EvaluationReply": reply}, name=name), cache=None)
 
     main = LLM(FakeModel(by_reply=responder()), cache=None)
     judges = [judge("FAIL", "a"), judge("FAIL", "b"), judge("PASS", "c"), judge("PASS", "d")]
@@ -295,7 +292,7 @@ def test_context_overflow_switches_to_snippets_and_keeps_only_their_steps():
     find = script["EvidenceReply"]
 
     def find_in_snippets_only(messages):
-        if fenced(first_user(messages), "source").strip() == SOURCE.strip():  # the whole source: too long
+        if fenced(messages, "source").strip() == SOURCE.strip():  # the whole source: too long
             raise ContextOverflowError("prompt too long for this model")
         return find(messages)
 
@@ -308,8 +305,7 @@ def test_context_overflow_switches_to_snippets_and_keeps_only_their_steps():
 
 def test_a_claim_unchecked_on_some_snippet_and_unsupported_on_the_others_stays_unscored():
     def find(messages):
-        user = first_user(messages)
-        claim, snippet = fenced(user, "claim"), fenced(user, "source")
+        claim, snippet = fenced(messages, "claim"), fenced(messages, "source")
         if "Paris" in snippet:
             return '{"reasoning": "the passage about Par'  # cut off: this snippet could not be checked
         if "Warsaw" in claim and "Warsaw" in snippet:
@@ -468,7 +464,7 @@ def test_the_web_report_lists_the_unscored_claims():
     find = script["EvidenceReply"]
 
     def find_or_invent(messages):
-        return invented if "Oxford" in fenced(first_user(messages), "claim") else find(messages)
+        return invented if "Oxford" in fenced(messages, "claim") else find(messages)
 
     report = make_probe(script | {"EvidenceReply": find_or_invent}, retrieval="never").check(SOURCE, TARGET)
     assert labels(report) == {"c1": "supported", "c2": "supported", "c3": "unscored"}
@@ -556,38 +552,14 @@ VALID_REPLIES = [
 ]
 
 
-def _mutations(n: int, seed: int = 0) -> list[str]:
-    """Valid probe replies, wrapped, truncated or with a stray character (some stay valid, some do not)."""
-    rng = random.Random(seed)
-    out = []
-    for _ in range(n):
-        base = rng.choice(VALID_REPLIES)
-        op = rng.randrange(4)
-        if op == 0:
-            base = "Sure, here it is:\n```json\n" + base + "\n```"
-        elif op == 1:
-            base = base[: rng.randrange(len(base))]
-        elif op == 2:
-            i = rng.randrange(len(base))
-            base = base[:i] + rng.choice('{}[]",: ') + base[i:]
-        out.append(base)
-    return out
-
-
-FUZZ = garbled_replies(1200) + VALID_REPLIES + _mutations(300)
+FUZZ = garbled_replies(1200) + VALID_REPLIES + mutations(VALID_REPLIES, 300)
 
 
 @pytest.mark.parametrize("parser", [parse_claims, EvidenceReply.parse, EvaluationReply.parse],
                          ids=["claims", "evidence", "evaluation"])
 def test_parsers_fuzzed_with_garbled_replies(parser):
-    outcomes = {"ok": 0, "error": 0}
-    for reply in FUZZ:
-        try:
-            parser(reply)
-            outcomes["ok"] += 1
-        except (ParseError, ValidationError):
-            outcomes["error"] += 1
-    assert outcomes["ok"] > 0 and outcomes["error"] > 0 and sum(outcomes.values()) == len(FUZZ)
+    parsed, refused = parse_each(parser, FUZZ, (ParseError, ValidationError))
+    assert parsed and refused
 
 
 def test_garbled_model_end_to_end_never_raises_and_only_explicit_replies_flag_claims():
@@ -606,7 +578,6 @@ def test_garbled_model_end_to_end_never_raises_and_only_explicit_replies_flag_cl
         Report.model_validate_json(report.model_dump_json())
         outcomes = report.details["steps"]["localization"]["outcomes"]
         for v in report.verdicts:
-            assert v.label != "unscored" or v.reason
             if v.label == "unsupported":  # only after a valid evidence reply: an explicit [] or every passage failed
                 assert outcomes[v.claim.id] in ("unsupported:no_evidence", "unsupported:all_failed")
             judged += v.label != "unscored"
