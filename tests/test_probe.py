@@ -44,12 +44,9 @@ EVIDENCE = {
     "Oxford": ["She moved to Paris in 1891 to study physics."],  # real, but it does not support the claim
 }
 
-# prompt wording, kept for tests/test_inject.py's scripted judges (which also import fenced and first_user from here)
-# and for one assertion on the first prompt; this file's fakes are keyed by reply type and read the fenced data
-# with tests/prompt_data.py
-FIND = "Find the passages"
+# prompt wording, only for one assertion on the first prompt; this file's fakes are keyed by reply type and read
+# the fenced data with tests/prompt_data.py
 DECOMPOSE = "List every assertion"
-EVALUATE = "Decide whether the EVIDENCE EXCERPT"
 
 
 def first_user(messages) -> str:
