@@ -211,10 +211,13 @@ class ClaimPipeline(Method):
 
     def used_prompts(self) -> list[PromptTemplate]:
         prompts = super().used_prompts()
-        extra = getattr(self.verifier, "used_prompts", None)
-        if callable(extra):
-            prompts += [p for p in extra() if p.name not in {q.name for q in prompts}]
+        prompts += [p for p in self.verifier_prompts() if p.name not in {q.name for q in prompts}]
         return prompts
+
+    def verifier_prompts(self) -> list[PromptTemplate]:
+        """The prompts the chosen verifier says it sends (none when it lists none, e.g. an encoder checker)."""
+        listed = getattr(self.verifier, "used_prompts", None)
+        return list(listed()) if callable(listed) else []
 
     def stage_names(self) -> dict[str, str]:
         return {"decomposer": self.make_decomposer().name, "context_selector": self.selector.name,

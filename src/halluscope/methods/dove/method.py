@@ -106,9 +106,7 @@ class Dove(ClaimPipeline):
 
     def used_prompts(self) -> list[PromptTemplate]:
         used = [self.prompt(DOVE_DECOMPOSE_PROMPT)] if self.opts.decomposer == "llm" else []
-        verifier_prompts = getattr(self.verifier, "used_prompts", None)
-        if callable(verifier_prompts):
-            used += list(verifier_prompts())
+        used += self.verifier_prompts()
         if self.opts.sorter == "llm":
             used.append(self.prompt(DOVE_SORT_PROMPT))
         return used
