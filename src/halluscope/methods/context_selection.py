@@ -41,7 +41,7 @@ class RetrievalSelector:
                                                    "window")
 
     async def retrieve(self, source: str, claims: Sequence[Claim], why: str) -> Selection:
-        index = await source_index(source, self.opts)
+        index = await shared_source_index(source, self.opts)
         texts = [c.text for c in claims]
         snippets = await asyncio.to_thread(index.retrieve_many, texts)
         contexts = {
@@ -56,7 +56,7 @@ class RetrievalSelector:
         return Selection("retrieval", why, contexts, details)
 
 
-async def source_index(source: str, opts: RetrievalOptions) -> Any:
+async def shared_source_index(source: str, opts: RetrievalOptions) -> Any:
     """The index of ``source`` with the method's retrieval settings, from the process-wide index cache
     (:mod:`halluscope.retrieval.cache`)."""
     from halluscope.retrieval import RetrievalConfig, shared_index

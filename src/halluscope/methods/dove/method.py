@@ -23,7 +23,7 @@ from halluscope.methods.dove.stages import DoveSorter
 from halluscope.methods.details import MethodDetails
 from halluscope.methods.dove.details import DoveDetails
 from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions
-from halluscope.methods.context_selection import source_index  # the index the retrieval stage built (cached)
+from halluscope.methods.context_selection import shared_source_index  # the retrieval stage's index (cached)
 from halluscope.methods.pipeline import ClaimPipeline, PipelineRun
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, StepResult
@@ -193,7 +193,7 @@ class Dove(ClaimPipeline):
 
     async def source_index(self, source: str) -> SourceIndex:
         """The source's retrieval index (the one the retrieval stage uses; built once per source)."""
-        return cast(SourceIndex, await source_index(source, self.opts))
+        return cast(SourceIndex, await shared_source_index(source, self.opts))
 
 
 def _consecutive_runs(indices: list[int]) -> list[list[int]]:
