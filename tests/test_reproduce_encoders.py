@@ -18,7 +18,7 @@ from halluscope.bench.reproduce.checkpoints import ENV_VAR, Checkpoint, locate, 
 from halluscope.bench.reproduce.core import main_table  # noqa: E402
 from halluscope.config import Config  # noqa: E402
 from halluscope.llm import LLM, FakeModel  # noqa: E402
-from halluscope.methods import encoders  # noqa: E402
+from halluscope.methods import encoder_models as encoders  # noqa: E402
 from halluscope.records import Example  # noqa: E402
 
 SUMMAC_ID = "tals/albert-xlarge-vitaminc-mnli"

@@ -1,4 +1,4 @@
-"""Typed stage protocols and the stage registry.
+"""The stage registry, and every stage protocol (declared in :mod:`halluscope.stage_protocols`, importable here).
 
 A stage is one small async callable with a name. A claim method is a composition of stages:
 
@@ -7,9 +7,9 @@ A stage is one small async callable with a name. A claim method is a composition
            --Localizer--> findings (FActScore's through a Deduplicator; DoveScore's aggregator orders events
            with a Sorter)
 
-Every protocol is declared here once; stage implementations live next to the method they come from and
-register their class under a name, so a method's stage can be swapped by option (``-o verifier=probe``) and
-``halluscope stages`` lists them all with their options.
+Every protocol is declared once (:mod:`halluscope.stage_protocols`); stage implementations live next to the
+method they come from and register their class under a name here, so a method's stage can be swapped by option
+(``-o verifier=probe``) and ``halluscope stages`` lists them all with their options.
 
 A stage never reads its host method. It is built by :func:`build_stage` from
 
@@ -28,209 +28,19 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast, runtime_checkable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 from halluscope.methods.options import OptionsError, StageOptions
-from halluscope.records import Claim, Evidence, Finding, Span, StepResult, Verdict
-
-if TYPE_CHECKING:  # pragma: no cover
-    from halluscope.methods.dove.order import EventOrder
-    from halluscope.methods.pipeline import PipelineRun
-    from halluscope.methods.trace import RunTrace
-    from halluscope.prompts import PromptTemplate
+from halluscope.stage_protocols import (PROTOCOLS, Aggregate, Aggregator, Context, ContextSelector, Decomposer,
+                                        Deduplicator, EvidenceFinder, Gate, GateDecision, GateOutcome, Localizer,
+                                        PromptResolver, ProtocolName, Selection, Sorter, Verifier, same_prompt)
 
 __all__ = ["Context", "Selection", "Aggregate", "Decomposer", "ContextSelector", "EvidenceFinder", "Verifier",
            "Aggregator", "Localizer", "Deduplicator", "Sorter", "Gate", "GateDecision", "StageOptions", "StageSpec", "UnknownStageError", "register_stage",
-           "build_stage", "stage_options", "stage_spec", "stages", "describe_stages", "same_prompt"]
-
-PromptResolver = Callable[["PromptTemplate"], "PromptTemplate"]
-
-
-def same_prompt(template: "PromptTemplate") -> "PromptTemplate":
-    """The default :data:`PromptResolver`: the built-in template, no override."""
-    return template
-
-
-@dataclass(frozen=True)
-class Context:
-    """What a verifier reads for a claim: the whole source, or one retrieved snippet of it."""
-
-    text: str
-    kind: Literal["source", "snippet"] = "source"
-    span: Span | None = None  # where ``text`` lies in the source
-    rank: int = 0  # 0 = best retrieved snippet
-    score: float | None = None  # retrieval score of a snippet
-    sentences: tuple[int, ...] = ()  # source sentence indices of a snippet
-    trace: RunTrace | None = field(default=None, compare=False, repr=False)
-    """The check's trace, for a verifier that records into it (see :mod:`halluscope.methods.trace`); None
-    outside a pipeline check."""
-
-    def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": self.kind, "rank": self.rank}
-        if self.span is not None:
-            out["span"] = self.span.model_dump()
-        if self.score is not None:
-            out["score"] = round(float(self.score), 6)
-        if self.sentences:
-            out["sentences"] = list(self.sentences)
-        return out
-
-
-@dataclass
-class Selection:
-    """The output of a context selector: which path ran and why, and each claim's contexts (best first)."""
-
-    mode: Literal["full", "retrieval"]
-    why: str
-    contexts: dict[str, list[Context]]  # claim id -> contexts
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def with_trace(self, trace: RunTrace) -> Selection:
-        """The same selection with every context carrying ``trace`` (the pipeline's, for one check)."""
-        contexts = {cid: [replace(c, trace=trace) for c in ctxs] for cid, ctxs in self.contexts.items()}
-        return replace(self, contexts=contexts)
-
-    def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"mode": self.mode, "why": self.why, **self.details}
-        if self.mode == "retrieval":
-            out["snippets"] = {cid: [c.describe() for c in ctxs] for cid, ctxs in self.contexts.items()}
-        return out
-
-
-@dataclass
-class Aggregate:
-    """An aggregator's output: the score in [0, 1] (None = unscored, with the reason) and sub-scores."""
-
-    score: float | None
-    subscores: dict[str, float | None] = field(default_factory=dict)
-    unscored_reason: str | None = None
-
-
-@runtime_checkable
-class Decomposer(Protocol):
-    """target -> claims, each with the target span(s) it came from."""
-
-    name: str
-
-    async def __call__(self, target: str) -> StepResult[list[Claim]]: ...
-
-
-@runtime_checkable
-class ContextSelector(Protocol):
-    """(source, claims) -> the whole source for every claim, or retrieved snippets per claim."""
-
-    name: str
-
-    async def __call__(self, source: str, claims: Sequence[Claim]) -> Selection: ...
-
-
-@runtime_checkable
-class EvidenceFinder(Protocol):
-    """(claim, context, source) -> source evidence with exact source spans."""
-
-    name: str
-
-    async def __call__(self, claim: Claim, context: Context, source: str) -> StepResult[list[Evidence]]: ...
-
-
-@runtime_checkable
-class Verifier(Protocol):
-    """(claims, one context they share, source) -> one Verdict per claim, in order; a claim that could not be
-    judged gets an ``unscored`` verdict with the reason (never a guessed label)."""
-
-    name: str
-
-    async def __call__(self, claims: Sequence[Claim], context: Context, source: str) -> list[Verdict]: ...
-
-    def reserve_tokens(self, claims: Sequence[Claim]) -> int:
-        """Tokens one call needs besides the context text (prompt wording, claims, reply budget)."""
-        ...
-
-
-@runtime_checkable
-class Aggregator(Protocol):
-    """(the check's run: claims, verdicts, details, trace) -> the score and sub-scores. The run is passed
-    explicitly: an aggregator reads what the stages recorded from ``run.trace`` and may add to ``run.details``."""
-
-    name: str
-
-    async def __call__(self, run: PipelineRun) -> Aggregate: ...
-
-
-@runtime_checkable
-class Localizer(Protocol):
-    """(the check's run, after aggregation) -> findings: where in the target the problems are and why."""
-
-    name: str
-
-    async def __call__(self, run: PipelineRun) -> list[Finding]: ...
-
-
-@runtime_checkable
-class Deduplicator(Protocol):
-    """(descriptions, the target spans each quotes, target) -> groups of duplicate descriptions (indices; the
-    first of each group is the one kept) and the reason when the stage fell back to another way of grouping.
-    ``note`` says when the grouping was limited (e.g. too many descriptions to compare pairwise)."""
-
-    name: str
-    note: str | None
-
-    async def __call__(self, descriptions: Sequence[str], spans: Sequence[Sequence[Span]], target: str
-                       ) -> tuple[list[list[int]], str | None]: ...
-
-
-@runtime_checkable
-class Sorter(Protocol):
-    """(events, the text to order them by, the check's source) -> the events' order according to the text (indices
-    into ``events``, with the ones it could not place, repeated or invented): DoveScore's sorters."""
-
-    name: str
-
-    async def __call__(self, events: Sequence[str], text: str, about: str | None = None
-                       ) -> StepResult[EventOrder]: ...
-
-
-GateOutcome = Literal["supported", "unsupported", "contradicted", "uncertain"]
-
-
-@dataclass
-class GateDecision:
-    """A gate's call on one claim: settled (``supported`` / ``unsupported`` / ``contradicted``) or
-    ``uncertain`` (left for the verifier), with a support score in [0, 1], the reason in words, the source
-    window it compared against and the offending characters in the target."""
-
-    claim: Claim
-    outcome: GateOutcome
-    score: float
-    reason: str
-    evidence: list[Evidence] = field(default_factory=list)
-    target_spans: list[Span] = field(default_factory=list)
-    signals: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def settled(self) -> bool:
-        return self.outcome != "uncertain"
-
-
-@runtime_checkable
-class Gate(Protocol):
-    """(claims, source, target) -> one GateDecision per claim, in order, with no LLM call: the cheap first
-    pass of a cascade (settled claims skip the verifier)."""
-
-    name: str
-
-    async def __call__(self, claims: Sequence[Claim], source: str, target: str | None = None) -> list[GateDecision]: ...
-
-
-PROTOCOLS: dict[str, type] = {
-    "decomposer": Decomposer, "context_selector": ContextSelector, "evidence_finder": EvidenceFinder,
-    "verifier": Verifier, "aggregator": Aggregator, "localizer": Localizer, "deduplicator": Deduplicator,
-    "sorter": Sorter, "gate": Gate,
-}
-ProtocolName = Literal["decomposer", "context_selector", "evidence_finder", "verifier", "aggregator", "localizer",
-                       "deduplicator", "sorter", "gate", "generator"]
+           "build_stage", "stage_options", "stage_spec", "stages", "describe_stages", "same_prompt",
+           "PROTOCOLS", "GateOutcome", "PromptResolver", "ProtocolName"]
 
 
 @dataclass(frozen=True)

@@ -70,16 +70,23 @@ _GOLD_VALUE = re.compile(r"^\s*G\s*(\d+)\s*$", re.I)
 _STATED_NONE = {"none", "null"}  # the paper's judge writes "None" for no match (App. D)
 
 
+def _id_number(pattern: re.Pattern[str], text: str, n: int, not_an_id: str, what: str) -> int:
+    """The number of the id ``text`` (``P3`` -> 3) that ``pattern`` reads; ParseError ``not_an_id`` when it is no such
+    id, and "``what`` <id> does not exist" when the number is not in 1..n."""
+    m = pattern.match(text)
+    if m is None:
+        raise ParseError(not_an_id)
+    number = int(m.group(1))
+    if not 1 <= number <= n:
+        raise ParseError(f"{what}{number} does not exist (there are {n})")
+    return number
+
+
 def _gold_index(value: str | None, n_gold: int, key: str) -> int | None:
     if value is None or value.strip().lower() in _STATED_NONE:
         return None
-    m = _GOLD_VALUE.match(value)
-    if m is None:
-        raise ParseError(f"{key}: {value[:40]!r} is not a reference id (G1..G{n_gold}) or null")
-    number = int(m.group(1))
-    if not 1 <= number <= n_gold:
-        raise ParseError(f"{key}: reference G{number} does not exist (there are {n_gold})")
-    return number - 1
+    not_an_id = f"{key}: {value[:40]!r} is not a reference id (G1..G{n_gold}) or null"
+    return _id_number(_GOLD_VALUE, value, n_gold, not_an_id, f"{key}: reference G") - 1
 
 
 def parse_matches(text: str, n_pred: int, n_gold: int) -> dict[int, int | None]:
@@ -92,12 +99,8 @@ def parse_matches(text: str, n_pred: int, n_gold: int) -> dict[int, int | None]:
     mapping = MatchReply.parse(text).matches
     out: dict[int, int | None] = {}
     for key, value in mapping.items():
-        m = _PRED_KEY.match(key)
-        if m is None:
-            raise ParseError(f"'matches' has the key {key[:40]!r}, not a candidate id P1..P{n_pred}")
-        number = int(m.group(1))
-        if not 1 <= number <= n_pred:
-            raise ParseError(f"candidate P{number} does not exist (there are {n_pred})")
+        number = _id_number(_PRED_KEY, key, n_pred,
+                            f"'matches' has the key {key[:40]!r}, not a candidate id P1..P{n_pred}", "candidate P")
         gold = _gold_index(value, n_gold, f"P{number}")
         if number - 1 in out and out[number - 1] != gold:
             raise ParseError(f"candidate P{number} is given two different answers")

@@ -154,7 +154,7 @@ class ScoringActor:
         self._sem: asyncio.Semaphore | None = None
 
     async def _score(self, examples: list[Example]) -> list[Report]:
-        from halluscope.bench.runner import score_example
+        from halluscope.bench.engines import score_example
 
         if self._sem is None:
             self._sem = asyncio.Semaphore(self.concurrency)
@@ -287,7 +287,7 @@ class RayEngine:
 
     async def results(self, method: "Method", pending: Sequence[Example],
                       concurrency: int) -> AsyncGenerator[tuple[str, Report], None]:
-        """The :class:`~halluscope.bench.runner.Engine` protocol: the Ray stream, without blocking the loop."""
+        """The :class:`~halluscope.bench.engines.Engine` protocol: the Ray stream, without blocking the loop."""
         self.connect()  # here, not in the worker thread below: ray.init wants the main thread
         done = object()
         iterator = self.iter_reports(method, list(pending), total_concurrency=concurrency)

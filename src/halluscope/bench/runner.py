@@ -7,99 +7,48 @@ when the run stopped is redone, and the LLM response cache makes the calls it ha
 free. ``run.json`` pins what the folder holds (dataset, subsample, method, options, model, prompts), so
 a different configuration is refused instead of being mixed into the same results.
 
-Engines: *how* the pending items get scored is an :class:`Engine` (``LocalEngine``: one asyncio loop in this
-process; ``halluscope.bench.ray_engine.RayEngine``: actors on a Ray cluster). Everything else - the item
+Engines: *how* the pending items get scored is an :class:`~halluscope.bench.engines.Engine` (``LocalEngine``: one
+asyncio loop in this process; ``halluscope.bench.ray_engine.RayEngine``: actors on a Ray cluster). Everything else - the item
 selection, ``run.json`` identity, resume from ``items.jsonl``, the single writer of ``items.jsonl`` and the
 metrics - is this module's and the same for every engine, so a folder started by one engine can be resumed
-by another, and the same items with the same cache give the same reports.
+by another, and the same items with the same cache give the same reports. The folder's files are read and written
+by :mod:`halluscope.bench.folder`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import inspect
-import json
-import re
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import Sequence
 from contextlib import aclosing
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TextIO
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from halluscope.bench.calibration import holdout_split, selection_items
 from halluscope.bench.datasets import Dataset, sample_examples
+from halluscope.bench.engines import Engine, LocalEngine
+from halluscope.bench.folder import (ITEMS_FILE, RUN_FILE, ItemStore, default_out_dir, folder_identity_clash,
+                                     write_results)
 from halluscope.bench.suites import SuiteContext, SuiteResult, load_suite_modules
-from halluscope.methods.base import InputError, Method
+from halluscope.methods.base import Method
 from halluscope.methods.calibration import Calibration, CalibrationBench
 from halluscope.records import Example, Report, Usage
+
+# The folder's files and the engines lived in this module before it was split by concern; importable here as before.
+from halluscope.bench.engines import score_example as score_example
+from halluscope.bench.folder import RESULTS_JSON as RESULTS_JSON
+from halluscope.bench.folder import RESULTS_MD as RESULTS_MD
+from halluscope.bench.folder import render_markdown as render_markdown
 
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-ITEMS_FILE = "items.jsonl"
-RUN_FILE = "run.json"
-RESULTS_JSON = "results.json"
-RESULTS_MD = "results.md"
-
 
 class BenchError(RuntimeError):
     """A benchmark run that cannot go ahead (e.g. an output folder holding a different configuration)."""
-
-
-def default_out_dir(dataset: str, method: str, model: str | None, sample: int | None = None, seed: int = 0) -> Path:
-    """``runs/<dataset>-<method>-<model>[-sample<N>-seed<S>]`` with unsafe characters replaced."""
-    parts = [dataset, method, model or "nollm"]
-    if sample:
-        parts.append(f"sample{sample}-seed{seed}")
-    name = "-".join(re.sub(r"[^A-Za-z0-9._+]+", "-", p).strip("-") for p in parts)
-    return Path("runs") / name
-
-
-class ItemStore:
-    """The append-only per-item JSONL: one ``{"example_id", "report"}`` object per line."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def load(self) -> dict[str, Report]:
-        """Finished reports by example id (a later line wins). A line cut short by a crash is dropped and
-        the file is rewritten without it, so the next append starts on a clean line."""
-        done: dict[str, Report] = {}
-        if not self.path.is_file():
-            return done
-        good_lines: list[str] = []
-        bad = 0
-        for line in self.path.read_text(encoding="utf-8").splitlines():
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                done[row["example_id"]] = Report.model_validate(row["report"])
-                good_lines.append(line)
-            except (json.JSONDecodeError, KeyError, TypeError, ValidationError):
-                bad += 1
-        if bad:
-            tmp = self.path.with_suffix(".jsonl.tmp")
-            tmp.write_text("".join(line + "\n" for line in good_lines), encoding="utf-8")
-            tmp.replace(self.path)
-            print(f"warning: dropped {bad} unreadable line(s) from {self.path} (an interrupted write); "
-                  "those items will be redone", file=sys.stderr)
-        return done
-
-    def open(self) -> TextIO:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        return self.path.open("a", encoding="utf-8")
-
-    @staticmethod
-    def write(fh: TextIO, example_id: str, report: Report) -> None:
-        fh.write(json.dumps({"example_id": example_id, "report": report.model_dump(mode="json")},
-                            ensure_ascii=False) + "\n")
-        fh.flush()
 
 
 def select_examples(dataset: Dataset, *, sample: int | None = None, seed: int = 0,
@@ -125,18 +74,6 @@ def _identity(dataset: Dataset, method: Method, model: str | None, sample: int |
     }
 
 
-def folder_identity_clash(path: Path, identity: dict[str, Any]) -> str | None:
-    """What an existing identity file at ``path`` says differently from ``identity`` (None when they agree); a
-    new file is written when there is none, so the folder is claimed by this identity."""
-    if path.is_file():
-        old = json.loads(path.read_text(encoding="utf-8"))
-        clash = {k: (old.get(k), v) for k, v in identity.items() if json.dumps(old.get(k)) != json.dumps(v)}
-        return "; ".join(f"{k}: folder has {a!r}, this run {b!r}" for k, (a, b) in clash.items()) or None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(identity, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    return None
-
-
 def _check_identity(out_dir: Path, identity: dict[str, Any]) -> None:
     detail = folder_identity_clash(out_dir / RUN_FILE, identity)
     if detail:
@@ -148,51 +85,6 @@ def _progress(enabled: bool) -> Progress:
 
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     TimeRemainingColumn(), disable=not enabled, transient=False)
-
-
-async def score_example(method: Method, example: Example) -> Report:
-    """One item, scored the way every engine scores it: ``method.acheck_example``; bad input (empty or
-    non-text source/target) becomes an unscored Report instead of stopping the run."""
-    try:
-        return await method.acheck_example(example)
-    except InputError as exc:
-        return Report(method=method.name, model=method.model_name, unscored_reason=f"bad input: {exc}")
-
-
-class Engine(Protocol):
-    """Scores the pending items of a run: yields ``(example id, Report)`` as each item finishes, in any order.
-
-    The runner owns everything else (identity, resume, the one writer of ``items.jsonl``, metrics).
-    ``concurrency`` is the run's total number of items in flight."""
-
-    name: str
-
-    def results(self, method: Method, pending: Sequence[Example],
-                concurrency: int) -> AsyncGenerator[tuple[str, Report], None]: ...
-
-
-class LocalEngine:
-    """Every item on this process's event loop, at most ``concurrency`` at a time."""
-
-    name = "local"
-
-    async def results(self, method: Method, pending: Sequence[Example],
-                      concurrency: int) -> AsyncGenerator[tuple[str, Report], None]:
-        sem = asyncio.Semaphore(concurrency)
-
-        async def one(ex: Example) -> tuple[Example, Report]:
-            async with sem:
-                return ex, await score_example(method, ex)
-
-        tasks = [asyncio.ensure_future(one(ex)) for ex in pending]
-        try:
-            for fut in asyncio.as_completed(tasks):
-                ex, report = await fut
-                yield ex.id, report
-        finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _score_pending(method: Method, pending: Sequence[Example], store: ItemStore, done: dict[str, Report],
@@ -359,50 +251,3 @@ def _merge(results: dict[str, Any], name: str, outcome: SuiteResult, out_dir: Pa
     for p in outcome.plots:
         p = Path(p)
         results["plots"].append(str(p.relative_to(out_dir)) if p.is_relative_to(out_dir) else str(p))
-
-
-def write_results(out_dir: Path, results: dict[str, Any], calibration_md: Sequence[str] = ()) -> None:
-    (out_dir / RESULTS_JSON).write_text(json.dumps(results, indent=2, ensure_ascii=False, default=str) + "\n",
-                                        encoding="utf-8")
-    (out_dir / RESULTS_MD).write_text(render_markdown(results, calibration_md), encoding="utf-8")
-
-
-def render_markdown(results: dict[str, Any], calibration_md: Sequence[str] = ()) -> str:
-    """``results.md``; ``calibration_md``: the calibrating method's lines about its dev-set choices."""
-    u = results["usage"]
-    lines = [
-        f"# {results['method']} on {results['dataset']}",
-        "",
-        "| | |",
-        "|---|---|",
-        f"| method | `{results['method']}` options `{json.dumps(results['method_options'])}` |",
-        f"| prompt version | `{results['prompt_version']}` |",
-        f"| model | `{results['model'] or 'none (no LLM)'}` |",
-        f"| judge | `{results['judge_model'] or '-'}`"
-        + (" (the evaluated model judges itself)" if results["judge_model"] and results["judge_model"] == results["model"]
-           else "") + " |",
-        f"| dataset | `{results['dataset']}` splits {results['splits']} |",
-        f"| items | {results['n']} of {results['n_dataset']}"
-        + (f" (seeded sample of {results['sample_per_stratum']} per split/domain, seed {results['seed']})"
-           if results["sample_per_stratum"] else "")
-        + (f" (limit {results['limit']})" if results["limit"] is not None else "") + " |",
-        f"| coverage | {results['n_scored']}/{results['n']} items scored; {results['n_unscored']} unscored "
-        f"{results['unscored_reasons'] or ''} (each metric: the value counting every item, an unscored one as the "
-        "worst outcome, then the value over the scored items with its coverage) |",
-        f"| LLM usage | {u['calls']} calls, {u['prompt_tokens']}+{u['completion_tokens']} tokens"
-        + (f" ({u['cached_prompt_tokens']} cached)" if u.get("cached_prompt_tokens") else "") + ", "
-        f"{u['cache_hits']} cache hits; per item {u['per_item']} |",
-        f"| time | this run {results['wall_time_s']} s wall; {results['item_time_s']['total']} s summed over items "
-        "(includes waiting for the model when items run concurrently) |",
-        "",
-        "Values are point estimates with bootstrap 95% confidence intervals in brackets.",
-        "",
-    ]
-    lines += calibration_md
-    for name, error in results.get("suite_errors", {}).items():
-        lines += [f"**suite `{name}` failed:** {error}", ""]
-    for table in results["tables"]:
-        lines += [f"## {table['title']}", "", table["markdown"], ""]
-    for plot in results["plots"]:
-        lines += [f"![{plot}]({plot})", ""]
-    return "\n".join(lines)

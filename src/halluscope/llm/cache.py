@@ -13,9 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import sqlite3
 import sys
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -23,6 +21,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from pydantic import ValidationError
 
 from halluscope.llm.base import Completion, GenerateParams, Message
+from halluscope.sqlite_file import SqliteTable
 
 if TYPE_CHECKING:
     from halluscope.config import Config
@@ -61,23 +60,17 @@ def cache_key(model: str, params: GenerateParams, messages: list[Message]) -> st
     return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-class ResponseCache:
+class ResponseCache(SqliteTable):
     """Thread-safe; one connection guarded by a lock (SQLite calls are microseconds next to an LLM's)."""
+
+    table = "responses"
 
     def __init__(self, path: Path | str):
         self.path = Path(path)
         if str(path) != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        # In WAL mode NORMAL never corrupts the file; it only skips an fsync per reply, which would
-        # otherwise block the event loop for milliseconds on every cache write.
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.execute(
-            "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, model TEXT, completion TEXT,"
-            " created REAL DEFAULT (julianday('now')))"
-        )
+        super().__init__(str(path), "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, model TEXT, "
+                                    "completion TEXT, created REAL DEFAULT (julianday('now')))")
 
     def get(self, key: str) -> Completion | None:
         with self._lock:
@@ -96,15 +89,6 @@ class ResponseCache:
                 "INSERT OR REPLACE INTO responses (key, model, completion) VALUES (?, ?, ?)",
                 (key, completion.model, completion.model_dump_json()),
             )
-
-    def __len__(self) -> int:
-        with self._lock:
-            return int(self._conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0])
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
-
 
 class Cache(Protocol):
     """What :class:`~halluscope.llm.client.LLM` needs from a response cache."""

@@ -20,7 +20,7 @@ entry becomes a result. The rest is here: the batch reply schemas derived from t
 numbered units, the reply room of ``n`` single calls, the reply read per unit), the chunking and the per-unit
 redo (:func:`judge_in_batches`), and the verifier scaffolding (:class:`BatchingVerifier`). Rounds of calls that
 several claims share across retrieved snippets live in the pipeline
-(:func:`~halluscope.methods.pipeline.max_over_snippets`).
+(:func:`~halluscope.methods.snippets.max_over_snippets`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from halluscope.llm import LLM
 from halluscope.llm.base import GenerateParams
 from halluscope.llm.replies import Reply, validation_message
 from halluscope.llm.structured import generate_reply
-from halluscope.methods.pipeline import LLMVerifier, messages_tokens, reply_budget
+from halluscope.methods.llm_verifier import LLMVerifier, messages_tokens, reply_budget
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, LLMCall, Verdict
 from halluscope.stages import Context

@@ -20,142 +20,37 @@ token is hallucinated only if it is against every window).
 from __future__ import annotations
 
 import asyncio
-import json
-import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import Field
 
+# the models' loading and windowing, importable here as before the split
+from halluscope.methods.encoder_models import _LOADED as _LOADED
+from halluscope.methods.encoder_models import EncoderUnavailable as EncoderUnavailable
+from halluscope.methods.encoder_models import LoadedChecker as LoadedChecker
+from halluscope.methods.encoder_models import label_column as label_column
+from halluscope.methods.encoder_models import label_index as label_index
+from halluscope.methods.encoder_models import load_checker as load_checker
+from halluscope.methods.encoder_models import model_labels as model_labels
+from halluscope.methods.encoder_models import sentence_windows as sentence_windows
 from halluscope.methods.gate import target_spans
 from halluscope.methods.options import StageOptions
 from halluscope.records import Claim, Evidence, Span, Verdict
 from halluscope.stages import Context, GateDecision, register_stage
-from halluscope.text import split_sentences
 
 DEFAULT_BATCH_SIZE = 16
-MAX_INPUT_TOKENS = 4096  # upper bound when neither the tokenizer nor the config states a usable limit
-SETTINGS_FILE = "halluscope_verifier.json"  # written by train-verifier: {"threshold": ...}
 
 _SUPPORT_WORDS = ("entail", "support", "consistent", "faithful", "factual", "grounded")
-_NEGATED = ("not", "non", "in", "un")
 _CONTRADICTION_WORDS = ("contradict", "refute")
 _HALLUCINATION_WORDS = ("halluc", "unsupported", "inconsistent")
 
 
-class EncoderUnavailable(RuntimeError):
-    """The checker model could not be loaded (not installed, offline, missing, or not that kind of model)."""
+_EMPTY_CONTEXT = "the context is empty: nothing to check the claim against"
 
 
-@dataclass
-class LoadedChecker:
-    name: str
-    kind: str
-    tokenizer: Any
-    model: Any
-    device: str
-    max_length: int
-    threshold: float = 0.5
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-    """Held for every use of ``tokenizer`` and ``model``: a fast tokenizer sets padding and truncation on its
-    shared Rust backend per call, so two threads judging at once can pad each other's batches wrongly."""
-
-
-_LOADED: dict[tuple[str, str], LoadedChecker] = {}
-_LOAD_LOCK = threading.Lock()
-_AUTO_CLASSES = {"nli": "AutoModelForSequenceClassification", "seq2seq": "AutoModelForSeq2SeqLM",
-                 "tagger": "AutoModelForTokenClassification"}
-
-
-def load_checker(kind: str, model_id: str) -> LoadedChecker:
-    """The tokenizer and model of ``model_id`` for a checker of ``kind``, loaded once per process."""
-    key = (kind, model_id)
-    with _LOAD_LOCK:
-        if key in _LOADED:
-            return _LOADED[key]
-        try:
-            import torch
-            import transformers
-        except ImportError as exc:
-            raise EncoderUnavailable(f"the {kind} checker needs torch and transformers: "
-                                     "pip install 'halluscope[encoders]'") from exc
-        try:
-            from transformers.utils import logging as hf_logging
-
-            hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
-        except ImportError:  # pragma: no cover
-            pass
-        try:
-            tokenizer = transformers.AutoTokenizer.from_pretrained(model_id)
-            model = getattr(transformers, _AUTO_CLASSES[kind]).from_pretrained(model_id)
-        except (OSError, ValueError, KeyError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise EncoderUnavailable(
-                f"could not load the {kind} checker {model_id!r}: {first[:300]}. A Hugging Face id needs the Hub "
-                "or its files in the local Hugging Face cache (HF_HUB_OFFLINE=1 reads only the cache); a local "
-                "folder needs config.json, the weights and the tokenizer files") from exc
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        model.to(device).eval()
-        limits = [n for n in (getattr(tokenizer, "model_max_length", None),
-                              getattr(model.config, "max_position_embeddings", None)) if isinstance(n, int) and n > 0]
-        max_length = min([*limits, MAX_INPUT_TOKENS])
-        threshold = 0.5
-        settings = Path(model_id) / SETTINGS_FILE
-        if settings.is_file():
-            threshold = float(json.loads(settings.read_text()).get("threshold", 0.5))
-        _LOADED[key] = checker = LoadedChecker(model_id, kind, tokenizer, model, device, max_length, threshold)
-        return checker
-
-
-def model_labels(config: Any) -> tuple[dict[int, str], int]:
-    """A checkpoint config's ``id2label`` (integer keys) and its number of output labels."""
-    id2label = {int(k): v for k, v in (getattr(config, "id2label", None) or {}).items()}
-    return id2label, int(getattr(config, "num_labels", len(id2label)))
-
-
-def label_index(id2label: dict[int, str], words: Sequence[str]) -> int | None:
-    """The column whose label names one of ``words`` (``ENTAILMENT``, ``supported``), skipping negated ones
-    (``not_entailment``, ``inconsistent``)."""
-    for index, label in sorted(id2label.items()):
-        low = str(label).lower()
-        if any(w in low for w in words) and not any(low.startswith(n) and not any(low.startswith(w) for w in words)
-                                                      for n in _NEGATED):
-            return int(index)
-    return None
-
-
-def label_column(id2label: dict[int, str], n_labels: int, words: Sequence[str]) -> int | None:
-    """:func:`label_index`, or column 1 of a two-label head whose labels name none of ``words`` (MiniCheck:
-    1 = supported; LettuceDetect: 1 = hallucinated token)."""
-    column = label_index(id2label, words)
-    if column is None and n_labels == 2:
-        column = 1
-    return column
-
-
-def sentence_windows(tokenizer: Any, text: str, claim: str, max_length: int) -> list[tuple[int, int]]:
-    """``text`` cut into runs of whole sentences that fit in one input next to ``claim`` (character ranges);
-    one sentence too long for any window is a window of its own (the tokenizer truncates it)."""
-    budget = max_length - len(tokenizer(claim, add_special_tokens=False)["input_ids"]) - 8
-    sentences = split_sentences(text) or []
-    if not sentences:
-        return [(0, len(text))] if text.strip() else []
-    windows: list[tuple[int, int]] = []
-    start = end = None
-    used = 0
-    for sentence in sentences:
-        size = len(tokenizer(sentence.text, add_special_tokens=False)["input_ids"])
-        if start is not None and used + size > budget:
-            windows.append((start, end))  # type: ignore[arg-type]
-            start = None
-        if start is None:
-            start, used = sentence.span.start, 0
-        end = sentence.span.end
-        used += size
-    windows.append((start, end))  # type: ignore[arg-type]
-    return windows
+def _windows_note(n_windows: int, threshold: float) -> str:
+    return f"best of {n_windows} source window{'s' if n_windows > 1 else ''}; threshold {threshold:.2f}"
 
 
 def _source_span(context: Context, start: int, end: int) -> Span | None:
@@ -216,6 +111,18 @@ class EncoderVerifier:
     def judge(self, checker: LoadedChecker, claims: list[Claim], context: Context) -> list[Verdict]:
         raise NotImplementedError
 
+    @staticmethod
+    def output_column(checker: LoadedChecker, words: Sequence[str], meaning: str, single_logit: bool = False
+                      ) -> tuple[int | None, dict[int, str], int]:
+        """The output column whose label names one of ``words`` (:func:`label_column`), the config's labels and
+        their number; no such column is a ValueError saying the labels do not tell which one ``meaning``
+        (unless ``single_logit`` and the model has one output: its sigmoid is the probability)."""
+        id2label, n_labels = model_labels(checker.model.config)
+        column = label_column(id2label, n_labels, words)
+        if column is None and not (single_logit and n_labels == 1):
+            raise ValueError(f"cannot tell which of the labels {id2label} {meaning}")
+        return column, id2label, n_labels
+
     def batches(self, items: list[Any]) -> list[list[Any]]:
         return [items[i:i + self.batch_size] for i in range(0, len(items), self.batch_size)]
 
@@ -238,11 +145,8 @@ class NLIVerifier(EncoderVerifier):
     def judge(self, checker: LoadedChecker, claims: list[Claim], context: Context) -> list[Verdict]:
         import torch
 
-        id2label, n_labels = model_labels(checker.model.config)
-        support = label_column(id2label, n_labels, _SUPPORT_WORDS)
+        support, id2label, n_labels = self.output_column(checker, _SUPPORT_WORDS, "means entailment", single_logit=True)
         contradiction = label_index(id2label, _CONTRADICTION_WORDS)
-        if support is None and n_labels != 1:
-            raise ValueError(f"cannot tell which of the labels {id2label} means entailment")
         pairs = self.pairs(checker, claims, context)
         probs: list[tuple[float, float | None]] = []
         for batch in self.batches(pairs):
@@ -260,7 +164,7 @@ class NLIVerifier(EncoderVerifier):
         for i, claim in enumerate(claims):
             mine = [(p, c, s, e) for (j, s, e), (p, c) in zip(pairs, probs) if j == i]
             if not mine:
-                verdicts.append(Verdict.unscored(claim, "the context is empty: nothing to check the claim against"))
+                verdicts.append(Verdict.unscored(claim, _EMPTY_CONTEXT))
                 continue
             p, _, s, e = max(mine, key=lambda m: m[0])
             contradicting = [m for m in mine if m[1] is not None]
@@ -271,8 +175,7 @@ class NLIVerifier(EncoderVerifier):
                 label, relation = "contradicted", "contradicts"
             else:
                 label, relation = "unsupported", "related"
-            reason = (f"{checker.name}: entailment probability {p:.2f} (best of {len(mine)} source window"
-                      f"{'s' if len(mine) > 1 else ''}; threshold {checker.threshold:.2f})")
+            reason = f"{checker.name}: entailment probability {p:.2f} ({_windows_note(len(mine), checker.threshold)})"
             if label == "contradicted":
                 reason += "; a window is classified as contradicting the claim"
             verdicts.append(Verdict(claim=claim, label=label, reason=reason,  # type: ignore[arg-type]
@@ -334,15 +237,14 @@ class Seq2SeqVerifier(EncoderVerifier):
         for i, claim in enumerate(claims):
             mine = [(p, s, e) for (j, s, e), p in zip(pairs, probs) if j == i]
             if not mine:
-                verdicts.append(Verdict.unscored(claim, "the context is empty: nothing to check the claim against"))
+                verdicts.append(Verdict.unscored(claim, _EMPTY_CONTEXT))
                 continue
             p, s, e = max(mine)
             supported = p >= checker.threshold
             verdicts.append(Verdict(
                 claim=claim, label="supported" if supported else "unsupported",
                 score=round(p, 6), support_probability=round(p, 6),
-                reason=f"{checker.name}: P(yes) {p:.2f} (best of {len(mine)} source window"
-                       f"{'s' if len(mine) > 1 else ''}; threshold {checker.threshold:.2f})",
+                reason=f"{checker.name}: P(yes) {p:.2f} ({_windows_note(len(mine), checker.threshold)})",
                 evidence=[Evidence(text=context.text[s:e], span=_source_span(context, s, e),
                                    relation="supports" if supported else "related")]))
         return verdicts
@@ -357,10 +259,7 @@ class TokenTaggerVerifier(EncoderVerifier):
     def judge(self, checker: LoadedChecker, claims: list[Claim], context: Context) -> list[Verdict]:
         import torch
 
-        id2label, n_labels = model_labels(checker.model.config)
-        flagged_column = label_column(id2label, n_labels, _HALLUCINATION_WORDS)
-        if flagged_column is None:
-            raise ValueError(f"cannot tell which of the labels {id2label} marks a hallucinated token")
+        flagged_column, _, _ = self.output_column(checker, _HALLUCINATION_WORDS, "marks a hallucinated token")
         pairs = self.pairs(checker, claims, context)
         per_pair: list[dict[tuple[int, int], float]] = []  # claim-token offsets -> P(hallucinated)
         for batch in self.batches(pairs):

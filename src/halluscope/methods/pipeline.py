@@ -10,230 +10,54 @@ is its own (DoveScore's event order, DCR's AMC, FActScore's de-duplication, PROB
 record during a check travels in one :class:`~halluscope.methods.trace.RunTrace` that the pipeline passes along.
 
 The one retrieval protocol (seed 003 §3.2, Eq. 1-2), shared by every claim method through
-:class:`RetrievalSelector`: with ``retrieval=auto`` the whole source is used when the verifier's prompt fits
+:class:`~halluscope.methods.context_selection.RetrievalSelector` and
+:func:`~halluscope.methods.snippets.max_over_snippets`: with ``retrieval=auto`` the whole source is used when the verifier's prompt fits
 the model's context window (else retrieval, also after a :class:`ContextOverflowError`); per claim the top-K
 source sentences each widened to 2w+1 sentences; the claim is verified against each snippet, best first,
 and keeps its best verdict (supported > contradicted > unsupported; stopping at the first supporting
 snippet, since the max cannot rise); the score averages over claims. The Report's ``details["context"]``
 says which path ran, why, and the snippets each claim was checked against.
+
+The stages the pipeline composes by default live in their own modules: ``sentence_decomposer``,
+``context_selection``, ``llm_verifier`` (the base of the LLM verifiers), ``snippets`` (the max over snippets),
+``verdict_stages`` (the default aggregator and localizer).
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from halluscope.methods.base import Method
-from halluscope.methods.details import MethodDetails, PipelineDetails
-from halluscope.methods.findings import claim_finding as claim_finding  # importable here as before
-from halluscope.methods.gate import gate_verdict
-from halluscope.methods.options import (ClaimOptions, OptionsError, RetrievalOptions, StageOptions, options_view,
-                                        own_options)
-from halluscope.methods.trace import RunTrace, bind_trace
 from halluscope.config import Config
 from halluscope.llm import LLM, ContextOverflowError
+from halluscope.methods.base import Method
+from halluscope.methods.context_selection import RetrievalSelector, claim_id
+from halluscope.methods.details import MethodDetails, PipelineDetails
+from halluscope.methods.gate import gate_verdict
+from halluscope.methods.options import ClaimOptions, OptionsError, StageOptions, own_options
+from halluscope.methods.snippets import max_over_snippets
+from halluscope.methods.trace import RunTrace, bind_trace
 from halluscope.prompts import PromptTemplate
-from halluscope.records import Claim, ClaimKind, Evidence, Finding, LLMCall, Relation, Report, StepResult, Verdict
-from halluscope.stages import (Aggregate, Aggregator, Context, Decomposer, Gate, GateDecision, Localizer,
-                               PromptResolver, Selection, Verifier, build_stage, register_stage, same_prompt, stage_options, stage_spec)
-from halluscope.text import split_sentences
+from halluscope.records import Claim, Finding, Report, Verdict
+from halluscope.stages import (Aggregate, Aggregator, Context, Decomposer, Gate, GateDecision, Localizer, Selection,
+                               Verifier, build_stage, stage_options, stage_spec)
 from halluscope.tracing import stage_span
 
-MESSAGE_OVERHEAD_TOKENS = 8  # chat-template tokens per message (role markers), a safe over-estimate
-LABEL_RANK = {"supported": 3, "contradicted": 2, "unsupported": 1, "unscored": 0}
-
-
-def messages_tokens(llm: Any, messages: Sequence[dict[str, str]]) -> int:
-    return sum(llm.count_tokens(m["content"]) + MESSAGE_OVERHEAD_TOKENS for m in messages)
-
-
-def reply_budget(llm: Any, wanted: int) -> int:
-    """The completion budget a call will use: ``wanted`` capped by the client's configured ``max_tokens``."""
-    return min(wanted, int(llm.default_params.max_tokens))
-
-
-# ------------------------------------------------------------------------------------------ context selection
-
-
-@register_stage("retrieval", "context_selector")
-class RetrievalSelector:
-    """The whole source when it fits (``retrieval=auto``) or always/never as asked; otherwise top-K snippets
-    of 2w+1 source sentences per claim."""
-
-    name: str  # set by @register_stage
-    uses_llm: ClassVar[bool] = False
-    Options: ClassVar[type[StageOptions]] = options_view(
-        "RetrievalSelectorOptions", RetrievalOptions, list(RetrievalOptions.model_fields),
-        "The retrieval protocol (seed 003): when to retrieve, K snippets of 2w+1 sentences per claim.")
-
-    def __init__(self, model: Any = None, options: StageOptions | None = None, *,
-                 fits: Callable[[str, Sequence[Claim]], bool] | None = None):
-        self.opts: RetrievalOptions = options or self.Options()  # type: ignore[assignment]
-        self.fits: Callable[[str, Sequence[Claim]], bool] = fits or (lambda source, claims: True)
-
-    async def __call__(self, source: str, claims: Sequence[Claim]) -> Selection:
-        mode = self.opts.retrieval
-        if mode == "never":
-            return full_source(source, claims, "retrieval=never: the whole source is sent")
-        if mode == "always":
-            return await self.retrieve(source, claims, "requested (retrieval=always)")
-        if self.fits(source, claims):
-            return full_source(source, claims, "retrieval=auto: the whole source fits the model's context")
-        return await self.retrieve(source, claims, "retrieval=auto: the source does not fit the model's context "
-                                                   "window")
-
-    async def retrieve(self, source: str, claims: Sequence[Claim], why: str) -> Selection:
-        index = await _shared_index(source, self.opts)
-        texts = [c.text for c in claims]
-        snippets = await asyncio.to_thread(index.retrieve_many, texts)
-        contexts = {
-            _cid(c): [Context(text=s.text, kind="snippet", span=s.span, rank=i, score=s.score,
-                              sentences=tuple(s.sentence_indices)) for i, s in enumerate(snips)]
-            for c, snips in zip(claims, snippets)}
-        details = index.describe()
-        details["merge_windows"] = self.opts.merge_windows
-        density = {_cid(c): index.density(c.text) for c in claims}
-        if any(v is not None for v in density.values()):
-            details["density"] = density
-        return Selection("retrieval", why, contexts, details)
-
-
-async def _shared_index(source: str, opts: RetrievalOptions) -> Any:
-    """The index of ``source`` with the method's retrieval settings, from the process-wide index cache
-    (:mod:`halluscope.retrieval.cache`)."""
-    from halluscope.retrieval import RetrievalConfig, shared_index
-
-    return await shared_index(source, RetrievalConfig(top_k=opts.top_k, window=opts.window, retriever=opts.retriever,
-                                                      merge_windows=opts.merge_windows,
-                                                      embed_all_up_to=opts.embed_all_up_to))
-
-
-def full_source(source: str, claims: Sequence[Claim], why: str) -> Selection:
-    ctx = Context(text=source, kind="source")
-    return Selection("full", why, {_cid(c): [ctx] for c in claims})
-
-
-def _cid(claim: Claim) -> str:
-    if not claim.id:
-        raise ValueError("pipeline claims need ids")
-    return claim.id
-
-
-# ------------------------------------------------------------------------------------------------ decomposers
-
-
-@register_stage("sentences", "decomposer")
-class SentenceDecomposer:
-    """Every target sentence is a claim (no LLM call); spans are exact."""
-
-    name: str  # set by @register_stage
-    uses_llm: ClassVar[bool] = False
-
-    class Options(StageOptions):
-        claim_kind: ClaimKind = "sentence"
-        """The kind given to each claim (dove uses event: every sentence is an event fact)."""
-
-    def __init__(self, model: Any = None, options: "SentenceDecomposer.Options | None" = None):
-        self.kind = (options or self.Options()).claim_kind
-
-    async def __call__(self, target: str) -> StepResult[list[Claim]]:
-        claims = [Claim(text=s.text, kind=self.kind, id=f"s{s.index + 1}", target_spans=[s.span])
-                  for s in split_sentences(target)]
-        return StepResult.success(claims)
-
-
-# ------------------------------------------------------------------------------------------------- verifiers
-
-
-class LLMVerifier:
-    """Base for verifiers that judge claims against a context with one prompt: subclasses implement
-    :meth:`messages` (for the token budget) and ``__call__``."""
-
-    name: str
-    reply_tokens: ClassVar[int] = 512
-    Options: ClassVar[type[StageOptions]] = StageOptions
-
-    def __init__(self, model: LLM, options: StageOptions | None = None, *, prompts: PromptResolver = same_prompt):
-        if model is None:
-            raise TypeError(f"the {type(self).__name__} verifier needs an LLM (model=...)")
-        self.llm = model
-        self.options: Any = options if options is not None else self.Options()  # the subclass's Options
-        self.prompts = prompts
-
-    def messages(self, claims: Sequence[Claim], context_text: str) -> list[dict[str, str]]:
-        raise NotImplementedError
-
-    def reserve_tokens(self, claims: Sequence[Claim]) -> int:
-        if not claims:
-            return reply_budget(self.llm, self.reply_tokens)
-        longest = max(claims, key=lambda c: len(c.text))
-        return messages_tokens(self.llm, self.messages([longest], "")) + reply_budget(self.llm, self.reply_tokens)
-
-
-def best_verdict(claim: Claim, tried: Sequence[tuple[Context, Verdict]]) -> Verdict:
-    """A claim's verdict over its snippets: the best label (supported > contradicted > unsupported), the
-    snippet it came from as evidence; unscored only when no snippet could be judged. All calls are kept."""
-    calls = unique_calls([c for _, v in tried for c in v.calls])
-    if not tried:
-        return Verdict.unscored(claim, "retrieval found no source snippet for this claim")
-    ctx, chosen = max(tried, key=lambda p: (LABEL_RANK[p[1].label], -p[0].rank))
-    undecided = [(c, v) for c, v in tried if v.label == "unscored"]
-    if chosen.label == "unscored" or (chosen.label != "supported" and undecided):
-        # the max over snippets is unknown while a snippet that might support the claim could not be judged
-        reasons = "; ".join(dict.fromkeys(f"snippet {c.rank + 1}: {v.reason}" for c, v in undecided))
-        what = "no snippet could be judged" if chosen.label == "unscored" else (
-            f"{len(undecided)} of {len(tried)} snippets could not be judged and none supports the claim")
-        return Verdict.unscored(claim, f"{what}: {reasons}"[:1000], calls)
-    evidence = list(chosen.evidence)
-    if not any(e.span == ctx.span for e in evidence):
-        relation: Relation = "supports" if chosen.label == "supported" else "related"
-        evidence.append(Evidence(text=ctx.text, span=ctx.span, relation=relation))
-    return chosen.model_copy(update={"claim": claim, "calls": calls, "evidence": evidence})
-
-
-JudgeRound = Callable[[list[tuple[Claim, Context]]], Awaitable[list[Verdict]]]
-
-
-async def max_over_snippets(claims: Sequence[Claim], contexts: Mapping[str, Sequence[Context]],
-                            judge_round: JudgeRound) -> tuple[list[Verdict], dict[str, Any]]:
-    """Seed 003 Eq. 2: each claim judged against its snippets, best first, keeping its best verdict
-    (:func:`best_verdict`) and stopping at the first supporting snippet (the max cannot rise further).
-
-    It runs in rounds so that a verifier can share calls: every claim still open is judged against its next
-    snippet in one ``judge_round(pairs)`` (one verdict per pair, in order). Returns the verdicts in claim order
-    and ``{"per_snippet": {claim id: [{"rank", "label"}, ...]}}``, the labels per tried snippet."""
-    snippets = {_cid(c): list(contexts.get(_cid(c), [])) for c in claims}
-    tried: dict[str, list[tuple[Context, Verdict]]] = {_cid(c): [] for c in claims}
-    open_claims = [c for c in claims if snippets[_cid(c)]]
-    while open_claims:
-        pairs = [(c, snippets[_cid(c)][len(tried[_cid(c)])]) for c in open_claims]
-        verdicts = await judge_round(pairs)
-        still_open = []
-        for (claim, ctx), verdict in zip(pairs, verdicts):
-            done = tried[_cid(claim)]
-            done.append((ctx, verdict))
-            if verdict.label != "supported" and len(done) < len(snippets[_cid(claim)]):
-                still_open.append(claim)
-        open_claims = still_open
-    trace = {_cid(c): [{"rank": ctx.rank, "label": v.label} for ctx, v in tried[_cid(c)]] for c in claims}
-    return [best_verdict(c, tried[_cid(c)]) for c in claims], {"per_snippet": trace}
-
-
-def unique_calls(calls: Sequence[LLMCall]) -> list[LLMCall]:
-    """Each call once, in order (a call shared by several verdicts, e.g. a batch call, is kept once)."""
-    seen: set[int] = set()
-    out = []
-    for call in calls:
-        if id(call) not in seen:
-            seen.add(id(call))
-            out.append(call)
-    return out
-
-
-# --------------------------------------------------------------------------------------------------- pipeline
+# The stages and helpers below lived in this module before it was split by concern; importable here as before.
+from halluscope.methods.context_selection import full_source as full_source
+from halluscope.methods.findings import claim_finding as claim_finding
+from halluscope.methods.llm_verifier import MESSAGE_OVERHEAD_TOKENS as MESSAGE_OVERHEAD_TOKENS
+from halluscope.methods.llm_verifier import LLMVerifier as LLMVerifier
+from halluscope.methods.llm_verifier import messages_tokens as messages_tokens
+from halluscope.methods.llm_verifier import reply_budget as reply_budget
+from halluscope.methods.sentence_decomposer import SentenceDecomposer as SentenceDecomposer
+from halluscope.methods.snippets import LABEL_RANK as LABEL_RANK
+from halluscope.methods.snippets import JudgeRound as JudgeRound
+from halluscope.methods.snippets import best_verdict as best_verdict
+from halluscope.methods.snippets import unique_calls as unique_calls
 
 
 @dataclass
@@ -387,10 +211,13 @@ class ClaimPipeline(Method):
 
     def used_prompts(self) -> list[PromptTemplate]:
         prompts = super().used_prompts()
-        extra = getattr(self.verifier, "used_prompts", None)
-        if callable(extra):
-            prompts += [p for p in extra() if p.name not in {q.name for q in prompts}]
+        prompts += [p for p in self.verifier_prompts() if p.name not in {q.name for q in prompts}]
         return prompts
+
+    def verifier_prompts(self) -> list[PromptTemplate]:
+        """The prompts the chosen verifier says it sends (none when it lists none, e.g. an encoder checker)."""
+        listed = getattr(self.verifier, "used_prompts", None)
+        return list(listed()) if callable(listed) else []
 
     def stage_names(self) -> dict[str, str]:
         return {"decomposer": self.make_decomposer().name, "context_selector": self.selector.name,
@@ -446,9 +273,9 @@ class ClaimPipeline(Method):
         if self.gate is not None:  # cascade: the claims the gate settles skip the verifier
             with stage_span("gate", self.gate.name):
                 decisions = await self.gate(claims, source, target)
-            settled = {_cid(d.claim): gate_verdict(d, self.gate.name) for d in decisions if d.settled}
+            settled = {claim_id(d.claim): gate_verdict(d, self.gate.name) for d in decisions if d.settled}
             details.update(PipelineDetails.build(gate=gate_details(self.gate.name, decisions)))
-        rest = [c for c in claims if _cid(c) not in settled]
+        rest = [c for c in claims if claim_id(c) not in settled]
         with stage_span("context_selector", self.selector.name):
             selection = (await self.selector(source, claims)).with_trace(trace)
         tried: dict[str, Any] = {}  # per claim, the label on each snippet tried
@@ -467,9 +294,9 @@ class ClaimPipeline(Method):
                 with stage_span("verifier", self.verifier.name):
                     verdicts, tried = await self.verify(rest, selection, source)
         decided_by = f"verifier:{self.verifier.name}"
-        verified = {_cid(v.claim): v if v.decided_by else v.model_copy(update={"decided_by": decided_by})
+        verified = {claim_id(v.claim): v if v.decided_by else v.model_copy(update={"decided_by": decided_by})
                     for v in verdicts}
-        verdicts = [settled.get(_cid(c)) or verified[_cid(c)] for c in claims]
+        verdicts = [settled.get(claim_id(c)) or verified[claim_id(c)] for c in claims]
         details.update(PipelineDetails.build(context={**selection.describe(), **tried}))
         return PipelineRun(source, target, claims, selection, verdicts, details, trace)
 
@@ -502,7 +329,7 @@ class ClaimPipeline(Method):
 
 def gate_details(gate_name: str, decisions: Sequence[GateDecision]) -> dict[str, Any]:
     """``details["gate"]``: how many claims the gate settled (and how), and which went on to the verifier."""
-    outcomes = {_cid(d.claim): d.outcome for d in decisions}
+    outcomes = {claim_id(d.claim): d.outcome for d in decisions}
     counts = {k: sum(o == k for o in outcomes.values()) for k in ("supported", "unsupported", "contradicted")}
     return {"stage": gate_name, "settled": sum(counts.values()), **counts,
             "sent_to_verifier": [cid for cid, o in outcomes.items() if o == "uncertain"], "outcomes": outcomes}

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from halluscope.retrieval.config import EMBEDDING_CACHE_FILE
+from halluscope.sqlite_file import SqliteTable
 
 log = logging.getLogger("halluscope.retrieval")
 
@@ -25,21 +26,19 @@ def text_key(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-class _DiskStore:
+class _DiskStore(SqliteTable):
     """float32 vectors in SQLite, keyed by (model, text sha256). One connection guarded by a lock; WAL, so
     several processes can share the file."""
 
     _CHUNK = 500  # keys per SELECT (SQLite's bound-parameter limit is 999 on old builds)
+    table = "embeddings"
 
     def __init__(self, path: Path):
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.execute("CREATE TABLE IF NOT EXISTS embeddings (model TEXT NOT NULL, key TEXT NOT NULL, "
-                           "dim INTEGER NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (model, key)) WITHOUT ROWID")
+        super().__init__(str(path), "CREATE TABLE IF NOT EXISTS embeddings (model TEXT NOT NULL, key TEXT NOT NULL, "
+                                    "dim INTEGER NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (model, key)) "
+                                    "WITHOUT ROWID")
 
     def get_many(self, model: str, keys: Sequence[str]) -> dict[str, np.ndarray]:
         found: dict[str, np.ndarray] = {}
@@ -66,15 +65,6 @@ class _DiskStore:
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
-
-    def __len__(self) -> int:
-        with self._lock:
-            return int(self._conn.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0])
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
-
 
 def embedding_cache_enabled() -> bool:
     """False when ``HALLUSCOPE_EMBEDDING_CACHE`` is ``false``/``0``/``no``/``off``."""

@@ -65,8 +65,7 @@ class DCR(ClaimPipeline):
 
     def used_prompts(self) -> list[PromptTemplate]:
         if not isinstance(self.verifier, DcrVerifier):
-            extra = getattr(self.verifier, "used_prompts", None)
-            return list(extra()) if callable(extra) else []
+            return self.verifier_prompts()
         if self.opts.level == "paragraph":
             dce = [DCE_PARAGRAPH_PROMPT]
         else:

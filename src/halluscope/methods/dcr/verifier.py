@@ -17,7 +17,7 @@ from halluscope.methods.dcr.replies import (DceExcerptEntry, DceJudgment, DceRea
                                            parse_dce_sentences,
                                            parse_dce_single)
 from halluscope.methods.options import StageOptions
-from halluscope.methods.pipeline import LLMVerifier, messages_tokens, reply_budget
+from halluscope.methods.llm_verifier import LLMVerifier, messages_tokens, reply_budget
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, LLMCall, StepResult, Verdict
 from halluscope.stages import Context, PromptResolver, Selection, register_stage, same_prompt

@@ -23,11 +23,8 @@ from halluscope.methods.dove.stages import DoveSorter
 from halluscope.methods.details import MethodDetails
 from halluscope.methods.dove.details import DoveDetails
 from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions
-from halluscope.methods.pipeline import (
-    ClaimPipeline,
-    PipelineRun,
-    _shared_index,  # the index the retrieval stage built (cached per source)
-)
+from halluscope.methods.context_selection import shared_source_index  # the retrieval stage's index (cached)
+from halluscope.methods.pipeline import ClaimPipeline, PipelineRun
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, StepResult
 from halluscope.retrieval import SourceIndex, fits_in_context
@@ -109,9 +106,7 @@ class Dove(ClaimPipeline):
 
     def used_prompts(self) -> list[PromptTemplate]:
         used = [self.prompt(DOVE_DECOMPOSE_PROMPT)] if self.opts.decomposer == "llm" else []
-        verifier_prompts = getattr(self.verifier, "used_prompts", None)
-        if callable(verifier_prompts):
-            used += list(verifier_prompts())
+        used += self.verifier_prompts()
         if self.opts.sorter == "llm":
             used.append(self.prompt(DOVE_SORT_PROMPT))
         return used
@@ -198,7 +193,7 @@ class Dove(ClaimPipeline):
 
     async def source_index(self, source: str) -> SourceIndex:
         """The source's retrieval index (the one the retrieval stage uses; built once per source)."""
-        return cast(SourceIndex, await _shared_index(source, self.opts))
+        return cast(SourceIndex, await shared_source_index(source, self.opts))
 
 
 def _consecutive_runs(indices: list[int]) -> list[list[int]]:

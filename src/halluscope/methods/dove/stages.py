@@ -34,7 +34,8 @@ from halluscope.methods.dove.replies import (
 )
 from halluscope.methods.batching import BatchCall, BatchingVerifier, numbered_as_written
 from halluscope.methods.options import MAX_BATCH_SIZE, RetrievalOptions, StageOptions, options_view
-from halluscope.methods.pipeline import _shared_index, messages_tokens, reply_budget
+from halluscope.methods.context_selection import shared_source_index
+from halluscope.methods.llm_verifier import messages_tokens, reply_budget
 from halluscope.records import Claim, Evidence, LLMCall, Span, StepResult, Verdict
 from halluscope.stages import Context, PromptResolver, register_stage, same_prompt
 from halluscope.text import locate, split_sentences
@@ -244,7 +245,7 @@ class PositionSorter:
 
     async def __call__(self, events: Sequence[str], text: str, about: str | None = None) -> StepResult[EventOrder]:
         """``text``: the source (its index comes from the shared index cache)."""
-        index = await _shared_index(text, self.opts)
+        index = await shared_source_index(text, self.opts)
 
         def anchors() -> list[int | None]:
             found: list[int | None] = []

@@ -54,9 +54,7 @@ class FactScore(ClaimPipeline):
 
     def used_prompts(self) -> list[PromptTemplate]:
         used = [self.prompt(FACTSCORE_DECOMPOSE_PROMPT)]
-        verifier_prompts = getattr(self.verifier, "used_prompts", None)
-        if callable(verifier_prompts):
-            used += list(verifier_prompts())
+        used += self.verifier_prompts()
         if self.opts.describe and self.opts.dedup == "llm":
             used.append(self.prompt(FACTSCORE_DEDUP_PROMPT))
         return used

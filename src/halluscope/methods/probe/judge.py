@@ -22,7 +22,8 @@ from halluscope.llm import LLM
 from halluscope.llm.base import GenerateParams
 from halluscope.llm.structured import generate_reply
 from halluscope.methods.batching import BatchCall, BatchStep, judge_in_batches
-from halluscope.methods.pipeline import reply_budget, unique_calls
+from halluscope.methods.llm_verifier import reply_budget
+from halluscope.methods.snippets import unique_calls
 from halluscope.methods.probe.replies import (EVALUATE_BATCH_PROMPT, EVALUATE_PROMPT, EVALUATE_REPLY_TOKENS,
                                               EvaluationBatchEntry, EvaluationReply)
 from halluscope.prompts import PromptTemplate

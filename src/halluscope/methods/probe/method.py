@@ -73,8 +73,7 @@ class Probe(ClaimPipeline):
     def used_prompts(self) -> list[PromptTemplate]:
         decompose = self.prompt(DECOMPOSE_PROMPT)
         if self.opts.verifier not in (None, "probe"):
-            verifier_prompts = getattr(self.verifier, "used_prompts", None)
-            return [decompose, *(verifier_prompts() if callable(verifier_prompts) else [])]
+            return [decompose, *self.verifier_prompts()]
         finder = [self.prompt(FIND_EVIDENCE_PROMPT)] if self.opts.evidence == "llm" else []
         batched = []
         if self.opts.batch_size > 1:  # the batch prompts (whole source only)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from halluscope.records import Example, Report, Usage
+from halluscope.sqlite_file import connect_wal
 
 ID_LENGTH = 32
 ACTIVE = ("queued", "running")
@@ -69,10 +70,8 @@ class JobStore:
         self._lock_file.write(str(os.getpid()))
         self._lock_file.flush()
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=30)
+        self._conn = connect_wal(str(self.path))  # WAL + NORMAL: a killed process loses nothing committed
         self._conn.row_factory = sqlite3.Row
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a killed process loses nothing committed
         self._conn.execute("PRAGMA foreign_keys=ON")
         self._conn.executescript(_SCHEMA)
 
