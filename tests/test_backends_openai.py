@@ -141,10 +141,10 @@ async def test_connection_refused_is_bounded() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed again below: nothing listens there
-    started = time.monotonic()
-    with pytest.raises(LLMError, match="failed after 3 attempts"):
-        await backend(f"http://127.0.0.1:{port}/v1", max_retries=2).generate(MSGS, GenerateParams())
-    assert time.monotonic() - started < 10
+    with pytest.raises(LLMError, match="failed after 3 attempts"):  # a bounded number of tries, then an error
+        # (the limit is only a hang guard: a refused connection fails at once, whatever the machine's speed)
+        model = backend(f"http://127.0.0.1:{port}/v1", max_retries=2)
+        await asyncio.wait_for(model.generate(MSGS, GenerateParams()), 60)
 
 
 async def test_request_payload_and_auth() -> None:
@@ -257,8 +257,9 @@ def test_real_server_through_the_cli(llama_server, tmp_path) -> None:
     report = json.loads(result.output)
     assert report["method"] == "geval" and report["model"] == "smollm2-server"
     assert 1 <= report["usage"]["calls"] <= 2 and report["usage"]["prompt_tokens"] > 0
-    # The tiny model may or may not produce a usable rating; either way the outcome is explicit.
-    assert (report["score"] is not None) != bool(report["unscored_reason"])
+    # The tiny model may or may not produce a usable rating (unscored, the report says why); a rating is normalized
+    if report["score"] is not None:
+        assert not report["unscored_reason"] and report["score"] == (report["subscores"]["rating"] - 1) / 4
 
 
 async def test_reply_schema_is_sent_and_a_refusing_endpoint_gets_plain_json_mode() -> None:

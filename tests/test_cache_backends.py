@@ -28,6 +28,7 @@ from halluscope.config import Config
 from halluscope.llm import LLM, Completion, FakeModel, RedisCache, ResponseCache, get_llm, open_cache
 from halluscope.llm.cache import CacheBackendError
 from halluscope.records import Example, Usage
+from tests.prompt_data import fenced
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -35,9 +36,9 @@ REPO = Path(__file__).resolve().parents[1]
 # --- a stub OpenAI-compatible endpoint on loopback that counts what reaches it ----------------------------
 
 def stub_reply(messages: list[dict], tag: str = "stub") -> str:
-    """geval's reply for a target ``Claim number N.``: rating 5 for odd N, 2 for even N."""
-    text = " ".join(m["content"] for m in messages if m["role"] == "user")
-    found = re.search(r"Claim number (\d+)\.", text)
+    """geval's reply for a target ``Claim number N.``: rating 5 for odd N, 2 for even N (N read from the
+    fenced target, not from the prompt's wording)."""
+    found = re.search(r"Claim number (\d+)\.", fenced(messages, "target", ""))
     number = int(found.group(1)) if found else 1
     return json.dumps({"reason": tag, "score": 5 if number % 2 else 2})
 

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 import halluscope.methods.base as method_base
 from halluscope.cli.main import app
 from halluscope.llm import LLMError
+from halluscope.methods import get_method
 from halluscope.records import Report
 from tests.conftest import fake_llm
 
@@ -78,7 +79,8 @@ def test_check_reads_stdin(runner, files) -> None:
     result = runner.invoke(app, ["check", "-s", str(source), "-t", "-", "--method", "rouge", "--json"],
                            input=TARGET.encode())
     assert result.exit_code == 0, result.output
-    assert Report.model_validate_json(result.output).score is not None
+    expected = get_method("rouge").check(SOURCE, TARGET).score  # the target came from stdin, whole
+    assert Report.model_validate_json(result.output).score == expected > 0
 
 
 def test_fail_under_exits_1(runner, files) -> None:

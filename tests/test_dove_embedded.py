@@ -15,12 +15,10 @@ TARGET = "Ben arrived. Anna baked a cake."
 
 
 def _check_invariants(report) -> None:
-    assert (report.score is None) == bool(report.unscored_reason)
     assert report.usage.calls + report.usage.cache_hits == len(report.calls) >= 1
-    assert all(call.messages and isinstance(call.reply, str) for call in report.calls)
-    for verdict in report.verdicts:
-        assert verdict.label != "unscored" or verdict.reason
-    if report.score is not None:
+    assert all(call.messages for call in report.calls)
+    if report.score is not None:  # (an unscored report or verdict carries its reason: the records enforce it)
+        assert not report.unscored_reason
         assert set(report.subscores) == {"S_E", "S_D", "S_EO", "alpha", "ShuffleD"}
 
 

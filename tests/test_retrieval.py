@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -213,16 +213,27 @@ def test_index_cache_builds_each_source_once_across_settings_and_threads(monkeyp
     cache = retrieval.IndexCache(size=2)
     built: list[str] = []
     real_build = SourceIndex.build.__func__  # type: ignore[attr-defined]
+    asking: set[int] = set()
+    all_asking = threading.Event()
+    lock = threading.Lock()
 
-    def slow_build(cls, source, config=None):
+    def ask(config):
+        with lock:
+            asking.add(threading.get_ident())
+            if len(asking) == 4:
+                all_asking.set()
+        return cache.get_sync(TWENTY, config)
+
+    def held_build(cls, source, config=None):
         built.append(source)
-        time.sleep(0.05)  # long enough for the other threads to ask for the same source meanwhile
+        # the build goes on only once all 4 threads asked for the same source (not after a guessed delay)
+        assert all_asking.wait(60), "the other threads never asked"
         return real_build(cls, source, config)
 
-    monkeypatch.setattr(SourceIndex, "build", classmethod(slow_build))
+    monkeypatch.setattr(SourceIndex, "build", classmethod(held_build))
     configs = [RetrievalConfig(retriever="bm25", top_k=k, window=w) for k in (1, 3) for w in (0, 2)]
     with ThreadPoolExecutor(4) as pool:
-        indexes = list(pool.map(lambda c: cache.get_sync(TWENTY, c), configs * 2))
+        indexes = list(pool.map(ask, configs * 2))
     assert built == [TWENTY] and cache.builds == 1
     assert [i.config for i in indexes] == configs * 2  # each caller gets its own settings
     assert len({id(i.sentences) for i in indexes}) == 1

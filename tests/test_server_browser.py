@@ -29,6 +29,7 @@ pytestmark = [
 from halluscope.config import Config
 from halluscope.llm import LLM, FakeModel
 from halluscope.server import ServerSettings, create_app
+from tests.prompt_data import fenced
 
 SOURCE = "Alice founded Acme in 2001 in Paris. The company makes rockets."
 YEAR = 'The text says "in 1999", but the source says 2001.'
@@ -49,8 +50,9 @@ def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def served_job(tmp_path):
-    rules = [(target.split(":")[0] + ":", json.dumps({"inconsistencies": found})) for target, found in ITEMS]
-    llm = LLM(FakeModel(rules=rules))
+    found_in = dict(ITEMS)  # the localizer's reply for the target it is asked about
+    llm = LLM(FakeModel(by_reply={
+        "LocalizationReply": lambda messages: json.dumps({"inconsistencies": found_in[fenced(messages, "target")]})}))
     app = create_app(Config(cache=False), ServerSettings(jobs_db=tmp_path / "jobs.sqlite"), llm=llm)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -36,18 +36,20 @@ def make_app(tmp_path, llm=None, **settings):
 
 
 FIRST_LINE_SENT = threading.Event()
+HELD_RELEASED = threading.Event()
 
 
 class Sleepy(Method):
-    """Sleeps the seconds written in the target ("sleep 0.5"), or ("wait") until the test has received the
-    batch's first streamed line, then scores 1."""
+    """Sleeps the seconds written in the target ("sleep 0.5"), or waits ("wait") until the test has received the
+    batch's first streamed line, or ("hold") until the test releases it, then scores 1."""
 
     name = "_sleepy"
     uses_llm = False
 
     async def run(self, source: str, target: str) -> Report:
-        if target == "wait":
-            while not FIRST_LINE_SENT.is_set():
+        if target in ("wait", "hold"):
+            event = FIRST_LINE_SENT if target == "wait" else HELD_RELEASED
+            while not event.is_set():
                 await asyncio.sleep(0.01)
         else:
             await asyncio.sleep(float(target.split()[-1]))
@@ -182,11 +184,16 @@ def test_job_inputs_are_validated(tmp_path, sleepy):
     assert r.status_code == 202, r.text
     job = wait_for_job(client, r.json()["id"])
     assert job["total"] == 2 and job["scored"] == 2 and job["dataset"] == "mine"
-    slow = client.post("/jobs", json={"method": "_sleepy", "items": [{"source": SOURCE, "target": "sleep 2"}]})
-    assert slow.status_code == 202
-    full = client.post("/jobs", json={"method": "_sleepy", "items": pairs(1)})
-    assert full.status_code == 429 and int(full.headers["retry-after"]) > 0
-    assert client.delete(f"/jobs/{slow.json()['id']}").status_code == 200  # cancels the running job
+    HELD_RELEASED.clear()
+    try:  # a job that runs until released (not for a guessed time): the next one finds the only place taken
+        slow = client.post("/jobs", json={"method": "_sleepy", "items": [{"source": SOURCE, "target": "hold"}]})
+        assert slow.status_code == 202
+        full = client.post("/jobs", json={"method": "_sleepy", "items": pairs(1)})
+        assert full.status_code == 429 and int(full.headers["retry-after"]) > 0
+        assert client.get(f"/jobs/{slow.json()['id']}").json()["done"] == 0  # still running when refused
+        assert client.delete(f"/jobs/{slow.json()['id']}").status_code == 200  # cancels the running job
+    finally:
+        HELD_RELEASED.set()
     assert TestClient(make_app(tmp_path / "b")).post("/jobs", json={"dataset": "mine.jsonl"}).status_code == 400
 
 

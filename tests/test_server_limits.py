@@ -267,32 +267,36 @@ async def test_slow_senders_do_not_stop_another_clients_check(tmp_path):
 
 
 async def test_health_answers_while_a_check_burns_cpu(tmp_path, monkeypatch):
+    burning, stop = threading.Event(), threading.Event()
+
     class Busy(Method):
         name = "_busy"
         uses_llm = False
 
         async def run(self, source: str, target: str) -> Report:
-            end = time.perf_counter() + 1.5
-            while time.perf_counter() < end:  # CPU work inside the coroutine: blocks its own loop only
-                sum(range(1000))
-            return Report(method=self.name, score=0.5)
+            burning.set()
+            deadline = time.monotonic() + 60  # only a hang guard: the test stops the burn once /health answered
+            while not stop.is_set() and time.monotonic() < deadline:  # CPU work inside the coroutine: blocks
+                sum(range(1000))                                      # its own loop only
+            return Report(method=self.name, score=0.5 if stop.is_set() else 0.0)
 
     monkeypatch.setitem(methods._REGISTERED, "_busy", Busy)
     app = make_app(tmp_path)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test", timeout=30) as client:
-        started = time.perf_counter()
-        check = asyncio.create_task(client.post("/check", json={"source": SOURCE, "target": TARGET, "method": "_busy"},
-                                                headers=AUTH))
-        await asyncio.sleep(0.3)
-        waits = []
-        for _ in range(5):
-            t = time.perf_counter()
-            assert (await client.get("/health")).status_code == 200
-            waits.append(time.perf_counter() - t)
-        assert not check.done()
-        assert (await check).status_code == 200
-        assert time.perf_counter() - started >= 1.5
-    assert max(waits) < 1.0, waits  # blocked, the first would wait ~1.2 s for the 1.5 s burn to end
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test",
+                                     timeout=90) as client:
+            check = asyncio.create_task(client.post("/check", headers=AUTH,
+                                                    json={"source": SOURCE, "target": TARGET, "method": "_busy"}))
+            await _until(burning.is_set, "the check burns CPU")
+            for _ in range(5):  # answered while the burn goes on: it ends only when the test sets stop below
+                assert (await client.get("/health")).status_code == 200
+            assert not check.done()
+            stop.set()
+            answer = await check
+        # a blocked HTTP loop would have answered /health only after the burn's 60 s guard: score 0.0, not 0.5
+        assert answer.status_code == 200 and answer.json()["score"] == 0.5
+    finally:
+        stop.set()
 
 
 def test_method_cache_is_bounded_and_shares_one_llm(tmp_path):
