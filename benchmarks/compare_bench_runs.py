@@ -12,7 +12,8 @@ fields (elapsed and wall times, creation stamps) and writing each root's own pat
 - ``results.json``: the metrics, tables, counts and usage; ``run.json``: the run's identity (method options,
   prompt version, model).
 
-Prints "identical" (exit 0), or the first differences (exit 1), then one summary line per run. PNG plots and
+Prints "identical" (exit 0), or the first differences (exit 1), then one summary line per run; when no run is in
+both roots, "nothing compared" (exit 2). Symlinked run folders are followed. PNG plots and
 results.md (a rendering of results.json) are not compared.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -44,7 +46,8 @@ def normalize(value: Any, root: str) -> Any:
 def run_dirs(root: Path) -> dict[str, Path]:
     """Every folder under root (root included) holding a run's files, by its path relative to root (so the
     localize method's nested ``final_protocol/<selection>/variant-N`` runs are compared too)."""
-    folders = {p.parent for name in ("items.jsonl", "results.json", "run.json") for p in root.rglob(name)}
+    names = {"items.jsonl", "results.json", "run.json"}
+    folders = {Path(top) for top, _, files in os.walk(root, followlinks=True) if names & set(files)}
     return {str(p.relative_to(root)): p for p in sorted(folders)}
 
 
@@ -92,6 +95,10 @@ def summary(name: str, run: dict[str, Any]) -> str:
 
 def compare(old_root: Path, new_root: Path) -> int:
     old_runs, new_runs = run_dirs(old_root), run_dirs(new_root)
+    if not set(old_runs) & set(new_runs):
+        print(f"nothing compared: no run folder (items.jsonl, results.json or run.json) is in both {old_root} "
+              f"({len(old_runs)} runs) and {new_root} ({len(new_runs)} runs)")
+        return 2
     diffs: list[str] = []
     for name in sorted(set(old_runs) ^ set(new_runs)):
         diffs.append(f"{name}: run only in {'OLD' if name in old_runs else 'NEW'}")
