@@ -35,8 +35,9 @@ import numpy as np
 
 from halluscope._optional import require
 from halluscope.bench.datasets import Dataset
+from halluscope.bench.folder import ITEMS_FILE, ItemStore
 from halluscope.bench.metrics import bootstrap_ci, format_ci
-from halluscope.bench.runner import ITEMS_FILE, ItemStore, run_bench, select_examples
+from halluscope.bench.runner import run_bench, select_examples
 from halluscope.methods.base import Method
 from halluscope.records import Example
 

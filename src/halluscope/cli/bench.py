@@ -130,7 +130,7 @@ def _optional_judge(config: Config) -> LLM | None:
 
 
 def _print_summary(results: dict[str, Any], out: Path | None) -> None:
-    from halluscope.bench.runner import default_out_dir
+    from halluscope.bench.folder import default_out_dir
 
     folder = out or default_out_dir(results["dataset"], results["method"], results["model"],
                                     results["sample_per_stratum"], results["seed"])
