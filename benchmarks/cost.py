@@ -266,12 +266,14 @@ def _free_port() -> int:
 
 
 def start_llama_server(n_ctx: int, threads: int, ready_timeout_s: float = 180.0, *, embedded_model: str = "smollm2",
-                       alias: str = ALIAS) -> tuple[subprocess.Popen, str]:
-    """``python -m llama_cpp.server`` with an embedded GGUF (SmolLM2 by default) on a free loopback port."""
+                       alias: str = ALIAS, decoding: str = "server") -> tuple[subprocess.Popen, str]:
+    """``python -m llama_cpp.server`` with an embedded GGUF (SmolLM2 by default) on a free loopback port; with
+    ``decoding="embedded"`` through ``lazy_llama_server.py`` (decoded like the embedded backend)."""
     from halluscope.llm.embedded import resolve_gguf
 
     port = _free_port()
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(resolve_gguf(embedded_model)), "--model_alias", alias,
+    server = ["-m", "llama_cpp.server"] if decoding == "server" else [str(Path(__file__).with_name("lazy_llama_server.py"))]
+    cmd = [sys.executable, *server, "--model", str(resolve_gguf(embedded_model)), "--model_alias", alias,
            "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", str(threads),
            "--api_key", SERVER_KEY, "--verbose", "False"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -576,6 +578,10 @@ def markdown(summary: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     for name, why in meta.get("skipped", {}).items():
         lines.append(f"\n{name}: skipped ({why})")
     mismatch = [s["system"] for s in summary if not s["report_usage_matches_endpoint"]]
+    if meta.get("server_decoding") == "embedded":
+        lines.append("\nThe llama_cpp.server started here decoded like halluscope's embedded backend "
+                     "(`--server-decoding embedded`, `benchmarks/lazy_llama_server.py`: repeat_penalty 1.0, schema "
+                     "replies through the lazy grammar sampler).")
     if meta.get("translate_schema"):
         lines.append("\nThe proxy passed every `json_schema` response format to llama_cpp.server as `json_object` + "
                      "`schema` (its spelling of the same constraint), for every system alike.")
@@ -603,6 +609,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="llama.cpp threads of the server started here")
     parser.add_argument("--embedded-model", default="smollm2",
                         help="GGUF of the llama_cpp.server started here: smollm2 or qwen2.5-coder-1.5b")
+    parser.add_argument("--server-decoding", default="server", choices=["server", "embedded"],
+                        help="how the llama_cpp.server started here decodes: 'server' (its own defaults: "
+                             "repeat_penalty 1.1, the grammar over every candidate token) or 'embedded' (as halluscope's "
+                             "embedded backend: repeat_penalty 1.0 and the lazy grammar sampler; faster schema replies)")
     parser.add_argument("--structured-output", default="auto", choices=["auto", "schema", "json_object", "plain"],
                         help="how halluscope asks for structured replies (Config.structured_output)")
     parser.add_argument("--judge-model", default=None,
@@ -644,7 +654,9 @@ def main() -> None:
     endpoint = args.base_url or f"llama_cpp.server + {server_model} (n_ctx={args.n_ctx}, threads={args.threads})"
     settings = {"endpoint": endpoint, "model": args.model, "max_tokens": args.max_tokens,
                 "batch_size": args.batch_size, "translate_schema": translate, "dataset": args.dataset,
-                "structured_output": args.structured_output, **({"memo": True} if args.memo else {})}
+                "structured_output": args.structured_output, **({"memo": True} if args.memo else {}),
+                # only when not the default, so folders measured before the option existed still resume
+                **({"server_decoding": "embedded"} if args.server_decoding == "embedded" and not args.base_url else {})}
     store = RowStore(args.out, settings, fresh=args.fresh)
     if store.rows:
         print(f"resuming: {len(store.rows)} rows already measured in {store.path}", file=sys.stderr, flush=True)
@@ -658,7 +670,7 @@ def main() -> None:
         upstream = args.base_url
     else:
         proc, upstream = start_llama_server(args.n_ctx, args.threads, embedded_model=args.embedded_model,
-                                            alias=args.model)
+                                            alias=args.model, decoding=args.server_decoding)
     started = time.monotonic()
     skipped: dict[str, str] = {}
     try:

@@ -194,3 +194,44 @@ async def test_a_step_it_could_not_constrain_asks_again_with_the_full_grammar(mo
     assert got.text == expected.text
     reply.parse(got.text)
     assert any("simulated failure" in r.getMessage() for r in caplog.records)
+
+
+def _lazy_server_module():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "lazy_llama_server.py"
+    spec = importlib.util.spec_from_file_location("lazy_llama_server", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_benchmark_servers_patch_decodes_like_the_embedded_backend(monkeypatch, tmp_path, llama) -> None:
+    """``benchmarks/lazy_llama_server.py`` (``cost.py --server-decoding embedded``) turns llama_cpp.server's requests
+    into the embedded backend's decoding: repeat_penalty 1.0 whatever the server filled in, and a schema request at
+    temperature 0 through the lazy sampler, with the full grammar's reply; penalties of the request's own keep the
+    full grammar (the lazy pick comes before them)."""
+    import llama_cpp
+
+    _, reply, prompt = CASES[3]  # a prompt on which repeat_penalty 1.1 changes the reply
+    schema = json.loads(json.dumps(reply.json_schema(), sort_keys=True))
+    request = dict(messages=[{"role": "user", "content": prompt}], temperature=0.0, max_tokens=96,
+                   response_format={"type": "json_object", "schema": schema}, grammar=None, stream=False)
+    expected = llama.create_chat_completion(**request)  # llama-cpp-python's default repeat_penalty is 1.0
+    server_default = llama.create_chat_completion(**request, repeat_penalty=1.1)
+    assert server_default["choices"][0]["message"]["content"] != expected["choices"][0]["message"]["content"]
+    with_presence = dict(request, presence_penalty=1.5)
+    expected_presence = llama.create_chat_completion(**with_presence, repeat_penalty=1.0)
+
+    log = tmp_path / "ways.log"
+    monkeypatch.setenv("LAZY_LLAMA_SERVER_LOG", str(log))
+    monkeypatch.setattr(llama_cpp.Llama, "create_chat_completion", llama_cpp.Llama.create_chat_completion)
+    _lazy_server_module().patch_llama()
+    got = llama.create_chat_completion(**request, repeat_penalty=1.1)  # what llama_cpp.server sends by default
+    assert got["choices"][0]["message"]["content"] == expected["choices"][0]["message"]["content"]
+    assert got["usage"] == expected["usage"]
+    assert log.read_text().splitlines() == ["lazy"]
+    presence = llama.create_chat_completion(**with_presence, repeat_penalty=1.1)
+    assert presence["choices"][0]["message"]["content"] == expected_presence["choices"][0]["message"]["content"]
+    assert log.read_text().splitlines() == ["lazy"]  # not lazy: the request's own penalty applies
