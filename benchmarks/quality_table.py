@@ -1,0 +1,156 @@
+"""The dev-data quality table: every system of several ``benchmarks/cost.py`` folders, one row per system and model.
+
+    python benchmarks/quality_table.py bench_out/qags-qwen bench_out/summedits-qwen bench_out/final-qwen \\
+        bench_out/qags-smollm2 [--out quality.md]
+
+Each folder is one dataset on one endpoint (its ``run.json``); the table puts a system's QAGS Spearman, its
+SummEdits AUC (overall and per domain) and its FINAL description-matching F1 side by side, each with its 95 %
+bootstrap CI and n, computed by ``cost.py``'s own ``accuracy`` from the rows alone, over every item the system
+has a row for in that folder (so n can differ between systems: it is printed in every cell). Items a system could
+not score are counted beside it, never given a score. Nothing is measured here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+
+def _cost() -> Any:
+    spec = importlib.util.spec_from_file_location("cost_bench", HERE / "cost.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules.setdefault("cost_bench", module)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def model_name(settings: dict[str, Any]) -> str:
+    """The model the folder's rows came from, as its endpoint names it."""
+    endpoint = str(settings.get("endpoint", ""))
+    found = re.match(r"llama_cpp\.server \+ (.+?) \(", endpoint)
+    return found.group(1) if found else f"{settings.get('model')} at {endpoint}"
+
+
+def dataset_kind(dataset: str) -> str:
+    name = dataset.split(":")[0].lower()
+    for kind in ("qags", "summedits", "final"):
+        if kind in name:
+            return kind
+    return name
+
+
+def load_folder(folder: Path) -> tuple[dict[str, Any], list[Any]]:
+    cost = _cost()
+    settings = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    rows = []
+    for line in (folder / "rows.jsonl").read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(cost.Row(**json.loads(line)))
+        except (json.JSONDecodeError, TypeError):
+            continue  # a line cut off by a kill mid-write (cost.py measures it again on resume)
+    return settings, rows
+
+
+NO_LLM = "(no LLM)"
+
+
+def _scores(rows: list[Any]) -> dict[str, float | None]:
+    return {r.item: r.score for r in rows}
+
+
+def cells(folders: list[Path]) -> dict[tuple[str, str], dict[str, Any]]:
+    """(system, model) -> {dataset kind: {"accuracy", "items", "unscored", "calls_per_item", "tokens_per_item"}}."""
+    cost = _cost()
+    table: dict[tuple[str, str], dict[str, Any]] = {}
+    for folder in folders:
+        settings, rows = load_folder(folder)
+        model, kind = model_name(settings), dataset_kind(str(settings.get("dataset", "")))
+        for system in dict.fromkeys(r.system for r in rows):
+            mine = [r for r in rows if r.system == system]
+            n = len(mine)
+            no_llm = all(r.calls == 0 for r in mine)  # rouge, the gate: one row whatever the endpoint
+            cell = table.setdefault((system, NO_LLM if no_llm else model), {})
+            if kind in cell:
+                if no_llm and cell[kind]["scores"] == _scores(mine):
+                    continue  # the same scores on the same items, measured beside another model
+                raise SystemExit(f"{system} has {kind} rows in two folders ({cell[kind]['folder']}, {folder}) "
+                                 "that differ: name one of them")
+            cell[kind] = {
+                "folder": str(folder), "items": n, "accuracy": cost.accuracy(mine),
+                "unscored": sum(not (r.scored and r.score is not None) for r in mine),
+                "calls_per_item": sum(r.calls for r in mine) / n,
+                "tokens_per_item": sum(r.prompt_tokens + r.completion_tokens for r in mine) / n,
+                "scores": _scores(mine),
+            }
+    return table
+
+
+def _ci(ci: dict[str, Any] | None) -> str:
+    if not ci or ci.get("value") is None:
+        return "-"
+    lo, hi = ci.get("low"), ci.get("high")
+    band = f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else ""
+    return f"{ci['value']:.3f}{band}"
+
+
+def _cell(kind: str, cell: dict[str, Any] | None) -> str:
+    if cell is None:
+        return "not run"
+    acc = cell["accuracy"]
+    scored = f"{acc['scored']}/{cell['items']} scored"
+    if kind == "qags":
+        return f"{_ci(acc.get('spearman'))} ({scored})"
+    if kind == "summedits":
+        per = acc.get("auc_per_domain") or {}
+        domains = "; ".join(f"{d} {v['value']:.2f}" if v.get("value") is not None else f"{d} -"
+                            for d, v in per.items())
+        return f"{_ci(acc.get('auc'))} ({scored}){'<br>' + domains if domains else ''}"
+    if kind == "final":
+        match = acc.get("final_match")
+        if not match:
+            return f"AUC {_ci(acc.get('auc'))}, no matching judge ({scored})"
+        return f"F1 {_ci(match.get('f1'))} (P {match['precision']:.2f}, R {match['recall']:.2f}; {scored})"
+    return f"{scored}"
+
+
+def markdown(table: dict[tuple[str, str], dict[str, Any]]) -> str:
+    kinds = [k for k in ("qags", "summedits", "final") if any(k in c for c in table.values())]
+    kinds += sorted({k for c in table.values() for k in c} - set(kinds))
+    heads = {"qags": "QAGS-CNNDM dev: Spearman [95 % CI]", "summedits": "SummEdits dev: AUC [95 % CI]; per domain",
+             "final": "FINAL dev: matching F1 [95 % CI]"}
+    lines = ["| system | model | " + " | ".join(heads.get(k, k) for k in kinds) + " | calls / tokens per item |",
+             "|---|---|" + "---|" * len(kinds) + "---|"]
+    for (system, model), cell in sorted(table.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        cost = "; ".join(f"{k} {c['calls_per_item']:.1f} / {c['tokens_per_item']:,.0f}" for k, c in cell.items())
+        lines.append(f"| {system} | {model} | " + " | ".join(_cell(k, cell.get(k)) for k in kinds) + f" | {cost} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("folders", nargs="+", type=Path, help="benchmarks/cost.py --out folders")
+    parser.add_argument("--out", type=Path, help="also write the table here (and its numbers beside it as .json)")
+    args = parser.parse_args(argv)
+    for folder in args.folders:
+        if not (folder / "rows.jsonl").is_file() or not (folder / "run.json").is_file():
+            raise SystemExit(f"{folder}: no rows.jsonl and run.json (a benchmarks/cost.py --out folder)")
+    table = cells(args.folders)
+    text = markdown(table)
+    print(text, end="")
+    if args.out:
+        args.out.write_text(text, encoding="utf-8")
+        args.out.with_suffix(".json").write_text(json.dumps(
+            [{"system": s, "model": m, **{k: {f: v for f, v in c.items() if f != "scores"} for k, c in cell.items()}}
+             for (s, m), cell in table.items()], indent=2, default=str) + "\n",
+            encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

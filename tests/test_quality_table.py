@@ -1,0 +1,80 @@
+"""``benchmarks/quality_table.py`` builds the README's dev-data quality table from ``cost.py`` folders: one row per
+system and model, each dataset's accuracy computed from the rows, the no-LLM baselines once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("quality_table", REPO / "benchmarks" / "quality_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _folder(path: Path, model: str, dataset: str, rows: list[dict]) -> Path:
+    path.mkdir()
+    (path / "run.json").write_text(json.dumps({
+        "endpoint": f"llama_cpp.server + {model} (n_ctx=8192, threads=2)", "model": "m", "dataset": dataset}))
+    (path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"system": "cut off')
+    return path
+
+
+def _qags(system: str, scores: list[float | None], calls: int) -> list[dict]:
+    return [{"system": system, "item": f"q{i}", "calls": calls, "prompt_tokens": 100 * calls,
+             "completion_tokens": 10 * calls, "scored": s is not None, "score": s, "gold_human_score": float(i)}
+            for i, s in enumerate(scores)]
+
+
+def test_one_row_per_system_and_model_with_each_datasets_accuracy(tmp_path) -> None:
+    qt = _module()
+    rouge = [0.1, 0.3, 0.2, 0.4, 0.5]
+    qwen = _folder(tmp_path / "qags-qwen", "Qwen-1.5B", "qags:dev",
+                   _qags("rouge", rouge, 0) + _qags("geval", [0.0, 0.25, 0.5, 0.75, 1.0], 1))
+    smol = _folder(tmp_path / "qags-smol", "SmolLM2", "qags:dev",
+                   _qags("rouge", rouge, 0) + _qags("geval", [1.0, None, 0.5, None, 0.0], 2))
+    labelled = [{"system": "geval", "item": f"s{i}", "calls": 1, "scored": True, "score": i / 4,
+                 "gold_label": int(i >= 2), "domain": "news" if i % 2 else "samsum"} for i in range(4)]
+    summ = _folder(tmp_path / "summedits-qwen", "Qwen-1.5B", "summedits", labelled)
+
+    table = qt.cells([qwen, smol, summ])
+    assert set(table) == {("rouge", qt.NO_LLM), ("geval", "Qwen-1.5B"), ("geval", "SmolLM2")}
+    assert table[("geval", "Qwen-1.5B")]["qags"]["accuracy"]["spearman"]["value"] == pytest.approx(1.0)
+    assert table[("geval", "SmolLM2")]["qags"]["accuracy"]["spearman"]["value"] == pytest.approx(-1.0)
+    assert table[("geval", "SmolLM2")]["qags"]["unscored"] == 2
+    assert table[("rouge", qt.NO_LLM)]["qags"]["accuracy"]["spearman"]["value"] == pytest.approx(0.9)
+    assert table[("geval", "Qwen-1.5B")]["summedits"]["accuracy"]["auc"]["value"] == pytest.approx(1.0)
+
+    text = qt.markdown(table)
+    row = next(line for line in text.splitlines() if line.startswith("| geval | SmolLM2 |"))
+    assert "-1.000" in row and "(3/5 scored)" in row and "not run" in row  # no SummEdits rows for SmolLM2
+    assert "qags 2.0 / 220" in row
+    assert "news 1.00; samsum 1.00" in text
+
+
+def test_a_baseline_that_differs_between_folders_is_refused(tmp_path) -> None:
+    qt = _module()
+    a = _folder(tmp_path / "a", "Qwen-1.5B", "qags:dev", _qags("rouge", [0.1, 0.2, 0.3], 0))
+    b = _folder(tmp_path / "b", "SmolLM2", "qags:dev", _qags("rouge", [0.1, 0.2, 0.4], 0))
+    with pytest.raises(SystemExit, match="rouge has qags rows in two folders"):
+        qt.cells([a, b])
+
+
+def test_the_cli_writes_the_table_and_its_numbers(tmp_path, capsys) -> None:
+    qt = _module()
+    folder = _folder(tmp_path / "q", "Qwen-1.5B", "qags:dev", _qags("geval", [0.1, 0.2, 0.3], 1))
+    qt.main([str(folder), "--out", str(tmp_path / "quality.md")])
+    assert (tmp_path / "quality.md").read_text() == capsys.readouterr().out
+    numbers = json.loads((tmp_path / "quality.json").read_text())
+    assert numbers[0]["system"] == "geval" and numbers[0]["qags"]["items"] == 3
+    with pytest.raises(SystemExit, match="no rows.jsonl"):
+        qt.main([str(tmp_path)])
