@@ -451,7 +451,8 @@ def accuracy(mine: list[Row]) -> dict[str, Any]:
     """Each system's agreement with the gold recorded on its rows, with 95 % bootstrap CIs over the items it
     scored (an unscored item is counted, never given a score): Spearman with QAGS human scores; AUC (label 1 =
     consistent, higher score = more consistent) overall and per SummEdits domain; FINAL description matching
-    P/R/F1 over the items the named judge could match."""
+    P/R/F1 over the scored items the named judge could match (an unscored item found nothing and missed nothing:
+    it is not matched)."""
     import numpy as np
     from scipy.stats import spearmanr
 
@@ -483,14 +484,14 @@ def accuracy(mine: list[Row]) -> dict[str, Any]:
             out["auc_per_domain"] = {d: auc_of([r for r in labelled if r.domain == d]) for d in domains}
         elif domains:
             out["auc_per_domain"] = {domains[0]: out["auc"]}
-    judged = [r for r in mine if r.match and r.match.get("matched_gold") is not None]
+    judged = [r for r in scored if r.match and r.match.get("matched_gold") is not None]
     if judged:
         counts = [(r.match["matched_gold"], r.match["n_pred"], r.match["n_gold"]) for r in judged]  # type: ignore[index]
         out["final_match"] = {
             "judge": judged[0].match.get("judge"),  # type: ignore[union-attr]
             **final_prf(counts).as_dict(),
             "f1": _ci(lambda idx: final_prf([counts[i] for i in idx]).f1, len(counts)),  # the CI, beside P and R
-            "unmatched_items": sum(1 for r in mine if r.match and r.match.get("matched_gold") is None),
+            "unmatched_items": sum(1 for r in scored if r.match and r.match.get("matched_gold") is None),
         }
     return out
 
@@ -704,7 +705,9 @@ def main() -> None:
                 for label, run in missing:
                     row = _measure(proxy, label, item, lambda row, run=run: run(item, row))
                     record_gold(row, item, args.dataset)
-                    if judge is not None and item.descriptions is not None and row.predicted_descriptions is not None:
+                    # an unscored row states no verdict: there is nothing to match (it is counted apart)
+                    if (judge is not None and row.scored and item.descriptions is not None
+                            and row.predicted_descriptions is not None):
                         row.match = judge_row(judge, item, row.predicted_descriptions)
                     store.add(row)
                 print(f"item {n}/{len(items)} ({item.id}) done at {time.monotonic() - started:.0f}s",

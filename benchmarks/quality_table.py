@@ -88,6 +88,7 @@ def cells(folders: list[Path]) -> dict[tuple[str, str], dict[str, Any]]:
                 "calls_per_item": sum(r.calls for r in mine) / n,
                 "tokens_per_item": sum(r.prompt_tokens + r.completion_tokens for r in mine) / n,
                 "scores": _scores(mine),
+                "describes": any(r.predicted_descriptions for r in mine),
             }
     return table
 
@@ -114,6 +115,8 @@ def _cell(kind: str, cell: dict[str, Any] | None) -> str:
         return f"{_ci(acc.get('auc'))} ({scored}){'<br>' + domains if domains else ''}"
     if kind == "final":
         match = acc.get("final_match")
+        if not cell.get("describes", True):  # a score-only system (ROUGE): its detection AUC, not an F1 of 0
+            return f"describes no error; detection AUC {_ci(acc.get('auc'))} ({scored})"
         if not match:
             return f"AUC {_ci(acc.get('auc'))}, no matching judge ({scored})"
         return f"F1 {_ci(match.get('f1'))} (P {match['precision']:.2f}, R {match['recall']:.2f}; {scored})"

@@ -119,14 +119,17 @@ def test_final_rows_are_matched_by_the_named_judge_and_summarized():
     rows = [cost_mod.Row(system="localize", item="final-1", scored=True, score=0.0, gold_label=0, match=match),
             cost_mod.Row(system="localize", item="final-2", scored=True, score=1.0, gold_label=1,
                          match={"judge": "judge-x", "n_gold": 0, "n_pred": 0, "matched_gold": 0}),
-            cost_mod.Row(system="localize", item="final-3", scored=False, gold_label=0, match=unusable)]
+            cost_mod.Row(system="localize", item="final-3", scored=True, score=0.0, gold_label=0, match=unusable),
+            # an unscored row states no verdict: even a match recorded on it (older rows) is not counted
+            cost_mod.Row(system="localize", item="final-4", scored=False, gold_label=0,
+                         match={"judge": "judge-x", "n_gold": 3, "n_pred": 0, "matched_gold": 0})]
     accuracy = cost_mod.accuracy(rows)
-    assert accuracy["items"] == 3 and accuracy["scored"] == 2 and accuracy["auc"]["value"] == 1.0
+    assert accuracy["items"] == 4 and accuracy["scored"] == 3 and accuracy["auc"]["value"] == 1.0
     final = accuracy["final_match"]
     assert final["judge"] == "judge-x" and final["unmatched_items"] == 1
     assert (final["precision"], final["recall"]) == (0.5, 0.5) and final["f1"]["n"] == 2
     table = cost_mod.markdown(cost_mod.summarize(rows, ["localize"]),
-                              {"items_run": 3, "endpoint": "stub", "max_tokens": 8, "dataset": "final:dev"})
+                              {"items_run": 4, "endpoint": "stub", "max_tokens": 8, "dataset": "final:dev"})
     assert "FINAL matching F1 0.500" in table and "judge judge-x" in table
 
 

@@ -78,3 +78,18 @@ def test_the_cli_writes_the_table_and_its_numbers(tmp_path, capsys) -> None:
     assert numbers[0]["system"] == "geval" and numbers[0]["qags"]["items"] == 3
     with pytest.raises(SystemExit, match="no rows.jsonl"):
         qt.main([str(tmp_path)])
+
+
+def test_a_system_that_describes_nothing_gets_its_detection_auc_on_final(tmp_path) -> None:
+    qt = _module()
+    rows = [{"system": "rouge", "item": f"f{i}", "calls": 0, "scored": True, "score": i / 3, "gold_label": int(i >= 2),
+             "predicted_descriptions": [], "match": {"judge": "j", "n_gold": 1, "n_pred": 0, "matched_gold": 0}}
+            for i in range(4)]
+    rows += [{"system": "localize", "item": f"f{i}", "calls": 2, "scored": True, "score": float(i >= 2),
+              "gold_label": int(i >= 2), "predicted_descriptions": [] if i >= 2 else ["made up"],
+              "match": {"judge": "j", "n_gold": 0 if i >= 2 else 1, "n_pred": 0 if i >= 2 else 1,
+                        "matched_gold": 0 if i >= 2 else 1}} for i in range(4)]
+    table = qt.cells([_folder(tmp_path / "final", "Qwen-1.5B", "final:dev", rows)])
+    text = qt.markdown(table)
+    assert "describes no error; detection AUC 1.000" in next(l for l in text.splitlines() if l.startswith("| rouge"))
+    assert "F1 1.000" in next(l for l in text.splitlines() if l.startswith("| localize"))
