@@ -360,17 +360,28 @@ class RagasPeer:
 
     def __init__(self, base_url: str, model: str, api_key: str, max_tokens: int):
         os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
+        import ragas.metrics.collections  # noqa: F401  (fails here, and the peer is skipped, when not installed)
+
+        self.base_url, self.model, self.api_key, self.max_tokens = base_url, model, api_key, max_tokens
+
+    async def _score(self, source: str, target: str) -> Any:
+        # A client per item, made and closed inside this item's event loop: an AsyncOpenAI client kept across
+        # asyncio.run calls holds pooled connections of a closed loop, and every other item then failed at once
+        # with "Connection error" before reaching the endpoint.
         from openai import AsyncOpenAI
         from ragas.llms import llm_factory
         from ragas.metrics.collections import Faithfulness
 
-        client = AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=900)
-        self.llm = llm_factory(model, client=client, max_tokens=max_tokens, temperature=0.0)
-        self.metric = Faithfulness(llm=self.llm)
+        client = AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, max_retries=0, timeout=900)
+        try:
+            llm = llm_factory(self.model, client=client, max_tokens=self.max_tokens, temperature=0.0)
+            return await Faithfulness(llm=llm).ascore(user_input="Summarize the article.", response=target,
+                                                      retrieved_contexts=[source])
+        finally:
+            await client.close()
 
     def __call__(self, source: str, target: str, row: Row) -> None:
-        result = asyncio.run(self.metric.ascore(user_input="Summarize the article.", response=target,
-                                                retrieved_contexts=[source]))
+        result = asyncio.run(self._score(source, target))
         value = getattr(result, "value", result)
         row.score = None if value is None or value != value else float(value)  # NaN: no score
         row.scored = row.score is not None
