@@ -101,11 +101,13 @@ def _ci(ci: dict[str, Any] | None) -> str:
     return f"{ci['value']:.3f}{band}"
 
 
-def _cell(kind: str, cell: dict[str, Any] | None) -> str:
+def _cell(kind: str, cell: dict[str, Any] | None, min_items: int = 0) -> str:
     if cell is None:
         return "not run"
     acc = cell["accuracy"]
     scored = f"{acc['scored']}/{cell['items']} scored"
+    if cell["items"] < min_items:
+        return f"{cell['items']} items so far (fewer than {min_items}: no figure)"
     if kind == "qags":
         return f"{_ci(acc.get('spearman'))} ({scored})"
     if kind == "summedits":
@@ -123,7 +125,7 @@ def _cell(kind: str, cell: dict[str, Any] | None) -> str:
     return f"{scored}"
 
 
-def markdown(table: dict[tuple[str, str], dict[str, Any]]) -> str:
+def markdown(table: dict[tuple[str, str], dict[str, Any]], min_items: int = 0) -> str:
     kinds = [k for k in ("qags", "summedits", "final") if any(k in c for c in table.values())]
     kinds += sorted({k for c in table.values() for k in c} - set(kinds))
     heads = {"qags": "QAGS-CNNDM dev: Spearman [95 % CI]", "summedits": "SummEdits dev: AUC [95 % CI]; per domain",
@@ -132,20 +134,22 @@ def markdown(table: dict[tuple[str, str], dict[str, Any]]) -> str:
              "|---|---|" + "---|" * len(kinds) + "---|"]
     for (system, model), cell in sorted(table.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         cost = "; ".join(f"{k} {c['calls_per_item']:.1f} / {c['tokens_per_item']:,.0f}" for k, c in cell.items())
-        lines.append(f"| {system} | {model} | " + " | ".join(_cell(k, cell.get(k)) for k in kinds) + f" | {cost} |")
+        lines.append(f"| {system} | {model} | " + " | ".join(_cell(k, cell.get(k), min_items) for k in kinds) + f" | {cost} |")
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folders", nargs="+", type=Path, help="benchmarks/cost.py --out folders")
+    parser.add_argument("--min-items", type=int, default=10,
+                        help="a cell measured on fewer items shows its count, not a figure (default 10)")
     parser.add_argument("--out", type=Path, help="also write the table here (and its numbers beside it as .json)")
     args = parser.parse_args(argv)
     for folder in args.folders:
         if not (folder / "rows.jsonl").is_file() or not (folder / "run.json").is_file():
             raise SystemExit(f"{folder}: no rows.jsonl and run.json (a benchmarks/cost.py --out folder)")
     table = cells(args.folders)
-    text = markdown(table)
+    text = markdown(table, args.min_items)
     print(text, end="")
     if args.out:
         args.out.write_text(text, encoding="utf-8")

@@ -93,3 +93,10 @@ def test_a_system_that_describes_nothing_gets_its_detection_auc_on_final(tmp_pat
     text = qt.markdown(table)
     assert "describes no error; detection AUC 1.000" in next(l for l in text.splitlines() if l.startswith("| rouge"))
     assert "F1 1.000" in next(l for l in text.splitlines() if l.startswith("| localize"))
+
+
+def test_a_cell_with_too_few_items_shows_its_count_not_a_figure(tmp_path) -> None:
+    qt = _module()
+    folder = _folder(tmp_path / "q", "Qwen-1.5B", "qags:dev", _qags("geval", [0.1, 0.2, 0.3], 1))
+    assert "1.000" in qt.markdown(qt.cells([folder]), min_items=3)  # Spearman 1 on 3 items, shown
+    assert "3 items so far (fewer than 4: no figure)" in qt.markdown(qt.cells([folder]), min_items=4)
