@@ -669,6 +669,12 @@ def main() -> None:
                 "structured_output": args.structured_output, **({"memo": True} if args.memo else {}),
                 # only when not the default, so folders measured before the option existed still resume
                 **({"server_decoding": "embedded"} if args.server_decoding == "embedded" and not args.base_url else {})}
+    old_run = args.out / "run.json"
+    if not args.fresh and "server_decoding" not in settings and old_run.is_file() and \
+            json.loads(old_run.read_text(encoding="utf-8")).get("server_decoding"):
+        # the key is left out at its default (older folders lack it), so the identity check cannot see this clash
+        raise SystemExit(f"{args.out} holds rows measured with --server-decoding embedded: add it, use another "
+                         "--out, or --fresh to discard them")
     store = RowStore(args.out, settings, fresh=args.fresh)
     if store.rows:
         print(f"resuming: {len(store.rows)} rows already measured in {store.path}", file=sys.stderr, flush=True)

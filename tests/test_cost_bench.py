@@ -176,3 +176,17 @@ def test_the_plan_puts_the_baselines_and_each_cascade_beside_its_method():
     assert {"rouge", "gate", "factscore gate=lexical", "dcr gate=lexical"} <= set(labels)
     assert dict((label, opts) for label, _, opts in cost_module.method_plan(4))["factscore gate=lexical"] == {
         "gate": "lexical"}
+
+
+def test_a_folder_measured_with_embedded_decoding_refuses_the_default_decoding(tmp_path):
+    """``--server-decoding embedded`` is part of a folder's identity both ways: resuming it with the default
+    (which leaves the key out, so folders older than the option still resume) is refused, not mixed in."""
+    data = write_items(tmp_path / "items.jsonl", 1)
+    out = tmp_path / "cost"
+    out.mkdir()
+    (out / "run.json").write_text(json.dumps({"server_decoding": "embedded"}))
+    cmd = [sys.executable, str(REPO / "benchmarks" / "cost.py"), "--dataset", str(data), "--out", str(out),
+           "--methods", "rouge", "--no-peers", "--limit", "1"]
+    refused = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0 and "--server-decoding embedded" in refused.stderr
+    assert not (out / "rows.jsonl").exists()
