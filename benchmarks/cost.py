@@ -507,12 +507,12 @@ def accuracy(mine: list[Row]) -> dict[str, Any]:
     return out
 
 
-def _fmt_ci(ci: dict[str, Any] | None) -> str:
+def _fmt_ci(ci: dict[str, Any] | None, band_digits: int = 3, with_n: bool = True) -> str:
     if not ci or ci.get("value") is None:
         return "-"
     lo, hi = ci.get("low"), ci.get("high")
-    band = f" [{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else ""
-    return f"{ci['value']:.3f}{band} (n={ci['n']})"
+    band = f" [{lo:.{band_digits}f}, {hi:.{band_digits}f}]" if lo is not None and hi is not None else ""
+    return f"{ci['value']:.3f}{band}" + (f" (n={ci['n']})" if with_n else "")
 
 
 def summarize(rows: list[Row], systems: list[str]) -> list[dict[str, Any]]:

@@ -82,11 +82,11 @@ def cells(folders: list[Path]) -> dict[tuple[str, str], dict[str, Any]]:
                     continue  # the same scores on the same items, measured beside another model
                 raise SystemExit(f"{system} has {kind} rows in two folders ({cell[kind]['folder']}, {folder}) "
                                  "that differ: name one of them")
+            summary = cost.summarize(mine, [system])[0]  # cost.py's own per-system figures
             cell[kind] = {
-                "folder": str(folder), "items": n, "accuracy": cost.accuracy(mine),
-                "unscored": sum(not (r.scored and r.score is not None) for r in mine),
-                "calls_per_item": sum(r.calls for r in mine) / n,
-                "tokens_per_item": sum(r.prompt_tokens + r.completion_tokens for r in mine) / n,
+                "folder": str(folder), "items": n, "accuracy": summary["accuracy"],
+                "unscored": n - summary["accuracy"]["scored"],
+                "calls_per_item": summary["calls_per_item"], "tokens_per_item": summary["tokens_per_item"],
                 "scores": _scores(mine),
                 "describes": any(r.predicted_descriptions for r in mine),
             }
@@ -94,11 +94,7 @@ def cells(folders: list[Path]) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 def _ci(ci: dict[str, Any] | None) -> str:
-    if not ci or ci.get("value") is None:
-        return "-"
-    lo, hi = ci.get("low"), ci.get("high")
-    band = f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else ""
-    return f"{ci['value']:.3f}{band}"
+    return _cost()._fmt_ci(ci, band_digits=2, with_n=False)  # n is in the cell's "scored" count
 
 
 def _cell(kind: str, cell: dict[str, Any] | None, min_items: int = 0) -> str:
