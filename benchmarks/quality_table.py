@@ -97,6 +97,18 @@ def _ci(ci: dict[str, Any] | None) -> str:
     return _cost()._fmt_ci(ci, band_digits=2, with_n=False)  # n is in the cell's "scored" count
 
 
+def _stat(ci: dict[str, Any] | None, cell: dict[str, Any]) -> str:
+    """The statistic with its CI, or why there is none (a rank statistic is undefined when every score is equal)."""
+    if ci and ci.get("value") is not None:
+        return _ci(ci)
+    scored = [s for s in cell["scores"].values() if s is not None]
+    if len(scored) < 2:
+        return "no figure: too few scored"
+    if len(set(scored)) == 1:
+        return f"no figure: every score {scored[0]:.2f}"
+    return _ci(ci)
+
+
 def _cell(kind: str, cell: dict[str, Any] | None, min_items: int = 0) -> str:
     if cell is None:
         return "not run"
@@ -105,12 +117,12 @@ def _cell(kind: str, cell: dict[str, Any] | None, min_items: int = 0) -> str:
     if cell["items"] < min_items:
         return f"{cell['items']} items so far (fewer than {min_items}: no figure)"
     if kind == "qags":
-        return f"{_ci(acc.get('spearman'))} ({scored})"
+        return f"{_stat(acc.get('spearman'), cell)} ({scored})"
     if kind == "summedits":
         per = acc.get("auc_per_domain") or {}
         domains = "; ".join(f"{d} {v['value']:.2f}" if v.get("value") is not None else f"{d} -"
                             for d, v in per.items())
-        return f"{_ci(acc.get('auc'))} ({scored}){'<br>' + domains if domains else ''}"
+        return f"{_stat(acc.get('auc'), cell)} ({scored}){'<br>' + domains if domains else ''}"
     if kind == "final":
         match = acc.get("final_match")
         if not cell.get("describes", True):  # a score-only system (ROUGE): its detection AUC, not an F1 of 0

@@ -100,3 +100,16 @@ def test_a_cell_with_too_few_items_shows_its_count_not_a_figure(tmp_path) -> Non
     folder = _folder(tmp_path / "q", "Qwen-1.5B", "qags:dev", _qags("geval", [0.1, 0.2, 0.3], 1))
     assert "1.000" in qt.markdown(qt.cells([folder]), min_items=3)  # Spearman 1 on 3 items, shown
     assert "3 items so far (fewer than 4: no figure)" in qt.markdown(qt.cells([folder]), min_items=4)
+
+
+def test_a_cell_without_a_statistic_says_why(tmp_path) -> None:
+    qt = _module()
+    folder = _folder(tmp_path / "q", "SmolLM2", "qags:dev",
+                     _qags("probe", [0.0, 0.0, 0.0], 2) + _qags("localize", [None, None, 0.5], 2)
+                     + _qags("dcr", [None, 0.5, 0.5, 1.0], 2))
+    lines = qt.markdown(qt.cells([folder])).splitlines()
+    row = {system: next(line for line in lines if line.startswith(f"| {system} |"))
+           for system in ("probe", "localize", "dcr")}
+    assert "no figure: every score 0.00 (3/3 scored)" in row["probe"]
+    assert "no figure: too few scored (1/3 scored)" in row["localize"]
+    assert "no figure" not in row["dcr"] and "(3/4 scored)" in row["dcr"]
