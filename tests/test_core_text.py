@@ -87,6 +87,18 @@ def test_locate_strips_the_quotes_a_model_adds() -> None:
         assert match.span.of(SOURCE) in ("growth came from cloud services", "previous year")
 
 
+def test_locate_drops_the_prompt_fence_tags_a_model_copies_into_its_quote() -> None:
+    # the 1.5B model quoted PROBE evidence as "<source_KEY>sentence</source_KEY>" in 35 of 38 FINAL replies
+    for quoted in ("<source_0223f20577>revenue of $4.2 billion</source_0223f20577>",
+                   "<source_0223f20577>\nrevenue of $4.2 billion", "revenue of $4.2 billion\n</source_0223f20577>"):
+        match = locate(quoted, SOURCE)
+        assert match is not None and match.how == "exact" and match.span.of(SOURCE) == "revenue of $4.2 billion"
+    assert locate("<source_0223f20577>revenue of $9.9 trillion from mining</source_0223f20577>", SOURCE) is None
+    tagged = "Raw markup: <source_0223f20577>kept</source_0223f20577> here."  # a text that holds such tags itself
+    assert locate("<source_0223f20577>kept</source_0223f20577>", tagged).span.of(tagged) == (
+        "<source_0223f20577>kept</source_0223f20577>")
+
+
 def test_locate_unifies_typographic_quotes_and_dashes() -> None:
     text = "He called it “a turning point” – twice."
     match = locate('called it "a turning point" - twice', text)

@@ -365,6 +365,25 @@ def test_claims_whose_quotes_were_all_invented_are_unscored_with_the_reason():
     assert report.subscores["quotes_rejected"] == 6 and report.subscores["unscored_claims"] == 3
 
 
+def test_quotes_wrapped_in_the_prompts_own_fence_tags_are_verified_not_rejected():
+    script = responder(default_pass)
+    find = script["EvidenceReply"]
+
+    def find_in_tags(messages):  # what the 1.5B model does: each quote keeps the <source_KEY> tags around it
+        key = re.search(r"<source_([0-9a-f]{10})>", first_user(messages)).group(1)
+        reply = json.loads(find(messages))
+        reply["evidence"] = [f"<source_{key}>{q}</source_{key}>" for q in reply["evidence"]]
+        return json.dumps(reply)
+
+    report = make_probe(script | {"EvidenceReply": find_in_tags}, retrieval="never").check(SOURCE, TARGET)
+    plain = make_probe(retrieval="never").check(SOURCE, TARGET)
+    assert labels(report) == labels(plain) == {"c1": "supported", "c2": "supported", "c3": "unsupported"}
+    assert report.score == plain.score
+    finding = {f["claim_id"]: f for f in report.details["steps"]["evidence_finding"]}
+    assert [q["status"] for q in finding["c2"]["quotes"]] == ["verified", "verified", "rejected"]  # invented: still
+    assert [e.text for e in report.verdicts[0].evidence] == ["Marie Curie was born in Warsaw in 1867."]
+
+
 def test_only_an_explicit_empty_list_or_every_fail_makes_a_claim_unsupported():
     empty = make_probe(_with_evidence_reply('{"reasoning": "nothing relevant", "evidence": []}'),
                        retrieval="never").check(SOURCE, TARGET)

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from rapidfuzz import fuzz
 
 from halluscope.records import Span
+from halluscope.text.fence import strip_fence_tags
 
 _WS = re.compile(r"\s+")
 _QUOTES = str.maketrans({"“": '"', "”": '"', "‘": "'", "’": "'", "–": "-", "—": "-"})
@@ -53,10 +54,17 @@ def _strip_quotes(needle: str) -> str:
     return needle
 
 
+def _unfenced(needle: str, haystack: str) -> str:
+    """``needle`` without the prompt's data fence tags (``<source_KEY>`` ... ``</source_KEY>``) that models copy
+    into their quotes of the fenced text; kept as is when the haystack itself holds them."""
+    stripped = strip_fence_tags(needle)
+    return needle if stripped == needle or needle in haystack else stripped
+
+
 def locate(needle: str, haystack: str, *, min_fuzzy: float = 85.0, start: int = 0) -> Match | None:
     """Where ``needle`` occurs in ``haystack[start:]``, or None. Fuzzy matches below ``min_fuzzy`` are rejected,
     so an invented quote does not get pinned to the nearest look-alike."""
-    needle = _strip_quotes(needle)
+    needle = _strip_quotes(_unfenced(needle, haystack))
     if not needle or not haystack:
         return None
     pos = haystack.find(needle, start)
