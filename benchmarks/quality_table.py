@@ -65,6 +65,12 @@ def _scores(rows: list[Any]) -> dict[str, float | None]:
     return {r.item: r.score for r in rows}
 
 
+def _agree(a: dict[str, float | None], b: dict[str, float | None]) -> bool:
+    """The same score on every item both have, and one's items a subset of the other's."""
+    common = a.keys() & b.keys()
+    return len(common) == min(len(a), len(b)) and all(a[k] == b[k] for k in common)
+
+
 def cells(folders: list[Path]) -> dict[tuple[str, str], dict[str, Any]]:
     """(system, model) -> {dataset kind: {"accuracy", "items", "unscored", "calls_per_item", "tokens_per_item"}}."""
     cost = _cost()
@@ -78,10 +84,11 @@ def cells(folders: list[Path]) -> dict[tuple[str, str], dict[str, Any]]:
             no_llm = all(r.calls == 0 for r in mine)  # rouge, the gate: one row whatever the endpoint
             cell = table.setdefault((system, NO_LLM if no_llm else model), {})
             if kind in cell:
-                if no_llm and cell[kind]["scores"] == _scores(mine):
-                    continue  # the same scores on the same items, measured beside another model
-                raise SystemExit(f"{system} has {kind} rows in two folders ({cell[kind]['folder']}, {folder}) "
-                                 "that differ: name one of them")
+                if not (no_llm and _agree(cell[kind]["scores"], _scores(mine))):
+                    raise SystemExit(f"{system} has {kind} rows in two folders ({cell[kind]['folder']}, {folder}) "
+                                     "that differ: name one of them")
+                if n <= cell[kind]["items"]:
+                    continue  # the same scores, measured beside another model (a run still going has fewer)
             summary = cost.summarize(mine, [system])[0]  # cost.py's own per-system figures
             cell[kind] = {
                 "folder": str(folder), "items": n, "accuracy": summary["accuracy"],

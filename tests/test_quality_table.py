@@ -69,6 +69,15 @@ def test_a_baseline_that_differs_between_folders_is_refused(tmp_path) -> None:
         qt.cells([a, b])
 
 
+def test_a_baseline_still_being_measured_beside_another_model_gives_way_to_the_complete_one(tmp_path) -> None:
+    qt = _module()
+    whole = _folder(tmp_path / "a", "Qwen-1.5B", "qags:dev", _qags("rouge", [0.1, 0.2, 0.3, 0.5], 0))
+    partial = _folder(tmp_path / "b", "SmolLM2", "qags:dev", _qags("rouge", [0.1, 0.2], 0))
+    for order in ([whole, partial], [partial, whole]):
+        cell = qt.cells(order)[("rouge", qt.NO_LLM)]["qags"]
+        assert cell["items"] == 4 and cell["folder"] == str(whole)
+
+
 def test_the_cli_writes_the_table_and_its_numbers(tmp_path, capsys) -> None:
     qt = _module()
     folder = _folder(tmp_path / "q", "Qwen-1.5B", "qags:dev", _qags("geval", [0.1, 0.2, 0.3], 1))
