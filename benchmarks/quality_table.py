@@ -136,7 +136,8 @@ def _cell(kind: str, cell: dict[str, Any] | None, min_items: int = 0) -> str:
             return f"describes no error; detection AUC {_ci(acc.get('auc'))} ({scored})"
         if not match:
             return f"AUC {_ci(acc.get('auc'))}, no matching judge ({scored})"
-        return f"F1 {_ci(match.get('f1'))} (P {match['precision']:.2f}, R {match['recall']:.2f}; {scored})"
+        return (f"F1 {_ci(match.get('f1'))} (P {match['precision']:.2f}, R {match['recall']:.2f}; {scored})"
+                f"<br>detection AUC {_ci(acc.get('auc'))}")  # beside the score-only systems' statistic
     return f"{scored}"
 
 
@@ -144,7 +145,7 @@ def markdown(table: dict[tuple[str, str], dict[str, Any]], min_items: int = 0) -
     kinds = [k for k in ("qags", "summedits", "final") if any(k in c for c in table.values())]
     kinds += sorted({k for c in table.values() for k in c} - set(kinds))
     heads = {"qags": "QAGS-CNNDM dev: Spearman [95 % CI]", "summedits": "SummEdits dev: AUC [95 % CI]; per domain",
-             "final": "FINAL dev: matching F1 [95 % CI]"}
+             "final": "FINAL dev: matching F1 [95 % CI]; detection AUC"}
     lines = ["| system | model | " + " | ".join(heads.get(k, k) for k in kinds) + " | calls / tokens per item |",
              "|---|---|" + "---|" * len(kinds) + "---|"]
     for (system, model), cell in sorted(table.items(), key=lambda kv: (kv[0][1], kv[0][0])):
