@@ -123,6 +123,8 @@ def _cell(kind: str, cell: dict[str, Any] | None, min_items: int = 0) -> str:
     scored = f"{acc['scored']}/{cell['items']} scored"
     if cell["items"] < min_items:
         return f"{cell['items']} items so far (fewer than {min_items}: no figure)"
+    if acc["scored"] < min_items:  # run on enough items, but a figure over the few it scored would mislead
+        return f"no figure: fewer than {min_items} scored ({scored})"
     if kind == "qags":
         return f"{_stat(acc.get('spearman'), cell)} ({scored})"
     if kind == "summedits":

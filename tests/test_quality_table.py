@@ -123,3 +123,5 @@ def test_a_cell_without_a_statistic_says_why(tmp_path) -> None:
     assert "no figure: every score 0.00 (3/3 scored)" in row["probe"]
     assert "no figure: too few scored (1/3 scored)" in row["localize"]
     assert "no figure" not in row["dcr"] and "(3/4 scored)" in row["dcr"]
+    fewer = next(line for line in qt.markdown(qt.cells([folder]), min_items=4).splitlines() if line.startswith("| dcr"))
+    assert "no figure: fewer than 4 scored (3/4 scored)" in fewer  # 4 items run, 3 scored
