@@ -41,6 +41,8 @@ def serve_command(
     batch_concurrency: Annotated[int, typer.Option(min=1, help="Items of one batch checked at once.", envvar="HALLUSCOPE_SERVER_BATCH_CONCURRENCY")] = 8,
     workers: Annotated[int, typer.Option(min=1, help="Worker threads (event loops) running the checks.", envvar="HALLUSCOPE_SERVER_WORKERS")] = 2,
     jobs_db: Annotated[Optional[Path], typer.Option(help="Jobs database (SQLite); default jobs.sqlite next to the LLM cache.", envvar="HALLUSCOPE_SERVER_JOBS_DB")] = None,
+    jobs_url: Annotated[Optional[str], typer.Option(help="Keep jobs in Redis (redis://host:6379/0) so that every replica given the same URL shares them (docs/deploy.md); default: SQLite (--jobs-db).", envvar="HALLUSCOPE_SERVER_JOBS_URL", show_default=False)] = None,
+    job_lease: Annotated[float, typer.Option(min=0.1, callback=finite_number, help="With --jobs-url: seconds a claimed item stays a replica's own without renewal; a dead replica's items are taken over after it.", envvar="HALLUSCOPE_SERVER_JOB_LEASE")] = 30.0,
     max_jobs: Annotated[int, typer.Option(min=1, help="Jobs queued or running at once (-> 429).", envvar="HALLUSCOPE_SERVER_MAX_JOBS")] = 100,
     job_concurrency: Annotated[int, typer.Option(min=1, help="Items of one job checked at once.", envvar="HALLUSCOPE_SERVER_JOB_CONCURRENCY")] = 4,
     data_dir: Annotated[Optional[Path], typer.Option(help="Folder of the named datasets jobs may use (final, summedits, ...).", envvar="HALLUSCOPE_DATA_DIR")] = None,
@@ -76,12 +78,22 @@ def serve_command(
         raise fail("--log-format is json or text")
     if min(max_in_flight, max_batch_items, batch_concurrency, workers, max_jobs, job_concurrency) < 1 or max_queue < 0:
         raise fail("limits must be at least 1 (the queue at least 0)")
+    if jobs_url is not None and jobs_db is not None:
+        raise fail("give --jobs-url (jobs in Redis, shared by replicas) or --jobs-db (SQLite, one server), not both")
+    if jobs_url is not None:
+        from halluscope.server.jobs.redis_store import parse_jobs_url
+
+        try:
+            parse_jobs_url(jobs_url)
+        except ValueError as exc:
+            raise fail(f"--jobs-url: {exc}")
     config = make_config(model, base_url, api_key, concurrency=concurrency)
     settings = ServerSettings(
         token=token, max_chars=max_chars, timeout_s=timeout, default_method=method,
         max_body_bytes=int(max_body_mb * 2**20), body_timeout_s=body_timeout, max_in_flight=max_in_flight, max_queue=max_queue,
         queue_timeout_s=queue_timeout, max_open_requests=max_open_requests, max_batch_items=max_batch_items,
-        batch_concurrency=batch_concurrency, workers=workers, jobs_db=jobs_db, max_jobs=max_jobs,
+        batch_concurrency=batch_concurrency, workers=workers, jobs_db=jobs_db, jobs_url=jobs_url or None,
+        job_lease_s=job_lease, max_jobs=max_jobs,
         job_concurrency=job_concurrency, data_dir=data_dir, datasets_dir=datasets_dir, metrics_public=metrics_public,
     )
     uvicorn.run(create_app(config, settings), host=host, port=port, log_config=log_config(log_level, log_format),

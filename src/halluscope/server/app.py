@@ -21,6 +21,7 @@ from halluscope.records import Report
 from halluscope.report import render_html
 from halluscope.server.guard import Guard
 from halluscope.server.jobs import result_line, valid_job_id
+from halluscope.server.jobs.base import JobStoreUnavailable
 from halluscope.server.metrics import CONTENT_TYPE
 from halluscope.server.pages import render_job_page
 from halluscope.server.schemas import (
@@ -110,6 +111,11 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
     @app.exception_handler(ClientError)
     async def _client_error(_request: Request, exc: ClientError) -> JSONResponse:
         return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(JobStoreUnavailable)
+    async def _store_unavailable(_request: Request, exc: JobStoreUnavailable) -> JSONResponse:
+        return JSONResponse({"detail": f"the job store is unavailable: {exc}"}, status_code=503,
+                            headers={"Retry-After": str(settings.retry_after_s)})
 
     def store():
         service.ensure_started()

@@ -91,14 +91,30 @@ class Metrics:
                                registry=r)
         self.open_requests = Gauge("halluscope_open_requests", "Requests being handled (all routes).", registry=r)
         self.method_cache_size = Gauge("halluscope_method_cache_size", "Method instances in the bounded cache.", registry=r)
+        self.queue_items = Counter("halluscope_job_queue_items",
+                                   "Job items on the shared queue (--jobs-url) handled by this replica, by event: "
+                                   "claimed, retried (taken over after another replica's lease expired), done "
+                                   "(result written), duplicate (another replica wrote it first), lease_lost "
+                                   "(this replica's lease expired while it ran the item).", ["event"], registry=r)
         ProcessCollector(registry=r)  # process_resident_memory_bytes, process_open_fds, ...
         self._queue_depth: Callable[[], dict[str, float]] = dict
         self._jobs: Callable[[], dict[str, float]] = dict
+        self._replica: str | None = None
+        self._queue_jobs: Callable[[], dict[str, dict[str, float]]] = dict
         r.register(_Callback(self._collect_callbacks))
 
     def bind(self, queue_depth: Callable[[], dict[str, float]], jobs: Callable[[], dict[str, float]]) -> None:
         """Sources of the scrape-time gauges: queue depth by queue, jobs by status."""
         self._queue_depth, self._jobs = queue_depth, jobs
+
+    def bind_queue(self, replica: str, per_job: Callable[[], dict[str, dict[str, float]]]) -> None:
+        """Jobs on a shared queue: this replica's name, and the per-job item counts of the active jobs."""
+        self._replica, self._queue_jobs = replica, per_job
+        for name in ("claimed", "retried", "done", "duplicate", "lease_lost"):
+            self.queue_items.labels(name)  # every series present from the start (rate() needs a zero)
+
+    def queue_event(self, name: str, n: int = 1) -> None:
+        self.queue_items.labels(name).inc(n)
 
     def _collect_callbacks(self) -> Iterable[GaugeMetricFamily]:
         queue = GaugeMetricFamily("halluscope_queue_depth",
@@ -111,6 +127,24 @@ class Metrics:
         for name, value in self._jobs().items():
             jobs.add_metric([name], value)
         yield jobs
+        if self._replica is not None:
+            info = GaugeMetricFamily("halluscope_replica_info", "This replica's consumer name on the shared job queue.",
+                                     labels=["replica"])
+            info.add_metric([self._replica], 1)
+            yield info
+            per_job = GaugeMetricFamily(
+                "halluscope_job_queue_job_items",
+                "Per queued or running job (at most --max-jobs series sets), over all replicas: items total, done, "
+                "in_flight (claimed, no result yet), claims (deliveries) and takeovers (lease expiries).",
+                labels=["job_id", "kind"])
+            try:
+                stats = self._queue_jobs()
+            except Exception:  # noqa: BLE001 - the queue unreachable: the scrape still answers
+                stats = {}
+            for job_id, kinds in stats.items():
+                for kind, value in kinds.items():
+                    per_job.add_metric([job_id, kind], value)
+            yield per_job
 
     def observe_report(self, report: Report, origin: str) -> None:
         method = report.method

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import threading
 import time
 import uuid
@@ -25,6 +26,7 @@ from halluscope.records import Example, Report
 from halluscope.server.admission import Admission
 from halluscope.server.instances import MethodCache
 from halluscope.server.jobs import CheckFailed, JobRunner, JobStore, result_line
+from halluscope.server.jobs.base import JobRunnerAPI, JobStoreAPI, JobStoreUnavailable
 from halluscope.server.logs import event, request_id
 from halluscope.server.metrics import Metrics
 from halluscope.server.schemas import JobRequest, Pair
@@ -71,8 +73,9 @@ class Service:
         self.metrics.in_flight.set_function(lambda: self.admission.in_flight)
         self.metrics.bind(self._queue_depth, self._job_counts)
         self.jobs_db = Path(settings.jobs_db) if settings.jobs_db else default_jobs_db(config)
-        self.store: JobStore | None = None
-        self.runner: JobRunner | None = None
+        self.store: JobStoreAPI | None = None
+        self.runner: JobRunnerAPI | None = None
+        self.replica = f"{socket.gethostname()}-{os.getpid()}-{self.boot_id}"  # its consumer name on a shared queue
         self.open_requests = 0
         self.routes: list[Any] = []  # the app's routes, for route templates in metrics and limits
         self._llm = llm
@@ -95,16 +98,32 @@ class Service:
             if self.runner is not None:
                 return
             warm_up()  # before ready: a broken install fails the start, and first-use imports are paid here
-            store = JobStore(self.jobs_db)
+            on_item = lambda ok: self.metrics.job_items.labels("report" if ok else "error").inc()  # noqa: E731
+            store: JobStoreAPI
+            runner: JobRunnerAPI
+            if self.settings.jobs_url:  # jobs shared by every replica on the same Redis
+                from halluscope.server.jobs.queue_runner import QueueRunner
+                from halluscope.server.jobs.redis_store import RedisJobStore
+
+                redis_store = store = RedisJobStore(self.settings.jobs_url)
+                runner = QueueRunner(redis_store, build_method=self._method_for_job, run_item=self._job_item,
+                                     max_running=self.settings.max_running_jobs,
+                                     concurrency=self.settings.job_concurrency, lease_s=self.settings.job_lease_s,
+                                     consumer=self.replica, on_item=on_item, on_event=self.metrics.queue_event)
+                self.metrics.bind_queue(self.replica, redis_store.queue_stats)
+                where = repr(redis_store)
+            else:
+                store = JobStore(self.jobs_db)
+                runner = JobRunner(store, build_method=self._method_for_job, run_item=self._job_item,
+                                   max_running=self.settings.max_running_jobs, concurrency=self.settings.job_concurrency,
+                                   on_item=on_item)
+                where = str(self.jobs_db)
             self.pool.start()
-            runner = JobRunner(store, build_method=self._method_for_job, run_item=self._job_item,
-                               max_running=self.settings.max_running_jobs, concurrency=self.settings.job_concurrency,
-                               on_item=lambda ok: self.metrics.job_items.labels("report" if ok else "error").inc())
             self.store = store
             self._runner_future = self.pool.submit(runner.main(), worker=0)
             self.runner = runner
-            event(logging.INFO, "service started", boot_id=self.boot_id, jobs_db=str(self.jobs_db),
-                  workers=self.pool.n, pid=os.getpid())
+            event(logging.INFO, "service started", boot_id=self.boot_id, jobs_db=where,
+                  workers=self.pool.n, pid=os.getpid(), replica=self.replica)
 
     def stop(self, wait: bool = True) -> None:
         """Stop the jobs (they go back to the queue), the workers and the store. ``wait=False`` (an app
@@ -126,13 +145,19 @@ class Service:
                 self.store = None
 
     def _queue_depth(self) -> dict[str, float]:
-        pending = self.store.counts()["pending_items"] if self.store is not None else 0
+        try:
+            pending = self.store.counts()["pending_items"] if self.store is not None else 0
+        except JobStoreUnavailable:  # a scrape while Redis is away: no job gauges rather than a failed scrape
+            return {"requests": self.admission.queued}
         return {"requests": self.admission.queued, "job_items": pending}
 
     def _job_counts(self) -> dict[str, float]:
         if self.store is None:
             return {}
-        counts = self.store.counts()
+        try:
+            counts = self.store.counts()
+        except JobStoreUnavailable:
+            return {}
         counts.pop("pending_items")
         return counts
 

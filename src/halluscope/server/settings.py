@@ -62,6 +62,15 @@ class ServerSettings:
     """SQLite file of the jobs; default ``jobs.sqlite`` next to the LLM response cache (which resumed jobs
     reuse). One server process per file (a lock file enforces it)."""
 
+    jobs_url: str | None = None
+    """Keep the jobs in Redis (``redis://host:6379/0``, ``rediss://``, ``unix://``; ``?prefix=`` to share one
+    server between deployments) instead of SQLite: every replica given the same URL accepts jobs, claims
+    their items while it has capacity and answers for every job (docs/deploy.md). None = SQLite (``jobs_db``)."""
+
+    job_lease_s: float = 30.0
+    """With ``jobs_url``: how long an item claimed by a replica stays its own without a renewal (renewed every
+    quarter of it while the item runs); a dead replica's items are taken over by another after this."""
+
     max_jobs: int = 100
     """Jobs queued or running at once; one more is refused with 429."""
 

@@ -15,7 +15,7 @@ uses it to show that parsing never holds the HTTP loop.
 ``POST /release`` (they then get 503 and are not counted as answered) or until their client goes away: the
 fault tests use it to stop a job at a known point before killing the server. ``POST /release?answer=held``
 answers the requests held so far normally and keeps holding later ones (a drain test lets exactly the
-requests in flight at a SIGTERM finish).
+requests in flight at a SIGTERM finish); ``POST /release?answer=all`` answers them and stops holding.
 """
 
 from __future__ import annotations
@@ -63,12 +63,12 @@ class StubEndpoint:
             self._release = asyncio.Event()
             await send_json(send, 200, self.stats())
         elif path == "/release":
-            answer = parse_qs(scope.get("query_string", b"").decode()).get("answer", [""])[0] == "held"
+            mode = parse_qs(scope.get("query_string", b"").decode()).get("answer", [""])[0]
             released = self._release
-            if answer:
+            if mode in ("held", "all"):
                 released.answer = True  # type: ignore[attr-defined]
-                self._release = asyncio.Event()  # later requests are still held
-            else:
+                self._release = asyncio.Event()
+            if mode != "held":  # "held": later requests are still held; "all" and none: no more holding
                 self.hold_after = None
             released.set()
             await send_json(send, 200, self.stats())
