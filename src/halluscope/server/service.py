@@ -113,8 +113,8 @@ class Service:
                 self.metrics.bind_queue(self.replica, redis_store.queue_stats)
                 where = repr(redis_store)
             else:
-                store = JobStore(self.jobs_db)
-                runner = JobRunner(store, build_method=self._method_for_job, run_item=self._job_item,
+                sqlite_store = store = JobStore(self.jobs_db)
+                runner = JobRunner(sqlite_store, build_method=self._method_for_job, run_item=self._job_item,
                                    max_running=self.settings.max_running_jobs, concurrency=self.settings.job_concurrency,
                                    on_item=on_item)
                 where = str(self.jobs_db)

@@ -6,14 +6,15 @@ the default) with :class:`~halluscope.server.jobs.runner.JobRunner`, and
 :class:`~halluscope.server.jobs.queue_runner.QueueRunner`. The routes use only the store methods below; how
 a runner finds work (a SQL query, a consumer group) is its backend's own business.
 
-A result row (``results``, ``item``) is a mapping with ``idx``, ``item_id``, ``status``, ``report`` (the
+A result row (``results``, ``item``; ``None`` while the item is unfinished) is a mapping with ``idx``, ``item_id``, ``status``, ``report`` (the
 Report JSON or None) and ``error``; a job is the dict :func:`~halluscope.server.jobs.store._job` builds.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Mapping
+import builtins
+from collections.abc import Iterator
 from typing import Any, Protocol, runtime_checkable
 
 from halluscope.records import Example
@@ -30,7 +31,7 @@ class JobStoreAPI(Protocol):
 
     def get(self, job_id: str) -> dict[str, Any] | None: ...
 
-    def list(self, limit: int = 100, status: str | None = None) -> list[dict[str, Any]]: ...
+    def list(self, limit: int = 100, status: str | None = None) -> builtins.list[dict[str, Any]]: ...
 
     def active_count(self) -> int: ...
 
@@ -38,13 +39,13 @@ class JobStoreAPI(Protocol):
 
     def delete(self, job_id: str) -> bool: ...
 
-    def results(self, job_id: str, after: int = -1, page: int = 200) -> list[Any]: ...
+    def results(self, job_id: str, after: int = -1, page: int = 200) -> builtins.list[Any]: ...
 
     def iter_results(self, job_id: str, page: int = 200) -> Iterator[Any]: ...
 
-    def summaries(self, job_id: str, limit: int) -> list[dict[str, Any]]: ...
+    def summaries(self, job_id: str, limit: int) -> builtins.list[dict[str, Any]]: ...
 
-    def item(self, job_id: str, index: int) -> tuple[Example, Mapping[str, Any] | None] | None: ...
+    def item(self, job_id: str, index: int) -> tuple[Example, Any] | None: ...
 
     def close(self) -> None: ...
 

@@ -15,6 +15,7 @@ the items still running after the grace are handed back at once (their lease mar
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -120,7 +121,7 @@ class QueueRunner:
                     self._lost.discard(key)
                 task = asyncio.create_task(self._one(job_id, method, claim))
                 self._tasks.setdefault(job_id, set()).add(task)
-                task.add_done_callback(lambda t, j=job_id: self._ended(j, t))
+                task.add_done_callback(functools.partial(self._ended, job_id))
                 started += 1
             if started:
                 self._count("claimed", started)

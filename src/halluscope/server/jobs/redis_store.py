@@ -28,12 +28,13 @@ or Sentinel / a managed primary with replicas (not Redis Cluster: a job's script
 
 from __future__ import annotations
 
+import builtins
 import json
 import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from halluscope.llm.cache import REDIS_SCHEMES, _redact
@@ -257,7 +258,7 @@ class RedisJobStore:
     def _k(self, job_id: str, part: str = "") -> str:
         return f"{self.prefix}job:{job_id}{':' + part if part else ''}"
 
-    def _job_keys(self, job_id: str) -> list[str]:
+    def _job_keys(self, job_id: str) -> builtins.list[str]:
         return [self._k(job_id, p) for p in ("q", "items", "eids", "results", "sums", "lost")]
 
     @property
@@ -283,12 +284,12 @@ class RedisJobStore:
 
     # --- jobs ---------------------------------------------------------------------------------------
 
-    def create(self, method: str, options: dict[str, Any], examples: list[Example], *,
+    def create(self, method: str, options: dict[str, Any], examples: builtins.list[Example], *,
                dataset: str | None = None, name: str | None = None) -> str:
         """One transaction: the job, its items, its stream and group, then the indexes that make it visible."""
         job_id = uuid.uuid4().hex
         now = time.time()
-        meta: dict[str, Any] = {"id": job_id, "status": "queued" if examples else "done", "method": method,
+        meta: dict[str, str | int | float] = {"id": job_id, "status": "queued" if examples else "done", "method": method,
                                 "options": json.dumps(options, sort_keys=True), "total": len(examples),
                                 "created": repr(now), "attempts": 0, "done": 0, "scored": 0, "unscored": 0,
                                 "errors": 0, "score_sum": 0, "calls": 0, "prompt_tokens": 0,
@@ -300,7 +301,7 @@ class RedisJobStore:
         if not examples:
             meta["finished"] = repr(now)
         pipe = self._client.pipeline(transaction=True)
-        pipe.hset(self._k(job_id), mapping=meta)
+        pipe.hset(self._k(job_id), mapping=cast(Any, meta))  # redis-py: Mapping is invariant in its key type
         q = self._k(job_id, "q")
         if examples:
             pipe.xgroup_create(q, GROUP, id="0", mkstream=True)
@@ -323,11 +324,8 @@ class RedisJobStore:
         raw = self._call(self._client.hgetall, self._k(job_id))
         return _decode_job(raw) if raw else None
 
-    def _raw_job(self, job_id: str) -> dict[str, str]:
-        return self._call(self._client.hgetall, self._k(job_id))
-
-    def list(self, limit: int = 100, status: str | None = None) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
+    def list(self, limit: int = 100, status: str | None = None) -> builtins.list[dict[str, Any]]:
+        out: builtins.list[dict[str, Any]] = []
         start, page = 0, max(limit, 100)
         while len(out) < limit:
             ids = self._call(self._client.zrevrange, self._all, start, start + page - 1)
@@ -347,9 +345,9 @@ class RedisJobStore:
     def active_count(self) -> int:
         return int(self._call(self._client.zcard, self._active))
 
-    def active_ids(self) -> list[str]:
+    def active_ids(self) -> builtins.list[str]:
         """Queued or running jobs, oldest first (FIFO across jobs, as the SQLite runner)."""
-        return list(self._call(self._client.zrange, self._active, 0, -1))
+        return builtins.list(self._call(self._client.zrange, self._active, 0, -1))
 
     def counts(self) -> dict[str, float]:
         """Jobs by status, and ``pending_items``: items of queued or running jobs without a result."""
@@ -365,12 +363,12 @@ class RedisJobStore:
         out["pending_items"] = pending
         return out
 
-    def _active_meta(self, fields: tuple[str, ...]) -> list[list[str | None]]:
+    def _active_meta(self, fields: tuple[str, ...]) -> builtins.list[builtins.list[str | None]]:
         ids = self.active_ids()
         pipe = self._client.pipeline(transaction=False)
         for job_id in ids:
             pipe.hmget(self._k(job_id), list(fields))
-        return self._call(pipe.execute) if ids else []
+        return cast(builtins.list[builtins.list[str | None]], self._call(pipe.execute)) if ids else []
 
     def queue_stats(self) -> dict[str, dict[str, float]]:
         """For each queued or running job: items ``total``, ``done``, ``in_flight`` (claimed, no result yet),
@@ -406,7 +404,7 @@ class RedisJobStore:
 
     # --- the queue ----------------------------------------------------------------------------------
 
-    def claim(self, job_id: str, consumer: str, count: int, lease_s: float) -> list[Claim]:
+    def claim(self, job_id: str, consumer: str, count: int, lease_s: float) -> builtins.list[Claim]:
         """Up to ``count`` items of the job for ``consumer``: first those whose lease expired (their owner died
         or stalled), then new ones. Items that already have a result are acknowledged and skipped."""
         keys = [self._k(job_id), self._k(job_id, "q"), self._k(job_id, "items"), self._k(job_id, "results"),
@@ -420,19 +418,19 @@ class RedisJobStore:
         return [Claim(flat[i], int(flat[i + 1]), Example.model_validate_json(flat[i + 2]), int(flat[i + 3]),
                       bool(int(flat[i + 4]))) for i in range(0, len(flat), 5)]
 
-    def renew(self, job_id: str, consumer: str, entry_ids: list[str]) -> list[str]:
+    def renew(self, job_id: str, consumer: str, entry_ids: builtins.list[str]) -> builtins.list[str]:
         """Reset the lease of items ``consumer`` holds; returns those it no longer holds (taken over, or the
         job is finished or deleted)."""
         if not entry_ids:
             return []
         try:
-            return list(self._call(self._renew, keys=[self._k(job_id, "q")], args=[consumer, *entry_ids]))
+            return builtins.list(self._call(self._renew, keys=[self._k(job_id, "q")], args=[consumer, *entry_ids]))
         except self._redis.ResponseError as exc:
             if "NOGROUP" in str(exc):
-                return list(entry_ids)
+                return builtins.list(entry_ids)
             raise
 
-    def release(self, job_id: str, consumer: str, entry_ids: list[str], lease_s: float) -> int:
+    def release(self, job_id: str, consumer: str, entry_ids: builtins.list[str], lease_s: float) -> int:
         """Hand items back (a draining replica): their lease is marked expired, so any replica takes them now."""
         if not entry_ids:
             return 0
@@ -449,7 +447,8 @@ class RedisJobStore:
         """Write an item's result once: -1 the job is gone, 0 it already had one (written by another replica;
         nothing counted), 1 written, 2 written and the job is now done."""
         usage = report.usage if report is not None else Usage()
-        scored = report is not None and report.score is not None
+        score = report.score if report is not None else None
+        scored = score is not None
         now = time.time()
         result = json.dumps({"item_id": claim.example.id, "status": status, "report": report_json, "error": error,
                              "attempt": claim.attempt, "finished": now}, ensure_ascii=False)
@@ -461,7 +460,7 @@ class RedisJobStore:
         keys = [self._k(job_id), self._k(job_id, "q"), self._k(job_id, "results"), self._k(job_id, "sums"),
                 self._active, self._finished]
         args = [job_id, claim.entry_id, claim.index, result, summary, int(scored),
-                int(report is not None and not scored), int(report is None), repr(report.score if scored else 0.0),
+                int(report is not None and not scored), int(report is None), repr(score if score is not None else 0.0),
                 usage.calls, usage.prompt_tokens, usage.completion_tokens, usage.cache_hits, repr(now)]
         return int(self._call(self._complete, keys=keys, args=args))
 
@@ -470,7 +469,7 @@ class RedisJobStore:
     def _total(self, job_id: str) -> int:
         return int(self._call(self._client.hget, self._k(job_id), "total") or 0)
 
-    def results(self, job_id: str, after: int = -1, page: int = 200) -> list[dict[str, Any]]:
+    def results(self, job_id: str, after: int = -1, page: int = 200) -> builtins.list[dict[str, Any]]:
         """Up to ``page`` finished items with index > ``after``, in index order."""
         total = self._total(job_id)
         start = after + 1
@@ -489,7 +488,7 @@ class RedisJobStore:
             yield from rows
             after = rows[-1]["idx"]
 
-    def summaries(self, job_id: str, limit: int) -> list[dict[str, Any]]:
+    def summaries(self, job_id: str, limit: int) -> builtins.list[dict[str, Any]]:
         """Index, id, score, label, findings count and status of up to ``limit`` items (the job page)."""
         n = min(limit, self._total(job_id))
         if n <= 0:
@@ -540,4 +539,4 @@ def _decode_job(raw: dict[str, str]) -> dict[str, Any]:
         else:
             row[field] = value if value != "" or field not in ("error", "name", "dataset") else None
     row["options"] = row["options"] or "{}"
-    return _job(row)
+    return _job(cast(Any, row))
