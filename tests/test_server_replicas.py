@@ -304,6 +304,8 @@ def test_compose_file_parses_with_two_replicas_redis_and_a_secret_token():
         assert env["HALLUSCOPE_SERVER_JOBS_URL"].startswith("redis://redis:6379/")
         assert env["HALLUSCOPE_CACHE_URL"].startswith("redis://redis:6379/")
         assert "HALLUSCOPE_SERVER_TOKEN" not in env and "halluscope_token" in svc["secrets"]
+        assert "/run/secrets/halluscope_token" in " ".join(svc["entrypoint"])  # read from the secret's file
+        assert svc["build"]["args"]["EXTRAS"] == "server,redis" and (REPO / svc["build"]["dockerfile"]).is_file()
         assert "/health" in " ".join(svc["healthcheck"]["test"])
         assert svc["depends_on"]["redis"]["condition"] == "service_healthy"
     assert "halluscope_token" in compose["secrets"]

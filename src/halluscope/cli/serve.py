@@ -41,7 +41,7 @@ def serve_command(
     batch_concurrency: Annotated[int, typer.Option(min=1, help="Items of one batch checked at once.", envvar="HALLUSCOPE_SERVER_BATCH_CONCURRENCY")] = 8,
     workers: Annotated[int, typer.Option(min=1, help="Worker threads (event loops) running the checks.", envvar="HALLUSCOPE_SERVER_WORKERS")] = 2,
     jobs_db: Annotated[Optional[Path], typer.Option(help="Jobs database (SQLite); default jobs.sqlite next to the LLM cache.", envvar="HALLUSCOPE_SERVER_JOBS_DB")] = None,
-    jobs_url: Annotated[Optional[str], typer.Option(help="Keep jobs in Redis (redis://host:6379/0) so that every replica given the same URL shares them (docs/deploy.md); default: SQLite (--jobs-db).", envvar="HALLUSCOPE_SERVER_JOBS_URL", show_default=False)] = None,
+    jobs_url: Annotated[Optional[str], typer.Option(help="Keep jobs in Redis (redis://host:6379/0) so that every replica given the same URL shares them (docs/deploy.md); --jobs-db is then not used. Default: SQLite (--jobs-db).", envvar="HALLUSCOPE_SERVER_JOBS_URL", show_default=False)] = None,
     job_lease: Annotated[float, typer.Option(min=0.1, callback=finite_number, help="With --jobs-url: seconds a claimed item stays a replica's own without renewal; a dead replica's items are taken over after it.", envvar="HALLUSCOPE_SERVER_JOB_LEASE")] = 30.0,
     max_jobs: Annotated[int, typer.Option(min=1, help="Jobs queued or running at once (-> 429).", envvar="HALLUSCOPE_SERVER_MAX_JOBS")] = 100,
     job_concurrency: Annotated[int, typer.Option(min=1, help="Items of one job checked at once.", envvar="HALLUSCOPE_SERVER_JOB_CONCURRENCY")] = 4,
@@ -78,9 +78,7 @@ def serve_command(
         raise fail("--log-format is json or text")
     if min(max_in_flight, max_batch_items, batch_concurrency, workers, max_jobs, job_concurrency) < 1 or max_queue < 0:
         raise fail("limits must be at least 1 (the queue at least 0)")
-    if jobs_url is not None and jobs_db is not None:
-        raise fail("give --jobs-url (jobs in Redis, shared by replicas) or --jobs-db (SQLite, one server), not both")
-    if jobs_url is not None:
+    if jobs_url:  # wins over --jobs-db (which the container image sets by default)
         from halluscope.server.jobs.redis_store import parse_jobs_url
 
         try:
