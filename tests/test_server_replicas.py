@@ -209,6 +209,36 @@ def test_service_runs_a_job_from_redis_and_answers_every_route(jobs_url):
         assert client.get(f"/jobs/{job_id}").status_code == 404
 
 
+def test_redis_away_answers_503_and_the_scrape_still_works(jobs_url):
+    """With the jobs' Redis unreachable (its client pointed at a closed port after the start), the job routes
+    answer 503 with Retry-After instead of 500, and /health and /metrics still answer."""
+    import redis
+    from fastapi.testclient import TestClient
+
+    from halluscope.config import Config
+    from halluscope.llm import LLM, FakeModel
+    from halluscope.server import ServerSettings, create_app
+    from halluscope.server.loadtest import free_port
+
+    app = create_app(Config(cache=False), ServerSettings(jobs_url=jobs_url, job_lease_s=5.0),
+                     llm=LLM(FakeModel(default=GEVAL_REPLY)))
+    with TestClient(app) as client:
+        store = app.state.service.store
+        live = store._client
+        store._client = redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=1)
+        try:
+            answer = client.get("/jobs")
+            assert answer.status_code == 503 and answer.headers["Retry-After"] == "2", answer.text
+            assert "job store is unavailable" in answer.json()["detail"]
+            assert client.get(f"/jobs/{'0' * 32}").status_code == 503
+            assert client.get("/health").status_code == 200
+            metrics = client.get("/metrics")
+            assert metrics.status_code == 200 and 'halluscope_queue_depth{queue="requests"}' in metrics.text
+        finally:
+            store._client = live
+        assert client.get("/jobs").status_code == 200
+
+
 # --- two server processes, one killed mid-job -----------------------------------------------------------
 
 
