@@ -173,6 +173,87 @@ def test_unreachable_redis_is_a_clear_error():
     assert parse_jobs_url("redis://h:1/2?prefix=t:") == ("redis://h:1/2", "t:")
 
 
+class _Held:
+    """A QueueRunner on a loop of its own whose items run until ``release`` is set."""
+
+    def __init__(self, store, consumer: str, lease_s: float, concurrency: int = 2):
+        import asyncio
+
+        from halluscope.server.jobs.queue_runner import QueueRunner
+
+        self.release = threading.Event()
+        self.started = 0
+
+        async def run_item(method, example, job_id):
+            self.started += 1
+            while not self.release.is_set():
+                await asyncio.sleep(0.01)
+            return Report(method="geval", score=1.0), '{"score": 1.0}'
+
+        async def build_method(name, options):
+            return name
+
+        self.runner = QueueRunner(store, build_method=build_method, run_item=run_item, max_running=1,
+                                  concurrency=concurrency, lease_s=lease_s, consumer=consumer)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)  # as a worker loop of the service
+        self.thread.start()
+        self.main = asyncio.run_coroutine_threadsafe(self.runner.main(), self.loop)
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        import asyncio
+
+        asyncio.run_coroutine_threadsafe(self.runner.stop(grace_s), self.loop).result(60)
+        self.main.result(60)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(30)
+
+
+def _until(what: str, ready, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def test_a_slow_item_keeps_its_lease_while_it_runs(store):
+    """Items running for several leases are renewed, so another consumer finds nothing to take over; they finish
+    with one attempt. (Waiting out the leases is the point here; nothing is asserted about speed.)"""
+    lease_s = 1.5  # renewed every 0.375 s from a thread: only a stall of over a second could lose it
+    job = store.create("geval", {}, examples(2))
+    held = _Held(store, "slow", lease_s)
+    try:
+        _until("both items claimed", lambda: store.queue_stats()[job]["in_flight"] == 2 and held.started == 2)
+        deadline = time.monotonic() + 3 * lease_s
+        while time.monotonic() < deadline:
+            assert store.claim(job, "other", 2, lease_s=lease_s) == []
+            time.sleep(lease_s / 8)
+        held.release.set()
+        _until("the job done", lambda: store.get(job)["status"] == "done")
+    finally:
+        held.release.set()
+        held.stop()
+    info = store.get(job)
+    assert info["attempts"] == 1 and info["done"] == 2, info
+    assert [r["attempt"] for r in store.results(job)] == [1, 1]
+
+
+def test_a_draining_replica_hands_its_items_back_at_once(store):
+    """SIGTERM-like stop with items that cannot finish within the grace: they are handed back, so another
+    consumer takes them over at once, without waiting for the (long) lease."""
+    job = store.create("geval", {}, examples(2))
+    held = _Held(store, "leaving", lease_s=600)
+    try:
+        _until("both items claimed", lambda: held.started == 2)
+        assert store.claim(job, "other", 2, lease_s=600) == []
+        held.stop(grace_s=0.05)
+    finally:
+        held.release.set()
+    taken = store.claim(job, "other", 2, lease_s=600)
+    assert sorted((c.index, c.takeover, c.attempt) for c in taken) == [(0, True, 2), (1, True, 2)]
+    assert store.get(job)["attempts"] == 2
+
+
 # --- the service, in process ----------------------------------------------------------------------------
 
 
@@ -214,6 +295,8 @@ def test_redis_away_answers_503_and_the_scrape_still_works(jobs_url):
     answer 503 with Retry-After instead of 500, and /health and /metrics still answer."""
     import redis
     from fastapi.testclient import TestClient
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
 
     from halluscope.config import Config
     from halluscope.llm import LLM, FakeModel
@@ -225,7 +308,8 @@ def test_redis_away_answers_503_and_the_scrape_still_works(jobs_url):
     with TestClient(app) as client:
         store = app.state.service.store
         live = store._client
-        store._client = redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=1)
+        store._client = redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=1,
+                                    retry=Retry(NoBackoff(), 0))  # refused at once, not retried
         try:
             answer = client.get("/jobs")
             assert answer.status_code == 503 and answer.headers["Retry-After"] == "2", answer.text
