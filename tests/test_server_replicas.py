@@ -423,3 +423,38 @@ def test_compose_file_parses_with_two_replicas_redis_and_a_secret_token():
         assert "/health" in " ".join(svc["healthcheck"]["test"])
         assert svc["depends_on"]["redis"]["condition"] == "service_healthy"
     assert "halluscope_token" in compose["secrets"]
+
+
+# --- the command line -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def served(monkeypatch):
+    """Run `halluscope serve` up to where it would start uvicorn; keep the settings it would have used."""
+    import uvicorn
+
+    import halluscope.server as server
+
+    seen: dict = {}
+    monkeypatch.setattr(server, "create_app", lambda config, settings: seen.update(settings=settings) or "app")
+    monkeypatch.setattr(uvicorn, "run", lambda app_obj, **kwargs: None)
+    for key in list(__import__("os").environ):
+        if key.startswith("HALLUSCOPE_"):
+            monkeypatch.delenv(key)
+    return seen
+
+
+def test_serve_takes_the_jobs_url_and_lease_from_flags_or_the_environment(served):
+    from typer.testing import CliRunner
+
+    from halluscope.cli.main import app
+
+    env = {"HALLUSCOPE_SERVER_JOBS_URL": "redis://redis:6379/0?prefix=a:", "HALLUSCOPE_SERVER_JOB_LEASE": "12",
+           "HALLUSCOPE_SERVER_JOBS_DB": "/data/jobs.sqlite"}  # the container image sets the SQLite path
+    result = CliRunner().invoke(app, ["serve"], env=env)
+    assert result.exit_code == 0, result.output
+    assert served["settings"].jobs_url == "redis://redis:6379/0?prefix=a:" and served["settings"].job_lease_s == 12.0
+    result = CliRunner().invoke(app, ["serve", "--jobs-url", "http://redis:6379"])
+    assert result.exit_code == 2 and "not a Redis URL" in result.output
+    result = CliRunner().invoke(app, ["serve"])
+    assert result.exit_code == 0 and served["settings"].jobs_url is None and served["settings"].job_lease_s == 30.0

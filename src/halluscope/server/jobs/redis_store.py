@@ -105,11 +105,14 @@ return out
 _RENEW = """
 local q, me = KEYS[1], ARGV[1]
 local lost = {}
-local exists = redis.call('EXISTS', q) == 1
+if redis.call('EXISTS', q) == 0 then return lost end  -- the job was deleted (or is done): nothing to renew
 for i = 2, #ARGV do
   local id = ARGV[i]
-  local mine = exists and #redis.call('XPENDING', q, 'workers', id, id, 1, me) == 1
-  if mine then redis.call('XCLAIM', q, 'workers', me, 0, id, 'JUSTID') else lost[#lost + 1] = id end
+  if #redis.call('XPENDING', q, 'workers', id, id, 1, me) == 1 then
+    redis.call('XCLAIM', q, 'workers', me, 0, id, 'JUSTID')
+  else
+    lost[#lost + 1] = id
+  end
 end
 return lost
 """
@@ -419,15 +422,15 @@ class RedisJobStore:
                       bool(int(flat[i + 4]))) for i in range(0, len(flat), 5)]
 
     def renew(self, job_id: str, consumer: str, entry_ids: builtins.list[str]) -> builtins.list[str]:
-        """Reset the lease of items ``consumer`` holds; returns those it no longer holds (taken over, or the
-        job is finished or deleted)."""
+        """Reset the lease of items ``consumer`` holds; returns those another consumer took over (none when
+        the job was deleted or is done: writing their results then changes nothing)."""
         if not entry_ids:
             return []
         try:
             return builtins.list(self._call(self._renew, keys=[self._k(job_id, "q")], args=[consumer, *entry_ids]))
         except self._redis.ResponseError as exc:
             if "NOGROUP" in str(exc):
-                return builtins.list(entry_ids)
+                return []
             raise
 
     def release(self, job_id: str, consumer: str, entry_ids: builtins.list[str], lease_s: float) -> int:
