@@ -8,6 +8,10 @@ the items that have no result, so nothing finished is computed again, and an ite
 the LLM replies already in the response cache (0 repeated calls for every reply that had arrived).
 
 One server process per database: :class:`JobStore` holds an exclusive lock on ``<db>.lock``.
+
+Several replicas share their jobs through Redis instead (``--jobs-url``): :mod:`.redis_store` keeps them on
+Redis Streams consumer groups and :mod:`.queue_runner` claims, renews and takes over their items; both
+backends implement the interfaces of :mod:`.base`, which is all the routes use.
 """
 
 from halluscope.server.jobs.runner import CheckFailed, ItemRunner, JobRunner

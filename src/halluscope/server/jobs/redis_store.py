@@ -22,8 +22,8 @@ Keys (``prefix`` defaults to ``halluscope:jobs:``; ``?prefix=team-a:jobs:`` in t
 ``<p>job:<id>:lost``       set     replicas whose leases on this job expired (each one counts an attempt)
 =========================  ======  ==============================================================
 
-Needs Redis 7.0 or later (the scripts call ``XREADGROUP``, allowed in scripts since 7.0); a single server,
-or Sentinel / a managed primary with replicas (not Redis Cluster: a job's scripts touch the global keys).
+Needs Redis 7.0 or later (the scripts call ``XREADGROUP``, allowed in scripts since 7.0); a single server
+or a managed primary endpoint (not Redis Cluster: a job's scripts touch the global keys too).
 """
 
 from __future__ import annotations
