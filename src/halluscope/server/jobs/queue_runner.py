@@ -111,6 +111,10 @@ class QueueRunner:
             if method is None:
                 continue
             claims = await asyncio.to_thread(self.store.claim, job_id, self.consumer, free, self.lease_s)
+            if self._draining.is_set():  # stop() began while claiming: these are handed back, not started
+                await asyncio.to_thread(self.store.release, job_id, self.consumer, [c.entry_id for c in claims],
+                                        self.lease_s)
+                return
             started = 0
             for claim in claims:
                 key = (job_id, claim.entry_id)
