@@ -58,6 +58,23 @@ def test_a_noise_member_gets_a_small_weight():
     assert fit.combiner.data["n"] == 200 and len(fit.combiner.data["ids_sha256"]) == 64
 
 
+def test_the_saved_file_reproduces_scikit_learns_model():
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    rng = np.random.default_rng(4)
+    y = _labels(80)
+    a = np.clip(0.3 + 0.4 * y + rng.normal(0, 0.2, len(y)), 0, 1)
+    b = rng.uniform(0, 1, len(y))
+    members = [_member("a", list(a)), _member("b", list(b), "gate")]
+    c = CombinerFile.model_validate_json(fit_combiner(_examples(y), members, n_bootstrap=0).combiner.model_dump_json())
+    expected = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=1000)).fit(
+        np.c_[a, b], y).predict_proba(np.c_[a, b])[:, 1]
+    got = [c.predict({"a": members[0].reports[f"x{i}"], "b": members[1].reports[f"x{i}"]}) for i in range(len(y))]
+    assert got == pytest.approx(list(expected), abs=1e-6)
+
+
 def test_a_combiner_that_cannot_beat_its_best_member_is_refused():
     y = _labels(60)
     u = np.random.default_rng(1).uniform(0, 1, len(y))

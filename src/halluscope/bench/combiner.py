@@ -224,7 +224,7 @@ def fit_linear(X: np.ndarray, y: np.ndarray, spec: ModelSpec) -> Fitted:
 def predict_value(f: Fitted, X: np.ndarray) -> np.ndarray:
     """The combined value (logit or predicted human score) of items, as the saved combiner computes it."""
     filled = np.where(np.isnan(X), f.mean, np.clip(X, f.lo, f.hi))
-    return ((filled - f.mean) / f.scale) @ f.coef + f.intercept
+    return np.asarray(((filled - f.mean) / f.scale) @ f.coef + f.intercept, dtype=float)
 
 
 # --- cross-validation ----------------------------------------------------------------------------------------

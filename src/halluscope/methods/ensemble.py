@@ -37,7 +37,7 @@ from halluscope.methods.details import MethodDetails
 from halluscope.methods.options import MethodOptions, OptionsError
 from halluscope.records import Finding, LLMCall, Report, Usage
 
-FORMAT = "halluscope-combiner/1"
+FORMAT: Literal["halluscope-combiner/1"] = "halluscope-combiner/1"
 
 
 class _FileModel(BaseModel):
