@@ -123,6 +123,24 @@ def test_exact_copies_are_left_out_with_the_reason():
     assert fit.combiner.dropped_features["g.rating"] == "an exact linear combination of g.score"
 
 
+def test_human_scores_give_a_ridge_combiner_judged_by_spearman():
+    rng = np.random.default_rng(5)
+    human = rng.uniform(1, 5, 60)
+    a = np.clip((human - 1) / 4 + rng.normal(0, 0.2, 60), 0, 1)
+    b = np.clip((human - 1) / 4 + rng.normal(0, 0.2, 60), 0, 1)
+    examples = [Example(id=f"x{i}", source="s", target="t", human_score=float(h)) for i, h in enumerate(human)]
+    fit = fit_combiner(examples, [_member("a", list(a)), _member("b", list(b), "gate")], features="score",
+                       n_bootstrap=50)
+    c = fit.combiner
+    assert c.kind == "score" and c.cv["metric"] == "Spearman" and c.estimator["class"].endswith("Ridge")
+    assert c.target_range == (pytest.approx(human.min()), pytest.approx(human.max()))
+    assert c.cv["combiner"]["value"] > c.cv["members"]["a"]["score"]["value"] and fit.refusal is None
+    low = c.predict({"a": Report(method="rouge", score=0.0), "b": Report(method="gate", score=0.0)})
+    high = c.predict({"a": Report(method="rouge", score=1.0), "b": Report(method="gate", score=1.0)})
+    assert 0.0 <= low < 0.25 and 0.75 < high <= 1.0
+    assert "| **combiner** (a + b) |" in fit.markdown() and "Spearman" in fit.markdown()
+
+
 def test_too_few_items_of_a_label_is_a_clear_error():
     with pytest.raises(CombinerError, match="at least 2 items of each label"):
         fit_combiner(_examples([1, 1, 1, 1, 0]), [_member("m", [0.1, 0.2, 0.3, 0.4, 0.5])], n_bootstrap=0)

@@ -24,7 +24,7 @@ import datetime as dt
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -505,14 +505,3 @@ def write_combiner(c: CombinerFile, path: str | Path) -> Path:
     path = Path(path)
     path.write_text(json.dumps(c.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return path
-
-
-def common_items(examples: Sequence[Example], members: Sequence[MemberRuns]) -> tuple[list[Example], dict[str, int]]:
-    """The examples every member scored, and per member how many of its items are not in that set."""
-    keep = [e for e in examples if all(e.id in m.reports for m in members)]
-    ids = {e.id for e in keep}
-    return keep, {m.spec.name: sum(i not in ids for i in m.reports) for m in members}
-
-
-def member_reports_by_id(members: Sequence[MemberRuns]) -> Mapping[str, Mapping[str, Report]]:
-    return {m.spec.name: m.reports for m in members}
