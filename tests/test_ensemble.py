@@ -314,3 +314,37 @@ def test_check_ensemble_with_a_fake_llm_member_says_what_ran(tmp_path):
         assert report["details"]["ran"] == ran and report["details"]["skipped"] == skipped
         assert report["usage"]["calls"] == calls
         assert report["label"] == "consistent"  # rouge 1.0 alone; geval's 5 on the other pair
+
+
+def test_fit_combiner_refuses_with_exit_1_and_writes_nothing(tmp_path):
+    """--runs folders: a perfect member beside a noise one; refused unless --force, which marks the file."""
+    from halluscope.bench.datasets import write_examples
+    from halluscope.bench.folder import ItemStore
+
+    y = _labels(30)
+    write_examples(tmp_path / "pairs.jsonl", _examples(y))
+    u = np.random.default_rng(6).uniform(0, 1, len(y))
+    for name, scores in (("rouge", np.where(y == 1, 0.7 + 0.3 * u, 0.3 * u)), ("gate", u)):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "run.json").write_text(json.dumps({"dataset": str(tmp_path / "pairs.jsonl"), "method": name,
+                                                     "method_options": {}, "model": None}))
+        with ItemStore(folder / "items.jsonl").open() as fh:
+            for i, s in enumerate(scores):
+                ItemStore.write(fh, f"x{i}", Report(method=name, score=float(s)))
+    out = tmp_path / "c.json"
+    args = ["fit-combiner", "-r", str(tmp_path / "rouge"), "-r", str(tmp_path / "gate"), "-O", str(out),
+            "--bootstrap", "20"]
+    refused = CliRunner().invoke(app, args)
+    assert refused.exit_code == 1 and not out.exists()
+    assert "does not beat its best member, rouge" in refused.output
+    forced = CliRunner().invoke(app, [*args, "--force"])
+    assert forced.exit_code == 0 and json.loads(out.read_text())["accepted"] is False
+
+
+def test_fit_combiner_without_scikit_learn_names_the_extra(tmp_path):
+    code = ("import sys; sys.modules['sklearn'] = None\n"
+            "from halluscope.cli.main import app\n"
+            f"app(['fit-combiner', '--methods', 'rouge', '--dataset', 'x.jsonl', '-O', {str(tmp_path / 'c.json')!r}])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 2 and "pip install 'halluscope[bench]'" in done.stderr

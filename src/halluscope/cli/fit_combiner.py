@@ -51,7 +51,10 @@ def fit_combiner_command(
         raise fail(f"--target must be auto, label or human_score, got {target!r}")
     check_output_file(output, "--output")
     check_output_file(markdown, "--markdown")
+    from halluscope._optional import MissingExtraError, require
+
     try:
+        require("sklearn", "bench", "fitting a combiner")  # before any member is scored
         if runs is not None:
             members: list[MemberRuns] = []
             for item in runs:
@@ -71,7 +74,7 @@ def fit_combiner_command(
         fit = fit_combiner(data.examples, members, dataset=data.spec, folds=folds, seed=seed, l2=l2,
                            features=features, n_bootstrap=bootstrap, min_gain=min_gain,  # type: ignore[arg-type]
                            transfer_by=transfer_by, target=target)  # type: ignore[arg-type]
-    except (CombinerError, DatasetError) as exc:
+    except (CombinerError, DatasetError, MissingExtraError) as exc:
         raise fail(str(exc))
     c = fit.combiner
     typer.echo(f"combiner of {', '.join(m.name for m in c.members)} on {c.data['dataset']}: n = {c.data['n']} "
