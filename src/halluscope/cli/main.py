@@ -9,6 +9,7 @@ import typer
 from halluscope.cli.bench import bench_command
 from halluscope.cli.bench_sweep import bench_sweep_command
 from halluscope.cli.check import check_command
+from halluscope.cli.fit_combiner import fit_combiner_command
 from halluscope.cli.improve import improve_command
 from halluscope.cli.reproduce import reproduce_command
 from halluscope.cli.serve import serve_command
@@ -115,6 +116,7 @@ app.command("bench")(bench_command)
 app.command("bench-sweep")(bench_sweep_command)
 app.command("reproduce")(reproduce_command)
 app.command("train-verifier")(train_verifier_command)
+app.command("fit-combiner")(fit_combiner_command)
 generate_app.command("montage")(montage_command)
 generate_app.command("perturb")(perturb_command)
 generate_app.command("inject")(inject_command)

@@ -24,6 +24,7 @@ _BUILTIN: dict[str, str] = {
     "probe": "halluscope.methods.probe:Probe",
     "embed": "halluscope.methods.embed:Embed",
     "gate": "halluscope.methods.gate:GateMethod",
+    "ensemble": "halluscope.methods.ensemble:Ensemble",
 }
 _REGISTERED: dict[str, type[Method]] = {}
 
