@@ -57,6 +57,8 @@ def _metric_value(results: dict[str, Any], metric: Metric) -> tuple[dict[str, An
     if scored is None and node is not None:
         return None, f"suite {metric.suite} reported {'.'.join(path)} as {type(node).__name__}"
     all_node = parent.get(f"{path[-1]}_all")
+    if all_node is None and isinstance(node, dict) and isinstance(node.get("all"), dict):
+        all_node = node["all"]  # e.g. the stress suite's per-perturbation means keep theirs inside
     every = _ci_json(all_node)
     suite_m = metrics[metric.suite]
     cov = (node.get("coverage") if isinstance(node, dict) else None) or suite_m.get("coverage")
