@@ -336,11 +336,12 @@ def adversarial_scores(scores: Sequence[float | None], human: Sequence[float],
     scores (the highest human score gets the lowest score of all, the lowest human score the highest). Every
     split point is tried and the one with the lowest ``statistic`` kept (an undefined value counts as not
     lower), so an unscored item can never raise r, rho or tau above what its worst placement at the ends
-    gives. The scores stay within a hair of the scored range, so no unscored item becomes an outlier."""
+    gives. The scores stay within a hair of the scored range, so no unscored item becomes an outlier. With no
+    scored item there is no range to place them in: they stay tied (the correlation is undefined)."""
     scores = list(scores)
     missing = [i for i, s in enumerate(scores) if s is None]
     base = worst_case_scores(scores)
-    if not missing:
+    if not missing or len(missing) == len(scores):
         return base
     values = [float(s) for s in scores if s is not None]
     lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
