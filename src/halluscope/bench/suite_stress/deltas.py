@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import math
+
 import numpy as np
 
 from halluscope.bench.metrics import bootstrap_ci, coverage
@@ -88,14 +90,14 @@ def delta_stats(pairs: Sequence[Pair], ctx: SuiteContext, unpaired: dict[str, in
     by_name: dict[str, list[Pair]] = defaultdict(list)
     for p in pairs:
         by_name[p.perturbation].append(p)
-    lo, hi = scale if scale is not None else (0.0, 1.0)
+    lo, hi = scale if scale is not None else (math.nan, math.nan)  # nothing scored: no value counting every row
     out: dict[str, dict[str, Any]] = {}
     for name in perturbation_order(set(by_name) | set(unpaired)):
         deltas = np.asarray([p.delta for p in by_name.get(name, [])], dtype=float)
         flips = [p.flipped for p in by_name.get(name, []) if p.flipped is not None]
         missing = int(unpaired.get(name, 0))
         cov = coverage(len(deltas), len(deltas) + missing)
-        every = np.concatenate([deltas, np.full(missing, lo - hi)])
+        every = np.concatenate([deltas, np.full(missing, lo - hi)]) if scale is not None or not missing else deltas[:0]
         entry: dict[str, Any] = {
             "n_pairs": len(deltas),
             "n_unpaired": missing,
@@ -129,13 +131,14 @@ def mean_scores(examples: Sequence[Example], reports: Sequence[Report], ctx: Sui
         else:
             by_name[ex.difficulty].append(rep.score)
     scale = score_range([r for e, r in zip(examples, reports) if e.group is not None and e.difficulty is not None])
-    worst = scale[0] if scale is not None else 0.0
     names = ([ORIGINAL] if ORIGINAL in by_name or ORIGINAL in unscored else []) + perturbation_order(
         set(by_name) | set(unscored))
     out: dict[str, Any] = {}
     for n in names:
         values, missing = by_name.get(n, []), unscored.get(n, 0)
         cov = coverage(len(values), len(values) + missing)
+        # no row of the run scored: no lowest score to count the unscored at, so no value (like the scored one)
+        every = [*values, *[scale[0]] * missing] if scale is not None else []
         out[n] = {**_mean_ci(values, ctx), "unscored": missing, "coverage": cov,
-                  "all": {**_mean_ci([*values, *[worst] * missing], ctx), "coverage": cov}}
+                  "all": {**_mean_ci(every, ctx), "coverage": cov}}
     return out
