@@ -405,3 +405,22 @@ async def test_probe_refuses_a_gold_the_scored_model_writes_unless_asked(tmp_pat
                      [gold_model(n, strict=False) for n in gold_names])
     with pytest.raises(ReproduceError, match=re.escape(needle)):
         await run_reproduce(get_protocol("probe"), ctx, methods=["probe"], n_bootstrap=0, echo=lambda _: None)
+
+
+def test_cli_gold_model_names_the_gold_builders_and_refuses_the_scored_model(tmp_path):
+    from tests.test_inject import ITEM
+
+    data = tmp_path / "faithful.jsonl"
+    write_examples(data, [ITEM])
+    script = tmp_path / "script.json"
+    script.write_text("{}")  # no reply is ever asked for: every case below stops before an LLM call
+    scored = f"fake:{script}"
+    base = ["reproduce", "probe", "--model", scored, "--dataset", str(data), "--output", str(tmp_path / "out"),
+            "--no-progress", "--no-cache"]
+    runner = CliRunner()
+    other = runner.invoke(app, ["reproduce", "dcr", "--model", scored, "--gold-model", "x", "--no-cache"])
+    assert other.exit_code != 0 and "reproduce probe only" in other.output
+    unnamed = runner.invoke(app, [*base, "-b", "gold_evidence=true"])
+    assert unnamed.exit_code != 0 and "--gold-model" in unnamed.output and "gold_evidence=self" in unnamed.output
+    itself = runner.invoke(app, [*base, "--gold-model", scored])
+    assert itself.exit_code != 0 and "is the scored model" in itself.output
