@@ -424,3 +424,17 @@ def test_cli_gold_model_names_the_gold_builders_and_refuses_the_scored_model(tmp
     assert unnamed.exit_code != 0 and "--gold-model" in unnamed.output and "gold_evidence=self" in unnamed.output
     itself = runner.invoke(app, [*base, "--gold-model", scored])
     assert itself.exit_code != 0 and "is the scored model" in itself.output
+
+
+async def test_probe_rows_name_semantic_claim_matching_where_embeddings_are(tmp_path, monkeypatch):
+    from halluscope.retrieval import embeddings_available
+    from tests.test_inject import gold_model
+
+    if not embeddings_available():
+        pytest.skip("the embeddings extra is not installed")
+    monkeypatch.setenv("HALLUSCOPE_CLAIM_MATCHING", "semantic")
+    ctx = _probe_ctx(tmp_path, gold_model("scored", strict=False), {}, [gold_model("gold-a", strict=False)])
+    result = await run_reproduce(get_protocol("probe"), ctx, methods=["probe"], n_bootstrap=0, echo=lambda _: None)
+    assert result["rows"][0]["claim_matching"].startswith("semantic (all-MiniLM-L6-v2")
+    lines = main_table(result).splitlines()[2:]
+    assert lines and all("claim matching: semantic" in line for line in lines)

@@ -88,8 +88,10 @@ def _metric_value(results: dict[str, Any], metric: Metric) -> tuple[dict[str, An
 
 def _coverage(results: dict[str, Any], metric: Metric, ours: dict[str, Any] | None) -> str | None:
     """When some items were unscored, say how many and why (the headline value counts them as the worst outcome)."""
+    rule = (results.get("metrics", {}).get(metric.suite) or {}).get("worst_case")  # the suite's own rule, if stated
     if ours is not None and metric.subset:
-        return f"{ours['unscored']} of its rows unscored" if ours.get("unscored") else None
+        return (f"{ours['unscored']} of its rows unscored; counted as the worst outcome in the headline value"
+                + (f" ({rule})" if rule else "")) if ours.get("unscored") else None
     cov = (ours or {}).get("coverage")
     if ours is None or not cov or cov["scored"] >= cov["total"]:
         return None
@@ -98,7 +100,7 @@ def _coverage(results: dict[str, Any], metric: Metric, ours: dict[str, Any] | No
     if judge:
         parts.append(f"{judge} by the judge")
     return (f"{cov['total'] - cov['scored']} of {cov['total']} items unscored" + (f" ({', '.join(parts)})" if parts else "")
-            + "; counted as the worst outcome in the headline value")
+            + "; counted as the worst outcome in the headline value" + (f" ({rule})" if rule else ""))
 
 
 def _all_unscored(results: dict[str, Any]) -> str:

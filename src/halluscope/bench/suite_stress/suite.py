@@ -18,6 +18,10 @@ from halluscope.records import Example, Report
 
 # -------------------------------------------------------------------------------------------- suite
 
+WORST_CASE = ("an unscored row counts at the lowest score of the run (every row is a faithful summary or a "
+              "meaning-preserving edit of one); an unpaired row as the largest fall, lowest minus highest score, and "
+              "a label flip; an unscored density unit at the lowest score of any unit")
+
 
 def stress_report(examples: list[Example], reports: list[Report], ctx: SuiteContext,
                   density: DensityFn | None = None, *, n_bins: int | None = None) -> SuiteResult:
@@ -33,7 +37,7 @@ def stress_report(examples: list[Example], reports: list[Report], ctx: SuiteCont
     pairs, unpaired = perturbation_pairs(examples, reports)
     stress_rows = [r for e, r in zip(examples, reports) if e.group is not None and e.difficulty is not None]
     stats = delta_stats(pairs, ctx, unpaired, score_range(stress_rows))
-    metrics: dict[str, Any] = {"mean_score": means, "delta": stats, "unpaired": unpaired,
+    metrics: dict[str, Any] = {"mean_score": means, "delta": stats, "unpaired": unpaired, "worst_case": WORST_CASE,
                                "n_groups": len({e.group for e in examples if e.difficulty == ORIGINAL})}
     result.tables.append(("Stress test: mean score per perturbation", mean_table(means)))
     if stats:
