@@ -52,7 +52,7 @@ def test_binary_table_shows_coverage_beside_the_value(tmp_path):
     assert "all 4" in table and "on 3/4 scored" in table
 
 
-def test_correlation_puts_unscored_items_at_the_lowest_rank(tmp_path):
+def test_correlation_puts_an_unscored_top_rated_item_at_the_lowest_rank(tmp_path):
     human = [0.1, 0.3, 0.5, 0.7, 0.9]
     exs = [Example(id=str(i), source=f"doc {i}", target="t", human_score=h) for i, h in enumerate(human)]
     reps = [_report(0.1), _report(0.3), _report(0.5), _report(0.7), _report(None)]  # the best item unscored
