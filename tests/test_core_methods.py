@@ -193,6 +193,7 @@ def test_geval_caps_completion_tokens() -> None:
     GEval(llm=LLM(Recording(['{"reason": "ok", "score": 5}']), cache=None)).check(SOURCE, TARGET)
     GEval(llm=LLM(Recording(['{"reason": "ok", "score": 5}']), cache=None), max_tokens=2000).check(SOURCE, TARGET)
     assert seen == [256, 1024]  # the option, never above the configured per-call bound
-    assert GEval(max_tokens=64).options() == {"max_tokens": 64, "prompt": "reasoned", "weighting": "probability"}
+    assert GEval(max_tokens=64).options() == {"max_tokens": 64, "prompt": "reasoned", "weighting": "probability",
+                                             "temperature": None}
     with pytest.raises(ValueError):
         GEval(max_tokens=0)

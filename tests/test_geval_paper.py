@@ -93,3 +93,22 @@ def test_openai_backend_requests_and_reads_logprobs():
     assert completion.logprobs[0].token == "4" and completion.logprobs[0].top["5"] == -1.8
     bare = model._completion({"choices": [{"message": {"content": "4"}}]})
     assert bare.logprobs is None and bare.text == "4"
+
+
+async def test_montagelie_geval_row_decodes_greedily_and_takes_the_integer():
+    """MontageLie ran every LLM evaluator greedily (temperature 0) and read the integer rating: the dove
+    protocol's G-Eval row does the same even where the backend returns log-probabilities and the configured
+    temperature is not 0; the probability-weighted form is an extra row that says it is not the paper's."""
+    from halluscope.bench.reproduce import get_protocol
+
+    rows = {r.id: r for r in get_protocol("dove").rows}
+    geval, weighted = rows["geval"], rows["geval_weighted"]
+    assert geval.options == {"prompt": "paper", "weighting": "none", "temperature": 0}
+    assert weighted.options["weighting"] == "probability" and weighted.analogue and "not the paper" in weighted.note
+    scripted = [TokenLogprobs(token="4", logprob=math.log(0.5), top=_top(**{"4": 0.5, "5": 0.5}))]
+    model = FakeModel(default="4", logprobs=lambda reply: scripted)
+    llm = LLM(model, cache=None, default_params=GenerateParams(temperature=0.7))  # a user's sampling temperature
+    report = await get_method("geval", llm=llm, **geval.options).acheck(SOURCE, TARGET)
+    assert model.params[0].temperature == 0 and not model.params[0].top_logprobs
+    assert report.score == pytest.approx(0.75) and report.subscores["weighted"] == 4.0  # the integer, unweighted
+    assert report.details["weighting"].startswith("none") and report.details["temperature"] == 0

@@ -304,6 +304,13 @@ def test_improvement_rate_suite(tmp_path: Path):
     assert m["improvement_rate_after_2"]["value"] == pytest.approx(2 / 3)
     assert m["flagged_by_gold_label"] == {"gold_inconsistent": {"n_flagged": 3, "fixed_after_1": 1, "fixed_after_2": 2}}
     assert result.tables and result.plots[0].is_file()
+    # counting every item: the unscored original as flagged and never fixed, with the coverage beside it
+    assert m["coverage"] == {"scored": 4, "total": 5, "share": 0.8}
+    assert m["improvement_rate_after_1_all"]["value"] == pytest.approx(1 / 4)
+    assert m["improvement_rate_after_2_all"]["value"] == pytest.approx(2 / 4)
+    assert m["improvement_rate_after_1"]["coverage"] == m["coverage"]
+    assert m["n_flagged_all"] == 4 and m["fixed_after_1_all"] == 1
+    assert "every item" in result.tables[0][1] and "0.250" in result.tables[0][1]
 
 
 def test_improvement_rate_suite_ignores_other_methods(tmp_path: Path):

@@ -288,7 +288,7 @@ def test_cli_reproduce_prints_paper_and_ours_columns(tmp_path):
                                    "--bootstrap", "0", "--no-cache"])
     assert res.exit_code == 0, res.output
     assert HEADER in res.output and "| ROUGE-2 (rouge2) | AUC average | 0.547 (Table 3) |" in res.output
-    assert "Rows not run (--methods all): geval, summac_zs, factscore, dove" in res.output
+    assert "Rows not run (--methods all): geval, geval_weighted, summac_zs, factscore, dove" in res.output
     assert (out / "reproduce.json").is_file() and (out / "reproduce.md").is_file()
     bad = CliRunner().invoke(app, ["reproduce", "nope"])
     assert bad.exit_code == 2 and "unknown paper" in bad.output
@@ -330,7 +330,7 @@ async def test_probe_protocol_injects_donor_facts_and_shows_the_papers_bound(tmp
     assert any("other targets of the same dataset" in d for d in build["departures"])
 
 
-async def test_probe_protocol_builds_gold_evidence_when_asked_so_table_2_rows_compute(tmp_path):
+async def test_probe_protocol_builds_self_gold_only_when_asked_and_labels_the_rows(tmp_path):
     from tests.test_inject import ITEM, gold_model
 
     # two faithful items; the second's extra sentence is the fact injected into the first
@@ -340,14 +340,101 @@ async def test_probe_protocol_builds_gold_evidence_when_asked_so_table_2_rows_co
     write_examples(path, [ITEM, other])
     llm = gold_model("m", strict=False)
     ctx = Context(out_dir=tmp_path / "out", config=Config(cache=False, max_concurrency=1), progress=False, llm=llm,
-                  dataset=str(path), builder="no-llm", build_options={"complexities": [1], "gold_evidence": "true",
+                  dataset=str(path), builder="no-llm", build_options={"complexities": [1], "gold_evidence": "self",
                                                                        "gold_samples": 1})
     result = await run_reproduce(get_protocol("probe"), ctx, methods=["probe"], n_bootstrap=0, echo=lambda _: None)
     build = result["protocol"]["build"]
-    assert build["options"]["gold_evidence"] is True and any("gold truthful claims" in d for d in build["departures"])
+    assert build["options"]["gold_evidence"] is True and any("SELF-BUILT GOLD" in d for d in build["departures"])
+    assert result["rows"][0]["gold"]["built_by"] == "self"
+    table = main_table(result)
+    assert all("[self-built gold]" in line and "self-built gold: built by the scored model" in line
+               and "claim matching: lexical" in line for line in table.splitlines()[2:])
     injected = [json.loads(x) for x in (tmp_path / "out" / "data" / "injected.jsonl").read_text().splitlines()]
     assert injected and all(e["meta"].get("gold_claims_complete") for e in injected)
     metrics = {m["key"]: m for m in result["rows"][0]["metrics"]}
     for key in ("decomposition_recall", "evidence_finding_partial", "evidence_finding_complete"):
         assert metrics[key]["ours"] is not None, (key, metrics[key]["reason"])  # no longer "cannot compute"
         assert metrics[key]["ours"]["coverage"]["total"] == len(injected)
+
+
+def _probe_ctx(tmp_path, llm, build_options, gold_llms=()):
+    from tests.test_inject import ITEM
+
+    extra = " A toll of one penny was charged."
+    other = ITEM.model_copy(update={"id": "bridge2", "source": ITEM.source + extra, "target": ITEM.target + extra})
+    path = tmp_path / "faithful.jsonl"
+    write_examples(path, [ITEM, other])
+    return Context(out_dir=tmp_path / "out", config=Config(cache=False, max_concurrency=1), progress=False, llm=llm,
+                   dataset=str(path), builder="no-llm", build_options={"complexities": [1], **build_options},
+                   gold_llms=list(gold_llms))
+
+
+async def test_probe_gold_from_named_models_and_every_row_names_its_claim_matching(tmp_path):
+    from tests.test_inject import gold_model
+
+    scored = gold_model("scored", strict=False)
+    gold = [gold_model("gold-a", strict=False), gold_model("gold-b", strict=False)]
+    ctx = _probe_ctx(tmp_path, scored, {}, gold)
+    result = await run_reproduce(get_protocol("probe"), ctx, methods=["probe", "direct"], n_bootstrap=0,
+                                 echo=lambda _: None)
+    build = result["protocol"]["build"]
+    assert build["gold"]["built_by"] == "named" and build["gold"]["models"] == [g.name for g in gold]
+    assert build["options"]["gold_models"] == [g.name for g in gold]
+    assert not any("SELF-BUILT" in d for d in build["departures"])
+    probe, direct = result["rows"]
+    assert probe["gold"]["built_by"] == "named" and probe["claim_matching"].startswith("lexical")
+    assert direct["claim_matching"].startswith("none") and "gold" not in direct
+    metrics = {m["key"]: m for m in probe["metrics"]}
+    assert metrics["decomposition_recall"]["ours"] is not None
+    lines = main_table(result).splitlines()[2:]
+    assert lines and all("claim matching: " in line for line in lines)  # every PROBE row names it
+    assert all("self-built" not in line for line in lines)
+    assert any(f"gold built by {gold[0].name}, {gold[1].name}" in line for line in lines)
+
+
+@pytest.mark.parametrize("options,gold_names,needle", [
+    ({"gold_evidence": "true"}, (), "--gold-model"),  # no gold model named: refused, not built by the scored one
+    ({}, ("scored",), "is the scored model"),  # the "gold model" is the scored model
+    ({"gold_evidence": "self"}, ("gold-a",), "drop --gold-model"),
+    ({"gold_evidence": "maybe"}, (), "true, false or self"),
+])
+async def test_probe_refuses_a_gold_the_scored_model_writes_unless_asked(tmp_path, options, gold_names, needle):
+    from tests.test_inject import gold_model
+
+    ctx = _probe_ctx(tmp_path, gold_model("scored", strict=False), options,
+                     [gold_model(n, strict=False) for n in gold_names])
+    with pytest.raises(ReproduceError, match=re.escape(needle)):
+        await run_reproduce(get_protocol("probe"), ctx, methods=["probe"], n_bootstrap=0, echo=lambda _: None)
+
+
+def test_cli_gold_model_names_the_gold_builders_and_refuses_the_scored_model(tmp_path):
+    from tests.test_inject import ITEM
+
+    data = tmp_path / "faithful.jsonl"
+    write_examples(data, [ITEM])
+    script = tmp_path / "script.json"
+    script.write_text("{}")  # no reply is ever asked for: every case below stops before an LLM call
+    scored = f"fake:{script}"
+    base = ["reproduce", "probe", "--model", scored, "--dataset", str(data), "--output", str(tmp_path / "out"),
+            "--no-progress", "--no-cache"]
+    runner = CliRunner()
+    other = runner.invoke(app, ["reproduce", "dcr", "--model", scored, "--gold-model", "x", "--no-cache"])
+    assert other.exit_code != 0 and "reproduce probe only" in other.output
+    unnamed = runner.invoke(app, [*base, "-b", "gold_evidence=true"])
+    assert unnamed.exit_code != 0 and "--gold-model" in unnamed.output and "gold_evidence=self" in unnamed.output
+    itself = runner.invoke(app, [*base, "--gold-model", scored])
+    assert itself.exit_code != 0 and "is the scored model" in itself.output
+
+
+async def test_probe_rows_name_semantic_claim_matching_where_embeddings_are(tmp_path, monkeypatch):
+    from halluscope.retrieval import embeddings_available
+    from tests.test_inject import gold_model
+
+    if not embeddings_available():
+        pytest.skip("the embeddings extra is not installed")
+    monkeypatch.setenv("HALLUSCOPE_CLAIM_MATCHING", "semantic")
+    ctx = _probe_ctx(tmp_path, gold_model("scored", strict=False), {}, [gold_model("gold-a", strict=False)])
+    result = await run_reproduce(get_protocol("probe"), ctx, methods=["probe"], n_bootstrap=0, echo=lambda _: None)
+    assert result["rows"][0]["claim_matching"].startswith("semantic (all-MiniLM-L6-v2")
+    lines = main_table(result).splitlines()[2:]
+    assert lines and all("claim matching: semantic" in line for line in lines)

@@ -95,10 +95,19 @@ def test_deltas_means_and_tables(crafted, tmp_path):
     assert means["original"]["value"] == pytest.approx((0.8 + 0.6 + 1.0) / 3) and means["original"]["unscored"] == 1
     assert means["paraphrased"]["value"] == pytest.approx((0.7 + 0.9) / 2) and means["paraphrased"]["unscored"] == 1
     assert m["unpaired"] == {"paraphrased": 1, "negated": 1}
+    # every row: an unscored row at the lowest score of the run (0.2), with the coverage beside it
+    assert means["original"]["all"]["value"] == pytest.approx((0.8 + 0.6 + 1.0 + 0.2) / 4)
+    assert means["original"]["coverage"] == {"scored": 3, "total": 4, "share": 0.75}
+    assert means["paraphrased"]["all"]["value"] == pytest.approx((0.7 + 0.9 + 0.2) / 3)
+    assert d["paraphrased"]["mean_delta_all"]["value"] == pytest.approx((-0.1 + 0.3 - 0.8) / 3)
+    assert d["paraphrased"]["coverage"] == {"scored": 2, "total": 3, "share": 0.6667}
+    assert d["negated"]["label_flip_rate_all"] == pytest.approx(2 / 3)  # an unpaired row counts as a flip
     titles = [t for t, _ in result.tables]
     assert any("mean score per perturbation" in t for t in titles)
     delta_md = dict(result.tables)["Stress test: score change vs the original (perturbed - original)"]
-    assert "| paraphrased | 2 | 1 | 0.100" in delta_md and "| negated | 2 | 1 | -0.300" in delta_md
+    # every row counted first: an unpaired row as the largest fall the run's scores allow (0.2 - 1.0), then the pairs
+    assert "| paraphrased | 2 | 1 | -0.200" in delta_md and "| negated | 2 | 1 | -0.467" in delta_md
+    assert "| 0.100 [" in delta_md and "| -0.300 [" in delta_md
     assert [p.name for p in result.plots] == ["stress_deltas.png"] and result.plots[0].stat().st_size > 0
     assert "density" not in m
 
@@ -343,3 +352,24 @@ def test_bench_sweep_cli(tmp_path, no_embeddings):
     assert "Sweep of `variant`" in result.output
     bad = CliRunner().invoke(app, ["bench-sweep", "-d", str(path), "--method", "rouge", "--sweep", "variant"])
     assert bad.exit_code == 2 and "KEY=V1,V2" in bad.output
+
+
+def test_density_bins_count_unscored_units_at_the_lowest_score(tmp_path):
+    """An unscored original still has a density: its bin's value counting every unit takes it at the worst."""
+    targets = {f"g{i}": f"Sentence {i}a here." for i in range(4)}
+    examples = [ex(g, "original", target=t) for g, t in targets.items()]
+    reports = [rep(0.4), rep(0.6), rep(None), rep(0.8)]
+    dens = {t: i / 10 for i, t in enumerate(targets.values())}
+
+    def density(source, texts):
+        return [dens[t] for t in texts]
+
+    result = stress_report(examples, reports, ctx(tmp_path), density=density, n_bins=1)
+    dm = result.metrics["density"]
+    assert dm["coverage"] == {"scored": 3, "total": 4, "share": 0.75} and dm["n_units"] == 4
+    (b,) = dm["bins"]
+    assert b["n"] == 4 and b["n_scored"] == 3
+    assert b["score"]["value"] == pytest.approx(0.6) and b["score"]["coverage"]["scored"] == 3
+    assert b["score_all"]["value"] == pytest.approx((0.4 + 0.6 + 0.4 + 0.8) / 4)
+    table = dict(result.tables)[next(t for t, _ in result.tables if "density" in t)]
+    assert "every unit" in table and "0.550" in table and "0.600" in table

@@ -52,7 +52,7 @@ def test_binary_table_shows_coverage_beside_the_value(tmp_path):
     assert "all 4" in table and "on 3/4 scored" in table
 
 
-def test_correlation_puts_unscored_items_at_the_lowest_rank(tmp_path):
+def test_correlation_puts_an_unscored_top_rated_item_at_the_lowest_rank(tmp_path):
     human = [0.1, 0.3, 0.5, 0.7, 0.9]
     exs = [Example(id=str(i), source=f"doc {i}", target="t", human_score=h) for i, h in enumerate(human)]
     reps = [_report(0.1), _report(0.3), _report(0.5), _report(0.7), _report(None)]  # the best item unscored
@@ -150,3 +150,32 @@ def test_sweep_table_says_when_runs_rest_on_different_numbers_of_items():
     assert fewer_items_warning([row(1, 0), row(2, 0)]) is None
     md = render_markdown({"key": "top_k", "method": "dcr", "dataset": "d", "rows": [row(1, 0), row(3, 4)]})
     assert "Not like for like" in md and "3: 6/10" in md and "| 6/10 |" in md
+
+
+def test_correlation_worst_case_gives_an_unscored_low_rated_item_the_highest_score(tmp_path):
+    # the worst item (human 0.1) is unscored: the lowest rank would be its right rank and keep rho at 1
+    human = [0.1, 0.3, 0.5, 0.7, 0.9]
+    exs = [Example(id=str(i), source=f"doc {i}", target="t", human_score=h) for i, h in enumerate(human)]
+    reps = [_report(None), _report(0.3), _report(0.5), _report(0.7), _report(0.9)]
+    m = correlation_suite(exs, reps, _ctx(tmp_path)).metrics
+    assert m["spearman"]["value"] == pytest.approx(1.0) and m["spearman"]["coverage"]["scored"] == 4
+    assert m["spearman_all"]["value"] == pytest.approx(0.0)  # ranks 5,1,2,3,4 against 1..5
+    assert m["kendall_all"]["value"] < 0.5 and m["pearson_all"]["value"] < 0.5
+    assert "disagrees most" in m["worst_case"]
+
+
+def test_adversarial_scores_never_raise_a_correlation_above_either_end():
+    # two unscored items, one rated high and one low: each at the end that disagrees with its rating
+    human = [0.0, 1.0, 0.2, 0.4, 0.6, 0.8]
+    scores = [None, None, 0.2, 0.4, 0.6, 0.8]
+
+    def rho(x):
+        return M.correlations(x.tolist(), human)["spearman"]
+
+    filled = M.adversarial_scores(scores, human, rho)
+    assert filled[1] < 0.2 and filled[0] > 0.8  # the high rating lowest, the low rating highest
+    naive = M.worst_case_scores(scores)  # both at the lowest rank
+    assert rho(filled) < rho(naive)
+    for a in (0.1, 0.9):  # no placement of the two at the ends gives a lower value
+        for b in (0.1, 0.9):
+            assert rho(filled) <= rho(M.worst_case_scores([a, b, *scores[2:]])) + 1e-12

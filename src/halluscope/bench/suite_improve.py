@@ -5,7 +5,9 @@ Applies to reports that carry improvement rounds (``details["rounds"]``, written
 the one way to run RAI); for any other method it returns no metrics. An item counts as *flagged* when its
 original text was scored and at least one sentence was judged inconsistent; it counts as *fixed by round
 r* when one of its rewrites up to round r was re-evaluated as consistent (every sentence judged
-consistent). Items whose original could not be scored are left out and counted.
+consistent). Each rate is given over the flagged items (``improvement_rate_after_r``, with its ``coverage``)
+and counting every item (``_all``): an item whose original could not be scored counts as flagged and never
+fixed, its worst outcome (and ``n_flagged_all`` counts it among the flagged).
 
 Caveat, as in the paper: "consistent" is the verdict of the same DCR evaluator (and model) that flagged the
 item, not a human judgment; the breakdown by gold label shows how often flagged items were truly
@@ -19,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from halluscope.bench.metrics import bootstrap_ci
+from halluscope.bench.metrics import bootstrap_ci, coverage
 from halluscope.bench.suites import SuiteContext, SuiteResult, register_suite
 from halluscope.records import Example, Report
 
@@ -58,30 +60,38 @@ def rai_improvement_suite(examples: list[Example], reports: list[Report], ctx: S
     max_rounds = max(int(r.details.get("max_rounds") or (len(rounds) - 1)) for _, r, rounds in items)
     unscored = sum(rounds[0].get("score") is None for _, _, rounds in items)
     flagged = [(e, r, rounds) for e, r, rounds in items if _flagged(rounds)]
+    cov = coverage(len(items) - unscored, len(items))
     m: dict[str, Any] = {
         "n_with_rounds": len(items), "n_original_unscored": unscored, "n_flagged": len(flagged),
-        "max_rounds": max_rounds,
+        "n_flagged_all": len(flagged) + unscored, "coverage": cov, "max_rounds": max_rounds,
+        "worst_case": "an item whose original could not be scored counts as flagged and never fixed",
         "judged_by": "the same DCR evaluator that flagged the item (not a human judgment)",
     }
     result = SuiteResult(metrics=m)
-    if not flagged:
+    if not flagged and not unscored:
         m["note"] = "no item was judged inconsistent, so there is nothing to improve"
         return result
-    fixed = np.array([[_fixed_by(rounds, r) for r in range(1, max_rounds + 1)] for _, _, rounds in flagged])
+    fixed = np.array([[_fixed_by(rounds, r) for r in range(1, max_rounds + 1)] for _, _, rounds in flagged],
+                     dtype=bool).reshape(len(flagged), max_rounds)
     improved = np.array([bool(r.details.get("improved")) for _, r, _ in flagged])
     gains = np.array([(r.subscores.get("final_score") or 0.0) - (r.subscores.get("initial_score") or 0.0)
                       for _, r, _ in flagged])
     rows = []
     for r in range(1, max_rounds + 1):
         column = fixed[:, r - 1]
+        every = np.concatenate([column, np.zeros(unscored, dtype=bool)])
         ci = bootstrap_ci(lambda idx, c=column: float(c[idx].mean()), len(column), n_resamples=ctx.n_bootstrap,
                           seed=ctx.seed)
-        m[f"improvement_rate_after_{r}"] = ci
+        ci_all = bootstrap_ci(lambda idx, c=every: float(c[idx].mean()), len(every), n_resamples=ctx.n_bootstrap,
+                              seed=ctx.seed)
+        m[f"improvement_rate_after_{r}"] = {**ci, "coverage": cov}
+        m[f"improvement_rate_after_{r}_all"] = {**ci_all, "coverage": cov}
         m[f"fixed_after_{r}"] = int(column.sum())
-        rows.append([f"<= {r}", int(column.sum()), len(column), _fmt(ci)])
-    m["verified_score_gain_rate"] = bootstrap_ci(lambda idx: float(improved[idx].mean()), len(improved),
-                                                 n_resamples=ctx.n_bootstrap, seed=ctx.seed)
-    m["mean_score_gain"] = bootstrap_ci(lambda idx: float(gains[idx].mean()), len(gains),
+        m[f"fixed_after_{r}_all"] = int(column.sum())  # an unscored original is never fixed
+        rows.append([f"<= {r}", int(column.sum()), len(column), unscored, _fmt(ci_all), _fmt(ci)])
+    m["verified_score_gain_rate"] = bootstrap_ci(lambda idx: float(improved[idx].mean()) if len(idx) else None,
+                                                 len(improved), n_resamples=ctx.n_bootstrap, seed=ctx.seed)
+    m["mean_score_gain"] = bootstrap_ci(lambda idx: float(gains[idx].mean()) if len(idx) else None, len(gains),
                                         n_resamples=ctx.n_bootstrap, seed=ctx.seed)
     m["stop_reasons"] = dict(Counter(str(r.details.get("stop_reason", "-")).split(":")[0][:80]
                                      for _, r, _ in flagged).most_common(10))
@@ -93,7 +103,8 @@ def rai_improvement_suite(examples: list[Example], reports: list[Report], ctx: S
                           **{f"fixed_after_{r}": int(fixed[idx, r - 1].sum()) for r in range(1, max_rounds + 1)}}
     if by_label:
         m["flagged_by_gold_label"] = by_label
-    header = "| rounds | fixed | flagged | improvement rate [95% CI] |\n|---|---|---|---|\n"
+    header = ("| rounds | fixed | flagged | originals unscored | improvement rate, every item [95% CI] | "
+              "improvement rate, flagged items [95% CI] |\n|---|---|---|---|---|---|\n")
     table = header + "\n".join("| " + " | ".join(str(c) for c in row) + " |" for row in rows)
     table += (f"\n\nverified score gain on {_fmt(m['verified_score_gain_rate'])} of flagged items; mean gain "
               f"{_fmt(m['mean_score_gain'])}; stop reasons {m['stop_reasons']}")
@@ -111,7 +122,7 @@ def _plot(m: dict[str, Any], max_rounds: int, ctx: SuiteContext):
     fig = _figure()
     ax = fig.add_subplot()
     xs = list(range(0, max_rounds + 1))
-    ys = [0.0] + [m[f"improvement_rate_after_{r}"]["value"] for r in range(1, max_rounds + 1)]
+    ys = [0.0] + [m[f"improvement_rate_after_{r}"]["value"] or 0.0 for r in range(1, max_rounds + 1)]
     ax.plot(xs, ys, marker="o")
     ax.set_xticks(xs)
     ax.set_ylim(0, 1.05)

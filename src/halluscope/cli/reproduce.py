@@ -59,6 +59,7 @@ def reproduce_command(
     judge_model: Annotated[Optional[str], typer.Option("--judge-model", help="Model for FINAL's matching judge (default: the evaluated model).", envvar="HALLUSCOPE_JUDGE_MODEL")] = None,
     judge_base_url: Annotated[Optional[str], typer.Option("--judge-base-url", help="Endpoint for the judge, if different.", envvar="HALLUSCOPE_JUDGE_BASE_URL")] = None,
     judge_api_key: Annotated[Optional[str], typer.Option("--judge-api-key", help="API key for the judge, if different.", envvar="HALLUSCOPE_JUDGE_API_KEY", show_default=False)] = None,
+    gold_model: Annotated[Optional[list[str]], typer.Option("--gold-model", help="probe: the model(s) that build Table 2's gold truthful claims and evidence (comma-separated or repeated; the first decomposes, each finds evidence and votes; same endpoint as --base-url). Without it no gold is built; --build gold_evidence=self builds it with the scored model itself (rows labelled 'self-built gold').")] = None,
     select_holdout: Annotated[Optional[float], typer.Option("--select-holdout", help="final: hold out this share of the items (seeded, e.g. 0.3) for the prompt-variant choice and score only the rest (default: the choice is made on the scored items, in-sample).")] = None,
     select_on: Annotated[Optional[str], typer.Option("--select-on", help="final: a dataset spec or .jsonl the prompt variant is chosen on instead of the scored items.")] = None,
     paper_model: Annotated[Optional[str], typer.Option("--paper-model", help="Show the paper's numbers for this model where a row has several (default: the paper's reference model).")] = None,
@@ -99,6 +100,14 @@ def reproduce_command(
             judge = get_llm(config.with_overrides(model=judge_model, base_url=judge_base_url, api_key=judge_api_key))
         except (ValueError, LLMError) as exc:
             raise fail(f"judge model: {exc}")
+    gold_llms = []
+    for name in [g.strip() for item in gold_model or [] for g in item.split(",") if g.strip()]:
+        if paper != "probe":
+            raise fail("--gold-model applies to reproduce probe only")
+        try:
+            gold_llms.append(get_llm(config.with_overrides(model=name)))
+        except (ValueError, LLMError) as exc:
+            raise fail(f"gold model {name}: {exc}")
     selection = None
     if select_on:
         from halluscope.bench.datasets import DatasetError, load_dataset
@@ -112,7 +121,7 @@ def reproduce_command(
     folder = out or _default_out(paper, config.model or ("embedded" if embedded else None), sample, seed, limit)
     ctx = Context(out_dir=folder, config=config, data_dir=data_dir, dataset=dataset, sample=sample, seed=seed,
                   limit=limit, builder=mode, build_options=parse_options(build_option), progress=not no_progress,
-                  select_holdout=select_holdout, select_on=selection)
+                  select_holdout=select_holdout, select_on=selection, gold_llms=gold_llms)
     if builder == "auto" and mode == "no-llm" and protocol.sample_applies_to == "base":
         typer.secho("note: embedded model: the evaluation set is built without an LLM (--builder llm for the "
                     "paper's way)", err=True)

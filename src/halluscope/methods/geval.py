@@ -126,6 +126,10 @@ class GevalOptions(MethodOptions):
     """With prompt=paper: probability: G-Eval's probability-weighted score from the backend's token
     log-probabilities (the plain integer, said in details, when the backend returns none); none: the integer."""
 
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    """With prompt=paper: the sampling temperature of the rating call; null: the configured temperature
+    (``HALLUSCOPE_TEMPERATURE``, default 0). The MontageLie reproduce row sets 0 (greedy, as that paper ran it)."""
+
 
 class GevalDetails(MethodDetails):
     """``Report.details`` of ``geval``: which prompt ran and, with the paper's, the reply and its weighting."""
@@ -140,6 +144,8 @@ class GevalDetails(MethodDetails):
     """``prompt=paper``: how the rating was weighted (probability, none, or why the probabilities were unavailable)."""
     score_probabilities: dict[str, float] | None = None
     """``weighting=probability``: each score token's renormalized probability."""
+    temperature: float | None = None
+    """``prompt=paper``: the temperature the rating was decoded at (0: greedy)."""
 
 
 @register_method
@@ -170,11 +176,13 @@ class GEval(Method):
     async def _run_paper(self, source: str, target: str) -> Report:
         max_tokens = min(self.opts.max_tokens, 16, self.llm.default_params.max_tokens)
         weighted = self.opts.weighting == "probability"
-        params = self.llm.params(max_tokens=max_tokens, top_logprobs=TOP_LOGPROBS if weighted else None)
+        params = self.llm.params(max_tokens=max_tokens, top_logprobs=TOP_LOGPROBS if weighted else None,
+                                 temperature=self.opts.temperature)
         messages = [m for m in self.prompt(GEVAL_PAPER_PROMPT).render(source=source, target=target) if m["content"]]
         completion = await self.llm.generate(messages, params)
         rating = parse_paper_score(completion.text)
-        details: dict[str, Any] = GevalDetails.build(prompt="paper", reply=completion.text[:200])
+        details: dict[str, Any] = GevalDetails.build(prompt="paper", reply=completion.text[:200],
+                                                     temperature=params.temperature)
         if rating is None:
             return Report(method=self.name, unscored_reason=f"geval: the reply is not a score from 1 to 5: "
                                                             f"{completion.text[:80]!r}", details=details)

@@ -39,39 +39,46 @@ def correlation_suite(examples: list[Example], reports: list[Report], ctx: Suite
     ``pearson``...). When documents repeat (several targets per source, SummEval-style), also ``per_document``:
     the correlation within each document, averaged over documents (the summary-level protocol of DCR's line of
     work), which is then the ``level`` reported first. Each is given over the scored items and over all items
-    (an unscored item at the lowest rank: ``_all``)."""
+    (``_all``: an unscored item takes the score that disagrees most with its human score, the lowest for the
+    highest human scores and the highest for the lowest, chosen for each correlation and level:
+    :func:`metrics.adversarial_scores`)."""
     graded = [(e, r) for e, r in zip(examples, reports) if e.human_score is not None]
     exs = [e for e, _ in graded]
     scored = np.array([r.score is not None for _, r in graded], dtype=bool)
     n_unscored = int((~scored).sum())
     human = np.array([e.human_score for e in exs], dtype=float)
-    scores = M.worst_case_scores([r.score for _, r in graded])
+    raw = [r.score for _, r in graded]
+    scores = M.worst_case_scores(raw)  # the scored positions' own scores (the fill is per statistic, below)
     docs = [document_key(e) for e in exs]
     n_docs = len(set(docs))
     repeats = n_docs < len(exs)
     m: dict[str, Any] = {"n": len(graded), "n_unscored": n_unscored, "n_scored": int(scored.sum()),
                          "coverage": M.coverage(int(scored.sum()), len(graded)), "n_documents": n_docs,
+                         "worst_case": M.WORST_CASE_CORRELATION_RULE,
                          "level": "per_document" if repeats else "pooled",
                          "levels": {"pooled": "one correlation over all items",
                                     "per_document": "correlation within each document, averaged over documents"}}
     everything = np.arange(len(exs))
     for name in ("pearson", "spearman", "kendall"):
+        filled = M.adversarial_scores(raw, human, lambda x, name=name: M.correlations(x.tolist(), human.tolist())[name])
         m[name], m[f"{name}_all"] = _ci_pair(
-            ctx, lambda idx, name=name: M.correlations(scores[idx].tolist(), human[idx].tolist())[name], everything,
-            scored)
+            ctx, lambda idx, name=name, x=filled: M.correlations(x[idx].tolist(), human[idx].tolist())[name],
+            everything, scored)
     rows = [["pooled", *(both(m, k) for k in ("pearson", "spearman", "kendall"))]]
     if repeats:
         pd: dict[str, Any] = {"n_documents": n_docs}
         for name in ("pearson", "spearman", "kendall"):
+            filled = M.adversarial_scores(raw, human, lambda x, name=name: per_document_correlation(x, human, docs, name))
             pd[name], pd[f"{name}_all"] = _ci_pair(
-                ctx, lambda idx, name=name: per_document_correlation(scores[idx], human[idx], [docs[i] for i in idx],
-                                                                     name), everything, scored, clusters=docs)
+                ctx, lambda idx, name=name, x=filled: per_document_correlation(x[idx], human[idx],
+                                                                               [docs[i] for i in idx], name),
+                everything, scored, clusters=docs)
         m["per_document"] = pd
         rows.insert(0, [f"per document (averaged over {n_docs})", *(both(pd, k) for k in ("pearson", "spearman", "kendall"))])
     result = SuiteResult(metrics=m)
     result.tables.append((
-        f"Correlation with human scores (coverage {m['n_scored']}/{len(exs)}; 'all' puts an unscored item at the "
-        f"lowest rank; {n_docs} documents{', several targets each' if repeats else ''})",
+        f"Correlation with human scores (coverage {m['n_scored']}/{len(exs)}; 'all': {M.WORST_CASE_CORRELATION_RULE}; "
+        f"{n_docs} documents{', several targets each' if repeats else ''})",
         md_table(["level", "Pearson", "Spearman", "Kendall"], rows),
     ))
     if scored.any():

@@ -51,9 +51,10 @@ class BuiltSet:
     usage_total: Usage = field(default_factory=Usage)  # ... of every part of the selected items
     departures: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    gold: dict[str, Any] | None = None  # PROBE: who built the gold claims and evidence ({"built_by", "models"})
 
     def summary(self) -> dict[str, Any]:
-        return {
+        return {"gold": self.gold,
             "builder": self.builder, "mode": self.mode, "options": self.options, "n_base": self.n_base,
             "datasets": {k: {"spec": d.spec, "n": len(d.examples), "files": [str(p) for p in d.files]}
                          for k, d in self.datasets.items()},
@@ -219,9 +220,11 @@ async def build_montage(folder: Path, base: Sequence[Example], *, mode: BuildMod
 
 async def build_injected(folder: Path, base: Sequence[Example], pool: Sequence[Example], *, mode: BuildMode, llm,
                          seed: int, options: dict[str, Any], identity: dict[str, Any],
-                         progress: bool = True) -> BuiltSet:
-    """PROBE-style injected hallucinations (seed 004 §3.2): per base target, the truth plus one item per
-    complexity, with the injected character spans as gold."""
+                         progress: bool = True, gold_llms: Sequence[Any] = (), gold_self: bool = False) -> BuiltSet:
+    """PROBE-style injected hallucinations (PROBE §3.2): per base target, the truth plus one item per
+    complexity, with the injected character spans as gold. ``gold_llms``: the models that build the gold
+    truthful claims and evidence (the first decomposes; each finds evidence and votes); ``gold_self``: the gold
+    is built by ``llm``, the model that is then scored (asked for explicitly: ``gold_evidence=self``)."""
     from halluscope.generators.inject import COMPLEXITIES, InjectionGenerator
 
     check_options("inject", options, ("facts_from", "weave", "complexities", "max_sentences", "gold_evidence",
@@ -229,20 +232,23 @@ async def build_injected(folder: Path, base: Sequence[Example], pool: Sequence[E
     facts_from = options.get("facts_from") or ("llm" if mode == "llm" else "donor")
     weave = options.get("weave") or ("llm" if mode == "llm" else "boundary")
     complexities = [int(c) for c in (as_list(options.get("complexities")) or COMPLEXITIES)]
-    gold_evidence = str(options.get("gold_evidence", False)).lower() in ("1", "true", "yes")
+    gold_evidence = bool(gold_llms) or gold_self
     opts = {"facts_from": facts_from, "weave": weave, "complexities": complexities,
             "max_sentences": options.get("max_sentences")}
     gold_builder = None
     if gold_evidence:  # only then in the identity, so folders built before the option stay valid
         from halluscope.generators.inject import GoldEvidenceBuilder
 
-        if llm is None:
-            raise BuildError("gold_evidence=true needs an LLM (the decomposer, evidence finder and judges)")
+        builders = list(gold_llms) or ([llm] if llm is not None else [])
+        if not builders:
+            raise BuildError("gold evidence needs an LLM (the decomposer, evidence finder and judges)")
         samples = options.get("gold_samples")
         consensus = float(options.get("gold_consensus", 0.75))
-        gold_builder = GoldEvidenceBuilder(llm, samples=int(samples) if samples is not None else None,
-                                           consensus=consensus)
+        gold_builder = GoldEvidenceBuilder(builders[0], judges=builders if len(builders) > 1 else (),
+                                           samples=int(samples) if samples is not None else None, consensus=consensus)
         opts.update(gold_evidence=True, gold_samples=samples, gold_consensus=consensus)
+        if gold_llms:  # a named gold model: recorded, so a folder built by another gold model is not reused
+            opts["gold_models"] = [g.name for g in gold_llms]
     needs_llm = facts_from == "llm" or weave == "llm"
     generator = InjectionGenerator(llm if needs_llm else None, weave=weave, seed=seed, include_truth=True,
                                    gold_evidence=gold_builder)
@@ -264,9 +270,14 @@ async def build_injected(folder: Path, base: Sequence[Example], pool: Sequence[E
                                 "the LLM weave them in at three complexity styles")
     if gold_builder is not None:
         d = gold_builder.description
-        built.departures.append(f"gold truthful claims and evidence built by {', '.join(d['finders'])} "
-                                f"({d['votes_per_passage']} votes per passage, {d['pass_votes_needed']} PASS needed); "
-                                "the paper uses 4 frontier models (3 of 4 votes)")
+        who = (f"SELF-BUILT GOLD: the scored model {d['decomposer']} built the gold (its own decomposer, evidence "
+               "finder and votes), so decomposition recall and evidence finding measure it against its own output"
+               if gold_self else f"gold truthful claims and evidence built by {', '.join(d['finders'])} "
+               f"(named with --gold-model)")
+        built.departures.append(f"{who} ({d['votes_per_passage']} votes per passage, {d['pass_votes_needed']} PASS "
+                                "needed); the paper's gold came from 4 other frontier models (3 of 4 votes)")
+        built.gold = {"built_by": "self" if gold_self else "named", "models": list(d["finders"]),
+                      "decomposer": d["decomposer"], "votes_per_passage": d["votes_per_passage"]}
     return built
 
 

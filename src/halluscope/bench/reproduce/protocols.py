@@ -202,7 +202,13 @@ DOVE = Protocol(
         Row("rouge1", "ROUGE-1", _AUC, "rouge", {"variant": "rouge1"}),
         Row("rouge2", "ROUGE-2", _AUC, "rouge", {"variant": "rouge2"}),
         Row("rougeL", "ROUGE-L", _AUC, "rouge", {"variant": "rougeL"}),
-        Row("geval", "LLM-as-evaluator (G-Eval prompt)", _AUC, "geval", {"prompt": "paper"}),
+        Row("geval", "LLM-as-evaluator (G-Eval prompt)", _AUC, "geval",
+            {"prompt": "paper", "weighting": "none", "temperature": 0},
+            note="decoded as the paper ran it: greedy (temperature 0), the integer rating"),
+        Row("geval_weighted", "LLM-as-evaluator (G-Eval prompt)", _AUC, "geval",
+            {"prompt": "paper", "weighting": "probability"}, analogue=True,
+            note=("extra row, not the paper's protocol: G-Eval's probability-weighted rating (sum of p(s)*s over "
+                  "1-5 from the backend's log-probabilities); the paper decoded greedily and took the integer")),
         Row("summac_zs", "SummaC-ZS", _AUC, "dcr", _sentence_checker(SUMMAC_NLI), analogue=True,
             note=_SUMMAC_ZS_NOTE, checkpoint=SUMMAC_NLI),
         Row("summac_conv", "SummaC-Conv", _AUC, reason=_SUMMAC_CONV),
@@ -323,12 +329,12 @@ LONGDOC = Protocol(
 # --- PROBE (seed 004) ----------------------------------------------------------------------------------------
 
 _NO_GOLD_EVIDENCE = ("needs gold evidence for the truthful claims (meta.gold_claims[].evidence): build it with "
-                     "`--build gold_evidence=true` (or `halluscope generate inject --gold-evidence`); see "
-                     "evidence_found_truth_proxy in the row's results.json for our proxy")
+                     "`--gold-model MODEL[,MODEL...]` (or, built by the scored model itself, `--build "
+                     "gold_evidence=self`); see evidence_found_truth_proxy in the row's results.json for our proxy")
 # keys = the paper's metric names, as bench/suite_probe.py computes them (docs/probe.md, "Step metrics")
 _PROBE_METRICS = (
     Metric("decomposition_recall", "claim decomposition recall", "probe_steps", ("decomposition_recall",),
-           "needs the complete gold claim set of the target (meta.gold_claims_complete): `--build gold_evidence=true`"),
+           "needs the complete gold claim set of the target (meta.gold_claims_complete): `--gold-model MODEL`"),
     Metric("evidence_finding_partial", "evidence finding, partial", "probe_steps", ("evidence_finding_partial",),
            _NO_GOLD_EVIDENCE),
     Metric("evidence_finding_complete", "evidence finding, complete", "probe_steps", ("evidence_finding_complete",),
@@ -354,11 +360,44 @@ async def _build_injected(ctx: Context) -> BuiltSet:
                         notes=[f"{base.spec} already holds gold spans; used as given"])
     faithful = [e for e in base.examples if e.label != 0]
     items = _base_items(ctx, faithful)
-    wants_gold = str(ctx.build_options.get("gold_evidence", False)).lower() in ("1", "true", "yes")
-    llm = ctx.get_llm() if ctx.builder == "llm" or wants_gold else None
+    gold_self = _gold_choice(ctx)
+    llm = ctx.get_llm() if ctx.builder == "llm" or gold_self else None
     return await build_injected(ctx.out_dir / "data", items, faithful, mode=ctx.builder, llm=llm, seed=ctx.seed,
                                 options=ctx.build_options, identity=_identity(ctx, "inject", base, llm is not None),
-                                progress=ctx.progress)
+                                progress=ctx.progress, gold_llms=ctx.gold_llms, gold_self=gold_self)
+
+
+_TRUE, _FALSE = ("1", "true", "yes"), ("0", "false", "no", "")
+
+
+def _gold_choice(ctx: Context) -> bool:
+    """Whether the scored model itself builds PROBE's gold (``gold_evidence=self``, asked for explicitly). The gold
+    is built by the ``--gold-model`` models when named; ``gold_evidence=true`` without one is refused, as is a
+    gold model that is the scored model, unless ``self`` is said: a model scored against gold it wrote itself
+    measures agreement with itself, not the paper's decomposition recall and evidence finding."""
+    said = str(ctx.build_options.get("gold_evidence", "")).strip().lower()
+    if said not in (*_TRUE, *_FALSE, "self"):
+        raise ReproduceError(f"gold_evidence must be true, false or self, got {said!r}")
+    named = [g.name for g in ctx.gold_llms]
+    if said in _FALSE and said != "" and named:
+        raise ReproduceError("--gold-model names a gold model but --build gold_evidence=false asks for no gold")
+    if said == "self":
+        if named:
+            raise ReproduceError("gold_evidence=self builds the gold with the scored model: drop --gold-model")
+        return True
+    if named:
+        scored = ctx.get_llm().name
+        if scored in named:
+            raise ReproduceError(f"--gold-model {scored} is the scored model: its gold would be its own output. "
+                                 "Name another model, or pass --build gold_evidence=self to accept a self-built "
+                                 "gold (the rows are then labelled 'self-built gold')")
+        return False
+    if said in _TRUE:
+        raise ReproduceError("gold_evidence=true: name the model(s) that build the gold with --gold-model "
+                             "MODEL[,MODEL...] (the paper's gold came from 4 models other than the scored one), or "
+                             "pass --build gold_evidence=self to build it with the scored model itself (the rows "
+                             "are then labelled 'self-built gold')")
+    return False
 
 
 PROBE = Protocol(

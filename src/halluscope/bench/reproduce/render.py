@@ -68,16 +68,35 @@ def main_table(result: dict[str, Any]) -> str:
             if cost.get("cache_hits_per_item"):
                 cost_text += f" (+ {cost['cache_hits_per_item']:g} cached)"
         title = rec["id"] if rec.get("analogue") else f"{rec['paper_row']} ({rec['id']})"
+        gold = gold_text(rec)
+        if (rec.get("gold") or {}).get("built_by") == "self":
+            title += " [self-built gold]"
         judge = judge_cell(rec)
         chosen = _selection_text(rec.get("selection")).lstrip("; ")
+        matching = f"claim matching: {rec['claim_matching']}" if rec.get("claim_matching") else None
         for m in rec["metrics"]:
             ours = m["ours"]
-            note = "; ".join(t for t in (m["reason"], m.get("note"), _level_text(ours), chosen) if t)
+            note = "; ".join(t for t in (m["reason"], m.get("note"), _level_text(ours), chosen, matching, gold) if t)
             lines.append("| " + " | ".join(_cell(c) for c in (
                 title, m["label"], paper_cell(m["paper"], m.get("paper_missing")),
                 ours_cell(ours) if ours else "cannot compute", scored_cell(ours), coverage_cell(ours, rec), judge,
                 cost_text, note)) + " |")
     return "\n".join(lines)
+
+
+def gold_text(rec: dict[str, Any]) -> str | None:
+    """Who built a PROBE row's gold claims and evidence (None for rows that use no such gold)."""
+    gold = rec.get("gold")
+    if not gold:
+        return None
+    if gold.get("built_by") == "self":
+        return (f"self-built gold: built by the scored model {gold.get('decomposer')}, so decomposition and evidence "
+                "finding are measured against its own output")
+    if gold.get("built_by") == "named":
+        return f"gold built by {', '.join(gold.get('models') or [])} (--gold-model)"
+    if gold.get("built_by") == "given":
+        return "gold as given in the data"
+    return "no gold claims or evidence built (--gold-model MODEL)"
 
 
 def judge_cell(rec: dict[str, Any]) -> str:

@@ -68,6 +68,12 @@ async def run_row(protocol: Protocol, row: Row, built: BuiltSet, ctx: Context, *
                   judge_model=results.get("judge_model"), cost=_cost(results),
                   selection=results.get("final_protocol"),  # FINAL's dev-split choices, when the bench made them
                   run_dir=str(ctx.out_dir / "rows" / row.id))
+    if protocol.name == "probe":  # every PROBE row names its claim matching, and who built the gold it uses
+        steps = results.get("metrics", {}).get("probe_steps") or {}
+        record["claim_matching"] = (steps.get("claim_matching") if "probe_steps" in suites
+                                    else "none (character spans of the injected facts)")
+        if "probe_steps" in suites:
+            record["gold"] = built.gold or {"built_by": "given" if built.builder == "given" else "none"}
     for metric in row.metrics:
         ours, reason = _metric_value(results, metric)
         if ours is None and protocol.explain_missing is not None:

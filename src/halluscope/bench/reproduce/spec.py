@@ -95,6 +95,9 @@ class Context:
     select_holdout: float | None = None  # FINAL: share of the items held out (not scored) for the variant choice
     select_on: Any = None  # FINAL: a Dataset the choices are made on instead (e.g. a user's file)
     llm: Any = None  # an LLM to use instead of one built from ``config`` (tests: the scripted fake)
+    gold_llms: list[Any] = field(default_factory=list)
+    """PROBE: the models that build the gold truthful claims and evidence (``--gold-model``; the first also
+    decomposes, each finds evidence and votes); empty: no gold unless ``--build gold_evidence=self``."""
     _llm_built: Any = None
 
     def get_llm(self) -> Any:

@@ -57,6 +57,8 @@ def _metric_value(results: dict[str, Any], metric: Metric) -> tuple[dict[str, An
     if scored is None and node is not None:
         return None, f"suite {metric.suite} reported {'.'.join(path)} as {type(node).__name__}"
     all_node = parent.get(f"{path[-1]}_all")
+    if all_node is None and isinstance(node, dict) and isinstance(node.get("all"), dict):
+        all_node = node["all"]  # e.g. the stress suite's per-perturbation means keep theirs inside
     every = _ci_json(all_node)
     suite_m = metrics[metric.suite]
     cov = (node.get("coverage") if isinstance(node, dict) else None) or suite_m.get("coverage")
@@ -86,8 +88,10 @@ def _metric_value(results: dict[str, Any], metric: Metric) -> tuple[dict[str, An
 
 def _coverage(results: dict[str, Any], metric: Metric, ours: dict[str, Any] | None) -> str | None:
     """When some items were unscored, say how many and why (the headline value counts them as the worst outcome)."""
+    rule = (results.get("metrics", {}).get(metric.suite) or {}).get("worst_case")  # the suite's own rule, if stated
     if ours is not None and metric.subset:
-        return f"{ours['unscored']} of its rows unscored" if ours.get("unscored") else None
+        return (f"{ours['unscored']} of its rows unscored; counted as the worst outcome in the headline value"
+                + (f" ({rule})" if rule else "")) if ours.get("unscored") else None
     cov = (ours or {}).get("coverage")
     if ours is None or not cov or cov["scored"] >= cov["total"]:
         return None
@@ -96,7 +100,7 @@ def _coverage(results: dict[str, Any], metric: Metric, ours: dict[str, Any] | No
     if judge:
         parts.append(f"{judge} by the judge")
     return (f"{cov['total'] - cov['scored']} of {cov['total']} items unscored" + (f" ({', '.join(parts)})" if parts else "")
-            + "; counted as the worst outcome in the headline value")
+            + "; counted as the worst outcome in the headline value" + (f" ({rule})" if rule else ""))
 
 
 def _all_unscored(results: dict[str, Any]) -> str:

@@ -17,9 +17,9 @@ from halluscope.records import Example, Report
 NO_GOLD = "no item has gold claims (meta.gold_claims, see docs/datasets.md)"
 NO_CLAIMS = "the reports hold no claims (the method gives no claim verdicts)"
 NO_COMPLETE = ("no item has the complete gold claim set (meta.gold_claims_complete; written by "
-               "`halluscope generate inject --gold-evidence` or `reproduce probe -b gold_evidence=true`)")
+               "`halluscope generate inject --gold-evidence` or `reproduce probe --gold-model MODEL`)")
 NO_EVIDENCE = ("no truthful gold claim carries gold evidence (written by `halluscope generate inject "
-               "--gold-evidence` or `reproduce probe -b gold_evidence=true`)")
+               "--gold-evidence` or `reproduce probe --gold-model MODEL`)")
 NO_STEPS = "the reports carry no evidence-finding step record (details.steps, written by the probe method)"
 
 # name -> (numerator, denominator, [(counter that must be > 0, reason otherwise), ...], reason for a zero denominator)

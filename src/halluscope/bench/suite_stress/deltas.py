@@ -8,9 +8,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import math
+
 import numpy as np
 
-from halluscope.bench.metrics import bootstrap_ci
+from halluscope.bench.metrics import bootstrap_ci, coverage
 from halluscope.bench.suites import SuiteContext
 from halluscope.records import Example, Report
 
@@ -71,27 +73,54 @@ def _mean_ci(values: Sequence[float], ctx: SuiteContext, clusters: Sequence[Any]
                         n_resamples=ctx.n_bootstrap, seed=ctx.seed, clusters=clusters)
 
 
-def delta_stats(pairs: Sequence[Pair], ctx: SuiteContext) -> dict[str, dict[str, Any]]:
+def score_range(reports: Sequence[Report]) -> tuple[float, float] | None:
+    """(lowest, highest) score of the scored reports; None when none was scored."""
+    seen = [float(r.score) for r in reports if r.score is not None]
+    return (min(seen), max(seen)) if seen else None
+
+
+def delta_stats(pairs: Sequence[Pair], ctx: SuiteContext, unpaired: dict[str, int] | None = None,
+                scale: tuple[float, float] | None = None) -> dict[str, dict[str, Any]]:
+    """Per perturbation: the score change of its pairs (``mean_delta`` etc., over the scored pairs, with their
+    ``coverage``) and, with ``unpaired`` and ``scale`` (the run's lowest and highest score), the values
+    counting every row: ``mean_delta_all``, ``mean_abs_delta_all`` and ``label_flip_rate_all``, where a row
+    that could not be paired (either report unscored) counts as the worst change a meaning-preserving edit can
+    cause, from the highest score seen to the lowest (delta = lowest - highest), and as a label flip."""
+    unpaired = unpaired or {}
     by_name: dict[str, list[Pair]] = defaultdict(list)
     for p in pairs:
         by_name[p.perturbation].append(p)
+    lo, hi = scale if scale is not None else (math.nan, math.nan)  # nothing scored: no value counting every row
     out: dict[str, dict[str, Any]] = {}
-    for name in perturbation_order(by_name):
-        deltas = np.asarray([p.delta for p in by_name[name]])
-        flips = [p.flipped for p in by_name[name] if p.flipped is not None]
-        out[name] = {
+    for name in perturbation_order(set(by_name) | set(unpaired)):
+        deltas = np.asarray([p.delta for p in by_name.get(name, [])], dtype=float)
+        flips = [p.flipped for p in by_name.get(name, []) if p.flipped is not None]
+        missing = int(unpaired.get(name, 0))
+        cov = coverage(len(deltas), len(deltas) + missing)
+        every = np.concatenate([deltas, np.full(missing, lo - hi)]) if scale is not None or not missing else deltas[:0]
+        entry: dict[str, Any] = {
             "n_pairs": len(deltas),
-            "mean_delta": _mean_ci(deltas, ctx),
-            "median_delta": float(np.median(deltas)),
-            "min_delta": float(deltas.min()),
-            "max_delta": float(deltas.max()),
-            "mean_abs_delta": float(np.abs(deltas).mean()),
+            "n_unpaired": missing,
+            "coverage": cov,
+            "mean_delta": {**_mean_ci(deltas, ctx), "coverage": cov},
+            "mean_delta_all": {**_mean_ci(every, ctx), "coverage": cov},
+            "median_delta": float(np.median(deltas)) if len(deltas) else None,
+            "min_delta": float(deltas.min()) if len(deltas) else None,
+            "max_delta": float(deltas.max()) if len(deltas) else None,
+            "mean_abs_delta": float(np.abs(deltas).mean()) if len(deltas) else None,
+            "mean_abs_delta_all": float(np.abs(every).mean()) if len(every) else None,
             "label_flip_rate": (sum(flips) / len(flips)) if flips else None,
+            "label_flip_rate_all": ((sum(flips) + missing) / (len(flips) + missing)) if flips or missing else None,
         }
+        out[name] = entry
     return out
 
 
 def mean_scores(examples: Sequence[Example], reports: Sequence[Report], ctx: SuiteContext) -> dict[str, Any]:
+    """Per row kind (original, then each perturbation): the mean score over its scored rows (``value`` with its
+    CI, ``unscored`` and ``coverage``) and ``all``: the mean counting every row, an unscored one at the lowest
+    score any row of the run got (its worst outcome: every row is a faithful summary or a meaning-preserving
+    edit of one)."""
     by_name: dict[str, list[float]] = defaultdict(list)
     unscored: dict[str, int] = defaultdict(int)
     for ex, rep in zip(examples, reports):
@@ -101,6 +130,15 @@ def mean_scores(examples: Sequence[Example], reports: Sequence[Report], ctx: Sui
             unscored[ex.difficulty] += 1
         else:
             by_name[ex.difficulty].append(rep.score)
+    scale = score_range([r for e, r in zip(examples, reports) if e.group is not None and e.difficulty is not None])
     names = ([ORIGINAL] if ORIGINAL in by_name or ORIGINAL in unscored else []) + perturbation_order(
         set(by_name) | set(unscored))
-    return {n: {**_mean_ci(by_name.get(n, []), ctx), "unscored": unscored.get(n, 0)} for n in names}
+    out: dict[str, Any] = {}
+    for n in names:
+        values, missing = by_name.get(n, []), unscored.get(n, 0)
+        cov = coverage(len(values), len(values) + missing)
+        # no row of the run scored: no lowest score to count the unscored at, so no value (like the scored one)
+        every = [*values, *[scale[0]] * missing] if scale is not None else []
+        out[n] = {**_mean_ci(values, ctx), "unscored": missing, "coverage": cov,
+                  "all": {**_mean_ci(every, ctx), "coverage": cov}}
+    return out

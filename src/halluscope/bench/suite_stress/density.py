@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from halluscope._optional import require
+from halluscope.bench.metrics import coverage
 from halluscope.bench.suite_stress.deltas import ORIGINAL, _mean_ci
 from halluscope.bench.suites import SuiteContext
 from halluscope.records import Example, Report
@@ -91,7 +92,7 @@ class DensityPoint:
     example_id: str
     text: str
     density: float
-    score: float
+    score: float | None  # None: the unit was not scored (counted in a bin's value over every unit)
 
 
 def _claim_score(verdict) -> float | None:
@@ -102,33 +103,51 @@ def _claim_score(verdict) -> float | None:
     return 1.0 if verdict.label == "supported" else 0.0
 
 
-def density_points(examples: Sequence[Example], reports: Sequence[Report], density: DensityFn,
-                   ) -> tuple[list[DensityPoint], str]:
+def density_points(examples: Sequence[Example], reports: Sequence[Report], density: DensityFn, *,
+                   with_unscored: bool = False) -> tuple[list[DensityPoint], str]:
     """Density/score points on the original rows: per claim when the reports carry claim verdicts, else per
-    target. Returns the points and the unit used ("claim" or "target")."""
-    rows = [(e, r) for e, r in zip(examples, reports) if e.difficulty == ORIGINAL and r.score is not None]
-    claim_level = any(any(_claim_score(v) is not None for v in r.verdicts) for _, r in rows)
+    target. Returns the points and the unit used ("claim" or "target").
+
+    ``with_unscored``: also the units that were not scored, with ``score=None`` (their density needs no score):
+    an unscored claim of a scored report, every claim of an unscored report, and an unscored report that has no
+    claim as one target unit, so a bin's value counting every unit leaves nothing out."""
+    originals = [(e, r) for e, r in zip(examples, reports) if e.difficulty == ORIGINAL]
+    rows = [(e, r) for e, r in originals if r.score is not None or with_unscored]
+    claim_level = any(any(_claim_score(v) is not None for v in r.verdicts) for _, r in originals if r.score is not None)
     points: list[DensityPoint] = []
+
+    def target_point(ex: Example, score: float | None) -> None:
+        sentences = [s.text for s in split_sentences(ex.target)] or [ex.target]
+        values = [d for d in density(ex.source, sentences) if d is not None]
+        if values:
+            points.append(DensityPoint(ex.id, ex.target, float(np.mean(values)), score))
+
     for ex, rep in rows:
         if claim_level:
-            scored = [(v.claim.text, _claim_score(v)) for v in rep.verdicts]
-            scored = [(t, s) for t, s in scored if s is not None and t.strip()]
+            scored = [(v.claim.text, None if rep.score is None else _claim_score(v)) for v in rep.verdicts]
+            scored = [(t, s) for t, s in scored if (s is not None or with_unscored) and t.strip()]
+            if not scored and rep.score is None:
+                target_point(ex, None)
+                continue
             values = density(ex.source, [t for t, _ in scored])
             points += [DensityPoint(ex.id, t, d, s) for (t, s), d in zip(scored, values) if d is not None]
         else:
-            sentences = [s.text for s in split_sentences(ex.target)] or [ex.target]
-            values = [d for d in density(ex.source, sentences) if d is not None]
-            if values:
-                points.append(DensityPoint(ex.id, ex.target, float(np.mean(values)), float(rep.score)))
+            target_point(ex, None if rep.score is None else float(rep.score))
     return points, "claim" if claim_level else "target"
 
 
 def density_bins(points: Sequence[DensityPoint], ctx: SuiteContext, n_bins: int = 5) -> list[dict[str, Any]]:
     """Quantile bins over density (Eq. 4): each bin's range, size, mean density and mean score with a CI
-    that resamples whole examples (claims of one target are not independent)."""
+    that resamples whole examples (claims of one target are not independent).
+
+    ``score`` is over the bin's scored units, with its ``coverage``; ``score_all`` counts every unit of the bin,
+    an unscored one (``score=None``) at the lowest score of any scored unit (its worst outcome: these are
+    faithful originals). The bin edges are quantiles over every unit, so both values are over the same bins."""
     if not points:
         return []
     dens = np.asarray([p.density for p in points])
+    seen = [p.score for p in points if p.score is not None]
+    worst = min(seen) if seen else 0.0
     edges = np.unique(np.quantile(dens, np.linspace(0.0, 1.0, max(1, n_bins) + 1)))
     if len(edges) < 2:
         edges = np.array([dens.min(), dens.max()])
@@ -139,20 +158,28 @@ def density_bins(points: Sequence[DensityPoint], ctx: SuiteContext, n_bins: int 
         members = [p for p, w in zip(points, which) if w == k]
         if not members:
             continue
+        scored = [p for p in members if p.score is not None]
+        cov = coverage(len(scored), len(members))
         out.append({
             "low": float(edges[k]),
             "high": float(edges[k + 1]),
             "n": len(members),
+            "n_scored": len(scored),
             "n_examples": len({p.example_id for p in members}),
             "mean_density": float(np.mean([p.density for p in members])),
-            "score": _mean_ci([p.score for p in members], ctx, clusters=[p.example_id for p in members]),
+            "score": {**_mean_ci([p.score for p in scored], ctx, clusters=[p.example_id for p in scored]),
+                      "coverage": cov},
+            "score_all": {**_mean_ci([worst if p.score is None else p.score for p in members], ctx,
+                                     clusters=[p.example_id for p in members]), "coverage": cov},
         })
     return out
 
 
 def density_correlation(points: Sequence[DensityPoint]) -> float | None:
+    """Spearman between density and score over the scored units."""
     from scipy import stats
 
+    points = [p for p in points if p.score is not None]
     if len(points) < 3 or len({p.density for p in points}) < 2 or len({p.score for p in points}) < 2:
         return None
     rho = stats.spearmanr([p.density for p in points], [p.score for p in points]).statistic

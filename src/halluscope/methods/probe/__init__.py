@@ -10,7 +10,9 @@ and scored on its own (see :mod:`halluscope.bench.suite_probe`):
    source with exact offsets, invented quotes are rejected and recorded. ``evidence=retrieval`` uses the
    retriever's top sentences instead (finder ``top_sentences``, no LLM call).
 3. **evidence evaluation** (:mod:`.judge`): does each passage ALONE support the claim? PASS/FAIL per judge;
-   a passage is accepted when the PASS share of the valid votes reaches ``consensus`` (paper: 3 of 4 = 0.75).
+   a passage is accepted when the PASS votes reach ``consensus`` of ALL the votes, an unusable vote counting
+   against (the paper: at least 3 of 4 models, 0.75); with fewer than half of the votes usable it is undecided
+   (not in the paper: docs/paper_defaults.md).
 4. **localization** (:mod:`.method`): a claim with no supporting passage is hallucinated; its target span
    becomes a Finding. The score is the fraction of judged claims that are supported.
 
