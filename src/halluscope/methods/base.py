@@ -16,6 +16,7 @@ from halluscope.methods.options import MethodOptions, OptionsError
 from halluscope.prompts import PromptTemplate, apply_overrides
 from halluscope.records import Example, Report
 from halluscope.sync import run_sync
+from halluscope.text.blank import is_blank
 
 if TYPE_CHECKING:
     from halluscope.methods.calibration import Calibration, CalibrationBench
@@ -29,8 +30,9 @@ def validate_pair(source: object, target: object) -> None:
     for name, value in (("source", source), ("target", target)):
         if not isinstance(value, str):
             raise InputError(f"{name} must be a string, got {type(value).__name__}")
-        if not value.strip():
-            raise InputError(f"{name} is empty")
+        if is_blank(value):
+            raise InputError(f"{name} is empty" if not value.strip() else
+                             f"{name} is empty (only whitespace and invisible characters such as U+200B)")
 
 
 class Method(ABC):
