@@ -40,6 +40,8 @@ from halluscope.server.settings import ServerSettings
 M = TypeVar("M", bound=BaseModel)
 _BODY_MODELS: tuple[type[BaseModel], ...] = (CheckRequest, ImproveRequest, BatchRequest, JobRequest)
 _INLINE_PARSE_BYTES = 64 * 1024  # larger bodies are parsed on a thread, off the HTTP loop
+MAX_INDEX = 2**63 - 1
+"""The largest item index a path or query names (SQLite's integer range): a larger one is 422, never a 500."""
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": Problem, "description": "Missing or wrong bearer token (checked before the body is read)."},
@@ -223,7 +225,7 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
     @app.get("/jobs/{job_id}/results", tags=["jobs"], response_class=StreamingResponse,
              responses={**_ERRORS, **_NOT_FOUND, **_ndjson_doc("One ItemResult per finished item, in index order.")},
              summary="The finished items so far (NDJSON); ?after=N continues after index N.")
-    async def job_results(job_id: str = Path(max_length=64), after: int = Query(-1, ge=-1)) -> StreamingResponse:
+    async def job_results(job_id: str = Path(max_length=64), after: int = Query(-1, ge=-1, le=MAX_INDEX)) -> StreamingResponse:
         await job_or_404(job_id)
         db = store()
 
@@ -247,7 +249,7 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
     @app.get("/jobs/{job_id}/items/{index}", tags=["jobs"], response_model=ItemResult,
              responses={**_ERRORS, **_NOT_FOUND, 409: {"model": Problem, "description": "The item is not finished yet."}},
              summary="One finished item: its ItemResult, or with ?format=html its span-highlight report.")
-    async def job_item(job_id: str = Path(max_length=64), index: int = Path(ge=0), format: str = fmt_query) -> Response:
+    async def job_item(job_id: str = Path(max_length=64), index: int = Path(ge=0, le=MAX_INDEX), format: str = fmt_query) -> Response:
         await job_or_404(job_id)
         found = await asyncio.to_thread(store().item, job_id, index)
         if found is None:

@@ -1,0 +1,113 @@
+"""The service's input hygiene and bounds: invisible-only text refused, ids validated (4xx, never 500), no server
+path in an error body, only the models the operator allowed, CPU work off the HTTP loop, headers cut when slow."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("fastapi", reason="server extra not installed: pip install 'halluscope[server]'")
+pytest.importorskip("prometheus_client", reason="server extra not installed: pip install 'halluscope[server]'")
+
+from fastapi.testclient import TestClient
+
+from halluscope import methods
+from halluscope.config import Config
+from halluscope.llm import LLM, FakeModel
+from halluscope.methods import Method
+from halluscope.records import Report
+from halluscope.server import ServerSettings, create_app
+
+TOKEN = "t0ken"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+SOURCE = "The council met on Monday. It approved the budget of $3 million for the new ferry."
+TARGET = "The council met on Monday."
+GEVAL_REPLY = '{"reason": "ok", "score": 5}'
+
+
+def make_app(tmp_path, llm=None, config=None, **settings):
+    settings.setdefault("token", TOKEN)
+    settings.setdefault("jobs_db", tmp_path / "jobs.sqlite")
+    return create_app(config or Config(cache=False), ServerSettings(**settings),
+                      llm=llm or LLM(FakeModel(default=GEVAL_REPLY)))
+
+
+@pytest.fixture
+def client(tmp_path):
+    with TestClient(make_app(tmp_path), raise_server_exceptions=False) as c:
+        yield c
+
+
+# ------------------------------------------------------------------------------------------ invisible input
+
+@pytest.mark.parametrize("text", ["\u200b\u200b\u2060\ufeff", " \u200d\n"])
+def test_an_invisible_only_target_or_source_is_refused_422(client, text):
+    for pair in ({"source": SOURCE, "target": text}, {"source": text, "target": TARGET}):
+        r = client.post("/check", headers=AUTH, json={**pair, "method": "geval"})
+        assert r.status_code == 422, r.text
+        assert "empty" in r.json()["detail"]
+    r = client.post("/check/batch", headers=AUTH, json={"items": [{"source": SOURCE, "target": text}]})
+    assert r.status_code == 422 and "empty" in r.json()["detail"]
+    r = client.post("/jobs", headers=AUTH, json={"items": [{"source": SOURCE, "target": text}]})
+    assert r.status_code == 422 and "empty" in r.json()["detail"]
+
+
+# ------------------------------------------------------------------------------------------ ids and indexes
+
+def test_out_of_range_item_indexes_are_4xx_never_500(client):
+    r = client.post("/jobs", headers=AUTH, json={"items": [{"source": SOURCE, "target": TARGET}], "method": "rouge"})
+    assert r.status_code == 202, r.text
+    job = r.json()["id"]
+    for index in ("99999999999999999999", str(2**63), "-1", "1e3", "x"):
+        r = client.get(f"/jobs/{job}/items/{index}", headers=AUTH)
+        assert r.status_code in (404, 422), (index, r.status_code, r.text)
+    assert client.get(f"/jobs/{job}/items/{2**63 - 1}", headers=AUTH).status_code == 404
+    for after in ("99999999999999999999", "-5"):
+        assert client.get(f"/jobs/{job}/results?after={after}", headers=AUTH).status_code == 422
+    for job_id in ("x" * 65, "%00", "99999999999999999999"):
+        assert client.get(f"/jobs/{job_id}/items/0", headers=AUTH).status_code in (404, 422)
+
+
+# ------------------------------------------------------------------------------------------ no server paths
+
+def test_error_bodies_name_no_server_path(tmp_path, monkeypatch):
+    secret = tmp_path / "srv" / "prompts"
+
+    class Leaky(Method):
+        name = "_leaky"
+        uses_llm = False
+
+        async def run(self, source: str, target: str) -> Report:
+            raise ValueError(f"cannot read {secret}/geval.txt")
+
+    monkeypatch.setitem(methods._REGISTERED, "_leaky", Leaky)
+    data = tmp_path / "no-data-here"
+    datasets = tmp_path / "datasets"
+    datasets.mkdir()
+    app = make_app(tmp_path, data_dir=data, datasets_dir=datasets)
+    with TestClient(app, raise_server_exceptions=False) as c:
+        answers = [
+            c.post("/check", headers=AUTH, json={"source": SOURCE, "target": TARGET, "method": "_leaky"}),
+            c.post("/jobs", headers=AUTH, json={"dataset": "final:dev", "method": "rouge"}),
+            c.post("/jobs", headers=AUTH, json={"dataset": "../../etc/x.jsonl", "method": "rouge"}),
+            c.post("/check/batch", headers=AUTH, json={"items": [{"source": SOURCE, "target": TARGET}],
+                                                        "method": "_leaky"}),
+        ]
+    statuses = [a.status_code for a in answers]
+    assert statuses[:3] == [422, 400, 400] and statuses[3] == 200, [a.text for a in answers]
+    assert json.loads(answers[3].text.splitlines()[0])["status"] == 422
+    for answer in answers:
+        assert str(tmp_path) not in answer.text, answer.text
+        assert "/srv/" not in answer.text and "no-data-here" not in answer.text
+    assert "<server path>" in answers[0].text
+
+
+def test_redaction_keeps_urls_and_relative_names():
+    from halluscope.server.redact import redact_paths
+
+    assert redact_paths("see http://127.0.0.1:8080/v1/chat/completions") == \
+        "see http://127.0.0.1:8080/v1/chat/completions"
+    assert redact_paths("dataset file not found: sub/x.jsonl") == "dataset file not found: sub/x.jsonl"
+    assert redact_paths("could not load '/opt/models/m.gguf'") == "could not load '<server path>'"
+    assert redact_paths(r"C:\Users\me\m.gguf is missing") == "<server path> is missing"
