@@ -23,6 +23,7 @@ from halluscope.server.guard import Guard
 from halluscope.server.jobs import result_line, valid_job_id
 from halluscope.server.metrics import CONTENT_TYPE
 from halluscope.server.pages import render_job_page
+from halluscope.server.redact import redact_paths
 from halluscope.server.schemas import (
     BatchRequest,
     CheckRequest,
@@ -56,6 +57,11 @@ _WORK_ERRORS: dict[int | str, dict[str, Any]] = {
     504: {"model": Problem, "description": "The check took longer than the time limit."},
 }
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Problem, "description": "No such job (or item)."}}
+
+
+def _redacted(error: str | None) -> str | None:
+    """A stored item error as a caller sees it: no server paths (:func:`redact_paths`)."""
+    return None if error is None else redact_paths(error)
 
 
 def _body_doc(model: type[BaseModel]) -> dict[str, Any]:
@@ -126,7 +132,8 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
 
     def job_info(job: dict[str, Any]) -> JobInfo:
         base = f"/jobs/{job['id']}"
-        return JobInfo(**job, links={"self": base, "results": f"{base}/results", "report": f"{base}/report"})
+        return JobInfo(**{**job, "error": _redacted(job.get("error"))},
+                       links={"self": base, "results": f"{base}/results", "report": f"{base}/report"})
 
     fmt_query = Query("json", pattern="^(json|html)$", description="`html` for the web report.")
 
@@ -232,7 +239,8 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
         async def lines():
             last = after
             while rows := await asyncio.to_thread(db.results, job_id, last):
-                yield b"".join(result_line(r["idx"], r["item_id"], r["status"], r["report"], r["error"]) for r in rows)
+                yield b"".join(result_line(r["idx"], r["item_id"], r["status"], r["report"], _redacted(r["error"]))
+                               for r in rows)
                 last = rows[-1]["idx"]
 
         return StreamingResponse(lines(), media_type="application/x-ndjson")
@@ -259,12 +267,12 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
             raise HTTPException(409, f"item {index} of job {job_id} is not finished yet")
         if format == "html":
             if row["report"] is None:
-                raise ClientError(409, f"item {index} has no report: {row['error']}")
+                raise ClientError(409, f"item {index} has no report: {row['error']}")  # redacted by ClientError
             report = Report.model_validate_json(row["report"])
             title = f"halluscope · job {job_id[:8]} · item {example.id}"
             page = await asyncio.to_thread(render_html, report, example.source, example.target, title)
             return HTMLResponse(page)
-        return Response(result_line(row["idx"], row["item_id"], row["status"], row["report"], row["error"]),
+        return Response(result_line(row["idx"], row["item_id"], row["status"], row["report"], _redacted(row["error"])),
                         media_type="application/json")
 
     @app.delete("/jobs/{job_id}", tags=["jobs"], response_model=Deleted, responses={**_ERRORS, **_NOT_FOUND},

@@ -27,6 +27,7 @@ from halluscope.server.instances import MethodCache
 from halluscope.server.jobs import CheckFailed, JobRunner, JobStore, result_line
 from halluscope.server.logs import event, request_id
 from halluscope.server.metrics import Metrics
+from halluscope.server.redact import redact_paths, register_root
 from halluscope.server.schemas import JobRequest, Pair
 from halluscope.server.settings import ServerSettings
 from halluscope.server.warmup import warm_up
@@ -41,9 +42,12 @@ _GRACE_S = 15.0  # a worker stuck in CPU work past the time limit: the HTTP side
 
 
 class ClientError(Exception):
-    """An answer other than 2xx: ``status``, a message, and headers (Retry-After)."""
+    """An answer other than 2xx: ``status``, a message (with every server path redacted), and headers
+    (Retry-After)."""
 
     def __init__(self, status: int, detail: str, headers: dict[str, str] | None = None):
+        if isinstance(detail, str):
+            detail = redact_paths(detail)
         super().__init__(detail)
         self.status, self.detail, self.headers = status, detail, headers or {}
 
@@ -71,6 +75,9 @@ class Service:
         self.metrics.in_flight.set_function(lambda: self.admission.in_flight)
         self.metrics.bind(self._queue_depth, self._job_counts)
         self.jobs_db = Path(settings.jobs_db) if settings.jobs_db else default_jobs_db(config)
+        for root in (settings.data_dir, settings.datasets_dir, self.jobs_db.parent, Path(config.cache_path).parent,
+                     config.prompts_dir, Path.home(), Path.cwd()):
+            register_root(root)
         self.store: JobStore | None = None
         self.runner: JobRunner | None = None
         self.open_requests = 0
@@ -203,7 +210,8 @@ class Service:
             raise CheckFailed(422, str(exc)) from None
         except _CLIENT_RUN_ERRORS as exc:
             logging.getLogger("halluscope.server").warning("check failed on its options", exc_info=True)
-            raise CheckFailed(422, f"{method.name} could not run with these options: {type(exc).__name__}: {exc}") from None
+            raise CheckFailed(422, redact_paths(f"{method.name} could not run with these options: "
+                                                f"{type(exc).__name__}: {exc}")) from None
         finally:
             with self._uses_lock:
                 left = self._uses[id(method)] - 1
@@ -258,7 +266,7 @@ class Service:
             return await self.run_check(method, example, "batch", render)
         except CheckFailed as exc:
             self.metrics.check_errors.labels(method.name, str(exc.status)).inc()
-            return result_line(index, item_id, exc.status, None, str(exc))
+            return result_line(index, item_id, exc.status, None, redact_paths(str(exc)))
         except asyncio.CancelledError:
             raise
         except Exception:  # a bug: the other items still get their lines
@@ -304,7 +312,7 @@ class Service:
             raise
         except Exception as exc:  # a bug: recorded on the item, the job goes on
             logging.getLogger("halluscope.server").exception("job item failed")
-            raise CheckFailed(500, f"internal error: {type(exc).__name__}: {exc}") from None
+            raise CheckFailed(500, redact_paths(f"internal error: {type(exc).__name__}: {exc}")) from None
 
     def _load_dataset(self, spec: str) -> tuple[str, list[Example]]:
         from halluscope.bench.datasets import DatasetError, dataset_loaders, load_dataset
@@ -319,7 +327,7 @@ class Service:
             root = Path(root).resolve()
             path = (root / spec).resolve()
             if not path.is_relative_to(root):
-                raise ClientError(400, f"dataset files are read only inside {root}")
+                raise ClientError(400, "dataset files are read only inside the server's datasets folder")
             if not path.is_file():
                 raise ClientError(400, f"dataset file not found: {spec}")
             spec = str(path)
