@@ -111,3 +111,70 @@ def test_redaction_keeps_urls_and_relative_names():
     assert redact_paths("dataset file not found: sub/x.jsonl") == "dataset file not found: sub/x.jsonl"
     assert redact_paths("could not load '/opt/models/m.gguf'") == "could not load '<server path>'"
     assert redact_paths(r"C:\Users\me\m.gguf is missing") == "<server path> is missing"
+
+
+# ------------------------------------------------------------------------------------------ allowed models
+
+@pytest.mark.parametrize("method, options", [
+    ("dcr", {"verifier": "nli:/srv/models/anything"}),
+    ("factscore", {"verifier": "nli:someone/unvetted-model"}),
+    ("dcr", {"verifier": "nli", "verifier.checkpoint": "someone/unvetted-model"}),
+    ("factscore", {"gate": "encoder:/srv/models/gate"}),
+    ("probe", {"judges": ["fake", "someone-elses-model"]}),
+    ("embed", {"embedding_model": "someone/big-embedder"}),
+    ("improve", {"evaluator": "factscore", "evaluator_options": {"verifier": "seq2seq:someone/t5"}}),
+])
+def test_a_model_the_operator_did_not_allow_is_refused_403_before_loading(tmp_path, monkeypatch, method, options):
+    import halluscope.methods.encoder_models as encoder_models
+
+    loads = []
+    monkeypatch.setattr(encoder_models, "load_checker", lambda *a: loads.append(a))
+    app = make_app(tmp_path)
+    with TestClient(app, raise_server_exceptions=False) as c:
+        r = c.post("/check", headers=AUTH, json={"source": SOURCE, "target": TARGET, "method": method,
+                                                 "options": options})
+        assert r.status_code == 403, r.text
+        assert "--allow-model" in r.json()["detail"] and "/srv/" not in r.text
+        r = c.post("/jobs", headers=AUTH, json={"items": [{"source": SOURCE, "target": TARGET}], "method": method,
+                                                "options": options})
+        assert r.status_code == 403, r.text
+        assert len(app.state.service.methods) == 0  # nothing was built
+    assert loads == []
+
+
+def test_an_allowed_model_passes_the_gate(tmp_path):
+    options = {"judges": ["fake", "second-judge"]}
+    for allowed, expected in (((), 403), (("second-judge",), 200), (("*",), 200)):
+        app = make_app(tmp_path / str(expected) / str(len(allowed)), allowed_models=allowed)
+        (tmp_path / str(expected) / str(len(allowed))).mkdir(parents=True, exist_ok=True)
+        with TestClient(app, raise_server_exceptions=False) as c:
+            r = c.post("/check", headers=AUTH, json={"source": SOURCE, "target": TARGET, "method": "probe",
+                                                     "options": options})
+        assert (r.status_code == 403) == (expected == 403), (allowed, r.status_code, r.text[:300])
+
+
+def test_the_default_verifier_and_own_model_need_no_allowance(client):
+    r = client.post("/check", headers=AUTH, json={"source": SOURCE, "target": TARGET, "method": "geval",
+                                                  "options": {}})
+    assert r.status_code == 200, r.text
+
+
+def test_serve_reads_allow_model_from_flags_and_the_environment(monkeypatch):
+    import halluscope.cli.serve as serve_cli
+    from typer.testing import CliRunner
+
+    from halluscope.cli.main import app as cli_app
+
+    seen = {}
+
+    def fake_run(app, **kwargs):
+        seen["allowed"] = app.state.service.settings.allowed_models
+
+    monkeypatch.setattr("uvicorn.run", fake_run)
+    monkeypatch.setenv("HALLUSCOPE_SERVER_ALLOW_MODEL", "a/one b/two")
+    result = CliRunner().invoke(cli_app, ["serve", "--port", "0"])
+    assert result.exit_code == 0, result.output
+    assert seen["allowed"] == ("a/one", "b/two")
+    result = CliRunner().invoke(cli_app, ["serve", "--allow-model", "x,y", "--allow-model", "nli:z"])
+    assert result.exit_code == 0 and seen["allowed"] == ("x", "y", "nli:z")
+    assert serve_cli is not None

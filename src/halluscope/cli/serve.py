@@ -45,6 +45,7 @@ def serve_command(
     job_concurrency: Annotated[int, typer.Option(min=1, help="Items of one job checked at once.", envvar="HALLUSCOPE_SERVER_JOB_CONCURRENCY")] = 4,
     data_dir: Annotated[Optional[Path], typer.Option(help="Folder of the named datasets jobs may use (final, summedits, ...).", envvar="HALLUSCOPE_DATA_DIR")] = None,
     datasets_dir: Annotated[Optional[Path], typer.Option(help="Jobs may name .jsonl files inside this folder only (default: none).", envvar="HALLUSCOPE_SERVER_DATASETS_DIR")] = None,
+    allow_model: Annotated[Optional[list[str]], typer.Option("--allow-model", help="A model or checker requests may name in their options (PROBE judges, verifier=nli:<id or path>, embedding_model), besides the server's own model; repeatable; '*' allows any. Others get 403 before anything loads.", envvar="HALLUSCOPE_SERVER_ALLOW_MODEL", show_default=False)] = None,
     metrics_public: Annotated[bool, typer.Option(help="Serve /metrics without the token.", envvar="HALLUSCOPE_SERVER_METRICS_PUBLIC")] = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.", envvar="HALLUSCOPE_SERVER_LOG_LEVEL")] = "info",
     log_format: Annotated[str, typer.Option(help="json (one object per line, with request ids) or text.", envvar="HALLUSCOPE_SERVER_LOG_FORMAT")] = "json",
@@ -83,6 +84,7 @@ def serve_command(
         queue_timeout_s=queue_timeout, max_open_requests=max_open_requests, max_batch_items=max_batch_items,
         batch_concurrency=batch_concurrency, workers=workers, jobs_db=jobs_db, max_jobs=max_jobs,
         job_concurrency=job_concurrency, data_dir=data_dir, datasets_dir=datasets_dir, metrics_public=metrics_public,
+        allowed_models=tuple(n.strip() for entry in allow_model or () for n in entry.split(",") if n.strip()),
     )
     uvicorn.run(create_app(config, settings), host=host, port=port, log_config=log_config(log_level, log_format),
                 access_log=False, timeout_graceful_shutdown=30)

@@ -13,13 +13,13 @@ __all__ = ["REDACTED", "redact_paths", "register_root"]
 REDACTED = "<server path>"
 
 _ABSOLUTE = re.compile(
-    r"(?<![\w.:/\\-])(?:~|/)(?:[^\s'\"`/\\:,;()\[\]{}<>|]*/)+[^\s'\"`/\\:,;()\[\]{}<>|]*"  # /a/b, ~/a, /a/
+    r"(?<![\w./\\-])(?:~|/(?!/))(?:[^\s'\"`/\\:,;()\[\]{}<>|]*/)+[^\s'\"`/\\:,;()\[\]{}<>|]*"  # /a/b, ~/a, /a/
     r"|(?<![\w])[A-Za-z]:\\(?:[^\s'\"`\\:,;()\[\]{}<>|]+\\?)+"  # C:\a\b
-    r"|(?<![\w.:/\\-])/(?:tmp|home|root|work|data|srv|opt|usr|var|etc|mnt|app|models|Users|private)\b[^\s'\"`,;]*"
+    r"|(?<![\w./\\-])/(?!/)(?:tmp|home|root|work|data|srv|opt|usr|var|etc|mnt|app|models|Users|private)\b[^\s'\"`,;]*"
 )
 """An absolute path: two or more segments after a leading ``/`` or ``~`` (``/srv/models``, ``/data/``), a Windows
-drive path, or one well-known top folder (``/data``). A URL's path (``http://host/v1/chat``) is not one: it follows
-a ``:``, ``/`` or a letter."""
+drive path, or one well-known top folder (``/data``), also after a colon (``nli:/srv/m``). A URL's path
+(``http://host/v1/chat``) is not one: it follows ``://`` or a letter."""
 
 _ROOTS: set[str] = set()
 _ROOTS_LOCK = threading.Lock()

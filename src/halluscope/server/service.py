@@ -23,6 +23,7 @@ from halluscope.methods import InputError, Method, get_method, method_class
 from halluscope.methods.base import validate_pair
 from halluscope.records import Example, Report
 from halluscope.server.admission import Admission
+from halluscope.server.allow import ModelNotAllowed, refuse_unlisted
 from halluscope.server.instances import MethodCache
 from halluscope.server.jobs import CheckFailed, JobRunner, JobStore, result_line
 from halluscope.server.logs import event, request_id
@@ -154,15 +155,30 @@ class Service:
                     raise BackendUnavailable(str(exc)) from exc
             return self._llm
 
+    def allowed_models(self) -> set[str]:
+        """The model names a request may use: the operator's list, the server's own model, the default
+        embedding model."""
+        from halluscope.retrieval.config import DEFAULT_EMBEDDING_MODEL
+
+        own = {self.config.model or "embedded", DEFAULT_EMBEDDING_MODEL}
+        if self._llm is not None:
+            own.add(self._llm.name)
+        return own | set(self.settings.allowed_models)
+
     def _build_method(self, name: str, options: dict[str, Any]) -> Method:
+        refuse_unlisted(options, self.allowed_models())  # before anything is built or loaded
         cls = method_class(name)  # KeyError: unknown method
         llm = self._shared_llm() if cls.uses_llm else None
         return get_method(name, llm=llm, config=self.config, **options)
 
     async def method(self, name: str, options: dict[str, Any]) -> Method:
-        """The (cached) instance; 400 for an unknown method or bad options, 503 when the model is unusable."""
+        """The (cached) instance; 400 for an unknown method or bad options, 403 for a model the operator did not
+        allow (checked before anything is built or loaded), 503 when the model is unusable."""
         try:
+            refuse_unlisted(options, self.allowed_models())
             return await asyncio.to_thread(self.methods.get, name, options)
+        except ModelNotAllowed as exc:
+            raise ClientError(403, str(exc)) from None
         except KeyError as exc:
             raise ClientError(400, str(exc.args[0]) if exc.args else "unknown method") from None
         except BackendUnavailable as exc:

@@ -84,6 +84,11 @@ class ServerSettings:
     datasets_dir: Path | None = None
     """A job may name a ``.jsonl`` file only inside this folder; None = dataset files are refused."""
 
+    allowed_models: tuple[str, ...] = ()
+    """Models and checkers a request may name in its options (PROBE's ``judges``, ``verifier=nli:<id or path>``,
+    ``embedding_model``, ...) besides the server's own model and the default embedding model; any other is refused
+    with 403 before anything is loaded (``--allow-model``; ``*`` allows every name)."""
+
     metrics_public: bool = False
     """Serve /metrics without the token (for scrapers that cannot send one)."""
 
