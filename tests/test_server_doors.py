@@ -178,3 +178,49 @@ def test_serve_reads_allow_model_from_flags_and_the_environment(monkeypatch):
     result = CliRunner().invoke(cli_app, ["serve", "--allow-model", "x,y", "--allow-model", "nli:z"])
     assert result.exit_code == 0 and seen["allowed"] == ("x", "y", "nli:z")
     assert serve_cli is not None
+
+
+# ------------------------------------------------------------------------------------------ CPU work off the loop
+
+@pytest.mark.parametrize("method, module, function", [("gate", "halluscope.methods.gate", "split_sentences"),
+                                                      ("rouge", "halluscope.methods.rouge", "rouge_scores")])
+def test_health_and_other_checks_are_answered_while_cpu_work_provably_runs(tmp_path, monkeypatch, method, module,
+                                                                           function):
+    """One worker loop. The CPU stage of a ``gate`` (its sentence split) or ``rouge`` (its scoring) check is held
+    inside the stage until the test releases it: /health and a geval check on the same worker are answered while
+    it is provably still running (the stage runs on a thread, not on the worker's event loop)."""
+    import importlib
+    import threading
+
+    mod = importlib.import_module(module)
+    real = getattr(mod, function)
+    entered, release = threading.Event(), threading.Event()
+
+    def held(*args, **kwargs):
+        entered.set()
+        assert release.wait(60), "never released"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mod, function, held)
+    app = make_app(tmp_path, workers=1)
+    results: dict[str, int] = {}
+    with TestClient(app, raise_server_exceptions=False) as c:
+        def post(name, method_name):
+            r = c.post("/check", headers=AUTH, json={"source": SOURCE, "target": TARGET, "method": method_name})
+            results[name] = r.status_code
+
+        heavy = threading.Thread(target=post, args=("heavy", method))
+        heavy.start()
+        try:
+            assert entered.wait(30), "the CPU stage never started"
+            assert c.get("/health").status_code == 200
+            other = threading.Thread(target=post, args=("other", "geval"))
+            other.start()
+            other.join(30)
+            assert not other.is_alive(), "a check on the same worker waited for the CPU stage"
+            assert results["other"] == 200
+            assert heavy.is_alive() and "heavy" not in results  # the CPU stage is still held
+        finally:
+            release.set()
+            heavy.join(60)
+    assert results["heavy"] == 200
