@@ -81,6 +81,7 @@ class NumberMention:
     span: Span
 
 
+@lru_cache(maxsize=65_536)
 def stem(word: str) -> str:
     """A deliberately light stemmer (plural and tense endings), enough to match runs/run, said/say is not."""
     w = word.lower().replace("’", "'")
@@ -95,7 +96,10 @@ def stem(word: str) -> str:
 
 def tokens(text: str) -> list[Token]:
     """Every word of ``text`` with its offsets (punctuation is not a token)."""
-    return [Token(m.group(), stem(m.group()), Span(start=m.start(), end=m.end())) for m in _WORD.finditer(text)]
+    # Span.model_construct: a regex match is a valid span already (validating 75,000 of them for a 400 KB source
+    # took a third of the gate's time, holding the GIL)
+    return [Token(m.group(), stem(m.group()), Span.model_construct(start=m.start(), end=m.end()))
+            for m in _WORD.finditer(text)]
 
 
 def is_negation(token: Token) -> bool:
