@@ -224,3 +224,95 @@ def test_health_and_other_checks_are_answered_while_cpu_work_provably_runs(tmp_p
             release.set()
             heavy.join(60)
     assert results["heavy"] == 200
+
+
+# ------------------------------------------------------------------------------------------ header read timeout
+
+class _Served:
+    """The app under uvicorn with the service's protocol, on a loopback port, in a thread."""
+
+    def __init__(self, app, header_timeout_s: float):
+        import socket
+        import threading
+
+        import uvicorn
+
+        from halluscope.server.protocol import header_timeout_protocol
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+                                http=header_timeout_protocol(header_timeout_s))
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    def __enter__(self):
+        import time
+
+        self.thread.start()
+        for _ in range(600):  # until started (polls the server's own flag, fails only after a generous limit)
+            if self.server.started:
+                return self
+            time.sleep(0.05)
+        raise AssertionError("server did not start")
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+def _slow_headers(port: int, first: bytes, limit_s: float = 30.0) -> tuple[bytes, int]:
+    """Send ``first``, then one more header byte every 0.1 s until the server closes the connection; the reply and
+    the bytes sent. Fails only when the connection is still open after ``limit_s``."""
+    import socket
+    import time
+
+    conn = socket.create_connection(("127.0.0.1", port))
+    conn.settimeout(0.1)
+    conn.sendall(first)
+    sent, reply = len(first), b""
+    deadline = time.monotonic() + limit_s
+    try:
+        while time.monotonic() < deadline:
+            try:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    return reply, sent
+                reply += chunk
+            except socket.timeout:
+                try:
+                    conn.sendall(b"X")
+                    sent += 1
+                except OSError:
+                    return reply, sent
+            except OSError:
+                return reply, sent
+        raise AssertionError(f"headers sent slowly for {limit_s:.0f} s and the connection is still open")
+    finally:
+        conn.close()
+
+
+def test_headers_sent_slowly_are_cut_with_408_while_others_are_served(tmp_path):
+    import httpx
+
+    with _Served(make_app(tmp_path), header_timeout_s=1.0) as served:
+        reply, sent = _slow_headers(served.port, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        assert reply.startswith(b"HTTP/1.1 408"), reply[:200]
+        with httpx.Client(base_url=f"http://127.0.0.1:{served.port}") as c:
+            assert c.get("/health").status_code == 200  # a client sending at once is served
+            r = c.post("/check", headers=AUTH, json={"source": SOURCE, "target": TARGET, "method": "rouge"})
+            assert r.status_code == 200
+            assert c.get("/health").status_code == 200  # and again on the same kept-alive connection
+
+
+def test_serve_passes_the_header_timeout_to_uvicorn(monkeypatch):
+    from typer.testing import CliRunner
+
+    from halluscope.cli.main import app as cli_app
+
+    seen = {}
+    monkeypatch.setattr("uvicorn.run", lambda app, **kwargs: seen.update(kwargs))
+    result = CliRunner().invoke(cli_app, ["serve", "--header-timeout", "3"])
+    assert result.exit_code == 0, result.output
+    assert seen["http"].header_timeout_s == 3.0

@@ -30,6 +30,10 @@ class ServerSettings:
     body_timeout_s: float = 30.0
     """Longest time for a request body to arrive in full (slow senders get 408 and hold no check slot)."""
 
+    header_timeout_s: float = 10.0
+    """Longest time for a request's headers to arrive, from the connection's start or its previous response:
+    past it the connection gets 408 and is closed (headers at 1 byte/s no longer hold it open)."""
+
     max_in_flight: int = 64
     """Checks (/check, /improve, /check/batch) running at once; more wait in the queue."""
 
