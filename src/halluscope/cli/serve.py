@@ -87,8 +87,25 @@ def serve_command(
         job_concurrency=job_concurrency, data_dir=data_dir, datasets_dir=datasets_dir, metrics_public=metrics_public,
         allowed_models=tuple(n.strip() for entry in allow_model or () for n in entry.split(",") if n.strip()),
     )
+    _check_writable(settings.jobs_db.parent if settings.jobs_db else Path(config.cache_path).parent)
     from halluscope.server.protocol import header_timeout_protocol
 
     uvicorn.run(create_app(config, settings), host=host, port=port, log_config=log_config(log_level, log_format),
                 http=header_timeout_protocol(settings.header_timeout_s),
                 access_log=False, timeout_graceful_shutdown=30)
+
+
+def _check_writable(folder: Path) -> None:
+    """Refuse to start (exit 2) when the folder of the jobs database cannot be written: a bind-mounted ``/data``
+    owned by another user would otherwise fail on the first job, deep in SQLite."""
+    import os
+
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent  # created at start: its nearest existing folder must be writable
+    writable = existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)
+    if not writable:
+        uid = os.getuid() if hasattr(os, "getuid") else "this user"
+        raise fail(f"the folder of the jobs database, {folder}, is not writable by uid {uid}: make it so "
+                   f"(e.g. chown -R {uid} on a bind-mounted /data) or run the container as the folder's owner "
+                   "(docker run --user \"$(id -u):$(id -g)\"); see docs/container.md")
