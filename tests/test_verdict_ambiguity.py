@@ -119,3 +119,24 @@ def test_every_start_is_read_and_the_outcome_is_stated():
     with pytest.raises(ParseError, match="no JSON"):
         extract_json("[x] " * 45_000)
     assert extract_json('{"a": 1} ' * 20_000) == {"a": 1}  # one answer repeated is one statement
+
+
+def test_a_batch_entry_or_batch_restated_inside_another_value_is_ambiguous():
+    from halluscope.methods.batching import parse_batch
+    from halluscope.methods.factscore import FactCheckBatchEntry
+
+    a = {"results": [{"id": i, "supported": True} for i in (1, 2, 3)]}
+    b = {"results": [{"id": i, "supported": False} for i in (1, 2, 3)]}
+    with pytest.raises(ParseError, match="second time"):
+        parse_batch(json.dumps({**a, "second_opinion": b}), 3, FactCheckBatchEntry)
+    nested = {"results": [{"id": 1, "supported": True, "note": {"Supported": False}},
+                          {"id": 2, "supported": True}, {"id": 3, "supported": True}]}
+    answers = parse_batch(json.dumps(nested), 3, FactCheckBatchEntry)
+    assert 0 not in answers.judged and set(answers.judged) == {1, 2}  # unit 1 is asked again on its own
+
+
+def test_a_final_answer_with_text_after_it_still_counts_as_a_statement():
+    from halluscope.methods.localize import parse_binary_verdict
+
+    with pytest.raises(ParseError, match="two verdicts"):
+        parse_binary_verdict("Reasoning.\nFinal answer: no " + "[note] " * 250 + "\nFinal answer: yes")

@@ -72,7 +72,7 @@ class Reply(BaseModel):
         data = extract_json(text, expect, examples=cls.echoes())
         if isinstance(data, list):
             data = {cls.bare_list_field: data}
-        nested = _nested_field(data, {normalized_key(name) for name in cls.model_fields})
+        nested = restated_field(data, {normalized_key(name) for name in cls.model_fields})
         if nested is not None:
             raise ParseError(f"the reply states {nested!r} a second time inside another value; a verdict must be "
                              f"stated once")
@@ -86,7 +86,7 @@ MAX_NESTED_WALK = 10_000
 """At most this many values beside the schema's fields are searched for a second statement of a field."""
 
 
-def _nested_field(data: dict[str, Any], fields: set[str]) -> str | None:
+def restated_field(data: dict[str, Any], fields: set[str]) -> str | None:
     """A key, inside any value the schema does not declare (``"second_opinion": {"supported": false}``), that
     names one of the schema's fields again; None when there is none. The walk is iterative and bounded: a reply
     with more values beside the schema's fields than :data:`MAX_NESTED_WALK` is refused."""
