@@ -68,7 +68,8 @@ def scenario_options(home: Path, stub: loadtest.Proc, args: argparse.Namespace) 
 
 
 def scenario_judges(home: Path, stub: loadtest.Proc, args: argparse.Namespace) -> dict[str, Any]:
-    with loadtest.start_server(home / "judges", stub=stub, token=TOKEN) as server:
+    # every judge name is allowed here: the scenario measures what distinct judges cost, not the allow list
+    with loadtest.start_server(home / "judges", "--allow-model", "*", stub=stub, token=TOKEN) as server:
         return loadtest.probe_judge_options(server, TOKEN, n=args.options, concurrency=16, timeout_s=600)
 
 

@@ -51,7 +51,9 @@ def model_references(options: dict[str, Any]) -> Iterator[tuple[str, str]]:
             if colon and stage in argument_stages and argument:
                 yield key, value
             elif last in _MODEL_KEYS or last.endswith("_model"):
-                yield key, value
+                for name in (value.split(",") if last == "judges" else [value]):  # judges: also "a,b" (CLI form)
+                    if name.strip():
+                        yield key, name.strip()
 
 
 def refuse_unlisted(options: dict[str, Any], allowed: Iterable[str]) -> None:

@@ -41,9 +41,12 @@ def header_timeout_protocol(timeout_s: float) -> type[asyncio.Protocol]:
                 self._header_timer = None
 
         def data_received(self, data: bytes) -> None:
-            self._bytes_since_arm = getattr(self, "_bytes_since_arm", 0) + len(data)
             super().data_received(data)
-            if self.conn.their_state is not h11.IDLE:
+            if self.conn.their_state is h11.IDLE:  # a request's headers have started and are not complete
+                if self._header_timer is None:
+                    self._arm()  # (a kept-alive connection whose next request began before the timer was set)
+                self._bytes_since_arm += len(data)
+            else:
                 self._disarm()  # the request's headers are complete
 
         def on_response_complete(self) -> None:
