@@ -10,7 +10,7 @@ import random
 import ssl
 import weakref
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -57,7 +57,7 @@ class _BoundedInflater:
                            "are decoded (the request asks for none)")
         self._z = zlib.decompressobj(self._WBITS[codings[0]]) if codings else None
 
-    def feed(self, data: bytes, room: int):
+    def feed(self, data: bytes, room: int) -> Iterator[bytes]:
         """The decoded bytes of ``data``, yielded in pieces of at most ``max(room, 1)`` bytes each."""
         if self._z is None:
             if data:

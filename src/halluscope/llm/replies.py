@@ -100,7 +100,7 @@ def restated_field(data: dict[str, Any], fields: set[str]) -> str | None:
         if isinstance(value, dict):
             for key, item in value.items():
                 if normalized_key(key) in fields:
-                    return key
+                    return str(key)
                 stack.append(item)
         elif isinstance(value, list):
             stack.extend(value)

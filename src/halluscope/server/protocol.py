@@ -24,7 +24,7 @@ def header_timeout_protocol(timeout_s: float) -> type[asyncio.Protocol]:
     class HeaderTimeoutH11Protocol(H11Protocol):
         header_timeout_s = timeout_s
 
-        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             self._header_timer: asyncio.TimerHandle | None = None
             self._arm()
