@@ -13,7 +13,8 @@ replies (all must be 0), and crashes (exceptions out of ``check``; must be 0).
 With ``--stage-by-stage`` (issue 18) it attacks one verdict stage at a time instead: a scripted model answers every
 other stage validly (so the attacked stage is always reached) and gives the attacked stage -- first answer and
 repair -- the schema's example (alone, in the format text), the prompt echoed, two verdicts, repeated keys,
-look-alike labels, ``amc=rule`` negations, and every garbage reply above; for every LLM method configuration of
+look-alike labels, a second verdict hidden (keys differing in case, nested, listed, after 250 bracketed tokens),
+``amc=rule`` negations and hedged reasons, and every garbage reply above; for every LLM method configuration of
 ``tests/stage_fuzz.py`` (single and batch_size > 1) and every verdict stage it reaches. Counted per method/stage:
 checks, checks that reached the attacked stage (must be all), scores from attacked replies (must be 0), crashes
 (must be 0).
@@ -62,11 +63,12 @@ def _run(method: str, options: dict, responder, row: Counter) -> None:
 
 
 def stage_by_stage(out: str | None) -> int:
-    from tests.stage_fuzz import (STAGE_CONFIGS, STRUCTURAL_CLASSES, config_label, fuzz_stage,  # noqa: PLC0415
+    from tests.stage_fuzz import (RULE_CLASSES, STAGE_CONFIGS, STRUCTURAL_CLASSES, config_label,  # noqa: PLC0415
+                                  fuzz_stage,
                                   verdict_stages_reached)
 
     start = time.perf_counter()
-    classes = list(STRUCTURAL_CLASSES) + ["amc_rule_negations"] + list(GARBAGE)
+    classes = list(STRUCTURAL_CLASSES) + list(RULE_CLASSES) + list(GARBAGE)
     table: dict[str, Counter] = {}
     per_class: Counter = Counter()
     scored_class: Counter = Counter()

@@ -2,7 +2,8 @@
 
     python benchmarks/service_load.py [--body-mb 300] [--body-rounds 3] [--options 2000] [--concurrent 200]
                                       [--job-items 40] [--long-target-chars 100000] [--latency-ms 20]
-                                      [--only body options judges concurrent limits kill health hostile slow]
+                                      [--gate-checks 4] [--gate-source-chars 395000]
+                                      [--only body options judges concurrent limits kill health hostile slow gate]
                                       [--out FILE.json]
 
 Scenarios (each starts its own server process with ``python -m halluscope.server``; the light versions run in
@@ -29,6 +30,8 @@ tests/test_server_process.py):
 * ``kill``: a geval job of ``--job-items`` pairs; the stub answers half the requests and holds the rest; the
   server is killed with SIGKILL, restarted on the same folder, and resumes: items lost, items recorded twice,
   requests for prompts the stub had already answered (must be 0).
+* ``gate``: ``--gate-checks`` (4) ``gate`` checks at once on a ``--gate-source-chars`` (395,000) source without
+  sentence breaks while /health is polled every 20 ms: its p50/p99/max latency and each check's time.
 * ``health``: /health latency, probed every 50 ms, while a ``dcr`` check of a ``--long-target-chars`` target
   runs (sentence splitting and span location on the worker loop, not the HTTP loop).
 
@@ -65,7 +68,8 @@ def scenario_options(home: Path, stub: loadtest.Proc, args: argparse.Namespace) 
 
 
 def scenario_judges(home: Path, stub: loadtest.Proc, args: argparse.Namespace) -> dict[str, Any]:
-    with loadtest.start_server(home / "judges", stub=stub, token=TOKEN) as server:
+    # every judge name is allowed here: the scenario measures what distinct judges cost, not the allow list
+    with loadtest.start_server(home / "judges", "--allow-model", "*", stub=stub, token=TOKEN) as server:
         return loadtest.probe_judge_options(server, TOKEN, n=args.options, concurrency=16, timeout_s=600)
 
 
@@ -139,9 +143,52 @@ def scenario_health(home: Path, stub: loadtest.Proc, args: argparse.Namespace) -
                 "health_max_ms": round(waits[-1], 1) if waits else None}
 
 
+def scenario_gate(home: Path, stub: loadtest.Proc, args: argparse.Namespace) -> dict[str, Any]:
+    """``--gate-checks`` /check requests with the ``gate`` method at once, each on a ``--gate-source-chars``
+    source without a sentence break (a target of the same kind, a tenth as long), while /health is polled every
+    20 ms on one kept-alive connection: its p50/p99/max latency and each check's status and time."""
+    words = "ferry bay city grant budget council vote harbour bridge tram "
+    source = (words * (args.gate_source_chars // len(words) + 1))[: args.gate_source_chars]
+    target = source[:4_000]  # source + target within the service's default 400,000 characters
+    with loadtest.start_server(home / "gate", "--timeout", "600", stub=stub, token=TOKEN) as server:
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        checks: list[dict[str, Any]] = []
+
+        def gate_check(i: int) -> None:
+            started = time.perf_counter()
+            r = httpx.post(server.url + "/check", headers=headers, timeout=900,
+                           json={"source": source + f" item {i}", "target": target, "method": "gate"})
+            checks.append({"status": r.status_code, "seconds": round(time.perf_counter() - started, 2)})
+
+        with httpx.Client(base_url=server.url, timeout=60) as probe:
+            def health_ms() -> float:
+                t = time.perf_counter()
+                probe.get("/health").raise_for_status()
+                return 1000 * (time.perf_counter() - t)
+
+            idle = sorted(health_ms() for _ in range(20))
+            workers = [threading.Thread(target=gate_check, args=(i,)) for i in range(args.gate_checks)]
+            for w in workers:
+                w.start()
+            waits = []
+            while any(w.is_alive() for w in workers):
+                waits.append(health_ms())
+                time.sleep(0.02)
+            for w in workers:
+                w.join()
+        waits.sort()
+
+        def pct(p: float) -> float | None:
+            return round(waits[min(len(waits) - 1, int(p * len(waits)))], 1) if waits else None
+
+        return {"source_chars": len(source), "target_chars": len(target), "checks": checks,
+                "health_idle_p50_ms": round(idle[10], 1), "health_probes": len(waits), "health_p50_ms": pct(0.5),
+                "health_p99_ms": pct(0.99), "health_max_ms": round(waits[-1], 1) if waits else None}
+
+
 SCENARIOS = {"body": scenario_body, "options": scenario_options, "judges": scenario_judges,
              "concurrent": scenario_concurrent, "limits": scenario_limits, "kill": scenario_kill,
-             "health": scenario_health, "hostile": scenario_hostile, "slow": scenario_slow}
+             "health": scenario_health, "hostile": scenario_hostile, "slow": scenario_slow, "gate": scenario_gate}
 
 
 def main() -> None:
@@ -155,6 +202,8 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--hostile", type=int, default=4)
     parser.add_argument("--slow", type=int, default=4)
+    parser.add_argument("--gate-checks", type=int, default=4)
+    parser.add_argument("--gate-source-chars", type=int, default=395_000)
     parser.add_argument("--only", nargs="*", choices=sorted(SCENARIOS))
     parser.add_argument("--out", help="also write the results as JSON here")
     args = parser.parse_args()

@@ -115,6 +115,8 @@ def valid(stage: str, user: str, flip: bool = False) -> Any:
     verdict (to build "two verdicts" replies); stages without a verdict ignore it."""
     if stage == "geval":
         return {"reason": "The text follows the source.", "score": 1 if flip else 5}
+    if stage == "geval_paper":  # G-Eval's score-only form: the reply is the score
+        return "1" if flip else "5"
     if stage == "factscore_decompose":
         return {"facts": [{"sentence": n, "fact": t} for n, t in items(fenced(user, "sentences", ""))]}
     if stage in ("factscore_verify", "factscore_describe"):
@@ -259,6 +261,53 @@ NEGATION_REASONS = ("Nothing in the SOURCE supports this claim.",
 """The audit's reasons that ``amc=rule`` used to read as +1 (issue 18, row 4)."""
 
 
+HEDGED_REASONS = ("Is it consistent? No, the SOURCE says a grant pays.",
+                  "Consistent: yes. On reflection, inconsistent: the SOURCE names a grant.",
+                  "Consistent (except the funding: the SOURCE says a grant pays).",
+                  "Supported only partly: the SOURCE gives another year.",
+                  "Largely correct; the SOURCE actually says two thirds come from a grant.",
+                  "Correct apart from the funding: the SOURCE says a grant pays.",
+                  "Mostly consistent, yet the SOURCE gives another year.",
+                  "Consistent in part; the claim about the budget is unfounded.")
+"""Hedged, corrected, restricted and negated reasons that ``amc=rule`` read as +1 on 22b0ee2."""
+
+
+def _case_dup_dumps(a: Any, b: Any) -> str:
+    """``a`` as JSON text, each object also naming, in another case (``Supported``, ``SCORE``), every key whose
+    value differs in ``b``, with ``b``'s value: two keys that normalise alike."""
+    if isinstance(a, dict):
+        other = b if isinstance(b, dict) else {}
+        pairs, again = [], []
+        for k, v in a.items():
+            w = other.get(k)
+            inside = isinstance(v, dict) or (isinstance(v, list) and isinstance(w, list) and len(v) == len(w)
+                                              and any(isinstance(x, dict) for x in v))
+            pairs.append(f"{_dumps(k)}: {_case_dup_dumps(v, w) if inside else _dumps(v)}")
+            if k in other and not inside and w != v:
+                again.append(f"{_dumps(k.capitalize() if k.capitalize() != k else k.upper())}: {_dumps(w)}")
+        return "{" + ", ".join(pairs + again) + "}"
+    if isinstance(a, list):
+        others = b if isinstance(b, list) and len(b) == len(a) else [None] * len(a)
+        return "[" + ", ".join(_case_dup_dumps(x, y) for x, y in zip(a, others)) + "]"
+    return _dumps(a)
+
+
+def _hidden_second_verdicts(stage: str, user: str) -> list[str]:
+    """A valid reply with its opposite stated where a parser may not look: under a key differing only in case,
+    nested under another key, in a list after the object, after 250 bracketed tokens (more than the 200 starts
+    the parser once tried)."""
+    a, b = valid(stage, user), valid(stage, user, flip=True)
+    if a == b:
+        return []
+    filler = " " + "[note] " * 250
+    if isinstance(a, str):
+        return [f"{a}\n{b}", f"{a}{filler}\n{b}"]
+    out = [_case_dup_dumps(a, b), f"{_dumps(a)}\n{_dumps([b])}", f"{_dumps(a)}{filler}{_dumps(b)}"]
+    if isinstance(a, dict):
+        out.append(_dumps({**a, "second_opinion": b}))
+    return [o for o in out if o != _dumps(a)]
+
+
 def _with_reasons(stage: str, user: str, reasons: Iterable[str]) -> list[str]:
     """DCE replies (any level) in which every reason is ``reason``, one reply per reason."""
     value = valid(stage, user)
@@ -313,12 +362,20 @@ def attack_replies(cls: str, stage: str, messages: list[dict[str, str]], garbage
         return _lookalike_labels(stage, user, rule_reasons)
     if cls == "amc_rule_negations":
         return _with_reasons(stage, user, NEGATION_REASONS) if rule_reasons else []
+    if cls == "amc_rule_hedges":
+        return _with_reasons(stage, user, HEDGED_REASONS) if rule_reasons else []
+    if cls == "hidden_second_verdict":
+        return _hidden_second_verdicts(stage, user)
     return list(garbage.get(cls, ()))
 
 
 STRUCTURAL_CLASSES = ("example_alone", "example_in_format", "prompt_echo", "two_verdicts", "duplicate_keys",
-                      "lookalike_labels")
-"""The attack classes of issue 18 (``amc_rule_negations`` applies to ``dcr -o amc=rule`` only)."""
+                      "lookalike_labels", "hidden_second_verdict")
+"""The structural attack classes (``hidden_second_verdict``: keys differing in case, a nested or listed second
+verdict, one after 250 bracketed tokens). ``RULE_CLASSES`` apply to ``dcr -o amc=rule`` only."""
+
+RULE_CLASSES = ("amc_rule_negations", "amc_rule_hedges")
+"""Reason wordings read by ``amc=rule``: negations, and hedged, corrected or restricted positive openers."""
 
 ALTERNATIVES = {
     "factscore_verify_batch": {"factscore_verify"}, "factscore_describe_batch": {"factscore_describe"},
@@ -328,7 +385,7 @@ ALTERNATIVES = {
 """The single-unit stage a batch stage falls back to: a verdict decided there is a real one."""
 
 VERDICT_STAGES = frozenset({
-    "geval", "factscore_verify", "factscore_describe", "factscore_verify_batch", "factscore_describe_batch",
+    "geval", "geval_paper", "factscore_verify", "factscore_describe", "factscore_verify_batch", "factscore_describe_batch",
     "probe_find_evidence", "probe_find_evidence_batch", "probe_evaluate", "probe_evaluate_batch", "dove_check",
     "dove_check_batch", "dcr_dce_sentence", "dcr_dce_paragraph", "dcr_dce_excerpt", "dcr_dce_excerpt_batch",
     "dcr_amc", "localize_binary_filter",
@@ -339,7 +396,7 @@ verdict rests on). Decomposition, ordering, de-duplication and rewriting stages 
 # ------------------------------------------------------------------------------------------ running
 
 STAGE_CONFIGS: list[tuple[str, dict]] = [
-    ("geval", {}),
+    ("geval", {}), ("geval", {"prompt": "paper"}),
     ("localize", {"style": "zero_shot"}), ("localize", {"style": "few_shot"}), ("localize", {"style": "cot"}),
     ("localize", {"style": "zero_shot", "filter": "self"}), ("localize", {"style": "cot", "filter": "self", "hint": True}),
     ("factscore", {}), ("factscore", {"describe": False}), ("factscore", {"batch_size": 3}),
@@ -436,7 +493,7 @@ def fuzz_stage(method: str, options: dict, stage: str, classes: Iterable[str], g
             row["not_reached_in_valid_run"] += 1
             continue
         replies = attack_replies(cls, stage, probe_messages[0], garbage, rule_reasons)
-        negations = cls == "amc_rule_negations"
+        negations = cls in RULE_CLASSES
         for index in range(len(replies)):
             def attack(messages, index=index, cls=cls):
                 built = attack_replies(cls, stage, messages, garbage, rule_reasons)

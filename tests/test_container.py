@@ -103,6 +103,7 @@ def captured(monkeypatch):
 
     monkeypatch.setattr(server, "create_app", fake_create_app)
     monkeypatch.setattr(uvicorn, "run", fake_run)
+    monkeypatch.setattr("halluscope.cli.serve._check_writable", lambda folder: seen.update(checked=folder))
     return seen
 
 
@@ -164,6 +165,7 @@ def test_healthcheck_command(status, healthy, monkeypatch):
     thread.start()
     try:
         monkeypatch.setenv("HALLUSCOPE_SERVER_PORT", str(server.server_address[1]))
+        monkeypatch.setattr(healthcheck, "serve_port_from_proc", lambda *a: None)  # no serve process here
         assert healthcheck.main() == (0 if healthy else 1)
     finally:
         server.shutdown()
@@ -217,3 +219,114 @@ def test_image_command_serves_health_with_the_image_environment(tmp_path):
     assert proc.returncode in (0, -15) and "Application shutdown complete" in output, output[-2000:]
     assert '"route": "/health"' in output and '"status": 200' in output
     assert subprocess.run(check, env=env, capture_output=True).returncode == 1  # stopped: unhealthy
+
+
+# ------------------------------------------------------------------------------------------ the image's pieces
+
+def _fake_proc(root: Path, processes: dict[int, tuple[int, list[str]]]) -> Path:
+    for pid, (ppid, argv) in processes.items():
+        d = root / str(pid)
+        d.mkdir(parents=True)
+        (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+        (d / "stat").write_text(f"{pid} ({argv[0][:15]}) S {ppid} 1 1 0")
+    return root
+
+
+@pytest.mark.parametrize("processes, port", [
+    ({1: (0, ["/usr/local/bin/python", "/usr/local/bin/halluscope", "serve", "--port", "9000"])}, 9000),
+    ({1: (0, ["halluscope", "serve", "--port=9100"])}, 9100),
+    ({1: (0, ["/sbin/docker-init", "--", "halluscope", "serve"]),
+      7: (1, ["/usr/local/bin/python", "/usr/local/bin/halluscope", "serve", "--port", "9200", "--workers", "2"])},
+     9200),  # docker run --init: serve is a child of process 1
+    ({1: (0, ["python", "-m", "halluscope.server", "--port", "9300"])}, 9300),
+    ({1: (0, ["halluscope", "serve"])}, None),  # no --port: the variable, else 8080
+    ({1: (0, ["/sbin/init"]), 40: (12, ["halluscope", "serve", "--port", "9400"])}, None),  # not the container's
+])
+def test_the_healthcheck_follows_the_port_serve_was_given(tmp_path, processes, port):
+    from halluscope.server import healthcheck
+
+    root = _fake_proc(tmp_path / "proc", processes)
+    assert healthcheck.serve_port_from_proc(root) == port
+    expected = port or 8123
+    assert healthcheck.health_url({"HALLUSCOPE_SERVER_PORT": "8123"}, proc_root=root) == \
+        f"http://127.0.0.1:{expected}/health"
+
+
+def test_the_runtime_image_has_the_openmp_runtime_and_a_pinned_base():
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    runs = " ".join(rest for word, rest in final_stage() if word == "RUN")
+    assert "libgomp1" in runs  # llama.cpp's embedded model links it
+    (base,) = re.findall(r"ARG PYTHON_IMAGE=(\S+)", text)
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm@sha256:[0-9a-f]{64}", base), base
+
+
+def test_serve_refuses_a_jobs_folder_it_cannot_write(tmp_path, monkeypatch):
+    import os
+
+    import uvicorn
+
+    if hasattr(os, "getuid") and os.getuid() == 0:
+        locked = tmp_path / "not-a-folder"
+        locked.write_text("a file where the folder should be")
+        jobs = locked / "jobs.sqlite"
+    else:
+        locked = tmp_path / "locked"
+        locked.mkdir()
+        locked.chmod(0o500)
+        jobs = locked / "jobs.sqlite"
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: pytest.fail("served despite an unwritable folder"))
+    result = CliRunner().invoke(app, ["serve", "--jobs-db", str(jobs)])
+    assert result.exit_code == 2 and "not writable" in result.output and "--user" in result.output
+
+
+def _docker_available() -> str | None:
+    """None when a docker daemon answers here, else why not."""
+    import shutil
+    import subprocess
+
+    if shutil.which("docker") is None:
+        return "no docker client on this machine"
+    try:
+        info = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"docker info failed: {exc}"
+    if info.returncode != 0:
+        return "no docker daemon answers here: " + (info.stderr.strip().splitlines() or ["docker info failed"])[-1]
+    return None
+
+
+def test_the_image_builds_and_reports_healthy_on_another_port(tmp_path):
+    """Where a docker daemon (and the base image or a registry) is available: build the image, run it with
+    ``serve --port 9000`` and a bind-mounted /data owned by the caller (--user), and wait for the HEALTHCHECK
+    to report healthy. Skipped, with the reason, where docker is not available."""
+    import subprocess
+    import time
+
+    why = _docker_available()
+    if why is not None:
+        pytest.skip(why)
+    tag = "halluscope-test:latest"
+    build = subprocess.run(["docker", "build", "-t", tag, str(REPO)], capture_output=True, text=True, timeout=3600)
+    assert build.returncode == 0, build.stderr[-3000:]
+    data = tmp_path / "data"
+    data.mkdir()
+    import os
+
+    name = f"halluscope-test-{os.getpid()}"
+    run = subprocess.run(["docker", "run", "-d", "--name", name, "--user", f"{os.getuid()}:{os.getgid()}",
+                          "-v", f"{data}:/data", "-e", "HALLUSCOPE_SERVER_TOKEN=t", "-e", "HALLUSCOPE_MODEL=remote",
+                          "-e", "HALLUSCOPE_BASE_URL=http://127.0.0.1:9/v1", "--health-interval", "2s", tag,
+                          "halluscope", "serve", "--port", "9000"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    try:
+        status = ""
+        for _ in range(90):
+            status = subprocess.run(["docker", "inspect", "--format", "{{.State.Health.Status}}", name],
+                                    capture_output=True, text=True, timeout=30).stdout.strip()
+            if status in ("healthy", "unhealthy"):
+                break
+            time.sleep(2)
+        assert status == "healthy", subprocess.run(["docker", "logs", name], capture_output=True, text=True).stderr
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True, timeout=60)

@@ -2,7 +2,8 @@
 
 A scripted model (:mod:`tests.stage_fuzz`) answers every stage validly and attacks only the named verdict stage,
 first answer and repair: the schema's example (alone, in the format text), the prompt echoed, two verdicts, repeated
-keys, look-alike labels, ``amc=rule`` negations, and one reply of each garbage class of the older fuzz table. Every
+keys, look-alike labels, a second verdict hidden (keys differing in case, nested, listed, after 250 bracketed tokens),
+``amc=rule`` negations and hedged reasons, and one reply of each garbage class of the older fuzz table. Every
 check must reach the attacked stage, and no score may come from an attacked reply."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pytest
 
 from halluscope.llm.replies import Reply
 from tests.stage_fuzz import (
+    RULE_CLASSES,
     STAGE_CONFIGS,
     STRUCTURAL_CLASSES,
     StageScript,
@@ -25,7 +27,8 @@ from tests.stage_fuzz import (
 from tests.test_fuzz_methods import GARBAGE
 
 FAST_GARBAGE = {cls: items[:1] for cls, items in GARBAGE.items() if cls != "huge"}
-CLASSES = list(STRUCTURAL_CLASSES) + ["amc_rule_negations"] + list(FAST_GARBAGE)
+NO_REPAIR = {"geval_paper"}  # G-Eval's score-only form is asked once: its reply is a score or nothing
+CLASSES = list(STRUCTURAL_CLASSES) + list(RULE_CLASSES) + list(FAST_GARBAGE)
 
 
 def test_every_configuration_reaches_a_verdict_stage_with_valid_replies():
@@ -51,7 +54,10 @@ def test_attacking_one_verdict_stage_gives_no_score_and_no_crash(method, options
         label = f"{config_label(method, options)} / {stage}"
         assert row["checks"] > 0, label
         assert row["reached"] == row["checks"], f"{label}: the attacked stage was not always reached: {dict(row)}"
-        assert row["attacked_replies"] > row["checks"], label  # refused answers got their repair request
+        if stage in NO_REPAIR:
+            assert row["attacked_replies"] == row["checks"], label  # one call, no repair request
+        else:
+            assert row["attacked_replies"] > row["checks"], label  # refused answers got their repair request
         assert row["scores_from_attack"] == 0, f"{label}: {dict(row)}"
         assert row["crashes"] == 0, crashes
 

@@ -129,13 +129,14 @@ def test_real_embedded_reply_is_no_answer():
 
 def test_parse_binary_verdict():
     assert parse_binary_verdict("It matches.\nFinal answer: yes") is True
-    assert parse_binary_verdict("Final answer: yes... on reflection\nFinal Answer: **No**") is False
     assert parse_binary_verdict("Reasoning.\n**Final answer:** no.") is False
     for bad in ("", "no", "Maybe.", "The answer is unclear", "The reason step is to conclude the answer.",
                 # a verdict in words used to count; it is not the declared last line
                 "The text is consistent with the source documents it is based on.",
                 "Let me see.\nThe summary is not consistent with the source.",
-                "Final answer: yes\nbut I am not sure", "Final answer: not no", "Final answer: yes or no"):
+                "Final answer: yes\nbut I am not sure", "Final answer: not no", "Final answer: yes or no",
+                # two verdicts, the first with text after it on its line: ambiguous, not "the last one wins"
+                "Final answer: yes... on reflection\nFinal Answer: **No**"):
         with pytest.raises(ParseError):
             parse_binary_verdict(bad)
 

@@ -219,7 +219,13 @@ def test_dcr_amc_rule_scores_no_negation_as_consistent(reason):
 
 
 @pytest.mark.parametrize("reason, mark", [("Consistent? Yes, the SOURCE says so.", 1),
-                                          ("Consistent: the SOURCE says March, not April.", 1),
                                           ("The sentence is supported.", 1)])
 def test_amc_rule_still_reads_plain_positive_reasons(reason, mark):
     assert verdict_mark(reason) == mark
+
+
+def test_amc_rule_leaves_a_positive_reason_with_a_negation_unmarked():
+    """"not April" may correct the sentence or restate the SOURCE: a negation beside a positive verdict is never +1
+    (it was read as +1 before every reason form took a positive verdict back)."""
+    with pytest.raises(ParseError, match="qualifies"):
+        verdict_mark("Consistent: the SOURCE says March, not April.")

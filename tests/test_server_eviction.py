@@ -46,7 +46,8 @@ def test_probe_judges_share_the_main_cache_and_evicted_ones_are_closed(tmp_path,
     monkeypatch.setattr(LLMClass, "close", spy)
     config = Config(base_url="http://127.0.0.1:9/v1", cache=True, cache_path=tmp_path / "cache.sqlite")
     shared = LLM(FakeModel(default="x"), cache=ResponseCache(tmp_path / "cache.sqlite"))
-    service = Service(config, ServerSettings(jobs_db=tmp_path / "jobs.sqlite", method_cache_size=2), shared)
+    service = Service(config, ServerSettings(jobs_db=tmp_path / "jobs.sqlite", method_cache_size=2,
+                                             allowed_models=("*",)), shared)  # every judge name allowed here
     before = _open_files_named("cache.sqlite")
     for i in range(40):
         method = service.methods.get("probe", {"judges": [f"judge-{i}-a", f"judge-{i}-b"]})

@@ -174,6 +174,11 @@ class Config(BaseSettings):
     a SQLite file (SQLAlchemy's spelling). Optional query options for Redis: ``prefix=`` (key prefix) and
     ``ttl=`` (seconds). Set it with ``HALLUSCOPE_CACHE_URL``; ``cache=False`` still turns every cache off."""
 
+    max_calls: int = Field(default=1000, ge=0)
+    """Most LLM calls one check may make (cache hits count too; 0 = no limit). Past it the check stops and is
+    unscored with the reason, never scored from the calls made so far. A method option of every method
+    (``-o max_calls=N``, ``options.max_calls`` in the service) overrides it for one check."""
+
     otel: bool = False
     """Make OpenTelemetry spans per check, pipeline stage and LLM call (GenAI semantic conventions; needs the
     ``otel`` extra; spans go to the application's global tracer provider). See ``halluscope.tracing``."""

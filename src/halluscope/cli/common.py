@@ -3,40 +3,85 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, BinaryIO, Optional
 
 import typer
 
 from halluscope.config import Config
+from halluscope.text.blank import is_blank
 
 
 class InputFileError(Exception):
     pass
 
 
-def read_text_input(path: str, what: str) -> str:
-    """Read a UTF-8 text file (or stdin for ``-``) and refuse missing, binary, non-UTF-8 or empty input."""
+DEFAULT_MAX_INPUT_MB = 64.0
+"""Largest source or target file the CLI reads, in MiB (``HALLUSCOPE_MAX_INPUT_MB`` raises it): a larger input,
+``/dev/zero`` or an endless pipe is refused while it is read, with exit 2, before memory grows."""
+
+_READ_CHUNK = 1 << 20
+
+
+def max_input_bytes() -> int:
+    """The input cap in bytes: ``HALLUSCOPE_MAX_INPUT_MB`` (a positive number of MiB), else 64 MiB."""
+    raw = os.environ.get("HALLUSCOPE_MAX_INPUT_MB", "").strip()
+    if not raw:
+        return int(DEFAULT_MAX_INPUT_MB * 2**20)
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise InputFileError(f"HALLUSCOPE_MAX_INPUT_MB must be a positive number of MiB, got {raw!r}")
+    return max(1, int(value * 2**20))
+
+
+def _read_capped(stream: BinaryIO, what: str, label: str, limit: int) -> bytes:
+    """At most ``limit`` bytes of ``stream``, read in chunks; refused (``InputFileError``) as soon as there is
+    more, and at once when the first chunk holds a NUL byte (``/dev/zero``, a binary file)."""
+    data = bytearray()
+    while True:
+        chunk = stream.read(min(_READ_CHUNK, limit + 1 - len(data)))
+        if not chunk:
+            return bytes(data)
+        if len(data) < 8192 and b"\x00" in chunk[:8192 - len(data)]:
+            raise InputFileError(f"{what} ({label}) looks binary (contains NUL bytes); expected UTF-8 text")
+        data += chunk
+        if len(data) > limit:
+            raise InputFileError(f"{what} ({label}) is larger than the {limit / 2**20:.3g} MiB input limit; reading "
+                                 "stopped (set HALLUSCOPE_MAX_INPUT_MB to raise it)")
+
+
+def read_text_input(path: str, what: str, max_bytes: int | None = None) -> str:
+    """Read a UTF-8 text file (or stdin for ``-``) and refuse missing, binary, non-UTF-8, too large (over
+    ``max_bytes``, default :func:`max_input_bytes`, checked while reading) or empty input (nothing but whitespace
+    and invisible characters: :func:`halluscope.text.blank.is_blank`)."""
+    limit = max_input_bytes() if max_bytes is None else max_bytes
     if path == "-":
-        data = sys.stdin.buffer.read()
         label = "standard input"
+        data = _read_capped(sys.stdin.buffer, what, label, limit)
     else:
         p = Path(path)
         if not p.exists():
             raise InputFileError(f"{what} file not found: {path}")
         if p.is_dir():
             raise InputFileError(f"{what} is a directory, not a file: {path}")
-        data = p.read_bytes()
         label = path
-    if b"\x00" in data[:8192]:
-        raise InputFileError(f"{what} ({label}) looks binary (contains NUL bytes); expected UTF-8 text")
+        try:
+            with p.open("rb") as stream:
+                data = _read_capped(stream, what, label, limit)
+        except OSError as exc:
+            raise InputFileError(f"{what} ({label}) cannot be read: {exc.strerror or exc}") from exc
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InputFileError(f"{what} ({label}) is not valid UTF-8: {exc.reason} at byte {exc.start}") from exc
-    if not text.strip():
-        raise InputFileError(f"{what} ({label}) is empty")
+    if is_blank(text):
+        raise InputFileError(f"{what} ({label}) is empty" if not text.strip() else
+                             f"{what} ({label}) is empty (only whitespace and invisible characters such as U+200B)")
     return text
 
 

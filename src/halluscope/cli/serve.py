@@ -33,6 +33,7 @@ def serve_command(
     old_timeout: Annotated[Optional[float], typer.Option("--timeout", hidden=True, min=0.001, callback=finite_number, help="Old spelling of --check-timeout.")] = None,
     max_body_mb: Annotated[float, typer.Option(min=0.001, callback=finite_number, help="Largest body of /check/batch and POST /jobs, in MiB (-> 413, checked before reading).", envvar="HALLUSCOPE_SERVER_MAX_BODY_MB")] = 32.0,
     body_timeout: Annotated[float, typer.Option(min=0.001, callback=finite_number, help="Longest time for a request body to arrive in full, in seconds (-> 408; slow senders hold no check slot).", envvar="HALLUSCOPE_SERVER_BODY_TIMEOUT")] = 30.0,
+    header_timeout: Annotated[float, typer.Option(min=0.001, callback=finite_number, help="Longest time for a request's headers to arrive, in seconds (-> 408 and the connection closed).", envvar="HALLUSCOPE_SERVER_HEADER_TIMEOUT")] = 10.0,
     max_in_flight: Annotated[int, typer.Option(min=1, help="Checks running at once (/check, /improve, /check/batch).", envvar="HALLUSCOPE_SERVER_MAX_IN_FLIGHT")] = 64,
     max_queue: Annotated[int, typer.Option(min=0, help="Checks waiting for a slot; one more gets 429 + Retry-After.", envvar="HALLUSCOPE_SERVER_MAX_QUEUE")] = 512,
     queue_timeout: Annotated[float, typer.Option(min=0.001, callback=finite_number, help="Longest wait for a slot in seconds (-> 503 + Retry-After).", envvar="HALLUSCOPE_SERVER_QUEUE_TIMEOUT")] = 30.0,
@@ -47,6 +48,7 @@ def serve_command(
     job_concurrency: Annotated[int, typer.Option(min=1, help="Items of one job checked at once.", envvar="HALLUSCOPE_SERVER_JOB_CONCURRENCY")] = 4,
     data_dir: Annotated[Optional[Path], typer.Option(help="Folder of the named datasets jobs may use (final, summedits, ...).", envvar="HALLUSCOPE_DATA_DIR")] = None,
     datasets_dir: Annotated[Optional[Path], typer.Option(help="Jobs may name .jsonl files inside this folder only (default: none).", envvar="HALLUSCOPE_SERVER_DATASETS_DIR")] = None,
+    allow_model: Annotated[Optional[list[str]], typer.Option("--allow-model", help="A model or checker requests may name in their options (PROBE judges, verifier=nli:<id or path>, embedding_model), besides the server's own model; repeatable; '*' allows any. Others get 403 before anything loads.", envvar="HALLUSCOPE_SERVER_ALLOW_MODEL", show_default=False)] = None,
     metrics_public: Annotated[bool, typer.Option(help="Serve /metrics without the token.", envvar="HALLUSCOPE_SERVER_METRICS_PUBLIC")] = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.", envvar="HALLUSCOPE_SERVER_LOG_LEVEL")] = "info",
     log_format: Annotated[str, typer.Option(help="json (one object per line, with request ids) or text.", envvar="HALLUSCOPE_SERVER_LOG_FORMAT")] = "json",
@@ -88,11 +90,32 @@ def serve_command(
     config = make_config(model, base_url, api_key, concurrency=concurrency)
     settings = ServerSettings(
         token=token, max_chars=max_chars, timeout_s=timeout, default_method=method,
-        max_body_bytes=int(max_body_mb * 2**20), body_timeout_s=body_timeout, max_in_flight=max_in_flight, max_queue=max_queue,
+        max_body_bytes=int(max_body_mb * 2**20), body_timeout_s=body_timeout, header_timeout_s=header_timeout, max_in_flight=max_in_flight, max_queue=max_queue,
         queue_timeout_s=queue_timeout, max_open_requests=max_open_requests, max_batch_items=max_batch_items,
         batch_concurrency=batch_concurrency, workers=workers, jobs_db=jobs_db, jobs_url=jobs_url or None,
         job_lease_s=job_lease, max_jobs=max_jobs,
         job_concurrency=job_concurrency, data_dir=data_dir, datasets_dir=datasets_dir, metrics_public=metrics_public,
+        allowed_models=tuple(n.strip() for entry in allow_model or () for n in entry.split(",") if n.strip()),
     )
+    _check_writable(settings.jobs_db.parent if settings.jobs_db else Path(config.cache_path).parent)
+    from halluscope.server.protocol import header_timeout_protocol
+
     uvicorn.run(create_app(config, settings), host=host, port=port, log_config=log_config(log_level, log_format),
+                http=header_timeout_protocol(settings.header_timeout_s),
                 access_log=False, timeout_graceful_shutdown=30)
+
+
+def _check_writable(folder: Path) -> None:
+    """Refuse to start (exit 2) when the folder of the jobs database cannot be written: a bind-mounted ``/data``
+    owned by another user would otherwise fail on the first job, deep in SQLite."""
+    import os
+
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent  # created at start: its nearest existing folder must be writable
+    writable = existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)
+    if not writable:
+        uid = os.getuid() if hasattr(os, "getuid") else "this user"
+        raise fail(f"the folder of the jobs database, {folder}, is not writable by uid {uid}: make it so "
+                   f"(e.g. chown -R {uid} on a bind-mounted /data) or run the container as the folder's owner "
+                   "(docker run --user \"$(id -u):$(id -g)\"); see docs/container.md")

@@ -74,6 +74,10 @@ class LLMError(RuntimeError):
     """A model could not be reached or refused the request after bounded retries."""
 
 
+class CallBudgetExceeded(LLMError):
+    """One check asked for more LLM calls than its ``max_calls`` budget: the call is not made."""
+
+
 class ReplyTooLargeError(LLMError):
     """A reply over the size cap: refused (while it is read, for an HTTP backend), never parsed, and never
     sent back to the model. ``size`` is its length (``unit``: "bytes" of the response body, at least that

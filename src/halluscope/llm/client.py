@@ -25,7 +25,7 @@ from typing import Iterator
 
 from halluscope import tracing
 from halluscope.llm.affinity import PrefixAffinityGate, prompt_text
-from halluscope.llm.base import Completion, GenerateParams, Message, ModelAPI, ReplyTooLargeError
+from halluscope.llm.base import CallBudgetExceeded, Completion, GenerateParams, Message, ModelAPI, ReplyTooLargeError
 from halluscope.llm.cache import Cache, cache_key, clean_messages, clean_text
 from halluscope.llm.ratelimit import RateLimiter
 from halluscope.records import LLMCall, Usage
@@ -59,6 +59,42 @@ def track_calls() -> Iterator[CallLog]:
         yield log
     finally:
         _current_log.reset(token)
+
+
+@dataclass
+class CallBudget:
+    """The LLM calls one check may still make: ``limit`` (0 = no limit), ``used`` so far, and whether a call was
+    refused for it (``exceeded``). Shared by everything the check runs, nested checks included."""
+
+    limit: int
+    used: int = 0
+    exceeded: bool = False
+
+    def claim(self) -> None:
+        """Count one call, or refuse it (:class:`CallBudgetExceeded`) when the budget is spent."""
+        if self.limit and self.used >= self.limit:
+            self.exceeded = True
+            raise CallBudgetExceeded(f"the check reached its budget of {self.limit} LLM calls (max_calls)")
+        self.used += 1
+
+
+_current_budget: ContextVar[CallBudget | None] = ContextVar("halluscope_call_budget", default=None)
+
+
+@contextmanager
+def call_budget(limit: int) -> Iterator[CallBudget]:
+    """Bound the LLM calls made inside the block (and the tasks it spawns) to ``limit``; inside a block that
+    already has a budget (a check run by another check), that outer budget is the one counted."""
+    outer = _current_budget.get()
+    if outer is not None:
+        yield outer
+        return
+    budget = CallBudget(limit)
+    token = _current_budget.set(budget)
+    try:
+        yield budget
+    finally:
+        _current_budget.reset(token)
 
 
 class _LeaderCancelled(Exception):
@@ -185,6 +221,9 @@ class LLM:
 
     async def generate(self, messages: list[Message], params: GenerateParams | None = None) -> Completion:
         params = params or self.default_params
+        budget = _current_budget.get()
+        if budget is not None:
+            budget.claim()
         messages = clean_messages(messages)
         cache_id = getattr(self.api, "cache_id", None) or self.api.name
         key = cache_key(cache_id, params, messages)  # also computed without a cache: it keys the single flight

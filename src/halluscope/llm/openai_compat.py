@@ -9,7 +9,8 @@ import math
 import random
 import ssl
 import weakref
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -40,6 +41,38 @@ class _Body:
 
     def json(self) -> object:
         return json.loads(self.content)
+
+
+class _BoundedInflater:
+    """Decodes a response body's ``Content-Encoding`` (none, gzip, deflate) in pieces of bounded size, so the
+    caller can stop as soon as the decoded body passes its limit; any other encoding is refused (:class:`LLMError`:
+    only these could be read with bounded memory, and the request asked for none)."""
+
+    _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": 32 + zlib.MAX_WBITS}
+
+    def __init__(self, encoding: str):
+        codings = [c.strip().lower() for c in encoding.split(",") if c.strip() and c.strip().lower() != "identity"]
+        if len(codings) > 1 or (codings and codings[0] not in self._WBITS):
+            raise LLMError(f"the endpoint sent a body in the Content-Encoding {encoding!r}; only gzip and deflate "
+                           "are decoded (the request asks for none)")
+        self._z = zlib.decompressobj(self._WBITS[codings[0]]) if codings else None
+
+    def feed(self, data: bytes, room: int) -> Iterator[bytes]:
+        """The decoded bytes of ``data``, yielded in pieces of at most ``max(room, 1)`` bytes each."""
+        if self._z is None:
+            if data:
+                yield data
+            return
+        try:
+            piece = self._z.decompress(data, max(room, 1))
+            while True:
+                if piece:
+                    yield piece
+                if not self._z.unconsumed_tail:
+                    return
+                piece = self._z.decompress(self._z.unconsumed_tail, max(room, 1))
+        except zlib.error as exc:
+            raise LLMError(f"the endpoint's compressed body is corrupt: {exc}") from exc
 
 
 class _Retryable(Exception):
@@ -140,24 +173,30 @@ class _ClientPool:
         self.in_flight = [0] * n_clients
 
     async def post(self, url: str, *, max_bytes: int, **kwargs: Any) -> _Body:
-        """POST and read the body, refusing it (:class:`ReplyTooLargeError`) once it exceeds ``max_bytes``."""
+        """POST and read the body, refusing it (:class:`ReplyTooLargeError`) once it exceeds ``max_bytes``. The
+        limit counts decoded bytes while they are decoded: the request asks for no compression
+        (``Accept-Encoding: identity``), and a gzip/deflate body sent anyway is inflated at most ``max_bytes + 1``
+        bytes at a time (:class:`_BoundedInflater`), so a small compressed bomb costs ``max_bytes``, not gigabytes."""
         i = min(range(len(self.clients)), key=self.in_flight.__getitem__)
         client = self.clients[i]
         if client is None:
             client = self.clients[i] = self._make_client(self._limits)
         self.in_flight[i] += 1
+        headers = {**(kwargs.pop("headers", None) or {}), "Accept-Encoding": "identity"}
         try:
-            async with client.stream("POST", url, **kwargs) as resp:
+            async with client.stream("POST", url, headers=headers, **kwargs) as resp:
                 declared = resp.headers.get("content-length", "")
                 if declared.isdigit() and int(declared) > max_bytes:
                     raise ReplyTooLargeError(f"the endpoint's response of {int(declared)} bytes exceeds the "
                                              f"{max_bytes}-byte limit; not read", int(declared), "bytes")
+                inflater = _BoundedInflater(resp.headers.get("content-encoding", ""))
                 body = bytearray()
-                async for chunk in resp.aiter_bytes():
-                    body += chunk
-                    if len(body) > max_bytes:
-                        raise ReplyTooLargeError(f"the endpoint's response exceeds the {max_bytes}-byte limit; "
-                                                 "reading stopped", len(body), "bytes")
+                async for raw in resp.aiter_raw():
+                    for piece in inflater.feed(raw, max_bytes + 1 - len(body)):
+                        body += piece
+                        if len(body) > max_bytes:
+                            raise ReplyTooLargeError(f"the endpoint's response exceeds the {max_bytes}-byte limit "
+                                                     "(decoded); reading stopped", len(body), "bytes")
                 return _Body(resp.status_code, resp.headers, bytes(body))
         finally:
             self.in_flight[i] -= 1

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from halluscope.text.parsing import ParseError, extract_json
+from halluscope.text.parsing import ParseError, extract_json, normalized_key
 
 R = TypeVar("R", bound="Reply")
 
@@ -72,10 +72,39 @@ class Reply(BaseModel):
         data = extract_json(text, expect, examples=cls.echoes())
         if isinstance(data, list):
             data = {cls.bare_list_field: data}
+        nested = restated_field(data, {normalized_key(name) for name in cls.model_fields})
+        if nested is not None:
+            raise ParseError(f"the reply states {nested!r} a second time inside another value; a verdict must be "
+                             f"stated once")
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
             raise ParseError(validation_message(exc)) from exc
+
+
+MAX_NESTED_WALK = 10_000
+"""At most this many values beside the schema's fields are searched for a second statement of a field."""
+
+
+def restated_field(data: dict[str, Any], fields: set[str]) -> str | None:
+    """A key, inside any value the schema does not declare (``"second_opinion": {"supported": false}``), that
+    names one of the schema's fields again; None when there is none. The walk is iterative and bounded: a reply
+    with more values beside the schema's fields than :data:`MAX_NESTED_WALK` is refused."""
+    stack: list[Any] = [v for k, v in data.items() if normalized_key(k) not in fields]
+    seen = 0
+    while stack:
+        value = stack.pop()
+        seen += 1
+        if seen > MAX_NESTED_WALK:
+            raise ParseError(f"the reply holds more than {MAX_NESTED_WALK} values beside its fields")
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if normalized_key(key) in fields:
+                    return str(key)
+                stack.append(item)
+        elif isinstance(value, list):
+            stack.extend(value)
+    return None
 
 
 def _describe_type(prop: dict[str, Any], defs: dict[str, Any]) -> str:

@@ -11,11 +11,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from halluscope import tracing
 from halluscope.config import Config
 from halluscope.llm import LLM, LLMError, get_llm, track_calls
+from halluscope.llm.client import call_budget
 from halluscope.methods.details import FreeDetails, MethodDetails
 from halluscope.methods.options import MethodOptions, OptionsError
 from halluscope.prompts import PromptTemplate, apply_overrides
 from halluscope.records import Example, Report
 from halluscope.sync import run_sync
+from halluscope.text.blank import is_blank
 
 if TYPE_CHECKING:
     from halluscope.methods.calibration import Calibration, CalibrationBench
@@ -29,8 +31,21 @@ def validate_pair(source: object, target: object) -> None:
     for name, value in (("source", source), ("target", target)):
         if not isinstance(value, str):
             raise InputError(f"{name} must be a string, got {type(value).__name__}")
-        if not value.strip():
-            raise InputError(f"{name} is empty")
+        if is_blank(value):
+            raise InputError(f"{name} is empty" if not value.strip() else
+                             f"{name} is empty (only whitespace and invisible characters such as U+200B)")
+
+
+def _max_calls_option(method: str, value: object) -> int | None:
+    """The ``max_calls`` option (every method takes it): a whole number >= 0, or None when not given."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise OptionsError(f"bad option(s) for {method}: max_calls: a whole number of LLM calls >= 0 (0 = no "
+                           f"limit), got {value!r}")
+    return value
 
 
 class Method(ABC):
@@ -51,6 +66,7 @@ class Method(ABC):
         self._llm = llm
         self._owns_llm = llm is None  # built here from the config (see ``llm``): closed by ``close``
         self._named_llms: dict[str, LLM] = {}  # clients built by ``named_llm``: closed by ``close``
+        self._max_calls_given = _max_calls_option(self.name, options.pop("max_calls", None))
         self.opts = self.Options.parse(self.name, options)
         self._resolved: dict[str, PromptTemplate] = {}
         for template in self.prompts:
@@ -121,9 +137,18 @@ class Method(ABC):
             self._llm.close()
             self._llm = None
 
+    @property
+    def max_calls(self) -> int:
+        """The LLM-call budget of one check: the ``max_calls`` option, else ``Config.max_calls`` (0 = no limit)."""
+        return self.config.max_calls if self._max_calls_given is None else self._max_calls_given
+
+    def _with_max_calls(self, options: dict[str, Any]) -> dict[str, Any]:
+        """``options`` plus ``max_calls`` when it was given as an option (records without it stay as they were)."""
+        return options if self._max_calls_given is None else {**options, "max_calls": self._max_calls_given}
+
     def options(self) -> dict[str, Any]:
         """Method-specific settings, recorded with benchmark results."""
-        return self.opts.model_dump(mode="json")
+        return self._with_max_calls(self.opts.model_dump(mode="json"))
 
     def used_prompts(self) -> list[PromptTemplate]:
         """The templates this instance sends (overrides applied); subclasses add those of optional stages."""
@@ -166,11 +191,15 @@ class Method(ABC):
     async def _accounted(self, work: Awaitable[Report]) -> Report:
         started = time.perf_counter()
         with tracing.check_span(self.name, self.config.model, self.config.otel) as span:
-            with track_calls() as log:
+            with track_calls() as log, call_budget(self.max_calls) as budget:
                 try:
                     report = await work
                 except LLMError as exc:
                     report = Report(method=self.name, unscored_reason=f"LLM error: {exc}")
+                if budget.exceeded:  # never scored from the calls made before the budget ran out
+                    report = Report(method=self.name, details=report.details, unscored_reason=(
+                        f"the check needed more than its budget of {budget.limit} LLM calls and was stopped "
+                        f"(max_calls; raise it with the option max_calls or HALLUSCOPE_MAX_CALLS)"))
             update: dict[str, Any] = {
                 "usage": log.usage,
                 "elapsed_s": time.perf_counter() - started,

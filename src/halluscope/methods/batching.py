@@ -35,13 +35,14 @@ from pydantic import BaseModel, Field, ValidationError, create_model
 
 from halluscope.llm import LLM
 from halluscope.llm.base import GenerateParams
-from halluscope.llm.replies import Reply, validation_message
+from halluscope.llm.replies import Reply, restated_field, validation_message
 from halluscope.llm.structured import generate_reply
 from halluscope.methods.llm_verifier import LLMVerifier, messages_tokens, reply_budget
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, LLMCall, Verdict
 from halluscope.stages import Context
 from halluscope.text import ParseError, extract_json
+from halluscope.text.parsing import normalized_key
 from halluscope.text.placeholders import is_placeholder
 
 E = TypeVar("E", bound=BaseModel)
@@ -130,6 +131,14 @@ class BatchAnswers(Generic[E]):
     missing: dict[int, str]
 
 
+def _refuse_restated(value: dict[str, Any], fields: set[str]) -> None:
+    """ParseError when a value beside ``fields`` states one of them again (a nested second verdict)."""
+    nested = restated_field(value, fields)
+    if nested is not None:
+        raise ParseError(f"the reply states {nested!r} a second time inside another value; a verdict must be "
+                         "stated once")
+
+
 def parse_batch(text: str, n: int, entry: type[E], *, list_field: str = "results", unit: str = "unit",
                 check: Callable[[E], None] | None = None, examples: Sequence[Any] = ()) -> BatchAnswers[E]:
     """``{"<list_field>": [{"id": i, ...}, ...]}`` (or the bare list) for units 1..n, each entry validated as
@@ -142,6 +151,7 @@ def parse_batch(text: str, n: int, entry: type[E], *, list_field: str = "results
     if isinstance(data, dict):
         if not isinstance(data.get(list_field), list):
             raise ParseError(f'expected a "{list_field}" list')
+        _refuse_restated(data, {normalized_key(list_field)})  # {"results": [...], "second_opinion": {"results": ...}}
         data = data[list_field]
     if _holds_an_example(data, examples, list_field):
         raise ParseError("the reply repeats the format's example entries (their ids are the example's, not the "
@@ -153,6 +163,8 @@ def parse_batch(text: str, n: int, entry: type[E], *, list_field: str = "results
         if type(raw_id) is int and not 1 <= raw_id <= n:
             raise ParseError(f"the reply judges {unit} {raw_id}, but the {unit}s are numbered 1 to {n}")
         try:
+            if isinstance(item, dict):
+                _refuse_restated(item, {normalized_key(f) for f in entry.model_fields})
             parsed = entry.model_validate(item)
             if check is not None:
                 check(parsed)

@@ -14,6 +14,8 @@ Per-sentence details (best source span, cosine, information density of seed 003 
 
 from __future__ import annotations
 
+import asyncio
+
 from typing import Any, ClassVar
 
 import numpy as np
@@ -65,10 +67,10 @@ class Embed(Method):
     async def run(self, source: str, target: str) -> Report:
         config = RetrievalConfig(retriever="embedding", top_k=1, window=0, embedding_model=self.embedding_model)
         index = await shared_index(source, config)
-        sentences = split_sentences(target)
+        sentences = await asyncio.to_thread(split_sentences, target)  # CPU work: off the event loop
         if not sentences or not len(index):
             return Report(method=self.name, unscored_reason="no sentences in the source or the target")
-        index.embed_queries([s.text for s in sentences])
+        await asyncio.to_thread(index.embed_queries, [s.text for s in sentences])
         claims, verdicts, findings, rows = [], [], [], []
         best_scores: list[float] = []
         for s in sentences:

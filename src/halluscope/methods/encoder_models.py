@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,8 +39,12 @@ class LoadedChecker:
     shared Rust backend per call, so two threads judging at once can pad each other's batches wrongly."""
 
 
-_LOADED: dict[tuple[str, str], LoadedChecker] = {}
+_LOADED: OrderedDict[tuple[str, str], LoadedChecker] = OrderedDict()
+"""The checkers loaded in this process, least recently used first (at most :data:`MAX_LOADED_CHECKERS`)."""
 _LOAD_LOCK = threading.Lock()
+MAX_LOADED_CHECKERS = 4
+"""Checkers kept loaded; loading one more evicts the least recently used (its memory is freed once no stage of a
+cached method instance still holds it), as the service evicts method instances."""
 _AUTO_CLASSES = {"nli": "AutoModelForSequenceClassification", "seq2seq": "AutoModelForSeq2SeqLM",
                  "tagger": "AutoModelForTokenClassification"}
 
@@ -49,6 +54,7 @@ def load_checker(kind: str, model_id: str) -> LoadedChecker:
     key = (kind, model_id)
     with _LOAD_LOCK:
         if key in _LOADED:
+            _LOADED.move_to_end(key)
             return _LOADED[key]
         try:
             import torch
@@ -81,6 +87,8 @@ def load_checker(kind: str, model_id: str) -> LoadedChecker:
         if settings.is_file():
             threshold = float(json.loads(settings.read_text()).get("threshold", 0.5))
         _LOADED[key] = checker = LoadedChecker(model_id, kind, tokenizer, model, device, max_length, threshold)
+        while len(_LOADED) > max(1, MAX_LOADED_CHECKERS):
+            _LOADED.popitem(last=False)
         return checker
 
 

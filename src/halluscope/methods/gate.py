@@ -294,8 +294,9 @@ class GateMethod(Method):
         self.gate: LexicalGate = build_stage("gate", "lexical", None, own_options(LexicalGate.Options, self.opts))
 
     async def run(self, source: str, target: str) -> Report:
+        sentences = await asyncio.to_thread(split_sentences, target)  # CPU work: off the event loop
         claims = [Claim(text=s.text, kind="sentence", id=f"s{s.index + 1}", target_spans=[s.span])
-                  for s in split_sentences(target)]
+                  for s in sentences]
         if not claims:
             return Report(method=self.name, unscored_reason="the target has no sentences")
         decisions = await self.gate(claims, source, target)

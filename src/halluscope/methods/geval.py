@@ -84,9 +84,9 @@ _PAPER_REPLY = re.compile(r"^\s*(?:[-*]\s*)?(?:consistency\s*(?:score)?\s*[:=-]?
 
 def parse_paper_score(text: str) -> int | None:
     """The score of a score-only reply ("4", "Consistency: 4", "4/5"); None for anything else (a reply with
-    reasoning or several numbers is not read: never guess a score)."""
-    first = text.strip().splitlines()[0] if text.strip() else ""
-    match = _PAPER_REPLY.match(first)
+    reasoning or several numbers is not read: never guess a score). The whole reply is read, not its first line:
+    "5\nOn second thought: 1" states two scores."""
+    match = _PAPER_REPLY.match(text.strip()) if len(text) <= 200 else None
     return int(match.group(1)) if match else None
 
 

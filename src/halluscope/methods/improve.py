@@ -295,9 +295,10 @@ class Improve(Method):
         ``level``, ``evaluator`` and the evaluator's options."""
         if self.opts.evaluator == DEFAULT_EVALUATOR:
             unset = {k for k in ("aggregator", "localizer") if getattr(self.opts, k, None) is None}
-            return self.opts.model_dump(mode="json", exclude={"evaluator", "evaluator_options", *unset})
-        return {"rounds": self.opts.rounds, "level": self.opts.level, "evaluator": self.opts.evaluator,
-                "evaluator_options": self.evaluator.options()}
+            return self._with_max_calls(self.opts.model_dump(mode="json",
+                                                             exclude={"evaluator", "evaluator_options", *unset}))
+        return self._with_max_calls({"rounds": self.opts.rounds, "level": self.opts.level,
+                                     "evaluator": self.opts.evaluator, "evaluator_options": self.evaluator.options()})
 
     def details_model(self) -> type[MethodDetails]:
         """The evaluator's details model plus the rounds' keys."""

@@ -13,6 +13,8 @@ part on long sources: ~1 s per SQuALITY story). :func:`rouge_scores` gives preci
 
 from __future__ import annotations
 
+import asyncio
+
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -151,6 +153,9 @@ class Rouge(Method):
         self.variant: Variant = self.opts.variant  # type: ignore[attr-defined]
 
     async def run(self, source: str, target: str) -> Report:
+        return await asyncio.to_thread(self._score, source, target)  # CPU work: off the event loop
+
+    def _score(self, source: str, target: str) -> Report:
         tokens: dict[str, tuple[str, ...]] = {}
         for name, text in (("source", source), ("target", target)):
             tokens[name] = _cached_tokens(text)

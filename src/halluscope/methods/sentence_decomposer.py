@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from typing import Any, ClassVar
 
 from halluscope.methods.options import StageOptions
@@ -25,6 +27,7 @@ class SentenceDecomposer:
         self.kind = (options or self.Options()).claim_kind
 
     async def __call__(self, target: str) -> StepResult[list[Claim]]:
+        sentences = await asyncio.to_thread(split_sentences, target)  # CPU work: off the event loop
         claims = [Claim(text=s.text, kind=self.kind, id=f"s{s.index + 1}", target_spans=[s.span])
-                  for s in split_sentences(target)]
+                  for s in sentences]
         return StepResult.success(claims)

@@ -24,6 +24,7 @@ from halluscope.server.jobs import result_line, valid_job_id
 from halluscope.server.jobs.base import JobStoreUnavailable
 from halluscope.server.metrics import CONTENT_TYPE
 from halluscope.server.pages import render_job_page
+from halluscope.server.redact import redact_paths
 from halluscope.server.schemas import (
     BatchRequest,
     CheckRequest,
@@ -41,6 +42,8 @@ from halluscope.server.settings import ServerSettings
 M = TypeVar("M", bound=BaseModel)
 _BODY_MODELS: tuple[type[BaseModel], ...] = (CheckRequest, ImproveRequest, BatchRequest, JobRequest)
 _INLINE_PARSE_BYTES = 64 * 1024  # larger bodies are parsed on a thread, off the HTTP loop
+MAX_INDEX = 2**63 - 1
+"""The largest item index a path or query names (SQLite's integer range): a larger one is 422, never a 500."""
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": Problem, "description": "Missing or wrong bearer token (checked before the body is read)."},
@@ -55,6 +58,11 @@ _WORK_ERRORS: dict[int | str, dict[str, Any]] = {
     504: {"model": Problem, "description": "The check took longer than the time limit."},
 }
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Problem, "description": "No such job (or item)."}}
+
+
+def _redacted(error: str | None) -> str | None:
+    """A stored item error as a caller sees it: no server paths (:func:`redact_paths`)."""
+    return None if error is None else redact_paths(error)
 
 
 def _body_doc(model: type[BaseModel]) -> dict[str, Any]:
@@ -130,7 +138,8 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
 
     def job_info(job: dict[str, Any]) -> JobInfo:
         base = f"/jobs/{job['id']}"
-        return JobInfo(**job, links={"self": base, "results": f"{base}/results", "report": f"{base}/report"})
+        return JobInfo(**{**job, "error": _redacted(job.get("error"))},
+                       links={"self": base, "results": f"{base}/results", "report": f"{base}/report"})
 
     fmt_query = Query("json", pattern="^(json|html)$", description="`html` for the web report.")
 
@@ -229,14 +238,15 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
     @app.get("/jobs/{job_id}/results", tags=["jobs"], response_class=StreamingResponse,
              responses={**_ERRORS, **_NOT_FOUND, **_ndjson_doc("One ItemResult per finished item, in index order.")},
              summary="The finished items so far (NDJSON); ?after=N continues after index N.")
-    async def job_results(job_id: str = Path(max_length=64), after: int = Query(-1, ge=-1)) -> StreamingResponse:
+    async def job_results(job_id: str = Path(max_length=64), after: int = Query(-1, ge=-1, le=MAX_INDEX)) -> StreamingResponse:
         await job_or_404(job_id)
         db = store()
 
         async def lines():
             last = after
             while rows := await asyncio.to_thread(db.results, job_id, last):
-                yield b"".join(result_line(r["idx"], r["item_id"], r["status"], r["report"], r["error"]) for r in rows)
+                yield b"".join(result_line(r["idx"], r["item_id"], r["status"], r["report"], _redacted(r["error"]))
+                               for r in rows)
                 last = rows[-1]["idx"]
 
         return StreamingResponse(lines(), media_type="application/x-ndjson")
@@ -253,7 +263,7 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
     @app.get("/jobs/{job_id}/items/{index}", tags=["jobs"], response_model=ItemResult,
              responses={**_ERRORS, **_NOT_FOUND, 409: {"model": Problem, "description": "The item is not finished yet."}},
              summary="One finished item: its ItemResult, or with ?format=html its span-highlight report.")
-    async def job_item(job_id: str = Path(max_length=64), index: int = Path(ge=0), format: str = fmt_query) -> Response:
+    async def job_item(job_id: str = Path(max_length=64), index: int = Path(ge=0, le=MAX_INDEX), format: str = fmt_query) -> Response:
         await job_or_404(job_id)
         found = await asyncio.to_thread(store().item, job_id, index)
         if found is None:
@@ -263,12 +273,12 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
             raise HTTPException(409, f"item {index} of job {job_id} is not finished yet")
         if format == "html":
             if row["report"] is None:
-                raise ClientError(409, f"item {index} has no report: {row['error']}")
+                raise ClientError(409, f"item {index} has no report: {row['error']}")  # redacted by ClientError
             report = Report.model_validate_json(row["report"])
             title = f"halluscope · job {job_id[:8]} · item {example.id}"
             page = await asyncio.to_thread(render_html, report, example.source, example.target, title)
             return HTMLResponse(page)
-        return Response(result_line(row["idx"], row["item_id"], row["status"], row["report"], row["error"]),
+        return Response(result_line(row["idx"], row["item_id"], row["status"], row["report"], _redacted(row["error"])),
                         media_type="application/json")
 
     @app.delete("/jobs/{job_id}", tags=["jobs"], response_model=Deleted, responses={**_ERRORS, **_NOT_FOUND},

@@ -24,11 +24,13 @@ from halluscope.methods import InputError, Method, get_method, method_class
 from halluscope.methods.base import validate_pair
 from halluscope.records import Example, Report
 from halluscope.server.admission import Admission
+from halluscope.server.allow import ModelNotAllowed, refuse_unlisted
 from halluscope.server.instances import MethodCache
 from halluscope.server.jobs import CheckFailed, JobRunner, JobStore, result_line
 from halluscope.server.jobs.base import JobRunnerAPI, JobStoreAPI, JobStoreUnavailable
 from halluscope.server.logs import event, request_id
 from halluscope.server.metrics import Metrics
+from halluscope.server.redact import redact_paths, register_root
 from halluscope.server.schemas import JobRequest, Pair
 from halluscope.server.settings import ServerSettings
 from halluscope.server.warmup import warm_up
@@ -43,9 +45,12 @@ _GRACE_S = 15.0  # a worker stuck in CPU work past the time limit: the HTTP side
 
 
 class ClientError(Exception):
-    """An answer other than 2xx: ``status``, a message, and headers (Retry-After)."""
+    """An answer other than 2xx: ``status``, a message (with every server path redacted), and headers
+    (Retry-After)."""
 
     def __init__(self, status: int, detail: str, headers: dict[str, str] | None = None):
+        if isinstance(detail, str):
+            detail = redact_paths(detail)
         super().__init__(detail)
         self.status, self.detail, self.headers = status, detail, headers or {}
 
@@ -73,6 +78,9 @@ class Service:
         self.metrics.in_flight.set_function(lambda: self.admission.in_flight)
         self.metrics.bind(self._queue_depth, self._job_counts)
         self.jobs_db = Path(settings.jobs_db) if settings.jobs_db else default_jobs_db(config)
+        for root in (settings.data_dir, settings.datasets_dir, self.jobs_db.parent, Path(config.cache_path).parent,
+                     config.prompts_dir, Path.home(), Path.cwd()):
+            register_root(root)
         self.store: JobStoreAPI | None = None
         self.runner: JobRunnerAPI | None = None
         self.replica = f"{socket.gethostname()}-{os.getpid()}-{self.boot_id}"  # its consumer name on a shared queue
@@ -172,15 +180,30 @@ class Service:
                     raise BackendUnavailable(str(exc)) from exc
             return self._llm
 
+    def allowed_models(self) -> set[str]:
+        """The model names a request may use: the operator's list, the server's own model, the default
+        embedding model."""
+        from halluscope.retrieval.config import DEFAULT_EMBEDDING_MODEL
+
+        own = {self.config.model or "embedded", DEFAULT_EMBEDDING_MODEL}
+        if self._llm is not None:
+            own.add(self._llm.name)
+        return own | set(self.settings.allowed_models)
+
     def _build_method(self, name: str, options: dict[str, Any]) -> Method:
+        refuse_unlisted(options, self.allowed_models())  # before anything is built or loaded
         cls = method_class(name)  # KeyError: unknown method
         llm = self._shared_llm() if cls.uses_llm else None
         return get_method(name, llm=llm, config=self.config, **options)
 
     async def method(self, name: str, options: dict[str, Any]) -> Method:
-        """The (cached) instance; 400 for an unknown method or bad options, 503 when the model is unusable."""
+        """The (cached) instance; 400 for an unknown method or bad options, 403 for a model the operator did not
+        allow (checked before anything is built or loaded), 503 when the model is unusable."""
         try:
+            refuse_unlisted(options, self.allowed_models())
             return await asyncio.to_thread(self.methods.get, name, options)
+        except ModelNotAllowed as exc:
+            raise ClientError(403, str(exc)) from None
         except KeyError as exc:
             raise ClientError(400, str(exc.args[0]) if exc.args else "unknown method") from None
         except BackendUnavailable as exc:
@@ -228,7 +251,8 @@ class Service:
             raise CheckFailed(422, str(exc)) from None
         except _CLIENT_RUN_ERRORS as exc:
             logging.getLogger("halluscope.server").warning("check failed on its options", exc_info=True)
-            raise CheckFailed(422, f"{method.name} could not run with these options: {type(exc).__name__}: {exc}") from None
+            raise CheckFailed(422, redact_paths(f"{method.name} could not run with these options: "
+                                                f"{type(exc).__name__}: {exc}")) from None
         finally:
             with self._uses_lock:
                 left = self._uses[id(method)] - 1
@@ -283,7 +307,7 @@ class Service:
             return await self.run_check(method, example, "batch", render)
         except CheckFailed as exc:
             self.metrics.check_errors.labels(method.name, str(exc.status)).inc()
-            return result_line(index, item_id, exc.status, None, str(exc))
+            return result_line(index, item_id, exc.status, None, redact_paths(str(exc)))
         except asyncio.CancelledError:
             raise
         except Exception:  # a bug: the other items still get their lines
@@ -329,7 +353,7 @@ class Service:
             raise
         except Exception as exc:  # a bug: recorded on the item, the job goes on
             logging.getLogger("halluscope.server").exception("job item failed")
-            raise CheckFailed(500, f"internal error: {type(exc).__name__}: {exc}") from None
+            raise CheckFailed(500, redact_paths(f"internal error: {type(exc).__name__}: {exc}")) from None
 
     def _load_dataset(self, spec: str) -> tuple[str, list[Example]]:
         from halluscope.bench.datasets import DatasetError, dataset_loaders, load_dataset
@@ -344,7 +368,7 @@ class Service:
             root = Path(root).resolve()
             path = (root / spec).resolve()
             if not path.is_relative_to(root):
-                raise ClientError(400, f"dataset files are read only inside {root}")
+                raise ClientError(400, "dataset files are read only inside the server's datasets folder")
             if not path.is_file():
                 raise ClientError(400, f"dataset file not found: {spec}")
             spec = str(path)

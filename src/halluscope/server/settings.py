@@ -30,6 +30,10 @@ class ServerSettings:
     body_timeout_s: float = 30.0
     """Longest time for a request body to arrive in full (slow senders get 408 and hold no check slot)."""
 
+    header_timeout_s: float = 10.0
+    """Longest time for a request's headers to arrive, from the connection's start or its previous response:
+    past it the connection gets 408 and is closed (headers at 1 byte/s no longer hold it open)."""
+
     max_in_flight: int = 64
     """Checks (/check, /improve, /check/batch) running at once; more wait in the queue."""
 
@@ -92,6 +96,11 @@ class ServerSettings:
 
     datasets_dir: Path | None = None
     """A job may name a ``.jsonl`` file only inside this folder; None = dataset files are refused."""
+
+    allowed_models: tuple[str, ...] = ()
+    """Models and checkers a request may name in its options (PROBE's ``judges``, ``verifier=nli:<id or path>``,
+    ``embedding_model``, ...) besides the server's own model and the default embedding model; any other is refused
+    with 403 before anything is loaded (``--allow-model``; ``*`` allows every name)."""
 
     metrics_public: bool = False
     """Serve /metrics without the token (for scrapers that cannot send one)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,7 +25,9 @@ class ParseError(ValueError):
 _FENCE = re.compile(r"```(?:json|JSON)?\s*+(.*?)```", re.S)
 
 
-_MAX_STARTS = 200  # strict decoding is tried at this many "{"/"[" positions at most
+MAX_REPAIR_CANDIDATES = 200
+"""A reply with more bracketed values than this that only syntax repair could read is refused as a whole (never
+read from its first few: a second answer may hide after them); repair is the one super-linear step."""
 
 
 _STRUCTURAL = re.compile(r'[{}\[\]"\\]')  # the only characters the scan below reacts to
@@ -33,7 +36,9 @@ _STRUCTURAL = re.compile(r'[{}\[\]"\\]')  # the only characters the scan below r
 def _top_level_starts(text: str) -> list[int]:
     """Positions of "{"/"[" that open a value at nesting depth 0 (quotes only count inside a value, so
     prose quotes do not hide it). An inner object of a truncated reply is never a candidate on its own.
-    Jumps between structural characters in C: a long reply without brackets costs next to nothing."""
+    Jumps between structural characters in C: a long reply without brackets costs next to nothing. Every start
+    is returned, however many (a second answer after any amount of text is seen): the scan is linear, and the
+    strict decoding tried at each start reads only that value, so the work over all of them stays linear."""
     starts: list[int] = []
     depth = 0
     in_string = False
@@ -46,8 +51,6 @@ def _top_level_starts(text: str) -> list[int]:
         if depth == 0:
             if ch in "{[":
                 starts.append(i)
-                if len(starts) >= _MAX_STARTS:
-                    break
                 depth = 1
         elif in_string:
             if ch == "\\":
@@ -64,19 +67,33 @@ def _top_level_starts(text: str) -> list[int]:
 
 
 class RepeatedKeyError(ParseError):
-    """A JSON object of the reply names the same key twice: which value it meant is not stated."""
+    """A JSON object of the reply names the same key twice (after case and Unicode normalisation: "verdict" and
+    "Verdict", or a full-width "ｖｅｒｄｉｃｔ", are one key): which value it meant is not stated."""
 
     def __init__(self, key: str):
         super().__init__(f"the reply repeats the key {key!r} in one object: its value is ambiguous")
         self.key = key
 
 
+def normalized_key(key: str) -> str:
+    """A JSON key as it is compared: NFKC, case-folded, without format characters (zero-width spaces...) and
+    surrounding whitespace. Two keys that normalise alike name the same field twice."""
+    folded = unicodedata.normalize("NFKC", key).casefold()
+    if not folded.isascii():
+        folded = "".join(ch for ch in folded if unicodedata.category(ch) != "Cf")
+    return folded.strip()
+
+
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``object_pairs_hook`` that refuses a repeated key (``json`` would silently keep the last one)."""
+    """``object_pairs_hook`` that refuses a repeated key, compared by :func:`normalized_key` (``json`` would
+    silently keep the last one; a key differing only in case would be ignored as an extra one)."""
     out: dict[str, Any] = {}
+    seen: set[str] = set()
     for key, value in pairs:
-        if key in out:
+        norm = normalized_key(key)
+        if norm in seen:
             raise RepeatedKeyError(key)
+        seen.add(norm)
         out[key] = value
     return out
 
@@ -131,9 +148,10 @@ def _repeated_key(candidate: str) -> str | None:
             k += 1
         keys = stack[-1] if stack else None
         if k < n and candidate[k] == ":" and keys is not None:
-            if key in keys:
+            norm = normalized_key(key)
+            if norm in keys:
                 return key
-            keys.add(key)
+            keys.add(norm)
     return None
 
 
@@ -147,13 +165,13 @@ _JSON_LITERALS = {"true", "false", "null", "True", "False", "None"}
 _BARE_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
 
 
-def _value_end(text: str, start: int) -> int | None:
-    """Index just past the bracketed value opening at ``start``; None when it never closes (a truncated
-    reply). Strings in double or single quotes are skipped."""
+def _value_end(text: str, start: int, stop: int | None = None) -> int | None:
+    """Index just past the bracketed value opening at ``start``; None when it never closes before ``stop`` (a
+    truncated reply). Strings in double or single quotes are skipped."""
     depth = 0
     quote: str | None = None
     escaped = False
-    for i in range(start, len(text)):
+    for i in range(start, len(text) if stop is None else stop):
         ch = text[i]
         if quote:
             if escaped:
@@ -222,8 +240,13 @@ def extract_json(text: str, expect: type | tuple[type, ...] = (dict, list), *,
     A verdict comes from one unambiguous statement of it, so the reply is refused (ParseError) when
 
     * it states two *different* non-empty values of type ``expect`` (``{"score": 1} ... On second thought:
-      {"score": 5}``; the same value repeated is one statement, an empty ``{}``/``[]`` beside an answer none),
-    * an object names the same key twice (``{"score": 1, "score": 5}``), or
+      {"score": 5}``, after any amount of text; the same value repeated is one statement, an empty ``{}``/``[]``
+      beside an answer none); an object inside a list counts as a statement of its own (``{"supported": true}
+      [{"supported": false}]``), though a list alone is never read as an object,
+    * an object names the same key twice, compared after case and Unicode normalisation
+      (``{"score": 1, "score": 5}``, ``{"score": 5, "Score": 1}``),
+    * more than ``MAX_REPAIR_CANDIDATES`` bracketed values need syntax repair (work stays bounded; no answer is
+      read from the first few), or
     * its only value is one of ``examples`` (the format's own example echoed back, alone or inside echoed
       format text or an echoed prompt); an example beside one real answer is an echo and is skipped."""
     if not isinstance(text, str) or not text.strip():
@@ -232,25 +255,33 @@ def extract_json(text: str, expect: type | tuple[type, ...] = (dict, list), *,
         raise ParseError(f"reply of {len(text)} characters exceeds the {max_chars}-character limit")
     echo_keys = {_canonical(e) for e in examples}
     answers: dict[str, Any] = {}
+    inner: dict[str, Any] = {}  # objects inside a list when only objects are expected: a second statement
     echoed = 0
     repairable: list[str] = []
     truncated = False
     body = strip_think(text)
     sources = [m.group(1) for m in _FENCE.finditer(body)] + [body]
     for src in sources:
-        for pos in _top_level_starts(src):
+        starts = _top_level_starts(src)
+        for n, pos in enumerate(starts):
             try:
                 value, _ = _DECODER.raw_decode(src, pos)
             except RepeatedKeyError:
                 raise
             except (json.JSONDecodeError, RecursionError):
-                end = _value_end(src, pos)
+                # searched only up to the next start: a value never closing there is cut off (single quotes
+                # can make it look longer; scanning to the end from every start would be quadratic)
+                end = _value_end(src, pos, starts[n + 1] if n + 1 < len(starts) else None)
                 if end is None:
                     truncated = True
                 else:
                     repairable.append(src[pos:end])
                 continue
             if not isinstance(value, expect):
+                if isinstance(value, list) and dict in (expect if isinstance(expect, tuple) else (expect,)):
+                    for item in value:
+                        if isinstance(item, dict) and item:
+                            inner.setdefault(_canonical(item), item)
                 continue
             key = _canonical(value)
             if key in echo_keys:
@@ -259,8 +290,12 @@ def extract_json(text: str, expect: type | tuple[type, ...] = (dict, list), *,
                 answers.setdefault(key, value)
     # Candidates only syntax repair can read: the answer when nothing parsed strictly, and a second statement
     # (a contradiction to refuse) when something did.
-    for cand in dict.fromkeys(repairable):
-        if len(cand) > MAX_REPAIR_CHARS or not _only_syntax_errors(cand):
+    candidates = [c for c in dict.fromkeys(repairable) if len(c) <= MAX_REPAIR_CHARS]
+    if len(candidates) > MAX_REPAIR_CANDIDATES:
+        raise ParseError(f"the reply holds {len(candidates)} bracketed values that are not valid JSON (more than "
+                         f"{MAX_REPAIR_CANDIDATES}); which one is the answer is not clear: {text[:80]!r}")
+    for cand in candidates:
+        if not _only_syntax_errors(cand):
             continue
         try:
             value = json_repair.loads(cand)
@@ -282,6 +317,9 @@ def extract_json(text: str, expect: type | tuple[type, ...] = (dict, list), *,
         answers = stated  # an empty "{}" or "[]" beside a real answer states nothing
     if len(answers) > 1:
         raise ParseError(f"the reply states {len(answers)} different answers; a verdict must be stated once: "
+                         f"{text[:120]!r}")
+    if answers and any(k not in answers and k not in echo_keys for k in inner):
+        raise ParseError(f"the reply states a second answer inside a list; a verdict must be stated once: "
                          f"{text[:120]!r}")
     if answers:
         return next(iter(answers.values()))

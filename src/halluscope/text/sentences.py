@@ -10,10 +10,17 @@ starts the next window, so every boundary is found with its whole sentence in vi
 the sentences are identical to one pysbd pass). Splitting is then linear, ~12 us per character: measured
 on a 2-core machine under load, a 1,000,000-word block with no blank line (5.3 M characters) took 65 s,
 where one pysbd pass over just 32,000 words took 45 s (16,000 words: 9.6 s). pysbd itself sets that pace.
+
+Text without sentence breaks is not given to pysbd at all: a window with no sentence-ending mark (``.``, ``!``,
+``?``, ``;``, ``:``, ``…``, their full-width forms, or a line break) cannot hold a sentence boundary, and pysbd was slowest there
+(about 30 us per character, holding the GIL in long regular-expression calls: 5 MB without a break took the gate
+48 s and 765 MB). Such a run is cut at whitespace into pieces of at most ``MAX_WINDOW`` (5,000) characters, each
+one "sentence", and a warning on the ``halluscope.text.sentences`` logger says how many characters were cut so.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Callable
@@ -25,7 +32,14 @@ from halluscope.records import Span
 _LIST_ITEM = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
 
 MAX_WINDOW = 5_000
-"""Most characters handed to pysbd in one call (a longer block is read in overlapping windows)."""
+"""Most characters handed to pysbd in one call (a longer block is read in overlapping windows); also the longest
+piece a run without sentence breaks is cut into."""
+
+_SENTENCE_MARK = re.compile(r"[.!?;:…。！？；：\n\r\u2028\u2029]")
+"""A character that can end a sentence (pysbd also ends one at a line break): a window without one holds no
+boundary and is not given to pysbd."""
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -101,21 +115,35 @@ def _window_end(block: str, start: int, window: int) -> int:
     return limit
 
 
+_VISIBLE = re.compile(r"\S")
+
+
+def _first_visible(block: str, start: int, end: int) -> list[int]:
+    """The one sentence start of ``block[start:end]`` when it holds no sentence mark: its first non-space."""
+    m = _VISIBLE.search(block, start, end)
+    return [] if m is None else [m.start()]
+
+
 def _sentence_starts(block: str, language: str, window: int | None = None, *,
                      progress: Callable[[int], object] | None = None) -> list[int]:
     """Sentence starts in ``block``, with pysbd never given more than ``window`` (``MAX_WINDOW``) characters.
     ``progress`` is called with the characters done after each window."""
     window = window or MAX_WINDOW
     if len(block) <= window:
-        found = _pysbd_starts(block, language)
+        found = _pysbd_starts(block, language) if _SENTENCE_MARK.search(block) else _first_visible(block, 0, len(block))
         if progress is not None:
             progress(len(block))
         return found
     starts: list[int] = []
     pos = 0
+    unbroken = 0  # characters cut without pysbd (no sentence mark in their window)
     while pos < len(block):
         end = _window_end(block, pos, window)
-        found = [pos + s for s in _pysbd_starts(block[pos:end], language)]
+        if _SENTENCE_MARK.search(block, pos, end) is None:
+            found = _first_visible(block, pos, end)
+            unbroken += end - pos
+        else:
+            found = [pos + s for s in _pysbd_starts(block[pos:end], language)]
         if end == len(block) or len(found) < 2:
             # the block's last window, or one sentence longer than the window: cut it at the window's end
             starts.extend(found)
@@ -126,6 +154,9 @@ def _sentence_starts(block: str, language: str, window: int | None = None, *,
             done, pos = found[-1] - pos, found[-1]
         if progress is not None:
             progress(done)
+    if unbroken:
+        _log.warning("%d characters without a sentence break were cut into pieces of at most %d characters "
+                     "(not split into sentences)", unbroken, window)
     return starts
 
 

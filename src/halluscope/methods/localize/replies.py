@@ -125,7 +125,13 @@ def parse_binary_verdict(text: str) -> bool:
     return m.group(1).lower() == "yes"
 
 
+_EARLIER_ANSWER = re.compile(r"\bfinal\s+answer\s*:\s*[\"'“”]?\s*(yes|no)\b", re.I | re.A)
+"""A "Final answer: yes/no" anywhere in an earlier line, whatever follows it ("Final answer: no [note] ...")."""
+
+
 def _stated_answer(line: str) -> str | None:
-    """The yes/no of an earlier "Final answer: ..." line (a verdict stated before the last line), else None."""
-    m = _LAST_LINE_ANSWER.match(re.sub(r"[*_`#>]", "", line).strip())
+    """The yes/no of an earlier "Final answer: ..." statement (a verdict stated before the last line, also one
+    with text after it on its line), else None."""
+    clean = re.sub(r"[*_`#>]", "", line).strip()
+    m = _LAST_LINE_ANSWER.match(clean) or _EARLIER_ANSWER.search(clean)
     return m.group(1) if m else None
