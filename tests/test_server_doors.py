@@ -123,6 +123,7 @@ def test_redaction_keeps_urls_and_relative_names():
     ("probe", {"judges": ["fake", "someone-elses-model"]}),
     ("embed", {"embedding_model": "someone/big-embedder"}),
     ("improve", {"evaluator": "factscore", "evaluator_options": {"verifier": "seq2seq:someone/t5"}}),
+    ("ensemble", {"combiner": "/srv/combiners/any.json"}),
 ])
 def test_a_model_the_operator_did_not_allow_is_refused_403_before_loading(tmp_path, monkeypatch, method, options):
     import halluscope.methods.encoder_models as encoder_models

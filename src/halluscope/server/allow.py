@@ -2,7 +2,7 @@
 
 A request's options can name models: PROBE's ``judges`` (model names at the endpoint), an encoder checker
 (``verifier=nli:<hub id or path>``, ``gate=encoder:<path>``, ``verifier.checkpoint=...``), an embedding model
-(``embedding_model``). Each is compared with the operator's list (``halluscope serve --allow-model NAME``,
+(``embedding_model``), a fitted combiner file (``ensemble``'s ``combiner``). Each is compared with the operator's list (``halluscope serve --allow-model NAME``,
 ``HALLUSCOPE_SERVER_ALLOW_MODEL``) plus the server's own model and the default embedding model; any other is
 refused (403) before anything is built or loaded. ``--allow-model '*'`` allows every name."""
 
@@ -13,8 +13,9 @@ from typing import Any
 
 __all__ = ["ModelNotAllowed", "model_references", "refuse_unlisted"]
 
-_MODEL_KEYS = frozenset({"model", "judges", "judge", "judge_model", "embedding_model", "checkpoint"})
-"""Option names (the part after the last dot) whose string values name a model."""
+_MODEL_KEYS = frozenset({"model", "judges", "judge", "judge_model", "embedding_model", "checkpoint", "combiner"})
+"""Option names (the part after the last dot) whose string values name a model (``combiner``: the file of a fitted
+combiner that ``ensemble`` reads from the server's disk)."""
 _MAX_WALK = 10_000
 
 
