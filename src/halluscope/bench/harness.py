@@ -109,8 +109,10 @@ async def run_systems(
     if len(set(labels)) != len(labels):
         raise BenchError(f"two systems share a name: {labels}")
     out_dir = Path(out_dir)
+    # what the rows are (like each method's own run.json): the dataset, the selection and the model, not the
+    # endpoint's address (a local server started again gets another port)
     identity = {"dataset": dataset.spec, "sample_per_stratum": sample, "sample_seed": seed if sample else None,
-                "model": model, "endpoint": endpoint or ""}
+                "model": model}
     clash = folder_identity_clash(out_dir / RUN_FILE, identity)
     if clash:
         raise BenchError(f"{out_dir} holds a run with other settings ({clash}): use another --output")
@@ -128,7 +130,7 @@ async def run_systems(
     (out_dir / ROWS_FILE).write_text("".join(r.as_json() + "\n" for r in rows), encoding="utf-8")
     meta = {"dataset": dataset.spec, "model": model, "endpoint": endpoint, "items_run": len(complete),
             "items_asked": len(examples), "judge": getattr(judge, "name", None), "skipped": dict(skipped or {})}
-    quality = {"meta": meta, "summary": summarize(table_rows, labels), "results": results}
+    quality = {"meta": meta, "summary": summarize(table_rows, labels, n_bootstrap, seed), "results": results}
     (out_dir / QUALITY_JSON).write_text(json.dumps({k: v for k, v in quality.items() if k != "results"}, indent=2,
                                                    default=str) + "\n", encoding="utf-8")
     (out_dir / QUALITY_MD).write_text(dataset_markdown(quality["summary"], meta), encoding="utf-8")

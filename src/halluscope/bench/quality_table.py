@@ -71,18 +71,18 @@ class Row:
         return row
 
 
-def _bootstrap(statistic: Any, n: int) -> dict[str, Any]:
+def _bootstrap(statistic: Any, n: int, resamples: tuple[int, int] = (1000, 0)) -> dict[str, Any]:
     from halluscope.bench.metrics import bootstrap_ci
 
-    return bootstrap_ci(statistic, n, n_resamples=1000, seed=0)
+    return bootstrap_ci(statistic, n, n_resamples=resamples[0], seed=resamples[1])
 
 
-def accuracy(mine: list[Row]) -> dict[str, Any]:
+def accuracy(mine: list[Row], n_resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
     """Each system's agreement with the gold recorded on its rows, with 95 % bootstrap CIs over the items it
     scored (an unscored item is counted, never given a score): Spearman with QAGS human scores; AUC (label 1 =
     consistent, higher score = more consistent) overall and per SummEdits domain; FINAL description matching
     P/R/F1 over the scored items the named judge could match (an unscored item found nothing and missed nothing:
-    it is not matched)."""
+    it is not matched). ``n_resamples`` and ``seed``: the bootstrap's."""
     import numpy as np
     from scipy.stats import spearmanr
 
@@ -100,13 +100,13 @@ def accuracy(mine: list[Row]) -> dict[str, Any]:
                 return None
             return float(spearmanr(s[idx], h[idx]).statistic)
 
-        out["spearman"] = _bootstrap(rho, len(human))
+        out["spearman"] = _bootstrap(rho, len(human), (n_resamples, seed))
     labelled = [r for r in scored if r.gold_label is not None]
     if labelled:
         def auc_of(rows: list[Row]) -> dict[str, Any]:
             y = np.array([r.gold_label for r in rows])
             x = np.array([r.score for r in rows], dtype=float)
-            return _bootstrap(lambda idx: roc_auc(y[idx], x[idx]), len(rows))
+            return _bootstrap(lambda idx: roc_auc(y[idx], x[idx]), len(rows), (n_resamples, seed))
 
         out["auc"] = auc_of(labelled)
         domains = sorted({r.domain for r in labelled if r.domain})
@@ -120,7 +120,8 @@ def accuracy(mine: list[Row]) -> dict[str, Any]:
         out["final_match"] = {
             "judge": judged[0].match.get("judge"),  # type: ignore[union-attr]
             **final_prf(counts).as_dict(),
-            "f1": _bootstrap(lambda idx: final_prf([counts[i] for i in idx]).f1, len(counts)),  # the CI, beside P and R
+            # the CI, beside P and R
+            "f1": _bootstrap(lambda idx: final_prf([counts[i] for i in idx]).f1, len(counts), (n_resamples, seed)),
             "unmatched_items": sum(1 for r in scored if r.match and r.match.get("matched_gold") is None),
         }
     return out
@@ -134,7 +135,7 @@ def fmt_ci(ci: dict[str, Any] | None, band_digits: int = 3, with_n: bool = True)
     return f"{ci['value']:.3f}{band}" + (f" (n={ci['n']})" if with_n else "")
 
 
-def summarize(rows: list[Row], systems: list[str]) -> list[dict[str, Any]]:
+def summarize(rows: list[Row], systems: list[str], n_resamples: int = 1000, seed: int = 0) -> list[dict[str, Any]]:
     """Per system (in the order given): items, calls and tokens per item, unscored items and units, seconds per
     item and :func:`accuracy`."""
     out = []
@@ -156,7 +157,7 @@ def summarize(rows: list[Row], systems: list[str]) -> list[dict[str, Any]]:
             "failed_runs": sum(r.error is not None for r in mine),
             "seconds_per_item": statistics.mean(r.seconds for r in mine),
             "distinct_scores": len({r.score for r in mine if r.scored and r.score is not None}),
-            "accuracy": accuracy(mine),
+            "accuracy": accuracy(mine, n_resamples, seed),
         }
         out.append(summary)
     return out
@@ -297,14 +298,14 @@ def cells(folders: list[Path]) -> dict[tuple[str, str], dict[str, Any]]:
                 "folder": str(folder), "items": n, "accuracy": summary["accuracy"],
                 "unscored": n - summary["accuracy"]["scored"],
                 "calls_per_item": summary["calls_per_item"], "tokens_per_item": summary["tokens_per_item"],
-                "scores": _scores(mine),
+                "seconds_per_item": summary["seconds_per_item"], "scores": _scores(mine),
                 "describes": any(r.predicted_descriptions for r in mine),
             }
     return table
 
 
 def _band(ci: dict[str, Any] | None) -> str:
-    return fmt_band(ci, band_digits=2, with_n=False)  # n is in the cell's "scored" count
+    return fmt_ci(ci, band_digits=2, with_n=False)  # n is in the cell's "scored" count
 
 
 def _stat(ci: dict[str, Any] | None, cell: dict[str, Any]) -> str:
@@ -343,6 +344,10 @@ def _cell(kind: str, cell: dict[str, Any] | None, min_items: int = 0) -> str:
             return f"AUC {_band(acc.get('auc'))}, no matching judge ({scored})"
         return (f"F1 {_band(match.get('f1'))} (P {match['precision']:.2f}, R {match['recall']:.2f}; {scored})"
                 f"<br>detection AUC {_band(acc.get('auc'))}")  # beside the score-only systems' statistic
+    if "spearman" in acc:  # a dataset of another name: the statistic its gold allows
+        return f"Spearman {_stat(acc.get('spearman'), cell)} ({scored})"
+    if "auc" in acc:
+        return f"AUC {_stat(acc.get('auc'), cell)} ({scored})"
     return f"{scored}"
 
 
@@ -351,9 +356,36 @@ def markdown(table: dict[tuple[str, str], dict[str, Any]], min_items: int = 0) -
     kinds += sorted({k for c in table.values() for k in c} - set(kinds))
     heads = {"qags": "QAGS-CNNDM dev: Spearman [95 % CI]", "summedits": "SummEdits dev: AUC [95 % CI]; per domain",
              "final": "FINAL dev: matching F1 [95 % CI]; detection AUC"}
-    lines = ["| system | model | " + " | ".join(heads.get(k, k) for k in kinds) + " | calls / tokens per item |",
+    lines = ["| system | model | " + " | ".join(heads.get(k, k) for k in kinds) + " | calls / tokens / seconds per item |",
              "|---|---|" + "---|" * len(kinds) + "---|"]
     for (system, model), cell in sorted(table.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        cost = "; ".join(f"{k} {c['calls_per_item']:.1f} / {c['tokens_per_item']:,.0f}" for k, c in cell.items())
+        cost = "; ".join(f"{k} {c['calls_per_item']:.1f} / {c['tokens_per_item']:,.0f} / "
+                         f"{c.get('seconds_per_item', 0.0):.1f} s" for k, c in cell.items())
         lines.append(f"| {system} | {model} | " + " | ".join(_cell(k, cell.get(k), min_items) for k in kinds) + f" | {cost} |")
     return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python benchmarks/quality_table.py FOLDER... [--min-items N] [--out quality.md]``: the table of several
+    table folders (``halluscope bench --methods`` output folders), printed and, with ``--out``, written with its
+    numbers beside it as ``.json``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="The quality table of several `halluscope bench --methods` folders.")
+    parser.add_argument("folders", nargs="+", type=Path, help="halluscope bench --methods output folders")
+    parser.add_argument("--min-items", type=int, default=10,
+                        help="a cell measured on fewer items shows its count, not a figure (default 10)")
+    parser.add_argument("--out", type=Path, help="also write the table here (and its numbers beside it as .json)")
+    args = parser.parse_args(argv)
+    for folder in args.folders:
+        if not is_table_folder(folder):
+            raise SystemExit(f"{folder}: no {ROWS_FILE} and {RUN_FILE} (a `halluscope bench --methods` output folder)")
+    table = cells(args.folders)
+    text = markdown(table, args.min_items)
+    print(text, end="")
+    if args.out:
+        args.out.write_text(text, encoding="utf-8")
+        args.out.with_suffix(".json").write_text(json.dumps(
+            [{"system": s, "model": m, **{k: {f: v for f, v in c.items() if f != "scores"} for k, c in cell.items()}}
+             for (s, m), cell in table.items()], indent=2, default=str) + "\n",
+            encoding="utf-8")
