@@ -1,4 +1,4 @@
-"""A very long source with DCR and retrieval (issue 18): wall time of one check over a synthetic source of
+"""A very long source with DCR and retrieval: wall time of one check over a synthetic source of
 ``--words`` words with ``-o retrieval=always`` and the default retriever (MiniLM embeddings when installed).
 The LLM is a scripted fake (every excerpt judged consistent, AMC by rule), so the time is halluscope's own:
 sentence splitting, the index, retrieval.

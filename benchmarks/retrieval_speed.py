@@ -1,4 +1,4 @@
-"""Retrieval over one ~10k-word source for 10 targets (issue 13): first encode, amortized per-target time, and a
+"""Retrieval over one ~10k-word source for 10 targets: first encode, amortized per-target time, and a
 second process with the disk embedding cache warm.
 
 The source is two SQuALITY dev stories joined (~10k words, ~1k sentences); the 10 targets are plot summaries

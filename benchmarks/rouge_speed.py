@@ -1,4 +1,4 @@
-"""ROUGE-1/2/L speed and equality on SQuALITY-length pairs (issue 13): halluscope's C-speed ROUGE vs rouge-score.
+"""ROUGE-1/2/L speed and equality on SQuALITY-length pairs: halluscope's C-speed ROUGE vs rouge-score.
 
 Each pair is a SQuALITY dev story (~5k words, the reference) and one of its plot summaries (the prediction),
 scored for rouge1, rouge2 and rougeL with the Porter stemmer, as ``halluscope bench --method rouge`` does.

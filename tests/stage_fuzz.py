@@ -1,4 +1,4 @@
-"""Stage-by-stage fuzzing (issue 18): a scripted model that answers every halluscope stage with a valid reply and
+"""Stage-by-stage fuzzing: a scripted model that answers every halluscope stage with a valid reply and
 attacks only one named stage -- its first answer and its repair answer.
 
 A request is recognised by its prompt template (the literal wording of every registered method's templates, read
@@ -256,7 +256,7 @@ def _lookalike_labels(stage: str, user: str, rule_reasons: bool) -> list[str]:
 NEGATION_REASONS = ("Nothing in the SOURCE supports this claim.",
                     "Correction: the SOURCE says two thirds come from a grant.",
                     "Consistent? No, the SOURCE says a grant pays.")
-"""The audit's reasons that ``amc=rule`` used to read as +1 (issue 18, row 4)."""
+"""The audit's reasons that ``amc=rule`` used to read as +1."""
 
 
 def _with_reasons(stage: str, user: str, reasons: Iterable[str]) -> list[str]:
@@ -318,7 +318,7 @@ def attack_replies(cls: str, stage: str, messages: list[dict[str, str]], garbage
 
 STRUCTURAL_CLASSES = ("example_alone", "example_in_format", "prompt_echo", "two_verdicts", "duplicate_keys",
                       "lookalike_labels")
-"""The attack classes of issue 18 (``amc_rule_negations`` applies to ``dcr -o amc=rule`` only)."""
+"""The attack classes (``amc_rule_negations`` applies to ``dcr -o amc=rule`` only)."""
 
 ALTERNATIVES = {
     "factscore_verify_batch": {"factscore_verify"}, "factscore_describe_batch": {"factscore_describe"},
