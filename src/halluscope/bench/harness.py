@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,7 +86,7 @@ async def run_systems(
     dataset: Dataset,
     out_dir: Path,
     *,
-    peers: list[Peer] = (),  # type: ignore[assignment]
+    peers: Sequence[Peer] = (),
     skipped: dict[str, str] | None = None,
     judge: Any = None,
     model: str | None = None,
@@ -130,7 +131,7 @@ async def run_systems(
     (out_dir / ROWS_FILE).write_text("".join(r.as_json() + "\n" for r in rows), encoding="utf-8")
     meta = {"dataset": dataset.spec, "model": model, "endpoint": endpoint, "items_run": len(complete),
             "items_asked": len(examples), "judge": getattr(judge, "name", None), "skipped": dict(skipped or {})}
-    quality = {"meta": meta, "summary": summarize(table_rows, labels, n_bootstrap, seed), "results": results}
+    quality: dict[str, Any] = {"meta": meta, "summary": summarize(table_rows, labels, n_bootstrap, seed), "results": results}
     (out_dir / QUALITY_JSON).write_text(json.dumps({k: v for k, v in quality.items() if k != "results"}, indent=2,
                                                    default=str) + "\n", encoding="utf-8")
     (out_dir / QUALITY_MD).write_text(dataset_markdown(quality["summary"], meta), encoding="utf-8")

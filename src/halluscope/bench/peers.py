@@ -166,38 +166,34 @@ def _deepeval_model(endpoint: Endpoint, counter: _Counter) -> Any:
     from deepeval.models import DeepEvalBaseLLM
     from openai import OpenAI
 
-    client = OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0, timeout=900,
-                    http_client=counter.sync_client())
+    client: Any = OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0, timeout=900,
+                         http_client=counter.sync_client())
 
-    class EndpointModel(DeepEvalBaseLLM):
-        def __init__(self) -> None:
-            self.model_name = endpoint.model
+    def generate(self: Any, prompt: str, schema: Any = None) -> Any:
+        fmt: dict[str, Any] = {"type": "json_object"}
+        if schema is not None:
+            fmt = {"type": "json_schema", "json_schema": {"name": schema.__name__, "schema": schema.model_json_schema()}}
+        reply = client.chat.completions.create(
+            model=endpoint.model, messages=[{"role": "user", "content": prompt}], temperature=0.0,
+            max_tokens=endpoint.max_tokens, response_format=fmt)
+        text = reply.choices[0].message.content or ""
+        if schema is None:
+            return text
+        from deepeval.metrics.utils import trimAndLoadJson
 
-        def load_model(self) -> Any:
-            return client
+        return schema(**trimAndLoadJson(text))
 
-        def generate(self, prompt: str, schema: Any = None) -> Any:
-            fmt: dict[str, Any] = {"type": "json_object"}
-            if schema is not None:
-                fmt = {"type": "json_schema", "json_schema": {"name": schema.__name__,
-                                                              "schema": schema.model_json_schema()}}
-            reply = client.chat.completions.create(
-                model=endpoint.model, messages=[{"role": "user", "content": prompt}], temperature=0.0,
-                max_tokens=endpoint.max_tokens, response_format=fmt)
-            text = reply.choices[0].message.content or ""
-            if schema is None:
-                return text
-            from deepeval.metrics.utils import trimAndLoadJson
+    async def a_generate(self: Any, prompt: str, schema: Any = None) -> Any:
+        return generate(self, prompt, schema)
 
-            return schema(**trimAndLoadJson(text))
+    def init(self: Any) -> None:
+        self.model_name = endpoint.model
 
-        async def a_generate(self, prompt: str, schema: Any = None) -> Any:
-            return self.generate(prompt, schema)
-
-        def get_model_name(self) -> str:
-            return f"endpoint:{endpoint.model}"
-
-    return EndpointModel()
+    # built with type(): DeepEval's base class is untyped (Any) where the peers group is not installed
+    model_cls = type("EndpointModel", (DeepEvalBaseLLM,), {
+        "__init__": init, "load_model": lambda self: client, "generate": generate, "a_generate": a_generate,
+        "get_model_name": lambda self: f"endpoint:{endpoint.model}"})
+    return model_cls()
 
 
 PEERS: dict[str, type[RagasPeer] | type[DeepEvalPeer]] = {"ragas": RagasPeer, "deepeval": DeepEvalPeer}

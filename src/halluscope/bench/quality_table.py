@@ -106,7 +106,7 @@ def accuracy(mine: list[Row], n_resamples: int = 1000, seed: int = 0) -> dict[st
         def auc_of(rows: list[Row]) -> dict[str, Any]:
             y = np.array([r.gold_label for r in rows])
             x = np.array([r.score for r in rows], dtype=float)
-            return _bootstrap(lambda idx: roc_auc(y[idx], x[idx]), len(rows), (n_resamples, seed))
+            return _bootstrap(lambda idx: roc_auc(y[idx].tolist(), x[idx].tolist()), len(rows), (n_resamples, seed))
 
         out["auc"] = auc_of(labelled)
         domains = sorted({r.domain for r in labelled if r.domain})

@@ -138,7 +138,8 @@ def _judge(config: Config, judge_flags: tuple[str | None, ...], llm_methods: lis
         if any(judge_flags):
             return get_llm(config.with_overrides(model=judge_model, base_url=judge_base_url, api_key=judge_api_key))
         if llm_methods:
-            return llm_methods[0].llm
+            judge: LLM = llm_methods[0].llm
+            return judge
         return _optional_judge(config)
     except (ValueError, LLMError) as exc:
         raise fail(f"judge model: {exc}")
