@@ -27,10 +27,11 @@ def write_items(path: Path, n: int) -> Path:
 
 
 def bench(tmp_path: Path, script: dict, *args: str):
+    """The scripted replies are consumed in request order: one item at a time, so item i gets reply i."""
     (tmp_path / "script.json").write_text(json.dumps(script))
     return CliRunner().invoke(app, ["bench", "-d", str(tmp_path / "items.jsonl"), "--model",
                                     f"fake:{tmp_path / 'script.json'}", "--no-cache", "--no-progress",
-                                    "--bootstrap", "100", "-O", str(tmp_path / "out"), *args])
+                                    "--bootstrap", "100", "--concurrency", "1", "-O", str(tmp_path / "out"), *args])
 
 
 def items_of(folder: Path) -> list[str]:
