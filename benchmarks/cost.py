@@ -101,7 +101,7 @@ def bench_command(args: argparse.Namespace, base_url: str) -> list[str]:
         plan = [(label, entry) for label, entry in plan
                 if label in wanted or (entry.split("+")[0] in wanted and entry.split("+")[0] not in labels)]
     cmd = [sys.executable, "-m", "halluscope", "bench", "--dataset", args.dataset,
-           "--methods", ",".join(entry for _, entry in plan), "--model", args.model, "--base-url", base_url,
+           "--methods", ",".join(entry for _, entry in plan) or "none", "--model", args.model, "--base-url", base_url,
            "--api-key", args.api_key, "--no-cache", "--concurrency", "1", "-O", str(args.out), "--no-progress"]
     cmd += ["--limit", str(args.limit)] if args.limit else []
     cmd += ["--sample", str(args.sample)] if args.sample else []
@@ -136,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--judge-model", default=None, help="FINAL matching judge (default: the evaluated model)")
     parser.add_argument("--judge-base-url", default=None, help="OpenAI-compatible endpoint of --judge-model")
     parser.add_argument("--batch-size", type=int, default=4, help="batch_size of the batched variants")
-    parser.add_argument("--methods", help="comma-separated labels or method names to run (default: all)")
+    parser.add_argument("--methods", help="comma-separated labels or method names to run (default: all); 'none' "
+                        "for the peers alone")
     parser.add_argument("--no-peers", action="store_true")
     parser.add_argument("--out", type=Path, default=REPO / "bench_out" / "cost")
     parser.add_argument("--print-command", action="store_true", help="print the halluscope bench command, run nothing")

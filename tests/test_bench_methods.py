@@ -139,6 +139,7 @@ def test_the_methods_list_is_parsed_and_checked() -> None:
         parse_methods("dcr+batch_size")
     with pytest.raises(ValueError, match="no method"):
         parse_methods(" , ")
+    assert parse_methods("none") == []  # the peers alone
 
 
 @pytest.mark.parametrize("args, message", [
@@ -147,6 +148,7 @@ def test_the_methods_list_is_parsed_and_checked() -> None:
     (["--method", "rouge", "--peers", "ragas"], "--peers goes with --methods"),
     (["--methods", "rouge,nosuchmethod"], "nosuchmethod"),
     (["--methods", "rouge", "--peers", "trulens"], "unknown peer"),
+    (["--methods", "none"], "name them with --peers"),
 ])
 def test_bad_method_lists_are_refused_clearly(tmp_path, args, message) -> None:
     write_items(tmp_path / "items.jsonl", 2)

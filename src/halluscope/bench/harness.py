@@ -60,8 +60,10 @@ def folder_name(label: str) -> str:
 
 def parse_methods(text: str) -> list[MethodSpec]:
     """``--methods``: comma-separated method names, each optionally with ``+key=value`` options of its own
-    (``rouge,geval,dcr+batch_size=4``). The same system twice is refused."""
+    (``rouge,geval,dcr+batch_size=4``); ``none``: no method (the peers alone). The same system twice is refused."""
     specs: list[MethodSpec] = []
+    if text.strip() == "none":
+        return specs
     for entry in (e.strip() for e in text.split(",")):
         if not entry:
             continue

@@ -162,6 +162,8 @@ def _bench_many(methods: str, peers: str | None, data: Any, config: Config, opti
         specs = parse_methods(methods)
     except ValueError as exc:
         raise fail(str(exc))
+    if not specs and not peers:
+        raise fail("--methods none runs the peers alone: name them with --peers")
     shared = parse_options(option)
     built = []
     for spec in specs:
