@@ -99,6 +99,17 @@ def test_a_method_with_options_of_its_own_gets_its_own_row_and_folder(tmp_path) 
     assert [s["system"] for s in json.loads((out / "quality.json").read_text())["summary"]] == \
         ["rouge", "rouge variant=rouge1"]
 
+    # a method added to the folder later runs on the same items; another dataset in the folder is refused
+    added = bench(tmp_path, {"GevalReply": GEVAL}, "--methods", "rouge,geval")
+    assert added.exit_code == 0, added.output
+    assert items_of(out / "geval") == items_of(out / "rouge") == ["q0", "q1", "q2"]
+    assert json.loads((out / "run.json").read_text())["model"] == f"fake:{tmp_path / 'script.json'}"
+    other = tmp_path / "other.jsonl"
+    other.write_text((tmp_path / "items.jsonl").read_text())
+    refused = CliRunner().invoke(app, ["bench", "-d", str(other), "--methods", "rouge", "--no-progress",
+                                       "-O", str(out)])
+    assert refused.exit_code == 2 and "other settings" in refused.output
+
 
 def test_the_peers_are_skipped_with_the_reason_when_they_cannot_run(tmp_path) -> None:
     write_items(tmp_path / "items.jsonl", 2)

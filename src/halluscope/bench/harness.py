@@ -112,13 +112,14 @@ async def run_systems(
     if len(set(labels)) != len(labels):
         raise BenchError(f"two systems share a name: {labels}")
     out_dir = Path(out_dir)
-    # what the rows are (like each method's own run.json): the dataset, the selection and the model, not the
-    # endpoint's address (a local server started again gets another port)
-    identity = {"dataset": dataset.spec, "sample_per_stratum": sample, "sample_seed": seed if sample else None,
-                "model": model}
+    # what the items are: the dataset and the selection (each method's own run.json pins its options and model,
+    # so a method can be added to the folder later and a different model for a method already there is refused)
+    identity = {"dataset": dataset.spec, "sample_per_stratum": sample, "sample_seed": seed if sample else None}
     clash = folder_identity_clash(out_dir / RUN_FILE, identity)
     if clash:
         raise BenchError(f"{out_dir} holds a run with other settings ({clash}): use another --output")
+    # the model (of the LLM systems) that names the folder's rows in the table of several folders
+    (out_dir / RUN_FILE).write_text(json.dumps({**identity, "model": model}, indent=2) + "\n", encoding="utf-8")
     results: dict[str, Any] = {}
     for label, method in methods:
         results[label] = await run_bench(method, dataset, out_dir / folder_name(label), judge=judge, sample=sample,
