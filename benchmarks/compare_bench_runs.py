@@ -1,4 +1,4 @@
-"""Compare two sets of `halluscope bench` output folders (a before/after proof for a refactor, issue 19).
+"""Compare two sets of `halluscope bench` output folders (a before/after proof for a refactor).
 
     python benchmarks/compare_bench_runs.py OLD_DIR NEW_DIR
 

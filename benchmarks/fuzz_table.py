@@ -1,4 +1,4 @@
-"""Issue 14's fuzz table, re-run: replies that state no verdict must never produce a score, and no reply or
+"""The fuzz table: replies that state no verdict must never produce a score, and no reply or
 transport fault may crash a check.
 
 Every LLM-backed method configuration (the list in ``tests/test_fuzz_methods.py``) runs on the README's kind of
@@ -10,7 +10,7 @@ replies (all must be 0), and crashes (exceptions out of ``check``; must be 0).
 
     python benchmarks/fuzz_table.py [--mixed-runs 40] [--out bench_out/fuzz_table.json]
 
-With ``--stage-by-stage`` (issue 18) it attacks one verdict stage at a time instead: a scripted model answers every
+With ``--stage-by-stage`` it attacks one verdict stage at a time instead: a scripted model answers every
 other stage validly (so the attacked stage is always reached) and gives the attacked stage -- first answer and
 repair -- the schema's example (alone, in the format text), the prompt echoed, two verdicts, repeated keys,
 look-alike labels, a second verdict hidden (keys differing in case, nested, listed, after 250 bracketed tokens),
@@ -106,7 +106,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mixed-runs", type=int, default=40, help="checks per method with faults mixed in")
     parser.add_argument("--stage-by-stage", action="store_true",
-                        help="attack one verdict stage at a time, every other stage answered validly (issue 18)")
+                        help="attack one verdict stage at a time, every other stage answered validly")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     if args.stage_by_stage:

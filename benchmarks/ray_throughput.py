@@ -1,4 +1,4 @@
-"""Local engine vs Ray engine on a latency-injected OpenAI-compatible endpoint, and the fault tests (issue 11).
+"""Local engine vs Ray engine on a latency-injected OpenAI-compatible endpoint, and the fault tests.
 
     python benchmarks/ray_throughput.py [--items 400] [--latency-ms 100] [--concurrency 16] [--actors 2,4]
                                         [--skip-fault] [--out FILE]

@@ -1,4 +1,4 @@
-"""Record the replay suite (issue 19): every LLM method checks one short shared dev item with a real model, and
+"""Record the replay suite: every LLM method checks one short shared dev item with a real model, and
 each check is written to ``tests/replays/<name>.json`` -- the item, the options, the model, every request
 (messages and response format) with its raw reply in order, the token counts the method asked for, and the
 report's outcome (score, per-claim labels, findings' spans). ``tests/test_replay.py`` replays them offline.

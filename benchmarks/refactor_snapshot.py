@@ -1,4 +1,4 @@
-"""Before/after proof for a refactor (issue 19): one deterministic JSON of what the project visibly does, to be
+"""Before/after proof for a refactor: one deterministic JSON of what the project visibly does, to be
 taken on the old tree and on the new one and compared byte for byte.
 
     PYTHONPATH=/path/to/old/src python benchmarks/refactor_snapshot.py --out before.json

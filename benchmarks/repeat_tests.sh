@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's test command N times in a row on a fresh clone, with B CPU-burning processes beside it
-# (issue 19: "passes 5 times in a row on a fresh clone, and with two CPU-burning processes beside it").
+# (the suite must pass 5 times in a row on a fresh clone, with two CPU-burning processes beside it).
 #
 #   benchmarks/repeat_tests.sh [RUNS=5] [BURNERS=2] [LOG_DIR=./repeat_tests_out]
 #

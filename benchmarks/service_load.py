@@ -1,4 +1,4 @@
-"""Load and fault benchmark of the HTTP service (issue 12), all on 127.0.0.1 against a stub model endpoint.
+"""Load and fault benchmark of the HTTP service, all on 127.0.0.1 against a stub model endpoint.
 
     python benchmarks/service_load.py [--body-mb 300] [--body-rounds 3] [--options 2000] [--concurrent 200]
                                       [--job-items 40] [--long-target-chars 100000] [--latency-ms 20]

@@ -1,4 +1,4 @@
-"""Replaying recorded real replies (issue 19): a fixture under ``tests/replays/`` holds one check of one method on
+"""Replaying recorded real replies: a fixture under ``tests/replays/`` holds one check of one method on
 one dev item with a real model -- every request it sent (messages and response format) with the raw reply, in
 order, and the report's outcome at record time. :class:`ReplayModel` answers each request by exact match of the
 request against the fixture; a request nobody recorded is refused and kept in :attr:`ReplayModel.unmatched`

@@ -1,4 +1,4 @@
-"""Stage-by-stage fuzzing (issue 18): a scripted model that answers every halluscope stage with a valid reply and
+"""Stage-by-stage fuzzing: a scripted model that answers every halluscope stage with a valid reply and
 attacks only one named stage -- its first answer and its repair answer.
 
 A request is recognised by its prompt template (the literal wording of every registered method's templates, read
@@ -258,7 +258,7 @@ def _lookalike_labels(stage: str, user: str, rule_reasons: bool) -> list[str]:
 NEGATION_REASONS = ("Nothing in the SOURCE supports this claim.",
                     "Correction: the SOURCE says two thirds come from a grant.",
                     "Consistent? No, the SOURCE says a grant pays.")
-"""The audit's reasons that ``amc=rule`` used to read as +1 (issue 18, row 4)."""
+"""The audit's reasons that ``amc=rule`` used to read as +1."""
 
 
 HEDGED_REASONS = ("Is it consistent? No, the SOURCE says a grant pays.",

@@ -263,7 +263,7 @@ def test_a_prose_verdict_is_unscored_not_a_verdict(prose):
 
 @pytest.mark.parametrize("reply", PLACEHOLDER_FACTS)
 def test_a_placeholder_decomposition_is_unscored_not_zero(reply):
-    # issue 14: the embedded model echoed "<atomic fact>"; 13/15 QAGS items were then scored 0.0
+    # the embedded model once echoed "<atomic fact>"; 13/15 QAGS items were then scored 0.0
     scripted = {"FactsReply": reply, "FactJudgmentReply": '{"supported": false, "inconsistencies": []}'}
     report = FactScore(llm=fake(by_reply=scripted)).check(SOURCE, TARGET)
     assert report.score is None and "decomposition failed" in report.unscored_reason

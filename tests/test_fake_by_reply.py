@@ -1,4 +1,4 @@
-"""The fake model scripted by reply type (issue 19): replies keyed by the Reply model a request asks for, in
+"""The fake model scripted by reply type: replies keyed by the Reply model a request asks for, in
 order, not by the prompt's wording; and the same script as a JSON file behind ``--model fake:script.json``."""
 
 from __future__ import annotations

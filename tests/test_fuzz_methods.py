@@ -1,4 +1,4 @@
-"""Issue 14's fuzz table, re-run on every method: replies that state no verdict never produce a score, a
+"""The fuzz table on every method: replies that state no verdict never produce a score, a
 verdict or a finding, and no reply (or transport fault) crashes a check.
 
 Each check below runs with a scripted model whose every reply -- the first answer and the repair answer --

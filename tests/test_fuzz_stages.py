@@ -1,4 +1,4 @@
-"""Issue 18, item 2: attack one stage at a time (the fast subset of ``benchmarks/fuzz_table.py --stage-by-stage``).
+"""Attack one stage at a time (the fast subset of ``benchmarks/fuzz_table.py --stage-by-stage``).
 
 A scripted model (:mod:`tests.stage_fuzz`) answers every stage validly and attacks only the named verdict stage,
 first answer and repair: the schema's example (alone, in the format text), the prompt echoed, two verdicts, repeated

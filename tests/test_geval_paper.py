@@ -1,4 +1,4 @@
-"""geval's paper variant (issue 21 item 3): G-Eval's score-only form and its probability-weighted score from
+"""geval's paper variant: G-Eval's score-only form and its probability-weighted score from
 token log-probabilities; the reasoned prompt stays the default."""
 
 from __future__ import annotations

@@ -37,8 +37,8 @@ ANSWER = json.dumps({"inconsistencies": FOUND})
 NONE = '{"inconsistencies": []}'
 COT = ("Step 1: the year. The source says 2001.\nStep 2: cars are not mentioned.\n"
        f"{FINAL_MARKER}\n{ANSWER}")
-# Replies that state no answer in the declared format: each of these used to be scored (issue 14: "any
-# non-empty line is a finding", 25/25 junk replies scored).
+# Replies that state no answer in the declared format: each of these used to be scored (the earlier
+# rule: "any non-empty line is a finding"; 25/25 junk replies scored).
 JUNK = ["Sure! I can help with that.", "A. The text says \"in 1999\", but the source says 2001.",
         "1. one\n2) two\n- three", "Here are the inconsistencies:\n\nA.\nDescription: The year is wrong.",
         "None", "No inconsistencies found.", '["one", "two"]', "[]", '{"inconsistencies": "none found"}',

@@ -1,4 +1,4 @@
-"""Typed ``Report.details`` (issue 19): each method's details validate against its declared model, on the
+"""Typed ``Report.details``: each method's details validate against its declared model, on the
 replay fixtures (a real model's replies); an undeclared key, a wrong type or an undeclared null fails."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Issue 18, item 1: a verdict comes from one unambiguous statement of it.
+"""A verdict comes from one unambiguous statement of it.
 
-Each test below fails on main before the issue (842d343): the schema's example echoed back was scored, the first of
+Each test below fails on main before these checks (842d343): the schema's example echoed back was scored, the first of
 two answers (or the last of two values of a repeated key) was scored, look-alike labels folded onto ASCII ones, and
 ``amc=rule`` read negations and corrections as +1."""
 

@@ -1,4 +1,4 @@
-"""docs/paper_defaults.md names only settings that exist (issue 21 item 7): every ``key=value`` is an option of some
+"""docs/paper_defaults.md names only settings that exist: every ``key=value`` is an option of some
 method (and the value one it accepts), every ``--flag`` a CLI option, every ``HALLUSCOPE_*`` variable read by
 the code."""
 

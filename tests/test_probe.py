@@ -1,5 +1,5 @@
-"""``probe``: quote verification, span mapping, consensus voting, retrieval, strict replies (issue 14),
-swappable verifier (issue 9), parsers fuzzed, garbled models end to end."""
+"""``probe``: quote verification, span mapping, consensus voting, retrieval, strict replies,
+swappable verifier, parsers fuzzed, garbled models end to end."""
 
 from __future__ import annotations
 
@@ -330,7 +330,7 @@ def test_decomposition_failure_falls_back_to_sentences_or_unscored():
     assert strict.details["steps"]["decomposition"]["error"] and len(strict.calls) == 2
 
 
-# --- strict replies (issue 14) ----------------------------------------------------------------------------------
+# --- strict replies --------------------------------------------------------------------------------------------
 
 
 def _with_evidence_reply(evidence_reply: str, verdict_reply: str | None = None):
@@ -491,7 +491,7 @@ def test_the_web_report_lists_the_unscored_claims():
     assert data["verdicts"][2]["reason"] == "all 1 quoted passages were not found in the source"
 
 
-# --- swappable stages (issue 9) -----------------------------------------------------------------------------
+# --- swappable stages --------------------------------------------------------------------------------------
 
 
 @register_stage("test_keyword", "verifier")

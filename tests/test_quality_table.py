@@ -1,5 +1,6 @@
-"""``benchmarks/quality_table.py`` builds the README's dev-data quality table from ``cost.py`` folders: one row per
-system and model, each dataset's accuracy computed from the rows, the no-LLM baselines once."""
+"""``halluscope.bench.quality_table`` (run by ``benchmarks/quality_table.py``) builds the README's dev-data quality
+table from ``halluscope bench --methods`` folders: one row per system and model, each dataset's accuracy computed
+from the rows, the no-LLM baselines once."""
 
 from __future__ import annotations
 
@@ -13,12 +14,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _module():
-    import importlib.util
+    from halluscope.bench import quality_table
 
-    spec = importlib.util.spec_from_file_location("quality_table", REPO / "benchmarks" / "quality_table.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return quality_table
 
 
 def _folder(path: Path, model: str, dataset: str, rows: list[dict]) -> Path:
@@ -87,6 +85,18 @@ def test_the_cli_writes_the_table_and_its_numbers(tmp_path, capsys) -> None:
     assert numbers[0]["system"] == "geval" and numbers[0]["qags"]["items"] == 3
     with pytest.raises(SystemExit, match="no rows.jsonl"):
         qt.main([str(tmp_path)])
+
+
+def test_the_benchmarks_script_is_the_package_command(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    folder = _folder(tmp_path / "q", "Qwen-1.5B", "qags:dev", _qags("geval", [0.1, 0.2, 0.3], 1))
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "quality_table.py"), str(folder),
+                           "--min-items", "3"], capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, "PYTHONPATH": str(REPO / "src")})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == _module().markdown(_module().cells([folder]), 3)
 
 
 def test_a_system_that_describes_nothing_gets_its_detection_auc_on_final(tmp_path) -> None:

@@ -1,4 +1,4 @@
-"""The replay suite (issue 19): each fixture under tests/replays/ holds a real model's replies to one check; the
+"""The replay suite: each fixture under tests/replays/ holds a real model's replies to one check; the
 check is run again offline and must send exactly the recorded requests and reach exactly the recorded outcome.
 
 A failure here after an intended prompt or parsing change: re-record with ``python benchmarks/record_replays.py``

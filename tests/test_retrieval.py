@@ -142,7 +142,7 @@ def test_single_sentence_and_whitespace_sources():
     assert snip.sentence_indices == (0,) and snip.text == "Only one sentence here."
 
 
-# -- the paper's K snippets of 2w+1 sentences (issue 9) --------------------------------------------------------
+# -- the paper's K snippets of 2w+1 sentences ------------------------------------------------------------------
 
 TWENTY = " ".join(f"Sentence {i} is about the {'zebra' if i in (8, 9, 10) else f'topic{i}'} here."
                   for i in range(20))
@@ -206,7 +206,7 @@ def test_with_config_shares_the_index():
         index.with_config(RetrievalConfig(retriever="embedding"))
 
 
-# -- the process-wide index cache (issue 13) -------------------------------------------------------------------
+# -- the process-wide index cache ------------------------------------------------------------------------------
 
 
 def test_index_cache_builds_each_source_once_across_settings_and_threads(monkeypatch):
@@ -256,7 +256,7 @@ async def test_shared_index_is_process_wide():
     assert len(retrieval.shared_index_cache()) == 0
 
 
-# -- the embedding cache (issue 13) ----------------------------------------------------------------------------
+# -- the embedding cache ---------------------------------------------------------------------------------------
 
 DIM = 8
 

@@ -1,4 +1,4 @@
-"""The C-speed ROUGE of ``methods/rouge.py`` gives rouge-score's numbers (issue 13): 500 pairs to 1e-9."""
+"""The C-speed ROUGE of ``methods/rouge.py`` gives rouge-score's numbers: 500 pairs to 1e-9."""
 
 from __future__ import annotations
 

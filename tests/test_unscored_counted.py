@@ -1,4 +1,4 @@
-"""Issue 21 item 1-2: unscored items are counted (coverage beside every value, and a value where an unscored item
+"""Unscored items are counted (coverage beside every value, and a value where an unscored item
 is the worst outcome), FINAL's variant choice cannot win on fewer items, and the choice can be held out."""
 
 from __future__ import annotations

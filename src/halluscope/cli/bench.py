@@ -17,7 +17,9 @@ if TYPE_CHECKING:
 
 def bench_command(
     dataset: Annotated[str, typer.Option("--dataset", "-d", help="final[:dev], summedits[:domain], qags[:dev], squality[:dev], or a path to a .jsonl in the generic Example format.")],
-    method: Annotated[str, typer.Option("--method", help="Method name (see `halluscope methods`).")],
+    method: Annotated[Optional[str], typer.Option("--method", help="Method name (see `halluscope methods`).")] = None,
+    methods: Annotated[Optional[str], typer.Option("--methods", help="Several methods on the same items, comma-separated, each optionally with options of its own: rouge,gate,geval,dcr+batch_size=4. One sub-folder per method (each resumes on its own), then the quality-and-cost table of all of them: quality.md, quality.json, rows.jsonl.")] = None,
+    peers: Annotated[Optional[str], typer.Option("--peers", help="With --methods: other libraries' faithfulness on the same items and endpoint: ragas,deepeval (the optional 'peers' dependency group; a peer not installed is skipped with the reason in the table).")] = None,
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
     api_key: ApiKeyOpt = None,
@@ -44,14 +46,19 @@ def bench_command(
     actor_concurrency: Annotated[Optional[int], typer.Option("--actor-concurrency", help="--engine ray: items/LLM requests in flight per actor (default: --concurrency split over the actors).", min=1)] = None,
     actor_cpus: Annotated[float, typer.Option("--actor-cpus", callback=finite_number, help="--engine ray: CPUs Ray reserves per actor (LLM-bound actors need little).", min=0.0, max=1024.0)] = 1.0,
 ) -> None:
-    """Benchmark a METHOD on a DATASET: per-item reports stream to items.jsonl (a re-run resumes), then
-    results.json, results.md and PNG plots are written to the output folder."""
+    """Benchmark a METHOD (or several: --methods) on a DATASET: per-item reports stream to items.jsonl (a re-run
+    resumes), then results.json, results.md and PNG plots are written to the output folder; with --methods, each
+    method in a sub-folder of its own and the quality-and-cost table of all of them beside."""
     out = either("--output", out, "--out", old_out)
+    if (method is None) == (methods is None):
+        raise fail("give --method NAME, or --methods NAME,NAME,... (not both)")
+    if peers is not None and methods is None:
+        raise fail("--peers goes with --methods (the peers are rows of the table beside the methods)")
     import asyncio
 
     from halluscope.bench.datasets import DatasetError, load_dataset
     from halluscope.bench.runner import BenchError, run_bench
-    from halluscope.llm import LLMError, get_llm
+    from halluscope.llm import LLMError
     from halluscope.methods import get_method
 
     if sample is not None and sample < 1:
@@ -66,6 +73,15 @@ def bench_command(
     except DatasetError as exc:
         raise fail(str(exc))
     config = make_config(model, base_url, api_key, no_cache, concurrency)
+    if methods is not None:
+        if select_on or select_holdout:
+            raise fail("--select-on and --select-holdout go with --method (one calibrating method)")
+        _bench_many(methods, peers, data, config, option, out, judge_flags=(judge_model, judge_base_url, judge_api_key),
+                    sample=sample, seed=seed, limit=limit, bootstrap=bootstrap, retry_unscored=retry_unscored,
+                    concurrency=concurrency, progress=not no_progress, engine=engine, address=address, actors=actors,
+                    actor_concurrency=actor_concurrency, actor_cpus=actor_cpus)
+        return
+    assert method is not None
     try:
         m = get_method(method, config=config, **parse_options(option))
     except (KeyError, TypeError, ValueError) as exc:
@@ -79,29 +95,8 @@ def bench_command(
             raise fail(str(exc))
         except (ValueError, LLMError):
             pass  # a backend that cannot be built is reported as before (judge / per item)
-    judge_flags = (judge_model, judge_base_url, judge_api_key)
-    judge: LLM | None
-    try:
-        if any(judge_flags):
-            judge = get_llm(config.with_overrides(model=judge_model, base_url=judge_base_url, api_key=judge_api_key))
-        elif m.uses_llm:
-            judge = m.llm
-        else:
-            judge = _optional_judge(config)
-    except (ValueError, LLMError) as exc:
-        raise fail(f"judge model: {exc}")
-    runner_engine = None
-    engine_errors: tuple[type[Exception], ...] = ()
-    if engine == "ray":
-        from halluscope.bench.ray_engine import RayEngine, RayEngineError
-
-        engine_errors = (RayEngineError,)
-        try:
-            runner_engine = RayEngine(address=address, actors=actors, actor_concurrency=actor_concurrency,
-                                      cpus_per_actor=actor_cpus)
-            runner_engine.connect()
-        except (RayEngineError, ValueError, ConnectionError) as exc:
-            raise fail(f"--engine ray: {exc}")
+    judge = _judge(config, (judge_model, judge_base_url, judge_api_key), [m] if m.uses_llm else [])
+    runner_engine, engine_errors = _engine(engine, address, actors, actor_concurrency, actor_cpus)
     try:
         results = asyncio.run(run_bench(m, data, out, judge=judge, sample=sample, seed=seed, limit=limit,
                                         n_bootstrap=bootstrap, retry_unscored=retry_unscored,
@@ -115,6 +110,103 @@ def bench_command(
     _print_summary(results, out)
     if results["suite_errors"]:
         raise fail(f"metric suite(s) failed: {results['suite_errors']}", code=1)
+
+
+def _engine(engine: str, address: str | None, actors: int, actor_concurrency: int | None,
+            actor_cpus: float) -> tuple[Any, tuple[type[Exception], ...]]:
+    """The engine of ``--engine`` (None: the local one) and the errors it may raise while running."""
+    if engine != "ray":
+        return None, ()
+    from halluscope.bench.ray_engine import RayEngine, RayEngineError
+
+    try:
+        runner_engine = RayEngine(address=address, actors=actors, actor_concurrency=actor_concurrency,
+                                  cpus_per_actor=actor_cpus)
+        runner_engine.connect()
+    except (RayEngineError, ValueError, ConnectionError) as exc:
+        raise fail(f"--engine ray: {exc}")
+    return runner_engine, (RayEngineError,)
+
+
+def _judge(config: Config, judge_flags: tuple[str | None, ...], llm_methods: list[Any]) -> LLM | None:
+    """The judge of suites that need one: the --judge-* model, else the (first LLM) method's model, else the
+    configured model when it can be built."""
+    from halluscope.llm import LLMError, get_llm
+
+    judge_model, judge_base_url, judge_api_key = judge_flags
+    try:
+        if any(judge_flags):
+            return get_llm(config.with_overrides(model=judge_model, base_url=judge_base_url, api_key=judge_api_key))
+        if llm_methods:
+            judge: LLM = llm_methods[0].llm
+            return judge
+        return _optional_judge(config)
+    except (ValueError, LLMError) as exc:
+        raise fail(f"judge model: {exc}")
+
+
+def _bench_many(methods: str, peers: str | None, data: Any, config: Config, option: list[str] | None,
+                out: Path | None, *, judge_flags: tuple[str | None, ...], sample: int | None, seed: int,
+                limit: int | None, bootstrap: int, retry_unscored: bool, concurrency: int | None, progress: bool,
+                engine: str, address: str | None, actors: int, actor_concurrency: int | None,
+                actor_cpus: float) -> None:
+    """``--methods``: every method (and peer) on the same items, each in its own sub-folder, then the table."""
+    import asyncio
+
+    from halluscope.bench.harness import QUALITY_MD, folder_name, parse_methods, run_systems
+    from halluscope.bench.peers import Endpoint, PeerUnavailable, make_peer, PEER_NAMES
+    from halluscope.bench.runner import BenchError
+    from halluscope.methods import get_method
+
+    try:
+        specs = parse_methods(methods)
+    except ValueError as exc:
+        raise fail(str(exc))
+    if not specs and not peers:
+        raise fail("--methods none runs the peers alone: name them with --peers")
+    shared = parse_options(option)
+    built = []
+    for spec in specs:
+        try:
+            built.append((spec.label, get_method(spec.name, config=config,
+                                                 **{**shared, **parse_options([f"{k}={v}" for k, v in spec.options.items()])})))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise fail(f"{spec.label}: {str(exc).strip(chr(39) + chr(34))}")
+    llm_methods = [m for _, m in built if m.uses_llm]
+    judge = _judge(config, judge_flags, llm_methods)
+    peer_list, skipped = [], {}
+    endpoint = Endpoint(config.base_url, config.model, config.api_key or "none", config.max_tokens) \
+        if config.base_url and config.model else None
+    for key in (k.strip() for k in (peers or "").split(",") if k.strip()):
+        try:
+            peer_list.append(make_peer(key, endpoint))
+        except ValueError as exc:
+            raise fail(f"--peers: {exc}")
+        except PeerUnavailable as exc:
+            skipped[PEER_NAMES[key]] = str(exc)
+            typer.secho(f"note: {PEER_NAMES[key]} skipped: {exc}", err=True)
+    models = sorted({m.model_name for m in llm_methods if m.model_name})
+    if out is None:
+        from halluscope.bench.folder import default_out_dir
+
+        out = default_out_dir(data.spec, "methods", models[0] if models else None, sample, seed)
+    runner_engine, engine_errors = _engine(engine, address, actors, actor_concurrency, actor_cpus)
+    try:
+        quality = asyncio.run(run_systems(built, data, out, peers=peer_list, skipped=skipped, judge=judge,
+                                          model=", ".join(models) or None, endpoint=config.base_url, sample=sample,
+                                          seed=seed, limit=limit, n_bootstrap=bootstrap, retry_unscored=retry_unscored,
+                                          concurrency=concurrency, progress=progress, engine=runner_engine))
+    except (BenchError, ValueError, *engine_errors) as exc:  # type: ignore[misc]  # a tuple of exception types
+        raise fail(str(exc))
+    finally:
+        if runner_engine is not None:
+            runner_engine.close()
+    typer.echo((out / QUALITY_MD).read_text(encoding="utf-8"))
+    folders = ", ".join(folder_name(label) for label in [*(label for label, _ in built), *(p.name for p in peer_list)])
+    typer.echo(f"wrote {out}/quality.md, quality.json and rows.jsonl; one folder per system: {folders}")
+    errors = {label: r["suite_errors"] for label, r in quality["results"].items() if r["suite_errors"]}
+    if errors:
+        raise fail(f"metric suite(s) failed: {errors}", code=1)
 
 
 def _optional_judge(config: Config) -> LLM | None:

@@ -9,7 +9,7 @@ Threads: by default :func:`default_threads` picks them from the cores this proce
 (``os.sched_getaffinity``, not the machine's core count): half of them, at least 1 -- so 1 thread on a
 2-core machine -- like llama-cpp-python's own default (about the physical cores on an SMT machine), never
 all of them. The same number serves prompt processing (llama-cpp-python would otherwise use every core
-there). Measured with ``benchmarks/embedded_speed.py`` (500 prompt tokens, 128 generated) on a 2-core
+there). Measured (docs/benchmarks.md, "One-off measurements"; 500 prompt tokens, 128 generated) on a 2-core
 machine shared with other jobs (load average 3-5): 1 thread generated 5-6.6 tok/s and processed 40-48
 prompt tok/s; 2 threads 1.6-2.0 tok/s and 20-24 prompt tok/s (llama.cpp threads wait for each other at
 every step, so one thread descheduled by another job stalls them all). Only the 2-core case was measured;
@@ -73,7 +73,7 @@ STRUCTURED_OUTPUT: dict[str, StructuredOutput] = {
     "smollm2": "schema",
 }
 """How each known model's first structured request is sent (``Config.structured_output="auto"``), measured with
-``benchmarks/structured_speed.py`` (docs/structured_output.md). SmolLM2-135M: unconstrained replies validated
+a one-off benchmark (docs/structured_output.md). SmolLM2-135M: unconstrained replies validated
 0/6, so plain would cost a repair call each time. Qwen2.5-Coder-1.5B: unconstrained replies validated 6/6, but
 with the lazy grammar sampler (:mod:`halluscope.llm.lazy_grammar`) schema replies generate at about plain
 text's tokens/s (1.04 at light load, 0.80 and 0.94 in two heavy-load runs) and the grammar's compact JSON is

@@ -394,7 +394,7 @@ class OpenAICompatibleModel:
         body = self._payload(messages, params, schema_format)
         attempts = self.max_retries + 1
         # A plain bounded loop: a retry library's per-call bookkeeping cost more CPU than everything else
-        # halluscope adds to a request (measured in benchmarks/overhead.py).
+        # halluscope adds to a request (measured once: docs/benchmarks.md, "One-off measurements").
         for attempt in range(1, attempts + 1):
             try:
                 data = await self._post_once(body)

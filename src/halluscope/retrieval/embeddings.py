@@ -41,7 +41,7 @@ def load_encoder(name: str = DEFAULT_EMBEDDING_MODEL) -> Any:
 
     ``HALLUSCOPE_EMBEDDING_THREADS=N`` calls ``torch.set_num_threads(N)`` first (process-wide): on a machine
     whose cores are busy, 1 thread encoded MiniLM ~2.7x faster than torch's default here
-    (``benchmarks/retrieval_speed.py --torch-threads 1``)."""
+    (docs/benchmarks.md, "One-off measurements")."""
     with _LOAD_LOCK:
         return _load_encoder(name)
 

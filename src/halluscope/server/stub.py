@@ -106,7 +106,7 @@ class StubEndpoint:
         self.answered.add(key)
 
 
-# --- the ASGI and OpenAI-format pieces (also used by the endpoints of benchmarks/overhead.py and ray_throughput.py)
+# --- the ASGI and OpenAI-format pieces (also used by the endpoint of benchmarks/ray_throughput.py)
 
 
 async def answer_lifespan(receive: Any, send: Any) -> None:
