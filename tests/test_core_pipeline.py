@@ -100,7 +100,7 @@ def test_unknown_and_mistyped_options_name_the_valid_ones():
     with pytest.raises(OptionsError, match="max_tokens"):
         get_method("geval", llm=fake_llm(), max_tokens=2.5)
     assert get_method("geval", llm=fake_llm(), max_tokens="64").options() == {
-        "max_tokens": 64, "prompt": "reasoned", "weighting": "probability"}
+        "max_tokens": 64, "prompt": "reasoned", "weighting": "probability", "temperature": None}
 
 
 def test_cli_lists_typed_options_and_refuses_unknown_ones(tmp_path):

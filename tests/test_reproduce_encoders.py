@@ -6,6 +6,8 @@ point is that they come from the real path."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -31,7 +33,7 @@ def empty_hf_cache(tmp_path, monkeypatch):
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
     monkeypatch.delenv(ENV_VAR, raising=False)
-    monkeypatch.setattr(encoders, "_LOADED", {})
+    monkeypatch.setattr(encoders, "_LOADED", OrderedDict())
 
 
 def tiny_nli(folder) -> str:
