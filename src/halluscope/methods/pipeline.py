@@ -228,6 +228,8 @@ class ClaimPipeline(Method):
 
     def verifier_prompts(self) -> list[PromptTemplate]:
         """The prompts the chosen verifier says it sends (none when it lists none, e.g. an encoder checker)."""
+        if self.opts.order == "verdict_first":  # type: ignore[attr-defined]
+            return []  # the verifier is not called: verdict-first scores and explains with its own prompts
         listed = getattr(self.verifier, "used_prompts", None)
         return list(listed()) if callable(listed) else []
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from halluscope.llm.label_probs import VERDICT_TOP_LOGPROBS, YES_NO, label_probabilities
+from halluscope.llm.label_probs import VERDICT_TOP_LOGPROBS, YES_NO, probability_at
 from halluscope.llm.replies import Reply
 from halluscope.llm.structured import generate_reply
 from halluscope.methods.context_selection import claim_id
@@ -106,11 +106,12 @@ class VerdictFirst:
         return [self.score_prompt, self.explain_prompt]
 
     def flagged(self, verdict: Verdict) -> bool:
+        """Answered no, or P(supported) below ``explain_below`` (at 0.5 and temperature 0 the same thing, up to
+        spellings the answer parser does not read; above 0.5 also the claims answered yes without confidence)."""
         if verdict.label == "unscored":
             return False
-        if verdict.support_probability is not None:
-            return verdict.support_probability < self.explain_below
-        return verdict.label != "supported"
+        low = verdict.support_probability is not None and verdict.support_probability < self.explain_below
+        return verdict.label != "supported" or low
 
     async def score(self, claim: Claim, context: Context) -> Verdict:
         """One short reply: the claim's label and P(supported) against one context."""
@@ -126,14 +127,15 @@ class VerdictFirst:
         call = LLMCall(model=completion.model, messages=[dict(m) for m in messages], reply=completion.text,
                        cached=completion.cached, usage=completion.usage)
         stated = stated_answer(completion.text)
-        found = label_probabilities(completion.logprobs, *YES_NO)
-        probability = found[0].probability if found else None
+        # the answer word is the reply's first token: P(yes) over yes + no among that position's candidates
+        probability = probability_at(completion.logprobs[0], *YES_NO) if completion.logprobs else None
         if stated is None and probability is None:
             return Verdict.unscored(claim, f"the short reply states neither yes nor no: {completion.text[:80]!r}",
                                     [call])
         if stated is None:
             stated = probability >= 0.5  # type: ignore[operator]
-            reason = f"the reply's first word is not yes/no; P(yes) = {probability:.3f} over yes/no at its first token"
+            reason = (f"the reply's first word is not yes or no ({completion.text[:40]!r}); P(yes) = {probability:.3f} "
+                      "over yes and no among its first token's candidates")
         else:
             reason = "answered yes" if stated else "answered no"
         return Verdict(claim=claim, label="supported" if stated else "unsupported", reason=reason,
@@ -147,10 +149,15 @@ class VerdictFirst:
         step = await generate_reply(self.llm, self.explain_prompt.render(source=context.text, claim=claim.text),
                                     ExplainReply, params=self.llm.params(max_tokens=EXPLAIN_REPLY_TOKENS))
         calls = list(verdict.calls) + list(step.calls)
+        if verdict.label == "supported":  # answered yes, but P(supported) is below the threshold: flagged by it
+            p = verdict.support_probability or 0.0
+            verdict = verdict.model_copy(update={
+                "label": "unsupported", "score": 0.0,
+                "reason": f"answered yes, but P(supported) = {p:.3f} is below explain_below = {self.explain_below}"})
         if step.value is None:
             return verdict.model_copy(update={"calls": calls}), step.error
         reply: ExplainReply = step.value
-        label = "contradicted" if reply.contradicted and verdict.label == "unsupported" else verdict.label
+        label = "contradicted" if reply.contradicted else "unsupported"
         evidence: list[Evidence] = []
         quote = reply.evidence.strip()
         if quote:

@@ -66,6 +66,8 @@ class DCR(ClaimPipeline):
         return decomposer
 
     def used_prompts(self) -> list[PromptTemplate]:
+        if self.opts.order == "verdict_first":
+            return self.verdict_first_prompts()
         if not isinstance(self.verifier, DcrVerifier):
             return self.verifier_prompts()
         if self.opts.level == "paragraph":

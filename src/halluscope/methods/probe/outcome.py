@@ -42,7 +42,7 @@ def probe_finding(verdict: Verdict) -> Finding:
                                f"({verdict.reason}).",
                    kind="unsupported", target_spans=list(claim.target_spans), evidence=list(verdict.evidence),
                    claim_ids=[claim.id] if claim.id else [],
-                   confidence=_confidence(verdict))
+                   confidence=_confidence(verdict), fix=verdict.fix)
 
 
 def _confidence(verdict: Verdict) -> float | None:
