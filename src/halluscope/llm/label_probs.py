@@ -125,6 +125,8 @@ def label_probabilities(logprobs: Sequence[TokenLogprobs] | None, positive: Sequ
     if key is not None:
         for match in re.finditer(r'(?<!\\)"' + re.escape(key) + r'"\s*:\s*', text, flags=re.I):
             offset = match.end()
+            if text[offset:offset + 1] == '"':  # a string label: it starts after the quote
+                offset += 1
             if offset >= len(text):
                 break
             i = _token_at(starts, offset)

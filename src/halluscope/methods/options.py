@@ -167,3 +167,6 @@ class ClaimOptions(RetrievalOptions):
 
     explain_below: float = Field(default=0.5, ge=0.0, le=1.0)
     """verdict_first: a claim whose P(supported) is below this (or, without a probability, whose answer is no) is flagged and explained."""
+
+    explain: bool = True
+    """verdict_first: ask for the reason, the source quote and a fix of each flagged claim (false: score only, one short reply per claim; the findings then say only that the claim was answered no)."""

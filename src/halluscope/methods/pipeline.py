@@ -153,7 +153,7 @@ class ClaimPipeline(Method):
         for kind in ("aggregator", "localizer"):  # recorded only when chosen: default records (and the
             if own.get(kind) is None:             # identity of bench folders measured before) stay what they were
                 own.pop(kind, None)
-        for key, default in (("order", "reason_first"), ("explain_below", 0.5), ("score", "auto")):
+        for key, default in (("order", "reason_first"), ("explain_below", 0.5), ("explain", True), ("score", "auto")):
             if own.get(key) == default:  # the same: recorded only when changed
                 own.pop(key, None)
         return {**own, **{f"{kind}.{k}": chosen[kind].model_dump(mode="json")[k]  # type: ignore[union-attr]
@@ -264,7 +264,8 @@ class ClaimPipeline(Method):
         """The verdict-first scorer and explainer (``order=verdict_first``)."""
         if self._verdict_first is None:
             self._verdict_first = VerdictFirst(self.llm, prompts=self.prompt,
-                                               explain_below=self.opts.explain_below)  # type: ignore[attr-defined]
+                                               explain_below=self.opts.explain_below,  # type: ignore[attr-defined]
+                                               explain=self.opts.explain)  # type: ignore[attr-defined]
         return self._verdict_first
 
     async def judge_round(self, pairs: Sequence[tuple[Claim, Context]], source: str) -> list[Verdict]:

@@ -29,6 +29,7 @@ from halluscope.llm.label_probs import VERDICT_TOP_LOGPROBS, YES_NO, probability
 from halluscope.llm.replies import Reply
 from halluscope.llm.structured import generate_reply
 from halluscope.methods.context_selection import claim_id
+from halluscope.methods.llm_verifier import reply_budget
 from halluscope.methods.snippets import max_over_snippets
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Evidence, LLMCall, Verdict
@@ -94,16 +95,18 @@ def stated_answer(text: str) -> bool | None:
 class VerdictFirst:
     """Scores claims by one short reply each and explains the flagged ones (see the module docstring)."""
 
-    def __init__(self, llm: "LLM", *, prompts: PromptResolver = same_prompt, explain_below: float = 0.5):
+    def __init__(self, llm: "LLM", *, prompts: PromptResolver = same_prompt, explain_below: float = 0.5,
+                 explain: bool = True):
         if llm is None:
             raise TypeError("verdict-first scoring needs an LLM")
         self.llm = llm
         self.score_prompt = prompts(VERDICT_SCORE_PROMPT)
         self.explain_prompt = prompts(VERDICT_EXPLAIN_PROMPT)
         self.explain_below = explain_below
+        self.explain_flagged = explain
 
     def used_prompts(self) -> list[PromptTemplate]:
-        return [self.score_prompt, self.explain_prompt]
+        return [self.score_prompt] + ([self.explain_prompt] if self.explain_flagged else [])
 
     def flagged(self, verdict: Verdict) -> bool:
         """Answered no, or P(supported) below ``explain_below`` (at 0.5 and temperature 0 the same thing, up to
@@ -142,18 +145,25 @@ class VerdictFirst:
                        score=1.0 if stated else 0.0, support_probability=probability, calls=[call],
                        decided_by="verdict_first")
 
+    def below_threshold(self, verdict: Verdict) -> Verdict:
+        """A flagged verdict answered yes (its P(supported) is below ``explain_below``) as unsupported, saying
+        why; any other verdict as it is."""
+        if verdict.label != "supported":
+            return verdict
+        p = verdict.support_probability or 0.0
+        return verdict.model_copy(update={
+            "label": "unsupported", "score": 0.0,
+            "reason": f"answered yes, but P(supported) = {p:.3f} is below explain_below = {self.explain_below}"})
+
     async def explain(self, verdict: Verdict, context: Context, source: str) -> tuple[Verdict, str | None]:
         """The flagged verdict with the reason, the located source quote and the fix; or, when the explanation
         reply is unusable, the verdict as scored and why."""
         claim = verdict.claim
         step = await generate_reply(self.llm, self.explain_prompt.render(source=context.text, claim=claim.text),
-                                    ExplainReply, params=self.llm.params(max_tokens=EXPLAIN_REPLY_TOKENS))
+                                    ExplainReply,
+                                    params=self.llm.params(max_tokens=reply_budget(self.llm, EXPLAIN_REPLY_TOKENS)))
         calls = list(verdict.calls) + list(step.calls)
-        if verdict.label == "supported":  # answered yes, but P(supported) is below the threshold: flagged by it
-            p = verdict.support_probability or 0.0
-            verdict = verdict.model_copy(update={
-                "label": "unsupported", "score": 0.0,
-                "reason": f"answered yes, but P(supported) = {p:.3f} is below explain_below = {self.explain_below}"})
+        verdict = self.below_threshold(verdict)
         if step.value is None:
             return verdict.model_copy(update={"calls": calls}), step.error
         reply: ExplainReply = step.value
@@ -184,6 +194,12 @@ class VerdictFirst:
             contexts = {claim_id(c): selection.contexts[claim_id(c)][0] for c in claims
                         if selection.contexts.get(claim_id(c))}
         flagged = [i for i, v in enumerate(verdicts) if self.flagged(v) and claim_id(v.claim) in contexts]
+        if not self.explain_flagged:
+            for i in flagged:
+                verdicts[i] = self.below_threshold(verdicts[i])
+            record = {"scored": len(claims), "explain_below": self.explain_below, "explain": False,
+                      "flagged": [claim_id(verdicts[i].claim) for i in flagged], "explanation_failed": {}}
+            return verdicts, {**tried, "verdict_first": record}
         explained = await asyncio.gather(*(self.explain(verdicts[i], contexts[claim_id(verdicts[i].claim)], source)
                                            for i in flagged))
         failed: dict[str, str] = {}
