@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -186,6 +187,7 @@ class VerdictFirst:
                      ) -> tuple[list[Verdict], dict[str, Any]]:
         """Verdicts in claim order (scored, the flagged ones explained) and what to record in details."""
         tried: dict[str, Any] = {}
+        started = time.perf_counter()
         if selection.mode == "full":
             contexts = {claim_id(c): selection.contexts[claim_id(c)][0] for c in claims}
             verdicts = list(await asyncio.gather(*(self.score(c, contexts[claim_id(c)]) for c in claims)))
@@ -193,13 +195,16 @@ class VerdictFirst:
             verdicts, tried = await max_over_snippets(claims, selection.contexts, self._round)
             contexts = {claim_id(c): selection.contexts[claim_id(c)][0] for c in claims
                         if selection.contexts.get(claim_id(c))}
+        scored_s = time.perf_counter() - started
         flagged = [i for i, v in enumerate(verdicts) if self.flagged(v) and claim_id(v.claim) in contexts]
         if not self.explain_flagged:
             for i in flagged:
                 verdicts[i] = self.below_threshold(verdicts[i])
             record = {"scored": len(claims), "explain_below": self.explain_below, "explain": False,
-                      "flagged": [claim_id(verdicts[i].claim) for i in flagged], "explanation_failed": {}}
+                      "flagged": [claim_id(verdicts[i].claim) for i in flagged], "explanation_failed": {},
+                      "seconds": {"score": round(scored_s, 3), "explain": 0.0}}
             return verdicts, {**tried, "verdict_first": record}
+        started = time.perf_counter()
         explained = await asyncio.gather(*(self.explain(verdicts[i], contexts[claim_id(verdicts[i].claim)], source)
                                            for i in flagged))
         failed: dict[str, str] = {}
@@ -209,7 +214,8 @@ class VerdictFirst:
                 failed[claim_id(verdict.claim)] = error
         verdicts = [v if v.decided_by else v.model_copy(update={"decided_by": "verdict_first"}) for v in verdicts]
         record = {"scored": len(claims), "explain_below": self.explain_below,
-                  "flagged": [claim_id(verdicts[i].claim) for i in flagged], "explanation_failed": failed}
+                  "flagged": [claim_id(verdicts[i].claim) for i in flagged], "explanation_failed": failed,
+                  "seconds": {"score": round(scored_s, 3), "explain": round(time.perf_counter() - started, 3)}}
         return verdicts, {**tried, "verdict_first": record}
 
     async def _round(self, pairs: Sequence[tuple[Claim, Context]]) -> list[Verdict]:
