@@ -37,7 +37,7 @@ def _pick(examples: list[Any], per_class: int) -> list[Any]:
             continue
         domains[e.label][d] = domains[e.label].get(d, 0) + 1
         by_label[e.label].append(e)
-    return by_label[1] + by_label[0]
+    return [e for pair in zip(by_label[1], by_label[0]) for e in pair]  # alternating: a cut run stays balanced
 
 
 def main() -> int:
