@@ -314,7 +314,8 @@ class EmbeddedModel:
                             "full grammar", self.name, exc)
             else:
                 try:
-                    out = llama.create_chat_completion(**{**kwargs, "logits_processor": _processors(first + [processor])})
+                    processors = _processors(first + [processor])
+                    out = llama.create_chat_completion(**{**kwargs, "logits_processor": processors})
                 finally:
                     processor.close()
                 if processor.failed is None:
@@ -381,7 +382,7 @@ class StepCapture:
             return None
 
         def piece(token: int) -> str:
-            return llama.detokenize([token]).decode("utf-8", errors="replace")
+            return str(llama.detokenize([token]).decode("utf-8", errors="replace"))
 
         out: list[TokenLogprobs] = []
         consumed = 0

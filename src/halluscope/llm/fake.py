@@ -143,7 +143,8 @@ class FakeModel:
     def from_script(cls, path: str | Path) -> "FakeModel":
         """A fake scripted by a JSON file: an object mapping reply type (see ``by_reply``) to one reply or a list
         of replies in order, plus optional ``"default"`` (answers anything left; without it an unscripted
-        request fails) and ``"logprobs"`` (label word -> probability, or a list of such: see :func:`label_logprobs`). A reply that is not a string (a JSON object) is sent as its JSON text. E.g.
+        request fails) and ``"logprobs"`` (label word -> probability, or a list of such: see
+        :func:`label_logprobs`). A reply that is not a string (a JSON object) is sent as its JSON text. E.g.
         ``{"FactsReply": {"facts": [...]}, "FactCheckReply": [{"supported": true}, {"supported": false}]}``."""
         text = Path(path).read_text()
         script = json.loads(text)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 from halluscope.llm.label_probs import MARKS, VERDICT_TOP_LOGPROBS, label_probabilities
 from halluscope.llm.structured import generate_reply
@@ -69,8 +69,9 @@ class AutoMetricConverter:
         if step.value is None:
             error = f"AMC failed: {step.error}"
             return AmcMarks([None] * n, [error] * n, step.calls)
+        parsed = cast("list[int | None]", list(step.value))  # parse_amc gives the marks themselves
         found = label_probabilities(step.logprobs, *MARKS)
-        stated = [1 if f.stated else -1 for f in found]
+        stated: list[int | None] = [1 if f.stated else -1 for f in found]
         # the probabilities count only when they are read off exactly the marks parsed, in order
-        probabilities = [f.probability for f in found] if stated == list(step.value) else []  # type: ignore[arg-type]
-        return AmcMarks(list(step.value), [None] * n, step.calls, probabilities)  # type: ignore[arg-type]
+        probabilities = [f.probability for f in found] if stated == parsed else []
+        return AmcMarks(parsed, [None] * n, step.calls, probabilities)
