@@ -303,3 +303,21 @@ def test_verdict_first_scoring_only_makes_one_call_per_claim() -> None:
     assert fake.reply_types == ["text", "text"] and report.usage.calls == 2
     assert [v.label for v in report.verdicts] == ["supported", "unsupported"]
     assert report.details["verdict_first"]["flagged"] == ["s2"] and report.findings[0].confidence == pytest.approx(0.8)
+
+
+def test_batched_verdicts_get_their_entrys_probability() -> None:
+    facts = {"facts": [{"sentence": 1, "fact": "The city will build a ferry."},
+                       {"sentence": 2, "fact": "The city pays for the whole project from its own budget."}]}
+    batch = {"results": [{"id": 2, "supported": False, "inconsistencies": ['It says "own budget"; a grant pays.']},
+                         {"id": 1, "supported": True, "inconsistencies": []}]}  # entries out of order: read by id
+    fake = FakeModel(by_reply={"FactsReply": json.dumps(facts), "FactJudgmentBatchReply": json.dumps(batch)},
+                     logprobs=label_logprobs([{"false": 0.8, "true": 0.2}, {"true": 0.95, "false": 0.05}]))
+    report = get_method("factscore", llm=LLM(fake), dedup="none", batch_size=2).check(SOURCE, TARGET)
+    assert fake.reply_types == ["FactsReply", "FactJudgmentBatchReply"]
+    assert [v.support_probability for v in report.verdicts] == pytest.approx([0.95, 0.2])
+    # entries that cannot be told apart in the text (no ids) get no probability: nothing is guessed
+    step_text = '{"results": [{"supported": true}, {"supported": false}]}'
+    from halluscope.methods.batching import BatchAnswers, BatchStep
+
+    step = BatchStep(BatchAnswers({}, {}), None, [], label_logprobs({"true": 0.9, "false": 0.1})(step_text))
+    assert step.label_probabilities("supported", *TRUE_FALSE) == {}
