@@ -144,12 +144,19 @@ class EvidenceEvaluator:
         """One judgment per claim on the one passage they all quoted, votes asked up to ``size`` claims per call."""
 
         async def judge_all(judge: Judge) -> list[tuple[Vote, list[LLMCall]]]:
+            probabilities: dict[int, float] = {}  # id(claim) -> P(PASS) read from its batch entry
+
             async def ask(part: list[Claim]) -> BatchStep[EvaluationReply]:
-                return await self.batch_call.ask(judge.llm, [c.text for c in part], params=judge.params(),
+                step = await self.batch_call.ask(judge.llm, [c.text for c in part], params=judge.params(),
                                                  evidence=evidence.text, context=context, about=about)
+                for i, p in step.label_probabilities("verdict", *PASS_FAIL).items():
+                    if 0 <= i < len(part):
+                        probabilities[id(part[i])] = p
+                return step
 
             def accept(claim: Claim, entry: EvaluationReply, calls: list[LLMCall]) -> tuple[Vote, list[LLMCall]]:
-                return Vote(judge.name, judge.sample, entry.verdict == "PASS"), list(calls)
+                return (Vote(judge.name, judge.sample, entry.verdict == "PASS", None, probabilities.get(id(claim))),
+                        list(calls))
 
             def redone(result: tuple[Vote, list[LLMCall]], why: str, calls: list[LLMCall]
                        ) -> tuple[Vote, list[LLMCall]]:
