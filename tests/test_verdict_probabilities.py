@@ -321,3 +321,17 @@ def test_batched_verdicts_get_their_entrys_probability() -> None:
 
     step = BatchStep(BatchAnswers({}, {}), None, [], label_logprobs({"true": 0.9, "false": 0.1})(step_text))
     assert step.label_probabilities("supported", *TRUE_FALSE) == {}
+
+
+def test_verdict_first_with_retrieval_shares_the_prompt_prefix_across_snippets() -> None:
+    fake = verdict_first_fake({"build a ferry": 0.9, "own budget": 0.2})
+    report = get_method("dcr", llm=LLM(fake), order="verdict_first", retrieval="always", retriever="bm25",
+                        top_k=2, window=0).check(SOURCE, TARGET)
+    short = [r for r, kind in zip(fake.requests, fake.reply_types) if kind == "text"]
+    assert len(short) == 3  # the supported claim stops at its first snippet, the other tries both
+    assert len({r[0]["content"] for r in short}) == 1  # one system message (one fence key) for every snippet
+    instructions = short[0][-1]["content"].split("SOURCE:")[0]
+    assert all(r[-1]["content"].startswith(instructions) for r in short)
+    assert report.details["context"]["mode"] == "retrieval"
+    assert [v.label for v in report.verdicts] == ["supported", "contradicted"]
+    assert report.verdicts[1].evidence[0].span.of(SOURCE) == EXPLANATION["evidence"]

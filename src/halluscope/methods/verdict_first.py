@@ -117,11 +117,13 @@ class VerdictFirst:
         low = verdict.support_probability is not None and verdict.support_probability < self.explain_below
         return verdict.label != "supported" or low
 
-    async def score(self, claim: Claim, context: Context) -> Verdict:
-        """One short reply: the claim's label and P(supported) against one context."""
+    async def score(self, claim: Claim, context: Context, source: str | None = None) -> Verdict:
+        """One short reply: the claim's label and P(supported) against one context. A snippet's prompts take
+        their fence key from the whole ``source``, so every call about one source shares the system message and
+        the instructions (the backend's prefix cache evaluates them once), the snippet and claim coming last."""
         if is_placeholder(claim.text):
             return Verdict.unscored(claim, f"the claim {claim.text[:40]!r} is a template placeholder, not a claim")
-        messages = self.score_prompt.render(source=context.text, claim=claim.text)
+        messages = self.score_prompt.render(source=context.text, claim=claim.text, about=_about(context, source))
         params = self.llm.params(max_tokens=SCORE_REPLY_TOKENS, top_logprobs=VERDICT_TOP_LOGPROBS, json_mode=False,
                                  json_schema=None)
         try:
@@ -160,7 +162,8 @@ class VerdictFirst:
         """The flagged verdict with the reason, the located source quote and the fix; or, when the explanation
         reply is unusable, the verdict as scored and why."""
         claim = verdict.claim
-        step = await generate_reply(self.llm, self.explain_prompt.render(source=context.text, claim=claim.text),
+        messages = self.explain_prompt.render(source=context.text, claim=claim.text, about=_about(context, source))
+        step = await generate_reply(self.llm, messages,
                                     ExplainReply,
                                     params=self.llm.params(max_tokens=reply_budget(self.llm, EXPLAIN_REPLY_TOKENS)))
         calls = list(verdict.calls) + list(step.calls)
@@ -192,7 +195,8 @@ class VerdictFirst:
             contexts = {claim_id(c): selection.contexts[claim_id(c)][0] for c in claims}
             verdicts = list(await asyncio.gather(*(self.score(c, contexts[claim_id(c)]) for c in claims)))
         else:
-            verdicts, tried = await max_over_snippets(claims, selection.contexts, self._round)
+            verdicts, tried = await max_over_snippets(claims, selection.contexts,
+                                                      lambda pairs: self._round(pairs, source))
             contexts = {claim_id(c): selection.contexts[claim_id(c)][0] for c in claims
                         if selection.contexts.get(claim_id(c))}
         scored_s = time.perf_counter() - started
@@ -218,5 +222,10 @@ class VerdictFirst:
                   "seconds": {"score": round(scored_s, 3), "explain": round(time.perf_counter() - started, 3)}}
         return verdicts, {**tried, "verdict_first": record}
 
-    async def _round(self, pairs: Sequence[tuple[Claim, Context]]) -> list[Verdict]:
-        return list(await asyncio.gather(*(self.score(c, ctx) for c, ctx in pairs)))
+    async def _round(self, pairs: Sequence[tuple[Claim, Context]], source: str) -> list[Verdict]:
+        return list(await asyncio.gather(*(self.score(c, ctx, source) for c, ctx in pairs)))
+
+
+def _about(context: Context, source: str | None) -> str | None:
+    """The text a snippet's fence key comes from: the whole source (None for the whole source itself)."""
+    return source if context.kind == "snippet" and source is not None else None
