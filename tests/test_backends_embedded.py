@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+import halluscope
 from halluscope.config import Config
 from halluscope.llm import ContextOverflowError, GenerateParams, LLMError, build_api, get_llm
 from halluscope.llm.embedded import KNOWN_MODELS, resolve_gguf
@@ -56,11 +58,19 @@ async def test_calls_about_one_source_reuse_its_kv_prefix(tmp_path) -> None:
     assert other.usage.cached_prompt_tokens < second.usage.cached_prompt_tokens / 2
 
 
-async def test_logprobs_asked_of_the_embedded_model_answer_without_them(embedded_config) -> None:
+async def test_logprobs_of_the_embedded_model_come_from_each_steps_distribution(embedded_config) -> None:
+    """No logits_all: a logits processor records each generated step's top candidates (log-softmax)."""
     llm = get_llm(embedded_config.with_overrides(cache=False))
-    completion = await llm.generate([{"role": "user", "content": "Say one number from 1 to 5."}],
-                                    llm.params(max_tokens=4, top_logprobs=5))
-    assert completion.logprobs is None  # not an error: none returned
+    messages = [{"role": "user", "content": "Is Paris in France? Answer with one word: yes or no."}]
+    completion = await llm.generate(messages, llm.params(max_tokens=4, top_logprobs=5))
+    assert completion.logprobs is not None and len(completion.logprobs) == completion.usage.completion_tokens
+    assert "".join(t.token for t in completion.logprobs) == completion.text
+    for step in completion.logprobs:
+        assert 1 <= len(step.top) <= 5 and all(lp <= 0.0 for lp in step.top.values())
+        assert sum(math.exp(lp) for lp in step.top.values()) <= 1.0 + 1e-6
+        assert step.logprob <= max(step.top.values()) + 1e-9
+    plain = await llm.generate(messages, llm.params(max_tokens=4))
+    assert plain.logprobs is None and plain.text == completion.text  # the processor changes nothing chosen
 
 
 async def test_prompt_longer_than_the_context_is_refused(tmp_path) -> None:
@@ -80,12 +90,16 @@ def test_check_on_the_bundled_example_with_the_embedded_model(tmp_path) -> None:
     result = CliRunner().invoke(app, args, env=env)
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
-    assert report["method"] == "geval" and report["model"] == "embedded:smollm2"
-    assert 1 <= report["usage"]["calls"] <= 2 and len(report["calls"]) == report["usage"]["calls"]
+    assert report["method"] == halluscope.DEFAULT_METHOD and report["model"] == "embedded:smollm2"
+    # verdict first: one short reply per target sentence (3), an explanation (and at most one repair) per flagged one
+    assert 3 <= report["usage"]["calls"] <= 9 and len(report["calls"]) == report["usage"]["calls"]
     assert all(c["usage"]["completion_tokens"] <= 32 for c in report["calls"])
-    # A 135M model may fail to give a rating: then the Report says so, it never invents one.
+    assert report["details"]["verdict_first"]["scored"] == 3
+    # every judged verdict carries the model's probability (the embedded backend captures it), every finding a
+    # confidence; a 135M model may fail to answer: then the Report says why, it never invents a label
+    for verdict in report["verdicts"]:
+        assert verdict["label"] == "unscored" or verdict["support_probability"] is not None
+    assert all(f["confidence"] is not None for f in report["findings"])
     if report["score"] is None:
         assert report["unscored_reason"]
-    else:
-        assert report["subscores"]["rating"] in (1.0, 2.0, 3.0, 4.0, 5.0)
         assert report["score"] == (report["subscores"]["rating"] - 1) / 4

@@ -37,9 +37,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 def stub_reply(messages: list[dict], tag: str = "stub") -> str:
     """geval's reply for a target ``Claim number N.``: rating 5 for odd N, 2 for even N (N read from the
-    fenced target, not from the prompt's wording)."""
-    found = re.search(r"Claim number (\d+)\.", fenced(messages, "target", ""))
+    fenced target, not from the prompt's wording); for the default method's verdict-first question about a
+    claim ``Claim number N.``: yes for odd N, no for even N."""
+    claim = fenced(messages, "claim", "")
+    found = re.search(r"Claim number (\d+)\.", claim or fenced(messages, "target", ""))
     number = int(found.group(1)) if found else 1
+    if claim:
+        return "Yes" if number % 2 else "No"
     return json.dumps({"reason": tag, "score": 5 if number % 2 else 2})
 
 

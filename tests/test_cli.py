@@ -7,6 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+import halluscope
 import halluscope.methods.base as method_base
 from halluscope.cli.main import app
 from halluscope.llm import LLMError
@@ -65,13 +66,18 @@ def test_check_json_is_a_full_report(runner, files) -> None:
 
 
 def test_check_default_method_with_an_llm(runner, files, scripted_llm) -> None:
-    scripted_llm('{"reason": "The day is Tuesday in the source, not Friday.", "score": 2}')
+    """The default: a claim method, verdict first (one yes/no reply per sentence, the flagged one explained)."""
+    explanation = {"reason": "The source says Tuesday, not Friday.", "evidence": "on Tuesday", "contradicted": True,
+                   "fix": "The council approved the budget on Tuesday."}
+    scripted_llm("No", json.dumps(explanation))
     source, target = files
     result = runner.invoke(app, ["check", "-s", str(source), "-t", str(target), "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
-    assert report["method"] == "geval" and report["score"] == 0.25 and report["usage"]["calls"] == 1
-    assert report["calls"][0]["reply"].startswith('{"reason"')
+    assert report["method"] == halluscope.DEFAULT_METHOD and report["score"] == 0.0 and report["usage"]["calls"] == 2
+    (finding,) = report["findings"]
+    assert finding["target_spans"] == [{"start": 0, "end": len(TARGET)}] and finding["fix"] == explanation["fix"]
+    assert finding["evidence"][0]["text"] == "on Tuesday" and finding["evidence"][0]["span"] is not None
 
 
 def test_check_reads_stdin(runner, files) -> None:

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 import halluscope.methods.base as method_base
 from halluscope.llm import LLM, ContextOverflowError, FakeModel
+from halluscope.llm.fake import label_logprobs
 from halluscope.methods import OptionsError, get_method
 from halluscope.methods.pipeline import ClaimPipeline, LLMVerifier, SentenceDecomposer
 from halluscope.methods.probe import (ClaimEntry, EvaluationReply, EvidenceJudgment, EvidenceReply, Probe,
@@ -648,3 +649,18 @@ def test_retrieval_evidence_finder_makes_no_finder_calls():
                      retriever="bm25", retrieval="always", top_k=1, window=0, max_evidence=2).check(SOURCE, TARGET)
     for step in snippets.details["steps"]["evidence_finding"]:  # one-sentence snippets: one sentence each
         assert len(step["quotes"]) == 1 and step["narrowed"]
+
+
+def test_probe_verdicts_carry_the_best_passages_p_pass_and_findings_its_complement():
+    """P(PASS) of each vote from the judge's token probabilities; a claim's P(supported) is its best passage's."""
+    def logprobs(reply: str):
+        p = 0.9 if '"PASS"' in reply else 0.3  # P(PASS) at the verdict token
+        return label_logprobs({"PASS": p, "FAIL": 1 - p})(reply) if '"verdict"' in reply else None
+
+    script = responder(default_pass)
+    llm = LLM(FakeModel(by_reply=script, logprobs=logprobs), cache=None)
+    report = get_method("probe", llm=llm, retrieval="never").check(SOURCE, TARGET)
+    assert [v.support_probability for v in report.verdicts] == pytest.approx([0.9, 0.9, 0.3])
+    assert report.score == pytest.approx((0.9 + 0.9 + 0.3) / 3) and report.details["score"]["label_score"] == 2 / 3
+    (finding,) = report.findings
+    assert finding.confidence == pytest.approx(0.7)

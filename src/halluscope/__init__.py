@@ -26,8 +26,12 @@ __all__ = [
 __version__ = _package_version()
 
 
-def _method(method: str, model: str | None, config: Config | None, llm: Any, options: dict[str, Any]) -> Method:
+def _method(method: str | None, model: str | None, config: Config | None, llm: Any, options: dict[str, Any]
+            ) -> Method:
+    from halluscope.config import resolve_method
     from halluscope.methods import get_method
+
+    method, options = resolve_method(method, options)
 
     config = config or Config()
     if model is not None:
@@ -35,23 +39,23 @@ def _method(method: str, model: str | None, config: Config | None, llm: Any, opt
     return get_method(method, llm=llm, config=config, **options)
 
 
-async def acheck(source: str, target: str, method: str = DEFAULT_METHOD, model: str | None = None, *,
+async def acheck(source: str, target: str, method: str | None = None, model: str | None = None, *,
                  config: Config | None = None, llm: Any = None, **options: Any) -> Report:
     return await _method(method, model, config, llm, options).acheck(source, target)
 
 
-def check(source: str, target: str, method: str = DEFAULT_METHOD, model: str | None = None, *,
+def check(source: str, target: str, method: str | None = None, model: str | None = None, *,
           config: Config | None = None, llm: Any = None, **options: Any) -> Report:
     """Check ``target`` against ``source`` with the named method (see ``halluscope methods``)."""
     return run_sync(acheck(source, target, method, model, config=config, llm=llm, **options))
 
 
-async def acheck_many(pairs: Iterable[tuple[str, str]], method: str = DEFAULT_METHOD, model: str | None = None, *,
+async def acheck_many(pairs: Iterable[tuple[str, str]], method: str | None = None, model: str | None = None, *,
                       config: Config | None = None, llm: Any = None, **options: Any) -> list[Report]:
     return await _method(method, model, config, llm, options).acheck_many(pairs)
 
 
-def check_many(pairs: Iterable[tuple[str, str]], method: str = DEFAULT_METHOD, model: str | None = None, *,
+def check_many(pairs: Iterable[tuple[str, str]], method: str | None = None, model: str | None = None, *,
                config: Config | None = None, llm: Any = None, **options: Any) -> list[Report]:
     return run_sync(acheck_many(pairs, method, model, config=config, llm=llm, **options))
 

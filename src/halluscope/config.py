@@ -19,8 +19,20 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 CONFIG_FILE_ENV = "HALLUSCOPE_CONFIG"
-DEFAULT_METHOD = "geval"
-"""The method ``halluscope.check``, ``evaluate`` and ``halluscope check`` use when none is named."""
+DEFAULT_METHOD = "dcr"
+"""The method ``halluscope.check``, ``evaluate`` and ``halluscope check`` use when none is named, with
+:data:`DEFAULT_METHOD_OPTIONS` (docs/benchmarks.md, "Verdict probabilities and verdict-first scoring", says why)."""
+DEFAULT_METHOD_OPTIONS: dict[str, Any] = {"order": "verdict_first"}
+"""The options the default method runs with when no method is named (a named method runs with its own defaults;
+options given win over these): every sentence scored by one short yes/no reply, the flagged ones explained."""
+
+
+def resolve_method(method: str | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``(method, options)`` to build: the named method as given, or, when none is named, :data:`DEFAULT_METHOD`
+    with :data:`DEFAULT_METHOD_OPTIONS` under the given options."""
+    if method:
+        return method, dict(options)
+    return DEFAULT_METHOD, {**DEFAULT_METHOD_OPTIONS, **options}
 CONFIG_FILE_NAME = "halluscope.toml"
 
 

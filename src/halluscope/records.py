@@ -137,8 +137,13 @@ class Verdict(_Record):
     decided_by: str | None = None  # the stage that gave the label, e.g. "gate:lexical" or "verifier:dove"
     target_spans: list[Span] = Field(default_factory=list)  # the offending characters, when narrower than the claim
     support_probability: float | None = Field(default=None, ge=0.0, le=1.0)
-    """The verifier's probability that the source supports the claim, where it computes one (the encoder checkers);
-    a finding made from this verdict carries ``1 - support_probability`` as its confidence."""
+    """The verifier's probability that the source supports the claim, where it computes one: the encoder checkers,
+    and the LLM verifiers from the token probabilities at their label (renormalised over the allowed labels; see
+    :mod:`halluscope.llm.label_probs`), where the backend returns them. None where there is none (never guessed).
+    A finding made from this verdict carries ``1 - support_probability`` as its confidence."""
+    fix: str | None = None
+    """A rewrite of the claim that the source supports, where the verifier proposed one (``order=verdict_first``
+    explanations)."""
 
     @model_validator(mode="after")
     def _unscored_has_reason(self) -> "Verdict":
@@ -160,8 +165,11 @@ class Finding(_Record):
     evidence: list[Evidence] = Field(default_factory=list)
     claim_ids: list[str] = Field(default_factory=list)
     confidence: float | None = Field(default=None, ge=0.0, le=1.0)
-    """How sure the method is that this is a real problem, in [0, 1], where the method has such a number
-    (PROBE: the share of judge votes against the claim's best source passage); ``None`` where it has none."""
+    """How sure the method is that this is a real problem, in [0, 1], where the method has such a number (a claim
+    verdict's ``1 - support_probability``; PROBE without token probabilities: the share of judge votes against the
+    claim's best source passage); ``None`` where it has none."""
+    fix: str | None = None
+    """A suggested correction of the flagged text, where the method proposed one (not re-verified)."""
 
 
 class Report(_Record):
@@ -230,6 +238,9 @@ class StepResult(Generic[T]):
     value: T | None
     error: str | None = None
     calls: list[LLMCall] = field(default_factory=list)
+    logprobs: list[Any] | None = None
+    """The per-token log-probabilities of the reply the value was parsed from
+    (:class:`~halluscope.llm.base.TokenLogprobs`), when the request asked for them and the backend gave them."""
 
     @property
     def ok(self) -> bool:

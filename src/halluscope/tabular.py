@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
-from halluscope.config import DEFAULT_METHOD, Config
+from halluscope.config import Config, resolve_method
 from halluscope.records import Report
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ async def score_pairs(method: "Method", items: Sequence[tuple[Any, Any, Any]], c
         await asyncio.gather(*workers, return_exceptions=True)
 
 
-def _method(method: "str | Method", model: str | None, config: Config | None, llm: Any,
+def _method(method: "str | Method | None", model: str | None, config: Config | None, llm: Any,
             options: dict[str, Any]) -> "Method":
     """The named method built with these settings, or ``method`` itself when it is already a Method."""
     from halluscope.methods import get_method
@@ -136,6 +136,7 @@ def _method(method: "str | Method", model: str | None, config: Config | None, ll
         if model is not None or config is not None or llm is not None or options:
             raise TypeError("pass model, config, llm and options when naming a method, not with a Method instance")
         return method
+    method, options = resolve_method(method, options)
     config = config or Config()
     if model is not None:
         config = config.with_overrides(model=model)
@@ -170,7 +171,7 @@ async def aevaluate(data: Any, source: str = "source", target: str = "target", m
     clash = [c for c in RESULT_COLUMNS if c in columns]
     if clash:
         raise TableError(f"the input already has result column(s) {clash}; rename or drop them first")
-    m = _method(method or DEFAULT_METHOD, model, config, llm, options)
+    m = _method(method, model, config, llm, options)
     items = [(i, row.get(source), row.get(target)) for i, row in enumerate(rows)]
     results: dict[int, dict[str, Any]] = {}
     async for i, report in score_pairs(m, items, concurrency or m.config.max_concurrency, threshold):

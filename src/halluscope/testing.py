@@ -70,7 +70,7 @@ def assert_grounded(source: str, answer: str, method: Any = None, threshold: flo
             raise TypeError("model, config, llm and options go with a method name, not a Method instance")
         report = method.check(source, answer)
     else:
-        report = halluscope.check(source, answer, method or halluscope.DEFAULT_METHOD, model, **kwargs)
+        report = halluscope.check(source, answer, method, model, **kwargs)
     if threshold is not None:
         report = report.with_threshold(threshold)
     if report.score is None:

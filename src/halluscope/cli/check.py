@@ -62,8 +62,8 @@ def check_command(
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="With --input: show a progress bar.")] = True,
 ) -> None:
     """Check TARGET against SOURCE (or every row of --input into --output) and print the score, findings and cost."""
-    import halluscope
     from halluscope.llm import LLMError
+    from halluscope.config import resolve_method
     from halluscope.methods import InputError, get_method
 
     if input_file is not None or output_file is not None:
@@ -88,7 +88,8 @@ def check_command(
             raise fail(str(exc))
     config = make_config(model, base_url, api_key, no_cache, concurrency)
     try:
-        m = get_method(method or halluscope.DEFAULT_METHOD, config=config, **parse_options(option))
+        name, options = resolve_method(method, parse_options(option))
+        m = get_method(name, config=config, **options)
     except (KeyError, TypeError, ValueError) as exc:
         raise fail(str(exc.args[0] if isinstance(exc, KeyError) else exc))
     if m.uses_llm:

@@ -50,7 +50,7 @@ from importlib import metadata
 from pathlib import Path
 
 from halluscope.llm.base import (Completion, ContextOverflowError, GenerateParams, LLMError, Message,
-                                 StructuredOutput, parse_logprobs)
+                                 StructuredOutput, TokenLogprobs)
 from halluscope.llm.cache import clean_messages, clean_text
 from halluscope.llm.lazy_grammar import LazyGrammarUnavailable, lazy_grammar_processor
 from halluscope.llm.model_parts import QWEN_CODER_1_5B, SPLIT_MODELS, ensure_assembled
@@ -267,22 +267,14 @@ class EmbeddedModel:
             }
             if params.seed is not None:
                 kwargs["seed"] = params.seed
-            if params.top_logprobs:
-                kwargs["logprobs"] = True
-                kwargs["top_logprobs"] = params.top_logprobs
             if params.json_mode and not params.json_schema:
                 kwargs["response_format"] = {"type": "json_object"}
             held = _held_tokens(llama)  # the KV cache's tokens before this call: its reusable prefix
+            # llama-cpp-python gives logprobs only for a model loaded with logits_all (memory for the logits of
+            # every position); a logits processor sees each generated step's distribution without it
+            capture = StepCapture(params.top_logprobs) if params.top_logprobs else None
             try:
-                try:
-                    out = self._complete(llama, kwargs, params.json_schema)
-                except ValueError as exc:
-                    if "logprobs" not in str(exc) or "logprobs" not in kwargs:
-                        raise
-                    # llama-cpp-python gives logprobs only for a model loaded with logits_all (memory for the
-                    # logits of every position): answer without them; the Completion says none were returned
-                    kwargs.pop("logprobs"), kwargs.pop("top_logprobs", None)
-                    out = self._complete(llama, kwargs, params.json_schema)
+                out = self._complete(llama, kwargs, params.json_schema, capture)
             except ValueError as exc:  # llama.cpp reports an over-long prompt as a ValueError
                 if "context" in str(exc).lower():
                     raise ContextOverflowError(f"{self.name}: {exc}") from exc
@@ -292,9 +284,9 @@ class EmbeddedModel:
             u = out.get("usage") or {}
             prompt_count = _token_count(u.get("prompt_tokens"))
             cached = reused_prefix(held, _held_tokens(llama)[:prompt_count])
-        content = out["choices"][0]["message"].get("content")
-        logprobs = parse_logprobs(out["choices"][0]) if params.top_logprobs else None
-        text = clean_text(content) if isinstance(content, str) else ""
+            content = out["choices"][0]["message"].get("content")
+            text = clean_text(content) if isinstance(content, str) else ""
+            logprobs = capture.logprobs(llama, text) if capture is not None else None
         usage = Usage(
             calls=1,
             prompt_tokens=prompt_count,
@@ -303,9 +295,14 @@ class EmbeddedModel:
         )
         return Completion(text=text, model=self.name, usage=usage, logprobs=logprobs)
 
-    def _complete(self, llama: Any, kwargs: dict[str, Any], json_schema: str | None) -> Any:
+    def _complete(self, llama: Any, kwargs: dict[str, Any], json_schema: str | None,
+                  capture: "StepCapture | None" = None) -> Any:
         """One chat completion. A schema reply: the lazy grammar sampler at temperature 0 when it can run (same
-        tokens, the grammar asked about one token per step), else llama.cpp's grammar from the schema."""
+        tokens, the grammar asked about one token per step), else llama.cpp's grammar from the schema.
+        ``capture`` (first in the processor list: it sees the model's own distribution) records each step."""
+        first = [capture] if capture is not None else []
+        if capture is not None:
+            kwargs = {**kwargs, "logits_processor": _processors(first)}
         if not json_schema:
             return llama.create_chat_completion(**kwargs)
         if self.grammar == "lazy" and kwargs["temperature"] == 0 and self._lazy_unavailable is None:
@@ -317,16 +314,90 @@ class EmbeddedModel:
                             "full grammar", self.name, exc)
             else:
                 try:
-                    out = llama.create_chat_completion(**kwargs, logits_processor=[processor])
+                    processors = _processors(first + [processor])
+                    out = llama.create_chat_completion(**{**kwargs, "logits_processor": processors})
                 finally:
                     processor.close()
                 if processor.failed is None:
                     return out
+                if capture is not None:
+                    capture.reset()
                 log.warning("%s: the lazy grammar sampler could not constrain this reply (%s); asking again with "
                             "llama-cpp-python's full grammar", self.name, processor.failed)
         # llama.cpp turns the schema into a grammar: the reply has the declared shape
+        if capture is not None:
+            capture.reset()
         return llama.create_chat_completion(
             **kwargs, response_format={"type": "json_object", "schema": json.loads(json_schema)})
 
     async def generate(self, messages: list[Message], params: GenerateParams) -> Completion:
         return await asyncio.to_thread(self._generate_sync, messages, params)
+
+
+def _processors(items: list[Any]) -> Any:
+    """``items`` as llama-cpp-python's LogitsProcessorList (a list that calls each processor in turn)."""
+    try:
+        from llama_cpp import LogitsProcessorList
+    except ImportError:  # pragma: no cover - the embedded backend needs llama_cpp anyway
+        return items
+    return LogitsProcessorList(items)
+
+
+class StepCapture:
+    """A llama-cpp-python logits processor that records, at each generated step, the ``k`` most likely tokens and
+    their log-probabilities (log-softmax of the step's logits, before any grammar constrains them), and passes the
+    logits on unchanged. :meth:`logprobs` turns the record into :class:`TokenLogprobs` once the reply is done.
+
+    The processor is called once per sampled token with the token ids so far, so the token chosen at step ``i`` is
+    the last id seen at step ``i + 1``; the last step's token is what remains of the reply's text."""
+
+    def __init__(self, k: int):
+        import numpy as np
+
+        self._np: Any = np
+        self.k = max(1, int(k))
+        self.steps: list[tuple[int | None, list[tuple[int, float]]]] = []  # (last id seen, top-k (id, logprob))
+
+    def reset(self) -> None:
+        self.steps.clear()
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        try:
+            np = self._np
+            logits = np.asarray(scores, dtype=np.float64)
+            peak = float(np.max(logits))
+            log_z = peak + float(np.log(np.sum(np.exp(logits - peak))))
+            k = min(self.k, logits.shape[0])
+            top = np.argpartition(-logits, k - 1)[:k]
+            top = top[np.argsort(-logits[top], kind="stable")]
+            last = int(input_ids[-1]) if len(input_ids) else None
+            self.steps.append((last, [(int(t), float(logits[t]) - log_z) for t in top]))
+        except Exception:  # noqa: BLE001 - a C callback cannot raise; a step without a record gives no logprobs
+            self.steps.append((None, []))
+        return scores
+
+    def logprobs(self, llama: Any, text: str) -> list[TokenLogprobs] | None:
+        """The generated tokens with their candidates; None when a step went unrecorded or nothing was."""
+        if not self.steps or any(not top for _, top in self.steps):
+            return None
+
+        def piece(token: int) -> str:
+            return str(llama.detokenize([token]).decode("utf-8", errors="replace"))
+
+        out: list[TokenLogprobs] = []
+        consumed = 0
+        for i, (_, top) in enumerate(self.steps):
+            candidates: dict[str, float] = {}
+            for token, logprob in top:
+                candidates.setdefault(piece(token), logprob)
+            floor = min(lp for _, lp in top)  # a chosen token outside the top-k: at most this likely
+            chosen = self.steps[i + 1][0] if i + 1 < len(self.steps) else None
+            if chosen is not None:
+                string = piece(chosen)
+                logprob = dict(top).get(chosen, candidates.get(string, floor))
+            else:  # the last step: what remains of the reply
+                string = text[consumed:]
+                logprob = candidates.get(string, floor)
+            consumed += len(string)
+            out.append(TokenLogprobs(token=string, logprob=logprob, top=candidates))
+        return out

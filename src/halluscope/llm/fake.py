@@ -13,13 +13,16 @@ Four ways to script it, checked in this order for each request:
 4. ``responder``: a function of the messages.
 ``default`` answers anything left; with no default an unscripted request raises, so a test never
 passes on a reply nobody wrote. ``logprobs`` (a function of the reply text) scripts the token log-probabilities
-returned when a request asks for them (``GenerateParams.top_logprobs``).
+returned when a request asks for them (``GenerateParams.top_logprobs``); :func:`label_logprobs` builds one that
+gives chosen words (``true``, ``PASS``, ``yes``) exact candidate probabilities, and a script file's
+``"logprobs": {"true": 0.8, "false": 0.2}`` does the same.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -54,6 +57,50 @@ def _type_name(key: Any) -> str:
     if callable(schema):
         return str(schema().get("title", key.__name__))
     raise TypeError(f"a by_reply key is a reply type name or a Reply class, not {key!r}")
+
+
+_TOKEN = re.compile(r"\s*(?:\w+|[^\w\s])")
+
+
+def fake_tokens(text: str) -> list[str]:
+    """The fake model's tokens of ``text``: each word or punctuation mark with the whitespace before it
+    (their concatenation is ``text``)."""
+    tokens = _TOKEN.findall(text)
+    rest = text[sum(len(t) for t in tokens):]
+    return tokens + ([rest] if rest else [])
+
+
+def label_logprobs(probabilities: Mapping[str, float] | Sequence[Mapping[str, float]]
+                   ) -> Callable[[str], list[TokenLogprobs]]:
+    """A ``logprobs`` script: the reply split into :func:`fake_tokens`; each token that is (case-insensitively,
+    whitespace aside) one of the words of ``probabilities`` gets every word of it as a candidate, with those
+    probabilities (the chosen token its own); every other token is certain. A list of mappings gives the label
+    tokens their mappings in order (the last one repeats), e.g. a different probability per batch entry."""
+    tables = [dict(probabilities)] if isinstance(probabilities, Mapping) else [dict(p) for p in probabilities]
+
+    def script(reply: str) -> list[TokenLogprobs]:
+        out: list[TokenLogprobs] = []
+        n = 0
+        previous_was_label = False
+        for token in fake_tokens(reply):
+            table = tables[min(n, len(tables) - 1)]
+            words = {w.lower(): w for w in table}
+            word = token.strip().lower()
+            continues = previous_was_label and token == token.lstrip()  # "1" right after "-": one label, "-1"
+            if word in words and not continues:
+                chosen = words[word]
+                # the chosen candidate spelled as the token itself (with its whitespace), like a real backend
+                top = {(token if cand == chosen else cand): math.log(p) if p > 0 else -1e9
+                       for cand, p in table.items()}
+                out.append(TokenLogprobs(token=token, logprob=top[token], top=top))
+                n += 1
+                previous_was_label = True
+            else:
+                out.append(TokenLogprobs(token=token, logprob=0.0, top={token: 0.0}))
+                previous_was_label = False
+        return out
+
+    return script
 
 
 class FakeModel:
@@ -96,7 +143,8 @@ class FakeModel:
     def from_script(cls, path: str | Path) -> "FakeModel":
         """A fake scripted by a JSON file: an object mapping reply type (see ``by_reply``) to one reply or a list
         of replies in order, plus optional ``"default"`` (answers anything left; without it an unscripted
-        request fails). A reply that is not a string (a JSON object) is sent as its JSON text. E.g.
+        request fails) and ``"logprobs"`` (label word -> probability, or a list of such: see
+        :func:`label_logprobs`). A reply that is not a string (a JSON object) is sent as its JSON text. E.g.
         ``{"FactsReply": {"facts": [...]}, "FactCheckReply": [{"supported": true}, {"supported": false}]}``."""
         text = Path(path).read_text()
         script = json.loads(text)
@@ -107,8 +155,10 @@ class FakeModel:
             return value if isinstance(value, str) else json.dumps(value)
 
         default = script.pop("default", None)
+        probabilities = script.pop("logprobs", None)
         by_reply = {k: [as_text(r) for r in v] if isinstance(v, list) else as_text(v) for k, v in script.items()}
-        fake = cls(by_reply=by_reply, default=None if default is None else as_text(default), name=f"fake:{path}")
+        fake = cls(by_reply=by_reply, default=None if default is None else as_text(default), name=f"fake:{path}",
+                   logprobs=label_logprobs(probabilities) if probabilities else None)
         fake.cache_id = "fake:" + hashlib.sha256(text.encode()).hexdigest()[:16]  # an edited script is not cached
         return fake
 

@@ -78,7 +78,7 @@ async def generate_parsed(
             continue
         calls.append(_call_record(llm, convo, completion))
         try:
-            return StepResult(await _run_parser(parse, completion.text), None, calls)
+            return StepResult(await _run_parser(parse, completion.text), None, calls, completion.logprobs)
         except (ParseError, ValidationError, ValueError, TypeError, KeyError, RecursionError) as exc:
             error = _short_error(exc)
         except TimeoutError:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
@@ -35,6 +36,7 @@ from pydantic import BaseModel, Field, ValidationError, create_model
 
 from halluscope.llm import LLM
 from halluscope.llm.base import GenerateParams
+from halluscope.llm.label_probs import TRUE_FALSE, VERDICT_TOP_LOGPROBS, label_probabilities
 from halluscope.llm.replies import Reply, restated_field, validation_message
 from halluscope.llm.structured import generate_reply
 from halluscope.methods.llm_verifier import LLMVerifier, messages_tokens, reply_budget
@@ -216,6 +218,20 @@ class BatchStep(Generic[E]):
     answers: BatchAnswers[E] | None
     error: str | None
     calls: list[LLMCall] = field(default_factory=list)
+    logprobs: list[Any] | None = None  # the reply's token log-probabilities, when asked for and given
+
+    def label_probabilities(self, key: str, positive: Sequence[str], negative: Sequence[str]) -> dict[int, float]:
+        """Per unit index (0-based), the positive label's probability at the ``key`` field of its entry, read only
+        when the reply's entries can be told apart in its text: as many ``key`` fields as ``"id"`` fields, each id
+        a unit's number once (else ``{}``: nothing is guessed)."""
+        if not self.logprobs or self.answers is None:
+            return {}
+        found = label_probabilities(self.logprobs, positive, negative, key=key)
+        text = "".join(getattr(t, "token", "") for t in self.logprobs)
+        ids = [int(m) for m in re.findall(r'"id"\s*:\s*(\d+)', text)]
+        if len(ids) != len(found) or len(set(ids)) != len(ids):
+            return {}
+        return {i - 1: f.probability for i, f in zip(ids, found) if f.probability is not None}
 
     def why_missing(self, index: int) -> str:
         if self.answers is None:
@@ -232,7 +248,7 @@ async def ask_batch(llm: LLM, messages: list[dict[str, str]], reply: type[Reply]
         llm, messages, reply, params=params,
         parse=lambda text: parse_batch(text, n, entry, list_field=list_field, unit=unit, check=check,
                                        examples=reply.echoes()))  # type: ignore[arg-type, return-value]
-    return BatchStep(step.value, step.error, list(step.calls))  # type: ignore[arg-type]
+    return BatchStep(step.value, step.error, list(step.calls), step.logprobs)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -325,6 +341,9 @@ class BatchingVerifier(LLMVerifier, Generic[E]):
     it as written and unscored whatever the reply says."""
 
     placeholders_in_batch: ClassVar[bool] = False
+    label_key: ClassVar[str | None] = "supported"
+    """The JSON boolean field of a batch entry that states the verdict: its token probabilities give each claim's
+    P(supported) (None: the entries state no such field)."""
     prompt: PromptTemplate
     batch_size: int
     batch: BatchCall[E]
@@ -354,10 +373,27 @@ class BatchingVerifier(LLMVerifier, Generic[E]):
                 return Verdict.unscored(claim, self.placeholder_reason(claim), calls)
             return self.accept(claim, entry, calls, source)
 
+        probabilities: dict[int, float] = {}  # id(claim) -> P(supported) from its batch entry
+
+        async def ask(part: list[Claim]) -> BatchStep[E]:
+            params = self.llm.params(top_logprobs=VERDICT_TOP_LOGPROBS) if self.label_key else None
+            step = await self.batch.ask(self.llm, [c.text for c in part], params=params, source=context.text)
+            if self.label_key:
+                for i, p in step.label_probabilities(self.label_key, *TRUE_FALSE).items():
+                    if 0 <= i < len(part):
+                        probabilities[id(part[i])] = p
+            return step
+
+        def accept_with_probability(claim: Claim, entry: E, calls: list[LLMCall]) -> Verdict:
+            verdict = accept(claim, entry, calls)
+            p = probabilities.get(id(claim))
+            if p is None or verdict.label == "unscored":
+                return verdict
+            return verdict.model_copy(update={"support_probability": p})
+
         judged = iter(await judge_in_batches(
-            asked, self.batch_size, ask=lambda part: self.batch.ask(self.llm, [c.text for c in part],
-                                                                     source=context.text),
-            accept=accept, alone=lambda claim: self.check(claim, context, source), redone=redone_verdict))
+            asked, self.batch_size, ask=ask, accept=accept_with_probability,
+            alone=lambda claim: self.check(claim, context, source), redone=redone_verdict))
         return [next(judged) if self.placeholders_in_batch or not is_placeholder(c.text)
                 else await self.check(c, context, source) for c in claims]
 

@@ -81,6 +81,13 @@ class PipelineDetails(MethodDetails):
     e.g. dove's ``sorter``)."""
     gate: dict[str, Any] | None = None
     """With a gate (cascade): how many claims it settled and how, and which went on to the verifier."""
+    score: dict[str, Any] | None = None
+    """How the score was computed: ``kind`` (probability or label), the option asked (``requested``), both
+    scores where computed (``label_score``, ``probability_score``), how many judged verdicts carry a probability,
+    and ``why`` when the label score was used or probabilities were missing."""
+    verdict_first: dict[str, Any] | None = None
+    """With ``order=verdict_first``: the claims scored, the ones flagged and explained, the explanations that
+    failed."""
     context: dict[str, Any] | None = None
     """The context selection: ``mode`` (full/retrieval), ``why``, the retrieval settings and, in retrieval
     mode, the snippets per claim and the label on each snippet tried."""

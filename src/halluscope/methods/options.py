@@ -116,6 +116,8 @@ MAX_WINDOW = 20
 MAX_BATCH_SIZE = 64
 
 RetrievalMode = Literal["auto", "always", "never"]
+ScoreKind = Literal["auto", "probability", "label"]
+VerdictOrder = Literal["reason_first", "verdict_first"]
 
 
 class RetrievalOptions(MethodOptions):
@@ -156,3 +158,15 @@ class ClaimOptions(RetrievalOptions):
 
     gate: str | None = None
     """A gate run before the verifier (cascade): `lexical` or `encoder:DIR`; the claims it settles skip the verifier (no LLM call), the uncertain ones go on."""
+
+    score: ScoreKind = "auto"
+    """How verdicts become the score: probability (the paper's formula with each claim's P(supported), read from the model's token probabilities, in place of its 0/1 label), label (the paper's discrete score), or auto (probability when every judged verdict has one, else label). details["score"] says which ran and why."""
+
+    order: VerdictOrder = "reason_first"
+    """reason_first (the papers: each verdict's reasoning, then its label) or verdict_first (each claim scored by one short yes/no reply; a reason, a source quote and a fix are asked only for the claims it flags)."""
+
+    explain_below: float = Field(default=0.5, ge=0.0, le=1.0)
+    """verdict_first: a claim whose P(supported) is below this (or, without a probability, whose answer is no) is flagged and explained."""
+
+    explain: bool = True
+    """verdict_first: ask for the reason, the source quote and a fix of each flagged claim (false: score only, one short reply per claim; the findings then say only that the claim was answered no)."""

@@ -40,6 +40,7 @@ from halluscope.methods.gate import gate_verdict
 from halluscope.methods.options import ClaimOptions, OptionsError, StageOptions, own_options
 from halluscope.methods.snippets import max_over_snippets
 from halluscope.methods.trace import RunTrace, bind_trace
+from halluscope.methods.verdict_first import VerdictFirst
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Finding, Report, Verdict
 from halluscope.stages import (Aggregate, Aggregator, Context, Decomposer, Gate, GateDecision, Localizer, Selection,
@@ -128,6 +129,7 @@ class ClaimPipeline(Method):
         self._aggregator: Aggregator | None = None
         self._localizer: Localizer | None = None
         self._selector: RetrievalSelector | None = None
+        self._verdict_first: VerdictFirst | None = None
         gate_name = getattr(self.opts, "gate", None)
         self.gate_options = stage_options("gate", gate_name, namespaced.get("gate", {})) if gate_name else None
         self.gate: Gate | None = self.build_stage("gate", gate_name, self.gate_options) if gate_name else None
@@ -151,6 +153,9 @@ class ClaimPipeline(Method):
         for kind in ("aggregator", "localizer"):  # recorded only when chosen: default records (and the
             if own.get(kind) is None:             # identity of bench folders measured before) stay what they were
                 own.pop(kind, None)
+        for key, default in (("order", "reason_first"), ("explain_below", 0.5), ("explain", True), ("score", "auto")):
+            if own.get(key) == default:  # the same: recorded only when changed
+                own.pop(key, None)
         return {**own, **{f"{kind}.{k}": chosen[kind].model_dump(mode="json")[k]  # type: ignore[union-attr]
                                         for kind, values in self.stage_given.items() for k in values}}
 
@@ -211,11 +216,20 @@ class ClaimPipeline(Method):
 
     def used_prompts(self) -> list[PromptTemplate]:
         prompts = super().used_prompts()
-        prompts += [p for p in self.verifier_prompts() if p.name not in {q.name for q in prompts}]
+        prompts += [p for p in self.verifier_prompts() + self.verdict_first_prompts()
+                    if p.name not in {q.name for q in prompts}]
         return prompts
+
+    def verdict_first_prompts(self) -> list[PromptTemplate]:
+        """The verdict-first prompts, when ``order=verdict_first`` (none otherwise)."""
+        if self.opts.order != "verdict_first":  # type: ignore[attr-defined]
+            return []
+        return self.verdict_first.used_prompts()
 
     def verifier_prompts(self) -> list[PromptTemplate]:
         """The prompts the chosen verifier says it sends (none when it lists none, e.g. an encoder checker)."""
+        if self.opts.order == "verdict_first":  # type: ignore[attr-defined]
+            return []  # the verifier is not called: verdict-first scores and explains with its own prompts
         listed = getattr(self.verifier, "used_prompts", None)
         return list(listed()) if callable(listed) else []
 
@@ -238,10 +252,21 @@ class ClaimPipeline(Method):
     async def verify(self, claims: list[Claim], selection: Selection, source: str,
                      ) -> tuple[list[Verdict], dict[str, Any]]:
         """Verdicts in claim order; in retrieval mode also the labels per tried snippet (for details)."""
+        if self.opts.order == "verdict_first":  # type: ignore[attr-defined]
+            return await self.verdict_first.verify(claims, selection, source)
         if selection.mode == "full":
             context = next(iter(selection.contexts.values()))[0]
             return list(await self.verifier(claims, context, source)), {}
         return await max_over_snippets(claims, selection.contexts, lambda pairs: self.judge_round(pairs, source))
+
+    @property
+    def verdict_first(self) -> VerdictFirst:
+        """The verdict-first scorer and explainer (``order=verdict_first``)."""
+        if self._verdict_first is None:
+            self._verdict_first = VerdictFirst(self.llm, prompts=self.prompt,
+                                               explain_below=self.opts.explain_below,  # type: ignore[attr-defined]
+                                               explain=self.opts.explain)  # type: ignore[attr-defined]
+        return self._verdict_first
 
     async def judge_round(self, pairs: Sequence[tuple[Claim, Context]], source: str) -> list[Verdict]:
         """One round of the retrieval protocol: each (claim, snippet) pair judged, one verifier call per pair.
@@ -297,7 +322,10 @@ class ClaimPipeline(Method):
         verified = {claim_id(v.claim): v if v.decided_by else v.model_copy(update={"decided_by": decided_by})
                     for v in verdicts}
         verdicts = [settled.get(claim_id(c)) or verified[claim_id(c)] for c in claims]
+        verdict_first = tried.pop("verdict_first", None)
         details.update(PipelineDetails.build(context={**selection.describe(), **tried}))
+        if verdict_first is not None:
+            details.update(PipelineDetails.build(verdict_first=verdict_first))
         return PipelineRun(source, target, claims, selection, verdicts, details, trace)
 
     async def aggregate(self, run: PipelineRun) -> Aggregate:
@@ -315,16 +343,68 @@ class ClaimPipeline(Method):
         run = await self.evaluate(source, target, trace)
         if isinstance(run, Report):
             return self.finish(run, trace)
-        aggregate = await self.aggregate(run)
+        aggregate = self.choose_score(run, await self.aggregate(run))
         findings = await self.localize(run)
         return self.finish(Report(method=self.name, score=aggregate.score, unscored_reason=aggregate.unscored_reason,
                                   subscores=aggregate.subscores, claims=run.claims, verdicts=run.verdicts,
                                   findings=findings, details=run.details), trace)
 
+    def choose_score(self, run: PipelineRun, aggregate: Aggregate) -> Aggregate:
+        """The score the Report carries, by option ``score``: the label aggregate as it is, or its probability
+        variant (:meth:`probability_aggregate`), recorded in ``details["score"]``."""
+        mode = self.opts.score  # type: ignore[attr-defined]
+        judged = [v for v in run.verdicts if v.label != "unscored"]
+        with_p = [v for v in judged if v.support_probability is not None]
+        info: dict[str, Any] = {"kind": "label", "requested": mode, "judged": len(judged),
+                                "with_probability": len(with_p), "label_score": aggregate.score}
+        run.details["score"] = info
+        if aggregate.score is None or mode == "label":
+            if mode == "label":
+                info["why"] = "score=label: the paper's score from the verdicts' labels"
+            return aggregate
+        if not with_p:
+            info["why"] = ("no verdict carries a probability: the backend returned no token log-probabilities"
+                           if judged else "no judged verdict")
+            if mode == "probability":
+                return Aggregate(None, aggregate.subscores, f"score=probability, but {info['why']}")
+            return aggregate
+        if mode == "auto" and len(with_p) < len(judged):
+            info["why"] = (f"{len(judged) - len(with_p)} of {len(judged)} judged verdicts carry no probability: the "
+                           "label score (score=probability counts their labels as 0/1)")
+            return aggregate
+        variant = self.probability_aggregate(run, aggregate)
+        if isinstance(variant, str):
+            info["why"] = variant
+            if mode == "probability":
+                return Aggregate(None, aggregate.subscores, f"score=probability, but {variant}")
+            return aggregate
+        info.update(kind="probability", probability_score=variant.score)
+        if len(with_p) < len(judged):
+            info["why"] = f"{len(judged) - len(with_p)} judged verdicts without a probability count their label as 0/1"
+        return variant
+
+    def probability_aggregate(self, run: PipelineRun, aggregate: Aggregate) -> Aggregate | str:
+        """The probability variant of the score (the aggregator's formula with P(supported) in place of 0/1
+        labels), or why there is none. Default: the mean P(supported) of the judged claims, for the aggregators
+        that average labels (``supported_fraction``, ``probe``); a method with its own formula overrides this."""
+        name = self.aggregator.name
+        if name not in ("supported_fraction", "probe"):
+            return f"the aggregator {name!r} has no probability variant"
+        probs = [support_p(v) for v in run.verdicts if v.label != "unscored"]
+        return Aggregate(sum(probs) / len(probs), {**aggregate.subscores, "label_score": aggregate.score})
+
     def finish(self, report: Report, trace: RunTrace) -> Report:
         """The check's Report with what the method adds from the check's trace (also to an early, unscored
         Report). Default: the Report as it is."""
         return report
+
+
+def support_p(verdict: Verdict) -> float:
+    """A judged verdict's P(supported): its probability, else its label as 0/1 (for score=probability with a
+    verdict no model gave a probability for, e.g. one a gate settled)."""
+    if verdict.support_probability is not None:
+        return verdict.support_probability
+    return 1.0 if verdict.label == "supported" else 0.0
 
 
 def gate_details(gate_name: str, decisions: Sequence[GateDecision]) -> dict[str, Any]:

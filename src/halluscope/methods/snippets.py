@@ -32,7 +32,11 @@ def best_verdict(claim: Claim, tried: Sequence[tuple[Context, Verdict]]) -> Verd
     if not any(e.span == ctx.span for e in evidence):
         relation: Relation = "supports" if chosen.label == "supported" else "related"
         evidence.append(Evidence(text=ctx.text, span=ctx.span, relation=relation))
-    return chosen.model_copy(update={"claim": claim, "calls": calls, "evidence": evidence})
+    update: dict[str, Any] = {"claim": claim, "calls": calls, "evidence": evidence}
+    probabilities = [v.support_probability for _, v in tried if v.label != "unscored"]
+    if probabilities and None not in probabilities:  # Eq. 2's max, over P(supported) where every snippet has one
+        update["support_probability"] = max(probabilities)  # type: ignore[type-var]
+    return chosen.model_copy(update=update)
 
 
 JudgeRound = Callable[[list[tuple[Claim, Context]]], Awaitable[list[Verdict]]]

@@ -17,6 +17,11 @@ from halluscope.bench.reproduce.spec import Context, Protocol, ReproduceError, R
 from halluscope.bench.reproduce.table import _all_unscored, _cost, _coverage, _metric_value, _number_json, _paper_cell
 
 
+PAPER_ORDER: dict[str, Any] = {"order": "reason_first", "score": "label"}
+"""What every reproduced row runs with, whatever other options are given: the papers' verdict order (reason
+first) and their discrete score (from the labels), so a row measures the paper's algorithm."""
+
+
 async def run_row(protocol: Protocol, row: Row, built: BuiltSet, ctx: Context, *, judge: Any, options: dict[str, Any],
                   n_bootstrap: int, concurrency: int | None) -> dict[str, Any]:
     """Run one row's bench (resumable) and map its metrics; every failure becomes a reason, never an exception."""
@@ -39,7 +44,9 @@ async def run_row(protocol: Protocol, row: Row, built: BuiltSet, ctx: Context, *
     try:
         cls = method_class(row.method)  # type: ignore[arg-type]
         extra = {k: v for k, v in options.items() if k in cls.Options.model_fields and k not in row.options}
-        record["options"] = {**extra, **row.options}
+        # the papers' protocol: each verdict's reasoning before its label, the score from the labels
+        pinned = {k: v for k, v in PAPER_ORDER.items() if k in cls.Options.model_fields and k not in row.options}
+        record["options"] = {**extra, **pinned, **row.options}
         method = get_method(row.method, llm=ctx.get_llm() if cls.uses_llm else None,  # type: ignore[arg-type]
                             config=ctx.config, **record["options"])
         record["model"] = method.model_name

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
+from halluscope.llm.label_probs import MARKS, VERDICT_TOP_LOGPROBS, label_probabilities
 from halluscope.llm.structured import generate_reply
 from halluscope.methods.dcr.prompts import AMC_PROMPT
 from halluscope.methods.dcr.replies import AmcReply, parse_amc
@@ -28,6 +29,12 @@ class AmcMarks:
     marks: list[int | None]
     errors: list[str | None]
     calls: list[LLMCall] = field(default_factory=list)
+    probabilities: list[float | None] = field(default_factory=list)
+    """Per reason, the probability of the mark +1 from the AMC reply's token log-probabilities (renormalised
+    over +1 and -1 at the mark's position); empty or None where the backend gave none (``amc=rule``: none)."""
+
+    def probability(self, index: int) -> float | None:
+        return self.probabilities[index] if index < len(self.probabilities) else None
 
 
 class AutoMetricConverter:
@@ -57,8 +64,14 @@ class AutoMetricConverter:
             return AmcMarks(marks, errors)
         numbered = "\n".join(f"{i}. {' '.join(r.split())}" for i, r in enumerate(reasons, 1))
         step = await generate_reply(self.llm, self.prompt.render(reasons=numbered, count=n), AmcReply,
-                                    parse=lambda text: parse_amc(text, n))  # type: ignore[arg-type, return-value]
+                                    parse=lambda text: parse_amc(text, n),  # type: ignore[arg-type, return-value]
+                                    params=self.llm.params(top_logprobs=VERDICT_TOP_LOGPROBS))
         if step.value is None:
             error = f"AMC failed: {step.error}"
             return AmcMarks([None] * n, [error] * n, step.calls)
-        return AmcMarks(list(step.value), [None] * n, step.calls)  # type: ignore[arg-type]
+        parsed = cast("list[int | None]", list(step.value))  # parse_amc gives the marks themselves
+        found = label_probabilities(step.logprobs, *MARKS)
+        stated: list[int | None] = [1 if f.stated else -1 for f in found]
+        # the probabilities count only when they are read off exactly the marks parsed, in order
+        probabilities = [f.probability for f in found] if stated == parsed else []
+        return AmcMarks(parsed, [None] * n, step.calls, probabilities)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from halluscope.methods.dcr.verifier import DcrVerifier
-from halluscope.methods.findings import claim_finding
+from halluscope.methods.findings import claim_finding, verdict_confidence
 from halluscope.methods.options import StageOptions
 from halluscope.methods.verdict_stages import RunStage
 from halluscope.records import Finding, Verdict
@@ -30,5 +30,7 @@ class DcrLocalizer(RunStage):
 
 def dcr_finding(verdict: Verdict) -> Finding:
     claim = verdict.claim
-    return Finding(description=verdict.reason, kind="inconsistent", target_spans=list(claim.target_spans),
-                   evidence=list(verdict.evidence), claim_ids=[claim.id] if claim.id else [])
+    description = verdict.reason + (f" Suggested fix: {verdict.fix}" if verdict.fix else "")
+    return Finding(description=description, kind="inconsistent", target_spans=list(claim.target_spans),
+                   evidence=list(verdict.evidence), claim_ids=[claim.id] if claim.id else [],
+                   confidence=verdict_confidence(verdict), fix=verdict.fix)

@@ -18,10 +18,12 @@ from halluscope.methods.dcr.verifier import DcrVerifier
 from halluscope.methods.details import MethodDetails
 from halluscope.methods.dcr.details import DcrDetails
 from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions
-from halluscope.methods.pipeline import ClaimPipeline
+from halluscope.methods.dcr.scoring import LABEL_MARKS
+from halluscope.methods.dcr.verifier import DceNotes
+from halluscope.methods.pipeline import ClaimPipeline, PipelineRun, support_p
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Verdict
-from halluscope.stages import Context, Decomposer, Selection
+from halluscope.stages import Aggregate, Context, Decomposer, Selection
 
 
 Level = Literal["sentence", "paragraph"]
@@ -64,6 +66,8 @@ class DCR(ClaimPipeline):
         return decomposer
 
     def used_prompts(self) -> list[PromptTemplate]:
+        if self.opts.order == "verdict_first":
+            return self.verdict_first_prompts()
         if not isinstance(self.verifier, DcrVerifier):
             return self.verifier_prompts()
         if self.opts.level == "paragraph":
@@ -74,7 +78,22 @@ class DCR(ClaimPipeline):
         if self.opts.batch_size > 1 and DCE_EXCERPT_PROMPT in dce:
             dce.append(DCE_EXCERPT_BATCH_PROMPT)
         amc = [AMC_PROMPT] if self.opts.amc == "llm" else []
-        return [self.prompt(t) for t in dce + amc]
+        return [self.prompt(t) for t in dce + amc] + self.verdict_first_prompts()
+
+    def probability_aggregate(self, run: PipelineRun, aggregate: Aggregate) -> Aggregate | str:
+        """Eq. 3 with ``z_i = 2 P(supported) - 1`` for each judged sentence in place of its +1/-1 mark (DCE's
+        other reasons keep their marks under ``amc_weights=paper``; ``auto`` takes them out as App. I does)."""
+        if self.aggregator.name != "dcr":
+            return super().probability_aggregate(run, aggregate)
+        judged = [v for v in run.verdicts if v.label in LABEL_MARKS]
+        notes = run.trace.get(DceNotes) or DceNotes()
+        zs = [2.0 * support_p(v) - 1.0 for v in judged]
+        if self.opts.amc_weights == "paper":
+            zs += [float(o.mark) for o in notes.other_reasons]
+        if not zs:
+            return "no judged sentence"
+        z = sum(zs) / len(zs)
+        return Aggregate((z + 1.0) / 2.0, {**aggregate.subscores, "Z_probability": z, "label_score": aggregate.score})
 
     async def verify(self, claims: list[Claim], selection: Selection, source: str) -> tuple[list[Verdict], dict[str, Any]]:
         if self.opts.level == "paragraph" and selection.mode == "retrieval":

@@ -59,6 +59,7 @@ def assign_reasons(claims: Sequence[Claim], reasons: Sequence[DceReason], amc: A
     consistent only if nothing said about it is negative), else its only one. Every other marked reason --
     not about one unit, or a further reason about a unit -- is returned for alpha/beta (App. I)."""
     marked = [(r, m) for r, m in zip(reasons, amc.marks) if m is not None]
+    marked_probability = [amc.probability(k) for k, m in enumerate(amc.marks) if m is not None]
     chosen: dict[int, int] = {}  # unit -> position in ``marked``
     for pos, (reason, mark) in enumerate(marked):
         i = reason.unit
@@ -74,7 +75,8 @@ def assign_reasons(claims: Sequence[Claim], reasons: Sequence[DceReason], amc: A
         if i in chosen:
             reason, mark = marked[chosen[i]]
             verdicts.append(Verdict(claim=claim, label="supported" if mark == 1 else "unsupported",
-                                    reason=reason.text, score=float(mark), calls=list(calls)))
+                                    reason=reason.text, score=float(mark), calls=list(calls),
+                                    support_probability=marked_probability[chosen[i]]))
         elif i in unmarked:
             verdicts.append(Verdict.unscored(claim, f"reason could not be marked: {unmarked[i]}", list(calls)))
         else:
@@ -223,11 +225,12 @@ class DcrVerifier(LLMVerifier):
                 return [await self.amc(part)]
             marked = await self.amc(part)
             if any(m is not None for m in marked.marks):
-                return [AmcMarks([m], [e], list(marked.calls)) for m, e in zip(marked.marks, marked.errors)]
+                return [AmcMarks([m], [e], list(marked.calls), [marked.probability(k)])
+                        for k, (m, e) in enumerate(zip(marked.marks, marked.errors))]
             alone = await gather_or_cancel(self.amc([r]) for r in part)
             why = marked.errors[0] or "no marks"
             return [AmcMarks(a.marks, [None if e is None else f"batch: {why}; alone: {e}" for e in a.errors],
-                             list(marked.calls) + list(a.calls)) for a in alone]
+                             list(marked.calls) + list(a.calls), list(a.probabilities)) for a in alone]
 
         parts = await gather_or_cancel(chunk(p) for p in chunked(list(reasons), max(1, size)))
         return [m for part in parts for m in part]

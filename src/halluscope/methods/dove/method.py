@@ -24,11 +24,11 @@ from halluscope.methods.details import MethodDetails
 from halluscope.methods.dove.details import DoveDetails
 from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions
 from halluscope.methods.context_selection import shared_source_index  # the retrieval stage's index (cached)
-from halluscope.methods.pipeline import ClaimPipeline, PipelineRun
+from halluscope.methods.pipeline import ClaimPipeline, PipelineRun, support_p
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, StepResult
 from halluscope.retrieval import SourceIndex, fits_in_context
-from halluscope.stages import Decomposer, Sorter, stage_spec
+from halluscope.stages import Aggregate, Decomposer, Sorter, stage_spec
 
 if TYPE_CHECKING:
     from halluscope.config import Config
@@ -109,7 +109,27 @@ class Dove(ClaimPipeline):
         used += self.verifier_prompts()
         if self.opts.sorter == "llm":
             used.append(self.prompt(DOVE_SORT_PROMPT))
-        return used
+        return used + self.verdict_first_prompts()
+
+    def probability_aggregate(self, run: PipelineRun, aggregate: Aggregate) -> Aggregate | str:
+        """Eq. 5 with S_E and S_D the mean P(supported) of the judged event and descriptive facts in place of the
+        fractions supported; S_EO stays the one judged from the order of the event facts judged supported."""
+        if self.aggregator.name != "dove":
+            return super().probability_aggregate(run, aggregate)
+        sub = aggregate.subscores
+        alpha, s_eo = sub.get("alpha"), sub.get("S_EO")
+        events = [support_p(v) for v in run.verdicts if v.label != "unscored" and v.claim.kind != "descriptive"]
+        descriptive = [support_p(v) for v in run.verdicts if v.label != "unscored" and v.claim.kind == "descriptive"]
+        if alpha is None:
+            return "DoveScore's alpha is unknown"
+        s_e = sum(events) / len(events) if events else None
+        s_d = sum(descriptive) / len(descriptive) if descriptive else None
+        if s_e is not None and s_eo is None:
+            return "the event order (S_EO) was not judged"
+        score = (alpha * s_e * s_eo if s_e is not None and s_eo is not None else 0.0) + \
+            ((1 - alpha) * s_d if s_d is not None else 0.0)
+        return Aggregate(min(1.0, max(0.0, score)), {**sub, "S_E_probability": s_e, "S_D_probability": s_d,
+                                                      "label_score": aggregate.score})
 
     def source_fits(self, source: str, claims: Sequence[Claim]) -> bool:
         """Whether the whole source fits next to the biggest prompt that carries it: the verifier's, and the

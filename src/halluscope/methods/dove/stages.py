@@ -37,6 +37,7 @@ from halluscope.methods.options import MAX_BATCH_SIZE, RetrievalOptions, StageOp
 from halluscope.methods.context_selection import shared_source_index
 from halluscope.methods.llm_verifier import messages_tokens, reply_budget
 from halluscope.records import Claim, Evidence, LLMCall, Span, StepResult, Verdict
+from halluscope.llm.label_probs import TRUE_FALSE, VERDICT_TOP_LOGPROBS, step_probability
 from halluscope.stages import Context, PromptResolver, register_stage, same_prompt
 from halluscope.text import locate, split_sentences
 from halluscope.text.placeholders import is_placeholder, shown_strings
@@ -142,10 +143,13 @@ class DoveFactChecker(BatchingVerifier[DoveCheckReply]):
         if is_placeholder(claim.text):
             return Verdict.unscored(claim, self.placeholder_reason(claim))
         step = await generate_reply(self.llm, self.messages([claim], context.text), DoveCheckReply,
-                                    params=self.llm.params(max_tokens=reply_budget(self.llm, CHECK_REPLY_TOKENS)))
+                                    params=self.llm.params(max_tokens=reply_budget(self.llm, CHECK_REPLY_TOKENS),
+                                                           top_logprobs=VERDICT_TOP_LOGPROBS))
         if step.value is None:
             return Verdict.unscored(claim, f"fact checker: {step.error}", step.calls)
-        return _verdict(claim, step.value, source, step.calls)
+        verdict = _verdict(claim, step.value, source, step.calls)
+        probability = step_probability(step, *TRUE_FALSE, key="supported")
+        return verdict if probability is None else verdict.model_copy(update={"support_probability": probability})
 
     def accept(self, claim: Claim, entry: DoveCheckReply, calls: list[LLMCall], source: str) -> Verdict:
         return _verdict(claim, entry, source, calls)

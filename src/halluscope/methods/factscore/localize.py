@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from halluscope.methods.factscore.method import FactScoreOptions
 from halluscope.methods.factscore.verifier import FactScoreVerifier
-from halluscope.methods.findings import claim_finding
+from halluscope.methods.findings import claim_finding, group_confidence, verdict_confidence
 from halluscope.methods.options import StageOptions, options_view
 from halluscope.records import Finding, Verdict
 from halluscope.stages import Deduplicator, PromptResolver, build_stage, register_stage, same_prompt, stage_spec
@@ -73,11 +73,13 @@ class FactScoreLocalizer:
             claim_ids = list(dict.fromkeys(m.claim.id for m in members if m.claim.id))
             findings.append(Finding(description=descriptions[kept], kind=origins[kept].label,  # type: ignore[arg-type]
                                     target_spans=spans, evidence=[e for m in members for e in m.evidence],
-                                    claim_ids=claim_ids))
+                                    claim_ids=claim_ids, confidence=group_confidence(members),
+                                    fix=origins[kept].fix if len(set(id(m) for m in members)) == 1 else None))
         return findings
 
 
 def _fact_finding(verdict: Verdict, description: str) -> Finding:
     return Finding(description=description, kind=verdict.label,  # type: ignore[arg-type]
                    target_spans=list(verdict.claim.target_spans), evidence=list(verdict.evidence),
-                   claim_ids=[verdict.claim.id] if verdict.claim.id else [])
+                   claim_ids=[verdict.claim.id] if verdict.claim.id else [], confidence=verdict_confidence(verdict),
+                   fix=verdict.fix)

@@ -57,4 +57,4 @@ class FactScore(ClaimPipeline):
         used += self.verifier_prompts()
         if self.opts.describe and self.opts.dedup == "llm":
             used.append(self.prompt(FACTSCORE_DEDUP_PROMPT))
-        return used
+        return used + self.verdict_first_prompts()

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
+from halluscope.llm.label_probs import TRUE_FALSE, VERDICT_TOP_LOGPROBS, step_probability
 from halluscope.llm.structured import generate_reply
 from halluscope.methods.batching import BatchCall, BatchingVerifier
 from halluscope.methods.options import MAX_BATCH_SIZE, StageOptions
@@ -60,10 +61,13 @@ class FactScoreVerifier(BatchingVerifier[FactCheckReply]):
     async def check(self, claim: Claim, context: Context, source: str) -> Verdict:
         if is_placeholder(claim.text):
             return Verdict.unscored(claim, self.placeholder_reason(claim))
-        step = await generate_reply(self.llm, self.messages([claim], context.text), self.schema)
+        step = await generate_reply(self.llm, self.messages([claim], context.text), self.schema,
+                                    params=self.llm.params(top_logprobs=VERDICT_TOP_LOGPROBS))
         if step.value is None:
             return Verdict.unscored(claim, f"verification reply unusable: {step.error}", step.calls)
-        return self.verdict(claim, step.value, step.calls)
+        verdict = self.verdict(claim, step.value, step.calls)
+        probability = step_probability(step, *TRUE_FALSE, key="supported")
+        return verdict if probability is None else verdict.model_copy(update={"support_probability": probability})
 
     def accept(self, claim: Claim, entry: FactCheckReply, calls: list[LLMCall], source: str) -> Verdict:
         return self.verdict(claim, entry, calls)

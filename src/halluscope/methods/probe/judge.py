@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from halluscope.llm import LLM
 from halluscope.llm.base import GenerateParams
+from halluscope.llm.label_probs import PASS_FAIL, VERDICT_TOP_LOGPROBS, step_probability
 from halluscope.llm.structured import generate_reply
 from halluscope.methods.batching import BatchCall, BatchStep, judge_in_batches
 from halluscope.methods.llm_verifier import reply_budget
@@ -45,8 +46,9 @@ class Judge:
     def params(self) -> GenerateParams:
         budget = reply_budget(self.llm, EVALUATE_REPLY_TOKENS)
         if self.sample == 0:
-            return self.llm.params(max_tokens=budget)
-        return self.llm.params(max_tokens=budget, temperature=self.temperature, seed=self.sample)
+            return self.llm.params(max_tokens=budget, top_logprobs=VERDICT_TOP_LOGPROBS)
+        return self.llm.params(max_tokens=budget, temperature=self.temperature, seed=self.sample,
+                               top_logprobs=VERDICT_TOP_LOGPROBS)
 
 
 @dataclass
@@ -55,6 +57,7 @@ class Vote:
     sample: int
     passed: bool | None  # None: the reply stated no valid verdict
     error: str | None = None
+    pass_probability: float | None = None  # P(PASS) renormalised over PASS/FAIL at the verdict's token, when given
 
 
 def votes_needed(consensus: float, votes: int) -> int:
@@ -82,6 +85,14 @@ class EvidenceJudgment:
         return sum(v.passed is True for v in self.votes) / len(self.votes) if self.valid_votes else None
 
     @property
+    def pass_probability(self) -> float | None:
+        """The mean of the votes' P(PASS); None unless every vote has one (a vote without one is never guessed)."""
+        probs = [v.pass_probability for v in self.votes]
+        if not probs or any(p is None for p in probs):
+            return None
+        return sum(probs) / len(probs)  # type: ignore[arg-type]
+
+    @property
     def accepted(self) -> bool | None:
         """True/False by consensus over all the votes; None when fewer than half of the votes could be read."""
         if not self.valid_votes or 2 * len(self.valid_votes) < len(self.votes):
@@ -93,7 +104,8 @@ class EvidenceJudgment:
                 "evidence_span": self.evidence.span.model_dump() if self.evidence.span else None,
                 "votes": [{"judge": v.judge, "verdict": None if v.passed is None else ("PASS" if v.passed else "FAIL"),
                            "error": v.error} for v in self.votes],
-                "pass_fraction": self.pass_fraction, "accepted": self.accepted}
+                "pass_fraction": self.pass_fraction, "pass_probability": self.pass_probability,
+                "accepted": self.accepted}
 
 
 class EvidenceEvaluator:
@@ -118,7 +130,8 @@ class EvidenceEvaluator:
         messages = self.prompt.render(claim=claim.text, evidence=evidence.text, context=context, about=about)
         step = await generate_reply(judge.llm, messages, EvaluationReply, params=judge.params())
         passed = None if step.value is None else step.value.verdict == "PASS"
-        return Vote(judge.name, judge.sample, passed, step.error), list(step.calls)
+        probability = None if passed is None else step_probability(step, *PASS_FAIL, key="verdict")
+        return Vote(judge.name, judge.sample, passed, step.error, probability), list(step.calls)
 
     async def __call__(self, claim: Claim, evidence: Evidence, context: str, about: str | None = None
                        ) -> EvidenceJudgment:
@@ -131,12 +144,19 @@ class EvidenceEvaluator:
         """One judgment per claim on the one passage they all quoted, votes asked up to ``size`` claims per call."""
 
         async def judge_all(judge: Judge) -> list[tuple[Vote, list[LLMCall]]]:
+            probabilities: dict[int, float] = {}  # id(claim) -> P(PASS) read from its batch entry
+
             async def ask(part: list[Claim]) -> BatchStep[EvaluationReply]:
-                return await self.batch_call.ask(judge.llm, [c.text for c in part], params=judge.params(),
+                step = await self.batch_call.ask(judge.llm, [c.text for c in part], params=judge.params(),
                                                  evidence=evidence.text, context=context, about=about)
+                for i, p in step.label_probabilities("verdict", *PASS_FAIL).items():
+                    if 0 <= i < len(part):
+                        probabilities[id(part[i])] = p
+                return step
 
             def accept(claim: Claim, entry: EvaluationReply, calls: list[LLMCall]) -> tuple[Vote, list[LLMCall]]:
-                return Vote(judge.name, judge.sample, entry.verdict == "PASS"), list(calls)
+                return (Vote(judge.name, judge.sample, entry.verdict == "PASS", None, probabilities.get(id(claim))),
+                        list(calls))
 
             def redone(result: tuple[Vote, list[LLMCall]], why: str, calls: list[LLMCall]
                        ) -> tuple[Vote, list[LLMCall]]:

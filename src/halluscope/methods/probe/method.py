@@ -73,13 +73,13 @@ class Probe(ClaimPipeline):
     def used_prompts(self) -> list[PromptTemplate]:
         decompose = self.prompt(DECOMPOSE_PROMPT)
         if self.opts.verifier not in (None, "probe"):
-            return [decompose, *self.verifier_prompts()]
+            return [decompose, *self.verifier_prompts(), *self.verdict_first_prompts()]
         finder = [self.prompt(FIND_EVIDENCE_PROMPT)] if self.opts.evidence == "llm" else []
         batched = []
         if self.opts.batch_size > 1:  # the batch prompts (whole source only)
             batched = [self.prompt(FIND_EVIDENCE_BATCH_PROMPT)] if finder else []
             batched.append(self.prompt(EVALUATE_BATCH_PROMPT))
-        return [decompose, *finder, self.prompt(EVALUATE_PROMPT), *batched]
+        return [decompose, *finder, self.prompt(EVALUATE_PROMPT), *batched, *self.verdict_first_prompts()]
 
     def source_fits(self, source: str, claims: Sequence[Claim]) -> bool:
         if self.opts.evidence == "retrieval" and isinstance(self.verifier, ProbeVerifier):

@@ -42,5 +42,12 @@ def probe_finding(verdict: Verdict) -> Finding:
                                f"({verdict.reason}).",
                    kind="unsupported", target_spans=list(claim.target_spans), evidence=list(verdict.evidence),
                    claim_ids=[claim.id] if claim.id else [],
-                   # the verdict's score is the best passage's share of PASS votes (0 when none was found)
-                   confidence=None if verdict.score is None else min(1.0, max(0.0, 1.0 - verdict.score)))
+                   confidence=_confidence(verdict), fix=verdict.fix)
+
+
+def _confidence(verdict: Verdict) -> float | None:
+    """1 - P(supported) where the judges' token probabilities gave one, else 1 - the best passage's share of PASS
+    votes (0 when none was found)."""
+    if verdict.support_probability is not None:
+        return round(1.0 - verdict.support_probability, 6)
+    return None if verdict.score is None else min(1.0, max(0.0, 1.0 - verdict.score))

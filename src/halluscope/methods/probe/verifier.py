@@ -59,9 +59,14 @@ def decide(claim: Claim, search: QuoteSearch, judgments: Sequence[EvidenceJudgme
                         reason=f"the evidence finder found no passage of {where} that bears on it"),
                 "unsupported:no_evidence")
     best = max((j.pass_fraction for j in judgments if j.pass_fraction is not None), default=None)
+    probabilities = [j.pass_probability for j in judgments]
+    # P(supported): the best passage's mean P(PASS) (a claim is supported when any passage is); only when every
+    # passage has one, since a passage without one could be the best
+    support = max(probabilities) if probabilities and None not in probabilities else None  # type: ignore[type-var]
     accepted = [j for j in judgments if j.accepted]
     if accepted:
         return (Verdict(claim=claim, label="supported", score=best, evidence=evidence, calls=calls,
+                        support_probability=support,
                         reason=f"{len(accepted)} of {len(judgments)} source passages support it on their own"),
                 "supported")
     undecided = [j for j in judgments if j.accepted is None]
@@ -72,6 +77,7 @@ def decide(claim: Claim, search: QuoteSearch, judgments: Sequence[EvidenceJudgme
                                f"vote from enough judges) and no other passage supports it: {errors}"),
                 "unscored:undecided_judgments")
     return (Verdict(claim=claim, label="unsupported", score=best, evidence=evidence, calls=calls,
+                    support_probability=support,
                     reason=f"the judges failed all {len(judgments)} passages of {where} found for it: none supports "
                            f"it on its own{rejected}"),
             "unsupported:all_failed")

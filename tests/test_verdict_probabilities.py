@@ -1,0 +1,337 @@
+"""Verdict probabilities: P(supported) read from token log-probabilities at the label, the probability variant of
+each claim method's score, verdict-first scoring, confidence on findings, and the default method."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import halluscope
+from halluscope.config import DEFAULT_METHOD, DEFAULT_METHOD_OPTIONS, resolve_method
+from halluscope.llm import LLM, FakeModel
+from halluscope.llm.base import TokenLogprobs
+from halluscope.llm.fake import label_logprobs
+from halluscope.llm.label_probs import MARKS, PASS_FAIL, TRUE_FALSE, YES_NO, label_probabilities, label_probability
+from halluscope.methods import get_method
+from halluscope.records import Finding, Report
+from tests.test_backends_openai import ScriptedServer
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+SOURCE = ("The city will build a ferry. Two thirds of the money comes from a regional transport grant. "
+          "The ferry starts in May.")
+TARGET = "The city will build a ferry. The city pays for the whole project from its own budget."
+EXPLANATION = {"reason": "The source says two thirds come from a regional grant.",
+               "evidence": "Two thirds of the money comes from a regional transport grant.",
+               "contradicted": True, "fix": "The city pays a third of the project; a regional grant pays the rest."}
+
+
+def per_answer(positive: str, when_positive: dict[str, float], otherwise: dict[str, float]):
+    """A logprobs script whose candidate probabilities depend on the label the reply states."""
+    return lambda reply: label_logprobs(when_positive if positive in reply else otherwise)(reply)
+
+
+def tok(token: str, **top: float) -> TokenLogprobs:
+    """A token whose candidates have the given probabilities (the token itself among them)."""
+    logs = {k: math.log(v) for k, v in top.items()}
+    return TokenLogprobs(token=token, logprob=logs.get(token, -5.0), top=logs)
+
+
+# -- reading the probability ---------------------------------------------------------------------------------
+
+
+def test_json_label_probability_is_renormalised_over_the_allowed_labels() -> None:
+    reply = [tok('{"'), tok("supported"), tok('":'), TokenLogprobs(token="true", logprob=math.log(0.6),
+                                                                     top={"true": math.log(0.6), "false": math.log(0.2),
+                                                                          "True": math.log(0.1), "maybe": math.log(0.1)}),
+             tok("}")]
+    (found,) = label_probabilities(reply, *TRUE_FALSE, key="supported")
+    assert found.position == 3 and found.stated is True
+    assert found.probability == pytest.approx(0.7 / 0.9)  # true + True over true + True + false; "maybe" is no label
+
+
+def test_one_probability_per_batch_entry_and_per_mark() -> None:
+    script = label_logprobs([{"true": 0.9, "false": 0.1}, {"false": 0.8, "true": 0.2}])
+    reply = '{"results": [{"id": 1, "supported": true}, {"id": 2, "supported": false}]}'
+    assert [f.probability for f in label_probabilities(script(reply), *TRUE_FALSE, key="supported")] == \
+        pytest.approx([0.9, 0.2])
+    marks = label_logprobs([{"1": 0.9, "-": 0.1}, {"-": 0.7, "1": 0.3}])('{"marks": [1, -1]}')
+    found = label_probabilities(marks, *MARKS)
+    assert [f.stated for f in found] == [True, False]
+    assert [f.probability for f in found] == pytest.approx([0.9, 0.3])
+
+
+def test_nothing_is_invented() -> None:
+    assert label_probability(None, *YES_NO) is None  # the backend gave none
+    assert label_probability([], *YES_NO) is None
+    only_chosen = [TokenLogprobs(token="yes", logprob=-0.1)]  # no candidates: the other label's mass is unknown
+    assert label_probability(only_chosen, *YES_NO) is None
+    no_label = [tok("maybe", maybe=0.9, perhaps=0.1)]
+    assert label_probability(no_label, *YES_NO) is None
+    # a word inside a JSON string is not the verdict
+    assert label_probabilities(label_logprobs({"PASS": 0.9, "FAIL": 0.1})('{"reasoning": "a pass", "verdict": "FAIL"}'),
+                               *PASS_FAIL, key="verdict")[0].stated is False
+
+
+# -- claim methods: P(supported) on every verdict, the probability score, confidence on findings --------------
+
+
+def factscore_fake(probabilities) -> FakeModel:
+    facts = {"facts": [{"sentence": 1, "fact": "The city will build a ferry."},
+                       {"sentence": 2, "fact": "The city pays for the whole project from its own budget."}]}
+    return FakeModel(by_reply={"FactsReply": json.dumps(facts),
+                               "FactJudgmentReply": [json.dumps({"supported": True, "inconsistencies": []}),
+                                                     json.dumps({"supported": False, "inconsistencies": [
+                                                         'The fact says "its own budget", but a grant pays most.']})]},
+                     logprobs=probabilities)
+
+
+def test_factscore_verdicts_carry_probabilities_and_the_score_uses_them() -> None:
+    fake = factscore_fake(per_answer('"supported": true', {"true": 0.9, "false": 0.1}, {"false": 0.7, "true": 0.3}))
+    report = get_method("factscore", llm=LLM(fake), dedup="none").check(SOURCE, TARGET)
+    assert [v.support_probability for v in report.verdicts] == pytest.approx([0.9, 0.3])
+    assert all(p.top_logprobs for p in fake.params if p.json_schema and "supported" in p.json_schema)
+    assert report.score == pytest.approx(0.6)  # mean P(supported), not the 1 of 2 labels
+    assert report.details["score"]["kind"] == "probability" and report.details["score"]["label_score"] == 0.5
+    (finding,) = report.findings
+    assert finding.confidence == pytest.approx(0.7)
+    again = Report.model_validate_json(report.model_dump_json())
+    assert again == report  # lossless with the new fields
+
+
+def test_label_score_stays_available_and_is_used_without_logprobs() -> None:
+    labelled = get_method("factscore", llm=LLM(factscore_fake(label_logprobs({"true": 0.9, "false": 0.1}))), dedup="none",
+                          score="label").check(SOURCE, TARGET)
+    assert labelled.score == 0.5 and labelled.details["score"]["kind"] == "label"
+    plain = get_method("factscore", llm=LLM(factscore_fake(None)), dedup="none").check(SOURCE, TARGET)
+    assert plain.score == 0.5 and all(v.support_probability is None for v in plain.verdicts)
+    assert plain.details["score"]["kind"] == "label"
+    assert "no token log-probabilities" in plain.details["score"]["why"]  # said once, in the report
+    assert all(f.confidence is None for f in plain.findings)
+    asked = get_method("factscore", llm=LLM(factscore_fake(None)), dedup="none", score="probability")
+    report = asked.check(SOURCE, TARGET)
+    assert report.score is None and "score=probability" in report.unscored_reason
+
+
+def test_dcr_z_uses_two_p_minus_one() -> None:
+    dce = {"sentences": [{"id": 1, "reason": "Consistent: the source says so."},
+                         {"id": 2, "reason": "Inconsistent: a grant pays two thirds."}], "is_consistent": False}
+    fake = FakeModel(by_reply={"DceReply": json.dumps(dce), "AmcReply": '{"marks": [1, -1]}'},
+                     logprobs=label_logprobs([{"1": 0.8, "-": 0.2}, {"-": 0.9, "1": 0.1}]))
+    report = get_method("dcr", llm=LLM(fake)).check(SOURCE, TARGET)
+    assert [v.support_probability for v in report.verdicts] == pytest.approx([0.8, 0.1])
+    z = ((2 * 0.8 - 1) + (2 * 0.1 - 1)) / 2
+    assert report.score == pytest.approx((z + 1) / 2) and report.subscores["Z_probability"] == pytest.approx(z)
+    assert report.details["score"]["label_score"] == 0.5
+    assert report.findings[0].confidence == pytest.approx(0.9)
+
+
+def test_dove_uses_mean_probabilities_for_s_e_and_s_d() -> None:
+    facts = {"event_facts": ["The city will build a ferry."],
+             "descriptive_facts": ["The city pays for the whole project from its own budget."]}
+    checks = [json.dumps({"reason": "stated", "evidence": "The city will build a ferry.", "supported": True,
+                          "contradicted": False}),
+              json.dumps({"reason": "a grant pays", "evidence": "", "supported": False, "contradicted": True})]
+    fake = FakeModel(by_reply={"DoveFactsReply": json.dumps(facts), "DoveCheckReply": checks},
+                     logprobs=per_answer('"supported": true', {"true": 0.75, "false": 0.25}, {"false": 0.6, "true": 0.4}))
+    report = get_method("dove", llm=LLM(fake)).check(SOURCE, TARGET)
+    assert [v.support_probability for v in report.verdicts] == pytest.approx([0.75, 0.4])
+    # alpha = 1/2; one event: S_EO = 1
+    assert report.score == pytest.approx(0.5 * 0.75 * 1.0 + 0.5 * 0.4)
+    assert report.subscores["S_E_probability"] == pytest.approx(0.75)
+    assert report.details["score"]["label_score"] == pytest.approx(0.5)
+
+
+# -- verdict first --------------------------------------------------------------------------------------------
+
+
+def verdict_first_fake(yes_probability: dict[str, float], explanation: dict | str = EXPLANATION) -> FakeModel:
+    """Answers each yes/no request by the claim it ends with (a key of ``yes_probability`` it contains), with
+    that P(yes) scripted at the answer token."""
+    asked: list[float] = []
+
+    def responder(messages):
+        claim = messages[-1]["content"].split("CLAIM:")[-1]
+        asked.append(yes_probability[next(k for k in yes_probability if k in claim)])
+        return "Yes" if asked[-1] >= 0.5 else "No"
+
+    def logprobs(reply: str):  # called right after the responder, for the same request
+        return label_logprobs({"Yes": asked[-1], "No": 1 - asked[-1]})(reply) if reply in ("Yes", "No") else None
+
+    text = explanation if isinstance(explanation, str) else json.dumps(explanation)
+    return FakeModel(by_reply={"text": responder, "ExplainReply": text}, logprobs=logprobs)
+
+
+def test_verdict_first_scores_every_claim_with_one_short_call_and_explains_only_the_flagged() -> None:
+    fake = verdict_first_fake({"build a ferry": 0.9, "own budget": 0.2})
+    report = get_method("dcr", llm=LLM(fake), order="verdict_first").check(SOURCE, TARGET)
+    short = [p for p, kind in zip(fake.params, fake.reply_types) if kind == "text"]
+    assert len(short) == 2 and all(p.max_tokens == 2 and p.top_logprobs for p in short)
+    assert fake.reply_types.count("ExplainReply") == 1  # only the flagged claim
+    ok, bad = report.verdicts
+    assert (ok.label, ok.support_probability, ok.fix) == ("supported", pytest.approx(0.9), None)
+    assert (bad.label, bad.support_probability) == ("contradicted", pytest.approx(0.2))
+    assert bad.fix == EXPLANATION["fix"] and bad.decided_by == "verdict_first"
+    (evidence,) = bad.evidence
+    assert evidence.span is not None and evidence.span.of(SOURCE) == EXPLANATION["evidence"]
+    (finding,) = report.findings
+    assert finding.confidence == pytest.approx(0.8) and finding.fix == EXPLANATION["fix"]
+    assert finding.target_spans[0].of(TARGET) == "The city pays for the whole project from its own budget."
+    assert report.details["verdict_first"]["flagged"] == ["s2"]
+    assert report.score == pytest.approx((2 * 0.9 - 1 + 2 * 0.2 - 1) / 2 / 2 + 0.5)
+    # the prompts of the mode are the ones recorded; the order is recorded with the options
+    assert "verdict_first_score@" in get_method("dcr", llm=LLM(fake), order="verdict_first").prompt_version
+    assert get_method("dcr", llm=LLM(fake), order="verdict_first").options()["order"] == "verdict_first"
+    assert "order" not in get_method("dcr", llm=LLM(fake)).options()  # the default is not recorded
+
+
+def test_verdict_first_source_comes_before_the_claim() -> None:
+    fake = verdict_first_fake({"build a ferry": 0.9, "own budget": 0.8})
+    get_method("dcr", llm=LLM(fake), order="verdict_first").check(SOURCE, TARGET)
+    first, second = (r[-1]["content"] for r in fake.requests)
+    prefix = first[: first.index("CLAIM:")]
+    assert second.startswith(prefix) and SOURCE.split(".")[0] in prefix  # one shared prefix: the source once
+
+
+def test_verdict_first_threshold_and_failed_explanations_are_explicit() -> None:
+    fake = verdict_first_fake({"build a ferry": 0.9, "own budget": 0.6}, explanation="not json")
+    report = get_method("dcr", llm=LLM(fake), order="verdict_first", explain_below=0.7).check(SOURCE, TARGET)
+    ok, low = report.verdicts
+    assert ok.label == "supported"
+    assert low.label == "unsupported" and "below explain_below" in low.reason  # answered yes, but P < 0.7
+    assert list(report.details["verdict_first"]["explanation_failed"]) == ["s2"]
+
+
+def test_verdict_first_without_probabilities_uses_the_answer() -> None:
+    fake = FakeModel(by_reply={"text": lambda m: "No" if "budget" in m[-1]["content"].split("CLAIM:")[-1] else "yes.",
+                               "ExplainReply": json.dumps(EXPLANATION)})
+    report = get_method("dcr", llm=LLM(fake), order="verdict_first").check(SOURCE, TARGET)
+    assert [v.label for v in report.verdicts] == ["supported", "contradicted"]
+    assert report.score == 0.5 and report.details["score"]["kind"] == "label"
+    unclear = FakeModel(by_reply={"text": "Perhaps", "ExplainReply": json.dumps(EXPLANATION)})
+    report = get_method("dcr", llm=LLM(unclear), order="verdict_first").check(SOURCE, TARGET)
+    assert report.score is None and all("neither yes nor no" in v.reason for v in report.verdicts)
+
+
+def test_reproduce_pins_the_papers_order_and_label_score() -> None:
+    from halluscope.bench.reproduce.running import PAPER_ORDER
+
+    assert PAPER_ORDER == {"order": "reason_first", "score": "label"}
+
+
+def test_old_reports_and_findings_still_load() -> None:
+    old = {"method": "dcr", "score": 0.5, "findings": [{"description": "x", "kind": "unsupported"}],
+           "verdicts": [{"claim": {"text": "a"}, "label": "supported"}]}
+    report = Report.model_validate(old)
+    assert report.findings[0] == Finding(description="x") and report.verdicts[0].fix is None
+
+
+# -- the default method ---------------------------------------------------------------------------------------
+
+
+def test_default_method_runs_verdict_first_and_named_methods_keep_their_defaults() -> None:
+    assert resolve_method(None, {}) == (DEFAULT_METHOD, DEFAULT_METHOD_OPTIONS)
+    assert resolve_method(None, {"order": "reason_first"})[1]["order"] == "reason_first"
+    assert resolve_method("dcr", {}) == ("dcr", {})
+    fake = verdict_first_fake({"build a ferry": 0.9, "own budget": 0.2})
+    report = halluscope.check(SOURCE, TARGET, llm=LLM(fake))
+    assert report.method == DEFAULT_METHOD and report.details["verdict_first"]["flagged"]
+    assert report.findings and report.findings[0].evidence and report.findings[0].target_spans
+
+
+# -- halluscope check --json on the example, through OpenAI-compatible endpoints --------------------------------
+
+
+def _endpoint(with_logprobs: bool):
+    """A stub chat-completions endpoint: yes/no for the short replies (with top_logprobs when asked and
+    ``with_logprobs``), the explanation for the explain requests."""
+
+    def respond(body):
+        last = body["messages"][-1]["content"]
+        if "ExplainReply" in json.dumps(body.get("response_format") or {}) or "judged not supported" in last:
+            content, top = json.dumps(EXPLANATION), None
+        else:
+            answer = "No" if "own budget" in last.split("CLAIM:")[-1] else "Yes"
+            p = 0.85
+            top = [{"token": answer, "logprob": math.log(p)}, {"token": "No" if answer == "Yes" else "Yes",
+                                                                 "logprob": math.log(1 - p)}]
+            content = answer
+        choice = {"message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+        if with_logprobs and body.get("logprobs") and top is not None:
+            choice["logprobs"] = {"content": [{"token": content, "logprob": top[0]["logprob"], "top_logprobs": top}]}
+        return 200, {"choices": [choice], "usage": {"prompt_tokens": 50, "completion_tokens": 1}}, {}
+
+    return ScriptedServer([], respond=respond)
+
+
+@pytest.mark.parametrize("with_logprobs", [True, False])
+def test_check_json_on_the_example_shows_probabilities_and_confidences(with_logprobs, tmp_path) -> None:
+    from halluscope.cli.main import app
+
+    with _endpoint(with_logprobs) as server:
+        result = CliRunner().invoke(app, ["check", "-s", str(EXAMPLES / "source.txt"), "-t",
+                                          str(EXAMPLES / "summary.txt"), "--model", "stub", "--base-url", server.url,
+                                          "--api-key", "k", "--json", "--no-cache"])
+    assert result.output.lstrip().startswith("{"), result.output
+    report = json.loads(result.output[result.output.index("{"):])
+    asked = [r["body"] for r in server.requests if r["body"].get("max_tokens") == 2]
+    assert asked and all(b["logprobs"] is True and b["top_logprobs"] >= 5 for b in asked)
+    assert report["method"] == DEFAULT_METHOD and report["verdicts"] and report["findings"]
+    flagged = [v for v in report["verdicts"] if v["label"] != "supported"]
+    assert [v["claim"]["text"] for v in flagged] == [
+        "Mayor Elena Ruiz said it would cut the trip to the island to about 15 minutes, and the city will pay for "
+        "the whole project from its own budget."]
+    if with_logprobs:
+        assert all(v["support_probability"] is not None for v in report["verdicts"])
+        assert all(f["confidence"] is not None for f in report["findings"])
+        assert report["details"]["score"]["kind"] == "probability"
+    else:
+        assert all(v["support_probability"] is None for v in report["verdicts"])
+        assert all(f["confidence"] is None for f in report["findings"])
+        assert report["details"]["score"]["kind"] == "label"
+        assert "no token log-probabilities" in report["details"]["score"]["why"]
+    finding = report["findings"][0]
+    assert finding["fix"] == EXPLANATION["fix"] and finding["evidence"][0]["span"] is not None
+
+
+def test_verdict_first_scoring_only_makes_one_call_per_claim() -> None:
+    fake = verdict_first_fake({"build a ferry": 0.9, "own budget": 0.2})
+    report = get_method("dcr", llm=LLM(fake), order="verdict_first", explain=False).check(SOURCE, TARGET)
+    assert fake.reply_types == ["text", "text"] and report.usage.calls == 2
+    assert [v.label for v in report.verdicts] == ["supported", "unsupported"]
+    assert report.details["verdict_first"]["flagged"] == ["s2"] and report.findings[0].confidence == pytest.approx(0.8)
+
+
+def test_batched_verdicts_get_their_entrys_probability() -> None:
+    facts = {"facts": [{"sentence": 1, "fact": "The city will build a ferry."},
+                       {"sentence": 2, "fact": "The city pays for the whole project from its own budget."}]}
+    batch = {"results": [{"id": 2, "supported": False, "inconsistencies": ['It says "own budget"; a grant pays.']},
+                         {"id": 1, "supported": True, "inconsistencies": []}]}  # entries out of order: read by id
+    fake = FakeModel(by_reply={"FactsReply": json.dumps(facts), "FactJudgmentBatchReply": json.dumps(batch)},
+                     logprobs=label_logprobs([{"false": 0.8, "true": 0.2}, {"true": 0.95, "false": 0.05}]))
+    report = get_method("factscore", llm=LLM(fake), dedup="none", batch_size=2).check(SOURCE, TARGET)
+    assert fake.reply_types == ["FactsReply", "FactJudgmentBatchReply"]
+    assert [v.support_probability for v in report.verdicts] == pytest.approx([0.95, 0.2])
+    # entries that cannot be told apart in the text (no ids) get no probability: nothing is guessed
+    step_text = '{"results": [{"supported": true}, {"supported": false}]}'
+    from halluscope.methods.batching import BatchAnswers, BatchStep
+
+    step = BatchStep(BatchAnswers({}, {}), None, [], label_logprobs({"true": 0.9, "false": 0.1})(step_text))
+    assert step.label_probabilities("supported", *TRUE_FALSE) == {}
+
+
+def test_verdict_first_with_retrieval_shares_the_prompt_prefix_across_snippets() -> None:
+    fake = verdict_first_fake({"build a ferry": 0.9, "own budget": 0.2})
+    report = get_method("dcr", llm=LLM(fake), order="verdict_first", retrieval="always", retriever="bm25",
+                        top_k=2, window=0).check(SOURCE, TARGET)
+    short = [r for r, kind in zip(fake.requests, fake.reply_types) if kind == "text"]
+    assert len(short) == 3  # the supported claim stops at its first snippet, the other tries both
+    assert len({r[0]["content"] for r in short}) == 1  # one system message (one fence key) for every snippet
+    instructions = short[0][-1]["content"].split("SOURCE:")[0]
+    assert all(r[-1]["content"].startswith(instructions) for r in short)
+    assert report.details["context"]["mode"] == "retrieval"
+    assert [v.label for v in report.verdicts] == ["supported", "contradicted"]
+    assert report.verdicts[1].evidence[0].span.of(SOURCE) == EXPLANATION["evidence"]
