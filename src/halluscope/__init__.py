@@ -29,38 +29,39 @@ _Source = _t.Union[str, _abc.Sequence[str]]
 """One source text, or a list of retrieved chunks."""
 
 
-def _method(method: str, model: "str | None", config: "Config | None", llm: _t.Any,
+def _method(method: "str | None", model: "str | None", config: "Config | None", llm: _t.Any,
             options: "dict[str, _t.Any]") -> "Method":
     from halluscope.methods import get_method
 
     config = config or Config()
     if model is not None:
         config = config.with_overrides(model=model)
-    return get_method(method, llm=llm, config=config, **options)
+    return get_method(method or config.method or DEFAULT_METHOD, llm=llm, config=config, **options)
 
 
-async def acheck(source: _Source, target: str, method: str = DEFAULT_METHOD, model: "str | None" = None, *,
+async def acheck(source: _Source, target: str, method: "str | None" = None, model: "str | None" = None, *,
                  config: "Config | None" = None, llm: _t.Any = None, **options: _t.Any) -> Report:
     """The async form of :func:`check`."""
     return await _method(method, model, config, llm, options).acheck(source, target)
 
 
-def check(source: _Source, target: str, method: str = DEFAULT_METHOD, model: "str | None" = None, *,
+def check(source: _Source, target: str, method: "str | None" = None, model: "str | None" = None, *,
           config: "Config | None" = None, llm: _t.Any = None, **options: _t.Any) -> Report:
-    """Check ``target`` against ``source`` with the named method (see ``halluscope methods``).
+    """Check ``target`` against ``source`` with the named method (see ``halluscope methods``; default: the config
+    file's ``method``, else :data:`DEFAULT_METHOD`). ``threshold=`` sets the threshold the report is labelled with.
 
     ``source`` is one text or a list of chunks (joined; each Evidence then names its ``chunk``)."""
     return _run_sync(acheck(source, target, method, model, config=config, llm=llm, **options))
 
 
-async def acheck_many(pairs: "_abc.Iterable[tuple[_Source, str]]", method: str = DEFAULT_METHOD,
+async def acheck_many(pairs: "_abc.Iterable[tuple[_Source, str]]", method: "str | None" = None,
                       model: "str | None" = None, *, config: "Config | None" = None, llm: _t.Any = None,
                       **options: _t.Any) -> "list[Report]":
     """The async form of :func:`check_many`."""
     return await _method(method, model, config, llm, options).acheck_many(pairs)
 
 
-def check_many(pairs: "_abc.Iterable[tuple[_Source, str]]", method: str = DEFAULT_METHOD, model: "str | None" = None,
+def check_many(pairs: "_abc.Iterable[tuple[_Source, str]]", method: "str | None" = None, model: "str | None" = None,
                *, config: "Config | None" = None, llm: _t.Any = None, **options: _t.Any) -> "list[Report]":
     """Check many ``(source, target)`` pairs concurrently; a bad pair becomes an unscored Report."""
     return _run_sync(acheck_many(pairs, method, model, config=config, llm=llm, **options))

@@ -172,7 +172,7 @@ async def score_pairs(method: "Method", items: Sequence[tuple[Any, Any, Any]], c
         await asyncio.gather(*workers, return_exceptions=True)
 
 
-def _method(method: "str | Method", model: str | None, config: Config | None, llm: Any,
+def _method(method: "str | Method | None", model: str | None, config: Config | None, llm: Any,
             options: dict[str, Any]) -> "Method":
     """The named method built with these settings, or ``method`` itself when it is already a Method."""
     from halluscope.methods import get_method
@@ -185,7 +185,13 @@ def _method(method: "str | Method", model: str | None, config: Config | None, ll
     config = config or Config()
     if model is not None:
         config = config.with_overrides(model=model)
-    return get_method(method, llm=llm, config=config, **options)
+    return get_method(method or config.method or DEFAULT_METHOD, llm=llm, config=config, **options)
+
+
+def _is_method(method: Any) -> bool:
+    from halluscope.methods.base import Method
+
+    return isinstance(method, Method)
 
 
 def _rows_of(data: Any) -> tuple[list[Any], list[dict[str, Any]], Any]:
@@ -217,7 +223,12 @@ async def aevaluate(data: Any, source: str | None = None, target: str | None = N
     clash = [c for c in RESULT_COLUMNS if c in columns]
     if clash:
         raise TableError(f"the input already has result column(s) {clash}; rename or drop them first")
-    m = _method(method or DEFAULT_METHOD, model, config, llm, options)
+    if threshold is not None and not _is_method(method):
+        if "threshold" in options and options["threshold"] != threshold:
+            raise TableError(f"threshold={threshold} and the option threshold={options['threshold']} disagree: "
+                             "they are one setting")
+        options["threshold"] = threshold  # the method's own threshold option, where it has one: one setting
+    m = _method(method, model, config, llm, options)
     items = [(i, source_cell(row.get(source)), row.get(target)) for i, row in enumerate(rows)]
     results: dict[int, dict[str, Any]] = {}
     async for i, report in score_pairs(m, items, concurrency or m.config.max_concurrency, threshold):

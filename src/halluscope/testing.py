@@ -87,7 +87,10 @@ def assert_grounded(source: Any, answer: str, method: Any = None, threshold: flo
         config = kwargs.pop("config", None) or Config()
         if model is not None:
             config = config.with_overrides(model=model)
-        m = get_method(method or halluscope.DEFAULT_METHOD, llm=kwargs.pop("llm", None), config=config, **kwargs)
+        if threshold is not None:
+            kwargs["threshold"] = threshold  # one setting with a method's own threshold option (the gate's)
+        m = get_method(method or config.method or halluscope.DEFAULT_METHOD, llm=kwargs.pop("llm", None),
+                       config=config, **kwargs)
     if m.uses_llm:
         try:
             m.llm  # noqa: B018 - build the model now: one that cannot be built is a set-up error

@@ -263,7 +263,7 @@ def check_command(
                        "disagree: give one")
         options["threshold"] = threshold
     try:
-        m = get_method(method or halluscope.DEFAULT_METHOD, config=config, **options)
+        m = get_method(method or config.method or halluscope.DEFAULT_METHOD, config=config, **options)
     except (KeyError, TypeError, ValueError) as exc:
         raise fail(str(exc.args[0] if isinstance(exc, KeyError) else exc))
     if m.uses_llm:
