@@ -138,3 +138,15 @@ def test_cli_context_files_and_a_json_list(tmp_path) -> None:
     assert bad.exit_code == 2 and "JSON list of strings" in bad.output
     both = runner.invoke(app, ["check", "-s", str(tmp_path / "a.txt"), "-c", str(tmp_path / "a.txt"), "-t", target])
     assert both.exit_code == 2 and "not both" in both.output
+
+
+def test_the_web_report_numbers_findings_and_lists_every_claim_with_its_chunk() -> None:
+    from halluscope.report import render_html
+
+    target = "Paris has 9 million inhabitants. Paris is the capital of France."
+    report = halluscope.check(CHUNKS, target, method="gate")
+    page = render_html(report, CHUNK_SEPARATOR.join(CHUNKS), target)
+    assert 'data-n="1" title=' in page and ">9</mark>" in page  # finding 1 numbered on its span
+    claims = page.split("passing ones too", 1)[1].split("</section>", 1)[0]
+    assert "<td class='ok'>supported</td>" in claims and "<td class='bad'>unsupported</td>" in claims
+    assert "supports in chunk 0: “Paris is the capital of France.”" in claims
