@@ -150,3 +150,12 @@ def test_the_web_report_numbers_findings_and_lists_every_claim_with_its_chunk() 
     claims = page.split("passing ones too", 1)[1].split("</section>", 1)[0]
     assert "<td class='ok'>supported</td>" in claims and "<td class='bad'>unsupported</td>" in claims
     assert "supports in chunk 0: “Paris is the capital of France.”" in claims
+
+
+def test_framework_documents_are_checked_as_chunks() -> None:
+    pytest.importorskip("langchain_core", reason="langchain extra not installed")
+    from halluscope.integrations.langchain import check_documents
+
+    report = check_documents(ANSWER, ["", *CHUNKS], method="gate")  # a blank document is dropped
+    assert len(report.source_chunks) == 2
+    assert {e.chunk for f in report.findings for e in f.evidence} == {0, 1}
