@@ -173,3 +173,13 @@ def test_import_halluscope_exports_only_its_api() -> None:
     modules = {n for n in public if isinstance(getattr(halluscope, n), types.ModuleType)}
     assert public - modules == set(halluscope.__all__) - {"__version__"}
     assert all(getattr(halluscope, n, None) is not None for n in halluscope.__all__)
+
+
+def test_the_text_output_shows_the_verified_rewrite_as_the_suggested_fix() -> None:
+    diff = "--- target\n+++ improved\n-The ferry is paid by the city.\n+Two thirds come from a regional grant.\n"
+    report = Report(method="improve", score=0.5, details={"improved": True, "best_round": 1, "diff": diff})
+    text = report_text(report.with_threshold(1.0), Texts("s", "t"))
+    assert ("suggested fix (verified rewrite, round 1):\n   -The ferry is paid by the city.\n"
+            "   +Two thirds come from a regional grant.") in text
+    assert "suggested fix" not in report_text(Report(method="improve", score=1.0, details={"improved": False}),
+                                               Texts("s", "t"))

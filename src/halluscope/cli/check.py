@@ -132,6 +132,11 @@ def report_text(report: Report, texts: Texts) -> str:
         else:
             lines.append(f"{texts.target_name}: unscored: \"{_one_line(v.claim.text, 200)}\"")
         lines.append(f"   reason: {_one_line(v.reason, 600)}")
+    details = report.details or {}
+    if details.get("improved") and details.get("diff"):  # `improve`: its verified rewrite is the suggested fix
+        lines.append(f"suggested fix (verified rewrite, round {details.get('best_round')}):")
+        lines.extend(f"   {line}" for line in str(details["diff"]).splitlines()
+                     if line.startswith(("+", "-")) and not line.startswith(("+++", "---")))
     if lines:
         lines.append("")
     score = "unscored" if report.score is None else number(report.score)
