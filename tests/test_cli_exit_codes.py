@@ -183,3 +183,17 @@ def test_the_text_output_shows_the_verified_rewrite_as_the_suggested_fix() -> No
             "   +Two thirds come from a regional grant.") in text
     assert "suggested fix" not in report_text(Report(method="improve", score=1.0, details={"improved": False}),
                                                Texts("s", "t"))
+
+
+def test_claims_lists_passing_claims_with_the_chunk_of_their_evidence(runner, tmp_path) -> None:
+    (tmp_path / "chunks.json").write_text(json.dumps(["Paris is the capital of France.", "It has 2.1 million people."]))
+    (tmp_path / "answer.txt").write_text("Paris is the capital of France.\nParis has 9 million people.")
+    args = ["check", "-c", str(tmp_path / "chunks.json"), "-t", str(tmp_path / "answer.txt"), "--method", "gate"]
+    plain = runner.invoke(app, args)
+    listed = runner.invoke(app, args + ["--claims"])
+    assert "claims:" not in plain.output and listed.exit_code == plain.exit_code == 1
+    claims = listed.output.split("claims:\n", 1)[1]
+    target = tmp_path / "answer.txt"
+    assert f'{target}:1:1: supported: "Paris is the capital of France."' in claims
+    assert f'supports at {tmp_path / "chunks.json"}[0]:1:1 (chunk 0): "Paris is the capital of France."' in claims
+    assert f'{target}:2:1: unsupported: "Paris has 9 million people."' in claims

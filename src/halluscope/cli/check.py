@@ -119,8 +119,22 @@ def finding_lines(n: int, f: Finding, texts: Texts) -> list[str]:
     return out
 
 
-def report_text(report: Report, texts: Texts) -> str:
-    """The whole terminal report: findings first (as a linter lists them), then the verdict line and the cost."""
+def claim_lines(report: Report, texts: Texts) -> list[str]:
+    """Every judged claim, passing ones too: where it is, its verdict, and where its evidence lies (its chunk)."""
+    out = []
+    for v in report.verdicts:
+        spans = sorted(v.claim.target_spans, key=lambda s: s.start)
+        where = f"{texts.target_name}:{':'.join(map(str, line_col(texts.target, spans[0].start)))}" if spans \
+            else texts.target_name
+        out.append(f"{where}: {v.label}: \"{_one_line(v.claim.text, 200)}\"")
+        for ev in v.evidence:
+            out.append(f"   {ev.relation} at {texts.evidence_where(ev)}: \"{_one_line(ev.text, 200)}\"")
+    return out
+
+
+def report_text(report: Report, texts: Texts, claims: bool = False) -> str:
+    """The whole terminal report: findings first (as a linter lists them), then with ``claims`` every claim and
+    its evidence, then the verdict line and the cost."""
     lines: list[str] = []
     for n, f in enumerate(report.findings, 1):
         lines.extend(finding_lines(n, f, texts))
@@ -132,6 +146,9 @@ def report_text(report: Report, texts: Texts) -> str:
         else:
             lines.append(f"{texts.target_name}: unscored: \"{_one_line(v.claim.text, 200)}\"")
         lines.append(f"   reason: {_one_line(v.reason, 600)}")
+    if claims and report.verdicts:
+        lines.extend(["", "claims:"] if lines else ["claims:"])
+        lines.extend(claim_lines(report, texts))
     details = report.details or {}
     if details.get("improved") and details.get("diff"):  # `improve`: its verified rewrite is the suggested fix
         lines.append(f"suggested fix (verified rewrite, round {details.get('best_round')}):")
@@ -213,6 +230,7 @@ def check_command(
     target_column: Annotated[Optional[str], typer.Option("--target-column", help="With --input: the column holding the target (default: target, response or actual_output).")] = None,
     retry_unscored: Annotated[bool, typer.Option("--retry-unscored", help="With --input: check again only the rows left unscored in --output (or its partial file); keep the scored ones.")] = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="With --input: show a progress bar.")] = True,
+    claims: Annotated[bool, typer.Option("--claims", help="Text output: also list every claim (passing ones too) with its verdict and where its evidence lies (its chunk).")] = False,
 ) -> None:
     """Check TARGET against SOURCE (or every row of --input into --output) and print the findings, score and cost.
 
@@ -302,7 +320,7 @@ def check_command(
     else:
         names = {"source_name": "source" if source in (None, "-") else cast(str, source),
                  "target_name": "target" if target == "-" else cast(str, target)}
-        typer.echo(report_text(report, Texts(src, tgt, chunks=chunks, chunk_names=chunk_names, **names)))
+        typer.echo(report_text(report, Texts(src, tgt, chunks=chunks, chunk_names=chunk_names, **names), claims))
     raise typer.Exit(exit_code(report, fail_under))
 
 
