@@ -318,8 +318,8 @@ def check_command(
     elif output_format == "jsonl":
         typer.echo(report.model_dump_json())
     else:
-        names = {"source_name": "source" if source in (None, "-") else cast(str, source),
-                 "target_name": "target" if target == "-" else cast(str, target)}
+        names = {"source_name": "source" if source is None or source == "-" else source,
+                 "target_name": "target" if target is None or target == "-" else target}
         typer.echo(report_text(report, Texts(src, tgt, chunks=chunks, chunk_names=chunk_names, **names), claims))
     raise typer.Exit(exit_code(report, fail_under))
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
+
+if TYPE_CHECKING:
+    from halluscope.methods.base import Method
 
 from halluscope.cli.bench import bench_command
 from halluscope.cli.bench_sweep import bench_sweep_command
@@ -45,7 +48,7 @@ def main_callback(
     """Find, locate, explain and fix hallucinations in generated text against its source."""
 
 
-def default_threshold(cls: type) -> float:
+def default_threshold(cls: "type[Method]") -> float:
     """A method's default threshold: its ``threshold`` option's default where it has one, else its class default."""
     field = cls.Options.model_fields.get("threshold")
     return float(field.default) if field is not None else float(cls.default_threshold)
