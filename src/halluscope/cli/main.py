@@ -6,9 +6,6 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-if TYPE_CHECKING:
-    from halluscope.methods.base import Method
-
 from halluscope.cli.bench import bench_command
 from halluscope.cli.bench_sweep import bench_sweep_command
 from halluscope.cli.check import check_command
@@ -19,6 +16,9 @@ from halluscope.cli.train_verifier import train_verifier_command
 from halluscope.cli.generate_inject import inject_command
 from halluscope.cli.generate_montage import montage_command
 from halluscope.cli.generate_perturb import perturb_command
+
+if TYPE_CHECKING:
+    from halluscope.methods.base import Method
 
 app = typer.Typer(
     name="halluscope",
