@@ -197,3 +197,12 @@ def test_claims_lists_passing_claims_with_the_chunk_of_their_evidence(runner, tm
     assert f'{target}:1:1: supported: "Paris is the capital of France."' in claims
     assert f'supports at {tmp_path / "chunks.json"}[0]:1:1 (chunk 0): "Paris is the capital of France."' in claims
     assert f'{target}:2:1: unsupported: "Paris has 9 million people."' in claims
+
+
+def test_only_one_input_reads_standard_input(runner, tmp_path) -> None:
+    (tmp_path / "a.txt").write_text("Paris is the capital of France.")
+    twice = runner.invoke(app, ["check", "-c", "-", "-c", str(tmp_path / "a.txt"), "-t", "-"], input=b"text")
+    assert twice.exit_code == 2 and "standard input" in twice.output
+    piped = runner.invoke(app, ["check", "-c", "-", "-c", str(tmp_path / "a.txt"), "-t", str(tmp_path / "a.txt"),
+                                "--method", "gate", "--format", "json"], input=b"It has 2.1 million inhabitants.")
+    assert piped.exit_code == 0 and len(Report.model_validate_json(piped.output).source_chunks) == 2

@@ -261,8 +261,9 @@ def check_command(
             raise fail("--retry-unscored goes with --input/--output")
         if (source is None and not context) or target is None:
             raise fail("give --source (or --context) and --target (one pair), or --input and --output (a table of pairs)")
-    if source == "-" and target == "-":
-        raise fail("only one of --source/--target can read standard input")
+    stdin_readers = [source == "-", target == "-", *(c == "-" for c in context or [])]
+    if sum(stdin_readers) > 1:
+        raise fail("only one of --source/--context/--target can read standard input")
     check_fraction(threshold, "--threshold")
     check_fraction(fail_under, "--fail-under")
     check_output_file(html, "--html")
