@@ -88,8 +88,9 @@ def test_check_on_the_bundled_example_with_the_embedded_model(tmp_path) -> None:
     args = ["check", "--source", str(EXAMPLES / "source.txt"), "--target", str(EXAMPLES / "summary.txt"),
             "--model", "embedded:smollm2", "--json"]
     result = CliRunner().invoke(app, args, env=env)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code in (0, 1, 3), result.output
     report = json.loads(result.output)
+    assert result.exit_code == (3 if report["score"] is None else 1 if report["label"] == "inconsistent" else 0)
     assert report["method"] == halluscope.DEFAULT_METHOD and report["model"] == "embedded:smollm2"
     # verdict first: one short reply per target sentence (3), an explanation (and at most one repair) per flagged one
     assert 3 <= report["usage"]["calls"] <= 9 and len(report["calls"]) == report["usage"]["calls"]

@@ -59,7 +59,7 @@ def test_check_json_is_a_full_report(runner, files) -> None:
     source, target = files
     result = runner.invoke(app, ["check", "-s", str(source), "-t", str(target), "--method", "rouge", "--json",
                                  "--threshold", "0.99", "-o", "variant=rouge1"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # inconsistent
     report = Report.model_validate_json(result.output)
     assert report.method == "rouge" and report.threshold == 0.99 and report.label == "inconsistent"
     assert report.score == report.subscores["rouge1"]
@@ -72,7 +72,7 @@ def test_check_default_method_with_an_llm(runner, files, scripted_llm) -> None:
     scripted_llm("No", json.dumps(explanation))
     source, target = files
     result = runner.invoke(app, ["check", "-s", str(source), "-t", str(target), "--json"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # 0.25 < geval's threshold 0.5: inconsistent
     report = json.loads(result.output)
     assert report["method"] == halluscope.DEFAULT_METHOD and report["score"] == 0.0 and report["usage"]["calls"] == 2
     (finding,) = report["findings"]
@@ -100,10 +100,10 @@ def test_unscored_report_is_shown_with_its_reason(runner, files, scripted_llm) -
     scripted_llm("no idea", "still no idea")
     source, target = files
     result = runner.invoke(app, ["check", "-s", str(source), "-t", str(target)])
-    assert result.exit_code == 0
+    assert result.exit_code == 3  # could not score
     assert "unscored" in result.output and "could not score" in result.output
     failing = runner.invoke(app, ["check", "-s", str(source), "-t", str(target), "--fail-under", "0"])
-    assert failing.exit_code == 1  # an unscored pair never passes a gate
+    assert failing.exit_code == 3  # an unscored pair never passes a gate
 
 
 @pytest.mark.parametrize(

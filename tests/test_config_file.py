@@ -13,7 +13,7 @@ from halluscope.config import Config, ConfigFileError, config_file
 def here(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for key in ("HALLUSCOPE_CONFIG", "HALLUSCOPE_MODEL", "HALLUSCOPE_MAX_CONCURRENCY", "HALLUSCOPE_CACHE",
-                "HALLUSCOPE_OTEL"):
+                "HALLUSCOPE_OTEL", "HALLUSCOPE_METHOD", "HALLUSCOPE_THRESHOLD"):
         monkeypatch.delenv(key, raising=False)
     return tmp_path
 
@@ -85,3 +85,52 @@ def test_cli_reports_a_bad_config_file(here):
     (here / "s.txt").write_text("The cat sat.", encoding="utf-8")
     result = CliRunner().invoke(app, ["check", "--method", "rouge", "-s", "s.txt", "-t", "s.txt"])
     assert result.exit_code == 2 and "bad configuration" in result.output and "modle" in result.output
+
+
+SOURCE = "The council approved the budget on Tuesday. Bus fares will stay the same."
+TARGET = "The council approved the budget on Tuesday with 15 votes."
+
+
+def test_the_file_sets_method_threshold_and_per_method_options(here):
+    import halluscope
+    from halluscope.cli.main import app
+    from halluscope.records import Report
+
+    (here / "pyproject.toml").write_text('[tool.halluscope]\nmethod = "gate"\nthreshold = 0.8\n\n'
+                                         '[tool.halluscope.options.gate]\ntop_k = 2\nuncertain = "unscored"\n',
+                                         encoding="utf-8")
+    report = halluscope.check(SOURCE, TARGET)  # no method named: the file's
+    assert report.method == "gate" and report.threshold == 0.8
+    from halluscope.methods import get_method
+
+    gate = get_method("gate")
+    assert (gate.opts.top_k, gate.opts.uncertain, gate.opts.threshold) == (2, "unscored", 0.8)
+    assert get_method("gate", top_k=4).opts.top_k == 4  # explicit options win over the file's
+    (here / "s.txt").write_text(SOURCE, encoding="utf-8")
+    (here / "t.txt").write_text(TARGET, encoding="utf-8")
+    flagged = CliRunner().invoke(app, ["check", "-s", "s.txt", "-t", "t.txt", "--format", "json"])
+    assert Report.model_validate_json(flagged.output).threshold == 0.8 and flagged.exit_code == 1
+    flag = CliRunner().invoke(app, ["check", "-s", "s.txt", "-t", "t.txt", "--format", "json", "--threshold", "0.3"])
+    assert Report.model_validate_json(flag.output).threshold == 0.3  # the flag wins over the file
+    assert halluscope.check(SOURCE, TARGET, method="rouge").threshold == 0.8  # one threshold for every method
+
+
+def test_errors_name_the_key_and_the_file(here, monkeypatch):
+    from halluscope.cli.main import app
+    from halluscope.config import ConfigError
+
+    (here / "halluscope.toml").write_text('threshold = "high"\n', encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        Config()
+    message = str(caught.value)
+    assert f"key 'threshold' in {here / 'halluscope.toml'}" in message and "'high'" in message
+    assert "pydantic" not in message and "errors.pydantic.dev" not in message
+    (here / "halluscope.toml").write_text('threshold = 0.5\n', encoding="utf-8")
+    monkeypatch.setenv("HALLUSCOPE_MAX_CONCURRENCY", "many")
+    with pytest.raises(ConfigError, match="environment variable HALLUSCOPE_MAX_CONCURRENCY"):
+        Config()
+    monkeypatch.delenv("HALLUSCOPE_MAX_CONCURRENCY")
+    (here / "halluscope.toml").write_text('[options.gate]\ntop_kk = 2\n', encoding="utf-8")
+    (here / "s.txt").write_text(SOURCE, encoding="utf-8")
+    result = CliRunner().invoke(app, ["check", "--method", "gate", "-s", "s.txt", "-t", "s.txt"])
+    assert result.exit_code == 2 and "top_kk" in result.output and str(here / "halluscope.toml") in result.output

@@ -1,5 +1,4 @@
-"""Every Python block of docs/integrations.md, and of the README's tracing/frameworks section, runs as written
-(each in a fresh interpreter)."""
+"""Every Python block of docs/integrations.md runs as written (each in a fresh interpreter)."""
 
 from __future__ import annotations
 
@@ -14,18 +13,15 @@ import pytest
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "integrations.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-README_SECTION = README.split("## Tracing, LangChain and LlamaIndex", 1)[1].split("\n## ", 1)[0]
-README_BLOCKS = re.findall(r"```python\n(.*?)```", README_SECTION, re.S)
 NEEDS = {"opentelemetry.sdk": "opentelemetry-sdk", "langchain_core": "langchain-core",
          "llama_index.core": "llama-index-core"}
 
 
 def test_doc_has_one_block_per_integration():
-    assert len(BLOCKS) == 3 and len(README_BLOCKS) == 1
+    assert len(BLOCKS) == 3
 
 
-@pytest.mark.parametrize("code", BLOCKS + README_BLOCKS, ids=["otel", "langchain", "llamaindex", "readme"])
+@pytest.mark.parametrize("code", BLOCKS, ids=["otel", "langchain", "llamaindex"])
 def test_doc_block_runs(code, tmp_path):
     for module, package in NEEDS.items():
         if module.split(".")[0] in code and importlib.util.find_spec(module) is None:

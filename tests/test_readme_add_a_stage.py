@@ -1,4 +1,4 @@
-"""The README's "Add a stage" example runs as written: its module and its entry point, installed as a tiny
+"""The "Add a stage" example (docs/add_a_stage.md) runs as written: its module and its entry point, installed as a tiny
 distribution on sys.path, give a verifier every claim method takes with its own options."""
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from halluscope.cli.main import app
 from halluscope.llm import LLM, FakeModel
 from halluscope.methods import OptionsError, get_method
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-SECTION = README.split("## Add a stage", 1)[1].split("\n## ", 1)[0]
+SECTION = (Path(__file__).resolve().parents[1] / "docs" / "add_a_stage.md").read_text(encoding="utf-8")
 SOURCE = "The museum opens at nine. The cafe sells tea."
 TARGET = "The museum opens at nine. The cafe sells coffee and tea."
 

@@ -3,20 +3,20 @@
     >>> import halluscope
     >>> report = halluscope.check(source, target, method="rouge")
     >>> report.score, report.findings
+
+``source`` is one text or a list of retrieved chunks (a RAG pipeline's contexts); with a list, every piece of
+evidence names its chunk (:mod:`halluscope.contexts`).
 """
 
-from __future__ import annotations
-
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+import collections.abc as _abc
+import typing as _t
 
 from halluscope._version import package_version as _package_version
-
 from halluscope.config import DEFAULT_METHOD, Config
 from halluscope.records import Claim, Evidence, Finding, LLMCall, Report, Span, Usage, Verdict
-from halluscope.sync import run_sync
+from halluscope.sync import run_sync as _run_sync
 
-if TYPE_CHECKING:  # pragma: no cover
+if _t.TYPE_CHECKING:  # pragma: no cover
     from halluscope.methods.base import Method
 
 __all__ = [
@@ -25,53 +25,64 @@ __all__ = [
 ]
 __version__ = _package_version()
 
+_Source = _t.Union[str, _abc.Sequence[str]]
+"""One source text, or a list of retrieved chunks."""
 
-def _method(method: str | None, model: str | None, config: Config | None, llm: Any, options: dict[str, Any]
-            ) -> Method:
+
+def _method(method: "str | None", model: "str | None", config: "Config | None", llm: _t.Any,
+            options: "dict[str, _t.Any]") -> "Method":
     from halluscope.config import resolve_method
     from halluscope.methods import get_method
-
-    method, options = resolve_method(method, options)
 
     config = config or Config()
     if model is not None:
         config = config.with_overrides(model=model)
-    return get_method(method, llm=llm, config=config, **options)
+    name, options = resolve_method(method or config.method, options)
+    return get_method(name, llm=llm, config=config, **options)
 
 
-async def acheck(source: str, target: str, method: str | None = None, model: str | None = None, *,
-                 config: Config | None = None, llm: Any = None, **options: Any) -> Report:
+async def acheck(source: _Source, target: str, method: "str | None" = None, model: "str | None" = None, *,
+                 config: "Config | None" = None, llm: _t.Any = None, **options: _t.Any) -> Report:
+    """The async form of :func:`check`."""
     return await _method(method, model, config, llm, options).acheck(source, target)
 
 
-def check(source: str, target: str, method: str | None = None, model: str | None = None, *,
-          config: Config | None = None, llm: Any = None, **options: Any) -> Report:
-    """Check ``target`` against ``source`` with the named method (see ``halluscope methods``)."""
-    return run_sync(acheck(source, target, method, model, config=config, llm=llm, **options))
+def check(source: _Source, target: str, method: "str | None" = None, model: "str | None" = None, *,
+          config: "Config | None" = None, llm: _t.Any = None, **options: _t.Any) -> Report:
+    """Check ``target`` against ``source`` with the named method (see ``halluscope methods``; default: the config
+    file's ``method``, else :data:`DEFAULT_METHOD`). ``threshold=`` sets the threshold the report is labelled with.
+
+    ``source`` is one text or a list of chunks (joined; each Evidence then names its ``chunk``)."""
+    return _run_sync(acheck(source, target, method, model, config=config, llm=llm, **options))
 
 
-async def acheck_many(pairs: Iterable[tuple[str, str]], method: str | None = None, model: str | None = None, *,
-                      config: Config | None = None, llm: Any = None, **options: Any) -> list[Report]:
+async def acheck_many(pairs: "_abc.Iterable[tuple[_Source, str]]", method: "str | None" = None,
+                      model: "str | None" = None, *, config: "Config | None" = None, llm: _t.Any = None,
+                      **options: _t.Any) -> "list[Report]":
+    """The async form of :func:`check_many`."""
     return await _method(method, model, config, llm, options).acheck_many(pairs)
 
 
-def check_many(pairs: Iterable[tuple[str, str]], method: str | None = None, model: str | None = None, *,
-               config: Config | None = None, llm: Any = None, **options: Any) -> list[Report]:
-    return run_sync(acheck_many(pairs, method, model, config=config, llm=llm, **options))
+def check_many(pairs: "_abc.Iterable[tuple[_Source, str]]", method: "str | None" = None, model: "str | None" = None,
+               *, config: "Config | None" = None, llm: _t.Any = None, **options: _t.Any) -> "list[Report]":
+    """Check many ``(source, target)`` pairs concurrently; a bad pair becomes an unscored Report."""
+    return _run_sync(acheck_many(pairs, method, model, config=config, llm=llm, **options))
 
 
-def evaluate(data: Any, source: str = "source", target: str = "target", method: Any = None, model: str | None = None,
-             **kwargs: Any) -> Any:
+def evaluate(data: _t.Any, source: "str | None" = None, target: "str | None" = None, method: _t.Any = None,
+             model: "str | None" = None, **kwargs: _t.Any) -> _t.Any:
     """Check every row of a DataFrame (or of a list of dicts) -> a pandas DataFrame with score, label,
-    unscored reason, findings and usage per row; also inside a running event loop. See :mod:`halluscope.tabular`
+    unscored reason, findings and usage per row; also inside a running event loop. Column names default to
+    ``source``/``target``, RAGAS's ``retrieved_contexts``/``response`` or DeepEval's
+    ``retrieval_context``/``actual_output`` (a cell may hold a list of chunks). See :mod:`halluscope.tabular`
     (needs ``pip install 'halluscope[dataframe]'``)."""
     from halluscope.tabular import evaluate as _evaluate
 
     return _evaluate(data, source, target, method, model, **kwargs)
 
 
-async def aevaluate(data: Any, source: str = "source", target: str = "target", method: Any = None,
-                    model: str | None = None, **kwargs: Any) -> Any:
+async def aevaluate(data: _t.Any, source: "str | None" = None, target: "str | None" = None, method: _t.Any = None,
+                    model: "str | None" = None, **kwargs: _t.Any) -> _t.Any:
     """The async form of :func:`evaluate`."""
     from halluscope.tabular import aevaluate as _aevaluate
 

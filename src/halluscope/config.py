@@ -4,7 +4,20 @@ code/CLI > environment > file > defaults.
 
 The file is the first of: ``$HALLUSCOPE_CONFIG`` (a path), ``halluscope.toml`` in the working directory (keys at
 the top level), the ``[tool.halluscope]`` table of ``pyproject.toml`` in the working directory. Unknown keys
-are refused, as everywhere else.
+are refused, as everywhere else, and every refusal names the key and where it came from (the file, the
+``HALLUSCOPE_*`` variable or the argument), never pydantic's own text alone.
+
+Besides the model settings, the file sets what a user sets on the command line: ``method`` (used when none is
+named), ``threshold`` (what ``--threshold`` sets) and ``[options.METHOD]`` tables (each method's options, as
+``-o key=value``):
+
+    [tool.halluscope]
+    method = "gate"
+    threshold = 0.6
+    model = "qwen2.5:7b"
+
+    [tool.halluscope.options.gate]
+    top_k = 5
 """
 
 from __future__ import annotations
@@ -38,6 +51,46 @@ CONFIG_FILE_NAME = "halluscope.toml"
 
 class ConfigFileError(ValueError):
     """The config file exists but cannot be read as TOML (or its table is not a table)."""
+
+
+class ConfigError(ValueError):
+    """A setting with a wrong key or value; the message names the key and where it came from."""
+
+
+def _where(key: str, given: dict[str, Any]) -> str:
+    """Where setting ``key`` came from: an argument (code or a CLI flag), the environment, or the config file."""
+    if key in given:
+        return f"setting {key!r}"
+    env = f"HALLUSCOPE_{key.upper()}"
+    if key and os.environ.get(env) is not None:
+        return f"environment variable {env}"
+    try:
+        found = config_file()
+    except ConfigFileError:
+        found = None
+    if found is not None and key in found[1]:
+        table = "[tool.halluscope] " if found[0].name == "pyproject.toml" else ""
+        return f"key {key!r} in {table}{found[0]}"
+    return f"setting {key!r}"
+
+
+def explain_validation_error(exc: Any, given: dict[str, Any]) -> str:
+    """pydantic's errors on a Config, each as ``<key and its file/variable>: <what is wrong> (got <value>)``."""
+    known = ", ".join(sorted(Config.model_fields))
+    parts = []
+    for err in exc.errors():
+        loc = [str(x) for x in err.get("loc", ())]
+        key = loc[0] if loc else ""
+        where = _where(key, given)
+        if len(loc) > 1:
+            where += " at " + ".".join(loc[1:])
+        if err.get("type") == "extra_forbidden":
+            parts.append(f"{where}: unknown setting (known: {known})")
+            continue
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        got = err.get("input")
+        parts.append(f"{where}: {msg}" + ("" if isinstance(got, dict) else f" (got {got!r})"))
+    return "; ".join(parts) or str(exc)
 
 
 def config_file(cwd: Path | None = None) -> tuple[Path, dict[str, Any]] | None:
@@ -89,6 +142,14 @@ def _default_cache_path() -> Path:
 class Config(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HALLUSCOPE_", extra="forbid")
 
+    def __init__(self, **values: Any):
+        from pydantic import ValidationError
+
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise ConfigError(explain_validation_error(exc, values)) from None
+
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
                                    env_settings: PydanticBaseSettingsSource,
@@ -97,6 +158,18 @@ class Config(BaseSettings):
                                    ) -> tuple[PydanticBaseSettingsSource, ...]:
         # precedence: explicit values (code, CLI flags) > HALLUSCOPE_* environment > config file > defaults
         return init_settings, env_settings, _FileSettings(settings_cls)
+
+    method: str | None = None
+    """The method ``halluscope check``, ``halluscope.check`` and ``evaluate`` use when none is named (``None``:
+    :data:`DEFAULT_METHOD`)."""
+
+    threshold: float | None = Field(default=None, ge=0.0, le=1.0)
+    """The threshold a report is labelled with (consistent: score at least this and no finding), what
+    ``--threshold`` and ``threshold=`` set; ``None``: each method's default (``halluscope methods``)."""
+
+    options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Per-method options, ``{method: {option: value}}`` (a ``[options.METHOD]`` table in the file); explicit
+    options (``-o``, keyword arguments) win over them."""
 
     model: str | None = None
     """Model to use. ``None`` picks the embedded offline model unless ``base_url`` is set.

@@ -123,6 +123,11 @@ class Evidence(_Record):
     text: str
     span: Span | None = None
     relation: Relation = "related"
+    chunk: int | None = Field(default=None, ge=0)
+    """When the source was a list of chunks (``halluscope.check(source=[...], ...)``): the index of the chunk
+    this evidence lies in (where it starts); ``None`` for a single-text source or unlocated evidence."""
+    chunk_span: Span | None = None
+    """With ``chunk``: the evidence's offsets inside that chunk (``span`` stays the offsets in the joined source)."""
 
 
 class Verdict(_Record):
@@ -190,6 +195,9 @@ class Report(_Record):
     elapsed_s: float = 0.0
     calls: list[LLMCall] = Field(default_factory=list)
     details: dict[str, Any] = Field(default_factory=dict)
+    source_chunks: list[Span] = Field(default_factory=list)
+    """When the source was a list of chunks: where each chunk lies in the joined source the spans index into
+    (chunks joined with ``halluscope.contexts.CHUNK_SEPARATOR``); empty for a single-text source."""
 
     @model_validator(mode="after")
     def _check_score(self) -> "Report":
@@ -204,7 +212,13 @@ class Report(_Record):
         return self.score is not None
 
     def with_threshold(self, threshold: float) -> "Report":
-        label = None if self.score is None else ("consistent" if self.score >= threshold else "inconsistent")
+        """This report labelled at ``threshold``: ``consistent`` when the score is at or above it *and* there is no
+        finding; ``inconsistent`` when the score is under it or any finding was made (a located problem is never
+        called consistent); no label when unscored."""
+        if self.score is None:
+            label = None
+        else:
+            label = "consistent" if self.score >= threshold and not self.findings else "inconsistent"
         return self.model_copy(update={"threshold": threshold, "label": label})
 
 

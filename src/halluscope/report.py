@@ -11,7 +11,7 @@ import html
 import json
 from pathlib import Path
 
-from halluscope.records import Report, Span
+from halluscope.records import Evidence, Report, Span
 
 _KIND_CLASS = {"unsupported": "unsup", "contradicted": "contra", "event_order": "order"}
 
@@ -30,6 +30,8 @@ mark.other{background:#e3d7ff}mark.ev{background:#d5ecff;cursor:default}
 mark.unscored{background:none;border-bottom:2px dotted #888;border-radius:0}
 mark.flash{outline:3px solid #1a73e8;transition:outline .2s}
 table{border-collapse:collapse;font-size:14px}td,th{border-bottom:1px solid #eee;padding:4px 10px;text-align:left;vertical-align:top}
+mark[data-n]::after{content:attr(data-n);font-size:10px;vertical-align:super;margin-left:1px;color:#b3261e}
+.ok{color:#1b6e3a}
 ol.findings li{margin-bottom:8px}.kind{font-size:12px;padding:1px 6px;border-radius:8px;background:#eee;margin-right:6px}
 """
 
@@ -66,7 +68,10 @@ def _highlight(text: str, marks: list[tuple[Span, int | str, str, str]]) -> str:
             continue
         ids = " ".join(str(fid) for fid, _, _ in covering)
         title = html.escape(" | ".join(dict.fromkeys(t for _, _, t in covering)), quote=True)
-        out.append(f'<mark class="{covering[0][1]}" data-f="{ids}" title="{title}">{piece}</mark>')
+        ends = [str(fid + 1) for span, fid, cls, _ in marks  # finding numbers, shown where their span ends
+                if isinstance(fid, int) and fid >= 0 and cls != "ev" and span.end == b and span.start <= a]
+        number = f' data-n="{" ".join(dict.fromkeys(ends))}"' if ends else ""
+        out.append(f'<mark class="{covering[0][1]}" data-f="{ids}"{number} title="{title}">{piece}</mark>')
     return "".join(out)
 
 
@@ -81,6 +86,16 @@ def _script_json(data: str) -> str:
 
 def _fmt(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
+
+
+def _chunk_note(ev: Evidence) -> str:
+    """`` in chunk N`` for evidence from a source given as a list of chunks, else ``""``."""
+    return "" if ev.chunk is None else f" in chunk {ev.chunk}"
+
+
+def _evidence_line(ev: Evidence) -> str:
+    return (f"<div class='muted'>{html.escape(ev.relation)}{_chunk_note(ev)}: "
+            f"“{html.escape(ev.text[:200])}”</div>")
 
 
 def render_html(report: Report, source: str, target: str, title: str = "halluscope report") -> str:
@@ -102,13 +117,14 @@ def render_html(report: Report, source: str, target: str, title: str = "hallusco
             if ev.span is not None and ev.relation == "supports":
                 source_marks.append((ev.span, -1, "ev", f"supports: {v.claim.text[:80]}"))
 
-    score_cls = "good" if (report.score or 0) >= (report.threshold or 0.5) else "bad"
+    score_cls = "good" if report.label == "consistent" else "bad"  # the label, which never contradicts the findings
     score = "unscored" if report.score is None else f"{report.score:.3f}"
     sub_rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{_fmt(v)}</td></tr>" for k, v in report.subscores.items())
     finding_items = []
     for i, f in enumerate(report.findings):
         where = "; ".join(html.escape(s.of(target)) for s in f.target_spans) or "<i>not located in the text</i>"
-        evid = "".join(f"<div class='muted'>evidence: “{html.escape(e.text[:300])}”</div>" for e in f.evidence)
+        evid = "".join(f"<div class='muted'>evidence{_chunk_note(e)} ({html.escape(e.relation)}): "
+                       f"“{html.escape(e.text[:300])}”</div>" for e in f.evidence)
         finding_items.append(
             f"<li id='finding-{i}'><span class='kind'>{html.escape(f.kind)}</span>{html.escape(f.description)}"
             f"<div class='muted'>target: {where}</div>{evid}</li>"
@@ -125,6 +141,16 @@ def render_html(report: Report, source: str, target: str, title: str = "hallusco
             "<section class='full'><h3>Events in target order</h3>"
             f"<table><tr><th>#</th><th>event</th></tr>{rows}</table><h4>Order violations</h4><ul>{inv}</ul></section>"
         )
+    claims_section = ""
+    if report.verdicts:
+        claim_rows = "".join(
+            f"<tr><td>{n}</td><td>{html.escape(v.claim.text)}</td>"
+            f"<td class='{'ok' if v.label == 'supported' else 'bad' if v.label != 'unscored' else 'muted'}'>"
+            f"{html.escape(v.label)}</td><td>{''.join(_evidence_line(e) for e in v.evidence) or '–'}</td></tr>"
+            for n, v in enumerate(report.verdicts, 1))
+        claims_section = (f"<section class='full'><h3>Claims ({len(report.verdicts)}), passing ones too</h3>"
+                          "<table><tr><th>#</th><th>claim</th><th>verdict</th><th>evidence</th></tr>"
+                          f"{claim_rows}</table></section>")
     unscored = len(unscored_verdicts)
     unscored_section = ""
     if unscored_verdicts:
@@ -157,6 +183,7 @@ def render_html(report: Report, source: str, target: str, title: str = "hallusco
 <section><h3>Target</h3><div class="text" id="target">{_highlight(target, target_marks)}</div></section>
 <section><h3>Sub-scores</h3><table>{sub_rows or '<tr><td>none</td></tr>'}</table></section>
 <section><h3>Findings ({len(report.findings)})</h3>{findings_html}</section>
+{claims_section}
 {unscored_section}
 {order_section}
 </main>

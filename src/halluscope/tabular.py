@@ -41,6 +41,12 @@ USAGE_COLUMNS = ("calls", "prompt_tokens", "completion_tokens", "cache_hits", "c
 RESULT_COLUMNS = ("score", "label", "unscored_reason", "n_findings", "findings", "method", "model",
                   *USAGE_COLUMNS, "elapsed_s")
 FORMATS = (".jsonl", ".csv", ".parquet")
+SOURCE_COLUMNS = ("source", "retrieved_contexts", "retrieval_context", "contexts", "context")
+"""Source column names tried in order when none is named: halluscope's, RAGAS's (``retrieved_contexts``; older
+RAGAS ``contexts``) and DeepEval's (``retrieval_context``). A cell may hold one text or a list of chunks."""
+TARGET_COLUMNS = ("target", "response", "actual_output", "answer")
+"""Target column names tried in order when none is named: halluscope's, RAGAS's (``response``; older RAGAS
+``answer``) and DeepEval's (``actual_output``). The question (``user_input``, ``input``) is kept, not checked."""
 PARTIAL_SUFFIX = ".partial.jsonl"
 
 
@@ -56,17 +62,57 @@ def _pandas() -> Any:
     return pd
 
 
-def findings_of(report: Report, source: str, target: str) -> list[dict[str, Any]]:
-    """The report's findings as plain dicts: spans and evidence with offsets and the text they cover."""
+def resolve_columns(columns: Sequence[Any], source: str | None, target: str | None,
+                    where: str = "") -> tuple[str, str]:
+    """The source and target column names: the ones given, else the first of :data:`SOURCE_COLUMNS` /
+    :data:`TARGET_COLUMNS` present (so a RAGAS or DeepEval table works unchanged)."""
+    present = [str(c) for c in columns]
+    chosen = []
+    for name, given, known in (("source", source, SOURCE_COLUMNS), ("target", target, TARGET_COLUMNS)):
+        if given is not None:
+            if present and given not in present:
+                raise TableError(f"{where}no {name} column {given!r}; columns: {', '.join(present)}")
+            chosen.append(given)
+            continue
+        found = next((c for c in known if c in present), None)
+        if found is None:
+            if present:
+                raise TableError(f"{where}no {name} column: expected one of {', '.join(known)} (or name it); "
+                                 f"columns: {', '.join(present)}")
+            found = known[0]
+        chosen.append(found)
+    return chosen[0], chosen[1]
+
+
+def source_cell(value: Any) -> Any:
+    """A table cell as a source: a list (or tuple, or the array parquet gives back) of chunks becomes a list;
+    anything else is passed on as it is (a bad value becomes an unscored row, with the reason)."""
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    if type(value).__name__ == "ndarray" and getattr(value, "ndim", 0) == 1:
+        return list(value.tolist())
+    return value
+
+
+def _evidence_dict(e: Any) -> dict[str, Any]:
+    item = {"text": e.text, "relation": e.relation,
+            "start": e.span.start if e.span else None, "end": e.span.end if e.span else None}
+    if e.chunk is not None:
+        item.update(chunk=e.chunk, chunk_start=e.chunk_span.start if e.chunk_span else None,
+                    chunk_end=e.chunk_span.end if e.chunk_span else None)
+    return item
+
+
+def findings_of(report: Report, source: Any, target: str) -> list[dict[str, Any]]:
+    """The report's findings as plain dicts: spans and evidence with offsets and the text they cover (and, for a
+    source given as chunks, each evidence's ``chunk`` with its ``chunk_start``/``chunk_end`` inside it)."""
     out = []
     for f in report.findings:
         out.append({
             "kind": f.kind,
             "description": f.description,
             "spans": [{"start": s.start, "end": s.end, "text": s.of(target)} for s in f.target_spans],
-            "evidence": [{"text": e.text, "relation": e.relation,
-                          "start": e.span.start if e.span else None, "end": e.span.end if e.span else None}
-                         for e in f.evidence],
+            "evidence": [_evidence_dict(e) for e in f.evidence],
         })
     return out
 
@@ -136,11 +182,17 @@ def _method(method: "str | Method | None", model: str | None, config: Config | N
         if model is not None or config is not None or llm is not None or options:
             raise TypeError("pass model, config, llm and options when naming a method, not with a Method instance")
         return method
-    method, options = resolve_method(method, options)
     config = config or Config()
     if model is not None:
         config = config.with_overrides(model=model)
-    return get_method(method, llm=llm, config=config, **options)
+    name, options = resolve_method(method or config.method, options)
+    return get_method(name, llm=llm, config=config, **options)
+
+
+def _is_method(method: Any) -> bool:
+    from halluscope.methods.base import Method
+
+    return isinstance(method, Method)
 
 
 def _rows_of(data: Any) -> tuple[list[Any], list[dict[str, Any]], Any]:
@@ -155,24 +207,30 @@ def _rows_of(data: Any) -> tuple[list[Any], list[dict[str, Any]], Any]:
     return list(range(len(rows))), rows, None
 
 
-async def aevaluate(data: Any, source: str = "source", target: str = "target", method: "str | Method | None" = None,
-                    model: str | None = None, *, config: Config | None = None, llm: Any = None,
-                    threshold: float | None = None, concurrency: int | None = None,
+async def aevaluate(data: Any, source: str | None = None, target: str | None = None,
+                    method: "str | Method | None" = None, model: str | None = None, *, config: Config | None = None,
+                    llm: Any = None, threshold: float | None = None, concurrency: int | None = None,
                     **options: Any) -> "pd.DataFrame":
     """Check every row of ``data`` (a DataFrame, or an iterable of dicts) and return a DataFrame: the input's
-    columns and index, then :data:`RESULT_COLUMNS`. ``source``/``target`` name the columns to compare;
-    ``method`` is a method name (built with ``model``/``config``/``llm``/options) or a ready Method."""
+    columns and index, then :data:`RESULT_COLUMNS`. ``source``/``target`` name the columns to compare (default:
+    the first present of :data:`SOURCE_COLUMNS` / :data:`TARGET_COLUMNS`, so RAGAS's ``retrieved_contexts`` /
+    ``response`` and DeepEval's ``retrieval_context`` / ``actual_output`` work as they are); a source cell may
+    be a list of chunks. ``method`` is a method name (built with ``model``/``config``/``llm``/options) or a
+    ready Method."""
     pd = _pandas()
     index, rows, frame = _rows_of(data)
     columns = list(frame.columns) if frame is not None else list(dict.fromkeys(k for r in rows for k in r))
-    for name, column in (("source", source), ("target", target)):
-        if rows and column not in columns:
-            raise TableError(f"no {name} column {column!r}; columns: {', '.join(map(str, columns))}")
+    source, target = resolve_columns(columns if rows else [], source, target)
     clash = [c for c in RESULT_COLUMNS if c in columns]
     if clash:
         raise TableError(f"the input already has result column(s) {clash}; rename or drop them first")
+    if threshold is not None and not _is_method(method):
+        if "threshold" in options and options["threshold"] != threshold:
+            raise TableError(f"threshold={threshold} and the option threshold={options['threshold']} disagree: "
+                             "they are one setting")
+        options["threshold"] = threshold  # the method's own threshold option, where it has one: one setting
     m = _method(method, model, config, llm, options)
-    items = [(i, row.get(source), row.get(target)) for i, row in enumerate(rows)]
+    items = [(i, source_cell(row.get(source)), row.get(target)) for i, row in enumerate(rows)]
     results: dict[int, dict[str, Any]] = {}
     async for i, report in score_pairs(m, items, concurrency or m.config.max_concurrency, threshold):
         results[i] = result_row(report, items[i][1], items[i][2])
@@ -181,7 +239,7 @@ async def aevaluate(data: Any, source: str = "source", target: str = "target", m
     return pd.concat([base, out], axis=1)
 
 
-def evaluate(data: Any, source: str = "source", target: str = "target", method: "str | Method | None" = None,
+def evaluate(data: Any, source: str | None = None, target: str | None = None, method: "str | Method | None" = None,
              model: str | None = None, *, config: Config | None = None, llm: Any = None,
              threshold: float | None = None, concurrency: int | None = None, **options: Any) -> "pd.DataFrame":
     """:func:`aevaluate` from synchronous code; also works inside a running event loop (a notebook)."""
@@ -311,20 +369,88 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-async def check_file(method: "Method", input_path: str | Path, output_path: str | Path, *, source: str = "source",
-                     target: str = "target", threshold: float | None = None, concurrency: int | None = None,
-                     progress: bool = True,
+_INT_RESULTS = ("n_findings", "calls", "prompt_tokens", "completion_tokens", "cache_hits")
+_FLOAT_RESULTS = ("score", "cost_usd", "elapsed_s")
+
+
+def _result_of_output_row(row: dict[str, Any]) -> dict[str, Any]:
+    """The :data:`RESULT_COLUMNS` of a row read back from a finished output file (CSV cells come back as text)."""
+    out: dict[str, Any] = {}
+    for c in RESULT_COLUMNS:
+        value = row.get(c)
+        if value == "" or _is_missing(value):
+            value = None
+        if value is not None and c in _INT_RESULTS:
+            value = int(float(value))
+        elif value is not None and c in _FLOAT_RESULTS:
+            value = float(value)
+        elif c == "findings":
+            value = json.loads(value) if isinstance(value, str) else (list(value) if value is not None else [])
+        out[c] = value
+    return out
+
+
+def _cell_key(value: Any) -> str:
+    return json.dumps(source_cell(value), ensure_ascii=False, default=str)
+
+
+def _kept_from_output(output_path: Path, rows: list[dict[str, Any]], source: str, target: str,
+                      method: "Method") -> dict[int, dict[str, Any]]:
+    """``--retry-unscored`` after a finished run: the scored rows of the existing output, by position. The output
+    must hold the same pairs in the same order, checked by the same method and model; else it is refused."""
+    if not output_path.is_file():
+        return {}
+    old = read_table(output_path)
+    if len(old) != len(rows):
+        raise TableError(f"{output_path} has {len(old)} rows, the input {len(rows)}: not this input's results")
+    kept: dict[int, dict[str, Any]] = {}
+    for i, (new, prev) in enumerate(zip(rows, old)):
+        same = all(_cell_key(new.get(c)) == _cell_key(_json_list_cell(prev.get(c))) for c in (source, target))
+        if not same:
+            raise TableError(f"{output_path} row {i} holds another pair than the input's: not this input's results")
+        if prev.get("method") != method.name or (prev.get("model") or None) != method.model_name:
+            raise TableError(f"{output_path} row {i} was checked by {prev.get('method')} ({prev.get('model')}), "
+                             f"not {method.name} ({method.model_name}); choose another --output")
+        try:
+            result = _result_of_output_row(prev)
+        except (ValueError, TypeError) as exc:
+            raise TableError(f"{output_path} row {i}: cannot read its results back ({exc})") from None
+        if result["score"] is not None:
+            kept[i] = result
+    return kept
+
+
+def _json_list_cell(value: Any) -> Any:
+    """A CSV cell holding a JSON list of strings (a source given as chunks) as that list; else the cell."""
+    if isinstance(value, str) and value.startswith("["):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return value
+        if isinstance(parsed, list) and parsed and all(isinstance(x, str) for x in parsed):
+            return parsed
+    return value
+
+
+async def check_file(method: "Method", input_path: str | Path, output_path: str | Path, *, source: str | None = None,
+                     target: str | None = None, threshold: float | None = None, concurrency: int | None = None,
+                     progress: bool = True, retry_unscored: bool = False,
                      on_row: Callable[[int, Report], None] | None = None) -> dict[str, Any]:
     """Check every row of ``input_path`` and write ``output_path`` (see the module docstring); returns a
-    summary: rows, newly checked, resumed, scored, unscored, usage totals."""
+    summary: rows, newly checked, resumed, kept, scored, inconsistent, unscored, mean score, and the usage of
+    the rows checked by this call (``calls``, tokens, ...) beside that of every row (``total_calls``, ...).
+
+    A source cell may be a list of chunks (JSONL or parquet), or in a CSV a JSON list of strings.
+    ``retry_unscored``: check again only the rows left unscored, by an interrupted run (its partial file) or by a
+    finished one (the existing ``output_path``, which must hold this input's pairs); scored rows are kept."""
     input_path, output_path = Path(input_path), Path(output_path)
     table_format(output_path)
     rows = read_table(input_path)
     columns = list(dict.fromkeys(k for r in rows for k in r))
-    for name, column in (("source", source), ("target", target)):
-        if rows and column not in columns:
-            raise TableError(f"{input_path}: no {name} column {column!r}; columns: {', '.join(columns)} "
-                             f"(choose others with --{name}-column)")
+    source, target = resolve_columns(columns, source, target, f"{input_path}: ")
+    if table_format(input_path) == ".csv":
+        for row in rows:
+            row[source] = _json_list_cell(row.get(source))
     clash = [c for c in RESULT_COLUMNS if c in columns]
     if clash:
         raise TableError(f"{input_path} already has result column(s) {clash}; rename or drop them first")
@@ -332,9 +458,20 @@ async def check_file(method: "Method", input_path: str | Path, output_path: str 
                 "method": method.name, "method_options": method.options(), "model": method.model_name,
                 "prompt_version": method.prompt_version, "threshold": threshold}
     partial = PartialResults(output_path)
+    fresh = not partial.path.is_file()
+    kept = _kept_from_output(output_path, rows, source, target, method) if retry_unscored and fresh else {}
     done = partial.load(identity)
+    if retry_unscored:
+        done = {i: r for i, r in done.items() if r.get("score") is not None}
+        if kept:
+            done.update(kept)
+        with partial.path.open("w", encoding="utf-8") as fh:  # the partial file holds exactly what is kept
+            fh.write(json.dumps({"identity": identity}, ensure_ascii=False) + "\n")
+            for i in sorted(done):
+                PartialResults.append(fh, i, done[i])
     resumed = len(done)
-    pending = [(i, row.get(source), row.get(target)) for i, row in enumerate(rows) if i not in done]
+    pending = [(i, source_cell(row.get(source)), row.get(target)) for i, row in enumerate(rows) if i not in done]
+    now: list[dict[str, Any]] = []
     if pending:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -347,6 +484,7 @@ async def check_file(method: "Method", input_path: str | Path, output_path: str 
                 result = result_row(report, rows[i].get(source), rows[i].get(target))
                 PartialResults.append(fh, i, result)  # one writer: lines never interleave
                 done[i] = result
+                now.append(result)
                 bar.advance(task)
                 if on_row is not None:
                     on_row(i, report)
@@ -354,11 +492,15 @@ async def check_file(method: "Method", input_path: str | Path, output_path: str 
     write_table(output_path, results, columns + list(RESULT_COLUMNS))
     partial.remove()
     scored = [r["score"] for r in results if r["score"] is not None]
-    totals = {c: sum(r[c] or 0 for r in results) for c in ("calls", "prompt_tokens", "completion_tokens", "cache_hits")}
-    costs = [r["cost_usd"] for r in results if r["calls"]]
-    return {"rows": len(rows), "checked": len(pending), "resumed": resumed, "scored": len(scored),
+    usage_keys = ("calls", "prompt_tokens", "completion_tokens", "cache_hits")
+    totals = {c: sum(r[c] or 0 for r in now) for c in usage_keys}
+    all_totals = {f"total_{c}": sum(r[c] or 0 for r in results) for c in usage_keys}
+    costs = [r["cost_usd"] for r in now if r["calls"]]
+    return {"rows": len(rows), "checked": len(pending), "resumed": resumed, "kept": len(kept),
+            "scored": len(scored), "inconsistent": sum(r["label"] == "inconsistent" for r in results),
             "unscored": len(rows) - len(scored), "mean_score": sum(scored) / len(scored) if scored else None,
-            **totals, "cost_usd": sum(costs) if costs and all(c is not None for c in costs) else None,
+            **totals, **all_totals,
+            "cost_usd": sum(costs) if costs and all(c is not None for c in costs) else None,
             "output": str(output_path)}
 
 

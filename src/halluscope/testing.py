@@ -8,9 +8,12 @@
 
 It checks with :func:`halluscope.check` (default method and the embedded offline model unless ``model`` names
 another; every reply is kept in the response cache, so an unchanged test costs no model call on the next run)
-and raises ``AssertionError`` when the score is below the threshold (the method's default unless given) or the
-pair could not be scored. The message lists each finding with the answer's span (offsets and text) and the
-source evidence, or, without findings, the claims judged unsupported. Works under pytest (the plugin in
+and raises ``AssertionError`` when the report is inconsistent (a score below the threshold -- the method's
+default unless given -- or any finding) or the pair could not be scored. The message lists each finding with the
+answer's span (offsets and text) and the whole source evidence (its chunk too, for a source given as a list of
+chunks), or, without findings, the claims judged unsupported. A model that cannot be used at all (the default
+embedded model not installed, a bad endpoint setting) raises :class:`GroundingSetupError` instead: the test
+could not run, it did not fail. Works under pytest (the plugin in
 :mod:`halluscope.pytest_plugin` adds an ``assert_grounded`` fixture) and in any other test runner.
 """
 
@@ -21,9 +24,14 @@ from typing import Any
 from halluscope.records import Report
 
 
-def _quote(text: str, limit: int = 160) -> str:
+class GroundingSetupError(RuntimeError):
+    """The check could not run at all (e.g. the model is not installed): a set-up problem, not a failed check."""
+
+
+def _quote(text: str, limit: int | None = 300) -> str:
+    """``text`` on one line, quoted; cut at ``limit`` characters (``None``: whole, as for evidence)."""
     text = " ".join(text.split())
-    return repr(text if len(text) <= limit else text[: limit - 1] + "…")
+    return repr(text if limit is None or len(text) <= limit else text[: limit - 1] + "…")
 
 
 def describe_report(report: Report, source: str, answer: str) -> str:
@@ -41,7 +49,9 @@ def describe_report(report: Report, source: str, answer: str) -> str:
                 lines.append(f"     answer[{span.start}:{span.end}]: {_quote(span.of(answer))}")
             for ev in finding.evidence:
                 where = f"source[{ev.span.start}:{ev.span.end}]" if ev.span else "source (not located)"
-                lines.append(f"     evidence {where} ({ev.relation}): {_quote(ev.text)}")
+                if ev.chunk is not None and ev.chunk_span is not None:
+                    where += f" = chunk {ev.chunk}[{ev.chunk_span.start}:{ev.chunk_span.end}]"
+                lines.append(f"     evidence {where} ({ev.relation}): {_quote(ev.text, None)}")
     else:
         bad = [v for v in report.verdicts if v.label in ("unsupported", "contradicted")]
         for verdict in bad:
@@ -53,30 +63,51 @@ def describe_report(report: Report, source: str, answer: str) -> str:
     return "\n".join(lines)
 
 
-def assert_grounded(source: str, answer: str, method: Any = None, threshold: float | None = None,
+def assert_grounded(source: Any, answer: str, method: Any = None, threshold: float | None = None,
                     model: str | None = None, **kwargs: Any) -> Report:
-    """Check ``answer`` against ``source``; return the Report when it is grounded, else raise AssertionError.
+    """Check ``answer`` against ``source`` (one text or a list of chunks); return the Report when it is grounded,
+    else raise AssertionError.
 
     ``method``: a method name (default :data:`halluscope.DEFAULT_METHOD`) or a Method instance; ``threshold``:
     the lowest passing score (default: the method's own); ``model``: as ``--model`` (default: the embedded
-    offline model); other keyword arguments (``config=``, ``llm=``, method options) go to
-    :func:`halluscope.check`."""
+    offline model); other keyword arguments (``config=``, ``llm=``, method options) go to the method.
+    Raises :class:`GroundingSetupError` when the model cannot be used at all."""
     __tracebackhide__ = True  # pytest shows the caller's line, not this one
-    import halluscope
+    from halluscope.config import Config, resolve_method
+    from halluscope.llm import LLMError
+    from halluscope.methods import get_method
     from halluscope.methods.base import Method
 
     if isinstance(method, Method):
         if model is not None or kwargs:
             raise TypeError("model, config, llm and options go with a method name, not a Method instance")
-        report = method.check(source, answer)
+        m = method
     else:
-        report = halluscope.check(source, answer, method, model, **kwargs)
+        config = kwargs.pop("config", None) or Config()
+        if model is not None:
+            config = config.with_overrides(model=model)
+        if threshold is not None:
+            kwargs["threshold"] = threshold  # one setting with a method's own threshold option (the gate's)
+        name, kwargs = resolve_method(method or config.method, kwargs)
+        m = get_method(name, llm=kwargs.pop("llm", None), config=config, **kwargs)
+    if m.uses_llm:
+        try:
+            m.llm  # noqa: B018 - build the model now: one that cannot be built is a set-up error
+        except (LLMError, ValueError, ImportError) as exc:
+            raise GroundingSetupError(f"cannot check grounding with {m.name}: its model cannot be used: {exc}") from exc
+    report = m.check(source, answer)
     if threshold is not None:
         report = report.with_threshold(threshold)
+    if isinstance(source, (list, tuple)):
+        from halluscope.contexts import join_contexts
+
+        source = join_contexts(source)[0]
     if report.score is None:
         raise AssertionError("could not check that the answer is grounded in its source\n"
                              + describe_report(report, source, answer))
-    if report.threshold is not None and report.score < report.threshold:
-        raise AssertionError(f"answer is not grounded in its source: {report.method} score {report.score:.3f} < "
-                             f"threshold {report.threshold:.3f}\n" + describe_report(report, source, answer))
+    if report.label == "inconsistent":
+        why = (f"{report.method} score {report.score:.3f} < threshold {report.threshold:.3f}"
+               if report.threshold is not None and report.score < report.threshold
+               else f"{report.method} found {len(report.findings)} problem(s)")
+        raise AssertionError(f"answer is not grounded in its source: {why}\n" + describe_report(report, source, answer))
     return report

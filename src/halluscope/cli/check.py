@@ -1,49 +1,217 @@
-"""``halluscope check``: score one target against one source."""
+"""``halluscope check``: score one target against one source (one text or a list of chunks), or every row of a
+table.
+
+Exit codes, like a linter's (``docs/cli.md``):
+
+* 0 - consistent: scored, at or above the threshold, no finding (with ``--input``: every row so);
+* 1 - inconsistent: a finding, or a score under the threshold (with ``--input``: any such row, or a mean score
+  under ``--fail-under``);
+* 2 - bad usage or set-up: a wrong flag, an unreadable file, a model that cannot be built; nothing was checked;
+* 3 - could not score: the pair (with ``--input``: some row, and no row inconsistent) got no score, e.g. the
+  model's endpoint was unreachable; the reason is printed.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Optional, cast
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Optional, cast
 
 import typer
 
 from halluscope.cli.common import (ApiKeyOpt, BaseUrlOpt, ConcurrencyOpt, InputFileError, ModelOpt, NoCacheOpt,
                                    OptionOpt, check_fraction, check_output_file, fail, make_config, parse_options, read_text_input)
-from halluscope.records import Report
+from halluscope.records import Evidence, Finding, Report
 
 if TYPE_CHECKING:
     from halluscope.methods.base import Method
 
+EXIT_CONSISTENT = 0
+EXIT_INCONSISTENT = 1
+EXIT_USAGE = 2
+EXIT_UNSCORED = 3
+FORMATS = ("text", "json", "jsonl")
 
-def print_report(report: Report, target: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
 
-    console = Console()
-    score = "unscored" if report.score is None else f"{report.score:.3f}"
-    console.print(f"[bold]{report.method}[/bold] ({report.model or 'no LLM'}): score [bold]{score}[/bold]"
-                  + (f" -> {report.label}" if report.label else ""))
-    if report.unscored_reason:
-        console.print(f"[yellow]could not score:[/yellow] {report.unscored_reason}")
-    if report.subscores:
-        console.print("  " + ", ".join(f"{k}={'-' if v is None else f'{v:.3f}'}" for k, v in report.subscores.items()))
+def exit_code(report: Report, fail_under: float | None = None) -> int:
+    """The exit code of one checked pair (see the module docstring)."""
+    if report.score is None:
+        return EXIT_UNSCORED
+    if report.label == "inconsistent" or (fail_under is not None and report.score < fail_under):
+        return EXIT_INCONSISTENT
+    return EXIT_CONSISTENT
+
+
+def batch_exit_code(summary: dict[str, Any], fail_under: float | None = None) -> int:
+    """The exit code of a ``--input`` run: 1 when any row is inconsistent (or the mean score of the scored rows is
+    under ``fail_under``), else 3 when any row could not be scored, else 0."""
+    mean = summary["mean_score"]
+    if summary["inconsistent"] or (fail_under is not None and mean is not None and mean < fail_under):
+        return EXIT_INCONSISTENT
+    if summary["unscored"]:
+        return EXIT_UNSCORED
+    return EXIT_CONSISTENT
+
+
+def number(value: float | int | None, digits: int = 3) -> str:
+    """A value for the terminal: integers as integers (``claims=3``), other numbers to ``digits`` places."""
+    if value is None:
+        return "-"
+    if isinstance(value, int) or float(value).is_integer():
+        return str(int(value))
+    return f"{value:.{digits}f}"
+
+
+def line_col(text: str, offset: int) -> tuple[int, int]:
+    """1-based line and column of character ``offset`` in ``text`` (as linters and editors count)."""
+    line = text.count("\n", 0, offset) + 1
+    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class Texts:
+    """The texts a report indexes into, with the names to print for them."""
+
+    def __init__(self, source: str, target: str, source_name: str = "source", target_name: str = "target",
+                 chunks: list[str] | None = None, chunk_names: list[str] | None = None):
+        self.source, self.target = source, target
+        self.source_name, self.target_name = source_name, target_name
+        self.chunks = chunks
+        self.chunk_names = chunk_names
+
+    def evidence_where(self, ev: Evidence) -> str:
+        """``file:line:col`` (or ``chunk N line L``) where evidence lies in the source; ``not located`` if nowhere."""
+        if ev.span is None:
+            return "not located in the source"
+        if ev.chunk is not None and ev.chunk_span is not None and self.chunks and ev.chunk < len(self.chunks):
+            line, col = line_col(self.chunks[ev.chunk], ev.chunk_span.start)
+            if self.chunk_names:
+                return f"{self.chunk_names[ev.chunk]}:{line}:{col} (chunk {ev.chunk})"
+            return f"chunk {ev.chunk}, line {line}:{col}"
+        line, col = line_col(self.source, ev.span.start)
+        return f"{self.source_name}:{line}:{col}"
+
+
+def finding_lines(n: int, f: Finding, texts: Texts) -> list[str]:
+    """One finding as a linter prints it: ``target:line:col: kind: "flagged text"``, then the reason, the quoted
+    evidence with where it lies, the confidence where the method gives one, and a suggested fix where it makes one."""
+    spans = sorted(f.target_spans, key=lambda s: s.start)
+    if spans:
+        line, col = line_col(texts.target, spans[0].start)
+        where = f"{texts.target_name}:{line}:{col}"
+        flagged = " … ".join(_one_line(s.of(texts.target), 200) for s in spans)
+        head = f'{where}: {f.kind}: "{flagged}"'
+    else:
+        head = f"{texts.target_name}: {f.kind} (not located in the text)"
+    confidence = getattr(f, "confidence", None)
+    if confidence is not None:
+        head += f" [confidence {confidence:.2f}]"
+    out = [f"{n}. {head}", f"   reason: {_one_line(f.description, 600)}"]
+    for ev in f.evidence:
+        out.append(f"   evidence ({ev.relation}) at {texts.evidence_where(ev)}: \"{_one_line(ev.text, 600)}\"")
+    fix = getattr(f, "suggested_fix", None) or getattr(f, "fix", None)
+    if fix:
+        out.append(f"   fix: {_one_line(str(fix), 600)}")
+    return out
+
+
+def claim_lines(report: Report, texts: Texts) -> list[str]:
+    """Every judged claim, passing ones too: where it is, its verdict, and where its evidence lies (its chunk)."""
+    out = []
+    for v in report.verdicts:
+        spans = sorted(v.claim.target_spans, key=lambda s: s.start)
+        where = f"{texts.target_name}:{':'.join(map(str, line_col(texts.target, spans[0].start)))}" if spans \
+            else texts.target_name
+        out.append(f"{where}: {v.label}: \"{_one_line(v.claim.text, 200)}\"")
+        for ev in v.evidence:
+            out.append(f"   {ev.relation} at {texts.evidence_where(ev)}: \"{_one_line(ev.text, 200)}\"")
+    return out
+
+
+def report_text(report: Report, texts: Texts, claims: bool = False) -> str:
+    """The whole terminal report: findings first (as a linter lists them), then with ``claims`` every claim and
+    its evidence, then the verdict line and the cost."""
+    lines: list[str] = []
+    for n, f in enumerate(report.findings, 1):
+        lines.extend(finding_lines(n, f, texts))
+    unscored = [v for v in report.verdicts if v.label == "unscored"]
+    for v in unscored:
+        if v.claim.target_spans:
+            line, col = line_col(texts.target, v.claim.target_spans[0].start)
+            lines.append(f"{texts.target_name}:{line}:{col}: unscored: \"{_one_line(v.claim.text, 200)}\"")
+        else:
+            lines.append(f"{texts.target_name}: unscored: \"{_one_line(v.claim.text, 200)}\"")
+        lines.append(f"   reason: {_one_line(v.reason, 600)}")
+    if claims and report.verdicts:
+        lines.extend(["", "claims:"] if lines else ["claims:"])
+        lines.extend(claim_lines(report, texts))
+    details = report.details or {}
+    if details.get("improved") and details.get("diff"):  # `improve`: its verified rewrite is the suggested fix
+        lines.append(f"suggested fix (verified rewrite, round {details.get('best_round')}):")
+        lines.extend(f"   {line}" for line in str(details["diff"]).splitlines()
+                     if line.startswith(("+", "-")) and not line.startswith(("+++", "---")))
+    if lines:
+        lines.append("")
+    score = "unscored" if report.score is None else number(report.score)
+    verdict = f"{report.method} ({report.model or 'no LLM'}): score {score}"
+    if report.threshold is not None:
+        verdict += f", threshold {number(report.threshold)}"
+    if report.label:
+        verdict += f" -> {report.label}"
     if report.findings:
-        table = Table("kind", "where in target", "description", show_lines=True)
-        for f in report.findings:
-            where = " | ".join(s.of(target) for s in f.target_spans) or "-"
-            table.add_row(f.kind, where, f.description)
-        console.print(table)
-    unscored = sum(v.label == "unscored" for v in report.verdicts)
-    if unscored:
-        console.print(f"[yellow]{unscored} of {len(report.verdicts)} claims could not be scored[/yellow]")
+        verdict += f" ({len(report.findings)} finding{'s' if len(report.findings) != 1 else ''})"
+    lines.append(verdict)
+    if report.unscored_reason:
+        lines.append(f"could not score: {report.unscored_reason}")
+    if report.subscores:
+        lines.append("  " + ", ".join(f"{k}={number(v)}" for k, v in report.subscores.items()))
+    if report.verdicts and "claims" not in report.subscores:
+        counts: dict[str, int] = {}
+        for v in report.verdicts:
+            counts[v.label] = counts.get(v.label, 0) + 1
+        lines.append(f"  claims: {len(report.verdicts)} ("
+                     + ", ".join(f"{n} {label}" for label, n in counts.items()) + ")")
     u = report.usage
     cost = "" if u.cost_usd is None else f", ${u.cost_usd:.6f}"  # only where the provider's prices are known
-    console.print(f"[dim]{u.calls} LLM calls, {u.prompt_tokens}+{u.completion_tokens} tokens{u.cached_note()}, "
-                  f"{u.cache_hits} cache hits{cost}, {report.elapsed_s:.2f}s[/dim]")
+    lines.append(f"{u.calls} LLM calls, {u.prompt_tokens}+{u.completion_tokens} tokens{u.cached_note()}, "
+                 f"{u.cache_hits} cache hits{cost}, {report.elapsed_s:.2f}s")
+    return "\n".join(lines)
+
+
+def print_report(report: Report, target: str, texts: Texts | None = None) -> None:
+    typer.echo(report_text(report, texts or Texts("", target)))
+
+
+def read_contexts(paths: list[str]) -> tuple[list[str], list[str]]:
+    """``--context`` files -> (chunks, a name per chunk). Each file is one chunk, except a ``.json`` file, which
+    holds a JSON list of chunks (named ``file.json[i]``)."""
+    chunks: list[str] = []
+    names: list[str] = []
+    for path in paths:
+        text = read_text_input(path, "context")
+        if path.endswith(".json"):
+            try:
+                data = json.loads(text)
+            except ValueError as exc:
+                raise InputFileError(f"context file {path} is not valid JSON: {exc}") from None
+            if not isinstance(data, list) or not data or not all(isinstance(c, str) for c in data):
+                raise InputFileError(f"context file {path} must hold a JSON list of strings (the chunks)")
+            chunks.extend(data)
+            names.extend(f"{path}[{i}]" for i in range(len(data)))
+        else:
+            chunks.append(text)
+            names.append(path)
+    return chunks, names
 
 
 def check_command(
     source: Annotated[Optional[str], typer.Option("--source", "-s", help="Source text file ('-' for stdin).")] = None,
     target: Annotated[Optional[str], typer.Option("--target", "-t", help="Target text file to check ('-' for stdin).")] = None,
+    context: Annotated[Optional[list[str]], typer.Option("--context", "-c", help="Instead of --source: a retrieved chunk's file (repeat for each chunk), or a .json file holding a list of chunks; the evidence names its chunk.")] = None,
     method: Annotated[Optional[str], typer.Option("--method", help="Method name (see `halluscope methods`).")] = None,
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
@@ -51,44 +219,75 @@ def check_command(
     no_cache: NoCacheOpt = None,
     concurrency: ConcurrencyOpt = None,
     option: OptionOpt = None,
-    threshold: Annotated[Optional[float], typer.Option(help="Label consistent when score >= threshold.")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the full Report as JSON.")] = False,
-    fail_under: Annotated[Optional[float], typer.Option("--fail-under", help="Exit 1 when the score is below this (or unscored).")] = None,
+    threshold: Annotated[Optional[float], typer.Option(help="Consistent when the score is at least this and there is no finding (default: the method's, see `halluscope methods`; the same setting as -o threshold=).")] = None,
+    output_format: Annotated[Optional[str], typer.Option("--format", "-f", help="text (default), json (the full Report, indented) or jsonl (one line).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Same as --format json.")] = False,
+    fail_under: Annotated[Optional[float], typer.Option("--fail-under", help="Also exit 1 when the score (with --input: the mean score of the scored rows) is below this.")] = None,
     html: Annotated[Optional[str], typer.Option("--html", help="Also write the web report (side-by-side, highlighted spans) to this file.")] = None,
     input_file: Annotated[Optional[str], typer.Option("--input", "-i", help="Check every row of this table (.jsonl, .csv or .parquet) instead of one pair.")] = None,
     output_file: Annotated[Optional[str], typer.Option("--output", "-O", help="With --input: write one result row per input row here (.jsonl, .csv or .parquet); resumes after a crash.")] = None,
-    source_column: Annotated[str, typer.Option("--source-column", help="With --input: the column holding the source.")] = "source",
-    target_column: Annotated[str, typer.Option("--target-column", help="With --input: the column holding the target.")] = "target",
+    source_column: Annotated[Optional[str], typer.Option("--source-column", help="With --input: the column holding the source (default: source, retrieved_contexts or retrieval_context; a cell may be a list of chunks).")] = None,
+    target_column: Annotated[Optional[str], typer.Option("--target-column", help="With --input: the column holding the target (default: target, response or actual_output).")] = None,
+    retry_unscored: Annotated[bool, typer.Option("--retry-unscored", help="With --input: check again only the rows left unscored in --output (or its partial file); keep the scored ones.")] = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="With --input: show a progress bar.")] = True,
+    claims: Annotated[bool, typer.Option("--claims", help="Text output: also list every claim (passing ones too) with its verdict and where its evidence lies (its chunk).")] = False,
 ) -> None:
-    """Check TARGET against SOURCE (or every row of --input into --output) and print the score, findings and cost."""
+    """Check TARGET against SOURCE (or every row of --input into --output) and print the findings, score and cost.
+
+    Exit status: 0 consistent, 1 inconsistent (a finding, or a score under the threshold), 2 bad usage,
+    3 could not score. With --input: 1 if any row is inconsistent, else 3 if any row is unscored, else 0."""
     from halluscope.llm import LLMError
     from halluscope.config import resolve_method
     from halluscope.methods import InputError, get_method
 
+    if json_out:
+        if output_format not in (None, "json"):
+            raise fail(f"--json is --format json; it disagrees with --format {output_format}")
+        output_format = "json"
+    output_format = output_format or "text"
+    if output_format not in FORMATS:
+        raise fail(f"--format must be one of {', '.join(FORMATS)}, got {output_format!r}")
+    if source is not None and context:
+        raise fail("give the source once: --source (one text) or --context (its chunks), not both")
     if input_file is not None or output_file is not None:
-        if source is not None or target is not None:
-            raise fail("use either --source/--target (one pair) or --input/--output (a table), not both")
+        if source is not None or target is not None or context:
+            raise fail("use either --source/--context and --target (one pair) or --input/--output (a table), not both")
         if input_file is None or output_file is None:
             raise fail("--input and --output go together")
-        if json_out or html or fail_under is not None:
-            raise fail("--json, --html and --fail-under check one pair; with --input every row goes to --output")
-    elif source is None or target is None:
-        raise fail("give --source and --target (one pair), or --input and --output (a table of pairs)")
-    if source == "-" and target == "-":
-        raise fail("only one of --source/--target can read standard input")
+        if html:
+            raise fail("--html checks one pair; with --input every row goes to --output")
+    else:
+        if retry_unscored:
+            raise fail("--retry-unscored goes with --input/--output")
+        if (source is None and not context) or target is None:
+            raise fail("give --source (or --context) and --target (one pair), or --input and --output (a table of pairs)")
+    stdin_readers = [source == "-", target == "-", *(c == "-" for c in context or [])]
+    if sum(stdin_readers) > 1:
+        raise fail("only one of --source/--context/--target can read standard input")
     check_fraction(threshold, "--threshold")
     check_fraction(fail_under, "--fail-under")
     check_output_file(html, "--html")
+    chunks: list[str] | None = None
+    chunk_names: list[str] | None = None
     if input_file is None:
         try:
-            src = read_text_input(cast(str, source), "source")  # both given: checked above
+            if context:
+                chunks, chunk_names = read_contexts(context)
+                src = ""
+            else:
+                src = read_text_input(cast(str, source), "source")  # both given: checked above
             tgt = read_text_input(cast(str, target), "target")
         except InputFileError as exc:
             raise fail(str(exc))
     config = make_config(model, base_url, api_key, no_cache, concurrency)
+    options = parse_options(option)
+    if threshold is not None:
+        if "threshold" in options and options["threshold"] != threshold:
+            raise fail(f"--threshold {threshold} and -o threshold={options['threshold']} are the same setting and "
+                       "disagree: give one")
+        options["threshold"] = threshold
     try:
-        name, options = resolve_method(method, parse_options(option))
+        name, options = resolve_method(method or config.method, options)
         m = get_method(name, config=config, **options)
     except (KeyError, TypeError, ValueError) as exc:
         raise fail(str(exc.args[0] if isinstance(exc, KeyError) else exc))
@@ -98,14 +297,17 @@ def check_command(
         except (LLMError, ValueError) as exc:
             raise fail(str(exc))
     if input_file is not None:
-        check_table(m, input_file, cast(str, output_file), source_column, target_column, threshold, concurrency, progress)
-        return
+        code = check_table(m, input_file, cast(str, output_file), source_column, target_column, threshold,
+                           concurrency, progress, retry_unscored, fail_under, output_format)
+        raise typer.Exit(code)
     try:
-        report = m.check(src, tgt)
+        report = m.check(chunks if chunks is not None else src, tgt)
     except (InputError, LLMError, ValueError) as exc:
         raise fail(str(exc))
-    if threshold is not None:
-        report = report.with_threshold(threshold)
+    if chunks is not None:
+        from halluscope.contexts import join_contexts
+
+        src = join_contexts(chunks)[0]
     if html:
         from halluscope.report import write_html
 
@@ -113,29 +315,46 @@ def check_command(
             write_html(report, src, tgt, html)
         except OSError as exc:  # e.g. no permission: a clear refusal, not a traceback
             raise fail(f"--html {html}: cannot write the report: {exc.strerror or exc}")
-    if json_out:
+    if output_format == "json":
         typer.echo(report.model_dump_json(indent=2))
+    elif output_format == "jsonl":
+        typer.echo(report.model_dump_json())
     else:
-        print_report(report, tgt)
-    if fail_under is not None and (report.score is None or report.score < fail_under):
-        raise typer.Exit(1)
+        names = {"source_name": "source" if source is None or source == "-" else source,
+                 "target_name": "target" if target is None or target == "-" else target}
+        typer.echo(report_text(report, Texts(src, tgt, chunks=chunks, chunk_names=chunk_names, **names), claims))
+    raise typer.Exit(exit_code(report, fail_under))
 
 
-def check_table(method: Method, input_file: str, output_file: str, source_column: str, target_column: str,
-                threshold: float | None, concurrency: int | None, progress: bool) -> None:
-    """``check --input/--output``: every row checked, resumably (see :mod:`halluscope.tabular`)."""
+def check_table(method: Method, input_file: str, output_file: str, source_column: str | None,
+                target_column: str | None, threshold: float | None, concurrency: int | None, progress: bool,
+                retry_unscored: bool = False, fail_under: float | None = None, output_format: str = "text") -> int:
+    """``check --input/--output``: every row checked, resumably (see :mod:`halluscope.tabular`); prints the
+    summary and returns the exit code."""
     from halluscope.llm import LLMError
     from halluscope.sync import run_sync
     from halluscope.tabular import TableError, check_file
 
     try:
         summary = run_sync(check_file(method, input_file, output_file, source=source_column, target=target_column,
-                                      threshold=threshold, concurrency=concurrency, progress=progress))
+                                      threshold=threshold, concurrency=concurrency, progress=progress,
+                                      retry_unscored=retry_unscored))
     except (TableError, LLMError) as exc:
         raise fail(str(exc))
+    code = batch_exit_code(summary, fail_under)
+    if output_format != "text":
+        typer.echo(json.dumps({**summary, "exit_code": code}, indent=2 if output_format == "json" else None))
+        return code
     mean = "-" if summary["mean_score"] is None else f"{summary['mean_score']:.3f}"
     cost = "" if summary["cost_usd"] is None else f", ${summary['cost_usd']:.6f}"
+    reused = summary["resumed"]
     typer.echo(f"wrote {summary['rows']} rows to {summary['output']} ({summary['checked']} checked now, "
-               f"{summary['resumed']} resumed): {summary['scored']} scored, {summary['unscored']} unscored, "
-               f"mean score {mean}; {summary['calls']} LLM calls, "
-               f"{summary['prompt_tokens']}+{summary['completion_tokens']} tokens, {summary['cache_hits']} cache hits{cost}")
+               f"{reused} resumed): {summary['scored']} scored, {summary['unscored']} unscored, "
+               f"{summary['inconsistent']} inconsistent; mean score {mean}")
+    earlier = (f"; {summary['total_calls']} LLM calls in all, counting the {reused} rows done before"
+               if reused and summary["total_calls"] != summary["calls"] else "")
+    typer.echo(f"this run: {summary['calls']} LLM calls, {summary['prompt_tokens']}+{summary['completion_tokens']} "
+               f"tokens, {summary['cache_hits']} cache hits{cost}{earlier}")
+    if fail_under is not None and summary["mean_score"] is not None and summary["mean_score"] < fail_under:
+        typer.echo(f"mean score {mean} is under --fail-under {fail_under}")
+    return code

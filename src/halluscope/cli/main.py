@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -17,6 +17,9 @@ from halluscope.cli.train_verifier import train_verifier_command
 from halluscope.cli.generate_inject import inject_command
 from halluscope.cli.generate_montage import montage_command
 from halluscope.cli.generate_perturb import perturb_command
+
+if TYPE_CHECKING:
+    from halluscope.methods.base import Method
 
 app = typer.Typer(
     name="halluscope",
@@ -46,6 +49,12 @@ def main_callback(
     """Find, locate, explain and fix hallucinations in generated text against its source."""
 
 
+def default_threshold(cls: "type[Method]") -> float:
+    """A method's default threshold: its ``threshold`` option's default where it has one, else its class default."""
+    field = cls.Options.model_fields.get("threshold")
+    return float(field.default) if field is not None else float(cls.default_threshold)
+
+
 @app.command("methods")
 def methods_command(name: Optional[str] = typer.Argument(None, help="Show this method's options.")) -> None:
     """List the registered methods, or one method's typed options."""
@@ -55,7 +64,9 @@ def methods_command(name: Optional[str] = typer.Argument(None, help="Show this m
         for method in list_methods():
             cls = method_class(method)
             llm = "LLM" if cls.uses_llm else "no LLM"
-            typer.echo(f"{method:12s} [{llm}] {cls.description}")
+            typer.echo(f"{method:12s} [{llm}] threshold {default_threshold(cls):<4g} {cls.description}")
+        typer.echo("\nA report is consistent when its score is at least the threshold and it has no finding; "
+                   "set it with --threshold, `threshold` in the config file, or threshold= in Python.")
         return
     try:
         cls = method_class(name)
@@ -63,6 +74,7 @@ def methods_command(name: Optional[str] = typer.Argument(None, help="Show this m
         typer.secho(f"error: {exc.args[0]}", err=True, fg=typer.colors.RED)
         raise typer.Exit(2)
     typer.echo(f"{name}: {cls.description}\n")
+    typer.echo(f"default threshold: {default_threshold(cls):g} (consistent: score >= threshold and no finding)\n")
     rows = cls.Options.option_rows()
     if not rows:
         typer.echo("(no options)")

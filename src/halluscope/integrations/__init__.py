@@ -23,6 +23,12 @@ def join_documents(texts: Sequence[str]) -> str:
     return DOCUMENT_SEPARATOR.join(t for t in texts if t and t.strip())
 
 
+def document_chunks(texts: Sequence[str]) -> list[str]:
+    """The documents' texts as a list of chunks (blank ones dropped), checked as one source whose evidence names
+    the chunk it comes from (``Evidence.chunk``: the index in this list; :mod:`halluscope.contexts`)."""
+    return [t for t in texts if t and t.strip()]
+
+
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` to completion from synchronous code, also when this thread already runs an event loop
     (a notebook, an async framework calling a sync callback): then it runs on a fresh loop in a worker thread."""

@@ -22,7 +22,7 @@ from langchain_core.documents import Document
 from langchain_core.outputs import LLMResult
 
 from halluscope.config import Config
-from halluscope.integrations import join_documents, run_sync
+from halluscope.integrations import document_chunks, run_sync
 from halluscope.records import Report
 
 __all__ = ["GroundednessCallbackHandler", "UngroundedAnswerError", "check_documents"]
@@ -51,7 +51,7 @@ def check_documents(answer: str, documents: Sequence[Document | str], method: st
                     **options: Any) -> Report:
     """Check ``answer`` against LangChain documents (or plain strings), joined in order as the source."""
     texts = [d.page_content if isinstance(d, Document) else str(d) for d in documents]
-    report: Report = run_sync(_method(method, config, llm, options).acheck(join_documents(texts), answer))
+    report: Report = run_sync(_method(method, config, llm, options).acheck(document_chunks(texts) or "", answer))
     return report.with_threshold(threshold) if threshold is not None else report
 
 
@@ -113,7 +113,7 @@ class GroundednessCallbackHandler(BaseCallbackHandler):
         answer = response.generations[0][0].text
         if not answer.strip():
             return
-        report: Report = run_sync(self.method.acheck(join_documents(documents), answer))
+        report: Report = run_sync(self.method.acheck(document_chunks(documents) or "", answer))
         if self.threshold is not None:
             report = report.with_threshold(self.threshold)
         self.reports.append(report)

@@ -16,7 +16,7 @@ from llama_index.core.evaluation import BaseEvaluator, EvaluationResult
 from llama_index.core.prompts.mixin import PromptDictType
 
 from halluscope.config import Config
-from halluscope.integrations import join_documents, run_sync
+from halluscope.integrations import document_chunks, join_documents, run_sync
 from halluscope.records import Report
 
 __all__ = ["HalluscopeEvaluator", "check_response"]
@@ -36,7 +36,7 @@ def check_response(response: Any, method: str = "rouge", *, threshold: float | N
                    config: Config | None = None, llm: Any = None, **options: Any) -> Report:
     """Check a LlamaIndex ``Response`` (its text) against its ``source_nodes`` (joined in order as the source)."""
     answer = str(getattr(response, "response", None) or "")
-    source = join_documents(_source_texts(response))
+    source = document_chunks(_source_texts(response)) or ""
     report: Report = run_sync(_method(method, config, llm, options).acheck(source, answer))
     return report.with_threshold(threshold) if threshold is not None else report
 
@@ -67,7 +67,7 @@ class HalluscopeEvaluator(BaseEvaluator):
 
     async def areport(self, response: str, contexts: Sequence[str]) -> Report:
         """The full halluscope Report for ``response`` against ``contexts``."""
-        report: Report = await self._method.acheck(join_documents(list(contexts)), response)
+        report: Report = await self._method.acheck(document_chunks(list(contexts)) or "", response)
         return report.with_threshold(self._threshold) if self._threshold is not None else report
 
     async def aevaluate(self, query: str | None = None, response: str | None = None,

@@ -70,6 +70,33 @@ def get_method(name: str, **kwargs: Any) -> Method:
     """An instance of the named method; ``kwargs`` go to its constructor (``llm=``, ``config=``, options).
     Bad options raise :class:`OptionsError` listing the valid ones."""
     cls = method_class(name)
+    from halluscope.config import Config
+
+    config = kwargs.get("config")
+    if config is None:
+        config = Config()
+        if cls.uses_llm or "config" in kwargs:
+            kwargs["config"] = config
+    defaults: dict[str, Any] = {}
+    if config.threshold is not None:
+        defaults["threshold"] = config.threshold
+    defaults.update(config.options.get(name, {}))  # the config file's options for this method, under explicit ones
+    reserved = {"llm", "config"}
+    from_file = {k for k in config.options.get(name, {}) if k not in kwargs}
+    kwargs = {**{k: v for k, v in defaults.items() if k not in reserved}, **kwargs}
+    if from_file:
+        try:
+            return cls(**kwargs)
+        except OptionsError as exc:
+            from halluscope.config import ConfigFileError, config_file
+
+            try:
+                found = config_file()
+            except ConfigFileError:
+                found = None
+            where = f" in {found[0]}" if found else ""
+            raise OptionsError(f"{exc} (the config file's [options.{name}]{where} sets: "
+                               f"{', '.join(sorted(from_file))})") from None
     try:
         return cls(**kwargs)
     except TypeError as exc:  # a method that still takes explicit keyword arguments

@@ -6,7 +6,7 @@ import asyncio
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from halluscope import tracing
 from halluscope.config import Config
@@ -67,10 +67,32 @@ class Method(ABC):
         self._owns_llm = llm is None  # built here from the config (see ``llm``): closed by ``close``
         self._named_llms: dict[str, LLM] = {}  # clients built by ``named_llm``: closed by ``close``
         self._max_calls_given = _max_calls_option(self.name, options.pop("max_calls", None))
+        threshold = None if self.has_threshold_option() else options.pop("threshold", None)
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+                                      or not 0.0 <= threshold <= 1.0):
+            raise OptionsError(f"{self.name}: threshold must be a number from 0 to 1 (scores are in [0, 1]), "
+                               f"got {threshold!r}")
+        self._threshold: float | None = None if threshold is None else float(threshold)
         self.opts = self.Options.parse(self.name, options)
         self._resolved: dict[str, PromptTemplate] = {}
         for template in self.prompts:
             self.prompt(template)  # resolve overrides once, now: a missing/broken file fails here, not mid-run
+
+    @classmethod
+    def has_threshold_option(cls) -> bool:
+        """Whether the method's own options hold ``threshold`` (the gate: the score a claim needs to be supported);
+        that option is then the report's threshold too, so the label and the findings never disagree."""
+        return "threshold" in cls.Options.model_fields
+
+    @property
+    def threshold(self) -> float:
+        """The threshold a report is labelled with: ``threshold=`` given when building the method (or the method's
+        own ``threshold`` option), else the method's default (``halluscope methods`` lists each one)."""
+        if self._threshold is not None:
+            return self._threshold
+        if self.has_threshold_option():
+            return float(self.opts.threshold)  # type: ignore[attr-defined]
+        return self.default_threshold
 
     def prompt(self, template: PromptTemplate) -> PromptTemplate:
         """``template`` with the user's override applied (``Config.prompts_dir``), resolved once per instance."""
@@ -180,9 +202,18 @@ class Method(ABC):
         default has nothing to choose."""
         return self, None
 
-    async def acheck(self, source: str, target: str) -> Report:
-        validate_pair(source, target)
-        return await self._accounted(self.run(source, target))
+    async def acheck(self, source: str | Sequence[str], target: str) -> Report:
+        """Check ``target`` against ``source``: one text, or a list of retrieved chunks (joined, with every piece
+        of evidence naming its chunk: :mod:`halluscope.contexts`)."""
+        from halluscope.contexts import ContextsError, as_source_text, attribute_chunks
+
+        try:
+            text, chunks = as_source_text(source)
+        except ContextsError as exc:
+            raise InputError(str(exc)) from None
+        validate_pair(text, target)
+        report = await self._accounted(self.run(cast(str, text), target))
+        return attribute_chunks(report, chunks, cast(str, text))
 
     async def acheck_example(self, example: Example) -> Report:
         validate_pair(example.source, example.target)
@@ -208,22 +239,23 @@ class Method(ABC):
             }
             self.details_model().check(report.details)  # an undeclared key or a wrong type fails here
             report = report.model_copy(update=update)
-            report = report.with_threshold(report.threshold if report.threshold is not None
-                                           else self.default_threshold)
+            report = report.with_threshold(self._threshold if self._threshold is not None
+                                           else report.threshold if report.threshold is not None
+                                           else self.threshold)
             tracing.record_report(span, report)
         return report
 
-    def check(self, source: str, target: str) -> Report:
+    def check(self, source: str | Sequence[str], target: str) -> Report:
         return run_sync(self.acheck(source, target))  # also inside a running loop (a notebook)
 
     async def acheck_many(
-        self, pairs: Iterable[tuple[str, str]], *, concurrency: int | None = None
+        self, pairs: Iterable[tuple[str | Sequence[str], str]], *, concurrency: int | None = None
     ) -> list[Report]:
         """Check many pairs concurrently; one failing pair becomes an unscored Report, not a crash."""
-        items: Sequence[tuple[str, str]] = list(pairs)
+        items: Sequence[tuple[str | Sequence[str], str]] = list(pairs)
         sem = asyncio.Semaphore(concurrency or self.config.max_concurrency)
 
-        async def one(source: str, target: str) -> Report:
+        async def one(source: str | Sequence[str], target: str) -> Report:
             async with sem:
                 try:
                     return await self.acheck(source, target)
@@ -232,5 +264,5 @@ class Method(ABC):
 
         return list(await asyncio.gather(*(one(s, t) for s, t in items)))
 
-    def check_many(self, pairs: Iterable[tuple[str, str]], *, concurrency: int | None = None) -> list[Report]:
+    def check_many(self, pairs: Iterable[tuple[str | Sequence[str], str]], *, concurrency: int | None = None) -> list[Report]:
         return run_sync(self.acheck_many(pairs, concurrency=concurrency))

@@ -23,7 +23,7 @@ from halluscope.server.guard import Guard
 from halluscope.server.jobs import result_line, valid_job_id
 from halluscope.server.jobs.base import JobStoreUnavailable
 from halluscope.server.metrics import CONTENT_TYPE
-from halluscope.server.pages import render_job_page
+from halluscope.server.pages import render_job_page, render_jobs_page
 from halluscope.server.redact import redact_paths
 from halluscope.server.schemas import (
     BatchRequest,
@@ -36,7 +36,7 @@ from halluscope.server.schemas import (
     JobRequest,
     Problem,
 )
-from halluscope.server.service import ClientError, Service
+from halluscope.server.service import ClientError, Service, joined_source
 from halluscope.server.settings import ServerSettings
 
 M = TypeVar("M", bound=BaseModel)
@@ -178,11 +178,14 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
     def respond(fmt: str, body: bytes) -> Response:
         return Response(body, media_type="text/html; charset=utf-8" if fmt == "html" else "application/json")
 
-    async def check_pair(source: str, target: str, method_name: str, options: dict[str, Any], fmt: str) -> Response:
-        """Check one pair with ``method_name`` (its size checked first) and answer in ``fmt``."""
-        service.check_size(source, target)
+    async def check_pair(source: str | list[str], target: str, method_name: str, options: dict[str, Any],
+                         fmt: str) -> Response:
+        """Check one pair with ``method_name`` (its size checked first) and answer in ``fmt``; ``source`` is one
+        text or a list of chunks."""
+        text, _ = joined_source(source)
+        service.check_size(text, target)
         method = await service.method(method_name, options)
-        return respond(fmt, await service.check(method, source, target, renderer(fmt, source, target)))
+        return respond(fmt, await service.check(method, source, target, renderer(fmt, text, target)))
 
     @app.post("/check", tags=["checks"], response_model=Report, responses=_WORK_ERRORS,
               openapi_extra=_body_doc(CheckRequest),
@@ -223,6 +226,12 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
         job_id = await service.submit_job(req)
         info = job_info(await job_or_404(job_id))
         return JSONResponse(info.model_dump(mode="json"), status_code=202, headers={"Location": f"/jobs/{job_id}"})
+
+    @app.get("/", tags=["jobs"], response_class=HTMLResponse, responses=_ERRORS,
+             summary="The jobs page: recent jobs with their status and progress, each linking to its report.")
+    async def jobs_page(limit: int = Query(100, ge=1, le=1000)) -> HTMLResponse:
+        jobs = await asyncio.to_thread(store().list, limit, None)
+        return HTMLResponse(render_jobs_page([job_info(j).model_dump(mode="json") for j in jobs], limit))
 
     @app.get("/jobs", tags=["jobs"], response_model=JobList, responses=_ERRORS, summary="Recent jobs, newest first.")
     async def list_jobs(status: Literal["queued", "running", "done", "failed", "cancelled"] | None = None,

@@ -16,7 +16,8 @@ class _Body(BaseModel):
 class CheckRequest(_Body):
     """One pair to check."""
 
-    source: str = Field(description="The text the target should be grounded in.")
+    source: str | list[str] = Field(description="The text the target should be grounded in, or the list of chunks a "
+                                                "retriever returned (each piece of evidence then names its chunk).")
     target: str = Field(description="The generated text to check.")
     method: str | None = Field(default=None, description="A registered method (GET /methods); default: the server's.")
     options: dict[str, Any] = Field(default_factory=dict, description="The method's options (`halluscope methods NAME`).")
@@ -25,7 +26,7 @@ class CheckRequest(_Body):
 class ImproveRequest(_Body):
     """One pair to check and rewrite (DCR + RAI)."""
 
-    source: str
+    source: str | list[str] = Field(description="One text, or a list of chunks.")
     target: str
     rounds: int = Field(default=2, ge=1, le=5, description="Most rewrite rounds.")
     options: dict[str, Any] = Field(default_factory=dict, description="Options of the `improve` method.")
@@ -35,7 +36,7 @@ class Pair(_Body):
     """One item of a batch or a job."""
 
     id: str | None = Field(default=None, max_length=256, description="Your id for the item (echoed back); default: its index.")
-    source: str
+    source: str | list[str] = Field(description="One text, or a list of chunks.")
     target: str
 
 

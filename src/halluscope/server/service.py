@@ -44,6 +44,20 @@ _CLIENT_RUN_ERRORS = (ValueError, TypeError, KeyError, ValidationError)
 _GRACE_S = 15.0  # a worker stuck in CPU work past the time limit: the HTTP side gives up this much later
 
 
+
+def joined_source(source: str | list[str]) -> tuple[str, dict[str, Any]]:
+    """A request's source as one text, plus ``{"source_chunks": [[start, end], ...]}`` when it was a list of chunks
+    (joined as :func:`halluscope.contexts.join_contexts` does; the report then names each evidence's chunk)."""
+    if isinstance(source, str):
+        return source, {}
+    from halluscope.contexts import ContextsError, join_contexts
+
+    try:
+        text, spans = join_contexts(source)
+    except ContextsError as exc:
+        raise ClientError(422, str(exc)) from None
+    return text, {"source_chunks": [[s.start, s.end] for s in spans]}
+
 class ClientError(Exception):
     """An answer other than 2xx: ``status``, a message (with every server path redacted), and headers
     (Retry-After)."""
@@ -248,7 +262,10 @@ class Service:
         except TimeoutError:
             raise CheckFailed(504, f"check took longer than {self.settings.timeout_s:.0f}s") from None
         except InputError as exc:
-            raise CheckFailed(422, str(exc)) from None
+            if origin != "job":
+                raise CheckFailed(422, str(exc)) from None
+            # a job item with bad input is an unscored item with the reason, as evaluate() marks such a row
+            report = Report(method=method.name, model=method.model_name, unscored_reason=f"bad input: {exc}")
         except _CLIENT_RUN_ERRORS as exc:
             logging.getLogger("halluscope.server").warning("check failed on its options", exc_info=True)
             raise CheckFailed(422, redact_paths(f"{method.name} could not run with these options: "
@@ -263,6 +280,12 @@ class Service:
                 close = not left and method in self._retired
             if close:
                 self._close_method(method)
+        chunks = example.meta.get("source_chunks")
+        if chunks:  # the source was sent as a list of chunks: every piece of evidence names its chunk
+            from halluscope.contexts import attribute_chunks
+            from halluscope.records import Span
+
+            report = attribute_chunks(report, [Span(start=a, end=b) for a, b in chunks], example.source)
         self.metrics.observe_report(report, origin)
         return render(report)
 
@@ -275,9 +298,11 @@ class Service:
         except TimeoutError:
             raise CheckFailed(504, f"check took longer than {self.settings.timeout_s:.0f}s") from None
 
-    async def check(self, method: Method, source: str, target: str, render: Callable[[Report], T]) -> T:
+    async def check(self, method: Method, source: str | list[str], target: str, render: Callable[[Report], T]) -> T:
+        text, meta = joined_source(source)
         try:
-            return await self.run_check(method, Example(id="0", source=source, target=target), "check", render)
+            return await self.run_check(method, Example(id="0", source=text, target=target, meta=meta), "check",
+                                        render)
         except CheckFailed as exc:
             self.metrics.check_errors.labels(method.name, str(exc.status)).inc()
             raise ClientError(exc.status, str(exc)) from None
@@ -290,13 +315,15 @@ class Service:
         examples = []
         for i, item in enumerate(items):
             where = f"item {i}{f' ({item.id})' if item.id else ''}: "
-            self.check_size(item.source, item.target, where)
-            try:
-                validate_pair(item.source, item.target)
-            except InputError as exc:
-                raise ClientError(422, f"{where}{exc}") from None
-            examples.append(Example(id=item.id if item.id is not None else str(i), source=item.source,
-                                    target=item.target))
+            source, meta = joined_source(item.source)
+            self.check_size(source, item.target, where)
+            if what != "job":  # a job keeps a bad item: it becomes an unscored item with the reason
+                try:
+                    validate_pair(source, item.target)
+                except InputError as exc:
+                    raise ClientError(422, f"{where}{exc}") from None
+            examples.append(Example(id=item.id if item.id is not None else str(i), source=source,
+                                    target=item.target, meta=meta))
         return examples
 
     async def _batch_line(self, method: Method, index: int, example: Example, item_id: str | None) -> bytes:
