@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from halluscope.config import Config
+from halluscope.config import DEFAULT_METHOD, Config
 from halluscope.llm import build_api, get_llm
 from halluscope.llm.structured import generate_reply
 from halluscope.methods.geval import GevalReply
@@ -31,11 +31,16 @@ def test_readme_quick_start_on_the_large_model(large_model_dir, tmp_path, monkey
     assert result.exit_code in (0, 1, 3), result.output
     report = json.loads(result.output)
     assert result.exit_code == (3 if report["score"] is None else 1 if report["label"] == "inconsistent" else 0)
-    assert report["model"] == "embedded:qwen2.5-coder-1.5b"
-    assert 1 <= report["usage"]["calls"] <= 2
+    assert report["model"] == "embedded:qwen2.5-coder-1.5b" and report["method"] == DEFAULT_METHOD
+    # the default method verdict first: one short reply per target sentence (3), and an explanation (with at most
+    # one repair) per flagged sentence; each judged verdict carries the model's probability, each finding a confidence
+    assert 3 <= report["usage"]["calls"] <= 9
     assert all(c["usage"]["completion_tokens"] <= 40 for c in report["calls"])
-    if report["score"] is not None:  # (a capped reply may be cut off: then the report is unscored, with its reason)
-        assert report["score"] == (report["subscores"]["rating"] - 1) / 4
+    for verdict in report["verdicts"]:
+        assert verdict["label"] == "unscored" or verdict["support_probability"] is not None
+    assert all(f["confidence"] is not None for f in report["findings"])
+    if report["score"] is None:  # (a capped reply may be cut off: then the report is unscored, with its reason)
+        assert report["unscored_reason"]
 
 
 async def test_large_model_answers_a_reply_schema_unconstrained_first(large_model_dir, monkeypatch) -> None:

@@ -290,8 +290,8 @@ def test_fit_combiner_and_check_ensemble_offline(tmp_path):
     (tmp_path / "t.txt").write_text("The meeting in Rome began on 9 March with 10 delegates.")
     checked = runner.invoke(app, ["check", "-s", str(tmp_path / "s.txt"), "-t", str(tmp_path / "t.txt"),
                                   "--method", "ensemble", "-o", f"combiner={out}", "--json"])
-    assert checked.exit_code == 0, checked.output
     report = json.loads(checked.output)
+    assert report["label"] == "inconsistent" and checked.exit_code == 1, checked.output  # Rome, 9 March: wrong
     assert report["details"]["ran"] == ["rouge", "gate"] and report["details"]["skipped"] == []
     assert report["model"] is None and report["usage"]["calls"] == 0
     assert set(report["subscores"]) == {"rouge", "gate"}

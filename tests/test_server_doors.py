@@ -4,6 +4,7 @@ path in an error body, only the models the operator allowed, CPU work off the HT
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -49,8 +50,19 @@ def test_an_invisible_only_target_or_source_is_refused_422(client, text):
         assert "empty" in r.json()["detail"]
     r = client.post("/check/batch", headers=AUTH, json={"items": [{"source": SOURCE, "target": text}]})
     assert r.status_code == 422 and "empty" in r.json()["detail"]
+    # a job is not refused for one bad item: that item is unscored with the reason, like a row of `evaluate`
     r = client.post("/jobs", headers=AUTH, json={"items": [{"source": SOURCE, "target": text}]})
-    assert r.status_code == 422 and "empty" in r.json()["detail"]
+    assert r.status_code == 202, r.text
+    job_id = r.json()["id"]
+    for _ in range(600):  # at most 30 s; the item is settled before any model call
+        job = client.get(f"/jobs/{job_id}", headers=AUTH).json()
+        if job["status"] == "done":
+            break
+        time.sleep(0.05)
+    assert job["status"] == "done", job
+    (line,) = [json.loads(t) for t in client.get(f"/jobs/{job['id']}/results", headers=AUTH).text.splitlines()]
+    report = Report.model_validate(line["report"])
+    assert (job["unscored"], report.score) == (1, None) and "empty" in report.unscored_reason
 
 
 # ------------------------------------------------------------------------------------------ ids and indexes

@@ -188,6 +188,25 @@ def test_verdict_first_scores_every_claim_with_one_short_call_and_explains_only_
     assert "order" not in get_method("dcr", llm=LLM(fake)).options()  # the default is not recorded
 
 
+def test_a_probability_score_is_labelled_at_the_probability_threshold_and_never_against_its_findings() -> None:
+    """DCR's label score keeps the paper's threshold 1; its probability score (a mean P(supported) here) is
+    labelled at 0.5, where a claim turns from supported to flagged: all claims likely supported is consistent,
+    one flagged claim is inconsistent, and a threshold the user gives wins."""
+    likely = get_method("dcr", llm=LLM(verdict_first_fake({"build a ferry": 0.9, "own budget": 0.7})),
+                        order="verdict_first").check(SOURCE, TARGET)
+    assert likely.details["score"]["kind"] == "probability" and likely.score == pytest.approx(0.8)
+    assert (likely.threshold, likely.label, likely.findings) == (0.5, "consistent", [])
+    flagged = get_method("dcr", llm=LLM(verdict_first_fake({"build a ferry": 0.9, "own budget": 0.2})),
+                         order="verdict_first").check(SOURCE, TARGET)
+    assert (flagged.threshold, flagged.label, len(flagged.findings)) == (0.5, "inconsistent", 1)
+    strict = get_method("dcr", llm=LLM(verdict_first_fake({"build a ferry": 0.9, "own budget": 0.7})),
+                        order="verdict_first", threshold=0.9).check(SOURCE, TARGET)
+    assert (strict.threshold, strict.label) == (0.9, "inconsistent")
+    label = get_method("dcr", llm=LLM(verdict_first_fake({"build a ferry": 0.9, "own budget": 0.7})),
+                       order="verdict_first", score="label").check(SOURCE, TARGET)
+    assert (label.score, label.threshold, label.label) == (1.0, 1.0, "consistent")
+
+
 def test_verdict_first_source_comes_before_the_claim() -> None:
     fake = verdict_first_fake({"build a ferry": 0.9, "own budget": 0.8})
     get_method("dcr", llm=LLM(fake), order="verdict_first").check(SOURCE, TARGET)

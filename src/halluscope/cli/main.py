@@ -49,10 +49,16 @@ def main_callback(
     """Find, locate, explain and fix hallucinations in generated text against its source."""
 
 
-def default_threshold(cls: "type[Method]") -> float:
-    """A method's default threshold: its ``threshold`` option's default where it has one, else its class default."""
+def default_threshold(cls: "type[Method]") -> str:
+    """A method's default threshold, shown: its ``threshold`` option's default where it has one, else its class
+    default; ``from its file`` where the option has none of its own (``ensemble``: the fitted combiner's)."""
     field = cls.Options.model_fields.get("threshold")
-    return float(field.default) if field is not None else float(cls.default_threshold)
+    value = field.default if field is not None else cls.default_threshold
+    if value is None:
+        return "from its file"
+    if cls.probability_threshold is not None and cls.probability_threshold != value:
+        return f"{float(value):g} (label score), {cls.probability_threshold:g} (probability score)"
+    return f"{float(value):g}"
 
 
 @app.command("methods")
@@ -64,7 +70,7 @@ def methods_command(name: Optional[str] = typer.Argument(None, help="Show this m
         for method in list_methods():
             cls = method_class(method)
             llm = "LLM" if cls.uses_llm else "no LLM"
-            typer.echo(f"{method:12s} [{llm}] threshold {default_threshold(cls):<4g} {cls.description}")
+            typer.echo(f"{method:12s} [{llm}] threshold {default_threshold(cls):<4} {cls.description}")
         typer.echo("\nA report is consistent when its score is at least the threshold and it has no finding; "
                    "set it with --threshold, `threshold` in the config file, or threshold= in Python.")
         return
@@ -74,7 +80,7 @@ def methods_command(name: Optional[str] = typer.Argument(None, help="Show this m
         typer.secho(f"error: {exc.args[0]}", err=True, fg=typer.colors.RED)
         raise typer.Exit(2)
     typer.echo(f"{name}: {cls.description}\n")
-    typer.echo(f"default threshold: {default_threshold(cls):g} (consistent: score >= threshold and no finding)\n")
+    typer.echo(f"default threshold: {default_threshold(cls)} (consistent: score >= threshold and no finding)\n")
     rows = cls.Options.option_rows()
     if not rows:
         typer.echo("(no options)")

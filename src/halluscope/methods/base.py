@@ -57,6 +57,9 @@ class Method(ABC):
     description: ClassVar[str] = ""
     uses_llm: ClassVar[bool] = True
     default_threshold: ClassVar[float] = 0.5
+    probability_threshold: ClassVar[float | None] = None
+    """The default threshold of a report scored from the verdicts' probabilities (``score=auto|probability``), where
+    the method has such a score: its scale is not the label score's (``docs/paper_defaults.md``)."""
     prompts: ClassVar[tuple[PromptTemplate, ...]] = ()  # the templates this method renders
     Options: ClassVar[type[MethodOptions]] = MethodOptions
     Details: ClassVar[type[MethodDetails]] = FreeDetails  # the keys its Report.details holds (methods/details.py)

@@ -24,7 +24,7 @@ import asyncio
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -289,7 +289,12 @@ class Ensemble(Method):
             except (OptionsError, TypeError, ValueError) as exc:
                 raise OptionsError(f"ensemble: member {m.name} ({m.method}): {exc}") from None
         self.uses_llm = any(type(m).uses_llm for m in self._members.values())  # type: ignore[misc]  # per instance
-        self.threshold = self.opts.threshold if self.opts.threshold is not None else self.combiner.threshold
+
+    @property
+    def threshold(self) -> float:
+        """The decision threshold on the combined score: ``threshold=`` / the ``threshold`` option, else the one
+        saved in the combiner."""
+        return self.opts.threshold if self.opts.threshold is not None else self.combiner.threshold
 
     @property
     def llm_members(self) -> list[str]:
@@ -387,7 +392,7 @@ class Ensemble(Method):
             skipped=[m for m, (s, _) in status.items() if s == "skipped"],
             model_note="; ".join(notes) or None)
 
-    async def acheck(self, source: str, target: str) -> Report:
+    async def acheck(self, source: str | Sequence[str], target: str) -> Report:
         return self._with_member_usage(await super().acheck(source, target))
 
     async def acheck_example(self, example: Any) -> Report:

@@ -318,7 +318,8 @@ class Improve(Method):
     async def evaluate(self, source: str, text: str) -> Evaluated:
         """The evaluator on ``text``; ``run`` (not ``acheck``), so its calls land in this check's call log."""
         report = await self.evaluator.run(source, text)
-        return Evaluated(text, report.model_copy(update={"method": self.name}), self.evaluator.default_threshold)
+        threshold = report.threshold if report.threshold is not None else self.evaluator.default_threshold
+        return Evaluated(text, report.model_copy(update={"method": self.name}), threshold)
 
     async def run(self, source: str, target: str) -> Report:
         original = await self.evaluate(source, target)

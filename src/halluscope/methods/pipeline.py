@@ -108,6 +108,10 @@ class ClaimPipeline(Method):
     default_verifier: ClassVar[str]
     default_aggregator: ClassVar[str] = "supported_fraction"
     default_localizer: ClassVar[str] = "claims"
+    probability_threshold: ClassVar[float | None] = 0.5
+    """P(supported) = 0.5 is where a claim turns from supported to flagged (``explain_below``'s default), so a
+    probability score under 0.5 means the claims lean unsupported on average; the label score keeps the paper's
+    ``default_threshold``."""
 
     def __init__(self, llm: LLM | None = None, config: Config | None = None, **options: Any):
         namespaced = split_namespaced(self.name, options)
@@ -345,9 +349,11 @@ class ClaimPipeline(Method):
             return self.finish(run, trace)
         aggregate = self.choose_score(run, await self.aggregate(run))
         findings = await self.localize(run)
+        by_probability = run.details.get("score", {}).get("kind") == "probability"
         return self.finish(Report(method=self.name, score=aggregate.score, unscored_reason=aggregate.unscored_reason,
                                   subscores=aggregate.subscores, claims=run.claims, verdicts=run.verdicts,
-                                  findings=findings, details=run.details), trace)
+                                  findings=findings, details=run.details,
+                                  threshold=self.probability_threshold if by_probability else None), trace)
 
     def choose_score(self, run: PipelineRun, aggregate: Aggregate) -> Aggregate:
         """The score the Report carries, by option ``score``: the label aggregate as it is, or its probability
