@@ -1,4 +1,4 @@
-"""DCR: AMC arithmetic (seed 001 App. I), strict DCE/AMC parsers, the method end to end with the fake model,
+"""DCR: AMC arithmetic (DCR paper App. I), strict DCE/AMC parsers, the method end to end with the fake model,
 long-source switching (the shared retrieval protocol), a swapped verifier, fuzzing with garbled replies, and
 one run on the embedded model."""
 
@@ -244,7 +244,7 @@ APPENDIX_I_REPLY = json.dumps({"sentences": [{"id": None, "reason": "The two par
 
 
 def test_dcr_default_is_the_papers_alpha_beta_zero_over_every_mark():
-    # seed 001 §4 ("we set both alpha and beta in Eq. (3) to 0"): every mark AMC gives counts, k = 3
+    # DCR paper §4 ("we set both alpha and beta in Eq. (3) to 0"): every mark AMC gives counts, k = 3
     report = get_method("dcr", llm=fake_llm(APPENDIX_I_REPLY, marks(-1, 1, -1))).check(SOURCE, "Alice founded Acme. Acme makes cars.")
     assert DCR.Options().amc_weights == "paper" and report.details["amc_weights"] == "paper"
     assert (report.subscores["alpha"], report.subscores["beta"], report.subscores["k"]) == (0.0, 0.0, 3.0)

@@ -204,7 +204,7 @@ def test_factscore_describe_with_fuzzy_dedup():
 
 
 def test_factscore_llm_dedup_is_the_default_and_keeps_the_selected_wordings():
-    # the paper (seed 002, App. C.2) de-duplicates with the LLM: that is the default
+    # the paper (FINAL paper, App. C.2) de-duplicates with the LLM: that is the default
     assert FactScore.Options().dedup == "llm"
     report = FactScore(llm=fake()).check(SOURCE, TARGET)
     assert report.details["descriptions_before_dedup"] == 3

@@ -1,4 +1,4 @@
-"""Montage-lie generator (seed 000 §3.1): difficulty bins, exact inversions, incremental lies, CLI."""
+"""Montage-lie generator (DoveScore paper §3.1): difficulty bins, exact inversions, incremental lies, CLI."""
 
 from __future__ import annotations
 

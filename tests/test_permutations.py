@@ -1,4 +1,4 @@
-"""Inversion counts, ShuffleD and the Lehmer-code shuffle (seed 000, Algorithm 1)."""
+"""Inversion counts, ShuffleD and the Lehmer-code shuffle (DoveScore paper, Algorithm 1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""PROBE step metrics as the paper defines them (seed 004 §4), on hand-built gold with hand-computed values."""
+"""PROBE step metrics as the paper defines them (PROBE paper §4), on hand-built gold with hand-computed values."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Permutation arithmetic for event order: inversion counts, ShuffleD, Lehmer codes (seed 000, §3.1.2, App. B.1).
+"""Permutation arithmetic for event order: inversion counts, ShuffleD, Lehmer codes (DoveScore paper, §3.1.2, App. B.1).
 
 Conventions (0-based throughout):
 

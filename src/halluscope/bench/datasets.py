@@ -170,7 +170,7 @@ def _check_unique_ids(examples: Sequence[Example], where: str) -> None:
 
 
 def load_final(root: Path, subset: str | None) -> Dataset:
-    """FINAL (seed 002). ``descriptions`` are the human gold descriptions; ``label`` is 1 exactly when there
+    """The FINAL dev split. ``descriptions`` are the human gold descriptions; ``label`` is 1 exactly when there
     are none (FINAL's own gold), DeFacto's original label is kept in ``meta["defacto_label"]``."""
     split = subset or "dev"
     path = root / "final" / f"{split}.jsonl"

@@ -1,4 +1,4 @@
-"""FINAL's dev-split selection protocol (seed 002, App. C): what the paper fixes on the development split
+"""FINAL's dev-split selection protocol (FINAL paper, App. C): what the paper fixes on the development split
 before it evaluates, done the same way by the bench and recorded with the run.
 
 1. **Prompt variant.** The paper writes two prompts per style (zero-shot, few-shot, CoT) and keeps, for each

@@ -1,4 +1,4 @@
-"""FINAL matching (seed 002 §4.2, App. D): an LLM judge aligns predicted inconsistency descriptions with
+"""FINAL matching (FINAL paper §4.2, App. D): an LLM judge aligns predicted inconsistency descriptions with
 gold descriptions. Each prediction matches at most one gold item; recall counts distinct gold items
 matched, so repeated predictions lower precision without adding true positives.
 

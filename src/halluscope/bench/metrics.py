@@ -124,7 +124,7 @@ def auc_per_difficulty(
     groups: Sequence[Hashable],
     difficulties: Sequence[str | None],
 ) -> dict[str, float | None]:
-    """MontageLie protocol (seed 000 §3.3): for each lie difficulty, AUC-ROC of the truths against the lies
+    """MontageLie protocol (DoveScore paper §3.3): for each lie difficulty, AUC-ROC of the truths against the lies
     of that difficulty, using only groups that have both (a group's truths are its items with label 1 or
     difficulty "truth"). Returns ``{difficulty: auc, ..., "average": mean of the defined ones}``."""
     truths_by_group: dict[Hashable, list[float]] = {}
@@ -215,14 +215,14 @@ def span_prf_micro(items: Iterable[tuple[Iterable[Span], Iterable[Span]]]) -> PR
 
 def count_matched_gold(matches: dict[int, int | None] | Sequence[int | None]) -> int:
     """Distinct gold items matched by at least one prediction: repeats of one gold item count once, so a
-    method that repeats itself gains predictions (lower precision) but no true positives (seed 002 §D)."""
+    method that repeats itself gains predictions (lower precision) but no true positives (FINAL paper §D)."""
     values = matches.values() if isinstance(matches, dict) else matches
     return len({g for g in values if g is not None})
 
 
 def final_prf(items: Iterable[tuple[int, int, int]]) -> PRF:
     """Micro P/R/F1 over items given as (distinct gold matched, n_predictions, n_gold):
-    recall = matched gold / gold, precision = matched gold / predictions (seed 002 §4.2)."""
+    recall = matched gold / gold, precision = matched gold / predictions (FINAL paper §4.2)."""
     tp = n_pred = n_gold = 0
     for a, b, c in items:
         tp, n_pred, n_gold = tp + a, n_pred + b, n_gold + c

@@ -1,4 +1,4 @@
-"""RAI improvement rate (seed 001 §4.3-4.4, Table 3, Fig. 3): of the items DCR judged inconsistent, the
+"""RAI improvement rate (DCR paper §4.3-4.4, Table 3, Fig. 3): of the items DCR judged inconsistent, the
 fraction whose rewrite is judged consistent after 1, 2, ... rounds.
 
 Applies to reports that carry improvement rounds (``details["rounds"]``, written by the ``improve`` method,

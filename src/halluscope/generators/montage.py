@@ -1,4 +1,4 @@
-"""Montage lies (seed 000, §3.1): texts made only of true statements, reordered to tell a false story.
+"""Montage lies (DoveScore paper, §3.1): texts made only of true statements, reordered to tell a false story.
 
 For one correct target ``g`` (a summary of ``source``) the generator
 

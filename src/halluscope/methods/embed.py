@@ -1,4 +1,4 @@
-"""``embed``: embedding-similarity baseline (no LLM; seed 003's sentence encoder used as the metric itself).
+"""``embed``: embedding-similarity baseline (no LLM; the long-document stress-test paper's sentence encoder used as the metric itself).
 
 Each target sentence is embedded and compared with every source sentence; its score is the best cosine
 similarity (the closest source sentence), and the target's score is the mean over its sentences. Cosines
@@ -7,7 +7,7 @@ the source", not entailment: a negated or number-swapped sentence stays close to
 expect it to miss such edits. It needs the ``embeddings`` extra (no BM25 fallback: BM25 scores are not
 similarities on a fixed scale).
 
-Per-sentence details (best source span, cosine, information density of seed 003 Eq. 3) are in
+Per-sentence details (best source span, cosine, information density of long-document stress-test paper Eq. 3) are in
 ``Report.details["sentences"]``. With ``flag_below`` set, sentences whose best cosine is below it become
 ``unsupported`` verdicts and findings, so the baseline can also be scored on span metrics.
 """
@@ -44,7 +44,7 @@ class EmbedDetails(MethodDetails):
     """``Report.details`` of ``embed``."""
 
     sentences: list[dict[str, Any]] | None = None
-    """Per target sentence: its best source span, the cosine and the information density (seed 003 Eq. 3)."""
+    """Per target sentence: its best source span, the cosine and the information density (long-document stress-test paper Eq. 3)."""
     retrieval: dict[str, Any] | None = None
     """The embedding index's settings."""
 

@@ -1,4 +1,4 @@
-"""``improve``: the reason-assisted improver (RAI) of DCR (seed 001, §3.3, Algorithm 1, App. F-G).
+"""``improve``: the reason-assisted improver (RAI) of DCR (DCR paper, §3.3, Algorithm 1, App. F-G).
 
 The one way to run RAI. It composes an evaluator -- DCR (:mod:`halluscope.methods.dcr`, same options, same
 verifier, also a swapped one) by default, or any method that yields findings (``evaluator=NAME``; see

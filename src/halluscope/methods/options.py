@@ -121,7 +121,7 @@ VerdictOrder = Literal["reason_first", "verdict_first"]
 
 
 class RetrievalOptions(MethodOptions):
-    """The one retrieval protocol of every claim method (seed 003): per claim, the top-K source sentences,
+    """The one retrieval protocol of every claim method (long-document stress-test paper): per claim, the top-K source sentences,
     each widened to a window of 2w+1 sentences; verify against each snippet, keep the best; average over
     claims."""
 

@@ -9,7 +9,7 @@ stage, so another method's verifier can be swapped in with ``-o verifier=NAME``)
 is its own (DoveScore's event order, DCR's AMC, FActScore's de-duplication, PROBE's step record). What the stages
 record during a check travels in one :class:`~halluscope.methods.trace.RunTrace` that the pipeline passes along.
 
-The one retrieval protocol (seed 003 §3.2, Eq. 1-2), shared by every claim method through
+The one retrieval protocol (long-document stress-test paper §3.2, Eq. 1-2), shared by every claim method through
 :class:`~halluscope.methods.context_selection.RetrievalSelector` and
 :func:`~halluscope.methods.snippets.max_over_snippets`: with ``retrieval=auto`` the whole source is used when the verifier's prompt fits
 the model's context window (else retrieval, also after a :class:`ContextOverflowError`); per claim the top-K

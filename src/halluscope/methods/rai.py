@@ -1,4 +1,4 @@
-"""RAI's rewrite step (seed 001, §3.3, App. F-G): the declared replies, the prompts, the strict parsers, and
+"""RAI's rewrite step (DCR paper, §3.3, App. F-G): the declared replies, the prompts, the strict parsers, and
 splicing rewritten sentences into the text."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Free-form inconsistency descriptions (FINAL, seed 002), used by ``localize`` and ``factscore``: clean a
+"""Free-form inconsistency descriptions (FINAL, FINAL paper), used by ``localize`` and ``factscore``: clean a
 declared list of descriptions, map each description to the target words it quotes, group duplicates.
 """
 

@@ -1,8 +1,8 @@
 """Dataset builders of the reproduce protocols: the paper's evaluation set, made from the shared dev data.
 
 A builder turns base items (a dataset spec's Examples, after ``--sample``/``--limit``) into the set a paper
-evaluates on: montage lies (seed 000), meaning-preserving perturbations (seed 003) or injected hallucinations
-(seed 004). Shared-data protocols (FINAL, DCR) need no builder.
+evaluates on: montage lies (DoveScore paper), meaning-preserving perturbations (long-document stress-test paper)
+or injected hallucinations (PROBE paper). Shared-data protocols (FINAL, DCR) need no builder.
 
 Building is resumable: each base item's output is appended to ``<out>/data/<name>.parts.jsonl`` as soon as
 it is made, keyed by the base item's id, and ``build.json`` pins what the folder holds (builder, options,
@@ -192,7 +192,7 @@ def cut_to_sentences(example: Example, n: int | None) -> Example:
 
 async def build_montage(folder: Path, base: Sequence[Example], *, mode: BuildMode, llm, seed: int,
                         options: dict[str, Any], identity: dict[str, Any], progress: bool = True) -> BuiltSet:
-    """MontageLie groups (seed 000 §3.1): the truth and one lie per difficulty for every base target."""
+    """MontageLie groups (DoveScore paper §3.1): the truth and one lie per difficulty for every base target."""
     from halluscope.generators.montage import DIFFICULTIES, MontageGenerator
 
     check_options("montage", options, ("level", "max_events", "difficulties"))
@@ -289,7 +289,7 @@ def _failed_levels(complexities: Sequence[int], made: Sequence[Example]) -> list
 
 async def build_perturbed(folder: Path, base: Sequence[Example], *, mode: BuildMode, llm, config, seed: int,
                           options: dict[str, Any], identity: dict[str, Any], progress: bool = True) -> BuiltSet:
-    """Meaning-preserving perturbations (seed 003 §3.1): per base target, the original plus one row per kept
+    """Meaning-preserving perturbations (long-document stress-test paper §3.1): per base target, the original plus one row per kept
     perturbation. Also yields an ``originals`` dataset (the window-size rows run on it)."""
     from halluscope.generators.perturb import PERTURBATIONS, PerturbGenerator
 

@@ -13,7 +13,7 @@ from halluscope.bench.reproduce.checkpoints import Checkpoint
 from halluscope.bench.reproduce.core import Context, Metric, Protocol, ReproduceError, Row
 from halluscope.records import Example
 
-# --- shared helpers ------------------------------------------------------------------------------------------
+# --- shared helpers ---------------------------------------------------------------------------------------------
 
 
 def _load(ctx: Context, default: str) -> Dataset:
@@ -58,7 +58,7 @@ async def _shared(ctx: Context, default: str) -> BuiltSet:
     return BuiltSet({"main": dataset}, "shared", None, {}, len(dataset.examples))
 
 
-# --- the papers' encoder baselines that an encoder stage can compute (docs/reproduce.md, "Encoder baselines") --
+# --- the papers' encoder baselines that an encoder stage can compute (docs/reproduce.md, "Encoder baselines") ---
 
 SUMMAC_NLI = Checkpoint("nli", "tals/albert-xlarge-vitaminc-mnli")  # the NLI model SummaC's zero-shot scorer uses
 MINICHECK_T5 = Checkpoint("seq2seq", "lytang/MiniCheck-Flan-T5-Large")
@@ -82,7 +82,7 @@ def _sentence_checker(checkpoint: Checkpoint, **retrieval: Any) -> dict[str, Any
     return {"level": "sentence", **retrieval, "verifier": checkpoint.stage()}
 
 
-# --- FINAL (seed 002) ----------------------------------------------------------------------------------------
+# --- FINAL ------------------------------------------------------------------------------------------------------
 
 _FINAL_METRICS = (
     Metric("recall", "recall", "final_matching", ("recall",), "no gold description among the scored items"),
@@ -119,7 +119,7 @@ FINAL = Protocol(
 )
 
 
-# --- DCR (seed 001) ------------------------------------------------------------------------------------------
+# --- DCR --------------------------------------------------------------------------------------------------------
 
 def _corr(key: str, label: str) -> Metric:
     """A correlation column: per document (averaged) where documents repeat - the summary-level protocol of DCR's
@@ -161,7 +161,7 @@ DCR = Protocol(
 )
 
 
-# --- MontageLie / DoveScore (seed 000) -----------------------------------------------------------------------
+# --- MontageLie / DoveScore -------------------------------------------------------------------------------------
 
 _AUC_UNDEFINED = "needs truths and lies of this difficulty in the same groups"
 _AUC = (
@@ -225,7 +225,7 @@ DOVE = Protocol(
 )
 
 
-# --- long-document stress test (seed 003) --------------------------------------------------------------------
+# --- long-document stress test ----------------------------------------------------------------------------------
 
 _PERTURBATION_COLUMNS = (
     ("original", "original"), ("synonym_replaced", "synonym replaced"), ("compressed", "summarized (compressed)"),
@@ -326,7 +326,7 @@ LONGDOC = Protocol(
 )
 
 
-# --- PROBE (seed 004) ----------------------------------------------------------------------------------------
+# --- PROBE ------------------------------------------------------------------------------------------------------
 
 _NO_GOLD_EVIDENCE = ("needs gold evidence for the truthful claims (meta.gold_claims[].evidence): build it with "
                      "`--gold-model MODEL[,MODEL...]` (or, built by the scored model itself, `--build "

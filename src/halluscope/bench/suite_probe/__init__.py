@@ -1,4 +1,4 @@
-"""PROBE's step-wise metrics (seed 004 §4.1-4.2), each computed only where the gold it needs exists.
+"""PROBE's step-wise metrics (PROBE paper §4.1-4.2), each computed only where the gold it needs exists.
 
 The gold lives in ``Example.meta`` (format: ``docs/datasets.md``, "Gold claims and evidence"; written by
 ``halluscope generate inject``, with truthful claims and evidence under ``--gold-evidence``):

@@ -1,5 +1,5 @@
 """Rows of a stress set and how scores move under perturbations: mean score per perturbation, and the score change
-of each perturbed row against its original (seed 003 App. B tables, Fig. 2)."""
+of each perturbed row against its original (long-document stress-test paper App. B tables, Fig. 2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hallucination injection (seed 004 §3.2, App. B.2): weave invented, plausible facts into a faithful target
+"""Hallucination injection (PROBE paper §3.2, App. B.2): weave invented, plausible facts into a faithful target
 and record exactly where they went.
 
 Complexity levels (ours, after the paper's three levels; level ``c`` injects ``c`` facts):
@@ -35,7 +35,7 @@ text, its span in the target). With ``include_truth`` the original target is als
 spans, ``difficulty="truth"``, no hallucinated gold claim), so the set has the paper's hallucination-free
 baseline and the MontageLie AUC-per-difficulty suite applies to it.
 
-**Gold truthful claims and gold evidence** (opt-in, :class:`GoldEvidenceBuilder`, seed 004 §3.3): the
+**Gold truthful claims and gold evidence** (opt-in, :class:`GoldEvidenceBuilder`, PROBE paper §3.3): the
 original, faithful target is decomposed into claims (PROBE's decomposer); every judge model quotes source
 passages for each claim (PROBE's evidence finder; the union of the located passages is the candidate set);
 every candidate is judged PASS/FAIL by every judge vote (PROBE's evidence evaluation prompt), and accepted

@@ -1,4 +1,4 @@
-"""Gold truthful claims and gold evidence by multi-judge consensus (opt-in; seed 004 §3.3, described in the
+"""Gold truthful claims and gold evidence by multi-judge consensus (opt-in; PROBE paper §3.3, described in the
 package docstring), and carrying the truthful claims' spans into an injected target."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class TruthfulGold:
 
 
 class GoldEvidenceBuilder:
-    """Gold truthful claims with gold evidence by multi-judge consensus (package docstring; seed 004 §3.3),
+    """Gold truthful claims with gold evidence by multi-judge consensus (package docstring; PROBE paper §3.3),
     built from PROBE's own stages: its decomposer (the main model), its evidence finder (each judge model
     once; the union of their located passages) and its evidence evaluation prompt (every judge, ``samples``
     votes each). ``samples`` defaults to 1 vote per judge with several judge models and to 3 with one."""

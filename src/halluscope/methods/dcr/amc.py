@@ -1,4 +1,4 @@
-"""AMC (seed 001 §3.2): DCE's reasons -> +1/-1 marks, by one LLM call or by the verdict words."""
+"""AMC (DCR paper §3.2): DCE's reasons -> +1/-1 marks, by one LLM call or by the verdict words."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class AmcMarks:
 
 
 class AutoMetricConverter:
-    """AMC (seed 001 §3.2): reasons -> +1/-1. ``llm``: one call that reads only the reasons (the paper's
+    """AMC (DCR paper §3.2): reasons -> +1/-1. ``llm``: one call that reads only the reasons (the paper's
     design); an unusable reply leaves every reason unmarked with the error. ``rule``: the verdict each reason
     states in words (:func:`verdict_mark`), no call; a reason that states none is unmarked."""
 

@@ -1,4 +1,4 @@
-"""Eq. 3 of seed 001 (Z from AMC's marks, with App. I's alpha and beta) and DCR's aggregator stage
+"""Eq. 3 of the DCR paper (Z from AMC's marks, with App. I's alpha and beta) and DCR's aggregator stage
 (``amc_weights=paper`` or ``auto``)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ AmcWeights = Literal["paper", "auto"]
 
 @dataclass(frozen=True)
 class AmcScore:
-    """Eq. 3 of seed 001. ``marks`` are all k marked reasons; ``sentence_level[i]`` says whether reason i
+    """Eq. 3 of the DCR paper. ``marks`` are all k marked reasons; ``sentence_level[i]`` says whether reason i
     counts (is the one reason kept for exactly one sentence)."""
 
     marks: tuple[int, ...]

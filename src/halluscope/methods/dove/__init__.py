@@ -1,4 +1,4 @@
-"""``dove``: DoveScore (seed 000, §5) — fact accuracy AND event order.
+"""``dove``: DoveScore (DoveScore paper, §5) — fact accuracy AND event order.
 
 A :class:`~halluscope.methods.pipeline.ClaimPipeline` (decompose -> whole source or retrieved snippets ->
 verify) with DoveScore's own part on top:

@@ -1,4 +1,4 @@
-"""DoveScore's own arithmetic (seed 000, §5, Eq. 5): event orderings, ``pi``, ShuffleD, the score, and the
+"""DoveScore's own arithmetic (DoveScore paper, §5, Eq. 5): event orderings, ``pi``, ShuffleD, the score, and the
 findings for event pairs told out of order. No LLM here; the sorters that produce the orderings live in
 :mod:`halluscope.methods.dove.stages`."""
 

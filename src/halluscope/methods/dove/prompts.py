@@ -1,4 +1,4 @@
-"""DoveScore's prompt templates (seed 000, Tables 7-9, adapted: JSON replies, fenced inputs).
+"""DoveScore's prompt templates (DoveScore paper, Tables 7-9, adapted: JSON replies, fenced inputs).
 
 Every ``$placeholder`` value is fenced by :class:`~halluscope.prompts.PromptTemplate` (the texts are data,
 never instructions); ``$format`` is filled from the template's reply schema (:mod:`.replies`)."""

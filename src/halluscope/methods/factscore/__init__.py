@@ -1,5 +1,5 @@
 """``factscore``: atomic facts, each verified -> fraction supported; descriptions de-duplicated (FActScore as
-the "Pipeline" baseline of FINAL, seed 002 §4.1, App. C.2, H.2.5).
+the "Pipeline" baseline of FINAL, FINAL paper §4.1, App. C.2, H.2.5).
 
 A :class:`~halluscope.methods.pipeline.ClaimPipeline` with registered stages of its own (modules:
 ``replies`` the reply schemas, ``prompts``, ``decompose`` the decomposer, ``verifier``, ``dedup`` the

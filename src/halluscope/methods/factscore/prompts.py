@@ -1,4 +1,4 @@
-"""FActScore's prompts (FINAL's Pipeline baseline, seed 002 App. C.2, H.2.5): decomposition, verification with
+"""FActScore's prompts (FINAL's Pipeline baseline, FINAL paper App. C.2, H.2.5): decomposition, verification with
 or without descriptions (one fact, or several numbered facts per call) and de-duplication."""
 
 from __future__ import annotations

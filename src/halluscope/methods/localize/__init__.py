@@ -1,5 +1,5 @@
 """``localize``: end-to-end LLM localization of factual inconsistencies as free-form descriptions (FINAL,
-seed 002, §2, §4.1, App. C, H.2-H.3).
+FINAL paper, §2, §4.1, App. C, H.2-H.3).
 
 One call asks the model to describe every inconsistency of the target as a self-contained description.
 The reply is a declared list (:class:`LocalizationReply`, ``{"inconsistencies": [...]}``), and an empty list

@@ -1,4 +1,4 @@
-"""``probe``: process-based hallucination detection (PROBE, seed 004 §3.3, §4).
+"""``probe``: process-based hallucination detection (PROBE paper §3.3, §4).
 
 Four steps, each a registered stage whose output lands in ``Report.details["steps"]`` so it can be inspected
 and scored on its own (see :mod:`halluscope.bench.suite_probe`):
