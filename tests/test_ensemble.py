@@ -314,6 +314,9 @@ def test_check_ensemble_with_a_fake_llm_member_says_what_ran(tmp_path):
         assert report["details"]["ran"] == ran and report["details"]["skipped"] == skipped
         assert report["usage"]["calls"] == calls
         assert report["label"] == "consistent"  # rouge 1.0 alone; geval's 5 on the other pair
+        text = runner.invoke(app, ["check", "-s", str(tmp_path / "s.txt"), "-t", str(tmp_path / "t.txt"),
+                                   "--method", "ensemble", "-o", f"combiner={path}", "--model", f"fake:{script}"])
+        assert f"members run: {', '.join(ran)}; skipped: {', '.join(skipped) or 'none'}" in text.output
 
 
 def test_fit_combiner_refuses_with_exit_1_and_writes_nothing(tmp_path):

@@ -169,6 +169,10 @@ def report_text(report: Report, texts: Texts, claims: bool = False) -> str:
         lines.append(f"could not score: {report.unscored_reason}")
     if report.subscores:
         lines.append("  " + ", ".join(f"{k}={number(v)}" for k, v in report.subscores.items()))
+    if isinstance(report.details.get("ran"), list):  # an ensemble: which members ran, which the cascade skipped
+        skipped = report.details.get("skipped") or []
+        lines.append(f"  members run: {', '.join(report.details['ran']) or 'none'}; "
+                     f"skipped: {', '.join(skipped) if skipped else 'none'}")
     if report.verdicts and "claims" not in report.subscores:
         counts: dict[str, int] = {}
         for v in report.verdicts:
