@@ -206,3 +206,16 @@ def test_only_one_input_reads_standard_input(runner, tmp_path) -> None:
     piped = runner.invoke(app, ["check", "-c", "-", "-c", str(tmp_path / "a.txt"), "-t", str(tmp_path / "a.txt"),
                                 "--method", "gate", "--format", "json"], input=b"It has 2.1 million inhabitants.")
     assert piped.exit_code == 0 and len(Report.model_validate_json(piped.output).source_chunks) == 2
+
+
+def test_one_check_shows_a_spinner_on_a_terminal_only(runner, pair, monkeypatch) -> None:
+    """A long single check says what it is doing on standard error when that is a terminal; piped output, JSON
+    and --no-progress stay clean."""
+    args = pair(INCONSISTENT) + ["--method", "gate"]
+    piped = runner.invoke(app, args)
+    assert "checking with gate" not in piped.stderr
+    monkeypatch.setenv("FORCE_COLOR", "1")  # rich: behave as on a terminal
+    shown = runner.invoke(app, args)
+    assert "checking with gate (no LLM)..." in shown.stderr and shown.exit_code == 1
+    hidden = runner.invoke(app, args + ["--no-progress"])
+    assert "checking with gate" not in hidden.stderr

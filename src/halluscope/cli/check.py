@@ -14,6 +14,7 @@ Exit codes, like a linter's (``docs/cli.md``):
 from __future__ import annotations
 
 import json
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional, cast
 
@@ -233,7 +234,7 @@ def check_command(
     source_column: Annotated[Optional[str], typer.Option("--source-column", help="With --input: the column holding the source (default: source, retrieved_contexts or retrieval_context; a cell may be a list of chunks).")] = None,
     target_column: Annotated[Optional[str], typer.Option("--target-column", help="With --input: the column holding the target (default: target, response or actual_output).")] = None,
     retry_unscored: Annotated[bool, typer.Option("--retry-unscored", help="With --input: check again only the rows left unscored in --output (or its partial file); keep the scored ones.")] = False,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="With --input: show a progress bar.")] = True,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show progress on a terminal: a spinner while one pair is checked, a progress bar with --input.")] = True,
     claims: Annotated[bool, typer.Option("--claims", help="Text output: also list every claim (passing ones too) with its verdict and where its evidence lies (its chunk).")] = False,
 ) -> None:
     """Check TARGET against SOURCE (or every row of --input into --output) and print the findings, score and cost.
@@ -305,7 +306,8 @@ def check_command(
                            concurrency, progress, retry_unscored, fail_under, output_format)
         raise typer.Exit(code)
     try:
-        report = m.check(chunks if chunks is not None else src, tgt)
+        with working(progress, f"checking with {m.name} ({m.model_name or 'no LLM'})"):
+            report = m.check(chunks if chunks is not None else src, tgt)
     except (InputError, LLMError, ValueError) as exc:
         raise fail(str(exc))
     if chunks is not None:
@@ -328,6 +330,17 @@ def check_command(
                  "target_name": "target" if target is None or target == "-" else target}
         typer.echo(report_text(report, Texts(src, tgt, chunks=chunks, chunk_names=chunk_names, **names), claims))
     raise typer.Exit(exit_code(report, fail_under))
+
+
+def working(progress: bool, what: str) -> AbstractContextManager[Any]:
+    """A spinner with ``what`` on standard error while one check runs: on a terminal only (``--no-progress``
+    hides it), so piped output and JSON stay clean."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if not progress or not console.is_terminal:
+        return nullcontext()
+    return console.status(what + "...")
 
 
 def check_table(method: Method, input_file: str, output_file: str, source_column: str | None,
