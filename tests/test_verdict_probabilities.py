@@ -235,6 +235,16 @@ def test_verdict_first_without_probabilities_uses_the_answer() -> None:
     assert report.score is None and all("neither yes nor no" in v.reason for v in report.verdicts)
 
 
+@pytest.mark.parametrize("reply", ["No problem!", "Yes it might be", "Nope", "Perhaps", ""])
+def test_verdict_first_refuses_a_short_reply_that_states_no_answer(reply) -> None:
+    """Without token probabilities, only a reply that answers yes or no (the word alone, or followed by
+    punctuation) is read; the start of a phrase leaves the claim unscored with the reply quoted."""
+    fake = FakeModel(by_reply={"text": reply, "ExplainReply": json.dumps(EXPLANATION)})
+    report = get_method("dcr", llm=LLM(fake), order="verdict_first").check(SOURCE, TARGET)
+    assert report.score is None
+    assert all(v.label == "unscored" and "neither yes nor no" in v.reason for v in report.verdicts)
+
+
 def test_reproduce_pins_the_papers_order_and_label_score() -> None:
     from halluscope.bench.reproduce.running import PAPER_ORDER
 

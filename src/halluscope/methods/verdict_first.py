@@ -85,9 +85,13 @@ _WORD = re.compile(r"[A-Za-z]+")
 
 
 def stated_answer(text: str) -> bool | None:
-    """True for a reply whose first word is yes, False for no (any case), None otherwise."""
+    """True for a reply that answers yes, False for no (any case), None otherwise: the first word, standing alone
+    or followed by punctuation ("Yes.", "No, ..."), not the start of a phrase ("No problem!", "Yes it might")."""
     match = _WORD.search(text)
     if match is None or text[: match.start()].strip(" \t\r\n\"'*.:`") != "":
+        return None
+    rest = text[match.end():].lstrip(" \t")
+    if rest and (rest[0].isalnum() or rest[0] in "'-"):
         return None
     word = match.group(0).lower()
     return True if word == "yes" else False if word == "no" else None
