@@ -281,7 +281,14 @@ def load_dataset(spec: str, data_dir: str | Path | None = None) -> Dataset:
     loaders = dataset_loaders()
     if name not in loaders:
         raise DatasetError(f"unknown dataset {name!r}; use one of {', '.join(loaders)} or a path to a .jsonl file")
-    dataset = loaders[name](resolve_data_dir(data_dir), subset or None)
+    try:
+        root = resolve_data_dir(data_dir)
+    except DatasetError:
+        if name in LOADERS:
+            raise
+        # a plugin's loader may bring its own data: it gets the folder the shared data would be in (absent here)
+        root = Path(data_dir) if data_dir is not None else _default_data_dir_candidates()[0]
+    dataset = loaders[name](root, subset or None)
     _check_unique_ids(dataset.examples, dataset.spec)
     return dataset
 
