@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
+import socket
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -72,3 +76,41 @@ def large_model_dir(tmp_path_factory):
     ensure_assembled(QWEN_CODER_1_5B, directory=folder, progress=False)
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def free_loopback_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory):
+    """A real redis-server on a free loopback port for the module's tests (no persistence); skipped with the
+    reason when the server or the ``redis`` client is not installed."""
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("redis-server not installed (Debian: apt-get install redis-server); these tests need a real server")
+    if importlib.util.find_spec("redis") is None:
+        pytest.skip("the redis client is not installed: pip install -e '.[redis]'")
+    import redis
+
+    port = free_loopback_port()
+    workdir = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--dir", str(workdir), "--protected-mode", "yes"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}/0"
+    deadline = time.monotonic() + 30
+    while True:  # until it answers a ping (an event), or gives up
+        try:
+            redis.Redis.from_url(url, socket_connect_timeout=0.5).ping()
+            break
+        except redis.ConnectionError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail(f"redis-server did not start on 127.0.0.1:{port}")
+            time.sleep(0.05)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)

@@ -9,12 +9,9 @@ on 127.0.0.1 and counts the requests that reach it.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import re
-import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -28,6 +25,7 @@ from halluscope.config import Config
 from halluscope.llm import LLM, Completion, FakeModel, RedisCache, ResponseCache, get_llm, open_cache
 from halluscope.llm.cache import CacheBackendError
 from halluscope.records import Example, Usage
+from tests.conftest import free_loopback_port
 from tests.prompt_data import fenced
 
 REPO = Path(__file__).resolve().parents[1]
@@ -134,43 +132,6 @@ def write_jsonl(path: Path, examples: list[Example]) -> Path:
 
 # --- a real redis-server on a free loopback port --------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory):
-    server = shutil.which("redis-server")
-    if server is None:
-        pytest.skip("redis-server not installed (Debian: apt-get install redis-server); the Redis cache tests "
-                    "need a real server")
-    if importlib.util.find_spec("redis") is None:
-        pytest.skip("the redis client is not installed: pip install -e '.[redis]'")
-    import redis
-
-    port = _free_port()
-    workdir = tmp_path_factory.mktemp("redis")
-    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", str(workdir), "--protected-mode", "yes"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}/0"
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            redis.Redis.from_url(url, socket_connect_timeout=0.5).ping()
-            break
-        except redis.ConnectionError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail(f"redis-server did not start on 127.0.0.1:{port}")
-            time.sleep(0.05)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
-
-
 @pytest.fixture
 def redis_cache(redis_url, request):
     prefix = f"test:{request.node.name}:"
@@ -240,7 +201,7 @@ def test_redis_ttl_from_url(redis_url):
 
 
 def test_redis_unreachable_fails_at_open_with_the_url():
-    port = _free_port()  # nothing listens there
+    port = free_loopback_port()  # nothing listens there
     with pytest.raises(CacheBackendError, match=rf"127\.0\.0\.1:{port}") as failed:
         RedisCache(f"redis://:secret@127.0.0.1:{port}/0", socket_timeout_s=0.5)
     assert "secret" not in str(failed.value)  # the password is never printed
@@ -249,7 +210,7 @@ def test_redis_unreachable_fails_at_open_with_the_url():
 def test_redis_error_after_open_is_a_miss_not_a_failed_item(redis_url, capsys):
     cache = RedisCache(redis_url, prefix="down:")
     cache._client.connection_pool.disconnect()
-    cache._client = type(cache._client).from_url(f"redis://127.0.0.1:{_free_port()}/0", socket_connect_timeout=0.2)
+    cache._client = type(cache._client).from_url(f"redis://127.0.0.1:{free_loopback_port()}/0", socket_connect_timeout=0.2)
     assert cache.get("k") is None
     cache.put("k", _completion())
     cache.put("k", _completion())

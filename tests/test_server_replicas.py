@@ -10,8 +10,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-import shutil
-import subprocess
 import threading
 import time
 import uuid
@@ -27,39 +25,6 @@ from halluscope.records import Example, Report
 REPO = Path(__file__).resolve().parents[1]
 GEVAL_REPLY = '{"reason": "ok", "score": 4}'
 SOURCE = "The council met on Monday. It approved the budget of $3 million for the new ferry."
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory):
-    server = shutil.which("redis-server")
-    if server is None:
-        pytest.skip("redis-server not installed (Debian: apt-get install redis-server); the replica tests need a "
-                    "real server")
-    if importlib.util.find_spec("redis") is None:
-        pytest.skip("the redis client is not installed: pip install -e '.[redis]'")
-    import redis
-
-    from halluscope.server.loadtest import free_port
-
-    port = free_port()
-    workdir = tmp_path_factory.mktemp("redis")
-    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", str(workdir), "--protected-mode", "yes"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}/0"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            redis.Redis.from_url(url, socket_connect_timeout=0.5).ping()
-            break
-        except redis.ConnectionError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail(f"redis-server did not start on 127.0.0.1:{port}")
-            time.sleep(0.05)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
 
 
 @pytest.fixture
