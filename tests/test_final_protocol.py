@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from halluscope.bench.datasets import Dataset
-from halluscope.bench.final_protocol import (PROTOCOL_DIR, VariantScore, best_f1_threshold, choose_variant,
+from halluscope.methods.localize.protocol import (PROTOCOL_DIR, VariantScore, best_f1_threshold, choose_variant,
                                              needs_selection, selection_items)
 from halluscope.bench.judge import MatchReply
 from halluscope.bench.runner import ITEMS_FILE, RUN_FILE, ItemStore, run_bench

@@ -94,7 +94,7 @@ def test_the_checker_finds_a_cycle_through_a_function_level_import():
 def test_the_graph_sees_imports_inside_functions():
     graph = import_graph()
     # bench/final_protocol.py imports the methods registry only inside functions
-    assert "halluscope.methods" in graph["halluscope.bench.final_protocol"]
+    assert "halluscope.methods" in graph["halluscope.methods.localize.protocol"]
 
 
 def test_no_import_cycle_in_halluscope():

@@ -13,7 +13,7 @@ from halluscope.llm import LLM, FakeModel
 from halluscope.methods import get_method
 from halluscope.methods.dcr import DceNotes
 from halluscope.methods.probe.trace import ProbeTrace
-from halluscope.methods.trace import RunTrace, bind_trace
+from halluscope.stages.trace import RunTrace, bind_trace
 from halluscope.records import Claim, Span
 from halluscope.stages import Context
 from tests.conftest import fake_llm

@@ -20,7 +20,7 @@ entry becomes a result. The rest is here: the batch reply schemas derived from t
 numbered units, the reply room of ``n`` single calls, the reply read per unit), the chunking and the per-unit
 redo (:func:`judge_in_batches`), and the verifier scaffolding (:class:`BatchingVerifier`). Rounds of calls that
 several claims share across retrieved snippets live in the pipeline
-(:func:`~halluscope.methods.snippets.max_over_snippets`).
+(:func:`~halluscope.stages.snippets.max_over_snippets`).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from halluscope.llm.base import GenerateParams
 from halluscope.llm.label_probs import TRUE_FALSE, VERDICT_TOP_LOGPROBS, label_probabilities
 from halluscope.llm.replies import Reply, restated_field, validation_message
 from halluscope.llm.structured import generate_reply
-from halluscope.methods.llm_verifier import LLMVerifier, messages_tokens, reply_budget
+from halluscope.stages.verifiers import LLMVerifier, messages_tokens, reply_budget
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, LLMCall, Verdict
 from halluscope.stages import Context

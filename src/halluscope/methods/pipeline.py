@@ -7,11 +7,11 @@
 stage, so another method's verifier can be swapped in with ``-o verifier=NAME``), and overrides
 :meth:`ClaimPipeline.aggregate` / :meth:`ClaimPipeline.localize` / :meth:`ClaimPipeline.finish` only for what
 is its own (DoveScore's event order, DCR's AMC, FActScore's de-duplication, PROBE's step record). What the stages
-record during a check travels in one :class:`~halluscope.methods.trace.RunTrace` that the pipeline passes along.
+record during a check travels in one :class:`~halluscope.stages.trace.RunTrace` that the pipeline passes along.
 
 The one retrieval protocol (long-document stress-test paper §3.2, Eq. 1-2), shared by every claim method through
-:class:`~halluscope.methods.context_selection.RetrievalSelector` and
-:func:`~halluscope.methods.snippets.max_over_snippets`: with ``retrieval=auto`` the whole source is used when the verifier's prompt fits
+:class:`~halluscope.stages.context.RetrievalSelector` and
+:func:`~halluscope.stages.snippets.max_over_snippets`: with ``retrieval=auto`` the whole source is used when the verifier's prompt fits
 the model's context window (else retrieval, also after a :class:`ContextOverflowError`); per claim the top-K
 source sentences each widened to 2w+1 sentences; the claim is verified against each snippet, best first,
 and keeps its best verdict (supported > contradicted > unsupported; stopping at the first supporting
@@ -34,12 +34,12 @@ from typing import Any, ClassVar
 from halluscope.config import Config
 from halluscope.llm import LLM, ContextOverflowError
 from halluscope.methods.base import Method
-from halluscope.methods.context_selection import RetrievalSelector, claim_id
+from halluscope.stages.context import RetrievalSelector, claim_id
 from halluscope.methods.details import MethodDetails, PipelineDetails
 from halluscope.methods.gate import gate_verdict
 from halluscope.methods.options import ClaimOptions, OptionsError, StageOptions, own_options
-from halluscope.methods.snippets import max_over_snippets
-from halluscope.methods.trace import RunTrace, bind_trace
+from halluscope.stages.snippets import max_over_snippets
+from halluscope.stages.trace import RunTrace, bind_trace
 from halluscope.methods.verdict_first import VerdictFirst
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Finding, Report, Verdict
@@ -48,17 +48,17 @@ from halluscope.stages import (Aggregate, Aggregator, Context, Decomposer, Gate,
 from halluscope.tracing import stage_span
 
 # The stages and helpers below lived in this module before it was split by concern; importable here as before.
-from halluscope.methods.context_selection import full_source as full_source
-from halluscope.methods.findings import claim_finding as claim_finding
-from halluscope.methods.llm_verifier import MESSAGE_OVERHEAD_TOKENS as MESSAGE_OVERHEAD_TOKENS
-from halluscope.methods.llm_verifier import LLMVerifier as LLMVerifier
-from halluscope.methods.llm_verifier import messages_tokens as messages_tokens
-from halluscope.methods.llm_verifier import reply_budget as reply_budget
-from halluscope.methods.sentence_decomposer import SentenceDecomposer as SentenceDecomposer
-from halluscope.methods.snippets import LABEL_RANK as LABEL_RANK
-from halluscope.methods.snippets import JudgeRound as JudgeRound
-from halluscope.methods.snippets import best_verdict as best_verdict
-from halluscope.methods.snippets import unique_calls as unique_calls
+from halluscope.stages.context import full_source as full_source
+from halluscope.stages.findings import claim_finding as claim_finding
+from halluscope.stages.verifiers import MESSAGE_OVERHEAD_TOKENS as MESSAGE_OVERHEAD_TOKENS
+from halluscope.stages.verifiers import LLMVerifier as LLMVerifier
+from halluscope.stages.verifiers import messages_tokens as messages_tokens
+from halluscope.stages.verifiers import reply_budget as reply_budget
+from halluscope.stages.decomposers import SentenceDecomposer as SentenceDecomposer
+from halluscope.stages.snippets import LABEL_RANK as LABEL_RANK
+from halluscope.stages.snippets import JudgeRound as JudgeRound
+from halluscope.stages.snippets import best_verdict as best_verdict
+from halluscope.stages.snippets import unique_calls as unique_calls
 
 
 @dataclass
@@ -72,7 +72,7 @@ class PipelineRun:
     verdicts: list[Verdict]
     details: dict[str, Any] = field(default_factory=dict)
     trace: RunTrace = field(default_factory=RunTrace)
-    """What the stages recorded during this check (see :mod:`halluscope.methods.trace`)."""
+    """What the stages recorded during this check (see :mod:`halluscope.stages.trace`)."""
 
 
 SWAPPABLE = ("verifier", "gate", "aggregator", "localizer")  # the stage kinds a claim method lets the user choose

@@ -29,9 +29,9 @@ from pydantic import Field
 from halluscope.llm.label_probs import VERDICT_TOP_LOGPROBS, YES_NO, probability_at
 from halluscope.llm.replies import Reply
 from halluscope.llm.structured import generate_reply
-from halluscope.methods.context_selection import claim_id
-from halluscope.methods.llm_verifier import reply_budget
-from halluscope.methods.snippets import max_over_snippets
+from halluscope.stages.context import claim_id
+from halluscope.stages.verifiers import reply_budget
+from halluscope.stages.snippets import max_over_snippets
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Evidence, LLMCall, Verdict
 from halluscope.stages import Context, PromptResolver, Selection, same_prompt

@@ -10,7 +10,7 @@ merges windows that share a sentence instead (not the paper's protocol: fewer sn
 calls, and a merged snippet only adds context). :meth:`Snippet.to_dict` describes a snippet for a Report.
 
 The max over a claim's snippets (Eq. 2) is the claim pipeline's
-(:func:`halluscope.methods.snippets.max_over_snippets`). :meth:`SourceIndex.density` is the claim information
+(:func:`halluscope.stages.snippets.max_over_snippets`). :meth:`SourceIndex.density` is the claim information
 density of Eq. 3.
 
 Embeddings are computed once per text: :func:`encode` looks every text up in an :class:`EmbeddingCache`

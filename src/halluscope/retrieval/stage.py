@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from halluscope.methods.options import StageOptions, options_view
+from halluscope.options import StageOptions, options_view
 from halluscope.retrieval.cache import shared_index
 from halluscope.retrieval.config import RetrievalConfig
 from halluscope.retrieval.index import SourceIndex, Snippet

@@ -118,7 +118,7 @@ def _selection_text(selection: dict[str, Any] | None) -> str:
     if not variant.get("chosen"):
         return ""
     assert selection is not None  # a chosen variant comes with its record
-    from halluscope.bench.final_protocol import criterion_name
+    from halluscope.methods.localize.protocol import criterion_name
 
     return (f"; prompt variant {variant['chosen']} chosen by {criterion_name(variant.get('criterion', '?'))} on "
             f"{selection.get('selected_on', '?')}"

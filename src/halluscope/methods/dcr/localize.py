@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from halluscope.methods.dcr.verifier import DcrVerifier
-from halluscope.methods.findings import claim_finding, verdict_confidence
+from halluscope.stages.findings import claim_finding, verdict_confidence
 from halluscope.methods.options import StageOptions
-from halluscope.methods.verdict_stages import RunStage
+from halluscope.stages.verdicts import RunStage
 from halluscope.records import Finding, Verdict
 from halluscope.stages import register_stage
 

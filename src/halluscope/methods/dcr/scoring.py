@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Literal
 
 from halluscope.methods.dcr.verifier import NO_REASON, DceNotes, OtherReason
 from halluscope.methods.options import StageOptions
-from halluscope.methods.verdict_stages import RunStage
+from halluscope.stages.verdicts import RunStage
 from halluscope.records import Verdict
 from halluscope.stages import Aggregate, register_stage
 

@@ -17,7 +17,7 @@ from halluscope.methods.dcr.replies import (DceExcerptEntry, DceJudgment, DceRea
                                            parse_dce_sentences,
                                            parse_dce_single)
 from halluscope.methods.options import StageOptions
-from halluscope.methods.llm_verifier import LLMVerifier, messages_tokens, reply_budget
+from halluscope.stages.verifiers import LLMVerifier, messages_tokens, reply_budget
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, LLMCall, StepResult, Verdict
 from halluscope.stages import Context, PromptResolver, Selection, register_stage, same_prompt
@@ -43,7 +43,7 @@ class OtherReason:
 @dataclass
 class DceNotes:
     """What DCE said beyond one verdict per unit during one check: recorded in the check's trace
-    (:mod:`halluscope.methods.trace`), read by :meth:`DCR.aggregate`."""
+    (:mod:`halluscope.stages.trace`), read by :meth:`DCR.aggregate`."""
 
     other_reasons: list[OtherReason] = field(default_factory=list)
     is_consistent: bool | None = None

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from halluscope.methods.dove.order import dove_score, partial_subscores
 from halluscope.methods.options import StageOptions
-from halluscope.methods.verdict_stages import ClaimFindings, RunStage
+from halluscope.stages.verdicts import ClaimFindings, RunStage
 from halluscope.records import Claim, Finding
 from halluscope.stages import Aggregate, register_stage
 

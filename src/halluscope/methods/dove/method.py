@@ -23,7 +23,7 @@ from halluscope.methods.dove.stages import DoveSorter
 from halluscope.methods.details import MethodDetails
 from halluscope.methods.dove.details import DoveDetails
 from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions
-from halluscope.methods.context_selection import shared_source_index  # the retrieval stage's index (cached)
+from halluscope.stages.context import shared_source_index  # the retrieval stage's index (cached)
 from halluscope.methods.pipeline import ClaimPipeline, PipelineRun, support_p
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, StepResult

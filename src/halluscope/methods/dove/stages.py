@@ -34,8 +34,8 @@ from halluscope.methods.dove.replies import (
 )
 from halluscope.methods.batching import BatchCall, BatchingVerifier, numbered_as_written
 from halluscope.methods.options import MAX_BATCH_SIZE, RetrievalOptions, StageOptions, options_view
-from halluscope.methods.context_selection import shared_source_index
-from halluscope.methods.llm_verifier import messages_tokens, reply_budget
+from halluscope.stages.context import shared_source_index
+from halluscope.stages.verifiers import messages_tokens, reply_budget
 from halluscope.records import Claim, Evidence, LLMCall, Span, StepResult, Verdict
 from halluscope.llm.label_probs import TRUE_FALSE, VERDICT_TOP_LOGPROBS, step_probability
 from halluscope.stages import Context, PromptResolver, register_stage, same_prompt

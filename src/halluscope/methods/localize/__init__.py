@@ -12,7 +12,7 @@ is the explicit "no inconsistency" answer. Styles:
 
 Each style has two prompt wordings (``variant=1|2``), as in the paper, which writes two per style and keeps,
 per model, the one with the higher FINAL F1 on the dev split. ``variant="auto"`` (default) leaves that choice
-to the bench (:mod:`halluscope.bench.final_protocol` runs both on the dev split and records the choice); a
+to the bench (:mod:`halluscope.methods.localize.protocol` runs both on the dev split and records the choice); a
 single check with ``auto`` uses variant 1 and says so in ``details``.
 
 A reply that is not the declared format (prose, bullet lines, a list of placeholders, a lone "None" line in

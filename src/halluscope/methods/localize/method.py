@@ -86,20 +86,20 @@ class Localize(Method):
     @property
     def variant(self) -> int:
         """The prompt variant this instance sends: ``variant`` when it is 1 or 2; with ``auto`` (resolved by the
-        bench on a dev split, see halluscope.bench.final_protocol) a single check uses variant 1."""
+        bench on a dev split, see halluscope.methods.localize.protocol) a single check uses variant 1."""
         return 1 if self.opts.variant == "auto" else int(self.opts.variant)
 
     def needs_calibration(self) -> bool:
         """``variant=auto``, or a method filter without ``filter_threshold``: FINAL fixes those on a dev split."""
-        from halluscope.bench.final_protocol import needs_selection
+        from halluscope.methods.localize.protocol import needs_selection
 
         return needs_selection(self)
 
     async def calibrate(self, dev_items: Sequence[Example],
                         bench: CalibrationBench) -> tuple[Method, Calibration | None]:
-        """FINAL's dev-split protocol (:mod:`halluscope.bench.final_protocol`): the prompt variant by FINAL F1, the
+        """FINAL's dev-split protocol (:mod:`halluscope.methods.localize.protocol`): the prompt variant by FINAL F1, the
         2-step filter threshold by F1; returns the localizer with those options fixed and the record."""
-        from halluscope.bench.final_protocol import resolve_final_protocol
+        from halluscope.methods.localize.protocol import resolve_final_protocol
 
         return await resolve_final_protocol(self, dev_items, bench)
 

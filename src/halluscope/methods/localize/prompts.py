@@ -17,7 +17,7 @@ _SYSTEM = "You are a meticulous fact-checker who compares texts with the source 
 #
 # Two prompt variants per style, as in FINAL (App. C, H.2): the paper writes two wordings of each style and
 # keeps, per model, the one with the higher FINAL F1 on the dev split (``variant="auto"`` in the bench, see
-# halluscope.bench.final_protocol). The wording below is halluscope's own; what each variant carries:
+# halluscope.methods.localize.protocol). The wording below is halluscope's own; what each variant carries:
 #
 # * variant 1 - short and plain. Zero-/few-shot: "identify and explain" every inconsistency, defined as
 #   information the TEXT states that cannot be verified from the SOURCE; only factual problems (omissions are

@@ -18,7 +18,7 @@ from halluscope.llm.structured import generate_reply
 from halluscope.methods.probe.options import ProbeDecomposerOptions
 from halluscope.methods.probe.replies import DECOMPOSE_PROMPT, ClaimEntry, ClaimsReply, is_template_echo, reply_examples
 from halluscope.methods.probe.trace import ProbeTrace
-from halluscope.methods.trace import RunTrace
+from halluscope.stages.trace import RunTrace
 from halluscope.records import Claim, StepResult
 from halluscope.stages import PromptResolver, register_stage, same_prompt
 from halluscope.text import ParseError, locate, split_sentences

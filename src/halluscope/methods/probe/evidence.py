@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from halluscope.llm.structured import generate_reply
-from halluscope.methods.llm_verifier import reply_budget
+from halluscope.stages.verifiers import reply_budget
 from halluscope.methods.probe.options import ProbeFinderOptions, TopSentencesOptions
 from halluscope.methods.probe.replies import (FIND_EVIDENCE_PROMPT, FIND_REPLY_TOKENS, FULL_SOURCE_HEADING,
                                               SNIPPET_HEADING, EvidenceReply)

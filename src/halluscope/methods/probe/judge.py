@@ -23,8 +23,8 @@ from halluscope.llm.base import GenerateParams
 from halluscope.llm.label_probs import PASS_FAIL, VERDICT_TOP_LOGPROBS, step_probability
 from halluscope.llm.structured import generate_reply
 from halluscope.methods.batching import BatchCall, BatchStep, judge_in_batches
-from halluscope.methods.llm_verifier import reply_budget
-from halluscope.methods.snippets import unique_calls
+from halluscope.stages.verifiers import reply_budget
+from halluscope.stages.snippets import unique_calls
 from halluscope.methods.probe.replies import (EVALUATE_BATCH_PROMPT, EVALUATE_PROMPT, EVALUATE_REPLY_TOKENS,
                                               EvaluationBatchEntry, EvaluationReply)
 from halluscope.prompts import PromptTemplate

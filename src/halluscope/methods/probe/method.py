@@ -25,7 +25,7 @@ from halluscope.methods.probe.options import ProbeOptions
 from halluscope.methods.probe.replies import (DECOMPOSE_PROMPT, EVALUATE_BATCH_PROMPT, EVALUATE_PROMPT,
                                               FIND_EVIDENCE_BATCH_PROMPT, FIND_EVIDENCE_PROMPT)
 from halluscope.methods.probe.trace import ProbeTrace
-from halluscope.methods.trace import RunTrace
+from halluscope.stages.trace import RunTrace
 from halluscope.methods.probe.verifier import ProbeVerifier
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Report

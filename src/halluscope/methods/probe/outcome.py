@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from halluscope.methods.findings import claim_finding
-from halluscope.methods.verdict_stages import RunStage, SupportedFraction
+from halluscope.stages.findings import claim_finding
+from halluscope.stages.verdicts import RunStage, SupportedFraction
 from halluscope.records import Finding, Verdict
 from halluscope.stages import Aggregate, register_stage
 

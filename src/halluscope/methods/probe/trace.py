@@ -1,7 +1,7 @@
 """The step record of one ``probe`` check: what each step produced, for ``Report.details["steps"]``.
 
 Stages record into the check's :class:`ProbeTrace`, one record of the check's
-:class:`~halluscope.methods.trace.RunTrace` that the pipeline passes along (the decomposer through
+:class:`~halluscope.stages.trace.RunTrace` that the pipeline passes along (the decomposer through
 ``with_trace``, the verifier on each ``Context``), so concurrent checks on one method instance never mix their
 records; ``Probe.finish`` turns it into the details. Outside a pipeline check nothing is recorded.
 """

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from halluscope.methods.batching import BatchCall, BatchStep, gather_or_cancel, judge_in_batches
 from halluscope.methods.options import own_options
-from halluscope.methods.llm_verifier import LLMVerifier
+from halluscope.stages.verifiers import LLMVerifier
 from halluscope.methods.probe.evidence import ProbeEvidenceFinder, QuoteSearch, SourceSentences, context_around
 from halluscope.methods.probe.judge import EvidenceEvaluator, EvidenceJudgment, Judge
 from halluscope.methods.probe.options import ProbeVerifierOptions

@@ -16,7 +16,7 @@ from halluscope.records import Claim, Evidence, Finding, Span, StepResult, Verdi
 if TYPE_CHECKING:  # pragma: no cover
     from halluscope.methods.dove.order import EventOrder
     from halluscope.methods.pipeline import PipelineRun
-    from halluscope.methods.trace import RunTrace
+    from halluscope.stages.trace import RunTrace
     from halluscope.prompts import PromptTemplate
 
 PromptResolver = Callable[["PromptTemplate"], "PromptTemplate"]
@@ -38,7 +38,7 @@ class Context:
     score: float | None = None  # retrieval score of a snippet
     sentences: tuple[int, ...] = ()  # source sentence indices of a snippet
     trace: RunTrace | None = field(default=None, compare=False, repr=False)
-    """The check's trace, for a verifier that records into it (see :mod:`halluscope.methods.trace`); None
+    """The check's trace, for a verifier that records into it (see :mod:`halluscope.stages.trace`); None
     outside a pipeline check."""
 
     def describe(self) -> dict[str, Any]:

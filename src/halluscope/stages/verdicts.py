@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from halluscope.methods.findings import claim_finding
-from halluscope.methods.options import StageOptions
+from halluscope.stages.findings import claim_finding
+from halluscope.options import StageOptions
 from halluscope.records import Finding
 from halluscope.stages import Aggregate, register_stage
 

@@ -1,4 +1,4 @@
-"""The stage registry, and every stage protocol (declared in :mod:`halluscope.stage_protocols`, importable here).
+"""The stage registry, and every stage protocol (declared in :mod:`halluscope.stages.protocols`, importable here).
 
 A stage is one small async callable with a name. A claim method is a composition of stages:
 
@@ -7,7 +7,7 @@ A stage is one small async callable with a name. A claim method is a composition
            --Localizer--> findings (FActScore's through a Deduplicator; DoveScore's aggregator orders events
            with a Sorter)
 
-Every protocol is declared once (:mod:`halluscope.stage_protocols`); stage implementations live next to the
+Every protocol is declared once (:mod:`halluscope.stages.protocols`); stage implementations live next to the
 method they come from and register their class under a name here, so a method's stage can be swapped by option
 (``-o verifier=probe``) and ``halluscope stages`` lists them all with their options.
 
@@ -32,8 +32,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
-from halluscope.methods.options import OptionsError, StageOptions
-from halluscope.stage_protocols import (PROTOCOLS, Aggregate, Aggregator, Context, ContextSelector, Decomposer,
+from halluscope.options import OptionsError, StageOptions
+from halluscope.stages.protocols import (PROTOCOLS, Aggregate, Aggregator, Context, ContextSelector, Decomposer,
                                         Deduplicator, EvidenceFinder, Gate, GateDecision, GateOutcome, Localizer,
                                         PromptResolver, ProtocolName, Selection, Sorter, Verifier, same_prompt)
 
@@ -73,7 +73,7 @@ class StageSpec:
 _STAGES: dict[tuple[str, str], StageSpec] = {}
 # Modules whose import registers the built-in stages (imported on first lookup, so `import halluscope` stays light).
 _BUILTIN_MODULES = (
-    "halluscope.methods.pipeline", "halluscope.methods.verdict_stages", "halluscope.methods.dove", "halluscope.methods.dcr",
+    "halluscope.methods.pipeline", "halluscope.stages.verdicts", "halluscope.methods.dove", "halluscope.methods.dcr",
     "halluscope.methods.factscore", "halluscope.methods.probe", "halluscope.methods.localize",
     "halluscope.methods.gate", "halluscope.methods.encoders",
     "halluscope.retrieval", "halluscope.generators.perturb", "halluscope.generators.montage",

@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-from halluscope.methods.options import RetrievalOptions, StageOptions, options_view
+from halluscope.options import RetrievalOptions, StageOptions, options_view
 from halluscope.records import Claim
 from halluscope.stages import Context, Selection, register_stage
 

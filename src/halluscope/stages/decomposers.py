@@ -6,7 +6,7 @@ import asyncio
 
 from typing import Any, ClassVar
 
-from halluscope.methods.options import StageOptions
+from halluscope.options import StageOptions
 from halluscope.records import Claim, ClaimKind, StepResult
 from halluscope.stages import register_stage
 from halluscope.text import split_sentences

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from halluscope.methods.context_selection import claim_id
+from halluscope.stages.context import claim_id
 from halluscope.records import Claim, Evidence, LLMCall, Relation, Verdict
 from halluscope.stages import Context
 
