@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from halluscope.bench.datasets import Dataset
+from halluscope.bench.calibration import selection_items
 from halluscope.methods.localize.protocol import (PROTOCOL_DIR, VariantScore, best_f1_threshold, choose_variant,
-                                             needs_selection, selection_items)
+                                                  needs_selection)
 from halluscope.bench.judge import MatchReply
 from halluscope.bench.runner import ITEMS_FILE, RUN_FILE, ItemStore, run_bench
 from halluscope.llm import LLM, FakeModel

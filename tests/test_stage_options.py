@@ -16,7 +16,7 @@ from halluscope.methods import OptionsError, get_method
 from halluscope.methods.factscore import FACTSCORE_DESCRIBE_BATCH_PROMPT
 from halluscope.methods.pipeline import PipelineRun
 from halluscope.records import Claim, Verdict
-from halluscope.stages import Selection, StageOptions, build_stage, register_stage, stage_options
+from halluscope.stages import PROTOCOLS, Selection, StageOptions, build_stage, register_stage, stage_options, stages
 
 SOURCE = "The museum opens at nine. It has a large garden. The cafe sells tea."
 TARGET = "The museum opens at nine. The cafe sells coffee."
@@ -139,11 +139,21 @@ def test_the_python_api_passes_namespaced_options():
     assert report.details["stages"]["verifier"] == "factscore"
 
 
-def test_the_retrieve_stage_builds_and_runs():
-    """`build_stage("generator", "retrieve", method)` used to build, then fail when called."""
-    stage = build_stage("generator", "retrieve", options={"retriever": "bm25", "top_k": 1, "window": 0})
+def test_the_retrieve_step_builds_from_its_options_and_runs():
+    from halluscope.retrieval import Retrieve
+
+    stage = Retrieve.from_options(None, Retrieve.Options.parse("retrieve", {"retriever": "bm25", "top_k": 1,
+                                                                            "window": 0}))
     (snippets,) = asyncio.run(stage(SOURCE, ["tea"]))
     assert [s.text for s in snippets] == ["The cafe sells tea."]
+
+
+def test_register_stage_requires_a_stage_kind():
+    with pytest.raises(TypeError):
+        register_stage("no_kind")  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="'generator' is no stage kind; kinds: decomposer, context_selector"):
+        register_stage("retrieve", "generator")  # type: ignore[arg-type]
+    assert not [s for s in stages() if s.protocol not in PROTOCOLS]
 
 
 def test_build_stage_validates_options_and_passes_only_named_collaborators():

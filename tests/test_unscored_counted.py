@@ -10,7 +10,8 @@ import pytest
 from halluscope.bench import metrics as M
 from halluscope.bench.builtin_suites import binary_suite, correlation_suite, fmt_cov, montage_suite, span_suite
 from halluscope.bench.datasets import Dataset
-from halluscope.methods.localize.protocol import VariantScore, choose_variant, holdout_split
+from halluscope.bench.calibration import holdout_split
+from halluscope.methods.localize.protocol import VariantScore, choose_variant
 from halluscope.bench.reproduce.core import Metric, _metric_value, main_table
 from halluscope.bench.suites import SuiteContext
 from halluscope.records import Example, Finding, Report, Span

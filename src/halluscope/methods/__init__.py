@@ -9,6 +9,7 @@ from typing import Any
 
 from halluscope.methods.base import InputError, Method
 from halluscope.methods.options import MethodOptions, OptionsError
+from halluscope.stages import add_stage_modules
 
 __all__ = ["InputError", "Method", "MethodOptions", "OptionsError", "get_method", "list_methods", "method_class", "register_method"]
 
@@ -27,6 +28,17 @@ _BUILTIN: dict[str, str] = {
     "ensemble": "halluscope.methods.ensemble:Ensemble",
 }
 _REGISTERED: dict[str, type[Method]] = {}
+
+# The modules whose import registers the built-in stages: the shared ones (halluscope.stages, by kind) and the
+# methods' own. halluscope's ``halluscope.stages`` entry points (pyproject.toml) name the same modules; naming them
+# here too lets a source checkout whose installed metadata is older find them (tests/test_layers.py checks both
+# lists agree). The stage registry itself imports no method.
+BUILTIN_STAGE_MODULES = (
+    "halluscope.stages.decomposers", "halluscope.stages.context", "halluscope.stages.verdicts",
+    "halluscope.methods.dove", "halluscope.methods.dcr", "halluscope.methods.factscore", "halluscope.methods.probe",
+    "halluscope.methods.gate", "halluscope.methods.encoders",
+)
+add_stage_modules(*BUILTIN_STAGE_MODULES)
 
 
 def register_method(cls: type[Method]) -> type[Method]:

@@ -13,19 +13,17 @@ from __future__ import annotations
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from halluscope.records import Example, Report
 
-if TYPE_CHECKING:
-    from halluscope.methods.base import Method
-
 
 class ScoreOnItems(Protocol):
-    """Score ``method`` on ``items`` as a bench run in ``out`` (resumable, its own ``items.jsonl``): returns that
+    """Score ``method`` (a :class:`~halluscope.methods.base.Method`, typed ``Any`` here since ``methods.base``
+    imports this module) on ``items`` as a bench run in ``out`` (resumable, its own ``items.jsonl``): returns that
     run's ``results.json`` content and the reports in the order of ``items``."""
 
-    def __call__(self, method: Method, items: list[Example], name: str, out: Path, *, judge: Any,
+    def __call__(self, method: Any, items: list[Example], name: str, out: Path, *, judge: Any,
                  suites: Sequence[str]) -> Awaitable[tuple[dict[str, Any], list[Report]]]: ...
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from halluscope.text import split_sentences
-from halluscope.verifier_training import SETTINGS_FILE  # written by train-verifier: {"threshold": ...}
+
+SETTINGS_FILE = "halluscope_verifier.json"  # written next to a trained checker by train-verifier: {"threshold": ...}
 
 MAX_INPUT_TOKENS = 4096  # upper bound when neither the tokenizer nor the config states a usable limit
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from halluscope.config import Config
@@ -43,8 +42,10 @@ from halluscope.stages.trace import RunTrace, bind_trace
 from halluscope.methods.verdict_first import VerdictFirst
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Finding, Report, Verdict
+from halluscope.retrieval.stage import fits_in_context
 from halluscope.stages import (Aggregate, Aggregator, Context, Decomposer, Gate, GateDecision, Localizer, Selection,
                                Verifier, build_stage, stage_options, stage_spec)
+from halluscope.stages.protocols import PipelineRun as PipelineRun  # declared with the protocols that read it
 from halluscope.tracing import stage_span
 
 # The stages and helpers below lived in this module before it was split by concern; importable here as before.
@@ -59,20 +60,6 @@ from halluscope.stages.snippets import LABEL_RANK as LABEL_RANK
 from halluscope.stages.snippets import JudgeRound as JudgeRound
 from halluscope.stages.snippets import best_verdict as best_verdict
 from halluscope.stages.snippets import unique_calls as unique_calls
-
-
-@dataclass
-class PipelineRun:
-    """What the shared part of the pipeline produced, before aggregation."""
-
-    source: str
-    target: str
-    claims: list[Claim]
-    selection: Selection
-    verdicts: list[Verdict]
-    details: dict[str, Any] = field(default_factory=dict)
-    trace: RunTrace = field(default_factory=RunTrace)
-    """What the stages recorded during this check (see :mod:`halluscope.stages.trace`)."""
 
 
 SWAPPABLE = ("verifier", "gate", "aggregator", "localizer")  # the stage kinds a claim method lets the user choose
@@ -247,10 +234,7 @@ class ClaimPipeline(Method):
         own = getattr(self.verifier, "source_fits", None)
         if callable(own):  # a verifier that windows the source itself (the encoder checkers)
             return bool(own(source, claims))
-        window = self.llm.context_window
-        if window is None:
-            return True
-        return self.llm.count_tokens(source) + self.verifier.reserve_tokens(claims) <= window
+        return fits_in_context(self.llm, source, reserve_tokens=lambda: self.verifier.reserve_tokens(claims))
 
     # -- steps --------------------------------------------------------------------------------------------
     async def verify(self, claims: list[Claim], selection: Selection, source: str,

@@ -7,9 +7,17 @@ A stage is one small async callable with a name. A claim method is a composition
            --Localizer--> findings (FActScore's through a Deduplicator; DoveScore's aggregator orders events
            with a Sorter)
 
-Every protocol is declared once (:mod:`halluscope.stages.protocols`); stage implementations live next to the
-method they come from and register their class under a name here, so a method's stage can be swapped by option
-(``-o verifier=probe``) and ``halluscope stages`` lists them all with their options.
+Every protocol is declared once (:mod:`halluscope.stages.protocols`, typed on the neutral
+:class:`~halluscope.stages.protocols.PipelineRun` and :class:`~halluscope.stages.trace.RunTrace`). The stages
+every claim method shares live in this package, one module per kind (:mod:`~halluscope.stages.decomposers`,
+:mod:`~halluscope.stages.context`, :mod:`~halluscope.stages.verifiers`, :mod:`~halluscope.stages.verdicts`); a
+method's own stages live in its folder. Each registers its class under a name here, so a method's stage can be
+swapped by option (``-o verifier=probe``) and ``halluscope stages`` lists them all with their options.
+
+The registry imports no method: the modules whose import registers stages are found through the
+``halluscope.stages`` entry point group (halluscope's own built-in ones included, see ``pyproject.toml``) and
+through :func:`add_stage_modules`, which the methods package calls with the same built-in modules when it is
+imported (so a source checkout whose installed metadata is older finds them too).
 
 A stage never reads its host method. It is built by :func:`build_stage` from
 
@@ -21,7 +29,7 @@ A stage never reads its host method. It is built by :func:`build_stage` from
   the same endpoint, e.g. PROBE's judges), ``fits`` (whether a source fits the verifier's context window).
   Collaborators a constructor does not name are not passed to it.
 
-Third-party stages are found through the ``halluscope.stages`` entry point group (see :mod:`halluscope.plugins`).
+Third-party stages are found through the same ``halluscope.stages`` entry point group (see :mod:`halluscope.plugins`).
 """
 
 from __future__ import annotations
@@ -34,13 +42,16 @@ from typing import Any, TypeVar, cast
 
 from halluscope.options import OptionsError, StageOptions
 from halluscope.stages.protocols import (PROTOCOLS, Aggregate, Aggregator, Context, ContextSelector, Decomposer,
-                                        Deduplicator, EvidenceFinder, Gate, GateDecision, GateOutcome, Localizer,
-                                        PromptResolver, ProtocolName, Selection, Sorter, Verifier, same_prompt)
+                                        Deduplicator, EventOrder, EvidenceFinder, Gate, GateDecision, GateOutcome,
+                                        Localizer, PipelineRun, PromptResolver, ProtocolName, Selection, Sorter,
+                                        Verifier, same_prompt)
+from halluscope.stages.trace import RunTrace, bind_trace
 
 __all__ = ["Context", "Selection", "Aggregate", "Decomposer", "ContextSelector", "EvidenceFinder", "Verifier",
            "Aggregator", "Localizer", "Deduplicator", "Sorter", "Gate", "GateDecision", "StageOptions", "StageSpec", "UnknownStageError", "register_stage",
            "build_stage", "stage_options", "stage_spec", "stages", "describe_stages", "same_prompt",
-           "PROTOCOLS", "GateOutcome", "PromptResolver", "ProtocolName"]
+           "PROTOCOLS", "GateOutcome", "PromptResolver", "ProtocolName", "PipelineRun", "EventOrder", "RunTrace",
+           "bind_trace", "add_stage_modules"]
 
 
 @dataclass(frozen=True)
@@ -71,15 +82,8 @@ class StageSpec:
 
 
 _STAGES: dict[tuple[str, str], StageSpec] = {}
-# Modules whose import registers the built-in stages (imported on first lookup, so `import halluscope` stays light).
-_BUILTIN_MODULES = (
-    "halluscope.methods.pipeline", "halluscope.stages.verdicts", "halluscope.methods.dove", "halluscope.methods.dcr",
-    "halluscope.methods.factscore", "halluscope.methods.probe", "halluscope.methods.localize",
-    "halluscope.methods.gate", "halluscope.methods.encoders",
-    "halluscope.retrieval", "halluscope.generators.perturb", "halluscope.generators.montage",
-    "halluscope.generators.inject",
-)
-_loaded = False
+_STAGE_MODULES: list[str] = []  # modules whose import registers stages, named by add_stage_modules
+_imported: set[str] = set()
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -88,13 +92,17 @@ class UnknownStageError(OptionsError):
     :class:`OptionsError`, since stages are chosen by option."""
 
 
-def register_stage(name: str, protocol: ProtocolName = "generator", description: str = "",
+def register_stage(name: str, protocol: ProtocolName, description: str = "",
                    argument: str = "", argument_option: str = "") -> Callable[[F], F]:
-    """Class decorator registering a stage under ``(protocol, name)`` and setting its ``name``. The class is
+    """Class decorator registering a stage under ``(protocol, name)`` and setting its ``name``; ``protocol`` is
+    the stage's kind, one of :data:`PROTOCOLS` (anything else is a ValueError). The class is
     built as ``cls(model, options, **collaborators)`` (or through its ``from_options`` classmethod when it has
     one), ``options`` an instance of its ``Options`` model (:class:`StageOptions` when it declares none). With
     ``argument`` (e.g. ``"MODEL"``) the stage is also selected as ``name:VALUE``: VALUE becomes the option
     named ``argument_option``."""
+
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"stage {name!r}: {protocol!r} is no stage kind; kinds: {', '.join(PROTOCOLS)}")
 
     def deco(factory: F) -> F:
         key = (protocol, name)
@@ -114,17 +122,28 @@ def register_stage(name: str, protocol: ProtocolName = "generator", description:
     return deco
 
 
+def add_stage_modules(*modules: str) -> None:
+    """Name modules whose import registers stages; each is imported on the next lookup, before the entry points
+    of other distributions (a module whose optional dependency is missing registers nothing)."""
+    for module in modules:
+        if module not in _STAGE_MODULES:
+            _STAGE_MODULES.append(module)
+
+
 def _load_builtins() -> None:
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        for module in _BUILTIN_MODULES:
-            try:
-                importlib.import_module(module)
-            except ImportError:  # a module whose optional dependency is missing registers nothing
-                continue
+    from importlib.metadata import entry_points
+
     from halluscope.plugins import load_entry_points
 
+    if not _imported:  # halluscope's own entry points first, so a plugin cannot take a built-in's name
+        add_stage_modules(*(ep.value for ep in entry_points(group="halluscope.stages")
+                            if getattr(ep.dist, "name", None) == "halluscope"))
+    for module in [m for m in _STAGE_MODULES if m not in _imported]:
+        _imported.add(module)
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            continue
     load_entry_points("halluscope.stages")  # once per process: importing a plugin's module registers its stages
 
 

@@ -1,7 +1,8 @@
 """What a stage is: the typed protocols every stage kind implements (:class:`Decomposer`, :class:`ContextSelector`,
 :class:`EvidenceFinder`, :class:`Verifier`, :class:`Aggregator`, :class:`Localizer`, :class:`Deduplicator`,
 :class:`Sorter`, :class:`Gate`) and the records that pass between stages (:class:`Context`, :class:`Selection`,
-:class:`Aggregate`, :class:`GateDecision`). The registry that finds and builds stages by name is
+:class:`Aggregate`, :class:`GateDecision`, :class:`EventOrder`, and :class:`PipelineRun`, the one check's run that an
+aggregator and a localizer read). The registry that finds and builds stages by name is
 :mod:`halluscope.stages`, which re-exports every name here.
 """
 
@@ -12,11 +13,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from halluscope.records import Claim, Evidence, Finding, Span, StepResult, Verdict
+from halluscope.stages.trace import RunTrace
 
 if TYPE_CHECKING:  # pragma: no cover
-    from halluscope.methods.dove.order import EventOrder
-    from halluscope.methods.pipeline import PipelineRun
-    from halluscope.stages.trace import RunTrace
     from halluscope.prompts import PromptTemplate
 
 PromptResolver = Callable[["PromptTemplate"], "PromptTemplate"]
@@ -80,6 +79,40 @@ class Aggregate:
     score: float | None
     subscores: dict[str, float | None] = field(default_factory=dict)
     unscored_reason: str | None = None
+
+
+@dataclass
+class PipelineRun:
+    """One check of a claim method so far, passed to its aggregator and localizer: the claims, their selection
+    and verdicts, the details gathered, and what the stages recorded (:class:`~halluscope.stages.trace.RunTrace`)."""
+
+    source: str
+    target: str
+    claims: list[Claim]
+    selection: Selection
+    verdicts: list[Verdict]
+    details: dict[str, Any] = field(default_factory=dict)
+    trace: RunTrace = field(default_factory=RunTrace)
+    """What the stages recorded during this check (see :mod:`halluscope.stages.trace`)."""
+
+
+@dataclass
+class EventOrder:
+    """A sorter's ordering of events (0-based indices into the list it was given, earliest first), with the
+    repairs its reply needed: ``duplicated`` (kept at the first position), ``invented`` (items matching no
+    event, dropped) and ``missing`` (events it did not place, left out of the comparison). ``notes`` holds
+    what a sorter wants recorded (e.g. the source sentence each event was anchored to)."""
+
+    order: list[int]
+    missing: list[int] = field(default_factory=list)
+    duplicated: list[int] = field(default_factory=list)
+    invented: list[str] = field(default_factory=list)
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def repairs(self, events: Sequence[Claim]) -> dict[str, Any]:
+        """What was repaired, with claim ids (for ``Report.details["order"]``)."""
+        return {"missing": [events[i].id for i in self.missing],
+                "duplicated": [events[i].id for i in self.duplicated], "invented": list(self.invented)}
 
 
 @runtime_checkable
@@ -204,4 +237,4 @@ PROTOCOLS: dict[str, type] = {
     "sorter": Sorter, "gate": Gate,
 }
 ProtocolName = Literal["decomposer", "context_selector", "evidence_finder", "verifier", "aggregator", "localizer",
-                       "deduplicator", "sorter", "gate", "generator"]
+                       "deduplicator", "sorter", "gate"]

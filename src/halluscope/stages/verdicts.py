@@ -5,15 +5,12 @@ chosen on any claim method with ``-o aggregator=NAME`` / ``-o localizer=NAME``."
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from halluscope.stages.findings import claim_finding
 from halluscope.options import StageOptions
 from halluscope.records import Finding
-from halluscope.stages import Aggregate, register_stage
-
-if TYPE_CHECKING:  # pragma: no cover
-    from halluscope.methods.pipeline import PipelineRun
+from halluscope.stages import Aggregate, PipelineRun, register_stage
 
 FLAGGED = ("unsupported", "contradicted")
 

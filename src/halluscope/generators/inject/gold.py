@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from halluscope.llm import LLM
-from halluscope.methods.probe.judge import votes_needed  # the one vote rule, shared with detection
+from halluscope.methods.probe import consensus_judging  # PROBE's stages and vote rule, shared with detection
 from halluscope.records import Claim, Example, LLMCall, Span
 from halluscope.text import split_sentences
 
@@ -39,39 +39,30 @@ class GoldEvidenceBuilder:
                  consensus: float = 0.75, max_evidence: int = 3, context_sentences: int = 2,
                  prompts_dir: Path | None = None):
         from halluscope.config import Config
-        from halluscope.methods.probe import EVALUATE_PROMPT, EvidenceEvaluator
-        from halluscope.methods.probe.options import ProbeVerifierOptions
-        from halluscope.methods.probe.verifier import build_judges
         from halluscope.prompts import PromptTemplate, apply_overrides
-        from halluscope.stages import build_stage
 
         if not 0 < consensus <= 1:
             raise ValueError("consensus must be in (0, 1]")
         judge_llms = list(judges) or [llm]
         samples = samples or (1 if len(judge_llms) > 1 else 3)
         config = Config().with_overrides(prompts_dir=prompts_dir) if prompts_dir is not None else Config()
-        opts = ProbeVerifierOptions.parse("the gold evidence builder", {  # PROBE's ranges
-            "samples": samples, "consensus": consensus, "max_evidence": max_evidence,
-            "context_sentences": context_sentences})
 
         def prompts(template: PromptTemplate) -> PromptTemplate:
             return apply_overrides(template, config.prompts_dir)
 
-        self.decomposer = build_stage("decomposer", "probe", llm, {"on_decompose_error": "unscored"}, prompts=prompts)
-        finder_llms = list({j.name: j for j in judge_llms}.values())  # each judge model finds evidence once
-        self.finders = [build_stage("evidence_finder", "probe", j, {"max_evidence": opts.max_evidence},
-                                    prompts=prompts) for j in finder_llms]
-        self.evaluator = EvidenceEvaluator(build_judges(judge_llms, opts.samples, opts.sample_temperature),
-                                           prompts(EVALUATE_PROMPT), consensus=consensus)
+        self.judging = consensus_judging(llm, judge_llms, samples=samples, consensus=consensus,  # PROBE's ranges
+                                         max_evidence=max_evidence, context_sentences=context_sentences,
+                                         prompts=prompts, purpose="the gold evidence builder")
+        self.decomposer, self.finders, self.evaluator = (self.judging.decomposer, self.judging.finders,
+                                                         self.judging.evaluator)
         self.consensus, self.context_sentences = consensus, context_sentences
         self.description = {"decomposer": llm.name, "finders": [f.llm.name for f in self.finders],
                             "judges": [j.name for j in self.evaluator.judges], "consensus": consensus,
                             "votes_per_passage": len(self.evaluator.judges),
-                            "pass_votes_needed": votes_needed(consensus, len(self.evaluator.judges))}
+                            "pass_votes_needed": self.judging.votes_needed(len(self.evaluator.judges))}
 
     async def build(self, source: str, target: str) -> TruthfulGold:
         """The truthful gold of a faithful ``target`` (spans in ``target``)."""
-        from halluscope.methods.probe.evidence import context_around
         from halluscope.stages import Context
 
         step = await self.decomposer(target)
@@ -104,7 +95,7 @@ class GoldEvidenceBuilder:
                           else "no finder located a source passage for it")
                 return {"id": f"u{number}", **entry, "reason": reason, "agreement": agreement}, False, my_calls
             judgments = await asyncio.gather(*(
-                self.evaluator(claim, ev, context_around(source, sentences, ev.span, self.context_sentences), source)
+                self.evaluator(claim, ev, self.judging.context(source, sentences, ev.span), source)
                 for ev in candidates.values()))
             judged = []
             for (start, end), j in zip(candidates, judgments):
@@ -120,7 +111,7 @@ class GoldEvidenceBuilder:
             agreement["candidate_votes"] = [{k: e[k] for k in ("start", "end", "pass", "votes")} for e in judged]
             return {"id": f"u{number}", **entry, "agreement": agreement,
                     "reason": f"no passage reached consensus (best: {best} of {judged[0]['votes']} PASS votes, "
-                              f"{votes_needed(self.consensus, judged[0]['votes'])} needed)"}, False, my_calls
+                              f"{self.judging.votes_needed(judged[0]['votes'])} needed)"}, False, my_calls
 
         results = await asyncio.gather(*(one(i + 1, c) for i, c in enumerate(step.value)))
         gold = TruthfulGold(calls=calls + [c for _, _, cs in results for c in cs], builder=dict(self.description))

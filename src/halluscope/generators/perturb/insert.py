@@ -25,7 +25,7 @@ from halluscope.llm.structured import generate_parsed
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Example, LLMCall, Span
 from halluscope.methods.options import StageOptions
-from halluscope.stages import PromptResolver, register_stage, same_prompt
+from halluscope.stages import PromptResolver, same_prompt
 from halluscope.text import Sentence, locate, split_sentences
 from halluscope.text.parsing import ParseError
 
@@ -190,14 +190,13 @@ def insert_at_boundary(target: str, sentence: str, rng: random.Random) -> tuple[
 # ------------------------------------------------------------------------------------------------ stage
 
 
-@register_stage("perturb_insert_source_sentence")
 class InsertSourceSentence:
     """``added_source_sentence``: insert an unrelated source sentence at a sentence boundary.
 
     ``how``: ``tfidf`` (lexical, no model), ``retrieval`` (the shared retrieval stage: embeddings when
     installed, else BM25), or ``llm`` (the model picks and inserts; the reply is verified)."""
 
-    name: str
+    name = "perturb_insert_source_sentence"  # a generator step built by PerturbGenerator, not a registered stage
     perturbation = "added_source_sentence"
 
     class Options(StageOptions):

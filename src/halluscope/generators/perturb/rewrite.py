@@ -20,7 +20,7 @@ from halluscope.llm.structured import generate_parsed
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Example, LLMCall, StepResult
 from halluscope.methods.options import StageOptions
-from halluscope.stages import PromptResolver, register_stage, same_prompt
+from halluscope.stages import PromptResolver, same_prompt
 from halluscope.text import Sentence, split_sentences
 from halluscope.text.parsing import ParseError
 
@@ -84,11 +84,10 @@ RewriteName = Literal["paraphrased", "simplified", "synonym_replaced", "less_div
 assert set(get_args(RewriteName)) == set(REWRITE_PROMPTS), "RewriteName must list every rewrite prompt"
 
 
-@register_stage("perturb_rewrite")
 class RewritePerturbation:
     """An LLM rewrite perturbation (paraphrased, simplified, ...) of one Example's target."""
 
-    name: str
+    name = "perturb_rewrite"  # a generator step built by PerturbGenerator, not a registered stage
 
     class Options(StageOptions):
         perturbation: RewriteName = "paraphrased"

@@ -5,30 +5,11 @@ findings for event pairs told out of order. No LLM here; the sorters that produc
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from halluscope.permutations import inverted_pairs
 from halluscope.records import Claim, Finding
-
-
-@dataclass
-class EventOrder:
-    """A sorter's ordering of events (0-based indices into the list it was given, earliest first), with the
-    repairs its reply needed: ``duplicated`` (kept at the first position), ``invented`` (items matching no
-    event, dropped) and ``missing`` (events it did not place, left out of the comparison). ``notes`` holds
-    what a sorter wants recorded (e.g. the source sentence each event was anchored to)."""
-
-    order: list[int]
-    missing: list[int] = field(default_factory=list)
-    duplicated: list[int] = field(default_factory=list)
-    invented: list[str] = field(default_factory=list)
-    notes: dict[str, Any] = field(default_factory=dict)
-
-    def repairs(self, events: Sequence[Claim]) -> dict[str, Any]:
-        """What was repaired, with claim ids (for ``Report.details["order"]``)."""
-        return {"missing": [events[i].id for i in self.missing],
-                "duplicated": [events[i].id for i in self.duplicated], "invented": list(self.invented)}
+from halluscope.stages.protocols import EventOrder as EventOrder  # the sorters' record, declared with their protocol
 
 
 @dataclass(frozen=True)

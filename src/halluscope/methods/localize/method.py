@@ -137,7 +137,7 @@ class Localize(Method):
 
     async def _filter_step(self, source: str, target: str) -> tuple[bool | None, dict[str, Any], str | None]:
         if self.opts.filter == "self":
-            step = await BinaryFilter(self)(source, target)
+            step = await BinaryFilter(self.llm, self.prompt)(source, target)
             return step.value, {"kind": "self", "consistent": step.value}, step.error
         from halluscope.methods import get_method
 
@@ -157,7 +157,8 @@ class Localize(Method):
         return report.score >= threshold, info, None
 
     async def _localize(self, source: str, target: str, details: dict[str, Any]) -> Report:
-        step = await DescriptionLocalizer(self)(source, target)
+        step = await DescriptionLocalizer(self.llm, self.opts.style, self.opts.hint, self.variant, self.prompt)(
+            source, target)
         if step.value is None:
             return Report(method=self.name, unscored_reason=f"localization reply unusable: {step.error}",
                           details=details)

@@ -26,7 +26,7 @@ The bench reaches this protocol only through the calibration hook (:mod:`hallusc
 The bench picks the selection items the same way for any calibrating method (:mod:`halluscope.bench.calibration`):
 a dataset given explicitly (``select_on``, e.g. ``final:dev`` when evaluating a held-out
 split, or a user's file), else a seeded share of the run's items held out and not scored (``select_holdout``,
-:func:`holdout_split`), else the run's items of its dev split when the run has a dev split and another one (see
+:func:`~halluscope.bench.calibration.holdout_split`), else the run's items of its dev split when the run has a dev split and another one (see
 :func:`halluscope.bench.builtin_suites.pick_dev_split`), else the run's own items - then the choice is made
 in-sample, which is optimistic, and the record says so (``overlap``: evaluated items that were also used for
 selection).
@@ -41,9 +41,10 @@ API:
   -> (method with concrete options, FinalProtocol)`` - the whole protocol;
 * :func:`select_variant`, :func:`select_filter_threshold` - one step each;
 * :func:`choose_variant` ``(candidates) -> (variant, criterion)`` and :func:`best_f1_threshold`
-  ``(labels, scores) -> (threshold, f1) | None`` - the pure decisions, testable without any model;
-* :func:`selection_items` ``(dataset, examples, select_on) -> (items, name)`` and :func:`holdout_split` (from
-  :mod:`halluscope.bench.calibration`, importable here as before).
+  ``(labels, scores) -> (threshold, f1) | None`` - the pure decisions, testable without any model.
+
+The selection items are the bench's choice (``selection_items`` and ``holdout_split`` in
+:mod:`halluscope.bench.calibration`); this module, part of the method, imports nothing from the bench.
 """
 
 from __future__ import annotations
@@ -57,7 +58,6 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from halluscope._optional import require
-from halluscope.bench.calibration import holdout_split, selection_items  # noqa: F401  (public here too)
 from halluscope.methods.base import Method
 from halluscope.methods.calibration import CalibrationBench
 from halluscope.records import Example, Report
@@ -135,10 +135,8 @@ class FinalProtocol(BaseModel):
 
 
 def needs_selection(method: Method) -> bool:
-    """Whether ``method`` leaves something to the dev split: ``localize`` with ``variant=auto``, or with a method
-    filter and no ``filter_threshold``."""
-    if method.name != "localize":
-        return False
+    """Whether ``method`` (the localizer) leaves something to the dev split: ``variant=auto``, or a method filter
+    and no ``filter_threshold``. A method with neither option leaves nothing."""
     opts = method.opts
     return getattr(opts, "variant", None) == "auto" or _needs_threshold(method)
 

@@ -3,26 +3,28 @@ yes/no call, and how descriptions become the score and findings."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
 from halluscope.llm.structured import generate_parsed, generate_reply
-from halluscope.methods.localize.prompts import BINARY_PROMPT, LOCALIZE_PROMPTS, _cot_instructions
+from halluscope.methods.localize.prompts import BINARY_PROMPT, LOCALIZE_PROMPTS, Style, _cot_instructions
 from halluscope.methods.localize.replies import parse_binary_verdict, parse_final_output, parse_localization, reply_schema
+from halluscope.prompts import PromptTemplate
 from halluscope.records import Finding, StepResult
 from halluscope.text.descriptions import spans_for_description
 
-if TYPE_CHECKING:
-    from halluscope.methods.localize.method import Localize
 
 class DescriptionLocalizer:
-    """One call that lists the target's inconsistencies as descriptions (``[]`` = none found)."""
+    """One call that lists the target's inconsistencies as descriptions (``[]`` = none found). ``prompts``
+    applies the user's prompt overrides to the built-in template of (style, hint, variant)."""
 
-    def __init__(self, method: Localize):
-        self.llm = method.llm
-        self.style = method.opts.style
-        self.hint = method.opts.hint
-        self.variant = method.variant
-        self.prompt = method.prompt(LOCALIZE_PROMPTS[(self.style, self.hint, self.variant)])
+    def __init__(self, llm: Any, style: Style, hint: bool, variant: int,
+                 prompts: Callable[[PromptTemplate], PromptTemplate]):
+        self.llm = llm
+        self.style = style
+        self.hint = hint
+        self.variant = variant
+        self.prompt = prompts(LOCALIZE_PROMPTS[(self.style, self.hint, self.variant)])
 
     async def __call__(self, source: str, target: str) -> StepResult[list[str]]:
         messages = self.prompt.render(source=source, target=target)
@@ -38,9 +40,9 @@ class DescriptionLocalizer:
 class BinaryFilter:
     """Step 1 of the 2-step variant with the same model: is the target consistent (True) or not?"""
 
-    def __init__(self, method: Localize):
-        self.llm = method.llm
-        self.prompt = method.prompt(BINARY_PROMPT)
+    def __init__(self, llm: Any, prompts: Callable[[PromptTemplate], PromptTemplate]):
+        self.llm = llm
+        self.prompt = prompts(BINARY_PROMPT)
 
     async def __call__(self, source: str, target: str) -> StepResult[bool]:
         return await generate_parsed(self.llm, self.prompt.render(source=source, target=target), parse_binary_verdict,

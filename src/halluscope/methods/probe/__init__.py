@@ -24,6 +24,7 @@ it is ``unsupported`` only after a valid evidence reply that lists nothing, or t
 passage. ``details["steps"]["localization"]["outcomes"]`` says which, per claim.
 """
 
+from halluscope.methods.probe.consensus import ConsensusJudging, consensus_judging
 from halluscope.methods.probe.decompose import ProbeDecomposer, parse_claims, place_claims, sentence_claims
 from halluscope.methods.probe.evidence import ProbeEvidenceFinder, QuoteSearch, TopSentencesFinder, locate_quote
 from halluscope.methods.probe.judge import EvidenceEvaluator, EvidenceJudgment, Judge, Vote
@@ -36,6 +37,7 @@ from halluscope.methods.probe.replies import (DECOMPOSE_PROMPT, EVALUATE_PROMPT,
 from halluscope.methods.probe.verifier import ProbeVerifier, decide
 
 __all__ = [
+    "ConsensusJudging", "consensus_judging",
     "ProbeDetails",
     "DECOMPOSE_PROMPT", "EVALUATE_PROMPT", "FIND_EVIDENCE_PROMPT", "ClaimEntry", "ClaimsReply", "EvaluationReply",
     "EvidenceEvaluator", "EvidenceJudgment", "EvidenceReply", "Judge", "Probe", "ProbeDecomposer",
