@@ -226,3 +226,14 @@ def test_a_lower_layer_imports_without_the_methods_package(module):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": str(SRC), "PATH": ""}).stdout.strip()
     assert out == "False"
+
+
+def test_the_cli_lists_the_built_in_stages_in_a_fresh_process():
+    """``halluscope stages`` alone (no method imported before it) lists the shared stages and the methods' own,
+    and no stage of a kind that is none."""
+    out = subprocess.run([sys.executable, "-m", "halluscope", "stages"], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(SRC), "PATH": ""}).stdout
+    kinds = {line.split()[0] for line in out.splitlines() if line and not line.startswith(" ") and " " in line}
+    assert "[halluscope.stages.decomposers]" in out and "[halluscope.methods.dove.stages]" in out
+    assert {"decomposer", "context_selector", "verifier", "aggregator", "localizer"} <= kinds
+    assert "generator" not in kinds

@@ -104,6 +104,7 @@ def methods_command(name: Optional[str] = typer.Argument(None, help="Show this m
 def stages_command(protocol: Optional[str] = typer.Argument(None, help="Only stages of this protocol (kind)."),
                    name: Optional[str] = typer.Argument(None, help="Only this stage.")) -> None:
     """List the registered pipeline stages with their protocol and their options."""
+    import halluscope.methods  # noqa: F401  (names the built-in stage modules, also where installed metadata is older)
     from halluscope.stages import PROTOCOLS, stages
 
     found = stages(protocol)

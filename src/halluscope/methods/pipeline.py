@@ -18,9 +18,9 @@ and keeps its best verdict (supported > contradicted > unsupported; stopping at 
 snippet, since the max cannot rise); the score averages over claims. The Report's ``details["context"]``
 says which path ran, why, and the snippets each claim was checked against.
 
-The stages the pipeline composes by default live in their own modules: ``sentence_decomposer``,
-``context_selection``, ``llm_verifier`` (the base of the LLM verifiers), ``snippets`` (the max over snippets),
-``verdict_stages`` (the default aggregator and localizer).
+The stages the pipeline composes by default are the shared ones of :mod:`halluscope.stages`, one module per kind:
+``decomposers``, ``context``, ``verifiers`` (the base of the LLM verifiers), ``snippets`` (the max over snippets),
+``verdicts`` (the default aggregator and localizer).
 """
 
 from __future__ import annotations
