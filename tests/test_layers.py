@@ -237,3 +237,36 @@ def test_the_cli_lists_the_built_in_stages_in_a_fresh_process():
     assert "[halluscope.stages.decomposers]" in out and "[halluscope.methods.dove.stages]" in out
     assert {"decomposer", "context_selector", "verifier", "aggregator", "localizer"} <= kinds
     assert "generator" not in kinds
+
+
+def _own_metadata(folder: Path, stage_modules: dict[str, str]) -> None:
+    """A halluscope dist-info in ``folder`` declaring ``stage_modules`` as its ``halluscope.stages`` entry points
+    (put first on the path, it stands for the installed metadata, whatever that is in this environment)."""
+    info = folder / "halluscope-0.dev0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: halluscope\nVersion: 0.dev0\n")
+    (info / "entry_points.txt").write_text("[halluscope.stages]\n" + "".join(
+        f"{name} = {module}\n" for name, module in stage_modules.items()))
+
+
+def test_the_registry_finds_built_in_stages_through_the_entry_points_alone(tmp_path):
+    """With halluscope's metadata declaring only the shared decomposers, a fresh process that imports the registry
+    (and no method) finds the ``sentences`` decomposer; with the entry points of pyproject.toml it finds every
+    built-in stage the methods package finds."""
+    _own_metadata(tmp_path, {"sentences": "halluscope.stages.decomposers"})
+    code = ("import sys; from halluscope.stages import stages; found = stages('decomposer'); "
+            "print([s.name for s in found], any(m.startswith('halluscope.methods') for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": f"{tmp_path}:{SRC}", "PATH": ""}).stdout.strip()
+    assert out == "['sentences'] False"
+
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["entry-points"]
+    full = tmp_path / "full"
+    full.mkdir()
+    _own_metadata(full, declared["halluscope.stages"])
+    code = "from halluscope.stages import stages; print(len(stages()))"
+    alone = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={"PYTHONPATH": f"{full}:{SRC}", "PATH": ""}).stdout.strip()
+    with_methods = subprocess.run([sys.executable, "-c", "import halluscope.methods; " + code], capture_output=True,
+                                  text=True, check=True, env={"PYTHONPATH": str(SRC), "PATH": ""}).stdout.strip()
+    assert int(alone) == int(with_methods) > 30
