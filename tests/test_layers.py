@@ -3,11 +3,14 @@
 The import graph is read with ``ast`` from ``src/halluscope``: an edge for every ``import`` and ``from ... import``
 wherever it stands (module level, inside a function, under ``if TYPE_CHECKING:``, since a type-only import still
 makes the lower module's meaning depend on the upper one), relative imports resolved, and for every
-``importlib.import_module("halluscope...")`` called with a literal name, and for every string constant that is
-exactly a submodule's name (or ``"module:attribute"``; entry point group names aside): a registry that imports modules by name from a list of
-names depends on them as much as an ``import`` does. ``from a.b import c`` goes to ``a.b.c``
+``importlib.import_module("halluscope...")`` called with a literal name. ``from a.b import c`` goes to ``a.b.c``
 when that is a module, else to ``a.b``; a package's parents are not counted (importing ``a.b.c`` runs ``a.b``'s
 ``__init__``, but that is the package's own business), so a package re-exporting its submodules is no cycle.
+
+The layer check also counts every string constant that is exactly a submodule's name (or ``"module:attribute"``;
+entry point group names aside): a registry that imports modules by name from a list of names depends on them as
+much as an ``import`` does (lazily, so the cycle check leaves those out: the methods registry names its methods,
+which import it to register).
 
 Every module belongs to one layer of :data:`LAYERS` (bottom first) and may import its own layer and the ones
 below it only. A module that matches no layer fails the test: a new module is placed explicitly.

@@ -10,13 +10,13 @@ is its own (DoveScore's event order, DCR's AMC, FActScore's de-duplication, PROB
 record during a check travels in one :class:`~halluscope.stages.trace.RunTrace` that the pipeline passes along.
 
 The one retrieval protocol (long-document stress-test paper §3.2, Eq. 1-2), shared by every claim method through
-:class:`~halluscope.stages.context.RetrievalSelector` and
-:func:`~halluscope.stages.snippets.max_over_snippets`: with ``retrieval=auto`` the whole source is used when the verifier's prompt fits
-the model's context window (else retrieval, also after a :class:`ContextOverflowError`); per claim the top-K
-source sentences each widened to 2w+1 sentences; the claim is verified against each snippet, best first,
-and keeps its best verdict (supported > contradicted > unsupported; stopping at the first supporting
-snippet, since the max cannot rise); the score averages over claims. The Report's ``details["context"]``
-says which path ran, why, and the snippets each claim was checked against.
+:class:`~halluscope.stages.context.RetrievalSelector` and :func:`~halluscope.stages.snippets.max_over_snippets`: with
+``retrieval=auto`` the whole source is used when the verifier's prompt fits the model's context window (else
+retrieval, also after a :class:`ContextOverflowError`); per claim the top-K source sentences each widened to 2w+1
+sentences; the claim is verified against each snippet, best first, and keeps its best verdict (supported >
+contradicted > unsupported; stopping at the first supporting snippet, since the max cannot rise); the score averages
+over claims. The Report's ``details["context"]`` says which path ran, why, and the snippets each claim was checked
+against.
 
 The stages the pipeline composes by default are the shared ones of :mod:`halluscope.stages`, one module per kind:
 ``decomposers``, ``context``, ``verifiers`` (the base of the LLM verifiers), ``snippets`` (the max over snippets),

@@ -26,7 +26,8 @@ The bench reaches this protocol only through the calibration hook (:mod:`hallusc
 The bench picks the selection items the same way for any calibrating method (:mod:`halluscope.bench.calibration`):
 a dataset given explicitly (``select_on``, e.g. ``final:dev`` when evaluating a held-out
 split, or a user's file), else a seeded share of the run's items held out and not scored (``select_holdout``,
-:func:`~halluscope.bench.calibration.holdout_split`), else the run's items of its dev split when the run has a dev split and another one (see
+:func:`~halluscope.bench.calibration.holdout_split`), else the run's items of its dev split when the run has a dev
+split and another one (see
 :func:`halluscope.bench.builtin_suites.pick_dev_split`), else the run's own items - then the choice is made
 in-sample, which is optimistic, and the record says so (``overlap``: evaluated items that were also used for
 selection).
