@@ -161,11 +161,20 @@ def test_refactor_snapshot_compares_two_snapshots(tmp_path):
     assert changed.returncode == 1 and "/methods/geval/score: 0.5 != 0.75" in changed.stdout
 
 
-def test_refactor_snapshot_replays_every_fixture_with_nothing_unmatched(tmp_path, data_dir):
-    out = tmp_path / "snapshot.json"
-    done = script("refactor_snapshot.py", "--parts", "replays", "--data", str(data_dir), "--out", str(out))
+def test_refactor_snapshot_records_every_method_and_replays_every_fixture(tmp_path, data_dir):
+    out = tmp_path / "snapshot.json"  # the fuzz part is the stage-by-stage table: its quick run is tested above
+    done = script("refactor_snapshot.py", "--parts", "methods,replays", "--data", str(data_dir), "--out", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
-    replays = json.loads(out.read_text())["replays"]
+    snapshot = json.loads(out.read_text())
+    methods, replays = snapshot["methods"], snapshot["replays"]
+    assert {"rouge", "geval", "dcr", "dcr batch_size=3", "factscore batch_size=3", "probe"} <= set(methods)
+    for config, reports in methods.items():  # the 5 shortest items of each of the three dev sets
+        assert len(reports) == 15 and all(r["score"] is not None for r in reports.values()), config
+        with_calls = sum(bool(r["calls"]) for r in reports.values())
+        if config in ("rouge", "gate"):
+            assert with_calls == 0, config  # no model
+        else:  # the lexical gate settles some items with no call; every other LLM configuration calls on each
+            assert with_calls == 15 or ("gate=lexical" in config and with_calls > 0), config
     assert set(replays) == {p.stem for p in (REPO / "tests" / "replays").glob("*.json")}
     assert all(r["unmatched"] == [] for r in replays.values())
 
