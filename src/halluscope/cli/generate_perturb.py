@@ -64,7 +64,7 @@ def perturb_command(
     if not originals:
         raise fail("no originals to perturb (check --dataset, --max-words, --sample, --limit)")
 
-    config, concurrency = flags.config(), flags.concurrency
+    config = flags.config()
     try:
         generator = PerturbGenerator(config=config, perturbations=names, unit=unit,  # type: ignore[arg-type]
                                      insert_with=insert_with,  # type: ignore[arg-type]
