@@ -10,7 +10,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from halluscope.cli.common import MODEL_FLAGS, ModelFlags, model_options
+from halluscope.cli.common import MODEL_FLAGS, NO_FLAGS, ModelFlags, model_options
 from halluscope.cli.main import app
 
 MODEL_COMMANDS = [["check"], ["improve"], ["bench"], ["bench-sweep"], ["reproduce"], ["fit-combiner"], ["serve"],
@@ -48,7 +48,7 @@ def test_a_command_gets_the_flags_as_one_record_and_its_own_options_as_before(mo
 
     @toy.command()
     @model_options()
-    def run(name: Annotated[str, typer.Option()] = "x", flags: ModelFlags = ModelFlags(),
+    def run(name: Annotated[str, typer.Option()] = "x", flags: ModelFlags = NO_FLAGS,
             last: Annotated[int, typer.Option()] = 0) -> None:
         seen.update(name=name, flags=flags, last=last)
 
@@ -69,7 +69,7 @@ def test_without_cache_the_block_has_no_cache_flag():
 
     @toy.command()
     @model_options(cache=False)
-    def run(flags: ModelFlags = ModelFlags()) -> None:
+    def run(flags: ModelFlags = NO_FLAGS) -> None:
         typer.echo(repr(flags))
 
     names = [p.name for p in typer.main.get_command(toy).params if "completion" not in p.name]

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from halluscope.cli.common import (OLD_OUT_HELP, finite_number, ModelFlags, OptionOpt, fail, model_options,
-                                   parse_options, either)
+from halluscope.cli.common import (NO_FLAGS, OLD_OUT_HELP, ModelFlags, OptionOpt, either, fail, finite_number,
+                                   model_options, parse_options)
 
 if TYPE_CHECKING:
     from halluscope.config import Config
@@ -21,7 +21,7 @@ def bench_command(
     method: Annotated[Optional[str], typer.Option("--method", help="Method name (see `halluscope methods`).")] = None,
     methods: Annotated[Optional[str], typer.Option("--methods", help="Several methods on the same items, comma-separated, each optionally with options of its own: rouge,gate,geval,dcr+batch_size=4. One sub-folder per method (each resumes on its own), then the quality-and-cost table of all of them: quality.md, quality.json, rows.jsonl.")] = None,
     peers: Annotated[Optional[str], typer.Option("--peers", help="With --methods: other libraries' faithfulness on the same items and endpoint: ragas,deepeval (the optional 'peers' dependency group; a peer not installed is skipped with the reason in the table).")] = None,
-    flags: ModelFlags = ModelFlags(),
+    flags: ModelFlags = NO_FLAGS,
     judge_model: Annotated[Optional[str], typer.Option("--judge-model", help="Model for the FINAL matching judge (default: the method's model).", envvar="HALLUSCOPE_JUDGE_MODEL")] = None,
     judge_base_url: Annotated[Optional[str], typer.Option("--judge-base-url", help="Endpoint for the judge, if different.", envvar="HALLUSCOPE_JUDGE_BASE_URL")] = None,
     judge_api_key: Annotated[Optional[str], typer.Option("--judge-api-key", help="API key for the judge, if different.", envvar="HALLUSCOPE_JUDGE_API_KEY", show_default=False)] = None,

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from halluscope.cli.common import OLD_OUT_HELP, ModelFlags, OptionOpt, either, fail, model_options, parse_options
+from halluscope.cli.common import (NO_FLAGS, OLD_OUT_HELP, ModelFlags, OptionOpt, either, fail, model_options,
+                                   parse_options)
 
 if TYPE_CHECKING:
     from halluscope.methods.base import Method
@@ -18,7 +19,7 @@ def bench_sweep_command(
     dataset: Annotated[str, typer.Option("--dataset", "-d", help="Dataset name or Example .jsonl (as for `halluscope bench`).")],
     method: Annotated[str, typer.Option("--method", help="Method name (ignored when sweeping `method`).")],
     sweep: Annotated[str, typer.Option("--sweep", help="KEY=V1,V2,... e.g. window=0,1,2 (with -o retrieval=always) or method=rouge,dcr.")],
-    flags: ModelFlags = ModelFlags(),
+    flags: ModelFlags = NO_FLAGS,
     option: OptionOpt = None,
     limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="Only the first N items (after --sample).")] = None,
     sample: Annotated[Optional[int], typer.Option("--sample", min=1, help="Seeded stratified subsample (as for `halluscope bench`).")] = None,

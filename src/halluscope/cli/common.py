@@ -171,13 +171,16 @@ class ModelFlags:
         return make_config(self.model, self.base_url, self.api_key, self.no_cache, self.concurrency)
 
 
+NO_FLAGS = ModelFlags()
+"""The default of a command's ``flags`` parameter (replaced by :func:`model_options`): none given."""
+
 MODEL_FLAGS: dict[str, Any] = {"model": ModelOpt, "base_url": BaseUrlOpt, "api_key": ApiKeyOpt,
                                "no_cache": NoCacheOpt, "concurrency": ConcurrencyOpt}
 """The one declaration of the model/endpoint flags every command that talks to a model takes, in help order."""
 
 
 def model_options(cache: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator of a command that talks to a model: its ``flags: ModelFlags`` parameter becomes the
+    """Decorator of a command that talks to a model: its ``flags: ModelFlags = NO_FLAGS`` parameter becomes the
     :data:`MODEL_FLAGS` (``--model``, ``--base-url``, ``--api-key``, ``--no-cache/--cache``, ``--concurrency``),
     shown in ``--help`` where that parameter stands; the command gets them back as one :class:`ModelFlags`.
     ``cache=False`` leaves out ``--no-cache/--cache`` (``serve``: each of its flags has an environment variable;

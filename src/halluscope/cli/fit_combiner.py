@@ -7,7 +7,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from halluscope.cli.common import ModelFlags, OptionOpt, check_output_file, fail, model_options, parse_options
+from halluscope.cli.common import (NO_FLAGS, ModelFlags, OptionOpt, check_output_file, fail, model_options,
+                                   parse_options)
 
 
 @model_options()
@@ -17,7 +18,7 @@ def fit_combiner_command(
     methods: Annotated[Optional[str], typer.Option("--methods", help="Comma-separated methods to score now on --dataset (each a resumable bench run under --work-dir), e.g. rouge,gate,geval.")] = None,
     dataset: Annotated[Optional[str], typer.Option("--dataset", "-d", help="Where the labels come from (names as `halluscope bench`: summedits[:domain], qags, final, or a .jsonl); default: the dataset of the first --runs folder.")] = None,
     option: OptionOpt = None,
-    flags: ModelFlags = ModelFlags(),
+    flags: ModelFlags = NO_FLAGS,
     sample: Annotated[Optional[int], typer.Option("--sample", min=1, help="With --methods: the bench's seeded stratified subsample, N per (split, domain).")] = None,
     limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="With --methods: only the first N items (after --sample).")] = None,
     work_dir: Annotated[Path, typer.Option("--work-dir", help="With --methods: where the members' bench runs go (resumable).")] = Path("runs"),

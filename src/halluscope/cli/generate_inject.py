@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from halluscope.cli.common import ModelFlags, fail, finite_number, model_options
+from halluscope.cli.common import NO_FLAGS, ModelFlags, fail, finite_number, model_options
 
 
 @model_options()
@@ -31,7 +31,7 @@ def inject_command(
     gold_samples: Annotated[Optional[int], typer.Option(min=1, help="Votes per judge for --gold-evidence (votes after the first are sampled). Default: 1 with several judges, 3 with one.")] = None,
     gold_consensus: Annotated[float, typer.Option(min=0.0, max=1.0, callback=finite_number, help="Share of ALL votes that must say PASS for a passage to become gold evidence (paper: 3 of 4 = 0.75).")] = 0.75,
     data_dir: Annotated[Optional[Path], typer.Option(help="Folder of the shared benchmark data (default: ../shared/data or HALLUSCOPE_DATA_DIR).")] = None,
-    flags: ModelFlags = ModelFlags(),
+    flags: ModelFlags = NO_FLAGS,
 ) -> None:
     """Invent plausible facts the source does not support and weave them into faithful targets at complexity
     1-3. Each written Example has label 0, the facts as descriptions, the inserted text as gold spans and each

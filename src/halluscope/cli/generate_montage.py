@@ -9,7 +9,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from halluscope.cli.common import ModelFlags, fail, model_options
+from halluscope.cli.common import NO_FLAGS, ModelFlags, fail, model_options
 
 
 def _read_items(path: Path) -> list[dict[str, Any]]:
@@ -64,7 +64,7 @@ def montage_command(
     target_field: Annotated[str, typer.Option(help="Field holding the correct target (a string or a list of strings, e.g. SQuALITY's plot_summaries).")] = "target",
     id_field: Annotated[str, typer.Option(help="Field holding the item id.")] = "id",
     split: Annotated[Optional[str], typer.Option(help="Value for the examples' split field.")] = None,
-    flags: ModelFlags = ModelFlags(),
+    flags: ModelFlags = NO_FLAGS,
 ) -> None:
     """Build montage-lie groups: per target, the truth (label 1) and lies whose event order is shuffled to an
     exact ShuffleD per difficulty (label 0), sharing a group id. The default is the paper's event-level

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from halluscope.cli.common import OLD_OUT_HELP, ModelFlags, either, fail, model_options
+from halluscope.cli.common import OLD_OUT_HELP, NO_FLAGS, ModelFlags, either, fail, model_options
 
 if TYPE_CHECKING:
     from halluscope.generators.perturb import PerturbGenerator
@@ -35,7 +35,7 @@ def perturb_command(
     require_tags: Annotated[bool, typer.Option("--require-tags", help="Reject replies without <rewritten> tags (default: take an untagged reply whole).")] = False,
     skipped: Annotated[Optional[Path], typer.Option(help="Where to log skipped perturbations with reasons and raw replies (default: OUT with .skipped.jsonl).")] = None,
     data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Shared data folder.", envvar="HALLUSCOPE_DATA_DIR")] = None,
-    flags: ModelFlags = ModelFlags(),
+    flags: ModelFlags = NO_FLAGS,
 ) -> None:
     """Write each original plus its meaning-preserving perturbations as harness Example JSONL."""
     input = either("--dataset", input, "--input", old_input)

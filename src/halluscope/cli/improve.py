@@ -8,8 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from halluscope.cli.common import (InputFileError, ModelFlags, OptionOpt, check_output_file, fail, model_options,
-                                   parse_options, read_text_input)
+from halluscope.cli.common import (NO_FLAGS, InputFileError, ModelFlags, OptionOpt, check_output_file, fail,
+                                   model_options, parse_options, read_text_input)
 from halluscope.records import Report
 
 
@@ -57,7 +57,7 @@ def improve_command(
     rounds: Annotated[int, typer.Option("--rounds", "-n", min=1, max=10, help="Maximum rewrite rounds.")] = 2,
     level: Annotated[str, typer.Option(help="'sentence' (rewrite flagged sentences) or 'paragraph' (whole text).")] = "sentence",
     evaluator: Annotated[Optional[str], typer.Option("--method", help="The evaluator that flags sentences and re-verifies each rewrite: dcr (default, the paper's) or any method that yields findings (probe, factscore, dove, localize, ...); -o options then go to it. Same as -o evaluator=NAME.")] = None,
-    flags: ModelFlags = ModelFlags(),
+    flags: ModelFlags = NO_FLAGS,
     option: OptionOpt = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-O", help="Write the verified improved text here.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the full Report as JSON.")] = False,

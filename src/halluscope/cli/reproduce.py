@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Literal, Optional, cast
 
 import typer
 
-from halluscope.cli.common import OLD_OUT_HELP, ModelFlags, either, fail, model_options, parse_options
+from halluscope.cli.common import OLD_OUT_HELP, NO_FLAGS, ModelFlags, either, fail, model_options, parse_options
 
 if TYPE_CHECKING:
     from halluscope.bench.reproduce.core import Protocol
@@ -53,7 +53,7 @@ def reproduce_command(
     builder: Annotated[str, typer.Option("--builder", help="How generated sets are built: llm (the paper's way), no-llm (halluscope's model-free variant), auto (no-llm on the embedded model, else llm).")] = "auto",
     build_option: Annotated[Optional[list[str]], typer.Option("--build", "-b", help="Builder option KEY=VALUE (repeatable): montage level/max_events/difficulties, inject facts_from/weave/complexities/max_sentences, perturb perturbations/unit/insert_with/max_sentences.")] = None,
     option: Annotated[Optional[list[str]], typer.Option("--option", "-o", help="Method option KEY=VALUE for every row whose method has it (a row's own options win), e.g. -o top_k=1.")] = None,
-    flags: ModelFlags = ModelFlags(),
+    flags: ModelFlags = NO_FLAGS,
     judge_model: Annotated[Optional[str], typer.Option("--judge-model", help="Model for FINAL's matching judge (default: the evaluated model).", envvar="HALLUSCOPE_JUDGE_MODEL")] = None,
     judge_base_url: Annotated[Optional[str], typer.Option("--judge-base-url", help="Endpoint for the judge, if different.", envvar="HALLUSCOPE_JUDGE_BASE_URL")] = None,
     judge_api_key: Annotated[Optional[str], typer.Option("--judge-api-key", help="API key for the judge, if different.", envvar="HALLUSCOPE_JUDGE_API_KEY", show_default=False)] = None,

@@ -9,6 +9,7 @@ import typer
 
 from halluscope.cli.common import (
     finite_number,
+    NO_FLAGS,
     ModelFlags,
     either,
     fail,
@@ -50,7 +51,7 @@ def serve_command(
     metrics_public: Annotated[bool, typer.Option(help="Serve /metrics without the token.", envvar="HALLUSCOPE_SERVER_METRICS_PUBLIC")] = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.", envvar="HALLUSCOPE_SERVER_LOG_LEVEL")] = "info",
     log_format: Annotated[str, typer.Option(help="json (one object per line, with request ids) or text.", envvar="HALLUSCOPE_SERVER_LOG_FORMAT")] = "json",
-    flags: ModelFlags = ModelFlags(),
+    flags: ModelFlags = NO_FLAGS,
 ) -> None:
     """Serve checks, batches and persistent jobs over HTTP (OpenAPI docs at /docs, metrics at /metrics).
 
