@@ -8,7 +8,7 @@ surrogates), then with replies mixed with transport faults (HTTP 500/429 after r
 per method: replies sent, checks, checks that produced a score / a scored verdict / a finding from those
 replies (all must be 0), and crashes (exceptions out of ``check``; must be 0).
 
-    python benchmarks/fuzz_table.py [--mixed-runs 40] [--out bench_out/fuzz_table.json]
+    python benchmarks/fuzz_table.py [--mixed-runs 40] [--methods geval,dcr] [--out bench_out/fuzz_table.json]
 
 With ``--stage-by-stage`` it attacks one verdict stage at a time instead: a scripted model answers every
 other stage validly (so the attacked stage is always reached) and gives the attacked stage -- first answer and
@@ -19,7 +19,9 @@ look-alike labels, a second verdict hidden (keys differing in case, nested, list
 checks, checks that reached the attacked stage (must be all), scores from attacked replies (must be 0), crashes
 (must be 0).
 
-    python benchmarks/fuzz_table.py --stage-by-stage [--out bench_out/fuzz_stages.json]
+    python benchmarks/fuzz_table.py --stage-by-stage [--methods geval,dcr] [--out bench_out/fuzz_stages.json]
+
+``--methods`` keeps only those methods' configurations (a quick run; the table above is of every method).
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def _run(method: str, options: dict, responder, row: Counter) -> None:
     row["findings"] += len(report.findings)
 
 
-def stage_by_stage(out: str | None) -> int:
+def stage_by_stage(out: str | None, methods: set[str] | None = None) -> int:
     from tests.stage_fuzz import (RULE_CLASSES, STAGE_CONFIGS, STRUCTURAL_CLASSES, config_label,  # noqa: PLC0415
                                   fuzz_stage,
                                   verdict_stages_reached)
@@ -72,7 +74,8 @@ def stage_by_stage(out: str | None) -> int:
     table: dict[str, Counter] = {}
     per_class: Counter = Counter()
     scored_class: Counter = Counter()
-    for method, options in STAGE_CONFIGS:
+    configs = [c for c in STAGE_CONFIGS if not methods or c[0] in methods]
+    for method, options in configs:
         for stage in verdict_stages_reached(method, options):
             row: Counter = Counter()
             fuzz_stage(method, options, stage, classes, GARBAGE, row,
@@ -91,7 +94,7 @@ def stage_by_stage(out: str | None) -> int:
     print("\nchecks per attack class: " + ", ".join(f"{k} {v}" for k, v in per_class.items()))
     print("scores from attacked replies per class: "
           + (", ".join(f"{k} {v}" for k, v in scored_class.items()) or "none"))
-    print(f"{len(STAGE_CONFIGS)} configurations, {len(table)} (configuration, verdict stage) pairs; "
+    print(f"{len(configs)} configurations, {len(table)} (configuration, verdict stage) pairs; "
           f"{time.perf_counter() - start:.1f} s")
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
@@ -107,14 +110,16 @@ def main() -> int:
     parser.add_argument("--mixed-runs", type=int, default=40, help="checks per method with faults mixed in")
     parser.add_argument("--stage-by-stage", action="store_true",
                         help="attack one verdict stage at a time, every other stage answered validly")
+    parser.add_argument("--methods", default=None, help="only these methods' configurations (comma-separated)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    methods = {m.strip() for m in args.methods.split(",") if m.strip()} if args.methods else None
     if args.stage_by_stage:
-        return stage_by_stage(args.out)
+        return stage_by_stage(args.out, methods)
 
     start = time.perf_counter()
     table: dict[str, Counter] = defaultdict(Counter)
-    for method, options in CONFIGS:
+    for method, options in [c for c in CONFIGS if not methods or c[0] in methods]:
         label = method + "".join(f" {k}={v}" for k, v in options.items())
         row = table[label]
         for items in GARBAGE.values():

@@ -258,7 +258,7 @@ def _lookalike_labels(stage: str, user: str, rule_reasons: bool) -> list[str]:
 NEGATION_REASONS = ("Nothing in the SOURCE supports this claim.",
                     "Correction: the SOURCE says two thirds come from a grant.",
                     "Consistent? No, the SOURCE says a grant pays.")
-"""The audit's reasons that ``amc=rule`` used to read as +1."""
+"""Negating reasons that ``amc=rule`` used to read as +1."""
 
 
 HEDGED_REASONS = ("Is it consistent? No, the SOURCE says a grant pays.",

@@ -1,6 +1,6 @@
 """Two verdicts in one reply make it ambiguous: no score is read from it.
 
-Forms the audit of 22b0ee2 still read: the paper G-Eval form read only its first line, keys differing only in case
+Forms that 22b0ee2 still read: the paper G-Eval form read only its first line, keys differing only in case
 (or Unicode spelling) were one verdict plus an ignored extra key, a second verdict nested in another value or in
 a list after the object was ignored, and 199 bracketed tokens between two answers hid the second."""
 

@@ -28,7 +28,7 @@ AUDIT_REASONS = [
     "Mostly consistent, yet the SOURCE gives another year.",
     "Consistent in part; the claim about the budget is unfounded.",
 ]
-"""The audit's reasons that ``amc=rule`` read as +1 on 22b0ee2."""
+"""Hedged, corrected or restricted reasons that ``amc=rule`` read as +1 on 22b0ee2."""
 
 
 def mark_or_none(reason: str) -> int | None:

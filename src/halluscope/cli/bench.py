@@ -7,22 +7,21 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from halluscope.cli.common import (OLD_OUT_HELP, finite_number, ApiKeyOpt, BaseUrlOpt, ConcurrencyOpt, ModelOpt, NoCacheOpt,
-                                   OptionOpt, fail, make_config, parse_options, either)
+from halluscope.cli.common import (NO_FLAGS, OLD_OUT_HELP, ModelFlags, OptionOpt, either, fail, finite_number,
+                                   model_options, parse_options)
 
 if TYPE_CHECKING:
     from halluscope.config import Config
     from halluscope.llm import LLM
 
 
+@model_options()
 def bench_command(
     dataset: Annotated[str, typer.Option("--dataset", "-d", help="final[:dev], summedits[:domain], qags[:dev], squality[:dev], or a path to a .jsonl in the generic Example format.")],
     method: Annotated[Optional[str], typer.Option("--method", help="Method name (see `halluscope methods`).")] = None,
     methods: Annotated[Optional[str], typer.Option("--methods", help="Several methods on the same items, comma-separated, each optionally with options of its own: rouge,gate,geval,dcr+batch_size=4. One sub-folder per method (each resumes on its own), then the quality-and-cost table of all of them: quality.md, quality.json, rows.jsonl.")] = None,
     peers: Annotated[Optional[str], typer.Option("--peers", help="With --methods: other libraries' faithfulness on the same items and endpoint: ragas,deepeval (the optional 'peers' dependency group; a peer not installed is skipped with the reason in the table).")] = None,
-    model: ModelOpt = None,
-    base_url: BaseUrlOpt = None,
-    api_key: ApiKeyOpt = None,
+    flags: ModelFlags = NO_FLAGS,
     judge_model: Annotated[Optional[str], typer.Option("--judge-model", help="Model for the FINAL matching judge (default: the method's model).", envvar="HALLUSCOPE_JUDGE_MODEL")] = None,
     judge_base_url: Annotated[Optional[str], typer.Option("--judge-base-url", help="Endpoint for the judge, if different.", envvar="HALLUSCOPE_JUDGE_BASE_URL")] = None,
     judge_api_key: Annotated[Optional[str], typer.Option("--judge-api-key", help="API key for the judge, if different.", envvar="HALLUSCOPE_JUDGE_API_KEY", show_default=False)] = None,
@@ -37,8 +36,6 @@ def bench_command(
     select_holdout: Annotated[Optional[float], typer.Option("--select-holdout", help="localize: hold out this seeded share of the items (e.g. 0.3) for FINAL's choices and score only the rest (instead of choosing in-sample).")] = None,
     bootstrap: Annotated[int, typer.Option("--bootstrap", min=0, max=100_000, help="Bootstrap resamples for 95% CIs (0 = none).")] = 1000,
     retry_unscored: Annotated[bool, typer.Option("--retry-unscored", help="On resume, run the items whose report was unscored again.")] = False,
-    no_cache: NoCacheOpt = None,
-    concurrency: ConcurrencyOpt = None,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="Hide the progress bar.")] = False,
     engine: Annotated[str, typer.Option("--engine", help="Where items are scored: 'local' (this process) or 'ray' (an actor pool on a Ray cluster; needs the 'ray' extra). Same items.jsonl, resume and results either way.", envvar="HALLUSCOPE_ENGINE")] = "local",
     address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster for --engine ray: 'auto' (the cluster on this machine, see `ray start --head`), 'ray://head:10001' (Ray Client); default: RAY_ADDRESS, else a local Ray instance.", envvar="RAY_ADDRESS")] = None,
@@ -72,7 +69,7 @@ def bench_command(
         selection = load_dataset(select_on, data_dir) if select_on else None
     except DatasetError as exc:
         raise fail(str(exc))
-    config = make_config(model, base_url, api_key, no_cache, concurrency)
+    config, concurrency = flags.config(), flags.concurrency
     if methods is not None:
         if select_on or select_holdout:
             raise fail("--select-on and --select-holdout go with --method (one calibrating method)")

@@ -7,20 +7,19 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from halluscope.cli.common import (OLD_OUT_HELP, ApiKeyOpt, BaseUrlOpt, ConcurrencyOpt, ModelOpt, NoCacheOpt, OptionOpt, fail,
-                                   make_config, parse_options, either)
+from halluscope.cli.common import (NO_FLAGS, OLD_OUT_HELP, ModelFlags, OptionOpt, either, fail, model_options,
+                                   parse_options)
 
 if TYPE_CHECKING:
     from halluscope.methods.base import Method
 
 
+@model_options()
 def bench_sweep_command(
     dataset: Annotated[str, typer.Option("--dataset", "-d", help="Dataset name or Example .jsonl (as for `halluscope bench`).")],
     method: Annotated[str, typer.Option("--method", help="Method name (ignored when sweeping `method`).")],
     sweep: Annotated[str, typer.Option("--sweep", help="KEY=V1,V2,... e.g. window=0,1,2 (with -o retrieval=always) or method=rouge,dcr.")],
-    model: ModelOpt = None,
-    base_url: BaseUrlOpt = None,
-    api_key: ApiKeyOpt = None,
+    flags: ModelFlags = NO_FLAGS,
     option: OptionOpt = None,
     limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="Only the first N items (after --sample).")] = None,
     sample: Annotated[Optional[int], typer.Option("--sample", min=1, help="Seeded stratified subsample (as for `halluscope bench`).")] = None,
@@ -29,8 +28,6 @@ def bench_sweep_command(
     old_out: Annotated[Optional[Path], typer.Option("--out", hidden=True, help=OLD_OUT_HELP)] = None,
     data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Shared data folder.", envvar="HALLUSCOPE_DATA_DIR")] = None,
     bootstrap: Annotated[int, typer.Option("--bootstrap", min=0, max=100_000, help="Bootstrap resamples for 95% CIs (0 = none).")] = 1000,
-    no_cache: NoCacheOpt = None,
-    concurrency: ConcurrencyOpt = None,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="Hide the progress bars.")] = False,
 ) -> None:
     """Benchmark METHOD once per value of one option (e.g. the retrieval window) and compare the runs.
@@ -55,7 +52,7 @@ def bench_sweep_command(
         data = load_dataset(dataset, data_dir)
     except (SweepError, DatasetError) as exc:
         raise fail(str(exc))
-    config = make_config(model, base_url, api_key, no_cache, concurrency)
+    config, concurrency = flags.config(), flags.concurrency
     try:  # one judge for every run (only suites that need a judge use it)
         judge = get_llm(config)
     except (ValueError, LLMError):

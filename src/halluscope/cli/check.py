@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional, cast
 
 import typer
 
-from halluscope.cli.common import (ApiKeyOpt, BaseUrlOpt, ConcurrencyOpt, InputFileError, ModelOpt, NoCacheOpt,
-                                   OptionOpt, check_fraction, check_output_file, fail, make_config, parse_options, read_text_input)
+from halluscope.cli.common import (NO_FLAGS, InputFileError, ModelFlags, OptionOpt, check_fraction, check_output_file,
+                                   fail, model_options, parse_options, read_text_input)
 from halluscope.records import Evidence, Finding, Report
 
 if TYPE_CHECKING:
@@ -213,16 +213,13 @@ def read_contexts(paths: list[str]) -> tuple[list[str], list[str]]:
     return chunks, names
 
 
+@model_options()
 def check_command(
     source: Annotated[Optional[str], typer.Option("--source", "-s", help="Source text file ('-' for stdin).")] = None,
     target: Annotated[Optional[str], typer.Option("--target", "-t", help="Target text file to check ('-' for stdin).")] = None,
     context: Annotated[Optional[list[str]], typer.Option("--context", "-c", help="Instead of --source: a retrieved chunk's file (repeat for each chunk), or a .json file holding a list of chunks; the evidence names its chunk.")] = None,
     method: Annotated[Optional[str], typer.Option("--method", help="Method name (see `halluscope methods`).")] = None,
-    model: ModelOpt = None,
-    base_url: BaseUrlOpt = None,
-    api_key: ApiKeyOpt = None,
-    no_cache: NoCacheOpt = None,
-    concurrency: ConcurrencyOpt = None,
+    flags: ModelFlags = NO_FLAGS,
     option: OptionOpt = None,
     threshold: Annotated[Optional[float], typer.Option(help="Consistent when the score is at least this and there is no finding (default: the method's, see `halluscope methods`; the same setting as -o threshold=).")] = None,
     output_format: Annotated[Optional[str], typer.Option("--format", "-f", help="text (default), json (the full Report, indented) or jsonl (one line).")] = None,
@@ -284,7 +281,7 @@ def check_command(
             tgt = read_text_input(cast(str, target), "target")
         except InputFileError as exc:
             raise fail(str(exc))
-    config = make_config(model, base_url, api_key, no_cache, concurrency)
+    config, concurrency = flags.config(), flags.concurrency
     options = parse_options(option)
     if threshold is not None:
         if "threshold" in options and options["threshold"] != threshold:

@@ -1,10 +1,14 @@
-"""Shared CLI helpers: input reading with clear errors, model flags -> Config, report printing."""
+"""Shared CLI helpers: input reading with clear errors, the model/endpoint flags (one block) -> Config."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import os
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, BinaryIO, Optional
 
@@ -118,12 +122,24 @@ def check_output_file(path: str | Path | None, flag: str) -> None:
         raise fail(f"{flag} {path}: the folder {parent} does not exist")
 
 
-ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="Model: 'embedded' (default, offline), 'embedded:<name|path.gguf>', a model name at --base-url, or a LiteLLM model ('litellm:<model>', 'anthropic/...'; docs/providers.md).", envvar="HALLUSCOPE_MODEL")]
-BaseUrlOpt = Annotated[Optional[str], typer.Option("--base-url", help="OpenAI-compatible endpoint (also HALLUSCOPE_BASE_URL / OPENAI_BASE_URL).", envvar="HALLUSCOPE_BASE_URL")]
-ApiKeyOpt = Annotated[Optional[str], typer.Option("--api-key", help="API key (also HALLUSCOPE_API_KEY / OPENAI_API_KEY).", envvar="HALLUSCOPE_API_KEY", show_default=False)]
-NoCacheOpt = Annotated[Optional[bool], typer.Option("--no-cache/--cache", help="Do not read or write the response cache (--cache: use it even when HALLUSCOPE_CACHE or the config file turns it off).", show_default=False)]
-ConcurrencyOpt = Annotated[Optional[int], typer.Option("--concurrency", min=1, max=1024, help="Max LLM requests in flight.", envvar="HALLUSCOPE_MAX_CONCURRENCY")]
-OptionOpt = Annotated[Optional[list[str]], typer.Option("--option", "-o", help="Method option KEY=VALUE (repeatable), e.g. -o style=cot.")]
+ModelOpt = Annotated[Optional[str], typer.Option(
+    "--model", "-m", envvar="HALLUSCOPE_MODEL",
+    help="Model: 'embedded' (default, offline), 'embedded:<name|path.gguf>', a model name at --base-url, or a LiteLLM "
+         "model ('litellm:<model>', 'anthropic/...'; docs/providers.md).")]
+BaseUrlOpt = Annotated[Optional[str], typer.Option(
+    "--base-url", envvar="HALLUSCOPE_BASE_URL",
+    help="OpenAI-compatible endpoint (also HALLUSCOPE_BASE_URL / OPENAI_BASE_URL).")]
+ApiKeyOpt = Annotated[Optional[str], typer.Option(
+    "--api-key", envvar="HALLUSCOPE_API_KEY", show_default=False,
+    help="API key (also HALLUSCOPE_API_KEY / OPENAI_API_KEY).")]
+NoCacheOpt = Annotated[Optional[bool], typer.Option(
+    "--no-cache/--cache", show_default=False,
+    help="Do not read or write the response cache (--cache: use it even when HALLUSCOPE_CACHE or the config file "
+         "turns it off).")]
+ConcurrencyOpt = Annotated[Optional[int], typer.Option(
+    "--concurrency", min=1, max=1024, envvar="HALLUSCOPE_MAX_CONCURRENCY", help="Max LLM requests in flight.")]
+OptionOpt = Annotated[Optional[list[str]], typer.Option(
+    "--option", "-o", help="Method option KEY=VALUE (repeatable), e.g. -o style=cot.")]
 
 
 OLD_OUT_HELP = "Old spelling of --output (kept so existing scripts work)."
@@ -138,6 +154,60 @@ def either(flag: str, value: Any, old_flag: str, old_value: Any, from_command_li
     if value is not None and old_value is not None and value != old_value:
         raise fail(f"{flag} and {old_flag} (its old spelling) disagree: give {flag} only")
     return value if value is not None else old_value
+
+
+@dataclass(frozen=True)
+class ModelFlags:
+    """The model/endpoint flags of a command (see :func:`model_options`), as given; ``config()`` builds its
+    Config."""
+
+    model: str | None = None
+    base_url: str | None = None
+    api_key: str | None = None
+    no_cache: bool | None = None
+    concurrency: int | None = None
+
+    def config(self) -> Config:
+        return make_config(self.model, self.base_url, self.api_key, self.no_cache, self.concurrency)
+
+
+NO_FLAGS = ModelFlags()
+"""The default of a command's ``flags`` parameter (replaced by :func:`model_options`): none given."""
+
+MODEL_FLAGS: dict[str, Any] = {"model": ModelOpt, "base_url": BaseUrlOpt, "api_key": ApiKeyOpt,
+                               "no_cache": NoCacheOpt, "concurrency": ConcurrencyOpt}
+"""The one declaration of the model/endpoint flags every command that talks to a model takes, in help order."""
+
+
+def model_options(cache: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator of a command that talks to a model: its ``flags: ModelFlags = NO_FLAGS`` parameter becomes the
+    :data:`MODEL_FLAGS` (``--model``, ``--base-url``, ``--api-key``, ``--no-cache/--cache``, ``--concurrency``),
+    shown in ``--help`` where that parameter stands; the command gets them back as one :class:`ModelFlags`.
+    ``cache=False`` leaves out ``--no-cache/--cache`` (``serve``: each of its flags has an environment variable;
+    its cache follows HALLUSCOPE_CACHE and the config file)."""
+    names = [n for n in MODEL_FLAGS if cache or n != "no_cache"]
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(command, eval_str=True)
+        params = list(signature.parameters.values())
+        at = [p.name for p in params].index("flags")
+        kind = inspect.Parameter.KEYWORD_ONLY if params[at].kind is inspect.Parameter.KEYWORD_ONLY \
+            else inspect.Parameter.POSITIONAL_OR_KEYWORD
+        added = [inspect.Parameter(n, kind, default=None, annotation=MODEL_FLAGS[n]) for n in names]
+        params[at:at + 1] = added
+
+        @functools.wraps(command)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            flags = ModelFlags(**{n: kwargs.pop(n, None) for n in names})
+            return command(*args, flags=flags, **kwargs)
+
+        run.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in params}
+        if signature.return_annotation is not inspect.Signature.empty:
+            run.__annotations__["return"] = signature.return_annotation
+        return run
+
+    return decorate
 
 
 def make_config(model: str | None = None, base_url: str | None = None, api_key: str | None = None,

@@ -7,19 +7,18 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from halluscope.cli.common import (ConcurrencyOpt, ModelOpt, NoCacheOpt, OptionOpt, check_output_file, fail,
-                                   make_config, parse_options)
+from halluscope.cli.common import (NO_FLAGS, ModelFlags, OptionOpt, check_output_file, fail, model_options,
+                                   parse_options)
 
 
+@model_options()
 def fit_combiner_command(
     output: Annotated[Path, typer.Option("--output", "-O", help="The combiner file to write (JSON).")],
     runs: Annotated[Optional[list[str]], typer.Option("--runs", "-r", help="A bench output folder (its items.jsonl and run.json) of one member; repeat per member. NAME=FOLDER names the member (two runs of one method).")] = None,
     methods: Annotated[Optional[str], typer.Option("--methods", help="Comma-separated methods to score now on --dataset (each a resumable bench run under --work-dir), e.g. rouge,gate,geval.")] = None,
     dataset: Annotated[Optional[str], typer.Option("--dataset", "-d", help="Where the labels come from (names as `halluscope bench`: summedits[:domain], qags, final, or a .jsonl); default: the dataset of the first --runs folder.")] = None,
     option: OptionOpt = None,
-    model: ModelOpt = None,
-    no_cache: NoCacheOpt = None,
-    concurrency: ConcurrencyOpt = None,
+    flags: ModelFlags = NO_FLAGS,
     sample: Annotated[Optional[int], typer.Option("--sample", min=1, help="With --methods: the bench's seeded stratified subsample, N per (split, domain).")] = None,
     limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="With --methods: only the first N items (after --sample).")] = None,
     work_dir: Annotated[Path, typer.Option("--work-dir", help="With --methods: where the members' bench runs go (resumable).")] = Path("runs"),
@@ -70,7 +69,7 @@ def fit_combiner_command(
                 raise fail("--methods needs --dataset")
             data = load_dataset(dataset, data_dir)
             members = _score_members(data, [m.strip() for m in (methods or "").split(",") if m.strip()], option,
-                                     model, no_cache, concurrency, sample, limit, seed, work_dir)
+                                     flags, sample, limit, seed, work_dir)
         fit = fit_combiner(data.examples, members, dataset=data.spec, folds=folds, seed=seed, l2=l2,
                            features=features, n_bootstrap=bootstrap, min_gain=min_gain,  # type: ignore[arg-type]
                            transfer_by=transfer_by, target=target)  # type: ignore[arg-type]
@@ -98,9 +97,8 @@ def fit_combiner_command(
                + f"; use it with: halluscope check --method ensemble -o combiner={output}")
 
 
-def _score_members(data: Any, names: list[str], option: list[str] | None, model: str | None, no_cache: bool | None,
-                   concurrency: int | None, sample: int | None, limit: int | None, seed: int,
-                   work_dir: Path) -> list[Any]:
+def _score_members(data: Any, names: list[str], option: list[str] | None, flags: ModelFlags, sample: int | None,
+                   limit: int | None, seed: int, work_dir: Path) -> list[Any]:
     """Each method scored on the dataset as an ordinary resumable bench run; its folder read back as a member.
     ``-o NAME.KEY=VALUE`` sets member NAME's option KEY."""
     import asyncio
@@ -119,7 +117,7 @@ def _score_members(data: Any, names: list[str], option: list[str] | None, model:
         if not dot or member not in per_member:
             raise fail(f"-o {key}: member options are written MEMBER.OPTION=VALUE with MEMBER one of {', '.join(names)}")
         per_member[member][name] = value
-    config = make_config(model, None, None, no_cache, concurrency)
+    config, concurrency = flags.config(), flags.concurrency
     members = []
     for name in names:
         try:

@@ -8,9 +8,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from halluscope.cli.common import finite_number, ApiKeyOpt, BaseUrlOpt, ModelOpt, NoCacheOpt, fail, make_config
+from halluscope.cli.common import NO_FLAGS, ModelFlags, fail, finite_number, model_options
 
 
+@model_options()
 def inject_command(
     dataset: Annotated[str, typer.Argument(help="Faithful targets: a dataset spec (e.g. 'squality:dev', 'summedits:news') or a harness-format .jsonl file.")],
     output: Annotated[Path, typer.Option("--output", "-O", help="Where to write the Example JSONL.")],
@@ -30,10 +31,7 @@ def inject_command(
     gold_samples: Annotated[Optional[int], typer.Option(min=1, help="Votes per judge for --gold-evidence (votes after the first are sampled). Default: 1 with several judges, 3 with one.")] = None,
     gold_consensus: Annotated[float, typer.Option(min=0.0, max=1.0, callback=finite_number, help="Share of ALL votes that must say PASS for a passage to become gold evidence (paper: 3 of 4 = 0.75).")] = 0.75,
     data_dir: Annotated[Optional[Path], typer.Option(help="Folder of the shared benchmark data (default: ../shared/data or HALLUSCOPE_DATA_DIR).")] = None,
-    model: ModelOpt = None,
-    base_url: BaseUrlOpt = None,
-    api_key: ApiKeyOpt = None,
-    no_cache: NoCacheOpt = None,
+    flags: ModelFlags = NO_FLAGS,
 ) -> None:
     """Invent plausible facts the source does not support and weave them into faithful targets at complexity
     1-3. Each written Example has label 0, the facts as descriptions, the inserted text as gold spans and each
@@ -90,7 +88,7 @@ def inject_command(
         raise fail("no input items left after filtering (check --split / --include-inconsistent)")
 
     needs_llm = (fact is None and donors is None) or weave == "llm" or gold_evidence
-    config = make_config(model, base_url, api_key, no_cache)
+    config = flags.config()
     llm = get_llm(config) if needs_llm else None
     builder = None
     if gold_evidence and llm is not None:

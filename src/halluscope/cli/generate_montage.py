@@ -9,7 +9,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from halluscope.cli.common import ApiKeyOpt, BaseUrlOpt, ModelOpt, NoCacheOpt, fail, make_config
+from halluscope.cli.common import NO_FLAGS, ModelFlags, fail, model_options
 
 
 def _read_items(path: Path) -> list[dict[str, Any]]:
@@ -48,6 +48,7 @@ def _pairs(items: list[dict[str, Any]], source_field: str, target_field: str, id
                 yield f"{item_id}#{k}", source, target, {"source_id": item_id, "target_index": k}
 
 
+@model_options()
 def montage_command(
     input: Annotated[Path, typer.Argument(help="JSONL with a source and a correct target per line.")],
     output: Annotated[Path, typer.Option("--output", "-O", help="Where to write the Example JSONL.")],
@@ -63,10 +64,7 @@ def montage_command(
     target_field: Annotated[str, typer.Option(help="Field holding the correct target (a string or a list of strings, e.g. SQuALITY's plot_summaries).")] = "target",
     id_field: Annotated[str, typer.Option(help="Field holding the item id.")] = "id",
     split: Annotated[Optional[str], typer.Option(help="Value for the examples' split field.")] = None,
-    model: ModelOpt = None,
-    base_url: BaseUrlOpt = None,
-    api_key: ApiKeyOpt = None,
-    no_cache: NoCacheOpt = None,
+    flags: ModelFlags = NO_FLAGS,
 ) -> None:
     """Build montage-lie groups: per target, the truth (label 1) and lies whose event order is shuffled to an
     exact ShuffleD per difficulty (label 0), sharing a group id. The default is the paper's event-level
@@ -86,7 +84,7 @@ def montage_command(
         raise fail("no (source, target) pairs in the input")
     try:
         generator = MontageGenerator(
-            config=make_config(model, base_url, api_key, no_cache), level=level,  # type: ignore[arg-type]
+            config=flags.config(), level=level,  # type: ignore[arg-type]
             difficulties=difficulty or DIFFICULTIES, paraphrase=paraphrase, seed=seed, max_events=max_events,
         )
     except ValueError as exc:

@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from halluscope.cli.common import (OLD_OUT_HELP, ApiKeyOpt, BaseUrlOpt, ConcurrencyOpt, ModelOpt, NoCacheOpt, either,
-                                   fail, make_config)
+from halluscope.cli.common import OLD_OUT_HELP, NO_FLAGS, ModelFlags, either, fail, model_options
 
 if TYPE_CHECKING:
     from halluscope.generators.perturb import PerturbGenerator
     from halluscope.records import Example, Usage
 
 
+@model_options()
 def perturb_command(
     input: Annotated[Optional[str], typer.Option("--dataset", "-d", help="Dataset name (e.g. squality:dev) or an Example .jsonl file. Required.", show_default=False)] = None,
     old_input: Annotated[Optional[str], typer.Option("--input", "-i", hidden=True, help="Old spelling of --dataset.")] = None,
@@ -35,11 +35,7 @@ def perturb_command(
     require_tags: Annotated[bool, typer.Option("--require-tags", help="Reject replies without <rewritten> tags (default: take an untagged reply whole).")] = False,
     skipped: Annotated[Optional[Path], typer.Option(help="Where to log skipped perturbations with reasons and raw replies (default: OUT with .skipped.jsonl).")] = None,
     data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Shared data folder.", envvar="HALLUSCOPE_DATA_DIR")] = None,
-    model: ModelOpt = None,
-    base_url: BaseUrlOpt = None,
-    api_key: ApiKeyOpt = None,
-    no_cache: NoCacheOpt = None,
-    concurrency: ConcurrencyOpt = None,
+    flags: ModelFlags = NO_FLAGS,
 ) -> None:
     """Write each original plus its meaning-preserving perturbations as harness Example JSONL."""
     input = either("--dataset", input, "--input", old_input)
@@ -68,7 +64,7 @@ def perturb_command(
     if not originals:
         raise fail("no originals to perturb (check --dataset, --max-words, --sample, --limit)")
 
-    config = make_config(model, base_url, api_key, no_cache, concurrency)
+    config = flags.config()
     try:
         generator = PerturbGenerator(config=config, perturbations=names, unit=unit,  # type: ignore[arg-type]
                                      insert_with=insert_with,  # type: ignore[arg-type]

@@ -8,8 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from halluscope.cli.common import (ApiKeyOpt, BaseUrlOpt, ConcurrencyOpt, InputFileError, ModelOpt, NoCacheOpt,
-                                   OptionOpt, check_output_file, fail, make_config, parse_options, read_text_input)
+from halluscope.cli.common import (NO_FLAGS, InputFileError, ModelFlags, OptionOpt, check_output_file, fail,
+                                   model_options, parse_options, read_text_input)
 from halluscope.records import Report
 
 
@@ -50,17 +50,14 @@ def print_improvement(report: Report) -> None:
                   f"{u.cache_hits} cache hits, {report.elapsed_s:.2f}s[/dim]")
 
 
+@model_options()
 def improve_command(
     source: Annotated[str, typer.Option("--source", "-s", help="Source text file ('-' for stdin).")],
     target: Annotated[str, typer.Option("--target", "-t", help="Target text file to improve ('-' for stdin).")],
     rounds: Annotated[int, typer.Option("--rounds", "-n", min=1, max=10, help="Maximum rewrite rounds.")] = 2,
     level: Annotated[str, typer.Option(help="'sentence' (rewrite flagged sentences) or 'paragraph' (whole text).")] = "sentence",
     evaluator: Annotated[Optional[str], typer.Option("--method", help="The evaluator that flags sentences and re-verifies each rewrite: dcr (default, the paper's) or any method that yields findings (probe, factscore, dove, localize, ...); -o options then go to it. Same as -o evaluator=NAME.")] = None,
-    model: ModelOpt = None,
-    base_url: BaseUrlOpt = None,
-    api_key: ApiKeyOpt = None,
-    no_cache: NoCacheOpt = None,
-    concurrency: ConcurrencyOpt = None,
+    flags: ModelFlags = NO_FLAGS,
     option: OptionOpt = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-O", help="Write the verified improved text here.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the full Report as JSON.")] = False,
@@ -82,7 +79,7 @@ def improve_command(
         tgt = read_text_input(target, "target")
     except InputFileError as exc:
         raise fail(str(exc))
-    config = make_config(model, base_url, api_key, no_cache, concurrency)
+    config = flags.config()
     options = parse_options(option)
     if evaluator is not None:
         options["evaluator"] = evaluator

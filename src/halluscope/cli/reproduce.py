@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Literal, Optional, cast
 
 import typer
 
-from halluscope.cli.common import (OLD_OUT_HELP, ApiKeyOpt, BaseUrlOpt, ConcurrencyOpt, ModelOpt, NoCacheOpt, fail, make_config,
-                                   parse_options, either)
+from halluscope.cli.common import OLD_OUT_HELP, NO_FLAGS, ModelFlags, either, fail, model_options, parse_options
 
 if TYPE_CHECKING:
     from halluscope.bench.reproduce.core import Protocol
@@ -40,6 +39,7 @@ def _list_rows(protocol: Protocol, embedded: bool) -> None:
                "choose with --methods ID[,ID...] or --methods all")
 
 
+@model_options()
 def reproduce_command(
     paper: Annotated[str, typer.Argument(help="dove, dcr, final, longdoc or probe.")],
     methods: Annotated[Optional[list[str]], typer.Option("--methods", help="Rows to run: row ids or method names, comma-separated or repeated, or 'all' (see --list). Default: every row, or a cheap subset on the embedded model.")] = None,
@@ -53,9 +53,7 @@ def reproduce_command(
     builder: Annotated[str, typer.Option("--builder", help="How generated sets are built: llm (the paper's way), no-llm (halluscope's model-free variant), auto (no-llm on the embedded model, else llm).")] = "auto",
     build_option: Annotated[Optional[list[str]], typer.Option("--build", "-b", help="Builder option KEY=VALUE (repeatable): montage level/max_events/difficulties, inject facts_from/weave/complexities/max_sentences, perturb perturbations/unit/insert_with/max_sentences.")] = None,
     option: Annotated[Optional[list[str]], typer.Option("--option", "-o", help="Method option KEY=VALUE for every row whose method has it (a row's own options win), e.g. -o top_k=1.")] = None,
-    model: ModelOpt = None,
-    base_url: BaseUrlOpt = None,
-    api_key: ApiKeyOpt = None,
+    flags: ModelFlags = NO_FLAGS,
     judge_model: Annotated[Optional[str], typer.Option("--judge-model", help="Model for FINAL's matching judge (default: the evaluated model).", envvar="HALLUSCOPE_JUDGE_MODEL")] = None,
     judge_base_url: Annotated[Optional[str], typer.Option("--judge-base-url", help="Endpoint for the judge, if different.", envvar="HALLUSCOPE_JUDGE_BASE_URL")] = None,
     judge_api_key: Annotated[Optional[str], typer.Option("--judge-api-key", help="API key for the judge, if different.", envvar="HALLUSCOPE_JUDGE_API_KEY", show_default=False)] = None,
@@ -64,8 +62,6 @@ def reproduce_command(
     select_on: Annotated[Optional[str], typer.Option("--select-on", help="final: a dataset spec or .jsonl the prompt variant is chosen on instead of the scored items.")] = None,
     paper_model: Annotated[Optional[str], typer.Option("--paper-model", help="Show the paper's numbers for this model where a row has several (default: the paper's reference model).")] = None,
     bootstrap: Annotated[int, typer.Option("--bootstrap", min=0, max=100_000, help="Bootstrap resamples for 95% CIs (0 = none).")] = 1000,
-    no_cache: NoCacheOpt = None,
-    concurrency: ConcurrencyOpt = None,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="Hide progress bars.")] = False,
     list_rows: Annotated[bool, typer.Option("--list", help="List the protocol's rows and exit.")] = False,
 ) -> None:
@@ -84,7 +80,7 @@ def reproduce_command(
         protocol = get_protocol(paper)
     except ReproduceError as exc:
         raise fail(str(exc))
-    config = make_config(model, base_url, api_key, no_cache, concurrency)
+    config, concurrency = flags.config(), flags.concurrency
     embedded = is_embedded(config)
     if list_rows:
         _list_rows(protocol, embedded)

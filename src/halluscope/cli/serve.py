@@ -9,19 +9,18 @@ import typer
 
 from halluscope.cli.common import (
     finite_number,
-    ApiKeyOpt,
-    BaseUrlOpt,
-    ConcurrencyOpt,
-    ModelOpt,
+    NO_FLAGS,
+    ModelFlags,
     either,
     fail,
-    make_config,
+    model_options,
 )
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 DEFAULT_CHECK_TIMEOUT_S = 300.0
 
 
+@model_options(cache=False)
 def serve_command(
     ctx: typer.Context,
     host: Annotated[str, typer.Option(help="Interface to bind; keep 127.0.0.1 unless a token is set.", envvar="HALLUSCOPE_SERVER_HOST")] = "127.0.0.1",
@@ -52,10 +51,7 @@ def serve_command(
     metrics_public: Annotated[bool, typer.Option(help="Serve /metrics without the token.", envvar="HALLUSCOPE_SERVER_METRICS_PUBLIC")] = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.", envvar="HALLUSCOPE_SERVER_LOG_LEVEL")] = "info",
     log_format: Annotated[str, typer.Option(help="json (one object per line, with request ids) or text.", envvar="HALLUSCOPE_SERVER_LOG_FORMAT")] = "json",
-    model: ModelOpt = None,
-    base_url: BaseUrlOpt = None,
-    api_key: ApiKeyOpt = None,
-    concurrency: ConcurrencyOpt = None,
+    flags: ModelFlags = NO_FLAGS,
 ) -> None:
     """Serve checks, batches and persistent jobs over HTTP (OpenAPI docs at /docs, metrics at /metrics).
 
@@ -87,7 +83,7 @@ def serve_command(
             parse_jobs_url(jobs_url)
         except ValueError as exc:
             raise fail(f"--jobs-url: {exc}")
-    config = make_config(model, base_url, api_key, concurrency=concurrency)
+    config = flags.config()
     settings = ServerSettings(
         token=token, max_chars=max_chars, timeout_s=timeout, default_method=method,
         max_body_bytes=int(max_body_mb * 2**20), body_timeout_s=body_timeout, header_timeout_s=header_timeout, max_in_flight=max_in_flight, max_queue=max_queue,

@@ -44,7 +44,7 @@ JudgeRound = Callable[[list[tuple[Claim, Context]]], Awaitable[list[Verdict]]]
 
 async def max_over_snippets(claims: Sequence[Claim], contexts: Mapping[str, Sequence[Context]],
                             judge_round: JudgeRound) -> tuple[list[Verdict], dict[str, Any]]:
-    """Seed 003 Eq. 2: each claim judged against its snippets, best first, keeping its best verdict
+    """The long-document paper's Eq. 2: each claim judged against its snippets, best first, keeping its best verdict
     (:func:`best_verdict`) and stopping at the first supporting snippet (the max cannot rise further).
 
     It runs in rounds so that a verifier can share calls: every claim still open is judged against its next

@@ -24,7 +24,7 @@ DensityFn = Callable[[str, Sequence[str]], list[float | None]]
 
 
 class EmbeddingDensity:
-    """Seed 003 Eq. 3 through the shared retrieval stage, one index per distinct source. When sentence
+    """The long-document paper's Eq. 3 through the shared retrieval stage, one index per distinct source. When sentence
     embeddings are not available (first call decides, so one report never mixes measures) it uses a
     TF-IDF cosine instead and says so in ``measure``."""
 

@@ -49,20 +49,30 @@ DCE_PARAGRAPH_PROMPT = PromptTemplate(
     ),
 )
 
+_EXCERPT_RULE = ("is consistent only if the EXCERPT states or directly implies every piece of information in it (who, "
+                 "what, when, where, how much, why, result). Anything contradicted by the EXCERPT, or not found in "
+                 "it, makes the sentence inconsistent.")
+
+
+def _excerpt_user(batch: bool) -> str:
+    """The excerpt check, one wording for one SENTENCE and for numbered SENTENCES (``batch``)."""
+    intro = ("Below is an EXCERPT of a long source document and {} from a text that is supposed to be based on that "
+             "document. ").format("numbered SENTENCES" if batch else "one SENTENCE")
+    reason = "'Consistent:' or 'Inconsistent:', then explain.\n\n$format\n\nEXCERPT:\n$source\n\n"
+    if not batch:
+        return (intro + "Decide whether the EXCERPT supports the SENTENCE: the sentence " + _EXCERPT_RULE + "\n\n"
+                "Start the \"reason\" with " + reason + "SENTENCE:\n$sentence")
+    return (intro + "For each sentence on its own, decide whether the EXCERPT supports it: a sentence " + _EXCERPT_RULE
+            + " The other sentences are not evidence.\n\nGive exactly one entry per sentence, with its number as "
+            "\"id\". Start each \"reason\" with " + reason + "There are $count SENTENCES.\n\nSENTENCES:\n$sentences")
+
+
 DCE_EXCERPT_PROMPT = PromptTemplate(
     name="dcr_dce_excerpt",
     version="2",
     reply=DceSingleReply,
     system=_SYSTEM,
-    user=(
-        "Below is an EXCERPT of a long source document and one SENTENCE from a text that is supposed to be "
-        "based on that document. Decide whether the EXCERPT supports the SENTENCE: the sentence is consistent "
-        "only if the EXCERPT states or directly implies every piece of information in it (who, what, when, "
-        "where, how much, why, result). Anything contradicted by the EXCERPT, or not found in it, makes the "
-        "sentence inconsistent.\n\n"
-        "Start the \"reason\" with 'Consistent:' or 'Inconsistent:', then explain.\n\n$format\n\n"
-        "EXCERPT:\n$source\n\nSENTENCE:\n$sentence"
-    ),
+    user=_excerpt_user(batch=False),
 )
 
 DCE_EXCERPT_BATCH_PROMPT = PromptTemplate(
@@ -71,16 +81,7 @@ DCE_EXCERPT_BATCH_PROMPT = PromptTemplate(
     reply=DceExcerptBatchReply,
     literal=("count",),
     system=_SYSTEM,
-    user=(
-        "Below is an EXCERPT of a long source document and numbered SENTENCES from a text that is supposed "
-        "to be based on that document. For each sentence on its own, decide whether the EXCERPT supports it: a "
-        "sentence is consistent only if the EXCERPT states or directly implies every piece of information in it "
-        "(who, what, when, where, how much, why, result). Anything contradicted by the EXCERPT, or not found in "
-        "it, makes the sentence inconsistent. The other sentences are not evidence.\n\n"
-        "Give exactly one entry per sentence, with its number as \"id\". Start each \"reason\" with "
-        "'Consistent:' or 'Inconsistent:', then explain.\n\n$format\n\n"
-        "EXCERPT:\n$source\n\nThere are $count SENTENCES.\n\nSENTENCES:\n$sentences"
-    ),
+    user=_excerpt_user(batch=True),
 )
 
 AMC_PROMPT = PromptTemplate(

@@ -39,7 +39,7 @@ class AmcScore:
 def amc_score(marks: list[int] | tuple[int, ...], sentence_level: list[bool] | tuple[bool, ...]) -> AmcScore:
     """``Z = (sum z + alpha) / (k + beta)`` with ``alpha = -sum(z of excluded)``, ``beta = -#excluded``.
 
-    Seed 001 App. I: marks [-1, +1, -1] where the first reason is paragraph-level -> alpha = 1, beta = -1,
+    The DCR paper's App. I: marks [-1, +1, -1] where the first reason is paragraph-level -> alpha = 1, beta = -1,
     Z = (-1 + 1) / 2 = 0, score 0.5."""
     if len(marks) != len(sentence_level):
         raise ValueError(f"{len(marks)} marks but {len(sentence_level)} sentence-level flags")

@@ -25,16 +25,39 @@ FACTSCORE_DECOMPOSE_PROMPT = PromptTemplate(
     ),
 )
 
+_SUPPORT_RULE = ("only if the SOURCE states it or it follows directly from the SOURCE; a fact that the SOURCE "
+                 "contradicts, or that cannot be verified from it, is not supported.")
+_DESCRIBE_RULE = ("describe every inconsistency separately: for each, say what the fact claims (quote its words in "
+                  "double quotes) and what the SOURCE says instead, or which detail the SOURCE does not contain. Be "
+                  "brief and specific; ")
+
+
+def _verify_user(describe: bool, batch: bool) -> str:
+    """The verification instruction, one wording for one FACT and for a list of numbered FACTS (``batch``), with
+    or without (``describe``) a description of each inconsistency."""
+    if not batch:
+        text = "Is the FACT supported by the SOURCE? It is supported " + _SUPPORT_RULE
+        if describe:
+            text += ("\nIf and only if it is not supported, " + _DESCRIBE_RULE + "avoid vague statements such as "
+                     "\"this cannot be verified\". Never put two problems in one description.")
+        return text + "\n\n$format\n\nSOURCE:\n$source\n\nFACT:\n$fact"
+    text = ("For each of the numbered FACTS, decide on its own whether the SOURCE supports it. A fact is supported "
+            + _SUPPORT_RULE + " Judge every fact separately: another fact in the list is not evidence.")
+    if describe:
+        text += ("\nFor a fact that is not supported, and only then, " + _DESCRIBE_RULE + "never put two problems in "
+                 "one description. A supported fact has an empty list.\n")
+    else:
+        text += " "
+    return (text + "Give exactly one entry per fact, with the fact's number as its id.\n\n"
+            "$format\n\nSOURCE:\n$source\n\nThere are $count FACTS.\n\nFACTS:\n$facts")
+
+
 FACTSCORE_VERIFY_PROMPT = PromptTemplate(
     name="factscore_verify",
     version="2",
     reply=FactCheckReply,
     system=_SYSTEM,
-    user=(
-        "Is the FACT supported by the SOURCE? It is supported only if the SOURCE states it or it follows "
-        "directly from the SOURCE; a fact that the SOURCE contradicts, or that cannot be verified from it, is "
-        "not supported.\n\n$format\n\nSOURCE:\n$source\n\nFACT:\n$fact"
-    ),
+    user=_verify_user(describe=False, batch=False),
 )
 
 FACTSCORE_DESCRIBE_PROMPT = PromptTemplate(
@@ -42,20 +65,8 @@ FACTSCORE_DESCRIBE_PROMPT = PromptTemplate(
     version="2",
     reply=FactJudgmentReply,
     system=_SYSTEM,
-    user=(
-        "Is the FACT supported by the SOURCE? It is supported only if the SOURCE states it or it follows "
-        "directly from the SOURCE; a fact that the SOURCE contradicts, or that cannot be verified from it, is "
-        "not supported.\n"
-        "If and only if it is not supported, describe every inconsistency separately: for each, say what the "
-        "fact claims (quote its words in double quotes) and what the SOURCE says instead, or which detail the "
-        "SOURCE does not contain. Be brief and specific; avoid vague statements such as \"this cannot be "
-        "verified\". Never put two problems in one description.\n\n"
-        "$format\n\nSOURCE:\n$source\n\nFACT:\n$fact"
-    ),
+    user=_verify_user(describe=True, batch=False),
 )
-
-_SUPPORTED_RULE = ("A fact is supported only if the SOURCE states it or it follows directly from the SOURCE; a fact "
-                   "that the SOURCE contradicts, or that cannot be verified from it, is not supported.")
 
 FACTSCORE_VERIFY_BATCH_PROMPT = PromptTemplate(
     name="factscore_verify_batch",
@@ -63,12 +74,7 @@ FACTSCORE_VERIFY_BATCH_PROMPT = PromptTemplate(
     reply=FactCheckBatchReply,
     literal=("count",),
     system=_SYSTEM,
-    user=(
-        "For each of the numbered FACTS, decide on its own whether the SOURCE supports it. "
-        + _SUPPORTED_RULE + " Judge every fact separately: another fact in the list is not evidence. Give exactly "
-        "one entry per fact, with the fact's number as its id.\n\n"
-        "$format\n\nSOURCE:\n$source\n\nThere are $count FACTS.\n\nFACTS:\n$facts"
-    ),
+    user=_verify_user(describe=False, batch=True),
 )
 
 FACTSCORE_DESCRIBE_BATCH_PROMPT = PromptTemplate(
@@ -77,16 +83,7 @@ FACTSCORE_DESCRIBE_BATCH_PROMPT = PromptTemplate(
     reply=FactJudgmentBatchReply,
     literal=("count",),
     system=_SYSTEM,
-    user=(
-        "For each of the numbered FACTS, decide on its own whether the SOURCE supports it. "
-        + _SUPPORTED_RULE + " Judge every fact separately: another fact in the list is not evidence.\n"
-        "For a fact that is not supported, and only then, describe every inconsistency separately: for each, say "
-        "what the fact claims (quote its words in double quotes) and what the SOURCE says instead, or which "
-        "detail the SOURCE does not contain. Be brief and specific; never put two problems in one description. "
-        "A supported fact has an empty list.\n"
-        "Give exactly one entry per fact, with the fact's number as its id.\n\n"
-        "$format\n\nSOURCE:\n$source\n\nThere are $count FACTS.\n\nFACTS:\n$facts"
-    ),
+    user=_verify_user(describe=True, batch=True),
 )
 
 FACTSCORE_DEDUP_PROMPT = PromptTemplate(
