@@ -364,3 +364,38 @@ def test_verdict_first_with_retrieval_shares_the_prompt_prefix_across_snippets()
     assert report.details["context"]["mode"] == "retrieval"
     assert [v.label for v in report.verdicts] == ["supported", "contradicted"]
     assert report.verdicts[1].evidence[0].span.of(SOURCE) == EXPLANATION["evidence"]
+
+
+def test_bench_table_puts_the_label_score_beside_the_probability_score_from_one_run(tmp_path) -> None:
+    """``halluscope bench --methods``: a system whose Reports carry a probability score gets two rows computed from
+    the same run, and its label row is exactly what ``-o score=label`` gives on the same replies."""
+    from halluscope.bench.datasets import load_dataset
+    from halluscope.bench.harness import run_systems
+    from halluscope.sync import run_sync
+
+    claims = {"build a ferry": 0.9, "own budget": 0.2, "grant": 0.7, "bridge": 0.4}
+    targets = ["The city will build a ferry. The city pays for the whole project from its own budget.",
+               "The city will build a ferry. A regional transport grant pays two thirds.",
+               "The city will build a bridge. The city pays for the whole project from its own budget.",
+               "The city will build a ferry."]
+    (tmp_path / "items.jsonl").write_text("".join(
+        json.dumps({"id": f"i{i}", "source": SOURCE, "target": t, "label": int("budget" not in t)}) + "\n"
+        for i, t in enumerate(targets)))
+    dataset = load_dataset(str(tmp_path / "items.jsonl"))
+    methods = [(label, get_method("dcr", llm=LLM(verdict_first_fake(claims)), order="verdict_first",
+                                  explain=False, **extra))
+               for label, extra in (("vf", {}), ("vf label", {"score": "label"}))]
+    quality = run_sync(run_systems(methods, dataset, tmp_path / "out", n_bootstrap=50, progress=False))
+
+    assert [s["system"] for s in quality["summary"]] == ["vf [label score]", "vf [probability score]", "vf label"]
+    rows = [json.loads(line) for line in (tmp_path / "out" / "rows.jsonl").read_text().splitlines()]
+    scores = {(r["system"], r["item"]): r["score"] for r in rows}
+    for i in range(4):
+        assert scores[("vf [label score]", f"i{i}")] == scores[("vf label", f"i{i}")]
+    assert scores[("vf [probability score]", "i0")] == pytest.approx((0.9 + 0.2) / 2)
+    assert scores[("vf [label score]", "i0")] == pytest.approx(0.5)
+    assert scores[("vf [probability score]", "i3")] == pytest.approx(0.9)
+    summary = {s["system"]: s for s in quality["summary"]}
+    assert summary["vf [label score]"]["calls_per_item"] == summary["vf [probability score]"]["calls_per_item"] > 0
+    table = (tmp_path / "out" / "quality.md").read_text()
+    assert "| vf [label score] |" in table and "| vf [probability score] |" in table

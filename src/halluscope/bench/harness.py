@@ -27,7 +27,8 @@ from halluscope.bench.datasets import Dataset
 from halluscope.bench.engines import Engine
 from halluscope.bench.folder import ITEMS_FILE, ItemStore, folder_identity_clash
 from halluscope.bench.peers import Peer
-from halluscope.bench.quality_table import ROWS_FILE, RUN_FILE, Row, dataset_markdown, summarize
+from halluscope.bench.quality_table import (ROWS_FILE, RUN_FILE, Row, dataset_markdown, split_score_kinds,
+                                            summarize)
 from halluscope.bench.runner import BenchError, run_bench, select_examples
 from halluscope.methods.base import Method
 from halluscope.records import Example
@@ -130,11 +131,12 @@ async def run_systems(
         await run_peer(peer, examples, out_dir / folder_name(peer.name), retry_unscored=retry_unscored)
     rows = collect_rows(labels, examples, out_dir, dataset.spec, getattr(judge, "name", None))
     complete = [e.id for e in examples if all(any(r.system == s and r.item == e.id for r in rows) for s in labels)]
+    rows, systems = split_score_kinds(rows, labels)
     table_rows = [r for r in rows if r.item in set(complete)]
     (out_dir / ROWS_FILE).write_text("".join(r.as_json() + "\n" for r in rows), encoding="utf-8")
     meta = {"dataset": dataset.spec, "model": model, "endpoint": endpoint, "items_run": len(complete),
             "items_asked": len(examples), "judge": getattr(judge, "name", None), "skipped": dict(skipped or {})}
-    quality: dict[str, Any] = {"meta": meta, "summary": summarize(table_rows, labels, n_bootstrap, seed), "results": results}
+    quality: dict[str, Any] = {"meta": meta, "summary": summarize(table_rows, systems, n_bootstrap, seed), "results": results}
     (out_dir / QUALITY_JSON).write_text(json.dumps({k: v for k, v in quality.items() if k != "results"}, indent=2,
                                                    default=str) + "\n", encoding="utf-8")
     (out_dir / QUALITY_MD).write_text(dataset_markdown(quality["summary"], meta), encoding="utf-8")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +68,44 @@ class Row:
                   domain=example.meta.get("domain"), gold_descriptions=example.descriptions)
         if report.unscored_reason:
             row.notes["unscored_reason"] = report.unscored_reason[:300]
+        score_info = report.details.get("score") if isinstance(report.details, dict) else None
+        if isinstance(score_info, dict) and score_info.get("kind") in ("label", "probability"):
+            row.notes["score_kind"] = score_info["kind"]
+            row.notes["label_score"] = score_info.get("label_score")
+            row.notes["probability_score"] = score_info.get("probability_score")
         return row
+
+
+LABEL_SUFFIX = " [label score]"
+PROBABILITY_SUFFIX = " [probability score]"
+
+
+def split_score_kinds(rows: list[Row], systems: list[str]) -> tuple[list[Row], list[str]]:
+    """A system whose Reports carry a probability score (``details["score"]``, see ``-o score=``) becomes two rows
+    of the table, computed from the same run: ``<system> [label score]``, the paper's score from the verdicts'
+    labels alone, and ``<system> [probability score]``, the same formula with each verdict's P(supported). An item
+    whose verdicts carry no probability keeps its label score on the probability row (``notes["label_fallback"]``).
+    Calls, tokens and seconds are the run's, on both rows. Other systems are returned as they are."""
+    out: list[Row] = []
+    names: list[str] = []
+    for system in systems:
+        mine = [r for r in rows if r.system == system]
+        if not any(r.notes.get("score_kind") == "probability" for r in mine):
+            out += mine
+            names.append(system)
+            continue
+        names += [system + LABEL_SUFFIX, system + PROBABILITY_SUFFIX]
+        for r in mine:
+            label = r.notes.get("label_score")
+            out.append(replace(r, system=system + LABEL_SUFFIX, score=label, scored=label is not None,
+                               notes={**r.notes, "score_from": "label_score"}))
+        for r in mine:
+            probability = r.notes.get("probability_score")
+            score = probability if probability is not None else r.score
+            notes = {**r.notes, "score_from": "probability_score" if probability is not None else "label_fallback"}
+            out.append(replace(r, system=system + PROBABILITY_SUFFIX, score=score, scored=score is not None,
+                               notes=notes))
+    return out, names
 
 
 def _bootstrap(statistic: Any, n: int, resamples: tuple[int, int] = (1000, 0)) -> dict[str, Any]:
