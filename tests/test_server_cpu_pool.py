@@ -20,6 +20,7 @@ from fastapi.testclient import TestClient
 from halluscope.config import Config
 from halluscope.llm import LLM, FakeModel
 from halluscope.server import ServerSettings, create_app
+from halluscope.methods import method_class
 from halluscope.server.cpu_pool import takes
 
 TOKEN = "t0ken"
@@ -79,6 +80,21 @@ def test_no_llm_checks_run_in_another_process_with_the_same_reports_as_on_thread
     assert set(pids) <= workers
     assert in_processes == on_threads
     assert any(r["score"] is not None and r["score"] < 1 for r in in_processes)  # not trivially equal
+
+
+def test_methods_that_call_an_llm_or_come_from_elsewhere_stay_on_the_threads():
+    from halluscope.methods import Method
+    from halluscope.methods.rouge import Rouge
+
+    class Outside(Rouge):  # a no-LLM method defined outside halluscope: a fresh process may not know it
+        name = "outside"
+
+    class Calls(Rouge):
+        uses_llm = True
+
+    assert takes(Rouge()) and not takes(Outside()) and not takes(Calls())
+    embed = Method.__new__(method_class("embed"))
+    assert not takes(embed)
 
 
 def options_valid() -> bool:
@@ -161,8 +177,8 @@ def test_a_killed_worker_fails_its_check_explicitly_and_the_next_check_succeeds(
 
 
 def test_a_check_past_the_time_limit_has_its_process_killed(tmp_path):
-    """The worker is stopped, so the check cannot finish: 504 at the limit, and its process is replaced rather than
-    left holding the slot (the next check is answered by a new process)."""
+    """The worker is stopped, so the check cannot finish: 504 at the limit, and its process is killed and replaced
+    rather than left holding the slot (the new one answers; the next check there: the killed-worker test)."""
     with TestClient(make_app(tmp_path, cpu_workers=1, timeout_s=3.0), raise_server_exceptions=False) as c:
         pool = c.app.state.service.cpu
         first = pool.pids()[0]
@@ -176,10 +192,8 @@ def test_a_check_past_the_time_limit_has_its_process_killed(tmp_path):
                 pass
         assert r.status_code == 504, r.text
         assert pool.restarts == 1
-        pids: list[int] = []
-        pool.on_result = pids.append
-        again = c.post("/check", headers=AUTH, json={"source": PAIRS[0][0], "target": PAIRS[0][1], "method": "rouge"})
-        assert again.status_code == 200 and pids and pids[0] != first
+        new = pool._slots[0].warm.result(60)  # the replacement has started and answered its first call
+        assert new != first and pool.pids() == [new]
     with pytest.raises(ProcessLookupError):  # killed, and reaped
         for _ in range(200):
             os.kill(first, 0)

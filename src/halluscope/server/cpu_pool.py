@@ -69,11 +69,12 @@ class NotInWorker(RuntimeError):
 
 class RemoteError(Exception):
     """An exception raised in a worker, carried back by kind (``input``, ``options``, ``internal``, ``missing``),
-    its original type's name and its message (the exception itself may not survive pickling)."""
+    its original type's name, its message and its traceback's text (the exception itself may not survive
+    pickling)."""
 
-    def __init__(self, kind: str, type_name: str, message: str):
-        super().__init__(kind, type_name, message)
-        self.kind, self.type_name, self.message = kind, type_name, message
+    def __init__(self, kind: str, type_name: str, message: str, trace: str = ""):
+        super().__init__(kind, type_name, message, trace)
+        self.kind, self.type_name, self.message, self.trace = kind, type_name, message, trace
 
     def __str__(self) -> str:
         return f"{self.type_name}: {self.message}"
@@ -137,7 +138,9 @@ def _run_check(name: str, cls_path: str, options: dict[str, Any], example: Examp
     except (ValueError, TypeError, KeyError, ValidationError) as exc:
         raise RemoteError("options", type(exc).__name__, str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - carried back by name and message: the server logs it
-        raise RemoteError("internal", type(exc).__name__, str(exc)) from None
+        import traceback
+
+        raise RemoteError("internal", type(exc).__name__, str(exc), traceback.format_exc()) from None
     return os.getpid(), report
 
 
@@ -267,7 +270,12 @@ class CpuPool:
                 return self._free.pop()
             future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
             self._waiters.append((asyncio.get_running_loop(), future))
-        return await future  # a cancelled waiter hands on the slot it may have been given (_give)
+        try:
+            return await future  # a waiter cancelled before it was given a slot hands it on (_give)
+        except asyncio.CancelledError:  # cancelled just after it was given one: hand that on
+            if future.done() and not future.cancelled() and future.exception() is None:
+                self._release(future.result())
+            raise
 
     def _release(self, i: int) -> None:
         with self._lock:
@@ -345,6 +353,9 @@ class CpuPool:
                 if exc.kind == "missing":
                     self._missing.add(cls_path)
                     raise NotInWorker(str(exc)) from None
+                if exc.kind == "internal":
+                    _log.error("a check failed in worker process %s:\n%s", self._slots[i].pid if i < len(self._slots)
+                               else "?", exc.trace)
                 raise
         finally:
             self._release(i)
