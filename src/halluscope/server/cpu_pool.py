@@ -156,7 +156,7 @@ def _context() -> Any:
 
     preload = [__name__, "halluscope.stages",
                *(method_class(n).__module__ for n in list_methods() if method_class(n).__module__.startswith("halluscope.")),
-               *(m for m, _ in FIRST_USE_MODULES)]
+               *(m for m, _ in FIRST_USE_MODULES), "halluscope.server.cpu_preload"]
     ctx.set_forkserver_preload(list(dict.fromkeys(preload)))  # used when the fork server starts (once a process)
     return ctx
 
