@@ -226,3 +226,58 @@ def test_serve_reads_cpu_workers_from_flags_and_the_environment(monkeypatch):
     monkeypatch.setenv("HALLUSCOPE_SERVER_CPU_WORKERS", "3")
     assert CliRunner().invoke(cli_app, ["serve"]).exit_code == 0 and seen["cpu"] == 3
     assert CliRunner().invoke(cli_app, ["serve", "--cpu-workers", "-1"]).exit_code == 2
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux /proc)."""
+    from pathlib import Path
+
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads the process tree from /proc (Linux)")
+def test_worker_processes_end_when_the_server_is_killed(tmp_path):
+    """A server killed with SIGKILL cannot stop its workers: they see the end of the pipe it held and exit rather
+    than wait for work forever (and with them the fork server and the resource tracker)."""
+    pytest.importorskip("uvicorn", reason="server extra not installed: pip install 'halluscope[server]'")
+    from halluscope.server import loadtest
+
+    with loadtest.start_server(tmp_path / "server", "--cpu-workers", "2", token=TOKEN) as server:
+        r = httpx_post(server.url, {"source": PAIRS[0][0], "target": PAIRS[0][1], "method": "gate"})
+        assert r.status_code == 200, r.text
+        helpers = _children(server.pid)  # the fork server and multiprocessing's resource tracker
+        workers = [w for h in helpers for w in _children(h)]
+        assert len(workers) == 2, (helpers, workers)
+        server.kill9()
+    deadline = time.monotonic() + 60
+    while any(_state(p) not in ("Z", "gone") for p in workers + helpers):
+        if time.monotonic() > deadline:
+            for p in workers:  # leave nothing behind, then fail
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            raise AssertionError(f"processes still running after the server was killed: {workers + helpers}")
+        time.sleep(0.1)
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+def httpx_post(url: str, body: dict):
+    import httpx
+
+    return httpx.post(url + "/check", headers=AUTH, json=body, timeout=120)

@@ -86,13 +86,25 @@ _config: Config | None = None
 _methods: collections.OrderedDict[tuple[str, str], Method] = collections.OrderedDict()
 
 
-def _init_worker(config: Config) -> None:
+def _init_worker(config: Config, server_alive: Any) -> None:
     global _config
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the server, which stops the workers
     _config = config
+    # the server holds the other end of ``server_alive`` and never writes to it: end of file = the server is gone
+    # (killed with SIGKILL, it could not stop its workers; they would otherwise wait for work forever)
+    threading.Thread(target=_exit_with_server, args=(server_alive,), daemon=True,
+                     name="halluscope-server-watch").start()
     from halluscope.server.warmup import warm_up
 
     warm_up()  # already imported where the fork server preloaded them; a spawned worker pays it here, once
+
+
+def _exit_with_server(server_alive: Any) -> None:
+    try:
+        server_alive.recv_bytes()
+    except (EOFError, OSError):
+        pass
+    os._exit(0)
 
 
 def _ping() -> int:
@@ -164,9 +176,9 @@ def _context() -> Any:
 class _Slot:
     """One worker process (an executor of one)."""
 
-    def __init__(self, ctx: Any, config: Config):
+    def __init__(self, ctx: Any, config: Config, server_alive: Any):
         self.executor = concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx, initializer=_init_worker,
-                                                               initargs=(config,))
+                                                               initargs=(config, server_alive))
         self.pid: int | None = None
         self.warm = self.executor.submit(_ping)
         self.warm.add_done_callback(self._started)
@@ -204,6 +216,8 @@ class CpuPool:
         """Called with the slot's index once a check has been sent to its process (tests, debugging)."""
         self.restarts = 0
         self._ctx: Any = None
+        self._alive_reader: Any = None
+        self._alive_writer: Any = None
         self._slots: list[_Slot] = []
         self._free: list[int] = []
         self._waiters: collections.deque[tuple[asyncio.AbstractEventLoop, asyncio.Future[int]]] = collections.deque()
@@ -220,7 +234,9 @@ class CpuPool:
             if self._slots:
                 return
             self._ctx = _context()
-            self._slots = [_Slot(self._ctx, self.config) for _ in range(self.n)]
+            # the workers read from this pipe: when the server process ends, however it ends, they end
+            self._alive_reader, self._alive_writer = self._ctx.Pipe(duplex=False)
+            self._slots = [_Slot(self._ctx, self.config, self._alive_reader) for _ in range(self.n)]
             self._free = list(range(self.n))
         done, pending = concurrent.futures.wait([s.warm for s in self._slots], timeout=wait_s)
         for future in done:
@@ -255,6 +271,10 @@ class CpuPool:
         for slot, thread in itertools.zip_longest(slots, closing):
             if thread is None or thread.is_alive():
                 slot.end()
+        for end in (self._alive_reader, self._alive_writer):
+            if end is not None:
+                end.close()
+        self._alive_reader = self._alive_writer = None
 
     def takes(self, method: Method) -> bool:
         cls = type(method)
@@ -302,7 +322,7 @@ class CpuPool:
             if i >= len(self._slots):
                 return
             old = self._slots[i]
-            self._slots[i] = _Slot(self._ctx, self.config)
+            self._slots[i] = _Slot(self._ctx, self.config, self._alive_reader)
             self.restarts += 1
         old.end()
         _log.warning("check worker process %s replaced: %s", old.pid, why)
