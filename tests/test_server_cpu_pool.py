@@ -19,8 +19,8 @@ from fastapi.testclient import TestClient
 
 from halluscope.config import Config
 from halluscope.llm import LLM, FakeModel
-from halluscope.server import ServerSettings, create_app
 from halluscope.methods import method_class
+from halluscope.server import ServerSettings, create_app
 from halluscope.server.cpu_pool import takes
 
 TOKEN = "t0ken"

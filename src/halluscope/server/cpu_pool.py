@@ -166,8 +166,8 @@ def _context() -> Any:
     from halluscope.methods import list_methods, method_class
     from halluscope.server.warmup import FIRST_USE_MODULES
 
-    preload = [__name__, "halluscope.stages",
-               *(method_class(n).__module__ for n in list_methods() if method_class(n).__module__.startswith("halluscope.")),
+    own = (method_class(n).__module__ for n in list_methods())
+    preload = [__name__, "halluscope.stages", *(m for m in own if m.startswith("halluscope.")),
                *(m for m, _ in FIRST_USE_MODULES), "halluscope.server.cpu_preload"]
     ctx.set_forkserver_preload(list(dict.fromkeys(preload)))  # used when the fork server starts (once a process)
     return ctx
