@@ -93,6 +93,9 @@ def test_methods_that_call_an_llm_or_come_from_elsewhere_stay_on_the_threads():
         uses_llm = True
 
     assert takes(Rouge()) and not takes(Outside()) and not takes(Calls())
+    assert takes(Rouge(), {"variant": "rouge1", "combiner": "fitted.json"})
+    assert not takes(Rouge(), {"verifier": "nli:some/checkpoint"})  # a neural checker: loaded once, on the threads
+    assert not takes(Rouge(), {"gate.checkpoint": "/models/gate"}) and not takes(Rouge(), {"embedding_model": "m"})
     embed = Method.__new__(method_class("embed"))
     assert not takes(embed)
 

@@ -18,8 +18,9 @@ pair and receives the :class:`~halluscope.records.Report` (pickled, the same rec
   refused models the operator did not allow.
 
 Methods that stay on the threads: those that call an LLM (``uses_llm``), third-party ones (a class registered at
-run time may not exist in a fresh process) and ``embed`` (a neural model would be loaded once per process; its
-kernels release the GIL anyway).
+run time may not exist in a fresh process), ``embed`` and any whose options name a neural checker or model
+(``verifier=nli:...``, ``gate=encoder:...``): the model would be loaded once per process, and its kernels release
+the GIL anyway.
 """
 
 from __future__ import annotations
@@ -52,11 +53,16 @@ def default_cpu_workers() -> int:
     return min(2, os.cpu_count() or 1)
 
 
-def takes(method: Method) -> bool:
-    """Whether ``method`` runs in the worker processes: it calls no LLM, is built into halluscope and is not kept on
-    the threads."""
-    return (not getattr(method, "uses_llm", True) and method.name not in KEEP_ON_THREADS
-            and type(method).__module__.startswith("halluscope."))
+def takes(method: Method, options: dict[str, Any] | None = None) -> bool:
+    """Whether ``method``, built with ``options``, runs in the worker processes: it calls no LLM, is built into
+    halluscope, is not kept on the threads, and its options name no neural model or checker to load (an encoder
+    verifier or gate, an embedding model: each process would load its own copy; a combiner file is fine)."""
+    from halluscope.server.allow import model_references
+
+    if getattr(method, "uses_llm", True) or method.name in KEEP_ON_THREADS \
+            or not type(method).__module__.startswith("halluscope."):
+        return False
+    return all(key.rsplit(".", 1)[-1].lower() == "combiner" for key, _ in model_references(options or {}))
 
 
 class WorkerDied(RuntimeError):
@@ -276,9 +282,9 @@ class CpuPool:
                 end.close()
         self._alive_reader = self._alive_writer = None
 
-    def takes(self, method: Method) -> bool:
+    def takes(self, method: Method, options: dict[str, Any]) -> bool:
         cls = type(method)
-        return self.started and takes(method) and f"{cls.__module__}:{cls.__qualname__}" not in self._missing
+        return self.started and takes(method, options) and f"{cls.__module__}:{cls.__qualname__}" not in self._missing
 
     # --- slots ---
 

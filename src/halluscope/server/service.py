@@ -315,7 +315,7 @@ class Service:
         """The check itself: in a worker process when the method calls no LLM (:mod:`halluscope.server.cpu_pool`),
         else here."""
         recipe = self._recipes.get(method)
-        if self.cpu is not None and recipe is not None and self.cpu.takes(method):
+        if self.cpu is not None and recipe is not None and self.cpu.takes(method, recipe[1]):
             try:
                 return await self.cpu.check(method, recipe, example, labelled)
             except NotInWorker as exc:
