@@ -2,7 +2,7 @@
 
     python benchmarks/service_load.py [--body-mb 300] [--body-rounds 3] [--options 2000] [--concurrent 200]
                                       [--job-items 40] [--long-target-chars 100000] [--latency-ms 20]
-                                      [--gate-checks 4] [--gate-source-chars 395000]
+                                      [--gate-checks 4] [--gate-source-chars 395000] [--gate-cpu-workers N]
                                       [--only body options judges concurrent limits kill health hostile slow gate]
                                       [--out FILE.json]
 
@@ -31,7 +31,9 @@ tests/test_server_process.py):
   server is killed with SIGKILL, restarted on the same folder, and resumes: items lost, items recorded twice,
   requests for prompts the stub had already answered (must be 0).
 * ``gate``: ``--gate-checks`` (4) ``gate`` checks at once on a ``--gate-source-chars`` (395,000) source without
-  sentence breaks while /health is polled every 20 ms: its p50/p99/max latency and each check's time.
+  sentence breaks while /health is polled every 20 ms: its p50/p99/max latency and each check's time. The server
+  runs them in its worker processes (``--cpu-workers``, default min(2, CPUs)); ``--gate-cpu-workers`` sets that
+  flag (0: on the worker threads, as before the processes).
 * ``health``: /health latency, probed every 50 ms, while a ``dcr`` check of a ``--long-target-chars`` target
   runs (sentence splitting and span location on the worker loop, not the HTTP loop).
 
@@ -150,7 +152,8 @@ def scenario_gate(home: Path, stub: loadtest.Proc, args: argparse.Namespace) -> 
     words = "ferry bay city grant budget council vote harbour bridge tram "
     source = (words * (args.gate_source_chars // len(words) + 1))[: args.gate_source_chars]
     target = source[:4_000]  # source + target within the service's default 400,000 characters
-    with loadtest.start_server(home / "gate", "--timeout", "600", stub=stub, token=TOKEN) as server:
+    extra = () if args.gate_cpu_workers is None else ("--cpu-workers", str(args.gate_cpu_workers))
+    with loadtest.start_server(home / "gate", "--timeout", "600", *extra, stub=stub, token=TOKEN) as server:
         headers = {"Authorization": f"Bearer {TOKEN}"}
         checks: list[dict[str, Any]] = []
 
@@ -181,7 +184,8 @@ def scenario_gate(home: Path, stub: loadtest.Proc, args: argparse.Namespace) -> 
         def pct(p: float) -> float | None:
             return round(waits[min(len(waits) - 1, int(p * len(waits)))], 1) if waits else None
 
-        return {"source_chars": len(source), "target_chars": len(target), "checks": checks,
+        return {"source_chars": len(source), "target_chars": len(target), "cpu_workers": args.gate_cpu_workers,
+                "checks": checks,
                 "health_idle_p50_ms": round(idle[10], 1), "health_probes": len(waits), "health_p50_ms": pct(0.5),
                 "health_p99_ms": pct(0.99), "health_max_ms": round(waits[-1], 1) if waits else None}
 
@@ -204,6 +208,8 @@ def main() -> None:
     parser.add_argument("--slow", type=int, default=4)
     parser.add_argument("--gate-checks", type=int, default=4)
     parser.add_argument("--gate-source-chars", type=int, default=395_000)
+    parser.add_argument("--gate-cpu-workers", type=int, default=None,
+                        help="the server's --cpu-workers in the gate scenario (default: the server's default)")
     parser.add_argument("--only", nargs="*", choices=sorted(SCENARIOS))
     parser.add_argument("--out", help="also write the results as JSON here")
     args = parser.parse_args()

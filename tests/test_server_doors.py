@@ -199,9 +199,10 @@ def test_serve_reads_allow_model_from_flags_and_the_environment(monkeypatch):
                                                       ("rouge", "halluscope.methods.rouge", "rouge_scores")])
 def test_health_and_other_checks_are_answered_while_cpu_work_provably_runs(tmp_path, monkeypatch, method, module,
                                                                            function):
-    """One worker loop. The CPU stage of a ``gate`` (its sentence split) or ``rouge`` (its scoring) check is held
-    inside the stage until the test releases it: /health and a geval check on the same worker are answered while
-    it is provably still running (the stage runs on a thread, not on the worker's event loop)."""
+    """One worker loop, no worker processes (``cpu_workers=0``: the thread path). The CPU stage of a ``gate`` (its
+    sentence split) or ``rouge`` (its scoring) check is held inside the stage until the test releases it: /health
+    and a geval check on the same worker are answered while it is provably still running (the stage runs on a
+    thread, not on the worker's event loop). The process path: tests/test_server_cpu_pool.py."""
     import importlib
     import threading
 
@@ -215,7 +216,7 @@ def test_health_and_other_checks_are_answered_while_cpu_work_provably_runs(tmp_p
         return real(*args, **kwargs)
 
     monkeypatch.setattr(mod, function, held)
-    app = make_app(tmp_path, workers=1)
+    app = make_app(tmp_path, workers=1, cpu_workers=0)
     results: dict[str, int] = {}
     with TestClient(app, raise_server_exceptions=False) as c:
         def post(name, method_name):

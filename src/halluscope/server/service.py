@@ -25,6 +25,7 @@ from halluscope.methods.base import validate_pair
 from halluscope.records import Example, Report
 from halluscope.server.admission import Admission
 from halluscope.server.allow import ModelNotAllowed, refuse_unlisted
+from halluscope.server.cpu_pool import CpuPool, NotInWorker, RemoteError, WorkerDied
 from halluscope.server.instances import MethodCache
 from halluscope.server.jobs import CheckFailed, JobRunner, JobStore, result_line
 from halluscope.server.jobs.base import JobRunnerAPI, JobStoreAPI, JobStoreUnavailable
@@ -84,6 +85,9 @@ class Service:
         self.metrics = Metrics()
         self.admission = Admission(settings.max_in_flight, settings.max_queue, settings.queue_timeout_s)
         self.pool = WorkerPool(settings.workers)
+        # the checks that call no LLM run in worker processes (their CPU work would hold the GIL the HTTP loop needs)
+        self.cpu = CpuPool(settings.cpu_workers, config) if settings.cpu_workers > 0 else None
+        self._recipes: weakref.WeakKeyDictionary[Method, tuple[str, dict[str, Any]]] = weakref.WeakKeyDictionary()
         self.methods = MethodCache(settings.method_cache_size, self._build_method, on_evict=self._evicted)
         self._uses: dict[int, int] = {}  # id(method) -> checks running with it
         self._retired: weakref.WeakSet[Method] = weakref.WeakSet()  # evicted: closed once no check uses them
@@ -120,6 +124,14 @@ class Service:
             if self.runner is not None:
                 return
             warm_up()  # before ready: a broken install fails the start, and first-use imports are paid here
+            if self.cpu is not None:
+                try:
+                    self.cpu.start()  # its processes import the same before ready
+                except Exception as exc:  # noqa: BLE001 - e.g. a script that starts the app unguarded by __main__
+                    self.cpu.stop()
+                    self.cpu = None
+                    event(logging.WARNING, "no check worker processes: no-LLM checks run on the worker threads",
+                          reason=f"{type(exc).__name__}: {exc}")
             on_item = lambda ok: self.metrics.job_items.labels("report" if ok else "error").inc()  # noqa: E731
             store: JobStoreAPI
             runner: JobRunnerAPI
@@ -144,8 +156,8 @@ class Service:
             self.store = store
             self._runner_future = self.pool.submit(runner.main(), worker=0)
             self.runner = runner
-            event(logging.INFO, "service started", boot_id=self.boot_id, jobs_db=where,
-                  workers=self.pool.n, pid=os.getpid(), replica=self.replica)
+            event(logging.INFO, "service started", boot_id=self.boot_id, jobs_db=where, workers=self.pool.n,
+                  cpu_workers=self.cpu.pids() if self.cpu is not None else [], pid=os.getpid(), replica=self.replica)
 
     def stop(self, wait: bool = True) -> None:
         """Stop the jobs (they go back to the queue), the workers and the store. ``wait=False`` (an app
@@ -162,6 +174,8 @@ class Service:
                 except Exception:  # noqa: BLE001 - shutting down: the next start requeues anyway
                     pass
             self.pool.stop(timeout_s=10.0 if wait else 0.0)
+            if self.cpu is not None:
+                self.cpu.stop(grace_s=2.0 if wait else 0.0)
             if store is not None and wait:
                 store.close()
                 self.store = None
@@ -208,7 +222,9 @@ class Service:
         refuse_unlisted(options, self.allowed_models())  # before anything is built or loaded
         cls = method_class(name)  # KeyError: unknown method
         llm = self._shared_llm() if cls.uses_llm else None
-        return get_method(name, llm=llm, config=self.config, **options)
+        method = get_method(name, llm=llm, config=self.config, **options)
+        self._recipes[method] = (name, dict(options))  # how a worker process builds the same instance
+        return method
 
     async def method(self, name: str, options: dict[str, Any]) -> Method:
         """The (cached) instance; 400 for an unknown method or bad options, 403 for a model the operator did not
@@ -257,10 +273,11 @@ class Service:
         with self._uses_lock:
             self._uses[id(method)] = self._uses.get(id(method), 0) + 1
         try:
-            work = method.acheck_example(example) if labelled else method.acheck(example.source, example.target)
-            report = await asyncio.wait_for(work, self.settings.timeout_s)
+            report = await asyncio.wait_for(self._checked(method, example, labelled), self.settings.timeout_s)
         except TimeoutError:
             raise CheckFailed(504, f"check took longer than {self.settings.timeout_s:.0f}s") from None
+        except WorkerDied as exc:
+            raise CheckFailed(500, str(exc)) from None
         except InputError as exc:
             if origin != "job":
                 raise CheckFailed(422, str(exc)) from None
@@ -270,6 +287,11 @@ class Service:
             logging.getLogger("halluscope.server").warning("check failed on its options", exc_info=True)
             raise CheckFailed(422, redact_paths(f"{method.name} could not run with these options: "
                                                 f"{type(exc).__name__}: {exc}")) from None
+        except RemoteError as exc:  # raised in a worker process
+            if exc.kind != "options":
+                raise
+            logging.getLogger("halluscope.server").warning("check failed on its options: %s", exc)
+            raise CheckFailed(422, redact_paths(f"{method.name} could not run with these options: {exc}")) from None
         finally:
             with self._uses_lock:
                 left = self._uses[id(method)] - 1
@@ -288,6 +310,17 @@ class Service:
             report = attribute_chunks(report, [Span(start=a, end=b) for a, b in chunks], example.source)
         self.metrics.observe_report(report, origin)
         return render(report)
+
+    async def _checked(self, method: Method, example: Example, labelled: bool) -> Report:
+        """The check itself: in a worker process when the method calls no LLM (:mod:`halluscope.server.cpu_pool`),
+        else here."""
+        recipe = self._recipes.get(method)
+        if self.cpu is not None and recipe is not None and self.cpu.takes(method, recipe[1]):
+            try:
+                return await self.cpu.check(method, recipe, example, labelled)
+            except NotInWorker as exc:
+                event(logging.INFO, "method runs on the threads: a worker process cannot build it", reason=str(exc))
+        return await (method.acheck_example(example) if labelled else method.acheck(example.source, example.target))
 
     async def run_check(self, method: Method, example: Example, origin: str, render: Callable[[Report], T],
                         labelled: bool = False) -> T:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 MiB = 2**20
@@ -61,6 +62,11 @@ class ServerSettings:
     workers: int = 2
     """Threads, each with its own event loop, that run the checks: CPU-heavy work never blocks the loop
     that answers HTTP (so /health and refusals stay fast)."""
+
+    cpu_workers: int = field(default_factory=lambda: min(2, os.cpu_count() or 1))
+    """Processes that run the checks calling no LLM (``gate``, ``rouge``, a no-LLM ensemble or pipeline): their
+    CPU work then holds no lock the HTTP loop needs (on a thread it holds the GIL, and /health waits for it).
+    Default ``min(2, CPUs)``; 0 = run them on the worker threads like the others (``halluscope/server/cpu_pool.py``)."""
 
     jobs_db: Path | None = None
     """SQLite file of the jobs; default ``jobs.sqlite`` next to the LLM response cache (which resumed jobs
