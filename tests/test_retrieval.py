@@ -369,3 +369,14 @@ def test_cached_minilm_vectors_equal_fresh_ones(tmp_path):
     fresh = retrieval.encode(texts, cache=None)
     assert np.array_equal(first, from_disk)  # float32 bytes round-trip exactly
     assert np.abs(first - fresh).max() < 1e-5 and first.shape == (7, 384)
+
+
+def test_bm25_over_sentences_without_a_term_scores_zero_instead_of_failing() -> None:
+    """``bm25s`` cannot index a corpus whose sentences hold only stopwords or punctuation; the gate on such a
+    source used to raise (the service answered 422)."""
+    from halluscope.methods import get_method
+    from halluscope.retrieval.bm25 import _bm25_index
+
+    assert list(_bm25_index(["a b c.", "d e."]).get_scores(["cat"])) == [0.0, 0.0]
+    report = get_method("gate").check("a b c. d e.", "a b")
+    assert report.score is not None and len(report.verdicts) == 1
