@@ -71,7 +71,7 @@ def bench_command(
         data = load_dataset(dataset, data_dir)
         selection = load_dataset(select_on, data_dir) if select_on else None
     except DatasetError as exc:
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     config = make_config(model, base_url, api_key, no_cache, concurrency)
     if methods is not None:
         if select_on or select_holdout:
@@ -85,14 +85,14 @@ def bench_command(
     try:
         m = get_method(method, config=config, **parse_options(option))
     except (KeyError, TypeError, ValueError) as exc:
-        raise fail(str(exc).strip("'\""))
+        raise fail(str(exc).strip("'\"")) from exc
     if m.uses_llm:
         from halluscope.llm.cache import CacheBackendError
 
         try:
             _ = m.llm  # opens the response cache now: a wrong cache URL or an unreachable Redis fails here, clearly
         except CacheBackendError as exc:
-            raise fail(str(exc))
+            raise fail(str(exc)) from exc
         except (ValueError, LLMError):
             pass  # a backend that cannot be built is reported as before (judge / per item)
     judge = _judge(config, (judge_model, judge_base_url, judge_api_key), [m] if m.uses_llm else [])
@@ -103,7 +103,7 @@ def bench_command(
                                         concurrency=concurrency, progress=not no_progress, engine=runner_engine,
                                         select_on=selection, select_holdout=select_holdout))
     except (BenchError, ValueError, *engine_errors) as exc:  # type: ignore[misc]  # a tuple of exception types
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     finally:
         if runner_engine is not None:
             runner_engine.close()
@@ -124,7 +124,7 @@ def _engine(engine: str, address: str | None, actors: int, actor_concurrency: in
                                   cpus_per_actor=actor_cpus)
         runner_engine.connect()
     except (RayEngineError, ValueError, ConnectionError) as exc:
-        raise fail(f"--engine ray: {exc}")
+        raise fail(f"--engine ray: {exc}") from exc
     return runner_engine, (RayEngineError,)
 
 
@@ -142,7 +142,7 @@ def _judge(config: Config, judge_flags: tuple[str | None, ...], llm_methods: lis
             return judge
         return _optional_judge(config)
     except (ValueError, LLMError) as exc:
-        raise fail(f"judge model: {exc}")
+        raise fail(f"judge model: {exc}") from exc
 
 
 def _bench_many(methods: str, peers: str | None, data: Any, config: Config, option: list[str] | None,
@@ -161,7 +161,7 @@ def _bench_many(methods: str, peers: str | None, data: Any, config: Config, opti
     try:
         specs = parse_methods(methods)
     except ValueError as exc:
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     if not specs and not peers:
         raise fail("--methods none runs the peers alone: name them with --peers")
     shared = parse_options(option)
@@ -171,7 +171,7 @@ def _bench_many(methods: str, peers: str | None, data: Any, config: Config, opti
             built.append((spec.label, get_method(spec.name, config=config,
                                                  **{**shared, **parse_options([f"{k}={v}" for k, v in spec.options.items()])})))
         except (KeyError, TypeError, ValueError) as exc:
-            raise fail(f"{spec.label}: {str(exc).strip(chr(39) + chr(34))}")
+            raise fail(f"{spec.label}: {str(exc).strip(chr(39) + chr(34))}") from exc
     llm_methods = [m for _, m in built if m.uses_llm]
     judge = _judge(config, judge_flags, llm_methods)
     peer_list, skipped = [], {}
@@ -181,7 +181,7 @@ def _bench_many(methods: str, peers: str | None, data: Any, config: Config, opti
         try:
             peer_list.append(make_peer(key, endpoint))
         except ValueError as exc:
-            raise fail(f"--peers: {exc}")
+            raise fail(f"--peers: {exc}") from exc
         except PeerUnavailable as exc:
             skipped[PEER_NAMES[key]] = str(exc)
             typer.secho(f"note: {PEER_NAMES[key]} skipped: {exc}", err=True)
@@ -197,7 +197,7 @@ def _bench_many(methods: str, peers: str | None, data: Any, config: Config, opti
                                           seed=seed, limit=limit, n_bootstrap=bootstrap, retry_unscored=retry_unscored,
                                           concurrency=concurrency, progress=progress, engine=runner_engine))
     except (BenchError, ValueError, *engine_errors) as exc:  # type: ignore[misc]  # a tuple of exception types
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     finally:
         if runner_engine is not None:
             runner_engine.close()

@@ -54,7 +54,7 @@ def bench_sweep_command(
         check_retrieval_sweep(key, options)  # before loading anything: a sweep that would measure nothing
         data = load_dataset(dataset, data_dir)
     except (SweepError, DatasetError) as exc:
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     config = make_config(model, base_url, api_key, no_cache, concurrency)
     try:  # one judge for every run (only suites that need a judge use it)
         judge = get_llm(config)
@@ -72,6 +72,6 @@ def bench_sweep_command(
                                         judge=judge, sample=sample, seed=seed, limit=limit, n_bootstrap=bootstrap,
                                         concurrency=concurrency, progress=not no_progress))
     except (SweepError, BenchError, ValueError) as exc:
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     typer.echo(render_markdown(summary))
     typer.echo(f"wrote {out}/{SWEEP_MD}, sweep.json, sweep.png and one run folder per value")

@@ -283,7 +283,7 @@ def check_command(
                 src = read_text_input(cast(str, source), "source")  # both given: checked above
             tgt = read_text_input(cast(str, target), "target")
         except InputFileError as exc:
-            raise fail(str(exc))
+            raise fail(str(exc)) from exc
     config = make_config(model, base_url, api_key, no_cache, concurrency)
     options = parse_options(option)
     if threshold is not None:
@@ -295,12 +295,12 @@ def check_command(
         name, options = resolve_method(method or config.method, options)
         m = get_method(name, config=config, **options)
     except (KeyError, TypeError, ValueError) as exc:
-        raise fail(str(exc.args[0] if isinstance(exc, KeyError) else exc))
+        raise fail(str(exc.args[0] if isinstance(exc, KeyError) else exc)) from exc
     if m.uses_llm:
         try:  # a backend that cannot be built is a set-up error, not an unscored pair
             m.llm  # noqa: B018
         except (LLMError, ValueError) as exc:
-            raise fail(str(exc))
+            raise fail(str(exc)) from exc
     if input_file is not None:
         code = check_table(m, input_file, cast(str, output_file), source_column, target_column, threshold,
                            concurrency, progress, retry_unscored, fail_under, output_format)
@@ -309,7 +309,7 @@ def check_command(
         with working(progress, f"checking with {m.name} ({m.model_name or 'no LLM'})"):
             report = m.check(chunks if chunks is not None else src, tgt)
     except (InputError, LLMError, ValueError) as exc:
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     if chunks is not None:
         from halluscope.contexts import join_contexts
 
@@ -320,7 +320,7 @@ def check_command(
         try:
             write_html(report, src, tgt, html)
         except OSError as exc:  # e.g. no permission: a clear refusal, not a traceback
-            raise fail(f"--html {html}: cannot write the report: {exc.strerror or exc}")
+            raise fail(f"--html {html}: cannot write the report: {exc.strerror or exc}") from exc
     if output_format == "json":
         typer.echo(report.model_dump_json(indent=2))
     elif output_format == "jsonl":
@@ -357,7 +357,7 @@ def check_table(method: Method, input_file: str, output_file: str, source_column
                                       threshold=threshold, concurrency=concurrency, progress=progress,
                                       retry_unscored=retry_unscored))
     except (TableError, LLMError) as exc:
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     code = batch_exit_code(summary, fail_under)
     if output_format != "text":
         typer.echo(json.dumps({**summary, "exit_code": code}, indent=2 if output_format == "json" else None))

@@ -75,7 +75,7 @@ def fit_combiner_command(
                            features=features, n_bootstrap=bootstrap, min_gain=min_gain,  # type: ignore[arg-type]
                            transfer_by=transfer_by, target=target)  # type: ignore[arg-type]
     except (CombinerError, DatasetError, MissingExtraError) as exc:
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     c = fit.combiner
     typer.echo(f"combiner of {', '.join(m.name for m in c.members)} on {c.data['dataset']}: n = {c.data['n']} "
                f"{c.data.get('labels') or ''}")
@@ -125,15 +125,15 @@ def _score_members(data: Any, names: list[str], option: list[str] | None, model:
         try:
             method = get_method(name, config=config, **per_member[name])
         except (KeyError, TypeError, ValueError) as exc:
-            raise fail(str(exc.args[0] if isinstance(exc, KeyError) else exc))
+            raise fail(str(exc.args[0] if isinstance(exc, KeyError) else exc)) from exc
         out = work_dir / default_out_dir(data.spec, name, method.model_name, sample, seed).name
         try:
             asyncio.run(run_bench(method, data, out, sample=sample, seed=seed, limit=limit, n_bootstrap=0,
                                   progress=False, concurrency=concurrency))
         except (BenchError, ValueError) as exc:
-            raise fail(str(exc))
+            raise fail(str(exc)) from exc
         try:
             members.append(load_member_run(out))
         except CombinerError as exc:
-            raise fail(str(exc))
+            raise fail(str(exc)) from exc
     return members

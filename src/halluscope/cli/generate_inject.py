@@ -68,7 +68,7 @@ def inject_command(
     try:
         items = load_dataset(dataset, data_dir).examples
     except (DatasetError, OSError) as exc:
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     donors = list(items) if fact is None and facts_from == "donor" else None  # the whole dataset, before sampling
     if split is not None:
         items = [e for e in items if e.split == split]
@@ -107,7 +107,7 @@ def inject_command(
             try:
                 examples, failures = asyncio.run(generator.generate(example, levels, fact, donors))
             except LLMError as exc:
-                raise fail(f"item {example.id}: {exc}")
+                raise fail(f"item {example.id}: {exc}") from exc
             for ex in examples:
                 out.write(ex.model_dump_json(exclude_none=True) + "\n")
             out.flush()

@@ -23,7 +23,7 @@ def _read_items(path: Path) -> list[dict[str, Any]]:
             try:
                 item = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise fail(f"{path}:{lineno}: not valid JSON ({exc.msg})")
+                raise fail(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
             if not isinstance(item, dict):
                 raise fail(f"{path}:{lineno}: expected a JSON object per line")
             items.append(item)
@@ -90,7 +90,7 @@ def montage_command(
             difficulties=difficulty or DIFFICULTIES, paraphrase=paraphrase, seed=seed, max_events=max_events,
         )
     except ValueError as exc:
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     output.parent.mkdir(parents=True, exist_ok=True)
     written = 0
     skipped: list[dict[str, str]] = []
@@ -99,7 +99,7 @@ def montage_command(
             try:
                 result = asyncio.run(generator.generate(source, target, group, split=split, meta=meta))
             except LLMError as exc:
-                raise fail(f"group {group}: {exc}")
+                raise fail(f"group {group}: {exc}") from exc
             for ex in result.examples:
                 out.write(ex.model_dump_json() + "\n")
             written += len(result.examples)

@@ -55,7 +55,7 @@ def perturb_command(
     try:
         originals = load_dataset(input, data_dir).examples
     except DatasetError as exc:
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     if max_words is not None:
         originals = [e for e in originals if word_count(e.target) <= max_words]
     if sample is not None:
@@ -74,7 +74,7 @@ def perturb_command(
                                      insert_with=insert_with,  # type: ignore[arg-type]
                                      seed=seed, require_tags=require_tags)
     except ValueError as exc:
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     skipped = skipped or out.with_suffix(".skipped.jsonl")
     out.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()

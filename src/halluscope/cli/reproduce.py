@@ -83,7 +83,7 @@ def reproduce_command(
     try:
         protocol = get_protocol(paper)
     except ReproduceError as exc:
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     config = make_config(model, base_url, api_key, no_cache, concurrency)
     embedded = is_embedded(config)
     if list_rows:
@@ -99,7 +99,7 @@ def reproduce_command(
         try:
             judge = get_llm(config.with_overrides(model=judge_model, base_url=judge_base_url, api_key=judge_api_key))
         except (ValueError, LLMError) as exc:
-            raise fail(f"judge model: {exc}")
+            raise fail(f"judge model: {exc}") from exc
     gold_llms = []
     for name in [g.strip() for item in gold_model or [] for g in item.split(",") if g.strip()]:
         if paper != "probe":
@@ -107,7 +107,7 @@ def reproduce_command(
         try:
             gold_llms.append(get_llm(config.with_overrides(model=name)))
         except (ValueError, LLMError) as exc:
-            raise fail(f"gold model {name}: {exc}")
+            raise fail(f"gold model {name}: {exc}") from exc
     selection = None
     if select_on:
         from halluscope.bench.datasets import DatasetError, load_dataset
@@ -115,7 +115,7 @@ def reproduce_command(
         try:
             selection = load_dataset(select_on, data_dir)
         except DatasetError as exc:
-            raise fail(f"--select-on: {exc}")
+            raise fail(f"--select-on: {exc}") from exc
     if select_holdout is not None and not 0 < select_holdout < 1:
         raise fail("--select-holdout must be between 0 and 1")
     folder = out or _default_out(paper, config.model or ("embedded" if embedded else None), sample, seed, limit)
@@ -130,6 +130,6 @@ def reproduce_command(
                                            paper_model=paper_model, n_bootstrap=bootstrap, concurrency=concurrency,
                                            echo=lambda text: typer.secho(text, err=True)))
     except (ReproduceError, BuildError, ValueError, LLMError) as exc:
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     typer.echo(render_terminal(result))
     typer.echo(f"\nwrote {folder}/reproduce.json and reproduce.md ({result['wall_time_s']} s)")

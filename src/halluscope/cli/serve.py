@@ -73,7 +73,7 @@ def serve_command(
         from halluscope.server import ServerSettings, create_app
         from halluscope.server.logs import log_config
     except ImportError as exc:
-        raise fail(f"the server needs its extra: pip install 'halluscope[server]' ({exc})")
+        raise fail(f"the server needs its extra: pip install 'halluscope[server]' ({exc})") from exc
     if host not in LOOPBACK and not token:
         raise fail("refusing to listen beyond loopback without --token / HALLUSCOPE_SERVER_TOKEN")
     if log_format not in ("json", "text"):
@@ -86,7 +86,7 @@ def serve_command(
         try:
             parse_jobs_url(jobs_url)
         except ValueError as exc:
-            raise fail(f"--jobs-url: {exc}")
+            raise fail(f"--jobs-url: {exc}") from exc
     config = make_config(model, base_url, api_key, concurrency=concurrency)
     settings = ServerSettings(
         token=token, max_chars=max_chars, timeout_s=timeout, default_method=method,
