@@ -495,7 +495,7 @@ def fuzz_stage(method: str, options: dict, stage: str, classes: Iterable[str], g
         replies = attack_replies(cls, stage, probe_messages[0], garbage, rule_reasons)
         negations = cls in RULE_CLASSES
         for index in range(len(replies)):
-            def attack(messages, index=index, cls=cls):
+            def attack(messages, index=index, cls=cls, replies=replies):
                 built = attack_replies(cls, stage, messages, garbage, rule_reasons)
                 return built[index] if index < len(built) else replies[index]
 
