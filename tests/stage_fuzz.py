@@ -5,8 +5,9 @@ A request is recognised by its prompt template (the literal wording of every reg
 from the templates themselves, so rewording a prompt does not break it; a reply type alone cannot tell apart the
 templates that share one, e.g. dcr's paragraph and excerpt DCE or localize's filter and cot), the data it carries
 is read back from the prompt's fences (tests/prompt_data.py), and a valid reply is built from it (one entry per
-numbered unit, quotes copied from the source, ...). The attacked stage gets one reply of an attack class instead. Used by ``tests/test_fuzz_stages.py`` (a fast subset) and by
-``python benchmarks/fuzz_table.py --stage-by-stage`` (everything).
+numbered unit, quotes copied from the source, ...). The attacked stage gets one reply of an attack class instead. Used
+by ``tests/test_fuzz_stages.py`` (a fast subset) and by ``python benchmarks/fuzz_table.py --stage-by-stage``
+(everything).
 
 Counted per check: whether the attacked stage was reached (it must be: every earlier stage was answered validly),
 scores that came from an attacked reply (a scored verdict whose calls include the attacked stage and no valid

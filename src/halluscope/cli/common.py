@@ -118,10 +118,10 @@ def check_output_file(path: str | Path | None, flag: str) -> None:
         raise fail(f"{flag} {path}: the folder {parent} does not exist")
 
 
-ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="Model: 'embedded' (default, offline), 'embedded:<name|path.gguf>', a model name at --base-url, or a LiteLLM model ('litellm:<model>', 'anthropic/...'; docs/providers.md).", envvar="HALLUSCOPE_MODEL")]
+ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help=("Model: 'embedded' (default, offline), 'embedded:<name|path.gguf>', a model name at " "--base-url, or a LiteLLM model ('litellm:<model>', 'anthropic/...'; docs/providers.md)."), envvar="HALLUSCOPE_MODEL")]
 BaseUrlOpt = Annotated[Optional[str], typer.Option("--base-url", help="OpenAI-compatible endpoint (also HALLUSCOPE_BASE_URL / OPENAI_BASE_URL).", envvar="HALLUSCOPE_BASE_URL")]
 ApiKeyOpt = Annotated[Optional[str], typer.Option("--api-key", help="API key (also HALLUSCOPE_API_KEY / OPENAI_API_KEY).", envvar="HALLUSCOPE_API_KEY", show_default=False)]
-NoCacheOpt = Annotated[Optional[bool], typer.Option("--no-cache/--cache", help="Do not read or write the response cache (--cache: use it even when HALLUSCOPE_CACHE or the config file turns it off).", show_default=False)]
+NoCacheOpt = Annotated[Optional[bool], typer.Option("--no-cache/--cache", help=("Do not read or write the response cache (--cache: use it even " "when HALLUSCOPE_CACHE or the config file turns it off)."), show_default=False)]
 ConcurrencyOpt = Annotated[Optional[int], typer.Option("--concurrency", min=1, max=1024, help="Max LLM requests in flight.", envvar="HALLUSCOPE_MAX_CONCURRENCY")]
 OptionOpt = Annotated[Optional[list[str]], typer.Option("--option", "-o", help="Method option KEY=VALUE (repeatable), e.g. -o style=cot.")]
 

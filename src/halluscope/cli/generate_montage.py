@@ -51,7 +51,7 @@ def _pairs(items: list[dict[str, Any]], source_field: str, target_field: str, id
 def montage_command(
     input: Annotated[Path, typer.Argument(help="JSONL with a source and a correct target per line.")],
     output: Annotated[Path, typer.Option("--output", "-O", help="Where to write the Example JSONL.")],
-    level: Annotated[str, typer.Option(help="'event' (the paper's: LLM decomposition into chronological events, incremental lies) or 'sentence' (reorder the original sentences, no LLM; not the paper's construction, labelled in each row's meta).")] = "event",
+    level: Annotated[str, typer.Option(help=("'event' (the paper's: LLM decomposition into chronological events, incremental lies) or 'sentence' " "(reorder the original sentences, no LLM; not the paper's construction, labelled in each row's meta)."))] = "event",
     difficulty: Annotated[Optional[list[str]], typer.Option("--difficulty", help="Difficulty to generate (repeatable): easy, medium, hard, extreme. Default: all four.")] = None,
     old_difficulty: Annotated[Optional[list[str]], typer.Option("-d", hidden=True, help="Old short spelling of --difficulty (-d is --dataset elsewhere).")] = None,
     paraphrase: Annotated[bool, typer.Option(help="Also paraphrase truth and lies with a different narrative technique (LLM).")] = False,

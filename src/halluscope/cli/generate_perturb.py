@@ -27,7 +27,7 @@ def perturb_command(
     old_out: Annotated[Optional[Path], typer.Option("--out", hidden=True, help=OLD_OUT_HELP)] = None,
     perturbation: Annotated[Optional[list[str]], typer.Option("--perturbation", "-p", help="Perturbation to produce (repeatable or comma-separated; default all seven).")] = None,
     unit: Annotated[str, typer.Option(help="Rewrite the whole target ('target', as the paper) or each sentence ('sentence').")] = "target",
-    insert_with: Annotated[str, typer.Option(help="added_source_sentence: auto | tfidf | retrieval | llm (auto = retrieval stage if present, else tfidf; no LLM).")] = "auto",
+    insert_with: Annotated[str, typer.Option(help=("added_source_sentence: auto | tfidf | retrieval | llm (auto " "= retrieval stage if present, else tfidf; no LLM)."))] = "auto",
     limit: Annotated[Optional[int], typer.Option(min=1, help="Use only the first N originals (after --sample).")] = None,
     sample: Annotated[Optional[int], typer.Option(min=1, help="Seeded random subsample of N originals (input order kept).")] = None,
     max_words: Annotated[Optional[int], typer.Option(min=1, help="Only originals whose target has at most this many words.")] = None,

@@ -55,7 +55,7 @@ def improve_command(
     target: Annotated[str, typer.Option("--target", "-t", help="Target text file to improve ('-' for stdin).")],
     rounds: Annotated[int, typer.Option("--rounds", "-n", min=1, max=10, help="Maximum rewrite rounds.")] = 2,
     level: Annotated[str, typer.Option(help="'sentence' (rewrite flagged sentences) or 'paragraph' (whole text).")] = "sentence",
-    evaluator: Annotated[Optional[str], typer.Option("--method", help="The evaluator that flags sentences and re-verifies each rewrite: dcr (default, the paper's) or any method that yields findings (probe, factscore, dove, localize, ...); -o options then go to it. Same as -o evaluator=NAME.")] = None,
+    evaluator: Annotated[Optional[str], typer.Option("--method", help=("The evaluator that flags sentences and re-verifies each rewrite: dcr (default, " "the paper's) or any method that yields findings (probe, factscore, dove, " "localize, ...); -o options then go to it. Same as -o evaluator=NAME."))] = None,
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
     api_key: ApiKeyOpt = None,

@@ -11,9 +11,9 @@ record during a check travels in one :class:`~halluscope.methods.trace.RunTrace`
 
 The one retrieval protocol (long-document stress-test paper §3.2, Eq. 1-2), shared by every claim method through
 :class:`~halluscope.methods.context_selection.RetrievalSelector` and
-:func:`~halluscope.methods.snippets.max_over_snippets`: with ``retrieval=auto`` the whole source is used when the verifier's prompt fits
-the model's context window (else retrieval, also after a :class:`ContextOverflowError`); per claim the top-K
-source sentences each widened to 2w+1 sentences; the claim is verified against each snippet, best first,
+:func:`~halluscope.methods.snippets.max_over_snippets`: with ``retrieval=auto`` the whole source is used when the
+verifier's prompt fits the model's context window (else retrieval, also after a :class:`ContextOverflowError`); per
+claim the top-K source sentences each widened to 2w+1 sentences; the claim is verified against each snippet, best first,
 and keeps its best verdict (supported > contradicted > unsupported; stopping at the first supporting
 snippet, since the max cannot rise); the score averages over claims. The Report's ``details["context"]``
 says which path ran, why, and the snippets each claim was checked against.

@@ -11,7 +11,8 @@ pipeline.
   against the *whole* source, giving a reason per sentence and an overall ``is_consistent`` (recorded in
   ``details["dce_is_consistent"]``, never used in the score). ``level="paragraph"`` judges the whole target
   at once (the paper's paragraph-level variant). With retrieval, each sentence is judged against each of its
-  snippets in a call of its own (the shared protocol of the long-document stress-test paper: best snippet first, max per sentence).
+  snippets in a call of its own (the shared protocol of the long-document stress-test paper: best snippet first, max per
+  sentence).
 * **AMC** (auto-metric converter, also in the verifier): each reason is mapped to +1 (consistent) or -1
   (not), by an LLM call that only reads the reasons (``amc="llm"``, the paper's design) or by the verdict
   the reason states in words (``amc="rule"``, no extra call; see
