@@ -15,8 +15,8 @@ llama_cpp.server fills in ``repeat_penalty=1.1`` for every request that does not
 do). This server therefore decodes every request with ``repeat_penalty=1.0`` -- the embedded backend's decoding,
 not llama_cpp.server's -- and takes the lazy path for a non-streamed schema request at temperature 0 without
 penalties, a grammar or a logits processor of its own; anything else, or a schema the lazy sampler cannot compile
-or constrain, gets llama.cpp's full grammar. ``LAZY_LLAMA_SERVER_LOG`` names a file that gets one line per schema request saying
-which way it was decoded (the benchmark's check that the lazy path ran).
+or constrain, gets llama.cpp's full grammar. ``LAZY_LLAMA_SERVER_LOG`` names a file that gets one line per schema
+request saying which way it was decoded (the benchmark's check that the lazy path ran).
 """
 
 from __future__ import annotations

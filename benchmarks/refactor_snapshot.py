@@ -12,8 +12,8 @@ same questions are asked of both trees. Sections (``--parts``, all by default):
 - ``fuzz``: the stage-by-stage fuzz table counts (``benchmarks/fuzz_table.py --stage-by-stage``, in process);
 - ``methods``: for every method configuration below, on the 5 shortest items (distinct sources) of each shared
   dev set (QAGS-CNNDM, SummEdits samsum, FINAL dev), the full Report JSON with its call log (the prompts sent,
-  the replies), less wall-clock fields; the model is a scripted fake that answers every stage with a valid reply built from the
-  prompt (``tests/stage_fuzz.valid``), flipping the verdict for about one prompt in three (by a hash of the
+  the replies), less wall-clock fields; the model is a scripted fake that answers every stage with a valid reply built
+  from the prompt (``tests/stage_fuzz.valid``), flipping the verdict for about one prompt in three (by a hash of the
   prompt, so the same prompt always gets the same reply);
 - ``replays``: the report of every recorded replay fixture (``tests/replays/``) replayed offline, with the
   requests that found no recorded reply; the fixtures' item texts are read from the dev data.

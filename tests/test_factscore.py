@@ -42,7 +42,8 @@ PLACEHOLDER_FACTS = [
     '{"facts": [{"sentence": 1, "fact": "..."}, {"sentence": 1, "fact": "…"}, {"sentence": 2, "fact": "N/A"}]}',
     '{"facts": [{"sentence": 1, "fact": "The museum opened in 1998."}]}',  # the prompt's own example
     # a verbatim embedded-model reply (SmolLM2-135M on "The dog sat on the mat."): the example, copied
-    '{"facts": [{"sentence": 1, "fact": "The museum opened in 1998."}, {"sentence": 1, "fact": "The museum is in Lyon."}]}',
+    ('{"facts": [{"sentence": 1, "fact": "The museum opened in '
+     '1998."}, {"sentence": 1, "fact": "The museum is in Lyon."}]}'),
     '{"facts": [{"sentence": 1, "fact": "The museum opened in 1999."}]}',  # ... with a detail changed
 ]
 PROSE_VERDICTS = ["No problem!", "Yes, I can help with that.", "True to form, the fact is accurate.",

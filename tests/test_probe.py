@@ -259,7 +259,7 @@ def test_retrieval_always_with_top_k_and_window_shows_the_snippets_used():
     assert context["mode"] == "retrieval" and context["why"] == "requested (retrieval=always)"
     assert context["top_k"] == 3 and context["window"] == 1
     assert set(context["snippets"]) == {"c1", "c2", "c3"}
-    for cid, snippets in context["snippets"].items():
+    for snippets in context["snippets"].values():
         assert 1 <= len(snippets) <= 3 and all("span" in s for s in snippets)
     # c3 is unsupported on every snippet: all of them were tried; c1 stops at the first supporting one
     assert len(context["per_snippet"]["c3"]) == len(context["snippets"]["c3"])

@@ -145,7 +145,7 @@ def test_the_message_quotes_the_whole_evidence_and_its_chunk() -> None:
 
     long_evidence = "x" * 300 + " the relevant sentence comes after the old cut."
     source = ["first chunk", long_evidence]
-    joined = "first chunk\n\n" + long_evidence
+    joined = "\n\n".join(source)
     start = joined.index("x")
     finding = Finding(description="d", target_spans=[Span(start=0, end=3)], evidence=[
         Evidence(text=long_evidence, span=Span(start=start, end=len(joined)), chunk=1,

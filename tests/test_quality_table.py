@@ -110,8 +110,8 @@ def test_a_system_that_describes_nothing_gets_its_detection_auc_on_final(tmp_pat
                         "matched_gold": 0 if i >= 2 else 1}} for i in range(4)]
     table = qt.cells([_folder(tmp_path / "final", "Qwen-1.5B", "final:dev", rows)])
     text = qt.markdown(table)
-    assert "describes no error; detection AUC 1.000" in next(l for l in text.splitlines() if l.startswith("| rouge"))
-    localize = next(l for l in text.splitlines() if l.startswith("| localize"))
+    assert "describes no error; detection AUC 1.000" in next(line for line in text.splitlines() if line.startswith("| rouge"))
+    localize = next(line for line in text.splitlines() if line.startswith("| localize"))
     assert "F1 1.000" in localize and "<br>detection AUC 1.000" in localize  # comparable with rouge's cell
 
 

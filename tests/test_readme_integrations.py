@@ -1,5 +1,5 @@
-"""The README's "Another model" and "Python, DataFrames and pytest" snippets, run as written (hosts and files swapped for
-loopback stubs and temporary files), so the docs cannot drift from the code."""
+"""The README's "Another model" and "Python, DataFrames and pytest" snippets, run as written (hosts and files swapped
+for loopback stubs and temporary files), so the docs cannot drift from the code."""
 
 from __future__ import annotations
 

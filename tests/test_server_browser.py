@@ -26,10 +26,10 @@ pytestmark = [
     pytest.mark.skipif(CHROMIUM is None, reason="no Chromium at /usr/bin/chromium (apt-get install chromium)"),
 ]
 
-from halluscope.config import Config
-from halluscope.llm import LLM, FakeModel
-from halluscope.server import ServerSettings, create_app
-from tests.prompt_data import fenced
+from halluscope.config import Config  # noqa: E402 - after the importorskip of the server extra
+from halluscope.llm import LLM, FakeModel  # noqa: E402 - after the importorskip of the server extra
+from halluscope.server import ServerSettings, create_app  # noqa: E402 - after the importorskip of the server extra
+from tests.prompt_data import fenced  # noqa: E402 - after the importorskip of the server extra
 
 SOURCE = "Alice founded Acme in 2001 in Paris. The company makes rockets."
 YEAR = 'The text says "in 1999", but the source says 2001.'

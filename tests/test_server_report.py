@@ -31,8 +31,10 @@ def test_html_marks_spans_escapes_text_and_links_evidence():
     page = render_html(_report(), SOURCE, TARGET)
     assert "&lt;budget&gt;" in page and "<budget>" not in page  # target text is escaped
     # overlapping spans: "Friday" is covered by both spans of finding 0 -> one mark for the piece
-    assert '<mark class="contra" data-f="0 0" data-n="1" title="The source says &quot;Monday&quot;, not Friday.">Friday</mark>' in page
-    assert '<mark class="contra" data-f="0" title="The source says &quot;Monday&quot;, not Friday.">The council met on </mark>' in page
+    assert ('<mark class="contra" data-f="0 0" data-n="1" title="The source '
+            'says &quot;Monday&quot;, not Friday.">Friday</mark>') in page
+    assert ('<mark class="contra" data-f="0" title="The source says '
+            '&quot;Monday&quot;, not Friday.">The council met on </mark>') in page
     assert 'class="ev" data-f="0"' in page and ">Monday</mark>" in page  # evidence in the source
     assert "not located in the text" in page  # finding without spans kept as a description
     assert "Events in target order" in page and "S_E" in page and "0.250" in page

@@ -272,7 +272,7 @@ def _templates():
 
 
 def _first(user: str, name: str) -> int:
-    return re.search(r"\$(?:%s(?![_A-Za-z0-9])|\{%s\})" % (name, name), user).start()
+    return re.search(rf"\$(?:{name}(?![_A-Za-z0-9])|\{{{name}\}})", user).start()
 
 
 @pytest.mark.parametrize("template", _templates(), ids=lambda t: t.name)

@@ -25,7 +25,7 @@ __all__ = [
 ]
 __version__ = _package_version()
 
-_Source = _t.Union[str, _abc.Sequence[str]]
+_Source = str | _abc.Sequence[str]
 """One source text, or a list of retrieved chunks."""
 
 

@@ -121,12 +121,13 @@ VerdictOrder = Literal["reason_first", "verdict_first"]
 
 
 class RetrievalOptions(MethodOptions):
-    """The one retrieval protocol of every claim method (long-document stress-test paper): per claim, the top-K source sentences,
-    each widened to a window of 2w+1 sentences; verify against each snippet, keep the best; average over
+    """The one retrieval protocol of every claim method (long-document stress-test paper): per claim, the top-K source
+    sentences, each widened to a window of 2w+1 sentences; verify against each snippet, keep the best; average over
     claims."""
 
     retrieval: RetrievalMode = "auto"
-    """auto: retrieve only when the source does not fit the model's context; always; never (a source that does not fit is then unscored)."""
+    """auto: retrieve only when the source does not fit the model's context; always; never (a source that does not fit
+    is then unscored)."""
 
     top_k: int = Field(default=3, ge=1, le=MAX_TOP_K)
     """Source sentences retrieved per claim (K); each becomes one snippet."""
@@ -141,7 +142,8 @@ class RetrievalOptions(MethodOptions):
     """Merge snippets that share sentences (not the paper's protocol; fewer calls)."""
 
     embed_all_up_to: int | None = Field(default=5_000, ge=0)
-    """Embedding retriever: embed every source sentence up to this many (the paper); past it BM25 picks 100 candidate sentences per claim and only those are embedded (announced). null: always embed all, with a progress bar."""
+    """Embedding retriever: embed every source sentence up to this many (the paper); past it BM25 picks 100 candidate
+    sentences per claim and only those are embedded (announced). null: always embed all, with a progress bar."""
 
 
 class ClaimOptions(RetrievalOptions):
@@ -151,22 +153,30 @@ class ClaimOptions(RetrievalOptions):
     """A registered verifier stage to use instead of the method's own (see `halluscope stages`)."""
 
     aggregator: str | None = None
-    """A registered aggregator stage to use instead of the method's own: how verdicts become the score (see `halluscope stages aggregator`)."""
+    """A registered aggregator stage to use instead of the method's own: how verdicts become the score (see `halluscope
+    stages aggregator`)."""
 
     localizer: str | None = None
-    """A registered localizer stage to use instead of the method's own: how verdicts become findings (see `halluscope stages localizer`)."""
+    """A registered localizer stage to use instead of the method's own: how verdicts become findings (see `halluscope
+    stages localizer`)."""
 
     gate: str | None = None
-    """A gate run before the verifier (cascade): `lexical` or `encoder:DIR`; the claims it settles skip the verifier (no LLM call), the uncertain ones go on."""
+    """A gate run before the verifier (cascade): `lexical` or `encoder:DIR`; the claims it settles skip the verifier (no
+    LLM call), the uncertain ones go on."""
 
     score: ScoreKind = "auto"
-    """How verdicts become the score: probability (the paper's formula with each claim's P(supported), read from the model's token probabilities, in place of its 0/1 label), label (the paper's discrete score), or auto (probability when every judged verdict has one, else label). details["score"] says which ran and why."""
+    """How verdicts become the score: probability (the paper's formula with each claim's P(supported), read from the
+    model's token probabilities, in place of its 0/1 label), label (the paper's discrete score), or auto (probability
+    when every judged verdict has one, else label). details["score"] says which ran and why."""
 
     order: VerdictOrder = "reason_first"
-    """reason_first (the papers: each verdict's reasoning, then its label) or verdict_first (each claim scored by one short yes/no reply; a reason, a source quote and a fix are asked only for the claims it flags)."""
+    """reason_first (the papers: each verdict's reasoning, then its label) or verdict_first (each claim scored by one
+    short yes/no reply; a reason, a source quote and a fix are asked only for the claims it flags)."""
 
     explain_below: float = Field(default=0.5, ge=0.0, le=1.0)
-    """verdict_first: a claim whose P(supported) is below this (or, without a probability, whose answer is no) is flagged and explained."""
+    """verdict_first: a claim whose P(supported) is below this (or, without a probability, whose answer is no) is
+    flagged and explained."""
 
     explain: bool = True
-    """verdict_first: ask for the reason, the source quote and a fix of each flagged claim (false: score only, one short reply per claim; the findings then say only that the claim was answered no)."""
+    """verdict_first: ask for the reason, the source quote and a fix of each flagged claim (false: score only, one short
+    reply per claim; the findings then say only that the claim was answered no)."""

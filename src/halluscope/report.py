@@ -29,10 +29,12 @@ mark.unsup{background:#ffd6d1}mark.contra{background:#ffb4a8}mark.order{backgrou
 mark.other{background:#e3d7ff}mark.ev{background:#d5ecff;cursor:default}
 mark.unscored{background:none;border-bottom:2px dotted #888;border-radius:0}
 mark.flash{outline:3px solid #1a73e8;transition:outline .2s}
-table{border-collapse:collapse;font-size:14px}td,th{border-bottom:1px solid #eee;padding:4px 10px;text-align:left;vertical-align:top}
+table{border-collapse:collapse;font-size:14px}
+td,th{border-bottom:1px solid #eee;padding:4px 10px;text-align:left;vertical-align:top}
 mark[data-n]::after{content:attr(data-n);font-size:10px;vertical-align:super;margin-left:1px;color:#b3261e}
 .ok{color:#1b6e3a}
-ol.findings li{margin-bottom:8px}.kind{font-size:12px;padding:1px 6px;border-radius:8px;background:#eee;margin-right:6px}
+ol.findings li{margin-bottom:8px}
+.kind{font-size:12px;padding:1px 6px;border-radius:8px;background:#eee;margin-right:6px}
 """
 
 _JS = """

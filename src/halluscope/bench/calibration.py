@@ -19,9 +19,9 @@ from halluscope.records import Example
 
 def holdout_split(dataset: Dataset, examples: Sequence[Example], share: float,
                   seed: int = 0) -> tuple[list[Example], list[Example], str]:
-    """(selection items, evaluated items, name): a seeded ``share`` of the run's items held out for a method's dev-set choices (e.g. FINAL's)
-    and never scored in the run, so the variant is not chosen on the items it is then scored on. Each part keeps at
-    least one item (a run of one item cannot be split)."""
+    """(selection items, evaluated items, name): a seeded ``share`` of the run's items held out for a method's dev-set
+    choices (e.g. FINAL's) and never scored in the run, so the variant is not chosen on the items it is then scored on.
+    Each part keeps at least one item (a run of one item cannot be split)."""
     if not 0 < share < 1:
         raise ValueError(f"the held-out share must be between 0 and 1, got {share}")
     items = list(examples)

@@ -8,8 +8,8 @@ free. ``run.json`` pins what the folder holds (dataset, subsample, method, optio
 a different configuration is refused instead of being mixed into the same results.
 
 Engines: *how* the pending items get scored is an :class:`~halluscope.bench.engines.Engine` (``LocalEngine``: one
-asyncio loop in this process; ``halluscope.bench.ray_engine.RayEngine``: actors on a Ray cluster). Everything else - the item
-selection, ``run.json`` identity, resume from ``items.jsonl``, the single writer of ``items.jsonl`` and the
+asyncio loop in this process; ``halluscope.bench.ray_engine.RayEngine``: actors on a Ray cluster). Everything else - the
+item selection, ``run.json`` identity, resume from ``items.jsonl``, the single writer of ``items.jsonl`` and the
 metrics - is this module's and the same for every engine, so a folder started by one engine can be resumed
 by another, and the same items with the same cache give the same reports. The folder's files are read and written
 by :mod:`halluscope.bench.folder`.

@@ -1,7 +1,7 @@
 """Option sweeps: bench one method once per value of one option and compare the runs side by side.
 
-The window-size table of the long-document stress-test paper (Table 1: scores of a retrieval-based verifier for ``w = 0, 1, 2``) is
-``halluscope bench-sweep --dataset D --method dcr -o retrieval=always --sweep window=0,1,2``. Any constructor
+The window-size table of the long-document stress-test paper (Table 1: scores of a retrieval-based verifier for ``w = 0,
+1, 2``) is ``halluscope bench-sweep --dataset D --method dcr -o retrieval=always --sweep window=0,1,2``. Any constructor
 option works (``top_k=1,3,5``, ``level=sentence,paragraph``), and ``method=rouge,dcr,probe`` sweeps over
 methods with the same options.
 

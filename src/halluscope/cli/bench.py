@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 @model_options()
 def bench_command(
-    dataset: Annotated[str, typer.Option("--dataset", "-d", help="final[:dev], summedits[:domain], qags[:dev], squality[:dev], or a path to a .jsonl in the generic Example format.")],
+    dataset: Annotated[str, typer.Option("--dataset", "-d", help=("final[:dev], summedits[:domain], qags[:dev], squality[:dev], " "or a path to a .jsonl in the generic Example format."))],
     method: Annotated[Optional[str], typer.Option("--method", help="Method name (see `halluscope methods`).")] = None,
     methods: Annotated[Optional[str], typer.Option("--methods", help="Several methods on the same items, comma-separated, each optionally with options of its own: rouge,gate,geval,dcr+batch_size=4. One sub-folder per method (each resumes on its own), then the quality-and-cost table of all of them: quality.md, quality.json, rows.jsonl.")] = None,
     peers: Annotated[Optional[str], typer.Option("--peers", help="With --methods: other libraries' faithfulness on the same items and endpoint: ragas,deepeval (the optional 'peers' dependency group; a peer not installed is skipped with the reason in the table).")] = None,
@@ -27,18 +27,18 @@ def bench_command(
     judge_api_key: Annotated[Optional[str], typer.Option("--judge-api-key", help="API key for the judge, if different.", envvar="HALLUSCOPE_JUDGE_API_KEY", show_default=False)] = None,
     option: OptionOpt = None,
     limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="Only the first N items (after --sample). Raising it later resumes the same run.")] = None,
-    sample: Annotated[Optional[int], typer.Option("--sample", min=1, help="Seeded stratified subsample: N items per (split, domain), label mix kept; montage sets are sampled by group.")] = None,
+    sample: Annotated[Optional[int], typer.Option("--sample", min=1, help=("Seeded stratified subsample: N items per (split, domain), " "label mix kept; montage sets are sampled by group."))] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for --sample and the bootstrap.")] = 0,
     out: Annotated[Optional[Path], typer.Option("--output", "-O", help="Output folder (default runs/<dataset>-<method>-<model>/).")] = None,
     old_out: Annotated[Optional[Path], typer.Option("--out", hidden=True, help=OLD_OUT_HELP)] = None,
     data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Shared data folder (default ../shared/data).", envvar="HALLUSCOPE_DATA_DIR")] = None,
-    select_on: Annotated[Optional[str], typer.Option("--select-on", help="localize: the dev dataset on which FINAL's choices are made (prompt variant=auto, 2-step filter threshold), e.g. final:dev; default: the run's dev split, else its own items (in-sample).")] = None,
-    select_holdout: Annotated[Optional[float], typer.Option("--select-holdout", help="localize: hold out this seeded share of the items (e.g. 0.3) for FINAL's choices and score only the rest (instead of choosing in-sample).")] = None,
+    select_on: Annotated[Optional[str], typer.Option("--select-on", help=("localize: the dev dataset on which FINAL's choices are made (prompt variant=auto, 2-step filter " "threshold), e.g. final:dev; default: the run's dev split, else its own items (in-sample)."))] = None,
+    select_holdout: Annotated[Optional[float], typer.Option("--select-holdout", help=("localize: hold out this seeded share of the items (e.g. 0.3) for FINAL's " "choices and score only the rest (instead of choosing in-sample)."))] = None,
     bootstrap: Annotated[int, typer.Option("--bootstrap", min=0, max=100_000, help="Bootstrap resamples for 95% CIs (0 = none).")] = 1000,
     retry_unscored: Annotated[bool, typer.Option("--retry-unscored", help="On resume, run the items whose report was unscored again.")] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="Hide the progress bar.")] = False,
-    engine: Annotated[str, typer.Option("--engine", help="Where items are scored: 'local' (this process) or 'ray' (an actor pool on a Ray cluster; needs the 'ray' extra). Same items.jsonl, resume and results either way.", envvar="HALLUSCOPE_ENGINE")] = "local",
-    address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster for --engine ray: 'auto' (the cluster on this machine, see `ray start --head`), 'ray://head:10001' (Ray Client); default: RAY_ADDRESS, else a local Ray instance.", envvar="RAY_ADDRESS")] = None,
+    engine: Annotated[str, typer.Option("--engine", help=("Where items are scored: 'local' (this process) or 'ray' (an actor pool on a Ray " "cluster; needs the 'ray' extra). Same items.jsonl, resume and results either way."), envvar="HALLUSCOPE_ENGINE")] = "local",
+    address: Annotated[Optional[str], typer.Option("--address", help=("Ray cluster for --engine ray: 'auto' (the cluster on this machine, see `ray start --head`), " "'ray://head:10001' (Ray Client); default: RAY_ADDRESS, else a local Ray instance."), envvar="RAY_ADDRESS")] = None,
     actors: Annotated[int, typer.Option("--actors", help="--engine ray: number of actors (each holds its own method and LLM client).", min=1)] = 2,
     actor_concurrency: Annotated[Optional[int], typer.Option("--actor-concurrency", help="--engine ray: items/LLM requests in flight per actor (default: --concurrency split over the actors).", min=1)] = None,
     actor_cpus: Annotated[float, typer.Option("--actor-cpus", callback=finite_number, help="--engine ray: CPUs Ray reserves per actor (LLM-bound actors need little).", min=0.0, max=1024.0)] = 1.0,
@@ -82,14 +82,14 @@ def bench_command(
     try:
         m = get_method(method, config=config, **parse_options(option))
     except (KeyError, TypeError, ValueError) as exc:
-        raise fail(str(exc).strip("'\""))
+        raise fail(str(exc).strip("'\"")) from exc
     if m.uses_llm:
         from halluscope.llm.cache import CacheBackendError
 
         try:
             _ = m.llm  # opens the response cache now: a wrong cache URL or an unreachable Redis fails here, clearly
         except CacheBackendError as exc:
-            raise fail(str(exc))
+            raise fail(str(exc)) from exc
         except (ValueError, LLMError):
             pass  # a backend that cannot be built is reported as before (judge / per item)
     judge = _judge(config, (judge_model, judge_base_url, judge_api_key), [m] if m.uses_llm else [])
@@ -100,7 +100,7 @@ def bench_command(
                                         concurrency=concurrency, progress=not no_progress, engine=runner_engine,
                                         select_on=selection, select_holdout=select_holdout))
     except (BenchError, ValueError, *engine_errors) as exc:  # type: ignore[misc]  # a tuple of exception types
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     finally:
         if runner_engine is not None:
             runner_engine.close()
@@ -121,7 +121,7 @@ def _engine(engine: str, address: str | None, actors: int, actor_concurrency: in
                                   cpus_per_actor=actor_cpus)
         runner_engine.connect()
     except (RayEngineError, ValueError, ConnectionError) as exc:
-        raise fail(f"--engine ray: {exc}")
+        raise fail(f"--engine ray: {exc}") from exc
     return runner_engine, (RayEngineError,)
 
 
@@ -139,7 +139,7 @@ def _judge(config: Config, judge_flags: tuple[str | None, ...], llm_methods: lis
             return judge
         return _optional_judge(config)
     except (ValueError, LLMError) as exc:
-        raise fail(f"judge model: {exc}")
+        raise fail(f"judge model: {exc}") from exc
 
 
 def _bench_many(methods: str, peers: str | None, data: Any, config: Config, option: list[str] | None,
@@ -158,7 +158,7 @@ def _bench_many(methods: str, peers: str | None, data: Any, config: Config, opti
     try:
         specs = parse_methods(methods)
     except ValueError as exc:
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     if not specs and not peers:
         raise fail("--methods none runs the peers alone: name them with --peers")
     shared = parse_options(option)
@@ -168,7 +168,7 @@ def _bench_many(methods: str, peers: str | None, data: Any, config: Config, opti
             built.append((spec.label, get_method(spec.name, config=config,
                                                  **{**shared, **parse_options([f"{k}={v}" for k, v in spec.options.items()])})))
         except (KeyError, TypeError, ValueError) as exc:
-            raise fail(f"{spec.label}: {str(exc).strip(chr(39) + chr(34))}")
+            raise fail(f"{spec.label}: {str(exc).strip(chr(39) + chr(34))}") from exc
     llm_methods = [m for _, m in built if m.uses_llm]
     judge = _judge(config, judge_flags, llm_methods)
     peer_list, skipped = [], {}
@@ -178,7 +178,7 @@ def _bench_many(methods: str, peers: str | None, data: Any, config: Config, opti
         try:
             peer_list.append(make_peer(key, endpoint))
         except ValueError as exc:
-            raise fail(f"--peers: {exc}")
+            raise fail(f"--peers: {exc}") from exc
         except PeerUnavailable as exc:
             skipped[PEER_NAMES[key]] = str(exc)
             typer.secho(f"note: {PEER_NAMES[key]} skipped: {exc}", err=True)
@@ -194,7 +194,7 @@ def _bench_many(methods: str, peers: str | None, data: Any, config: Config, opti
                                           seed=seed, limit=limit, n_bootstrap=bootstrap, retry_unscored=retry_unscored,
                                           concurrency=concurrency, progress=progress, engine=runner_engine))
     except (BenchError, ValueError, *engine_errors) as exc:  # type: ignore[misc]  # a tuple of exception types
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     finally:
         if runner_engine is not None:
             runner_engine.close()

@@ -69,6 +69,6 @@ def bench_sweep_command(
                                         judge=judge, sample=sample, seed=seed, limit=limit, n_bootstrap=bootstrap,
                                         concurrency=concurrency, progress=not no_progress))
     except (SweepError, BenchError, ValueError) as exc:
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     typer.echo(render_markdown(summary))
     typer.echo(f"wrote {out}/{SWEEP_MD}, sweep.json, sweep.png and one run folder per value")

@@ -217,22 +217,22 @@ def read_contexts(paths: list[str]) -> tuple[list[str], list[str]]:
 def check_command(
     source: Annotated[Optional[str], typer.Option("--source", "-s", help="Source text file ('-' for stdin).")] = None,
     target: Annotated[Optional[str], typer.Option("--target", "-t", help="Target text file to check ('-' for stdin).")] = None,
-    context: Annotated[Optional[list[str]], typer.Option("--context", "-c", help="Instead of --source: a retrieved chunk's file (repeat for each chunk), or a .json file holding a list of chunks; the evidence names its chunk.")] = None,
+    context: Annotated[Optional[list[str]], typer.Option("--context", "-c", help=("Instead of --source: a retrieved chunk's file (repeat for each chunk), or a " ".json file holding a list of chunks; the evidence names its chunk."))] = None,
     method: Annotated[Optional[str], typer.Option("--method", help="Method name (see `halluscope methods`).")] = None,
     flags: ModelFlags = NO_FLAGS,
     option: OptionOpt = None,
-    threshold: Annotated[Optional[float], typer.Option(help="Consistent when the score is at least this and there is no finding (default: the method's, see `halluscope methods`; the same setting as -o threshold=).")] = None,
+    threshold: Annotated[Optional[float], typer.Option(help=("Consistent when the score is at least this and there is no finding (default: the " "method's, see `halluscope methods`; the same setting as -o threshold=)."))] = None,
     output_format: Annotated[Optional[str], typer.Option("--format", "-f", help="text (default), json (the full Report, indented) or jsonl (one line).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Same as --format json.")] = False,
     fail_under: Annotated[Optional[float], typer.Option("--fail-under", help="Also exit 1 when the score (with --input: the mean score of the scored rows) is below this.")] = None,
     html: Annotated[Optional[str], typer.Option("--html", help="Also write the web report (side-by-side, highlighted spans) to this file.")] = None,
     input_file: Annotated[Optional[str], typer.Option("--input", "-i", help="Check every row of this table (.jsonl, .csv or .parquet) instead of one pair.")] = None,
-    output_file: Annotated[Optional[str], typer.Option("--output", "-O", help="With --input: write one result row per input row here (.jsonl, .csv or .parquet); resumes after a crash.")] = None,
-    source_column: Annotated[Optional[str], typer.Option("--source-column", help="With --input: the column holding the source (default: source, retrieved_contexts or retrieval_context; a cell may be a list of chunks).")] = None,
+    output_file: Annotated[Optional[str], typer.Option("--output", "-O", help=("With --input: write one result row per input row here " "(.jsonl, .csv or .parquet); resumes after a crash."))] = None,
+    source_column: Annotated[Optional[str], typer.Option("--source-column", help=("With --input: the column holding the source (default: source, " "retrieved_contexts or retrieval_context; a cell may be a list of chunks)."))] = None,
     target_column: Annotated[Optional[str], typer.Option("--target-column", help="With --input: the column holding the target (default: target, response or actual_output).")] = None,
-    retry_unscored: Annotated[bool, typer.Option("--retry-unscored", help="With --input: check again only the rows left unscored in --output (or its partial file); keep the scored ones.")] = False,
+    retry_unscored: Annotated[bool, typer.Option("--retry-unscored", help=("With --input: check again only the rows left unscored in " "--output (or its partial file); keep the scored ones."))] = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show progress on a terminal: a spinner while one pair is checked, a progress bar with --input.")] = True,
-    claims: Annotated[bool, typer.Option("--claims", help="Text output: also list every claim (passing ones too) with its verdict and where its evidence lies (its chunk).")] = False,
+    claims: Annotated[bool, typer.Option("--claims", help=("Text output: also list every claim (passing ones too) with " "its verdict and where its evidence lies (its chunk)."))] = False,
 ) -> None:
     """Check TARGET against SOURCE (or every row of --input into --output) and print the findings, score and cost.
 
@@ -292,12 +292,12 @@ def check_command(
         name, options = resolve_method(method or config.method, options)
         m = get_method(name, config=config, **options)
     except (KeyError, TypeError, ValueError) as exc:
-        raise fail(str(exc.args[0] if isinstance(exc, KeyError) else exc))
+        raise fail(str(exc.args[0] if isinstance(exc, KeyError) else exc)) from exc
     if m.uses_llm:
         try:  # a backend that cannot be built is a set-up error, not an unscored pair
             m.llm  # noqa: B018
         except (LLMError, ValueError) as exc:
-            raise fail(str(exc))
+            raise fail(str(exc)) from exc
     if input_file is not None:
         code = check_table(m, input_file, cast(str, output_file), source_column, target_column, threshold,
                            concurrency, progress, retry_unscored, fail_under, output_format)
@@ -306,7 +306,7 @@ def check_command(
         with working(progress, f"checking with {m.name} ({m.model_name or 'no LLM'})"):
             report = m.check(chunks if chunks is not None else src, tgt)
     except (InputError, LLMError, ValueError) as exc:
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     if chunks is not None:
         from halluscope.contexts import join_contexts
 
@@ -317,7 +317,7 @@ def check_command(
         try:
             write_html(report, src, tgt, html)
         except OSError as exc:  # e.g. no permission: a clear refusal, not a traceback
-            raise fail(f"--html {html}: cannot write the report: {exc.strerror or exc}")
+            raise fail(f"--html {html}: cannot write the report: {exc.strerror or exc}") from exc
     if output_format == "json":
         typer.echo(report.model_dump_json(indent=2))
     elif output_format == "jsonl":
@@ -354,7 +354,7 @@ def check_table(method: Method, input_file: str, output_file: str, source_column
                                       threshold=threshold, concurrency=concurrency, progress=progress,
                                       retry_unscored=retry_unscored))
     except (TableError, LLMError) as exc:
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     code = batch_exit_code(summary, fail_under)
     if output_format != "text":
         typer.echo(json.dumps({**summary, "exit_code": code}, indent=2 if output_format == "json" else None))

@@ -220,7 +220,7 @@ def make_config(model: str | None = None, base_url: str | None = None, api_key: 
             cache=None if no_cache is None else not no_cache,
         )
     except ValueError as exc:
-        raise fail(f"bad configuration: {exc}")
+        raise fail(f"bad configuration: {exc}") from exc
 
 
 def parse_options(pairs: list[str] | None) -> dict[str, Any]:

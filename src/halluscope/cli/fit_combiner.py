@@ -14,9 +14,9 @@ from halluscope.cli.common import (NO_FLAGS, ModelFlags, OptionOpt, check_output
 @model_options()
 def fit_combiner_command(
     output: Annotated[Path, typer.Option("--output", "-O", help="The combiner file to write (JSON).")],
-    runs: Annotated[Optional[list[str]], typer.Option("--runs", "-r", help="A bench output folder (its items.jsonl and run.json) of one member; repeat per member. NAME=FOLDER names the member (two runs of one method).")] = None,
-    methods: Annotated[Optional[str], typer.Option("--methods", help="Comma-separated methods to score now on --dataset (each a resumable bench run under --work-dir), e.g. rouge,gate,geval.")] = None,
-    dataset: Annotated[Optional[str], typer.Option("--dataset", "-d", help="Where the labels come from (names as `halluscope bench`: summedits[:domain], qags, final, or a .jsonl); default: the dataset of the first --runs folder.")] = None,
+    runs: Annotated[Optional[list[str]], typer.Option("--runs", "-r", help=("A bench output folder (its items.jsonl and run.json) of one member; repeat " "per member. NAME=FOLDER names the member (two runs of one method)."))] = None,
+    methods: Annotated[Optional[str], typer.Option("--methods", help=("Comma-separated methods to score now on --dataset (each a " "resumable bench run under --work-dir), e.g. rouge,gate,geval."))] = None,
+    dataset: Annotated[Optional[str], typer.Option("--dataset", "-d", help=("Where the labels come from (names as `halluscope bench`: summedits[:domain], " "qags, final, or a .jsonl); default: the dataset of the first --runs folder."))] = None,
     option: OptionOpt = None,
     flags: ModelFlags = NO_FLAGS,
     sample: Annotated[Optional[int], typer.Option("--sample", min=1, help="With --methods: the bench's seeded stratified subsample, N per (split, domain).")] = None,
@@ -24,10 +24,10 @@ def fit_combiner_command(
     work_dir: Annotated[Path, typer.Option("--work-dir", help="With --methods: where the members' bench runs go (resumable).")] = Path("runs"),
     folds: Annotated[int, typer.Option("--folds", min=2, max=50, help="k of the k-fold cross-validation (stratified for labels; whole Example.group in one fold).")] = 5,
     l2: Annotated[float, typer.Option("--l2", min=1e-6, max=1e6, help="L2 penalty on the standardised weights (logistic: C = 1/l2; ridge: alpha = l2).")] = 1.0,
-    features: Annotated[str, typer.Option("--features", help="all: each member's score, sub-scores and an unscored indicator; score: the scores (and indicators) only.")] = "all",
+    features: Annotated[str, typer.Option("--features", help=("all: each member's score, sub-scores and an unscored " "indicator; score: the scores (and indicators) only."))] = "all",
     target: Annotated[str, typer.Option("--target", help="auto (labels when every item has one, else human scores), label or human_score.")] = "auto",
     min_gain: Annotated[float, typer.Option("--min-gain", min=0.0, max=1.0, help="Refuse unless the combiner's out-of-fold figure beats its best member's by more than this.")] = 0.0,
-    transfer_by: Annotated[Optional[str], typer.Option("--transfer-by", help="Also fit leaving out each value of this Example.meta key (e.g. domain on SummEdits) and score the held-out items.")] = None,
+    transfer_by: Annotated[Optional[str], typer.Option("--transfer-by", help=("Also fit leaving out each value of this Example.meta key (e.g. " "domain on SummEdits) and score the held-out items."))] = None,
     bootstrap: Annotated[int, typer.Option("--bootstrap", min=0, max=100_000, help="Bootstrap resamples for the 95% CIs.")] = 1000,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the folds, the bootstrap and --sample.")] = 0,
     force: Annotated[bool, typer.Option("--force", help="Write the file even when the combiner does not beat its best member (marked accepted=false).")] = False,
@@ -74,7 +74,7 @@ def fit_combiner_command(
                            features=features, n_bootstrap=bootstrap, min_gain=min_gain,  # type: ignore[arg-type]
                            transfer_by=transfer_by, target=target)  # type: ignore[arg-type]
     except (CombinerError, DatasetError, MissingExtraError) as exc:
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     c = fit.combiner
     typer.echo(f"combiner of {', '.join(m.name for m in c.members)} on {c.data['dataset']}: n = {c.data['n']} "
                f"{c.data.get('labels') or ''}")
@@ -123,15 +123,15 @@ def _score_members(data: Any, names: list[str], option: list[str] | None, flags:
         try:
             method = get_method(name, config=config, **per_member[name])
         except (KeyError, TypeError, ValueError) as exc:
-            raise fail(str(exc.args[0] if isinstance(exc, KeyError) else exc))
+            raise fail(str(exc.args[0] if isinstance(exc, KeyError) else exc)) from exc
         out = work_dir / default_out_dir(data.spec, name, method.model_name, sample, seed).name
         try:
             asyncio.run(run_bench(method, data, out, sample=sample, seed=seed, limit=limit, n_bootstrap=0,
                                   progress=False, concurrency=concurrency))
         except (BenchError, ValueError) as exc:
-            raise fail(str(exc))
+            raise fail(str(exc)) from exc
         try:
             members.append(load_member_run(out))
         except CombinerError as exc:
-            raise fail(str(exc))
+            raise fail(str(exc)) from exc
     return members

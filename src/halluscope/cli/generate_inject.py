@@ -13,12 +13,12 @@ from halluscope.cli.common import NO_FLAGS, ModelFlags, fail, finite_number, mod
 
 @model_options()
 def inject_command(
-    dataset: Annotated[str, typer.Argument(help="Faithful targets: a dataset spec (e.g. 'squality:dev', 'summedits:news') or a harness-format .jsonl file.")],
+    dataset: Annotated[str, typer.Argument(help=("Faithful targets: a dataset spec (e.g. 'squality:dev', " "'summedits:news') or a harness-format .jsonl file."))],
     output: Annotated[Path, typer.Option("--output", "-O", help="Where to write the Example JSONL.")],
     complexity: Annotated[Optional[list[int]], typer.Option("--complexity", "-c", help="Complexity level 1-3 (repeatable; level c injects c facts). Default: 1, 2 and 3.")] = None,
-    weave: Annotated[str, typer.Option(help="'llm' (the model edits the text, insertions tagged and verified) or 'boundary' (no LLM: facts inserted as sentences at sentence boundaries).")] = "llm",
-    fact: Annotated[Optional[list[str]], typer.Option("--fact", help="Use these facts instead of inventing them with the LLM (repeatable; the same facts go into every item).")] = None,
-    facts_from: Annotated[str, typer.Option(help="Where facts come from when no --fact is given: 'llm' (invented) or 'donor' (no LLM: sentences from targets of other sources in the same dataset, closest topic first).")] = "llm",
+    weave: Annotated[str, typer.Option(help=("'llm' (the model edits the text, insertions tagged and verified) or " "'boundary' (no LLM: facts inserted as sentences at sentence boundaries)."))] = "llm",
+    fact: Annotated[Optional[list[str]], typer.Option("--fact", help=("Use these facts instead of inventing them with the LLM " "(repeatable; the same facts go into every item)."))] = None,
+    facts_from: Annotated[str, typer.Option(help=("Where facts come from when no --fact is given: 'llm' (invented) or 'donor' (no LLM: " "sentences from targets of other sources in the same dataset, closest topic first)."))] = "llm",
     split: Annotated[Optional[str], typer.Option(help="Keep only input items of this split (e.g. 'evaluation' for SummEdits dev).")] = None,
     sample: Annotated[Optional[int], typer.Option(min=1, help="Draw this many input items at random (seeded) instead of taking them in order.")] = None,
     limit: Annotated[Optional[int], typer.Option(min=1, help="Use at most this many input items.")] = None,
@@ -26,9 +26,9 @@ def inject_command(
     include_inconsistent: Annotated[bool, typer.Option(help="Also inject into items labelled inconsistent (by default only label 1 / unlabelled items are used).")] = False,
     truth: Annotated[bool, typer.Option(help="Also write each original target as a consistent example (label 1, difficulty 'truth').")] = True,
     seed: Annotated[int, typer.Option(help="Random seed (sampling and boundary placement).")] = 0,
-    gold_evidence: Annotated[bool, typer.Option("--gold-evidence", help="Also build gold truthful claims and their gold source evidence by multi-judge consensus (PROBE's decomposer, evidence finder and judges; PROBE paper §3.3), so the PROBE suite can score decomposition, evidence finding and evidence evaluation. Costs LLM calls per claim.")] = False,
-    gold_judge: Annotated[Optional[list[str]], typer.Option("--gold-judge", help="A judge model for --gold-evidence, at the same endpoint (repeatable; each finds evidence once and votes on every candidate; the paper uses 4). Default: the main model.")] = None,
-    gold_samples: Annotated[Optional[int], typer.Option(min=1, help="Votes per judge for --gold-evidence (votes after the first are sampled). Default: 1 with several judges, 3 with one.")] = None,
+    gold_evidence: Annotated[bool, typer.Option("--gold-evidence", help=("Also build gold truthful claims and their gold source evidence by multi-judge consensus " "(PROBE's decomposer, evidence finder and judges; PROBE paper §3.3), so the PROBE suite can " "score decomposition, evidence finding and evidence evaluation. Costs LLM calls per claim."))] = False,
+    gold_judge: Annotated[Optional[list[str]], typer.Option("--gold-judge", help=("A judge model for --gold-evidence, at the same endpoint (repeatable; each finds evidence " "once and votes on every candidate; the paper uses 4). Default: the main model."))] = None,
+    gold_samples: Annotated[Optional[int], typer.Option(min=1, help=("Votes per judge for --gold-evidence (votes after the first are " "sampled). Default: 1 with several judges, 3 with one."))] = None,
     gold_consensus: Annotated[float, typer.Option(min=0.0, max=1.0, callback=finite_number, help="Share of ALL votes that must say PASS for a passage to become gold evidence (paper: 3 of 4 = 0.75).")] = 0.75,
     data_dir: Annotated[Optional[Path], typer.Option(help="Folder of the shared benchmark data (default: ../shared/data or HALLUSCOPE_DATA_DIR).")] = None,
     flags: ModelFlags = NO_FLAGS,
@@ -66,7 +66,7 @@ def inject_command(
     try:
         items = load_dataset(dataset, data_dir).examples
     except (DatasetError, OSError) as exc:
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     donors = list(items) if fact is None and facts_from == "donor" else None  # the whole dataset, before sampling
     if split is not None:
         items = [e for e in items if e.split == split]
@@ -105,7 +105,7 @@ def inject_command(
             try:
                 examples, failures = asyncio.run(generator.generate(example, levels, fact, donors))
             except LLMError as exc:
-                raise fail(f"item {example.id}: {exc}")
+                raise fail(f"item {example.id}: {exc}") from exc
             for ex in examples:
                 out.write(ex.model_dump_json(exclude_none=True) + "\n")
             out.flush()

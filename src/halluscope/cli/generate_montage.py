@@ -23,7 +23,7 @@ def _read_items(path: Path) -> list[dict[str, Any]]:
             try:
                 item = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise fail(f"{path}:{lineno}: not valid JSON ({exc.msg})")
+                raise fail(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
             if not isinstance(item, dict):
                 raise fail(f"{path}:{lineno}: expected a JSON object per line")
             items.append(item)
@@ -52,7 +52,7 @@ def _pairs(items: list[dict[str, Any]], source_field: str, target_field: str, id
 def montage_command(
     input: Annotated[Path, typer.Argument(help="JSONL with a source and a correct target per line.")],
     output: Annotated[Path, typer.Option("--output", "-O", help="Where to write the Example JSONL.")],
-    level: Annotated[str, typer.Option(help="'event' (the paper's: LLM decomposition into chronological events, incremental lies) or 'sentence' (reorder the original sentences, no LLM; not the paper's construction, labelled in each row's meta).")] = "event",
+    level: Annotated[str, typer.Option(help=("'event' (the paper's: LLM decomposition into chronological events, incremental lies) or 'sentence' " "(reorder the original sentences, no LLM; not the paper's construction, labelled in each row's meta)."))] = "event",
     difficulty: Annotated[Optional[list[str]], typer.Option("--difficulty", help="Difficulty to generate (repeatable): easy, medium, hard, extreme. Default: all four.")] = None,
     old_difficulty: Annotated[Optional[list[str]], typer.Option("-d", hidden=True, help="Old short spelling of --difficulty (-d is --dataset elsewhere).")] = None,
     paraphrase: Annotated[bool, typer.Option(help="Also paraphrase truth and lies with a different narrative technique (LLM).")] = False,
@@ -88,7 +88,7 @@ def montage_command(
             difficulties=difficulty or DIFFICULTIES, paraphrase=paraphrase, seed=seed, max_events=max_events,
         )
     except ValueError as exc:
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     output.parent.mkdir(parents=True, exist_ok=True)
     written = 0
     skipped: list[dict[str, str]] = []
@@ -97,7 +97,7 @@ def montage_command(
             try:
                 result = asyncio.run(generator.generate(source, target, group, split=split, meta=meta))
             except LLMError as exc:
-                raise fail(f"group {group}: {exc}")
+                raise fail(f"group {group}: {exc}") from exc
             for ex in result.examples:
                 out.write(ex.model_dump_json() + "\n")
             written += len(result.examples)

@@ -27,7 +27,7 @@ def perturb_command(
     old_out: Annotated[Optional[Path], typer.Option("--out", hidden=True, help=OLD_OUT_HELP)] = None,
     perturbation: Annotated[Optional[list[str]], typer.Option("--perturbation", "-p", help="Perturbation to produce (repeatable or comma-separated; default all seven).")] = None,
     unit: Annotated[str, typer.Option(help="Rewrite the whole target ('target', as the paper) or each sentence ('sentence').")] = "target",
-    insert_with: Annotated[str, typer.Option(help="added_source_sentence: auto | tfidf | retrieval | llm (auto = retrieval stage if present, else tfidf; no LLM).")] = "auto",
+    insert_with: Annotated[str, typer.Option(help=("added_source_sentence: auto | tfidf | retrieval | llm (auto " "= retrieval stage if present, else tfidf; no LLM)."))] = "auto",
     limit: Annotated[Optional[int], typer.Option(min=1, help="Use only the first N originals (after --sample).")] = None,
     sample: Annotated[Optional[int], typer.Option(min=1, help="Seeded random subsample of N originals (input order kept).")] = None,
     max_words: Annotated[Optional[int], typer.Option(min=1, help="Only originals whose target has at most this many words.")] = None,
@@ -51,7 +51,7 @@ def perturb_command(
     try:
         originals = load_dataset(input, data_dir).examples
     except DatasetError as exc:
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     if max_words is not None:
         originals = [e for e in originals if word_count(e.target) <= max_words]
     if sample is not None:
@@ -70,7 +70,7 @@ def perturb_command(
                                      insert_with=insert_with,  # type: ignore[arg-type]
                                      seed=seed, require_tags=require_tags)
     except ValueError as exc:
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     skipped = skipped or out.with_suffix(".skipped.jsonl")
     out.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()

@@ -88,16 +88,16 @@ def improve_command(
     try:
         method = get_method("improve", config=config, **options)
     except (KeyError, TypeError, ValueError) as exc:
-        raise fail(str(exc).strip("'\""))
+        raise fail(str(exc).strip("'\"")) from exc
     try:
         report = method.check(src, tgt)
     except (InputError, LLMError, ValueError) as exc:
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     if output is not None:
         try:
             output.write_text(report.details.get("improved_target", tgt), encoding="utf-8")
         except OSError as exc:
-            raise fail(f"--output {output}: cannot write: {exc.strerror or exc}")
+            raise fail(f"--output {output}: cannot write: {exc.strerror or exc}") from exc
     if json_out:
         typer.echo(report.model_dump_json(indent=2))
     else:

@@ -78,7 +78,7 @@ def methods_command(name: Optional[str] = typer.Argument(None, help="Show this m
         cls = method_class(name)
     except KeyError as exc:
         typer.secho(f"error: {exc.args[0]}", err=True, fg=typer.colors.RED)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from exc
     typer.echo(f"{name}: {cls.description}\n")
     typer.echo(f"default threshold: {default_threshold(cls)} (consistent: score >= threshold and no finding)\n")
     rows = cls.Options.option_rows()

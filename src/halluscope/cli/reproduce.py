@@ -42,9 +42,9 @@ def _list_rows(protocol: Protocol, embedded: bool) -> None:
 @model_options()
 def reproduce_command(
     paper: Annotated[str, typer.Argument(help="dove, dcr, final, longdoc or probe.")],
-    methods: Annotated[Optional[list[str]], typer.Option("--methods", help="Rows to run: row ids or method names, comma-separated or repeated, or 'all' (see --list). Default: every row, or a cheap subset on the embedded model.")] = None,
-    dataset: Annotated[Optional[str], typer.Option("--dataset", "-d", help="Base data instead of the protocol's default (a dataset spec or a .jsonl; an already built set is used as it is).")] = None,
-    sample: Annotated[Optional[int], typer.Option("--sample", min=1, help="Seeded subsample: N items per split/domain (final, dcr), or N base items to build the set from (dove, longdoc, probe).")] = None,
+    methods: Annotated[Optional[list[str]], typer.Option("--methods", help=("Rows to run: row ids or method names, comma-separated or repeated, or 'all' (see " "--list). Default: every row, or a cheap subset on the embedded model."))] = None,
+    dataset: Annotated[Optional[str], typer.Option("--dataset", "-d", help=("Base data instead of the protocol's default (a dataset spec " "or a .jsonl; an already built set is used as it is)."))] = None,
+    sample: Annotated[Optional[int], typer.Option("--sample", min=1, help=("Seeded subsample: N items per split/domain (final, dcr), or N " "base items to build the set from (dove, longdoc, probe)."))] = None,
     limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="Only the first N items (after --sample); raising it later resumes.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for --sample, the builders and the bootstrap.")] = 0,
     out: Annotated[Optional[Path], typer.Option("--output", "-O", help="Output folder (default runs/reproduce-<paper>-<model>[-sample..]).")] = None,
@@ -57,10 +57,10 @@ def reproduce_command(
     judge_model: Annotated[Optional[str], typer.Option("--judge-model", help="Model for FINAL's matching judge (default: the evaluated model).", envvar="HALLUSCOPE_JUDGE_MODEL")] = None,
     judge_base_url: Annotated[Optional[str], typer.Option("--judge-base-url", help="Endpoint for the judge, if different.", envvar="HALLUSCOPE_JUDGE_BASE_URL")] = None,
     judge_api_key: Annotated[Optional[str], typer.Option("--judge-api-key", help="API key for the judge, if different.", envvar="HALLUSCOPE_JUDGE_API_KEY", show_default=False)] = None,
-    gold_model: Annotated[Optional[list[str]], typer.Option("--gold-model", help="probe: the model(s) that build Table 2's gold truthful claims and evidence (comma-separated or repeated; the first decomposes, each finds evidence and votes; same endpoint as --base-url). Without it no gold is built; --build gold_evidence=self builds it with the scored model itself (rows labelled 'self-built gold').")] = None,
-    select_holdout: Annotated[Optional[float], typer.Option("--select-holdout", help="final: hold out this share of the items (seeded, e.g. 0.3) for the prompt-variant choice and score only the rest (default: the choice is made on the scored items, in-sample).")] = None,
+    gold_model: Annotated[Optional[list[str]], typer.Option("--gold-model", help=("probe: the model(s) that build Table 2's gold truthful claims and evidence " "(comma-separated or repeated; the first decomposes, each finds evidence and votes; " "same endpoint as --base-url). Without it no gold is built; --build gold_evidence=self " "builds it with the scored model itself (rows labelled 'self-built gold')."))] = None,
+    select_holdout: Annotated[Optional[float], typer.Option("--select-holdout", help=("final: hold out this share of the items (seeded, e.g. 0.3) for the prompt-variant choice and " "score only the rest (default: the choice is made on the scored items, in-sample)."))] = None,
     select_on: Annotated[Optional[str], typer.Option("--select-on", help="final: a dataset spec or .jsonl the prompt variant is chosen on instead of the scored items.")] = None,
-    paper_model: Annotated[Optional[str], typer.Option("--paper-model", help="Show the paper's numbers for this model where a row has several (default: the paper's reference model).")] = None,
+    paper_model: Annotated[Optional[str], typer.Option("--paper-model", help=("Show the paper's numbers for this model where a row has " "several (default: the paper's reference model)."))] = None,
     bootstrap: Annotated[int, typer.Option("--bootstrap", min=0, max=100_000, help="Bootstrap resamples for 95% CIs (0 = none).")] = 1000,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="Hide progress bars.")] = False,
     list_rows: Annotated[bool, typer.Option("--list", help="List the protocol's rows and exit.")] = False,
@@ -95,7 +95,7 @@ def reproduce_command(
         try:
             judge = get_llm(config.with_overrides(model=judge_model, base_url=judge_base_url, api_key=judge_api_key))
         except (ValueError, LLMError) as exc:
-            raise fail(f"judge model: {exc}")
+            raise fail(f"judge model: {exc}") from exc
     gold_llms = []
     for name in [g.strip() for item in gold_model or [] for g in item.split(",") if g.strip()]:
         if paper != "probe":
@@ -103,7 +103,7 @@ def reproduce_command(
         try:
             gold_llms.append(get_llm(config.with_overrides(model=name)))
         except (ValueError, LLMError) as exc:
-            raise fail(f"gold model {name}: {exc}")
+            raise fail(f"gold model {name}: {exc}") from exc
     selection = None
     if select_on:
         from halluscope.bench.datasets import DatasetError, load_dataset
@@ -111,7 +111,7 @@ def reproduce_command(
         try:
             selection = load_dataset(select_on, data_dir)
         except DatasetError as exc:
-            raise fail(f"--select-on: {exc}")
+            raise fail(f"--select-on: {exc}") from exc
     if select_holdout is not None and not 0 < select_holdout < 1:
         raise fail("--select-holdout must be between 0 and 1")
     folder = out or _default_out(paper, config.model or ("embedded" if embedded else None), sample, seed, limit)
@@ -126,6 +126,6 @@ def reproduce_command(
                                            paper_model=paper_model, n_bootstrap=bootstrap, concurrency=concurrency,
                                            echo=lambda text: typer.secho(text, err=True)))
     except (ReproduceError, BuildError, ValueError, LLMError) as exc:
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     typer.echo(render_terminal(result))
     typer.echo(f"\nwrote {folder}/reproduce.json and reproduce.md ({result['wall_time_s']} s)")

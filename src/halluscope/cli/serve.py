@@ -28,10 +28,10 @@ def serve_command(
     token: Annotated[Optional[str], typer.Option(help="Bearer token required on every request but /health, /ready and the docs.", envvar="HALLUSCOPE_SERVER_TOKEN", show_default=False)] = None,
     method: Annotated[str, typer.Option(help="Default method for /check, batches and jobs.", envvar="HALLUSCOPE_SERVER_METHOD")] = "geval",
     max_chars: Annotated[int, typer.Option(min=1, help="Max source+target characters per pair.", envvar="HALLUSCOPE_SERVER_MAX_CHARS")] = 400_000,
-    timeout: Annotated[Optional[float], typer.Option("--check-timeout", min=0.001, callback=finite_number, help="Time limit of one check in seconds (-> 504) [default: 300]; not HALLUSCOPE_TIMEOUT_S, which limits one LLM request.", envvar="HALLUSCOPE_SERVER_CHECK_TIMEOUT", show_default=False)] = None,
+    timeout: Annotated[Optional[float], typer.Option("--check-timeout", min=0.001, callback=finite_number, help=("Time limit of one check in seconds (-> 504) [default: 300]; not " "HALLUSCOPE_TIMEOUT_S, which limits one LLM request."), envvar="HALLUSCOPE_SERVER_CHECK_TIMEOUT", show_default=False)] = None,
     old_timeout: Annotated[Optional[float], typer.Option("--timeout", hidden=True, min=0.001, callback=finite_number, help="Old spelling of --check-timeout.")] = None,
     max_body_mb: Annotated[float, typer.Option(min=0.001, callback=finite_number, help="Largest body of /check/batch and POST /jobs, in MiB (-> 413, checked before reading).", envvar="HALLUSCOPE_SERVER_MAX_BODY_MB")] = 32.0,
-    body_timeout: Annotated[float, typer.Option(min=0.001, callback=finite_number, help="Longest time for a request body to arrive in full, in seconds (-> 408; slow senders hold no check slot).", envvar="HALLUSCOPE_SERVER_BODY_TIMEOUT")] = 30.0,
+    body_timeout: Annotated[float, typer.Option(min=0.001, callback=finite_number, help=("Longest time for a request body to arrive in full, in " "seconds (-> 408; slow senders hold no check slot)."), envvar="HALLUSCOPE_SERVER_BODY_TIMEOUT")] = 30.0,
     header_timeout: Annotated[float, typer.Option(min=0.001, callback=finite_number, help="Longest time for a request's headers to arrive, in seconds (-> 408 and the connection closed).", envvar="HALLUSCOPE_SERVER_HEADER_TIMEOUT")] = 10.0,
     max_in_flight: Annotated[int, typer.Option(min=1, help="Checks running at once (/check, /improve, /check/batch).", envvar="HALLUSCOPE_SERVER_MAX_IN_FLIGHT")] = 64,
     max_queue: Annotated[int, typer.Option(min=0, help="Checks waiting for a slot; one more gets 429 + Retry-After.", envvar="HALLUSCOPE_SERVER_MAX_QUEUE")] = 512,
@@ -42,13 +42,13 @@ def serve_command(
     workers: Annotated[int, typer.Option(min=1, help="Worker threads (event loops) running the checks.", envvar="HALLUSCOPE_SERVER_WORKERS")] = 2,
     cpu_workers: Annotated[Optional[int], typer.Option(min=0, help="Processes running the checks that call no LLM (gate, rouge): their CPU work then never delays /health. 0 = on the worker threads. [default: min(2, CPUs)]", envvar="HALLUSCOPE_SERVER_CPU_WORKERS", show_default=False)] = None,
     jobs_db: Annotated[Optional[Path], typer.Option(help="Jobs database (SQLite); default jobs.sqlite next to the LLM cache.", envvar="HALLUSCOPE_SERVER_JOBS_DB")] = None,
-    jobs_url: Annotated[Optional[str], typer.Option(help="Keep jobs in Redis (redis://host:6379/0) so that every replica given the same URL shares them (docs/deploy.md); --jobs-db is then not used. Default: SQLite (--jobs-db).", envvar="HALLUSCOPE_SERVER_JOBS_URL", show_default=False)] = None,
-    job_lease: Annotated[float, typer.Option(min=0.1, callback=finite_number, help="With --jobs-url: seconds a claimed item stays a replica's own without renewal; a dead replica's items are taken over after it.", envvar="HALLUSCOPE_SERVER_JOB_LEASE")] = 30.0,
+    jobs_url: Annotated[Optional[str], typer.Option(help=("Keep jobs in Redis (redis://host:6379/0) so that every replica given the same URL shares " "them (docs/deploy.md); --jobs-db is then not used. Default: SQLite (--jobs-db)."), envvar="HALLUSCOPE_SERVER_JOBS_URL", show_default=False)] = None,
+    job_lease: Annotated[float, typer.Option(min=0.1, callback=finite_number, help=("With --jobs-url: seconds a claimed item stays a replica's own " "without renewal; a dead replica's items are taken over after it."), envvar="HALLUSCOPE_SERVER_JOB_LEASE")] = 30.0,
     max_jobs: Annotated[int, typer.Option(min=1, help="Jobs queued or running at once (-> 429).", envvar="HALLUSCOPE_SERVER_MAX_JOBS")] = 100,
     job_concurrency: Annotated[int, typer.Option(min=1, help="Items of one job checked at once.", envvar="HALLUSCOPE_SERVER_JOB_CONCURRENCY")] = 4,
     data_dir: Annotated[Optional[Path], typer.Option(help="Folder of the named datasets jobs may use (final, summedits, ...).", envvar="HALLUSCOPE_DATA_DIR")] = None,
     datasets_dir: Annotated[Optional[Path], typer.Option(help="Jobs may name .jsonl files inside this folder only (default: none).", envvar="HALLUSCOPE_SERVER_DATASETS_DIR")] = None,
-    allow_model: Annotated[Optional[list[str]], typer.Option("--allow-model", help="A model or checker requests may name in their options (PROBE judges, verifier=nli:<id or path>, embedding_model), besides the server's own model; repeatable; '*' allows any. Others get 403 before anything loads.", envvar="HALLUSCOPE_SERVER_ALLOW_MODEL", show_default=False)] = None,
+    allow_model: Annotated[Optional[list[str]], typer.Option("--allow-model", help=("A model or checker requests may name in their options (PROBE judges, " "verifier=nli:<id or path>, embedding_model), besides the server's own model; " "repeatable; '*' allows any. Others get 403 before anything loads."), envvar="HALLUSCOPE_SERVER_ALLOW_MODEL", show_default=False)] = None,
     metrics_public: Annotated[bool, typer.Option(help="Serve /metrics without the token.", envvar="HALLUSCOPE_SERVER_METRICS_PUBLIC")] = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.", envvar="HALLUSCOPE_SERVER_LOG_LEVEL")] = "info",
     log_format: Annotated[str, typer.Option(help="json (one object per line, with request ids) or text.", envvar="HALLUSCOPE_SERVER_LOG_FORMAT")] = "json",
@@ -70,7 +70,7 @@ def serve_command(
         from halluscope.server import ServerSettings, create_app
         from halluscope.server.logs import log_config
     except ImportError as exc:
-        raise fail(f"the server needs its extra: pip install 'halluscope[server]' ({exc})")
+        raise fail(f"the server needs its extra: pip install 'halluscope[server]' ({exc})") from exc
     if host not in LOOPBACK and not token:
         raise fail("refusing to listen beyond loopback without --token / HALLUSCOPE_SERVER_TOKEN")
     if log_format not in ("json", "text"):

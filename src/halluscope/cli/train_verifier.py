@@ -31,7 +31,7 @@ def train_verifier_command(
     try:
         examples = read_examples(dataset)
     except (OSError, ValueError) as exc:
-        raise fail(f"cannot read {dataset}: {exc}")
+        raise fail(f"cannot read {dataset}: {exc}") from exc
     if limit:
         examples = examples[:limit]
     settings = TrainSettings(base=base, epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
@@ -40,7 +40,7 @@ def train_verifier_command(
     try:
         summary = VerifierTrainer(examples, out, settings, progress=lambda m: typer.echo(m, err=True)).run()
     except (OSError, ValueError, ImportError) as exc:
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     auc = summary.get("dev_auc")
     typer.echo(f"wrote {out}: best epoch {summary.get('epoch')}, dev AUC {'-' if auc is None else f'{auc:.4f}'}, "
                f"threshold {summary['threshold']:.4f}; use -o verifier=encoder:{out}")

@@ -1,4 +1,5 @@
-"""``embed``: embedding-similarity baseline (no LLM; the long-document stress-test paper's sentence encoder used as the metric itself).
+"""``embed``: embedding-similarity baseline (no LLM; the long-document stress-test paper's sentence encoder used as the
+metric itself).
 
 Each target sentence is embedded and compared with every source sentence; its score is the best cosine
 similarity (the closest source sentence), and the target's score is the mean over its sentences. Cosines
@@ -44,7 +45,8 @@ class EmbedDetails(MethodDetails):
     """``Report.details`` of ``embed``."""
 
     sentences: list[dict[str, Any]] | None = None
-    """Per target sentence: its best source span, the cosine and the information density (long-document stress-test paper Eq. 3)."""
+    """Per target sentence: its best source span, the cosine and the information density (long-document stress-test
+    paper Eq. 3)."""
     retrieval: dict[str, Any] | None = None
     """The embedding index's settings."""
 

@@ -55,13 +55,16 @@ class GateOptions(MethodOptions):
     """Sentences added on each side of a retrieved sentence."""
 
     supported_coverage: float = Field(default=0.9, ge=0.0, le=1.0)
-    """Settle `supported` when at least this fraction of the claim's words lie in 3-word runs shared with one window (and every content word is in it)."""
+    """Settle `supported` when at least this fraction of the claim's words lie in 3-word runs shared with one window
+    (and every content word is in it)."""
 
     flip_overlap: float = Field(default=0.8, ge=0.0, le=1.0)
-    """A negation flip counts only against a source sentence holding at least this fraction of the claim's content words."""
+    """A negation flip counts only against a source sentence holding at least this fraction of the claim's content
+    words."""
 
     absent_precision: float = Field(default=0.1, ge=0.0, le=1.0)
-    """Settle `unsupported` when fewer than this fraction of the claim's content words occur anywhere in the source (claims of 4+ content words)."""
+    """Settle `unsupported` when fewer than this fraction of the claim's content words occur anywhere in the source
+    (claims of 4+ content words)."""
 
     uncertain: Literal["threshold", "unscored"] = "threshold"
     """The `gate` method only: label an uncertain claim by its support score (threshold), or leave it unscored."""
@@ -231,8 +234,8 @@ def _negation_flip(words: list[Token], content: list[Token], best: _Window | Non
 
 def target_spans(claim: Claim, target: str | None, local: Sequence[Span]) -> list[Span]:
     """Claim-relative spans as target spans: offset by the claim's span when the claim is that slice of the
-    target verbatim (without the target: when the claim has one span of its exact length); else each piece is searched for inside the claim's spans (then the whole target); the
-    claim's own spans when a piece cannot be found."""
+    target verbatim (without the target: when the claim has one span of its exact length); else each piece is searched
+    for inside the claim's spans (then the whole target); the claim's own spans when a piece cannot be found."""
     if target is None:  # no target to compare with: trust a single span of the claim's exact length
         only = claim.target_spans[0] if len(claim.target_spans) == 1 else None
         if only is None or len(only) != len(claim.text):

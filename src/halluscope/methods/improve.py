@@ -14,8 +14,8 @@ re-evaluated text, and it differs from the original only if its verified score i
 original's (ties go to the earlier text). Scores are DCR's, with its ``amc_weights``: under the default
 (``paper``, alpha = beta = 0 over all sentences) a text with a sentence DCR could not mark has no score, so the
 rounds stop there (the original) or that rewrite is not a candidate (a later round), with the reason recorded;
-``amc_weights=auto`` scores such texts on their judged sentences. The Report itself (score, verdicts, findings) is about the target
-that was given; ``subscores["final_score"]`` is the score of ``improved_target``.
+``amc_weights=auto`` scores such texts on their judged sentences. The Report itself (score, verdicts, findings) is about
+the target that was given; ``subscores["final_score"]`` is the score of ``improved_target``.
 
 ``details`` holds: ``rounds`` (one :class:`ImprovementRound` per evaluated text, round 0 = the original),
 ``improved_target``, ``improved`` (bool), ``best_round``, ``stop_reason`` and ``diff`` (a unified diff with
@@ -194,10 +194,12 @@ class ImproveOptions(DcrOptions):
     """Most rewrite rounds; each rewrite is re-evaluated by the same evaluator (the paper converges within about 2)."""
 
     evaluator: str = DEFAULT_EVALUATOR
-    """The method that finds what to rewrite and re-verifies each rewrite: dcr (the paper's) or any method that yields findings (probe, factscore, dove, localize, ...)."""
+    """The method that finds what to rewrite and re-verifies each rewrite: dcr (the paper's) or any method that yields
+    findings (probe, factscore, dove, localize, ...)."""
 
     evaluator_options: dict[str, Any] = Field(default_factory=dict)
-    """evaluator other than dcr: that method's options (also given as plain options: -o evaluator=probe -o judges=a,b)."""
+    """evaluator other than dcr: that method's options (also given as plain options: -o evaluator=probe
+    -o judges=a,b)."""
 
     @field_validator("evaluator")
     @classmethod

@@ -1,4 +1,5 @@
-"""The one retrieval stage every sentence/claim verifier uses on long sources (long-document stress-test paper §3.2, SPEC "Long sources").
+"""The one retrieval stage every sentence/claim verifier uses on long sources (long-document stress-test paper §3.2,
+SPEC "Long sources").
 
 A :class:`SourceIndex` splits the source into sentences once and embeds them once (or builds a BM25 index
 when no embedding model is installed). For each query (a target sentence or claim) it returns K snippets

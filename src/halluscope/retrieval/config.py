@@ -28,8 +28,8 @@ class RetrievalConfig(BaseModel):
     """Source sentences retrieved per query (K); each becomes one snippet."""
 
     window: int = Field(default=1, ge=0, le=20)
-    """Sentences added on each side of a retrieved sentence (``w`` of long-document stress-test paper Eq. 1): snippets of 2w+1
-    sentences, clipped at the document edges."""
+    """Sentences added on each side of a retrieved sentence (``w`` of long-document stress-test paper Eq. 1): snippets
+    of 2w+1 sentences, clipped at the document edges."""
 
     retriever: RetrieverName = "auto"
     """``embedding`` (sentence-transformers), ``bm25`` (lexical, always available), or ``auto``:
@@ -45,8 +45,8 @@ class RetrievalConfig(BaseModel):
     the K windows on its own, overlapping or not."""
 
     embed_all_up_to: int | None = Field(default=EMBED_ALL_UP_TO, ge=0)
-    """Embedding retriever: a source of up to this many sentences has every sentence embedded (long-document stress-test paper's
-    protocol). A longer one is announced and BM25 picks ``candidates`` sentences per query; only those are
+    """Embedding retriever: a source of up to this many sentences has every sentence embedded (long-document stress-test
+    paper's protocol). A longer one is announced and BM25 picks ``candidates`` sentences per query; only those are
     embedded and ranked by cosine (a 1,000,000-word source takes minutes instead of most of an hour). None:
     embed every sentence whatever the length (the paper's protocol; a progress bar shows the time left)."""
 

@@ -46,7 +46,8 @@ class _DiskStore(SqliteTable):
             for i in range(0, len(keys), self._CHUNK):
                 chunk = list(keys[i:i + self._CHUNK])
                 rows = self._conn.execute(
-                    f"SELECT key, dim, vector FROM embeddings WHERE model = ? AND key IN ({','.join('?' * len(chunk))})",
+                    ("SELECT key, dim, vector FROM embeddings WHERE model = "
+                     f"? AND key IN ({','.join('?' * len(chunk))})"),
                     [model, *chunk]).fetchall()
                 for key, dim, blob in rows:
                     if isinstance(blob, bytes) and len(blob) == 4 * dim:  # anything else: a miss, rewritten

@@ -1,5 +1,5 @@
-"""A source's sentences indexed once (:class:`SourceIndex`) and the snippets retrieved from it (long-document stress-test paper §3.2,
-Eq. 1): the top-K sentences for a query, each widened to 2w+1 sentences."""
+"""A source's sentences indexed once (:class:`SourceIndex`) and the snippets retrieved from it (long-document
+stress-test paper §3.2, Eq. 1): the top-K sentences for a query, each widened to 2w+1 sentences."""
 
 from __future__ import annotations
 
@@ -228,8 +228,8 @@ class SourceIndex:
         return np.asarray(self._bm25.get_scores(tokens), dtype=np.float32)
 
     def density(self, query: str) -> float | None:
-        """Mean cosine similarity of ``query`` to all source sentences (long-document stress-test paper Eq. 3); None under BM25 and
-        past ``embed_all_up_to`` (not every sentence is embedded)."""
+        """Mean cosine similarity of ``query`` to all source sentences (long-document stress-test paper Eq. 3); None
+        under BM25 and past ``embed_all_up_to`` (not every sentence is embedded)."""
         if self.retriever != "embedding" or self.embeds_candidates or not self.sentences:
             return None
         return float(np.mean(self.sentence_scores(query)))
@@ -238,8 +238,8 @@ class SourceIndex:
     def retrieve(self, query: str, top_k: int | None = None, window: int | None = None,
                  merge_windows: bool | None = None) -> list[Snippet]:
         """The top-``top_k`` sentences for ``query``, each widened by ``window`` sentences per side into its
-        own snippet (long-document stress-test paper Eq. 1), best first; with ``merge_windows`` windows sharing a sentence merge.
-        Arguments left None come from the index's config."""
+        own snippet (long-document stress-test paper Eq. 1), best first; with ``merge_windows`` windows sharing a
+        sentence merge. Arguments left None come from the index's config."""
         k = self.config.top_k if top_k is None else top_k
         w = self.config.window if window is None else window
         merge = self.config.merge_windows if merge_windows is None else merge_windows

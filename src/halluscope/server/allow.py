@@ -2,9 +2,10 @@
 
 A request's options can name models: PROBE's ``judges`` (model names at the endpoint), an encoder checker
 (``verifier=nli:<hub id or path>``, ``gate=encoder:<path>``, ``verifier.checkpoint=...``), an embedding model
-(``embedding_model``), a fitted combiner file (``ensemble``'s ``combiner``). Each is compared with the operator's list (``halluscope serve --allow-model NAME``,
-``HALLUSCOPE_SERVER_ALLOW_MODEL``) plus the server's own model and the default embedding model; any other is
-refused (403) before anything is built or loaded. ``--allow-model '*'`` allows every name."""
+(``embedding_model``), a fitted combiner file (``ensemble``'s ``combiner``). Each is compared with the operator's list
+(``halluscope serve --allow-model NAME``, ``HALLUSCOPE_SERVER_ALLOW_MODEL``) plus the server's own model and the default
+embedding model; any other is refused (403) before anything is built or loaded. ``--allow-model '*'`` allows every
+name."""
 
 from __future__ import annotations
 

@@ -47,14 +47,14 @@ MAX_INDEX = 2**63 - 1
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": Problem, "description": "Missing or wrong bearer token (checked before the body is read)."},
-    413: {"model": Problem, "description": "Body, item count or characters above the limit (Content-Length is checked before the body is read)."},
+    413: {"model": Problem, "description": ("Body, item count or characters above the limit " "(Content-Length is checked before the body is read).")},
     422: {"model": Problem, "description": "Malformed request, empty text, or options the method cannot run with."},
 }
 _WORK_ERRORS: dict[int | str, dict[str, Any]] = {
     **_ERRORS,
     400: {"model": Problem, "description": "Unknown method or bad options (the message lists the valid ones)."},
     429: {"model": Problem, "description": "Every check slot busy and the queue full; see Retry-After."},
-    503: {"model": Problem, "description": "No slot within the queue timeout, too many open requests, or the model backend unusable; see Retry-After."},
+    503: {"model": Problem, "description": ("No slot within the queue timeout, too many open requests, " "or the model backend unusable; see Retry-After.")},
     504: {"model": Problem, "description": "The check took longer than the time limit."},
 }
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Problem, "description": "No such job (or item)."}}

@@ -2,8 +2,8 @@
 else 1 (the container's HEALTHCHECK; no curl needed in the image).
 
 The port is the one the running ``halluscope serve`` was given: read from its command line (``--port 9000`` or
-``--port=9000``, process 1 or a child of it, found in ``/proc``; a container started with ``... halluscope serve --port 9000`` is then
-checked on 9000), else ``HALLUSCOPE_SERVER_PORT`` (what ``serve`` reads too), else 8080."""
+``--port=9000``, process 1 or a child of it, found in ``/proc``; a container started with ``... halluscope serve --port
+9000`` is then checked on 9000), else ``HALLUSCOPE_SERVER_PORT`` (what ``serve`` reads too), else 8080."""
 
 from __future__ import annotations
 

@@ -13,7 +13,8 @@ _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:0;color:#1d1d1f;background:#fafafa}
 header{padding:14px 22px;background:#fff;border-bottom:1px solid #ddd}
 header h1{font-size:18px;margin:0 0 6px}.muted{color:#777;font-size:13px}
-.bar{height:8px;background:#eee;border-radius:4px;max-width:420px;margin:8px 0}.bar div{height:8px;background:#1a73e8;border-radius:4px}
+.bar{height:8px;background:#eee;border-radius:4px;max-width:420px;margin:8px 0}
+.bar div{height:8px;background:#1a73e8;border-radius:4px}
 main{padding:16px 22px}table{border-collapse:collapse;font-size:14px;background:#fff;border:1px solid #ddd}
 td,th{border-bottom:1px solid #eee;padding:5px 12px;text-align:left}
 th{cursor:pointer;user-select:none;background:#f3f3f3}th[aria-sort=ascending]::after{content:" \\25B2"}
@@ -137,5 +138,6 @@ def render_jobs_page(jobs: list[dict[str, Any]], limit: int) -> str:
     more = f"<p class='muted'>The {limit} most recent jobs (add <code>?limit=N</code>).</p>" if len(jobs) >= limit else ""
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>halluscope jobs</title>
 <style>{_CSS}</style></head><body>
-<header><h1>halluscope jobs</h1><div class="muted">{len(jobs)} job(s), newest first · <a href="/docs">API</a></div></header>
+<header><h1>halluscope jobs</h1>
+<div class="muted">{len(jobs)} job(s), newest first · <a href="/docs">API</a></div></header>
 <main>{more}{body}</main></body></html>"""

@@ -1,6 +1,6 @@
-"""Context selection, the one retrieval protocol of the claim methods (long-document stress-test paper §3.2, Eq. 1): the whole source
-when the verifier's prompt fits the model's context window (``retrieval=auto``), else per claim the top-K source
-sentences each widened to 2w+1 sentences (:class:`RetrievalSelector`, the ``retrieval`` context selector)."""
+"""Context selection, the one retrieval protocol of the claim methods (long-document stress-test paper §3.2, Eq. 1): the
+whole source when the verifier's prompt fits the model's context window (``retrieval=auto``), else per claim the top-K
+source sentences each widened to 2w+1 sentences (:class:`RetrievalSelector`, the ``retrieval`` context selector)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ class RetrievalSelector:
     uses_llm: ClassVar[bool] = False
     Options: ClassVar[type[StageOptions]] = options_view(
         "RetrievalSelectorOptions", RetrievalOptions, list(RetrievalOptions.model_fields),
-        "The retrieval protocol (long-document stress-test paper): when to retrieve, K snippets of 2w+1 sentences per claim.")
+        ("The retrieval protocol (long-document stress-test paper): when "
+         "to retrieve, K snippets of 2w+1 sentences per claim."))
 
     def __init__(self, model: Any = None, options: StageOptions | None = None, *,
                  fits: Callable[[str, Sequence[Claim]], bool] | None = None):

@@ -1,6 +1,6 @@
-"""The one max over snippets (long-document stress-test paper Eq. 2): with retrieval, each claim is judged against its snippets, best
-first, and keeps its best verdict (supported > contradicted > unsupported), stopping at the first snippet that
-supports it; unscored only when a snippet that might have supported it could not be judged."""
+"""The one max over snippets (long-document stress-test paper Eq. 2): with retrieval, each claim is judged against its
+snippets, best first, and keeps its best verdict (supported > contradicted > unsupported), stopping at the first snippet
+that supports it; unscored only when a snippet that might have supported it could not be judged."""
 
 from __future__ import annotations
 

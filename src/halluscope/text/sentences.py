@@ -12,10 +12,10 @@ on a 2-core machine under load, a 1,000,000-word block with no blank line (5.3 M
 where one pysbd pass over just 32,000 words took 45 s (16,000 words: 9.6 s). pysbd itself sets that pace.
 
 Text without sentence breaks is not given to pysbd at all: a window with no sentence-ending mark (``.``, ``!``,
-``?``, ``;``, ``:``, ``…``, their full-width forms, or a line break) cannot hold a sentence boundary, and pysbd was slowest there
-(about 30 us per character, holding the GIL in long regular-expression calls: 5 MB without a break took the gate
-48 s and 765 MB). Such a run is cut at whitespace into pieces of at most ``MAX_WINDOW`` (5,000) characters, each
-one "sentence", and a warning on the ``halluscope.text.sentences`` logger says how many characters were cut so.
+``?``, ``;``, ``:``, ``…``, their full-width forms, or a line break) cannot hold a sentence boundary, and pysbd was
+slowest there (about 30 us per character, holding the GIL in long regular-expression calls: 5 MB without a break took
+the gate 48 s and 765 MB). Such a run is cut at whitespace into pieces of at most ``MAX_WINDOW`` (5,000) characters,
+each one "sentence", and a warning on the ``halluscope.text.sentences`` logger says how many characters were cut so.
 """
 
 from __future__ import annotations

@@ -54,7 +54,8 @@ POSITIVE_START = re.compile(_LEAD + r"(?:consistent|supported|correct|accurate|t
 there ("Correction" is no "correct")."""
 
 QUESTION = re.compile(r"^\W*(?:(?:is|does|was) (?:it|this|that|the (?:sentence|text|summary|claim)) (?:really )?)?"
-                      r"(?:(?:this|the) (?:sentence|text|summary|claim) is )?(?:consistent|supported|correct|accurate|true|inconsistent|unsupported)\s*\?\s*",
+                      r"(?:(?:this|the) (?:sentence|text|summary|claim) is )?"
+                      r"(?:consistent|supported|correct|accurate|true|inconsistent|unsupported)\s*\?\s*",
                       _FLAGS)
 """A reason that opens by asking ("Consistent? No, ..."): the question is no verdict, its answer follows."""
 

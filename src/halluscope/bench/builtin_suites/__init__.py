@@ -12,8 +12,8 @@ Unscored items: every metric ``K`` is computed twice. ``K`` is over the scored i
 ``coverage`` (scored / total); ``K_all`` counts every item, an unscored one as the worst outcome it could have
 (a miss for detection, the wrong side for AUC, for correlations the score that disagrees most with the human
 score: the lowest for the highest human scores and vice versa, :func:`metrics.adversarial_scores`; no match for
-FINAL, no span for spans; :func:`metrics.worst_case_scores`). Tables show both with the coverage: a method that fails on the
-hard items cannot look better than one that tries.
+FINAL, no span for spans; :func:`metrics.worst_case_scores`). Tables show both with the coverage: a method that fails on
+the hard items cannot look better than one that tries.
 """
 
 # imported in the order the suites were registered before the split (the order of the suite registry)

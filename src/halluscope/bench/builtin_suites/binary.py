@@ -137,7 +137,8 @@ def binary_suite(examples: list[Example], reports: list[Report], ctx: SuiteConte
                  both(m, "balanced_accuracy_at_method_threshold")]]
     cov = m["coverage"]
     result.tables.append((
-        f"Binary consistency (threshold chosen on {m['threshold_chosen_on']}; coverage {cov['scored']}/{cov['total']} "
+        f"Binary consistency (threshold chosen on {m['threshold_chosen_on']}; coverage "
+        f"{cov['scored']}/{cov['total']} "
         f"test items scored; 'all' counts an unscored item as wrong)",
         md_table(["domain", "n dev", "n test", "threshold", "AUC-ROC", "BAcc", "BAcc @ method threshold"], rows),
     ))

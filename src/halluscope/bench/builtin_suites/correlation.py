@@ -77,7 +77,8 @@ def correlation_suite(examples: list[Example], reports: list[Report], ctx: Suite
         rows.insert(0, [f"per document (averaged over {n_docs})", *(both(pd, k) for k in ("pearson", "spearman", "kendall"))])
     result = SuiteResult(metrics=m)
     result.tables.append((
-        f"Correlation with human scores (coverage {m['n_scored']}/{len(exs)}; 'all': {M.WORST_CASE_CORRELATION_RULE}; "
+        f"Correlation with human scores (coverage {m['n_scored']}/{len(exs)}; 'all': "
+        f"{M.WORST_CASE_CORRELATION_RULE}; "
         f"{n_docs} documents{', several targets each' if repeats else ''})",
         md_table(["level", "Pearson", "Spearman", "Kendall"], rows),
     ))

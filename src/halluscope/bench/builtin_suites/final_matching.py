@@ -123,7 +123,8 @@ async def final_matching_suite(examples: list[Example], reports: list[Report], c
     result = SuiteResult(metrics=m)
     judge_text = f"{judge_name} (the evaluated model judges itself)" if m["judge_is_evaluated_model"] else judge_name
     result.tables.append((
-        f"FINAL matching (judge {judge_text}; coverage {len(usable)}/{len(with_gold)}: {n_unscored} unscored by the "
+        f"FINAL matching (judge {judge_text}; coverage {len(usable)}/{len(with_gold)}: "
+        f"{n_unscored} unscored by the "
         f"method and {m['n_judge_unscored']} by the judge; 'all' counts them as no match)",
         md_table(["recall", "precision", "F1", "judge", "predictions", "gold", "gold matched", "items judged",
                   "judge LLM calls (tokens)"],

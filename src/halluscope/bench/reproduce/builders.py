@@ -289,8 +289,8 @@ def _failed_levels(complexities: Sequence[int], made: Sequence[Example]) -> list
 
 async def build_perturbed(folder: Path, base: Sequence[Example], *, mode: BuildMode, llm, config, seed: int,
                           options: dict[str, Any], identity: dict[str, Any], progress: bool = True) -> BuiltSet:
-    """Meaning-preserving perturbations (long-document stress-test paper §3.1): per base target, the original plus one row per kept
-    perturbation. Also yields an ``originals`` dataset (the window-size rows run on it)."""
+    """Meaning-preserving perturbations (long-document stress-test paper §3.1): per base target, the original plus one
+    row per kept perturbation. Also yields an ``originals`` dataset (the window-size rows run on it)."""
     from halluscope.generators.perturb import PERTURBATIONS, PerturbGenerator
 
     check_options("perturb", options, ("perturbations", "unit", "insert_with", "max_sentences"))

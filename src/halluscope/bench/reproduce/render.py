@@ -140,8 +140,9 @@ def render_markdown(result: dict[str, Any]) -> str:
         + ", ".join(f"`{d['spec']}` ({d['n']} items)" for d in build["datasets"].values())
         + (f"; built by `{build['builder']}` ({build['mode']}) {json.dumps(build['options'])}" if build["builder"] != "shared" else "")
         + " |",
-        f"| sample | {proto['sample'] or 'all'} ({'items per split/domain' if proto['sample_applies_to'] == 'items' else 'base items the set is built from'}), "
-        f"seed {proto['seed']}, limit {proto['limit'] if proto['limit'] is not None else 'none'} |",
+        f"| sample | {proto['sample'] or 'all'} "
+        + ("(items per split/domain), " if proto["sample_applies_to"] == "items" else "(base items the set is built from), ")
+        + f"seed {proto['seed']}, limit {proto['limit'] if proto['limit'] is not None else 'none'} |",
         f"| our model | `{result['model'] or 'none (no LLM)'}`"
         + (f"; FINAL matching judge `{result['judge_model']}`" if result.get("judge_model") else "") + " |",
         f"| rows | {proto['rows_selected']} |",

@@ -28,8 +28,8 @@ MIN_SEMANTIC_SIMILARITY = 70.0  # cosine >= 0.70 of the two claims' sentence emb
 
 
 class SemanticSimilarity:
-    """Cosine of two claims' sentence embeddings (the long-document stress-test paper's encoder, ``retrieval.load_encoder``), scaled to
-    0-100; texts are encoded once each."""
+    """Cosine of two claims' sentence embeddings (the long-document stress-test paper's encoder,
+    ``retrieval.load_encoder``), scaled to 0-100; texts are encoded once each."""
 
     def __init__(self, model: str | None = None):
         from halluscope.retrieval import DEFAULT_EMBEDDING_MODEL, load_encoder

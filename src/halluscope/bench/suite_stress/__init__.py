@@ -1,5 +1,5 @@
-"""The stress report (long-document stress-test paper §5.1, §5.3, App. B): how a method's scores move under meaning-preserving
-perturbations, and how they depend on claim information density.
+"""The stress report (long-document stress-test paper §5.1, §5.3, App. B): how a method's scores move under
+meaning-preserving perturbations, and how they depend on claim information density.
 
 Applies to sets built by ``halluscope generate perturb``: rows share a ``group`` and one row per group has
 difficulty ``"original"``; the other rows' difficulty names their perturbation.

@@ -1,5 +1,5 @@
-"""Information density (long-document stress-test paper Eq. 3-4, Fig. 3): a claim's (or target's) mean cosine to the source sentences,
-with sentence embeddings or a TF-IDF fallback, and the mean score per density bin."""
+"""Information density (long-document stress-test paper Eq. 3-4, Fig. 3): a claim's (or target's) mean cosine to the
+source sentences, with sentence embeddings or a TF-IDF fallback, and the mean score per density bin."""
 
 from __future__ import annotations
 

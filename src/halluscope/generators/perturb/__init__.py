@@ -1,4 +1,5 @@
-"""Meaning-preserving perturbations of a target (long-document stress-test paper §3.1, App. A): stress tests for detectors.
+"""Meaning-preserving perturbations of a target (long-document stress-test paper §3.1, App. A): stress tests for
+detectors.
 
 Seven edits change a consistent target's surface form but not what it says, so a robust detector should
 give the perturbed text the same score as the original:

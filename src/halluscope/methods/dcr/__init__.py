@@ -11,7 +11,8 @@ pipeline.
   against the *whole* source, giving a reason per sentence and an overall ``is_consistent`` (recorded in
   ``details["dce_is_consistent"]``, never used in the score). ``level="paragraph"`` judges the whole target
   at once (the paper's paragraph-level variant). With retrieval, each sentence is judged against each of its
-  snippets in a call of its own (the shared protocol of the long-document stress-test paper: best snippet first, max per sentence).
+  snippets in a call of its own (the shared protocol of the long-document stress-test paper: best snippet first, max per
+  sentence).
 * **AMC** (auto-metric converter, also in the verifier): each reason is mapped to +1 (consistent) or -1
   (not), by an LLM call that only reads the reasons (``amc="llm"``, the paper's design) or by the verdict
   the reason states in words (``amc="rule"``, no extra call; see
@@ -68,7 +69,7 @@ from halluscope.methods.dcr.replies import (
     DceSingleReply,
     Mark,
     SentenceReason,
-    _stated_reason,
+    _stated_reason as _stated_reason,  # private, importable from here as before
     number_claims,
     parse_amc,
     parse_dce_sentences,
@@ -82,8 +83,8 @@ from halluscope.methods.dcr.prompts import (
     DCE_REPLY_TOKENS,
     DCE_SENTENCE_PROMPT,
     DCR_PROMPTS,
-    _CHECK,
-    _SYSTEM,
+    _CHECK as _CHECK,  # private, importable from here as before
+    _SYSTEM as _SYSTEM,  # private, importable from here as before
 )
 from halluscope.methods.dcr.amc import (
     AmcMarks,
@@ -94,8 +95,8 @@ from halluscope.methods.dcr.scoring import (
     LABEL_MARKS,
     AmcScore,
     DcrAggregator,
-    _paper_aggregate,
-    _why_none,
+    _paper_aggregate as _paper_aggregate,  # private, importable from here as before
+    _why_none as _why_none,  # private, importable from here as before
     amc_score,
 )
 from halluscope.methods.dcr.verifier import (
@@ -103,9 +104,9 @@ from halluscope.methods.dcr.verifier import (
     DceNotes,
     DcrVerifier,
     OtherReason,
-    _ExcerptDce,
-    _check_stated_reason,
-    _is_paragraph,
+    _ExcerptDce as _ExcerptDce,  # private, importable from here as before
+    _check_stated_reason as _check_stated_reason,  # private, importable from here as before
+    _is_paragraph as _is_paragraph,  # private, importable from here as before
     assign_reasons,
 )
 from halluscope.methods.dcr.decompose import (

@@ -33,16 +33,22 @@ class DcrOptions(ClaimOptions):
     """DCR's own settings on top of the shared retrieval protocol and swappable verifier."""
 
     level: Level = "sentence"
-    """sentence: each target sentence judged with its own reason (the paper's DCE); paragraph: the whole target at once (needs the whole source)."""
+    """sentence: each target sentence judged with its own reason (the paper's DCE); paragraph: the whole target at once
+    (needs the whole source)."""
 
     amc: AmcMode = "llm"
-    """How reasons become +1/-1: llm (a call that reads only the reasons, the paper's AMC) or rule (the verdict words each reason states; no extra call)."""
+    """How reasons become +1/-1: llm (a call that reads only the reasons, the paper's AMC) or rule (the verdict words
+    each reason states; no extra call)."""
 
     amc_weights: AmcWeights = "paper"
-    """alpha and beta of Eq. 3. paper: alpha = beta = 0, Z over every marked reason (the paper's experiments); a sentence without a mark makes the Report unscored. auto: App. I, reasons not about exactly one sentence are taken out and unmarked sentences are left out (Z over the judged sentences)."""
+    """alpha and beta of Eq. 3. paper: alpha = beta = 0, Z over every marked reason (the paper's experiments); a
+    sentence without a mark makes the Report unscored. auto: App. I, reasons not about exactly one sentence are taken
+    out and unmarked sentences are left out (Z over the judged sentences)."""
 
     batch_size: int = Field(default=1, ge=1, le=MAX_BATCH_SIZE)
-    """With retrieval: sentences whose snippet is the same text share a DCE call, and AMC marks this many reasons per call (1 = one DCE and one AMC call per sentence and snippet). With the whole source DCE and AMC already take every sentence in one call each (the paper)."""
+    """With retrieval: sentences whose snippet is the same text share a DCE call, and AMC marks this many reasons per
+    call (1 = one DCE and one AMC call per sentence and snippet). With the whole source DCE and AMC already take every
+    sentence in one call each (the paper)."""
 
 
 

@@ -98,7 +98,8 @@ class DcrAggregator(RunStage):
 
     class Options(StageOptions):
         amc_weights: AmcWeights = "paper"
-        """alpha and beta of Eq. 3: paper (alpha = beta = 0, Z over every marked reason) or auto (App. I: reasons not about exactly one sentence taken out, unmarked sentences left out)."""
+        """alpha and beta of Eq. 3: paper (alpha = beta = 0, Z over every marked reason) or auto (App. I: reasons not
+        about exactly one sentence taken out, unmarked sentences left out)."""
 
     options: DcrAggregator.Options
 

@@ -102,7 +102,8 @@ class DcrVerifier(LLMVerifier):
 
     class Options(StageOptions):
         amc: AmcMode = "llm"
-        """How reasons become +1/-1: llm (a call that reads only the reasons, the paper's AMC) or rule (the verdict words each reason states; no extra call)."""
+        """How reasons become +1/-1: llm (a call that reads only the reasons, the paper's AMC) or rule (the verdict
+        words each reason states; no extra call)."""
 
     def __init__(self, model: "LLM", options: "DcrVerifier.Options | None" = None, *,
                  prompts: PromptResolver = same_prompt):

@@ -165,7 +165,8 @@ class SorterOptions(StageOptions):
     """The LLM sorter's settings."""
 
     sorter_input: Literal["decomposition", "shuffled"] = "decomposition"
-    """The order the events are shown in: decomposition (the paper: as given) or shuffled (a fixed pseudo-random order seeded by the events, so a model that echoes its input cannot make every ordering agree with the target)."""
+    """The order the events are shown in: decomposition (the paper: as given) or shuffled (a fixed pseudo-random order
+    seeded by the events, so a model that echoes its input cannot make every ordering agree with the target)."""
 
     seed: int = 0
     """Seeds the shuffled presentation (dove passes the run's seed)."""

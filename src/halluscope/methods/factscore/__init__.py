@@ -32,8 +32,8 @@ What is FActScore's own (the rest is the pipeline's):
   the fuzzy de-duplication is used and ``details["dedup_error"]`` says why. ``dedup="fuzzy"`` (no LLM call):
   descriptions whose word-order-insensitive similarity is >= ``dedup_threshold`` or that quote the same
   target words are merged (conservative: near-identical wordings only); more than 2,000 descriptions are not
-  compared pairwise (only identical wordings and spans merge; ``details["dedup_note"]`` says so). ``dedup="none"`` keeps every
-  description. A fact judged unsupported without any description gets one saying so. A Finding's spans are
+  compared pairwise (only identical wordings and spans merge; ``details["dedup_note"]`` says so). ``dedup="none"`` keeps
+  every description. A fact judged unsupported without any description gets one saying so. A Finding's spans are
   the target words its description quotes, else the sentences of the facts it came from.
 
 With another verifier (``-o verifier=probe``) its verdicts are used as they are; each unsupported fact then

@@ -28,8 +28,8 @@ class AtomicFact:
 
 def parse_facts(text: str, sentences: Sequence[Sentence], target: str = "") -> list[AtomicFact]:
     """The declared atomic facts (each once, in order). Placeholders are dropped, and so are copies of the
-    prompt's example facts (also with a detail changed) unless the target really says them. Raises ParseError when the reply
-    is not the declared list, names a sentence that does not exist, or has no real fact left."""
+    prompt's example facts (also with a detail changed) unless the target really says them. Raises ParseError when the
+    reply is not the declared list, names a sentence that does not exist, or has no real fact left."""
     entries = FactsReply.parse(text).facts
     n = len(sentences)
     facts: list[AtomicFact] = []

@@ -26,13 +26,16 @@ class FactScoreOptions(ClaimOptions):
     """Ask for a description of each inconsistency of an unsupported fact (FINAL's Pipeline); else yes/no only."""
 
     dedup: DedupMode = "llm"
-    """How descriptions repeated across facts are merged: llm (the paper's: the model keeps one of each group of duplicates, by number), fuzzy (no LLM call; near-identical wordings only), or none."""
+    """How descriptions repeated across facts are merged: llm (the paper's: the model keeps one of each group of
+    duplicates, by number), fuzzy (no LLM call; near-identical wordings only), or none."""
 
     dedup_threshold: float = Field(default=85.0, ge=0, le=100)
-    """Fuzzy de-duplication (dedup=fuzzy, and the fallback of dedup=llm): word-order-insensitive similarity (0-100) at which two descriptions merge."""
+    """Fuzzy de-duplication (dedup=fuzzy, and the fallback of dedup=llm): word-order-insensitive similarity (0-100) at
+    which two descriptions merge."""
 
     batch_size: int = Field(default=1, ge=1, le=MAX_BATCH_SIZE)
-    """Facts per verification call when the whole source is sent, each still judged on its own (1 = the paper's one call per fact; with retrieval every fact has its own snippets and its own calls)."""
+    """Facts per verification call when the whole source is sent, each still judged on its own (1 = the paper's one call
+    per fact; with retrieval every fact has its own snippets and its own calls)."""
 
 
 @register_method

@@ -41,7 +41,8 @@ class FactScoreVerifier(BatchingVerifier[FactCheckReply]):
         """Ask for a description of each inconsistency of an unsupported fact (FINAL's Pipeline); else yes/no only."""
 
         batch_size: int = Field(default=1, ge=1, le=MAX_BATCH_SIZE)
-        """Facts per verification call when the whole source is sent, each still judged on its own (1 = the paper's one call per fact)."""
+        """Facts per verification call when the whole source is sent, each still judged on its own (1 = the paper's one
+        call per fact)."""
 
     def __init__(self, model: LLM, options: "FactScoreVerifier.Options | None" = None, *,
                  prompts: PromptResolver = same_prompt):

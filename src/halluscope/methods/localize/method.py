@@ -26,19 +26,22 @@ class LocalizeOptions(MethodOptions):
     """zero_shot, few_shot (three worked examples) or cot (reasoning, then a marked final answer)."""
 
     filter: str | None = None
-    """2-step variant: self (the same model answers yes/no first), oracle (gold labels, bench only), or a method name."""
+    """2-step variant: self (the same model answers yes/no first), oracle (gold labels, bench only), or a method
+    name."""
 
     hint: bool = False
     """2-step only: tell the localizer the target is known to contain an inconsistency."""
 
     filter_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
-    """filter=<method>: the score below which the target counts as inconsistent; None: in the bench, the one with the best F1 on the dev split (FINAL's protocol), in a single check that method's own threshold."""
+    """filter=<method>: the score below which the target counts as inconsistent; None: in the bench, the one with the
+    best F1 on the dev split (FINAL's protocol), in a single check that method's own threshold."""
 
     filter_options: dict[str, Any] = Field(default_factory=dict)
     """filter=<method>: options for that method."""
 
     variant: Literal[1, 2, "auto"] = "auto"
-    """Prompt wording: 1 (short) or 2 (explicit criteria), FINAL's two per style; auto: the bench picks the one with the higher FINAL F1 on the dev split, per model (a single check uses 1)."""
+    """Prompt wording: 1 (short) or 2 (explicit criteria), FINAL's two per style; auto: the bench picks the one with the
+    higher FINAL F1 on the dev split, per model (a single check uses 1)."""
 
     @field_validator("variant", mode="before")
     @classmethod

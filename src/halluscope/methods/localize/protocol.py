@@ -273,7 +273,7 @@ async def select_variant(method: Method, items: list[Example], out_dir: Path,
         results, reports = await bench.score(candidate, items, bench.selection_name, run_dir, judge=bench.judge,
                                              suites=("final_matching",))
         fm = results["metrics"].get("final_matching", {})
-        value = (lambda key: (fm.get(key) or {}).get("value")) if fm else (lambda key: None)
+        value = (lambda key: (fm.get(key) or {}).get("value")) if fm else (lambda key: None)  # noqa: B023 - used in this iteration only
         candidates.append(VariantScore(
             variant=variant, final_f1=value("f1"), final_precision=value("precision"), final_recall=value("recall"),
             final_f1_all=value("f1_all"), item_f1=item_flag_f1(items, reports),

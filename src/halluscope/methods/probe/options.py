@@ -40,7 +40,9 @@ class ProbeOptions(ClaimOptions):
     """llm: the model quotes the source, quotes verified (the paper); retrieval: the top source sentences, no LLM."""
 
     batch_size: int = Field(default=1, ge=1, le=MAX_BATCH_SIZE)
-    """With the whole source: claims per evidence-finding call, and claims per evaluation call among those that quoted the same passage; each claim still judged on its own (1 = the paper's calls per claim and per passage; with retrieval each claim keeps its own calls)."""
+    """With the whole source: claims per evidence-finding call, and claims per evaluation call among those that quoted
+    the same passage; each claim still judged on its own (1 = the paper's calls per claim and per passage; with
+    retrieval each claim keeps its own calls)."""
 
     on_decompose_error: Literal["sentences", "unscored"] = "sentences"
     """On an unusable decomposition reply: check the target's sentences as claims, or return an unscored report."""

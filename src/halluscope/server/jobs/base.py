@@ -6,8 +6,9 @@ the default) with :class:`~halluscope.server.jobs.runner.JobRunner`, and
 :class:`~halluscope.server.jobs.queue_runner.QueueRunner`. The routes use only the store methods below; how
 a runner finds work (a SQL query, a consumer group) is its backend's own business.
 
-A result row (``results``, ``item``; ``None`` while the item is unfinished) is a mapping with ``idx``, ``item_id``, ``status``, ``report`` (the
-Report JSON or None) and ``error``; a job is the dict :func:`~halluscope.server.jobs.store._job` builds.
+A result row (``results``, ``item``; ``None`` while the item is unfinished) is a mapping with ``idx``, ``item_id``,
+``status``, ``report`` (the Report JSON or None) and ``error``; a job is the dict
+:func:`~halluscope.server.jobs.store._job` builds.
 """
 
 from __future__ import annotations

@@ -226,7 +226,8 @@ class JobStore:
         """Index, id, score, label, findings count and status of up to ``limit`` items (the job page)."""
         with self._lock:
             rows = self._conn.execute(
-                "SELECT i.idx, r.item_id, r.status, r.score, r.label, r.findings, r.error, r.report IS NOT NULL AS has, "
+                "SELECT i.idx, r.item_id, r.status, r.score, r.label, r.findings, r.error, r.report IS NOT NULL AS "
+                "has, "
                 "json_extract(r.report, '$.unscored_reason') AS reason, json_extract(i.example, '$.id') AS eid "
                 "FROM items i LEFT JOIN results r ON r.job_id = i.job_id AND r.idx = i.idx "
                 "WHERE i.job_id = ? ORDER BY i.idx LIMIT ?", (job_id, limit)).fetchall()
