@@ -197,7 +197,7 @@ class ClaimPipeline(Method):
         if legacy is not None:
             option, names = legacy
             value = getattr(self.opts, option)
-            return names.get(value, value)
+            return str(names.get(value, value))
         return getattr(self, f"default_{kind}", None)
 
     def chosen_name(self, kind: str) -> str | None:
@@ -429,7 +429,7 @@ class ClaimPipeline(Method):
                         self.selector, "retrieve"):
                     raise
                 with stage_span("context_selector", self.selector.name):
-                    selection = (await self.selector.retrieve(source, claims,  # type: ignore[attr-defined]
+                    selection = (await self.selector.retrieve(source, claims,
                                                               f"the model reported a context overflow: {exc}")
                                  ).with_trace(trace)
                 with stage_span("verifier", self.verifier.name):
