@@ -147,3 +147,55 @@ def test_a_stage_kind_the_method_does_not_build_is_refused_clearly():
             get_method(name, llm=LLM(FakeModel(default="{}"), cache=None), **{kind: value})
         with pytest.raises(OptionsError, match=f"{name} builds no {kind} stage"):
             get_method(name, llm=LLM(FakeModel(default="{}"), cache=None), **{f"{kind}.x": 1})
+
+
+@register_stage("test_no_llm_clauses", "decomposer")
+class ClauseDecomposer:
+    """Every comma- or 'and'-separated clause of the target is a claim (no LLM)."""
+
+    uses_llm = False
+
+    def __init__(self, model, options):
+        assert model is None
+
+    async def __call__(self, target):
+        from halluscope.records import Claim, StepResult
+
+        parts = [p.strip(" .") for p in re.split(r",| and ", target) if p.strip(" .")]
+        return StepResult.success([Claim(text=p, id=f"k{i}") for i, p in enumerate(parts, 1)])
+
+
+@register_stage("test_no_llm_reverse", "sorter")
+class ReverseSorter:
+    """The source's events in the order given, the target's reversed (no LLM): every pair is out of order."""
+
+    uses_llm = False
+
+    def __init__(self, model, options):
+        assert model is None
+
+    async def __call__(self, events, text, about=None):
+        from halluscope.methods.dove.order import EventOrder
+        from halluscope.records import StepResult
+
+        order = list(range(len(events)))
+        return StepResult.success(EventOrder(order=order if text == about else order[::-1]))
+
+
+@pytest.mark.parametrize("name", sorted(NO_LLM))
+def test_a_plugin_decomposer_is_chosen_by_name_on_every_claim_method(name):
+    method = get_method(name, **{**NO_LLM[name], "decomposer": "test_no_llm_clauses"}, retriever="bm25")
+    assert method.uses_llm is False
+    report = method.check(SOURCE, TARGET)
+    assert [c.text for c in report.claims] == ["The museum opens at nine. The cafe sells coffee", "tea"]
+    assert report.details["stages"]["decomposer"] == "test_no_llm_clauses"
+
+
+def test_a_plugin_sorter_orders_doves_events_by_source_and_target():
+    method = get_method("dove", **{**NO_LLM["dove"], "sorter": "test_no_llm_reverse"},
+                        **{"verifier.min_overlap": 0.6})
+    assert method.uses_llm is False
+    report = method.check(SOURCE, TARGET)
+    assert report.details["stages"]["sorter"] == "test_no_llm_reverse"
+    assert report.subscores["ShuffleD"] == 1.0 and report.score == 0.0  # both events verified, out of order
+    assert any(f.description.startswith("Event order:") for f in report.findings)
