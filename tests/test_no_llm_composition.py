@@ -199,3 +199,69 @@ def test_a_plugin_sorter_orders_doves_events_by_source_and_target():
     assert report.details["stages"]["sorter"] == "test_no_llm_reverse"
     assert report.subscores["ShuffleD"] == 1.0 and report.score == 0.0  # both events verified, out of order
     assert any(f.description.startswith("Event order:") for f in report.findings)
+
+
+@register_stage("test_first_sentence_finder", "evidence_finder")
+class FirstSentenceFinder:
+    """The source's first sentence as the only passage of every claim (no LLM), with its exact span."""
+
+    uses_llm = False
+
+    def __init__(self, model, options):
+        assert model is None
+
+    async def __call__(self, claim, context, source):
+        from halluscope.records import Evidence, Span, StepResult
+
+        end = source.index(".") + 1
+        return StepResult.success([Evidence(text=source[:end], span=Span(start=0, end=end), relation="related")])
+
+
+def test_a_plugin_evidence_finder_feeds_probes_judges():
+    judged: list[str] = []
+
+    def evaluate(messages):
+        judged.append(messages[-1]["content"])
+        return json.dumps({"reasoning": "", "verdict": "PASS"})
+
+    llm = LLM(FakeModel(by_reply={"EvaluationReply": evaluate}), cache=None)
+    method = get_method("probe", llm=llm, decomposer="sentences", evidence_finder="test_first_sentence_finder",
+                        retrieval="never")
+    assert method.llm_stages() == {**method.llm_stages(), "evidence_finder": False, "verifier": True}
+    report = method.check(SOURCE, TARGET)
+    assert method.verifier.finder.name == "test_first_sentence_finder"
+    assert [v.label for v in report.verdicts] == ["supported", "supported"]  # every judge said PASS
+    assert report.usage.calls == 2 and all("The museum opens at nine." in m for m in judged)  # one per claim
+    assert [e.text for e in report.verdicts[1].evidence] == ["The museum opens at nine."]
+    searches = report.details["steps"]["evidence_finding"]
+    assert [s["outcome"] for s in searches] == ["evidence", "evidence"]
+
+
+@register_stage("test_first_sentence_selector", "context_selector")
+class FirstSentenceSelector:
+    """Every claim is checked against the source's first sentence only (no LLM)."""
+
+    uses_llm = False
+
+    def __init__(self, model, options):
+        assert model is None
+
+    async def __call__(self, source, claims):
+        from halluscope.records import Span
+        from halluscope.stages import Context, Selection
+
+        end = source.index(".") + 1
+        snippet = Context(text=source[:end], kind="snippet", span=Span(start=0, end=end), rank=0, sentences=(0,))
+        return Selection("retrieval", "the plugin's choice", {c.id: [snippet] for c in claims})
+
+
+@pytest.mark.parametrize("name", sorted(NO_LLM))
+def test_a_plugin_context_selector_decides_what_each_claim_is_checked_against(name):
+    options = {**NO_LLM[name], "context_selector": "test_first_sentence_selector", "verifier.min_overlap": 0.6}
+    method = get_method(name, retriever="bm25", **options)
+    assert method.uses_llm is False
+    report = method.check(SOURCE, TARGET)
+    assert report.details["stages"]["context_selector"] == "test_first_sentence_selector"
+    assert report.details["context"]["mode"] == "retrieval"
+    # "The cafe sells coffee and tea." against "The museum opens at nine." only: 2 of 6 words
+    assert [v.label for v in report.verdicts] == ["supported", "unsupported"]
