@@ -288,7 +288,8 @@ class Ensemble(Method):
                 self._members[m.name] = cls(llm=llm if cls.uses_llm else None, config=self.config, **m.options)
             except (OptionsError, TypeError, ValueError) as exc:
                 raise OptionsError(f"ensemble: member {m.name} ({m.method}): {exc}") from None
-        self.uses_llm = any(m.uses_llm for m in self._members.values())  # type: ignore[misc]  # per instance: its members' compositions
+        # per instance: whether its members, as composed, call an LLM
+        self.uses_llm = any(m.uses_llm for m in self._members.values())  # type: ignore[misc]
 
     @property
     def threshold(self) -> float:

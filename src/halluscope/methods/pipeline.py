@@ -356,7 +356,7 @@ class ClaimPipeline(Method):
         own = getattr(self.verifier, "source_fits", None)
         if callable(own):  # a verifier that windows the source itself (the encoder checkers)
             return bool(own(source, claims))
-        if not self.chosen_uses_llm("verifier"):
+        if not self.chosen_uses_llm("verifier") and self.opts.order != "verdict_first":  # type: ignore[attr-defined]
             return True  # no model reads the source: no context window to fit
         window = self.llm.context_window
         if window is None:
@@ -425,9 +425,9 @@ class ClaimPipeline(Method):
                 with stage_span("verifier", self.verifier.name):
                     verdicts, tried = await self.verify(rest, selection, source)
             except ContextOverflowError as exc:
-                if selection.mode != "full" or self.opts.retrieval != "auto" or not hasattr(  # type: ignore[attr-defined]
-                        self.selector, "retrieve"):
-                    raise
+                retrieval = self.opts.retrieval  # type: ignore[attr-defined]
+                if selection.mode != "full" or retrieval != "auto" or not hasattr(self.selector, "retrieve"):
+                    raise  # a context selector of a plugin's has no retrieval to fall back on
                 with stage_span("context_selector", self.selector.name):
                     selection = (await self.selector.retrieve(source, claims,
                                                               f"the model reported a context overflow: {exc}")

@@ -133,7 +133,7 @@ class Dove(ClaimPipeline):
     def used_prompts(self) -> list[PromptTemplate]:
         used = [self.prompt(DOVE_DECOMPOSE_PROMPT)] if self.chosen["decomposer"][0] == "dove" else []
         used += self.verifier_prompts()
-        if self.own_sorter and self.chosen["aggregator"][0] == "dove":
+        if self.own_sorter:
             used.append(self.prompt(DOVE_SORT_PROMPT))
         return used + self.verdict_first_prompts()
 
@@ -163,7 +163,7 @@ class Dove(ClaimPipeline):
         if not self.uses_llm:
             return True  # no model reads the source: no context window to fit
         reserve = self.verifier.reserve_tokens(claims) if self.chosen_uses_llm("verifier") else 0
-        if self.own_sorter and self.chosen["aggregator"][0] == "dove":
+        if self.own_sorter:
             reserve = max(reserve, self.sorter.reserve_tokens([c.text for c in claims]))
         return fits_in_context(self.llm, source, reserve_tokens=reserve)
 

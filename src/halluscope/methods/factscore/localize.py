@@ -77,7 +77,8 @@ class FactScoreLocalizer:
         except CallBudgetExceeded:
             raise
         except LLMError as exc:  # a deduplicator that lets its call's failure out: every description is kept
-            groups, error = [[i] for i in range(len(descriptions))], f"de-duplication failed ({exc}); kept every description"
+            groups = [[i] for i in range(len(descriptions))]
+            error = f"de-duplication failed ({exc}); kept every description"
         run.details["descriptions_before_dedup"] = len(descriptions)
         if error:
             run.details["dedup_error"] = error

@@ -63,7 +63,8 @@ class FactScore(ClaimPipeline):
     @property
     def dedups(self) -> bool:
         """Whether a deduplicator runs: FActScore's localizer, describing inconsistencies."""
-        return self.chosen["localizer"][0] == "factscore" and bool(self.chosen["localizer"][1].describe)  # type: ignore[attr-defined]
+        name, options = self.chosen["localizer"]
+        return name == "factscore" and bool(getattr(options, "describe", False))
 
     def own_stage_options(self, kind: str, name: str) -> dict[str, Any]:
         """FActScore's localizer names the chosen deduplicator (``dedup``, or ``deduplicator``)."""

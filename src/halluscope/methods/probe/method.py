@@ -57,8 +57,8 @@ class Probe(ClaimPipeline):
             options["judges"] = [j.name if isinstance(j, LLM) else j for j in self._judge_specs]
         super().__init__(llm, config, **options)
         if self.chosen["verifier"][0] != "probe" and "evidence_finder" in self.opts.model_fields_set:
-            raise OptionsError(f"evidence_finder={self.opts.evidence_finder}: only probe's own verifier finds evidence, "
-                               f"and the verifier chosen is {self.chosen['verifier'][0]!r}")
+            raise OptionsError(f"evidence_finder={self.opts.evidence_finder}: only probe's own verifier finds "
+                               f"evidence, and the verifier chosen is {self.chosen['verifier'][0]!r}")
 
     # -- stages -------------------------------------------------------------------------------------------
     def stage_collaborators(self, kind: str) -> dict[str, Any]:
