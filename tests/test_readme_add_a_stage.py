@@ -102,3 +102,4 @@ def test_the_installed_plugin_is_listed_with_its_options(installed, tmp_path):
     done = run_cli(installed, tmp_path, command)
     assert done.returncode == 0, done.stderr
     assert "overlap" in done.stdout and "min_overlap : float = 0.8" in done.stdout
+    assert "(no LLM)" in done.stdout.splitlines()[0]  # its uses_llm = False
