@@ -62,8 +62,12 @@ class Probe(ClaimPipeline):
 
     # -- stages -------------------------------------------------------------------------------------------
     def stage_collaborators(self, kind: str) -> dict[str, Any]:
-        """PROBE's verifier gets the chosen evidence finder (``evidence``, or ``evidence_finder``)."""
-        return {"evidence_finder": self._build_own("evidence_finder")} if kind == "verifier" else {}
+        """PROBE's verifier gets the chosen evidence finder (``evidence``, or ``evidence_finder``), unless only its
+        own namespaced ``verifier.evidence`` names one."""
+        if kind != "verifier" or ("evidence" in self.stage_given.get("verifier", {})
+                                  and "evidence_finder" not in self.opts.model_fields_set):
+            return {}
+        return {"evidence_finder": self._build_own("evidence_finder")}
 
     def llm_stages(self) -> dict[str, bool]:
         out = super().llm_stages()
