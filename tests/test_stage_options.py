@@ -264,6 +264,8 @@ def test_the_evidence_finder_is_chosen_by_name_and_evidence_stays_its_alias():
     assert (method.verifier.finder.name, method.verifier.finder.max_evidence) == ("top_sentences", 2)
     assert get_method("probe", llm=fake(), evidence="retrieval").verifier.finder.name == "top_sentences"
     assert get_method("probe", llm=fake()).verifier.finder.name == "probe"
+    namespaced = get_method("probe", llm=fake(), verifier="probe", **{"verifier.evidence": "retrieval"})
+    assert namespaced.verifier.finder.name == "top_sentences"  # the verifier's own option, as before
     assert "probe_find_evidence" not in method.prompt_version
     with pytest.raises(OptionsError, match="evidence=llm and evidence_finder=top_sentences"):
         get_method("probe", llm=fake(), evidence="llm", evidence_finder="top_sentences")
