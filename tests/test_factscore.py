@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from halluscope.llm import LLM, FakeModel
+from halluscope.llm import LLM, ContextOverflowError, FakeModel, LLMError
 from halluscope.methods import OptionsError, get_method
 from halluscope.methods.factscore import (
     FactCheckReply,
@@ -224,6 +224,39 @@ def test_factscore_llm_dedup_failure_falls_back_explicitly():
     report = FactScore(llm=fake(by_reply=JUDGE | {"KeepReply": "no idea"}), dedup="llm").check(SOURCE, TARGET)
     assert "used fuzzy" in report.details["dedup_error"]
     assert len(report.findings) == 2
+
+
+@pytest.mark.parametrize("bad", ["no idea", LLMError("the server closed the connection"),
+                                 ContextOverflowError("the descriptions do not fit")])
+def test_a_failed_dedup_call_keeps_the_verdicts_and_the_score_and_says_so(bad):
+    """A de-duplication call that raised used to void the pair (unscored, no verdicts) though every verdict was in."""
+    good = FactScore(llm=fake()).check(SOURCE, TARGET)
+    report = FactScore(llm=fake(by_reply=JUDGE | {"KeepReply": bad})).check(SOURCE, TARGET)
+    assert report.unscored_reason is None and report.score == good.score == pytest.approx(1 / 3)
+    assert [v.label for v in report.verdicts] == [v.label for v in good.verdicts]
+    assert report.details["dedup_error"].startswith("LLM de-duplication failed")
+    assert "used fuzzy de-duplication" in report.details["dedup_error"]
+    assert "de-duplication failed" in report.details["dedup_note"] and "score" in report.details["dedup_note"]
+    assert report.findings and "dedup_error" not in good.details and "dedup_note" not in good.details
+    if isinstance(bad, Exception):
+        assert str(bad) in report.details["dedup_error"]
+
+
+def test_a_plugin_deduplicator_whose_call_fails_keeps_every_description():
+    @register_stage("test_failing_dedup", "deduplicator")
+    class Failing:
+        uses_llm = False
+        note = None
+
+        def __init__(self, model, options):
+            pass
+
+        async def __call__(self, descriptions, spans, target):
+            raise LLMError("the dedup service is down")
+
+    report = FactScore(llm=fake(), deduplicator="test_failing_dedup").check(SOURCE, TARGET)
+    assert report.score == pytest.approx(1 / 3) and report.details["descriptions_before_dedup"] == 3
+    assert len(report.findings) == 3 and "kept every description" in report.details["dedup_error"]
 
 
 def test_factscore_without_descriptions():

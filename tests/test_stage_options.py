@@ -122,7 +122,9 @@ def test_a_bad_namespaced_option_names_the_stage_and_lists_its_options():
     assert "verifier stage 'dove'" in str(bad_name.value) and "batch_size" in str(bad_name.value)
     with pytest.raises(OptionsError, match=r"allowed: 1 to 64"):
         get_method("factscore", llm=fake(), verifier="dove", **{"verifier.batch_size": 0})
-    with pytest.raises(OptionsError, match="verifier.OPTION or gate.OPTION"):
+    with pytest.raises(OptionsError, match="verifier.OPTION or .*gate.OPTION or sorter.OPTION"):
+        get_method("dove", llm=fake(), **{"retrieval.top_k": 2})
+    with pytest.raises(OptionsError, match="decomposer stage 'dove'"):  # dove's decomposer is chosen: llm = dove
         get_method("dove", llm=fake(), **{"decomposer.kind": "x"})
 
 
@@ -225,3 +227,69 @@ def test_the_encoder_gate_takes_its_thresholds_as_options():
     assert (opts.checkpoint, opts.high, opts.low) == ("my-verifier", 0.95, 0.05)
     with pytest.raises(OptionsError, match="checkpoint is given twice"):
         stage_options("gate", "encoder:my-verifier", {"checkpoint": "other"})
+
+
+# ------------------------------------------------------------------------------ every stage kind chosen by name
+
+
+def test_the_decomposer_is_chosen_by_name_on_every_claim_method():
+    for name in ("dcr", "factscore", "probe", "dove"):
+        method = get_method(name, llm=fake(), decomposer="sentences")
+        assert method.make_decomposer().name == "sentences" and method.options()["decomposer"] == "sentences"
+        report = method.check(SOURCE, TARGET)
+        assert [c.text for c in report.claims] == ["The museum opens at nine.", "The cafe sells coffee."]
+        assert report.details["stages"]["decomposer"] == "sentences"
+    assert "decomposer" not in get_method("dcr", llm=fake()).options()  # recorded only when chosen
+    paragraph = get_method("dcr", llm=fake(), decomposer="paragraph")
+    assert paragraph.paragraph_level and paragraph.used_prompts() == get_method("dcr", llm=fake(),
+                                                                               level="paragraph").used_prompts()
+    with pytest.raises(OptionsError, match="level=paragraph and decomposer=sentences"):
+        get_method("dcr", llm=fake(), level="paragraph", decomposer="sentences")
+    with pytest.raises(OptionsError, match="no decomposer stage named 'nope'"):
+        get_method("probe", llm=fake(), decomposer="nope")
+    dove = get_method("dove", llm=fake(), decomposer="sentences", **{"decomposer.claim_kind": "sentence"})
+    assert dove.make_decomposer().kind == "sentence"  # dove's event default gives way to the namespaced option
+    assert get_method("dove", llm=fake(), decomposer="sentences").make_decomposer().kind == "event"
+    assert get_method("dove", llm=fake(), decomposer="llm").make_decomposer().name == "dove"  # the older spelling
+
+
+def test_the_deduplicator_is_chosen_by_name_and_dedup_stays_its_alias():
+    method = get_method("factscore", llm=fake(), deduplicator="fuzzy", **{"deduplicator.dedup_threshold": 70.0})
+    dedup = method.localizer.deduplicator()
+    assert (dedup.name, dedup.threshold) == ("fuzzy", 70.0)
+    assert method.localizer.options.dedup == "fuzzy" and not method.localizer.needs_llm(method.localizer.options)
+    assert "factscore_dedup@" not in method.prompt_version
+    assert get_method("factscore", llm=fake(), dedup="fuzzy").localizer.deduplicator().name == "fuzzy"
+    assert get_method("factscore", llm=fake(), dedup="fuzzy", deduplicator="fuzzy").chosen["deduplicator"][0] == "fuzzy"
+    with pytest.raises(OptionsError, match="dedup=llm and deduplicator=fuzzy"):
+        get_method("factscore", llm=fake(), dedup="llm", deduplicator="fuzzy")
+    with pytest.raises(OptionsError, match="no deduplicator stage named 'magic'"):
+        get_method("factscore", llm=fake(), deduplicator="magic")
+    with pytest.raises(OptionsError, match="deduplicator stage 'none'"):
+        get_method("factscore", llm=fake(), deduplicator="none", **{"deduplicator.dedup_threshold": 70.0})
+
+
+def test_the_evidence_finder_is_chosen_by_name_and_evidence_stays_its_alias():
+    method = get_method("probe", llm=fake(), evidence_finder="top_sentences", **{"evidence_finder.max_evidence": 2})
+    assert (method.verifier.finder.name, method.verifier.finder.max_evidence) == ("top_sentences", 2)
+    assert get_method("probe", llm=fake(), evidence="retrieval").verifier.finder.name == "top_sentences"
+    assert get_method("probe", llm=fake()).verifier.finder.name == "probe"
+    namespaced = get_method("probe", llm=fake(), verifier="probe", **{"verifier.evidence": "retrieval"})
+    assert namespaced.verifier.finder.name == "top_sentences"  # the verifier's own option, as before
+    assert "probe_find_evidence" not in method.prompt_version
+    with pytest.raises(OptionsError, match="evidence=llm and evidence_finder=top_sentences"):
+        get_method("probe", llm=fake(), evidence="llm", evidence_finder="top_sentences")
+    with pytest.raises(OptionsError, match="only probe's own verifier finds evidence"):
+        get_method("probe", llm=fake(), verifier="factscore", evidence_finder="top_sentences")
+
+
+def test_the_sorter_and_the_context_selector_are_chosen_by_name():
+    dove = get_method("dove", llm=fake(), sorter="position", **{"sorter.top_k": 1})
+    assert dove.source_sorter.name == "position" and dove.source_sorter.opts.top_k == 1
+    assert get_method("dove", llm=fake(), sorter="position", window=0).source_sorter.opts.window == 0  # dove's own
+    with pytest.raises(OptionsError, match="sorter stage 'position'"):
+        get_method("dove", llm=fake(), sorter="position", **{"sorter.sorter_input": "shuffled"})
+    method = get_method("dcr", llm=fake(), context_selector="retrieval", **{"context_selector.top_k": 5})
+    assert method.selector.name == "retrieval" and method.selector.opts.top_k == 5
+    with pytest.raises(OptionsError, match="no context_selector stage named 'nope'"):
+        get_method("dcr", llm=fake(), context_selector="nope")

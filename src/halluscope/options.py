@@ -149,6 +149,12 @@ class RetrievalOptions(MethodOptions):
 class ClaimOptions(RetrievalOptions):
     """Options every claim-pipeline method shares: the retrieval protocol and swappable stages."""
 
+    decomposer: str | None = None
+    """A registered decomposer stage to use instead of the method's own: how the target becomes claims (see `halluscope stages decomposer`)."""
+
+    context_selector: str | None = None
+    """A registered context selector to use instead of the retrieval protocol's (see `halluscope stages context_selector`)."""
+
     verifier: str | None = None
     """A registered verifier stage to use instead of the method's own (see `halluscope stages`)."""
 

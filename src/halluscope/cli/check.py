@@ -296,7 +296,7 @@ def check_command(
     if m.uses_llm:
         try:  # a backend that cannot be built is a set-up error, not an unscored pair
             m.llm  # noqa: B018
-        except (LLMError, ValueError) as exc:
+        except (LLMError, ValueError, OSError) as exc:  # OSError: e.g. a fake model's script file that is missing
             raise fail(str(exc)) from exc
     if input_file is not None:
         code = check_table(m, input_file, cast(str, output_file), source_column, target_column, threshold,

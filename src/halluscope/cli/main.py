@@ -118,14 +118,18 @@ def stages_command(protocol: Optional[str] = typer.Argument(None, help="Only sta
             typer.secho(f"error: no {protocol} stage named {name!r}", err=True, fg=typer.colors.RED)
             raise typer.Exit(2)
     for spec in found:
-        typer.echo(f"{spec.protocol:17s} {spec.label:22s} {spec.description}  [{spec.module}]")
+        no_llm = "  (no LLM)" if getattr(spec.factory, "uses_llm", True) is False else ""
+        typer.echo(f"{spec.protocol:17s} {spec.label:22s} {spec.description}{no_llm}  [{spec.module}]")
         for row in spec.options_model.option_rows():
             typer.echo(f"    {row['name']} : {row['type']} = {row['default']}")
             if row["doc"]:
                 typer.echo(f"        {row['doc']}")
-    if any(s.protocol in ("verifier", "gate", "aggregator", "localizer") for s in found):
-        typer.echo("\nOn a claim method: -o verifier=NAME -o verifier.OPTION=VALUE (likewise gate=, aggregator=, "
-                   "localizer=).")
+    kinds = ("decomposer", "context_selector", "verifier", "aggregator", "localizer", "gate", "sorter",
+             "evidence_finder", "deduplicator")
+    if any(s.protocol in kinds for s in found):
+        typer.echo("\nOn a claim method: -o KIND=NAME -o KIND.OPTION=VALUE, KIND one of decomposer, context_selector, "
+                   "verifier, aggregator, localizer, gate (dove: sorter; probe: evidence_finder; factscore: "
+                   "deduplicator). A stage marked (no LLM) calls no model; a check whose stages all are needs none.")
 
 
 app.command("check")(check_command)

@@ -56,6 +56,9 @@ class Method(ABC):
     name: ClassVar[str]
     description: ClassVar[str] = ""
     uses_llm: ClassVar[bool] = True
+    """Whether the method may call an LLM. An instance may say less: a claim method sets it from the stages it
+    built (:meth:`ClaimPipeline.llm_stages`), an ensemble from its members, so ``method.uses_llm`` (not the class's)
+    decides whether a model must be built for it."""
     default_threshold: ClassVar[float] = 0.5
     probability_threshold: ClassVar[float | None] = None
     """The default threshold of a report scored from the verdicts' probabilities (``score=auto|probability``), where

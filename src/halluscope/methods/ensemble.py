@@ -288,7 +288,8 @@ class Ensemble(Method):
                 self._members[m.name] = cls(llm=llm if cls.uses_llm else None, config=self.config, **m.options)
             except (OptionsError, TypeError, ValueError) as exc:
                 raise OptionsError(f"ensemble: member {m.name} ({m.method}): {exc}") from None
-        self.uses_llm = any(type(m).uses_llm for m in self._members.values())  # type: ignore[misc]  # per instance
+        # per instance: whether its members, as composed, call an LLM
+        self.uses_llm = any(m.uses_llm for m in self._members.values())  # type: ignore[misc]
 
     @property
     def threshold(self) -> float:
@@ -298,7 +299,7 @@ class Ensemble(Method):
 
     @property
     def llm_members(self) -> list[str]:
-        return [m.name for m in self.combiner.members if type(self._members[m.name]).uses_llm]
+        return [m.name for m in self.combiner.members if self._members[m.name].uses_llm]
 
     @property
     def model_name(self) -> str | None:
@@ -309,7 +310,7 @@ class Ensemble(Method):
 
     def _member(self, name: str) -> Method:
         member = self._members[name]
-        if type(member).uses_llm and member._llm is None:  # share one client (and its cache) across members
+        if member.uses_llm and member._llm is None:  # share one client (and its cache) across members
             member._llm, member._owns_llm = self.llm, False
         return member
 

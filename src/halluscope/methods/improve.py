@@ -296,7 +296,8 @@ class Improve(Method):
         """With dcr: DCR's options and ``rounds`` (as before the evaluator was an option); else ``rounds``,
         ``level``, ``evaluator`` and the evaluator's options."""
         if self.opts.evaluator == DEFAULT_EVALUATOR:
-            unset = {k for k in ("aggregator", "localizer") if getattr(self.opts, k, None) is None}
+            unset = {k for k in ("aggregator", "localizer", "decomposer", "context_selector")
+                     if getattr(self.opts, k, None) is None}
             return self._with_max_calls(self.opts.model_dump(mode="json",
                                                              exclude={"evaluator", "evaluator_options", *unset}))
         return self._with_max_calls({"rounds": self.opts.rounds, "level": self.opts.level,

@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 from halluscope.config import Config
 from halluscope.llm import LLM, ContextOverflowError
 from halluscope.methods.base import Method
-from halluscope.stages.context import RetrievalSelector, claim_id
+from halluscope.stages.context import claim_id
 from halluscope.methods.details import MethodDetails, PipelineDetails
 from halluscope.methods.gate import gate_verdict
 from halluscope.methods.options import ClaimOptions, OptionsError, StageOptions, own_options
@@ -43,8 +43,8 @@ from halluscope.methods.verdict_first import VerdictFirst
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Finding, Report, Verdict
 from halluscope.retrieval.stage import fits_in_context
-from halluscope.stages import (Aggregate, Aggregator, Context, Decomposer, Gate, GateDecision, Localizer, Selection,
-                               Verifier, build_stage, stage_options, stage_spec)
+from halluscope.stages import (Aggregate, Aggregator, Context, ContextSelector, Decomposer, Gate, GateDecision,
+                               Localizer, Selection, Verifier, build_stage, stage_options, stage_spec)
 from halluscope.stages.protocols import PipelineRun as PipelineRun  # declared with the protocols that read it
 from halluscope.tracing import stage_span
 
@@ -62,46 +62,86 @@ from halluscope.stages.snippets import best_verdict as best_verdict
 from halluscope.stages.snippets import unique_calls as unique_calls
 
 
-SWAPPABLE = ("verifier", "gate", "aggregator", "localizer")  # the stage kinds a claim method lets the user choose
-OWN_STAGES = ("verifier", "aggregator", "localizer")  # the kinds every claim method has a default of
+SHARED_KINDS = ("decomposer", "context_selector", "verifier", "aggregator", "localizer")
+"""The stage kinds every claim method builds one of, each chosen by the option of its kind's name."""
+SWAPPABLE = (*SHARED_KINDS, "gate")  # the stage kinds every claim method lets the user choose
+METHOD_KINDS = ("sorter", "evidence_finder", "deduplicator")
+"""Kinds only some claim methods build (DoveScore's sorter, PROBE's evidence finder, FActScore's de-duplicator):
+a method lists those it builds in ``extra_kinds``."""
 
 
-def split_namespaced(method: str, options: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def stage_uses_llm(kind: str, name: str, options: Any = None) -> bool:
+    """Whether the named stage calls an LLM with these options: its class's ``needs_llm(options)`` when it has one
+    (a stage whose options decide, e.g. FActScore's localizer and its de-duplicator), else its ``uses_llm``
+    (True when it declares none: a stage is assumed to call the model unless it says otherwise)."""
+    spec = stage_spec(kind, name)
+    decide = getattr(spec.factory, "needs_llm", None)
+    if callable(decide):
+        return bool(decide(stage_options(kind, name, options)))
+    return bool(getattr(spec.factory, "uses_llm", True))
+
+
+def split_namespaced(method: str, options: dict[str, Any], kinds: Sequence[str] = SWAPPABLE
+                     ) -> dict[str, dict[str, Any]]:
     """Take the namespaced options (``verifier.judges``, ``gate.top_k``) out of ``options``, grouped by stage
-    kind; a namespace that is not a swappable stage kind is an :class:`OptionsError`."""
+    kind; a namespace that is not one of ``kinds`` (the method's stage kinds) is an :class:`OptionsError`."""
     out: dict[str, dict[str, Any]] = {}
     for key in [k for k in options if "." in k]:
         kind, _, option = key.partition(".")
-        if kind not in SWAPPABLE or not option:
+        if kind in METHOD_KINDS and kind not in kinds:
+            raise OptionsError(_not_built(method, kind, kinds))
+        if kind not in kinds or not option:
             raise OptionsError(f"unknown option {key!r} for {method}: a stage's options are named "
-                               f"{' or '.join(f'{k}.OPTION' for k in SWAPPABLE)}")
+                               f"{' or '.join(f'{k}.OPTION' for k in kinds)}")
         out.setdefault(kind, {})[option] = options.pop(key)
     return out
 
 
+def _not_built(method: str, kind: str, kinds: Sequence[str]) -> str:
+    return (f"{method} builds no {kind} stage, so it cannot take one; its stage kinds: {', '.join(kinds)} (each "
+            f"chosen with -o KIND=NAME)")
+
+
 class ClaimPipeline(Method):
     """Base of the claim methods. Subclasses set ``default_verifier`` (a registered verifier name), may set
-    ``default_aggregator`` / ``default_localizer`` (registered aggregator and localizer names) and implement
-    :meth:`make_decomposer`; they may override :meth:`finish`.
+    ``default_decomposer`` / ``default_aggregator`` / ``default_localizer`` (registered names; or override
+    :meth:`default_stage`), or implement :meth:`make_decomposer` themselves; they may override :meth:`finish`.
 
-    The verifier, aggregator, localizer and gate are chosen by option (``verifier=NAME``, ``aggregator=NAME``,
-    ``localizer=NAME``, ``gate=NAME``) and take their own options namespaced (``verifier.batch_size=3``),
-    validated by the chosen stage's ``Options``. A stage chosen in place of the method's own gets only those; the
-    method's own stage also gets the method's values of the options it declares (``-o batch_size=4``), the
-    namespaced ones winning."""
+    Every stage kind is chosen by the option of its kind's name (``decomposer=NAME``, ``context_selector=NAME``,
+    ``verifier=NAME``, ``aggregator=NAME``, ``localizer=NAME``, ``gate=NAME``, and those of ``extra_kinds``:
+    DoveScore's ``sorter``, PROBE's ``evidence_finder``, FActScore's ``deduplicator``) and takes its own options
+    namespaced (``verifier.batch_size=3``), validated by the chosen stage's ``Options``. A stage chosen in place of
+    the method's own gets only those; the method's own stage also gets the method's values of the options it
+    declares (``-o batch_size=4``), the namespaced ones winning.
+
+    Whether the method needs a model follows from the stages it builds (:attr:`uses_llm`, per instance): a
+    composition in which no stage calls an LLM runs with no model configured."""
 
     Options: ClassVar[type[ClaimOptions]] = ClaimOptions
     Details: ClassVar[type[MethodDetails]] = PipelineDetails
     default_verifier: ClassVar[str]
+    default_context_selector: ClassVar[str] = "retrieval"
     default_aggregator: ClassVar[str] = "supported_fraction"
     default_localizer: ClassVar[str] = "claims"
+    extra_kinds: ClassVar[tuple[str, ...]] = ()
+    """The method's own stage kinds beyond the shared ones (from :data:`METHOD_KINDS`)."""
+    legacy_options: ClassVar[dict[str, tuple[str, dict[str, str]]]] = {}
+    """kind -> (an older option that names the method's own stage of that kind, its values' stage names), e.g.
+    FActScore's ``dedup``: the option keeps working and chooses the default; given with the kind's option, the
+    two must agree."""
+    stage_aliases: ClassVar[dict[str, dict[str, str]]] = {}
+    """kind -> {value of the kind's option: stage name}: an older spelling (DoveScore's ``decomposer=llm``)."""
     probability_threshold: ClassVar[float | None] = 0.5
     """P(supported) = 0.5 is where a claim turns from supported to flagged (``explain_below``'s default), so a
     probability score under 0.5 means the claims lean unsupported on average; the label score keeps the paper's
     ``default_threshold``."""
 
     def __init__(self, llm: LLM | None = None, config: Config | None = None, **options: Any):
-        namespaced = split_namespaced(self.name, options)
+        kinds = self.stage_kinds()
+        for kind in METHOD_KINDS:
+            if kind not in kinds and kind in options and kind not in self.Options.model_fields:
+                raise OptionsError(_not_built(self.name, kind, kinds))
+        namespaced = split_namespaced(self.name, options, kinds)
         self._refuse_misplaced(options)
         super().__init__(llm, config, **options)
         self.stage_given = {kind: dict(values) for kind, values in namespaced.items()}
@@ -110,28 +150,92 @@ class ClaimPipeline(Method):
                 raise OptionsError(f"{', '.join(f'{kind}.{k}' for k in values)} given for {self.name}, but no {kind} "
                                    f"is chosen: add -o {kind}=NAME (see `halluscope stages {kind}`)")
         self.chosen: dict[str, tuple[str, StageOptions]] = {}  # kind -> (stage name, its validated options)
-        for kind in OWN_STAGES:
-            name = getattr(self.opts, kind, None) or getattr(self, f"default_{kind}")
-            spec = stage_spec(kind, name)  # fails early on a bad name
-            own = own_options(spec.options_model, self.opts) if name == getattr(self, f"default_{kind}") else {}
+        for kind in kinds:
+            if kind == "gate":
+                continue
+            name = self.chosen_name(kind)
+            if name is None:  # a subclass that builds this stage itself (its own make_decomposer)
+                continue
+            fields = stage_spec(kind, name).options_model.model_fields  # fails early on a bad name
+            own = self.own_stage_options(kind, name) if name == self.default_stage(kind) else {}
+            own.update({k: v for k, v in self.method_stage_options(kind, name).items() if k in fields})
             self.chosen[kind] = (name, stage_options(kind, name, {**own, **namespaced.get(kind, {})}))  # bad options fail here
         self.verifier_name, self.verifier_options = self.chosen["verifier"]
         self._verifier: Verifier | None = None
         self._aggregator: Aggregator | None = None
         self._localizer: Localizer | None = None
-        self._selector: RetrievalSelector | None = None
+        self._selector: ContextSelector | None = None
+        self._decomposer: Decomposer | None = None
         self._verdict_first: VerdictFirst | None = None
         gate_name = getattr(self.opts, "gate", None)
         self.gate_options = stage_options("gate", gate_name, namespaced.get("gate", {})) if gate_name else None
+        self.uses_llm = any(self.llm_stages().values())  # type: ignore[misc]  # per instance: its composition's
         self.gate: Gate | None = self.build_stage("gate", gate_name, self.gate_options) if gate_name else None
+
+    @classmethod
+    def stage_kinds(cls) -> tuple[str, ...]:
+        """The stage kinds this method builds, each chosen by the option of its name."""
+        return (*SWAPPABLE, *cls.extra_kinds)
+
+    def default_stage(self, kind: str) -> str | None:
+        """The name of the method's own stage of ``kind`` (the paper's), given its options; None when the method
+        names none (a subclass that builds that stage itself)."""
+        legacy = self.legacy_options.get(kind)
+        if legacy is not None:
+            option, names = legacy
+            value = getattr(self.opts, option)
+            return str(names.get(value, value))
+        return getattr(self, f"default_{kind}", None)
+
+    def chosen_name(self, kind: str) -> str | None:
+        """The stage of ``kind`` this instance builds: the one its option names, else the method's own."""
+        given = getattr(self.opts, kind, None) if kind in self.Options.model_fields else None
+        if not given:
+            return self.default_stage(kind)
+        name = self.stage_aliases.get(kind, {}).get(given, given)
+        legacy = self.legacy_options.get(kind)
+        if legacy is not None and legacy[0] in self.opts.model_fields_set and self.default_stage(kind) != name:
+            raise OptionsError(f"{self.name}: {legacy[0]}={getattr(self.opts, legacy[0])} and {kind}={given} name "
+                               f"different {kind} stages; give one")
+        return str(name)
+
+    def own_stage_options(self, kind: str, name: str) -> dict[str, Any]:
+        """The options the method gives its own stage of ``kind``: its values of the options the stage declares."""
+        return own_options(stage_spec(kind, name).options_model, self.opts)
+
+    def method_stage_options(self, kind: str, name: str) -> dict[str, Any]:
+        """Options the method sets on whichever stage of ``kind`` it builds, under the namespaced ones (none by
+        default; DoveScore's ``sentences`` decomposer makes event facts, its sorter gets the run's seed). Only those
+        the chosen stage declares are given."""
+        return {}
+
+    def llm_stages(self) -> dict[str, bool]:
+        """Per stage this instance builds (``kind`` or ``kind:name``), whether it calls an LLM. A stage the
+        method builds itself (a subclass's own ``make_decomposer``) is assumed to."""
+        out = {kind: stage_uses_llm(kind, name, options) for kind, (name, options) in self.chosen.items()}
+        if "decomposer" not in self.chosen:
+            out["decomposer"] = True
+        if self.gate_options is not None:
+            out["gate"] = stage_uses_llm("gate", self.opts.gate, self.gate_options)  # type: ignore[attr-defined]
+        if self.opts.order == "verdict_first":  # type: ignore[attr-defined]
+            out["verdict_first"] = True
+        return out
+
+    def chosen_uses_llm(self, kind: str) -> bool:
+        """Whether the chosen stage of ``kind`` calls an LLM."""
+        name, options = self.chosen[kind]
+        return stage_uses_llm(kind, name, options)
 
     def _refuse_misplaced(self, options: dict[str, Any]) -> None:
         """A flat option the method lacks but its chosen verifier or gate has: say how to give it (namespaced)."""
-        for kind in SWAPPABLE:
+        for kind in self.stage_kinds():
             chosen = options.get(kind)
             if not isinstance(chosen, str) or not chosen:
                 continue
-            fields = stage_spec(kind, chosen).options_model.model_fields
+            try:
+                fields = stage_spec(kind, chosen).options_model.model_fields
+            except OptionsError:
+                continue  # an alias (dove's decomposer=llm) or a bad name: refused where it is resolved
             misplaced = [k for k in options if k not in self.Options.model_fields and k in fields]
             if misplaced:
                 raise OptionsError(f"{', '.join(misplaced)}: an option of the {kind} {chosen!r}, not of {self.name}; "
@@ -141,9 +245,9 @@ class ClaimPipeline(Method):
         """The method's options, and the namespaced stage options given (``verifier.judges``), as validated."""
         chosen = {**{kind: opts for kind, (_, opts) in self.chosen.items()}, "gate": self.gate_options}
         own = super().options()
-        for kind in ("aggregator", "localizer"):  # recorded only when chosen: default records (and the
-            if own.get(kind) is None:             # identity of bench folders measured before) stay what they were
-                own.pop(kind, None)
+        for kind in ("aggregator", "localizer", "decomposer", "context_selector", *METHOD_KINDS):
+            if own.get(kind) is None:  # recorded only when chosen: default records (and the identity of bench
+                own.pop(kind, None)    # folders measured before) stay what they were
         for key, default in (("order", "reason_first"), ("explain_below", 0.5), ("explain", True), ("score", "auto")):
             if own.get(key) == default:  # the same: recorded only when changed
                 own.pop(key, None)
@@ -159,7 +263,7 @@ class ClaimPipeline(Method):
         spec = stage_spec(kind, name)
         if options is None:
             options = own_options(spec.options_model, self.opts)
-        model = self.llm if getattr(spec.factory, "uses_llm", True) else None
+        model = self.llm if stage_uses_llm(kind, name, options) else None
         given: dict[str, Any] = {"prompts": self.prompt, "named_llm": self.named_llm, "fits": self.source_fits}
         factory = getattr(spec.factory, "from_options", spec.factory)
         if kind != "verifier" and "verifier" in inspect.signature(factory).parameters:
@@ -173,12 +277,17 @@ class ClaimPipeline(Method):
 
     # -- stages -------------------------------------------------------------------------------------------
     def make_decomposer(self) -> Decomposer:
-        raise NotImplementedError
+        """The chosen decomposer (the method's own unless ``-o decomposer=NAME``), built once."""
+        if "decomposer" not in self.chosen:
+            raise NotImplementedError(f"{type(self).__name__} names no default_decomposer and builds none")
+        if self._decomposer is None:
+            self._decomposer = self._build_own("decomposer")
+        return self._decomposer
 
     @property
     def verifier(self) -> Verifier:
         if self._verifier is None:
-            self._verifier = self.build_stage("verifier", self.verifier_name, self.verifier_options)
+            self._verifier = self._build_own("verifier")
         return self._verifier
 
     @property
@@ -196,13 +305,13 @@ class ClaimPipeline(Method):
     def _build_own(self, kind: str) -> Any:
         """The chosen stage of ``kind`` (the method's own unless ``-o KIND=NAME``), with its options."""
         name, options = self.chosen[kind]
-        extra = self.stage_collaborators(kind) if name == getattr(self, f"default_{kind}") else {}
+        extra = self.stage_collaborators(kind) if name == self.default_stage(kind) else {}
         return self.build_stage(kind, name, options, **extra)
 
     @property
-    def selector(self) -> RetrievalSelector:
+    def selector(self) -> ContextSelector:
         if self._selector is None:
-            self._selector = self.build_stage("context_selector", "retrieval")
+            self._selector = self._build_own("context_selector")
         return self._selector
 
     def used_prompts(self) -> list[PromptTemplate]:
@@ -234,6 +343,8 @@ class ClaimPipeline(Method):
         own = getattr(self.verifier, "source_fits", None)
         if callable(own):  # a verifier that windows the source itself (the encoder checkers)
             return bool(own(source, claims))
+        if not self.chosen_uses_llm("verifier") and self.opts.order != "verdict_first":  # type: ignore[attr-defined]
+            return True  # no model reads the source: no context window to fit
         return fits_in_context(self.llm, source, reserve_tokens=lambda: self.verifier.reserve_tokens(claims))
 
     # -- steps --------------------------------------------------------------------------------------------
@@ -298,8 +409,9 @@ class ClaimPipeline(Method):
                 with stage_span("verifier", self.verifier.name):
                     verdicts, tried = await self.verify(rest, selection, source)
             except ContextOverflowError as exc:
-                if selection.mode != "full" or self.opts.retrieval != "auto":  # type: ignore[attr-defined]
-                    raise
+                retrieval = self.opts.retrieval  # type: ignore[attr-defined]
+                if selection.mode != "full" or retrieval != "auto" or not hasattr(self.selector, "retrieve"):
+                    raise  # a context selector of a plugin's has no retrieval to fall back on
                 with stage_span("context_selector", self.selector.name):
                     selection = (await self.selector.retrieve(source, claims,
                                                               f"the model reported a context overflow: {exc}")

@@ -221,8 +221,14 @@ class Service:
     def _build_method(self, name: str, options: dict[str, Any]) -> Method:
         refuse_unlisted(options, self.allowed_models())  # before anything is built or loaded
         cls = method_class(name)  # KeyError: unknown method
-        llm = self._shared_llm() if cls.uses_llm else None
-        method = get_method(name, llm=llm, config=self.config, **options)
+        try:
+            llm = self._shared_llm() if cls.uses_llm else None
+        except BackendUnavailable:  # a composition with no LLM stage runs without the model
+            method = get_method(name, config=self.config, **options)
+            if method.uses_llm:
+                raise
+        else:
+            method = get_method(name, llm=llm, config=self.config, **options)
         self._recipes[method] = (name, dict(options))  # how a worker process builds the same instance
         return method
 

@@ -23,7 +23,7 @@ from halluscope.methods.dcr.verifier import DceNotes
 from halluscope.methods.pipeline import ClaimPipeline, PipelineRun, support_p
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Verdict
-from halluscope.stages import Aggregate, Context, Decomposer, Selection
+from halluscope.stages import Aggregate, Context, Selection
 
 
 Level = Literal["sentence", "paragraph"]
@@ -65,18 +65,19 @@ class DCR(ClaimPipeline):
     default_verifier = "dcr"
     default_aggregator = "dcr"
     default_localizer = "dcr"
+    legacy_options = {"decomposer": ("level", {"sentence": "sentences", "paragraph": "paragraph"})}
 
-    def make_decomposer(self) -> Decomposer:
-        decomposer: Decomposer = self.build_stage("decomposer",
-                                                  "paragraph" if self.opts.level == "paragraph" else "sentences")
-        return decomposer
+    @property
+    def paragraph_level(self) -> bool:
+        """Whether the whole target is judged at once (``level=paragraph``, or ``decomposer=paragraph``)."""
+        return self.chosen["decomposer"][0] == "paragraph"
 
     def used_prompts(self) -> list[PromptTemplate]:
         if self.opts.order == "verdict_first":
             return self.verdict_first_prompts()
         if not isinstance(self.verifier, DcrVerifier):
             return self.verifier_prompts()
-        if self.opts.level == "paragraph":
+        if self.paragraph_level:
             dce = [DCE_PARAGRAPH_PROMPT]
         else:
             dce = {"always": [DCE_EXCERPT_PROMPT], "never": [DCE_SENTENCE_PROMPT]}.get(
@@ -102,7 +103,7 @@ class DCR(ClaimPipeline):
         return Aggregate((z + 1.0) / 2.0, {**aggregate.subscores, "Z_probability": z, "label_score": aggregate.score})
 
     async def verify(self, claims: list[Claim], selection: Selection, source: str) -> tuple[list[Verdict], dict[str, Any]]:
-        if self.opts.level == "paragraph" and selection.mode == "retrieval":
+        if self.paragraph_level and selection.mode == "retrieval":
             why = (f"paragraph-level DCR needs the whole source in one prompt, but {selection.why}; use "
                    "level=sentence, which works on long sources through retrieval")
             return [Verdict.unscored(c, why) for c in claims], {}

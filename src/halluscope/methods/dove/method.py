@@ -22,13 +22,13 @@ from halluscope.methods.dove.prompts import (
 from halluscope.methods.dove.stages import DoveSorter
 from halluscope.methods.details import MethodDetails
 from halluscope.methods.dove.details import DoveDetails
-from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions
+from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions, own_options
 from halluscope.stages.context import shared_source_index  # the retrieval stage's index (cached)
 from halluscope.methods.pipeline import ClaimPipeline, PipelineRun, support_p
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, StepResult
 from halluscope.retrieval import SourceIndex, fits_in_context
-from halluscope.stages import Aggregate, Decomposer, Sorter, stage_spec
+from halluscope.stages import Aggregate, Sorter, stage_spec
 
 if TYPE_CHECKING:
     from halluscope.config import Config
@@ -36,9 +36,10 @@ if TYPE_CHECKING:
 
 
 class DoveOptions(ClaimOptions):
-    decomposer: Literal["llm", "sentences"] = "llm"
-    """llm: event and descriptive facts, pronouns resolved (the paper); sentences: every target sentence is an
-    event fact (no call)."""
+    decomposer: str = "llm"
+    """llm (the paper's, the decomposer stage dove): event and descriptive facts, pronouns resolved; sentences: every
+    target sentence is an event fact (no call); or any registered decomposer (`halluscope stages decomposer`), whose
+    claims of kind descriptive are descriptive facts and every other claim an event fact."""
 
     batch_size: int = Field(default=1, ge=1, le=MAX_BATCH_SIZE)
     """Facts per fact-checker call when the whole source is sent (1 = the paper's one call per fact)."""
@@ -47,9 +48,10 @@ class DoveOptions(ClaimOptions):
     """How the target orders the verified events: sorter (the paper: the sorter reads the target) or
     decomposition (the decomposer's listing; one call fewer)."""
 
-    sorter: Literal["llm", "position"] = "llm"
+    sorter: str = "llm"
     """llm (the paper) or position (no LLM: order of mention in the source; only for chronologically narrated
-    sources)."""
+    sources), or any registered sorter (`halluscope stages sorter`), which then orders the events by the target
+    too (unless target_order=decomposition)."""
 
     sorter_input: Literal["decomposition", "shuffled"] = "decomposition"
     """The order the LLM sorter is shown the events in: decomposition (the paper: the decomposer's listing, i.e. the
@@ -72,6 +74,10 @@ class Dove(ClaimPipeline):
     default_verifier = "dove"
     default_aggregator = "dove"
     default_localizer = "dove"
+    default_decomposer = "dove"
+    default_sorter = "llm"
+    extra_kinds = ("sorter",)
+    stage_aliases = {"decomposer": {"llm": "dove"}}
 
     def __init__(self, llm: LLM | None = None, config: Config | None = None, **options: Any):
         super().__init__(llm, config, **options)
@@ -79,35 +85,55 @@ class Dove(ClaimPipeline):
         self._source_sorter: Sorter | None = None
 
     # -- stages -------------------------------------------------------------------------------------------
-    def make_decomposer(self) -> Decomposer:
-        if self.opts.decomposer == "sentences":
-            return cast(Decomposer, self.build_stage("decomposer", "sentences", {"claim_kind": "event"}))
-        return cast(Decomposer, self.build_stage("decomposer", "dove"))
+    def method_stage_options(self, kind: str, name: str) -> dict[str, Any]:
+        """Every sentence an event fact (``decomposer=sentences``); DoveScore's two sorters (``llm``, ``position``)
+        get the method's options they declare (the retrieval settings, ``sorter_input``) and the run's seed."""
+        if kind == "decomposer":
+            return {"claim_kind": "event"}
+        if kind == "sorter" and name in ("llm", "position"):
+            return {**own_options(stage_spec(kind, name).options_model, self.opts), "seed": self.config.seed or 0}
+        return {}
+
+    @property
+    def own_sorter(self) -> bool:
+        """Whether the paper's LLM sorter (``sorter=llm``) orders the events."""
+        return self.chosen["sorter"][0] == "llm"
 
     @property
     def sorter(self) -> DoveSorter:
-        """The LLM sorter (the paper's): the target side's, and the source side's unless ``sorter=position``."""
+        """The LLM sorter (the paper's): the target side's, and the source side's with ``sorter=llm``."""
         if self._sorter is None:
-            self._sorter = cast(DoveSorter, self.build_stage(
-                "sorter", "llm", {"sorter_input": self.opts.sorter_input, "seed": self.config.seed or 0}))
+            options = self.chosen["sorter"][1] if self.own_sorter else {
+                "sorter_input": self.opts.sorter_input, "seed": self.config.seed or 0}
+            self._sorter = cast(DoveSorter, self.build_stage("sorter", "llm", options))
         return self._sorter
 
     @property
     def source_sorter(self) -> Sorter:
         """The ``sorter`` stage that orders the verified events by the source (option ``sorter``)."""
         if self._source_sorter is None:
-            self._source_sorter = self.sorter if self.opts.sorter == "llm" else cast(
-                Sorter, self.build_stage("sorter", self.opts.sorter))
+            self._source_sorter = self.sorter if self.own_sorter else cast(Sorter, self._build_own("sorter"))
         return self._source_sorter
 
+    def llm_stages(self) -> dict[str, bool]:
+        """The event order's sorters call the model only when the dove aggregator orders events: the LLM sorter
+        for the source side (``sorter=llm``) and for the target side (unless ``target_order=decomposition``, or
+        the chosen sorter orders both sides)."""
+        out = super().llm_stages()
+        if self.chosen["aggregator"][0] != "dove":
+            out.pop("sorter", None)  # no event order: no sorter is built
+        elif self.opts.target_order == "sorter" and self.own_sorter:
+            out["sorter:target"] = True
+        return out
+
     def stage_names(self) -> dict[str, str]:
-        spec = stage_spec("sorter", self.opts.sorter)
+        spec = stage_spec("sorter", self.chosen["sorter"][0])
         return {**super().stage_names(), "sorter": getattr(spec.factory, "label", spec.name)}
 
     def used_prompts(self) -> list[PromptTemplate]:
-        used = [self.prompt(DOVE_DECOMPOSE_PROMPT)] if self.opts.decomposer == "llm" else []
+        used = [self.prompt(DOVE_DECOMPOSE_PROMPT)] if self.chosen["decomposer"][0] == "dove" else []
         used += self.verifier_prompts()
-        if self.opts.sorter == "llm":
+        if self.own_sorter:
             used.append(self.prompt(DOVE_SORT_PROMPT))
         return used + self.verdict_first_prompts()
 
@@ -134,8 +160,10 @@ class Dove(ClaimPipeline):
     def source_fits(self, source: str, claims: Sequence[Claim]) -> bool:
         """Whether the whole source fits next to the biggest prompt that carries it: the verifier's, and the
         source-side sorter's (which may list every fact)."""
-        reserve = self.verifier.reserve_tokens(claims)
-        if self.opts.sorter == "llm":
+        if not self.uses_llm:
+            return True  # no model reads the source: no context window to fit
+        reserve = self.verifier.reserve_tokens(claims) if self.chosen_uses_llm("verifier") else 0
+        if self.own_sorter:
             reserve = max(reserve, self.sorter.reserve_tokens([c.text for c in claims]))
         return fits_in_context(self.llm, source, reserve_tokens=reserve)
 
@@ -157,8 +185,12 @@ class Dove(ClaimPipeline):
             return OrderOutcome(error=by_source.error)
         info.update(by_source.value.notes)
         if self.opts.target_order == "sorter":
-            by_target = (StepResult.success(target_position_order(events)) if self.opts.sorter == "position"
-                         else await self.sorter([c.text for c in events], run.target, about=run.source))
+            sorter_name = self.chosen["sorter"][0]
+            if sorter_name == "position":
+                by_target = StepResult.success(target_position_order(events))
+            else:  # the paper's LLM sorter, or a chosen sorter on the target too
+                by_target = await (self.sorter if self.own_sorter else self.source_sorter)(
+                    [c.text for c in events], run.target, about=run.source)
             if by_target.value is None:
                 return OrderOutcome(error=by_target.error)
             target_sequence = by_target.value.order
@@ -178,8 +210,8 @@ class Dove(ClaimPipeline):
 
     async def sort_by_source(self, events: list[Claim], run: PipelineRun) -> StepResult[EventOrder]:
         texts = [c.text for c in events]
-        if self.opts.sorter == "position":
-            return await self.source_sorter(texts, run.source)
+        if not self.own_sorter:  # a sorter that reads the whole source itself (position, a plugin's)
+            return await self.source_sorter(texts, run.source, about=run.source)
         text = await self.sorting_text(events, run)
         if text is None:
             return StepResult.failure("the source excerpts about the verified events do not fit the model's "

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 from pydantic import Field
 from rapidfuzz import fuzz, process
 
+from halluscope.llm.base import CallBudgetExceeded, LLMError
 from halluscope.llm.structured import generate_reply
 from halluscope.methods.factscore.prompts import FACTSCORE_DEDUP_PROMPT
 from halluscope.methods.factscore.replies import KeepReply
@@ -74,8 +75,13 @@ class DescriptionDeduplicator:
         n = len(descriptions)
         if self.llm is None:  # built without a model: the caller falls back to fuzzy, saying why
             return StepResult.failure("no LLM to de-duplicate with")
-        step = await generate_reply(self.llm, self.prompt.render(target=target, descriptions=listing), KeepReply,
-                                    parse=lambda text: parse_keep(text, n))  # type: ignore[arg-type, return-value]
+        try:
+            step = await generate_reply(self.llm, self.prompt.render(target=target, descriptions=listing), KeepReply,
+                                        parse=lambda text: parse_keep(text, n))  # type: ignore[arg-type, return-value]
+        except CallBudgetExceeded:
+            raise  # the check's budget is spent: the check stops, as for any other call
+        except LLMError as exc:  # one failed call: the verdicts already in stay, fuzzy grouping is used instead
+            return StepResult.failure(f"the call failed: {exc}")
         if step.value is None:
             return StepResult.failure(step.error or "no reply", step.calls)
         return StepResult.success(_groups_around(descriptions, step.value), step.calls)  # type: ignore[arg-type]

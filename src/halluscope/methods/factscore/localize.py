@@ -4,8 +4,10 @@ fact (``describe=False``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from halluscope.llm.base import CallBudgetExceeded, LLMError
 from halluscope.methods.factscore.method import FactScoreOptions
 from halluscope.methods.factscore.verifier import FactScoreVerifier
 from halluscope.stages.findings import claim_finding, group_confidence, verdict_confidence
@@ -31,14 +33,25 @@ class FactScoreLocalizer:
         "FActScore's findings: described inconsistencies de-duplicated across facts (dedup names the deduplicator).")
 
     def __init__(self, model: LLM | None = None, options: StageOptions | None = None, *, verifier: Any = None,
-                 prompts: PromptResolver = same_prompt):
+                 prompts: PromptResolver = same_prompt, deduplicator: Callable[[], Deduplicator] | None = None):
+        """``deduplicator``: builds the de-duplication stage (the factscore method's chosen one, with its options);
+        without it the stage ``dedup`` names is built here."""
         self.llm = model
         self.options: Any = options or self.Options()
         self.prompts = prompts
         self.own_reasons = isinstance(verifier, FactScoreVerifier)  # its reasons are one description a line
+        self.make_deduplicator = deduplicator
+
+    @classmethod
+    def needs_llm(cls, options: Any) -> bool:
+        """The model is called only to de-duplicate descriptions, with a deduplicator that calls one."""
+        return bool(options.describe) and bool(getattr(stage_spec("deduplicator", options.dedup).factory,
+                                                       "uses_llm", True))
 
     def deduplicator(self) -> Deduplicator:
         """A fresh ``deduplicator`` stage (its ``note`` is about one call), with this localizer's threshold."""
+        if self.make_deduplicator is not None:
+            return self.make_deduplicator()
         spec = stage_spec("deduplicator", self.options.dedup)
         fields = spec.options_model.model_fields
         options = {"dedup_threshold": self.options.dedup_threshold} if "dedup_threshold" in fields else {}
@@ -59,12 +72,22 @@ class FactScoreLocalizer:
                 origins.append(v)
         quoted = [spans_for_description(d, run.target) for d in descriptions]
         dedup = self.deduplicator()
-        groups, error = await dedup(descriptions, quoted, run.target)
+        try:
+            groups, error = await dedup(descriptions, quoted, run.target)
+        except CallBudgetExceeded:
+            raise
+        except LLMError as exc:  # a deduplicator that lets its call's failure out: every description is kept
+            groups = [[i] for i in range(len(descriptions))]
+            error = f"de-duplication failed ({exc}); kept every description"
         run.details["descriptions_before_dedup"] = len(descriptions)
         if error:
             run.details["dedup_error"] = error
-        if dedup.note:
-            run.details["dedup_note"] = dedup.note
+        note = dedup.note
+        if error and not note:
+            note = ("de-duplication failed, so duplicates may remain among the findings (the verdicts and the score "
+                    "are unaffected)")
+        if note:
+            run.details["dedup_note"] = note
         findings: list[Finding] = []
         for group in groups:
             kept = group[0]

@@ -4,13 +4,11 @@ facts supported as its score, and the descriptions of unsupported facts de-dupli
 
 from __future__ import annotations
 
-from typing import ClassVar, cast
+from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from halluscope.methods import register_method
-from halluscope.methods.factscore.decompose import FactScoreDecomposer
-from halluscope.methods.factscore.dedup import DedupMode
 from halluscope.methods.factscore.prompts import (FACTSCORE_DECOMPOSE_PROMPT, FACTSCORE_DEDUP_PROMPT,
                                                   FACTSCORE_DESCRIBE_BATCH_PROMPT, FACTSCORE_DESCRIBE_PROMPT,
                                                   FACTSCORE_VERIFY_BATCH_PROMPT, FACTSCORE_VERIFY_PROMPT)
@@ -19,15 +17,21 @@ from halluscope.methods.factscore.details import FactScoreDetails
 from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions
 from halluscope.methods.pipeline import ClaimPipeline
 from halluscope.prompts import PromptTemplate
+from halluscope.stages import stage_spec
 
 
 class FactScoreOptions(ClaimOptions):
     describe: bool = True
     """Ask for a description of each inconsistency of an unsupported fact (FINAL's Pipeline); else yes/no only."""
 
-    dedup: DedupMode = "llm"
-    """How descriptions repeated across facts are merged: llm (the paper's: the model keeps one of each group of
-    duplicates, by number), fuzzy (no LLM call; near-identical wordings only), or none."""
+    dedup: str = "llm"
+    """How descriptions repeated across facts are merged (the deduplicator stage): llm (the paper's: the model keeps
+    one of each group of duplicates, by number), fuzzy (no LLM call; near-identical wordings only), none, or any
+    registered deduplicator (`halluscope stages deduplicator`)."""
+
+    deduplicator: str | None = None
+    """The deduplicator stage by its kind's name (the same choice as dedup, which it replaces when given; its options
+    as deduplicator.OPTION)."""
 
     dedup_threshold: float = Field(default=85.0, ge=0, le=100)
     """Fuzzy de-duplication (dedup=fuzzy, and the fallback of dedup=llm): word-order-insensitive similarity (0-100) at
@@ -36,6 +40,12 @@ class FactScoreOptions(ClaimOptions):
     batch_size: int = Field(default=1, ge=1, le=MAX_BATCH_SIZE)
     """Facts per verification call when the whole source is sent, each still judged on its own (1 = the paper's one call
     per fact; with retrieval every fact has its own snippets and its own calls)."""
+
+    @field_validator("dedup")
+    @classmethod
+    def _registered(cls, value: str) -> str:
+        stage_spec("deduplicator", value)  # an unknown name: the error lists the registered ones
+        return value
 
 
 @register_method
@@ -51,13 +61,39 @@ class FactScore(ClaimPipeline):
     default_threshold = 1.0
     default_verifier = "factscore"
     default_localizer = "factscore"
+    default_decomposer = "factscore"
+    extra_kinds = ("deduplicator",)
+    legacy_options = {"deduplicator": ("dedup", {})}
 
-    def make_decomposer(self) -> FactScoreDecomposer:
-        return cast(FactScoreDecomposer, self.build_stage("decomposer", "factscore"))
+    @property
+    def dedups(self) -> bool:
+        """Whether a deduplicator runs: FActScore's localizer, describing inconsistencies."""
+        name, options = self.chosen["localizer"]
+        return name == "factscore" and bool(getattr(options, "describe", False))
+
+    def own_stage_options(self, kind: str, name: str) -> dict[str, Any]:
+        """FActScore's localizer names the chosen deduplicator (``dedup``, or ``deduplicator``)."""
+        own = super().own_stage_options(kind, name)
+        if kind == "localizer":
+            own["dedup"] = self.chosen_name("deduplicator")
+        return own
+
+    def stage_collaborators(self, kind: str) -> dict[str, Any]:
+        """FActScore's localizer gets the chosen deduplicator (with its namespaced options), a fresh one per check."""
+        if kind != "localizer":
+            return {}
+        name, options = self.chosen["deduplicator"]
+        return {"deduplicator": lambda: self.build_stage("deduplicator", name, options)}
+
+    def llm_stages(self) -> dict[str, bool]:
+        out = super().llm_stages()
+        if not self.dedups:
+            out.pop("deduplicator", None)  # built only by FActScore's localizer, describing
+        return out
 
     def used_prompts(self) -> list[PromptTemplate]:
-        used = [self.prompt(FACTSCORE_DECOMPOSE_PROMPT)]
+        used = [self.prompt(FACTSCORE_DECOMPOSE_PROMPT)] if self.chosen["decomposer"][0] == "factscore" else []
         used += self.verifier_prompts()
-        if self.opts.describe and self.opts.dedup == "llm":
+        if self.dedups and self.chosen["deduplicator"][0] == "llm":
             used.append(self.prompt(FACTSCORE_DEDUP_PROMPT))
         return used + self.verdict_first_prompts()

@@ -18,6 +18,7 @@ from halluscope.config import Config
 from halluscope.llm import LLM
 from halluscope.methods import register_method
 from halluscope.methods.details import MethodDetails
+from halluscope.methods.options import OptionsError
 from halluscope.methods.pipeline import ClaimPipeline
 from halluscope.methods.probe.details import ProbeDetails
 from halluscope.methods.probe.outcome import probe_finding as probe_finding  # importable here as before
@@ -29,7 +30,6 @@ from halluscope.stages.trace import RunTrace
 from halluscope.methods.probe.verifier import ProbeVerifier
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Report
-from halluscope.stages import Decomposer
 
 
 @register_method
@@ -44,6 +44,9 @@ class Probe(ClaimPipeline):
     default_verifier = "probe"
     default_aggregator = "probe"
     default_localizer = "probe"
+    default_decomposer = "probe"
+    extra_kinds = ("evidence_finder",)
+    legacy_options = {"evidence_finder": ("evidence", {"llm": "probe", "retrieval": "top_sentences"})}
     opts: ProbeOptions
 
     def __init__(self, llm: LLM | None = None, config: Config | None = None, **options: Any):
@@ -53,13 +56,24 @@ class Probe(ClaimPipeline):
         if any(isinstance(j, LLM) for j in self._judge_specs):
             options["judges"] = [j.name if isinstance(j, LLM) else j for j in self._judge_specs]
         super().__init__(llm, config, **options)
-        self._decomposer: Decomposer | None = None
+        if self.chosen["verifier"][0] != "probe" and "evidence_finder" in self.opts.model_fields_set:
+            raise OptionsError(f"evidence_finder={self.opts.evidence_finder}: only probe's own verifier finds "
+                               f"evidence, and the verifier chosen is {self.chosen['verifier'][0]!r}")
 
     # -- stages -------------------------------------------------------------------------------------------
-    def make_decomposer(self) -> Decomposer:
-        if self._decomposer is None:
-            self._decomposer = self.build_stage("decomposer", "probe")
-        return self._decomposer
+    def stage_collaborators(self, kind: str) -> dict[str, Any]:
+        """PROBE's verifier gets the chosen evidence finder (``evidence``, or ``evidence_finder``), unless only its
+        own namespaced ``verifier.evidence`` names one."""
+        if kind != "verifier" or ("evidence" in self.stage_given.get("verifier", {})
+                                  and "evidence_finder" not in self.opts.model_fields_set):
+            return {}
+        return {"evidence_finder": self._build_own("evidence_finder")}
+
+    def llm_stages(self) -> dict[str, bool]:
+        out = super().llm_stages()
+        if self.chosen["verifier"][0] != "probe":
+            out.pop("evidence_finder", None)  # built only by probe's own verifier
+        return out
 
     def judge_llms(self) -> list[LLM]:
         """The evidence-evaluation models (clients for named models are built once)."""
@@ -71,18 +85,18 @@ class Probe(ClaimPipeline):
         return given if given is not None else super().named_llm(model)
 
     def used_prompts(self) -> list[PromptTemplate]:
-        decompose = self.prompt(DECOMPOSE_PROMPT)
+        decompose = [self.prompt(DECOMPOSE_PROMPT)] if self.chosen["decomposer"][0] == "probe" else []
         if self.opts.verifier not in (None, "probe"):
-            return [decompose, *self.verifier_prompts(), *self.verdict_first_prompts()]
-        finder = [self.prompt(FIND_EVIDENCE_PROMPT)] if self.opts.evidence == "llm" else []
+            return [*decompose, *self.verifier_prompts(), *self.verdict_first_prompts()]
+        finder = [self.prompt(FIND_EVIDENCE_PROMPT)] if self.chosen["evidence_finder"][0] == "probe" else []
         batched = []
         if self.opts.batch_size > 1:  # the batch prompts (whole source only)
             batched = [self.prompt(FIND_EVIDENCE_BATCH_PROMPT)] if finder else []
             batched.append(self.prompt(EVALUATE_BATCH_PROMPT))
-        return [decompose, *finder, self.prompt(EVALUATE_PROMPT), *batched, *self.verdict_first_prompts()]
+        return [*decompose, *finder, self.prompt(EVALUATE_PROMPT), *batched, *self.verdict_first_prompts()]
 
     def source_fits(self, source: str, claims: Sequence[Claim]) -> bool:
-        if self.opts.evidence == "retrieval" and isinstance(self.verifier, ProbeVerifier):
+        if not self.chosen_uses_llm("evidence_finder") and isinstance(self.verifier, ProbeVerifier):
             return True  # retrieved evidence: the source text itself is never sent to the model
         return super().source_fits(source, claims)
 

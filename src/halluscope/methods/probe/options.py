@@ -44,6 +44,9 @@ class ProbeOptions(ClaimOptions):
     the same passage; each claim still judged on its own (1 = the paper's calls per claim and per passage; with
     retrieval each claim keeps its own calls)."""
 
+    evidence_finder: str | None = None
+    """The evidence finder stage by its kind's name (`halluscope stages evidence_finder`; the same choice as evidence, which it replaces when given: probe = llm, top_sentences = retrieval); its options as evidence_finder.OPTION. Used by probe's own verifier."""
+
     on_decompose_error: Literal["sentences", "unscored"] = "sentences"
     """On an unusable decomposition reply: check the target's sentences as claims, or return an unscored report."""
 

@@ -38,6 +38,20 @@ if TYPE_CHECKING:  # pragma: no cover
     from halluscope.llm import LLM
 
 
+async def search_with(finder: Any, claim: Claim, context: Context, source: str) -> QuoteSearch:
+    """One evidence search: the finder's own ``search`` (PROBE's finders record every quote), else its protocol
+    call (``(claim, context, source) -> StepResult[list[Evidence]]``, a plugin's finder) as a search."""
+    search = getattr(finder, "search", None)
+    if callable(search):
+        return await search(claim, context, source)  # type: ignore[no-any-return]
+    step = await finder(claim, context, source)
+    found = QuoteSearch(claim, context, calls=list(step.calls), error=step.error)
+    for e in step.value or []:
+        found.evidence.append(e)
+        found.quotes.append({"quote": e.text, "status": "found", "span": e.span.model_dump() if e.span else None})
+    return found
+
+
 def build_judges(llms: Sequence["LLM"], samples: int, temperature: float) -> list[Judge]:
     """Every judge model times ``samples`` votes (samples beyond the first at ``temperature``)."""
     return [Judge(llm, sample, temperature) for llm in llms for sample in range(samples)]
@@ -93,15 +107,19 @@ class ProbeVerifier(LLMVerifier):
     Options = ProbeVerifierOptions
 
     def __init__(self, model: "LLM", options: Any = None, *, prompts: PromptResolver = same_prompt,
-                 named_llm: Callable[[str], "LLM"] | None = None):
+                 named_llm: Callable[[str], "LLM"] | None = None, evidence_finder: Any = None):
         """``named_llm``: a client for a judge model named in ``judges`` (at the main model's endpoint); needed
-        only when ``judges`` names models."""
+        only when ``judges`` names models. ``evidence_finder``: the evidence finder stage to use (the probe
+        method's chosen one); without it the one ``evidence`` names is built here."""
         super().__init__(model, options, prompts=prompts)
         self.opts = self.options
-        finder = "top_sentences" if self.opts.evidence == "retrieval" else "probe"
-        spec = stage_spec("evidence_finder", finder)
-        self.finder = build_stage("evidence_finder", finder, model if getattr(spec.factory, "uses_llm", True) else None,
-                                  own_options(spec.options_model, self.opts), prompts=prompts)
+        if evidence_finder is None:
+            finder = "top_sentences" if self.opts.evidence == "retrieval" else "probe"
+            spec = stage_spec("evidence_finder", finder)
+            evidence_finder = build_stage("evidence_finder", finder,
+                                          model if getattr(spec.factory, "uses_llm", True) else None,
+                                          own_options(spec.options_model, self.opts), prompts=prompts)
+        self.finder = evidence_finder
         self.evaluate_prompt = prompts(EVALUATE_PROMPT)
         self.named_llm = named_llm
         if self.opts.judges and named_llm is None:
@@ -157,7 +175,7 @@ class ProbeVerifier(LLMVerifier):
     async def check(self, claim: Claim, context: Context, source: str) -> Verdict:
         if is_template_echo(claim.text):
             return Verdict.unscored(claim, f"the claim {claim.text[:40]!r} is a template placeholder, not a claim")
-        search: QuoteSearch = await self.finder.search(claim, context, source)
+        search: QuoteSearch = await search_with(self.finder, claim, context, source)
         judgments: list[EvidenceJudgment] = []
         if search.failure_reason is None and search.evidence:
             sentences = await self._sentences.get(source)
@@ -222,7 +240,7 @@ class ProbeVerifier(LLMVerifier):
         does not answer gets its own search. The no-LLM finder searches claim by claim."""
         finder = self.finder
         if not isinstance(finder, ProbeEvidenceFinder):
-            return await gather_or_cancel(finder.search(c, context, source) for c in claims)
+            return await gather_or_cancel(search_with(finder, c, context, source) for c in claims)
 
         async def ask(part: list[Claim]) -> BatchStep[EvidenceReply]:
             return await self.find_batch.ask(self.llm, [c.text for c in part], source=context.text,
