@@ -128,7 +128,11 @@ def _method(name: str, cls_path: str, options: dict[str, Any]) -> Method:
         if f"{cls.__module__}:{cls.__qualname__}" != cls_path:
             raise RemoteError("missing", "NotInWorker", f"method {name!r} is {cls_path} in the server, "
                                                         f"{cls.__module__}:{cls.__qualname__} in a worker")
-        method = get_method(name, config=_config, **options)
+        try:
+            method = get_method(name, config=_config, **options)
+        except (ValueError, TypeError) as exc:  # built in the server: a stage registered there at run time only
+            raise RemoteError("missing", "NotInWorker", f"method {name!r} with these options cannot be built in a "
+                                                        f"worker process ({type(exc).__name__}: {exc})") from None
         _methods[key] = method
         while len(_methods) > _WORKER_METHODS_KEPT:
             _methods.popitem(last=False)[1].close()
