@@ -46,9 +46,11 @@ def main() -> None:
             reports[name] = runs[name][i]
         full = c.predict({m.name: runs[m.name][i] for m in c.members}) >= c.threshold
         same += (c.predict(reports) >= c.threshold) == full
-    print(f"{len(ids)} items, LLM members {', '.join(llm) or 'none'}: the cascade skips {runs_saved} of "
-          f"{len(ids) * len(llm)} LLM-member runs; its label equals the all-members label on {same} of {len(ids)} items "
-          f"(threshold {c.threshold:.3f})")
+    print(
+        f"{len(ids)} items, LLM members {', '.join(llm) or 'none'}: the cascade skips {runs_saved} of "
+        f"{len(ids) * len(llm)} LLM-member runs; its label equals the all-members label on {same} of {len(ids)} items "
+        f"(threshold {c.threshold:.3f})"
+    )
 
 
 if __name__ == "__main__":

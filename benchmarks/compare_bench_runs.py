@@ -27,15 +27,28 @@ from pathlib import Path
 from typing import Any
 
 # fields whose value is wall-clock time or a stamp of when the run happened: dropped wherever they appear
-VOLATILE = {"elapsed_s", "item_time_s", "wall_time_s", "created", "created_at", "started_at", "finished_at",
-            "timestamp", "duration_s", "seconds"}
+VOLATILE = {
+    "elapsed_s",
+    "item_time_s",
+    "wall_time_s",
+    "created",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "timestamp",
+    "duration_s",
+    "seconds",
+}
 MAX_DIFFS = 40
 
 
 def normalize(value: Any, root: str) -> Any:
     if isinstance(value, dict):
-        return {k: normalize(v, root) for k, v in value.items()
-                if k not in VOLATILE and not k.endswith("_seconds") and not k.endswith("_elapsed_s")}
+        return {
+            k: normalize(v, root)
+            for k, v in value.items()
+            if k not in VOLATILE and not k.endswith("_seconds") and not k.endswith("_elapsed_s")
+        }
     if isinstance(value, list):
         return [normalize(v, root) for v in value]
     if isinstance(value, str):
@@ -86,8 +99,11 @@ def differences(old: Any, new: Any, where: str, out: list[str]) -> None:
 def summary(name: str, run: dict[str, Any]) -> str:
     items = run.get("items", {})
     calls = sum(len(r["report"].get("calls") or []) for r in items.values())
-    tokens = sum((r["report"].get("usage") or {}).get("prompt_tokens", 0)
-                 + (r["report"].get("usage") or {}).get("completion_tokens", 0) for r in items.values())
+    tokens = sum(
+        (r["report"].get("usage") or {}).get("prompt_tokens", 0)
+        + (r["report"].get("usage") or {}).get("completion_tokens", 0)
+        for r in items.values()
+    )
     scored = sum(1 for r in items.values() if r["report"].get("score") is not None)
     findings = sum(len(r["report"].get("findings") or []) for r in items.values())
     return f"{name}: {len(items)} items ({scored} scored), {findings} findings, {calls} logged calls, {tokens} tokens"
@@ -96,8 +112,10 @@ def summary(name: str, run: dict[str, Any]) -> str:
 def compare(old_root: Path, new_root: Path) -> int:
     old_runs, new_runs = run_dirs(old_root), run_dirs(new_root)
     if not set(old_runs) & set(new_runs):
-        print(f"nothing compared: no run folder (items.jsonl, results.json or run.json) is in both {old_root} "
-              f"({len(old_runs)} runs) and {new_root} ({len(new_runs)} runs)")
+        print(
+            f"nothing compared: no run folder (items.jsonl, results.json or run.json) is in both {old_root} "
+            f"({len(old_runs)} runs) and {new_root} ({len(new_runs)} runs)"
+        )
         return 2
     diffs: list[str] = []
     for name in sorted(set(old_runs) ^ set(new_runs)):

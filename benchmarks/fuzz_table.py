@@ -65,9 +65,14 @@ def _run(method: str, options: dict, responder, row: Counter) -> None:
 
 
 def stage_by_stage(out: str | None, methods: set[str] | None = None) -> int:
-    from tests.stage_fuzz import (RULE_CLASSES, STAGE_CONFIGS, STRUCTURAL_CLASSES, config_label,  # noqa: PLC0415
-                                  fuzz_stage,
-                                  verdict_stages_reached)
+    from tests.stage_fuzz import (  # noqa: PLC0415
+        RULE_CLASSES,
+        STAGE_CONFIGS,
+        STRUCTURAL_CLASSES,
+        config_label,
+        fuzz_stage,
+        verdict_stages_reached,
+    )
 
     start = time.perf_counter()
     classes = list(STRUCTURAL_CLASSES) + list(RULE_CLASSES) + list(GARBAGE)
@@ -78,8 +83,15 @@ def stage_by_stage(out: str | None, methods: set[str] | None = None) -> int:
     for method, options in configs:
         for stage in verdict_stages_reached(method, options):
             row: Counter = Counter()
-            fuzz_stage(method, options, stage, classes, GARBAGE, row,
-                       on_crash=lambda line: print("CRASH " + line, file=sys.stderr))
+            fuzz_stage(
+                method,
+                options,
+                stage,
+                classes,
+                GARBAGE,
+                row,
+                on_crash=lambda line: print("CRASH " + line, file=sys.stderr),
+            )
             table[f"{config_label(method, options)} | {stage}"] = row
             per_class.update({k[6:]: v for k, v in row.items() if k.startswith("class:")})
             scored_class.update({k[7:]: v for k, v in row.items() if k.startswith("scored:") and v})
@@ -92,15 +104,26 @@ def stage_by_stage(out: str | None, methods: set[str] | None = None) -> int:
         print(f"| {label} | " + " | ".join(str(row[c]) for c in cols) + " |")
     print("| **all** | | " + " | ".join(f"**{total[c]}**" for c in cols) + " |")
     print("\nchecks per attack class: " + ", ".join(f"{k} {v}" for k, v in per_class.items()))
-    print("scores from attacked replies per class: "
-          + (", ".join(f"{k} {v}" for k, v in scored_class.items()) or "none"))
-    print(f"{len(configs)} configurations, {len(table)} (configuration, verdict stage) pairs; "
-          f"{time.perf_counter() - start:.1f} s")
+    print(
+        "scores from attacked replies per class: " + (", ".join(f"{k} {v}" for k, v in scored_class.items()) or "none")
+    )
+    print(
+        f"{len(configs)} configurations, {len(table)} (configuration, verdict stage) pairs; "
+        f"{time.perf_counter() - start:.1f} s"
+    )
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps({"rows": {k: dict(v) for k, v in table.items()}, "all": dict(total),
-                                         "per_class": dict(per_class),
-                                         "scored_per_class": dict(scored_class)}, indent=1))
+        Path(out).write_text(
+            json.dumps(
+                {
+                    "rows": {k: dict(v) for k, v in table.items()},
+                    "all": dict(total),
+                    "per_class": dict(per_class),
+                    "scored_per_class": dict(scored_class),
+                },
+                indent=1,
+            )
+        )
     bad = total["scores_from_attack"] + total["crashes"] + (total["checks"] - total["reached"])
     return 1 if bad else 0
 
@@ -108,8 +131,11 @@ def stage_by_stage(out: str | None, methods: set[str] | None = None) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mixed-runs", type=int, default=40, help="checks per method with faults mixed in")
-    parser.add_argument("--stage-by-stage", action="store_true",
-                        help="attack one verdict stage at a time, every other stage answered validly")
+    parser.add_argument(
+        "--stage-by-stage",
+        action="store_true",
+        help="attack one verdict stage at a time, every other stage answered validly",
+    )
     parser.add_argument("--methods", default=None, help="only these methods' configurations (comma-separated)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
@@ -145,8 +171,10 @@ def main() -> int:
         total.update(row)
         print(f"| {label} | " + " | ".join(str(row[c]) for c in cols) + " |")
     print("| **all** | " + " | ".join(f"**{total[c]}**" for c in cols) + " |")
-    print(f"\n{len(GARBAGE)} garbage classes, {sum(len(v) for v in GARBAGE.values())} replies each method; "
-          f"{time.perf_counter() - start:.1f} s")
+    print(
+        f"\n{len(GARBAGE)} garbage classes, {sum(len(v) for v in GARBAGE.values())} replies each method; "
+        f"{time.perf_counter() - start:.1f} s"
+    )
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({k: dict(v) for k, v in table.items()} | {"all": dict(total)}, indent=1))

@@ -39,8 +39,10 @@ def main() -> None:
     finally:
         server.close()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(f"wire {len(bomb) / 1024:.0f} KB, inflates to {args.inflated_mb} MB; {time.perf_counter() - started:.2f} s; "
-          f"peak RSS {before / 1024:.0f} -> {peak / 1024:.0f} MB; {outcome}")
+    print(
+        f"wire {len(bomb) / 1024:.0f} KB, inflates to {args.inflated_mb} MB; {time.perf_counter() - started:.2f} s; "
+        f"peak RSS {before / 1024:.0f} -> {peak / 1024:.0f} MB; {outcome}"
+    )
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ def falsify(sentence: str) -> str:
     """The sentence made false by a fixed edit: its first auxiliary negated, else "never" after its subject."""
     match = NEGATE.search(sentence)
     if match:
-        return sentence[: match.end()] + " not" + sentence[match.end():]
+        return sentence[: match.end()] + " not" + sentence[match.end() :]
     first, _, rest = sentence.partition(" ")
     return f"{first} never {rest}" if rest else sentence
 
@@ -75,8 +75,10 @@ def build_synthetic(words: int, claims: int) -> tuple[str, list[str]]:
     facts = []
     i = 0
     while sum(_words(f) for f in facts) < words:
-        facts.append(f"Station {i} of the survey recorded {i * 7 % 97 + 3} nesting birds on the northern ridge, "
-                     f"and the team leader there was volunteer number {i * 13 % 89 + 1}.")
+        facts.append(
+            f"Station {i} of the survey recorded {i * 7 % 97 + 3} nesting birds on the northern ridge, "
+            f"and the team leader there was volunteer number {i * 13 % 89 + 1}."
+        )
         i += 1
     step = max(1, len(facts) // claims)
     target = []
@@ -113,8 +115,9 @@ def main() -> int:
         source, claims = build_synthetic(args.words, args.claims)
         origin = "synthetic"
     target = " ".join(claims)
-    name, options = resolve_method(args.method, {"retrieval": "always", "top_k": args.top_k, "window": args.window,
-                                                 "retriever": args.retriever})
+    name, options = resolve_method(
+        args.method, {"retrieval": "always", "top_k": args.top_k, "window": args.window, "retriever": args.retriever}
+    )
     config = Config(model=args.model, cache=False, max_tokens=args.max_tokens)
     method = get_method(name, config=config, **options)
     load_before = os.getloadavg()
@@ -131,15 +134,26 @@ def main() -> int:
     seconds = vf.get("seconds", {})
     score_s, explain_s = seconds.get("score", 0.0), seconds.get("explain", 0.0)
     result: dict[str, Any] = {
-        "source": origin, "source_words": _words(source), "claims": len(report.verdicts), "method": name,
-        "options": options, "model": args.model, "total_s": round(total, 1),
-        "split_s": {"decompose": round(decompose_s, 2),
-                    "retrieve_and_other": round(total - decompose_s - score_s - explain_s, 1),
-                    "score": round(score_s, 1), "explain": round(explain_s, 1)},
-        "calls": report.usage.calls, "prompt_tokens": report.usage.prompt_tokens,
+        "source": origin,
+        "source_words": _words(source),
+        "claims": len(report.verdicts),
+        "method": name,
+        "options": options,
+        "model": args.model,
+        "total_s": round(total, 1),
+        "split_s": {
+            "decompose": round(decompose_s, 2),
+            "retrieve_and_other": round(total - decompose_s - score_s - explain_s, 1),
+            "score": round(score_s, 1),
+            "explain": round(explain_s, 1),
+        },
+        "calls": report.usage.calls,
+        "prompt_tokens": report.usage.prompt_tokens,
         "cached_prompt_tokens": report.usage.cached_prompt_tokens,
-        "completion_tokens": report.usage.completion_tokens, "score": report.score,
-        "flagged": len(vf.get("flagged", [])), "findings": len(report.findings),
+        "completion_tokens": report.usage.completion_tokens,
+        "score": report.score,
+        "flagged": len(vf.get("flagged", [])),
+        "findings": len(report.findings),
         "findings_with_evidence_span": sum(any(e.span for e in f.evidence) for f in report.findings),
         "findings_with_fix": sum(bool(f.fix) for f in report.findings),
         "load_average_before": [round(x, 2) for x in load_before],

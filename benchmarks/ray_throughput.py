@@ -54,6 +54,7 @@ TAG = re.compile(r"request ([0-9a-f]{16})")
 
 # --- the endpoint (its own process) ---------------------------------------------------------------------
 
+
 class StubEndpoint:
     """ASGI app: ``POST .../chat/completions`` sleeps ``latency_s``, then answers a geval rating (5 for an odd
     ``Claim number N.``, 2 for an even one) whose reason names the request (``request <hash>``).
@@ -80,8 +81,9 @@ class StubEndpoint:
             found = re.search(r"Claim number (\d+)\.", text)
             score = 5 if found and int(found.group(1)) % 2 else 2
             content = json.dumps({"reason": f"request {digest}", "score": score})
-            await send_json(send, 200, chat_completion(digest, request.get("model", "stub"), content,
-                                                       len(text.split()), 8))
+            await send_json(
+                send, 200, chat_completion(digest, request.get("model", "stub"), content, len(text.split()), 8)
+            )
             self.answered.append(digest)
         elif scope["path"] == "/log":
             await send_json(send, 200, {"arrived": self.arrived, "answered": self.answered})
@@ -101,11 +103,12 @@ class EndpointProcess:
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self.latency_ms = latency_ms
 
-    def __enter__(self) -> "EndpointProcess":
+    def __enter__(self) -> EndpointProcess:
         import httpx
 
-        self.proc = subprocess.Popen([sys.executable, __file__, "--serve", "--port", str(self.port),
-                                      "--latency-ms", str(self.latency_ms)])
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--serve", "--port", str(self.port), "--latency-ms", str(self.latency_ms)]
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
@@ -132,16 +135,18 @@ class EndpointProcess:
 class RedisProcess:
     """``redis-server`` on a free loopback port, no persistence; ``url`` is None when it is not installed."""
 
-    def __enter__(self) -> "RedisProcess":
+    def __enter__(self) -> RedisProcess:
         self.url = None
         binary = shutil.which("redis-server")
         if binary is None:
             return self
         port = free_port()
         self.dir = tempfile.mkdtemp(prefix="redis-")
-        self.proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                                      "--appendonly", "no", "--dir", self.dir],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", self.dir],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         import redis
 
         for _ in range(200):
@@ -161,14 +166,20 @@ class RedisProcess:
 
 # --- helpers --------------------------------------------------------------------------------------------
 
+
 def write_items(path: Path, n: int) -> Path:
     """N generic-format items; the file name goes into every source, so each phase sends its own requests."""
     from halluscope.records import Example
 
     with path.open("w", encoding="utf-8") as fh:
         for i in range(n):
-            ex = Example(id=f"ex{i}", source=f"Source {path.stem}-{i}: the council approved the ferry line by 7 to 2.",
-                         target=f"Claim number {i}.", label=i % 2, split="evaluation" if i < n // 2 else "test")
+            ex = Example(
+                id=f"ex{i}",
+                source=f"Source {path.stem}-{i}: the council approved the ferry line by 7 to 2.",
+                target=f"Claim number {i}.",
+                label=i % 2,
+                split="evaluation" if i < n // 2 else "test",
+            )
             fh.write(ex.model_dump_json() + "\n")
     return path
 
@@ -199,6 +210,7 @@ def cli(args: list[str]) -> list[str]:
 
 # --- 1. throughput --------------------------------------------------------------------------------------
 
+
 async def timed_run(method, dataset, out: Path, concurrency: int, engine) -> dict[str, float]:
     from halluscope.bench import runner
 
@@ -212,8 +224,9 @@ async def timed_run(method, dataset, out: Path, concurrency: int, engine) -> dic
     runner.ItemStore.write = staticmethod(write)
     try:
         started = time.perf_counter()
-        await runner.run_bench(method, dataset, out, concurrency=concurrency, progress=False, n_bootstrap=0,
-                               suite_names=[], engine=engine)
+        await runner.run_bench(
+            method, dataset, out, concurrency=concurrency, progress=False, n_bootstrap=0, suite_names=[], engine=engine
+        )
         wall = time.perf_counter() - started
     finally:
         runner.ItemStore.write = staticmethod(original)
@@ -229,42 +242,81 @@ def throughput(args: argparse.Namespace, endpoint: EndpointProcess, tmp: Path) -
 
     data = load_dataset(str(write_items(tmp / "throughput.jsonl", args.items)))
     ideal = args.items * args.latency_ms / 1000 / args.concurrency
-    config = Config(model="stub", base_url=endpoint.base_url, cache=False, max_concurrency=args.concurrency,
-                    max_tokens=256)
+    config = Config(
+        model="stub", base_url=endpoint.base_url, cache=False, max_concurrency=args.concurrency, max_tokens=256
+    )
     rows = []
     setups: list[tuple[str, Any]] = [("local", None)]
     for actors in args.actors:
         per_actor = max(1, args.concurrency // actors)
-        setups.append((f"ray {actors}x{per_actor}",
-                       RayEngine(actors=actors, actor_concurrency=per_actor, cpus_per_actor=2 / actors)))
+        setups.append(
+            (
+                f"ray {actors}x{per_actor}",
+                RayEngine(actors=actors, actor_concurrency=per_actor, cpus_per_actor=2 / actors),
+            )
+        )
     for round_ in range(args.rounds):
         for name, engine in setups:
-            result = asyncio.run(timed_run(get_method("geval", config=config), data, tmp / f"tp-{name}-{round_}",
-                                           args.concurrency, engine))
-            rows.append({"engine": name, "round": round_, **result, "ideal_s": ideal,
-                         "efficiency": ideal / result["wall_s"],
-                         "steady_efficiency": result["steady_items_per_s"] * ideal / args.items})
-            print(f"  {name:>10} round {round_}: {result['wall_s']:.2f} s wall, first item after "
-                  f"{result['first_item_s']:.2f} s, steady {result['steady_items_per_s']:.1f} items/s", flush=True)
+            result = asyncio.run(
+                timed_run(
+                    get_method("geval", config=config), data, tmp / f"tp-{name}-{round_}", args.concurrency, engine
+                )
+            )
+            rows.append(
+                {
+                    "engine": name,
+                    "round": round_,
+                    **result,
+                    "ideal_s": ideal,
+                    "efficiency": ideal / result["wall_s"],
+                    "steady_efficiency": result["steady_items_per_s"] * ideal / args.items,
+                }
+            )
+            print(
+                f"  {name:>10} round {round_}: {result['wall_s']:.2f} s wall, first item after "
+                f"{result['first_item_s']:.2f} s, steady {result['steady_items_per_s']:.1f} items/s",
+                flush=True,
+            )
     return rows
 
 
 # --- 2. kill and resume ---------------------------------------------------------------------------------
+
 
 def kill_and_resume(args: argparse.Namespace, endpoint: EndpointProcess, tmp: Path, address: str) -> dict[str, Any]:
     n = args.fault_items
     data = write_items(tmp / "fault.jsonl", n)
     out = tmp / "fault-run"
     env = {**os.environ, "HALLUSCOPE_CACHE_PATH": str(tmp / "fault-cache.sqlite"), "XDG_CACHE_HOME": str(tmp / "xdg")}
-    common = ["--dataset", str(data), "--method", "geval", "--model", "stub", "--base-url", endpoint.base_url,
-              "--out", str(out), "--engine", "ray", "--address", address, "--actors", "2",
-              "--actor-concurrency", str(max(1, args.concurrency // 2)), "--actor-cpus", "0.5",
-              "--bootstrap", "0", "--no-progress"]
+    common = [
+        "--dataset",
+        str(data),
+        "--method",
+        "geval",
+        "--model",
+        "stub",
+        "--base-url",
+        endpoint.base_url,
+        "--out",
+        str(out),
+        "--engine",
+        "ray",
+        "--address",
+        address,
+        "--actors",
+        "2",
+        "--actor-concurrency",
+        str(max(1, args.concurrency // 2)),
+        "--actor-cpus",
+        "0.5",
+        "--bootstrap",
+        "0",
+        "--no-progress",
+    ]
     items = out / "items.jsonl"
     base = endpoint.log()
     started = time.perf_counter()
-    driver = subprocess.Popen(cli(common), env=env, cwd=REPO, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    driver = subprocess.Popen(cli(common), env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     while len(item_lines(items)) < n // 4:
         if driver.poll() is not None:
             raise RuntimeError("the first run ended before the kill")
@@ -280,67 +332,107 @@ def kill_and_resume(args: argparse.Namespace, endpoint: EndpointProcess, tmp: Pa
         if count != seen:
             quiet, seen = time.monotonic(), count
         time.sleep(0.1)
-    before = {k: v[len(base[k]):] for k, v in endpoint.log().items()}  # this phase's requests only
+    before = {k: v[len(base[k]) :] for k, v in endpoint.log().items()}  # this phase's requests only
     cached = cached_request_tags(tmp / "fault-cache.sqlite")  # replies that reached an actor (and its cache)
     started = time.perf_counter()
     resumed = subprocess.run(cli(common), env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
     resume_s = time.perf_counter() - started
     if resumed.returncode != 0:
         raise RuntimeError(f"resume failed: {resumed.stderr[-2000:]}")
-    after = {k: v[len(base[k]):] for k, v in endpoint.log().items()}
-    resent = set(after["arrived"][len(before["arrived"]):])
+    after = {k: v[len(base[k]) :] for k, v in endpoint.log().items()}
+    resent = set(after["arrived"][len(before["arrived"]) :])
     ids = item_lines(items)
     arrived_before = set(before["arrived"])
     results = json.loads((out / "results.json").read_text())
     return {
-        "items": n, "killed_after_s": killed_at, "items_in_file_at_kill": lines_at_kill,
+        "items": n,
+        "killed_after_s": killed_at,
+        "items_in_file_at_kill": lines_at_kill,
         "requests_at_kill": arrived_at_kill,
         "requests_after_kill_from_dying_actors": len(before["arrived"]) - arrived_at_kill,
-        "requests_before_resume": len(before["arrived"]), "replies_cached_before_resume": len(cached),
-        "requests_during_resume": len(after["arrived"]) - len(before["arrived"]), "resume_wall_s": resume_s,
-        "items_lost": len({f"ex{i}" for i in range(n)} - set(ids)), "items_written_twice": len(ids) - len(set(ids)),
+        "requests_before_resume": len(before["arrived"]),
+        "replies_cached_before_resume": len(cached),
+        "requests_during_resume": len(after["arrived"]) - len(before["arrived"]),
+        "resume_wall_s": resume_s,
+        "items_lost": len({f"ex{i}" for i in range(n)} - set(ids)),
+        "items_written_twice": len(ids) - len(set(ids)),
         "repeated_calls_reply_had_reached_halluscope": len(cached & resent),
         "redone_in_flight_at_kill_reply_never_received": len((arrived_before - cached) & resent),
-        "requests_total": len(after["arrived"]), "distinct_requests": len(set(after["arrived"])),
-        "n_unscored": results["n_unscored"], "auc": results["metrics"]["binary"]["auc"]["value"],
+        "requests_total": len(after["arrived"]),
+        "distinct_requests": len(set(after["arrived"])),
+        "n_unscored": results["n_unscored"],
+        "auc": results["metrics"]["binary"]["auc"]["value"],
     }
 
 
 # --- 3. a shared Redis cache ----------------------------------------------------------------------------
 
-def redis_rerun(args: argparse.Namespace, endpoint: EndpointProcess, tmp: Path, address: str,
-                redis_url: str | None) -> dict[str, Any]:
+
+def redis_rerun(
+    args: argparse.Namespace, endpoint: EndpointProcess, tmp: Path, address: str, redis_url: str | None
+) -> dict[str, Any]:
     if redis_url is None:
         return {"skipped": "redis-server not installed (Debian package redis-server)"}
     n = args.fault_items
     data = write_items(tmp / "redis.jsonl", n)
     runs = {}
-    for name, engine in (("first", ["--engine", "ray", "--address", address, "--actors", "2", "--actor-cpus", "0.5"]),
-                         ("rerun", ["--engine", "local"])):
+    for name, engine in (
+        ("first", ["--engine", "ray", "--address", address, "--actors", "2", "--actor-cpus", "0.5"]),
+        ("rerun", ["--engine", "local"]),
+    ):
         env = {**os.environ, "HALLUSCOPE_CACHE_URL": redis_url, "XDG_CACHE_HOME": str(tmp / f"xdg-{name}")}
         before = len(endpoint.log()["arrived"])
         started = time.perf_counter()
-        done = subprocess.run(cli(["--dataset", str(data), "--method", "geval", "--model", "stub", "--base-url",
-                                   endpoint.base_url, "--out", str(tmp / f"redis-{name}"), "--bootstrap", "0",
-                                   "--no-progress", "--concurrency", str(args.concurrency), *engine]),
-                              env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            cli(
+                [
+                    "--dataset",
+                    str(data),
+                    "--method",
+                    "geval",
+                    "--model",
+                    "stub",
+                    "--base-url",
+                    endpoint.base_url,
+                    "--out",
+                    str(tmp / f"redis-{name}"),
+                    "--bootstrap",
+                    "0",
+                    "--no-progress",
+                    "--concurrency",
+                    str(args.concurrency),
+                    *engine,
+                ]
+            ),
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         if done.returncode != 0:
             raise RuntimeError(f"{name} failed: {done.stderr[-2000:]}")
         results = json.loads((tmp / f"redis-{name}" / "results.json").read_text())
-        runs[name] = {"requests_at_endpoint": len(endpoint.log()["arrived"]) - before,
-                      "wall_s": time.perf_counter() - started,
-                      "calls": results["usage"]["calls"], "cache_hits": results["usage"]["cache_hits"],
-                      "metrics": results["metrics"]}
+        runs[name] = {
+            "requests_at_endpoint": len(endpoint.log()["arrived"]) - before,
+            "wall_s": time.perf_counter() - started,
+            "calls": results["usage"]["calls"],
+            "cache_hits": results["usage"]["cache_hits"],
+            "metrics": results["metrics"],
+        }
     same = runs["first"].pop("metrics") == runs["rerun"].pop("metrics")
     return {"items": n, **runs, "same_metrics": same}
 
 
 # --- main -----------------------------------------------------------------------------------------------
 
+
 def print_tables(result: dict[str, Any]) -> None:
     s = result["setup"]
-    print(f"\n## Throughput: {s['items']} items x 1 call, {s['latency_ms']:g} ms per call, total concurrency "
-          f"{s['concurrency']} (load avg {s['loadavg_1m']} on {s['cpus']} CPUs; Ray {s['ray']})\n")
+    print(
+        f"\n## Throughput: {s['items']} items x 1 call, {s['latency_ms']:g} ms per call, total concurrency "
+        f"{s['concurrency']} (load avg {s['loadavg_1m']} on {s['cpus']} CPUs; Ray {s['ray']})\n"
+    )
     print("| engine | wall s (median) | items/s | first item s | steady items/s | efficiency (ideal/wall) |")
     print("|---|---|---|---|---|---|")
     by_engine: dict[str, list[dict]] = {}
@@ -349,8 +441,10 @@ def print_tables(result: dict[str, Any]) -> None:
     for name, rows in by_engine.items():
         rows.sort(key=lambda r: r["wall_s"])
         mid = rows[len(rows) // 2]
-        print(f"| {name} | {mid['wall_s']:.2f} | {s['items'] / mid['wall_s']:.1f} | {mid['first_item_s']:.2f} | "
-              f"{mid['steady_items_per_s']:.1f} | {mid['efficiency']:.2f} |")
+        print(
+            f"| {name} | {mid['wall_s']:.2f} | {s['items'] / mid['wall_s']:.1f} | {mid['first_item_s']:.2f} | "
+            f"{mid['steady_items_per_s']:.1f} | {mid['efficiency']:.2f} |"
+        )
     ideal_rate = s["concurrency"] / s["latency_ms"] * 1000 if s["latency_ms"] else float("inf")
     print(f"\nideal: {result['throughput'][0]['ideal_s']:.2f} s = {ideal_rate:.0f} items/s")
     for key in ("kill_resume", "redis_rerun"):
@@ -377,8 +471,14 @@ def main() -> None:
     if args.serve:
         import uvicorn
 
-        uvicorn.run(StubEndpoint(args.latency_ms / 1000), host="127.0.0.1", port=args.port, log_level="warning",
-                    access_log=False, lifespan="on")
+        uvicorn.run(
+            StubEndpoint(args.latency_ms / 1000),
+            host="127.0.0.1",
+            port=args.port,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+        )
         return
 
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # the local Ray instance on 127.0.0.1
@@ -389,12 +489,24 @@ def main() -> None:
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     ray_start_s = time.perf_counter() - started
     address = ray.get_runtime_context().gcs_address
-    result: dict[str, Any] = {"setup": {
-        "items": args.items, "latency_ms": args.latency_ms, "concurrency": args.concurrency, "actors": args.actors,
-        "rounds": args.rounds, "cpus": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2),
-        "ray": ray.__version__, "ray_init_s": round(ray_start_s, 2)}}
-    with tempfile.TemporaryDirectory() as tmp_name, EndpointProcess(args.latency_ms) as endpoint, \
-            RedisProcess() as redis_server:
+    result: dict[str, Any] = {
+        "setup": {
+            "items": args.items,
+            "latency_ms": args.latency_ms,
+            "concurrency": args.concurrency,
+            "actors": args.actors,
+            "rounds": args.rounds,
+            "cpus": os.cpu_count(),
+            "loadavg_1m": round(os.getloadavg()[0], 2),
+            "ray": ray.__version__,
+            "ray_init_s": round(ray_start_s, 2),
+        }
+    }
+    with (
+        tempfile.TemporaryDirectory() as tmp_name,
+        EndpointProcess(args.latency_ms) as endpoint,
+        RedisProcess() as redis_server,
+    ):
         tmp = Path(tmp_name)
         if not args.skip_throughput:
             print("throughput:", flush=True)

@@ -70,8 +70,14 @@ class RecordingAPI:
 
     async def generate(self, messages: list[dict[str, str]], params: GenerateParams):
         completion = await self.inner.generate(messages, params)
-        self.calls.append({"messages": [dict(m) for m in messages], "json_mode": params.json_mode,
-                           "json_schema": params.json_schema, "reply": completion.text})
+        self.calls.append(
+            {
+                "messages": [dict(m) for m in messages],
+                "json_mode": params.json_mode,
+                "json_schema": params.json_schema,
+                "reply": completion.text,
+            }
+        )
         return completion
 
 
@@ -84,8 +90,9 @@ def load_item(data: Path) -> dict[str, str]:
     raise SystemExit(f"item {item_id} not found in {data / path}")
 
 
-def record(name: str, method: str, options: dict[str, Any], item: dict[str, str], config: Config,
-           model_label: str) -> dict[str, Any]:
+def record(
+    name: str, method: str, options: dict[str, Any], item: dict[str, str], config: Config, model_label: str
+) -> dict[str, Any]:
     api = RecordingAPI(build_api(config))
     llm = get_llm(config, api=api)
     start = time.perf_counter()
@@ -93,14 +100,23 @@ def record(name: str, method: str, options: dict[str, Any], item: dict[str, str]
     took = time.perf_counter() - start
     params = llm.default_params
     fixture = {
-        "name": name, "method": method, "options": options, "model": report.model or api.name,
-        "recorded_with": model_label, "item": item,
+        "name": name,
+        "method": method,
+        "options": options,
+        "model": report.model or api.name,
+        "recorded_with": model_label,
+        "item": item,
         "params": {"temperature": params.temperature, "max_tokens": params.max_tokens, "seed": params.seed},
-        "context_window": api.context_window, "structured_output": api.structured_output,
-        "token_counts": api.token_counts, "calls": api.calls, "outcome": outcome(report),
+        "context_window": api.context_window,
+        "structured_output": api.structured_output,
+        "token_counts": api.token_counts,
+        "calls": api.calls,
+        "outcome": outcome(report),
     }
-    print(f"{name}: {len(api.calls)} calls, score {report.score}, {len(report.findings)} findings, {took:.0f} s",
-          flush=True)
+    print(
+        f"{name}: {len(api.calls)} calls, score {report.score}, {len(report.findings)} findings, {took:.0f} s",
+        flush=True,
+    )
     return fixture
 
 
@@ -111,11 +127,14 @@ def stored_form(fixture: dict[str, Any]) -> dict[str, Any]:
     source, target = fixture["item"]["source"], fixture["item"]["target"]
     for name, text in (("source", source), ("target", target)):
         if text in json.dumps(stored["item"], ensure_ascii=False) or any(
-                text in m["content"] for c in stored["calls"] for m in c["messages"]):
+            text in m["content"] for c in stored["calls"] for m in c["messages"]
+        ):
             raise SystemExit(f"{fixture['name']}: the item's {name} is still in a request after stripping")
     back = [[fill_text(m["content"], source, target) for m in c["messages"]] for c in stored["calls"]]
-    if back != [[m["content"] for m in c["messages"]] for c in fixture["calls"]] or \
-            {fill_text(t, source, target): n for t, n in stored["token_counts"].items()} != fixture["token_counts"]:
+    if (
+        back != [[m["content"] for m in c["messages"]] for c in fixture["calls"]]
+        or {fill_text(t, source, target): n for t, n in stored["token_counts"].items()} != fixture["token_counts"]
+    ):
         raise SystemExit(f"{fixture['name']}: stripping the item's text is not reversible")
     return stored
 
@@ -148,13 +167,17 @@ def main() -> int:
     parser.add_argument("--only", action="append", help="record only these fixture names (repeatable)")
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--out", type=Path, default=REPLAY_DIR)
-    parser.add_argument("--convert", action="store_true",
-                        help="rewrite existing fixtures that hold the item's text into the stored form; no model")
+    parser.add_argument(
+        "--convert",
+        action="store_true",
+        help="rewrite existing fixtures that hold the item's text into the stored form; no model",
+    )
     args = parser.parse_args()
     if args.convert:
         return convert(args.out, args.only)
-    config = Config(model=args.model, base_url=args.base_url, api_key=args.api_key, max_tokens=args.max_tokens,
-                    cache=False)
+    config = Config(
+        model=args.model, base_url=args.base_url, api_key=args.api_key, max_tokens=args.max_tokens, cache=False
+    )
     item = load_item(args.data)
     args.out.mkdir(parents=True, exist_ok=True)
     for name, method, options in SUITE:

@@ -37,11 +37,22 @@ DATA = ROOT.parent / "shared" / "data"
 ITEMS_PER_SET = 5
 
 CONFIGS: list[tuple[str, dict[str, Any]]] = [
-    ("geval", {}), ("dcr", {}), ("factscore", {}), ("probe", {}), ("dove", {}), ("localize", {}), ("improve", {}),
-    ("gate", {}), ("rouge", {}),
-    ("dcr", {"gate": "lexical"}), ("factscore", {"gate": "lexical"}), ("probe", {"gate": "lexical"}),
+    ("geval", {}),
+    ("dcr", {}),
+    ("factscore", {}),
+    ("probe", {}),
+    ("dove", {}),
+    ("localize", {}),
+    ("improve", {}),
+    ("gate", {}),
+    ("rouge", {}),
+    ("dcr", {"gate": "lexical"}),
+    ("factscore", {"gate": "lexical"}),
+    ("probe", {"gate": "lexical"}),
     ("dove", {"gate": "lexical"}),
-    ("dcr", {"batch_size": 3}), ("factscore", {"batch_size": 3}), ("probe", {"batch_size": 3}),
+    ("dcr", {"batch_size": 3}),
+    ("factscore", {"batch_size": 3}),
+    ("probe", {"batch_size": 3}),
     ("dove", {"batch_size": 3}),
 ]
 
@@ -55,8 +66,11 @@ def _label(method: str, options: dict[str, Any]) -> str:
 
 def strip_volatile(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: strip_volatile(v) for k, v in value.items()
-                if k not in VOLATILE and not k.endswith("_seconds") and not k.endswith("_elapsed_s")}
+        return {
+            k: strip_volatile(v)
+            for k, v in value.items()
+            if k not in VOLATILE and not k.endswith("_seconds") and not k.endswith("_elapsed_s")
+        }
     if isinstance(value, list):
         return [strip_volatile(v) for v in value]
     return value
@@ -79,9 +93,11 @@ def dev_items(data: Path) -> list[dict[str, str]]:
     def rows(path: str) -> list[dict[str, Any]]:
         return [json.loads(line) for line in (data / path).read_text().splitlines() if line.strip()]
 
-    return (_shortest(rows("qags/cnndm_dev.jsonl"), "source", "summary", "id", "qags")
-            + _shortest(rows("summedits/samsum.jsonl"), "doc", "summary", "id", "summedits")
-            + _shortest(rows("final/dev.jsonl"), "text", "summary", "doc_id", "final"))
+    return (
+        _shortest(rows("qags/cnndm_dev.jsonl"), "source", "summary", "id", "qags")
+        + _shortest(rows("summedits/samsum.jsonl"), "doc", "summary", "id", "summedits")
+        + _shortest(rows("final/dev.jsonl"), "text", "summary", "doc_id", "final")
+    )
 
 
 # ------------------------------------------------------------------------------------------ the scripted fake
@@ -155,8 +171,11 @@ def replays_section(data: Path) -> dict[str, Any]:
         except ReplayDataMissing as exc:
             raise SystemExit(f"{exc} (use --data)") from exc
         report, model = replay(fixture)
-        out[path.stem] = {"report": strip_volatile(report.model_dump(mode="json")), "unmatched": model.unmatched,
-                          "unused_recorded_calls": model.unused()}
+        out[path.stem] = {
+            "report": strip_volatile(report.model_dump(mode="json")),
+            "unmatched": model.unmatched,
+            "unused_recorded_calls": model.unused(),
+        }
     return out
 
 
@@ -189,8 +208,13 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="where to write the snapshot JSON")
     parser.add_argument("--parts", default="fuzz,methods,replays", help="comma-separated: fuzz, methods, replays")
     parser.add_argument("--data", type=Path, default=DATA, help="the shared dev data (default ../shared/data)")
-    parser.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"),
-                        help="compare two snapshots and list the first differences")
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        type=Path,
+        metavar=("BEFORE", "AFTER"),
+        help="compare two snapshots and list the first differences",
+    )
     args = parser.parse_args()
     if args.compare:
         return compare(*args.compare)

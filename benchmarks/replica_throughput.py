@@ -35,8 +35,11 @@ def start_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
     if server is None:
         sys.exit("redis-server is not on PATH (Debian: apt-get install redis-server)")
     port = free_port()
-    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", str(workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(workdir)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     import redis
 
     url = f"redis://127.0.0.1:{port}/0"
@@ -52,35 +55,64 @@ def start_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
             time.sleep(0.05)
 
 
-def run(home: Path, redis_url: str, replicas: int, items: int, latency_ms: float, concurrency: int,
-        lease_s: float) -> dict[str, object]:
+def run(
+    home: Path, redis_url: str, replicas: int, items: int, latency_ms: float, concurrency: int, lease_s: float
+) -> dict[str, object]:
     tag = uuid.uuid4().hex[:8]
     prefix = f"bench:{tag}:"
-    args = ("--jobs-url", f"{redis_url}?prefix={prefix}jobs:", "--job-lease", str(lease_s),
-            "--job-concurrency", str(concurrency))
+    args = (
+        "--jobs-url",
+        f"{redis_url}?prefix={prefix}jobs:",
+        "--job-lease",
+        str(lease_s),
+        "--job-concurrency",
+        str(concurrency),
+    )
     env = {"HALLUSCOPE_CACHE_URL": f"{redis_url}?prefix={prefix}llm:"}
     with ExitStack() as stack:
         stub = stack.enter_context(start_stub(home / f"stub-{tag}", latency_ms=latency_ms))
-        servers = [stack.enter_context(start_server(home / f"r{i}-{tag}", *args, stub=stub, env=env))
-                   for i in range(replicas)]
-        pairs = [{"id": f"i{i}", "source": "The ferry costs 3 million; a grant pays two thirds.",
-                  "target": f"Run {tag}: the ferry costs {i + 1} million."} for i in range(items)]
+        servers = [
+            stack.enter_context(start_server(home / f"r{i}-{tag}", *args, stub=stub, env=env)) for i in range(replicas)
+        ]
+        pairs = [
+            {
+                "id": f"i{i}",
+                "source": "The ferry costs 3 million; a grant pays two thirds.",
+                "target": f"Run {tag}: the ferry costs {i + 1} million.",
+            }
+            for i in range(items)
+        ]
         started = time.perf_counter()
         job = httpx.post(servers[0].url + "/jobs", json={"method": "geval", "items": pairs}, timeout=120).json()
-        while (info := httpx.get(f"{servers[0].url}/jobs/{job['id']}", timeout=60).json())["status"] not in ("done", "failed"):
+        while (info := httpx.get(f"{servers[0].url}/jobs/{job['id']}", timeout=60).json())["status"] not in (
+            "done",
+            "failed",
+        ):
             time.sleep(0.05)
         wall = time.perf_counter() - started
         per_replica = []
         for server in servers:
             text = httpx.get(server.url + "/metrics", timeout=60).text
-            done = [float(line.split()[-1]) for line in text.splitlines()
-                    if line.startswith('halluscope_job_queue_items_total{event="done"}')]
+            done = [
+                float(line.split()[-1])
+                for line in text.splitlines()
+                if line.startswith('halluscope_job_queue_items_total{event="done"}')
+            ]
             per_replica.append(int(done[0]) if done else 0)
         stats = httpx.get(stub.url + "/stats", timeout=30).json()
-    return {"replicas": replicas, "items": items, "latency_ms": latency_ms, "concurrency_per_replica": concurrency,
-            "status": info["status"], "done": info["done"], "wall_s": round(wall, 2),
-            "items_per_s": round(items / wall, 1), "items_done_by_replica": per_replica,
-            "llm_requests": stats["received"], "load_avg_1m": round(os.getloadavg()[0], 2)}
+    return {
+        "replicas": replicas,
+        "items": items,
+        "latency_ms": latency_ms,
+        "concurrency_per_replica": concurrency,
+        "status": info["status"],
+        "done": info["done"],
+        "wall_s": round(wall, 2),
+        "items_per_s": round(items / wall, 1),
+        "items_done_by_replica": per_replica,
+        "llm_requests": stats["received"],
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+    }
 
 
 def main() -> None:
@@ -96,8 +128,10 @@ def main() -> None:
         home = Path(tmp)
         redis_proc, url = start_redis(home)
         try:
-            rows = [run(home, url, int(n), args.items, args.latency_ms, args.concurrency, args.lease_s)
-                    for n in args.replicas.split(",")]
+            rows = [
+                run(home, url, int(n), args.items, args.latency_ms, args.concurrency, args.lease_s)
+                for n in args.replicas.split(",")
+            ]
         finally:
             redis_proc.terminate()
             redis_proc.wait(10)

@@ -106,8 +106,14 @@ def scenario_limits(home: Path, stub: loadtest.Proc, args: argparse.Namespace) -
 
 
 def scenario_kill(home: Path, stub: loadtest.Proc, args: argparse.Namespace) -> dict[str, Any]:
-    run = loadtest.kill_resume(home / "kill", items=args.job_items, kill_after=args.job_items // 2, concurrency=4,
-                               latency_ms=args.latency_ms, timeout_s=300)
+    run = loadtest.kill_resume(
+        home / "kill",
+        items=args.job_items,
+        kill_after=args.job_items // 2,
+        concurrency=4,
+        latency_ms=args.latency_ms,
+        timeout_s=300,
+    )
     return run.summary()
 
 
@@ -121,11 +127,16 @@ def scenario_health(home: Path, stub: loadtest.Proc, args: argparse.Namespace) -
 
         def long_check() -> None:
             started = time.perf_counter()
-            r = httpx.post(server.url + "/check", json={"source": source, "target": target, "method": "dcr"},
-                           headers=headers, timeout=900)
+            r = httpx.post(
+                server.url + "/check",
+                json={"source": source, "target": target, "method": "dcr"},
+                headers=headers,
+                timeout=900,
+            )
             result.update(status=r.status_code, check_seconds=round(time.perf_counter() - started, 2))
 
         with httpx.Client(base_url=server.url, timeout=60) as probe:  # one kept-alive connection
+
             def health_ms() -> float:
                 t = time.perf_counter()
                 probe.get("/health")
@@ -140,9 +151,15 @@ def scenario_health(home: Path, stub: loadtest.Proc, args: argparse.Namespace) -
                 time.sleep(0.05)
             worker.join()
         waits.sort()
-        return {"target_chars": len(target), "method": "dcr", **result, "health_idle_p50_ms": round(idle[10], 1),
-                "health_probes": len(waits), "health_p50_ms": round(waits[len(waits) // 2], 1) if waits else None,
-                "health_max_ms": round(waits[-1], 1) if waits else None}
+        return {
+            "target_chars": len(target),
+            "method": "dcr",
+            **result,
+            "health_idle_p50_ms": round(idle[10], 1),
+            "health_probes": len(waits),
+            "health_p50_ms": round(waits[len(waits) // 2], 1) if waits else None,
+            "health_max_ms": round(waits[-1], 1) if waits else None,
+        }
 
 
 def scenario_gate(home: Path, stub: loadtest.Proc, args: argparse.Namespace) -> dict[str, Any]:
@@ -159,11 +176,16 @@ def scenario_gate(home: Path, stub: loadtest.Proc, args: argparse.Namespace) -> 
 
         def gate_check(i: int) -> None:
             started = time.perf_counter()
-            r = httpx.post(server.url + "/check", headers=headers, timeout=900,
-                           json={"source": source + f" item {i}", "target": target, "method": "gate"})
+            r = httpx.post(
+                server.url + "/check",
+                headers=headers,
+                timeout=900,
+                json={"source": source + f" item {i}", "target": target, "method": "gate"},
+            )
             checks.append({"status": r.status_code, "seconds": round(time.perf_counter() - started, 2)})
 
         with httpx.Client(base_url=server.url, timeout=60) as probe:
+
             def health_ms() -> float:
                 t = time.perf_counter()
                 probe.get("/health").raise_for_status()
@@ -184,15 +206,31 @@ def scenario_gate(home: Path, stub: loadtest.Proc, args: argparse.Namespace) -> 
         def pct(p: float) -> float | None:
             return round(waits[min(len(waits) - 1, int(p * len(waits)))], 1) if waits else None
 
-        return {"source_chars": len(source), "target_chars": len(target), "cpu_workers": args.gate_cpu_workers,
-                "checks": checks,
-                "health_idle_p50_ms": round(idle[10], 1), "health_probes": len(waits), "health_p50_ms": pct(0.5),
-                "health_p99_ms": pct(0.99), "health_max_ms": round(waits[-1], 1) if waits else None}
+        return {
+            "source_chars": len(source),
+            "target_chars": len(target),
+            "cpu_workers": args.gate_cpu_workers,
+            "checks": checks,
+            "health_idle_p50_ms": round(idle[10], 1),
+            "health_probes": len(waits),
+            "health_p50_ms": pct(0.5),
+            "health_p99_ms": pct(0.99),
+            "health_max_ms": round(waits[-1], 1) if waits else None,
+        }
 
 
-SCENARIOS = {"body": scenario_body, "options": scenario_options, "judges": scenario_judges,
-             "concurrent": scenario_concurrent, "limits": scenario_limits, "kill": scenario_kill,
-             "health": scenario_health, "hostile": scenario_hostile, "slow": scenario_slow, "gate": scenario_gate}
+SCENARIOS = {
+    "body": scenario_body,
+    "options": scenario_options,
+    "judges": scenario_judges,
+    "concurrent": scenario_concurrent,
+    "limits": scenario_limits,
+    "kill": scenario_kill,
+    "health": scenario_health,
+    "hostile": scenario_hostile,
+    "slow": scenario_slow,
+    "gate": scenario_gate,
+}
 
 
 def main() -> None:
@@ -208,8 +246,12 @@ def main() -> None:
     parser.add_argument("--slow", type=int, default=4)
     parser.add_argument("--gate-checks", type=int, default=4)
     parser.add_argument("--gate-source-chars", type=int, default=395_000)
-    parser.add_argument("--gate-cpu-workers", type=int, default=None,
-                        help="the server's --cpu-workers in the gate scenario (default: the server's default)")
+    parser.add_argument(
+        "--gate-cpu-workers",
+        type=int,
+        default=None,
+        help="the server's --cpu-workers in the gate scenario (default: the server's default)",
+    )
     parser.add_argument("--only", nargs="*", choices=sorted(SCENARIOS))
     parser.add_argument("--out", help="also write the results as JSON here")
     args = parser.parse_args()

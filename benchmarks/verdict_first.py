@@ -84,14 +84,25 @@ def main() -> int:
             report = method.check(item.source, item.target)
             seconds = time.perf_counter() - t0
             info = report.details.get("score") or {}
-            row = {"system": spec, "item": item.id, "gold": item.label, "domain": item.meta.get("domain"),
-                   "seconds": round(seconds, 2), "calls": report.usage.calls,
-                   "prompt_tokens": report.usage.prompt_tokens, "completion_tokens": report.usage.completion_tokens,
-                   "cached_prompt_tokens": report.usage.cached_prompt_tokens, "score": report.score,
-                   "label_score": info.get("label_score", report.score), "probability_score": info.get("probability_score"),
-                   "score_kind": info.get("kind"), "unscored_reason": report.unscored_reason,
-                   "claims": len(report.verdicts), "findings": len(report.findings),
-                   "loadavg": round(os.getloadavg()[0], 2)}
+            row = {
+                "system": spec,
+                "item": item.id,
+                "gold": item.label,
+                "domain": item.meta.get("domain"),
+                "seconds": round(seconds, 2),
+                "calls": report.usage.calls,
+                "prompt_tokens": report.usage.prompt_tokens,
+                "completion_tokens": report.usage.completion_tokens,
+                "cached_prompt_tokens": report.usage.cached_prompt_tokens,
+                "score": report.score,
+                "label_score": info.get("label_score", report.score),
+                "probability_score": info.get("probability_score"),
+                "score_kind": info.get("kind"),
+                "unscored_reason": report.unscored_reason,
+                "claims": len(report.verdicts),
+                "findings": len(report.findings),
+                "loadavg": round(os.getloadavg()[0], 2),
+            }
             rows.append(row)
             with rows_path.open("a") as fh:
                 fh.write(json.dumps(row) + "\n")
@@ -101,20 +112,25 @@ def main() -> int:
         mine = [r for r in rows if r["system"] == spec]
         if not mine:
             continue
-        line: dict[str, Any] = {"system": spec, "items": len(mine),
-                                "seconds_per_item": round(sum(r["seconds"] for r in mine) / len(mine), 1),
-                                "calls_per_item": round(sum(r["calls"] for r in mine) / len(mine), 2),
-                                "prompt_tokens_per_item": round(sum(r["prompt_tokens"] for r in mine) / len(mine)),
-                                "completion_tokens_per_item": round(sum(r["completion_tokens"] for r in mine) / len(mine)),
-                                "load_average": round(sum(r["loadavg"] for r in mine) / len(mine), 1)}
+        line: dict[str, Any] = {
+            "system": spec,
+            "items": len(mine),
+            "seconds_per_item": round(sum(r["seconds"] for r in mine) / len(mine), 1),
+            "calls_per_item": round(sum(r["calls"] for r in mine) / len(mine), 2),
+            "prompt_tokens_per_item": round(sum(r["prompt_tokens"] for r in mine) / len(mine)),
+            "completion_tokens_per_item": round(sum(r["completion_tokens"] for r in mine) / len(mine)),
+            "load_average": round(sum(r["loadavg"] for r in mine) / len(mine), 1),
+        }
         for key in ("label_score", "probability_score"):
             scored = [r for r in mine if r[key] is not None]
             labels, scores = [r["gold"] for r in scored], [r[key] for r in scored]
             auc = roc_auc(labels, scores) if len(set(labels)) == 2 else None
             ci = None
             if auc is not None:
-                ci = bootstrap_ci(lambda idx: roc_auc([labels[i] for i in idx], [scores[i] for i in idx]),  # noqa: B023 - called here
-                                  len(labels))
+                ci = bootstrap_ci(
+                    lambda idx: roc_auc([labels[i] for i in idx], [scores[i] for i in idx]),  # noqa: B023 - called here
+                    len(labels),
+                )
             line[key.replace("_score", "_auc")] = None if auc is None else round(auc, 3)
             line[key.replace("_score", "_auc_ci")] = ci
             line[key.replace("_score", "_n")] = len(scored)

@@ -59,7 +59,8 @@ def large_embedded_available() -> bool:
     from halluscope.llm.model_parts import QWEN_CODER_1_5B
 
     return importlib.util.find_spec("llama_cpp") is not None and all(
-        importlib.util.find_spec(p.module) is not None for p in QWEN_CODER_1_5B.parts)
+        importlib.util.find_spec(p.module) is not None for p in QWEN_CODER_1_5B.parts
+    )
 
 
 @pytest.fixture(scope="session")
@@ -97,9 +98,25 @@ def redis_url(tmp_path_factory):
 
     port = free_loopback_port()
     workdir = tmp_path_factory.mktemp("redis")
-    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", str(workdir), "--protected-mode", "yes"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            server,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+            "--protected-mode",
+            "yes",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"redis://127.0.0.1:{port}/0"
     deadline = time.monotonic() + 30
     while True:  # until it answers a ping (an event), or gives up

@@ -16,9 +16,33 @@ _SEEDS = [
     "PASS",
     "FAIL: the excerpt does not mention the date.",
 ]
-_JUNK = ["", " ", "\n\n", "null", "true", "0", "[]", "{}", "{{{{", "]]]", '"', "```", "```json", "<think>", "NaN",
-         "None", "I cannot help with that.", "\x00\x01", "🙂" * 5, "{'single': 'quotes'}", "[1, 2, 3]",
-         '{"score": "five"}', '{"score": 99}', '{"a": {"b": {"c": ', "Sure! " * 20]
+_JUNK = [
+    "",
+    " ",
+    "\n\n",
+    "null",
+    "true",
+    "0",
+    "[]",
+    "{}",
+    "{{{{",
+    "]]]",
+    '"',
+    "```",
+    "```json",
+    "<think>",
+    "NaN",
+    "None",
+    "I cannot help with that.",
+    "\x00\x01",
+    "🙂" * 5,
+    "{'single': 'quotes'}",
+    "[1, 2, 3]",
+    '{"score": "five"}',
+    '{"score": 99}',
+    '{"a": {"b": {"c": ',
+    "Sure! " * 20,
+]
 
 
 def garbled_replies(n: int = 1000, seed: int = 0) -> list[str]:
@@ -42,6 +66,6 @@ def garbled_replies(n: int = 1000, seed: int = 0) -> list[str]:
         elif op == 5:
             base = base.upper()
         elif op == 6:
-            base = "".join(rng.choice("abc{}[]:,\" \n0123456789") for _ in range(rng.randrange(60)))
+            base = "".join(rng.choice('abc{}[]:," \n0123456789') for _ in range(rng.randrange(60)))
         out.append(base)
     return out[:n]

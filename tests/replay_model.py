@@ -42,8 +42,14 @@ _DECODE = re.compile(r"\{\{(source|target|brace)\}\}")
 
 def request_key(messages: list[dict[str, str]], params: GenerateParams) -> str:
     """What identifies a request: its messages and the response format it asks for (JSON mode, schema)."""
-    return json.dumps({"messages": [{"role": m["role"], "content": m["content"]} for m in messages],
-                       "json_mode": params.json_mode, "json_schema": params.json_schema}, sort_keys=True)
+    return json.dumps(
+        {
+            "messages": [{"role": m["role"], "content": m["content"]} for m in messages],
+            "json_mode": params.json_mode,
+            "json_schema": params.json_schema,
+        },
+        sort_keys=True,
+    )
 
 
 def _readable(key: str) -> list[str]:
@@ -63,14 +69,22 @@ class ReplayModel:
     context_window: int | None = None
     structured_output = "schema"
 
-    def __init__(self, calls: list[dict[str, Any]], name: str, context_window: int | None = None,
-                 structured_output: str = "schema", token_counts: dict[str, int | None] | None = None):
+    def __init__(
+        self,
+        calls: list[dict[str, Any]],
+        name: str,
+        context_window: int | None = None,
+        structured_output: str = "schema",
+        token_counts: dict[str, int | None] | None = None,
+    ):
         self.name = name
         self._token_counts = token_counts or {}
         self.context_window = context_window
         self.structured_output = structured_output
-        self._calls = [(request_key(c["messages"], GenerateParams(json_mode=c["json_mode"],
-                                                                  json_schema=c["json_schema"])), c) for c in calls]
+        self._calls = [
+            (request_key(c["messages"], GenerateParams(json_mode=c["json_mode"], json_schema=c["json_schema"])), c)
+            for c in calls
+        ]
         self._used = [False] * len(self._calls)
         self.unmatched: list[str] = []  # one diff-friendly message per request nobody recorded
 
@@ -95,8 +109,10 @@ class ReplayModel:
             return "the fixture recorded no calls, but this request was sent:\n" + "\n".join(asked)
         closest = max(self._calls, key=lambda rc: difflib.SequenceMatcher(None, rc[0], key).quick_ratio())[0]
         diff = difflib.unified_diff(_readable(closest), asked, "closest recorded request", "request sent", lineterm="")
-        return "request not in the fixture (re-record with `python benchmarks/record_replays.py` if the change " \
-               "is intended):\n" + "\n".join(diff)
+        return (
+            "request not in the fixture (re-record with `python benchmarks/record_replays.py` if the change "
+            "is intended):\n" + "\n".join(diff)
+        )
 
 
 class ReplayDataMissing(LookupError):
@@ -117,10 +133,15 @@ def strip_text(text: str, source: str, target: str) -> str:
     :func:`fill_text` gives ``text`` back exactly and no ``{{`` of the text can be read as a placeholder."""
     if not source or not target:
         raise ValueError("an empty source or target cannot be stripped")
-    longer, shorter = (("source", source), ("target", target)) if len(source) >= len(target) else \
-        (("target", target), ("source", source))
-    pattern = re.compile(f"(?P<{longer[0]}>{re.escape(longer[1])})|(?P<{shorter[0]}>{re.escape(shorter[1])})"
-                         r"|(?P<brace>\{\{)")
+    longer, shorter = (
+        (("source", source), ("target", target))
+        if len(source) >= len(target)
+        else (("target", target), ("source", source))
+    )
+    pattern = re.compile(
+        f"(?P<{longer[0]}>{re.escape(longer[1])})|(?P<{shorter[0]}>{re.escape(shorter[1])})"
+        r"|(?P<brace>\{\{)"
+    )
     return pattern.sub(lambda m: _PLACEHOLDERS[m.lastgroup], text)
 
 
@@ -134,8 +155,10 @@ def _map_request_texts(fixture: dict[str, Any], change) -> dict[str, Any]:
     """A copy of ``fixture`` with ``change`` applied to every request text: each recorded message's content and
     each text whose tokens were counted. Replies and the outcome are the model's output and stay as recorded."""
     out = dict(fixture)
-    out["calls"] = [{**call, "messages": [{**m, "content": change(m["content"])} for m in call["messages"]]}
-                    for call in fixture["calls"]]
+    out["calls"] = [
+        {**call, "messages": [{**m, "content": change(m["content"])} for m in call["messages"]]}
+        for call in fixture["calls"]
+    ]
     out["token_counts"] = {change(text): n for text, n in (fixture.get("token_counts") or {}).items()}
     return out
 
@@ -146,8 +169,13 @@ def strip_fixture(fixture: dict[str, Any], fields: dict[str, str]) -> dict[str, 
     item = fixture["item"]
     source, target = item["source"], item["target"]
     stored = _map_request_texts(fixture, lambda text: strip_text(text, source, target))
-    stored["item"] = {"dataset": item["dataset"], "id": item["id"], "fields": dict(fields),
-                      "source_sha256": sha256(source), "target_sha256": sha256(target)}
+    stored["item"] = {
+        "dataset": item["dataset"],
+        "id": item["id"],
+        "fields": dict(fields),
+        "source_sha256": sha256(source),
+        "target_sha256": sha256(target),
+    }
     stored = {"format": FORMAT, **{k: v for k, v in stored.items() if k != "format"}}
     return stored
 
@@ -164,8 +192,10 @@ def read_item(item: dict[str, Any], data: Path | None = None, fixture_name: str 
     data = data_dir() if data is None else Path(data)
     path = data / item["dataset"]
     if not data.is_dir():
-        raise ReplayDataMissing(f"{fixture_name}: shared data folder not found at {data} (set {DATA_DIR_ENV}); "
-                                f"the replay needs row {item['id']!r} of {item['dataset']}")
+        raise ReplayDataMissing(
+            f"{fixture_name}: shared data folder not found at {data} (set {DATA_DIR_ENV}); "
+            f"the replay needs row {item['id']!r} of {item['dataset']}"
+        )
     if not path.is_file():
         raise ReplayDataMissing(f"{fixture_name}: dataset file {path} not found; the replay needs row {item['id']!r}")
     fields = item["fields"]
@@ -180,7 +210,8 @@ def read_item(item: dict[str, Any], data: Path | None = None, fixture_name: str 
                     raise ReplayDataChanged(
                         f"{fixture_name}: the {name} of row {item['id']!r} in {path} is not the text the fixture was "
                         f"recorded on (sha256 {sha256(text)}, recorded {item[f'{name}_sha256']}); re-record with "
-                        "`python benchmarks/record_replays.py`")
+                        "`python benchmarks/record_replays.py`"
+                    )
             return source, target
     raise ReplayDataMissing(f"{fixture_name}: row {item['id']!r} not found in {path}")
 
@@ -196,8 +227,9 @@ def load_fixture(path: Path | str, data: Path | None = None) -> dict[str, Any]:
     path = Path(path)
     stored = load_stored(path)
     if stored.get("format") != FORMAT:
-        raise ValueError(f"{path}: not a {FORMAT} fixture (convert it with "
-                         "`python benchmarks/record_replays.py --convert`)")
+        raise ValueError(
+            f"{path}: not a {FORMAT} fixture (convert it with `python benchmarks/record_replays.py --convert`)"
+        )
     source, target = read_item(stored["item"], data, fixture_name=str(path))
     fixture = _map_request_texts(stored, lambda text: fill_text(text, source, target))
     fixture["item"] = {**stored["item"], "source": source, "target": target}
@@ -222,9 +254,13 @@ def replay(fixture: dict[str, Any]) -> tuple[Report, ReplayModel]:
     """Run the fixture's check offline against its recorded replies."""
     from halluscope.methods import get_method
 
-    model = ReplayModel(fixture["calls"], fixture["model"], context_window=fixture.get("context_window"),
-                        structured_output=fixture.get("structured_output", "schema"),
-                        token_counts=fixture.get("token_counts"))
+    model = ReplayModel(
+        fixture["calls"],
+        fixture["model"],
+        context_window=fixture.get("context_window"),
+        structured_output=fixture.get("structured_output", "schema"),
+        token_counts=fixture.get("token_counts"),
+    )
     params = GenerateParams(**fixture.get("params", {}))
     llm = LLM(model, cache=None, default_params=params)
     item = fixture["item"]

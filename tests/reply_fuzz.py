@@ -73,8 +73,9 @@ def mutations(valid: Sequence[str], n: int, seed: int = 0, edits: Sequence[Edit]
     return out
 
 
-def parse_each(parse: Callable[[str], Any], replies: Iterable[str],
-               refusals: tuple[type[Exception], ...] = (ParseError,)) -> tuple[list[tuple[str, Any]], list[Exception]]:
+def parse_each(
+    parse: Callable[[str], Any], replies: Iterable[str], refusals: tuple[type[Exception], ...] = (ParseError,)
+) -> tuple[list[tuple[str, Any]], list[Exception]]:
     """``parse`` run on every reply: the replies it accepted, each with its value, and the errors it refused the
     others with (one of ``refusals``); any other exception escapes, failing the test."""
     parsed: list[tuple[str, Any]] = []

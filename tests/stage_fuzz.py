@@ -33,10 +33,14 @@ from halluscope.prompts import PromptTemplate
 from halluscope.text import split_sentences
 from tests.prompt_data import fenced
 
-SOURCE = ("The city council approved the ferry project on Monday. Two thirds of the cost comes from a regional "
-          "grant. The first boat will sail in March. The mayor said the route would cut commutes by an hour.")
-TARGET = ("The council approved the ferry project on Monday. The city pays for the whole project. "
-          "The first boat sails in March.")
+SOURCE = (
+    "The city council approved the ferry project on Monday. Two thirds of the cost comes from a regional "
+    "grant. The first boat will sail in March. The mayor said the route would cut commutes by an hour."
+)
+TARGET = (
+    "The council approved the ferry project on Monday. The city pays for the whole project. "
+    "The first boat sails in March."
+)
 
 # ------------------------------------------------------------------------------------------ recognising a stage
 
@@ -90,7 +94,7 @@ def items(listing: str) -> list[tuple[int, str]]:
     for line in listing.splitlines():
         m = _ITEM.match(line)
         if m:
-            out.append((int(m.group(1) or m.group(2)), line[m.end():].strip()))
+            out.append((int(m.group(1) or m.group(2)), line[m.end() :].strip()))
     return out
 
 
@@ -123,8 +127,11 @@ def valid(stage: str, user: str, flip: bool = False) -> Any:
     if stage in ("factscore_verify", "factscore_describe"):
         if stage == "factscore_verify":
             return {"supported": not flip}
-        return ({"supported": False, "inconsistencies": ['The fact says "this", but the SOURCE says otherwise.']}
-                if flip else {"supported": True, "inconsistencies": []})
+        return (
+            {"supported": False, "inconsistencies": ['The fact says "this", but the SOURCE says otherwise.']}
+            if flip
+            else {"supported": True, "inconsistencies": []}
+        )
     if stage in ("factscore_verify_batch", "factscore_describe_batch"):
         describe = stage == "factscore_describe_batch"
         entries = []
@@ -141,46 +148,71 @@ def valid(stage: str, user: str, flip: bool = False) -> Any:
     if stage == "probe_find_evidence":  # flipped: nothing bears on the claim (it is then unsupported)
         return {"reasoning": "quoted", "evidence": [] if flip else [_source_quote(user)]}
     if stage == "probe_find_evidence_batch":
-        return {"results": [{"id": n, "reasoning": "quoted", "evidence": [] if flip else [_source_quote(user)]}
-                            for n, _ in items(fenced(user, "claims", ""))]}
+        return {
+            "results": [
+                {"id": n, "reasoning": "quoted", "evidence": [] if flip else [_source_quote(user)]}
+                for n, _ in items(fenced(user, "claims", ""))
+            ]
+        }
     if stage == "probe_evaluate":
         return {"reasoning": "checked", "verdict": "FAIL" if flip else "PASS"}
     if stage == "probe_evaluate_batch":
-        return {"results": [{"id": n, "reasoning": "checked", "verdict": "FAIL" if flip else "PASS"}
-                            for n, _ in items(fenced(user, "claims", ""))]}
+        return {
+            "results": [
+                {"id": n, "reasoning": "checked", "verdict": "FAIL" if flip else "PASS"}
+                for n, _ in items(fenced(user, "claims", ""))
+            ]
+        }
     if stage == "dove_decompose":
         return {"event_facts": [s.text for s in split_sentences(fenced(user, "target", ""))], "descriptive_facts": []}
     if stage == "dove_check":
         return {"reason": "checked", "evidence": "", "supported": not flip, "contradicted": flip}
     if stage == "dove_check_batch":
-        return {"results": [{"id": n, "reason": "checked", "evidence": "", "supported": not flip,
-                             "contradicted": flip} for n, _ in items(fenced(user, "facts", ""))]}
+        return {
+            "results": [
+                {"id": n, "reason": "checked", "evidence": "", "supported": not flip, "contradicted": flip}
+                for n, _ in items(fenced(user, "facts", ""))
+            ]
+        }
     if stage == "dove_sort":
         return {"order": [n for n, _ in items(fenced(user, "events", ""))]}
     if stage == "dcr_dce_sentence":
         listed = items(fenced(user, "sentences", ""))
         last = listed[-1][0] if listed else 0
-        return {"sentences": [{"id": n, "reason": INCONSISTENT if (n == last) != flip else CONSISTENT}
-                              for n, _ in listed], "is_consistent": False}
+        return {
+            "sentences": [{"id": n, "reason": INCONSISTENT if (n == last) != flip else CONSISTENT} for n, _ in listed],
+            "is_consistent": False,
+        }
     if stage in ("dcr_dce_paragraph", "dcr_dce_excerpt"):
         return {"reason": INCONSISTENT if flip else CONSISTENT, "is_consistent": not flip}
     if stage == "dcr_dce_excerpt_batch":
-        return {"results": [{"id": n, "reason": INCONSISTENT if flip else CONSISTENT, "is_consistent": not flip}
-                            for n, _ in items(fenced(user, "sentences", ""))]}
+        return {
+            "results": [
+                {"id": n, "reason": INCONSISTENT if flip else CONSISTENT, "is_consistent": not flip}
+                for n, _ in items(fenced(user, "sentences", ""))
+            ]
+        }
     if stage == "dcr_amc":
         listed = items(fenced(user, "reasons", ""))
         marks = [1 if t.startswith("Consistent") else -1 for _, t in listed]
         return {"marks": [-m for m in marks] if flip else marks}
     if stage == "rai_sentence":
-        return {"rewrites": [{"id": n, "improved_sentence": "The council approved the ferry project."}
-                             for n, _ in items(fenced(user, "flagged", ""))]}
+        return {
+            "rewrites": [
+                {"id": n, "improved_sentence": "The council approved the ferry project."}
+                for n, _ in items(fenced(user, "flagged", ""))
+            ]
+        }
     if stage == "rai_paragraph":
         return {"improved_text": "The council approved the ferry project on Monday."}
     if stage == "localize_binary_filter":
         return "The TEXT says the city pays for everything.\nFinal answer: " + ("yes" if flip else "no")
     if stage.startswith("localize_"):
-        answer = {"inconsistencies": [] if flip else ['The text says "The city pays for the whole project", but '
-                                                      "the source says a grant pays two thirds."]}
+        answer = {
+            "inconsistencies": []
+            if flip
+            else ['The text says "The city pays for the whole project", but the source says a grant pays two thirds.']
+        }
         return f"Step by step: checked.\nFinal Output: {_dumps(answer)}" if "_cot" in stage else answer
     raise KeyError(f"no valid reply scripted for stage {stage!r}")
 
@@ -207,8 +239,9 @@ def _dup_dumps(a: Any, b: Any) -> str:
         pairs, again = [], []
         for k, v in a.items():
             w = other.get(k)
-            inside = isinstance(v, dict) or (isinstance(v, list) and isinstance(w, list) and len(v) == len(w)
-                                              and any(isinstance(x, dict) for x in v))
+            inside = isinstance(v, dict) or (
+                isinstance(v, list) and isinstance(w, list) and len(v) == len(w) and any(isinstance(x, dict) for x in v)
+            )
             pairs.append(f"{_dumps(k)}: {_dup_dumps(v, w) if inside else _dumps(v)}")
             if k in other and not inside and w != v:
                 again.append(f"{_dumps(k)}: {_dumps(w)}")
@@ -237,9 +270,11 @@ def _lookalike_labels(stage: str, user: str, rule_reasons: bool) -> list[str]:
     out: list[str] = []
     value = valid(stage, user)
     if isinstance(value, str):  # text verdicts: the binary filter's last line, cot's marker
-        out += [value.replace("Final answer: no", "Final answer: nο"),  # Greek omicron
-                value.replace("Final answer: no", "Fınal answer: no"),
-                value.rsplit("\n", 1)[0] + "\nFinal answer: yeſ"]
+        out += [
+            value.replace("Final answer: no", "Final answer: nο"),  # Greek omicron
+            value.replace("Final answer: no", "Fınal answer: no"),
+            value.rsplit("\n", 1)[0] + "\nFinal answer: yeſ",
+        ]
         if "Final Output:" in value:
             out.append(value.replace("Final Output:", "Fınal Output:"))
         return [o for o in out if o != value]
@@ -249,27 +284,39 @@ def _lookalike_labels(stage: str, user: str, rule_reasons: bool) -> list[str]:
         if word in text:
             out.append(text.replace(f'"{word}"', f'"{look}"'))
     if rule_reasons:  # every reason's only verdict is its (look-alike) opening word
-        out += _with_reasons(stage, user, ("Conſistent: the SOURCE states this.", "Inconſistent: the year differs.",
-                                           "ᏟONSISTENT: stated.", "Consistent\u0131: stated."))
+        out += _with_reasons(
+            stage,
+            user,
+            (
+                "Conſistent: the SOURCE states this.",
+                "Inconſistent: the year differs.",
+                "ᏟONSISTENT: stated.",
+                "Consistent\u0131: stated.",
+            ),
+        )
     if stage in ("probe_evaluate", "probe_evaluate_batch"):
         out.append(_dumps(valid(stage, user, flip=True)).replace('"FAIL"', '"faıl"'))
     return out
 
 
-NEGATION_REASONS = ("Nothing in the SOURCE supports this claim.",
-                    "Correction: the SOURCE says two thirds come from a grant.",
-                    "Consistent? No, the SOURCE says a grant pays.")
+NEGATION_REASONS = (
+    "Nothing in the SOURCE supports this claim.",
+    "Correction: the SOURCE says two thirds come from a grant.",
+    "Consistent? No, the SOURCE says a grant pays.",
+)
 """Negating reasons that ``amc=rule`` used to read as +1."""
 
 
-HEDGED_REASONS = ("Is it consistent? No, the SOURCE says a grant pays.",
-                  "Consistent: yes. On reflection, inconsistent: the SOURCE names a grant.",
-                  "Consistent (except the funding: the SOURCE says a grant pays).",
-                  "Supported only partly: the SOURCE gives another year.",
-                  "Largely correct; the SOURCE actually says two thirds come from a grant.",
-                  "Correct apart from the funding: the SOURCE says a grant pays.",
-                  "Mostly consistent, yet the SOURCE gives another year.",
-                  "Consistent in part; the claim about the budget is unfounded.")
+HEDGED_REASONS = (
+    "Is it consistent? No, the SOURCE says a grant pays.",
+    "Consistent: yes. On reflection, inconsistent: the SOURCE names a grant.",
+    "Consistent (except the funding: the SOURCE says a grant pays).",
+    "Supported only partly: the SOURCE gives another year.",
+    "Largely correct; the SOURCE actually says two thirds come from a grant.",
+    "Correct apart from the funding: the SOURCE says a grant pays.",
+    "Mostly consistent, yet the SOURCE gives another year.",
+    "Consistent in part; the claim about the budget is unfounded.",
+)
 """Hedged, corrected, restricted and negated reasons that ``amc=rule`` read as +1 on 22b0ee2."""
 
 
@@ -281,8 +328,9 @@ def _case_dup_dumps(a: Any, b: Any) -> str:
         pairs, again = [], []
         for k, v in a.items():
             w = other.get(k)
-            inside = isinstance(v, dict) or (isinstance(v, list) and isinstance(w, list) and len(v) == len(w)
-                                              and any(isinstance(x, dict) for x in v))
+            inside = isinstance(v, dict) or (
+                isinstance(v, list) and isinstance(w, list) and len(v) == len(w) and any(isinstance(x, dict) for x in v)
+            )
             pairs.append(f"{_dumps(k)}: {_case_dup_dumps(v, w) if inside else _dumps(v)}")
             if k in other and not inside and w != v:
                 again.append(f"{_dumps(k.capitalize() if k.capitalize() != k else k.upper())}: {_dumps(w)}")
@@ -315,18 +363,28 @@ def _with_reasons(stage: str, user: str, reasons: Iterable[str]) -> list[str]:
     out = []
     for reason in reasons:
         if stage == "dcr_dce_sentence":
-            out.append(_dumps({"sentences": [{"id": e["id"], "reason": reason} for e in value["sentences"]],
-                               "is_consistent": False}))
+            out.append(
+                _dumps(
+                    {
+                        "sentences": [{"id": e["id"], "reason": reason} for e in value["sentences"]],
+                        "is_consistent": False,
+                    }
+                )
+            )
         elif stage in ("dcr_dce_paragraph", "dcr_dce_excerpt"):
             out.append(_dumps({"reason": reason, "is_consistent": False}))
         elif stage == "dcr_dce_excerpt_batch":
-            out.append(_dumps({"results": [{"id": e["id"], "reason": reason, "is_consistent": False}
-                                           for e in value["results"]]}))
+            out.append(
+                _dumps(
+                    {"results": [{"id": e["id"], "reason": reason, "is_consistent": False} for e in value["results"]]}
+                )
+            )
     return out
 
 
-def attack_replies(cls: str, stage: str, messages: list[dict[str, str]], garbage: dict[str, list[str]],
-                   rule_reasons: bool = False) -> list[str]:
+def attack_replies(
+    cls: str, stage: str, messages: list[dict[str, str]], garbage: dict[str, list[str]], rule_reasons: bool = False
+) -> list[str]:
     """The replies of attack class ``cls`` for a request of ``stage`` (empty when the class does not apply).
     ``rule_reasons``: DCR's reasons are read by the rule (``amc=rule``), so reason wordings are attacks too."""
     user = prompt_of(messages)
@@ -351,8 +409,11 @@ def attack_replies(cls: str, stage: str, messages: list[dict[str, str]], garbage
         a, b = valid_text(stage, user), valid_text(stage, user, flip=True)
         if a == b:
             return []
-        return [f"{a}\nOn second thought:\n{b}", f"{b}\n\nWait, correcting myself: {a}",
-                f"```json\n{a}\n```\n```json\n{b}\n```"]
+        return [
+            f"{a}\nOn second thought:\n{b}",
+            f"{b}\n\nWait, correcting myself: {a}",
+            f"```json\n{a}\n```\n```json\n{b}\n```",
+        ]
     if cls == "duplicate_keys":
         a, b = valid(stage, user), valid(stage, user, flip=True)
         if isinstance(a, str) or a == b:
@@ -370,8 +431,15 @@ def attack_replies(cls: str, stage: str, messages: list[dict[str, str]], garbage
     return list(garbage.get(cls, ()))
 
 
-STRUCTURAL_CLASSES = ("example_alone", "example_in_format", "prompt_echo", "two_verdicts", "duplicate_keys",
-                      "lookalike_labels", "hidden_second_verdict")
+STRUCTURAL_CLASSES = (
+    "example_alone",
+    "example_in_format",
+    "prompt_echo",
+    "two_verdicts",
+    "duplicate_keys",
+    "lookalike_labels",
+    "hidden_second_verdict",
+)
 """The structural attack classes (``hidden_second_verdict``: keys differing in case, a nested or listed second
 verdict, one after 250 bracketed tokens). ``RULE_CLASSES`` apply to ``dcr -o amc=rule`` only."""
 
@@ -379,35 +447,66 @@ RULE_CLASSES = ("amc_rule_negations", "amc_rule_hedges")
 """Reason wordings read by ``amc=rule``: negations, and hedged, corrected or restricted positive openers."""
 
 ALTERNATIVES = {
-    "factscore_verify_batch": {"factscore_verify"}, "factscore_describe_batch": {"factscore_describe"},
-    "probe_find_evidence_batch": {"probe_find_evidence"}, "probe_evaluate_batch": {"probe_evaluate"},
-    "dove_check_batch": {"dove_check"}, "dcr_dce_excerpt_batch": {"dcr_dce_excerpt"},
+    "factscore_verify_batch": {"factscore_verify"},
+    "factscore_describe_batch": {"factscore_describe"},
+    "probe_find_evidence_batch": {"probe_find_evidence"},
+    "probe_evaluate_batch": {"probe_evaluate"},
+    "dove_check_batch": {"dove_check"},
+    "dcr_dce_excerpt_batch": {"dcr_dce_excerpt"},
 }
 """The single-unit stage a batch stage falls back to: a verdict decided there is a real one."""
 
-VERDICT_STAGES = frozenset({
-    "geval", "geval_paper", "factscore_verify", "factscore_describe", "factscore_verify_batch", "factscore_describe_batch",
-    "probe_find_evidence", "probe_find_evidence_batch", "probe_evaluate", "probe_evaluate_batch", "dove_check",
-    "dove_check_batch", "dcr_dce_sentence", "dcr_dce_paragraph", "dcr_dce_excerpt", "dcr_dce_excerpt_batch",
-    "dcr_amc", "localize_binary_filter",
-}) | frozenset(n for n in TEMPLATES if n.startswith("localize_"))
+VERDICT_STAGES = frozenset(
+    {
+        "geval",
+        "geval_paper",
+        "factscore_verify",
+        "factscore_describe",
+        "factscore_verify_batch",
+        "factscore_describe_batch",
+        "probe_find_evidence",
+        "probe_find_evidence_batch",
+        "probe_evaluate",
+        "probe_evaluate_batch",
+        "dove_check",
+        "dove_check_batch",
+        "dcr_dce_sentence",
+        "dcr_dce_paragraph",
+        "dcr_dce_excerpt",
+        "dcr_dce_excerpt_batch",
+        "dcr_amc",
+        "localize_binary_filter",
+    }
+) | frozenset(n for n in TEMPLATES if n.startswith("localize_"))
 """Stages whose reply carries a verdict (a label, a score, a mark, a list of inconsistencies, or the evidence a
 verdict rests on). Decomposition, ordering, de-duplication and rewriting stages are answered validly only."""
 
 # ------------------------------------------------------------------------------------------ running
 
 STAGE_CONFIGS: list[tuple[str, dict]] = [
-    ("geval", {}), ("geval", {"prompt": "paper"}),
-    ("localize", {"style": "zero_shot"}), ("localize", {"style": "few_shot"}), ("localize", {"style": "cot"}),
-    ("localize", {"style": "zero_shot", "filter": "self"}), ("localize", {"style": "cot", "filter": "self", "hint": True}),
-    ("factscore", {}), ("factscore", {"describe": False}), ("factscore", {"batch_size": 3}),
+    ("geval", {}),
+    ("geval", {"prompt": "paper"}),
+    ("localize", {"style": "zero_shot"}),
+    ("localize", {"style": "few_shot"}),
+    ("localize", {"style": "cot"}),
+    ("localize", {"style": "zero_shot", "filter": "self"}),
+    ("localize", {"style": "cot", "filter": "self", "hint": True}),
+    ("factscore", {}),
+    ("factscore", {"describe": False}),
+    ("factscore", {"batch_size": 3}),
     ("factscore", {"describe": False, "batch_size": 3}),
-    ("dove", {}), ("dove", {"batch_size": 2}), ("dove", {"decomposer": "sentences"}),
-    ("dcr", {}), ("dcr", {"amc": "rule"}), ("dcr", {"level": "paragraph"}), ("dcr", {"level": "paragraph", "amc": "rule"}),
+    ("dove", {}),
+    ("dove", {"batch_size": 2}),
+    ("dove", {"decomposer": "sentences"}),
+    ("dcr", {}),
+    ("dcr", {"amc": "rule"}),
+    ("dcr", {"level": "paragraph"}),
+    ("dcr", {"level": "paragraph", "amc": "rule"}),
     ("dcr", {"retrieval": "always", "retriever": "bm25"}),
     ("dcr", {"retrieval": "always", "retriever": "bm25", "batch_size": 3}),
     ("dcr", {"retrieval": "always", "retriever": "bm25", "batch_size": 3, "amc": "rule"}),
-    ("probe", {}), ("probe", {"batch_size": 3}),
+    ("probe", {}),
+    ("probe", {"batch_size": 3}),
     ("improve", {"rounds": 1}),
 ]
 """Every LLM method, single and ``batch_size`` > 1, every level and AMC mode, retrieval (BM25: offline)."""
@@ -474,8 +573,15 @@ def scores_from_attack(report, attacked: str, negations: bool = False) -> int:
     return from_attack
 
 
-def fuzz_stage(method: str, options: dict, stage: str, classes: Iterable[str], garbage: dict[str, list[str]],
-               row: Counter, on_crash: Callable[[str], None] | None = None) -> None:
+def fuzz_stage(
+    method: str,
+    options: dict,
+    stage: str,
+    classes: Iterable[str],
+    garbage: dict[str, list[str]],
+    row: Counter,
+    on_crash: Callable[[str], None] | None = None,
+) -> None:
     """Every reply of every class in ``classes`` against ``stage`` of one method configuration, counted in
     ``row``: checks, reached, attacked_replies, scores_from_attack, crashes."""
     negations = False
@@ -496,6 +602,7 @@ def fuzz_stage(method: str, options: dict, stage: str, classes: Iterable[str], g
         replies = attack_replies(cls, stage, probe_messages[0], garbage, rule_reasons)
         negations = cls in RULE_CLASSES
         for index in range(len(replies)):
+
             def attack(messages, index=index, cls=cls, replies=replies):
                 built = attack_replies(cls, stage, messages, garbage, rule_reasons)
                 return built[index] if index < len(built) else replies[index]

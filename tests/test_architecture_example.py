@@ -29,7 +29,9 @@ def test_the_documented_method_is_short_and_runs_end_to_end():
 
     def reply(messages):  # the documented verifier's reply type is its YesNo model
         claim = fenced(messages, "claim")
-        return '{"verdict": "no", "reason": "not stated"}' if "Friday" in claim else '{"verdict": "yes", "reason": "ok"}'
+        return (
+            '{"verdict": "no", "reason": "not stated"}' if "Friday" in claim else '{"verdict": "yes", "reason": "ok"}'
+        )
 
     source = "The ferry opened on Monday. It carries 300 people."
     target = "The ferry opened on Friday. It carries 300 people."
@@ -39,8 +41,14 @@ def test_the_documented_method_is_short_and_runs_end_to_end():
     assert report.findings[0].target_spans[0].of(target) == "The ferry opened on Friday."
     assert report.details["context"]["mode"] == "full"
 
-    retrieved = get_method("yesno", llm=LLM(FakeModel(by_reply={"YesNo": reply}), cache=None), retrieval="always",
-                           top_k=1, window=0, retriever="bm25").check(source, target)
+    retrieved = get_method(
+        "yesno",
+        llm=LLM(FakeModel(by_reply={"YesNo": reply}), cache=None),
+        retrieval="always",
+        top_k=1,
+        window=0,
+        retriever="bm25",
+    ).check(source, target)
     assert retrieved.score == 0.5 and retrieved.details["context"]["mode"] == "retrieval"
     snippets = retrieved.details["context"]["snippets"]
     assert set(snippets) == {"s1", "s2"} and all(len(v) == 1 for v in snippets.values())

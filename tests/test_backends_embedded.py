@@ -47,8 +47,10 @@ async def test_calls_about_one_source_reuse_its_kv_prefix(tmp_path) -> None:
     from halluscope.methods.dove.prompts import DOVE_CHECK_PROMPT
 
     llm = get_llm(Config(model="embedded", cache=False, max_tokens=4))
-    source = ("The ferry opened in March 2021 and crosses the bay every 30 minutes. Two thirds of its cost came "
-              "from a regional grant; the city paid the rest. Its boats are electric and carry 120 people. ") * 3
+    source = (
+        "The ferry opened in March 2021 and crosses the bay every 30 minutes. Two thirds of its cost came "
+        "from a regional grant; the city paid the rest. Its boats are electric and carry 120 people. "
+    ) * 3
     params = llm.params(max_tokens=2)
     first = await llm.generate(DOVE_CHECK_PROMPT.render(source=source, fact="The city paid for all of it."), params)
     second = await llm.generate(DOVE_CHECK_PROMPT.render(source=source, fact="The boats are electric."), params)
@@ -85,8 +87,16 @@ def test_check_on_the_bundled_example_with_the_embedded_model(tmp_path) -> None:
     from halluscope.cli.main import app
 
     env = {"HALLUSCOPE_MAX_TOKENS": "32", "HALLUSCOPE_CACHE_PATH": str(tmp_path / "cache.sqlite")}
-    args = ["check", "--source", str(EXAMPLES / "source.txt"), "--target", str(EXAMPLES / "summary.txt"),
-            "--model", "embedded:smollm2", "--json"]
+    args = [
+        "check",
+        "--source",
+        str(EXAMPLES / "source.txt"),
+        "--target",
+        str(EXAMPLES / "summary.txt"),
+        "--model",
+        "embedded:smollm2",
+        "--json",
+    ]
     result = CliRunner().invoke(app, args, env=env)
     assert result.exit_code in (0, 1, 3), result.output
     report = json.loads(result.output)

@@ -23,10 +23,21 @@ def test_readme_quick_start_on_the_large_model(large_model_dir, tmp_path, monkey
     from halluscope.cli.main import app
 
     monkeypatch.delenv("HALLUSCOPE_EMBEDDED_MODEL")  # conftest pins SmolLM2 for every other test
-    env = {"HALLUSCOPE_MODEL_DIR": str(large_model_dir), "HALLUSCOPE_MAX_TOKENS": "40",
-           "HALLUSCOPE_CACHE_PATH": str(tmp_path / "cache.sqlite")}
-    args = ["check", "--source", str(EXAMPLES / "source.txt"), "--target", str(EXAMPLES / "summary.txt"),
-            "--model", "embedded", "--json"]
+    env = {
+        "HALLUSCOPE_MODEL_DIR": str(large_model_dir),
+        "HALLUSCOPE_MAX_TOKENS": "40",
+        "HALLUSCOPE_CACHE_PATH": str(tmp_path / "cache.sqlite"),
+    }
+    args = [
+        "check",
+        "--source",
+        str(EXAMPLES / "source.txt"),
+        "--target",
+        str(EXAMPLES / "summary.txt"),
+        "--model",
+        "embedded",
+        "--json",
+    ]
     result = CliRunner().invoke(app, args, env=env)
     assert result.exit_code in (0, 1, 3), result.output
     report = json.loads(result.output)
@@ -48,9 +59,14 @@ async def test_large_model_answers_a_reply_schema_unconstrained_first(large_mode
     assert build_api(Config(model="embedded:qwen2.5-coder-1.5b", cache=False)).structured_output == "schema"
     llm = get_llm(Config(model="embedded:qwen2.5-coder-1.5b", cache=False, max_tokens=24, structured_output="plain"))
     assert llm.name == "embedded:qwen2.5-coder-1.5b" and llm.api.structured_output == "plain"
-    messages = [{"role": "user", "content": "SOURCE: The ferry runs every 30 minutes.\nTEXT: The ferry runs "
-                 "every 30 minutes.\nRate the TEXT's consistency with the SOURCE from 1 to 5.\n"
-                 + GevalReply.format_instructions()}]
+    messages = [
+        {
+            "role": "user",
+            "content": "SOURCE: The ferry runs every 30 minutes.\nTEXT: The ferry runs "
+            "every 30 minutes.\nRate the TEXT's consistency with the SOURCE from 1 to 5.\n"
+            + GevalReply.format_instructions(),
+        }
+    ]
     step = await generate_reply(llm, messages, GevalReply, params=llm.params(max_tokens=24))
     assert len(step.calls) in (1, 2) and all(c.usage.completion_tokens <= 24 for c in step.calls)
     assert (step.value is None) == (step.error is not None)

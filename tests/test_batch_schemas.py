@@ -12,18 +12,32 @@ from halluscope.llm import LLM, FakeModel
 from halluscope.methods.batching import BatchCall, batch_reply, numbered_entry
 from halluscope.methods.dcr import DceExcerptBatchReply, DceExcerptEntry, DceSingleReply
 from halluscope.methods.dove import DoveBatchJudgment, DoveBatchReply, DoveCheckReply
-from halluscope.methods.factscore import (FACTSCORE_VERIFY_BATCH_PROMPT, FactCheckBatchEntry, FactCheckBatchReply,
-                                          FactCheckReply, FactJudgmentBatchEntry, FactJudgmentBatchReply,
-                                          FactJudgmentReply)
-from halluscope.methods.probe.replies import (EvaluationBatchEntry, EvaluationBatchReply, EvaluationReply,
-                                              EvidenceBatchEntry, EvidenceBatchReply, EvidenceReply)
+from halluscope.methods.factscore import (
+    FACTSCORE_VERIFY_BATCH_PROMPT,
+    FactCheckBatchEntry,
+    FactCheckBatchReply,
+    FactCheckReply,
+    FactJudgmentBatchEntry,
+    FactJudgmentBatchReply,
+    FactJudgmentReply,
+)
+from halluscope.methods.probe.replies import (
+    EvaluationBatchEntry,
+    EvaluationBatchReply,
+    EvaluationReply,
+    EvidenceBatchEntry,
+    EvidenceBatchReply,
+    EvidenceReply,
+)
 
-DERIVED = [(FactCheckReply, FactCheckBatchEntry, FactCheckBatchReply),
-           (FactJudgmentReply, FactJudgmentBatchEntry, FactJudgmentBatchReply),
-           (DoveCheckReply, DoveBatchJudgment, DoveBatchReply),
-           (EvidenceReply, EvidenceBatchEntry, EvidenceBatchReply),
-           (EvaluationReply, EvaluationBatchEntry, EvaluationBatchReply),
-           (DceSingleReply, DceExcerptEntry, DceExcerptBatchReply)]
+DERIVED = [
+    (FactCheckReply, FactCheckBatchEntry, FactCheckBatchReply),
+    (FactJudgmentReply, FactJudgmentBatchEntry, FactJudgmentBatchReply),
+    (DoveCheckReply, DoveBatchJudgment, DoveBatchReply),
+    (EvidenceReply, EvidenceBatchEntry, EvidenceBatchReply),
+    (EvaluationReply, EvaluationBatchEntry, EvaluationBatchReply),
+    (DceSingleReply, DceExcerptEntry, DceExcerptBatchReply),
+]
 
 
 @pytest.mark.parametrize("single, entry, reply", DERIVED, ids=lambda t: t.__name__)
@@ -46,8 +60,9 @@ def test_an_entry_keeps_the_single_replys_validators():
 
 def test_a_derived_batch_reply_refuses_its_own_example_echoed():
     entry = numbered_entry(FactCheckReply, "thing", name="ThingEntry", doc="one thing")
-    reply = batch_reply(entry, "thing", name="ThingBatch", doc="things",
-                        example={"results": [{"id": 1, "supported": True}]})
+    reply = batch_reply(
+        entry, "thing", name="ThingBatch", doc="things", example={"results": [{"id": 1, "supported": True}]}
+    )
     assert entry.model_json_schema()["properties"]["id"]["description"] == "the number of the thing"
     assert reply.echoes() == [reply.example, reply.example["results"]]
 
@@ -63,8 +78,7 @@ async def test_a_batch_call_numbers_the_units_and_reads_the_reply_per_unit():
 
     fake = Recording(default=reply)
     llm = LLM(fake, cache=None)
-    call = BatchCall(FACTSCORE_VERIFY_BATCH_PROMPT, FactCheckBatchEntry, listing="facts", unit="fact",
-                     reply_tokens=100)
+    call = BatchCall(FACTSCORE_VERIFY_BATCH_PROMPT, FactCheckBatchEntry, listing="facts", unit="fact", reply_tokens=100)
     step = await call.ask(llm, ["First  fact.", "Second\nfact."], source="The source.")
     user = fake.requests[0][-1]["content"]
     assert "1. First fact.\n2. Second fact." in user and "There are 2 FACTS." in user

@@ -45,13 +45,17 @@ class Entry(FactJudgmentBatchEntry):
 
 
 def test_parse_batch_reads_one_valid_entry_per_number():
-    reply = json.dumps({"results": [
-        {"id": 1, "supported": True, "inconsistencies": []},
-        {"id": 2, "supported": "yes"},                          # malformed: not a JSON boolean
-        {"id": 3, "supported": False, "inconsistencies": ['"x" is wrong.']},
-        {"id": 3, "supported": True, "inconsistencies": []},    # fact 3 twice: neither counts
-        {"supported": True},                                    # no number: ignored
-    ]})
+    reply = json.dumps(
+        {
+            "results": [
+                {"id": 1, "supported": True, "inconsistencies": []},
+                {"id": 2, "supported": "yes"},  # malformed: not a JSON boolean
+                {"id": 3, "supported": False, "inconsistencies": ['"x" is wrong.']},
+                {"id": 3, "supported": True, "inconsistencies": []},  # fact 3 twice: neither counts
+                {"supported": True},  # no number: ignored
+            ]
+        }
+    )
     answers = parse_batch(reply, 4, Entry, unit="fact")
     assert sorted(answers.judged) == [0] and answers.judged[0].supported is True
     assert "unusable" in answers.missing[1] and "2 entries for fact 3" in answers.missing[2]
@@ -60,13 +64,16 @@ def test_parse_batch_reads_one_valid_entry_per_number():
     assert sorted(bare.judged) == [1] and 0 in bare.missing
 
 
-@pytest.mark.parametrize("reply, why", [
-    ('{"results": [{"id": 4, "supported": true}]}', "numbered 1 to 3"),   # numbering not trusted: all refused
-    ('{"results": [{"id": 0, "supported": true}]}', "numbered 1 to 3"),
-    ('{"answers": []}', '"results" list'),
-    ('{"results": [{"id": 1, "supported": "no"}]}', "no usable entry"),
-    ("All three facts are supported.", "JSON"),
-])
+@pytest.mark.parametrize(
+    "reply, why",
+    [
+        ('{"results": [{"id": 4, "supported": true}]}', "numbered 1 to 3"),  # numbering not trusted: all refused
+        ('{"results": [{"id": 0, "supported": true}]}', "numbered 1 to 3"),
+        ('{"answers": []}', '"results" list'),
+        ('{"results": [{"id": 1, "supported": "no"}]}', "no usable entry"),
+        ("All three facts are supported.", "JSON"),
+    ],
+)
 def test_parse_batch_refuses_replies_it_cannot_trust(reply, why):
     with pytest.raises(ParseError, match=why):
         parse_batch(reply, 3, Entry, unit="fact")
@@ -76,11 +83,15 @@ def test_parse_batch_refuses_replies_it_cannot_trust(reply, why):
 
 FS_SOURCE = "Philips sold 250,000 units on Amazon. The police investigated Philips for a month and let it continue."
 FS_TARGET = "Amazon was investigated for a month. The police ordered Amazon to cease operations."
-FS_FACTS = json.dumps({"facts": [
-    {"sentence": 1, "fact": "Amazon was investigated."},
-    {"sentence": 1, "fact": "The investigation lasted a month."},
-    {"sentence": 2, "fact": "The police ordered Amazon to cease operations."},
-]})
+FS_FACTS = json.dumps(
+    {
+        "facts": [
+            {"sentence": 1, "fact": "Amazon was investigated."},
+            {"sentence": 1, "fact": "The investigation lasted a month."},
+            {"sentence": 2, "fact": "The police ordered Amazon to cease operations."},
+        ]
+    }
+)
 
 
 FS_ONE, FS_BATCH = "FactJudgmentReply", "FactJudgmentBatchReply"  # the verifier's reply types with descriptions
@@ -100,16 +111,19 @@ def fs_script(batch_reply=None, describe: bool = True) -> dict:
     """Decomposes into FS_FACTS, keeps every description, judges each fact alone or in a batch by its text
     (without descriptions the reply is only the boolean); ``batch_reply(facts, entries)`` may rewrite a batch
     reply."""
+
     def judge_batch(messages):
         numbered = listing(messages, "facts")
         entries = [{"id": n, **fs_judgment(f, describe)} for n, f in numbered]
         return json.dumps(batch_reply([f for _, f in numbered], entries) if batch_reply else {"results": entries})
 
     one, batch = (FS_ONE, FS_BATCH) if describe else (FS_ONE_BARE, FS_BATCH_BARE)
-    return {"FactsReply": FS_FACTS,
-            "KeepReply": lambda messages: json.dumps({"keep": [n for n, _ in listing(messages, "descriptions")]}),
-            one: lambda messages: json.dumps(fs_judgment(fenced(messages, "fact"), describe)),
-            batch: judge_batch}
+    return {
+        "FactsReply": FS_FACTS,
+        "KeepReply": lambda messages: json.dumps({"keep": [n for n, _ in listing(messages, "descriptions")]}),
+        one: lambda messages: json.dumps(fs_judgment(fenced(messages, "fact"), describe)),
+        batch: judge_batch,
+    }
 
 
 def fs_run(script=None, **options) -> tuple[Report, FakeModel]:
@@ -160,14 +174,16 @@ def test_factscore_missing_or_malformed_entries_are_asked_alone_never_guessed():
 def test_factscore_a_fact_unusable_in_the_batch_and_alone_is_unscored_with_both_reasons():
     script = fs_script(lambda facts, entries: {"results": entries[:2]})
     judge_alone = script[FS_ONE]
-    script[FS_ONE] = lambda messages: ("It is complicated." if "cease" in fenced(messages, "fact")
-                                       else judge_alone(messages))
+    script[FS_ONE] = lambda messages: (
+        "It is complicated." if "cease" in fenced(messages, "fact") else judge_alone(messages)
+    )
 
     report, _ = fs_run(script, batch_size=3)
     verdict = report.verdicts[2]
     assert verdict.label == "unscored"
-    assert verdict.reason.startswith("batch: the batch reply has no entry for fact 3; "
-                                     "alone: verification reply unusable")
+    assert verdict.reason.startswith(
+        "batch: the batch reply has no entry for fact 3; alone: verification reply unusable"
+    )
     assert [v.label for v in report.verdicts[:2]] == ["unsupported", "supported"]
 
 
@@ -207,6 +223,7 @@ DCE_BATCH = "DceExcerptBatchReply"  # the batched excerpt DCE (DceSingleReply: o
 def dcr_script(amc_reply=None) -> dict:
     """DCE judges each sentence (alone or in a batch) against its excerpt with dcr_reason; AMC marks each reason
     by its verdict word, or answers ``amc_reply`` to a call with several reasons."""
+
     def amc(messages):
         reasons = units(messages, "reasons")
         if amc_reply is not None and len(reasons) > 1:
@@ -266,31 +283,53 @@ def test_dcr_an_unusable_batched_amc_reply_is_marked_reason_by_reason():
 
 
 def test_dcr_batch_size_does_not_change_the_whole_source_path():
-    script = {"AmcReply": json.dumps({"marks": [-1, 1, 1]}),
-              "DceReply": json.dumps({"sentences": [{"id": 1, "reason": "Inconsistent: 2001."},
-                                                    {"id": 2, "reason": "Consistent."},
-                                                    {"id": 3, "reason": "Consistent."}], "is_consistent": False})}
+    script = {
+        "AmcReply": json.dumps({"marks": [-1, 1, 1]}),
+        "DceReply": json.dumps(
+            {
+                "sentences": [
+                    {"id": 1, "reason": "Inconsistent: 2001."},
+                    {"id": 2, "reason": "Consistent."},
+                    {"id": 3, "reason": "Consistent."},
+                ],
+                "is_consistent": False,
+            }
+        ),
+    }
 
     for size in (1, 3):
         report = get_method("dcr", llm=LLM(FakeModel(by_reply=script), cache=None), batch_size=size).check(
-            DCR_SOURCE, DCR_TARGET)
+            DCR_SOURCE, DCR_TARGET
+        )
         assert report.usage.calls == 2 and report.score == pytest.approx(2 / 3)  # DCE + AMC, as in the paper
 
 
 # ------------------------------------------------------------------------------------------------ probe
 
-P_SOURCE = ("Marie Curie was born in Warsaw in 1867. She moved to Paris in 1891 to study physics. "
-            "In 1903 she shared the Nobel Prize in Physics. She later won a second Nobel Prize, in Chemistry.")
+P_SOURCE = (
+    "Marie Curie was born in Warsaw in 1867. She moved to Paris in 1891 to study physics. "
+    "In 1903 she shared the Nobel Prize in Physics. She later won a second Nobel Prize, in Chemistry."
+)
 P_TARGET = "Marie Curie, born in Warsaw, won the Nobel Prize in Physics in 1903. She also taught at Oxford."
-P_DECOMPOSITION = json.dumps({"claims": [
-    {"segment": "Marie Curie, born in Warsaw", "claim": "Marie Curie was born in Warsaw."},
-    {"segment": "won the Nobel Prize in Physics in 1903", "claim": "Marie Curie won the Nobel Prize in Physics in 1903."},
-    {"segment": "She also taught at Oxford.", "claim": "Marie Curie taught at Oxford."},
-]})
+P_DECOMPOSITION = json.dumps(
+    {
+        "claims": [
+            {"segment": "Marie Curie, born in Warsaw", "claim": "Marie Curie was born in Warsaw."},
+            {
+                "segment": "won the Nobel Prize in Physics in 1903",
+                "claim": "Marie Curie won the Nobel Prize in Physics in 1903.",
+            },
+            {"segment": "She also taught at Oxford.", "claim": "Marie Curie taught at Oxford."},
+        ]
+    }
+)
 P_EVIDENCE = {
     "born in Warsaw": ["Marie Curie was born in Warsaw in 1867."],
-    "Physics in 1903": ["In 1903 she shared the Nobel Prize in Physics.", "She moved to Paris in 1891 to study physics.",
-                        "Curie alone won the 1903 prize for her work on radium."],  # invented: rejected
+    "Physics in 1903": [
+        "In 1903 she shared the Nobel Prize in Physics.",
+        "She moved to Paris in 1891 to study physics.",
+        "Curie alone won the 1903 prize for her work on radium.",
+    ],  # invented: rejected
     "Oxford": ["She moved to Paris in 1891 to study physics."],
 }
 
@@ -306,25 +345,33 @@ def p_passes(claim: str, evidence: str) -> bool:
 def p_script(find_batch=None) -> dict:
     """PROBE's four steps by reply type: the decomposition, evidence quoted per claim by P_EVIDENCE (alone or in a
     batch, ``find_batch(entries)`` may rewrite a batch reply), and PASS where p_passes (alone or in a batch)."""
+
     def evaluate(messages):
         verdict = "PASS" if p_passes(fenced(messages, "claim"), fenced(messages, "evidence")) else "FAIL"
         return json.dumps({"reasoning": "", "verdict": verdict})
 
     def evaluate_batch(messages):
         evidence = fenced(messages, "evidence")
-        return json.dumps({"results": [
-            {"id": i, "reasoning": "", "verdict": "PASS" if p_passes(c, evidence) else "FAIL"}
-            for i, c in listing(messages, "claims")]})
+        return json.dumps(
+            {
+                "results": [
+                    {"id": i, "reasoning": "", "verdict": "PASS" if p_passes(c, evidence) else "FAIL"}
+                    for i, c in listing(messages, "claims")
+                ]
+            }
+        )
 
     def find_evidence_batch(messages):
         entries = [{"id": i, "reasoning": "", "evidence": p_quotes(c)} for i, c in listing(messages, "claims")]
         return json.dumps(find_batch(entries) if find_batch else {"results": entries})
 
-    return {"ClaimsReply": P_DECOMPOSITION,
-            "EvidenceReply": lambda m: json.dumps({"reasoning": "", "evidence": p_quotes(fenced(m, "claim"))}),
-            "EvidenceBatchReply": find_evidence_batch,
-            "EvaluationReply": evaluate,
-            "EvaluationBatchReply": evaluate_batch}
+    return {
+        "ClaimsReply": P_DECOMPOSITION,
+        "EvidenceReply": lambda m: json.dumps({"reasoning": "", "evidence": p_quotes(fenced(m, "claim"))}),
+        "EvidenceBatchReply": find_evidence_batch,
+        "EvaluationReply": evaluate,
+        "EvaluationBatchReply": evaluate_batch,
+    }
 
 
 def p_run(script=None, **options) -> tuple[Report, FakeModel]:
@@ -352,8 +399,10 @@ def test_probe_batched_verdicts_and_steps_equal_unbatched():
 
 
 def test_probe_a_claim_missing_from_the_batch_evidence_reply_is_searched_alone():
-    batched, model = p_run(p_script(find_batch=lambda entries: {"results": entries[:1] + [
-        {"id": 2, "evidence": ["<passage>"]}]}), batch_size=4)  # claim 2: only a template echo; claim 3 missing
+    batched, model = p_run(
+        p_script(find_batch=lambda entries: {"results": entries[:1] + [{"id": 2, "evidence": ["<passage>"]}]}),
+        batch_size=4,
+    )  # claim 2: only a template echo; claim 3 missing
     single, _ = p_run()
     assert verdict_view(batched) == verdict_view(single)
     alone = [fenced(r, "claim") for r in asked(model, "EvidenceReply")]

@@ -6,8 +6,14 @@ from collections import Counter
 
 import pytest
 
-from halluscope.bench.datasets import (DatasetError, load_dataset, read_examples, resolve_data_dir, sample_examples,
-                                       write_examples)
+from halluscope.bench.datasets import (
+    DatasetError,
+    load_dataset,
+    read_examples,
+    resolve_data_dir,
+    sample_examples,
+    write_examples,
+)
 from halluscope.records import Example, Span
 
 
@@ -67,8 +73,18 @@ def test_data_dir_from_environment(tmp_path, monkeypatch):
 
 def test_generic_jsonl_round_trip(tmp_path):
     examples = [
-        Example(id="1", source="S.", target="T.", label=0, descriptions=["x"], gold_spans=[Span(start=0, end=1)],
-                group="g", difficulty="easy", split="test", meta={"k": 1}),
+        Example(
+            id="1",
+            source="S.",
+            target="T.",
+            label=0,
+            descriptions=["x"],
+            gold_spans=[Span(start=0, end=1)],
+            group="g",
+            difficulty="easy",
+            split="test",
+            meta={"k": 1},
+        ),
         Example(id="2", source="S.", target="U."),
     ]
     path = tmp_path / "mine.jsonl"
@@ -95,8 +111,17 @@ def test_generic_jsonl_errors_name_the_line(tmp_path):
 
 
 def _labelled(n_pos: int, n_neg: int, split: str, domain: str) -> list[Example]:
-    return [Example(id=f"{split}-{domain}-{i}", source="s", target="t", label=int(i < n_pos), split=split,
-                    meta={"domain": domain}) for i in range(n_pos + n_neg)]
+    return [
+        Example(
+            id=f"{split}-{domain}-{i}",
+            source="s",
+            target="t",
+            label=int(i < n_pos),
+            split=split,
+            meta={"domain": domain},
+        )
+        for i in range(n_pos + n_neg)
+    ]
 
 
 def test_sample_is_stratified_seeded_and_keeps_order():
@@ -105,16 +130,25 @@ def test_sample_is_stratified_seeded_and_keeps_order():
     assert s1 == sample_examples(items, 10, seed=1)
     assert s1 != sample_examples(items, 10, seed=2)
     strata = Counter((e.split, e.meta["domain"], e.label) for e in s1)
-    assert strata == {("evaluation", "a", 1): 3, ("evaluation", "a", 0): 7, ("test", "a", 1): 1, ("test", "a", 0): 9,
-                      ("test", "b", 1): 5, ("test", "b", 0): 5}
+    assert strata == {
+        ("evaluation", "a", 1): 3,
+        ("evaluation", "a", 0): 7,
+        ("test", "a", 1): 1,
+        ("test", "a", 0): 9,
+        ("test", "b", 1): 5,
+        ("test", "b", 0): 5,
+    }
     positions = [items.index(e) for e in s1]
     assert positions == sorted(positions)
     assert len(sample_examples(items[:4], 10)) == 4  # a small stratum is kept whole
 
 
 def test_sample_takes_whole_montage_groups():
-    items = [Example(id=f"{g}-{d}", source="s", target="t", group=g, difficulty=d, label=int(d == "truth"))
-             for g in "abcdef" for d in ("truth", "easy", "hard")]
+    items = [
+        Example(id=f"{g}-{d}", source="s", target="t", group=g, difficulty=d, label=int(d == "truth"))
+        for g in "abcdef"
+        for d in ("truth", "easy", "hard")
+    ]
     picked = sample_examples(items, 2, seed=0)
     groups = Counter(e.group for e in picked)
     assert len(groups) == 2 and set(groups.values()) == {3}
@@ -127,8 +161,10 @@ def test_sample_size_must_be_positive():
 
 def test_non_utf8_jsonl_names_the_file_and_line(tmp_path):
     bad = tmp_path / "latin1.jsonl"
-    bad.write_bytes('{"id": "1", "source": "s", "target": "t"}\n'.encode()
-                    + '{"id": "2", "source": "café", "target": "t"}\n'.encode("latin-1"))
+    bad.write_bytes(
+        b'{"id": "1", "source": "s", "target": "t"}\n'
+        + '{"id": "2", "source": "café", "target": "t"}\n'.encode("latin-1")
+    )
     with pytest.raises(DatasetError, match=r"latin1\.jsonl:2: not UTF-8 \(byte 0xe9 at column 27\)"):
         read_examples(bad)
     with pytest.raises(DatasetError, match="latin1.jsonl:2: not UTF-8"):
@@ -145,8 +181,10 @@ def test_utf8_bom_and_blank_lines_are_accepted_and_lines_are_counted(tmp_path):
 @pytest.mark.parametrize("score", ["NaN", "Infinity", "-Infinity", "1e999", '"nan"', '"inf"'])
 def test_non_finite_human_scores_are_refused_with_the_line(tmp_path, score):
     path = tmp_path / "scores.jsonl"
-    path.write_text('{"id": "1", "source": "s", "target": "t", "human_score": 0.5}\n'
-                    f'{{"id": "2", "source": "s", "target": "t", "human_score": {score}}}\n')
+    path.write_text(
+        '{"id": "1", "source": "s", "target": "t", "human_score": 0.5}\n'
+        f'{{"id": "2", "source": "s", "target": "t", "human_score": {score}}}\n'
+    )
     with pytest.raises(DatasetError, match=r"scores\.jsonl:2: human score .* finite"):
         read_examples(path)
 
@@ -154,8 +192,10 @@ def test_non_finite_human_scores_are_refused_with_the_line(tmp_path, score):
 def test_shared_loaders_name_the_line_of_a_bad_record(tmp_path):
     (tmp_path / "qags").mkdir()
     qags = tmp_path / "qags" / "cnndm_dev.jsonl"
-    qags.write_text('{"id": 1, "source": "s", "summary": "t", "consistency": 0.5}\n'
-                    '{"id": 2, "source": "s", "summary": "t", "consistency": NaN}\n')
+    qags.write_text(
+        '{"id": 1, "source": "s", "summary": "t", "consistency": 0.5}\n'
+        '{"id": 2, "source": "s", "summary": "t", "consistency": NaN}\n'
+    )
     with pytest.raises(DatasetError, match=r"cnndm_dev\.jsonl:2: human score is nan"):
         load_dataset("qags", tmp_path)
     qags.write_text('{"id": 1, "source": "s", "summary": "t"}\n')

@@ -34,16 +34,25 @@ async def test_geval_bench_on_embedded_model(short_config, tmp_path):
     assert res["n_scored"] + res["n_unscored"] == 2
     assert res["metrics"]["binary"]["n_unscored"] == res["n_unscored"]
     # a second run resumes everything: no new model call
-    again = await run_bench(get_method("geval", config=short_config), Dataset("tiny", None, examples),
-                            tmp_path / "run", progress=False, n_bootstrap=50)
+    again = await run_bench(
+        get_method("geval", config=short_config),
+        Dataset("tiny", None, examples),
+        tmp_path / "run",
+        progress=False,
+        n_bootstrap=50,
+    )
     assert again["usage_this_run"]["items_run"] == 0
 
 
 async def test_final_judge_on_embedded_model(short_config):
     judge = get_llm(short_config)
-    res = await match_descriptions(judge, "x", "The museum in Paris opened in 2005.",
-                                   ["The city is Paris, but the source says Lyon", "The year 2005 is wrong"],
-                                   ["The museum is in Lyon, not Paris"])
+    res = await match_descriptions(
+        judge,
+        "x",
+        "The museum in Paris opened in 2005.",
+        ["The city is Paris, but the source says Lyon", "The year 2005 is wrong"],
+        ["The museum is in Lyon, not Paris"],
+    )
     assert res.judged and res.calls
     if res.matches is None:  # a 135M model may not manage the format: then it must say why
         assert res.unscored_reason

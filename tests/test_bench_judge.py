@@ -63,8 +63,7 @@ def test_parse_matches_rejects_what_it_cannot_trust(reply):
 
 
 def test_parse_matches_fuzz_only_raises_parse_error():
-    valid = ['{"reasoning": "same date", "matches": {"P1": "G1", "P2": null}}',
-             '{"matches": {"P1": null, "P2": "G2"}}']
+    valid = ['{"reasoning": "same date", "matches": {"P1": "G1", "P2": null}}', '{"matches": {"P1": null, "P2": "G2"}}']
     replies = garbled_replies(1000) + valid + [v[:cut] for v in valid for cut in range(5, len(v), 7)]
     ok = failed = 0
     for reply in replies:
@@ -91,8 +90,13 @@ async def test_judge_not_called_without_predictions_or_without_gold():
 
 async def test_duplicate_predictions_count_one_gold():
     judge = fake_llm('{"reasoning": "all three are about the date", "matches": {"P1": "G1", "P2": "G1", "P3": "G1"}}')
-    res = await match_descriptions(judge, "x", "It rained on Monday.", ["wrong day", "wrong weather"],
-                                   ["day is wrong", "Monday unsupported", "the date"])
+    res = await match_descriptions(
+        judge,
+        "x",
+        "It rained on Monday.",
+        ["wrong day", "wrong weather"],
+        ["day is wrong", "Monday unsupported", "the date"],
+    )
     assert res.matched_gold == 1 and res.n_pred == 3 and res.n_gold == 2
     assert res.calls and "G1. wrong day" in res.calls[0].messages[-1]["content"]
     assert "P3. the date" in res.calls[0].messages[-1]["content"]
@@ -120,8 +124,11 @@ def _final_items():
         Example(id="failed", source="src", target="x", descriptions=["g"]),
     ]
     reports = [
-        Report(method="m", score=0.2, findings=[Finding(description="Tom's win is unsupported"),
-                                                 Finding(description="He did not win")]),
+        Report(
+            method="m",
+            score=0.2,
+            findings=[Finding(description="Tom's win is unsupported"), Finding(description="He did not win")],
+        ),
         Report(method="m", score=0.9, findings=[Finding(description="a false alarm")]),
         Report(method="m", score=0.9),
         Report(method="m", unscored_reason="unparseable reply"),
@@ -135,8 +142,9 @@ async def test_final_suite_counts_and_resumes(tmp_path):
     # gets the matches; a request about any other summary finds no reply and fails
     matches = {"Tom won on Monday.": '{"matches": {"P1": "G1", "P2": "G1"}}'}
     model = FakeModel(by_reply={MatchReply: lambda messages: matches[fenced(messages, "summary")]})
-    ctx = SuiteContext(out_dir=tmp_path, method="m", model="fake", dataset="t", judge=LLM(model, cache=None),
-                       n_bootstrap=50)
+    ctx = SuiteContext(
+        out_dir=tmp_path, method="m", model="fake", dataset="t", judge=LLM(model, cache=None), n_bootstrap=50
+    )
     res = await final_matching_suite(examples, reports, ctx)
     m = res.metrics
     # dup: 1 of 2 gold matched with 2 predictions; clean: 1 false positive; silent: 1 gold missed
@@ -154,8 +162,9 @@ async def test_final_suite_counts_and_resumes(tmp_path):
 
 async def test_final_suite_judge_failure_is_counted_not_scored_as_no_match(tmp_path):
     examples, reports = _final_items()
-    ctx = SuiteContext(out_dir=tmp_path, method="m", model="fake", dataset="t",
-                       judge=fake_llm(default="no idea"), n_bootstrap=0)
+    ctx = SuiteContext(
+        out_dir=tmp_path, method="m", model="fake", dataset="t", judge=fake_llm(default="no idea"), n_bootstrap=0
+    )
     m = (await final_matching_suite(examples, reports, ctx)).metrics
     assert m["n_judge_unscored"] == 1 and m["n_scored"] == 2
     # only the two items needing no judge remain: 1 false positive, 1 missed gold
@@ -193,8 +202,9 @@ def test_match_key_changes_with_the_prompt():
 async def test_unusable_judge_results_are_kept_unless_retry_is_asked(tmp_path):
     examples, reports = _final_items()
     failing = FakeModel(default="no idea")
-    ctx = SuiteContext(out_dir=tmp_path, method="m", model="fake", dataset="t", judge=LLM(failing, cache=None),
-                       n_bootstrap=0)
+    ctx = SuiteContext(
+        out_dir=tmp_path, method="m", model="fake", dataset="t", judge=LLM(failing, cache=None), n_bootstrap=0
+    )
     await final_matching_suite(examples, reports, ctx)
     assert len(failing.requests) == 2  # the reply and one repair round
     await final_matching_suite(examples, reports, ctx)

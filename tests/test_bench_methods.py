@@ -20,18 +20,45 @@ GEVAL = [{"reason": "r", "score": s} for s in (2, 5, 2, 5, 2, 5)]
 def write_items(path: Path, n: int) -> Path:
     """Graded like QAGS: the script rates even items 2 and odd ones 5, the human score is 1 for odd items, so
     geval's Spearman is exactly 1. Each target differs in how much it shares with its source."""
-    path.write_text("".join(json.dumps({"id": f"q{i}", "source": "The cat sat on the mat near the door.",
-                                        "target": "The cat sat on the mat" + " quietly" * i + ".",
-                                        "human_score": i % 2}) + "\n" for i in range(n)))
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "id": f"q{i}",
+                    "source": "The cat sat on the mat near the door.",
+                    "target": "The cat sat on the mat" + " quietly" * i + ".",
+                    "human_score": i % 2,
+                }
+            )
+            + "\n"
+            for i in range(n)
+        )
+    )
     return path
 
 
 def bench(tmp_path: Path, script: dict, *args: str):
     """The scripted replies are consumed in request order: one item at a time, so item i gets reply i."""
     (tmp_path / "script.json").write_text(json.dumps(script))
-    return CliRunner().invoke(app, ["bench", "-d", str(tmp_path / "items.jsonl"), "--model",
-                                    f"fake:{tmp_path / 'script.json'}", "--no-cache", "--no-progress",
-                                    "--bootstrap", "100", "--concurrency", "1", "-O", str(tmp_path / "out"), *args])
+    return CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "-d",
+            str(tmp_path / "items.jsonl"),
+            "--model",
+            f"fake:{tmp_path / 'script.json'}",
+            "--no-cache",
+            "--no-progress",
+            "--bootstrap",
+            "100",
+            "--concurrency",
+            "1",
+            "-O",
+            str(tmp_path / "out"),
+            *args,
+        ],
+    )
 
 
 def items_of(folder: Path) -> list[str]:
@@ -62,7 +89,9 @@ def test_the_methods_see_the_same_items_and_the_table_has_each_ones_figures(tmp_
     assert table in result.output
 
     rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
-    assert [(r["system"], r["item"]) for r in rows] == [(s, f"q{i}") for s in ("rouge", "gate", "geval") for i in range(4)]
+    assert [(r["system"], r["item"]) for r in rows] == [
+        (s, f"q{i}") for s in ("rouge", "gate", "geval") for i in range(4)
+    ]
     assert [r["gold_human_score"] for r in rows[:4]] == [0.0, 1.0, 0.0, 1.0]
     assert json.loads((out / "run.json").read_text())["model"] == f"fake:{tmp_path / 'script.json'}"
 
@@ -95,9 +124,13 @@ def test_a_method_with_options_of_its_own_gets_its_own_row_and_folder(tmp_path) 
     result = bench(tmp_path, {}, "--methods", "rouge,rouge+variant=rouge1")
     assert result.exit_code == 0, result.output
     out = tmp_path / "out"
-    assert json.loads((out / "rouge+variant=rouge1" / "results.json").read_text())["method_options"]["variant"] == "rouge1"
-    assert [s["system"] for s in json.loads((out / "quality.json").read_text())["summary"]] == \
-        ["rouge", "rouge variant=rouge1"]
+    assert (
+        json.loads((out / "rouge+variant=rouge1" / "results.json").read_text())["method_options"]["variant"] == "rouge1"
+    )
+    assert [s["system"] for s in json.loads((out / "quality.json").read_text())["summary"]] == [
+        "rouge",
+        "rouge variant=rouge1",
+    ]
 
     # a method added to the folder later runs on the same items; another dataset in the folder is refused
     added = bench(tmp_path, {"GevalReply": GEVAL}, "--methods", "rouge,geval")
@@ -106,8 +139,9 @@ def test_a_method_with_options_of_its_own_gets_its_own_row_and_folder(tmp_path) 
     assert json.loads((out / "run.json").read_text())["model"] == f"fake:{tmp_path / 'script.json'}"
     other = tmp_path / "other.jsonl"
     other.write_text((tmp_path / "items.jsonl").read_text())
-    refused = CliRunner().invoke(app, ["bench", "-d", str(other), "--methods", "rouge", "--no-progress",
-                                       "-O", str(out)])
+    refused = CliRunner().invoke(
+        app, ["bench", "-d", str(other), "--methods", "rouge", "--no-progress", "-O", str(out)]
+    )
     assert refused.exit_code == 2 and "other settings" in refused.output
 
 
@@ -141,8 +175,14 @@ def test_the_methods_list_is_parsed_and_checked() -> None:
     specs = parse_methods("rouge, dcr+batch_size=4+gate=lexical ,geval")
     assert [(s.name, s.options, s.label, s.folder) for s in specs] == [
         ("rouge", {}, "rouge", "rouge"),
-        ("dcr", {"batch_size": "4", "gate": "lexical"}, "dcr batch_size=4 gate=lexical", "dcr+batch_size=4+gate=lexical"),
-        ("geval", {}, "geval", "geval")]
+        (
+            "dcr",
+            {"batch_size": "4", "gate": "lexical"},
+            "dcr batch_size=4 gate=lexical",
+            "dcr+batch_size=4+gate=lexical",
+        ),
+        ("geval", {}, "geval", "geval"),
+    ]
     assert folder_name("ragas faithfulness") == "ragas+faithfulness"
     with pytest.raises(ValueError, match="twice"):
         parse_methods("rouge,rouge")
@@ -153,14 +193,17 @@ def test_the_methods_list_is_parsed_and_checked() -> None:
     assert parse_methods("none") == []  # the peers alone
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--method", "rouge", "--methods", "rouge"], "not both"),
-    ([], "give --method NAME"),
-    (["--method", "rouge", "--peers", "ragas"], "--peers goes with --methods"),
-    (["--methods", "rouge,nosuchmethod"], "nosuchmethod"),
-    (["--methods", "rouge", "--peers", "trulens"], "unknown peer"),
-    (["--methods", "none"], "name them with --peers"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--method", "rouge", "--methods", "rouge"], "not both"),
+        ([], "give --method NAME"),
+        (["--method", "rouge", "--peers", "ragas"], "--peers goes with --methods"),
+        (["--methods", "rouge,nosuchmethod"], "nosuchmethod"),
+        (["--methods", "rouge", "--peers", "trulens"], "unknown peer"),
+        (["--methods", "none"], "name them with --peers"),
+    ],
+)
 def test_bad_method_lists_are_refused_clearly(tmp_path, args, message) -> None:
     write_items(tmp_path / "items.jsonl", 2)
     result = bench(tmp_path, {}, *args)

@@ -162,8 +162,9 @@ def test_bootstrap_drops_undefined_resamples_and_keeps_clusters_whole():
     # cluster resampling always keeps both classes, so no resample is undefined and AUC stays 1
     assert out["resamples"] == 200 and out["low"] == out["high"] == 1.0
     # item resampling of a 2-item set: resamples with one class only are dropped, not scored
-    two = M.bootstrap_ci(lambda idx: M.roc_auc(labels[:2][idx].tolist(), scores[:2][idx].tolist()), 2,
-                         n_resamples=200, seed=0)
+    two = M.bootstrap_ci(
+        lambda idx: M.roc_auc(labels[:2][idx].tolist(), scores[:2][idx].tolist()), 2, n_resamples=200, seed=0
+    )
     assert 0 < two["resamples"] < 200
 
 

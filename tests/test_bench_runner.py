@@ -28,9 +28,17 @@ BAD = '{"reason": "made up", "score": 2}'
 
 
 def _examples(n: int = 6) -> list[Example]:
-    return [Example(id=f"ex{i}", source=f"Source {i}: the cat sat on the mat.", target=f"Claim number {i}.",
-                    label=i % 2, human_score=(i % 3) / 2, split="evaluation" if i < n // 2 else "test")
-            for i in range(n)]
+    return [
+        Example(
+            id=f"ex{i}",
+            source=f"Source {i}: the cat sat on the mat.",
+            target=f"Claim number {i}.",
+            label=i % 2,
+            human_score=(i % 3) / 2,
+            split="evaluation" if i < n // 2 else "test",
+        )
+        for i in range(n)
+    ]
 
 
 def _user_prompts(model: FakeModel) -> list[str]:
@@ -96,8 +104,9 @@ async def test_interrupted_run_resumes_without_repeating_calls(tmp_path, concurr
 async def test_cut_off_last_line_is_dropped_and_redone(tmp_path):
     ds = Dataset("toy", None, _examples(4))
     out = tmp_path / "run"
-    await run_bench(_geval(FakeModel(by_reply=_rating(_reply)), tmp_path / "c1"), ds, out, progress=False,
-                    n_bootstrap=0)
+    await run_bench(
+        _geval(FakeModel(by_reply=_rating(_reply)), tmp_path / "c1"), ds, out, progress=False, n_bootstrap=0
+    )
     items = out / ITEMS_FILE
     text = items.read_text()
     items.write_text(text[: len(text) - 40])  # the last line is cut mid-JSON, as by a kill during a write
@@ -110,8 +119,9 @@ async def test_cut_off_last_line_is_dropped_and_redone(tmp_path):
 async def test_outputs_metrics_tables_and_plots(tmp_path):
     ds = Dataset("toy", None, _examples(12))
     out = tmp_path / "run"
-    res = await run_bench(_geval(FakeModel(by_reply=_rating(_reply)), tmp_path / "c"), ds, out, progress=False,
-                          n_bootstrap=100, seed=3)
+    res = await run_bench(
+        _geval(FakeModel(by_reply=_rating(_reply)), tmp_path / "c"), ds, out, progress=False, n_bootstrap=100, seed=3
+    )
     saved = json.loads((out / "results.json").read_text())
     assert saved["metrics"] == json.loads(json.dumps(res["metrics"]))
     assert {"binary", "correlation"} <= set(saved["metrics"])
@@ -143,14 +153,16 @@ async def test_garbled_replies_become_counted_unscored_items(tmp_path):
 async def test_retry_unscored_and_growing_limit(tmp_path):
     ds = Dataset("toy", None, _examples(6))
     out = tmp_path / "run"
-    await run_bench(_geval(FakeModel(default="no score here"), tmp_path / "c1"), ds, out, limit=2, progress=False,
-                    n_bootstrap=0)
+    await run_bench(
+        _geval(FakeModel(default="no score here"), tmp_path / "c1"), ds, out, limit=2, progress=False, n_bootstrap=0
+    )
     grown = FakeModel(by_reply=_rating(_reply))
     res = await run_bench(_geval(grown, tmp_path / "c2"), ds, out, limit=4, progress=False, n_bootstrap=0)
     assert len(grown.requests) == 2 and res["n"] == 4 and res["n_unscored"] == 2  # unscored items are kept
     retried = FakeModel(by_reply=_rating(_reply))
-    res = await run_bench(_geval(retried, tmp_path / "c3"), ds, out, limit=4, retry_unscored=True, progress=False,
-                          n_bootstrap=0)
+    res = await run_bench(
+        _geval(retried, tmp_path / "c3"), ds, out, limit=4, retry_unscored=True, progress=False, n_bootstrap=0
+    )
     assert len(retried.requests) == 2 and res["n_unscored"] == 0
 
 
@@ -174,16 +186,20 @@ async def test_registered_suites_are_plugged_in(tmp_path, monkeypatch):
         seen["n"] = len(reports)
         return SuiteResult(metrics={"count": len(examples)}, tables=[("Toy", "| a |\n|---|\n| 1 |")])
 
-    res = await run_bench(get_method("rouge"), Dataset("toy", None, _examples(3)), tmp_path / "r", progress=False,
-                          n_bootstrap=0)
+    res = await run_bench(
+        get_method("rouge"), Dataset("toy", None, _examples(3)), tmp_path / "r", progress=False, n_bootstrap=0
+    )
     assert seen == {"n": 3} and res["metrics"]["toy_suite"] == {"count": 3}
     assert "## Toy" in (tmp_path / "r" / "results.md").read_text()
 
 
 def test_default_out_dir_is_safe():
     assert default_out_dir("summedits:news", "geval", "embedded:smollm2") == Path(
-        "runs/summedits-news-geval-embedded-smollm2")
-    assert default_out_dir("final:dev", "rouge", None, sample=5, seed=2) == Path("runs/final-dev-rouge-nollm-sample5-seed2")
+        "runs/summedits-news-geval-embedded-smollm2"
+    )
+    assert default_out_dir("final:dev", "rouge", None, sample=5, seed=2) == Path(
+        "runs/final-dev-rouge-nollm-sample5-seed2"
+    )
 
 
 def test_cli_bench_on_a_generic_jsonl(tmp_path):
@@ -193,13 +209,29 @@ def test_cli_bench_on_a_generic_jsonl(tmp_path):
     write_examples(data, _examples(6))
     out = tmp_path / "out"
     runner = CliRunner()
-    result = runner.invoke(app, ["bench", "--dataset", str(data), "--method", "rouge", "--out", str(out),
-                                 "--no-progress", "--bootstrap", "50", "-o", "variant=rouge1"])
+    result = runner.invoke(
+        app,
+        [
+            "bench",
+            "--dataset",
+            str(data),
+            "--method",
+            "rouge",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--bootstrap",
+            "50",
+            "-o",
+            "variant=rouge1",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "AUC-ROC" in result.output and (out / "results.json").is_file()
     assert json.loads((out / "results.json").read_text())["method_options"] == {"variant": "rouge1"}
-    missing = runner.invoke(app, ["bench", "--dataset", "final", "--method", "rouge",
-                                  "--data-dir", str(tmp_path / "nowhere")])
+    missing = runner.invoke(
+        app, ["bench", "--dataset", "final", "--method", "rouge", "--data-dir", str(tmp_path / "nowhere")]
+    )
     assert missing.exit_code == 2 and "data folder not found" in missing.output
 
 
@@ -209,10 +241,22 @@ def test_bench_with_a_no_llm_method_needs_no_model(tmp_path, monkeypatch):
 
     monkeypatch.setenv("HALLUSCOPE_EMBEDDED_MODEL", str(tmp_path / "missing.gguf"))
     data = tmp_path / "toy.jsonl"
-    write_examples(data, [e.model_copy(update={"descriptions": [] if e.label else ["wrong"]})
-                          for e in _examples(6)])
-    result = CliRunner().invoke(app, ["bench", "--dataset", str(data), "--method", "rouge", "--out",
-                                      str(tmp_path / "out"), "--no-progress", "--bootstrap", "20"])
+    write_examples(data, [e.model_copy(update={"descriptions": [] if e.label else ["wrong"]}) for e in _examples(6)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "--dataset",
+            str(data),
+            "--method",
+            "rouge",
+            "--out",
+            str(tmp_path / "out"),
+            "--no-progress",
+            "--bootstrap",
+            "20",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "no judge model available" in result.output and "AUC-ROC" in result.output
     assert "FINAL matching" in (tmp_path / "out" / "results.md").read_text()
@@ -231,8 +275,9 @@ async def test_a_failing_suite_is_reported_and_the_others_still_run(tmp_path, mo
     def broken(examples, reports, ctx):
         raise ZeroDivisionError("oops")
 
-    res = await run_bench(get_method("rouge"), Dataset("toy", None, _examples(4)), tmp_path / "r", progress=False,
-                          n_bootstrap=0)
+    res = await run_bench(
+        get_method("rouge"), Dataset("toy", None, _examples(4)), tmp_path / "r", progress=False, n_bootstrap=0
+    )
     assert res["suite_errors"] == {"broken_suite": "ZeroDivisionError: oops"}
     assert "binary" in res["metrics"] and "broken_suite" not in res["metrics"]
     assert "suite `broken_suite` failed" in (tmp_path / "r" / "results.md").read_text()
@@ -249,23 +294,47 @@ class _SpanOracle(Method):
         if start < 0:
             return Report(method=self.name, score=0.9)
         span = Span(start=start, end=start + 5)
-        return Report(method=self.name, score=0.2, findings=[Finding(description="Paris is unsupported", target_spans=[span])])
+        return Report(
+            method=self.name, score=0.2, findings=[Finding(description="Paris is unsupported", target_spans=[span])]
+        )
 
 
 async def test_montage_and_span_suites_through_the_runner(tmp_path):
     truth = "The museum opened in Lyon."
     examples = []
     for g in range(4):
-        examples.append(Example(id=f"g{g}-truth", source="s", target=truth, label=1, group=f"g{g}", difficulty="truth",
-                                gold_spans=[]))
+        examples.append(
+            Example(
+                id=f"g{g}-truth", source="s", target=truth, label=1, group=f"g{g}", difficulty="truth", gold_spans=[]
+            )
+        )
         lie = "The museum opened in Paris."
-        examples.append(Example(id=f"g{g}-easy", source="s", target=lie, label=0, group=f"g{g}", difficulty="easy",
-                                gold_spans=[Span(start=21, end=26)]))
+        examples.append(
+            Example(
+                id=f"g{g}-easy",
+                source="s",
+                target=lie,
+                label=0,
+                group=f"g{g}",
+                difficulty="easy",
+                gold_spans=[Span(start=21, end=26)],
+            )
+        )
         # a hard lie the method misses; its gold span is a different word
-        examples.append(Example(id=f"g{g}-hard", source="s", target="The museum closed in Lyon.", label=0,
-                                group=f"g{g}", difficulty="hard", gold_spans=[Span(start=11, end=17)]))
-    res = await run_bench(_SpanOracle(), Dataset("montage", None, examples), tmp_path / "r", progress=False,
-                          n_bootstrap=100)
+        examples.append(
+            Example(
+                id=f"g{g}-hard",
+                source="s",
+                target="The museum closed in Lyon.",
+                label=0,
+                group=f"g{g}",
+                difficulty="hard",
+                gold_spans=[Span(start=11, end=17)],
+            )
+        )
+    res = await run_bench(
+        _SpanOracle(), Dataset("montage", None, examples), tmp_path / "r", progress=False, n_bootstrap=100
+    )
     montage = res["metrics"]["montage_auc"]
     assert montage["auc_easy"]["value"] == 1.0 and montage["auc_hard"]["value"] == 0.5
     assert montage["auc_average"]["value"] == 0.75 and montage["n_groups"] == 4

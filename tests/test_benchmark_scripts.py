@@ -24,15 +24,20 @@ from halluscope.cli.main import app
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "benchmarks"
-ELSEWHERE = {"compare_bench_runs.py": "test_compare_bench_runs.py", "cost.py": "test_cost_bench.py",
-             "lazy_llama_server.py": "test_lazy_grammar.py", "quality_table.py": "test_quality_table.py",
-             "repeat_tests.sh": "test_repeat_tests.py"}
+ELSEWHERE = {
+    "compare_bench_runs.py": "test_compare_bench_runs.py",
+    "cost.py": "test_cost_bench.py",
+    "lazy_llama_server.py": "test_lazy_grammar.py",
+    "quality_table.py": "test_quality_table.py",
+    "repeat_tests.sh": "test_repeat_tests.py",
+}
 
 
 def script(name: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, str(BENCH / name), *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, str(BENCH / name), *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO
+    )
 
 
 def fake_script(path: Path, script_: dict) -> str:
@@ -46,8 +51,11 @@ def write_pairs(path: Path, n: int) -> Path:
     rows = []
     for i in range(n):
         source = f"The council of town {i} approved the ferry line by 7 votes to 2. The line opens in May."
-        target = (f"The council of town {i} approved the ferry line by 7 votes to 2." if i % 2
-                  else f"The council of town {i} rejected a bridge across the river.")
+        target = (
+            f"The council of town {i} approved the ferry line by 7 votes to 2."
+            if i % 2
+            else f"The council of town {i} rejected a bridge across the river."
+        )
         rows.append({"id": f"p{i}", "source": source, "target": target, "label": i % 2, "meta": {"domain": f"d{i}"}})
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
@@ -71,8 +79,9 @@ def test_gzip_bomb_is_refused_without_inflating_it_in_memory():
 def test_long_source_checks_a_synthetic_source_claim_by_claim(tmp_path):
     model = fake_script(tmp_path / "yes.json", {"default": "Yes", "logprobs": {"yes": 0.8, "no": 0.2}})
     out = tmp_path / "long.json"
-    done = script("long_source.py", "--model", model, "--synthetic", "--words", "300", "--claims", "4",
-                  "--out", str(out))
+    done = script(
+        "long_source.py", "--model", model, "--synthetic", "--words", "300", "--claims", "4", "--out", str(out)
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     printed = json.loads(done.stdout)
     assert printed["source"] == "synthetic" and printed["source_words"] >= 300 and printed["claims"] == 4
@@ -84,11 +93,28 @@ def test_long_source_checks_a_synthetic_source_claim_by_claim(tmp_path):
 
 def test_verdict_first_measures_each_system_and_resumes(tmp_path):
     data = write_pairs(tmp_path / "pairs.jsonl", 6)
-    model = fake_script(tmp_path / "fake.json", {"default": "Yes", "logprobs": {"yes": 0.8, "no": 0.2},
-                                                  "GevalReply": {"reason": "The verb differs.", "score": 3}})
+    model = fake_script(
+        tmp_path / "fake.json",
+        {
+            "default": "Yes",
+            "logprobs": {"yes": 0.8, "no": 0.2},
+            "GevalReply": {"reason": "The verb differs.", "score": 3},
+        },
+    )
     out = tmp_path / "vf"
-    args = ("--model", model, "--dataset", str(data), "--per-class", "2", "--systems", "dcr order=verdict_first",
-            "geval", "--out", str(out))
+    args = (
+        "--model",
+        model,
+        "--dataset",
+        str(data),
+        "--per-class",
+        "2",
+        "--systems",
+        "dcr order=verdict_first",
+        "geval",
+        "--out",
+        str(out),
+    )
     done = script("verdict_first.py", *args)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
@@ -109,23 +135,55 @@ def test_combiner_cascade_counts_the_skipped_llm_runs_and_keeps_every_label(tmp_
     data = write_pairs(tmp_path / "pairs.jsonl", 6)
     model = fake_script(tmp_path / "geval.json", {"GevalReply": {"reason": "Checked.", "score": 3}})
     for method in ("rouge", "geval"):
-        result = CliRunner().invoke(app, ["bench", "-d", str(data), "--method", method, "--model", model,
-                                          "--bootstrap", "0", "--no-progress", "-O", str(tmp_path / method)])
+        result = CliRunner().invoke(
+            app,
+            [
+                "bench",
+                "-d",
+                str(data),
+                "--method",
+                method,
+                "--model",
+                model,
+                "--bootstrap",
+                "0",
+                "--no-progress",
+                "-O",
+                str(tmp_path / method),
+            ],
+        )
         assert result.exit_code == 0, result.output
     combiner = CombinerFile(  # rouge (no LLM) far from its mean settles the label whatever geval says
-        kind="binary", estimator={"class": "hand-written for a test"}, intercept=0.0, threshold=0.5,
-        members=[CombinerMember(name="rouge", method="rouge"),
-                 CombinerMember(name="geval", method="geval", uses_llm=True, model="fake")],
-        features=[CombinerFeature(name="rouge.score", member="rouge", source="score", mean=0.6, scale=0.1,
-                                  min=0.0, max=1.0, weight=1.0),
-                  CombinerFeature(name="geval.score", member="geval", source="score", mean=0.5, scale=0.25,
-                                  min=0.0, max=1.0, weight=0.5)])
+        kind="binary",
+        estimator={"class": "hand-written for a test"},
+        intercept=0.0,
+        threshold=0.5,
+        members=[
+            CombinerMember(name="rouge", method="rouge"),
+            CombinerMember(name="geval", method="geval", uses_llm=True, model="fake"),
+        ],
+        features=[
+            CombinerFeature(
+                name="rouge.score", member="rouge", source="score", mean=0.6, scale=0.1, min=0.0, max=1.0, weight=1.0
+            ),
+            CombinerFeature(
+                name="geval.score", member="geval", source="score", mean=0.5, scale=0.25, min=0.0, max=1.0, weight=0.5
+            ),
+        ],
+    )
     write_combiner(combiner, tmp_path / "combiner.json")
-    done = script("combiner_cascade.py", str(tmp_path / "combiner.json"), f"rouge={tmp_path / 'rouge'}",
-                  f"geval={tmp_path / 'geval'}")
+    done = script(
+        "combiner_cascade.py",
+        str(tmp_path / "combiner.json"),
+        f"rouge={tmp_path / 'rouge'}",
+        f"geval={tmp_path / 'geval'}",
+    )
     assert done.returncode == 0, done.stderr[-2000:]
-    found = re.search(r"(\d+) items, LLM members geval: the cascade skips (\d+) of (\d+) LLM-member runs; its label "
-                      r"equals the all-members label on (\d+) of (\d+) items", done.stdout)
+    found = re.search(
+        r"(\d+) items, LLM members geval: the cascade skips (\d+) of (\d+) LLM-member runs; its label "
+        r"equals the all-members label on (\d+) of (\d+) items",
+        done.stdout,
+    )
     assert found, done.stdout
     items, skipped, runs, same, of = map(int, found.groups())
     assert items == runs == same == of == 6 and 0 < skipped <= 6
@@ -196,8 +254,9 @@ def test_record_replays_writes_a_fixture_that_replays(tmp_path, data_dir):
 def test_service_load_answers_or_refuses_every_request(tmp_path):
     pytest.importorskip("uvicorn", reason="the server extra is not installed: pip install -e '.[server]'")
     out = tmp_path / "load.json"
-    done = script("service_load.py", "--only", "concurrent", "limits", "--concurrent", "24", "--out", str(out),
-                  timeout=180)
+    done = script(
+        "service_load.py", "--only", "concurrent", "limits", "--concurrent", "24", "--out", str(out), timeout=180
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(out.read_text())
     for name in ("concurrent", "limits"):
@@ -216,8 +275,20 @@ def test_replica_throughput_shares_one_job_between_replicas_once(tmp_path):
         if importlib.util.find_spec(module) is None:
             pytest.skip(f"{module} is not installed: pip install -e '.[server,redis]'")
     out = tmp_path / "replicas.json"
-    done = script("replica_throughput.py", "--items", "6", "--latency-ms", "0", "--concurrency", "2",
-                  "--replicas", "1,2", "--out", str(out), timeout=180)
+    done = script(
+        "replica_throughput.py",
+        "--items",
+        "6",
+        "--latency-ms",
+        "0",
+        "--concurrency",
+        "2",
+        "--replicas",
+        "1,2",
+        "--out",
+        str(out),
+        timeout=180,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     runs = json.loads(out.read_text())
     assert [r["replicas"] for r in runs] == [1, 2]
@@ -231,8 +302,23 @@ def test_ray_throughput_runs_the_local_and_the_ray_engine(tmp_path):
     if importlib.util.find_spec("ray") is None or importlib.util.find_spec("pyarrow") is None:
         pytest.skip("Ray Data is not installed: pip install -e '.[ray]'")
     out = tmp_path / "ray.json"
-    done = script("ray_throughput.py", "--items", "8", "--latency-ms", "5", "--concurrency", "2", "--actors", "2",
-                  "--rounds", "1", "--skip-fault", "--out", str(out), timeout=240)
+    done = script(
+        "ray_throughput.py",
+        "--items",
+        "8",
+        "--latency-ms",
+        "5",
+        "--concurrency",
+        "2",
+        "--actors",
+        "2",
+        "--rounds",
+        "1",
+        "--skip-fault",
+        "--out",
+        str(out),
+        timeout=240,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["setup"]["items"] == 8 and result["setup"]["actors"] == [2]

@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 # --- a stub OpenAI-compatible endpoint on loopback that counts what reaches it ----------------------------
 
+
 def stub_reply(messages: list[dict], tag: str = "stub") -> str:
     """geval's reply for a target ``Claim number N.``: rating 5 for odd N, 2 for even N (N read from the
     fenced target, not from the prompt's wording); for the default method's verdict-first question about a
@@ -81,12 +82,17 @@ class StubEndpoint:
                 request = json.loads(body)
                 time.sleep(stub.latency_s)
                 content = stub_reply(request["messages"], f"request {digest[:16]}")
-                payload = json.dumps({
-                    "id": "stub", "object": "chat.completion", "model": request.get("model", "stub"),
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": content}}],
-                    "usage": {"prompt_tokens": 10, "completion_tokens": 5},
-                }).encode()
+                payload = json.dumps(
+                    {
+                        "id": "stub",
+                        "object": "chat.completion",
+                        "model": request.get("model", "stub"),
+                        "choices": [
+                            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}
+                        ],
+                        "usage": {"prompt_tokens": 10, "completion_tokens": 5},
+                    }
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
@@ -110,7 +116,7 @@ class StubEndpoint:
         """Answer the held requests and every later one."""
         self._released.set()
 
-    def __enter__(self) -> "StubEndpoint":
+    def __enter__(self) -> StubEndpoint:
         self._thread.start()
         return self
 
@@ -121,8 +127,16 @@ class StubEndpoint:
 
 
 def toy_examples(n: int) -> list[Example]:
-    return [Example(id=f"ex{i}", source=f"Source {i}: the cat sat on the mat.", target=f"Claim number {i}.",
-                    label=i % 2, split="evaluation" if i < n // 2 else "test") for i in range(n)]
+    return [
+        Example(
+            id=f"ex{i}",
+            source=f"Source {i}: the cat sat on the mat.",
+            target=f"Claim number {i}.",
+            label=i % 2,
+            split="evaluation" if i < n // 2 else "test",
+        )
+        for i in range(n)
+    ]
 
 
 def write_jsonl(path: Path, examples: list[Example]) -> Path:
@@ -131,6 +145,7 @@ def write_jsonl(path: Path, examples: list[Example]) -> Path:
 
 
 # --- a real redis-server on a free loopback port --------------------------------------------------------
+
 
 @pytest.fixture
 def redis_cache(redis_url, request):
@@ -147,6 +162,7 @@ def _completion(text: str = "hello") -> Completion:
 
 
 # --- the interface, on both backends --------------------------------------------------------------------
+
 
 @pytest.fixture(params=["sqlite", "redis"])
 def any_cache(request, tmp_path):
@@ -210,7 +226,9 @@ def test_redis_unreachable_fails_at_open_with_the_url():
 def test_redis_error_after_open_is_a_miss_not_a_failed_item(redis_url, capsys):
     cache = RedisCache(redis_url, prefix="down:")
     cache._client.connection_pool.disconnect()
-    cache._client = type(cache._client).from_url(f"redis://127.0.0.1:{free_loopback_port()}/0", socket_connect_timeout=0.2)
+    cache._client = type(cache._client).from_url(
+        f"redis://127.0.0.1:{free_loopback_port()}/0", socket_connect_timeout=0.2
+    )
     assert cache.get("k") is None
     cache.put("k", _completion())
     cache.put("k", _completion())
@@ -219,6 +237,7 @@ def test_redis_error_after_open_is_a_miss_not_a_failed_item(redis_url, capsys):
 
 
 # --- choosing the backend -------------------------------------------------------------------------------
+
 
 def test_open_cache_by_url(tmp_path, redis_url, monkeypatch):
     assert open_cache(Config(cache=False, cache_url=redis_url)) is None
@@ -231,8 +250,9 @@ def test_open_cache_by_url(tmp_path, redis_url, monkeypatch):
     assert relative.path == Path("rel.sqlite") and (tmp_path / "rel.sqlite").is_file()
     assert isinstance(open_cache(Config(cache_url=redis_url)), RedisCache)
     monkeypatch.setenv("HALLUSCOPE_CACHE_URL", redis_url)
-    assert Config().cache_url == redis_url and isinstance(get_llm(Config(base_url="http://127.0.0.1:9/v1")).cache,
-                                                          RedisCache)
+    assert Config().cache_url == redis_url and isinstance(
+        get_llm(Config(base_url="http://127.0.0.1:9/v1")).cache, RedisCache
+    )
     with pytest.raises(CacheBackendError, match="unsupported cache URL"):
         open_cache(Config(cache_url="postgres://db/cache"))
     with pytest.raises(CacheBackendError, match="no file"):
@@ -255,8 +275,7 @@ def test_two_clients_share_replies_through_redis(redis_cache):
 def test_sqlite_cache_is_shared_by_processes_on_one_machine(tmp_path):
     path = tmp_path / "shared.sqlite"
     ResponseCache(path).put("k", _completion("written by the parent"))
-    code = ("import sys; from halluscope.llm import ResponseCache; "
-            "print(ResponseCache(sys.argv[1]).get('k').text)")
+    code = "import sys; from halluscope.llm import ResponseCache; print(ResponseCache(sys.argv[1]).get('k').text)"
     out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "written by the parent", out.stderr
 
@@ -285,10 +304,21 @@ def test_rerun_from_another_process_makes_no_llm_call(tmp_path, redis_cache):
     data = write_jsonl(tmp_path / "toy.jsonl", toy_examples(6))
     url = f"{redis_cache.url}?prefix={redis_cache.prefix}"
     with StubEndpoint() as stub:
-        env = {**os.environ, "HALLUSCOPE_CACHE_URL": url, "HALLUSCOPE_MODEL": "stub",
-               "HALLUSCOPE_BASE_URL": stub.base_url, "XDG_CACHE_HOME": str(tmp_path / "child-xdg")}
-        child = subprocess.run([sys.executable, "-c", CHILD_RUN, str(data), str(tmp_path / "first")], env=env,
-                               capture_output=True, text=True, timeout=120, cwd=REPO)
+        env = {
+            **os.environ,
+            "HALLUSCOPE_CACHE_URL": url,
+            "HALLUSCOPE_MODEL": "stub",
+            "HALLUSCOPE_BASE_URL": stub.base_url,
+            "XDG_CACHE_HOME": str(tmp_path / "child-xdg"),
+        }
+        child = subprocess.run(
+            [sys.executable, "-c", CHILD_RUN, str(data), str(tmp_path / "first")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=REPO,
+        )
         assert child.returncode == 0, child.stderr
         assert len(stub.answered) == 6 and len(redis_cache) == 6
 
@@ -299,8 +329,16 @@ def test_rerun_from_another_process_makes_no_llm_call(tmp_path, redis_cache):
         from halluscope.methods import get_method
 
         config = Config(model="stub", base_url=stub.base_url, cache_url=url)
-        results = asyncio.run(run_bench(get_method("geval", config=config), load_dataset(str(data)),
-                                        tmp_path / "second", progress=False, n_bootstrap=0, suite_names=[]))
+        results = asyncio.run(
+            run_bench(
+                get_method("geval", config=config),
+                load_dataset(str(data)),
+                tmp_path / "second",
+                progress=False,
+                n_bootstrap=0,
+                suite_names=[],
+            )
+        )
         assert len(stub.arrived) == 6  # nothing more reached the endpoint
         assert results["usage"]["calls"] == 0 and results["usage"]["cache_hits"] == 6
         assert _scores(tmp_path / "second") == _scores(tmp_path / "first")

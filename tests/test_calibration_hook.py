@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from halluscope.bench.datasets import Dataset
-from halluscope.bench.runner import ITEMS_FILE, RUN_FILE, RESULTS_MD, run_bench
+from halluscope.bench.runner import ITEMS_FILE, RESULTS_MD, RUN_FILE, run_bench
 from halluscope.methods.base import Method
 from halluscope.methods.options import MethodOptions
 from halluscope.records import Example, Report
@@ -51,8 +51,9 @@ class LengthCut(Method):
     async def calibrate(self, dev_items, bench):
         LengthCut.calibrated.append([e.id for e in dev_items])
         probe = LengthCut(cut=1e9)  # scored on the dev items through the bench (a run of its own)
-        results, reports = await bench.score(probe, list(dev_items), bench.selection_name,
-                                             bench.out_dir / "calibration", judge=bench.judge, suites=())
+        results, reports = await bench.score(
+            probe, list(dev_items), bench.selection_name, bench.out_dir / "calibration", judge=bench.judge, suites=()
+        )
         assert results["n"] == len(dev_items)
         cut = min(len(e.target) for e in dev_items if e.label == 0) - 0.5
         record = CutRecord(cut=cut, dev_ids=[e.id for e in dev_items], dev_scores=[r.score for r in reports])
@@ -61,8 +62,10 @@ class LengthCut(Method):
 
 def _examples() -> list[Example]:
     targets = ["short", "a much longer target text", "tiny", "another quite long target", "mid size", "x" * 30]
-    return [Example(id=f"e{i}", source="s", target=t, label=0 if len(t) > 20 else 1,
-                    split="dev" if i < 3 else "test") for i, t in enumerate(targets)]
+    return [
+        Example(id=f"e{i}", source="s", target=t, label=0 if len(t) > 20 else 1, split="dev" if i < 3 else "test")
+        for i, t in enumerate(targets)
+    ]
 
 
 async def test_a_method_that_needs_calibration_is_calibrated_on_the_dev_split(tmp_path):
@@ -75,14 +78,21 @@ async def test_a_method_that_needs_calibration_is_calibrated_on_the_dev_split(tm
     assert "**cut** chosen on 3 dev items: 24.5" in (tmp_path / RESULTS_MD).read_text()
     rows = [json.loads(line) for line in (tmp_path / ITEMS_FILE).read_text().splitlines()]
     assert {r["example_id"]: r["report"]["score"] for r in rows} == {
-        "e0": 1.0, "e1": 0.0, "e2": 1.0, "e3": 0.0, "e4": 1.0, "e5": 0.0}
+        "e0": 1.0,
+        "e1": 0.0,
+        "e2": 1.0,
+        "e3": 0.0,
+        "e4": 1.0,
+        "e5": 0.0,
+    }
     assert (tmp_path / "calibration" / ITEMS_FILE).is_file()  # the dev scoring is a bench run of its own
 
 
 async def test_holdout_items_are_calibrated_on_and_not_scored(tmp_path):
     LengthCut.calibrated.clear()
-    results = await run_bench(LengthCut(), Dataset("toy", None, _examples()), tmp_path, progress=False,
-                              n_bootstrap=0, select_holdout=0.5)
+    results = await run_bench(
+        LengthCut(), Dataset("toy", None, _examples()), tmp_path, progress=False, n_bootstrap=0, select_holdout=0.5
+    )
     held = set(LengthCut.calibrated[0])
     assert len(held) == 3 and results["n"] == 3
     scored = {json.loads(line)["example_id"] for line in (tmp_path / ITEMS_FILE).read_text().splitlines()}
@@ -91,7 +101,13 @@ async def test_holdout_items_are_calibrated_on_and_not_scored(tmp_path):
 
 async def test_a_method_with_nothing_to_choose_is_not_calibrated(tmp_path):
     LengthCut.calibrated.clear()
-    results = await run_bench(LengthCut(cut=10), Dataset("toy", None, _examples()), tmp_path, progress=False,
-                              n_bootstrap=0, select_holdout=0.5)
+    results = await run_bench(
+        LengthCut(cut=10),
+        Dataset("toy", None, _examples()),
+        tmp_path,
+        progress=False,
+        n_bootstrap=0,
+        select_holdout=0.5,
+    )
     assert LengthCut.calibrated == [] and results["final_protocol"] is None and results["n"] == 6
     assert "final_protocol" not in json.loads((tmp_path / RUN_FILE).read_text())

@@ -29,8 +29,9 @@ def test_a_long_factscore_target_stops_at_the_default_budget():
     assert "budget of 1000 LLM calls" in report.unscored_reason and "max_calls" in report.unscored_reason
 
 
-@pytest.mark.parametrize("method, options", [("factscore", {}), ("dcr", {}), ("probe", {}),
-                                             ("factscore", {"batch_size": 3})])
+@pytest.mark.parametrize(
+    "method, options", [("factscore", {}), ("dcr", {}), ("probe", {}), ("factscore", {"batch_size": 3})]
+)
 def test_a_check_past_its_option_budget_is_unscored_never_cut(method, options):
     full = StageScript()
     needed = len(get_method(method, llm=_llm(full), **options).check(SOURCE, TARGET).calls)
@@ -47,8 +48,12 @@ def test_the_budget_comes_from_the_config_and_zero_means_no_limit():
     script = StageScript()
     report = get_method("dcr", llm=_llm(script), config=Config(cache=False, max_calls=1)).check(SOURCE, TARGET)
     assert report.score is None and "budget of 1 LLM calls" in report.unscored_reason
-    assert get_method("dcr", llm=_llm(StageScript()), config=Config(cache=False, max_calls=1),
-                      max_calls=0).check(SOURCE, TARGET).score is not None
+    assert (
+        get_method("dcr", llm=_llm(StageScript()), config=Config(cache=False, max_calls=1), max_calls=0)
+        .check(SOURCE, TARGET)
+        .score
+        is not None
+    )
 
 
 def test_the_option_is_recorded_and_validated():

@@ -36,8 +36,10 @@ def files(tmp_path):
 @pytest.fixture
 def scripted_llm(monkeypatch):
     """Route methods that build their LLM from the config to a scripted fake model."""
+
     def install(*replies):
         monkeypatch.setattr(method_base, "get_llm", lambda config: fake_llm(*replies))
+
     return install
 
 
@@ -57,8 +59,23 @@ def test_check_with_rouge_prints_score(runner, files) -> None:
 
 def test_check_json_is_a_full_report(runner, files) -> None:
     source, target = files
-    result = runner.invoke(app, ["check", "-s", str(source), "-t", str(target), "--method", "rouge", "--json",
-                                 "--threshold", "0.99", "-o", "variant=rouge1"])
+    result = runner.invoke(
+        app,
+        [
+            "check",
+            "-s",
+            str(source),
+            "-t",
+            str(target),
+            "--method",
+            "rouge",
+            "--json",
+            "--threshold",
+            "0.99",
+            "-o",
+            "variant=rouge1",
+        ],
+    )
     assert result.exit_code == 1, result.output  # inconsistent
     report = Report.model_validate_json(result.output)
     assert report.method == "rouge" and report.threshold == 0.99 and report.label == "inconsistent"
@@ -67,8 +84,12 @@ def test_check_json_is_a_full_report(runner, files) -> None:
 
 def test_check_default_method_with_an_llm(runner, files, scripted_llm) -> None:
     """The default: a claim method, verdict first (one yes/no reply per sentence, the flagged one explained)."""
-    explanation = {"reason": "The source says Tuesday, not Friday.", "evidence": "on Tuesday", "contradicted": True,
-                   "fix": "The council approved the budget on Tuesday."}
+    explanation = {
+        "reason": "The source says Tuesday, not Friday.",
+        "evidence": "on Tuesday",
+        "contradicted": True,
+        "fix": "The council approved the budget on Tuesday.",
+    }
     scripted_llm("No", json.dumps(explanation))
     source, target = files
     result = runner.invoke(app, ["check", "-s", str(source), "-t", str(target), "--json"])
@@ -82,8 +103,9 @@ def test_check_default_method_with_an_llm(runner, files, scripted_llm) -> None:
 
 def test_check_reads_stdin(runner, files) -> None:
     source, _ = files
-    result = runner.invoke(app, ["check", "-s", str(source), "-t", "-", "--method", "rouge", "--json"],
-                           input=TARGET.encode())
+    result = runner.invoke(
+        app, ["check", "-s", str(source), "-t", "-", "--method", "rouge", "--json"], input=TARGET.encode()
+    )
     assert result.exit_code == 0, result.output
     expected = get_method("rouge").check(SOURCE, TARGET).score  # the target came from stdin, whole
     assert Report.model_validate_json(result.output).score == expected > 0
@@ -151,11 +173,17 @@ def test_unknown_method_and_bad_options(runner, files) -> None:
     source, target = files
     unknown = runner.invoke(app, ["check", "-s", str(source), "-t", str(target), "--method", "nope"])
     assert unknown.exit_code == 2 and "unknown method 'nope'" in unknown.output
-    bad_value = runner.invoke(app, ["check", "-s", str(source), "-t", str(target), "--method", "rouge", "-o", "variant=x"])
+    bad_value = runner.invoke(
+        app, ["check", "-s", str(source), "-t", str(target), "--method", "rouge", "-o", "variant=x"]
+    )
     assert bad_value.exit_code == 2 and "unknown rouge variant" in bad_value.output
-    bad_key = runner.invoke(app, ["check", "-s", str(source), "-t", str(target), "--method", "rouge", "-o", "colour=red"])
+    bad_key = runner.invoke(
+        app, ["check", "-s", str(source), "-t", str(target), "--method", "rouge", "-o", "colour=red"]
+    )
     assert bad_key.exit_code == 2 and "colour" in bad_key.output
-    malformed = runner.invoke(app, ["check", "-s", str(source), "-t", str(target), "--method", "rouge", "-o", "novalue"])
+    malformed = runner.invoke(
+        app, ["check", "-s", str(source), "-t", str(target), "--method", "rouge", "-o", "novalue"]
+    )
     assert malformed.exit_code == 2 and "KEY=VALUE" in malformed.output
 
 

@@ -33,6 +33,7 @@ def pair(tmp_path):
         (tmp_path / "source.txt").write_text(SOURCE)
         (tmp_path / "target.txt").write_text(target)
         return ["check", "-s", str(tmp_path / "source.txt"), "-t", str(tmp_path / "target.txt")]
+
     return write
 
 
@@ -115,8 +116,16 @@ def test_batch_exit_codes_summary_fail_under_and_retry_unscored(runner, tmp_path
     monkeypatch.setattr(methods, "get_method", lambda name, **kw: Flaky() if name == "flaky" else real(name, **kw))
     rows = [{"source": SOURCE, "target": t} for t in ("good one", "good flaky")]
     (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    args = ["check", "-i", str(tmp_path / "in.jsonl"), "-O", str(tmp_path / "out.jsonl"), "--method", "flaky",
-            "--no-progress"]
+    args = [
+        "check",
+        "-i",
+        str(tmp_path / "in.jsonl"),
+        "-O",
+        str(tmp_path / "out.jsonl"),
+        "--method",
+        "flaky",
+        "--no-progress",
+    ]
     first = runner.invoke(app, args)
     assert first.exit_code == 3, first.output  # a row could not be scored, none inconsistent
     assert "1 scored, 1 unscored, 0 inconsistent" in first.output
@@ -140,10 +149,23 @@ def test_batch_exit_codes_summary_fail_under_and_retry_unscored(runner, tmp_path
 
 def test_retry_unscored_refuses_another_inputs_results(runner, tmp_path) -> None:
     (tmp_path / "in.jsonl").write_text(json.dumps({"source": SOURCE, "target": CONSISTENT}) + "\n")
-    (tmp_path / "out.jsonl").write_text(json.dumps({"source": "other", "target": CONSISTENT, "score": None,
-                                                    "method": "rouge", "model": None}) + "\n")
-    result = runner.invoke(app, ["check", "-i", str(tmp_path / "in.jsonl"), "-O", str(tmp_path / "out.jsonl"),
-                                 "--method", "rouge", "--retry-unscored", "--no-progress"])
+    (tmp_path / "out.jsonl").write_text(
+        json.dumps({"source": "other", "target": CONSISTENT, "score": None, "method": "rouge", "model": None}) + "\n"
+    )
+    result = runner.invoke(
+        app,
+        [
+            "check",
+            "-i",
+            str(tmp_path / "in.jsonl"),
+            "-O",
+            str(tmp_path / "out.jsonl"),
+            "--method",
+            "rouge",
+            "--retry-unscored",
+            "--no-progress",
+        ],
+    )
     assert result.exit_code == 2 and "another pair" in result.output
 
 
@@ -152,18 +174,28 @@ def test_linter_output_names_lines_columns_evidence_and_confidence() -> None:
     target = "Intro.\nIt passed on Friday."
     at = target.index("Friday")
     ev_at = source.index("Tuesday")
-    finding = Finding(description="the source says Tuesday", kind="contradicted", confidence=0.875,
-                      target_spans=[Span(start=at, end=at + 6)],
-                      evidence=[Evidence(text="Tuesday", span=Span(start=ev_at, end=ev_at + 7), relation="contradicts")])
-    report = Report(method="m", score=0.0, subscores={"claims": 3.0, "precision": 0.5},
-                    findings=[finding]).with_threshold(0.5)
+    finding = Finding(
+        description="the source says Tuesday",
+        kind="contradicted",
+        confidence=0.875,
+        target_spans=[Span(start=at, end=at + 6)],
+        evidence=[Evidence(text="Tuesday", span=Span(start=ev_at, end=ev_at + 7), relation="contradicts")],
+    )
+    report = Report(
+        method="m", score=0.0, subscores={"claims": 3.0, "precision": 0.5}, findings=[finding]
+    ).with_threshold(0.5)
     text = report_text(report, Texts(source, target, "src.txt", "answer.txt"))
     assert 'answer.txt:2:14: contradicted: "Friday" [confidence 0.88]' in text
     assert 'evidence (contradicts) at src.txt:2:22: "Tuesday"' in text
     assert "claims=3, precision=0.500" in text and "-> inconsistent (1 finding)" in text
     assert line_col("ab\ncd", 4) == (2, 2) and number(2.0) == "2" and number(0.25) == "0.250"
-    chunked = finding.model_copy(update={"evidence": [Evidence(text="Tuesday", span=Span(start=0, end=7), chunk=1,
-                                                               chunk_span=Span(start=10, end=17))]})
+    chunked = finding.model_copy(
+        update={
+            "evidence": [
+                Evidence(text="Tuesday", span=Span(start=0, end=7), chunk=1, chunk_span=Span(start=10, end=17))
+            ]
+        }
+    )
     texts = Texts("", target, chunks=["x", "Line\nwith Tuesday"])
     assert "chunk 1, line 2:6" in report_text(report.model_copy(update={"findings": [chunked]}), texts)
 
@@ -179,10 +211,13 @@ def test_the_text_output_shows_the_verified_rewrite_as_the_suggested_fix() -> No
     diff = "--- target\n+++ improved\n-The ferry is paid by the city.\n+Two thirds come from a regional grant.\n"
     report = Report(method="improve", score=0.5, details={"improved": True, "best_round": 1, "diff": diff})
     text = report_text(report.with_threshold(1.0), Texts("s", "t"))
-    assert ("suggested fix (verified rewrite, round 1):\n   -The ferry is paid by the city.\n"
-            "   +Two thirds come from a regional grant.") in text
-    assert "suggested fix" not in report_text(Report(method="improve", score=1.0, details={"improved": False}),
-                                               Texts("s", "t"))
+    assert (
+        "suggested fix (verified rewrite, round 1):\n   -The ferry is paid by the city.\n"
+        "   +Two thirds come from a regional grant."
+    ) in text
+    assert "suggested fix" not in report_text(
+        Report(method="improve", score=1.0, details={"improved": False}), Texts("s", "t")
+    )
 
 
 def test_claims_lists_passing_claims_with_the_chunk_of_their_evidence(runner, tmp_path) -> None:
@@ -203,8 +238,23 @@ def test_only_one_input_reads_standard_input(runner, tmp_path) -> None:
     (tmp_path / "a.txt").write_text("Paris is the capital of France.")
     twice = runner.invoke(app, ["check", "-c", "-", "-c", str(tmp_path / "a.txt"), "-t", "-"], input=b"text")
     assert twice.exit_code == 2 and "standard input" in twice.output
-    piped = runner.invoke(app, ["check", "-c", "-", "-c", str(tmp_path / "a.txt"), "-t", str(tmp_path / "a.txt"),
-                                "--method", "gate", "--format", "json"], input=b"It has 2.1 million inhabitants.")
+    piped = runner.invoke(
+        app,
+        [
+            "check",
+            "-c",
+            "-",
+            "-c",
+            str(tmp_path / "a.txt"),
+            "-t",
+            str(tmp_path / "a.txt"),
+            "--method",
+            "gate",
+            "--format",
+            "json",
+        ],
+        input=b"It has 2.1 million inhabitants.",
+    )
     assert piped.exit_code == 0 and len(Report.model_validate_json(piped.output).source_chunks) == 2
 
 

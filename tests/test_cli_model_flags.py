@@ -13,8 +13,18 @@ from typer.testing import CliRunner
 from halluscope.cli.common import MODEL_FLAGS, NO_FLAGS, ModelFlags, model_options
 from halluscope.cli.main import app
 
-MODEL_COMMANDS = [["check"], ["improve"], ["bench"], ["bench-sweep"], ["reproduce"], ["fit-combiner"], ["serve"],
-                  ["generate", "inject"], ["generate", "montage"], ["generate", "perturb"]]
+MODEL_COMMANDS = [
+    ["check"],
+    ["improve"],
+    ["bench"],
+    ["bench-sweep"],
+    ["reproduce"],
+    ["fit-combiner"],
+    ["serve"],
+    ["generate", "inject"],
+    ["generate", "montage"],
+    ["generate", "perturb"],
+]
 
 
 def _command(path: list[str]):
@@ -34,9 +44,9 @@ def test_every_model_command_takes_the_one_block(path):
     names = [p.name for p in params]
     expected = [n for n in MODEL_FLAGS if path != ["serve"] or n != "no_cache"]  # serve: every flag has a variable
     at = names.index("model")
-    assert names[at:at + len(expected)] == expected  # side by side, in the declared order
+    assert names[at : at + len(expected)] == expected  # side by side, in the declared order
     declared = _declared()
-    for param in params[at:at + len(expected)]:
+    for param in params[at : at + len(expected)]:
         info = declared[param.name]
         assert param.help == info.help and param.envvar == info.envvar and param.default is None
         assert param.opts[0] == info.default.split("/")[0]  # the long spelling (Annotated keeps it in `default`)
@@ -48,18 +58,28 @@ def test_a_command_gets_the_flags_as_one_record_and_its_own_options_as_before(mo
 
     @toy.command()
     @model_options()
-    def run(name: Annotated[str, typer.Option()] = "x", flags: ModelFlags = NO_FLAGS,
-            last: Annotated[int, typer.Option()] = 0) -> None:
+    def run(
+        name: Annotated[str, typer.Option()] = "x",
+        flags: ModelFlags = NO_FLAGS,
+        last: Annotated[int, typer.Option()] = 0,
+    ) -> None:
         seen.update(name=name, flags=flags, last=last)
 
     monkeypatch.setenv("HALLUSCOPE_BASE_URL", "http://127.0.0.1:9/v1")
     result = CliRunner().invoke(toy, ["--name", "y", "-m", "stub", "--no-cache", "--concurrency", "3", "--last", "2"])
     assert result.exit_code == 0, result.output
-    assert seen == {"name": "y", "last": 2, "flags": ModelFlags(model="stub", base_url="http://127.0.0.1:9/v1",
-                                                                 no_cache=True, concurrency=3)}
+    assert seen == {
+        "name": "y",
+        "last": 2,
+        "flags": ModelFlags(model="stub", base_url="http://127.0.0.1:9/v1", no_cache=True, concurrency=3),
+    }
     config = seen["flags"].config()
-    assert (config.model, config.base_url, config.cache, config.max_concurrency) == ("stub", "http://127.0.0.1:9/v1",
-                                                                                   False, 3)
+    assert (config.model, config.base_url, config.cache, config.max_concurrency) == (
+        "stub",
+        "http://127.0.0.1:9/v1",
+        False,
+        3,
+    )
     refused = CliRunner().invoke(toy, ["--concurrency", "0"])
     assert refused.exit_code == 2 and "--concurrency" in refused.output
 

@@ -17,18 +17,46 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def compare(old: Path, new: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "benchmarks" / "compare_bench_runs.py"), str(old), str(new)],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "compare_bench_runs.py"), str(old), str(new)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_two_runs_of_the_same_command_are_identical_and_a_changed_score_is_not(tmp_path) -> None:
     data = tmp_path / "items.jsonl"
-    data.write_text("".join(json.dumps({"id": f"q{i}", "source": "The cat sat on the mat near the door.",
-                                        "target": "The cat sat on the mat" + " quietly" * i + ".",
-                                        "human_score": i % 2}) + "\n" for i in range(3)))
+    data.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "id": f"q{i}",
+                    "source": "The cat sat on the mat near the door.",
+                    "target": "The cat sat on the mat" + " quietly" * i + ".",
+                    "human_score": i % 2,
+                }
+            )
+            + "\n"
+            for i in range(3)
+        )
+    )
     for root in ("old", "new"):
-        result = CliRunner().invoke(app, ["bench", "-d", str(data), "--methods", "rouge,gate", "--bootstrap", "50",
-                                          "--no-progress", "-O", str(tmp_path / root / "qags")])
+        result = CliRunner().invoke(
+            app,
+            [
+                "bench",
+                "-d",
+                str(data),
+                "--methods",
+                "rouge,gate",
+                "--bootstrap",
+                "50",
+                "--no-progress",
+                "-O",
+                str(tmp_path / root / "qags"),
+            ],
+        )
         assert result.exit_code == 0, result.output
 
     same = compare(tmp_path / "old", tmp_path / "new")

@@ -12,8 +12,15 @@ from halluscope.config import Config, ConfigFileError, config_file
 @pytest.fixture
 def here(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    for key in ("HALLUSCOPE_CONFIG", "HALLUSCOPE_MODEL", "HALLUSCOPE_MAX_CONCURRENCY", "HALLUSCOPE_CACHE",
-                "HALLUSCOPE_OTEL", "HALLUSCOPE_METHOD", "HALLUSCOPE_THRESHOLD"):
+    for key in (
+        "HALLUSCOPE_CONFIG",
+        "HALLUSCOPE_MODEL",
+        "HALLUSCOPE_MAX_CONCURRENCY",
+        "HALLUSCOPE_CACHE",
+        "HALLUSCOPE_OTEL",
+        "HALLUSCOPE_METHOD",
+        "HALLUSCOPE_THRESHOLD",
+    ):
         monkeypatch.delenv(key, raising=False)
     return tmp_path
 
@@ -26,8 +33,10 @@ def test_no_file_means_defaults(here):
 def test_pyproject_table_is_read_and_a_pyproject_without_it_is_ignored(here):
     (here / "pyproject.toml").write_text('[project]\nname = "x"\n', encoding="utf-8")
     assert config_file() is None
-    (here / "pyproject.toml").write_text('[project]\nname = "x"\n\n[tool.halluscope]\nmodel = "qwen2.5:7b"\n'
-                                         'max_concurrency = 3\notel = true\n', encoding="utf-8")
+    (here / "pyproject.toml").write_text(
+        '[project]\nname = "x"\n\n[tool.halluscope]\nmodel = "qwen2.5:7b"\nmax_concurrency = 3\notel = true\n',
+        encoding="utf-8",
+    )
     config = Config()
     assert (config.model, config.max_concurrency, config.otel) == ("qwen2.5:7b", 3, True)
 
@@ -96,9 +105,11 @@ def test_the_file_sets_method_threshold_and_per_method_options(here):
     from halluscope.cli.main import app
     from halluscope.records import Report
 
-    (here / "pyproject.toml").write_text('[tool.halluscope]\nmethod = "gate"\nthreshold = 0.8\n\n'
-                                         '[tool.halluscope.options.gate]\ntop_k = 2\nuncertain = "unscored"\n',
-                                         encoding="utf-8")
+    (here / "pyproject.toml").write_text(
+        '[tool.halluscope]\nmethod = "gate"\nthreshold = 0.8\n\n'
+        '[tool.halluscope.options.gate]\ntop_k = 2\nuncertain = "unscored"\n',
+        encoding="utf-8",
+    )
     report = halluscope.check(SOURCE, TARGET)  # no method named: the file's
     assert report.method == "gate" and report.threshold == 0.8
     from halluscope.methods import get_method
@@ -125,12 +136,12 @@ def test_errors_name_the_key_and_the_file(here, monkeypatch):
     message = str(caught.value)
     assert f"key 'threshold' in {here / 'halluscope.toml'}" in message and "'high'" in message
     assert "pydantic" not in message and "errors.pydantic.dev" not in message
-    (here / "halluscope.toml").write_text('threshold = 0.5\n', encoding="utf-8")
+    (here / "halluscope.toml").write_text("threshold = 0.5\n", encoding="utf-8")
     monkeypatch.setenv("HALLUSCOPE_MAX_CONCURRENCY", "many")
     with pytest.raises(ConfigError, match="environment variable HALLUSCOPE_MAX_CONCURRENCY"):
         Config()
     monkeypatch.delenv("HALLUSCOPE_MAX_CONCURRENCY")
-    (here / "halluscope.toml").write_text('[options.gate]\ntop_kk = 2\n', encoding="utf-8")
+    (here / "halluscope.toml").write_text("[options.gate]\ntop_kk = 2\n", encoding="utf-8")
     (here / "s.txt").write_text(SOURCE, encoding="utf-8")
     result = CliRunner().invoke(app, ["check", "--method", "gate", "-s", "s.txt", "-t", "s.txt"])
     assert result.exit_code == 2 and "top_kk" in result.output and str(here / "halluscope.toml") in result.output

@@ -117,10 +117,16 @@ def test_cmd_parses_with_the_cli_and_takes_its_settings_from_the_environment(cap
     for key in list(__import__("os").environ):
         if key.startswith("HALLUSCOPE_"):
             monkeypatch.delenv(key)
-    env = {**stage_env(), "HALLUSCOPE_SERVER_TOKEN": "secret", "HALLUSCOPE_MODEL": "gpt-4o-mini",
-           "HALLUSCOPE_BASE_URL": "http://models.internal/v1", "HALLUSCOPE_SERVER_MAX_IN_FLIGHT": "3",
-           "HALLUSCOPE_SERVER_CHECK_TIMEOUT": "12.5", "HALLUSCOPE_SERVER_METRICS_PUBLIC": "true",
-           "HALLUSCOPE_MAX_CONCURRENCY": "5"}
+    env = {
+        **stage_env(),
+        "HALLUSCOPE_SERVER_TOKEN": "secret",
+        "HALLUSCOPE_MODEL": "gpt-4o-mini",
+        "HALLUSCOPE_BASE_URL": "http://models.internal/v1",
+        "HALLUSCOPE_SERVER_MAX_IN_FLIGHT": "3",
+        "HALLUSCOPE_SERVER_CHECK_TIMEOUT": "12.5",
+        "HALLUSCOPE_SERVER_METRICS_PUBLIC": "true",
+        "HALLUSCOPE_MAX_CONCURRENCY": "5",
+    }
     result = CliRunner().invoke(app, _cmd(), env=env)
     assert result.exit_code == 0, result.output
     assert captured["host"] == "0.0.0.0" and captured["port"] == 8080
@@ -196,10 +202,17 @@ def test_image_command_serves_health_with_the_image_environment(tmp_path):
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if not k.startswith("HALLUSCOPE_")}
     env.update(stage_env())
-    env.update({"HALLUSCOPE_SERVER_PORT": str(port), "HALLUSCOPE_SERVER_JOBS_DB": str(tmp_path / "jobs.sqlite"),
-                "XDG_CACHE_HOME": str(tmp_path / "cache"), "HALLUSCOPE_SERVER_TOKEN": "secret",
-                "HALLUSCOPE_MODEL": "remote-model", "HALLUSCOPE_BASE_URL": "http://127.0.0.1:9/v1",
-                "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])})
+    env.update(
+        {
+            "HALLUSCOPE_SERVER_PORT": str(port),
+            "HALLUSCOPE_SERVER_JOBS_DB": str(tmp_path / "jobs.sqlite"),
+            "XDG_CACHE_HOME": str(tmp_path / "cache"),
+            "HALLUSCOPE_SERVER_TOKEN": "secret",
+            "HALLUSCOPE_MODEL": "remote-model",
+            "HALLUSCOPE_BASE_URL": "http://127.0.0.1:9/v1",
+            "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
+        }
+    )
     cmd = [sys.executable, "-m", "halluscope", *_cmd()]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     check = [sys.executable, "-m", "halluscope.server.healthcheck"]
@@ -223,6 +236,7 @@ def test_image_command_serves_health_with_the_image_environment(tmp_path):
 
 # ------------------------------------------------------------------------------------------ the image's pieces
 
+
 def _fake_proc(root: Path, processes: dict[int, tuple[int, list[str]]]) -> Path:
     for pid, (ppid, argv) in processes.items():
         d = root / str(pid)
@@ -232,24 +246,36 @@ def _fake_proc(root: Path, processes: dict[int, tuple[int, list[str]]]) -> Path:
     return root
 
 
-@pytest.mark.parametrize("processes, port", [
-    ({1: (0, ["/usr/local/bin/python", "/usr/local/bin/halluscope", "serve", "--port", "9000"])}, 9000),
-    ({1: (0, ["halluscope", "serve", "--port=9100"])}, 9100),
-    ({1: (0, ["/sbin/docker-init", "--", "halluscope", "serve"]),
-      7: (1, ["/usr/local/bin/python", "/usr/local/bin/halluscope", "serve", "--port", "9200", "--workers", "2"])},
-     9200),  # docker run --init: serve is a child of process 1
-    ({1: (0, ["python", "-m", "halluscope.server", "--port", "9300"])}, 9300),
-    ({1: (0, ["halluscope", "serve"])}, None),  # no --port: the variable, else 8080
-    ({1: (0, ["/sbin/init"]), 40: (12, ["halluscope", "serve", "--port", "9400"])}, None),  # not the container's
-])
+@pytest.mark.parametrize(
+    "processes, port",
+    [
+        ({1: (0, ["/usr/local/bin/python", "/usr/local/bin/halluscope", "serve", "--port", "9000"])}, 9000),
+        ({1: (0, ["halluscope", "serve", "--port=9100"])}, 9100),
+        (
+            {
+                1: (0, ["/sbin/docker-init", "--", "halluscope", "serve"]),
+                7: (
+                    1,
+                    ["/usr/local/bin/python", "/usr/local/bin/halluscope", "serve", "--port", "9200", "--workers", "2"],
+                ),
+            },
+            9200,
+        ),  # docker run --init: serve is a child of process 1
+        ({1: (0, ["python", "-m", "halluscope.server", "--port", "9300"])}, 9300),
+        ({1: (0, ["halluscope", "serve"])}, None),  # no --port: the variable, else 8080
+        ({1: (0, ["/sbin/init"]), 40: (12, ["halluscope", "serve", "--port", "9400"])}, None),  # not the container's
+    ],
+)
 def test_the_healthcheck_follows_the_port_serve_was_given(tmp_path, processes, port):
     from halluscope.server import healthcheck
 
     root = _fake_proc(tmp_path / "proc", processes)
     assert healthcheck.serve_port_from_proc(root) == port
     expected = port or 8123
-    assert healthcheck.health_url({"HALLUSCOPE_SERVER_PORT": "8123"}, proc_root=root) == \
-        f"http://127.0.0.1:{expected}/health"
+    assert (
+        healthcheck.health_url({"HALLUSCOPE_SERVER_PORT": "8123"}, proc_root=root)
+        == f"http://127.0.0.1:{expected}/health"
+    )
 
 
 def test_the_runtime_image_has_the_openmp_runtime_and_a_pinned_base():
@@ -287,8 +313,9 @@ def _docker_available() -> str | None:
     if shutil.which("docker") is None:
         return "no docker client on this machine"
     try:
-        info = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True,
-                              timeout=30)
+        info = subprocess.run(
+            ["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True, timeout=30
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"docker info failed: {exc}"
     if info.returncode != 0:
@@ -314,16 +341,45 @@ def test_the_image_builds_and_reports_healthy_on_another_port(tmp_path):
     import os
 
     name = f"halluscope-test-{os.getpid()}"
-    run = subprocess.run(["docker", "run", "-d", "--name", name, "--user", f"{os.getuid()}:{os.getgid()}",
-                          "-v", f"{data}:/data", "-e", "HALLUSCOPE_SERVER_TOKEN=t", "-e", "HALLUSCOPE_MODEL=remote",
-                          "-e", "HALLUSCOPE_BASE_URL=http://127.0.0.1:9/v1", "--health-interval", "2s", tag,
-                          "halluscope", "serve", "--port", "9000"], capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [
+            "docker",
+            "run",
+            "-d",
+            "--name",
+            name,
+            "--user",
+            f"{os.getuid()}:{os.getgid()}",
+            "-v",
+            f"{data}:/data",
+            "-e",
+            "HALLUSCOPE_SERVER_TOKEN=t",
+            "-e",
+            "HALLUSCOPE_MODEL=remote",
+            "-e",
+            "HALLUSCOPE_BASE_URL=http://127.0.0.1:9/v1",
+            "--health-interval",
+            "2s",
+            tag,
+            "halluscope",
+            "serve",
+            "--port",
+            "9000",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
     try:
         status = ""
         for _ in range(90):
-            status = subprocess.run(["docker", "inspect", "--format", "{{.State.Health.Status}}", name],
-                                    capture_output=True, text=True, timeout=30).stdout.strip()
+            status = subprocess.run(
+                ["docker", "inspect", "--format", "{{.State.Health.Status}}", name],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            ).stdout.strip()
             if status in ("healthy", "unhealthy"):
                 break
             time.sleep(2)

@@ -12,7 +12,7 @@ import halluscope
 from halluscope.cli.main import app
 from halluscope.contexts import CHUNK_SEPARATOR, chunk_of, join_contexts
 from halluscope.methods.base import InputError, Method
-from halluscope.records import Evidence, Finding, Report, Span, Verdict, Claim
+from halluscope.records import Claim, Evidence, Finding, Report, Span, Verdict
 
 CHUNKS = ["Paris is the capital of France.", "It has 2.1 million inhabitants."]
 ANSWER = "Paris has 9 million inhabitants."
@@ -31,10 +31,17 @@ class QuotesTheSecondChunk(Method):
         across = Evidence(text=source, span=Span(start=0, end=len(source)), relation="supports")
         loose = Evidence(text="a paraphrase", relation="related")
         at = target.index("9 million")
-        finding = Finding(description="the source says 2.1 million", kind="contradicted",
-                          target_spans=[Span(start=at, end=at + 9)], evidence=[quote, loose])
-        verdict = Verdict(claim=Claim(text=target, target_spans=[Span(start=0, end=len(target))]),
-                          label="contradicted", evidence=[quote, across])
+        finding = Finding(
+            description="the source says 2.1 million",
+            kind="contradicted",
+            target_spans=[Span(start=at, end=at + 9)],
+            evidence=[quote, loose],
+        )
+        verdict = Verdict(
+            claim=Claim(text=target, target_spans=[Span(start=0, end=len(target))]),
+            label="contradicted",
+            evidence=[quote, across],
+        )
         return Report(method=self.name, score=0.0, findings=[finding], verdicts=[verdict])
 
 
@@ -85,16 +92,24 @@ def test_the_public_api_takes_chunks_and_says_which_one_is_bad() -> None:
 pd = pytest.importorskip("pandas", reason="dataframe extra not installed")
 
 
-@pytest.mark.parametrize("source, target, question", [("retrieved_contexts", "response", "user_input"),
-                                                      ("retrieval_context", "actual_output", "input")])
+@pytest.mark.parametrize(
+    "source, target, question",
+    [("retrieved_contexts", "response", "user_input"), ("retrieval_context", "actual_output", "input")],
+)
 def test_evaluate_takes_ragas_and_deepeval_frames_unchanged(source, target, question) -> None:
     frame = pd.DataFrame({question: ["How many people live in Paris?"], source: [CHUNKS], target: [ANSWER]})
     out = halluscope.evaluate(frame, method=QuotesTheSecondChunk())
     assert list(out.columns[:3]) == [question, source, target]
     (finding,) = out.loc[0, "findings"]
-    assert finding["evidence"][0] == {"text": CHUNKS[1], "relation": "contradicts", "start": len(CHUNKS[0]) + 2,
-                                      "end": len(CHUNKS[0]) + 2 + len(CHUNKS[1]), "chunk": 1, "chunk_start": 0,
-                                      "chunk_end": len(CHUNKS[1])}
+    assert finding["evidence"][0] == {
+        "text": CHUNKS[1],
+        "relation": "contradicts",
+        "start": len(CHUNKS[0]) + 2,
+        "end": len(CHUNKS[0]) + 2 + len(CHUNKS[1]),
+        "chunk": 1,
+        "chunk_start": 0,
+        "chunk_end": len(CHUNKS[1]),
+    }
 
 
 def test_evaluate_names_the_columns_it_looked_for() -> None:
@@ -124,13 +139,15 @@ def test_cli_context_files_and_a_json_list(tmp_path) -> None:
     (tmp_path / "chunks.json").write_text(json.dumps(CHUNKS))
     (tmp_path / "answer.txt").write_text(ANSWER)
     target = str(tmp_path / "answer.txt")
-    files = runner.invoke(app, ["check", "-c", str(tmp_path / "a.txt"), "-c", str(tmp_path / "b.txt"), "-t", target,
-                                "--method", "gate"])
+    files = runner.invoke(
+        app, ["check", "-c", str(tmp_path / "a.txt"), "-c", str(tmp_path / "b.txt"), "-t", target, "--method", "gate"]
+    )
     assert files.exit_code == 1, files.output
-    assert f"{target}:1:11: unsupported: \"9\"" in files.output
+    assert f'{target}:1:11: unsupported: "9"' in files.output
     assert f"{tmp_path / 'b.txt'}:1:1 (chunk 1)" in files.output  # the chunk's own file and line
-    listed = runner.invoke(app, ["check", "-c", str(tmp_path / "chunks.json"), "-t", target, "--method", "gate",
-                                 "--format", "json"])
+    listed = runner.invoke(
+        app, ["check", "-c", str(tmp_path / "chunks.json"), "-t", target, "--method", "gate", "--format", "json"]
+    )
     report = Report.model_validate_json(listed.output)
     assert len(report.source_chunks) == 2 and report.label == "inconsistent"
     (tmp_path / "bad.json").write_text('{"not": "a list"}')

@@ -9,7 +9,17 @@ import pytest
 from pydantic import BaseModel
 
 from halluscope.config import Config
-from halluscope.llm import LLM, Completion, FakeModel, GenerateParams, LLMError, ResponseCache, build_api, get_llm, track_calls
+from halluscope.llm import (
+    LLM,
+    Completion,
+    FakeModel,
+    GenerateParams,
+    LLMError,
+    ResponseCache,
+    build_api,
+    get_llm,
+    track_calls,
+)
 from halluscope.llm.cache import cache_key
 from halluscope.llm.structured import REPAIR_REQUEST, generate_parsed, generate_structured, json_parser
 from halluscope.records import Usage
@@ -118,7 +128,9 @@ async def test_usage_and_audit_trail_are_recorded() -> None:
     llm = LLM(FakeModel(["yes"], name="fake-1"), cache=None)
     with track_calls() as log:
         completion = await llm.generate(MSGS)
-    assert completion.usage.calls == 1 and completion.usage.prompt_tokens == 4 and completion.usage.completion_tokens == 1
+    assert (
+        completion.usage.calls == 1 and completion.usage.prompt_tokens == 4 and completion.usage.completion_tokens == 1
+    )
     (call,) = log.calls
     assert call.model == "fake-1" and call.messages == MSGS and call.reply == "yes"
     assert llm.usage == log.usage
@@ -156,7 +168,12 @@ def test_build_api_picks_backends(monkeypatch) -> None:
     with pytest.raises(ValueError, match="base-url"):
         build_api(Config(model="gpt-4o-mini"))
     api = build_api(Config(model="qwen2.5:7b", base_url="http://127.0.0.1:9/v1", max_retries=2, max_concurrency=5))
-    assert (api.name, api.base_url, api.max_retries, api.max_concurrency) == ("qwen2.5:7b", "http://127.0.0.1:9/v1", 2, 5)
+    assert (api.name, api.base_url, api.max_retries, api.max_concurrency) == (
+        "qwen2.5:7b",
+        "http://127.0.0.1:9/v1",
+        2,
+        5,
+    )
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:8/v1")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     config = Config(model="gpt-4o-mini")

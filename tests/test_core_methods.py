@@ -53,8 +53,16 @@ def test_geval_unparseable_is_unscored_with_reason_and_raw_reply(bad: str) -> No
     assert [c.reply for c in report.calls] == [bad, bad]
 
 
-@pytest.mark.parametrize("reply", ["Score: 3/5", "rating - 2", '```json\n{"score": "4", "reason": "r"}\n```',
-                                   "I cannot assign a score: 1) the text", '{"score": true, "reason": "r"}'])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "Score: 3/5",
+        "rating - 2",
+        '```json\n{"score": "4", "reason": "r"}\n```',
+        "I cannot assign a score: 1) the text",
+        '{"score": true, "reason": "r"}',
+    ],
+)
 def test_geval_reads_a_rating_only_from_the_declared_json(reply: str) -> None:
     with pytest.raises(ParseError):
         GevalReply.parse(reply)
@@ -193,7 +201,11 @@ def test_geval_caps_completion_tokens() -> None:
     GEval(llm=LLM(Recording(['{"reason": "ok", "score": 5}']), cache=None)).check(SOURCE, TARGET)
     GEval(llm=LLM(Recording(['{"reason": "ok", "score": 5}']), cache=None), max_tokens=2000).check(SOURCE, TARGET)
     assert seen == [256, 1024]  # the option, never above the configured per-call bound
-    assert GEval(max_tokens=64).options() == {"max_tokens": 64, "prompt": "reasoned", "weighting": "probability",
-                                             "temperature": None}
+    assert GEval(max_tokens=64).options() == {
+        "max_tokens": 64,
+        "prompt": "reasoned",
+        "weighting": "probability",
+        "temperature": None,
+    }
     with pytest.raises(ValueError):
         GEval(max_tokens=0)

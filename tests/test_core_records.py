@@ -20,16 +20,24 @@ def spans(draw) -> Span:
     return Span(start=start, end=start + draw(st.integers(min_value=0, max_value=500)))
 
 
-usages = st.builds(Usage, calls=small_ints, prompt_tokens=small_ints, completion_tokens=small_ints, cache_hits=small_ints)
-messages = st.lists(st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "assistant"]), "content": texts}),
-                    max_size=3)
+usages = st.builds(
+    Usage, calls=small_ints, prompt_tokens=small_ints, completion_tokens=small_ints, cache_hits=small_ints
+)
+messages = st.lists(
+    st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "assistant"]), "content": texts}), max_size=3
+)
 calls = st.builds(LLMCall, model=texts, messages=messages, reply=texts, cached=st.booleans(), usage=usages)
 claims = st.builds(
-    Claim, text=texts, kind=st.sampled_from(["event", "descriptive", "sentence", "atomic", "paragraph"]),
-    id=st.none() | texts, target_spans=st.lists(spans(), max_size=3), order=st.none() | small_ints,
+    Claim,
+    text=texts,
+    kind=st.sampled_from(["event", "descriptive", "sentence", "atomic", "paragraph"]),
+    id=st.none() | texts,
+    target_spans=st.lists(spans(), max_size=3),
+    order=st.none() | small_ints,
 )
-evidences = st.builds(Evidence, text=texts, span=st.none() | spans(),
-                      relation=st.sampled_from(["supports", "contradicts", "related"]))
+evidences = st.builds(
+    Evidence, text=texts, span=st.none() | spans(), relation=st.sampled_from(["supports", "contradicts", "related"])
+)
 
 
 @st.composite
@@ -38,13 +46,22 @@ def verdicts(draw) -> Verdict:
     reason = draw(texts)
     if label == "unscored" and not reason:
         reason = "could not parse"
-    return Verdict(claim=draw(claims), label=label, reason=reason, score=draw(st.none() | finite),
-                   evidence=draw(st.lists(evidences, max_size=2)), calls=draw(st.lists(calls, max_size=2)))
+    return Verdict(
+        claim=draw(claims),
+        label=label,
+        reason=reason,
+        score=draw(st.none() | finite),
+        evidence=draw(st.lists(evidences, max_size=2)),
+        calls=draw(st.lists(calls, max_size=2)),
+    )
 
 
 findings = st.builds(
-    Finding, description=texts, kind=st.sampled_from(["unsupported", "contradicted", "event_order", "inconsistent", "other"]),
-    target_spans=st.lists(spans(), max_size=2), evidence=st.lists(evidences, max_size=2),
+    Finding,
+    description=texts,
+    kind=st.sampled_from(["unsupported", "contradicted", "event_order", "inconsistent", "other"]),
+    target_spans=st.lists(spans(), max_size=2),
+    evidence=st.lists(evidences, max_size=2),
     claim_ids=st.lists(texts, max_size=2),
 )
 json_values = st.recursive(
@@ -58,14 +75,19 @@ json_values = st.recursive(
 def reports(draw) -> Report:
     score = draw(st.none() | st.floats(min_value=0.0, max_value=1.0))
     return Report(
-        method=draw(texts), model=draw(st.none() | texts), score=score,
+        method=draw(texts),
+        model=draw(st.none() | texts),
+        score=score,
         label=draw(st.none() | st.sampled_from(["consistent", "inconsistent"])),
         threshold=draw(st.none() | finite),
         unscored_reason=draw(texts.filter(bool)) if score is None else draw(st.none() | texts),
         subscores=draw(st.dictionaries(texts, st.none() | finite, max_size=3)),
-        claims=draw(st.lists(claims, max_size=3)), verdicts=draw(st.lists(verdicts(), max_size=3)),
-        findings=draw(st.lists(findings, max_size=3)), usage=draw(usages),
-        elapsed_s=draw(st.floats(min_value=0, max_value=1e6)), calls=draw(st.lists(calls, max_size=2)),
+        claims=draw(st.lists(claims, max_size=3)),
+        verdicts=draw(st.lists(verdicts(), max_size=3)),
+        findings=draw(st.lists(findings, max_size=3)),
+        usage=draw(usages),
+        elapsed_s=draw(st.floats(min_value=0, max_value=1e6)),
+        calls=draw(st.lists(calls, max_size=2)),
         details=draw(st.dictionaries(texts, json_values, max_size=3)),
     )
 
@@ -79,12 +101,22 @@ def test_report_json_round_trip_is_lossless(report: Report) -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.builds(
-    Example, id=texts, source=texts, target=texts, label=st.none() | st.sampled_from([0, 1]),
-    human_score=st.none() | finite, descriptions=st.none() | st.lists(texts, max_size=3),
-    gold_spans=st.none() | st.lists(spans(), max_size=3), group=st.none() | texts, difficulty=st.none() | texts,
-    split=st.none() | texts, meta=st.dictionaries(texts, json_values, max_size=3),
-))
+@given(
+    st.builds(
+        Example,
+        id=texts,
+        source=texts,
+        target=texts,
+        label=st.none() | st.sampled_from([0, 1]),
+        human_score=st.none() | finite,
+        descriptions=st.none() | st.lists(texts, max_size=3),
+        gold_spans=st.none() | st.lists(spans(), max_size=3),
+        group=st.none() | texts,
+        difficulty=st.none() | texts,
+        split=st.none() | texts,
+        meta=st.dictionaries(texts, json_values, max_size=3),
+    )
+)
 def test_example_json_round_trip_is_lossless(example: Example) -> None:
     assert Example.model_validate_json(example.model_dump_json()) == example
 

@@ -16,18 +16,29 @@ def sentences(text: str) -> list[str]:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("Dr. Smith moved to the U.S. in 2010. He earned $3.5 million, e.g. from stocks. Then he left.",
-         ["Dr. Smith moved to the U.S. in 2010.", "He earned $3.5 million, e.g. from stocks.", "Then he left."]),
-        ("Mr. and Mrs. Jones went to Washington D.C. on Jan. 5. They stayed.",
-         ["Mr. and Mrs. Jones went to Washington D.C. on Jan. 5.", "They stayed."]),
-        ("Temperatures rose by 2.5 degrees. Prices fell 3.2%.", ["Temperatures rose by 2.5 degrees.", "Prices fell 3.2%."]),
-        ('She said "I will go." Then she went. "Really?" he asked.',
-         ['She said "I will go."', "Then she went.", '"Really?" he asked.']),
+        (
+            "Dr. Smith moved to the U.S. in 2010. He earned $3.5 million, e.g. from stocks. Then he left.",
+            ["Dr. Smith moved to the U.S. in 2010.", "He earned $3.5 million, e.g. from stocks.", "Then he left."],
+        ),
+        (
+            "Mr. and Mrs. Jones went to Washington D.C. on Jan. 5. They stayed.",
+            ["Mr. and Mrs. Jones went to Washington D.C. on Jan. 5.", "They stayed."],
+        ),
+        (
+            "Temperatures rose by 2.5 degrees. Prices fell 3.2%.",
+            ["Temperatures rose by 2.5 degrees.", "Prices fell 3.2%."],
+        ),
+        (
+            'She said "I will go." Then she went. "Really?" he asked.',
+            ['She said "I will go."', "Then she went.", '"Really?" he asked.'],
+        ),
         ("Question? Exclamation! Done.", ["Question?", "Exclamation!", "Done."]),
         ("Para one ends.\n\nPara two starts. And ends.", ["Para one ends.", "Para two starts.", "And ends."]),
         ("Title line\nFirst sentence here.", ["Title line", "First sentence here."]),
-        ("Findings:\n- first item\n- second item\n* third\n1. numbered\n2) numbered two",
-         ["Findings:", "- first item", "- second item", "* third", "1. numbered", "2) numbered two"]),
+        (
+            "Findings:\n- first item\n- second item\n* third\n1. numbered\n2) numbered two",
+            ["Findings:", "- first item", "- second item", "* third", "1. numbered", "2) numbered two"],
+        ),
         ("Line one\r\nLine two.\r\n\r\nPara.", ["Line one", "Line two.", "Para."]),
         ("  padded sentence.   ", ["padded sentence."]),
         ("no final punctuation", ["no final punctuation"]),
@@ -66,8 +77,10 @@ def test_split_sentences_covers_every_character_exactly(text: str) -> None:
     assert all(covered[i] or ch.isspace() for i, ch in enumerate(text))
 
 
-SOURCE = ("The company reported revenue of $4.2 billion in 2023, up 12% from the previous year. "
-          "CEO Jane Doe said growth came from cloud services.")
+SOURCE = (
+    "The company reported revenue of $4.2 billion in 2023, up 12% from the previous year. "
+    "CEO Jane Doe said growth came from cloud services."
+)
 
 
 def test_locate_exact_normalized_fuzzy() -> None:
@@ -89,14 +102,18 @@ def test_locate_strips_the_quotes_a_model_adds() -> None:
 
 def test_locate_drops_the_prompt_fence_tags_a_model_copies_into_its_quote() -> None:
     # the 1.5B model quoted PROBE evidence as "<source_KEY>sentence</source_KEY>" in 35 of 38 FINAL replies
-    for quoted in ("<source_0223f20577>revenue of $4.2 billion</source_0223f20577>",
-                   "<source_0223f20577>\nrevenue of $4.2 billion", "revenue of $4.2 billion\n</source_0223f20577>"):
+    for quoted in (
+        "<source_0223f20577>revenue of $4.2 billion</source_0223f20577>",
+        "<source_0223f20577>\nrevenue of $4.2 billion",
+        "revenue of $4.2 billion\n</source_0223f20577>",
+    ):
         match = locate(quoted, SOURCE)
         assert match is not None and match.how == "exact" and match.span.of(SOURCE) == "revenue of $4.2 billion"
     assert locate("<source_0223f20577>revenue of $9.9 trillion from mining</source_0223f20577>", SOURCE) is None
     tagged = "Raw markup: <source_0223f20577>kept</source_0223f20577> here."  # a text that holds such tags itself
     assert locate("<source_0223f20577>kept</source_0223f20577>", tagged).span.of(tagged) == (
-        "<source_0223f20577>kept</source_0223f20577>")
+        "<source_0223f20577>kept</source_0223f20577>"
+    )
 
 
 def test_locate_unifies_typographic_quotes_and_dashes() -> None:
@@ -147,8 +164,18 @@ def test_extract_json_expect_and_failures() -> None:
     assert extract_json('[1, 2] then {"a": 1}', dict) == {"a": 1}
     assert extract_json('[1, 2] then {"a": 1}', list) == [1, 2]
     # a reply cut off mid-value is refused, never completed; prose in brackets is never a value
-    for bad in ("", "   ", "no json here", "{{{{", "```", "null", "42", '{"claims": [{"text": "a"}, {"text": "b"',
-                "I found [nothing]", "[maybe, perhaps]"):
+    for bad in (
+        "",
+        "   ",
+        "no json here",
+        "{{{{",
+        "```",
+        "null",
+        "42",
+        '{"claims": [{"text": "a"}, {"text": "b"',
+        "I found [nothing]",
+        "[maybe, perhaps]",
+    ):
         with pytest.raises(ParseError):
             extract_json(bad)
 
@@ -170,7 +197,9 @@ def test_parse_items_after_marker(reply: str, marker: str | None, expected: list
     assert parse_items_after_marker(reply, marker) == expected
 
 
-@pytest.mark.parametrize(("reply", "marker"), [("", None), ("no marker here", "Answer:"), ("Answer:   ", "Answer:"), ("- \n* ", None)])
+@pytest.mark.parametrize(
+    ("reply", "marker"), [("", None), ("no marker here", "Answer:"), ("Answer:   ", "Answer:"), ("- \n* ", None)]
+)
 def test_parse_items_after_marker_failures(reply: str, marker: str | None) -> None:
     with pytest.raises(ParseError):
         parse_items_after_marker(reply, marker)

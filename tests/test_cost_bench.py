@@ -18,15 +18,40 @@ REPO = Path(__file__).resolve().parents[1]
 def write_items(path: Path, n: int) -> Path:
     """Generic-format items graded like QAGS: the stub rates odd claims 5 and even ones 2, the human score is
     1 for odd and 0 for even, so the Spearman correlation is exactly 1."""
-    path.write_text("".join(json.dumps({"id": f"q{i}", "source": f"Source {i}: the cat sat on the mat.",
-                                        "target": f"Claim number {i}.", "human_score": i % 2}) + "\n"
-                            for i in range(n)))
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "id": f"q{i}",
+                    "source": f"Source {i}: the cat sat on the mat.",
+                    "target": f"Claim number {i}.",
+                    "human_score": i % 2,
+                }
+            )
+            + "\n"
+            for i in range(n)
+        )
+    )
     return path
 
 
 def cost(stub: StubEndpoint, data: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, str(REPO / "benchmarks" / "cost.py"), "--dataset", str(data), "--out", str(out),
-           "--base-url", stub.base_url, "--model", "stub", "--methods", "geval", "--no-peers", *extra]
+    cmd = [
+        sys.executable,
+        str(REPO / "benchmarks" / "cost.py"),
+        "--dataset",
+        str(data),
+        "--out",
+        str(out),
+        "--base-url",
+        stub.base_url,
+        "--model",
+        "stub",
+        "--methods",
+        "geval",
+        "--no-peers",
+        *extra,
+    ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
 
@@ -67,9 +92,20 @@ def test_the_plan_puts_the_baselines_and_each_cascade_beside_its_method():
     plan = dict(cost_module.method_plan(4))
     assert {"rouge", "gate", "factscore gate=lexical", "dcr gate=lexical"} <= set(plan)
     assert plan["factscore gate=lexical"] == "factscore+gate=lexical"
-    printed = subprocess.run([sys.executable, str(REPO / "benchmarks" / "cost.py"), "--print-command", "--methods",
-                              "rouge,dcr batch_size=4,probe", "--base-url", "http://127.0.0.1:9/v1"],
-                             capture_output=True, text=True, timeout=60)
+    printed = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "cost.py"),
+            "--print-command",
+            "--methods",
+            "rouge,dcr batch_size=4,probe",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert printed.returncode == 0, printed.stderr
     assert "--methods rouge,dcr+batch_size=4,probe" in printed.stdout and "--peers ragas,deepeval" in printed.stdout
 
@@ -79,13 +115,26 @@ def test_final_rows_are_summarized_with_the_named_judges_matching():
 
     match = {"judge": "judge-x", "n_gold": 2, "n_pred": 2, "matched_gold": 1, "unscored_reason": None}
     unusable = {"judge": "judge-x", "n_gold": 2, "n_pred": 1, "matched_gold": None, "unscored_reason": "unusable"}
-    rows = [Row(system="localize", item="final-1", scored=True, score=0.0, gold_label=0, match=match),
-            Row(system="localize", item="final-2", scored=True, score=1.0, gold_label=1,
-                match={"judge": "judge-x", "n_gold": 0, "n_pred": 0, "matched_gold": 0}),
-            Row(system="localize", item="final-3", scored=True, score=0.0, gold_label=0, match=unusable),
-            # an unscored row states no verdict: even a match recorded on it is not counted
-            Row(system="localize", item="final-4", scored=False, gold_label=0,
-                match={"judge": "judge-x", "n_gold": 3, "n_pred": 0, "matched_gold": 0})]
+    rows = [
+        Row(system="localize", item="final-1", scored=True, score=0.0, gold_label=0, match=match),
+        Row(
+            system="localize",
+            item="final-2",
+            scored=True,
+            score=1.0,
+            gold_label=1,
+            match={"judge": "judge-x", "n_gold": 0, "n_pred": 0, "matched_gold": 0},
+        ),
+        Row(system="localize", item="final-3", scored=True, score=0.0, gold_label=0, match=unusable),
+        # an unscored row states no verdict: even a match recorded on it is not counted
+        Row(
+            system="localize",
+            item="final-4",
+            scored=False,
+            gold_label=0,
+            match={"judge": "judge-x", "n_gold": 3, "n_pred": 0, "matched_gold": 0},
+        ),
+    ]
     result = accuracy(rows)
     assert result["items"] == 4 and result["scored"] == 3 and result["auc"]["value"] == 1.0
     final = result["final_match"]
@@ -103,17 +152,22 @@ def test_the_matches_the_bench_stored_become_the_rows_matches(tmp_path):
     from halluscope.bench.judge import MatchResult
     from halluscope.records import Example, Finding, Report
 
-    examples = [Example(id="f1", source="s", target="The cat sat.", label=0, descriptions=["wrong cat"]),
-                Example(id="f2", source="s", target="The mat.", label=1, descriptions=[])]
+    examples = [
+        Example(id="f1", source="s", target="The cat sat.", label=0, descriptions=["wrong cat"]),
+        Example(id="f2", source="s", target="The mat.", label=1, descriptions=[]),
+    ]
     folder = tmp_path / "localize"
     folder.mkdir()
     with ItemStore(folder / "items.jsonl").open() as fh:
         ItemStore.write(fh, "f1", Report(method="localize", score=0.0, findings=[Finding(description="the cat")]))
         ItemStore.write(fh, "f2", Report(method="localize", score=None, unscored_reason="no reply"))
     (folder / "final_matches.jsonl").write_text(
-        MatchResult(example_id="f1", key="k", n_gold=1, n_pred=1, matches={0: 0}, matched_gold=1).model_dump_json() + "\n")
+        MatchResult(example_id="f1", key="k", n_gold=1, n_pred=1, matches={0: 0}, matched_gold=1).model_dump_json()
+        + "\n"
+    )
     rows = collect_rows(["localize"], examples, tmp_path, "final:dev", "judge-x")
     assert [(r.item, r.scored, r.match) for r in rows] == [
         ("f1", True, {"judge": "judge-x", "n_gold": 1, "n_pred": 1, "matched_gold": 1, "unscored_reason": None}),
-        ("f2", False, None)]
+        ("f2", False, None),
+    ]
     assert rows[0].gold_descriptions == ["wrong cat"] and rows[0].predicted_descriptions == ["the cat"]

@@ -78,12 +78,17 @@ def test_amc_rejects_bad_input():
 
 
 def test_parse_dce_sentences_ids_and_reasons_about_the_whole_text():
-    reply = json.dumps({"sentences": [
-        {"id": None, "reason": "The two paragraphs are not consistent."},
-        {"id": 1, "reason": "Inconsistent: 2001, not 1999."},
-        {"id": 2, "reason": "Consistent: stated."},
-        {"id": 2, "reason": "Consistent: said twice."},
-    ], "is_consistent": False})
+    reply = json.dumps(
+        {
+            "sentences": [
+                {"id": None, "reason": "The two paragraphs are not consistent."},
+                {"id": 1, "reason": "Inconsistent: 2001, not 1999."},
+                {"id": 2, "reason": "Consistent: stated."},
+                {"id": 2, "reason": "Consistent: said twice."},
+            ],
+            "is_consistent": False,
+        }
+    )
     parsed = parse_dce_sentences(reply, 3)
     assert [r.unit for r in parsed.reasons] == [None, 0, 1, 1]
     assert parsed.is_consistent is False
@@ -101,24 +106,33 @@ def test_parse_dce_sentences_drops_placeholder_reasons():
 
 # Each of these used to be read (positionally, by quoted sentence text, under another key, from a string id or
 # a nested object); now only the declared schema is a DCE reply.
-@pytest.mark.parametrize("reply, why", [
-    ("", "empty"),
-    ("no json here", "no JSON"),
-    ('{"sentences": [], "is_consistent": true}', "no reason"),
-    ('{"sentences": [{"id": 1}], "is_consistent": true}', "reason"),
-    ('["Consistent: a", "Consistent: b", "Inconsistent: c"]', "no JSON object"),
-    ('{"sentences": [{"id": 1, "reason": "Consistent: a"}]}', "is_consistent"),
-    ('{"sentences": [{"id": 1, "reason": "Consistent: a"}], "is_consistent": "false"}', "is_consistent"),
-    ('{"sentences": [{"id": "[1]", "reason": "Consistent: a"}], "is_consistent": true}', "id"),
-    ('{"sentences": [{"sentence": "Acme makes rockets.", "reason": "Consistent: a"}], "is_consistent": true}', "id"),
-    ('{"sentences": [{"id": 7, "reason": "Consistent: a"}], "is_consistent": true}', "sentence 7"),
-    ('{"sentences": [{"id": 0, "reason": "Consistent: a"}], "is_consistent": true}', "sentence 0"),
-    ('{"sentences": [{"id": true, "reason": "Consistent: a"}], "is_consistent": true}', "id"),
-    ('{"sentences": [{"id": 1, "reason": {"reason": "Consistent: a"}}], "is_consistent": true}', "reason"),
-    ('{"reasons": ["Consistent: a", "Consistent: b", "Consistent: c"], "is_consistent": true}', "sentences"),
-    ('{"sentences": [{"id": 1, "reason": "N/A"}, {"id": 2, "reason": "<why>"}], "is_consistent": true}', "placeholder"),
-    ('{"sentences": [{"id": 1, "reason": "Consistent: a"}, {"id": 2, "reason": "Consis', "cut off"),
-])
+@pytest.mark.parametrize(
+    "reply, why",
+    [
+        ("", "empty"),
+        ("no json here", "no JSON"),
+        ('{"sentences": [], "is_consistent": true}', "no reason"),
+        ('{"sentences": [{"id": 1}], "is_consistent": true}', "reason"),
+        ('["Consistent: a", "Consistent: b", "Inconsistent: c"]', "no JSON object"),
+        ('{"sentences": [{"id": 1, "reason": "Consistent: a"}]}', "is_consistent"),
+        ('{"sentences": [{"id": 1, "reason": "Consistent: a"}], "is_consistent": "false"}', "is_consistent"),
+        ('{"sentences": [{"id": "[1]", "reason": "Consistent: a"}], "is_consistent": true}', "id"),
+        (
+            '{"sentences": [{"sentence": "Acme makes rockets.", "reason": "Consistent: a"}], "is_consistent": true}',
+            "id",
+        ),
+        ('{"sentences": [{"id": 7, "reason": "Consistent: a"}], "is_consistent": true}', "sentence 7"),
+        ('{"sentences": [{"id": 0, "reason": "Consistent: a"}], "is_consistent": true}', "sentence 0"),
+        ('{"sentences": [{"id": true, "reason": "Consistent: a"}], "is_consistent": true}', "id"),
+        ('{"sentences": [{"id": 1, "reason": {"reason": "Consistent: a"}}], "is_consistent": true}', "reason"),
+        ('{"reasons": ["Consistent: a", "Consistent: b", "Consistent: c"], "is_consistent": true}', "sentences"),
+        (
+            '{"sentences": [{"id": 1, "reason": "N/A"}, {"id": 2, "reason": "<why>"}], "is_consistent": true}',
+            "placeholder",
+        ),
+        ('{"sentences": [{"id": 1, "reason": "Consistent: a"}, {"id": 2, "reason": "Consis', "cut off"),
+    ],
+)
 def test_parse_dce_sentences_rejects_what_is_not_the_declared_reply(reply, why):
     with pytest.raises(ParseError, match=why):
         parse_dce_sentences(reply, 3)
@@ -127,10 +141,15 @@ def test_parse_dce_sentences_rejects_what_is_not_the_declared_reply(reply, why):
 def test_parse_dce_single_is_strict():
     parsed = parse_dce_single('{"reason": "Consistent: ok", "is_consistent": true}')
     assert [(r.unit, r.text) for r in parsed.reasons] == [(0, "Consistent: ok")] and parsed.is_consistent is True
-    for bad in ('{"is_consistent": true}', '{"reason": "Consistent: ok"}', '{"reason": "", "is_consistent": true}',
-                '{"reason": "Consistent: ok", "is_consistent": "yes"}', '{"reason": "N/A", "is_consistent": true}',
-                # the paper's nesting {"reason": {"sentence": ..., "reason": ...}}: not a reason string
-                '{"reason": {"sentence": "x", "reason": "Inconsistent: y"}, "is_consistent": false}'):
+    for bad in (
+        '{"is_consistent": true}',
+        '{"reason": "Consistent: ok"}',
+        '{"reason": "", "is_consistent": true}',
+        '{"reason": "Consistent: ok", "is_consistent": "yes"}',
+        '{"reason": "N/A", "is_consistent": true}',
+        # the paper's nesting {"reason": {"sentence": ..., "reason": ...}}: not a reason string
+        '{"reason": {"sentence": "x", "reason": "Inconsistent: y"}, "is_consistent": false}',
+    ):
         with pytest.raises(ParseError):
             parse_dce_single(bad)
 
@@ -138,28 +157,40 @@ def test_parse_dce_single_is_strict():
 def test_parse_amc_accepts_exactly_marks_with_one_integer_per_reason():
     assert parse_amc('{"marks": [1, -1, 1, -1]}', 4) == [1, -1, 1, -1]
     assert parse_amc('```json\n{"marks": [-1]}\n```', 1) == [-1]
-    for bad in ('{"marks": [1, -1]}', '{"marks": [1, -1, 1, 1]}',  # not exactly 3
-                '{"marks": [1, 0, 1]}', '{"marks": [true, 1, 1]}', '{"marks": [1.0, 1, 1]}',
-                '{"marks": ["+1", "-1", "1"]}', '{"marks": ["positive", "negative", "consistent"]}',
-                '{"answer": [-1, 1, 1]}', '{"scores": [1, 1, 1]}',  # any list under another key (used to be read)
-                '{"reason": ["..."], "marks": [-1, 1, 1]}',  # anything beside the marks
-                "[1, -1, 1]",  # a bare list (used to be read)
-                '{"marks": "1, -1, 1"}', '{"marks": [1, -1, 1', "nothing"):
+    for bad in (
+        '{"marks": [1, -1]}',
+        '{"marks": [1, -1, 1, 1]}',  # not exactly 3
+        '{"marks": [1, 0, 1]}',
+        '{"marks": [true, 1, 1]}',
+        '{"marks": [1.0, 1, 1]}',
+        '{"marks": ["+1", "-1", "1"]}',
+        '{"marks": ["positive", "negative", "consistent"]}',
+        '{"answer": [-1, 1, 1]}',
+        '{"scores": [1, 1, 1]}',  # any list under another key (used to be read)
+        '{"reason": ["..."], "marks": [-1, 1, 1]}',  # anything beside the marks
+        "[1, -1, 1]",  # a bare list (used to be read)
+        '{"marks": "1, -1, 1"}',
+        '{"marks": [1, -1, 1',
+        "nothing",
+    ):
         with pytest.raises(ParseError):
             parse_amc(bad, 3)
 
 
-@pytest.mark.parametrize("reason, mark", [
-    ("Inconsistent: the source says 2001.", -1),
-    ("This sentence is not consistent with the article.", -1),
-    ("Consistent: stated in the source.", 1),
-    ("This sentence is consistent with the article.", 1),
-    ("**Verdict: inconsistent** - wrong year", -1),
-    ("1. The source does not support the source, so the sentence is inconsistent.", -1),
-    ("The source supports the text, and the source is consistent with the text.", 1),
-    ("The article does not mention the date. Otherwise it is consistent.", -1),
-    ("The year is not consistent with the article", -1),
-])
+@pytest.mark.parametrize(
+    "reason, mark",
+    [
+        ("Inconsistent: the source says 2001.", -1),
+        ("This sentence is not consistent with the article.", -1),
+        ("Consistent: stated in the source.", 1),
+        ("This sentence is consistent with the article.", 1),
+        ("**Verdict: inconsistent** - wrong year", -1),
+        ("1. The source does not support the source, so the sentence is inconsistent.", -1),
+        ("The source supports the text, and the source is consistent with the text.", 1),
+        ("The article does not mention the date. Otherwise it is consistent.", -1),
+        ("The year is not consistent with the article", -1),
+    ],
+)
 def test_verdict_mark(reason, mark):
     assert verdict_mark(reason) == mark
 
@@ -177,7 +208,8 @@ REAL_DCE_BROKEN = (
     'is a consistent sentence.", "text": "The sentence is consistent with the source\'s consistent message, so it is '
     'a consistent sentence.", "is_consistent": false},\n"sentences[2]: The sentence is inconsistent with the '
     'source\'s inconsistent message, so it is inconsistent with the source\'s inconsistent message.", "text: "\n,'
-    '"is_consistent: false"\n,"is_consistent_message_is_a_consistent_message_is_a_consistent_message_is')
+    '"is_consistent: false"\n,"is_consistent_message_is_a_consistent_message_is_a_consistent_message_is'
+)
 REAL_AMC_RUNAWAY = '{"marks": [' + "1, " * 52
 
 
@@ -195,11 +227,17 @@ def test_real_embedded_replies_are_unusable():
 
 VALID_REPLIES = [
     dce((1, "Inconsistent: 2001, not 1999."), (2, "Consistent: stated."), (3, "Consistent: Paris.")),
-    json.dumps({"sentences": [{"id": None, "reason": "Not consistent overall."}, {"id": 2, "reason": "Consistent."}],
-                "is_consistent": False}),
+    json.dumps(
+        {
+            "sentences": [{"id": None, "reason": "Not consistent overall."}, {"id": 2, "reason": "Consistent."}],
+            "is_consistent": False,
+        }
+    ),
     json.dumps({"reason": "Inconsistent: the year is wrong.", "is_consistent": False}),
     json.dumps({"reason": "Consistent: all stated.", "is_consistent": True}),
-    marks(1, -1, 1), marks(-1), marks(1, 1, 1),
+    marks(1, -1, 1),
+    marks(-1),
+    marks(1, 1, 1),
 ]
 
 
@@ -208,8 +246,13 @@ FUZZ = garbled_replies(1000) + VALID_REPLIES + mutations(VALID_REPLIES, 400)
 
 @pytest.mark.parametrize("name", ["dce_sentences", "dce_single", "amc_1", "amc_3", "verdict_mark"])
 def test_parsers_on_garbled_replies_some_parse_some_fail(name):
-    parse = {"dce_sentences": lambda t: parse_dce_sentences(t, 3), "dce_single": parse_dce_single,
-             "amc_1": lambda t: parse_amc(t, 1), "amc_3": lambda t: parse_amc(t, 3), "verdict_mark": verdict_mark}[name]
+    parse = {
+        "dce_sentences": lambda t: parse_dce_sentences(t, 3),
+        "dce_single": parse_dce_single,
+        "amc_1": lambda t: parse_amc(t, 1),
+        "amc_3": lambda t: parse_amc(t, 3),
+        "verdict_mark": verdict_mark,
+    }[name]
     parsed, refused = parse_each(parse, FUZZ)
     assert parsed and refused
 
@@ -218,9 +261,14 @@ def test_parsers_on_garbled_replies_some_parse_some_fail(name):
 
 
 def test_dcr_end_to_end_sentence_level():
-    llm = fake_llm(dce((1, "Inconsistent: the source says 2001, not 1999."), (2, "Consistent: stated."),
-                       (3, "Consistent: Paris is stated.")),
-                   marks(-1, 1, 1))
+    llm = fake_llm(
+        dce(
+            (1, "Inconsistent: the source says 2001, not 1999."),
+            (2, "Consistent: stated."),
+            (3, "Consistent: Paris is stated."),
+        ),
+        marks(-1, 1, 1),
+    )
     report = get_method("dcr", llm=llm).check(SOURCE, TARGET)
     assert report.score == pytest.approx(2 / 3)
     assert report.label == "inconsistent"  # threshold 1.0: any flagged sentence
@@ -237,15 +285,23 @@ def test_dcr_end_to_end_sentence_level():
     assert report.details["stages"] == {"decomposer": "sentences", "context_selector": "retrieval", "verifier": "dcr"}
 
 
-APPENDIX_I_REPLY = json.dumps({"sentences": [{"id": None, "reason": "The two paragraphs are not consistent."},
-                                             {"id": 1, "reason": "This sentence is consistent."},
-                                             {"id": 2, "reason": "This sentence is not consistent."}],
-                               "is_consistent": False})
+APPENDIX_I_REPLY = json.dumps(
+    {
+        "sentences": [
+            {"id": None, "reason": "The two paragraphs are not consistent."},
+            {"id": 1, "reason": "This sentence is consistent."},
+            {"id": 2, "reason": "This sentence is not consistent."},
+        ],
+        "is_consistent": False,
+    }
+)
 
 
 def test_dcr_default_is_the_papers_alpha_beta_zero_over_every_mark():
     # DCR paper §4 ("we set both alpha and beta in Eq. (3) to 0"): every mark AMC gives counts, k = 3
-    report = get_method("dcr", llm=fake_llm(APPENDIX_I_REPLY, marks(-1, 1, -1))).check(SOURCE, "Alice founded Acme. Acme makes cars.")
+    report = get_method("dcr", llm=fake_llm(APPENDIX_I_REPLY, marks(-1, 1, -1))).check(
+        SOURCE, "Alice founded Acme. Acme makes cars."
+    )
     assert DCR.Options().amc_weights == "paper" and report.details["amc_weights"] == "paper"
     assert (report.subscores["alpha"], report.subscores["beta"], report.subscores["k"]) == (0.0, 0.0, 3.0)
     assert report.subscores["Z"] == pytest.approx(-1 / 3) and report.score == pytest.approx(1 / 3)
@@ -255,11 +311,14 @@ def test_dcr_default_is_the_papers_alpha_beta_zero_over_every_mark():
 def test_dcr_appendix_i_case_end_to_end():
     # amc_weights=auto: App. I's example, the reason about the whole text is taken out (alpha = 1, beta = -1)
     target = "Alice founded Acme. Acme makes cars."
-    report = get_method("dcr", llm=fake_llm(APPENDIX_I_REPLY, marks(-1, 1, -1)), amc_weights="auto").check(SOURCE, target)
+    report = get_method("dcr", llm=fake_llm(APPENDIX_I_REPLY, marks(-1, 1, -1)), amc_weights="auto").check(
+        SOURCE, target
+    )
     assert report.subscores["alpha"] == 1.0 and report.subscores["beta"] == -1.0
     assert report.score == 0.5 and report.details["amc_weights"] == "auto"
-    assert report.details["other_reasons"] == [{"reason": "The two paragraphs are not consistent.", "mark": -1,
-                                                "sentence": None}]
+    assert report.details["other_reasons"] == [
+        {"reason": "The two paragraphs are not consistent.", "mark": -1, "sentence": None}
+    ]
 
 
 def test_dcr_keeps_the_negative_of_two_reasons_for_one_sentence():
@@ -277,8 +336,9 @@ def test_dcr_keeps_the_negative_of_two_reasons_for_one_sentence():
 
 
 def test_dcr_only_reasons_about_the_whole_text_is_unscored():
-    reply = json.dumps({"sentences": [{"id": None, "reason": "The summary is not consistent overall."}],
-                        "is_consistent": False})
+    reply = json.dumps(
+        {"sentences": [{"id": None, "reason": "The summary is not consistent overall."}], "is_consistent": False}
+    )
     for weights in ("paper", "auto"):
         report = get_method("dcr", llm=fake_llm(reply, marks(-1)), amc_weights=weights).check(SOURCE, TARGET)
         assert report.score is None
@@ -322,8 +382,11 @@ def test_dcr_rule_amc_reason_without_a_verdict_is_unscored():
 
 def test_dcr_amc_failure_keeps_raw_replies_and_is_unscored():
     # the AMC reply that used to be read ({"answer": [...]}, the paper's key) is not the declared schema
-    llm = fake_llm(dce((1, "Inconsistent: x"), (2, "Consistent: y"), (3, "Consistent: z")),
-                   json.dumps({"answer": [-1, 1, 1]}), marks(1))
+    llm = fake_llm(
+        dce((1, "Inconsistent: x"), (2, "Consistent: y"), (3, "Consistent: z")),
+        json.dumps({"answer": [-1, 1, 1]}),
+        marks(1),
+    )
     report = get_method("dcr", llm=llm).check(SOURCE, TARGET)
     assert report.score is None and "AMC failed" in report.unscored_reason
     assert all(v.label == "unscored" and "AMC failed" in v.reason for v in report.verdicts)
@@ -332,8 +395,9 @@ def test_dcr_amc_failure_keeps_raw_replies_and_is_unscored():
 
 
 def test_dcr_dce_repair_round_then_success():
-    llm = fake_llm("I think it is fine", dce((1, "Consistent: a"), (2, "Consistent: b"), (3, "Consistent: c")),
-                   marks(1, 1, 1))
+    llm = fake_llm(
+        "I think it is fine", dce((1, "Consistent: a"), (2, "Consistent: b"), (3, "Consistent: c")), marks(1, 1, 1)
+    )
     report = get_method("dcr", llm=llm).check(SOURCE, TARGET)
     assert report.score == 1.0 and report.label == "consistent"
     assert report.usage.calls == 3
@@ -357,8 +421,13 @@ def test_dcr_options_are_typed():
     with pytest.raises(OptionsError, match="Valid options: .*level"):  # RAI is the `improve` method
         DCR(llm=fake_llm(), improve=1)
     opts = DCR(llm=fake_llm(), retrieval="always", top_k=3, window=1).options()
-    assert (opts["retrieval"], opts["top_k"], opts["window"], opts["level"], opts["amc"]) == ("always", 3, 1,
-                                                                                               "sentence", "llm")
+    assert (opts["retrieval"], opts["top_k"], opts["window"], opts["level"], opts["amc"]) == (
+        "always",
+        3,
+        1,
+        "sentence",
+        "llm",
+    )
     assert (opts["amc_weights"], opts["batch_size"]) == ("paper", 1)
     for bad in ({"amc_weights": "app_i"}, {"batch_size": 0}):
         with pytest.raises(OptionsError):
@@ -391,9 +460,10 @@ def _judge_excerpt(messages):
 
 
 # keyed by the reply each stage asks for: DCE on one excerpt, then AMC marking the first assessment
-EXCERPT_SCRIPT = {"DceSingleReply": _judge_excerpt,
-                  "AmcReply": lambda messages: marks(-1 if fenced(messages, "reasons").startswith("1. Inconsistent")
-                                                     else 1)}
+EXCERPT_SCRIPT = {
+    "DceSingleReply": _judge_excerpt,
+    "AmcReply": lambda messages: marks(-1 if fenced(messages, "reasons").startswith("1. Inconsistent") else 1),
+}
 
 
 def test_dcr_retrieval_on_request():
@@ -402,14 +472,18 @@ def test_dcr_retrieval_on_request():
     context = report.details["context"]
     assert context["mode"] == "retrieval" and context["why"] == "requested (retrieval=always)"
     assert context["retriever"] == "bm25"
-    assert set(context["snippets"]) == {"s1", "s2", "s3"} and all(1 <= len(v) <= 2 for v in context["snippets"].values())
+    assert set(context["snippets"]) == {"s1", "s2", "s3"} and all(
+        1 <= len(v) <= 2 for v in context["snippets"].values()
+    )
     assert report.verdicts[0].label == "unsupported" and report.verdicts[1].label == "supported"
     supported = report.verdicts[1]
     assert supported.evidence[0].relation == "supports"
     assert supported.evidence[0].span.of(SOURCE) == supported.evidence[0].text
     assert supported.calls  # each one the excerpt DCE about this sentence, or the AMC over the reasons
-    assert all(fenced(c.messages, "sentence", "") == supported.claim.text or fenced(c.messages, "reasons", "")
-               for c in supported.calls)
+    assert all(
+        fenced(c.messages, "sentence", "") == supported.claim.text or fenced(c.messages, "reasons", "")
+        for c in supported.calls
+    )
     assert report.usage.calls == sum(len(v.calls) for v in report.verdicts) == len(report.calls)
     assert report.details["other_reasons"] == [] and "dce_is_consistent" not in report.details
 
@@ -423,17 +497,37 @@ def test_dcr_retrieval_options_from_the_cli(tmp_path, monkeypatch):
     monkeypatch.setattr(method_base, "get_llm", lambda config: LLM(FakeModel(by_reply=EXCERPT_SCRIPT), cache=None))
     (tmp_path / "s.txt").write_text(SOURCE)
     (tmp_path / "t.txt").write_text(TARGET)
-    result = CliRunner().invoke(app, ["check", "-s", str(tmp_path / "s.txt"), "-t", str(tmp_path / "t.txt"),
-                                      "--method", "dcr", "-o", "retrieval=always", "-o", "top_k=3", "-o", "window=1",
-                                      "-o", "retriever=bm25", "--json"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "check",
+            "-s",
+            str(tmp_path / "s.txt"),
+            "-t",
+            str(tmp_path / "t.txt"),
+            "--method",
+            "dcr",
+            "-o",
+            "retrieval=always",
+            "-o",
+            "top_k=3",
+            "-o",
+            "window=1",
+            "-o",
+            "retriever=bm25",
+            "--json",
+        ],
+    )
     assert result.exit_code in (0, 1), result.output
     report = Report.model_validate_json(result.output)
     assert result.exit_code == (1 if report.label == "inconsistent" else 0)  # the documented exit codes
     context = report.details["context"]
     assert context["mode"] == "retrieval" and context["window"] == 1 and context["top_k"] == 3
     assert all(snips for snips in context["snippets"].values())
-    bad = CliRunner().invoke(app, ["check", "-s", str(tmp_path / "s.txt"), "-t", str(tmp_path / "t.txt"),
-                                   "--method", "dcr", "-o", "improve=1"])
+    bad = CliRunner().invoke(
+        app,
+        ["check", "-s", str(tmp_path / "s.txt"), "-t", str(tmp_path / "t.txt"), "--method", "dcr", "-o", "improve=1"],
+    )
     assert bad.exit_code == 2 and "Valid options" in bad.output
 
 
@@ -493,8 +587,9 @@ class _KeywordVerifier:
 
 def test_dcr_with_a_swapped_verifier_maps_labels_to_marks():
     model = FakeModel(default="ok")
-    report = get_method("dcr", llm=LLM(model, cache=None), verifier="test_dcr_keywords",
-                        amc_weights="auto").check(SOURCE, TARGET)
+    report = get_method("dcr", llm=LLM(model, cache=None), verifier="test_dcr_keywords", amc_weights="auto").check(
+        SOURCE, TARGET
+    )
     assert report.details["stages"]["verifier"] == "test_dcr_keywords"
     assert [v.label for v in report.verdicts] == ["contradicted", "supported", "unscored"]
     # contradicted -> -1, supported -> +1, unscored left out: Z = 0, score 0.5
@@ -505,13 +600,21 @@ def test_dcr_with_a_swapped_verifier_maps_labels_to_marks():
     assert len(model.requests) == 3 and all("CLAIM:" in r[-1]["content"] for r in model.requests)
     assert "dcr_" not in get_method("dcr", llm=LLM(model, cache=None), verifier="test_dcr_keywords").prompt_version
 
-    retrieved = get_method("dcr", llm=LLM(FakeModel(default="ok"), cache=None),
-                           verifier="test_dcr_keywords", retrieval="always", retriever="bm25", top_k=1,
-                           window=0, amc_weights="auto").check(SOURCE, TARGET)
+    retrieved = get_method(
+        "dcr",
+        llm=LLM(FakeModel(default="ok"), cache=None),
+        verifier="test_dcr_keywords",
+        retrieval="always",
+        retriever="bm25",
+        top_k=1,
+        window=0,
+        amc_weights="auto",
+    ).check(SOURCE, TARGET)
     assert retrieved.details["context"]["mode"] == "retrieval" and retrieved.score == 0.5
     # the paper's weights: the unscored sentence cannot be left out, so there is no score
-    paper = get_method("dcr", llm=LLM(FakeModel(default="ok"), cache=None),
-                       verifier="test_dcr_keywords").check(SOURCE, TARGET)
+    paper = get_method("dcr", llm=LLM(FakeModel(default="ok"), cache=None), verifier="test_dcr_keywords").check(
+        SOURCE, TARGET
+    )
     assert paper.score is None and "could not tell" in paper.unscored_reason
     assert [f.kind for f in paper.findings] == ["contradicted"]
 
@@ -552,6 +655,7 @@ def test_the_dcr_verifier_in_another_claim_method():
 
 def _mixed_script(rng: random.Random, garbage: list[str]) -> dict:
     """Per reply type, a valid reply half the time, else a garbled one."""
+
     def garbled(valid):
         return lambda messages: rng.choice(garbage) if rng.random() < 0.5 else valid(messages)
 
@@ -562,14 +666,18 @@ def _mixed_script(rng: random.Random, garbage: list[str]) -> dict:
     def single(messages):
         return json.dumps({"reason": rng.choice(["Consistent: ok.", "Inconsistent: no."]), "is_consistent": True})
 
-    return {"AmcReply": garbled(amc),
-            "DceSingleReply": garbled(single),
-            "DceReply": garbled(lambda m: dce(*[(i, rng.choice(["Consistent: ok.", "Inconsistent: no.", "Hmm."]))
-                                                for i in (1, 2, 3)]))}
+    return {
+        "AmcReply": garbled(amc),
+        "DceSingleReply": garbled(single),
+        "DceReply": garbled(
+            lambda m: dce(*[(i, rng.choice(["Consistent: ok.", "Inconsistent: no.", "Hmm."])) for i in (1, 2, 3)])
+        ),
+    }
 
 
-@pytest.mark.parametrize("options", [{}, {"amc": "rule"}, {"level": "paragraph"},
-                                     {"retrieval": "always", "retriever": "bm25"}])
+@pytest.mark.parametrize(
+    "options", [{}, {"amc": "rule"}, {"level": "paragraph"}, {"retrieval": "always", "retriever": "bm25"}]
+)
 def test_dcr_garbled_replies_some_judged_some_not_nothing_escapes(options):
     rng = random.Random(str(options))
     llm = LLM(FakeModel(by_reply=_mixed_script(rng, garbled_replies(1000, seed=3))), cache=None)
@@ -596,7 +704,9 @@ def test_dcr_garbled_replies_some_judged_some_not_nothing_escapes(options):
 def test_dcr_on_the_embedded_model(embedded_config):
     # one thread: llama.cpp threads spin-wait, which is very slow on a shared, oversubscribed CPU
     config = embedded_config.with_overrides(max_tokens=120, embedded_threads=1)
-    report = get_method("dcr", config=config, amc="rule").check("The cat sat on the mat. It was sunny.", "The cat sat on the mat.")
+    report = get_method("dcr", config=config, amc="rule").check(
+        "The cat sat on the mat. It was sunny.", "The cat sat on the mat."
+    )
     assert report.model and report.model.startswith("embedded")
     assert report.usage.calls >= 1
     assert len(report.verdicts) == 1

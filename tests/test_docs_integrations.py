@@ -13,8 +13,11 @@ import pytest
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "integrations.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
-NEEDS = {"opentelemetry.sdk": "opentelemetry-sdk", "langchain_core": "langchain-core",
-         "llama_index.core": "llama-index-core"}
+NEEDS = {
+    "opentelemetry.sdk": "opentelemetry-sdk",
+    "langchain_core": "langchain-core",
+    "llama_index.core": "llama-index-core",
+}
 
 
 def test_doc_has_one_block_per_integration():
@@ -27,9 +30,13 @@ def test_doc_block_runs(code, tmp_path):
         if module.split(".")[0] in code and importlib.util.find_spec(module) is None:
             pytest.skip(f"needs {package}")
     src = str(Path(__file__).resolve().parents[1] / "src")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]),
-           "XDG_CACHE_HOME": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
-                         timeout=120)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]),
+        "XDG_CACHE_HOME": str(tmp_path),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip()

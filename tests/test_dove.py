@@ -31,8 +31,13 @@ from tests.prompt_data import fenced, listing, user_text
 SOURCE = "Anna baked a cake in the morning. Then she invited Ben. Ben arrived at six. They ate the cake together."
 TARGET = "Ben arrived at six. Anna baked a cake. Anna invited Ben. They ate the cake. Anna is a baker."
 EVENTS = ["Ben arrived at six.", "Anna baked a cake.", "Anna invited Ben.", "Anna and Ben ate the cake."]
-KEYWORDS = {"Ben arrived at six.": "arrived", "Anna baked a cake.": "baked", "Anna invited Ben.": "invited",
-            "Anna and Ben ate the cake.": "ate", "They ate the cake.": "ate"}
+KEYWORDS = {
+    "Ben arrived at six.": "arrived",
+    "Anna baked a cake.": "baked",
+    "Anna invited Ben.": "invited",
+    "Anna and Ben ate the cake.": "ate",
+    "They ate the cake.": "ate",
+}
 DECOMPOSITION = json.dumps({"event_facts": EVENTS, "descriptive_facts": ["Anna is a baker."]})
 
 
@@ -53,16 +58,24 @@ def check_reply(fact: str, **extra) -> str:
 
 
 def _batch_reply(messages) -> str:
-    return json.dumps({"results": [{"id": n, "reason": f"checked {f}", "evidence": "", "supported": _supported(f)}
-                                   for n, f in listing(messages, "facts")]})
+    return json.dumps(
+        {
+            "results": [
+                {"id": n, "reason": f"checked {f}", "evidence": "", "supported": _supported(f)}
+                for n, f in listing(messages, "facts")
+            ]
+        }
+    )
 
 
 # The scripted model keyed by the reply each DoveScore stage asks for (FakeModel(by_reply=...)), reading the data
 # fenced in the prompt: the decomposition, event orders by keyword position, facts about a baker unsupported.
-SCRIPT = {"DoveFactsReply": DECOMPOSITION,
-          "DoveOrderReply": _sort_reply,
-          "DoveBatchReply": _batch_reply,
-          "DoveCheckReply": lambda messages: check_reply(fenced(messages, "fact"))}
+SCRIPT = {
+    "DoveFactsReply": DECOMPOSITION,
+    "DoveOrderReply": _sort_reply,
+    "DoveBatchReply": _batch_reply,
+    "DoveCheckReply": lambda messages: check_reply(fenced(messages, "fact")),
+}
 
 
 def dove(script=None, **options) -> tuple[Dove, FakeModel]:
@@ -138,8 +151,13 @@ def test_sorter_accepts_event_texts_in_the_list():
 
 def test_sorter_reply_must_be_the_declared_list():
     """Prose, bare number lines, bulleted lists, other keys, booleans and numbers in strings are no order."""
-    for reply in ("Ordered events: 4, 3, 2, 1", "1. Tom woke up\n2. Tom went for a run\n3. Tom had breakfast",
-                  '{"events": [2, 1]}', "[true, false]", '{"order": "2, 1"}'):
+    for reply in (
+        "Ordered events: 4, 3, 2, 1",
+        "1. Tom woke up\n2. Tom went for a run\n3. Tom had breakfast",
+        '{"events": [2, 1]}',
+        "[true, false]",
+        '{"order": "2, 1"}',
+    ):
         with pytest.raises(ParseError):
             parse_event_order(reply, EV)
     out = parse_event_order('["2", 1, 3]', EV)  # a number in a string names no event: recorded as invented
@@ -153,13 +171,18 @@ def test_sorter_reply_that_places_fewer_than_two_events_is_an_error():
 
 
 async def test_sorter_stage_maps_shown_numbers_back():
-    sorter = DoveSorter(LLM(FakeModel(by_reply={"DoveOrderReply": _sort_reply})),
-                        DoveSorter.Options(sorter_input="shuffled"))
+    sorter = DoveSorter(
+        LLM(FakeModel(by_reply={"DoveOrderReply": _sort_reply})), DoveSorter.Options(sorter_input="shuffled")
+    )
     shown = sorter.presentation(EVENTS)
     assert sorted(shown) == list(range(4))
     result = await sorter(EVENTS, SOURCE)
     assert [EVENTS[i] for i in result.value.order] == [
-        "Anna baked a cake.", "Anna invited Ben.", "Ben arrived at six.", "Anna and Ben ate the cake."]
+        "Anna baked a cake.",
+        "Anna invited Ben.",
+        "Ben arrived at six.",
+        "Anna and Ben ate the cake.",
+    ]
 
 
 # --- decomposer and fact-checker replies ---------------------------------------------------------------------
@@ -168,22 +191,27 @@ async def test_sorter_stage_maps_shown_numbers_back():
 def test_parse_decomposition_is_strict():
     d = parse_decomposition(DECOMPOSITION)
     assert d.events == EVENTS and d.descriptive == ["Anna is a baker."]
-    d = parse_decomposition('{"event_facts": ["X won.", "X won.", "..."], '
-                            '"descriptive_facts": ["X won.", "Y is red."]}')
+    d = parse_decomposition(
+        '{"event_facts": ["X won.", "X won.", "..."], "descriptive_facts": ["X won.", "Y is red."]}'
+    )
     assert d.events == ["X won."] and d.descriptive == ["Y is red."] and d.dropped == ["..."]
     assert parse_decomposition('{"event_facts": [], "descriptive_facts": []}').events == []  # no facts: a valid reply
-    for bad in ('{"event_facts": ["only events"]}', '{"event_facts": [1, 2], "descriptive_facts": []}',
-                '{"events": ["X won."], "descriptive_facts": []}',
-                "Event Facts List:\n- A left.\n\nDescriptive Facts List:\n- A is tall.\n",
-                '{"event_facts": [{"fact": "A left."}], "descriptive_facts": []}',
-                '{"event_facts": ["<event fact>", "N/A"], "descriptive_facts": ["…"]}'):
+    for bad in (
+        '{"event_facts": ["only events"]}',
+        '{"event_facts": [1, 2], "descriptive_facts": []}',
+        '{"events": ["X won."], "descriptive_facts": []}',
+        "Event Facts List:\n- A left.\n\nDescriptive Facts List:\n- A is tall.\n",
+        '{"event_facts": [{"fact": "A left."}], "descriptive_facts": []}',
+        '{"event_facts": ["<event fact>", "N/A"], "descriptive_facts": ["…"]}',
+    ):
         with pytest.raises(ParseError):
             parse_decomposition(bad)
 
 
 def test_decomposition_that_copies_the_prompts_examples_is_refused():
-    copied = json.dumps({"event_facts": ["The committee rejected the proposal."],
-                         "descriptive_facts": ["Copper conducts electricity."]})
+    copied = json.dumps(
+        {"event_facts": ["The committee rejected the proposal."], "descriptive_facts": ["Copper conducts electricity."]}
+    )
     examples = ["The committee rejected the proposal.", "Copper conducts electricity."]
     with pytest.raises(ParseError):
         parse_decomposition(copied, examples, target="Ben arrived at six.")
@@ -196,18 +224,38 @@ def test_parse_fact_judgment_reads_only_a_stated_boolean():
     assert parse_fact_judgment('{"supported": false}').label == "unsupported"
     assert parse_fact_judgment('{"supported": false, "contradicted": true}').label == "contradicted"
     assert parse_fact_judgment('{"reason": null, "evidence": null, "supported": true}').label == "supported"
-    for bad in ("", "Maybe?", "Supported? No.", "True. The source says so.", "Verdict: not supported",
-                '{"supported": null}', '{"supported": "yes"}', '{"supported": 1}', '{"verdict": "supported"}',
-                '{"answer": false}', '{"supported": true, "contradicted": true}', '{"x": {"supported": true}}',
-                '{"reason": "The source says so", "supported": tr'):
+    for bad in (
+        "",
+        "Maybe?",
+        "Supported? No.",
+        "True. The source says so.",
+        "Verdict: not supported",
+        '{"supported": null}',
+        '{"supported": "yes"}',
+        '{"supported": 1}',
+        '{"verdict": "supported"}',
+        '{"answer": false}',
+        '{"supported": true, "contradicted": true}',
+        '{"x": {"supported": true}}',
+        '{"reason": "The source says so", "supported": tr',
+    ):
         with pytest.raises(ParseError):
             parse_fact_judgment(bad)
 
 
 def test_parse_batch_judgments_one_entry_per_fact():
-    reply = json.dumps({"results": [{"id": 1, "supported": True}, {"id": "2", "supported": False},
-                                    {"id": 3, "supported": True}, {"id": 3, "supported": False},
-                                    {"id": 4, "supported": "??"}, {"id": 5, "supported": False, "contradicted": True}]})
+    reply = json.dumps(
+        {
+            "results": [
+                {"id": 1, "supported": True},
+                {"id": "2", "supported": False},
+                {"id": 3, "supported": True},
+                {"id": 3, "supported": False},
+                {"id": 4, "supported": "??"},
+                {"id": 5, "supported": False, "contradicted": True},
+            ]
+        }
+    )
     answers = parse_batch_judgments(reply, 6)
     assert {i: a.label for i, a in answers.judged.items()} == {0: "supported", 4: "contradicted"}
     assert set(answers.missing) == {1, 2, 3, 5}
@@ -215,9 +263,14 @@ def test_parse_batch_judgments_one_entry_per_fact():
     assert "no entry" in answers.missing[1] and "no entry" in answers.missing[5]
     bare = parse_batch_judgments('[{"id": 2, "supported": true}]', 2)
     assert list(bare.judged) == [1]
-    for bad in ('{"results": []}', '{"items": [{"id": 1, "supported": true}]}', "[]", "1. yes\n2. no",
-                '{"results": [{"id": 0, "supported": true}, {"id": 1, "supported": true}]}',  # numbering shifted
-                '{"results": [{"id": 1, "supported": true}, {"id": 9, "supported": true}]}'):
+    for bad in (
+        '{"results": []}',
+        '{"items": [{"id": 1, "supported": true}]}',
+        "[]",
+        "1. yes\n2. no",
+        '{"results": [{"id": 0, "supported": true}, {"id": 1, "supported": true}]}',  # numbering shifted
+        '{"results": [{"id": 1, "supported": true}, {"id": 9, "supported": true}]}',
+    ):
         with pytest.raises(ParseError):
             parse_batch_judgments(bad, 2)
 
@@ -243,8 +296,12 @@ def test_end_to_end_scores_and_findings():
     assert report.usage.calls == 1 + 5 + 2 == len(fake.requests) == len(report.calls)
     assert all(v.calls for v in report.verdicts)  # prompts and raw replies kept for audit
     assert report.details["order"]["source_order"] == ["E2", "E3", "E1", "E4"]
-    assert report.details["stages"] == {"decomposer": "dove", "context_selector": "retrieval", "verifier": "dove",
-                                        "sorter": "dove.sort"}
+    assert report.details["stages"] == {
+        "decomposer": "dove",
+        "context_selector": "retrieval",
+        "verifier": "dove",
+        "sorter": "dove.sort",
+    }
     assert report.details["context"]["mode"] == "full"
 
 
@@ -277,7 +334,8 @@ def test_batched_checker_gives_the_same_verdicts_as_per_fact():
 
 def test_batch_falls_back_to_per_fact_for_unanswered_facts():
     partial = SCRIPT | {  # each batch reply answers only its fact 1
-        "DoveBatchReply": json.dumps({"results": [{"id": 1, "supported": True, "reason": "ok"}]})}
+        "DoveBatchReply": json.dumps({"results": [{"id": 1, "supported": True, "reason": "ok"}]})
+    }
     report = dove(partial, batch_size=5)[0].check(SOURCE, TARGET)
     labels = {v.claim.id: v.label for v in report.verdicts}
     assert labels == {"E1": "supported", "E2": "supported", "E3": "supported", "E4": "supported", "D1": "unsupported"}
@@ -286,12 +344,15 @@ def test_batch_falls_back_to_per_fact_for_unanswered_facts():
 
 def test_batch_fact_without_a_verdict_is_unscored_with_both_reasons():
     def batch_without_baker(messages):
-        return json.dumps({"results": [{"id": n, "supported": True} for n, f in listing(messages, "facts")
-                                       if "baker" not in f]})
+        return json.dumps(
+            {"results": [{"id": n, "supported": True} for n, f in listing(messages, "facts") if "baker" not in f]}
+        )
 
     # only the baker fact is checked alone: first its reply, then its repair round's
-    partial = SCRIPT | {"DoveBatchReply": batch_without_baker,
-                        "DoveCheckReply": ["Supported? No.", '{"supported": null}']}
+    partial = SCRIPT | {
+        "DoveBatchReply": batch_without_baker,
+        "DoveCheckReply": ["Supported? No.", '{"supported": null}'],
+    }
     report = dove(partial, batch_size=5)[0].check(SOURCE, TARGET)
     baker = next(v for v in report.verdicts if v.claim.id == "D1")
     assert baker.label == "unscored"
@@ -301,19 +362,24 @@ def test_batch_fact_without_a_verdict_is_unscored_with_both_reasons():
     assert report.subscores["alpha"] == 1.0 and report.score == pytest.approx(2 / 3)
 
 
-@pytest.mark.parametrize("reply,label", [
-    ('{"supported": false}', "unsupported"),
-    ('{"supported": false, "contradicted": true, "reason": "r"}', "contradicted"),
-    ('{"supported": null}', "unscored"),
-    ("Supported? No.", "unscored"),
-    ("No problem!", "unscored"),
-    ('{"verdict": "supported"}', "unscored"),
-    ('{"supported": "no"}', "unscored"),
-    ('{"x": [{"y": {"supported": true}}]}', "unscored"),
-])
+@pytest.mark.parametrize(
+    "reply,label",
+    [
+        ('{"supported": false}', "unsupported"),
+        ('{"supported": false, "contradicted": true, "reason": "r"}', "contradicted"),
+        ('{"supported": null}', "unscored"),
+        ("Supported? No.", "unscored"),
+        ("No problem!", "unscored"),
+        ('{"verdict": "supported"}', "unscored"),
+        ('{"supported": "no"}', "unscored"),
+        ('{"x": [{"y": {"supported": true}}]}', "unscored"),
+    ],
+)
 def test_fact_checker_reply_forms_end_to_end(reply, label):
-    scripted = {"DoveFactsReply": json.dumps({"event_facts": [], "descriptive_facts": ["Anna is a baker."]}),
-                "DoveCheckReply": reply}
+    scripted = {
+        "DoveFactsReply": json.dumps({"event_facts": [], "descriptive_facts": ["Anna is a baker."]}),
+        "DoveCheckReply": reply,
+    }
     report = dove(scripted)[0].check(SOURCE, TARGET)
     (verdict,) = report.verdicts
     assert verdict.label == label
@@ -345,9 +411,12 @@ def test_decomposer_failure_is_unscored_with_the_raw_replies():
 
 
 def test_only_descriptive_facts():
-    desc = {"DoveFactsReply": json.dumps({"event_facts": [],
-                                          "descriptive_facts": ["Anna is a baker.", "Ben is Anna's friend."]}),
-            "DoveCheckReply": lambda m: json.dumps({"supported": "baker" not in fenced(m, "fact")})}
+    desc = {
+        "DoveFactsReply": json.dumps(
+            {"event_facts": [], "descriptive_facts": ["Anna is a baker.", "Ben is Anna's friend."]}
+        ),
+        "DoveCheckReply": lambda m: json.dumps({"supported": "baker" not in fenced(m, "fact")}),
+    }
     method, fake = dove(desc)
     report = method.check(SOURCE, TARGET)
     assert report.score == 0.5 and report.subscores["alpha"] == 0.0 and report.subscores["S_EO"] is None
@@ -355,8 +424,7 @@ def test_only_descriptive_facts():
 
 
 def test_fewer_than_two_verified_events_needs_no_sorter():
-    one_true = SCRIPT | {
-        "DoveCheckReply": lambda m: json.dumps({"supported": "baked" in fenced(m, "fact")})}
+    one_true = SCRIPT | {"DoveCheckReply": lambda m: json.dumps({"supported": "baked" in fenced(m, "fact")})}
     method, fake = dove(one_true)
     report = method.check(SOURCE, TARGET)
     assert report.subscores["S_EO"] == 1.0 and report.subscores["ShuffleD"] == 0.0
@@ -423,10 +491,12 @@ def test_long_source_goes_through_retrieval():
 def test_context_overflow_from_backend_switches_to_retrieval():
     def overflowing(reply):
         """The scripted reply, but a backend overflow for a prompt carrying the long source whole."""
+
         def answer(messages):
             if "Filler" in messages[-1]["content"] and len(messages[-1]["content"]) > 3000:
                 raise ContextOverflowError("prompt too long")
             return reply(messages) if callable(reply) else reply
+
         return answer
 
     long_source = " ".join(f"Filler sentence number {i} talks about the weather." for i in range(150)) + " " + SOURCE
@@ -439,12 +509,23 @@ def test_context_overflow_from_backend_switches_to_retrieval():
 
 def _source_with_distractors() -> str:
     """SOURCE in the middle of mild-weather filler, with a look-alike of each event far away from it."""
+
     def filler(a: int, b: int) -> list[str]:
         return [f"The weather was mild on day {i}." for i in range(a, b)]
 
-    return " ".join(filler(0, 40) + ["Anna baked bread for the market."] + filler(40, 80)
-                    + ["Ben arrived at the station."] + filler(80, 120) + [SOURCE] + filler(120, 160)
-                    + ["Anna invited Tom to the market."] + filler(160, 200) + ["They ate the soup."] + filler(200, 240))
+    return " ".join(
+        filler(0, 40)
+        + ["Anna baked bread for the market."]
+        + filler(40, 80)
+        + ["Ben arrived at the station."]
+        + filler(80, 120)
+        + [SOURCE]
+        + filler(120, 160)
+        + ["Anna invited Tom to the market."]
+        + filler(160, 200)
+        + ["They ate the soup."]
+        + filler(200, 240)
+    )
 
 
 @pytest.mark.parametrize("window,narrowed", [(1000, False), (400, True), (300, None)])
@@ -453,7 +534,8 @@ def test_source_side_sorter_reads_excerpts_narrowed_to_fit(window, narrowed):
     not fit, the top sentence per event without a window; when even that does not fit, no order (unscored)."""
     fake = FakeModel(by_reply=SCRIPT, context_window=window)
     report = Dove(llm=LLM(fake, cache=None), top_k=3, window=2, retriever="bm25").check(
-        _source_with_distractors(), TARGET)
+        _source_with_distractors(), TARGET
+    )
     context = report.details["context"]
     if narrowed is None:
         assert report.score is None and "do not fit" in report.unscored_reason and report.subscores["S_E"] == 1.0
@@ -490,9 +572,27 @@ def test_cli_retrieval_options(monkeypatch, tmp_path):
     monkeypatch.setattr(method_base, "get_llm", lambda config: LLM(FakeModel(by_reply=SCRIPT), cache=None))
     (tmp_path / "s.txt").write_text(SOURCE, encoding="utf-8")
     (tmp_path / "t.txt").write_text(TARGET, encoding="utf-8")
-    result = CliRunner().invoke(app, ["check", "-s", str(tmp_path / "s.txt"), "-t", str(tmp_path / "t.txt"),
-                                      "--method", "dove", "--json", "-o", "retrieval=always", "-o", "top_k=3",
-                                      "-o", "window=1", "-o", "retriever=bm25"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "check",
+            "-s",
+            str(tmp_path / "s.txt"),
+            "-t",
+            str(tmp_path / "t.txt"),
+            "--method",
+            "dove",
+            "--json",
+            "-o",
+            "retrieval=always",
+            "-o",
+            "top_k=3",
+            "-o",
+            "window=1",
+            "-o",
+            "retriever=bm25",
+        ],
+    )
     assert result.exit_code in (0, 1), result.output
     report = Report.model_validate_json(result.output)
     assert result.exit_code == (1 if report.label == "inconsistent" else 0)  # the documented exit codes
@@ -550,7 +650,12 @@ def test_swapped_verifier_runs_dove_end_to_end():
     assert not {"DoveCheckReply", "DoveBatchReply"} & set(fake.reply_types)  # dove's own fact checker is never asked
     assert report.details["stages"]["verifier"] == "test_dove_keyword"
     assert {v.claim.id: v.label for v in report.verdicts} == {
-        "E1": "supported", "E2": "supported", "E3": "supported", "E4": "supported", "D1": "unsupported"}
+        "E1": "supported",
+        "E2": "supported",
+        "E3": "supported",
+        "E4": "supported",
+        "D1": "unsupported",
+    }
     assert report.score == pytest.approx(0.8 * (2 / 3)) and report.subscores["ShuffleD"] == pytest.approx(1 / 3)
     assert sum(user_text(r).startswith("KEYWORD CHECK") for r in fake.requests) == fake.reply_types.count("text") == 5
     assert "dove_check" not in method.prompt_version and "dove_sort" in method.prompt_version
@@ -563,8 +668,11 @@ def test_factscore_verifier_in_dove():
             return json.dumps({"supported": False, "inconsistencies": [inconsistency]})
         return json.dumps({"supported": True, "inconsistencies": []})
 
-    factscore_replies = {"DoveFactsReply": DECOMPOSITION, "DoveOrderReply": _sort_reply,
-                         "FactJudgmentReply": factscore_judgment}
+    factscore_replies = {
+        "DoveFactsReply": DECOMPOSITION,
+        "DoveOrderReply": _sort_reply,
+        "FactJudgmentReply": factscore_judgment,
+    }
     method, fake = dove(factscore_replies, verifier="factscore")
     report = method.check(SOURCE, TARGET)
     assert not {"DoveCheckReply", "DoveBatchReply"} & set(fake.reply_types)  # dove's own fact checker is never asked
@@ -581,11 +689,15 @@ def test_dove_verifier_named_explicitly_is_the_default():
 
 def test_dove_verifier_in_another_claim_method():
     """The ``dove`` verifier takes claims + one context: it runs inside factscore too."""
-    replies = {"FactsReply": json.dumps({"facts": [{"sentence": 1, "fact": "Ben arrived at six."},
-                                                   {"sentence": 5, "fact": "Anna is a baker."}]}),
-               "DoveCheckReply": SCRIPT["DoveCheckReply"]}
+    replies = {
+        "FactsReply": json.dumps(
+            {"facts": [{"sentence": 1, "fact": "Ben arrived at six."}, {"sentence": 5, "fact": "Anna is a baker."}]}
+        ),
+        "DoveCheckReply": SCRIPT["DoveCheckReply"],
+    }
     report = get_method("factscore", llm=LLM(FakeModel(by_reply=replies), cache=None), verifier="dove").check(
-        SOURCE, TARGET)
+        SOURCE, TARGET
+    )
     assert [v.label for v in report.verdicts] == ["supported", "unsupported"] and report.score == 0.5
 
 
@@ -593,8 +705,10 @@ def test_dove_verifier_in_another_claim_method():
 
 
 def test_sentence_decomposer_needs_no_decomposition_call():
-    no_decomposition = {"DoveOrderReply": lambda m: json.dumps({"order": json.loads(_sort_reply(m))}),
-                        "DoveCheckReply": json.dumps({"supported": True, "reason": "stated"})}
+    no_decomposition = {
+        "DoveOrderReply": lambda m: json.dumps({"order": json.loads(_sort_reply(m))}),
+        "DoveCheckReply": json.dumps({"supported": True, "reason": "stated"}),
+    }
     method, fake = dove(no_decomposition, decomposer="sentences", target_order="decomposition")
     target = "Ben arrived at six. Anna baked a cake. They ate the cake."
     report = method.check(SOURCE, target)
@@ -645,8 +759,10 @@ def test_sorter_reply_that_copies_the_prompts_example_is_an_echo():
         parse_event_order('{"order": [2, 4, 3, 1]}', EV[:2], example=(2, 4, 3, 1))
     assert parse_event_order('{"order": [2, 4, 3, 1]}', EV, example=(2, 4, 3, 1)).order == [1, 3, 2, 0]
 
-    echoing = SCRIPT | {"DoveFactsReply": json.dumps({"event_facts": EVENTS[1:], "descriptive_facts": []}),
-                        "DoveOrderReply": '{"order": [2, 4, 3, 1]}'}
+    echoing = SCRIPT | {
+        "DoveFactsReply": json.dumps({"event_facts": EVENTS[1:], "descriptive_facts": []}),
+        "DoveOrderReply": '{"order": [2, 4, 3, 1]}',
+    }
     report = dove(echoing)[0].check(SOURCE, TARGET)
     assert report.score is None and "copies the prompt's example order" in report.unscored_reason
 
@@ -675,12 +791,13 @@ def test_a_batch_call_gets_the_reply_room_of_its_single_calls():
 
 async def test_a_placeholder_claim_in_a_batch_is_unscored_even_when_the_batch_reply_judges_it():
     """Claims from another decomposer may be template slots: the batch reply's verdict on one is not used."""
-    from halluscope.methods.dove import Dove, DoveFactChecker
+    from halluscope.methods.dove import DoveFactChecker
     from halluscope.records import Claim
     from halluscope.stages import Context
 
-    reply = json.dumps({"results": [{"id": i, "reason": "stated", "evidence": "", "supported": True}
-                                    for i in (1, 2, 3)]})
+    reply = json.dumps(
+        {"results": [{"id": i, "reason": "stated", "evidence": "", "supported": True} for i in (1, 2, 3)]}
+    )
     fake = FakeModel(default=reply)
     checker = DoveFactChecker(LLM(fake, cache=None), DoveFactChecker.Options(batch_size=3))
     claims = [Claim(text="The ferry was approved."), Claim(text="<fact>"), Claim(text="The council met.")]

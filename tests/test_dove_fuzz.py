@@ -28,13 +28,27 @@ VALID_REPLIES = [
     '{"event_facts": ["Ben arrived.", "Anna baked a cake."], "descriptive_facts": ["Anna is a cook."]}',
     '{"event_facts": [], "descriptive_facts": []}',
     '{"reason": "stated", "evidence": "Anna baked a cake", "supported": true}',
-    '{"supported": false}', '{"reason": "no", "supported": false, "contradicted": true}',
+    '{"supported": false}',
+    '{"reason": "no", "supported": false, "contradicted": true}',
     '{"results": [{"id": 1, "supported": true}, {"id": 2, "supported": false}, {"id": 3, "supported": true}]}',
     '[{"id": 2, "reason": "r", "supported": true}]',
-    '{"order": [2, 1, 3]}', "[3, 1, 2]", '["Ben arrived", "Anna baked a cake"]',
+    '{"order": [2, 1, 3]}',
+    "[3, 1, 2]",
+    '["Ben arrived", "Anna baked a cake"]',
 ]
-NO_VERDICT = ["Supported? No.", '{"supported": null}', '{"supported": "yes"}', "No problem!", "True.",
-              '{"verdict": "supported"}', '{"x": {"supported": true}}', '{"supported": tr', "", "[]", "{}"]
+NO_VERDICT = [
+    "Supported? No.",
+    '{"supported": null}',
+    '{"supported": "yes"}',
+    "No problem!",
+    "True.",
+    '{"verdict": "supported"}',
+    '{"x": {"supported": true}}',
+    '{"supported": tr',
+    "",
+    "[]",
+    "{}",
+]
 
 
 REPLIES = garbled_replies(1200) + VALID_REPLIES + NO_VERDICT + mutations(VALID_REPLIES, 400)
@@ -87,8 +101,10 @@ def test_batch_results_cover_every_fact_once():
 
 SOURCE = "Anna baked a cake. Then Ben arrived. They ate the cake together."
 TARGET = "Ben arrived. Anna baked a cake. They ate it. Anna is a cook."
-DECOMPOSITION = ('{"event_facts": ["Ben arrived.", "Anna baked a cake.", "Anna and Ben ate the cake."], '
-                 '"descriptive_facts": ["Anna is a cook."]}')
+DECOMPOSITION = (
+    '{"event_facts": ["Ben arrived.", "Anna baked a cake.", "Anna and Ben ate the cake."], '
+    '"descriptive_facts": ["Anna is a cook."]}'
+)
 
 
 def is_sorter_call(call) -> bool:
@@ -114,8 +130,12 @@ class GarbledResponder:
         return DECOMPOSITION if self.valid_decomposition else self.next_reply(messages)
 
     def script(self) -> dict:
-        return {"DoveFactsReply": self.decompose, "DoveCheckReply": self.next_reply,
-                "DoveBatchReply": self.next_reply, "DoveOrderReply": self.next_reply}
+        return {
+            "DoveFactsReply": self.decompose,
+            "DoveCheckReply": self.next_reply,
+            "DoveBatchReply": self.next_reply,
+            "DoveOrderReply": self.next_reply,
+        }
 
 
 def _stated(verdict) -> bool:
@@ -127,7 +147,9 @@ def _stated(verdict) -> bool:
                 judged = parse_batch_judgments(call.reply, len(numbered)).judged
                 stated = judged.get(numbered[verdict.claim.text] - 1)
             else:
-                stated = parse_fact_judgment(call.reply) if fenced(call.messages, "fact") == verdict.claim.text else None
+                stated = (
+                    parse_fact_judgment(call.reply) if fenced(call.messages, "fact") == verdict.claim.text else None
+                )
         except ParseError:
             continue
         if stated is not None and stated.label == verdict.label:
@@ -184,8 +206,12 @@ class GarbledSorter(GarbledResponder):
 
     def script(self) -> dict:
         supported = '{"reason": "stated", "supported": true}'
-        return {"DoveFactsReply": DECOMPOSITION, "DoveCheckReply": supported, "DoveBatchReply": supported,
-                "DoveOrderReply": self.next_reply}
+        return {
+            "DoveFactsReply": DECOMPOSITION,
+            "DoveCheckReply": supported,
+            "DoveBatchReply": supported,
+            "DoveOrderReply": self.next_reply,
+        }
 
 
 def test_event_order_only_from_a_sorter_reply_that_states_one():

@@ -8,11 +8,14 @@ from halluscope import retrieval
 from halluscope.methods import get_method
 from halluscope.records import Report
 
-SOURCE = ("The Elm Street bridge opened in 1820. It crosses the Avon river near the old mill. "
-          "Local masons built it from grey granite.")
+SOURCE = (
+    "The Elm Street bridge opened in 1820. It crosses the Avon river near the old mill. "
+    "Local masons built it from grey granite."
+)
 
-needs_embeddings = pytest.mark.skipif(not retrieval.embeddings_available(),
-                                      reason="embeddings extra not installed: pip install -e '.[embeddings]'")
+needs_embeddings = pytest.mark.skipif(
+    not retrieval.embeddings_available(), reason="embeddings extra not installed: pip install -e '.[embeddings]'"
+)
 
 
 def test_clear_error_without_the_embeddings_extra(monkeypatch):

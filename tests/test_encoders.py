@@ -23,8 +23,10 @@ from halluscope.methods.pipeline import SentenceDecomposer  # noqa: E402
 from halluscope.records import Claim, Report, Span  # noqa: E402
 from halluscope.stages import Context, UnknownStageError, build_stage  # noqa: E402
 
-SOURCE = ("The museum opens at nine. It has a large garden. The cafe sells tea. Entry is free on Sundays. "
-          "The ferry runs every 20 minutes. The ferry never runs at night.")
+SOURCE = (
+    "The museum opens at nine. It has a large garden. The cafe sells tea. Entry is free on Sundays. "
+    "The ferry runs every 20 minutes. The ferry never runs at night."
+)
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +45,9 @@ class KeywordNLI(torch.nn.Module):
 
     def __init__(self, tokenizer):
         super().__init__()
-        self.config = transformers.BertConfig(num_labels=3, id2label={0: "CONTRADICTION", 1: "NEUTRAL",
-                                                                      2: "ENTAILMENT"})
+        self.config = transformers.BertConfig(
+            num_labels=3, id2label={0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"}
+        )
         self.tok = tokenizer
         self.never, self.ferry = tokenizer.convert_tokens_to_ids(["never", "ferry"])
         self.batches: list[int] = []
@@ -96,7 +99,7 @@ class KeywordYesNo(torch.nn.Module):
         for b, (ids, mask) in enumerate(zip(input_ids, attention_mask)):
             ids = [int(i) for i, m in zip(ids, mask) if m]
             cut = ids.index(self.split)
-            premise, claim = _words(ids[:cut], self.tok), _words(ids[cut + 1:], self.tok)
+            premise, claim = _words(ids[:cut], self.tok), _words(ids[cut + 1 :], self.tok)
             out[b, 0, self.yes if claim <= premise else self.no] = 6.0
         return SimpleNamespace(logits=out)
 
@@ -106,10 +109,12 @@ def scripted(tokenizer, monkeypatch):
     """Put scripted checkers in the loader's cache under the model names 'scripted' / 'tiny-window'."""
     models = {"nli": KeywordNLI(tokenizer), "tagger": KeywordTagger(tokenizer), "seq2seq": KeywordYesNo(tokenizer)}
     for kind, model in models.items():
-        monkeypatch.setitem(encoders._LOADED, (kind, "scripted"),
-                            LoadedChecker("scripted", kind, tokenizer, model, "cpu", 512))
-        monkeypatch.setitem(encoders._LOADED, (kind, "tiny-window"),
-                            LoadedChecker("tiny-window", kind, tokenizer, model, "cpu", 24))
+        monkeypatch.setitem(
+            encoders._LOADED, (kind, "scripted"), LoadedChecker("scripted", kind, tokenizer, model, "cpu", 512)
+        )
+        monkeypatch.setitem(
+            encoders._LOADED, (kind, "tiny-window"), LoadedChecker("tiny-window", kind, tokenizer, model, "cpu", 24)
+        )
     return models
 
 
@@ -143,7 +148,7 @@ def test_nli_keeps_the_best_window_with_its_source_span(scripted):
 
 def test_nli_on_a_retrieved_snippet_reports_source_offsets(scripted):
     start = SOURCE.index("The cafe")
-    snippet = Context(text=SOURCE[start:start + 19], kind="snippet", span=Span(start=start, end=start + 19))
+    snippet = Context(text=SOURCE[start : start + 19], kind="snippet", span=Span(start=start, end=start + 19))
     (verdict,) = verify("nli:scripted", ["The cafe sells tea."], snippet)
     assert verdict.label == "supported" and verdict.evidence[0].span == Span(start=start, end=start + 19)
 
@@ -204,21 +209,38 @@ def test_every_claim_method_takes_an_encoder_verifier(name, scripted, monkeypatc
 def _tiny_bert(kind: str, tokenizer, folder, **config):
     cls = {"nli": transformers.BertForSequenceClassification, "tagger": transformers.BertForTokenClassification}[kind]
     torch.manual_seed(0)
-    model = cls(transformers.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=16, num_hidden_layers=1,
-                                        num_attention_heads=2, intermediate_size=32, max_position_embeddings=64,
-                                        **config))
+    model = cls(
+        transformers.BertConfig(
+            vocab_size=tokenizer.vocab_size,
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=64,
+            **config,
+        )
+    )
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return str(folder)
 
 
-@pytest.mark.parametrize("kind, config", [
-    ("nli", {"num_labels": 3, "id2label": {0: "contradiction", 1: "neutral", 2: "entailment"},
-             "label2id": {"contradiction": 0, "neutral": 1, "entailment": 2}}),
-    ("nli", {"num_labels": 2}),  # binary checker: 1 = supported
-    ("nli", {"num_labels": 1}),  # single-logit cross-encoder
-    ("tagger", {"num_labels": 2}),
-])
+@pytest.mark.parametrize(
+    "kind, config",
+    [
+        (
+            "nli",
+            {
+                "num_labels": 3,
+                "id2label": {0: "contradiction", 1: "neutral", 2: "entailment"},
+                "label2id": {"contradiction": 0, "neutral": 1, "entailment": 2},
+            },
+        ),
+        ("nli", {"num_labels": 2}),  # binary checker: 1 = supported
+        ("nli", {"num_labels": 1}),  # single-logit cross-encoder
+        ("tagger", {"num_labels": 2}),
+    ],
+)
 def test_tiny_real_models_load_from_a_folder_and_score(kind, config, tokenizer, tmp_path):
     path = _tiny_bert(kind, tokenizer, tmp_path / f"{kind}-{config['num_labels']}", **config)
     claims = ["The cafe sells tea.", "The ferry runs every 15 minutes."]
@@ -232,9 +254,19 @@ def test_tiny_real_models_load_from_a_folder_and_score(kind, config, tokenizer, 
 
 def test_tiny_real_seq2seq_model_loads_and_scores(tokenizer, tmp_path):
     torch.manual_seed(0)
-    model = transformers.T5ForConditionalGeneration(transformers.T5Config(
-        vocab_size=tokenizer.vocab_size, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_decoder_layers=1,
-        num_heads=2, decoder_start_token_id=0, pad_token_id=0))
+    model = transformers.T5ForConditionalGeneration(
+        transformers.T5Config(
+            vocab_size=tokenizer.vocab_size,
+            d_model=16,
+            d_kv=8,
+            d_ff=32,
+            num_layers=1,
+            num_decoder_layers=1,
+            num_heads=2,
+            decoder_start_token_id=0,
+            pad_token_id=0,
+        )
+    )
     model.save_pretrained(tmp_path / "t5")
     tokenizer.save_pretrained(tmp_path / "t5")
     verdicts = verify(f"seq2seq:{tmp_path / 't5'}", ["The cafe sells tea."])

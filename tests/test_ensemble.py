@@ -45,8 +45,12 @@ def test_a_noise_member_gets_a_small_weight():
     y = _labels()
     good = np.clip(0.35 + 0.3 * y + rng.normal(0, 0.15, len(y)), 0, 1)
     noise = rng.uniform(0, 1, len(y))
-    fit = fit_combiner(_examples(y), [_member("good", list(good)), _member("noise", list(noise), "gate")],
-                       features="score", n_bootstrap=50)
+    fit = fit_combiner(
+        _examples(y),
+        [_member("good", list(good)), _member("noise", list(noise), "gate")],
+        features="score",
+        n_bootstrap=50,
+    )
     weights = {f.name: f.weight for f in fit.combiner.features}
     assert weights["good.score"] > 1.0
     assert abs(weights["noise.score"]) < 0.1 * weights["good.score"]
@@ -69,8 +73,11 @@ def test_the_saved_file_reproduces_scikit_learns_model():
     b = rng.uniform(0, 1, len(y))
     members = [_member("a", list(a)), _member("b", list(b), "gate")]
     c = CombinerFile.model_validate_json(fit_combiner(_examples(y), members, n_bootstrap=0).combiner.model_dump_json())
-    expected = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=1000)).fit(
-        np.c_[a, b], y).predict_proba(np.c_[a, b])[:, 1]
+    expected = (
+        make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=1000))
+        .fit(np.c_[a, b], y)
+        .predict_proba(np.c_[a, b])[:, 1]
+    )
     got = [c.predict({"a": members[0].reports[f"x{i}"], "b": members[1].reports[f"x{i}"]}) for i in range(len(y))]
     assert got == pytest.approx(list(expected), abs=1e-6)
 
@@ -80,8 +87,9 @@ def test_a_combiner_that_cannot_beat_its_best_member_is_refused():
     u = np.random.default_rng(1).uniform(0, 1, len(y))
     perfect = np.where(y == 1, 0.7 + 0.3 * u, 0.3 * u)  # AUC 1: nothing can beat it
     noise = np.random.default_rng(2).uniform(0, 1, len(y))
-    fit = fit_combiner(_examples(y), [_member("perfect", list(perfect)), _member("noise", list(noise), "gate")],
-                       n_bootstrap=20)
+    fit = fit_combiner(
+        _examples(y), [_member("perfect", list(perfect)), _member("noise", list(noise), "gate")], n_bootstrap=20
+    )
     assert fit.refusal is not None and "does not beat its best member, perfect" in fit.refusal
     assert not fit.combiner.accepted and fit.combiner.refusal == fit.refusal
 
@@ -104,8 +112,12 @@ def test_an_unscored_member_is_an_indicator_and_imputed_never_dropped():
     scores: list[float | None] = [0.2 + 0.6 * v for v in y]
     for i in (0, 7, 13):
         scores[i] = None
-    fit = fit_combiner(_examples(y), [_member("m", scores), _member("n", list(np.linspace(0, 1, 40)), "gate")],
-                       n_bootstrap=0, features="score")
+    fit = fit_combiner(
+        _examples(y),
+        [_member("m", scores), _member("n", list(np.linspace(0, 1, 40)), "gate")],
+        n_bootstrap=0,
+        features="score",
+    )
     features = {f.name: f for f in fit.combiner.features}
     assert features["m.score"].n_imputed == 3
     assert "m.unscored" in features and features["m.unscored"].source == "unscored"
@@ -129,8 +141,9 @@ def test_human_scores_give_a_ridge_combiner_judged_by_spearman():
     a = np.clip((human - 1) / 4 + rng.normal(0, 0.2, 60), 0, 1)
     b = np.clip((human - 1) / 4 + rng.normal(0, 0.2, 60), 0, 1)
     examples = [Example(id=f"x{i}", source="s", target="t", human_score=float(h)) for i, h in enumerate(human)]
-    fit = fit_combiner(examples, [_member("a", list(a)), _member("b", list(b), "gate")], features="score",
-                       n_bootstrap=50)
+    fit = fit_combiner(
+        examples, [_member("a", list(a)), _member("b", list(b), "gate")], features="score", n_bootstrap=50
+    )
     c = fit.combiner
     assert c.kind == "score" and c.cv["metric"] == "Spearman" and c.estimator["class"].endswith("Ridge")
     assert c.target_range == (pytest.approx(human.min()), pytest.approx(human.max()))
@@ -157,13 +170,30 @@ def _cascade_combiner(tmp_path, rouge_mean: float) -> str:
     """rouge (no LLM, weight 1) and geval (LLM, weight 0.5): rouge alone settles the decision when it is far
     from ``rouge_mean``; geval can move the combined logit by at most +-1."""
     c = CombinerFile(
-        kind="binary", estimator={"class": "hand-written for a test"}, intercept=0.0, threshold=0.5,
-        members=[CombinerMember(name="rouge", method="rouge"),
-                 CombinerMember(name="geval", method="geval", uses_llm=True, model="fake")],
-        features=[CombinerFeature(name="rouge.score", member="rouge", source="score", mean=rouge_mean, scale=0.25,
-                                  min=0.0, max=1.0, weight=1.0),
-                  CombinerFeature(name="geval.score", member="geval", source="score", mean=0.5, scale=0.25,
-                                  min=0.0, max=1.0, weight=0.5)])
+        kind="binary",
+        estimator={"class": "hand-written for a test"},
+        intercept=0.0,
+        threshold=0.5,
+        members=[
+            CombinerMember(name="rouge", method="rouge"),
+            CombinerMember(name="geval", method="geval", uses_llm=True, model="fake"),
+        ],
+        features=[
+            CombinerFeature(
+                name="rouge.score",
+                member="rouge",
+                source="score",
+                mean=rouge_mean,
+                scale=0.25,
+                min=0.0,
+                max=1.0,
+                weight=1.0,
+            ),
+            CombinerFeature(
+                name="geval.score", member="geval", source="score", mean=0.5, scale=0.25, min=0.0, max=1.0, weight=0.5
+            ),
+        ],
+    )
     path = tmp_path / "cascade.json"
     write_combiner(c, path)
     return str(path)
@@ -203,12 +233,24 @@ def test_the_cascade_skips_the_llm_member_when_the_decision_cannot_flip(tmp_path
 
 def test_findings_are_those_of_the_members_the_combiner_weighs(tmp_path):
     findings_target = "The cat sat on the mat in Rome on 4 June."
-    c = CombinerFile(kind="binary", estimator={"class": "test"}, intercept=0.0, threshold=0.5,
-                     members=[CombinerMember(name="gate", method="gate"), CombinerMember(name="rouge", method="rouge")],
-                     features=[CombinerFeature(name="gate.score", member="gate", source="score", mean=0.5, scale=0.25,
-                                               min=0, max=1, weight=w) for w in [0.0]]
-                     + [CombinerFeature(name="rouge.score", member="rouge", source="score", mean=0.5, scale=0.25,
-                                        min=0, max=1, weight=1.0)])
+    c = CombinerFile(
+        kind="binary",
+        estimator={"class": "test"},
+        intercept=0.0,
+        threshold=0.5,
+        members=[CombinerMember(name="gate", method="gate"), CombinerMember(name="rouge", method="rouge")],
+        features=[
+            CombinerFeature(
+                name="gate.score", member="gate", source="score", mean=0.5, scale=0.25, min=0, max=1, weight=w
+            )
+            for w in [0.0]
+        ]
+        + [
+            CombinerFeature(
+                name="rouge.score", member="rouge", source="score", mean=0.5, scale=0.25, min=0, max=1, weight=1.0
+            )
+        ],
+    )
     path = tmp_path / "c.json"
     write_combiner(c, path)
     unweighed = get_method("ensemble", combiner=str(path)).check(SOURCE, findings_target)
@@ -231,15 +273,25 @@ def test_a_bad_combiner_file_is_refused_with_the_reason(tmp_path):
 
 
 def test_a_saved_combiner_runs_without_scikit_learn(tmp_path):
-    c = CombinerFile(kind="binary", estimator={"class": "test"}, intercept=0.0, threshold=0.5,
-                     members=[CombinerMember(name="rouge", method="rouge")],
-                     features=[CombinerFeature(name="rouge.score", member="rouge", source="score", mean=0.5,
-                                               scale=0.25, min=0, max=1, weight=1.0)])
+    c = CombinerFile(
+        kind="binary",
+        estimator={"class": "test"},
+        intercept=0.0,
+        threshold=0.5,
+        members=[CombinerMember(name="rouge", method="rouge")],
+        features=[
+            CombinerFeature(
+                name="rouge.score", member="rouge", source="score", mean=0.5, scale=0.25, min=0, max=1, weight=1.0
+            )
+        ],
+    )
     path = write_combiner(c, tmp_path / "c.json")
-    code = ("import sys; sys.modules['sklearn'] = None  # any import of scikit-learn now fails\n"
-            "from halluscope.methods import get_method\n"
-            f"r = get_method('ensemble', combiner={str(path)!r}).check({SOURCE!r}, {COPY!r})\n"
-            "print(r.details['ran'], r.label)\n")
+    code = (
+        "import sys; sys.modules['sklearn'] = None  # any import of scikit-learn now fails\n"
+        "from halluscope.methods import get_method\n"
+        f"r = get_method('ensemble', combiner={str(path)!r}).check({SOURCE!r}, {COPY!r})\n"
+        "print(r.details['ran'], r.label)\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['rouge'] consistent"
@@ -254,8 +306,10 @@ def _dataset(tmp_path) -> str:
     places = ["Paris", "Rome", "Oslo", "Lima", "Cairo", "Quito", "Dakar", "Hanoi", "Perth", "Turin"]
     for i in range(24):
         place, other = places[i % 10], places[(i + 3) % 10]
-        source = (f"The meeting in {place} began on {i + 1} March with {10 + i} delegates. "
-                  f"It ended two days later after a long vote on the budget.")
+        source = (
+            f"The meeting in {place} began on {i + 1} March with {10 + i} delegates. "
+            f"It ended two days later after a long vote on the budget."
+        )
         if i % 2:
             target = f"The meeting in {place} began on {i + 1} March with {10 + i} delegates."
         elif i % 4 == 0:
@@ -272,8 +326,21 @@ def test_fit_combiner_and_check_ensemble_offline(tmp_path):
     runner = CliRunner()
     data = _dataset(tmp_path)
     out = tmp_path / "combiner.json"
-    args = ["fit-combiner", "--dataset", data, "--methods", "rouge,gate", "--work-dir", str(tmp_path / "runs"),
-            "-O", str(out), "--bootstrap", "50", "--folds", "4"]
+    args = [
+        "fit-combiner",
+        "--dataset",
+        data,
+        "--methods",
+        "rouge,gate",
+        "--work-dir",
+        str(tmp_path / "runs"),
+        "-O",
+        str(out),
+        "--bootstrap",
+        "50",
+        "--folds",
+        "4",
+    ]
     result = runner.invoke(app, args)
     assert "| **combiner** (rouge + gate) |" in result.output
     if result.exit_code == 1:  # refused: no file, the reason given
@@ -288,8 +355,21 @@ def test_fit_combiner_and_check_ensemble_offline(tmp_path):
 
     (tmp_path / "s.txt").write_text("The meeting in Paris began on 1 March with 10 delegates. It ended later.")
     (tmp_path / "t.txt").write_text("The meeting in Rome began on 9 March with 10 delegates.")
-    checked = runner.invoke(app, ["check", "-s", str(tmp_path / "s.txt"), "-t", str(tmp_path / "t.txt"),
-                                  "--method", "ensemble", "-o", f"combiner={out}", "--json"])
+    checked = runner.invoke(
+        app,
+        [
+            "check",
+            "-s",
+            str(tmp_path / "s.txt"),
+            "-t",
+            str(tmp_path / "t.txt"),
+            "--method",
+            "ensemble",
+            "-o",
+            f"combiner={out}",
+            "--json",
+        ],
+    )
     report = json.loads(checked.output)
     assert report["label"] == "inconsistent" and checked.exit_code == 1, checked.output  # Rome, 9 March: wrong
     assert report["details"]["ran"] == ["rouge", "gate"] and report["details"]["skipped"] == []
@@ -306,16 +386,45 @@ def test_check_ensemble_with_a_fake_llm_member_says_what_ran(tmp_path):
     runner = CliRunner()
     for target, ran, skipped, calls in ((COPY, ["rouge"], ["geval"], 0), (HALF, ["rouge", "geval"], [], 1)):
         (tmp_path / "t.txt").write_text(target)
-        result = runner.invoke(app, ["check", "-s", str(tmp_path / "s.txt"), "-t", str(tmp_path / "t.txt"),
-                                     "--method", "ensemble", "-o", f"combiner={path}", "--model", f"fake:{script}",
-                                     "--no-cache", "--json"])
+        result = runner.invoke(
+            app,
+            [
+                "check",
+                "-s",
+                str(tmp_path / "s.txt"),
+                "-t",
+                str(tmp_path / "t.txt"),
+                "--method",
+                "ensemble",
+                "-o",
+                f"combiner={path}",
+                "--model",
+                f"fake:{script}",
+                "--no-cache",
+                "--json",
+            ],
+        )
         assert result.exit_code == 0, result.output
         report = json.loads(result.output)
         assert report["details"]["ran"] == ran and report["details"]["skipped"] == skipped
         assert report["usage"]["calls"] == calls
         assert report["label"] == "consistent"  # rouge 1.0 alone; geval's 5 on the other pair
-        text = runner.invoke(app, ["check", "-s", str(tmp_path / "s.txt"), "-t", str(tmp_path / "t.txt"),
-                                   "--method", "ensemble", "-o", f"combiner={path}", "--model", f"fake:{script}"])
+        text = runner.invoke(
+            app,
+            [
+                "check",
+                "-s",
+                str(tmp_path / "s.txt"),
+                "-t",
+                str(tmp_path / "t.txt"),
+                "--method",
+                "ensemble",
+                "-o",
+                f"combiner={path}",
+                "--model",
+                f"fake:{script}",
+            ],
+        )
         assert f"members run: {', '.join(ran)}; skipped: {', '.join(skipped) or 'none'}" in text.output
 
 
@@ -330,14 +439,24 @@ def test_fit_combiner_refuses_with_exit_1_and_writes_nothing(tmp_path):
     for name, scores in (("rouge", np.where(y == 1, 0.7 + 0.3 * u, 0.3 * u)), ("gate", u)):
         folder = tmp_path / name
         folder.mkdir()
-        (folder / "run.json").write_text(json.dumps({"dataset": str(tmp_path / "pairs.jsonl"), "method": name,
-                                                     "method_options": {}, "model": None}))
+        (folder / "run.json").write_text(
+            json.dumps({"dataset": str(tmp_path / "pairs.jsonl"), "method": name, "method_options": {}, "model": None})
+        )
         with ItemStore(folder / "items.jsonl").open() as fh:
             for i, s in enumerate(scores):
                 ItemStore.write(fh, f"x{i}", Report(method=name, score=float(s)))
     out = tmp_path / "c.json"
-    args = ["fit-combiner", "-r", str(tmp_path / "rouge"), "-r", str(tmp_path / "gate"), "-O", str(out),
-            "--bootstrap", "20"]
+    args = [
+        "fit-combiner",
+        "-r",
+        str(tmp_path / "rouge"),
+        "-r",
+        str(tmp_path / "gate"),
+        "-O",
+        str(out),
+        "--bootstrap",
+        "20",
+    ]
     refused = CliRunner().invoke(app, args)
     assert refused.exit_code == 1 and not out.exists()
     assert "does not beat its best member, rouge" in refused.output
@@ -346,8 +465,10 @@ def test_fit_combiner_refuses_with_exit_1_and_writes_nothing(tmp_path):
 
 
 def test_fit_combiner_without_scikit_learn_names_the_extra(tmp_path):
-    code = ("import sys; sys.modules['sklearn'] = None\n"
-            "from halluscope.cli.main import app\n"
-            f"app(['fit-combiner', '--methods', 'rouge', '--dataset', 'x.jsonl', '-O', {str(tmp_path / 'c.json')!r}])\n")
+    code = (
+        "import sys; sys.modules['sklearn'] = None\n"
+        "from halluscope.cli.main import app\n"
+        f"app(['fit-combiner', '--methods', 'rouge', '--dataset', 'x.jsonl', '-O', {str(tmp_path / 'c.json')!r}])\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 2 and "pip install 'halluscope[bench]'" in done.stderr

@@ -31,25 +31,40 @@ from tests.reply_fuzz import cut, mutations, parse_each, replace, stray, upper, 
 
 SOURCE = "Philips sold 250,000 units on Amazon. The police investigated Philips for a month and let it continue."
 TARGET = "Amazon was investigated for a month. The police ordered Amazon to cease operations."
-FACTS = json.dumps({"facts": [
-    {"sentence": 1, "fact": "Amazon was investigated."},
-    {"sentence": 1, "fact": "The investigation lasted a month."},
-    {"sentence": 2, "fact": "The police ordered Amazon to cease operations."},
-]})
+FACTS = json.dumps(
+    {
+        "facts": [
+            {"sentence": 1, "fact": "Amazon was investigated."},
+            {"sentence": 1, "fact": "The investigation lasted a month."},
+            {"sentence": 2, "fact": "The police ordered Amazon to cease operations."},
+        ]
+    }
+)
 PLACEHOLDER_FACTS = [
     '{"facts": [{"sentence": 1, "fact": "<atomic fact>"}]}',
     '{"facts": [{"sentence": 1, "fact": "[fact]"}, {"sentence": 2, "fact": "{fact}"}]}',
     '{"facts": [{"sentence": 1, "fact": "..."}, {"sentence": 1, "fact": "…"}, {"sentence": 2, "fact": "N/A"}]}',
     '{"facts": [{"sentence": 1, "fact": "The museum opened in 1998."}]}',  # the prompt's own example
     # a verbatim embedded-model reply (SmolLM2-135M on "The dog sat on the mat."): the example, copied
-    ('{"facts": [{"sentence": 1, "fact": "The museum opened in '
-     '1998."}, {"sentence": 1, "fact": "The museum is in Lyon."}]}'),
+    (
+        '{"facts": [{"sentence": 1, "fact": "The museum opened in '
+        '1998."}, {"sentence": 1, "fact": "The museum is in Lyon."}]}'
+    ),
     '{"facts": [{"sentence": 1, "fact": "The museum opened in 1999."}]}',  # ... with a detail changed
 ]
-PROSE_VERDICTS = ["No problem!", "Yes, I can help with that.", "True to form, the fact is accurate.",
-                  "Supported: the source says so", "No.\n- The year is wrong.", "The answer is yes.",
-                  '{"supported": "yes"}', '{"supported": null}', '{"supported": 1}', '{"is_supported": true}',
-                  '{"verdict": "supported"}']
+PROSE_VERDICTS = [
+    "No problem!",
+    "Yes, I can help with that.",
+    "True to form, the fact is accurate.",
+    "Supported: the source says so",
+    "No.\n- The year is wrong.",
+    "The answer is yes.",
+    '{"supported": "yes"}',
+    '{"supported": null}',
+    '{"supported": 1}',
+    '{"is_supported": true}',
+    '{"verdict": "supported"}',
+]
 
 
 def judge(messages) -> str:
@@ -65,8 +80,12 @@ def judge(messages) -> str:
 
 # The scripted model, keyed by the reply each stage asks for (not by prompt wording): decomposes into FACTS,
 # judges facts about Amazon wrong, keeps descriptions 1 and 3.
-JUDGE = {"FactsReply": FACTS, "FactJudgmentReply": judge, "FactCheckReply": judge,
-         "KeepReply": json.dumps({"keep": [1, 3]})}
+JUDGE = {
+    "FactsReply": FACTS,
+    "FactJudgmentReply": judge,
+    "FactCheckReply": judge,
+    "KeepReply": json.dumps({"keep": [1, 3]}),
+}
 
 
 def fake(*, by_reply=None, **kwargs) -> LLM:
@@ -81,29 +100,42 @@ def test_parse_facts_reads_the_declared_list():
     sentences = split_sentences(TARGET)
     facts = parse_facts(FACTS, sentences, TARGET)
     assert [(f.text, f.sentence_index) for f in facts] == [
-        ("Amazon was investigated.", 0), ("The investigation lasted a month.", 0),
-        ("The police ordered Amazon to cease operations.", 1)]
+        ("Amazon was investigated.", 0),
+        ("The investigation lasted a month.", 0),
+        ("The police ordered Amazon to cease operations.", 1),
+    ]
     bare = parse_facts('[{"sentence": 2, "fact": "A  b."}, {"sentence": 2, "fact": "a b."}]', sentences)
     assert [(f.text, f.sentence_index) for f in bare] == [("A b.", 1)]  # a bare list of facts; duplicates once
 
 
-@pytest.mark.parametrize("reply", [
-    '{"facts": []}', "no facts", '{"facts": [{"sentence": 1}]}',
-    '["Amazon was investigated."]',  # facts without their sentence
-    '{"facts": [{"sentence": "1", "fact": "Amazon was investigated."}]}',  # a number as a string
-    '{"facts": [{"sentence": 3, "fact": "Amazon was investigated."}]}',  # no such sentence
-    '{"facts": [{"sentence": 1, "fact": "Amazon was inv',  # cut off
-    *PLACEHOLDER_FACTS,
-])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        '{"facts": []}',
+        "no facts",
+        '{"facts": [{"sentence": 1}]}',
+        '["Amazon was investigated."]',  # facts without their sentence
+        '{"facts": [{"sentence": "1", "fact": "Amazon was investigated."}]}',  # a number as a string
+        '{"facts": [{"sentence": 3, "fact": "Amazon was investigated."}]}',  # no such sentence
+        '{"facts": [{"sentence": 1, "fact": "Amazon was inv',  # cut off
+        *PLACEHOLDER_FACTS,
+    ],
+)
 def test_parse_facts_refuses_everything_else(reply):
     with pytest.raises(ParseError):
         parse_facts(reply, split_sentences(TARGET), TARGET)
 
 
 def test_placeholders_are_dropped_and_the_example_counts_only_when_the_target_says_it():
-    reply = json.dumps({"facts": [{"sentence": 1, "fact": "<atomic fact>"},
-                                  {"sentence": 1, "fact": "The museum opened in 1998."},
-                                  {"sentence": 2, "fact": "The police gave an order."}]})
+    reply = json.dumps(
+        {
+            "facts": [
+                {"sentence": 1, "fact": "<atomic fact>"},
+                {"sentence": 1, "fact": "The museum opened in 1998."},
+                {"sentence": 2, "fact": "The police gave an order."},
+            ]
+        }
+    )
     assert [f.text for f in parse_facts(reply, split_sentences(TARGET), TARGET)] == ["The police gave an order."]
     museum = "The museum opened in 1998. It is in Lyon."
     facts = parse_facts(reply, split_sentences(museum), museum)
@@ -119,11 +151,17 @@ def test_verification_replies_state_a_boolean():
     assert FactJudgmentReply.parse('Here: {"supported": true, "inconsistencies": []}').supported
 
 
-@pytest.mark.parametrize("reply", PROSE_VERDICTS + [
-    '{"supported": true, "inconsistencies": ["The year is wrong."]}',  # contradicts itself
-    '{"supported": false, "inconsistencies": ["None", "The year is wrong."]}',
-    '{"supported": false, "inconsistencies": "none found"}', '{"inconsistencies": []}', "",
-])
+@pytest.mark.parametrize(
+    "reply",
+    PROSE_VERDICTS
+    + [
+        '{"supported": true, "inconsistencies": ["The year is wrong."]}',  # contradicts itself
+        '{"supported": false, "inconsistencies": ["None", "The year is wrong."]}',
+        '{"supported": false, "inconsistencies": "none found"}',
+        '{"inconsistencies": []}',
+        "",
+    ],
+)
 def test_verification_replies_without_a_verdict_are_refused(reply):
     with pytest.raises(ParseError):
         FactJudgmentReply.parse(reply)
@@ -136,19 +174,38 @@ def test_parse_keep():
             parse_keep(bad, 3)
 
 
-VALID = [FACTS, '{"supported": true}', '{"supported": false, "inconsistencies": ["The year is wrong."]}',
-         '{"keep": [1, 2]}', '[{"sentence": 2, "fact": "The police gave an order."}]']
+VALID = [
+    FACTS,
+    '{"supported": true}',
+    '{"supported": false, "inconsistencies": ["The year is wrong."]}',
+    '{"keep": [1, 2]}',
+    '[{"sentence": 2, "fact": "The police gave an order."}]',
+]
 # cut off, wrapped in prose, a stray character, upper-cased, or re-keyed
-FACTSCORE_EDITS = (cut, wrap("Sure! Here it is: ", " Hope this helps."), stray('{}[]",:'), upper,
-                   replace(('"supported"', '"is_supported"'), ('"facts"', '"atomic_facts"')))
+FACTSCORE_EDITS = (
+    cut,
+    wrap("Sure! Here it is: ", " Hope this helps."),
+    stray('{}[]",:'),
+    upper,
+    replace(('"supported"', '"is_supported"'), ('"facts"', '"atomic_facts"')),
+)
 
 
 def test_parsers_on_garbled_replies_some_parse_some_fail():
     sentences = split_sentences(TARGET)
-    replies = (garbled_replies(1000, seed=17) + VALID + mutations(VALID, 600 - len(VALID), seed=3, edits=FACTSCORE_EDITS)
-               + PLACEHOLDER_FACTS + PROSE_VERDICTS)
-    parsers = {"facts": lambda t: parse_facts(t, sentences, TARGET), "describe": FactJudgmentReply.parse,
-               "check": FactCheckReply.parse, "keep": lambda t: parse_keep(t, 4)}
+    replies = (
+        garbled_replies(1000, seed=17)
+        + VALID
+        + mutations(VALID, 600 - len(VALID), seed=3, edits=FACTSCORE_EDITS)
+        + PLACEHOLDER_FACTS
+        + PROSE_VERDICTS
+    )
+    parsers = {
+        "facts": lambda t: parse_facts(t, sentences, TARGET),
+        "describe": FactJudgmentReply.parse,
+        "check": FactCheckReply.parse,
+        "keep": lambda t: parse_keep(t, 4),
+    }
     for name, parse in parsers.items():
         parsed, refused = parse_each(parse, replies)
         for reply, value in parsed:
@@ -226,8 +283,10 @@ def test_factscore_llm_dedup_failure_falls_back_explicitly():
     assert len(report.findings) == 2
 
 
-@pytest.mark.parametrize("bad", ["no idea", LLMError("the server closed the connection"),
-                                 ContextOverflowError("the descriptions do not fit")])
+@pytest.mark.parametrize(
+    "bad",
+    ["no idea", LLMError("the server closed the connection"), ContextOverflowError("the descriptions do not fit")],
+)
 def test_a_failed_dedup_call_keeps_the_verdicts_and_the_score_and_says_so(bad):
     """A de-duplication call that raised used to void the pair (unscored, no verdicts) though every verdict was in."""
     good = FactScore(llm=fake()).check(SOURCE, TARGET)
@@ -268,7 +327,8 @@ def test_factscore_without_descriptions():
     assert report.score == pytest.approx(1 / 3)
     assert [f.description for f in report.findings] == [
         "Not supported by the source: Amazon was investigated.",
-        "Not supported by the source: The police ordered Amazon to cease operations."]
+        "Not supported by the source: The police ordered Amazon to cease operations.",
+    ]
     assert "inconsistencies" not in report.verdicts[0].calls[0].messages[-1]["content"]
     assert "factscore_verify@" in method.prompt_version and "factscore_describe@" not in method.prompt_version
 
@@ -278,7 +338,8 @@ def test_unsupported_fact_without_description_gets_one():
         return json.dumps({"supported": "month" in fenced(messages, "fact"), "inconsistencies": []})
 
     report = FactScore(llm=fake(by_reply={"FactsReply": FACTS, "FactJudgmentReply": verify}), dedup="none").check(
-        SOURCE, TARGET)
+        SOURCE, TARGET
+    )
     assert [f.description for f in report.findings][0] == "Not supported by the source: Amazon was investigated."
 
 
@@ -312,8 +373,7 @@ def test_decomposition_failure_is_unscored():
 
 
 def test_no_judged_fact_gives_an_unscored_report():
-    report = FactScore(llm=fake(by_reply={"FactsReply": FACTS}, default="No problem!")).check(
-        SOURCE, TARGET)
+    report = FactScore(llm=fake(by_reply={"FactsReply": FACTS}, default="No problem!")).check(SOURCE, TARGET)
     assert report.score is None and "could be judged" in report.unscored_reason
     assert [v.label for v in report.verdicts] == ["unscored"] * 3 and report.findings == []
 
@@ -335,8 +395,9 @@ def test_factscore_retrieval_when_the_source_does_not_fit():
 
 
 def test_retrieval_options_and_the_snippets_used():
-    report = get_method("factscore", llm=fake(), retrieval="always", top_k=3, window=1,
-                        retriever="bm25").check(LONG_SOURCE, TARGET)
+    report = get_method("factscore", llm=fake(), retrieval="always", top_k=3, window=1, retriever="bm25").check(
+        LONG_SOURCE, TARGET
+    )
     context = report.details["context"]
     assert context["mode"] == "retrieval" and "retrieval=always" in context["why"]
     assert set(context["snippets"]) == {"f1", "f2", "f3"}
@@ -354,19 +415,45 @@ def test_cli_retrieval_options(monkeypatch, tmp_path):
     monkeypatch.setattr(method_base, "get_llm", lambda config: fake())
     (tmp_path / "s.txt").write_text(LONG_SOURCE, encoding="utf-8")
     (tmp_path / "t.txt").write_text(TARGET, encoding="utf-8")
-    result = CliRunner().invoke(app, ["check", "-s", str(tmp_path / "s.txt"), "-t", str(tmp_path / "t.txt"),
-                                      "--method", "factscore", "--json", "-o", "retrieval=always", "-o", "top_k=3",
-                                      "-o", "window=1", "-o", "retriever=bm25"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "check",
+            "-s",
+            str(tmp_path / "s.txt"),
+            "-t",
+            str(tmp_path / "t.txt"),
+            "--method",
+            "factscore",
+            "--json",
+            "-o",
+            "retrieval=always",
+            "-o",
+            "top_k=3",
+            "-o",
+            "window=1",
+            "-o",
+            "retriever=bm25",
+        ],
+    )
     assert result.exit_code in (0, 1), result.output
     report = Report.model_validate_json(result.output)
     assert result.exit_code == (1 if report.label == "inconsistent" else 0)  # the documented exit codes
     assert report.details["context"]["mode"] == "retrieval" and set(report.details["context"]["snippets"]) == {
-        "f1", "f2", "f3"}
+        "f1",
+        "f2",
+        "f3",
+    }
 
 
 def test_options_validation():
-    for bad in ({"dedup": "magic"}, {"retriever": "tfidf"}, {"retrieval": True}, {"dedup_threshold": 101},
-                {"nonsense": 1}):
+    for bad in (
+        {"dedup": "magic"},
+        {"retriever": "tfidf"},
+        {"retrieval": True},
+        {"dedup_threshold": 101},
+        {"nonsense": 1},
+    ):
         with pytest.raises(OptionsError):
             FactScore(llm=fake(), **bad)
     with pytest.raises(ValueError, match="no verifier stage named"):
@@ -392,8 +479,13 @@ class FirstWordVerifier(LLMVerifier):
             completion = await self.llm.generate(self.messages([claim], context.text))
             word = completion.text.strip()
             if word in ("ok", "bad"):
-                out.append(Verdict(claim=claim, label="supported" if word == "ok" else "unsupported",
-                                   reason=f"the model said {word}"))
+                out.append(
+                    Verdict(
+                        claim=claim,
+                        label="supported" if word == "ok" else "unsupported",
+                        reason=f"the model said {word}",
+                    )
+                )
             else:
                 out.append(Verdict.unscored(claim, f"no verdict in {word[:20]!r}"))
         return out
@@ -404,9 +496,11 @@ def test_a_swapped_verifier_runs_end_to_end():
         user = messages[-1]["content"]
         return "bad" if "Amazon" in user.split("AGAINST")[0] else "ok"
 
-    method = get_method("factscore", llm=fake(by_reply={"FactsReply": FACTS, "text": verify,
-                                                            "KeepReply": '{"keep": [1, 2]}'}),
-                        verifier="test_first_word")
+    method = get_method(
+        "factscore",
+        llm=fake(by_reply={"FactsReply": FACTS, "text": verify, "KeepReply": '{"keep": [1, 2]}'}),
+        verifier="test_first_word",
+    )
     assert not isinstance(method.verifier, FactScoreVerifier)
     report = method.check(SOURCE, TARGET)
     assert report.details["stages"]["verifier"] == "test_first_word"
@@ -423,11 +517,19 @@ def test_the_probe_verifier_swapped_into_factscore():
         verdict = "FAIL" if "Amazon" in fenced(messages, "claim") else "PASS"
         return json.dumps({"reasoning": "", "verdict": verdict})
 
-    scripted = {"FactsReply": FACTS,
-                "EvidenceReply": json.dumps({"reasoning": "", "evidence": [  # PROBE's evidence finding: a quote
-                    "The police investigated Philips for a month and let it continue."]}),
-                "EvaluationReply": evaluate,
-                "KeepReply": json.dumps({"keep": [1, 2]})}  # FActScore's default LLM de-duplication
+    scripted = {
+        "FactsReply": FACTS,
+        "EvidenceReply": json.dumps(
+            {
+                "reasoning": "",
+                "evidence": [  # PROBE's evidence finding: a quote
+                    "The police investigated Philips for a month and let it continue."
+                ],
+            }
+        ),
+        "EvaluationReply": evaluate,
+        "KeepReply": json.dumps({"keep": [1, 2]}),
+    }  # FActScore's default LLM de-duplication
     report = get_method("factscore", llm=fake(by_reply=scripted), verifier="probe").check(SOURCE, TARGET)
     assert report.details["stages"]["verifier"] == "probe"
     assert [v.label for v in report.verdicts] == ["unsupported", "supported", "unsupported"]
@@ -445,8 +547,14 @@ def test_the_factscore_verifier_serves_another_claim_method():
             return SentenceDecomposer()
 
     def verify(messages):
-        return json.dumps({"supported": "Amazon" not in fenced(messages, "fact"), "inconsistencies": []
-                           if "Amazon" not in fenced(messages, "fact") else ['"Amazon" is not in the source.']})
+        return json.dumps(
+            {
+                "supported": "Amazon" not in fenced(messages, "fact"),
+                "inconsistencies": []
+                if "Amazon" not in fenced(messages, "fact")
+                else ['"Amazon" is not in the source.'],
+            }
+        )
 
     report = Sentences(llm=fake(by_reply={"FactJudgmentReply": verify}), verifier="factscore").check(SOURCE, TARGET)
     assert [v.label for v in report.verdicts] == ["unsupported", "unsupported"]
@@ -464,8 +572,12 @@ def test_garbled_replies_some_scored_some_not_and_no_finding_without_a_verdict(o
     def garbled(valid):
         return lambda messages: rng.choice(pool) if rng.random() < 0.5 else valid(messages)
 
-    scripted = {"FactsReply": garbled(lambda m: FACTS), "KeepReply": garbled(lambda m: '{"keep": [1]}'),
-                "FactJudgmentReply": garbled(judge), "FactCheckReply": garbled(judge)}
+    scripted = {
+        "FactsReply": garbled(lambda m: FACTS),
+        "KeepReply": garbled(lambda m: '{"keep": [1]}'),
+        "FactJudgmentReply": garbled(judge),
+        "FactCheckReply": garbled(judge),
+    }
     method = FactScore(llm=fake(by_reply=scripted), **options)
     outcomes = {"scored": 0, "unscored": 0}
     for _ in range(40):

@@ -16,16 +16,23 @@ from halluscope.methods.geval import GevalReply
 
 SOURCE = "The bridge opened in 1932. It is made of steel."
 TARGET = "The bridge opened in 1935. It is made of steel."
-FACTS = json.dumps({"facts": [{"sentence": 1, "fact": "The bridge opened in 1935."},
-                              {"sentence": 2, "fact": "The bridge is made of steel."}]})
+FACTS = json.dumps(
+    {
+        "facts": [
+            {"sentence": 1, "fact": "The bridge opened in 1935."},
+            {"sentence": 2, "fact": "The bridge is made of steel."},
+        ]
+    }
+)
 
 
 def test_replies_follow_the_reply_type_in_order():
-    fake = FakeModel(by_reply={"FactsReply": FACTS,
-                               "FactCheckReply": ['{"supported": false}', '{"supported": true}']})
+    fake = FakeModel(by_reply={"FactsReply": FACTS, "FactCheckReply": ['{"supported": false}', '{"supported": true}']})
     report = get_method("factscore", llm=LLM(fake, cache=None), describe=False).check(SOURCE, TARGET)
     assert [(v.claim.text, v.label) for v in report.verdicts] == [
-        ("The bridge opened in 1935.", "unsupported"), ("The bridge is made of steel.", "supported")]
+        ("The bridge opened in 1935.", "unsupported"),
+        ("The bridge is made of steel.", "supported"),
+    ]
     assert report.score == 0.5
     assert fake.reply_types == ["FactsReply", "FactCheckReply", "FactCheckReply"]
 
@@ -44,8 +51,9 @@ def test_a_reply_class_and_a_function_are_keys_and_values_too():
 
 
 def test_an_exhausted_list_falls_to_the_default_then_fails_naming_the_type():
-    fake = FakeModel(by_reply={"FactsReply": [FACTS], "FactCheckReply": ['{"supported": true}']},
-                     default='{"supported": false}')
+    fake = FakeModel(
+        by_reply={"FactsReply": [FACTS], "FactCheckReply": ['{"supported": true}']}, default='{"supported": false}'
+    )
     report = get_method("factscore", llm=LLM(fake, cache=None), describe=False).check(SOURCE, TARGET)
     assert [v.label for v in report.verdicts] == ["supported", "unsupported"]  # the second check got the default
 
@@ -56,8 +64,10 @@ def test_an_exhausted_list_falls_to_the_default_then_fails_naming_the_type():
 
 
 def test_a_request_without_a_schema_is_keyed_text():
-    fake = FakeModel(by_reply={"text": "The TEXT gives 1935, the source 1932.\nFinal answer: no"},
-                     default=json.dumps({"inconsistencies": ["The text says 1935; the source says 1932."]}))
+    fake = FakeModel(
+        by_reply={"text": "The TEXT gives 1935, the source 1932.\nFinal answer: no"},
+        default=json.dumps({"inconsistencies": ["The text says 1935; the source says 1932."]}),
+    )
     report = get_method("localize", llm=LLM(fake, cache=None), style="zero_shot", filter="self").check(SOURCE, TARGET)
     assert "text" in fake.reply_types and "LocalizationReply" in fake.reply_types
     assert [f.description for f in report.findings] == ["The text says 1935; the source says 1932."]
@@ -65,8 +75,9 @@ def test_a_request_without_a_schema_is_keyed_text():
 
 def test_a_script_file_is_a_model(tmp_path):
     script = tmp_path / "script.json"
-    script.write_text(json.dumps({"FactsReply": json.loads(FACTS),
-                                  "FactCheckReply": [{"supported": True}, {"supported": False}]}))
+    script.write_text(
+        json.dumps({"FactsReply": json.loads(FACTS), "FactCheckReply": [{"supported": True}, {"supported": False}]})
+    )
     api = build_api(Config(model=f"fake:{script}"))
     report = get_method("factscore", llm=LLM(api, cache=None), describe=False).check(SOURCE, TARGET)
     assert [v.label for v in report.verdicts] == ["supported", "unsupported"]
@@ -87,8 +98,22 @@ def test_the_cli_takes_a_fake_script(tmp_path):
     script.write_text(json.dumps({"GevalReply": {"reason": "The year differs.", "score": 2}}))
     (tmp_path / "s.txt").write_text(SOURCE)
     (tmp_path / "t.txt").write_text(TARGET)
-    result = CliRunner().invoke(app, ["check", "-s", str(tmp_path / "s.txt"), "-t", str(tmp_path / "t.txt"),
-                                      "--method", "geval", "--model", f"fake:{script}", "--no-cache", "--json"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "check",
+            "-s",
+            str(tmp_path / "s.txt"),
+            "-t",
+            str(tmp_path / "t.txt"),
+            "--method",
+            "geval",
+            "--model",
+            f"fake:{script}",
+            "--no-cache",
+            "--json",
+        ],
+    )
     assert result.exit_code == 1, result.output  # 0.25 < geval's threshold: inconsistent
     report = json.loads(result.output)
     assert report["score"] == 0.25 and report["model"] == f"fake:{script}"

@@ -10,10 +10,8 @@ import re
 import numpy as np
 import pytest
 
-from halluscope.bench.datasets import Dataset
 from halluscope.bench.calibration import selection_items
-from halluscope.methods.localize.protocol import (PROTOCOL_DIR, VariantScore, best_f1_threshold, choose_variant,
-                                                  needs_selection)
+from halluscope.bench.datasets import Dataset
 from halluscope.bench.judge import MatchReply
 from halluscope.bench.runner import ITEMS_FILE, RUN_FILE, ItemStore, run_bench
 from halluscope.llm import LLM, FakeModel
@@ -21,6 +19,13 @@ from halluscope.llm.fake import TEXT_REPLY
 from halluscope.methods import get_method
 from halluscope.methods.localize import FINAL_MARKER, Localize
 from halluscope.methods.localize.prompts import LOCALIZE_PROMPTS
+from halluscope.methods.localize.protocol import (
+    PROTOCOL_DIR,
+    VariantScore,
+    best_f1_threshold,
+    choose_variant,
+    needs_selection,
+)
 from halluscope.records import Example, Finding, Report
 from tests.conftest import fake_llm
 from tests.prompt_data import fenced, user_text
@@ -74,7 +79,8 @@ def test_best_f1_threshold_on_a_hand_built_case():
 
 def test_choose_variant():
     v = lambda variant, final=None, item=None, unscored=0: VariantScore(  # noqa: E731
-        variant=variant, final_f1=final, item_f1=item, n_unscored=unscored)
+        variant=variant, final_f1=final, item_f1=item, n_unscored=unscored
+    )
     assert choose_variant([v(1, 0.4, 0.9), v(2, 0.6, 0.1)]) == (2, "final_f1")  # FINAL F1 decides, not item F1
     assert choose_variant([v(1, 0.5, unscored=3), v(2, 0.5, unscored=1)]) == (2, "final_f1")  # tie: fewer unscored
     assert choose_variant([v(1, 0.5), v(2, 0.5)]) == (1, "final_f1")  # full tie: variant 1
@@ -108,20 +114,31 @@ def test_selection_items():
 
 # FINAL-like items: each inconsistent target changes one word of its source; gold descriptions name it.
 ITEMS = [
-    ("a", "Alice founded Acme in 2001 in Paris.", "Alice founded Acme in 1999 in Paris.",
-     ["The summary gives the year 1999, but the source says 2001."]),
-    ("b", "Bob sold 40 cars in May at the fair.", "Bob sold 50 cars in May at the fair.",
-     ["The summary says 50 cars were sold; the source says 40."]),
+    (
+        "a",
+        "Alice founded Acme in 2001 in Paris.",
+        "Alice founded Acme in 1999 in Paris.",
+        ["The summary gives the year 1999, but the source says 2001."],
+    ),
+    (
+        "b",
+        "Bob sold 40 cars in May at the fair.",
+        "Bob sold 50 cars in May at the fair.",
+        ["The summary says 50 cars were sold; the source says 40."],
+    ),
     ("c", "The museum opened in June after repairs.", "The museum opened in June after repairs.", []),
-    ("d", "Cleo swam 5 km on Sunday with her club.", "Cleo swam 5 km on Monday with her club.",
-     ["Monday is wrong: the source says Sunday."]),
+    (
+        "d",
+        "Cleo swam 5 km on Sunday with her club.",
+        "Cleo swam 5 km on Monday with her club.",
+        ["Monday is wrong: the source says Sunday."],
+    ),
 ]
 WRONG = {"a": "1999", "b": "50", "d": "Monday"}
 
 
 def _examples() -> list[Example]:
-    return [Example(id=i, source=s, target=t, descriptions=d, label=0 if d else 1, split="dev")
-            for i, s, t, d in ITEMS]
+    return [Example(id=i, source=s, target=t, descriptions=d, label=0 if d else 1, split="dev") for i, s, t, d in ITEMS]
 
 
 def _variant(messages) -> int:
@@ -175,8 +192,14 @@ async def test_bench_picks_the_variant_with_the_better_final_f1_and_records_it(t
     judge_model = FakeModel(by_reply=JUDGE, name="judge")
     method = Localize(llm=LLM(model, cache=None))
     out = tmp_path / "run"
-    results = await run_bench(method, Dataset("final", "dev", _examples()), out,
-                              judge=LLM(judge_model, cache=None), progress=False, n_bootstrap=0)
+    results = await run_bench(
+        method,
+        Dataset("final", "dev", _examples()),
+        out,
+        judge=LLM(judge_model, cache=None),
+        progress=False,
+        n_bootstrap=0,
+    )
     protocol = results["final_protocol"]
     by_variant = {c["variant"]: c for c in protocol["variant"]["candidates"]}
     assert by_variant[2]["final_f1"] == 1.0 and by_variant[1]["final_f1"] == 0.0
@@ -195,16 +218,28 @@ async def test_bench_picks_the_variant_with_the_better_final_f1_and_records_it(t
     assert (out / PROTOCOL_DIR).is_dir()
     # a re-run repeats no LLM call: the selection runs resume like any bench run
     calls, judged = len(model.requests), len(judge_model.requests)
-    again = await run_bench(Localize(llm=LLM(model, cache=None)), Dataset("final", "dev", _examples()), out,
-                            judge=LLM(judge_model, cache=None), progress=False, n_bootstrap=0)
+    again = await run_bench(
+        Localize(llm=LLM(model, cache=None)),
+        Dataset("final", "dev", _examples()),
+        out,
+        judge=LLM(judge_model, cache=None),
+        progress=False,
+        n_bootstrap=0,
+    )
     assert again["final_protocol"]["variant"]["chosen"] == 2
     assert (len(model.requests), len(judge_model.requests)) == (calls, judged)
 
 
 async def test_without_a_judge_the_variant_is_chosen_by_item_f1(tmp_path):
     model = FakeModel(by_reply=_localizer(variant_two_finds=True, variant_one_finds="nothing"))
-    results = await run_bench(Localize(llm=LLM(model, cache=None), style="cot"), Dataset("final", "dev", _examples()),
-                              tmp_path / "r", judge=None, progress=False, n_bootstrap=0)
+    results = await run_bench(
+        Localize(llm=LLM(model, cache=None), style="cot"),
+        Dataset("final", "dev", _examples()),
+        tmp_path / "r",
+        judge=None,
+        progress=False,
+        n_bootstrap=0,
+    )
     variant = results["final_protocol"]["variant"]
     assert variant["criterion"] == "item_f1" and variant["chosen"] == 2
     assert {c["variant"]: c["item_f1"] for c in variant["candidates"]} == {1: 0.0, 2: 1.0}
@@ -214,8 +249,14 @@ async def test_without_a_judge_the_variant_is_chosen_by_item_f1(tmp_path):
 async def test_when_no_selection_item_is_scored_variant_1_is_kept_and_the_note_says_why(tmp_path):
     model = FakeModel(default="I looked at the text and it seems fine to me.")  # never the Final Output line
     judge_model = FakeModel(by_reply=JUDGE, name="judge")
-    results = await run_bench(Localize(llm=LLM(model, cache=None)), Dataset("final", "dev", _examples()),
-                              tmp_path / "r", judge=LLM(judge_model, cache=None), progress=False, n_bootstrap=0)
+    results = await run_bench(
+        Localize(llm=LLM(model, cache=None)),
+        Dataset("final", "dev", _examples()),
+        tmp_path / "r",
+        judge=LLM(judge_model, cache=None),
+        progress=False,
+        n_bootstrap=0,
+    )
     variant = results["final_protocol"]["variant"]
     assert variant["criterion"] == "none" and variant["chosen"] == 1
     assert "no item scored" in variant["note"] and "4/4 with variant 1, 4/4 with variant 2" in variant["note"]
@@ -224,8 +265,14 @@ async def test_when_no_selection_item_is_scored_variant_1_is_kept_and_the_note_s
 
 async def test_fixed_variant_runs_no_selection(tmp_path):
     model = FakeModel(by_reply=_localizer(variant_two_finds=True))
-    results = await run_bench(Localize(llm=LLM(model, cache=None), variant=1), Dataset("final", "dev", _examples()),
-                              tmp_path / "r", judge=None, progress=False, n_bootstrap=0)
+    results = await run_bench(
+        Localize(llm=LLM(model, cache=None), variant=1),
+        Dataset("final", "dev", _examples()),
+        tmp_path / "r",
+        judge=None,
+        progress=False,
+        n_bootstrap=0,
+    )
     assert results["final_protocol"] is None and len(model.requests) == 4
     assert not (tmp_path / "r" / PROTOCOL_DIR).exists()
 
@@ -249,8 +296,7 @@ async def test_filter_threshold_is_chosen_on_dev_by_f1(tmp_path):
     llm = fake_llm(default=f"Checked.\n{FINAL_MARKER}\n" + json.dumps({"inconsistencies": ['"x" is wrong.']}))
     method = Localize(llm=llm, variant=1, filter="rouge")
     out = tmp_path / "r"
-    results = await run_bench(method, Dataset("toy", None, examples), out, judge=None, progress=False,
-                              n_bootstrap=0)
+    results = await run_bench(method, Dataset("toy", None, examples), out, judge=None, progress=False, n_bootstrap=0)
     chosen = results["final_protocol"]["filter_threshold"]
     assert chosen["criterion"] == "dev_f1" and chosen["method"] == "rouge" and chosen["n"] == 8
     assert results["final_protocol"]["variant"] is None  # variant fixed: nothing else chosen
@@ -273,10 +319,12 @@ async def test_filter_threshold_is_chosen_on_dev_by_f1(tmp_path):
 
 async def test_one_class_dev_items_keep_the_methods_default_threshold(tmp_path):
     examples = [Example(id=i, source=s, target=t, label=1) for i, s, t, lab in FILTER_ITEMS if lab == 1]
-    method = Localize(llm=fake_llm(default=f"{FINAL_MARKER}\n" + json.dumps({"inconsistencies": []})), variant=2,
-                      filter="rouge")
-    results = await run_bench(method, Dataset("toy", None, examples), tmp_path / "r", judge=None, progress=False,
-                              n_bootstrap=0)
+    method = Localize(
+        llm=fake_llm(default=f"{FINAL_MARKER}\n" + json.dumps({"inconsistencies": []})), variant=2, filter="rouge"
+    )
+    results = await run_bench(
+        method, Dataset("toy", None, examples), tmp_path / "r", judge=None, progress=False, n_bootstrap=0
+    )
     chosen = results["final_protocol"]["filter_threshold"]
     assert chosen["criterion"] == "method_default" and chosen["threshold"] == 0.5 and "one class" in chosen["reason"]
     assert results["method_options"]["filter_threshold"] == 0.5
@@ -286,8 +334,15 @@ async def test_selection_on_another_dataset_is_recorded_as_separate(tmp_path):
     model = FakeModel(by_reply=_localizer(variant_two_finds=True, variant_one_finds="nothing"))
     dev = Dataset("final", "dev", _examples())
     test = Dataset("final", "test", [e.model_copy(update={"id": f"t-{e.id}", "split": "test"}) for e in _examples()])
-    results = await run_bench(Localize(llm=LLM(model, cache=None)), test, tmp_path / "r", judge=None, progress=False,
-                              n_bootstrap=0, select_on=dev)
+    results = await run_bench(
+        Localize(llm=LLM(model, cache=None)),
+        test,
+        tmp_path / "r",
+        judge=None,
+        progress=False,
+        n_bootstrap=0,
+        select_on=dev,
+    )
     protocol = results["final_protocol"]
     assert protocol["selected_on"] == "final:dev" and protocol["n_selection"] == 4 and protocol["overlap"] == 0
     assert protocol["variant"]["chosen"] == 2 and results["method_options"]["variant"] == 2
@@ -298,8 +353,14 @@ async def test_the_run_reuses_the_chosen_variants_replies_from_the_cache(tmp_pat
 
     model = FakeModel(by_reply=_localizer(variant_two_finds=True, variant_one_finds="nothing"))
     llm = LLM(model, cache=ResponseCache(tmp_path / "cache.sqlite"))
-    results = await run_bench(Localize(llm=llm), Dataset("final", "dev", _examples()), tmp_path / "r", judge=None,
-                              progress=False, n_bootstrap=0)
+    results = await run_bench(
+        Localize(llm=llm),
+        Dataset("final", "dev", _examples()),
+        tmp_path / "r",
+        judge=None,
+        progress=False,
+        n_bootstrap=0,
+    )
     assert results["method_options"]["variant"] == 2
     assert len(model.requests) == 8  # 4 items x 2 variants; the run's own 4 calls were cache hits
     assert results["usage"]["cache_hits"] == 4 and results["usage"]["calls"] == 0
@@ -308,9 +369,15 @@ async def test_the_run_reuses_the_chosen_variants_replies_from_the_cache(tmp_pat
 async def test_select_holdout_chooses_on_items_the_run_does_not_score(tmp_path):
     model = FakeModel(by_reply=_localizer(variant_two_finds=True))
     judge_model = FakeModel(by_reply=JUDGE, name="judge")
-    results = await run_bench(Localize(llm=LLM(model, cache=None)), Dataset("final", "dev", _examples()),
-                              tmp_path / "run", judge=LLM(judge_model, cache=None), progress=False, n_bootstrap=0,
-                              select_holdout=0.5)
+    results = await run_bench(
+        Localize(llm=LLM(model, cache=None)),
+        Dataset("final", "dev", _examples()),
+        tmp_path / "run",
+        judge=LLM(judge_model, cache=None),
+        progress=False,
+        n_bootstrap=0,
+        select_holdout=0.5,
+    )
     protocol = results["final_protocol"]
     assert protocol["overlap"] == 0 and protocol["n_selection"] == 2 and "held-out" in protocol["selected_on"]
     assert results["n"] == 2  # only the other half is scored
@@ -326,8 +393,14 @@ async def test_final_matching_counts_an_unscored_item_as_no_match(tmp_path):
     exs = [e for e in _examples() if e.descriptions][:2]
     found = Report(method="localize", score=0.5, findings=[Finding(description=f'The text says "{WRONG[exs[0].id]}".')])
     reports = [found, Report(method="localize", unscored_reason="no Final Output line")]
-    ctx = SuiteContext(out_dir=tmp_path, method="localize", model="fake", dataset="final",
-                       judge=LLM(FakeModel(by_reply=JUDGE, name="fake"), cache=None), n_bootstrap=0)
+    ctx = SuiteContext(
+        out_dir=tmp_path,
+        method="localize",
+        model="fake",
+        dataset="final",
+        judge=LLM(FakeModel(by_reply=JUDGE, name="fake"), cache=None),
+        n_bootstrap=0,
+    )
     res = await final_matching_suite(exs, reports, ctx)
     m = res.metrics
     assert m["recall"]["value"] == 1.0 and m["recall_all"]["value"] == 0.5

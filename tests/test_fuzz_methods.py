@@ -15,45 +15,102 @@ import pytest
 from halluscope.llm import LLM, FakeModel, LLMError
 from halluscope.methods import get_method
 
-SOURCE = ("The city council approved the ferry project on Monday. Two thirds of the cost comes from a regional "
-          "grant. The first boat will sail in March. The mayor said the route would cut commutes by an hour.")
-TARGET = ("The council approved the ferry project on Monday. The city pays for the whole project. "
-          "The first boat sails in March.")
+SOURCE = (
+    "The city council approved the ferry project on Monday. Two thirds of the cost comes from a regional "
+    "grant. The first boat will sail in March. The mayor said the route would cut commutes by an hour."
+)
+TARGET = (
+    "The council approved the ferry project on Monday. The city pays for the whole project. "
+    "The first boat sails in March."
+)
 
 GARBAGE: dict[str, list[str]] = {
-    "truncated_json": ['{"reason": "The text', '{"supported": tr', '[{"id": 1, "reason": "Consis',
-                       '{"claims": [{"segment": "The council", "claim": "The coun', '{"score": 4, "reas',
-                       '{"evidence": ["Two thirds of the cost', '{"marks": [1, -1'],
-    "prose": ["No problem!", "Yes, I can help with that.", "True to form, the text is accurate.",
-              "The answer is yes.", "Supported? No.", "I found [nothing].", "Score: 5", "NOT PASS", "PASS?",
-              "Everything looks consistent to me.", "Final Output: the summary is fine", "Rating - 4/5"],
-    "wrong_keys": ['{"foo": 1}', '{"result": "ok"}', '{"answer": {"score": 5}}', '{"items": ["x"]}',
-                   '{"verdicts": [{"x": 1}]}', '{"rating": 5, "why": "ok"}'],
-    "wrong_types": ['{"score": true, "reason": "x"}', '{"supported": "yes", "reason": "x"}',
-                    '{"score": [5], "reason": "x"}', '{"label": 1, "reason": "x"}', '{"marks": "1, -1"}',
-                    '{"verdict": null, "reasoning": "x"}', '{"supported": null, "reason": "x"}',
-                    '{"claims": "The council approved it"}', '{"evidence": "Two thirds", "reasoning": "x"}',
-                    '{"reason": 5, "score": "5"}', '{"facts": 3}', '{"inconsistencies": "none found"}'],
-    "negations": ["not supported? not sure", "It is not not supported.", "Inconsistent? Perhaps consistent.",
-                  "I would not say it FAILs, nor that it PASSes."],
-    "nested_junk": ['{"a": {"b": {"c": [1, {"d": null}]}}}', "[[[[]]]]", '{"description": {"score": 3}}',
-                    '{"x": [{"y": {"supported": true}}]}'],
+    "truncated_json": [
+        '{"reason": "The text',
+        '{"supported": tr',
+        '[{"id": 1, "reason": "Consis',
+        '{"claims": [{"segment": "The council", "claim": "The coun',
+        '{"score": 4, "reas',
+        '{"evidence": ["Two thirds of the cost',
+        '{"marks": [1, -1',
+    ],
+    "prose": [
+        "No problem!",
+        "Yes, I can help with that.",
+        "True to form, the text is accurate.",
+        "The answer is yes.",
+        "Supported? No.",
+        "I found [nothing].",
+        "Score: 5",
+        "NOT PASS",
+        "PASS?",
+        "Everything looks consistent to me.",
+        "Final Output: the summary is fine",
+        "Rating - 4/5",
+    ],
+    "wrong_keys": [
+        '{"foo": 1}',
+        '{"result": "ok"}',
+        '{"answer": {"score": 5}}',
+        '{"items": ["x"]}',
+        '{"verdicts": [{"x": 1}]}',
+        '{"rating": 5, "why": "ok"}',
+    ],
+    "wrong_types": [
+        '{"score": true, "reason": "x"}',
+        '{"supported": "yes", "reason": "x"}',
+        '{"score": [5], "reason": "x"}',
+        '{"label": 1, "reason": "x"}',
+        '{"marks": "1, -1"}',
+        '{"verdict": null, "reasoning": "x"}',
+        '{"supported": null, "reason": "x"}',
+        '{"claims": "The council approved it"}',
+        '{"evidence": "Two thirds", "reasoning": "x"}',
+        '{"reason": 5, "score": "5"}',
+        '{"facts": 3}',
+        '{"inconsistencies": "none found"}',
+    ],
+    "negations": [
+        "not supported? not sure",
+        "It is not not supported.",
+        "Inconsistent? Perhaps consistent.",
+        "I would not say it FAILs, nor that it PASSes.",
+    ],
+    "nested_junk": [
+        '{"a": {"b": {"c": [1, {"d": null}]}}}',
+        "[[[[]]]]",
+        '{"description": {"score": 3}}',
+        '{"x": [{"y": {"supported": true}}]}',
+    ],
     "empty": ["", " ", "\n\n", "{}", "null", "```json\n```"],
     "huge": ["x" * 300_000, '{"reason": "' + "a" * 250_000 + '"}', "[" * 50_000, "{" * 20_000 + "}" * 5],
-    "placeholders": ['{"facts": ["<atomic fact>"]}', '{"claims": [{"segment": "...", "claim": "..."}]}',
-                     '["[claim]", "{fact}"]', "<atomic fact>", '{"facts": ["...", "…", "N/A"]}'],
+    "placeholders": [
+        '{"facts": ["<atomic fact>"]}',
+        '{"claims": [{"segment": "...", "claim": "..."}]}',
+        '["[claim]", "{fact}"]',
+        "<atomic fact>",
+        '{"facts": ["...", "…", "N/A"]}',
+    ],
     "surrogates": ["\ud800 broken \udfff", "Supported\ud800?", '{"reas\ud800'],
 }
 
 # method, options: every stage of every method that calls an LLM
 CONFIGS: list[tuple[str, dict]] = [
     ("geval", {}),
-    ("localize", {"style": "zero_shot"}), ("localize", {"style": "few_shot"}), ("localize", {"style": "cot"}),
+    ("localize", {"style": "zero_shot"}),
+    ("localize", {"style": "few_shot"}),
+    ("localize", {"style": "cot"}),
     ("localize", {"style": "zero_shot", "filter": "self"}),
-    ("factscore", {}), ("factscore", {"describe": False}),
-    ("dove", {}), ("dove", {"batch_size": 2}), ("dove", {"decomposer": "sentences"}),
-    ("dcr", {}), ("dcr", {"amc": "rule"}), ("dcr", {"level": "paragraph"}),
-    ("probe", {}), ("improve", {"rounds": 1}),
+    ("factscore", {}),
+    ("factscore", {"describe": False}),
+    ("dove", {}),
+    ("dove", {"batch_size": 2}),
+    ("dove", {"decomposer": "sentences"}),
+    ("dcr", {}),
+    ("dcr", {"amc": "rule"}),
+    ("dcr", {"level": "paragraph"}),
+    ("probe", {}),
+    ("improve", {"rounds": 1}),
 ]
 
 
@@ -68,8 +125,9 @@ def _assert_nothing_scored(report, label: str) -> None:
     assert not report.findings, f"{label}: findings from replies without a verdict: {report.findings[:1]}"
 
 
-@pytest.mark.parametrize("method,options", CONFIGS, ids=[f"{m}-{'-'.join(f'{k}={v}' for k, v in o.items())}"
-                                                         for m, o in CONFIGS])
+@pytest.mark.parametrize(
+    "method,options", CONFIGS, ids=[f"{m}-{'-'.join(f'{k}={v}' for k, v in o.items())}" for m, o in CONFIGS]
+)
 def test_no_score_from_replies_without_a_verdict(method, options):
     replies = 0
     for kind, items in GARBAGE.items():
@@ -89,6 +147,7 @@ def test_transport_faults_and_mixed_garbage_never_crash(method, options):
     faults = [LLMError("HTTP 500 after retries"), LLMError("timed out"), LLMError("HTTP 429 after retries")]
     outcomes = Counter()
     for _ in range(12):
+
         def responder(messages):
             if rng.random() < 0.3:
                 raise rng.choice(faults)

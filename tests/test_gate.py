@@ -19,9 +19,11 @@ from halluscope.stages import Context, UnknownStageError, register_stage
 from halluscope.text.lexical import numbers
 from tests.prompt_data import fenced
 
-SOURCE = ("The harbour ferry leaves the north pier every 20 minutes between 6am and midnight. Tickets cost "
-          "3 pounds for adults. The service is run by Harbour Lines, which took it over in May 2019. "
-          "The ferry does not run on Christmas Day. Two thirds of the 1,000 commuters use a season ticket.")
+SOURCE = (
+    "The harbour ferry leaves the north pier every 20 minutes between 6am and midnight. Tickets cost "
+    "3 pounds for adults. The service is run by Harbour Lines, which took it over in May 2019. "
+    "The ferry does not run on Christmas Day. Two thirds of the 1,000 commuters use a season ticket."
+)
 
 
 def decide(claim_text: str, source: str = SOURCE):
@@ -31,11 +33,22 @@ def decide(claim_text: str, source: str = SOURCE):
     return decision, target
 
 
-@pytest.mark.parametrize("text, values", [
-    ("15 minutes", [(15.0,)]), ("1,000 people", [(1000.0,)]), ("two thirds", [(2 / 3,)]), ("2/3", [(2 / 3,)]),
-    ("fifteen", [(15.0,)]), ("twenty-five", [(25.0,)]), ("3 million", [(3.0, 3e6)]), ("a quarter", [(0.25,)]),
-    ("one of them", []), ("the third quarter", []), ("50%", [(50.0,)]),
-])
+@pytest.mark.parametrize(
+    "text, values",
+    [
+        ("15 minutes", [(15.0,)]),
+        ("1,000 people", [(1000.0,)]),
+        ("two thirds", [(2 / 3,)]),
+        ("2/3", [(2 / 3,)]),
+        ("fifteen", [(15.0,)]),
+        ("twenty-five", [(25.0,)]),
+        ("3 million", [(3.0, 3e6)]),
+        ("a quarter", [(0.25,)]),
+        ("one of them", []),
+        ("the third quarter", []),
+        ("50%", [(50.0,)]),
+    ],
+)
 def test_numbers_are_normalised(text, values):
     found = [n.values for n in numbers(text)]
     assert len(found) == len(values)
@@ -51,10 +64,13 @@ def test_a_number_the_source_never_mentions_is_unsupported_with_its_span():
     assert decision.evidence and decision.evidence[0].span.of(SOURCE) == decision.evidence[0].text
 
 
-@pytest.mark.parametrize("claim", [
-    "2/3 of the 1000 commuters use a season ticket.",  # "Two thirds" and "1,000" in the source
-    "The harbour ferry leaves the north pier every twenty minutes.",  # "20"
-])
+@pytest.mark.parametrize(
+    "claim",
+    [
+        "2/3 of the 1000 commuters use a season ticket.",  # "Two thirds" and "1,000" in the source
+        "The harbour ferry leaves the north pier every twenty minutes.",  # "20"
+    ],
+)
 def test_numbers_written_differently_still_match(claim):
     decision, _ = decide(claim)
     assert decision.signals["missing_numbers"] == []
@@ -76,10 +92,13 @@ def test_an_honorific_or_a_mentioned_name_is_not_a_new_name():
     assert dotted.signals["missing_names"] == []  # "U.K." is one word (= UK); an initial is not a name
 
 
-@pytest.mark.parametrize("claim, cue", [
-    ("The ferry runs on Christmas Day.", None),  # the source says it does not
-    ("Tickets do not cost 3 pounds for adults.", "not"),  # the source says they do
-])
+@pytest.mark.parametrize(
+    "claim, cue",
+    [
+        ("The ferry runs on Christmas Day.", None),  # the source says it does not
+        ("Tickets do not cost 3 pounds for adults.", "not"),  # the source says they do
+    ],
+)
 def test_a_negation_flip_is_contradicted(claim, cue):
     decision, target = decide(claim)
     assert decision.outcome == "contradicted"
@@ -110,8 +129,10 @@ def test_ngram_coverage():
 
 # --- the gate method ------------------------------------------------------------------------------------------
 
-TARGET = ("The ferry runs every 15 minutes. Tickets cost 3 pounds for adults. The service is run by Harbour Lines "
-          "and owned by Peter Grant. The ferry runs on Christmas Day.")
+TARGET = (
+    "The ferry runs every 15 minutes. Tickets cost 3 pounds for adults. The service is run by Harbour Lines "
+    "and owned by Peter Grant. The ferry runs on Christmas Day."
+)
 
 
 def test_gate_method_needs_no_llm_and_flags_with_spans():
@@ -141,8 +162,9 @@ def test_cli_check_with_the_gate_method_runs_without_a_model(tmp_path):
 
     (tmp_path / "s.txt").write_text(SOURCE)
     (tmp_path / "t.txt").write_text(TARGET)
-    result = CliRunner().invoke(app, ["check", "--method", "gate", "-s", str(tmp_path / "s.txt"),
-                                      "-t", str(tmp_path / "t.txt"), "--json"])
+    result = CliRunner().invoke(
+        app, ["check", "--method", "gate", "-s", str(tmp_path / "s.txt"), "-t", str(tmp_path / "t.txt"), "--json"]
+    )
     assert result.exit_code in (0, 1), result.output
     report = Report.model_validate_json(result.output)
     assert result.exit_code == (1 if report.label == "inconsistent" else 0)  # the documented exit codes
@@ -151,8 +173,9 @@ def test_cli_check_with_the_gate_method_runs_without_a_model(tmp_path):
 
 # --- the cascade -----------------------------------------------------------------------------------------------
 
-CASCADE_TARGET = ("The ferry runs every 15 minutes. Tickets cost 3 pounds for adults. "
-                  "Grown-ups pay three pounds to ride the boat.")
+CASCADE_TARGET = (
+    "The ferry runs every 15 minutes. Tickets cost 3 pounds for adults. Grown-ups pay three pounds to ride the boat."
+)
 UNCERTAIN = "Grown-ups pay three pounds to ride the boat."
 SUPPORTS = {"DoveCheckReply": json.dumps({"reason": "ok", "evidence": "", "supported": True})}  # dove's verifier
 

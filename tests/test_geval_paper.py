@@ -23,15 +23,23 @@ def _top(**probs: float) -> dict[str, float]:
 
 
 def test_parse_paper_score_reads_a_score_only_reply_and_nothing_else():
-    assert [parse_paper_score(t) for t in ("4", " 5\n", "Consistency: 3", "- Consistency: 2", "4/5", "**5**")] == \
-        [4, 5, 3, 2, 4, 5]
+    assert [parse_paper_score(t) for t in ("4", " 5\n", "Consistency: 3", "- Consistency: 2", "4/5", "**5**")] == [
+        4,
+        5,
+        3,
+        2,
+        4,
+        5,
+    ]
     for bad in ("", "6", "The text is consistent, 4", "3 or 4", "four", '{"score": 4}'):
         assert parse_paper_score(bad) is None
 
 
 def test_weighted_score_is_the_probability_weighted_sum_over_1_to_5():
-    lp = [TokenLogprobs(token=" ", logprob=0.0),
-          TokenLogprobs(token="4", logprob=math.log(0.6), top=_top(**{"4": 0.6, "5": 0.3, "3": 0.05, "x": 0.05}))]
+    lp = [
+        TokenLogprobs(token=" ", logprob=0.0),
+        TokenLogprobs(token="4", logprob=math.log(0.6), top=_top(**{"4": 0.6, "5": 0.3, "3": 0.05, "x": 0.05})),
+    ]
     value, probs = weighted_score(lp)
     assert probs == pytest.approx({"3": 0.05 / 0.95, "4": 0.6 / 0.95, "5": 0.3 / 0.95})
     assert value == pytest.approx((3 * 0.05 + 4 * 0.6 + 5 * 0.3) / 0.95)
@@ -55,8 +63,9 @@ async def test_paper_variant_without_logprobs_says_it_used_the_integer():
     method = get_method("geval", llm=LLM(FakeModel(default="Consistency: 2"), cache=None), prompt="paper")
     report = await method.acheck(SOURCE, TARGET)
     assert report.score == 0.25 and report.details["weighting"].startswith("unavailable")
-    unread = await get_method("geval", llm=LLM(FakeModel(default="It is mostly fine, 4."), cache=None),
-                              prompt="paper").acheck(SOURCE, TARGET)
+    unread = await get_method(
+        "geval", llm=LLM(FakeModel(default="It is mostly fine, 4."), cache=None), prompt="paper"
+    ).acheck(SOURCE, TARGET)
     assert unread.score is None and "not a score" in unread.unscored_reason
 
 
@@ -70,8 +79,11 @@ async def test_reasoned_prompt_stays_the_default():
 def test_logprobs_parameter_keeps_old_cache_keys_and_is_sent_to_openai_endpoints():
     messages = [{"role": "user", "content": "hi"}]
     plain = GenerateParams()
-    legacy = json.dumps({"model": "m", "params": plain.model_dump(mode="json", exclude={"top_logprobs"}),
-                         "messages": messages}, sort_keys=True, ensure_ascii=False)
+    legacy = json.dumps(
+        {"model": "m", "params": plain.model_dump(mode="json", exclude={"top_logprobs"}), "messages": messages},
+        sort_keys=True,
+        ensure_ascii=False,
+    )
     import hashlib
 
     assert cache_key("m", plain, messages) == hashlib.sha256(legacy.encode()).hexdigest()  # unchanged
@@ -86,10 +98,25 @@ def test_openai_backend_requests_and_reads_logprobs():
     body = model._payload(messages, GenerateParams(top_logprobs=5))
     assert body["logprobs"] is True and body["top_logprobs"] == 5
     assert "logprobs" not in model._payload(messages, GenerateParams())  # not asked: not sent
-    completion = model._completion({"choices": [{"message": {"content": "4"}, "logprobs": {"content": [
-        {"token": "4", "logprob": -0.2, "top_logprobs": [{"token": "4", "logprob": -0.2},
-                                                          {"token": "5", "logprob": -1.8}]}]}}],
-        "usage": {"prompt_tokens": 3, "completion_tokens": 1}})
+    completion = model._completion(
+        {
+            "choices": [
+                {
+                    "message": {"content": "4"},
+                    "logprobs": {
+                        "content": [
+                            {
+                                "token": "4",
+                                "logprob": -0.2,
+                                "top_logprobs": [{"token": "4", "logprob": -0.2}, {"token": "5", "logprob": -1.8}],
+                            }
+                        ]
+                    },
+                }
+            ],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+        }
+    )
     assert completion.logprobs[0].token == "4" and completion.logprobs[0].top["5"] == -1.8
     bare = model._completion({"choices": [{"message": {"content": "4"}}]})
     assert bare.logprobs is None and bare.text == "4"

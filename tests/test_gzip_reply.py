@@ -47,14 +47,23 @@ class _CompressedBody:
                     data += more
                 head, _, rest = data.partition(b"\r\n\r\n")
                 self.heads.append(head)
-                length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)
+                length = next(
+                    (
+                        int(line.split(b":", 1)[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    ),
+                    0,
+                )
                 while len(rest) < length:
                     rest += conn.recv(65536)
                 try:
-                    conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: "
-                                 + self.encoding.encode() + b"\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
-                                 % len(self.body) + self.body)
+                    conn.sendall(
+                        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: "
+                        + self.encoding.encode()
+                        + b"\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(self.body)
+                        + self.body
+                    )
                 except OSError:
                     pass  # the client stopped reading: what a capped reader does
 
@@ -91,11 +100,14 @@ async def test_a_gzip_bomb_is_refused_on_its_decoded_size_with_bounded_memory() 
     assert b"accept-encoding: identity" in server.heads[0].lower()
 
 
-@pytest.mark.parametrize("encoding, compress", [("gzip", gzip.compress), ("deflate", zlib.compress),
-                                               ("x-gzip", gzip.compress)])
+@pytest.mark.parametrize(
+    "encoding, compress", [("gzip", gzip.compress), ("deflate", zlib.compress), ("x-gzip", gzip.compress)]
+)
 async def test_a_small_compressed_reply_is_still_read(encoding, compress) -> None:
-    body = {"choices": [{"message": {"role": "assistant", "content": "OK " * 1000}}],
-            "usage": {"prompt_tokens": 7, "completion_tokens": 1}}
+    body = {
+        "choices": [{"message": {"role": "assistant", "content": "OK " * 1000}}],
+        "usage": {"prompt_tokens": 7, "completion_tokens": 1},
+    }
     server = _CompressedBody(compress(json.dumps(body).encode()), encoding)
     try:
         completion = await backend(server.url, max_retries=0).generate(MSGS, GenerateParams())

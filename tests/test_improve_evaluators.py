@@ -10,10 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from halluscope.llm import LLM, FakeModel
-from halluscope.methods import OptionsError, get_method
-from halluscope.methods.improve import Improve
+from halluscope.methods import OptionsError
+from halluscope.methods.improve import Improve, units_of
 from halluscope.records import Claim, Finding, Report, Span, Verdict
-from halluscope.methods.improve import units_of
 from tests.prompt_data import fenced
 
 SOURCE = "Alice founded Acme in 2001 in Paris. The company makes rockets. Bob joined Acme in 2005."
@@ -42,8 +41,9 @@ def _localizer_and_rewriter(still_wrong: bool = False):
 
 
 def _improve(script, **options):
-    return Improve(llm=LLM(FakeModel(by_reply=script), cache=None), evaluator="localize", variant=1,
-                   style="zero_shot", **options)
+    return Improve(
+        llm=LLM(FakeModel(by_reply=script), cache=None), evaluator="localize", variant=1, style="zero_shot", **options
+    )
 
 
 def test_localize_as_evaluator_rewrites_the_sentence_its_finding_points_into():
@@ -72,8 +72,12 @@ def test_a_rewrite_the_evaluator_still_flags_is_not_returned():
 def test_evaluator_options_are_routed_and_validated():
     script, _, _ = _localizer_and_rewriter()
     method = _improve(script)
-    assert method.options() == {"rounds": 2, "level": "sentence", "evaluator": "localize",
-                                "evaluator_options": method.evaluator.options()}
+    assert method.options() == {
+        "rounds": 2,
+        "level": "sentence",
+        "evaluator": "localize",
+        "evaluator_options": method.evaluator.options(),
+    }
     assert method.evaluator.options()["style"] == "zero_shot" and method.default_threshold == 0.75
     assert "localize_zero_shot" in method.prompt_version and "rai_sentence@" in method.prompt_version
     with pytest.raises(OptionsError, match="unknown option"):
@@ -89,9 +93,15 @@ def test_evaluator_options_are_routed_and_validated():
 
 def test_units_from_findings_when_the_verdicts_are_not_about_sentences():
     claim = Claim(text="Acme makes cars", kind="atomic", target_spans=[Span(start=29, end=48)])
-    report = Report(method="x", score=0.5, verdicts=[Verdict(claim=claim, label="unsupported", reason="no cars")],
-                    findings=[Finding(description="cars are not in the source", target_spans=[Span(start=40, end=48)]),
-                              Finding(description="no span")])
+    report = Report(
+        method="x",
+        score=0.5,
+        verdicts=[Verdict(claim=claim, label="unsupported", reason="no cars")],
+        findings=[
+            Finding(description="cars are not in the source", target_spans=[Span(start=40, end=48)]),
+            Finding(description="no span"),
+        ],
+    )
     units = units_of(report, TARGET)
     assert [u.reason for u in units] == [None, "cars are not in the source", None]
 
@@ -101,6 +111,7 @@ def test_cli_improve_method_option(tmp_path):
 
     (tmp_path / "s.txt").write_text(SOURCE)
     (tmp_path / "t.txt").write_text(TARGET)
-    result = CliRunner().invoke(app, ["improve", "-s", str(tmp_path / "s.txt"), "-t", str(tmp_path / "t.txt"),
-                                      "--method", "nonesuch"])
+    result = CliRunner().invoke(
+        app, ["improve", "-s", str(tmp_path / "s.txt"), "-t", str(tmp_path / "t.txt"), "--method", "nonesuch"]
+    )
     assert result.exit_code != 0 and "nonesuch" in result.output

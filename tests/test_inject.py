@@ -10,8 +10,15 @@ import pytest
 from typer.testing import CliRunner
 
 from halluscope.cli.main import app
-from halluscope.generators.inject import (InjectedClaim, InjectionGenerator, donor_facts, outside_matches_original, parse_marked_text,
-                                          verify_spans, weave_at_boundaries)
+from halluscope.generators.inject import (
+    InjectedClaim,
+    InjectionGenerator,
+    donor_facts,
+    outside_matches_original,
+    parse_marked_text,
+    verify_spans,
+    weave_at_boundaries,
+)
 from halluscope.llm import LLM, FakeModel
 from halluscope.records import Example, Span
 from halluscope.text import ParseError
@@ -21,8 +28,11 @@ from tests.prompt_data import fenced
 SOURCE = "The Elm Street bridge opened in 1820. It crosses the Avon river. Local masons built it from granite."
 TARGET = "The Elm Street bridge opened in 1820. It spans the Avon. Masons built it from granite."
 ITEM = Example(id="bridge", source=SOURCE, target=TARGET, label=1, split="dev")
-FACTS = ["The bridge was designed by Thomas Telford.", "Its central arch is 40 metres long.",
-         "A toll of one penny was charged until 1901."]
+FACTS = [
+    "The bridge was designed by Thomas Telford.",
+    "Its central arch is 40 metres long.",
+    "A toll of one penny was charged until 1901.",
+]
 
 
 def gen(*replies, **kwargs) -> InjectionGenerator:
@@ -35,7 +45,7 @@ def test_boundary_weave_spans_hold_the_inserted_sentences_exactly():
         new, claims = weave_at_boundaries(TARGET, FACTS[:complexity], complexity, random.Random(0))
         assert len(claims) == complexity
         for c in claims:
-            assert new[c.span.start:c.span.end] == c.inserted_text == c.fact
+            assert new[c.span.start : c.span.end] == c.inserted_text == c.fact
         assert verify_spans(new, claims) is None
         assert outside_matches_original(new, [(c.span.start, c.span.end) for c in claims], TARGET)
 
@@ -64,7 +74,9 @@ async def test_no_llm_mode_writes_truth_and_injected_examples():
 
 
 def test_parse_marked_text():
-    text, pieces = parse_marked_text("The bridge<ins>, designed by Telford,</ins> opened in 1820.<ins> It cost £5.</ins>")
+    text, pieces = parse_marked_text(
+        "The bridge<ins>, designed by Telford,</ins> opened in 1820.<ins> It cost £5.</ins>"
+    )
     assert text == "The bridge, designed by Telford, opened in 1820. It cost £5."
     assert [text[s:e] for s, e in pieces] == [", designed by Telford,", "It cost £5."]
     for bad in ("no tags at all", "<ins>a <ins>b</ins></ins>", "open <ins>never closed", "", "<ins>   </ins>"):
@@ -73,8 +85,10 @@ def test_parse_marked_text():
 
 
 async def test_llm_weave_keeps_exact_spans():
-    reply = ("The Elm Street bridge<ins>, designed by Thomas Telford,</ins> opened in 1820. It spans the Avon. "
-             "Masons built it from granite.")
+    reply = (
+        "The Elm Street bridge<ins>, designed by Thomas Telford,</ins> opened in 1820. It spans the Avon. "
+        "Masons built it from granite."
+    )
     g = gen(json.dumps({"facts": [FACTS[0]]}), reply)
     [truth, ex], failures = await g.generate(ITEM, (1,))
     assert not failures
@@ -86,8 +100,10 @@ async def test_llm_weave_keeps_exact_spans():
 
 
 async def test_llm_weave_that_rewrites_other_text_is_dropped_and_counted():
-    rewritten = ("The Elm St. bridge<ins>, designed by Thomas Telford,</ins> was opened in 1820. "
-                 "It spans the Avon. Masons built it from granite.")
+    rewritten = (
+        "The Elm St. bridge<ins>, designed by Thomas Telford,</ins> was opened in 1820. "
+        "It spans the Avon. Masons built it from granite."
+    )
     g = gen(json.dumps({"facts": [FACTS[0]]}), rewritten)
     examples, [failure] = await g.generate(ITEM, (1,))
     assert examples == []  # no truth without an injected partner
@@ -119,8 +135,9 @@ async def test_garbled_replies_never_raise_and_always_say_why():
             kinds.add(f.drop_kind)
         for ex in examples:
             if ex.label == 0:
-                claims = [InjectedClaim(m["fact"], m["inserted_text"], Span(**m["span"]))
-                          for m in ex.meta["injected_claims"]]
+                claims = [
+                    InjectedClaim(m["fact"], m["inserted_text"], Span(**m["span"])) for m in ex.meta["injected_claims"]
+                ]
                 assert claims and verify_spans(ex.target, claims) is None
     assert kinds  # garbage produced failures, each with a reason
 
@@ -143,10 +160,15 @@ def test_cli_boundary_mode(tmp_path):
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     written = [Example.model_validate_json(line) for line in out.read_text().splitlines()]
-    assert [e.id for e in written] == ["bridge-inject-truth", "bridge-inject-c1", "bridge-inject-c2"]  # label-0 input skipped
+    assert [e.id for e in written] == [
+        "bridge-inject-truth",
+        "bridge-inject-c1",
+        "bridge-inject-c2",
+    ]  # label-0 input skipped
     assert "wrote 3 examples (2 injected, 1 truths)" in result.output
-    bad = CliRunner().invoke(app, ["generate", "inject", str(data), "-O", str(out), "--weave", "boundary",
-                                   "-c", "3", "--fact", "only one"])
+    bad = CliRunner().invoke(
+        app, ["generate", "inject", str(data), "-O", str(out), "--weave", "boundary", "-c", "3", "--fact", "only one"]
+    )
     assert bad.exit_code != 0 and "needs 3 --fact" in bad.output
 
 
@@ -155,8 +177,12 @@ def test_donor_facts_come_from_other_sources_and_are_not_in_this_source():
     pool = [
         ITEM,
         Example(id="same-source", source=SOURCE, target="The bridge was repainted green in 1990 by the council."),
-        Example(id="o1", source=other_source, target="Revenue at the bridge toll company rose by nine percent last year."),
-        Example(id="o2", source=other_source, target="Revenue at the bridge toll company rose by ten percent last year."),
+        Example(
+            id="o1", source=other_source, target="Revenue at the bridge toll company rose by nine percent last year."
+        ),
+        Example(
+            id="o2", source=other_source, target="Revenue at the bridge toll company rose by ten percent last year."
+        ),
         Example(id="o3", source="Another.", target="The mayor opened a new ferry service across the river in May."),
         Example(id="o4", source="Copy.", target="Local masons built it from granite blocks, the records say."),
     ]
@@ -169,8 +195,10 @@ def test_donor_facts_come_from_other_sources_and_are_not_in_this_source():
 
 
 async def test_donor_mode_needs_no_llm():
-    pool = [Example(id="o1", source="Doc 1.", target="Officials in the county approved a new budget for schools."),
-            Example(id="o2", source="Doc 2.", target="A storm closed the harbour for three days in March.")]
+    pool = [
+        Example(id="o1", source="Doc 1.", target="Officials in the county approved a new budget for schools."),
+        Example(id="o2", source="Doc 2.", target="A storm closed the harbour for three days in March."),
+    ]
     examples, failures = await gen(weave="boundary").generate(ITEM, (1, 2), donors=pool)
     assert not failures and [e.meta.get("facts_from") for e in examples[1:]] == ["donor", "donor"]
     assert all(s.of(e.target) in e.descriptions for e in examples[1:] for s in e.gold_spans)
@@ -206,23 +234,31 @@ def test_truthful_spans_are_carried_through_insertions():
     opened = map_span({"start": 0, "end": 27}, positions)  # "The bridge opened in 1820 ." (space before the stop)
     assert opened == {"start": 0, "end": 48} and new[0:48] == "The bridge, designed by Telford, opened in 1820."
     avon = map_span({"start": 28, "end": 46}, positions)
-    assert avon is not None and new[avon["start"]:avon["end"]] == "It spans the Avon."
+    assert avon is not None and new[avon["start"] : avon["end"]] == "It spans the Avon."
     assert align_original(original, new.replace("Avon", "Severn"), inserted) is None  # rewritten: not carried
 
 
-GOLD_DECOMPOSITION = json.dumps({"claims": [
-    {"segment": "The Elm Street bridge opened in 1820.", "claim": "The Elm Street bridge opened in 1820."},
-    {"segment": "It spans the Avon.", "claim": "The bridge spans the Avon."},
-    {"segment": "Masons built it from granite.", "claim": "Masons built the bridge from granite."},
-]})
-GOLD_EVIDENCE = {"1820": ["The Elm Street bridge opened in 1820."], "Avon": ["It crosses the Avon river."],
-                 "granite": ["Local masons built it from granite.", "It crosses the Avon river."]}
+GOLD_DECOMPOSITION = json.dumps(
+    {
+        "claims": [
+            {"segment": "The Elm Street bridge opened in 1820.", "claim": "The Elm Street bridge opened in 1820."},
+            {"segment": "It spans the Avon.", "claim": "The bridge spans the Avon."},
+            {"segment": "Masons built it from granite.", "claim": "Masons built the bridge from granite."},
+        ]
+    }
+)
+GOLD_EVIDENCE = {
+    "1820": ["The Elm Street bridge opened in 1820."],
+    "Avon": ["It crosses the Avon river."],
+    "granite": ["Local masons built it from granite.", "It crosses the Avon river."],
+}
 
 
 def gold_model(name: str, strict: bool) -> LLM:
     """Decomposes, quotes GOLD_EVIDENCE, and votes: PASS on everything, or (``strict``) only when the passage
     shares the claim's key word (so the two judges disagree on the Avon claim and on granite's Avon passage).
     Keyed by the reply each PROBE stage asks for; the claim and the evidence judged are read from the prompt's data."""
+
     def key_of(messages) -> str:
         claim = fenced(messages, "claim")
         return next(k for k in GOLD_EVIDENCE if k in claim)
@@ -267,8 +303,9 @@ async def test_gold_evidence_by_multi_judge_consensus():
 
     # the injected example: its fact as the hallucinated claim, the same truthful claims at their new offsets
     kinds = [(c["id"][0], Span(**c["span"]).of(injected.target)) for c in injected.meta["gold_claims"]]
-    assert sorted(kinds) == sorted([("h", FACTS[0]), ("t", "The Elm Street bridge opened in 1820."),
-                                    ("t", "Masons built it from granite.")])
+    assert sorted(kinds) == sorted(
+        [("h", FACTS[0]), ("t", "The Elm Street bridge opened in 1820."), ("t", "Masons built it from granite.")]
+    )
     assert injected.meta["gold_claims_complete"] is True
     gold = read_gold(injected)
     assert gold is not None and gold.complete and gold.has_evidence and len(gold.claims) == 4  # 1 + 2 + uncertain
@@ -294,13 +331,33 @@ def test_cli_gold_evidence(tmp_path, monkeypatch):
     data = tmp_path / "in.jsonl"
     data.write_text(ITEM.model_dump_json() + "\n")
     out = tmp_path / "out.jsonl"
-    args = ["generate", "inject", str(data), "-O", str(out), "--weave", "boundary", "-c", "1", "--fact", FACTS[0],
-            "--model", "main", "--gold-evidence", "--gold-judge", "main", "--gold-judge", "judge-b"]
+    args = [
+        "generate",
+        "inject",
+        str(data),
+        "-O",
+        str(out),
+        "--weave",
+        "boundary",
+        "-c",
+        "1",
+        "--fact",
+        FACTS[0],
+        "--model",
+        "main",
+        "--gold-evidence",
+        "--gold-judge",
+        "main",
+        "--gold-judge",
+        "judge-b",
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "2 of 2 examples have complete gold claims; over 1 items, 2 truthful claims kept" in result.output
     written = [Example.model_validate_json(line) for line in out.read_text().splitlines()]
     assert all(e.meta["gold_claims_complete"] for e in written)
-    bad = CliRunner().invoke(app, ["generate", "inject", str(data), "-O", str(out), "--weave", "boundary",
-                                   "--fact", "x", "--gold-judge", "main"])
+    bad = CliRunner().invoke(
+        app,
+        ["generate", "inject", str(data), "-O", str(out), "--weave", "boundary", "--fact", "x", "--gold-judge", "main"],
+    )
     assert bad.exit_code != 0 and "need --gold-evidence" in bad.output

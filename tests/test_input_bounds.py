@@ -18,8 +18,15 @@ from halluscope.methods import InputError, get_method
 from halluscope.text.blank import is_blank
 
 SOURCE = "The council approved the budget on Tuesday."
-INVISIBLE = ["\u200b\u200b\u2060\ufeff", " \u200b\n\u200d\t", "\u2060", "\ufeff \ufeff", "\u00ad\u200e\u200f",
-             "\u3164\u115f", "\ufe0f\u200c"]
+INVISIBLE = [
+    "\u200b\u200b\u2060\ufeff",
+    " \u200b\n\u200d\t",
+    "\u2060",
+    "\ufeff \ufeff",
+    "\u00ad\u200e\u200f",
+    "\u3164\u115f",
+    "\ufe0f\u200c",
+]
 
 
 class _Endless(io.RawIOBase):
@@ -80,8 +87,9 @@ def test_an_endless_stdin_is_refused_with_exit_2(monkeypatch, tmp_path):
     target = tmp_path / "t.txt"
     target.write_text("A summary.")
     monkeypatch.setenv("HALLUSCOPE_MAX_INPUT_MB", "0.5")
-    result = CliRunner().invoke(app, ["check", "-s", "-", "-t", str(target), "--method", "rouge"],
-                                input="word " * 200_000)  # 1 MB through the pipe
+    result = CliRunner().invoke(
+        app, ["check", "-s", "-", "-t", str(target), "--method", "rouge"], input="word " * 200_000
+    )  # 1 MB through the pipe
     assert result.exit_code == 2, result.output
     assert "input limit" in result.output and "Traceback" not in result.output
 

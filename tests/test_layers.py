@@ -33,23 +33,52 @@ SRC = REPO / "src"
 
 # bottom first; a pattern is a module name, or "pkg.*" for every module below pkg (not pkg itself)
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundation", ("halluscope._version", "halluscope._optional", "halluscope.records", "halluscope.config",
-                    "halluscope.sqlite_file", "halluscope.plugins", "halluscope.sync", "halluscope.permutations",
-                    "halluscope.options", "halluscope.contexts", "halluscope.report", "halluscope.text",
-                    "halluscope.text.*")),
+    (
+        "foundation",
+        (
+            "halluscope._version",
+            "halluscope._optional",
+            "halluscope.records",
+            "halluscope.config",
+            "halluscope.sqlite_file",
+            "halluscope.plugins",
+            "halluscope.sync",
+            "halluscope.permutations",
+            "halluscope.options",
+            "halluscope.contexts",
+            "halluscope.report",
+            "halluscope.text",
+            "halluscope.text.*",
+        ),
+    ),
     ("llm", ("halluscope.llm", "halluscope.llm.*", "halluscope.prompts", "halluscope.tracing")),
     ("retrieval", ("halluscope.retrieval", "halluscope.retrieval.*")),
-    ("stage protocols and registry", ("halluscope.stages", "halluscope.stages.protocols", "halluscope.stages.trace",
-                                      "halluscope.stage_protocols")),
+    (
+        "stage protocols and registry",
+        ("halluscope.stages", "halluscope.stages.protocols", "halluscope.stages.trace", "halluscope.stage_protocols"),
+    ),
     ("shared stages", ("halluscope.stages.*",)),
     ("methods", ("halluscope.methods", "halluscope.methods.*")),
-    ("bench, generators, integrations", ("halluscope.bench", "halluscope.bench.*", "halluscope.generators",
-                                         "halluscope.generators.*", "halluscope.integrations",
-                                         "halluscope.integrations.*", "halluscope.verifier_training",
-                                         "halluscope.tabular", "halluscope.testing", "halluscope.pytest_plugin")),
+    (
+        "bench, generators, integrations",
+        (
+            "halluscope.bench",
+            "halluscope.bench.*",
+            "halluscope.generators",
+            "halluscope.generators.*",
+            "halluscope.integrations",
+            "halluscope.integrations.*",
+            "halluscope.verifier_training",
+            "halluscope.tabular",
+            "halluscope.testing",
+            "halluscope.pytest_plugin",
+        ),
+    ),
     ("server", ("halluscope.server", "halluscope.server.*")),
-    ("cli and the package facade", ("halluscope", "halluscope.__main__", "halluscope.server.__main__", "halluscope.cli",
-                                    "halluscope.cli.*")),
+    (
+        "cli and the package facade",
+        ("halluscope", "halluscope.__main__", "halluscope.server.__main__", "halluscope.cli", "halluscope.cli.*"),
+    ),
 ]
 
 
@@ -97,8 +126,12 @@ def imports_of(name: str, path: Path, known: dict[str, Path], *, named: bool = F
                 targets.add(sub if sub in known else base)
         elif isinstance(node, ast.Call) and (literal := _import_module_name(node)):
             targets.add(literal)
-        elif named and isinstance(node, ast.Constant) and isinstance(node.value, str) and _names_a_module(node.value,
-                                                                                                          known):
+        elif (
+            named
+            and isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and _names_a_module(node.value, known)
+        ):
             targets.add(node.value.partition(":")[0])  # a module named to be imported later ("pkg.mod:Attr" too)
     resolved = set()
     for target in targets:  # `import a.b.c` of a name that is no module: its nearest module
@@ -126,7 +159,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state and (cycle := dfs(nxt)):
                 return cycle
         stack.pop()
@@ -173,7 +206,8 @@ def test_the_checker_finds_a_cycle_and_an_upward_import(tmp_path):
     (pkg / "methods" / "__init__.py").write_text("")
     (pkg / "methods" / "base.py").write_text("")
     (pkg / "records.py").write_text(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from halluscope.methods.base import Method\n")
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from halluscope.methods.base import Method\n"
+    )
     (pkg / "config.py").write_text("def f():\n    from .methods import base\n")
     (pkg / "options.py").write_text("import importlib\nimportlib.import_module('halluscope.methods.base')\n")
     (pkg / "sync.py").write_text("BUILTINS = ('halluscope.methods.base:Method',)\n")
@@ -185,7 +219,8 @@ def test_the_checker_finds_a_cycle_and_an_upward_import(tmp_path):
     assert graph["halluscope.sync"] == {"halluscope.methods.base"}  # a module named for a later import
     assert upward_imports(graph) == [
         f"halluscope.{m} (foundation) imports halluscope.methods.base (methods)"
-        for m in ("config", "options", "records", "sync")]
+        for m in ("config", "options", "records", "sync")
+    ]
 
 
 def test_every_module_has_a_layer():
@@ -221,21 +256,39 @@ def test_the_built_in_stage_modules_are_the_packages_entry_points():
         assert any(m == module or m.startswith(module + ".") for m in registering), module
 
 
-@pytest.mark.parametrize("module", ["halluscope.stages", "halluscope.stages.protocols", "halluscope.stage_protocols",
-                                    "halluscope.retrieval", "halluscope.options"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "halluscope.stages",
+        "halluscope.stages.protocols",
+        "halluscope.stage_protocols",
+        "halluscope.retrieval",
+        "halluscope.options",
+    ],
+)
 def test_a_lower_layer_imports_without_the_methods_package(module):
     """At run time too: importing the stage registry (or anything below the methods) loads no method module."""
     code = f"import sys, {module}; print(any(m.startswith('halluscope.methods') for m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={"PYTHONPATH": str(SRC), "PATH": ""}).stdout.strip()
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": str(SRC), "PATH": ""},
+    ).stdout.strip()
     assert out == "False"
 
 
 def test_the_cli_lists_the_built_in_stages_in_a_fresh_process():
     """``halluscope stages`` alone (no method imported before it) lists the shared stages and the methods' own,
     and no stage of a kind that is none."""
-    out = subprocess.run([sys.executable, "-m", "halluscope", "stages"], capture_output=True, text=True, check=True,
-                         env={"PYTHONPATH": str(SRC), "PATH": ""}).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "halluscope", "stages"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": str(SRC), "PATH": ""},
+    ).stdout
     kinds = {line.split()[0] for line in out.splitlines() if line and not line.startswith(" ") and " " in line}
     assert "[halluscope.stages.decomposers]" in out and "[halluscope.methods.dove.stages]" in out
     assert {"decomposer", "context_selector", "verifier", "aggregator", "localizer"} <= kinds
@@ -248,8 +301,9 @@ def _own_metadata(folder: Path, stage_modules: dict[str, str]) -> None:
     info = folder / "halluscope-0.dev0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: halluscope\nVersion: 0.dev0\n")
-    (info / "entry_points.txt").write_text("[halluscope.stages]\n" + "".join(
-        f"{name} = {module}\n" for name, module in stage_modules.items()))
+    (info / "entry_points.txt").write_text(
+        "[halluscope.stages]\n" + "".join(f"{name} = {module}\n" for name, module in stage_modules.items())
+    )
 
 
 def test_the_registry_finds_built_in_stages_through_the_entry_points_alone(tmp_path):
@@ -257,10 +311,17 @@ def test_the_registry_finds_built_in_stages_through_the_entry_points_alone(tmp_p
     (and no method) finds the ``sentences`` decomposer; with the entry points of pyproject.toml it finds every
     built-in stage the methods package finds."""
     _own_metadata(tmp_path, {"sentences": "halluscope.stages.decomposers"})
-    code = ("import sys; from halluscope.stages import stages; found = stages('decomposer'); "
-            "print([s.name for s in found], any(m.startswith('halluscope.methods') for m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={"PYTHONPATH": f"{tmp_path}:{SRC}", "PATH": ""}).stdout.strip()
+    code = (
+        "import sys; from halluscope.stages import stages; found = stages('decomposer'); "
+        "print([s.name for s in found], any(m.startswith('halluscope.methods') for m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": f"{tmp_path}:{SRC}", "PATH": ""},
+    ).stdout.strip()
     assert out == "['sentences'] False"
 
     declared = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["entry-points"]
@@ -268,8 +329,18 @@ def test_the_registry_finds_built_in_stages_through_the_entry_points_alone(tmp_p
     full.mkdir()
     _own_metadata(full, declared["halluscope.stages"])
     code = "from halluscope.stages import stages; print(len(stages()))"
-    alone = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                           env={"PYTHONPATH": f"{full}:{SRC}", "PATH": ""}).stdout.strip()
-    with_methods = subprocess.run([sys.executable, "-c", "import halluscope.methods; " + code], capture_output=True,
-                                  text=True, check=True, env={"PYTHONPATH": str(SRC), "PATH": ""}).stdout.strip()
+    alone = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": f"{full}:{SRC}", "PATH": ""},
+    ).stdout.strip()
+    with_methods = subprocess.run(
+        [sys.executable, "-c", "import halluscope.methods; " + code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": str(SRC), "PATH": ""},
+    ).stdout.strip()
     assert int(alone) == int(with_methods) > 30

@@ -22,19 +22,36 @@ from tests.conftest import requires_embedded
 
 pytestmark = [pytest.mark.embedded, requires_embedded]
 
-SOURCE = ("The ferry opened in March 2021 and crosses the bay every 30 minutes. Two thirds of its cost came from a "
-          "regional grant; the city paid the rest.")
+SOURCE = (
+    "The ferry opened in March 2021 and crosses the bay every 30 minutes. Two thirds of its cost came from a "
+    "regional grant; the city paid the rest."
+)
 
 CASES = [
-    ("facts", FactsReply, "Split this text into short atomic facts, one claim each: The ferry opened in 2021, "
-                          "runs every half hour and was paid for by the city alone.\n"
-     + FactsReply.format_instructions()),
-    ("fact check", FactCheckReply, f"SOURCE: {SOURCE}\nFACT: The city paid for the whole ferry.\n"
-                                   "Does the SOURCE support the FACT?\n" + FactCheckReply.format_instructions()),
-    ("rating", GevalReply, f"Rate from 1 to 5 how consistent this summary is with the source.\nSOURCE: {SOURCE}\n"
-                           "SUMMARY: The ferry runs every 30 minutes.\n" + GevalReply.format_instructions()),
-    ("dove check", DoveCheckReply, f"{SOURCE}\nIs this fact stated by the text above: 'The ferry is free.'\n"
-                                   + DoveCheckReply.format_instructions()),
+    (
+        "facts",
+        FactsReply,
+        "Split this text into short atomic facts, one claim each: The ferry opened in 2021, "
+        "runs every half hour and was paid for by the city alone.\n" + FactsReply.format_instructions(),
+    ),
+    (
+        "fact check",
+        FactCheckReply,
+        f"SOURCE: {SOURCE}\nFACT: The city paid for the whole ferry.\n"
+        "Does the SOURCE support the FACT?\n" + FactCheckReply.format_instructions(),
+    ),
+    (
+        "rating",
+        GevalReply,
+        f"Rate from 1 to 5 how consistent this summary is with the source.\nSOURCE: {SOURCE}\n"
+        "SUMMARY: The ferry runs every 30 minutes.\n" + GevalReply.format_instructions(),
+    ),
+    (
+        "dove check",
+        DoveCheckReply,
+        f"{SOURCE}\nIs this fact stated by the text above: 'The ferry is free.'\n"
+        + DoveCheckReply.format_instructions(),
+    ),
 ]
 
 
@@ -42,25 +59,37 @@ CASES = [
 def llama():
     from llama_cpp import Llama
 
-    model = Llama(model_path=str(embedded_module.resolve_gguf("smollm2")), n_ctx=2048, n_threads=1,
-                  n_threads_batch=1, seed=0, verbose=False)
+    model = Llama(
+        model_path=str(embedded_module.resolve_gguf("smollm2")),
+        n_ctx=2048,
+        n_threads=1,
+        n_threads_batch=1,
+        seed=0,
+        verbose=False,
+    )
     yield model
     model.close()
 
 
 def _full(llama, prompt: str, schema: dict, max_tokens: int = 96) -> dict:
     # the schema as halluscope sends it (keys sorted): property order shapes the grammar
-    return llama.create_chat_completion(messages=[{"role": "user", "content": prompt}], temperature=0.0,
-                                        max_tokens=max_tokens, response_format={
-                                            "type": "json_object",
-                                            "schema": json.loads(json.dumps(schema, sort_keys=True))})
+    return llama.create_chat_completion(
+        messages=[{"role": "user", "content": prompt}],
+        temperature=0.0,
+        max_tokens=max_tokens,
+        response_format={"type": "json_object", "schema": json.loads(json.dumps(schema, sort_keys=True))},
+    )
 
 
 def _lazy(llama, prompt: str, schema: dict, max_tokens: int = 96) -> tuple[dict, LazyGrammarGreedy]:
     processor = lazy_grammar_processor(llama, json.dumps(schema, sort_keys=True))
     try:
-        out = llama.create_chat_completion(messages=[{"role": "user", "content": prompt}], temperature=0.0,
-                                           max_tokens=max_tokens, logits_processor=[processor])
+        out = llama.create_chat_completion(
+            messages=[{"role": "user", "content": prompt}],
+            temperature=0.0,
+            max_tokens=max_tokens,
+            logits_processor=[processor],
+        )
     finally:
         processor.close()
     return out, processor
@@ -94,8 +123,7 @@ def test_a_reply_cut_by_max_tokens_is_cut_at_the_same_token(llama) -> None:
 def test_without_the_grammar_the_model_does_not_keep_to_the_schema(llama) -> None:
     """What the equality above rests on: SmolLM2 unconstrained writes something else than the schema reply."""
     _, reply, prompt = CASES[1]
-    free = llama.create_chat_completion(messages=[{"role": "user", "content": prompt}], temperature=0.0,
-                                        max_tokens=96)
+    free = llama.create_chat_completion(messages=[{"role": "user", "content": prompt}], temperature=0.0, max_tokens=96)
     constrained, _ = _lazy(llama, prompt, reply.json_schema())
     assert free["choices"][0]["message"]["content"] != constrained["choices"][0]["message"]["content"]
     reply.parse(constrained["choices"][0]["message"]["content"])  # the lazy reply validates
@@ -114,8 +142,12 @@ def _backend(grammar: str):
 
 
 def _params(reply, temperature: float = 0.0) -> GenerateParams:
-    return GenerateParams(temperature=temperature, max_tokens=80, json_mode=True,
-                          json_schema=json.dumps(reply.json_schema(), sort_keys=True))
+    return GenerateParams(
+        temperature=temperature,
+        max_tokens=80,
+        json_mode=True,
+        json_schema=json.dumps(reply.json_schema(), sort_keys=True),
+    )
 
 
 def _spy(monkeypatch) -> list[LazyGrammarGreedy]:
@@ -140,8 +172,9 @@ async def test_the_embedded_backend_uses_it_by_default_with_the_same_replies(mon
     got = await lazy.generate(messages, _params(reply))
     assert len(made) == 1 and made[0].failed is None
     assert got.text == expected.text and got.usage.completion_tokens == expected.usage.completion_tokens
-    again = await lazy.generate([{"role": "user", "content": prompt.replace("whole ferry", "ferry alone")}],
-                                _params(reply))
+    again = await lazy.generate(
+        [{"role": "user", "content": prompt.replace("whole ferry", "ferry alone")}], _params(reply)
+    )
     assert again.usage.cached_prompt_tokens > 0  # the KV prefix is still reused on the lazy path
     await lazy.generate(messages, _params(reply, temperature=0.7))
     assert len(made) == 2  # sampling at a temperature keeps llama.cpp's grammar (the lazy pick is greedy)
@@ -154,8 +187,7 @@ async def test_env_switch_selects_the_old_path(monkeypatch) -> None:
     assert Config().embedded_grammar == "lazy"
 
 
-async def test_unavailable_lazy_sampler_falls_back_to_the_full_grammar_with_one_log_line(monkeypatch,
-                                                                                         caplog) -> None:
+async def test_unavailable_lazy_sampler_falls_back_to_the_full_grammar_with_one_log_line(monkeypatch, caplog) -> None:
     def unavailable(llama, json_schema):
         raise LazyGrammarUnavailable("llama_cpp lacks llama_sampler_apply")
 
@@ -216,8 +248,14 @@ def test_the_benchmark_servers_patch_decodes_like_the_embedded_backend(monkeypat
 
     _, reply, prompt = CASES[3]  # a prompt on which repeat_penalty 1.1 changes the reply
     schema = json.loads(json.dumps(reply.json_schema(), sort_keys=True))
-    request = dict(messages=[{"role": "user", "content": prompt}], temperature=0.0, max_tokens=96,
-                   response_format={"type": "json_object", "schema": schema}, grammar=None, stream=False)
+    request = dict(
+        messages=[{"role": "user", "content": prompt}],
+        temperature=0.0,
+        max_tokens=96,
+        response_format={"type": "json_object", "schema": schema},
+        grammar=None,
+        stream=False,
+    )
     expected = llama.create_chat_completion(**request)  # llama-cpp-python's default repeat_penalty is 1.0
     server_default = llama.create_chat_completion(**request, repeat_penalty=1.1)
     assert server_default["choices"][0]["message"]["content"] != expected["choices"][0]["message"]["content"]

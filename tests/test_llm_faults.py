@@ -47,6 +47,7 @@ async def _generate(server: ScriptedServer, body: object, messages: list | None 
 
 # --- broken envelopes and non-string content are LLMErrors ------------------------------------------------
 
+
 @pytest.mark.parametrize(
     ("body", "match"),
     [
@@ -84,17 +85,27 @@ async def test_refusal_is_named_in_the_error(server) -> None:
 
 
 async def test_content_parts_are_joined(server) -> None:
-    parts = [{"type": "text", "text": '{"score": '}, {"type": "image_url", "image_url": {}},
-             {"type": "text", "text": "4}"}]
+    parts = [
+        {"type": "text", "text": '{"score": '},
+        {"type": "image_url", "image_url": {}},
+        {"type": "text", "text": "4}"},
+    ]
     assert (await _generate(server, _reply(parts))).text == '{"score": 4}'
     assert (await _generate(server, _reply(["a", {"type": "output_text", "text": "b"}]))).text == "ab"
 
 
 @pytest.mark.parametrize(
     "usage",
-    [None, "lots", [], {"prompt_tokens": "7", "completion_tokens": "1"}, {"prompt_tokens": -3, "completion_tokens": -1},
-     {"prompt_tokens": {"n": 7}, "completion_tokens": [1]}, {"prompt_tokens": math.nan, "completion_tokens": math.inf},
-     {"prompt_tokens": 2.5, "completion_tokens": True}],
+    [
+        None,
+        "lots",
+        [],
+        {"prompt_tokens": "7", "completion_tokens": "1"},
+        {"prompt_tokens": -3, "completion_tokens": -1},
+        {"prompt_tokens": {"n": 7}, "completion_tokens": [1]},
+        {"prompt_tokens": math.nan, "completion_tokens": math.inf},
+        {"prompt_tokens": 2.5, "completion_tokens": True},
+    ],
 )
 async def test_malformed_usage_keeps_the_reply(server, usage: object) -> None:
     body = _reply("OK") if usage is None else {**_reply("OK"), "usage": usage}
@@ -109,6 +120,7 @@ async def test_whole_number_usage_is_kept(server) -> None:
 
 
 # --- lone surrogates ------------------------------------------------------------------------------------------
+
 
 def test_clean_text() -> None:
     plain = "no surrogates here é 😀"
@@ -173,6 +185,7 @@ async def test_methods_report_transport_faults_as_unscored(server, tmp_path) -> 
 
 # --- configuration ------------------------------------------------------------------------------------------
 
+
 def test_empty_model_variable_means_not_set(monkeypatch) -> None:
     monkeypatch.setenv("HALLUSCOPE_MODEL", "")
     assert Config().model is None
@@ -186,6 +199,7 @@ def test_empty_model_variable_means_not_set(monkeypatch) -> None:
 
 
 # --- single flight --------------------------------------------------------------------------------------------
+
 
 class _GatedFake(FakeModel):
     """A FakeModel whose calls wait until the test opens the gate: the order of events is the test's, not
@@ -311,6 +325,7 @@ def test_single_flight_works_across_event_loops() -> None:
 
 
 # --- the embedded backend: threads, token counting beside a generation, surrogates --------------------------
+
 
 def test_default_threads_follow_the_usable_cores() -> None:
     from halluscope.llm.embedded import default_threads, usable_cores

@@ -13,6 +13,8 @@ from halluscope.llm import LLM, FakeModel
 from halluscope.methods import OptionsError, get_method
 from halluscope.methods.localize import (
     _HINTS as HINTS,
+)
+from halluscope.methods.localize import (
     BINARY_PROMPT,
     FINAL_MARKER,
     LOCALIZE_PROMPTS,
@@ -31,22 +33,38 @@ from tests.reply_fuzz import cut, mutations, parse_each, replace, stray, wrap
 
 SOURCE = "Alice founded Acme in 2001 in Paris. The company makes rockets."
 TARGET = "Alice founded Acme in 1999. Acme makes rockets and cars."
-FOUND = ['The text says "in 1999", but the source says 2001.',
-         'The text says Acme makes "cars", which the source does not mention.']
+FOUND = [
+    'The text says "in 1999", but the source says 2001.',
+    'The text says Acme makes "cars", which the source does not mention.',
+]
 ANSWER = json.dumps({"inconsistencies": FOUND})
 NONE = '{"inconsistencies": []}'
-COT = ("Step 1: the year. The source says 2001.\nStep 2: cars are not mentioned.\n"
-       f"{FINAL_MARKER}\n{ANSWER}")
+COT = f"Step 1: the year. The source says 2001.\nStep 2: cars are not mentioned.\n{FINAL_MARKER}\n{ANSWER}"
 # Replies that state no answer in the declared format: each of these used to be scored (the earlier
 # rule: "any non-empty line is a finding"; 25/25 junk replies scored).
-JUNK = ["Sure! I can help with that.", "A. The text says \"in 1999\", but the source says 2001.",
-        "1. one\n2) two\n- three", "Here are the inconsistencies:\n\nA.\nDescription: The year is wrong.",
-        "None", "No inconsistencies found.", '["one", "two"]', "[]", '{"inconsistencies": "none found"}',
-        '{"inconsistencies": ["<description>"]}', '{"inconsistencies": ["...", "N/A"]}',
-        '{"inconsistencies": ["None", "The year is wrong."]}', '{"items": ["The year is wrong."]}',
-        '{"inconsistencies": [1, 2]}', '{"inconsistencies": ["The year', "I cannot help with that.", "{}", "null",
-        "Final Output: the summary is fine", "Everything looks consistent to me.",
-        '{"inconsistencies": ["The text says the bridge opened \\"in 1990\\", but the source says it opened in 1992."]}']
+JUNK = [
+    "Sure! I can help with that.",
+    'A. The text says "in 1999", but the source says 2001.',
+    "1. one\n2) two\n- three",
+    "Here are the inconsistencies:\n\nA.\nDescription: The year is wrong.",
+    "None",
+    "No inconsistencies found.",
+    '["one", "two"]',
+    "[]",
+    '{"inconsistencies": "none found"}',
+    '{"inconsistencies": ["<description>"]}',
+    '{"inconsistencies": ["...", "N/A"]}',
+    '{"inconsistencies": ["None", "The year is wrong."]}',
+    '{"items": ["The year is wrong."]}',
+    '{"inconsistencies": [1, 2]}',
+    '{"inconsistencies": ["The year',
+    "I cannot help with that.",
+    "{}",
+    "null",
+    "Final Output: the summary is fine",
+    "Everything looks consistent to me.",
+    '{"inconsistencies": ["The text says the bridge opened \\"in 1990\\", but the source says it opened in 1992."]}',
+]
 
 
 # ---------------------------------------------------------------------------------------------- parsers
@@ -65,21 +83,24 @@ def test_parse_drops_echoed_placeholders_beside_real_descriptions():
 
 # Verbatim replies of the embedded SmolLM2-135M model to the zero-shot prompt (cat/dog pair): the schema's
 # example with its two years swapped, then a fragment.
-EXAMPLE_COPY = ('{\n  "inconsistencies": ["The text says the bridge opened in 1992, but the source says it opened in '
-                '1990."]\n}\n')
+EXAMPLE_COPY = (
+    '{\n  "inconsistencies": ["The text says the bridge opened in 1992, but the source says it opened in 1990."]\n}\n'
+)
 
 
 def test_copies_of_the_prompt_examples_are_no_answer():
     with pytest.raises(ParseError, match="example"):
         parse_localization(EXAMPLE_COPY, target="The dog sat on the mat.")
-    few_shot_copy = json.dumps({"inconsistencies": ['The text gives the cost as "4m-pound", but the source says '
-                                                    "the work costs 2.5m pounds."]})
+    few_shot_copy = json.dumps(
+        {"inconsistencies": ['The text gives the cost as "4m-pound", but the source says the work costs 2.5m pounds.']}
+    )
     with pytest.raises(ParseError, match="example"):
         parse_final_output(f"{FINAL_MARKER}\n{few_shot_copy}", target=TARGET)
     # ... unless the description points at words of the target: then it is about this target
     bridge = "The bridge opened in 1992 after a long delay."
     assert parse_localization(EXAMPLE_COPY, target=bridge) == [
-        "The text says the bridge opened in 1992, but the source says it opened in 1990."]
+        "The text says the bridge opened in 1992, but the source says it opened in 1990."
+    ]
     mixed = json.dumps({"inconsistencies": [json.loads(EXAMPLE_COPY)["inconsistencies"][0], FOUND[0]]})
     assert parse_localization(mixed, target=TARGET) == [FOUND[0]]
 
@@ -92,8 +113,17 @@ def test_parse_refuses_replies_that_are_not_the_declared_format(reply):
         parse_final_output(reply)
 
 
-@pytest.mark.parametrize("reply", ["None", "None.", "**None**", "No inconsistencies found.",
-                                   "There are no factual inconsistencies in the summary.", "N/A"])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "None",
+        "None.",
+        "**None**",
+        "No inconsistencies found.",
+        "There are no factual inconsistencies in the summary.",
+        "N/A",
+    ],
+)
 def test_none_phrases(reply):
     assert is_none_answer(reply)
     assert parse_localization(json.dumps({"inconsistencies": [reply]})) == []
@@ -103,21 +133,37 @@ def test_parse_after_marker_uses_the_last_marker_line():
     assert parse_final_output(COT) == FOUND
     reply = f"I will give the {FINAL_MARKER} at the end.\n**{FINAL_MARKER}**\n```json\n{NONE}\n```"
     assert parse_final_output(reply) == []
-    for bad in (ANSWER,  # no marker
-                f"{FINAL_MARKER}   ",  # nothing after it
-                f"{FINAL_MARKER}\nA. The year is wrong.",  # a lettered list is not the declared format
-                f"{FINAL_MARKER}\nNone",
-                f"{FINAL_MARKER} the text is fine {NONE}",  # prose before the object
-                f"{FINAL_MARKER}\n{{\"inconsistencies\": [\"The year"):  # cut off
+    for bad in (
+        ANSWER,  # no marker
+        f"{FINAL_MARKER}   ",  # nothing after it
+        f"{FINAL_MARKER}\nA. The year is wrong.",  # a lettered list is not the declared format
+        f"{FINAL_MARKER}\nNone",
+        f"{FINAL_MARKER} the text is fine {NONE}",  # prose before the object
+        f'{FINAL_MARKER}\n{{"inconsistencies": ["The year',
+    ):  # cut off
         with pytest.raises(ParseError):
             parse_final_output(bad)
 
 
 # A verbatim reply of the embedded SmolLM2-135M model to the CoT prompt (160-token cap): no marker, a runaway list.
-REAL_COT_REPLY = "\n".join(
-    f"{i}. The text is about a former Rangers owner and ex-chief executive {name}."
-    for i, name in enumerate(["Charles Green", "Craig Whyte", "Craig Green", "Craig Whyte", "Charles Green",
-                              "Craig Whyte", "Craig Green"], 1)) + "\n8. The text is about a former Rangers owner and ex-chief executive Craig"
+REAL_COT_REPLY = (
+    "\n".join(
+        f"{i}. The text is about a former Rangers owner and ex-chief executive {name}."
+        for i, name in enumerate(
+            [
+                "Charles Green",
+                "Craig Whyte",
+                "Craig Green",
+                "Craig Whyte",
+                "Charles Green",
+                "Craig Whyte",
+                "Craig Green",
+            ],
+            1,
+        )
+    )
+    + "\n8. The text is about a former Rangers owner and ex-chief executive Craig"
+)
 
 
 def test_real_embedded_reply_is_no_answer():
@@ -130,13 +176,21 @@ def test_real_embedded_reply_is_no_answer():
 def test_parse_binary_verdict():
     assert parse_binary_verdict("It matches.\nFinal answer: yes") is True
     assert parse_binary_verdict("Reasoning.\n**Final answer:** no.") is False
-    for bad in ("", "no", "Maybe.", "The answer is unclear", "The reason step is to conclude the answer.",
-                # a verdict in words used to count; it is not the declared last line
-                "The text is consistent with the source documents it is based on.",
-                "Let me see.\nThe summary is not consistent with the source.",
-                "Final answer: yes\nbut I am not sure", "Final answer: not no", "Final answer: yes or no",
-                # two verdicts, the first with text after it on its line: ambiguous, not "the last one wins"
-                "Final answer: yes... on reflection\nFinal Answer: **No**"):
+    for bad in (
+        "",
+        "no",
+        "Maybe.",
+        "The answer is unclear",
+        "The reason step is to conclude the answer.",
+        # a verdict in words used to count; it is not the declared last line
+        "The text is consistent with the source documents it is based on.",
+        "Let me see.\nThe summary is not consistent with the source.",
+        "Final answer: yes\nbut I am not sure",
+        "Final answer: not no",
+        "Final answer: yes or no",
+        # two verdicts, the first with text after it on its line: ambiguous, not "the last one wins"
+        "Final answer: yes... on reflection\nFinal Answer: **No**",
+    ):
         with pytest.raises(ParseError):
             parse_binary_verdict(bad)
 
@@ -146,10 +200,18 @@ LOCALIZE_EDITS = (cut, stray('{}[]",:\n'), wrap("Sure, here you go. "), replace(
 
 def test_parsers_on_garbled_replies_some_parse_some_fail():
     valid = [ANSWER, NONE, COT, f"Thinking.\n{FINAL_MARKER}\n{NONE}", "Checks.\nFinal answer: no"]
-    replies = (garbled_replies(1000, seed=7) + JUNK + [REAL_COT_REPLY] + valid
-               + mutations(valid, 600 - len(valid), seed=1, edits=LOCALIZE_EDITS))
-    for name, parse in (("zero_shot", parse_localization), ("cot", parse_final_output),
-                        ("binary", parse_binary_verdict)):
+    replies = (
+        garbled_replies(1000, seed=7)
+        + JUNK
+        + [REAL_COT_REPLY]
+        + valid
+        + mutations(valid, 600 - len(valid), seed=1, edits=LOCALIZE_EDITS)
+    )
+    for name, parse in (
+        ("zero_shot", parse_localization),
+        ("cot", parse_final_output),
+        ("binary", parse_binary_verdict),
+    ):
         parsed, refused = parse_each(parse, replies)
         for reply, value in parsed:
             if name != "binary":  # a finding only from a reply that lists it
@@ -166,7 +228,7 @@ def test_parsers_on_garbled_replies_some_parse_some_fail():
 
 
 def test_quoted_phrases_are_located():
-    spans = spans_for_description('The text says “in 1999” but the source says 2001.', TARGET)
+    spans = spans_for_description("The text says “in 1999” but the source says 2001.", TARGET)
     assert [s.of(TARGET) for s in spans] == ["in 1999"]
 
 
@@ -175,8 +237,9 @@ def test_quotes_from_the_source_are_not_pinned():
 
 
 def test_claimed_clause_is_located_without_quotes():
-    spans = spans_for_description("The summary states that Acme makes rockets and cars, but cars are not mentioned.",
-                                  TARGET)
+    spans = spans_for_description(
+        "The summary states that Acme makes rockets and cars, but cars are not mentioned.", TARGET
+    )
     assert [s.of(TARGET) for s in spans] == ["Acme makes rockets and cars"]
 
 
@@ -259,8 +322,10 @@ def test_the_two_variants_carry_the_papers_differences():
 def test_variant_option_picks_the_prompt(variant):
     model = FakeModel([COT])
     report = Localize(llm=LLM(model), variant=variant).check(SOURCE, TARGET)
-    assert model.requests[0][-1]["content"] == LOCALIZE_PROMPTS[("cot", False, variant)].render(
-        source=SOURCE, target=TARGET)[-1]["content"]
+    assert (
+        model.requests[0][-1]["content"]
+        == LOCALIZE_PROMPTS[("cot", False, variant)].render(source=SOURCE, target=TARGET)[-1]["content"]
+    )
     assert report.details["prompt_variant"] == variant and "prompt_variant_note" not in report.details
     assert Localize(llm=fake_llm(), variant=str(variant)).opts.variant == variant  # -o variant=2 from the CLI
 
@@ -308,8 +373,9 @@ def test_self_filter_inconsistent_then_localizes(hint):
 
 
 def test_hinted_localizer_may_still_find_nothing():
-    report = Localize(llm=fake_llm("Final answer: no", f"{FINAL_MARKER}\n{NONE}"), filter="self",
-                      hint=True).check(SOURCE, TARGET)
+    report = Localize(llm=fake_llm("Final answer: no", f"{FINAL_MARKER}\n{NONE}"), filter="self", hint=True).check(
+        SOURCE, TARGET
+    )
     assert report.score == 1.0 and report.findings == []
 
 
@@ -356,8 +422,13 @@ def test_oracle_filter_outside_the_harness_is_unscored():
 
 
 def test_option_validation():
-    for bad in ({"hint": True}, {"style": "tree_of_thought"}, {"filter": "no_such_method"},
-                {"filter": "localize"}, {"nonsense": 1}):
+    for bad in (
+        {"hint": True},
+        {"style": "tree_of_thought"},
+        {"filter": "no_such_method"},
+        {"filter": "localize"},
+        {"nonsense": 1},
+    ):
         with pytest.raises(OptionsError):
             Localize(llm=fake_llm(), **bad)
     assert Localize(llm=fake_llm(), filter="none").opts.filter is None
@@ -375,8 +446,9 @@ def test_option_validation():
 # ---------------------------------------------------------------------------------------------- fuzzing
 
 
-@pytest.mark.parametrize("options", [{"style": "zero_shot"}, {"style": "few_shot"}, {"style": "cot"},
-                                     {"filter": "self", "hint": True}])
+@pytest.mark.parametrize(
+    "options", [{"style": "zero_shot"}, {"style": "few_shot"}, {"style": "cot"}, {"filter": "self", "hint": True}]
+)
 def test_garbled_replies_some_scored_some_not_and_no_finding_without_one(options):
     rng = random.Random(13)
     garbage = garbled_replies(1000, seed=13) + JUNK + [REAL_COT_REPLY]
@@ -423,7 +495,8 @@ def test_localize_on_the_embedded_model(embedded_config):
     # one thread: llama.cpp threads spin-wait, which is very slow on a shared, oversubscribed CPU
     config = embedded_config.with_overrides(max_tokens=120, embedded_threads=1)
     report = get_method("localize", config=config, style="zero_shot").check(
-        "The cat sat on the mat.", "The dog sat on the mat.")
+        "The cat sat on the mat.", "The dog sat on the mat."
+    )
     assert report.usage.calls >= 1
     if report.score is not None:
         assert report.score == description_score(len(report.findings))

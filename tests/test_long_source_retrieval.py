@@ -40,8 +40,9 @@ def encoded(monkeypatch):
 
 def _source(n: int) -> str:
     towns = ["Arles", "Brest", "Caen", "Dijon", "Evian", "Foix", "Gap", "Hyeres", "Istres", "Jouy"]
-    return " ".join(f"Ship {i} sailed from {towns[i % 10]} carrying {i * 7} crates of cargo number {i}."
-                    for i in range(n))
+    return " ".join(
+        f"Ship {i} sailed from {towns[i % 10]} carrying {i * 7} crates of cargo number {i}." for i in range(n)
+    )
 
 
 def test_a_long_source_embeds_only_bm25_candidates_and_says_so(encoded, caplog) -> None:
@@ -50,8 +51,9 @@ def test_a_long_source_embeds_only_bm25_candidates_and_says_so(encoded, caplog) 
         index = SourceIndex.build(_source(300), config)
     assert len(index) == 300 and index.embeds_candidates
     assert encoded == []  # nothing embedded up front
-    assert any("long source: 300 sentences" in r.message and "embed_all_up_to=null" in r.message
-               for r in caplog.records)
+    assert any(
+        "long source: 300 sentences" in r.message and "embed_all_up_to=null" in r.message for r in caplog.records
+    )
     queries = ["Ship 123 sailed carrying 861 crates", "cargo number 41 from Brest"]
     found = index.retrieve_many(queries)
     assert found[0][0].sentence_indices == (123,) and found[1][0].sentence_indices == (41,)

@@ -50,16 +50,19 @@ def test_every_builtin_method_declares_its_details():
         assert details is not FreeDetails and details.model_config["extra"] == "forbid", name
 
 
-@pytest.mark.parametrize(("model", "values", "complaint"), [
-    (DcrDetails, {"amc_weight": "paper"}, "amc_weight"),  # a typo
-    (DcrDetails, {"amc_weights": "papr"}, "amc_weights"),  # not one of the modes
-    (DcrDetails, {"dce_is_consistent": "yes"}, "dce_is_consistent"),  # strict: no coercion from a string
-    (DcrDetails, {"dce_is_consistent": None}, "may not be null"),
-    (FactScoreDetails, {"descriptions_before_dedup": "3"}, "descriptions_before_dedup"),
-    (DoveDetails, {"decomposition": {"event_facts": "one fact"}}, "decomposition"),
-    (ProbeDetails, {"stages": ["probe"]}, "stages"),
-    (GevalDetails, {"prompt": "mine"}, "prompt"),
-])
+@pytest.mark.parametrize(
+    ("model", "values", "complaint"),
+    [
+        (DcrDetails, {"amc_weight": "paper"}, "amc_weight"),  # a typo
+        (DcrDetails, {"amc_weights": "papr"}, "amc_weights"),  # not one of the modes
+        (DcrDetails, {"dce_is_consistent": "yes"}, "dce_is_consistent"),  # strict: no coercion from a string
+        (DcrDetails, {"dce_is_consistent": None}, "may not be null"),
+        (FactScoreDetails, {"descriptions_before_dedup": "3"}, "descriptions_before_dedup"),
+        (DoveDetails, {"decomposition": {"event_facts": "one fact"}}, "decomposition"),
+        (ProbeDetails, {"stages": ["probe"]}, "stages"),
+        (GevalDetails, {"prompt": "mine"}, "prompt"),
+    ],
+)
 def test_a_bad_key_or_value_fails_where_it_is_built(model, values, complaint):
     with pytest.raises(ValidationError, match=complaint):
         model.build(**values)
@@ -82,8 +85,10 @@ class _TypoGEval(GEval):  # not registered: only built here; declares its detail
 
 def test_a_method_writing_an_undeclared_key_fails_its_check():
     reply = '{"reason": "The day is wrong.", "score": 2}'
-    assert GEval(llm=fake_llm(reply)).check(SOURCE, TARGET).details == {"reason": "The day is wrong.",
-                                                                          "prompt": "reasoned"}
+    assert GEval(llm=fake_llm(reply)).check(SOURCE, TARGET).details == {
+        "reason": "The day is wrong.",
+        "prompt": "reasoned",
+    }
     with pytest.raises(ValidationError, match="resaon"):
         _TypoGEval(llm=fake_llm(reply)).check(SOURCE, TARGET)
 

@@ -15,7 +15,13 @@ from typer.testing import CliRunner
 from halluscope.llm import model_parts
 from halluscope.llm.embedded import KNOWN_MODELS, default_embedded_model
 from halluscope.llm.model_parts import (
-    QWEN_CODER_1_5B, SPLIT_MODELS, ModelPartsError, Part, SplitModel, ensure_assembled, model_dir,
+    QWEN_CODER_1_5B,
+    SPLIT_MODELS,
+    ModelPartsError,
+    Part,
+    SplitModel,
+    ensure_assembled,
+    model_dir,
 )
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -35,9 +41,15 @@ def _fake_model(tmp_path: Path, monkeypatch, contents: list[bytes], *, tag: str 
     monkeypatch.syspath_prepend(str(site))
     importlib.invalidate_caches()
     whole = b"".join(contents)
-    return SplitModel(name=f"fake-{tag}", file_name=f"fake-{tag}.gguf", size=len(whole),
-                      sha256=hashlib.sha256(whole).hexdigest(), parts=tuple(parts), version="0.0.1",
-                      extra="embedded-fake")
+    return SplitModel(
+        name=f"fake-{tag}",
+        file_name=f"fake-{tag}.gguf",
+        size=len(whole),
+        sha256=hashlib.sha256(whole).hexdigest(),
+        parts=tuple(parts),
+        version="0.0.1",
+        extra="embedded-fake",
+    )
 
 
 CONTENTS = [b"GGUF" + b"\x01" * 1000, b"\x02" * 777, b"\x03" * 5]
@@ -128,8 +140,15 @@ def test_cli_names_a_corrupt_part_and_exits_2_without_a_traceback(tmp_path, monk
     (tmp_path / "site-cli" / "fakemodel_cli_part1" / "data" / "part01.bin").write_bytes(b"junk")
     monkeypatch.setitem(SPLIT_MODELS, "qwen2.5-coder-1.5b", model)
     env = {"HALLUSCOPE_MODEL_DIR": str(tmp_path / "models"), "HALLUSCOPE_CACHE": "false"}
-    args = ["check", "--source", str(EXAMPLES / "source.txt"), "--target", str(EXAMPLES / "summary.txt"),
-            "--model", "embedded:qwen2.5-coder-1.5b"]
+    args = [
+        "check",
+        "--source",
+        str(EXAMPLES / "source.txt"),
+        "--target",
+        str(EXAMPLES / "summary.txt"),
+        "--model",
+        "embedded:qwen2.5-coder-1.5b",
+    ]
     result = CliRunner().invoke(app, args, env=env)
     assert result.exit_code == 2, result.output
     assert "part 1/3 (fakemodel-cli-part1" in result.output and "corrupt" in result.output

@@ -11,8 +11,15 @@ import pytest
 from typer.testing import CliRunner
 
 from halluscope.cli.main import app
-from halluscope.generators.montage import (CONSTRUCTION, DIFFICULTIES, MontageGenerator, parse_appended_story,
-                                           parse_event_list, parse_paraphrase, plan_lies)
+from halluscope.generators.montage import (
+    CONSTRUCTION,
+    DIFFICULTIES,
+    MontageGenerator,
+    parse_appended_story,
+    parse_event_list,
+    parse_paraphrase,
+    plan_lies,
+)
 from halluscope.llm import LLM, FakeModel
 from halluscope.permutations import DIFFICULTY_BINS, count_inversions
 from halluscope.records import Example
@@ -21,9 +28,16 @@ from tests.garble import garbled_replies
 from tests.prompt_data import fenced
 
 SOURCE = "A long story about Mia."
-SENTENCES = ["Mia woke before dawn.", "She packed a small bag.", "The bus to the coast was late.",
-             "Mia reached the harbour at noon.", "A fisherman offered her a ride.", "They crossed to the island.",
-             "Mia found her grandmother's house empty.", "She waited on the porch until dark."]
+SENTENCES = [
+    "Mia woke before dawn.",
+    "She packed a small bag.",
+    "The bus to the coast was late.",
+    "Mia reached the harbour at noon.",
+    "A fisherman offered her a ride.",
+    "They crossed to the island.",
+    "Mia found her grandmother's house empty.",
+    "She waited on the porch until dark.",
+]
 TARGET = "\n".join(SENTENCES)
 
 
@@ -152,8 +166,11 @@ def test_unparseable_decomposition_is_reported():
 
 def test_parsers_on_garbled_replies():
     for reply in garbled_replies(1000):
-        for parse in (parse_event_list, lambda r: parse_appended_story(r, "Mia woke up.", "Mia ate."),
-                      parse_paraphrase):
+        for parse in (
+            parse_event_list,
+            lambda r: parse_appended_story(r, "Mia woke up.", "Mia ate."),
+            parse_paraphrase,
+        ):
             try:
                 parse(reply)
             except ParseError as exc:
@@ -164,8 +181,10 @@ def test_parser_forms():
     assert parse_event_list('```json\n["A left.", "B came."]\n```') == ["A left.", "B came."]
     assert parse_event_list("Here are the events:\n1. A left.\n2. B came.") == ["A left.", "B came."]
     assert parse_event_list('{"events": ["A left."]}') == ["A left."]
-    assert parse_appended_story("Updated story: Mia woke up. Mia ate.", "Mia woke up.", "Mia ate.") == \
-        "Mia woke up. Mia ate."
+    assert (
+        parse_appended_story("Updated story: Mia woke up. Mia ate.", "Mia woke up.", "Mia ate.")
+        == "Mia woke up. Mia ate."
+    )
     with pytest.raises(ParseError):
         parse_appended_story("Mia ate.", "Mia woke up.", "Mia ate.")
     with pytest.raises(ParseError):
@@ -177,9 +196,26 @@ def test_cli_writes_harness_jsonl(tmp_path):
     item = {"id": "s1", "document": SOURCE, "plot_summaries": [TARGET, "Mia left. Mia came back."]}
     data.write_text(json.dumps(item) + "\n")
     out = tmp_path / "out.jsonl"
-    result = CliRunner().invoke(app, ["generate", "montage", str(data), "-O", str(out), "--source-field", "document",
-                                      "--target-field", "plot_summaries", "-d", "easy", "-d", "extreme",
-                                      "--level", "sentence"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "generate",
+            "montage",
+            str(data),
+            "-O",
+            str(out),
+            "--source-field",
+            "document",
+            "--target-field",
+            "plot_summaries",
+            "-d",
+            "easy",
+            "-d",
+            "extreme",
+            "--level",
+            "sentence",
+        ],
+    )
     assert result.exit_code == 0, result.output
     rows = [Example.model_validate_json(line) for line in out.read_text().splitlines()]
     assert [(r.group, r.difficulty) for r in rows] == [("s1#0", "truth"), ("s1#0", "easy"), ("s1#0", "extreme")]
@@ -212,8 +248,9 @@ def test_cli_default_writes_event_level_lies(tmp_path, monkeypatch):
 def test_squality_sentence_montage(data_dir):
     line = (data_dir / "squality" / "dev.jsonl").read_text().splitlines()[0]
     item = json.loads(line)
-    result = run(MontageGenerator(seed=0, level="sentence").generate(item["document"], item["plot_summaries"][0],
-                                                                     item["id"]))
+    result = run(
+        MontageGenerator(seed=0, level="sentence").generate(item["document"], item["plot_summaries"][0], item["id"])
+    )
     assert [e.difficulty for e in result.examples] == ["truth", *DIFFICULTIES]
     truth_sentences = Counter(result.examples[0].meta["events"])
     for lie in result.examples[1:]:
@@ -225,8 +262,11 @@ def test_max_events_cuts_truth_and_lies_alike():
     truth, *lies = result.examples
     assert truth.target == " ".join(SENTENCES[:5]) and truth.meta["max_events"] == 5
     assert all(sorted(lie.meta["permutation"]) == list(range(5)) for lie in lies)
-    events = run(MontageGenerator(LLM(FakeModel(by_reply=SCRIPT)), level="event", max_events=4)
-                 .generate(SOURCE, "Mia's day.", "g")).examples
+    events = run(
+        MontageGenerator(LLM(FakeModel(by_reply=SCRIPT)), level="event", max_events=4).generate(
+            SOURCE, "Mia's day.", "g"
+        )
+    ).examples
     assert events[0].target == " ".join(EVENTS[:4])  # rebuilt incrementally from the kept events
     with pytest.raises(ValueError):
         MontageGenerator(max_events=1)

@@ -72,8 +72,9 @@ def test_uses_llm_follows_from_the_stages_built(name):
 @pytest.mark.parametrize("retrieval", ["auto", "never", "always"])
 def test_the_api_scores_a_no_llm_composition_with_every_retrieval_mode(retrieval):
     """retrieval=auto used to read the model's context window, so the pair was unscored with no model."""
-    report = halluscope.check(SOURCE, TARGET, "dcr", UNBUILDABLE, verifier="test_no_llm_overlap",
-                              retrieval=retrieval, retriever="bm25")
+    report = halluscope.check(
+        SOURCE, TARGET, "dcr", UNBUILDABLE, verifier="test_no_llm_overlap", retrieval=retrieval, retriever="bm25"
+    )
     assert report.unscored_reason is None
     assert [v.label for v in report.verdicts] == ["supported", "unsupported"]
     assert report.score == 0.5 and report.model is None and report.usage.calls == 0  # DCR: Z = (1 - 1) / 2
@@ -84,16 +85,29 @@ def test_a_composition_that_calls_an_llm_still_needs_its_model():
     assert method.uses_llm is True and method.llm_stages()["verdict_first"] is True
     dove = get_method("dove", config=Config(model=UNBUILDABLE), **{**NO_LLM["dove"], "sorter": "llm"})
     assert dove.uses_llm is True  # the paper's LLM sorter orders the events
-    assert get_method("dove", **{**NO_LLM["dove"], "sorter": "llm", "aggregator": "supported_fraction"}).uses_llm \
-        is False  # no event order, so no sorter is built
+    assert (
+        get_method("dove", **{**NO_LLM["dove"], "sorter": "llm", "aggregator": "supported_fraction"}).uses_llm is False
+    )  # no event order, so no sorter is built
 
 
 def _cli(tmp_path, name, options, model=UNBUILDABLE):
     source, target = tmp_path / "source.txt", tmp_path / "target.txt"
     source.write_text(SOURCE)
     target.write_text(TARGET)
-    args = ["check", "-s", str(source), "-t", str(target), "--method", name, "--model", model, "--format", "json",
-            "--no-progress"]
+    args = [
+        "check",
+        "-s",
+        str(source),
+        "-t",
+        str(target),
+        "--method",
+        name,
+        "--model",
+        model,
+        "--format",
+        "json",
+        "--no-progress",
+    ]
     for key, value in options.items():
         args += ["-o", f"{key}={value}"]
     return CliRunner().invoke(app, args)
@@ -106,8 +120,9 @@ def _service_client(tmp_path):
 
     from halluscope.server import ServerSettings, create_app
 
-    app_ = create_app(Config(model=UNBUILDABLE, cache=False),
-                      ServerSettings(token="t0ken", jobs_db=tmp_path / "jobs.sqlite"))
+    app_ = create_app(
+        Config(model=UNBUILDABLE, cache=False), ServerSettings(token="t0ken", jobs_db=tmp_path / "jobs.sqlite")
+    )
     return TestClient(app_, raise_server_exceptions=False)
 
 
@@ -120,8 +135,11 @@ def test_the_cli_the_api_and_the_service_give_the_same_report_with_no_model(tmp_
     assert result.exit_code == (0 if from_cli["label"] == "consistent" else 1), result.output  # 2: a set-up error
     from_api = halluscope.check(SOURCE, TARGET, name, UNBUILDABLE, **options).model_dump(mode="json")
     with _service_client(tmp_path) as client:
-        response = client.post("/check", headers={"Authorization": "Bearer t0ken"},
-                               json={"source": SOURCE, "target": TARGET, "method": name, "options": options})
+        response = client.post(
+            "/check",
+            headers={"Authorization": "Bearer t0ken"},
+            json={"source": SOURCE, "target": TARGET, "method": name, "options": options},
+        )
     assert response.status_code == 200, response.text
     from_service = response.json()
     for report in (from_cli, from_api, from_service):
@@ -136,14 +154,20 @@ def test_without_the_no_llm_stages_each_door_says_the_model_cannot_be_built(tmp_
     result = _cli(tmp_path, "dcr", {})
     assert result.exit_code == 2 and "halluscope-no-such-script.json" in result.output
     with _service_client(tmp_path) as client:
-        response = client.post("/check", headers={"Authorization": "Bearer t0ken"},
-                               json={"source": SOURCE, "target": TARGET, "method": "dcr", "options": {}})
+        response = client.post(
+            "/check",
+            headers={"Authorization": "Bearer t0ken"},
+            json={"source": SOURCE, "target": TARGET, "method": "dcr", "options": {}},
+        )
     assert response.status_code == 503, response.text
 
 
 def test_a_stage_kind_the_method_does_not_build_is_refused_clearly():
-    for name, kind, value in (("dcr", "sorter", "position"), ("probe", "deduplicator", "fuzzy"),
-                              ("factscore", "evidence_finder", "top_sentences")):
+    for name, kind, value in (
+        ("dcr", "sorter", "position"),
+        ("probe", "deduplicator", "fuzzy"),
+        ("factscore", "evidence_finder", "top_sentences"),
+    ):
         with pytest.raises(OptionsError, match=f"{name} builds no {kind} stage"):
             get_method(name, llm=LLM(FakeModel(default="{}"), cache=None), **{kind: value})
         with pytest.raises(OptionsError, match=f"{name} builds no {kind} stage"):
@@ -193,8 +217,7 @@ def test_a_plugin_decomposer_is_chosen_by_name_on_every_claim_method(name):
 
 
 def test_a_plugin_sorter_orders_doves_events_by_source_and_target():
-    method = get_method("dove", **{**NO_LLM["dove"], "sorter": "test_no_llm_reverse"},
-                        **{"verifier.min_overlap": 0.6})
+    method = get_method("dove", **{**NO_LLM["dove"], "sorter": "test_no_llm_reverse"}, **{"verifier.min_overlap": 0.6})
     assert method.uses_llm is False
     report = method.check(SOURCE, TARGET)
     assert report.details["stages"]["sorter"] == "test_no_llm_reverse"
@@ -226,8 +249,9 @@ def test_a_plugin_evidence_finder_feeds_probes_judges():
         return json.dumps({"reasoning": "", "verdict": "PASS"})
 
     llm = LLM(FakeModel(by_reply={"EvaluationReply": evaluate}), cache=None)
-    method = get_method("probe", llm=llm, decomposer="sentences", evidence_finder="test_first_sentence_finder",
-                        retrieval="never")
+    method = get_method(
+        "probe", llm=llm, decomposer="sentences", evidence_finder="test_first_sentence_finder", retrieval="never"
+    )
     assert method.llm_stages() == {**method.llm_stages(), "evidence_finder": False, "verifier": True}
     report = method.check(SOURCE, TARGET)
     assert method.verifier.finder.name == "test_first_sentence_finder"

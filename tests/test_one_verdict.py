@@ -36,8 +36,17 @@ REFUSED = (ParseError, ValidationError)
 # ------------------------------------------------------------------------------------------ the schema's example
 
 
-@pytest.mark.parametrize("schema", [FactJudgmentReply, FactJudgmentBatchReply, FactCheckBatchReply, DceReply,
-                                    DceExcerptBatchReply, EvidenceBatchReply])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        FactJudgmentReply,
+        FactJudgmentBatchReply,
+        FactCheckBatchReply,
+        DceReply,
+        DceExcerptBatchReply,
+        EvidenceBatchReply,
+    ],
+)
 def test_the_schemas_own_example_is_no_answer(schema):
     example = json.dumps(schema.example)
     with pytest.raises(ParseError, match="example"):
@@ -68,9 +77,14 @@ def test_a_copied_example_description_makes_the_judgment_a_copy():
         FactJudgmentReply.parse(json.dumps(copied))
 
 
-@pytest.mark.parametrize("reply, entry", [(FactCheckBatchReply, FactCheckBatchEntry),
-                                          (FactJudgmentBatchReply, FactJudgmentBatchEntry),
-                                          (EvidenceBatchReply, EvidenceBatchEntry)])
+@pytest.mark.parametrize(
+    "reply, entry",
+    [
+        (FactCheckBatchReply, FactCheckBatchEntry),
+        (FactJudgmentBatchReply, FactJudgmentBatchEntry),
+        (EvidenceBatchReply, EvidenceBatchEntry),
+    ],
+)
 def test_batch_example_ids_are_never_applied_to_real_units(reply, entry):
     with pytest.raises(ParseError, match="example"):
         parse_batch(json.dumps(reply.example), 3, entry, examples=reply.echoes())
@@ -81,14 +95,20 @@ def test_batch_example_ids_are_never_applied_to_real_units(reply, entry):
         parse_batch(json.dumps({"results": reply.example["results"] + [extra]}), 3, entry, examples=reply.echoes())
 
 
-@pytest.mark.parametrize("method, options, stage, unit_stage", [
-    ("factscore", {"batch_size": 3}, "factscore_describe_batch", "factscore_describe"),
-    ("factscore", {"batch_size": 3, "describe": False}, "factscore_verify_batch", "factscore_verify"),
-    ("probe", {"batch_size": 3}, "probe_find_evidence_batch", "probe_find_evidence"),
-])
+@pytest.mark.parametrize(
+    "method, options, stage, unit_stage",
+    [
+        ("factscore", {"batch_size": 3}, "factscore_describe_batch", "factscore_describe"),
+        ("factscore", {"batch_size": 3, "describe": False}, "factscore_verify_batch", "factscore_verify"),
+        ("probe", {"batch_size": 3}, "probe_find_evidence_batch", "probe_find_evidence"),
+    ],
+)
 def test_an_echoed_batch_example_sends_every_unit_to_its_own_call(method, options, stage, unit_stage):
-    schema = {"factscore_describe_batch": FactJudgmentBatchReply, "factscore_verify_batch": FactCheckBatchReply,
-              "probe_find_evidence_batch": EvidenceBatchReply}[stage]
+    schema = {
+        "factscore_describe_batch": FactJudgmentBatchReply,
+        "factscore_verify_batch": FactCheckBatchReply,
+        "probe_find_evidence_batch": EvidenceBatchReply,
+    }[stage]
     script = StageScript(attacked=stage, attack=json.dumps(schema.example))
     report = run_check(method, options, script)
     assert script.asked[stage] == 2  # the answer and the repair, both refused
@@ -99,11 +119,14 @@ def test_an_echoed_batch_example_sends_every_unit_to_its_own_call(method, option
 # ------------------------------------------------------------------------------------------ two verdicts
 
 
-@pytest.mark.parametrize("reply", [
-    '{"reason": "x", "score": 1} On second thought: {"reason": "y", "score": 5}',
-    '```json\n{"reason": "x", "score": 1}\n```\nActually:\n```json\n{"reason": "x", "score": 5}\n```',
-    "{'reason': 'x', 'score': 1}\nOn second thought: {\"reason\": \"x\", \"score\": 5}",  # one needs syntax repair
-])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        '{"reason": "x", "score": 1} On second thought: {"reason": "y", "score": 5}',
+        '```json\n{"reason": "x", "score": 1}\n```\nActually:\n```json\n{"reason": "x", "score": 5}\n```',
+        "{'reason': 'x', 'score': 1}\nOn second thought: {\"reason\": \"x\", \"score\": 5}",  # one needs syntax repair
+    ],
+)
 def test_two_different_answers_are_no_verdict(reply):
     with pytest.raises(ParseError, match="different answers"):
         GevalReply.parse(reply)
@@ -114,12 +137,15 @@ def test_the_same_answer_twice_is_one_statement():
     assert GevalReply.parse('{"reason": "x", "score": 4} and {}').score == 4  # an empty object states nothing
 
 
-@pytest.mark.parametrize("reply", [
-    '{"reason": "x", "score": 1, "score": 5}',
-    '{"results": [{"id": 1, "supported": true, "supported": false}]}',
-    "{'reason': 'x', 'score': 1, 'score': 5, }",  # syntax repair would keep the last value
-    '{reason: "x", score: 1, score: 5}',
-])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        '{"reason": "x", "score": 1, "score": 5}',
+        '{"results": [{"id": 1, "supported": true, "supported": false}]}',
+        "{'reason': 'x', 'score': 1, 'score': 5, }",  # syntax repair would keep the last value
+        '{reason: "x", score: 1, score: 5}',
+    ],
+)
 def test_a_repeated_key_is_no_verdict(reply):
     with pytest.raises(ParseError, match="repeats the key"):
         extract_json(reply)
@@ -170,8 +196,10 @@ def test_look_alike_final_output_marker_is_no_marker():
         parse_final_output('Fınal Output: {"inconsistencies": []}')
 
 
-@pytest.mark.parametrize("reason", ["Conſistent: the SOURCE states this.", "Consistentı: stated.",
-                                    "ᏟONSISTENT: stated.", "Supporteḋ: stated."])
+@pytest.mark.parametrize(
+    "reason",
+    ["Conſistent: the SOURCE states this.", "Consistentı: stated.", "ᏟONSISTENT: stated.", "Supporteḋ: stated."],
+)
 def test_look_alike_reason_labels_state_no_verdict(reason):
     with pytest.raises(ParseError):
         verdict_mark(reason)
@@ -179,11 +207,13 @@ def test_look_alike_reason_labels_state_no_verdict(reason):
 
 # ------------------------------------------------------------------------------------------ amc=rule negations
 
-NEGATIONS = ["Nothing in the SOURCE supports this claim.",
-             "Correction: the SOURCE says two thirds come from a grant.",
-             "Consistent? No, the SOURCE says a grant pays.",
-             "Supported, but the SOURCE gives another year.",
-             "Consistent: no, the grant pays."]
+NEGATIONS = [
+    "Nothing in the SOURCE supports this claim.",
+    "Correction: the SOURCE says two thirds come from a grant.",
+    "Consistent? No, the SOURCE says a grant pays.",
+    "Supported, but the SOURCE gives another year.",
+    "Consistent: no, the grant pays.",
+]
 
 
 @pytest.mark.parametrize("reason", NEGATIONS)
@@ -195,17 +225,23 @@ def test_amc_rule_never_reads_a_negation_or_correction_as_plus_one(reason):
     assert mark == -1, reason
 
 
-@pytest.mark.parametrize("reason", ["No problem!", "No issues found.", "None.", "Nothing wrong here.",
-                                    "No inconsistency with the SOURCE."])
+@pytest.mark.parametrize(
+    "reason", ["No problem!", "No issues found.", "None.", "Nothing wrong here.", "No inconsistency with the SOURCE."]
+)
 def test_amc_rule_leaves_a_denied_problem_unmarked(reason):
-    """"No problem!" opens with a negation but says neither that the sentence is wrong nor that it is consistent."""
+    """ "No problem!" opens with a negation but says neither that the sentence is wrong nor that it is consistent."""
     with pytest.raises(ParseError, match="denies a problem"):
         verdict_mark(reason)
 
 
-@pytest.mark.parametrize("reason, mark", [("No, the SOURCE says a grant pays.", -1),
-                                          ("No evidence for this in the SOURCE.", -1),
-                                          ("Not an error in the dates, but the budget is wrong.", -1)])
+@pytest.mark.parametrize(
+    "reason, mark",
+    [
+        ("No, the SOURCE says a grant pays.", -1),
+        ("No evidence for this in the SOURCE.", -1),
+        ("Not an error in the dates, but the budget is wrong.", -1),
+    ],
+)
 def test_amc_rule_still_reads_a_negative_answer_as_minus_one(reason, mark):
     assert verdict_mark(reason) == mark
 
@@ -218,14 +254,15 @@ def test_dcr_amc_rule_scores_no_negation_as_consistent(reason):
     assert not any(v.label == "supported" for v in report.verdicts)
 
 
-@pytest.mark.parametrize("reason, mark", [("Consistent? Yes, the SOURCE says so.", 1),
-                                          ("The sentence is supported.", 1)])
+@pytest.mark.parametrize(
+    "reason, mark", [("Consistent? Yes, the SOURCE says so.", 1), ("The sentence is supported.", 1)]
+)
 def test_amc_rule_still_reads_plain_positive_reasons(reason, mark):
     assert verdict_mark(reason) == mark
 
 
 def test_amc_rule_leaves_a_positive_reason_with_a_negation_unmarked():
-    """"not April" may correct the sentence or restate the SOURCE: a negation beside a positive verdict is never +1
+    """ "not April" may correct the sentence or restate the SOURCE: a negation beside a positive verdict is never +1
     (it was read as +1 before every reason form took a positive verdict back)."""
     with pytest.raises(ParseError, match="qualifies"):
         verdict_mark("Consistent: the SOURCE says March, not April.")

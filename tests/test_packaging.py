@@ -70,8 +70,9 @@ def test_core_install_has_no_bench_only_library():
     core = " ".join(PYPROJECT["project"]["dependencies"]).lower()
     for dist in ("scikit-learn", "matplotlib", "rouge-score", "pandas", "torch"):
         assert dist not in core
-    assert {"scikit-learn", "matplotlib", "rouge-score"} <= {d.split(">")[0].split("=")[0]
-                                                            for d in PYPROJECT["project"]["optional-dependencies"]["bench"]}
+    assert {"scikit-learn", "matplotlib", "rouge-score"} <= {
+        d.split(">")[0].split("=")[0] for d in PYPROJECT["project"]["optional-dependencies"]["bench"]
+    }
 
 
 BLOCKER = """
@@ -92,11 +93,13 @@ def test_check_rouge_runs_without_the_bench_libraries(tmp_path):
     (tmp_path / "t.txt").write_text("The cat sat on the mat in June.", encoding="utf-8")
     code = BLOCKER.format(blocked=BENCH_ONLY) + (
         "from halluscope.cli.main import app\n"
-        "app(['check', '--method', 'rouge', '-s', 's.txt', '-t', 't.txt', '--json'])\n")
+        "app(['check', '--method', 'rouge', '-s', 's.txt', '-t', 't.txt', '--json'])\n"
+    )
     blocked = run_python("-c", code, cwd=tmp_path)
     assert blocked.returncode == 0, blocked.stderr[-2000:]
-    free = run_python("-m", "halluscope", "check", "--method", "rouge", "-s", "s.txt", "-t", "t.txt", "--json",
-                      cwd=tmp_path)
+    free = run_python(
+        "-m", "halluscope", "check", "--method", "rouge", "-s", "s.txt", "-t", "t.txt", "--json", cwd=tmp_path
+    )
     assert json.loads(blocked.stdout)["score"] == json.loads(free.stdout)["score"] > 0.5
 
 
@@ -104,7 +107,8 @@ def test_bench_code_without_its_extra_names_the_extra(tmp_path):
     code = BLOCKER.format(blocked=BENCH_ONLY) + (
         "from halluscope.bench.metrics import best_threshold\n"
         "try:\n    best_threshold([0, 1], [0.2, 0.8])\n"
-        "except ImportError as exc:\n    print(type(exc).__name__, exc)\n")
+        "except ImportError as exc:\n    print(type(exc).__name__, exc)\n"
+    )
     out = run_python("-c", code, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "MissingExtraError" in out.stdout and "pip install 'halluscope[bench]'" in out.stdout
@@ -120,8 +124,18 @@ def _options(command: list[str]) -> dict[str, bool]:
     return {opt: bool(getattr(p, "hidden", False)) for p in cmd.params for opt in getattr(p, "opts", [])}
 
 
-@pytest.mark.parametrize("command", [["bench"], ["bench-sweep"], ["reproduce"], ["generate", "perturb"],
-                                     ["generate", "inject"], ["generate", "montage"], ["improve"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["bench"],
+        ["bench-sweep"],
+        ["reproduce"],
+        ["generate", "perturb"],
+        ["generate", "inject"],
+        ["generate", "montage"],
+        ["improve"],
+    ],
+)
 def test_one_visible_spelling_for_the_output_flag(command):
     options = _options(command)
     assert options.get("--output") is False and options.get("-O") is False
@@ -156,8 +170,10 @@ def test_cache_flag_has_both_spellings_and_overrides_the_environment(monkeypatch
     monkeypatch.delenv("HALLUSCOPE_CACHE")
     assert make_config(no_cache=True).cache is False  # --no-cache
     assert {"--cache", "--no-cache"} <= set(_options(["check"])) | {
-        o for p in __import__("typer").main.get_command(app).commands["check"].params  # type: ignore[attr-defined]
-        for o in getattr(p, "secondary_opts", [])}
+        o
+        for p in __import__("typer").main.get_command(app).commands["check"].params  # type: ignore[attr-defined]
+        for o in getattr(p, "secondary_opts", [])
+    }
 
 
 def test_shell_completion_is_on():
@@ -170,8 +186,11 @@ def test_finding_confidence_is_optional_and_round_trips():
 
     plain = Finding(description="x")
     assert plain.confidence is None
-    report = Report(method="m", score=0.5, findings=[plain, Finding(description="y", target_spans=[Span(start=0, end=1)],
-                                                                    confidence=0.75)])
+    report = Report(
+        method="m",
+        score=0.5,
+        findings=[plain, Finding(description="y", target_spans=[Span(start=0, end=1)], confidence=0.75)],
+    )
     again = Report.model_validate_json(report.model_dump_json())
     assert again == report and again.findings[1].confidence == 0.75
     with pytest.raises(ValueError):

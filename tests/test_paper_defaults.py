@@ -18,8 +18,21 @@ SOURCE_TEXT = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "src" / "
 CLI_TEXT = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "src" / "halluscope" / "cli").glob("*.py"))
 
 # reproduce builder options (--build KEY=VALUE) live in the builders, not in a method's options
-BUILD_OPTIONS = {"gold_evidence", "gold_samples", "gold_consensus", "level", "max_events", "difficulties",
-                 "facts_from", "weave", "complexities", "max_sentences", "perturbations", "unit", "insert_with"}
+BUILD_OPTIONS = {
+    "gold_evidence",
+    "gold_samples",
+    "gold_consensus",
+    "level",
+    "max_events",
+    "difficulties",
+    "facts_from",
+    "weave",
+    "complexities",
+    "max_sentences",
+    "perturbations",
+    "unit",
+    "insert_with",
+}
 
 
 def _spans() -> list[str]:
@@ -79,14 +92,22 @@ def test_every_key_value_named_is_an_option_with_an_accepted_value(key, value):
 def test_every_flag_and_variable_named_exists():
     flags = sorted({f for span in _spans() for f in re.findall(r"(--[a-z][a-z-]+)", span)})
     assert flags, "no --flag found in the doc"
-    missing = [f for f in flags if f'"{f}"' not in CLI_TEXT  # typer names a flag after its parameter otherwise
-               and not re.search(rf"\b{f[2:].replace('-', '_')}: Annotated", CLI_TEXT)]
+    missing = [
+        f
+        for f in flags
+        if f'"{f}"' not in CLI_TEXT  # typer names a flag after its parameter otherwise
+        and not re.search(rf"\b{f[2:].replace('-', '_')}: Annotated", CLI_TEXT)
+    ]
     assert not missing, f"paper_defaults.md names CLI flags that do not exist: {missing}"
     variables = sorted(set(re.findall(r"HALLUSCOPE_[A-Z_]+", DOC)))
     from halluscope.config import Config
 
-    read = [v for v in variables if f'"{v}"' in SOURCE_TEXT  # read by name, or a Config field (HALLUSCOPE_<FIELD>)
-            or v.removeprefix("HALLUSCOPE_").lower() in Config.model_fields]
+    read = [
+        v
+        for v in variables
+        if f'"{v}"' in SOURCE_TEXT  # read by name, or a Config field (HALLUSCOPE_<FIELD>)
+        or v.removeprefix("HALLUSCOPE_").lower() in Config.model_fields
+    ]
     assert variables and read == variables, f"unknown variables: {sorted(set(variables) - set(read))}"
 
 
@@ -97,8 +118,13 @@ def test_no_row_is_left_marked_as_being_changed():
 # --- every stated default is the actual default ------------------------------------------------------------------
 
 # the methods each paper's section is about (the long-document section: every claim method takes its retrieval)
-SECTION_METHODS = {"000": ("dove", "geval"), "001": ("dcr", "improve", "geval"), "002": ("localize", "factscore"),
-                   "003": ("dcr", "dove", "factscore", "probe"), "004": ("probe",)}
+SECTION_METHODS = {
+    "000": ("dove", "geval"),
+    "001": ("dcr", "improve", "geval"),
+    "002": ("localize", "factscore"),
+    "003": ("dcr", "dove", "factscore", "probe"),
+    "004": ("probe",),
+}
 # the first `key=value` of an option in a "halluscope default" cell is its stated default, except these, which the
 # cell names as a setting someone chooses (a reproduce row's, an option, the paper's): (section, key) -> why
 NOT_STATED_AS_DEFAULT = {
@@ -167,7 +193,9 @@ def test_the_doc_states_defaults_and_every_exception_is_still_in_it():
 @pytest.mark.parametrize("section,key,value", _stated_defaults())
 def test_every_stated_default_is_the_actual_default(section, key, value):
     methods = [m for m in SECTION_METHODS[section] if key in method_class(m).Options.model_fields]
-    assert methods, f"paper_defaults.md section {section} states {key}={value}, but none of {SECTION_METHODS[section]} has {key}"
+    assert methods, (
+        f"paper_defaults.md section {section} states {key}={value}, but none of {SECTION_METHODS[section]} has {key}"
+    )
     if value.startswith("<") or value == "N":
         return  # a placeholder
     for name in methods:
@@ -178,8 +206,9 @@ def test_every_stated_default_is_the_actual_default(section, key, value):
 def test_every_stated_environment_default_is_the_config_default():
     from halluscope.config import Config
 
-    stated = [(k, v) for _, k, v in _first_mentions(r"HALLUSCOPE_([A-Z_]+)=([^\s,;)]+)")
-              if k.lower() in Config.model_fields]  # HALLUSCOPE_CLAIM_MATCHING is the suite's, checked below
+    stated = [
+        (k, v) for _, k, v in _first_mentions(r"HALLUSCOPE_([A-Z_]+)=([^\s,;)]+)") if k.lower() in Config.model_fields
+    ]  # HALLUSCOPE_CLAIM_MATCHING is the suite's, checked below
     assert stated
     for name, value in stated:
         assert _as_doc_value(Config.model_fields[name.lower()].default) == value, f"HALLUSCOPE_{name}={value}"
@@ -204,8 +233,11 @@ def test_claim_matching_is_lexical_unless_chosen(monkeypatch):
 def _seeds_dir() -> Path | None:
     import os
 
-    for candidate in (os.environ.get("HALLUSCOPE_SEEDS_DIR"), ROOT.parent / "shared" / "seeds",
-                      ROOT.parents[1] / "shared" / "seeds"):
+    for candidate in (
+        os.environ.get("HALLUSCOPE_SEEDS_DIR"),
+        ROOT.parent / "shared" / "seeds",
+        ROOT.parents[1] / "shared" / "seeds",
+    ):
         if candidate and Path(candidate).is_dir() and list(Path(candidate).glob("00[0-4]_*.txt")):
             return Path(candidate)
     return None

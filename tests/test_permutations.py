@@ -10,9 +10,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from halluscope.permutations import (DIFFICULTY_BINS, count_inversions, from_lehmer_code, inversion_range,
-                                     inverted_pairs, lehmer_code, permutation_with_inversions, random_lehmer_code,
-                                     shuffle_degree)
+from halluscope.permutations import (
+    DIFFICULTY_BINS,
+    count_inversions,
+    from_lehmer_code,
+    inversion_range,
+    inverted_pairs,
+    lehmer_code,
+    permutation_with_inversions,
+    random_lehmer_code,
+    shuffle_degree,
+)
 
 
 def brute_inversions(seq) -> int:
@@ -85,8 +93,12 @@ def test_out_of_range_count_raises():
 
 
 @settings(max_examples=60, deadline=None)
-@given(n=st.integers(min_value=5, max_value=120), difficulty=st.sampled_from(sorted(DIFFICULTY_BINS)),
-       seed=st.integers(min_value=0, max_value=2**32 - 1), data=st.data())
+@given(
+    n=st.integers(min_value=5, max_value=120),
+    difficulty=st.sampled_from(sorted(DIFFICULTY_BINS)),
+    seed=st.integers(min_value=0, max_value=2**32 - 1),
+    data=st.data(),
+)
 def test_large_n_lands_in_the_difficulty_bin(n, difficulty, seed, data):
     low, high = DIFFICULTY_BINS[difficulty]
     bounds = inversion_range(n, low, high)

@@ -11,8 +11,17 @@ import pytest
 from typer.testing import CliRunner
 
 from halluscope.generators.perturb import (
-    INSERT_PROMPT, ORIGINAL, PERTURBATIONS, REWRITE_PROMPTS, InsertSourceSentence, PerturbGenerator,
-    candidate_sentences, check_rewrite, choose_unrelated_sentence, insert_at_boundary, parse_rewritten,
+    INSERT_PROMPT,
+    ORIGINAL,
+    PERTURBATIONS,
+    REWRITE_PROMPTS,
+    InsertSourceSentence,
+    PerturbGenerator,
+    candidate_sentences,
+    check_rewrite,
+    choose_unrelated_sentence,
+    insert_at_boundary,
+    parse_rewritten,
     verify_insertion,
 )
 from halluscope.llm import LLM, ContextOverflowError, FakeModel
@@ -37,23 +46,35 @@ TARGET = (
 ORIG = Example(id="ex1", source=SOURCE, target=TARGET, split="dev", meta={"k": 1})
 
 GOOD = {
-    "paraphrased": ("For two decades Mara Voss was the keeper of the lighthouse on Keel Island. After the supply "
-                    "boat was wrecked by a storm in 1952, she went out by herself in a rowing boat and rescued "
-                    "three sailors. She received a silver medal from the harbour council."),
-    "simplified": ("Mara Voss kept the Keel Island lighthouse. She did this for twenty years. In 1952 a storm "
-                   "wrecked the supply boat. She rowed out alone. She saved three sailors. The harbour council "
-                   "gave her a silver medal."),
-    "synonym_replaced": ("Mara Voss tended the Keel Island lighthouse for twenty years. When a storm destroyed "
-                         "the supply boat in 1952, she rowed out alone and rescued three sailors. The harbour "
-                         "council awarded her a silver medal."),
-    "less_diverse": ("Mara Voss kept the Keel Island lighthouse for twenty years. When a storm broke the supply "
-                     "boat in 1952, she went out alone and got three sailors out. The harbour council gave her "
-                     "a silver medal."),
-    "negated": ("Mara Voss did not leave the Keel Island lighthouse for twenty years. When a storm wrecked the "
-                "supply boat in 1952, she rowed out with nobody else and saved three sailors. The harbour "
-                "council did not fail to give her a silver medal."),
-    "compressed": ("Mara Voss kept Keel Island lighthouse twenty years; in 1952 she alone rowed out and saved "
-                   "three sailors from the storm-wrecked supply boat, earning a silver medal."),
+    "paraphrased": (
+        "For two decades Mara Voss was the keeper of the lighthouse on Keel Island. After the supply "
+        "boat was wrecked by a storm in 1952, she went out by herself in a rowing boat and rescued "
+        "three sailors. She received a silver medal from the harbour council."
+    ),
+    "simplified": (
+        "Mara Voss kept the Keel Island lighthouse. She did this for twenty years. In 1952 a storm "
+        "wrecked the supply boat. She rowed out alone. She saved three sailors. The harbour council "
+        "gave her a silver medal."
+    ),
+    "synonym_replaced": (
+        "Mara Voss tended the Keel Island lighthouse for twenty years. When a storm destroyed "
+        "the supply boat in 1952, she rowed out alone and rescued three sailors. The harbour "
+        "council awarded her a silver medal."
+    ),
+    "less_diverse": (
+        "Mara Voss kept the Keel Island lighthouse for twenty years. When a storm broke the supply "
+        "boat in 1952, she went out alone and got three sailors out. The harbour council gave her "
+        "a silver medal."
+    ),
+    "negated": (
+        "Mara Voss did not leave the Keel Island lighthouse for twenty years. When a storm wrecked the "
+        "supply boat in 1952, she rowed out with nobody else and saved three sailors. The harbour "
+        "council did not fail to give her a silver medal."
+    ),
+    "compressed": (
+        "Mara Voss kept Keel Island lighthouse twenty years; in 1952 she alone rowed out and saved "
+        "three sailors from the storm-wrecked supply boat, earning a silver medal."
+    ),
 }
 # a phrase each perturbation's prompt must carry (what it asks for)
 PROMPT_KEYS = {
@@ -120,12 +141,15 @@ def test_parse_rewritten_takes_last_nonempty_block():
     assert parse_rewritten("<think>x</think><rewritten>\n```\nhello\n```\n</rewritten>") == "hello"
 
 
-@pytest.mark.parametrize("reply, why", [
-    ("", "empty reply"),
-    ("<rewritten>cut off here", "never closed"),
-    ("<rewritten>   </rewritten>", "empty"),
-    ("<rewritten>a <rewritten>b</rewritten>", "nested"),
-])
+@pytest.mark.parametrize(
+    "reply, why",
+    [
+        ("", "empty reply"),
+        ("<rewritten>cut off here", "never closed"),
+        ("<rewritten>   </rewritten>", "empty"),
+        ("<rewritten>a <rewritten>b</rewritten>", "nested"),
+    ],
+)
 def test_parse_rewritten_rejects_with_reason(reply, why):
     with pytest.raises(ParseError, match=why):
         parse_rewritten(reply)
@@ -143,8 +167,10 @@ def test_untagged_reply_is_taken_whole_unless_tags_are_required():
 
 def test_copied_fence_tags_are_dropped_and_an_echo_is_still_a_copy():
     key = fence_key({"text": TARGET})
-    assert parse_rewritten(f"<rewritten>\n{fence('text', 'Mara kept the light.', key)}\n</rewritten>") == \
-        "Mara kept the light."
+    assert (
+        parse_rewritten(f"<rewritten>\n{fence('text', 'Mara kept the light.', key)}\n</rewritten>")
+        == "Mara kept the light."
+    )
     assert parse_rewritten(f"Here it is:\n{fence('text', 'Mara kept the light.', key)}") == "Mara kept the light."
     with pytest.raises(ParseError, match="empty"):
         parse_rewritten(f"<rewritten>{fence('text', '', key)}</rewritten>")
@@ -154,8 +180,11 @@ def test_copied_fence_tags_are_dropped_and_an_echo_is_still_a_copy():
 
 
 def test_parse_rewritten_fuzz_only_returns_text_or_parse_error():
-    replies = garbled_replies(1200) + [f"<rewritten>{g}" for g in garbled_replies(200, seed=1)] + [
-        f"<rewritten>{g}</rewritten>" for g in garbled_replies(200, seed=2)]
+    replies = (
+        garbled_replies(1200)
+        + [f"<rewritten>{g}" for g in garbled_replies(200, seed=1)]
+        + [f"<rewritten>{g}</rewritten>" for g in garbled_replies(200, seed=2)]
+    )
     for reply in replies:
         try:
             text = parse_rewritten(reply)
@@ -176,8 +205,10 @@ def test_checks():
     with pytest.raises(ParseError, match="length ratio"):
         check_rewrite("paraphrased", TARGET, "Mara saved sailors.")
     # what the tiny embedded model actually answered when asked to paraphrase TARGET
-    hallucinated = ("Mara Voss, a 2015 British film, was awarded a silver medal for her bravery in the 1952 "
-                    "storm on Keel Island, where she saved three sailors.")
+    hallucinated = (
+        "Mara Voss, a 2015 British film, was awarded a silver medal for her bravery in the 1952 "
+        "storm on Keel Island, where she saved three sailors."
+    )
     with pytest.raises(ParseError, match="names not in the original were introduced: british"):
         check_rewrite("paraphrased", TARGET, hallucinated)
     with pytest.raises(ParseError, match="numbers not in the original were introduced: 2015"):
@@ -211,7 +242,7 @@ def good_rewrite(messages) -> str:
     text = fenced(messages, "text")
     for name in REWRITES:
         rendered = REWRITE_PROMPTS[name].render(text=text)
-        if messages[:len(rendered)] == rendered:
+        if messages[: len(rendered)] == rendered:
             return wrap(GOOD[name])
     raise AssertionError("a request that no rewrite template made")
 
@@ -261,8 +292,12 @@ def test_copy_of_original_is_skipped_never_kept():
 def test_garbled_replies_skip_with_reason(name):
     """>= 1,000 garbled replies per perturbation: no exception escapes, nothing is kept but real rewrites."""
     pool = garbled_replies(1000, seed=hash(name) % 1000) + [
-        "<rewritten>" + TARGET, f"<rewritten>{TARGET}</rewritten>", "<rewritten></rewritten>",
-        f"<rewritten>{TARGET.lower()}</rewritten>", "<rewritten>Yes.</rewritten>"]
+        "<rewritten>" + TARGET,
+        f"<rewritten>{TARGET}</rewritten>",
+        "<rewritten></rewritten>",
+        f"<rewritten>{TARGET.lower()}</rewritten>",
+        "<rewritten>Yes.</rewritten>",
+    ]
     replies = itertools.cycle(pool)
     llm = LLM(FakeModel(responder=lambda messages: next(replies)), cache=None)
     gen = PerturbGenerator(llm, perturbations=[name], concurrency=4)
@@ -299,8 +334,11 @@ def test_inconsistent_original_is_skipped_without_calls():
 
 def test_sentence_unit_rewrites_each_sentence_and_keeps_layout():
     target = "The boat sank. Mara rowed out.\n\nShe saved three sailors."
-    replies = {"The boat sank.": "The vessel went down.", "Mara rowed out.": "Mara went out by rowing boat.",
-               "She saved three sailors.": "She rescued three seamen."}
+    replies = {
+        "The boat sank.": "The vessel went down.",
+        "Mara rowed out.": "Mara went out by rowing boat.",
+        "She saved three sailors.": "She rescued three seamen.",
+    }
 
     llm = LLM(FakeModel(by_reply={"text": lambda messages: wrap(replies[fenced(messages, "text")])}), cache=None)
     gen = PerturbGenerator(llm, perturbations=["synonym_replaced"], unit="sentence")
@@ -330,10 +368,12 @@ def test_bad_options_raise():
 
 
 def test_candidates_exclude_dialogue_headings_and_short_lines():
-    source = ('CHAPTER ONE\n\n"Get out," she said to the old sailor at the door. '
-              "The harbour council met every Tuesday in the old stone hall by the quay. "
-              "But the council never listened to the keepers at all that year. Too short here. "
-              "[Transcriber's note: this etext was produced from an old magazine issue.]")
+    source = (
+        'CHAPTER ONE\n\n"Get out," she said to the old sailor at the door. '
+        "The harbour council met every Tuesday in the old stone hall by the quay. "
+        "But the council never listened to the keepers at all that year. Too short here. "
+        "[Transcriber's note: this etext was produced from an old magazine issue.]"
+    )
     texts = [c.text for c in candidate_sentences(source)]
     assert texts == ["The harbour council met every Tuesday in the old stone hall by the quay."]
 
@@ -341,7 +381,7 @@ def test_candidates_exclude_dialogue_headings_and_short_lines():
 def test_unrelated_sentence_is_least_related_source_sentence():
     chosen, relatedness, how = choose_unrelated_sentence(SOURCE, TARGET, random.Random(0), how="tfidf")
     assert chosen.text == "Wild goats graze on the steep western cliffs of the island during the warm summer months."
-    assert SOURCE[chosen.span.start:chosen.span.end] == chosen.text
+    assert SOURCE[chosen.span.start : chosen.span.end] == chosen.text
     assert how == "tfidf" and 0.0 <= relatedness < 0.2  # shares only "island" with the target
 
 
@@ -354,9 +394,9 @@ def test_insertion_is_a_real_source_sentence_at_a_boundary_with_original_intact(
     ins = row.meta["inserted"]
     start, end = ins["target_span"]["start"], ins["target_span"]["end"]
     assert row.target[start:end] == ins["text"]
-    assert SOURCE[ins["source_span"]["start"]:ins["source_span"]["end"]] == ins["text"]
+    assert SOURCE[ins["source_span"]["start"] : ins["source_span"]["end"]] == ins["text"]
     assert ins["text"] in [s.text for s in split_sentences(SOURCE)]  # a whole source sentence
-    assert row.target[:start - 1] + row.target[end:] == TARGET  # only " " + sentence was added
+    assert row.target[: start - 1] + row.target[end:] == TARGET  # only " " + sentence was added
     assert row.target[start - 1] == " "
     assert start - 1 in {s.span.end for s in split_sentences(TARGET)}  # right after a target sentence
     assert row.meta["model"] is None and row.meta["selector"] == "tfidf"
@@ -392,18 +432,25 @@ def test_verify_insertion_accepts_exactly_one_inserted_source_sentence():
     cut = sentences[1].span.end
     perturbed = TARGET[:cut] + " " + goat + TARGET[cut:]
     ins = verify_insertion(TARGET, perturbed, SOURCE)
-    assert ins.text == goat and perturbed[ins.target_span.start:ins.target_span.end] == goat
-    assert SOURCE[ins.source_span.start:ins.source_span.end] == goat
+    assert ins.text == goat and perturbed[ins.target_span.start : ins.target_span.end] == goat
+    assert SOURCE[ins.source_span.start : ins.source_span.end] == goat
 
 
-@pytest.mark.parametrize("perturbed, why", [
-    (TARGET, "nothing was inserted"),
-    (TARGET.replace("twenty", "20"), "changed or dropped"),
-    ("Wild goats graze on the steep western cliffs of the island. " + TARGET + " She kept the medal in a drawer.",
-     "2 places"),
-    (TARGET + " The lighthouse was painted bright purple by aliens in the spring.", "not a sentence of the source"),
-    (TARGET + " Goats graze.", "too short"),
-])
+@pytest.mark.parametrize(
+    "perturbed, why",
+    [
+        (TARGET, "nothing was inserted"),
+        (TARGET.replace("twenty", "20"), "changed or dropped"),
+        (
+            "Wild goats graze on the steep western cliffs of the island. "
+            + TARGET
+            + " She kept the medal in a drawer.",
+            "2 places",
+        ),
+        (TARGET + " The lighthouse was painted bright purple by aliens in the spring.", "not a sentence of the source"),
+        (TARGET + " Goats graze.", "too short"),
+    ],
+)
 def test_verify_insertion_rejects(perturbed, why):
     with pytest.raises(ParseError, match=why):
         verify_insertion(TARGET, perturbed, SOURCE)
@@ -411,8 +458,9 @@ def test_verify_insertion_rejects(perturbed, why):
 
 def test_llm_insertion_verified_and_recorded():
     goat = "Wild goats graze on the steep western cliffs of the island during the warm summer months."
-    llm = fake_llm(wrap(TARGET + " The lighthouse was painted purple by aliens in the spring."),
-                   wrap(TARGET + " " + goat))
+    llm = fake_llm(
+        wrap(TARGET + " The lighthouse was painted purple by aliens in the spring."), wrap(TARGET + " " + goat)
+    )
     gen = PerturbGenerator(llm, perturbations=["added_source_sentence"], insert_with="llm")
     group = run(gen.perturb_one(ORIG))
     row = group.rows[1]
@@ -441,12 +489,31 @@ def test_cli_writes_groups_and_skip_log(tmp_path):
     rows.append(ORIG.model_copy(update={"id": "bad", "source": '"Hi," he said.'}))  # no candidate: skipped
     inp.write_text("".join(r.model_dump_json() + "\n" for r in rows))
     out = tmp_path / "out.jsonl"
-    result = CliRunner().invoke(app, ["generate", "perturb", "-i", str(inp), "--out", str(out),
-                                      "-p", "added_source_sentence", "--insert-with", "tfidf"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "generate",
+            "perturb",
+            "-i",
+            str(inp),
+            "--out",
+            str(out),
+            "-p",
+            "added_source_sentence",
+            "--insert-with",
+            "tfidf",
+        ],
+    )
     assert result.exit_code == 0, result.output
     written = [Example.model_validate_json(line) for line in out.read_text().splitlines()]
-    assert [e.id for e in written] == ["ex0", "ex0::added_source_sentence", "ex1", "ex1::added_source_sentence",
-                                       "ex2", "ex2::added_source_sentence"]
+    assert [e.id for e in written] == [
+        "ex0",
+        "ex0::added_source_sentence",
+        "ex1",
+        "ex1::added_source_sentence",
+        "ex2",
+        "ex2::added_source_sentence",
+    ]
     skipped = [json.loads(line) for line in (tmp_path / "out.skipped.jsonl").read_text().splitlines()]
     assert [s["example_id"] for s in skipped] == ["bad"] and "no candidate" in skipped[0]["reason"]
     assert "3 perturbations kept, 1 skipped" in result.output
@@ -457,8 +524,9 @@ def test_cli_rejects_unknown_perturbation(tmp_path):
 
     inp = tmp_path / "in.jsonl"
     inp.write_text(ORIG.model_dump_json() + "\n")
-    result = CliRunner().invoke(app, ["generate", "perturb", "-i", str(inp), "--out", str(tmp_path / "o.jsonl"),
-                                      "-p", "shuffled"])
+    result = CliRunner().invoke(
+        app, ["generate", "perturb", "-i", str(inp), "--out", str(tmp_path / "o.jsonl"), "-p", "shuffled"]
+    )
     assert result.exit_code == 2 and "unknown perturbation" in result.output
 
 
@@ -475,8 +543,8 @@ def test_insertion_on_squality(data_dir):
         row = group.rows[1]
         ins = row.meta["inserted"]
         s, e = ins["target_span"]["start"], ins["target_span"]["end"]
-        assert original.source[ins["source_span"]["start"]:ins["source_span"]["end"]] == ins["text"]
-        assert row.target[:s - 1] + row.target[e:] == original.target
+        assert original.source[ins["source_span"]["start"] : ins["source_span"]["end"]] == ins["text"]
+        assert row.target[: s - 1] + row.target[e:] == original.target
 
 
 @pytest.mark.embedded

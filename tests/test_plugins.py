@@ -151,8 +151,9 @@ TARGET = "The museum opens at nine. The cafe sells coffee."
 @pytest.mark.parametrize("name", ["dcr", "factscore", "probe", "dove"])
 def test_a_plugin_verifier_works_on_every_claim_method_with_its_own_options(plugin, name):
     extra = {"dove": {"sorter": "position", "decomposer": "sentences"}}.get(name, {})
-    method = get_method(name, llm=LLM(FakeModel(), cache=None), verifier="hs_plugin_words",
-                        **{"verifier.min_words": 2}, **extra)
+    method = get_method(
+        name, llm=LLM(FakeModel(), cache=None), verifier="hs_plugin_words", **{"verifier.min_words": 2}, **extra
+    )
     method.make_decomposer = lambda: method.build_stage("decomposer", "sentences")  # no LLM call
     report = method.check(SOURCE, TARGET)
     assert [v.label for v in report.verdicts] == ["supported", "unsupported"]
@@ -165,8 +166,14 @@ def test_a_plugin_verifier_works_on_every_claim_method_with_its_own_options(plug
 @pytest.mark.parametrize("name", ["dcr", "factscore", "probe", "dove"])
 def test_a_plugin_aggregator_and_localizer_replace_every_claim_methods_own_with_their_own_options(plugin, name):
     def check(**options):
-        method = get_method(name, llm=LLM(FakeModel(), cache=None), verifier="hs_plugin_words",
-                            aggregator="hs_plugin_tolerant", localizer="hs_plugin_marks", **options)
+        method = get_method(
+            name,
+            llm=LLM(FakeModel(), cache=None),
+            verifier="hs_plugin_words",
+            aggregator="hs_plugin_tolerant",
+            localizer="hs_plugin_marks",
+            **options,
+        )
         method.make_decomposer = lambda: method.build_stage("decomposer", "sentences")  # no LLM call
         return method, method.check(SOURCE, TARGET)
 

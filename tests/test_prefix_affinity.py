@@ -92,8 +92,10 @@ class _BlockingFake(FakeModel):
 
 
 def _messages(source: str, claim: str) -> list[dict[str, str]]:
-    return [{"role": "system", "content": "checker"},
-            {"role": "user", "content": f"instructions\nSOURCE:\n{source}\nFACT:\n{claim}"}]
+    return [
+        {"role": "system", "content": "checker"},
+        {"role": "user", "content": f"instructions\nSOURCE:\n{source}\nFACT:\n{claim}"},
+    ]
 
 
 async def test_the_client_serves_concurrent_calls_grouped_by_source():
@@ -139,17 +141,22 @@ def test_reused_prefix_counts_the_tokens_llama_cpp_takes_from_its_cache():
 
 
 def test_openai_cached_tokens_are_read_and_bounded():
-    u = _usage({"usage": {"prompt_tokens": 2000, "completion_tokens": 5,
-                          "prompt_tokens_details": {"cached_tokens": 1536}}})
+    u = _usage(
+        {"usage": {"prompt_tokens": 2000, "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": 1536}}}
+    )
     assert (u.prompt_tokens, u.cached_prompt_tokens, u.evaluated_prompt_tokens) == (2000, 1536, 464)
-    assert _usage({"usage": {"prompt_tokens": 10, "prompt_tokens_details": {"cached_tokens": 99}}}).cached_prompt_tokens == 10
+    assert (
+        _usage({"usage": {"prompt_tokens": 10, "prompt_tokens_details": {"cached_tokens": 99}}}).cached_prompt_tokens
+        == 10
+    )
     for junk in (None, "x", {"cached_tokens": -3}, {"cached_tokens": "12"}, {}):
         assert _usage({"usage": {"prompt_tokens": 10, "prompt_tokens_details": junk}}).cached_prompt_tokens == 0
 
 
 def test_usage_adds_cached_tokens_and_round_trips():
-    total = Usage(calls=1, prompt_tokens=300, cached_prompt_tokens=0) + Usage(calls=1, prompt_tokens=310,
-                                                                              cached_prompt_tokens=260)
+    total = Usage(calls=1, prompt_tokens=300, cached_prompt_tokens=0) + Usage(
+        calls=1, prompt_tokens=310, cached_prompt_tokens=260
+    )
     assert total.cached_prompt_tokens == 260 and total.evaluated_prompt_tokens == 350
     assert total.cached_note() == " (260 cached)" and Usage().cached_note() == ""
     report = Report(method="m", score=0.5, usage=total, calls=[LLMCall(model="x", messages=[], reply="", usage=total)])

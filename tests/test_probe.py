@@ -17,8 +17,18 @@ from halluscope.llm import LLM, ContextOverflowError, FakeModel
 from halluscope.llm.fake import label_logprobs
 from halluscope.methods import OptionsError, get_method
 from halluscope.methods.pipeline import ClaimPipeline, LLMVerifier, SentenceDecomposer
-from halluscope.methods.probe import (ClaimEntry, EvaluationReply, EvidenceJudgment, EvidenceReply, Probe,
-                                      ProbeEvidenceFinder, Vote, is_template_echo, parse_claims, place_claims)
+from halluscope.methods.probe import (
+    ClaimEntry,
+    EvaluationReply,
+    EvidenceJudgment,
+    EvidenceReply,
+    Probe,
+    ProbeEvidenceFinder,
+    Vote,
+    is_template_echo,
+    parse_claims,
+    place_claims,
+)
 from halluscope.records import Claim, Evidence, Report, Span, Verdict
 from halluscope.report import render_html
 from halluscope.stages import Context, register_stage
@@ -27,21 +37,32 @@ from tests.garble import garbled_replies
 from tests.prompt_data import fenced
 from tests.reply_fuzz import mutations, parse_each
 
-SOURCE = ("Marie Curie was born in Warsaw in 1867. She moved to Paris in 1891 to study physics. "
-          "In 1903 she shared the Nobel Prize in Physics. She later won a second Nobel Prize, in Chemistry.")
+SOURCE = (
+    "Marie Curie was born in Warsaw in 1867. She moved to Paris in 1891 to study physics. "
+    "In 1903 she shared the Nobel Prize in Physics. She later won a second Nobel Prize, in Chemistry."
+)
 TARGET = "Marie Curie, born in Warsaw, won the Nobel Prize in Physics in 1903. She also taught at Oxford."
 
-DECOMPOSITION = json.dumps({"claims": [
-    {"segment": "Marie Curie, born in Warsaw", "claim": "Marie Curie was born in Warsaw."},
-    {"segment": "won the Nobel Prize in Physics in 1903",
-     "claim": "Marie Curie won the Nobel Prize in Physics in 1903."},
-    {"segment": "She also taught at Oxford.", "claim": "Marie Curie taught at Oxford."},
-]})
+DECOMPOSITION = json.dumps(
+    {
+        "claims": [
+            {"segment": "Marie Curie, born in Warsaw", "claim": "Marie Curie was born in Warsaw."},
+            {
+                "segment": "won the Nobel Prize in Physics in 1903",
+                "claim": "Marie Curie won the Nobel Prize in Physics in 1903.",
+            },
+            {"segment": "She also taught at Oxford.", "claim": "Marie Curie taught at Oxford."},
+        ]
+    }
+)
 
 EVIDENCE = {
     "born in Warsaw": ["Marie Curie was born in Warsaw in 1867."],
-    "Physics in 1903": ["In 1903 she shared the Nobel Prize in Physics.", "She moved to Paris in 1891 to study physics.",
-                        "Curie alone won the 1903 prize for her work on radium."],  # the last one is invented
+    "Physics in 1903": [
+        "In 1903 she shared the Nobel Prize in Physics.",
+        "She moved to Paris in 1891 to study physics.",
+        "Curie alone won the 1903 prize for her work on radium.",
+    ],  # the last one is invented
     "Oxford": ["She moved to Paris in 1891 to study physics."],  # real, but it does not support the claim
 }
 
@@ -131,10 +152,10 @@ def test_end_to_end_steps_spans_and_score():
 def test_place_claims_segment_then_claim_then_similar_sentence_then_unplaced():
     target = "The cat sat on the mat. The dog barked at the mailman all morning."
     entries = [
-        ClaimEntry(claim="A cat sat.", segment="The cat sat on the mat."),             # exact segment
+        ClaimEntry(claim="A cat sat.", segment="The cat sat on the mat."),  # exact segment
         ClaimEntry(claim="The dog barked at the mailman", segment="not in the text"),  # claim wording
         ClaimEntry(claim="In the morning the dog barked loudly at a mailman", segment=""),  # similar sentence
-        ClaimEntry(claim="Quantum chromodynamics explains quarks.", segment="nope"),   # nowhere
+        ClaimEntry(claim="Quantum chromodynamics explains quarks.", segment="nope"),  # nowhere
     ]
     claims, placements = place_claims(entries, target)
     assert claims[0].target_spans[0].of(target) == "The cat sat on the mat."
@@ -152,11 +173,17 @@ def _finder(reply: str) -> ProbeEvidenceFinder:
 
 def test_quote_verification_accepts_whitespace_and_quote_variants_only():
     source = "He said: \u201cWe will win.\u201d Then   he left the room."
-    finder = _finder(json.dumps({"evidence": [
-        "Then he left the room.",            # whitespace differs -> normalized match
-        '"We will win."',                    # wrapped in quotes -> stripped
-        "He said that they would lose.",     # invented
-    ]}))
+    finder = _finder(
+        json.dumps(
+            {
+                "evidence": [
+                    "Then he left the room.",  # whitespace differs -> normalized match
+                    '"We will win."',  # wrapped in quotes -> stripped
+                    "He said that they would lose.",  # invented
+                ]
+            }
+        )
+    )
     found = asyncio.run(finder.search(Claim(text="He left.", id="c1"), Context(text=source), source))
     assert [q["status"] for q in found.quotes] == ["verified", "verified", "rejected"]
     assert [e.span.of(source) for e in found.evidence] == ["Then   he left the room.", "We will win."]
@@ -166,15 +193,20 @@ def test_quote_verification_accepts_whitespace_and_quote_variants_only():
 
 def test_quotes_from_a_snippet_are_located_in_the_full_source():
     snippet_start = SOURCE.index("She moved")
-    snippet_text = SOURCE[snippet_start:SOURCE.index(" She later")]
+    snippet_text = SOURCE[snippet_start : SOURCE.index(" She later")]
     span = Span(start=snippet_start, end=snippet_start + len(snippet_text))
     context = Context(text=snippet_text, kind="snippet", span=span)
-    finder = _finder(json.dumps({"evidence": ["In 1903 she shared the Nobel Prize in Physics.",
-                                              "Marie Curie was born in Warsaw in 1867."]}))  # 2nd: outside the snippet
+    finder = _finder(
+        json.dumps(
+            {"evidence": ["In 1903 she shared the Nobel Prize in Physics.", "Marie Curie was born in Warsaw in 1867."]}
+        )
+    )  # 2nd: outside the snippet
     found = asyncio.run(finder.search(Claim(text="x", id="c1"), context, SOURCE))
     assert [(q["status"], q["located_in"]) for q in found.quotes] == [("verified", "snippet"), ("verified", "source")]
-    assert [e.span.of(SOURCE) for e in found.evidence] == ["In 1903 she shared the Nobel Prize in Physics.",
-                                                           "Marie Curie was born in Warsaw in 1867."]
+    assert [e.span.of(SOURCE) for e in found.evidence] == [
+        "In 1903 she shared the Nobel Prize in Physics.",
+        "Marie Curie was born in Warsaw in 1867.",
+    ]
     prompt = finder.messages("x", snippet_text, "snippet")[-1]["content"]
     assert "SOURCE EXCERPT (part of a longer document" in prompt
 
@@ -186,11 +218,11 @@ def test_consensus_voting_threshold_and_unreadable_votes():
         votes = [Vote(f"j{i}", 0, v, None if v is not None else "bad reply") for i, v in enumerate(verdicts)]
         return EvidenceJudgment("c1", ev, votes, [], consensus)
 
-    assert judgment(True, True, True, False).accepted is True       # 3 of 4 = 0.75 (the paper)
-    assert judgment(True, True, False, False).accepted is False     # 2 of 4
+    assert judgment(True, True, True, False).accepted is True  # 3 of 4 = 0.75 (the paper)
+    assert judgment(True, True, False, False).accepted is False  # 2 of 4
     assert judgment(True, True, False, False, consensus=0.5).accepted is True
-    assert judgment(True, True, True, None).accepted is True         # 3 of 3 valid
-    assert judgment(True, None, None, None).accepted is None         # too few readable votes
+    assert judgment(True, True, True, None).accepted is True  # 3 of 3 valid
+    assert judgment(True, None, None, None).accepted is None  # too few readable votes
     # one rule with the gold builder: the share of ALL votes (2 PASS of 3 votes < 0.75, though 2 of 2 valid)
     assert judgment(True, True, None).accepted is False and judgment(True, True, None).pass_fraction == 2 / 3
     assert judgment(None).accepted is None and judgment(None).pass_fraction is None
@@ -270,19 +302,50 @@ def test_retrieval_always_with_top_k_and_window_shows_the_snippets_used():
 def test_cli_retrieval_options_on_probe(tmp_path, monkeypatch):
     from halluscope.cli.main import app
 
-    monkeypatch.setattr(method_base, "get_llm",
-                        lambda config: LLM(FakeModel(by_reply=responder(default_pass)), cache=None))
+    monkeypatch.setattr(
+        method_base, "get_llm", lambda config: LLM(FakeModel(by_reply=responder(default_pass)), cache=None)
+    )
     (tmp_path / "s.txt").write_text(SOURCE)
     (tmp_path / "t.txt").write_text(TARGET)
-    result = CliRunner().invoke(app, ["check", "-s", str(tmp_path / "s.txt"), "-t", str(tmp_path / "t.txt"),
-                                      "--method", "probe", "-o", "retrieval=always", "-o", "top_k=3", "-o", "window=1",
-                                      "-o", "retriever=bm25", "--json"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "check",
+            "-s",
+            str(tmp_path / "s.txt"),
+            "-t",
+            str(tmp_path / "t.txt"),
+            "--method",
+            "probe",
+            "-o",
+            "retrieval=always",
+            "-o",
+            "top_k=3",
+            "-o",
+            "window=1",
+            "-o",
+            "retriever=bm25",
+            "--json",
+        ],
+    )
     assert result.exit_code in (0, 1), result.output
     report = Report.model_validate_json(result.output)
     assert result.exit_code == (1 if report.label == "inconsistent" else 0)  # the documented exit codes
     assert report.details["context"]["mode"] == "retrieval" and report.details["context"]["snippets"]["c1"]
-    bad = CliRunner().invoke(app, ["check", "-s", str(tmp_path / "s.txt"), "-t", str(tmp_path / "t.txt"),
-                                   "--method", "probe", "-o", "narrow=always"])
+    bad = CliRunner().invoke(
+        app,
+        [
+            "check",
+            "-s",
+            str(tmp_path / "s.txt"),
+            "-t",
+            str(tmp_path / "t.txt"),
+            "--method",
+            "probe",
+            "-o",
+            "narrow=always",
+        ],
+    )
     assert bad.exit_code == 2 and "retrieval" in bad.output
 
 
@@ -295,8 +358,9 @@ def test_context_overflow_switches_to_snippets_and_keeps_only_their_steps():
             raise ContextOverflowError("prompt too long for this model")
         return find(messages)
 
-    report = make_probe(script | {"EvidenceReply": find_in_snippets_only}, retriever="bm25", top_k=1,
-                        window=0).check(SOURCE, TARGET)
+    report = make_probe(script | {"EvidenceReply": find_in_snippets_only}, retriever="bm25", top_k=1, window=0).check(
+        SOURCE, TARGET
+    )
     assert report.details["context"]["mode"] == "retrieval" and "overflow" in report.details["context"]["why"]
     assert all(step["narrowed"] for step in report.details["steps"]["evidence_finding"])
     assert report.score is not None
@@ -344,9 +408,19 @@ def _with_evidence_reply(evidence_reply: str, verdict_reply: str | None = None):
     return script
 
 
-@pytest.mark.parametrize("bad", ['{"reas', 'I found [nothing]', '{"reasoning": "x", "evidence": ["In 1903 she',
-                                 "Sure! Here are the passages.", '{"passages": ["x"]}', '{"evidence": "In 1903"}',
-                                 "[]", '{"evidence": ["<passage>", "[quote]", "..."]}'])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        '{"reas',
+        "I found [nothing]",
+        '{"reasoning": "x", "evidence": ["In 1903 she',
+        "Sure! Here are the passages.",
+        '{"passages": ["x"]}',
+        '{"evidence": "In 1903"}',
+        "[]",
+        '{"evidence": ["<passage>", "[quote]", "..."]}',
+    ],
+)
 def test_an_unusable_evidence_reply_makes_the_claim_unscored_not_unsupported(bad):
     report = make_probe(_with_evidence_reply(bad), retrieval="never").check(SOURCE, TARGET)
     assert report.score is None and not report.findings
@@ -357,8 +431,9 @@ def test_an_unusable_evidence_reply_makes_the_claim_unscored_not_unsupported(bad
 
 
 def test_claims_whose_quotes_were_all_invented_are_unscored_with_the_reason():
-    invented = json.dumps({"reasoning": "x", "evidence": ["Curie taught chemistry at Oxford.",
-                                                          "Oxford hired her in 1910."]})
+    invented = json.dumps(
+        {"reasoning": "x", "evidence": ["Curie taught chemistry at Oxford.", "Oxford hired her in 1910."]}
+    )
     report = make_probe(_with_evidence_reply(invented), retrieval="never").check(SOURCE, TARGET)
     assert report.score is None and not report.findings
     for v in report.verdicts:
@@ -387,8 +462,9 @@ def test_quotes_wrapped_in_the_prompts_own_fence_tags_are_verified_not_rejected(
 
 
 def test_only_an_explicit_empty_list_or_every_fail_makes_a_claim_unsupported():
-    empty = make_probe(_with_evidence_reply('{"reasoning": "nothing relevant", "evidence": []}'),
-                       retrieval="never").check(SOURCE, TARGET)
+    empty = make_probe(
+        _with_evidence_reply('{"reasoning": "nothing relevant", "evidence": []}'), retrieval="never"
+    ).check(SOURCE, TARGET)
     assert empty.score == 0.0 and all(v.label == "unsupported" for v in empty.verdicts)
     assert set(empty.details["steps"]["localization"]["outcomes"].values()) == {"unsupported:no_evidence"}
     assert "no passage of the source" in empty.verdicts[0].reason
@@ -397,12 +473,28 @@ def test_only_an_explicit_empty_list_or_every_fail_makes_a_claim_unsupported():
     assert set(failed.details["steps"]["localization"]["outcomes"].values()) == {"unsupported:all_failed"}
 
 
-@pytest.mark.parametrize("vote", ["NOT PASS", "pass?", "The excerpt supports it, so PASS.", "VERDICT: PASS",
-                                  '{"verdict": "NOT PASS"}', '{"verdict": "pass?"}', '{"verdict": true}',
-                                  '{"verdict": ["PASS"]}', '{"reasoning": "PASS"}', '{"verdict": "PASS or FAIL"}'])
+@pytest.mark.parametrize(
+    "vote",
+    [
+        "NOT PASS",
+        "pass?",
+        "The excerpt supports it, so PASS.",
+        "VERDICT: PASS",
+        '{"verdict": "NOT PASS"}',
+        '{"verdict": "pass?"}',
+        '{"verdict": true}',
+        '{"verdict": ["PASS"]}',
+        '{"reasoning": "PASS"}',
+        '{"verdict": "PASS or FAIL"}',
+    ],
+)
 def test_a_vote_without_an_exact_label_is_invalid(vote):
-    report = make_probe(_with_evidence_reply(json.dumps({"evidence": ["In 1903 she shared the Nobel Prize in Physics."]}),
-                                             verdict_reply=vote), retrieval="never").check(SOURCE, TARGET)
+    report = make_probe(
+        _with_evidence_reply(
+            json.dumps({"evidence": ["In 1903 she shared the Nobel Prize in Physics."]}), verdict_reply=vote
+        ),
+        retrieval="never",
+    ).check(SOURCE, TARGET)
     assert report.score is None and not report.findings
     assert all(v.label == "unscored" and "could not be judged" in v.reason for v in report.verdicts)
     votes = [v for e in report.details["steps"]["evidence_evaluation"] for v in e["votes"]]
@@ -413,8 +505,18 @@ def test_evaluation_reply_reads_only_the_stated_label():
     assert EvaluationReply.parse('{"reasoning": "ok", "verdict": "PASS"}').verdict == "PASS"
     assert EvaluationReply.parse('{"verdict": "fail"}').verdict == "FAIL"
     assert EvaluationReply.parse('Sure:\n```json\n{"verdict": " Pass "}\n```').verdict == "PASS"
-    for bad in ("PASS", "fail.", "VERDICT: PASS", '{"verdict": "maybe"}', '{"verdict": "NOT PASS"}', '{"verdict": "FAILED"}',
-                '{"verdict": "pass?"}', '{"verdict": null}', '{"verdict": "PASS", ', ""):
+    for bad in (
+        "PASS",
+        "fail.",
+        "VERDICT: PASS",
+        '{"verdict": "maybe"}',
+        '{"verdict": "NOT PASS"}',
+        '{"verdict": "FAILED"}',
+        '{"verdict": "pass?"}',
+        '{"verdict": null}',
+        '{"verdict": "PASS", ',
+        "",
+    ):
         with pytest.raises(ParseError):
             EvaluationReply.parse(bad)
 
@@ -423,37 +525,78 @@ def test_evidence_reply_forms():
     assert EvidenceReply.parse('{"evidence": []}').evidence == []
     assert EvidenceReply.parse('{"reasoning": "r", "evidence": [" a b c "]}').evidence == ["a b c"]
     assert EvidenceReply.parse('{"evidence": ["a b c", "...", "<passage>"]}').evidence == ["a b c"]
-    for bad in ("Sure! The sky is blue.", '{"foo": 1}', '{"evidence": [1, 2]}', "", "I found [nothing]", '{"reas',
-                "[]", '["The sky is blue."]', "Thinking: hmm\nFINAL OUTPUT:\nThe sky is blue.",
-                '{"evidence": ["[passage]", "{quote}", "(passage)", "…", "N/A"]}'):
+    for bad in (
+        "Sure! The sky is blue.",
+        '{"foo": 1}',
+        '{"evidence": [1, 2]}',
+        "",
+        "I found [nothing]",
+        '{"reas',
+        "[]",
+        '["The sky is blue."]',
+        "Thinking: hmm\nFINAL OUTPUT:\nThe sky is blue.",
+        '{"evidence": ["[passage]", "{quote}", "(passage)", "…", "N/A"]}',
+    ):
         with pytest.raises(ParseError):
             EvidenceReply.parse(bad)
 
 
-@pytest.mark.parametrize("text", ["<claim>", "[claim]", "{claim}", "(claim)", "...", "…", "N/A", "n/a", "  ",
-                                  "<...>", "[...]", "---", "None", "the assertion as one short sentence",
-                                  "The museum opened in 1998."])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<claim>",
+        "[claim]",
+        "{claim}",
+        "(claim)",
+        "...",
+        "…",
+        "N/A",
+        "n/a",
+        "  ",
+        "<...>",
+        "[...]",
+        "---",
+        "None",
+        "the assertion as one short sentence",
+        "The museum opened in 1998.",
+    ],
+)
 def test_template_echoes_are_recognized(text):
     from halluscope.methods.probe.decompose import CLAIM_EXAMPLES
 
     assert is_template_echo(text, CLAIM_EXAMPLES)
 
 
-@pytest.mark.parametrize("text", ["Marie Curie was born in Warsaw.", "(The museum opened in 1998.)", "[1] A is B.",
-                                  "NASA launched it.", "<b>Bold</b> claims exist."])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Marie Curie was born in Warsaw.",
+        "(The museum opened in 1998.)",
+        "[1] A is B.",
+        "NASA launched it.",
+        "<b>Bold</b> claims exist.",
+    ],
+)
 def test_real_claims_are_not_template_echoes(text):
     assert not is_template_echo(text)
 
 
 def test_placeholder_claims_are_dropped_and_never_scored():
-    echo = json.dumps({"claims": [{"segment": s, "claim": s} for s in ("<claim>", "[claim]", "{claim}", "(claim)",
-                                                                       "...", "…", "N/A")]})
+    echo = json.dumps(
+        {
+            "claims": [
+                {"segment": s, "claim": s} for s in ("<claim>", "[claim]", "{claim}", "(claim)", "...", "…", "N/A")
+            ]
+        }
+    )
     with pytest.raises(ParseError, match="placeholder"):
         parse_claims(echo)
     with pytest.raises(ParseError, match="no claims"):
         parse_claims('{"claims": []}')
-    items = parse_claims('{"claims": [{"segment": "<copied from the TEXT>", "claim": "Ann buys butter."}, '
-                         '{"segment": "...", "claim": "..."}]}')
+    items = parse_claims(
+        '{"claims": [{"segment": "<copied from the TEXT>", "claim": "Ann buys butter."}, '
+        '{"segment": "...", "claim": "..."}]}'
+    )
     assert [(i.segment, i.claim) for i in items] == [("", "Ann buys butter.")]
     # the prompt's own example counts only when the target really says it
     example = '{"claims": [{"segment": "opened in 1998", "claim": "The museum opened in 1998."}]}'
@@ -468,8 +611,11 @@ def test_placeholder_claims_are_dropped_and_never_scored():
 
 def test_the_verifier_never_scores_a_placeholder_claim():
     probe = make_probe()
-    claims = [Claim(text="...", id="c1"), Claim(text="[claim]", id="c2"),
-              Claim(text="Marie Curie was born in Warsaw.", id="c3")]
+    claims = [
+        Claim(text="...", id="c1"),
+        Claim(text="[claim]", id="c2"),
+        Claim(text="Marie Curie was born in Warsaw.", id="c3"),
+    ]
     verdicts = asyncio.run(probe.verifier(claims, Context(text=SOURCE), SOURCE))
     assert [v.label for v in verdicts] == ["unscored", "unscored", "supported"]
     assert "placeholder" in verdicts[0].reason
@@ -489,7 +635,9 @@ def test_the_web_report_lists_the_unscored_claims():
     assert report.score == 1.0 and not report.findings  # a rejected quote never flags a sentence
     page = render_html(report, SOURCE, TARGET)
     assert "1 unscored claims" in page
-    data = json.loads(re.search(r'<script type="application/json" id="report-data">(.*?)</script>', page, re.S).group(1))
+    data = json.loads(
+        re.search(r'<script type="application/json" id="report-data">(.*?)</script>', page, re.S).group(1)
+    )
     assert data["verdicts"][2]["reason"] == "all 1 quoted passages were not found in the source"
 
 
@@ -564,17 +712,21 @@ def test_probe_verifier_in_another_claim_method(method):
 # --- parsers fuzzed, garbled models -------------------------------------------------------------------------
 
 VALID_REPLIES = [
-    DECOMPOSITION, json.dumps({"claims": [{"claim": "A met B."}]}),
-    json.dumps({"reasoning": "r", "evidence": ["Marie Curie was born in Warsaw in 1867."]}), '{"evidence": []}',
-    '{"reasoning": "r", "verdict": "PASS"}', '{"verdict": "fail"}',
+    DECOMPOSITION,
+    json.dumps({"claims": [{"claim": "A met B."}]}),
+    json.dumps({"reasoning": "r", "evidence": ["Marie Curie was born in Warsaw in 1867."]}),
+    '{"evidence": []}',
+    '{"reasoning": "r", "verdict": "PASS"}',
+    '{"verdict": "fail"}',
 ]
 
 
 FUZZ = garbled_replies(1200) + VALID_REPLIES + mutations(VALID_REPLIES, 300)
 
 
-@pytest.mark.parametrize("parser", [parse_claims, EvidenceReply.parse, EvaluationReply.parse],
-                         ids=["claims", "evidence", "evaluation"])
+@pytest.mark.parametrize(
+    "parser", [parse_claims, EvidenceReply.parse, EvaluationReply.parse], ids=["claims", "evidence", "evaluation"]
+)
 def test_parsers_fuzzed_with_garbled_replies(parser):
     parsed, refused = parse_each(parser, FUZZ, (ParseError, ValidationError))
     assert parsed and refused
@@ -624,8 +776,15 @@ def test_options_and_validation():
     probe = make_probe(top_k=5, window=2, consensus=0.5)
     opts = probe.options()
     assert opts["top_k"] == 5 and opts["window"] == 2 and opts["consensus"] == 0.5 and opts["judges"] is None
-    for bad in ({"samples": 0}, {"consensus": 0}, {"retrieval": "sometimes"}, {"max_evidence": 0},
-                {"narrow": "always"}, {"evidence": "psychic"}, {"retrieval": True}):
+    for bad in (
+        {"samples": 0},
+        {"consensus": 0},
+        {"retrieval": "sometimes"},
+        {"max_evidence": 0},
+        {"narrow": "always"},
+        {"evidence": "psychic"},
+        {"retrieval": True},
+    ):
         with pytest.raises(OptionsError, match="Valid options"):
             make_probe(**bad)
     assert make_probe(judges="gpt-a, gpt-b").options()["judges"] == ["gpt-a", "gpt-b"]
@@ -646,14 +805,22 @@ def test_retrieval_evidence_finder_makes_no_finder_calls():
     for v in report.verdicts:
         assert all(e.span.of(SOURCE) == e.text for e in v.evidence)
     assert labels(report)["c1"] == "supported" and labels(report)["c3"] == "unsupported"
-    snippets = Probe(llm=LLM(FakeModel(by_reply=responder(default_pass)), cache=None), evidence="retrieval",
-                     retriever="bm25", retrieval="always", top_k=1, window=0, max_evidence=2).check(SOURCE, TARGET)
+    snippets = Probe(
+        llm=LLM(FakeModel(by_reply=responder(default_pass)), cache=None),
+        evidence="retrieval",
+        retriever="bm25",
+        retrieval="always",
+        top_k=1,
+        window=0,
+        max_evidence=2,
+    ).check(SOURCE, TARGET)
     for step in snippets.details["steps"]["evidence_finding"]:  # one-sentence snippets: one sentence each
         assert len(step["quotes"]) == 1 and step["narrowed"]
 
 
 def test_probe_verdicts_carry_the_best_passages_p_pass_and_findings_its_complement():
     """P(PASS) of each vote from the judge's token probabilities; a claim's P(supported) is its best passage's."""
+
     def logprobs(reply: str):
         p = 0.9 if '"PASS"' in reply else 0.3  # P(PASS) at the verdict token
         return label_logprobs({"PASS": p, "FAIL": 1 - p})(reply) if '"verdict"' in reply else None

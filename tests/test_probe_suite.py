@@ -6,8 +6,18 @@ import json
 
 import pytest
 
-from halluscope.bench.suite_probe import (METRIC_KEYS, NO_COMPLETE, NO_EVIDENCE, NO_GOLD, NO_STEPS, item_counts,
-                                          match_claim, probe_metrics, probe_steps_suite, read_gold)
+from halluscope.bench.suite_probe import (
+    METRIC_KEYS,
+    NO_COMPLETE,
+    NO_EVIDENCE,
+    NO_GOLD,
+    NO_STEPS,
+    item_counts,
+    match_claim,
+    probe_metrics,
+    probe_steps_suite,
+    read_gold,
+)
 from halluscope.bench.suites import SuiteContext, load_suite_modules
 from halluscope.llm import LLM, FakeModel
 from halluscope.methods.probe import Probe
@@ -44,20 +54,49 @@ def test_hand_written_offsets():
 # complete gold: 3 truthful claims (t1, t2 with two evidence spans, t3), 1 hallucinated (h1), 1 uncertain (u1)
 GOLD_META = {
     "gold_claims": [
-        {"id": "t1", "text": "The bridge opened in 1820.", "span": sp(T_OPENED), "hallucinated": False,
-         "evidence": [sp(S_OPENED)]},
+        {
+            "id": "t1",
+            "text": "The bridge opened in 1820.",
+            "span": sp(T_OPENED),
+            "hallucinated": False,
+            "evidence": [sp(S_OPENED)],
+        },
         {"id": "h1", "text": "Thomas Telford designed the bridge.", "span": sp(T_TELFORD), "hallucinated": True},
-        {"id": "t2", "text": "Masons built the bridge from granite.", "span": sp(T_MASONS), "hallucinated": False,
-         "evidence": [sp(S_MASONS), sp(S_AVON)]},
-        {"id": "t3", "text": "The bridge spans the Avon.", "span": sp(T_AVON), "hallucinated": False,
-         "evidence": [sp(S_AVON)]},
+        {
+            "id": "t2",
+            "text": "Masons built the bridge from granite.",
+            "span": sp(T_MASONS),
+            "hallucinated": False,
+            "evidence": [sp(S_MASONS), sp(S_AVON)],
+        },
+        {
+            "id": "t3",
+            "text": "The bridge spans the Avon.",
+            "span": sp(T_AVON),
+            "hallucinated": False,
+            "evidence": [sp(S_AVON)],
+        },
     ],
-    "gold_claims_uncertain": [{"id": "u1", "text": "The bridge was built in the 19th century.",
-                               "span": sp(T_OPENED), "hallucinated": False, "reason": "no consensus"}],
+    "gold_claims_uncertain": [
+        {
+            "id": "u1",
+            "text": "The bridge was built in the 19th century.",
+            "span": sp(T_OPENED),
+            "hallucinated": False,
+            "reason": "no consensus",
+        }
+    ],
     "gold_claims_complete": True,
 }
-FULL = Example(id="full", source=SOURCE, target=TARGET, label=0, gold_spans=[Span(**sp(T_TELFORD))],
-               difficulty="complexity-1", meta=GOLD_META)
+FULL = Example(
+    id="full",
+    source=SOURCE,
+    target=TARGET,
+    label=0,
+    gold_spans=[Span(**sp(T_TELFORD))],
+    difficulty="complexity-1",
+    meta=GOLD_META,
+)
 
 
 def claim(cid: str, text: str, span: tuple[int, int] | None) -> Claim:
@@ -66,15 +105,20 @@ def claim(cid: str, text: str, span: tuple[int, int] | None) -> Claim:
 
 def report(claims_labels: list[tuple[Claim, str]], steps: dict | None = None) -> Report:
     verdicts = [Verdict(claim=c, label=label, reason="r") for c, label in claims_labels]  # type: ignore[arg-type]
-    return Report(method="m", score=0.5, claims=[c for c, _ in claims_labels], verdicts=verdicts,
-                  details={"steps": steps} if steps else {})
+    return Report(
+        method="m",
+        score=0.5,
+        claims=[c for c, _ in claims_labels],
+        verdicts=verdicts,
+        details={"steps": steps} if steps else {},
+    )
 
 
-C1 = claim("c1", "The bridge opened in 1820.", T_OPENED)                   # -> t1
-C2 = claim("c2", "Thomas Telford designed the bridge.", T_TELFORD)        # -> h1
-C3 = claim("c3", "Masons built it from granite.", T_MASONS)               # -> t2 (similarity 78)
-C4 = claim("c4", "The bridge was built in the 19th century.", T_OPENED)   # -> u1 (uncertain)
-C5 = claim("c5", "Granite is a rock.", None)                              # -> nothing (unplaced)
+C1 = claim("c1", "The bridge opened in 1820.", T_OPENED)  # -> t1
+C2 = claim("c2", "Thomas Telford designed the bridge.", T_TELFORD)  # -> h1
+C3 = claim("c3", "Masons built it from granite.", T_MASONS)  # -> t2 (similarity 78)
+C4 = claim("c4", "The bridge was built in the 19th century.", T_OPENED)  # -> u1 (uncertain)
+C5 = claim("c5", "Granite is a rock.", None)  # -> nothing (unplaced)
 
 
 def q(status: str, span: tuple[int, int] | None = None) -> dict:
@@ -94,14 +138,15 @@ STEPS = {
         {"claim_id": "c5", "quotes": [], "error": "evidence finding failed: cut-off JSON"},
     ],
     "evidence_evaluation": [
-        j("c1", (30, 45), True),      # not on t1's gold evidence: no gold label for this judgment
-        j("c2", S_AVON, False),       # hallucinated h1: nothing accepted -> correct
-        j("c3", S_MASONS, False),     # truth t2: its gold evidence failed -> wrong
-        j("c3", S_AVON, None),        # undecided: ignored
+        j("c1", (30, 45), True),  # not on t1's gold evidence: no gold label for this judgment
+        j("c2", S_AVON, False),  # hallucinated h1: nothing accepted -> correct
+        j("c3", S_MASONS, False),  # truth t2: its gold evidence failed -> wrong
+        j("c3", S_AVON, None),  # undecided: ignored
     ],
 }
-FULL_REPORT = report([(C1, "supported"), (C2, "unsupported"), (C3, "unsupported"), (C4, "unsupported"),
-                      (C5, "supported")], STEPS)
+FULL_REPORT = report(
+    [(C1, "supported"), (C2, "unsupported"), (C3, "unsupported"), (C4, "unsupported"), (C5, "supported")], STEPS
+)
 
 
 def test_matching_needs_similar_text_and_overlapping_spans():
@@ -161,9 +206,16 @@ def test_metrics_by_hand():
 # hallucinated-only gold (the default of `generate inject`), a method without step records
 SHORT_TARGET = "The bridge opened in 1820. It had a toll."
 #               [0, 26) opened   [27, 41) toll (injected)
-HALLUC_ONLY = Example(id="h", source=SOURCE, target=SHORT_TARGET, label=0, meta={
-    "gold_claims": [{"id": "h1", "text": "The bridge charged a toll.", "span": sp((27, 41)), "hallucinated": True}],
-    "gold_claims_complete": False})
+HALLUC_ONLY = Example(
+    id="h",
+    source=SOURCE,
+    target=SHORT_TARGET,
+    label=0,
+    meta={
+        "gold_claims": [{"id": "h1", "text": "The bridge charged a toll.", "span": sp((27, 41)), "hallucinated": True}],
+        "gold_claims_complete": False,
+    },
+)
 # flagged, overlapping the gold span by one character, on another subject: a false positive, not a hit
 ONE_CHAR = report([(claim("c1", "The bridge opened in 1820.", (0, 28)), "unsupported")])
 
@@ -179,11 +231,15 @@ def test_metrics_over_two_items_and_not_computable_reasons():
     alone = probe_metrics([HALLUC_ONLY], [ONE_CHAR], n_bootstrap=0)
     assert alone["localization_precision"]["value"] == 0.0 and alone["localization_recall"]["value"] == 0.0
     assert alone["localization_f1"]["value"] == 0.0
-    for key, reason in (("decomposition_precision", NO_COMPLETE), ("decomposition_recall", NO_COMPLETE),
-                        ("evidence_finding_partial", NO_EVIDENCE), ("evidence_finding_complete", NO_EVIDENCE),
-                        ("evidence_evaluation_accuracy", NO_EVIDENCE),
-                        ("evidence_evaluation_accuracy_hallucinated", NO_STEPS),
-                        ("evidence_found_truth_proxy", NO_STEPS)):
+    for key, reason in (
+        ("decomposition_precision", NO_COMPLETE),
+        ("decomposition_recall", NO_COMPLETE),
+        ("evidence_finding_partial", NO_EVIDENCE),
+        ("evidence_finding_complete", NO_EVIDENCE),
+        ("evidence_evaluation_accuracy", NO_EVIDENCE),
+        ("evidence_evaluation_accuracy_hallucinated", NO_STEPS),
+        ("evidence_found_truth_proxy", NO_STEPS),
+    ):
         assert alone[key]["value"] is None and alone[key]["reason"] == reason, key
 
     quiet = report([(claim("c1", "The bridge opened in 1820.", (0, 26)), "supported")])
@@ -198,20 +254,30 @@ def test_metrics_over_two_items_and_not_computable_reasons():
 
 
 def test_legacy_injected_claims_and_bad_gold():
-    legacy = Example(id="old", source=SOURCE, target=SHORT_TARGET, label=0, meta={
-        "generator": "inject",
-        "injected_claims": [{"fact": "The bridge charged a toll.", "inserted_text": "It had a toll.",
-                             "span": sp((27, 41))}]})
+    legacy = Example(
+        id="old",
+        source=SOURCE,
+        target=SHORT_TARGET,
+        label=0,
+        meta={
+            "generator": "inject",
+            "injected_claims": [
+                {"fact": "The bridge charged a toll.", "inserted_text": "It had a toll.", "span": sp((27, 41))}
+            ],
+        },
+    )
     gold = read_gold(legacy)
     assert gold is not None and not gold.complete
     assert [g.text for g in gold.hallucinated] == ["The bridge charged a toll."]
     old_truth = Example(id="t", source=SOURCE, target=SHORT_TARGET, label=1, meta={"generator": "inject"})
     assert read_gold(old_truth) is not None and read_gold(old_truth).claims == ()  # type: ignore[union-attr]
-    for bad in ({"text": "x", "hallucinated": True},  # no span
-                {"text": "x", "span": sp((0, 999)), "hallucinated": True},  # outside the target
-                {"text": "", "span": sp((0, 1)), "hallucinated": True},
-                {"text": "x", "span": sp((0, 1)), "hallucinated": "yes"},
-                {"text": "x", "span": sp((0, 1))}):  # the flag is required
+    for bad in (
+        {"text": "x", "hallucinated": True},  # no span
+        {"text": "x", "span": sp((0, 999)), "hallucinated": True},  # outside the target
+        {"text": "", "span": sp((0, 1)), "hallucinated": True},
+        {"text": "x", "span": sp((0, 1)), "hallucinated": "yes"},
+        {"text": "x", "span": sp((0, 1))},
+    ):  # the flag is required
         with pytest.raises(ValueError):
             read_gold(legacy.model_copy(update={"meta": {"gold_claims": [bad]}}))
 
@@ -223,13 +289,32 @@ def probe_report() -> Report:
 
 # the Curie texts of tests/test_probe.py: [0, 27) Warsaw, [29, 67) Nobel 1903, [69, 95) Oxford (hallucinated);
 # source [0, 39) "Marie Curie was born in Warsaw in 1867.", [85, 131) "In 1903 she shared the Nobel Prize in Physics."
-CURIE = Example(id="curie", source=CURIE_SOURCE, target=CURIE_TARGET, label=0, meta={
-    "gold_claims_complete": True, "gold_claims": [
-        {"id": "t1", "text": "Marie Curie was born in Warsaw.", "span": sp((0, 27)), "hallucinated": False,
-         "evidence": [sp((0, 39))]},
-        {"id": "t2", "text": "Marie Curie won the Nobel Prize in Physics in 1903.", "span": sp((29, 67)),
-         "hallucinated": False, "evidence": [sp((85, 131))]},
-        {"id": "h1", "text": "Marie Curie taught at Oxford.", "span": sp((69, 95)), "hallucinated": True}]})
+CURIE = Example(
+    id="curie",
+    source=CURIE_SOURCE,
+    target=CURIE_TARGET,
+    label=0,
+    meta={
+        "gold_claims_complete": True,
+        "gold_claims": [
+            {
+                "id": "t1",
+                "text": "Marie Curie was born in Warsaw.",
+                "span": sp((0, 27)),
+                "hallucinated": False,
+                "evidence": [sp((0, 39))],
+            },
+            {
+                "id": "t2",
+                "text": "Marie Curie won the Nobel Prize in Physics in 1903.",
+                "span": sp((29, 67)),
+                "hallucinated": False,
+                "evidence": [sp((85, 131))],
+            },
+            {"id": "h1", "text": "Marie Curie taught at Oxford.", "span": sp((69, 95)), "hallucinated": True},
+        ],
+    },
+)
 
 
 def test_a_probe_report_scored_end_to_end():
@@ -250,9 +335,11 @@ def test_suite_runs_and_is_registered(tmp_path):
     assert "probe_steps" in load_suite_modules()
     unscored = Report(method="probe", unscored_reason="x")
     no_gold = Example(id="n", source="s", target="t")
-    result = probe_steps_suite([CURIE, CURIE, no_gold], [probe_report(), unscored, probe_report()],
-                               SuiteContext(out_dir=tmp_path, method="probe", model="fake", dataset="t",
-                                            n_bootstrap=50))
+    result = probe_steps_suite(
+        [CURIE, CURIE, no_gold],
+        [probe_report(), unscored, probe_report()],
+        SuiteContext(out_dir=tmp_path, method="probe", model="fake", dataset="t", n_bootstrap=50),
+    )
     m = result.metrics
     assert (m["n"], m["n_scored"], m["n_unscored"]) == (2, 1, 1)  # the item without gold is not counted
     assert m["localization_f1"]["value"] == 1.0
@@ -261,8 +348,9 @@ def test_suite_runs_and_is_registered(tmp_path):
 
 
 def test_complete_evidence_finding_says_when_max_evidence_caps_it():
-    capped = FULL_REPORT.model_copy(update={"details": {"steps": STEPS,
-                                                        "verifier": {"evidence_finder": {"max_evidence": 1}}}})
+    capped = FULL_REPORT.model_copy(
+        update={"details": {"steps": STEPS, "verifier": {"evidence_finder": {"max_evidence": 1}}}}
+    )
     m = probe_metrics([FULL], [capped], n_bootstrap=0)
     cap = m["evidence_finding_complete"]["capped"]
     assert cap["max_evidence"] == 1 and cap["claims"] == 1 and "max_evidence" in cap["note"]  # t2 has two passages
@@ -277,8 +365,7 @@ def test_claim_matching_is_named_and_a_semantic_similarity_can_match_a_paraphras
     paraphrase = claim("x", "Stonemasons constructed it out of granite rock.", T_MASONS)
     assert match_claim(paraphrase, gold.claims) is None  # lexical: too few shared tokens
     same_meaning = {("Stonemasons constructed it out of granite rock.", ids["t2"].text): 90.0}
-    assert match_claim(paraphrase, gold.claims,
-                       similarity=lambda a, b: same_meaning.get((a, b), 0.0)) is ids["t2"]
+    assert match_claim(paraphrase, gold.claims, similarity=lambda a, b: same_meaning.get((a, b), 0.0)) is ids["t2"]
     _, threshold, name = claim_matcher("lexical")
     assert name.startswith("lexical") and threshold == 70
     with pytest.raises(ValueError):
@@ -304,13 +391,17 @@ def test_semantic_claim_matching_with_the_real_encoder():
 
 def test_an_unscored_item_counts_as_finding_nothing_in_the_all_items_values(tmp_path):
     unscored = Report(method="m", unscored_reason="evidence finding failed")
-    res = probe_steps_suite([FULL, HALLUC_ONLY], [FULL_REPORT, unscored],
-                            SuiteContext(out_dir=tmp_path, method="m", model="m", dataset="d", n_bootstrap=0))
+    res = probe_steps_suite(
+        [FULL, HALLUC_ONLY],
+        [FULL_REPORT, unscored],
+        SuiteContext(out_dir=tmp_path, method="m", model="m", dataset="d", n_bootstrap=0),
+    )
     m = res.metrics
     assert m["coverage"] == {"scored": 1, "total": 2, "share": 0.5}
     # the hallucinated gold of the unscored item is missed: recall over every item is lower
     assert m["localization_recall_all"]["value"] < m["localization_recall"]["value"]
     # all unscored: localization recall is still a number (0), not "cannot compute"
-    none = probe_steps_suite([FULL], [unscored], SuiteContext(out_dir=tmp_path, method="m", model="m", dataset="d",
-                                                             n_bootstrap=0)).metrics
+    none = probe_steps_suite(
+        [FULL], [unscored], SuiteContext(out_dir=tmp_path, method="m", model="m", dataset="d", n_bootstrap=0)
+    ).metrics
     assert none["localization_recall_all"]["value"] == 0.0 and none["localization_f1_all"]["value"] == 0.0

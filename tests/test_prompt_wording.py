@@ -24,10 +24,13 @@ def test_the_wording_sent_to_the_model_is_pinned(template):
     assert template.ref() == PINNED[template]
 
 
-@pytest.mark.parametrize(("single", "batch"), [
-    (factscore.FACTSCORE_VERIFY_PROMPT, factscore.FACTSCORE_VERIFY_BATCH_PROMPT),
-    (factscore.FACTSCORE_DESCRIBE_PROMPT, factscore.FACTSCORE_DESCRIBE_BATCH_PROMPT),
-])
+@pytest.mark.parametrize(
+    ("single", "batch"),
+    [
+        (factscore.FACTSCORE_VERIFY_PROMPT, factscore.FACTSCORE_VERIFY_BATCH_PROMPT),
+        (factscore.FACTSCORE_DESCRIBE_PROMPT, factscore.FACTSCORE_DESCRIBE_BATCH_PROMPT),
+    ],
+)
 def test_a_factscore_batch_states_the_single_rule(single, batch):
     rule = factscore._SUPPORT_RULE
     assert rule in single.user and rule in batch.user
@@ -43,8 +46,9 @@ def test_the_dcr_excerpt_batch_states_the_single_rule():
 
 
 def test_a_batch_render_numbers_its_items_under_the_shared_wording():
-    messages = factscore.FACTSCORE_VERIFY_BATCH_PROMPT.render(source="Paris is in France.", count=2,
-                                                               facts="1. Paris is in France.\n2. Paris is in Italy.")
+    messages = factscore.FACTSCORE_VERIFY_BATCH_PROMPT.render(
+        source="Paris is in France.", count=2, facts="1. Paris is in France.\n2. Paris is in Italy."
+    )
     user = messages[-1]["content"]
     assert "A fact is supported " + factscore._SUPPORT_RULE in user
     assert "There are 2 FACTS." in user and "Paris is in Italy." in user

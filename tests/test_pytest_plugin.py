@@ -20,7 +20,7 @@ def _plugin_args() -> list[str]:
     return [] if installed else ["-p", "halluscope.pytest_plugin"]
 
 
-SAMPLE = '''
+SAMPLE = """
 SOURCE = "The cat sat on the mat in the kitchen."
 
 def test_grounded_answer(assert_grounded):
@@ -32,15 +32,16 @@ def test_made_up_answer(assert_grounded):
 
 def test_threshold_in_the_call_wins(assert_grounded):
     assert_grounded(SOURCE, "The cat flew over the moon.", threshold=0.3)
-'''
+"""
 
 
 def test_a_sample_test_file_passes_and_fails_as_it_should(pytester):
     pytester.makepyfile(test_sample=SAMPLE)
     result = pytester.runpytest(*_plugin_args(), "--halluscope-method", "rouge", "--halluscope-threshold", "0.5")
     result.assert_outcomes(passed=2, failed=1)
-    result.stdout.fnmatch_lines(["*test_made_up_answer*", "*answer is not grounded in its source: rouge score 0.000 "
-                                 "< threshold 0.500*"])
+    result.stdout.fnmatch_lines(
+        ["*test_made_up_answer*", "*answer is not grounded in its source: rouge score 0.000 < threshold 0.500*"]
+    )
     assert "test_grounded_answer FAILED" not in result.stdout.str()
 
 
@@ -53,7 +54,8 @@ def test_defaults_come_from_the_ini_file(pytester):
 
 
 def test_the_failure_names_each_finding_with_its_span_and_evidence(pytester):
-    pytester.makepyfile(test_moon='''
+    pytester.makepyfile(
+        test_moon="""
 from halluscope.methods.base import Method
 from halluscope.records import Evidence, Finding, Report, Span
 
@@ -74,28 +76,35 @@ def test_sun(assert_grounded):
 
 def test_moon(assert_grounded):
     assert_grounded("The sun rose early.", "The moon rose.", method=FlagsTheMoon())
-''')
+"""
+    )
     result = pytester.runpytest(*_plugin_args())
     result.assert_outcomes(passed=1, failed=1)
     lines = [line.removeprefix("E").strip() for line in result.stdout.lines]
-    expected = ["AssertionError: answer is not grounded in its source: flags_the_moon score 0.000 < threshold 0.500",
-                "flags_the_moon (no LLM): score 0.000, threshold 0.500", "findings (1):",
-                "1. [unsupported] the moon is not in the source", "answer[4:8]: 'moon'",
-                "evidence source[0:7] (related): 'The sun'"]
+    expected = [
+        "AssertionError: answer is not grounded in its source: flags_the_moon score 0.000 < threshold 0.500",
+        "flags_the_moon (no LLM): score 0.000, threshold 0.500",
+        "findings (1):",
+        "1. [unsupported] the moon is not in the source",
+        "answer[4:8]: 'moon'",
+        "evidence source[0:7] (related): 'The sun'",
+    ]
     start = lines.index(expected[0])
-    assert lines[start:start + len(expected)] == expected
+    assert lines[start : start + len(expected)] == expected
 
 
 def test_replies_are_cached_across_runs(pytester, monkeypatch, tmp_path):
     from tests.test_cache_backends import StubEndpoint
 
-    pytester.makepyfile(test_llm='''
+    pytester.makepyfile(
+        test_llm="""
 def test_claim_one(assert_grounded):
     assert_grounded("Source 1: the cat sat on the mat.", "Claim number 1.", threshold=0.9)
 
 def test_claim_two(assert_grounded):
     assert_grounded("Source 2: the cat sat on the mat.", "Claim number 2.", threshold=0.9)
-''')
+"""
+    )
     monkeypatch.setenv("HALLUSCOPE_CACHE_PATH", str(tmp_path / "cache.sqlite"))
     with StubEndpoint() as stub:  # rates claim 1 five (score 1.0) and claim 2 two (score 0.25)
         monkeypatch.setenv("HALLUSCOPE_BASE_URL", stub.base_url)
@@ -129,9 +138,15 @@ def test_an_unscored_pair_fails_with_the_reason_and_a_grounded_one_returns_its_r
 def test_describe_report_lists_unsupported_claims_when_there_are_no_findings():
     from halluscope.records import Claim, Verdict
 
-    report = Report(method="m", score=0.0, threshold=0.5, verdicts=[
-        Verdict(claim=Claim(text="Dogs fly."), label="unsupported", reason="no source sentence says so"),
-        Verdict.unscored(Claim(text="Cats sing."), "unparseable reply")])
+    report = Report(
+        method="m",
+        score=0.0,
+        threshold=0.5,
+        verdicts=[
+            Verdict(claim=Claim(text="Dogs fly."), label="unsupported", reason="no source sentence says so"),
+            Verdict.unscored(Claim(text="Cats sing."), "unparseable reply"),
+        ],
+    )
     text = describe_report(report, "s", "Dogs fly. Cats sing.")
     assert "[unsupported] 'Dogs fly.': 'no source sentence says so'" in text
     assert "1 of 2 claims could not be scored" in text
@@ -147,9 +162,18 @@ def test_the_message_quotes_the_whole_evidence_and_its_chunk() -> None:
     source = ["first chunk", long_evidence]
     joined = "\n\n".join(source)
     start = joined.index("x")
-    finding = Finding(description="d", target_spans=[Span(start=0, end=3)], evidence=[
-        Evidence(text=long_evidence, span=Span(start=start, end=len(joined)), chunk=1,
-                 chunk_span=Span(start=0, end=len(long_evidence)))])
+    finding = Finding(
+        description="d",
+        target_spans=[Span(start=0, end=3)],
+        evidence=[
+            Evidence(
+                text=long_evidence,
+                span=Span(start=start, end=len(joined)),
+                chunk=1,
+                chunk_span=Span(start=0, end=len(long_evidence)),
+            )
+        ],
+    )
     message = describe_report(Report(method="m", score=0.0, threshold=0.5, findings=[finding]), joined, "The answer")
     assert "the relevant sentence comes after the old cut." in message and f"chunk 1[0:{len(long_evidence)}]" in message
 
@@ -177,9 +201,16 @@ def test_a_finding_fails_the_check_even_above_the_threshold() -> None:
         uses_llm = False
 
         async def run(self, source: str, target: str) -> Report:
-            return Report(method=self.name, score=0.9, findings=[Finding(description="15 votes is not in the source",
-                                                                         target_spans=[Span(start=0, end=3)])])
+            return Report(
+                method=self.name,
+                score=0.9,
+                findings=[Finding(description="15 votes is not in the source", target_spans=[Span(start=0, end=3)])],
+            )
 
     with pytest.raises(AssertionError, match="high_score_one_finding found 1 problem"):
-        assert_grounded(["The budget passed on Tuesday.", "Fares stay the same."],
-                        "The budget passed on Tuesday, with 15 votes.", method=HighScoreOneFinding(), threshold=0.1)
+        assert_grounded(
+            ["The budget passed on Tuesday.", "Fares stay the same."],
+            "The budget passed on Tuesday, with 15 votes.",
+            method=HighScoreOneFinding(),
+            threshold=0.1,
+        )

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -21,27 +20,58 @@ def _module():
 
 def _folder(path: Path, model: str, dataset: str, rows: list[dict]) -> Path:
     path.mkdir()
-    (path / "run.json").write_text(json.dumps({
-        "endpoint": f"llama_cpp.server + {model} (n_ctx=8192, threads=2)", "model": "m", "dataset": dataset}))
+    (path / "run.json").write_text(
+        json.dumps(
+            {"endpoint": f"llama_cpp.server + {model} (n_ctx=8192, threads=2)", "model": "m", "dataset": dataset}
+        )
+    )
     (path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"system": "cut off')
     return path
 
 
 def _qags(system: str, scores: list[float | None], calls: int) -> list[dict]:
-    return [{"system": system, "item": f"q{i}", "calls": calls, "prompt_tokens": 100 * calls,
-             "completion_tokens": 10 * calls, "scored": s is not None, "score": s, "gold_human_score": float(i)}
-            for i, s in enumerate(scores)]
+    return [
+        {
+            "system": system,
+            "item": f"q{i}",
+            "calls": calls,
+            "prompt_tokens": 100 * calls,
+            "completion_tokens": 10 * calls,
+            "scored": s is not None,
+            "score": s,
+            "gold_human_score": float(i),
+        }
+        for i, s in enumerate(scores)
+    ]
 
 
 def test_one_row_per_system_and_model_with_each_datasets_accuracy(tmp_path) -> None:
     qt = _module()
     rouge = [0.1, 0.3, 0.2, 0.4, 0.5]
-    qwen = _folder(tmp_path / "qags-qwen", "Qwen-1.5B", "qags:dev",
-                   _qags("rouge", rouge, 0) + _qags("geval", [0.0, 0.25, 0.5, 0.75, 1.0], 1))
-    smol = _folder(tmp_path / "qags-smol", "SmolLM2", "qags:dev",
-                   _qags("rouge", rouge, 0) + _qags("geval", [1.0, None, 0.5, None, 0.0], 2))
-    labelled = [{"system": "geval", "item": f"s{i}", "calls": 1, "scored": True, "score": i / 4,
-                 "gold_label": int(i >= 2), "domain": "news" if i % 2 else "samsum"} for i in range(4)]
+    qwen = _folder(
+        tmp_path / "qags-qwen",
+        "Qwen-1.5B",
+        "qags:dev",
+        _qags("rouge", rouge, 0) + _qags("geval", [0.0, 0.25, 0.5, 0.75, 1.0], 1),
+    )
+    smol = _folder(
+        tmp_path / "qags-smol",
+        "SmolLM2",
+        "qags:dev",
+        _qags("rouge", rouge, 0) + _qags("geval", [1.0, None, 0.5, None, 0.0], 2),
+    )
+    labelled = [
+        {
+            "system": "geval",
+            "item": f"s{i}",
+            "calls": 1,
+            "scored": True,
+            "score": i / 4,
+            "gold_label": int(i >= 2),
+            "domain": "news" if i % 2 else "samsum",
+        }
+        for i in range(4)
+    ]
     summ = _folder(tmp_path / "summedits-qwen", "Qwen-1.5B", "summedits", labelled)
 
     table = qt.cells([qwen, smol, summ])
@@ -92,25 +122,55 @@ def test_the_benchmarks_script_is_the_package_command(tmp_path) -> None:
     import sys
 
     folder = _folder(tmp_path / "q", "Qwen-1.5B", "qags:dev", _qags("geval", [0.1, 0.2, 0.3], 1))
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "quality_table.py"), str(folder),
-                           "--min-items", "3"], capture_output=True, text=True, timeout=120,
-                          env={**__import__("os").environ, "PYTHONPATH": str(REPO / "src")})
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "quality_table.py"), str(folder), "--min-items", "3"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**__import__("os").environ, "PYTHONPATH": str(REPO / "src")},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == _module().markdown(_module().cells([folder]), 3)
 
 
 def test_a_system_that_describes_nothing_gets_its_detection_auc_on_final(tmp_path) -> None:
     qt = _module()
-    rows = [{"system": "rouge", "item": f"f{i}", "calls": 0, "scored": True, "score": i / 3, "gold_label": int(i >= 2),
-             "predicted_descriptions": [], "match": {"judge": "j", "n_gold": 1, "n_pred": 0, "matched_gold": 0}}
-            for i in range(4)]
-    rows += [{"system": "localize", "item": f"f{i}", "calls": 2, "scored": True, "score": float(i >= 2),
-              "gold_label": int(i >= 2), "predicted_descriptions": [] if i >= 2 else ["made up"],
-              "match": {"judge": "j", "n_gold": 0 if i >= 2 else 1, "n_pred": 0 if i >= 2 else 1,
-                        "matched_gold": 0 if i >= 2 else 1}} for i in range(4)]
+    rows = [
+        {
+            "system": "rouge",
+            "item": f"f{i}",
+            "calls": 0,
+            "scored": True,
+            "score": i / 3,
+            "gold_label": int(i >= 2),
+            "predicted_descriptions": [],
+            "match": {"judge": "j", "n_gold": 1, "n_pred": 0, "matched_gold": 0},
+        }
+        for i in range(4)
+    ]
+    rows += [
+        {
+            "system": "localize",
+            "item": f"f{i}",
+            "calls": 2,
+            "scored": True,
+            "score": float(i >= 2),
+            "gold_label": int(i >= 2),
+            "predicted_descriptions": [] if i >= 2 else ["made up"],
+            "match": {
+                "judge": "j",
+                "n_gold": 0 if i >= 2 else 1,
+                "n_pred": 0 if i >= 2 else 1,
+                "matched_gold": 0 if i >= 2 else 1,
+            },
+        }
+        for i in range(4)
+    ]
     table = qt.cells([_folder(tmp_path / "final", "Qwen-1.5B", "final:dev", rows)])
     text = qt.markdown(table)
-    assert "describes no error; detection AUC 1.000" in next(line for line in text.splitlines() if line.startswith("| rouge"))
+    assert "describes no error; detection AUC 1.000" in next(
+        line for line in text.splitlines() if line.startswith("| rouge")
+    )
     localize = next(line for line in text.splitlines() if line.startswith("| localize"))
     assert "F1 1.000" in localize and "<br>detection AUC 1.000" in localize  # comparable with rouge's cell
 
@@ -124,12 +184,19 @@ def test_a_cell_with_too_few_items_shows_its_count_not_a_figure(tmp_path) -> Non
 
 def test_a_cell_without_a_statistic_says_why(tmp_path) -> None:
     qt = _module()
-    folder = _folder(tmp_path / "q", "SmolLM2", "qags:dev",
-                     _qags("probe", [0.0, 0.0, 0.0], 2) + _qags("localize", [None, None, 0.5], 2)
-                     + _qags("dcr", [None, 0.5, 0.5, 1.0], 2))
+    folder = _folder(
+        tmp_path / "q",
+        "SmolLM2",
+        "qags:dev",
+        _qags("probe", [0.0, 0.0, 0.0], 2)
+        + _qags("localize", [None, None, 0.5], 2)
+        + _qags("dcr", [None, 0.5, 0.5, 1.0], 2),
+    )
     lines = qt.markdown(qt.cells([folder])).splitlines()
-    row = {system: next(line for line in lines if line.startswith(f"| {system} |"))
-           for system in ("probe", "localize", "dcr")}
+    row = {
+        system: next(line for line in lines if line.startswith(f"| {system} |"))
+        for system in ("probe", "localize", "dcr")
+    }
     assert "no figure: every score 0.00 (3/3 scored)" in row["probe"]
     assert "no figure: too few scored (1/3 scored)" in row["localize"]
     assert "no figure" not in row["dcr"] and "(3/4 scored)" in row["dcr"]

@@ -39,8 +39,9 @@ skip_without_ray = pytest.mark.skipif(not HAVE_RAY, reason=NO_RAY)
 def fake_llm(config: Config) -> LLM:
     """What every actor (and the driver) builds: the scripted fake model (G-Eval's ratings, by reply type) over the
     configured cache."""
-    return LLM(FakeModel(by_reply={GevalReply: stub_reply}), cache=open_cache(config),
-               max_concurrency=config.max_concurrency)
+    return LLM(
+        FakeModel(by_reply={GevalReply: stub_reply}), cache=open_cache(config), max_concurrency=config.max_concurrency
+    )
 
 
 def _comparable(report) -> dict:
@@ -53,6 +54,7 @@ def _comparable(report) -> dict:
 @pytest.fixture
 def time_limit():
     """Fail a Ray test after 150 s instead of hanging the suite (e.g. actors waiting for CPUs that never free)."""
+
     def expired(signum, frame):
         raise TimeoutError("Ray test ran past 150 s")
 
@@ -86,8 +88,11 @@ def _wait_until_other_jobs_have_no_live_actor(deadline: float) -> None:
 
     mine = ray.get_runtime_context().get_job_id()
     while True:
-        alive = [a for a in state.actors().values()  # detached helpers (Ray Data's stats actor) outlive any job
-                 if a.get("State") != "DEAD" and not a.get("IsDetached") and str(a.get("JobID", "")) != str(mine)]
+        alive = [
+            a
+            for a in state.actors().values()  # detached helpers (Ray Data's stats actor) outlive any job
+            if a.get("State") != "DEAD" and not a.get("IsDetached") and str(a.get("JobID", "")) != str(mine)
+        ]
         if not alive:
             return
         assert time.monotonic() < deadline, f"actors of the killed driver still alive: {alive}"
@@ -108,11 +113,40 @@ def driver_to_kill(ray_cluster, tmp_path_factory):
     with StubEndpoint(hold_after=ANSWER_FIRST) as stub:
         env = {**os.environ, "HALLUSCOPE_CACHE_PATH": str(cache_path), "XDG_CACHE_HOME": str(tmp / "xdg")}
         driver = subprocess.Popen(
-            [sys.executable, "-m", "halluscope.cli.main", "bench", "--dataset", str(data), "--method", "geval",
-             "--model", "stub", "--base-url", stub.base_url, "--out", str(out), "--engine", "ray",
-             "--address", ray_cluster, "--actors", "2", "--actor-concurrency", "2", "--actor-cpus", "0.5",
-             "--bootstrap", "0", "--no-progress"],
-            env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            [
+                sys.executable,
+                "-m",
+                "halluscope.cli.main",
+                "bench",
+                "--dataset",
+                str(data),
+                "--method",
+                "geval",
+                "--model",
+                "stub",
+                "--base-url",
+                stub.base_url,
+                "--out",
+                str(out),
+                "--engine",
+                "ray",
+                "--address",
+                ray_cluster,
+                "--actors",
+                "2",
+                "--actor-concurrency",
+                "2",
+                "--actor-cpus",
+                "0.5",
+                "--bootstrap",
+                "0",
+                "--no-progress",
+            ],
+            env=env,
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         try:
             yield {"stub": stub, "driver": driver, "tmp": tmp, "out": out, "cache_path": cache_path}
         finally:
@@ -124,9 +158,12 @@ def driver_to_kill(ray_cluster, tmp_path_factory):
 
 # --- without a cluster ----------------------------------------------------------------------------------
 
+
 def test_ray_and_redis_are_not_imported_by_halluscope():
-    code = ("import sys, halluscope, halluscope.bench.runner, halluscope.bench.ray_engine, halluscope.cli.main; "
-            "print('ray' in sys.modules, 'redis' in sys.modules)")
+    code = (
+        "import sys, halluscope, halluscope.bench.runner, halluscope.bench.ray_engine, halluscope.cli.main; "
+        "print('ray' in sys.modules, 'redis' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert out.stdout.strip() == "False False", out.stderr
 
@@ -142,8 +179,9 @@ def test_worker_refuses_to_build_a_different_method(tmp_path):
     prompts = tmp_path / "prompts"
     prompts.mkdir()
     (prompts / "geval.txt").write_text("Rate it.\n$source\n$target\n$format")
-    other = MethodSpec(type(method), method.options(), config.with_overrides(prompts_dir=prompts), fake_llm,
-                       spec.expect)  # e.g. a prompt override folder that differs on a worker node
+    other = MethodSpec(
+        type(method), method.options(), config.with_overrides(prompts_dir=prompts), fake_llm, spec.expect
+    )  # e.g. a prompt override folder that differs on a worker node
     with pytest.raises(RayEngineError, match="prompt_version"):
         other.build()
 
@@ -153,8 +191,15 @@ def test_example_from_row_accepts_json_or_columns():
 
     ex = toy_examples(1)[0]
     assert example_from_row({"id": ex.id, "example": ex.model_dump_json()}) == ex
-    row = {"id": np.int64(7), "source": "S.", "target": "T.", "label": np.int64(1), "descriptions": np.array(["d"]),
-           "gold_spans": [{"start": 0, "end": 1}], "origin": "crawl"}
+    row = {
+        "id": np.int64(7),
+        "source": "S.",
+        "target": "T.",
+        "label": np.int64(1),
+        "descriptions": np.array(["d"]),
+        "gold_spans": [{"start": 0, "end": 1}],
+        "origin": "crawl",
+    }
     got = example_from_row(row)
     assert got.id == "7" and got.label == 1 and got.descriptions == ["d"] and got.gold_spans[0].end == 1
     assert got.meta == {"origin": "crawl"}
@@ -168,6 +213,7 @@ def test_engine_options_are_checked():
 
 # --- on a local Ray instance ----------------------------------------------------------------------------
 
+
 @pytest.mark.ray
 @skip_without_ray
 @pytest.mark.usefixtures("ray_cluster", "driver_to_kill", "time_limit")
@@ -177,8 +223,16 @@ def test_python_entry_point_scores_a_ray_dataset_like_the_local_engine(tmp_path)
     examples = toy_examples(6)
     rows = [{"id": ex.id, "source": ex.source, "target": ex.target, "label": ex.label} for ex in examples]
     config = Config(cache_path=tmp_path / "ray.sqlite")
-    reports = check_examples(ray.data.from_items(rows), "geval", config=config, llm_factory=fake_llm,
-                             actors=1, actor_concurrency=3, cpus_per_actor=0.5, skip_ids={"ex5"})
+    reports = check_examples(
+        ray.data.from_items(rows),
+        "geval",
+        config=config,
+        llm_factory=fake_llm,
+        actors=1,
+        actor_concurrency=3,
+        cpus_per_actor=0.5,
+        skip_ids={"ex5"},
+    )
     local_config = Config(cache_path=tmp_path / "local.sqlite")  # a fresh cache: both runs really call the model
     local = get_method("geval", llm=fake_llm(local_config), config=local_config)
     assert sorted(reports) == [f"ex{i}" for i in range(5)]  # ex5 skipped, as when resuming
@@ -219,16 +273,27 @@ def test_killed_driver_resumes_with_no_item_lost_and_no_call_repeated(tmp_path, 
     done_at_kill = len(ItemStore(items).load())
     assert 0 < done_at_kill < n, f"the kill did not land mid-run ({done_at_kill} of {n} items done)"
     with sqlite3.connect(cache_path) as db:
-        cached = {REQUEST_TAG.search(json.loads(row[0])["text"]).group(1)
-                  for row in db.execute("SELECT completion FROM responses")}
+        cached = {
+            REQUEST_TAG.search(json.loads(row[0])["text"]).group(1)
+            for row in db.execute("SELECT completion FROM responses")
+        }
     answered_before = {d[:16] for d in stub.arrived[:ANSWER_FIRST]}
     assert cached == answered_before
     arrived_before = len(stub.arrived)
 
     config = Config(model="stub", base_url=stub.base_url, cache_path=cache_path)
     engine = RayEngine(actors=1, actor_concurrency=SLOTS, cpus_per_actor=0.5)  # one actor: one process to start
-    resumed = asyncio.run(run_bench(get_method("geval", config=config), Dataset("toy", None, toy_examples(n)),
-                                    out, progress=False, n_bootstrap=0, engine=engine, suite_names=["binary"]))
+    resumed = asyncio.run(
+        run_bench(
+            get_method("geval", config=config),
+            Dataset("toy", None, toy_examples(n)),
+            out,
+            progress=False,
+            n_bootstrap=0,
+            engine=engine,
+            suite_names=["binary"],
+        )
+    )
     resent = [d[:16] for d in stub.arrived[arrived_before:]]
     assert not set(resent) & answered_before, "a request answered before the kill was sent again"
     assert len(resent) == len(set(resent)) and len({d[:16] for d in stub.arrived}) == n
@@ -238,11 +303,21 @@ def test_killed_driver_resumes_with_no_item_lost_and_no_call_repeated(tmp_path, 
     assert resumed["usage_this_run"]["items_run"] == n - done_at_kill
 
     total = len(stub.arrived)
-    local = asyncio.run(run_bench(get_method("geval", config=config), Dataset("toy", None, toy_examples(n)),
-                                  tmp_path / "local", progress=False, n_bootstrap=0, suite_names=["binary"]))
+    local = asyncio.run(
+        run_bench(
+            get_method("geval", config=config),
+            Dataset("toy", None, toy_examples(n)),
+            tmp_path / "local",
+            progress=False,
+            n_bootstrap=0,
+            suite_names=["binary"],
+        )
+    )
     assert len(stub.arrived) == total and local["usage"]["calls"] == 0
     assert local["metrics"] == resumed["metrics"] and local["metrics"]["binary"]["auc"]["value"] == 1.0
     ray_reports, local_reports = ItemStore(items).load(), ItemStore(tmp_path / "local" / ITEMS_FILE).load()
     assert {k: _comparable(v) for k, v in ray_reports.items()} == {k: _comparable(v) for k, v in local_reports.items()}
-    print(f"\nkill/resume: {done_at_kill}/{n} items in items.jsonl at the kill, {ANSWER_FIRST} requests answered and "
-          f"cached, {SLOTS} in flight; after the resume {len(resent)} requests, 0 of them answered before")
+    print(
+        f"\nkill/resume: {done_at_kill}/{n} items in items.jsonl at the kill, {ANSWER_FIRST} requests answered and "
+        f"cached, {SLOTS} in flight; after the resume {len(resent)} requests, 0 of them answered before"
+    )

@@ -43,12 +43,29 @@ def installed(tmp_path_factory) -> Path:
     entry_points = block("toml").split("\n", 1)[1]  # after the doc's comment line
     (root / "my-checks" / "pyproject.toml").write_text(
         '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n\n'
-        f'[project]\nname = "my-checks"\nversion = "0.1"\n\n{entry_points}')
+        f'[project]\nname = "my-checks"\nversion = "0.1"\n\n{entry_points}'
+    )
     target = root / "site"
     env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
-                           "--no-build-isolation", "--target", str(target), str(root / "my-checks")],
-                          env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-index",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(root / "my-checks"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert (target / "my_checks" / "overlap.py").is_file()
     assert "halluscope.stages" in next(target.glob("my_checks-0.1.dist-info")).joinpath("entry_points.txt").read_text()
@@ -62,10 +79,17 @@ def run_cli(installed: Path, workdir: Path, command: str) -> subprocess.Complete
     assert args[0] == "halluscope"
     env = {k: v for k, v in os.environ.items() if not k.startswith("HALLUSCOPE_")}
     src = Path(halluscope.__file__).resolve().parents[1]
-    env.update(PYTHONPATH=os.pathsep.join([str(installed), str(src)]), HALLUSCOPE_MODEL=UNBUILDABLE,
-               HALLUSCOPE_CACHE="false")
-    return subprocess.run([sys.executable, "-m", "halluscope", *args[1:]], cwd=workdir, env=env,
-                          capture_output=True, text=True, timeout=120)
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(installed), str(src)]), HALLUSCOPE_MODEL=UNBUILDABLE, HALLUSCOPE_CACHE="false"
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "halluscope", *args[1:]],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def doc_commands() -> list[str]:

@@ -28,7 +28,7 @@ def bash_blocks() -> list[tuple[int, str, str | None]]:
             end = lines.index("```", i + 1)
             before = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
             skip = SKIP.search(before)
-            out.append((i + 1, "\n".join(lines[i + 1:end]), skip.group("reason") if skip else None))
+            out.append((i + 1, "\n".join(lines[i + 1 : end]), skip.group("reason") if skip else None))
     return out
 
 
@@ -41,11 +41,13 @@ BLOCKS = bash_blocks()
 
 def test_the_readme_is_short_and_cites_the_five_papers() -> None:
     assert len(README.splitlines()) <= 250
-    for title in ("Long-Form Information Alignment Evaluation Beyond Atomic Facts",
-                  "Divide-Conquer-Reasoning for Consistency Evaluation and Automatic Improvement of Large Language Models",
-                  "Fine-Grained Detection of Context-Grounded Hallucinations Using LLMs",
-                  "Stress Testing Factual Consistency Metrics for Long-Document Summarization",
-                  "PROBE: PROcess-Based BEnchmark for Hallucination Detection"):
+    for title in (
+        "Long-Form Information Alignment Evaluation Beyond Atomic Facts",
+        "Divide-Conquer-Reasoning for Consistency Evaluation and Automatic Improvement of Large Language Models",
+        "Fine-Grained Detection of Context-Grounded Hallucinations Using LLMs",
+        "Stress Testing Factual Consistency Metrics for Long-Document Summarization",
+        "PROBE: PROcess-Based BEnchmark for Hallucination Detection",
+    ):
         assert title in README, title
     for arxiv in ("2505.15792", "2401.02132", "2509.22582", "2511.07689"):
         assert f"arXiv:{arxiv}" in README
@@ -63,24 +65,46 @@ def test_readme_bash_block_runs(line: int, code: str, reason: str | None, tmp_pa
     if reason is not None:
         pytest.skip(f"README line {line}: {reason}")
     shutil.copytree(REPO / "examples", tmp_path / "examples")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
-           "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+    }
     for command in commands(code):
         words = shlex.split(command)
         assert words[0] == "halluscope", command
-        done = subprocess.run([sys.executable, "-m", "halluscope.cli.main", *words[1:], *(
-            ["--no-progress"] if "--input" in words else [])], cwd=tmp_path, env=env, capture_output=True,
-            text=True, timeout=300)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "halluscope.cli.main",
+                *words[1:],
+                *(["--no-progress"] if "--input" in words else []),
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         # it ran and checked: 0 (consistent) or 1 (inconsistent); 2 (usage) and 3 (unscored) mean it did not
         assert done.returncode in (0, 1), f"{command}\n{done.stdout}\n{done.stderr}"
 
 
 def test_the_offline_example_prints_what_the_readme_shows(tmp_path) -> None:
-    shown = README.split("--target examples/answer.txt --method gate\n```", 1)[1].split("```text\n", 1)[1].split("```")[0]
+    shown = (
+        README.split("--target examples/answer.txt --method gate\n```", 1)[1].split("```text\n", 1)[1].split("```")[0]
+    )
     command = next(c for _, code, reason in BLOCKS if reason is None for c in commands(code) if "answer.txt" in c)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-m", "halluscope.cli.main", *shlex.split(command)[1:]], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "halluscope.cli.main", *shlex.split(command)[1:]],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 1
     timeless = lambda text: re.sub(r", [0-9.]+s$", "", text.strip(), flags=re.M)  # noqa: E731 - elapsed time varies
     assert timeless(done.stdout) == timeless(shown)
@@ -89,12 +113,17 @@ def test_the_offline_example_prints_what_the_readme_shows(tmp_path) -> None:
 def test_the_readme_python_blocks_run(tmp_path) -> None:
     rag = README.split("## RAG contexts: a list of chunks", 1)[1].split("```python\n", 1)[1].split("```")[0]
     first = README.split("## Python, DataFrames and pytest", 1)[1].split("```python\n", 1)[1].split("```")[0]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
-           "XDG_CACHE_HOME": str(tmp_path)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
+        "XDG_CACHE_HOME": str(tmp_path),
+    }
     for code in (rag, first):
-        done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        )
         assert done.returncode == 0, done.stderr[-2000:]
-    done = subprocess.run([sys.executable, "-c", rag], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", rag], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.stdout.splitlines()[0] == "inconsistent" and "(1, 'It has 2.1 million inhabitants.')" in done.stdout

@@ -4,9 +4,9 @@ for loopback stubs and temporary files), so the docs cannot drift from the code.
 from __future__ import annotations
 
 import contextlib
-import json
 import importlib.metadata
 import io
+import json
 import os
 import re
 import shlex
@@ -56,8 +56,11 @@ def test_the_provider_snippet_routes_each_model(tmp_path):
         base_url = args[args.index("--base-url") + 1] if "--base-url" in args else None
         routes[model] = litellm_model_name(model, base_url)
     # a model at a --base-url goes to that OpenAI-compatible endpoint; a provider's model goes through LiteLLM
-    assert routes == {"gpt-4o-mini": None, "qwen2.5:7b": None,
-                      "anthropic/claude-3-5-haiku-latest": "anthropic/claude-3-5-haiku-latest"}
+    assert routes == {
+        "gpt-4o-mini": None,
+        "qwen2.5:7b": None,
+        "anthropic/claude-3-5-haiku-latest": "anthropic/claude-3-5-haiku-latest",
+    }
     from tests.test_cache_backends import StubEndpoint
 
     (tmp_path / "src.txt").write_text("Source 1: the cat sat on the mat.")

@@ -23,15 +23,23 @@ def repo_with_command(path: Path, command: str) -> Path:
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
-@pytest.mark.parametrize("command, failed", [
-    ("pip install --help > /dev/null && python -m pytest --version", 0),
-    ("pip install --help > /dev/null && python -m pytest --no-such-option", 2),
-])
+@pytest.mark.parametrize(
+    "command, failed",
+    [
+        ("pip install --help > /dev/null && python -m pytest --version", 0),
+        ("pip install --help > /dev/null && python -m pytest --no-such-option", 2),
+    ],
+)
 def test_each_run_is_logged_and_the_exit_status_counts_the_failed_ones(tmp_path, command, failed) -> None:
     repo = repo_with_command(tmp_path / "repo", command)
     logs = tmp_path / "logs"
-    done = subprocess.run(["bash", str(REPO / "benchmarks" / "repeat_tests.sh"), "2", "0", str(logs)], cwd=repo,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        ["bash", str(REPO / "benchmarks" / "repeat_tests.sh"), "2", "0", str(logs)],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == failed, done.stdout + done.stderr
     summary = (logs / "summary.txt").read_text()
     assert f"cmd: {command}" in summary and f"failed runs: {failed} of 2" in summary

@@ -15,8 +15,18 @@ import json
 
 import pytest
 
-from tests.replay_model import (ReplayDataChanged, ReplayDataMissing, fill_text, fixtures, load_fixture, load_stored,
-                                outcome, replay, sha256, strip_text)
+from tests.replay_model import (
+    ReplayDataChanged,
+    ReplayDataMissing,
+    fill_text,
+    fixtures,
+    load_fixture,
+    load_stored,
+    outcome,
+    replay,
+    sha256,
+    strip_text,
+)
 
 FIXTURES = fixtures()
 LLM_METHODS = {"geval", "dcr", "factscore", "probe", "dove", "localize", "improve"}
@@ -69,8 +79,26 @@ def test_a_stored_fixture_holds_no_copy_of_its_items_text(path):
     assert any("{{source}}" in r for r in requests) and any("{{target}}" in r for r in requests)
 
 
-@pytest.mark.parametrize("text", ["", "plain", "S", "T", "S and T", "TS", "{{", "{{{", "{{source}}", "{{target}}",
-                                  "{{brace}}", "{S}", "{{S}}", "x{S{{T}}}{", "{{{{source}}}}"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "plain",
+        "S",
+        "T",
+        "S and T",
+        "TS",
+        "{{",
+        "{{{",
+        "{{source}}",
+        "{{target}}",
+        "{{brace}}",
+        "{S}",
+        "{{S}}",
+        "x{S{{T}}}{",
+        "{{{{source}}}}",
+    ],
+)
 @pytest.mark.parametrize("source, target", [("S", "T"), ("S{{", "{T"), ("ab", "abc"), ("{{source}}", "{{brace}}")])
 def test_stripping_a_text_is_undone_exactly(text, source, target):
     text = text.replace("S", source).replace("T", target)

@@ -17,11 +17,21 @@ from halluscope.text.tags import strip_tag_blocks, strip_think, tag_blocks, tag_
 _OLD_THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
 
 
-@pytest.mark.parametrize("text", [
-    "", "plain", "<think>a</think>b", "x<THINK>a</Think>y<think>b</think>z", "<think>open only",
-    "<think>a<think>b</think>c</think>", "</think><think>", "<think></think><think>x", "a<think>\n\n</think>",
-    "<think>1</think>" * 5 + "<think>tail",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "plain",
+        "<think>a</think>b",
+        "x<THINK>a</Think>y<think>b</think>z",
+        "<think>open only",
+        "<think>a<think>b</think>c</think>",
+        "</think><think>",
+        "<think></think><think>x",
+        "a<think>\n\n</think>",
+        "<think>1</think>" * 5 + "<think>tail",
+    ],
+)
 def test_same_result_as_the_regex_it_replaces(text: str) -> None:
     assert strip_think(text) == _OLD_THINK.sub("", text)
     assert tag_contents(text, "think") == re.findall(r"<think>(.*?)</think>", text, re.S | re.I)

@@ -13,8 +13,16 @@ from typer.testing import CliRunner
 
 from halluscope.bench.datasets import write_examples
 from halluscope.bench.judge import MatchReply
-from halluscope.bench.reproduce import (PAPERS, PROTOCOLS, Context, PaperResults, ReproduceError, get_protocol,
-                                        load_paper_results, run_reproduce)
+from halluscope.bench.reproduce import (
+    PAPERS,
+    PROTOCOLS,
+    Context,
+    PaperResults,
+    ReproduceError,
+    get_protocol,
+    load_paper_results,
+    run_reproduce,
+)
 from halluscope.bench.reproduce.core import main_table, select_rows
 from halluscope.cli.main import app
 from halluscope.config import Config
@@ -24,8 +32,10 @@ from halluscope.methods.localize import FINAL_MARKER, HintedLocalizationReply, L
 from halluscope.records import Example
 from tests.prompt_data import fenced
 
-HEADER = ("| row | metric | paper | ours, all items [95% CI] | ours, scored items | coverage | judge | "
-          "calls / tokens per item | note |")
+HEADER = (
+    "| row | metric | paper | ours, all items [95% CI] | ours, scored items | coverage | judge | "
+    "calls / tokens per item | note |"
+)
 
 
 # --- the published numbers ------------------------------------------------------------------------------------
@@ -109,10 +119,18 @@ def test_row_selection_embedded_subset_and_errors():
 
 # --- runs with the scripted fake model ------------------------------------------------------------------------
 
+
 def _qags(tmp_path):
     human = [0.0, 0.3, 0.6, 1.0, 0.5]
-    examples = [Example(id=f"q{i}", source=f"Source {i}: the council met on Tuesday and approved the budget.",
-                        target=f"Claim number {i}. The council met.", human_score=h) for i, h in enumerate(human)]
+    examples = [
+        Example(
+            id=f"q{i}",
+            source=f"Source {i}: the council met on Tuesday and approved the budget.",
+            target=f"Claim number {i}. The council met.",
+            human_score=h,
+        )
+        for i, h in enumerate(human)
+    ]
     path = tmp_path / "qags_tiny.jsonl"
     write_examples(path, examples)
     return path, human
@@ -130,23 +148,41 @@ UNUSABLE = "I cannot answer that."
 
 
 def _ctx(tmp_path, model: FakeModel, **kw) -> Context:
-    return Context(out_dir=tmp_path / "out", config=Config(cache=False, max_concurrency=1), progress=False,
-                   llm=LLM(model, cache=None, max_concurrency=1), **kw)
+    return Context(
+        out_dir=tmp_path / "out",
+        config=Config(cache=False, max_concurrency=1),
+        progress=False,
+        llm=LLM(model, cache=None, max_concurrency=1),
+        **kw,
+    )
 
 
 async def test_dcr_protocol_table_paper_column_unscored_row_and_resume(tmp_path):
     path, human = _qags(tmp_path)
     with pytest.raises(ReproduceError, match="top_kk belong to none of the selected rows' methods"):
-        await run_reproduce(get_protocol("dcr"), _ctx(tmp_path, FakeModel(), dataset=str(path)), methods=["geval"],
-                            options={"top_kk": 1}, echo=lambda _: None)
+        await run_reproduce(
+            get_protocol("dcr"),
+            _ctx(tmp_path, FakeModel(), dataset=str(path)),
+            methods=["geval"],
+            options={"top_kk": 1},
+            echo=lambda _: None,
+        )
     first = FakeModel(by_reply=RATINGS, default=UNUSABLE)
-    result = await run_reproduce(get_protocol("dcr"), _ctx(tmp_path, first, dataset=str(path)),
-                                 methods=["geval", "dcr"], n_bootstrap=50, echo=lambda _: None)
+    result = await run_reproduce(
+        get_protocol("dcr"),
+        _ctx(tmp_path, first, dataset=str(path)),
+        methods=["geval", "dcr"],
+        n_bootstrap=50,
+        echo=lambda _: None,
+    )
     geval, dcr = result["rows"]
     assert [m["key"] for m in geval["metrics"]] == ["pearson", "spearman", "kendall"]
     scores = [(r - 1) / 4 for r in [1, 2, 3, 5, 4]]
-    expected = {"pearson": stats.pearsonr(scores, human).statistic, "spearman": stats.spearmanr(scores, human).statistic,
-                "kendall": stats.kendalltau(scores, human).statistic}
+    expected = {
+        "pearson": stats.pearsonr(scores, human).statistic,
+        "spearman": stats.spearmanr(scores, human).statistic,
+        "kendall": stats.kendalltau(scores, human).statistic,
+    }
     for m in geval["metrics"]:
         assert m["ours"]["value"] == pytest.approx(expected[m["key"]])
         assert m["ours"]["low"] is not None and m["ours"]["n"] == 5 and m["reason"] is None
@@ -160,8 +196,9 @@ async def test_dcr_protocol_table_paper_column_unscored_row_and_resume(tmp_path)
 
     table = main_table(result).splitlines()
     assert table[0] == HEADER and len(table) == 2 + 6
-    assert table[2].startswith("| G-Eval (geval) | Pearson r | 0.477 (gpt-3.5-turbo, Table 2) | "
-                               f"{expected['pearson']:.3f} [")
+    assert table[2].startswith(
+        f"| G-Eval (geval) | Pearson r | 0.477 (gpt-3.5-turbo, Table 2) | {expected['pearson']:.3f} ["
+    )
     assert "| DCE-AMC (dcr) | Kendall tau | 0.596 (gpt-3.5-turbo, Table 2) | cannot compute | - | 0/5 | - |" in table[7]
     assert "| 5/5 |" in table[2]  # coverage beside every value
     md = (tmp_path / "out" / "reproduce.md").read_text()
@@ -173,8 +210,13 @@ async def test_dcr_protocol_table_paper_column_unscored_row_and_resume(tmp_path)
 
     # a re-run resumes from items.jsonl: no request reaches the model, the numbers are the same
     second = FakeModel()  # no script: any request would raise
-    again = await run_reproduce(get_protocol("dcr"), _ctx(tmp_path, second, dataset=str(path)),
-                                methods=["geval", "dcr"], n_bootstrap=50, echo=lambda _: None)
+    again = await run_reproduce(
+        get_protocol("dcr"),
+        _ctx(tmp_path, second, dataset=str(path)),
+        methods=["geval", "dcr"],
+        n_bootstrap=50,
+        echo=lambda _: None,
+    )
     assert second.requests == []
     assert again["rows"][0]["metrics"] == geval["metrics"]
     assert again["rows"][0]["cost"]["calls_this_run"] == 0
@@ -191,15 +233,25 @@ FINAL_SCRIPT = {
 
 async def test_final_protocol_matches_with_the_judge_and_resumes(tmp_path):
     examples = [
-        Example(id="f1", source="The vote was held on Tuesday.", target="The vote was on Monday.",
-                descriptions=["The day of the vote is wrong: it was Tuesday."], label=0),
+        Example(
+            id="f1",
+            source="The vote was held on Tuesday.",
+            target="The vote was on Monday.",
+            descriptions=["The day of the vote is wrong: it was Tuesday."],
+            label=0,
+        ),
         Example(id="f2", source="The vote was held on Tuesday.", target="The vote was held.", descriptions=[], label=1),
     ]
     path = tmp_path / "final_tiny.jsonl"
     write_examples(path, examples)
     model = FakeModel(by_reply=FINAL_SCRIPT)
-    result = await run_reproduce(get_protocol("final"), _ctx(tmp_path, model, dataset=str(path)),
-                                 methods=["zero_shot", "oracle_cot_hint"], n_bootstrap=0, echo=lambda _: None)
+    result = await run_reproduce(
+        get_protocol("final"),
+        _ctx(tmp_path, model, dataset=str(path)),
+        methods=["zero_shot", "oracle_cot_hint"],
+        n_bootstrap=0,
+        echo=lambda _: None,
+    )
     zero = {m["key"]: m for m in result["rows"][0]["metrics"]}
     # one gold matched; two predictions (one on the consistent item): R = 1, P = 1/2, F1 = 2/3
     assert zero["recall"]["ours"]["value"] == 1.0
@@ -213,18 +265,37 @@ async def test_final_protocol_matches_with_the_judge_and_resumes(tmp_path):
     assert oracle == {"recall": 1.0, "precision": 1.0, "f1": 1.0}
     assert model.requests  # (the bench also picks FINAL's prompt variant on the items: more calls than items)
     silent = FakeModel()
-    again = await run_reproduce(get_protocol("final"), _ctx(tmp_path, silent, dataset=str(path)),
-                                methods=["zero_shot", "oracle_cot_hint"], n_bootstrap=0, echo=lambda _: None)
+    again = await run_reproduce(
+        get_protocol("final"),
+        _ctx(tmp_path, silent, dataset=str(path)),
+        methods=["zero_shot", "oracle_cot_hint"],
+        n_bootstrap=0,
+        echo=lambda _: None,
+    )
     assert silent.requests == []  # localizations, variant selection and judge matches all resume
     assert [r["metrics"] for r in again["rows"]] == [r["metrics"] for r in result["rows"]]
 
 
 def _stories(tmp_path, n_sentences: int):
-    sentences = ["Ann found a map.", "She crossed the river.", "She met a guard.", "The guard let her pass.",
-                 "She reached the tower.", "She opened the chest."]
+    sentences = [
+        "Ann found a map.",
+        "She crossed the river.",
+        "She met a guard.",
+        "The guard let her pass.",
+        "She reached the tower.",
+        "She opened the chest.",
+    ]
     aside = "The old lighthouse keeper repainted the harbour wall every spring with blue paint from the village shop."
-    examples = [Example(id=f"s{k}", source=" ".join(sentences) + f" {aside} The story ends here ({k}).",
-                        target=" ".join(sentences[:n_sentences]), group=f"story{k}", split="dev") for k in range(3)]
+    examples = [
+        Example(
+            id=f"s{k}",
+            source=" ".join(sentences) + f" {aside} The story ends here ({k}).",
+            target=" ".join(sentences[:n_sentences]),
+            group=f"story{k}",
+            split="dev",
+        )
+        for k in range(3)
+    ]
     path = tmp_path / f"stories{n_sentences}.jsonl"
     write_examples(path, examples)
     return path
@@ -244,22 +315,35 @@ async def test_dove_protocol_builds_montage_without_llm_and_explains_missing_dif
     assert any("reorder the target's sentences" in d for d in result["protocol"]["build"]["departures"])
     assert result["model"] is None  # no LLM row ran
     # resume: the built set and the row are reused as they are
-    again = await run_reproduce(get_protocol("dove"), Context(out_dir=tmp_path / "out", config=Config(cache=False),
-                                                              dataset=str(path), progress=False),
-                                methods=["rougeL"], n_bootstrap=20, echo=lambda _: None)
+    again = await run_reproduce(
+        get_protocol("dove"),
+        Context(out_dir=tmp_path / "out", config=Config(cache=False), dataset=str(path), progress=False),
+        methods=["rougeL"],
+        n_bootstrap=20,
+        echo=lambda _: None,
+    )
     assert again["rows"][0]["metrics"] == row["metrics"]
     # a parts line cut short by a crash is dropped, that base item rebuilt, and the file left clean
     parts = tmp_path / "out" / "data" / "montage.parts.jsonl"
     lines = parts.read_text().splitlines()
     parts.write_text("\n".join(lines[:2]) + "\n" + lines[2][:40])
-    await run_reproduce(get_protocol("dove"), Context(out_dir=tmp_path / "out", config=Config(cache=False),
-                                                      dataset=str(path), progress=False),
-                        methods=["rougeL"], n_bootstrap=20, echo=lambda _: None)
+    await run_reproduce(
+        get_protocol("dove"),
+        Context(out_dir=tmp_path / "out", config=Config(cache=False), dataset=str(path), progress=False),
+        methods=["rougeL"],
+        n_bootstrap=20,
+        echo=lambda _: None,
+    )
     assert parts.read_text().splitlines()[:2] == lines[:2]
     assert sorted(parts.read_text().splitlines()) == sorted(lines)
     # a different build in the same folder is refused, not mixed in
-    other = Context(out_dir=tmp_path / "out", config=Config(cache=False), dataset=str(path), progress=False,
-                    build_options={"max_events": 3})
+    other = Context(
+        out_dir=tmp_path / "out",
+        config=Config(cache=False),
+        dataset=str(path),
+        progress=False,
+        build_options={"max_events": 3},
+    )
     with pytest.raises(Exception, match="built differently"):
         await run_reproduce(get_protocol("dove"), other, methods=["rougeL"], echo=lambda _: None)
 
@@ -268,8 +352,13 @@ async def test_longdoc_protocol_reports_unbuilt_perturbations(tmp_path, monkeypa
     # the stress suite's density bins: TF-IDF instead of loading sentence embeddings (seconds of imports)
     monkeypatch.setattr("halluscope.bench.suite_stress.EmbeddingDensity._embedding", lambda self, source, texts: None)
     path = _stories(tmp_path, 6)
-    ctx = Context(out_dir=tmp_path / "out", config=Config(cache=False), dataset=str(path), progress=False,
-                  build_options={"insert_with": "tfidf"})
+    ctx = Context(
+        out_dir=tmp_path / "out",
+        config=Config(cache=False),
+        dataset=str(path),
+        progress=False,
+        build_options={"insert_with": "tfidf"},
+    )
     result = await run_reproduce(get_protocol("longdoc"), ctx, methods=["rouge"], n_bootstrap=0, echo=lambda _: None)
     metrics = {m["key"]: m for m in result["rows"][0]["metrics"]}
     assert metrics["mean_original"]["ours"]["n"] == 3
@@ -284,36 +373,83 @@ async def test_longdoc_protocol_reports_unbuilt_perturbations(tmp_path, monkeypa
 def test_cli_reproduce_prints_paper_and_ours_columns(tmp_path):
     path = _stories(tmp_path, 6)
     out = tmp_path / "cli"
-    res = CliRunner().invoke(app, ["reproduce", "dove", "--dataset", str(path), "--out", str(out), "--no-progress",
-                                   "--bootstrap", "0", "--no-cache"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "reproduce",
+            "dove",
+            "--dataset",
+            str(path),
+            "--out",
+            str(out),
+            "--no-progress",
+            "--bootstrap",
+            "0",
+            "--no-cache",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert HEADER in res.output and "| ROUGE-2 (rouge2) | AUC average | 0.547 (Table 3) |" in res.output
     assert "Rows not run (--methods all): geval, geval_weighted, summac_zs, factscore, dove" in res.output
     assert (out / "reproduce.json").is_file() and (out / "reproduce.md").is_file()
     bad = CliRunner().invoke(app, ["reproduce", "nope"])
     assert bad.exit_code == 2 and "unknown paper" in bad.output
-    typo = CliRunner().invoke(app, ["reproduce", "dove", "--dataset", str(path), "--out", str(tmp_path / "typo"),
-                                    "-b", "max_event=4", "--no-progress"])
-    assert typo.exit_code == 2 and "unknown montage builder option(s) max_event; valid: level, max_events" in typo.output
+    typo = CliRunner().invoke(
+        app,
+        [
+            "reproduce",
+            "dove",
+            "--dataset",
+            str(path),
+            "--out",
+            str(tmp_path / "typo"),
+            "-b",
+            "max_event=4",
+            "--no-progress",
+        ],
+    )
+    assert (
+        typo.exit_code == 2 and "unknown montage builder option(s) max_event; valid: level, max_events" in typo.output
+    )
 
 
 async def test_probe_protocol_injects_donor_facts_and_shows_the_papers_bound(tmp_path):
-    topics = [("The bakery on Elm Street opened in 1990.", "The bakery on Elm Street opened its doors in 1990 and "
-               "sells rye bread every morning.", "The owner bakes rye bread before dawn for the neighbours."),
-              ("The river flooded the valley last spring.", "Heavy rain made the river flood the whole valley "
-               "last spring.", "Farmers in the valley lost most of their early wheat crop."),
-              ("The museum shows old maps of the harbour.", "The harbour museum displays a collection of very old "
-               "maps.", "Visitors can see how the harbour looked three centuries ago."),
-              ("The school choir won the regional contest.", "The school choir took first place at the regional "
-               "singing contest.", "The choir practised twice a week for the whole autumn term.")]
-    examples = [Example(id=f"p{k}", source=f"{a} {b} {c}", target=f"{b} {c}", label=1, split="evaluation")
-                for k, (a, b, c) in enumerate(topics)]
+    topics = [
+        (
+            "The bakery on Elm Street opened in 1990.",
+            "The bakery on Elm Street opened its doors in 1990 and sells rye bread every morning.",
+            "The owner bakes rye bread before dawn for the neighbours.",
+        ),
+        (
+            "The river flooded the valley last spring.",
+            "Heavy rain made the river flood the whole valley last spring.",
+            "Farmers in the valley lost most of their early wheat crop.",
+        ),
+        (
+            "The museum shows old maps of the harbour.",
+            "The harbour museum displays a collection of very old maps.",
+            "Visitors can see how the harbour looked three centuries ago.",
+        ),
+        (
+            "The school choir won the regional contest.",
+            "The school choir took first place at the regional singing contest.",
+            "The choir practised twice a week for the whole autumn term.",
+        ),
+    ]
+    examples = [
+        Example(id=f"p{k}", source=f"{a} {b} {c}", target=f"{b} {c}", label=1, split="evaluation")
+        for k, (a, b, c) in enumerate(topics)
+    ]
     path = tmp_path / "faithful.jsonl"
     write_examples(path, examples)
     model = FakeModel(default=json.dumps({"inconsistencies": []}))
-    result = await run_reproduce(get_protocol("probe"), _ctx(tmp_path, model, dataset=str(path), builder="no-llm",
-                                                             build_options={"complexities": [1]}),
-                                 methods=["direct"], n_bootstrap=0, echo=lambda _: None)
+    result = await run_reproduce(
+        get_protocol("probe"),
+        _ctx(tmp_path, model, dataset=str(path), builder="no-llm", build_options={"complexities": [1]}),
+        methods=["direct"],
+        n_bootstrap=0,
+        echo=lambda _: None,
+    )
     build = result["protocol"]["build"]
     assert build["options"]["facts_from"] == "donor" and build["usage"]["calls"] == 0
     injected = [json.loads(x) for x in (tmp_path / "out" / "data" / "injected.jsonl").read_text().splitlines()]
@@ -321,7 +457,7 @@ async def test_probe_protocol_injects_donor_facts_and_shows_the_papers_bound(tmp
     sources = {x.id: x.source for x in examples}
     for e in (e for e in injected if e["difficulty"] == "complexity-1"):
         (span,) = e["gold_spans"]
-        fact = e["target"][span["start"]:span["end"]].strip()
+        fact = e["target"][span["start"] : span["end"]].strip()
         donors = [x.target for x in examples if x.id != e["group"]]
         assert any(fact in d for d in donors) and fact not in sources[e["group"]]  # another summary's sentence
     recall = result["rows"][0]["metrics"][0]
@@ -339,16 +475,26 @@ async def test_probe_protocol_builds_self_gold_only_when_asked_and_labels_the_ro
     path = tmp_path / "faithful.jsonl"
     write_examples(path, [ITEM, other])
     llm = gold_model("m", strict=False)
-    ctx = Context(out_dir=tmp_path / "out", config=Config(cache=False, max_concurrency=1), progress=False, llm=llm,
-                  dataset=str(path), builder="no-llm", build_options={"complexities": [1], "gold_evidence": "self",
-                                                                       "gold_samples": 1})
+    ctx = Context(
+        out_dir=tmp_path / "out",
+        config=Config(cache=False, max_concurrency=1),
+        progress=False,
+        llm=llm,
+        dataset=str(path),
+        builder="no-llm",
+        build_options={"complexities": [1], "gold_evidence": "self", "gold_samples": 1},
+    )
     result = await run_reproduce(get_protocol("probe"), ctx, methods=["probe"], n_bootstrap=0, echo=lambda _: None)
     build = result["protocol"]["build"]
     assert build["options"]["gold_evidence"] is True and any("SELF-BUILT GOLD" in d for d in build["departures"])
     assert result["rows"][0]["gold"]["built_by"] == "self"
     table = main_table(result)
-    assert all("[self-built gold]" in line and "self-built gold: built by the scored model" in line
-               and "claim matching: lexical" in line for line in table.splitlines()[2:])
+    assert all(
+        "[self-built gold]" in line
+        and "self-built gold: built by the scored model" in line
+        and "claim matching: lexical" in line
+        for line in table.splitlines()[2:]
+    )
     injected = [json.loads(x) for x in (tmp_path / "out" / "data" / "injected.jsonl").read_text().splitlines()]
     assert injected and all(e["meta"].get("gold_claims_complete") for e in injected)
     metrics = {m["key"]: m for m in result["rows"][0]["metrics"]}
@@ -364,9 +510,16 @@ def _probe_ctx(tmp_path, llm, build_options, gold_llms=()):
     other = ITEM.model_copy(update={"id": "bridge2", "source": ITEM.source + extra, "target": ITEM.target + extra})
     path = tmp_path / "faithful.jsonl"
     write_examples(path, [ITEM, other])
-    return Context(out_dir=tmp_path / "out", config=Config(cache=False, max_concurrency=1), progress=False, llm=llm,
-                   dataset=str(path), builder="no-llm", build_options={"complexities": [1], **build_options},
-                   gold_llms=list(gold_llms))
+    return Context(
+        out_dir=tmp_path / "out",
+        config=Config(cache=False, max_concurrency=1),
+        progress=False,
+        llm=llm,
+        dataset=str(path),
+        builder="no-llm",
+        build_options={"complexities": [1], **build_options},
+        gold_llms=list(gold_llms),
+    )
 
 
 async def test_probe_gold_from_named_models_and_every_row_names_its_claim_matching(tmp_path):
@@ -375,8 +528,9 @@ async def test_probe_gold_from_named_models_and_every_row_names_its_claim_matchi
     scored = gold_model("scored", strict=False)
     gold = [gold_model("gold-a", strict=False), gold_model("gold-b", strict=False)]
     ctx = _probe_ctx(tmp_path, scored, {}, gold)
-    result = await run_reproduce(get_protocol("probe"), ctx, methods=["probe", "direct"], n_bootstrap=0,
-                                 echo=lambda _: None)
+    result = await run_reproduce(
+        get_protocol("probe"), ctx, methods=["probe", "direct"], n_bootstrap=0, echo=lambda _: None
+    )
     build = result["protocol"]["build"]
     assert build["gold"]["built_by"] == "named" and build["gold"]["models"] == [g.name for g in gold]
     assert build["options"]["gold_models"] == [g.name for g in gold]
@@ -392,17 +546,21 @@ async def test_probe_gold_from_named_models_and_every_row_names_its_claim_matchi
     assert any(f"gold built by {gold[0].name}, {gold[1].name}" in line for line in lines)
 
 
-@pytest.mark.parametrize("options,gold_names,needle", [
-    ({"gold_evidence": "true"}, (), "--gold-model"),  # no gold model named: refused, not built by the scored one
-    ({}, ("scored",), "is the scored model"),  # the "gold model" is the scored model
-    ({"gold_evidence": "self"}, ("gold-a",), "drop --gold-model"),
-    ({"gold_evidence": "maybe"}, (), "true, false or self"),
-])
+@pytest.mark.parametrize(
+    "options,gold_names,needle",
+    [
+        ({"gold_evidence": "true"}, (), "--gold-model"),  # no gold model named: refused, not built by the scored one
+        ({}, ("scored",), "is the scored model"),  # the "gold model" is the scored model
+        ({"gold_evidence": "self"}, ("gold-a",), "drop --gold-model"),
+        ({"gold_evidence": "maybe"}, (), "true, false or self"),
+    ],
+)
 async def test_probe_refuses_a_gold_the_scored_model_writes_unless_asked(tmp_path, options, gold_names, needle):
     from tests.test_inject import gold_model
 
-    ctx = _probe_ctx(tmp_path, gold_model("scored", strict=False), options,
-                     [gold_model(n, strict=False) for n in gold_names])
+    ctx = _probe_ctx(
+        tmp_path, gold_model("scored", strict=False), options, [gold_model(n, strict=False) for n in gold_names]
+    )
     with pytest.raises(ReproduceError, match=re.escape(needle)):
         await run_reproduce(get_protocol("probe"), ctx, methods=["probe"], n_bootstrap=0, echo=lambda _: None)
 
@@ -415,8 +573,18 @@ def test_cli_gold_model_names_the_gold_builders_and_refuses_the_scored_model(tmp
     script = tmp_path / "script.json"
     script.write_text("{}")  # no reply is ever asked for: every case below stops before an LLM call
     scored = f"fake:{script}"
-    base = ["reproduce", "probe", "--model", scored, "--dataset", str(data), "--output", str(tmp_path / "out"),
-            "--no-progress", "--no-cache"]
+    base = [
+        "reproduce",
+        "probe",
+        "--model",
+        scored,
+        "--dataset",
+        str(data),
+        "--output",
+        str(tmp_path / "out"),
+        "--no-progress",
+        "--no-cache",
+    ]
     runner = CliRunner()
     other = runner.invoke(app, ["reproduce", "dcr", "--model", scored, "--gold-model", "x", "--no-cache"])
     assert other.exit_code != 0 and "reproduce probe only" in other.output

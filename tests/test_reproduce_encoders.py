@@ -39,10 +39,17 @@ def empty_hf_cache(tmp_path, monkeypatch):
 def tiny_nli(folder) -> str:
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(minilm.get_model_path()))
     torch.manual_seed(0)
-    config = transformers.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=16, num_hidden_layers=1,
-                                     num_attention_heads=2, intermediate_size=32, max_position_embeddings=64,
-                                     num_labels=3, id2label={0: "contradiction", 1: "neutral", 2: "entailment"},
-                                     label2id={"contradiction": 0, "neutral": 1, "entailment": 2})
+    config = transformers.BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+        num_labels=3,
+        id2label={0: "contradiction", 1: "neutral", 2: "entailment"},
+        label2id={"contradiction": 0, "neutral": 1, "entailment": 2},
+    )
     transformers.BertForSequenceClassification(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return str(folder)
@@ -51,18 +58,30 @@ def tiny_nli(folder) -> str:
 def stories(tmp_path):
     sentences = ["Ann found a map.", "She crossed the river.", "She met a guard.", "The guard let her pass."]
     aside = "The old lighthouse keeper repainted the harbour wall every spring with blue paint from the village shop."
-    examples = [Example(id=f"s{k}", source=" ".join(sentences) + f" {aside} The story ends here ({k}).",
-                        target=" ".join(sentences), group=f"story{k}", split="dev") for k in range(3)]
+    examples = [
+        Example(
+            id=f"s{k}",
+            source=" ".join(sentences) + f" {aside} The story ends here ({k}).",
+            target=" ".join(sentences),
+            group=f"story{k}",
+            split="dev",
+        )
+        for k in range(3)
+    ]
     path = tmp_path / "stories.jsonl"
     write_examples(path, examples)
     return path
 
 
 async def summac_row(tmp_path, out: str):
-    ctx = Context(out_dir=tmp_path / out, config=Config(cache=False), dataset=str(stories(tmp_path)),
-                  progress=False, llm=LLM(FakeModel(), cache=None))
-    result = await run_reproduce(get_protocol("dove"), ctx, methods=["summac_zs"], n_bootstrap=20,
-                                 echo=lambda _: None)
+    ctx = Context(
+        out_dir=tmp_path / out,
+        config=Config(cache=False),
+        dataset=str(stories(tmp_path)),
+        progress=False,
+        llm=LLM(FakeModel(), cache=None),
+    )
+    result = await run_reproduce(get_protocol("dove"), ctx, methods=["summac_zs"], n_bootstrap=20, echo=lambda _: None)
     (row,) = result["rows"]
     return result, row
 
@@ -88,8 +107,9 @@ async def test_summac_zs_row_is_computed_from_a_named_folder(tmp_path, monkeypat
 async def test_summac_zs_row_without_the_model_cannot_be_computed(tmp_path):
     result, row = await summac_row(tmp_path, "out")
     assert row["status"] == "not installed"
-    assert all(m["ours"] is None and m["reason"].startswith(f"model not installed ({SUMMAC_ID})")
-               for m in row["metrics"])
+    assert all(
+        m["ours"] is None and m["reason"].startswith(f"model not installed ({SUMMAC_ID})") for m in row["metrics"]
+    )
     assert not (tmp_path / "out" / "rows" / "summac_zs").exists()  # nothing ran
     line = next(x for x in main_table(result).splitlines() if x.startswith("| summac_zs | AUC average"))
     assert "| cannot compute |" in line and f"model not installed ({SUMMAC_ID})" in line
@@ -120,7 +140,9 @@ def test_locate_reads_the_named_folder_then_the_hugging_face_cache(tmp_path, mon
 
 def test_user_folders_parse_row_ids_and_model_ids():
     assert user_folders(" summac_zs=/m/a , lytang/MiniCheck-Flan-T5-Large=/m/b,bad,=x ") == {
-        "summac_zs": "/m/a", "lytang/MiniCheck-Flan-T5-Large": "/m/b"}
+        "summac_zs": "/m/a",
+        "lytang/MiniCheck-Flan-T5-Large": "/m/b",
+    }
 
 
 def test_longdoc_encoder_rows_run_the_papers_retrieval_protocol_with_their_checkpoints():
@@ -129,8 +151,13 @@ def test_longdoc_encoder_rows_run_the_papers_retrieval_protocol_with_their_check
         for suffix, window, dataset in (("", 1, "main"), ("_w0", 0, "originals"), ("_w2", 2, "originals")):
             row = rows[row_id + suffix]
             assert row.method == "dcr" and row.analogue and row.checkpoint.stage() == stage
-            assert row.options == {"level": "sentence", "retrieval": "always", "top_k": 3, "window": window,
-                                   "verifier": stage}
+            assert row.options == {
+                "level": "sentence",
+                "retrieval": "always",
+                "top_k": 3,
+                "window": window,
+                "verifier": stage,
+            }
             assert row.dataset == dataset
     # the rows no encoder stage reproduces keep their reason
     for row_id in ("summac_conv", "alignscore", "unieval", "bartscore"):
@@ -143,15 +170,32 @@ async def test_longdoc_minicheck_row_runs_the_seq2seq_stage_through_retrieval(tm
     monkeypatch.setattr("halluscope.bench.suite_stress.EmbeddingDensity._embedding", lambda self, source, texts: None)
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(minilm.get_model_path()))
     torch.manual_seed(0)
-    transformers.T5ForConditionalGeneration(transformers.T5Config(
-        vocab_size=tokenizer.vocab_size, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_decoder_layers=1,
-        num_heads=2, decoder_start_token_id=0, pad_token_id=0)).save_pretrained(tmp_path / "t5")
+    transformers.T5ForConditionalGeneration(
+        transformers.T5Config(
+            vocab_size=tokenizer.vocab_size,
+            d_model=16,
+            d_kv=8,
+            d_ff=32,
+            num_layers=1,
+            num_decoder_layers=1,
+            num_heads=2,
+            decoder_start_token_id=0,
+            pad_token_id=0,
+        )
+    ).save_pretrained(tmp_path / "t5")
     tokenizer.save_pretrained(tmp_path / "t5")
     monkeypatch.setenv(ENV_VAR, f"lytang/MiniCheck-Flan-T5-Large={tmp_path / 't5'}")
-    ctx = Context(out_dir=tmp_path / "out", config=Config(cache=False), dataset=str(stories(tmp_path)),
-                  progress=False, llm=LLM(FakeModel(), cache=None), build_options={"insert_with": "tfidf"})
-    result = await run_reproduce(get_protocol("longdoc"), ctx, methods=["minicheck", "summac_zs_w0"],
-                                 n_bootstrap=0, echo=lambda _: None)
+    ctx = Context(
+        out_dir=tmp_path / "out",
+        config=Config(cache=False),
+        dataset=str(stories(tmp_path)),
+        progress=False,
+        llm=LLM(FakeModel(), cache=None),
+        build_options={"insert_with": "tfidf"},
+    )
+    result = await run_reproduce(
+        get_protocol("longdoc"), ctx, methods=["minicheck", "summac_zs_w0"], n_bootstrap=0, echo=lambda _: None
+    )
     minicheck, summac = result["rows"]
     assert minicheck["status"] == "ok" and minicheck["options"]["verifier"] == f"seq2seq:{tmp_path / 't5'}"
     assert minicheck["options"]["retrieval"] == "always" and minicheck["cost"]["calls"] == 0

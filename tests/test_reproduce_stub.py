@@ -15,8 +15,6 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import pytest
-
 from tests.prompt_data import fenced
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,12 +38,19 @@ def stub_answer(messages: list[dict], title: str | None, digest: str) -> str:
         return json.dumps({"reason": "stub", "score": 1 + roll % 5})
     if title == "DceReply":
         ids = _numbers(fenced(messages, "sentences"))
-        return json.dumps({"sentences": [{"id": i, "reason": "Consistent: stated." if (roll >> i) % 3 else
-                                          "Inconsistent: not stated."} for i in ids],
-                           "is_consistent": good})
+        return json.dumps(
+            {
+                "sentences": [
+                    {"id": i, "reason": "Consistent: stated." if (roll >> i) % 3 else "Inconsistent: not stated."}
+                    for i in ids
+                ],
+                "is_consistent": good,
+            }
+        )
     if title == "DceSingleReply":
-        return json.dumps({"reason": "Consistent: stated." if good else "Inconsistent: not stated.",
-                           "is_consistent": good})
+        return json.dumps(
+            {"reason": "Consistent: stated." if good else "Inconsistent: not stated.", "is_consistent": good}
+        )
     if title == "DceExcerptBatchReply":
         ids = _numbers(fenced(messages, "sentences"))
         return json.dumps({"results": [{"id": i, "reason": "Consistent: stated.", "is_consistent": True} for i in ids]})
@@ -89,11 +94,17 @@ class SchemaStub:
                     stub.requests += 1
                     stub.by_type[str(title)] = stub.by_type.get(str(title), 0) + 1
                 content = stub_answer(request["messages"], title, hashlib.sha256(body).hexdigest())
-                payload = json.dumps({
-                    "id": "stub", "object": "chat.completion", "model": request.get("model", "stub"),
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": content}}],
-                    "usage": {"prompt_tokens": 10, "completion_tokens": 5}}).encode()
+                payload = json.dumps(
+                    {
+                        "id": "stub",
+                        "object": "chat.completion",
+                        "model": request.get("model", "stub"),
+                        "choices": [
+                            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}
+                        ],
+                        "usage": {"prompt_tokens": 10, "completion_tokens": 5},
+                    }
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
@@ -107,7 +118,7 @@ class SchemaStub:
         self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def __enter__(self) -> "SchemaStub":
+    def __enter__(self) -> SchemaStub:
         self._thread.start()
         return self
 
@@ -117,10 +128,34 @@ class SchemaStub:
 
 
 def reproduce(stub: SchemaStub, data_dir: Path, out: Path, *args: str) -> dict:
-    env = {"HALLUSCOPE_CACHE": "false", "PATH": "/usr/bin:/bin", "HOME": str(out.parent), "HF_HUB_OFFLINE": "1",
-           "PYTHONPATH": str(REPO / "src") + ":" + str(REPO), "HALLUSCOPE_REPRODUCE_MODELS": str(out.parent / "none")}
-    cmd = [sys.executable, "-m", "halluscope", "reproduce", *args, "--base-url", stub.base_url, "--model", "stub",
-           "--api-key", "x", "--data-dir", str(data_dir), "--output", str(out), "--bootstrap", "50", "--no-progress"]
+    env = {
+        "HALLUSCOPE_CACHE": "false",
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(out.parent),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(REPO / "src") + ":" + str(REPO),
+        "HALLUSCOPE_REPRODUCE_MODELS": str(out.parent / "none"),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "halluscope",
+        "reproduce",
+        *args,
+        "--base-url",
+        stub.base_url,
+        "--model",
+        "stub",
+        "--api-key",
+        "x",
+        "--data-dir",
+        str(data_dir),
+        "--output",
+        str(out),
+        "--bootstrap",
+        "50",
+        "--no-progress",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
     return json.loads((out / "reproduce.json").read_text())
@@ -152,8 +187,7 @@ def test_reproduce_dcr_sample_5_shows_coverage_and_the_every_item_value(data_dir
     table = (tmp_path / "dcr" / "reproduce.md").read_text()
     assert "ours, all items" in table and "ours, scored items" in table and "coverage" in table
     assert any(r["n_unscored"] for r in ran)  # the stub's garbled replies left items unscored: both values shown
-    partial = [m for r in ran for m in r["metrics"]
-               if m["ours"]["coverage"]["scored"] < m["ours"]["coverage"]["total"]]
+    partial = [m for r in ran for m in r["metrics"] if m["ours"]["coverage"]["scored"] < m["ours"]["coverage"]["total"]]
     assert partial and all("worst outcome" in (m["note"] or "") for m in partial)
 
 
@@ -163,8 +197,13 @@ def test_reproduce_longdoc_sample_2_shows_coverage_and_the_every_item_value(data
     ran = every_row_headlines_all_items(result)
     assert {"dcr", "dcr_w0", "dcr_w2", "factscore", "rouge"} <= {r["id"] for r in ran}
     shown = [m for r in ran for m in r["metrics"] if m["ours"] is not None]
-    assert {m["key"] for m in shown} >= {"mean_original", "mean_added_source_sentence", "mean_original_w1",
-                                         "mean_original_w0", "mean_original_w2"}
+    assert {m["key"] for m in shown} >= {
+        "mean_original",
+        "mean_added_source_sentence",
+        "mean_original_w1",
+        "mean_original_w0",
+        "mean_original_w2",
+    }
     originals = [m["ours"]["coverage"] for r in ran for m in r["metrics"] if m["key"] == "mean_original"]
     assert originals and all(c["total"] == 2 for c in originals)  # the two base summaries' original rows
     md = (tmp_path / "longdoc" / "reproduce.md").read_text()

@@ -20,17 +20,18 @@ from halluscope.retrieval.index import _merge_windows
 from halluscope.text import split_sentences
 
 SOURCE = (
-    "Alice founded the bakery in 1990. "       # 0
-    "The bakery sold rye bread. "              # 1
-    "Bob joined as a baker in 1995. "          # 2
-    "The weather was rainy that spring. "      # 3
-    "Carol painted the shop blue. "            # 4
-    "In 2001 the bakery moved to Paris. "      # 5
-    "Customers loved the croissants."          # 6
+    "Alice founded the bakery in 1990. "  # 0
+    "The bakery sold rye bread. "  # 1
+    "Bob joined as a baker in 1995. "  # 2
+    "The weather was rainy that spring. "  # 3
+    "Carol painted the shop blue. "  # 4
+    "In 2001 the bakery moved to Paris. "  # 5
+    "Customers loved the croissants."  # 6
 )
 
-needs_embeddings = pytest.mark.skipif(not retrieval.embeddings_available(),
-                                      reason="embeddings extra not installed: pip install -e '.[embeddings]'")
+needs_embeddings = pytest.mark.skipif(
+    not retrieval.embeddings_available(), reason="embeddings extra not installed: pip install -e '.[embeddings]'"
+)
 
 
 def bm25_index(source: str = SOURCE, **kw) -> SourceIndex:
@@ -144,8 +145,7 @@ def test_single_sentence_and_whitespace_sources():
 
 # -- the paper's K snippets of 2w+1 sentences ------------------------------------------------------------------
 
-TWENTY = " ".join(f"Sentence {i} is about the {'zebra' if i in (8, 9, 10) else f'topic{i}'} here."
-                  for i in range(20))
+TWENTY = " ".join(f"Sentence {i} is about the {'zebra' if i in (8, 9, 10) else f'topic{i}'} here." for i in range(20))
 
 
 def test_k_windows_are_separate_overlapping_snippets_by_default():
@@ -183,9 +183,13 @@ def test_unmerged_windows_clip_at_edges_each_on_its_own():
 def test_snippet_to_dict_describes_it_for_a_report():
     [snip] = bm25_index(top_k=1, window=1).retrieve("Paris moved 2001")
     d = snip.to_dict()
-    assert d == {"span": {"start": snip.span.start, "end": snip.span.end}, "sentences": [4, 5, 6], "hits": [5],
-                 "score": round(snip.score, 6)}
-    assert snip.to_dict(text=True)["text"] == SOURCE[d["span"]["start"]:d["span"]["end"]]
+    assert d == {
+        "span": {"start": snip.span.start, "end": snip.span.end},
+        "sentences": [4, 5, 6],
+        "hits": [5],
+        "score": round(snip.score, 6),
+    }
+    assert snip.to_dict(text=True)["text"] == SOURCE[d["span"]["start"] : d["span"]["end"]]
     json.dumps(d)  # plain JSON
 
 

@@ -15,11 +15,13 @@ TOLERANCE = 1e-9
 SYNTHETIC_PAIRS = 300
 DATA_PAIRS = 200  # 100 QAGS CNN/DM + 25 per SummEdits domain: 500 pairs in all when the shared data is there
 
-_WORDS = ("the a of to in and is was running runs ran runner connection connected connecting connects "
-         "generously generous relational relate happiness happy caresses ponies ties caress cats "
-         "flies dies agreed owned humbled sized meeting stating siezing itemization sensational "
-         "traditional reference colonizer plotted Bakery bakeries MAY may 2001 3.5 x86 CO2 e-mail "
-         "naïve café straße İstanbul ﬁre Ωmega 日本 l'hôtel don't U.S. it's")
+_WORDS = (
+    "the a of to in and is was running runs ran runner connection connected connecting connects "
+    "generously generous relational relate happiness happy caresses ponies ties caress cats "
+    "flies dies agreed owned humbled sized meeting stating siezing itemization sensational "
+    "traditional reference colonizer plotted Bakery bakeries MAY may 2001 3.5 x86 CO2 e-mail "
+    "naïve café straße İstanbul ﬁre Ωmega 日本 l'hôtel don't U.S. it's"
+)
 WORDS = _WORDS.split()
 PUNCT = [",", ".", "!", "?", " - ", "'", '"', "(", ")", ";", ":", "\n", "\t", "...", " / "]
 
@@ -48,8 +50,15 @@ def _edit(rng: random.Random, text: str) -> str:
 
 def synthetic_pairs(n: int, seed: int = 13) -> list[tuple[str, str]]:
     rng = random.Random(seed)
-    pairs: list[tuple[str, str]] = [("", ""), ("", "word"), ("word", ""), ("!!! ...", "the cat"), ("a b c", "a b c"),
-                                    ("Run, run, RUN!", "run"), ("日本 ﬁre", "日本 ﬁre")]
+    pairs: list[tuple[str, str]] = [
+        ("", ""),
+        ("", "word"),
+        ("word", ""),
+        ("!!! ...", "the cat"),
+        ("a b c", "a b c"),
+        ("Run, run, RUN!", "run"),
+        ("日本 ﬁre", "日本 ﬁre"),
+    ]
     while len(pairs) < n:
         ref = _text(rng, rng.choice([0, 1, 2, 5, 20, 60, 200]))
         pred = _edit(rng, ref) if rng.random() < 0.7 else _text(rng, rng.choice([1, 3, 10, 40]))
@@ -88,8 +97,9 @@ def test_equal_to_rouge_score_on_synthetic_pairs():
 
 def test_equal_to_rouge_score_on_shared_data_pairs():
     if not DATA_DIR.is_dir():
-        pytest.skip(f"shared data folder not found at {DATA_DIR} (set HALLUSCOPE_DATA_DIR); "
-                    "the synthetic-pair test still ran")
+        pytest.skip(
+            f"shared data folder not found at {DATA_DIR} (set HALLUSCOPE_DATA_DIR); the synthetic-pair test still ran"
+        )
     pairs = data_pairs()
     if not pairs:
         pytest.skip(f"no QAGS or SummEdits files under {DATA_DIR}")
@@ -109,7 +119,9 @@ def test_other_orders_token_input_and_bad_types():
     ref, pred = "The cats ran to the old mill. The mill burned.", "The old mill burned; cats ran."
     expected = rouge_scorer.RougeScorer(["rouge3", "rougeL"], use_stemmer=False).score(ref, pred)
     got = rouge_scores(rouge_tokens(ref, stem=False), rouge_tokens(pred, stem=False), types=["rouge3", "rougeL"])
-    assert {k: (v.precision, v.recall, v.fmeasure) for k, v in got.items()} == {k: tuple(v) for k, v in expected.items()}
+    assert {k: (v.precision, v.recall, v.fmeasure) for k, v in got.items()} == {
+        k: tuple(v) for k, v in expected.items()
+    }
     for bad in ("rouge0", "rougeLsum", "bleu"):
         with pytest.raises(ValueError, match="unknown ROUGE type"):
             rouge_scores(ref, pred, types=[bad])

@@ -13,9 +13,9 @@ from halluscope.llm import LLM, FakeModel
 from halluscope.methods import get_method
 from halluscope.methods.dcr import DceNotes
 from halluscope.methods.probe.trace import ProbeTrace
-from halluscope.stages.trace import RunTrace, bind_trace
 from halluscope.records import Claim, Span
 from halluscope.stages import Context
+from halluscope.stages.trace import RunTrace, bind_trace
 from tests.conftest import fake_llm
 from tests.prompt_data import fenced
 from tests.test_dcr import SOURCE, dce, marks
@@ -51,8 +51,9 @@ async def test_concurrent_checks_on_one_instance_keep_their_own_notes():
 
     # amc=rule: DCE is the only call; any other request finds no scripted reply
     method = get_method("dcr", llm=LLM(FakeModel(by_reply={"DceReply": respond}), cache=None), amc="rule")
-    paris, rome = await asyncio.gather(method.acheck(SOURCE, "Alice lived in Paris."),
-                                       method.acheck(SOURCE, "Alice lived in Rome."))
+    paris, rome = await asyncio.gather(
+        method.acheck(SOURCE, "Alice lived in Paris."), method.acheck(SOURCE, "Alice lived in Rome.")
+    )
     assert paris.details["dce_is_consistent"] is True and rome.details["dce_is_consistent"] is False
 
 
@@ -67,9 +68,11 @@ async def test_probe_steps_come_from_the_checks_trace():
 
 def test_no_method_keeps_check_state_in_a_context_variable():
     root = Path(halluscope.__file__).parent / "methods"
-    users = [str(p.relative_to(root)) for p in root.rglob("*.py")
-             for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
-             if isinstance(node, (ast.Import, ast.ImportFrom))
-             and any("contextvars" in (getattr(node, "module", None) or "") or "contextvars" in a.name
-                     for a in node.names)]
+    users = [
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        and any("contextvars" in (getattr(node, "module", None) or "") or "contextvars" in a.name for a in node.names)
+    ]
     assert users == []

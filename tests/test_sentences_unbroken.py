@@ -20,14 +20,18 @@ def test_an_unbroken_run_never_reaches_pysbd_and_is_cut_at_the_documented_length
     assert calls == []
     assert all(len(s.text) <= MAX_WINDOW for s in out) and len(out) >= len(UNBROKEN) // MAX_WINDOW
     assert "".join(s.text for s in out).replace(" ", "") == UNBROKEN.replace(" ", "")  # nothing lost
-    assert all(UNBROKEN[s.span.start:s.span.end] == s.text for s in out)
+    assert all(UNBROKEN[s.span.start : s.span.end] == s.text for s in out)
     assert any("without a sentence break" in r.getMessage() for r in caplog.records)
 
 
 def test_text_with_breaks_is_still_split_by_pysbd(monkeypatch):
     text = "The council met on Monday. It approved the budget.\nDr. Smith spoke first! Then the vote"
-    assert [s.text for s in split_sentences(text)] == ["The council met on Monday.", "It approved the budget.",
-                                                       "Dr. Smith spoke first!", "Then the vote"]
+    assert [s.text for s in split_sentences(text)] == [
+        "The council met on Monday.",
+        "It approved the budget.",
+        "Dr. Smith spoke first!",
+        "Then the vote",
+    ]
     mixed = UNBROKEN[:20_000] + "The end. Really the end."
     out = split_sentences(mixed)
     assert out[-2].text.endswith("The end.") and out[-1].text == "Really the end."

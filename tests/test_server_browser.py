@@ -43,16 +43,33 @@ ITEMS = [  # (target, the localizer's scripted descriptions)
 
 
 def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
-           "--no-first-run", "--disable-extensions", f"--user-data-dir={tmp_path / 'profile'}", *args]
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--hide-scrollbars",
+        "--no-first-run",
+        "--disable-extensions",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, timeout=120, text=True, check=False)
 
 
 @pytest.fixture
 def served_job(tmp_path):
     found_in = dict(ITEMS)  # the localizer's reply for the target it is asked about
-    llm = LLM(FakeModel(by_reply={
-        "LocalizationReply": lambda messages: json.dumps({"inconsistencies": found_in[fenced(messages, "target")]})}))
+    llm = LLM(
+        FakeModel(
+            by_reply={
+                "LocalizationReply": lambda messages: json.dumps(
+                    {"inconsistencies": found_in[fenced(messages, "target")]}
+                )
+            }
+        )
+    )
     app = create_app(Config(cache=False), ServerSettings(jobs_db=tmp_path / "jobs.sqlite"), llm=llm)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -68,8 +85,11 @@ def served_job(tmp_path):
             time.sleep(0.05)
         base = f"http://127.0.0.1:{port}"
         items = [{"id": t.split(":")[0].lower(), "source": SOURCE, "target": t} for t, _ in ITEMS]
-        job = httpx.post(f"{base}/jobs", json={"method": "localize", "options": {"style": "zero_shot"},
-                                               "items": items, "name": "browser check"}, timeout=30).json()
+        job = httpx.post(
+            f"{base}/jobs",
+            json={"method": "localize", "options": {"style": "zero_shot"}, "items": items, "name": "browser check"},
+            timeout=30,
+        ).json()
         while time.monotonic() < deadline:
             info = httpx.get(f"{base}/jobs/{job['id']}", timeout=10).json()
             if info["status"] == "done":
@@ -93,7 +113,7 @@ def test_job_report_renders_sorts_and_links_in_chromium(tmp_path, served_job):
     image = Image.open(shot).convert("RGB")
     assert image.size == (1200, 800)
     raw = image.resize((300, 200)).tobytes()
-    pixels = [raw[i:i + 3] for i in range(0, len(raw), 3)]
+    pixels = [raw[i : i + 3] for i in range(0, len(raw), 3)]
     colours = set(pixels)
     not_white = sum(1 for px in pixels if sum(px) < 3 * 235)
     assert len(colours) > 20 and not_white > 300, (len(colours), not_white)  # text, table, bar: not a blank page

@@ -26,12 +26,18 @@ from halluscope.server.cpu_pool import takes
 TOKEN = "t0ken"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 PAIRS = [
-    ("The council met on Monday. It approved the budget of $3 million for the new ferry.",
-     "The council met on Tuesday and approved a budget of $3 million."),
-    ("Ada Lovelace wrote the first published algorithm. She worked with Charles Babbage on the Analytical Engine.",
-     "Ada Lovelace worked with Charles Babbage. She never wrote an algorithm."),
-    ("The harbour bridge opened in 1932 and carries eight lanes of traffic.",
-     "The bridge opened in 1932. It carries trains only."),
+    (
+        "The council met on Monday. It approved the budget of $3 million for the new ferry.",
+        "The council met on Tuesday and approved a budget of $3 million.",
+    ),
+    (
+        "Ada Lovelace wrote the first published algorithm. She worked with Charles Babbage on the Analytical Engine.",
+        "Ada Lovelace worked with Charles Babbage. She never wrote an algorithm.",
+    ),
+    (
+        "The harbour bridge opened in 1932 and carries eight lanes of traffic.",
+        "The bridge opened in 1932. It carries trains only.",
+    ),
 ]
 CASES = [("gate", {}), ("rouge", {}), ("rouge", {"variant": "rougeL"}), ("gate", {"threshold": 0.3})]
 
@@ -39,8 +45,9 @@ CASES = [("gate", {}), ("rouge", {}), ("rouge", {"variant": "rougeL"}), ("gate",
 def make_app(tmp_path, **settings):
     settings.setdefault("token", TOKEN)
     settings.setdefault("jobs_db", tmp_path / "jobs.sqlite")
-    return create_app(Config(cache=False), ServerSettings(**settings),
-                      llm=LLM(FakeModel(default='{"reason": "ok", "score": 5}')))
+    return create_app(
+        Config(cache=False), ServerSettings(**settings), llm=LLM(FakeModel(default='{"reason": "ok", "score": 5}'))
+    )
 
 
 def comparable(report: dict) -> dict:
@@ -51,8 +58,9 @@ def check_all(client: TestClient, cases=CASES) -> list[dict]:
     out = []
     for method, options in cases:
         for source, target in PAIRS:
-            r = client.post("/check", headers=AUTH,
-                            json={"source": source, "target": target, "method": method, "options": options})
+            r = client.post(
+                "/check", headers=AUTH, json={"source": source, "target": target, "method": method, "options": options}
+            )
             assert r.status_code == 200, r.text
             out.append(comparable(r.json()))
     return out
@@ -141,8 +149,9 @@ def test_bad_input_is_still_422_from_a_worker(tmp_path):
 
 def _check_in_thread(client: TestClient, out: dict, method: str = "gate") -> threading.Thread:
     def post() -> None:
-        out["response"] = client.post("/check", headers=AUTH,
-                                      json={"source": PAIRS[0][0], "target": PAIRS[0][1], "method": method})
+        out["response"] = client.post(
+            "/check", headers=AUTH, json={"source": PAIRS[0][0], "target": PAIRS[0][1], "method": method}
+        )
 
     thread = threading.Thread(target=post)
     thread.start()

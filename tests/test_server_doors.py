@@ -30,8 +30,9 @@ GEVAL_REPLY = '{"reason": "ok", "score": 5}'
 def make_app(tmp_path, llm=None, config=None, **settings):
     settings.setdefault("token", TOKEN)
     settings.setdefault("jobs_db", tmp_path / "jobs.sqlite")
-    return create_app(config or Config(cache=False), ServerSettings(**settings),
-                      llm=llm or LLM(FakeModel(default=GEVAL_REPLY)))
+    return create_app(
+        config or Config(cache=False), ServerSettings(**settings), llm=llm or LLM(FakeModel(default=GEVAL_REPLY))
+    )
 
 
 @pytest.fixture
@@ -41,6 +42,7 @@ def client(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ invisible input
+
 
 @pytest.mark.parametrize("text", ["\u200b\u200b\u2060\ufeff", " \u200d\n"])
 def test_an_invisible_only_target_or_source_is_refused_422(client, text):
@@ -67,6 +69,7 @@ def test_an_invisible_only_target_or_source_is_refused_422(client, text):
 
 # ------------------------------------------------------------------------------------------ ids and indexes
 
+
 def test_out_of_range_item_indexes_are_4xx_never_500(client):
     r = client.post("/jobs", headers=AUTH, json={"items": [{"source": SOURCE, "target": TARGET}], "method": "rouge"})
     assert r.status_code == 202, r.text
@@ -82,6 +85,7 @@ def test_out_of_range_item_indexes_are_4xx_never_500(client):
 
 
 # ------------------------------------------------------------------------------------------ no server paths
+
 
 def test_error_bodies_name_no_server_path(tmp_path, monkeypatch):
     secret = tmp_path / "srv" / "prompts"
@@ -103,8 +107,9 @@ def test_error_bodies_name_no_server_path(tmp_path, monkeypatch):
             c.post("/check", headers=AUTH, json={"source": SOURCE, "target": TARGET, "method": "_leaky"}),
             c.post("/jobs", headers=AUTH, json={"dataset": "final:dev", "method": "rouge"}),
             c.post("/jobs", headers=AUTH, json={"dataset": "../../etc/x.jsonl", "method": "rouge"}),
-            c.post("/check/batch", headers=AUTH, json={"items": [{"source": SOURCE, "target": TARGET}],
-                                                        "method": "_leaky"}),
+            c.post(
+                "/check/batch", headers=AUTH, json={"items": [{"source": SOURCE, "target": TARGET}], "method": "_leaky"}
+            ),
         ]
     statuses = [a.status_code for a in answers]
     assert statuses[:3] == [422, 400, 400] and statuses[3] == 200, [a.text for a in answers]
@@ -118,8 +123,9 @@ def test_error_bodies_name_no_server_path(tmp_path, monkeypatch):
 def test_redaction_keeps_urls_and_relative_names():
     from halluscope.server.redact import redact_paths
 
-    assert redact_paths("see http://127.0.0.1:8080/v1/chat/completions") == \
-        "see http://127.0.0.1:8080/v1/chat/completions"
+    assert (
+        redact_paths("see http://127.0.0.1:8080/v1/chat/completions") == "see http://127.0.0.1:8080/v1/chat/completions"
+    )
     assert redact_paths("dataset file not found: sub/x.jsonl") == "dataset file not found: sub/x.jsonl"
     assert redact_paths("could not load '/opt/models/m.gguf'") == "could not load '<server path>'"
     assert redact_paths(r"C:\Users\me\m.gguf is missing") == "<server path> is missing"
@@ -127,16 +133,20 @@ def test_redaction_keeps_urls_and_relative_names():
 
 # ------------------------------------------------------------------------------------------ allowed models
 
-@pytest.mark.parametrize("method, options", [
-    ("dcr", {"verifier": "nli:/srv/models/anything"}),
-    ("factscore", {"verifier": "nli:someone/unvetted-model"}),
-    ("dcr", {"verifier": "nli", "verifier.checkpoint": "someone/unvetted-model"}),
-    ("factscore", {"gate": "encoder:/srv/models/gate"}),
-    ("probe", {"judges": ["fake", "someone-elses-model"]}),
-    ("embed", {"embedding_model": "someone/big-embedder"}),
-    ("improve", {"evaluator": "factscore", "evaluator_options": {"verifier": "seq2seq:someone/t5"}}),
-    ("ensemble", {"combiner": "/srv/combiners/any.json"}),
-])
+
+@pytest.mark.parametrize(
+    "method, options",
+    [
+        ("dcr", {"verifier": "nli:/srv/models/anything"}),
+        ("factscore", {"verifier": "nli:someone/unvetted-model"}),
+        ("dcr", {"verifier": "nli", "verifier.checkpoint": "someone/unvetted-model"}),
+        ("factscore", {"gate": "encoder:/srv/models/gate"}),
+        ("probe", {"judges": ["fake", "someone-elses-model"]}),
+        ("embed", {"embedding_model": "someone/big-embedder"}),
+        ("improve", {"evaluator": "factscore", "evaluator_options": {"verifier": "seq2seq:someone/t5"}}),
+        ("ensemble", {"combiner": "/srv/combiners/any.json"}),
+    ],
+)
 def test_a_model_the_operator_did_not_allow_is_refused_403_before_loading(tmp_path, monkeypatch, method, options):
     import halluscope.methods.encoder_models as encoder_models
 
@@ -144,12 +154,16 @@ def test_a_model_the_operator_did_not_allow_is_refused_403_before_loading(tmp_pa
     monkeypatch.setattr(encoder_models, "load_checker", lambda *a: loads.append(a))
     app = make_app(tmp_path)
     with TestClient(app, raise_server_exceptions=False) as c:
-        r = c.post("/check", headers=AUTH, json={"source": SOURCE, "target": TARGET, "method": method,
-                                                 "options": options})
+        r = c.post(
+            "/check", headers=AUTH, json={"source": SOURCE, "target": TARGET, "method": method, "options": options}
+        )
         assert r.status_code == 403, r.text
         assert "--allow-model" in r.json()["detail"] and "/srv/" not in r.text
-        r = c.post("/jobs", headers=AUTH, json={"items": [{"source": SOURCE, "target": TARGET}], "method": method,
-                                                "options": options})
+        r = c.post(
+            "/jobs",
+            headers=AUTH,
+            json={"items": [{"source": SOURCE, "target": TARGET}], "method": method, "options": options},
+        )
         assert r.status_code == 403, r.text
         assert len(app.state.service.methods) == 0  # nothing was built
     assert loads == []
@@ -161,21 +175,21 @@ def test_an_allowed_model_passes_the_gate(tmp_path):
         app = make_app(tmp_path / str(expected) / str(len(allowed)), allowed_models=allowed)
         (tmp_path / str(expected) / str(len(allowed))).mkdir(parents=True, exist_ok=True)
         with TestClient(app, raise_server_exceptions=False) as c:
-            r = c.post("/check", headers=AUTH, json={"source": SOURCE, "target": TARGET, "method": "probe",
-                                                     "options": options})
+            r = c.post(
+                "/check", headers=AUTH, json={"source": SOURCE, "target": TARGET, "method": "probe", "options": options}
+            )
         assert (r.status_code == 403) == (expected == 403), (allowed, r.status_code, r.text[:300])
 
 
 def test_the_default_verifier_and_own_model_need_no_allowance(client):
-    r = client.post("/check", headers=AUTH, json={"source": SOURCE, "target": TARGET, "method": "geval",
-                                                  "options": {}})
+    r = client.post("/check", headers=AUTH, json={"source": SOURCE, "target": TARGET, "method": "geval", "options": {}})
     assert r.status_code == 200, r.text
 
 
 def test_serve_reads_allow_model_from_flags_and_the_environment(monkeypatch):
-    import halluscope.cli.serve as serve_cli
     from typer.testing import CliRunner
 
+    import halluscope.cli.serve as serve_cli
     from halluscope.cli.main import app as cli_app
 
     seen = {}
@@ -195,10 +209,14 @@ def test_serve_reads_allow_model_from_flags_and_the_environment(monkeypatch):
 
 # ------------------------------------------------------------------------------------------ CPU work off the loop
 
-@pytest.mark.parametrize("method, module, function", [("gate", "halluscope.methods.gate", "split_sentences"),
-                                                      ("rouge", "halluscope.methods.rouge", "rouge_scores")])
-def test_health_and_other_checks_are_answered_while_cpu_work_provably_runs(tmp_path, monkeypatch, method, module,
-                                                                           function):
+
+@pytest.mark.parametrize(
+    "method, module, function",
+    [("gate", "halluscope.methods.gate", "split_sentences"), ("rouge", "halluscope.methods.rouge", "rouge_scores")],
+)
+def test_health_and_other_checks_are_answered_while_cpu_work_provably_runs(
+    tmp_path, monkeypatch, method, module, function
+):
     """One worker loop, no worker processes (``cpu_workers=0``: the thread path). The CPU stage of a ``gate`` (its
     sentence split) or ``rouge`` (its scoring) check is held inside the stage until the test releases it: /health
     and a geval check on the same worker are answered while it is provably still running (the stage runs on a
@@ -219,6 +237,7 @@ def test_health_and_other_checks_are_answered_while_cpu_work_provably_runs(tmp_p
     app = make_app(tmp_path, workers=1, cpu_workers=0)
     results: dict[str, int] = {}
     with TestClient(app, raise_server_exceptions=False) as c:
+
         def post(name, method_name):
             r = c.post("/check", headers=AUTH, json={"source": SOURCE, "target": TARGET, "method": method_name})
             results[name] = r.status_code
@@ -242,6 +261,7 @@ def test_health_and_other_checks_are_answered_while_cpu_work_provably_runs(tmp_p
 
 # ------------------------------------------------------------------------------------------ header read timeout
 
+
 class _Served:
     """The app under uvicorn with the service's protocol, on a loopback port, in a thread."""
 
@@ -256,8 +276,9 @@ class _Served:
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                                http=header_timeout_protocol(header_timeout_s))
+        config = uvicorn.Config(
+            app, log_level="warning", access_log=False, lifespan="on", http=header_timeout_protocol(header_timeout_s)
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
@@ -294,7 +315,7 @@ def _slow_headers(port: int, first: bytes, limit_s: float = 30.0) -> tuple[bytes
                 if not chunk:
                     return reply, sent
                 reply += chunk
-            except socket.timeout:
+            except TimeoutError:
                 try:
                     conn.sendall(b"X")
                     sent += 1

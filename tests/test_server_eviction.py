@@ -46,8 +46,9 @@ def test_probe_judges_share_the_main_cache_and_evicted_ones_are_closed(tmp_path,
     monkeypatch.setattr(LLMClass, "close", spy)
     config = Config(base_url="http://127.0.0.1:9/v1", cache=True, cache_path=tmp_path / "cache.sqlite")
     shared = LLM(FakeModel(default="x"), cache=ResponseCache(tmp_path / "cache.sqlite"))
-    service = Service(config, ServerSettings(jobs_db=tmp_path / "jobs.sqlite", method_cache_size=2,
-                                             allowed_models=("*",)), shared)  # every judge name allowed here
+    service = Service(
+        config, ServerSettings(jobs_db=tmp_path / "jobs.sqlite", method_cache_size=2, allowed_models=("*",)), shared
+    )  # every judge name allowed here
     before = _open_files_named("cache.sqlite")
     for i in range(40):
         method = service.methods.get("probe", {"judges": [f"judge-{i}-a", f"judge-{i}-b"]})
@@ -94,8 +95,9 @@ async def test_an_evicted_instance_is_closed_only_after_its_running_check(tmp_pa
     service.ensure_started()
     try:
         first = service.methods.get("_held", {"tag": 1})
-        running = asyncio.create_task(service.run_check(first, Example(id="0", source="a", target="b"), "check",
-                                                        lambda r: r.score))
+        running = asyncio.create_task(
+            service.run_check(first, Example(id="0", source="a", target="b"), "check", lambda r: r.score)
+        )
         for _ in range(3000):  # until the check runs on its worker (a state, not a guessed time)
             if service._uses.get(id(first)):
                 break

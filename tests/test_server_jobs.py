@@ -76,8 +76,11 @@ async def test_batch_streams_lines_as_items_finish(tmp_path, sleepy):
     lines back until the batch was done would time it out (504) instead. No wall-clock bound is asserted."""
     FIRST_LINE_SENT.clear()
     app = make_app(tmp_path, timeout_s=5.0)
-    items = [{"id": "slow", "source": SOURCE, "target": "wait"}, {"source": SOURCE, "target": "sleep 0"},
-             {"id": "stuck", "source": SOURCE, "target": "sleep 60"}]
+    items = [
+        {"id": "slow", "source": SOURCE, "target": "wait"},
+        {"source": SOURCE, "target": "sleep 0"},
+        {"id": "stuck", "source": SOURCE, "target": "sleep 60"},
+    ]
     body = json.dumps({"method": "_sleepy", "items": items}).encode()
     chunks: list[bytes] = []
 
@@ -97,9 +100,20 @@ async def test_batch_streams_lines_as_items_finish(tmp_path, sleepy):
             chunks.append(message["body"])
             FIRST_LINE_SENT.set()
 
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-             "path": "/check/batch", "raw_path": b"/check/batch", "query_string": b"", "root_path": "",
-             "headers": [(b"content-type", b"application/json")], "client": ("127.0.0.1", 1), "server": ("t", 80)}
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/check/batch",
+        "raw_path": b"/check/batch",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 1),
+        "server": ("t", 80),
+    }
     await asyncio.wait_for(app(scope, receive, send), 40)
     lines = [json.loads(line) for chunk in chunks for line in chunk.splitlines()]
     assert [(x["index"], x["id"], x["status"]) for x in lines] == [(1, "1", 200), (0, "slow", 200), (2, "stuck", 504)]
@@ -146,7 +160,10 @@ def test_job_lifecycle_results_page_and_delete(tmp_path, monkeypatch):
     lines = [json.loads(line) for line in client.get(f"/jobs/{job_id}/results").text.splitlines()]
     assert [x["index"] for x in lines] == [0, 1, 2, 3, 4]
     assert lines[3]["status"] == 422 and "cannot handle" in lines[3]["error"] and lines[3]["report"] is None
-    assert [x["index"] for x in map(json.loads, client.get(f"/jobs/{job_id}/results?after=2").text.splitlines())] == [3, 4]
+    assert [x["index"] for x in map(json.loads, client.get(f"/jobs/{job_id}/results?after=2").text.splitlines())] == [
+        3,
+        4,
+    ]
 
     page = client.get(f"/jobs/{job_id}/report")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
@@ -224,7 +241,9 @@ class Hanging:
             await asyncio.sleep(3600)
         with self._lock:
             self.answered.append(prompt)
-        return Completion(text=GEVAL_REPLY, model=self.name, usage=Usage(calls=1, prompt_tokens=10, completion_tokens=5))
+        return Completion(
+            text=GEVAL_REPLY, model=self.name, usage=Usage(calls=1, prompt_tokens=10, completion_tokens=5)
+        )
 
 
 def test_job_resumes_after_a_stop_without_recomputing(tmp_path):

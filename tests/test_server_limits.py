@@ -36,8 +36,14 @@ def make_app(tmp_path, **settings):
     return create_app(Config(cache=False), ServerSettings(jobs_db=tmp_path / "jobs.sqlite", **settings), llm=llm)
 
 
-async def asgi(app, method: str, path: str, headers: dict[str, bytes | str] | None = None,
-               chunks: list[bytes] | None = None, endless: bool = False):
+async def asgi(
+    app,
+    method: str,
+    path: str,
+    headers: dict[str, bytes | str] | None = None,
+    chunks: list[bytes] | None = None,
+    endless: bool = False,
+):
     """Call the ASGI app directly. Returns (status, headers, body, bytes the app pulled through receive)."""
     pulled = {"calls": 0, "bytes": 0}
     pieces = list(chunks or [b""])
@@ -61,9 +67,20 @@ async def asgi(app, method: str, path: str, headers: dict[str, bytes | str] | No
         sent.append(message)
 
     raw = [(k.lower().encode(), v if isinstance(v, bytes) else v.encode()) for k, v in (headers or {}).items()]
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
-             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "", "headers": raw,
-             "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8080)}
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": raw,
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 8080),
+    }
     await asyncio.wait_for(app(scope, receive, send), 20)
     start = next(m for m in sent if m["type"] == "http.response.start")
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
@@ -109,8 +126,9 @@ async def test_streamed_body_is_counted_as_it_arrives(tmp_path):
     status, *_ = await asgi(app, "POST", "/jobs", headers, endless=True)
     assert status == 413
     good = json.dumps({"source": SOURCE, "target": TARGET, "method": "rouge"}).encode()
-    status, _, body, _ = await asgi(app, "POST", "/check", {**AUTH, "Content-Type": "application/json"},
-                                    chunks=[good[:10], good[10:]])
+    status, _, body, _ = await asgi(
+        app, "POST", "/check", {**AUTH, "Content-Type": "application/json"}, chunks=[good[:10], good[10:]]
+    )
     assert status == 200 and json.loads(body)["method"] == "rouge"
 
 
@@ -145,8 +163,12 @@ def test_client_errors_are_4xx_with_a_message(tmp_path, monkeypatch):
         r = client.post("/check", headers=AUTH, **kwargs)
         assert r.status_code == expected, (kwargs, r.status_code, r.text[:300])
         assert r.json()["detail"]
-    assert "Valid options" in client.post("/check", headers=AUTH, json={**pair, "method": "geval",
-                                                                         "options": {"nope": 1}}).json()["detail"]
+    assert (
+        "Valid options"
+        in client.post("/check", headers=AUTH, json={**pair, "method": "geval", "options": {"nope": 1}}).json()[
+            "detail"
+        ]
+    )
     assert "whole number" in client.post("/check", headers=AUTH, json={**pair, "method": "_fragile"}).json()["detail"]
     assert client.get("/jobs/" + "0" * 32, headers=AUTH).status_code == 404
     assert client.get("/jobs/../../etc/passwd", headers=AUTH).status_code == 404
@@ -229,21 +251,34 @@ async def _call(app, path: str, receive, headers: dict[str, str]):
         sent.append(message)
 
     raw = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "", "headers": raw,
-             "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8080)}
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": raw,
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 8080),
+    }
     await app(scope, receive, send)
     start = next(m for m in sent if m["type"] == "http.response.start")
-    return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}, \
-        b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return (
+        start["status"],
+        {k.decode(): v.decode() for k, v in start["headers"]},
+        b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body"),
+    )
 
 
 async def test_a_body_that_does_not_arrive_in_time_gets_408_and_holds_no_slot(tmp_path):
     app = make_app(tmp_path, max_in_flight=1, body_timeout_s=0.3)
     body = json.dumps({"source": SOURCE, "target": TARGET, "method": "rouge"}).encode()
     headers = {**AUTH, "Content-Type": "application/json", "Content-Length": str(len(body))}
-    status, answer_headers, answer = await asyncio.wait_for(
-        _call(app, "/check", _slow_receive(body[:5]), headers), 60)
+    status, answer_headers, answer = await asyncio.wait_for(_call(app, "/check", _slow_receive(body[:5]), headers), 60)
     assert status == 408 and answer_headers["connection"] == "close"
     assert "did not arrive within 0.3s" in json.loads(answer)["detail"]
     assert app.state.service.admission.in_flight == 0 and app.state.service.open_requests == 0
@@ -277,16 +312,18 @@ async def test_health_answers_while_a_check_burns_cpu(tmp_path, monkeypatch):
             burning.set()
             deadline = time.monotonic() + 60  # only a hang guard: the test stops the burn once /health answered
             while not stop.is_set() and time.monotonic() < deadline:  # CPU work inside the coroutine: blocks
-                sum(range(1000))                                      # its own loop only
+                sum(range(1000))  # its own loop only
             return Report(method=self.name, score=0.5 if stop.is_set() else 0.0)
 
     monkeypatch.setitem(methods._REGISTERED, "_busy", Busy)
     app = make_app(tmp_path)
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test",
-                                     timeout=90) as client:
-            check = asyncio.create_task(client.post("/check", headers=AUTH,
-                                                    json={"source": SOURCE, "target": TARGET, "method": "_busy"}))
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://test", timeout=90
+        ) as client:
+            check = asyncio.create_task(
+                client.post("/check", headers=AUTH, json={"source": SOURCE, "target": TARGET, "method": "_busy"})
+            )
             await _until(burning.is_set, "the check burns CPU")
             for _ in range(5):  # answered while the burn goes on: it ends only when the test sets stop below
                 assert (await client.get("/health")).status_code == 200
@@ -305,8 +342,11 @@ def test_method_cache_is_bounded_and_shares_one_llm(tmp_path):
     app = make_app(tmp_path, method_cache_size=8)
     client = TestClient(app)
     for n in range(1, 41):
-        r = client.post("/check", headers=AUTH, json={"source": SOURCE, "target": TARGET, "method": "geval",
-                                                       "options": {"max_tokens": n}})
+        r = client.post(
+            "/check",
+            headers=AUTH,
+            json={"source": SOURCE, "target": TARGET, "method": "geval", "options": {"max_tokens": n}},
+        )
         assert r.status_code == 200, r.text
     service = app.state.service
     assert len(service.methods) == 8
@@ -327,8 +367,11 @@ def test_request_id_logs_metrics_and_docs(tmp_path, caplog):
 
     client = TestClient(make_app(tmp_path))
     with caplog.at_level(logging.INFO, logger="halluscope.server"):
-        r = client.post("/check", headers={**AUTH, "X-Request-ID": "abc-123"},
-                        json={"source": SOURCE, "target": TARGET, "method": "geval"})
+        r = client.post(
+            "/check",
+            headers={**AUTH, "X-Request-ID": "abc-123"},
+            json={"source": SOURCE, "target": TARGET, "method": "geval"},
+        )
     assert r.status_code == 200 and r.headers["x-request-id"] == "abc-123"
     line = next(json.loads(JsonFormatter().format(rec)) for rec in caplog.records if rec.getMessage() == "request")
     assert line["request_id"] == "abc-123" and line["status"] == 200 and line["route"] == "/check"
@@ -338,13 +381,24 @@ def test_request_id_logs_metrics_and_docs(tmp_path, caplog):
 
     assert client.get("/metrics").status_code == 401  # the token guards metrics unless --metrics-public
     text = client.get("/metrics", headers=AUTH).text
-    for name in ("halluscope_http_requests_total", "halluscope_http_request_duration_seconds_bucket",
-                 "halluscope_llm_calls_total", "halluscope_llm_tokens_total", "halluscope_llm_cache_hits_total",
-                 "halluscope_queue_depth", "halluscope_reports_total", "halluscope_jobs", "process_resident_memory_bytes"):
+    for name in (
+        "halluscope_http_requests_total",
+        "halluscope_http_request_duration_seconds_bucket",
+        "halluscope_llm_calls_total",
+        "halluscope_llm_tokens_total",
+        "halluscope_llm_cache_hits_total",
+        "halluscope_queue_depth",
+        "halluscope_reports_total",
+        "halluscope_jobs",
+        "process_resident_memory_bytes",
+    ):
         assert name in text, name
     unscored = LLM(FakeModel(default="no json here"))
-    app2 = create_app(Config(cache=False), ServerSettings(metrics_public=True, token=TOKEN,
-                                                          jobs_db=tmp_path / "other.sqlite"), llm=unscored)
+    app2 = create_app(
+        Config(cache=False),
+        ServerSettings(metrics_public=True, token=TOKEN, jobs_db=tmp_path / "other.sqlite"),
+        llm=unscored,
+    )
     client2 = TestClient(app2)
     r = client2.post("/check", headers=AUTH, json={"source": SOURCE, "target": TARGET, "method": "geval"})
     assert r.status_code == 200 and r.json()["score"] is None
@@ -353,8 +407,19 @@ def test_request_id_logs_metrics_and_docs(tmp_path, caplog):
 
     spec = client.get("/openapi.json").json()  # the docs need no token
     assert client.get("/docs").status_code == 200
-    for path in ("/check", "/improve", "/check/batch", "/jobs", "/jobs/{job_id}", "/jobs/{job_id}/results",
-                 "/jobs/{job_id}/report", "/jobs/{job_id}/items/{index}", "/metrics", "/health", "/ready"):
+    for path in (
+        "/check",
+        "/improve",
+        "/check/batch",
+        "/jobs",
+        "/jobs/{job_id}",
+        "/jobs/{job_id}/results",
+        "/jobs/{job_id}/report",
+        "/jobs/{job_id}/items/{index}",
+        "/metrics",
+        "/health",
+        "/ready",
+    ):
         assert path in spec["paths"], path
     for record in ("Report", "CheckRequest", "BatchRequest", "JobRequest", "JobInfo", "ItemResult", "Pair", "Finding"):
         assert record in spec["components"]["schemas"], record

@@ -50,8 +50,14 @@ def test_the_jobs_page_lists_jobs_escaped_and_behind_the_token(tmp_path) -> None
     client = TestClient(make_app(tmp_path))
     empty = client.get("/")
     assert empty.status_code == 200 and "No jobs yet" in empty.text
-    created = client.post("/jobs", json={"method": "rouge", "name": "<script>alert(1)</script>",
-                                         "items": [{"source": SOURCE, "target": "The council met on Monday."}]})
+    created = client.post(
+        "/jobs",
+        json={
+            "method": "rouge",
+            "name": "<script>alert(1)</script>",
+            "items": [{"source": SOURCE, "target": "The council met on Monday."}],
+        },
+    )
     job = wait_for_job(client, created.json()["id"])
     page = client.get("/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")

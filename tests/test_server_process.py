@@ -73,15 +73,20 @@ def test_200_concurrent_requests_over_small_limits_are_answered_or_refused(home)
     admitted or refused (read from the server's metrics), exactly 20 are answered and 180 refused with 429,
     whatever the machine's speed."""
     args = ("--max-in-flight", "4", "--max-queue", "16", "--queue-timeout", "300")
-    with loadtest.start_stub(home / "held", latency_ms=0, hold_after=0) as held, \
-            loadtest.start_server(home / "small", *args, stub=held) as small, ThreadPoolExecutor(1) as pool:
+    with (
+        loadtest.start_stub(home / "held", latency_ms=0, hold_after=0) as held,
+        loadtest.start_server(home / "small", *args, stub=held) as small,
+        ThreadPoolExecutor(1) as pool,
+    ):
         running = pool.submit(loadtest.concurrent_checks, small, None, 200)
 
         def accounted() -> float:  # requests holding a slot, waiting for one, or refused
             text = httpx.get(small.url + "/metrics", timeout=10).text
-            return (_metric_sum(text, "halluscope_checks_in_flight")
-                    + _metric_sum(text, 'halluscope_queue_depth{queue="requests"}')
-                    + _metric_sum(text, "halluscope_http_refused_total"))
+            return (
+                _metric_sum(text, "halluscope_checks_in_flight")
+                + _metric_sum(text, 'halluscope_queue_depth{queue="requests"}')
+                + _metric_sum(text, "halluscope_http_refused_total")
+            )
 
         deadline = time.monotonic() + 120  # only a bound on a broken run; the order is forced by the stub's hold
         while accounted() < 200:

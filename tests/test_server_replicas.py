@@ -67,10 +67,16 @@ def test_racing_replicas_write_each_result_once(store):
 
     def finish(claim, score):
         barrier.wait()
-        outcomes.append(store.complete(job, claim, report=Report(method="geval", score=score),
-                                       report_json=json.dumps({"score": score})))
+        outcomes.append(
+            store.complete(
+                job, claim, report=Report(method="geval", score=score), report_json=json.dumps({"score": score})
+            )
+        )
 
-    threads = [threading.Thread(target=finish, args=(first[0], 0.25)), threading.Thread(target=finish, args=(taken[0], 0.75))]
+    threads = [
+        threading.Thread(target=finish, args=(first[0], 0.25)),
+        threading.Thread(target=finish, args=(taken[0], 0.75)),
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -92,16 +98,27 @@ def test_store_reads_match_the_sqlite_store(store):
     job = store.create("geval", {}, examples(4), dataset="final:dev")
     claims = store.claim(job, "a", 2, lease_s=60)
     store.complete(job, claims[1], report=Report(method="geval", score=0.5, label="consistent"), report_json='{"a":1}')
-    assert store.results(job) == [{"idx": 1, "item_id": "e1", "status": 200, "report": '{"a":1}', "error": None,
-                                   "attempt": 1}]
+    assert store.results(job) == [
+        {"idx": 1, "item_id": "e1", "status": 200, "report": '{"a":1}', "error": None, "attempt": 1}
+    ]
     assert store.results(job, after=1) == []
     example, row = store.item(job, 1)
     assert example.id == "e1" and row["report"] == '{"a":1}'
     assert store.item(job, 0)[1] is None and store.item(job, 9) is None
     sums = store.summaries(job, 3)
     assert [s["eid"] for s in sums] == ["e0", "e1", "e2"]
-    assert sums[1] | {} == {"idx": 1, "item_id": "e1", "status": 200, "score": 0.5, "label": "consistent",
-                            "findings": 0, "error": None, "has": 1, "reason": None, "eid": "e1"}
+    assert sums[1] | {} == {
+        "idx": 1,
+        "item_id": "e1",
+        "status": 200,
+        "score": 0.5,
+        "label": "consistent",
+        "findings": 0,
+        "error": None,
+        "has": 1,
+        "reason": None,
+        "eid": "e1",
+    }
     assert sums[0]["status"] is None
     counts = store.counts()
     assert counts["running"] == 1 and counts["pending_items"] == 3
@@ -158,8 +175,15 @@ class _Held:
         async def build_method(name, options):
             return name
 
-        self.runner = QueueRunner(store, build_method=build_method, run_item=run_item, max_running=1,
-                                  concurrency=concurrency, lease_s=lease_s, consumer=consumer)
+        self.runner = QueueRunner(
+            store,
+            build_method=build_method,
+            run_item=run_item,
+            max_running=1,
+            concurrency=concurrency,
+            lease_s=lease_s,
+            consumer=consumer,
+        )
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)  # as a worker loop of the service
         self.thread.start()
@@ -268,13 +292,15 @@ def test_redis_away_answers_503_and_the_scrape_still_works(jobs_url):
     from halluscope.server import ServerSettings, create_app
     from halluscope.server.loadtest import free_port
 
-    app = create_app(Config(cache=False), ServerSettings(jobs_url=jobs_url, job_lease_s=5.0),
-                     llm=LLM(FakeModel(default=GEVAL_REPLY)))
+    app = create_app(
+        Config(cache=False), ServerSettings(jobs_url=jobs_url, job_lease_s=5.0), llm=LLM(FakeModel(default=GEVAL_REPLY))
+    )
     with TestClient(app) as client:
         store = app.state.service.store
         live = store._client
-        store._client = redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=1,
-                                    retry=Retry(NoBackoff(), 0))  # refused at once, not retried
+        store._client = redis.Redis(
+            host="127.0.0.1", port=free_port(), socket_connect_timeout=1, retry=Retry(NoBackoff(), 0)
+        )  # refused at once, not retried
         try:
             answer = client.get("/jobs")
             assert answer.status_code == 503 and answer.headers["Retry-After"] == "2", answer.text
@@ -310,12 +336,20 @@ def test_replica_killed_mid_job_the_other_finishes_it(redis_url, tmp_path):
     concurrency, answered_first, lease_s = 4, 40, 4
     prefix = f"test:{uuid.uuid4().hex[:8]}:"
     env = {"HALLUSCOPE_CACHE_URL": f"{redis_url}?prefix={prefix}llm:"}  # the response cache shared too
-    args = ("--jobs-url", f"{redis_url}?prefix={prefix}jobs:", "--job-lease", str(lease_s),
-            "--job-concurrency", str(concurrency))
+    args = (
+        "--jobs-url",
+        f"{redis_url}?prefix={prefix}jobs:",
+        "--job-lease",
+        str(lease_s),
+        "--job-concurrency",
+        str(concurrency),
+    )
     wait_s = 180  # only a bound on a broken run: every step below waits for an event
-    with loadtest.start_stub(tmp_path / "stub", latency_ms=5, hold_after=answered_first) as stub, \
-            loadtest.start_server(tmp_path / "a", *args, stub=stub, env=env) as first, \
-            loadtest.start_server(tmp_path / "b", *args, stub=stub, env=env) as second:
+    with (
+        loadtest.start_stub(tmp_path / "stub", latency_ms=5, hold_after=answered_first) as stub,
+        loadtest.start_server(tmp_path / "a", *args, stub=stub, env=env) as first,
+        loadtest.start_server(tmp_path / "b", *args, stub=stub, env=env) as second,
+    ):
 
         def stats() -> dict:
             return httpx.get(stub.url + "/stats", timeout=30).json()
@@ -326,16 +360,19 @@ def test_replica_killed_mid_job_the_other_finishes_it(redis_url, tmp_path):
                 assert time.monotonic() < deadline, f"{what}: {stats()}"
                 time.sleep(0.05)
 
-        items = [{"id": f"item-{i}", "source": SOURCE, "target": f"The ferry costs {i + 1} million."}
-                 for i in range(100)]
+        items = [
+            {"id": f"item-{i}", "source": SOURCE, "target": f"The ferry costs {i + 1} million."} for i in range(100)
+        ]
         job = httpx.post(first.url + "/jobs", json={"method": "geval", "items": items}, timeout=60)
         assert job.status_code == 202, job.text
         job_id = job.json()["id"]
 
         # both replicas full (8 requests held), the 40 answered items all stored: mid-job, nothing moving
         wait("both replicas saturated", lambda: stats()["held"] == 2 * concurrency)
-        wait("the answered items stored",
-             lambda: httpx.get(f"{second.url}/jobs/{job_id}", timeout=30).json()["done"] == answered_first)
+        wait(
+            "the answered items stored",
+            lambda: httpx.get(f"{second.url}/jobs/{job_id}", timeout=30).json()["done"] == answered_first,
+        )
         before = httpx.get(f"{first.url}/jobs/{job_id}", timeout=30).json()
         assert before["status"] == "running" and before["done"] == answered_first
         assert stats()["received"] == answered_first + 2 * concurrency
@@ -414,8 +451,11 @@ def test_serve_takes_the_jobs_url_and_lease_from_flags_or_the_environment(served
 
     from halluscope.cli.main import app
 
-    env = {"HALLUSCOPE_SERVER_JOBS_URL": "redis://redis:6379/0?prefix=a:", "HALLUSCOPE_SERVER_JOB_LEASE": "12",
-           "HALLUSCOPE_SERVER_JOBS_DB": "/data/jobs.sqlite"}  # the container image sets the SQLite path
+    env = {
+        "HALLUSCOPE_SERVER_JOBS_URL": "redis://redis:6379/0?prefix=a:",
+        "HALLUSCOPE_SERVER_JOB_LEASE": "12",
+        "HALLUSCOPE_SERVER_JOBS_DB": "/data/jobs.sqlite",
+    }  # the container image sets the SQLite path
     result = CliRunner().invoke(app, ["serve"], env=env)
     assert result.exit_code == 0, result.output
     assert served["settings"].jobs_url == "redis://redis:6379/0?prefix=a:" and served["settings"].job_lease_s == 12.0

@@ -16,12 +16,17 @@ TARGET = "The council met on Friday. It approved the <budget>."
 def _report() -> Report:
     friday = TARGET.index("Friday")
     return Report(
-        method="fake", score=0.25, subscores={"S_E": 0.5, "alpha": None},
+        method="fake",
+        score=0.25,
+        subscores={"S_E": 0.5, "alpha": None},
         claims=[Claim(text="The council met on Friday.", kind="event", order=0, target_spans=[Span(start=0, end=26)])],
         findings=[
-            Finding(description='The source says "Monday", not Friday.', kind="contradicted",
-                    target_spans=[Span(start=friday, end=friday + 6), Span(start=0, end=26)],
-                    evidence=[Evidence(text="Monday", span=Span(start=19, end=25), relation="contradicts")]),
+            Finding(
+                description='The source says "Monday", not Friday.',
+                kind="contradicted",
+                target_spans=[Span(start=friday, end=friday + 6), Span(start=0, end=26)],
+                evidence=[Evidence(text="Monday", span=Span(start=19, end=25), relation="contradicts")],
+            ),
             Finding(description="Not located anywhere", kind="unsupported"),
         ],
     )
@@ -31,10 +36,14 @@ def test_html_marks_spans_escapes_text_and_links_evidence():
     page = render_html(_report(), SOURCE, TARGET)
     assert "&lt;budget&gt;" in page and "<budget>" not in page  # target text is escaped
     # overlapping spans: "Friday" is covered by both spans of finding 0 -> one mark for the piece
-    assert ('<mark class="contra" data-f="0 0" data-n="1" title="The source '
-            'says &quot;Monday&quot;, not Friday.">Friday</mark>') in page
-    assert ('<mark class="contra" data-f="0" title="The source says '
-            '&quot;Monday&quot;, not Friday.">The council met on </mark>') in page
+    assert (
+        '<mark class="contra" data-f="0 0" data-n="1" title="The source '
+        'says &quot;Monday&quot;, not Friday.">Friday</mark>'
+    ) in page
+    assert (
+        '<mark class="contra" data-f="0" title="The source says '
+        '&quot;Monday&quot;, not Friday.">The council met on </mark>'
+    ) in page
     assert 'class="ev" data-f="0"' in page and ">Monday</mark>" in page  # evidence in the source
     assert "not located in the text" in page  # finding without spans kept as a description
     assert "Events in target order" in page and "S_E" in page and "0.250" in page
@@ -48,16 +57,20 @@ def test_html_handles_unscored_report():
 def test_unscored_claims_are_listed_with_their_reasons_and_marked_apart_from_findings():
     claim = Claim(text="It approved the <budget>.", target_spans=[Span(start=27, end=52)])
     judged = Claim(text="The council met on Friday.", target_spans=[Span(start=0, end=26)])
-    report = Report(method="probe", unscored_reason="none of the claims could be judged", verdicts=[
-        Verdict(claim=claim, label="unscored", reason="evidence finding failed: the JSON in the reply is cut off"),
-        Verdict(claim=judged, label="supported", reason="quoted"),
-    ])
+    report = Report(
+        method="probe",
+        unscored_reason="none of the claims could be judged",
+        verdicts=[
+            Verdict(claim=claim, label="unscored", reason="evidence finding failed: the JSON in the reply is cut off"),
+            Verdict(claim=judged, label="supported", reason="quoted"),
+        ],
+    )
     page = render_html(report, SOURCE, TARGET)
     assert "Unscored claims (1)" in page and "1 unscored claims" in page
     assert "not judged: evidence finding failed: the JSON in the reply is cut off" in page
     assert "It approved the &lt;budget&gt;." in page
     assert '<mark class="unscored" data-f="u0"' in page  # the claim's span, marked as unscored, not as a finding
-    assert "mark class=\"unsup\"" not in page and "Findings (0)" in page
+    assert 'mark class="unsup"' not in page and "Findings (0)" in page
 
 
 fastapi = pytest.importorskip("fastapi", reason="server extra not installed: pip install 'halluscope[server]'")
@@ -130,10 +143,12 @@ def test_html_embeds_report_data_as_valid_json():
     import json
 
     hostile = 'Says </script><script>alert(1)</script> and <!-- <script> & "quotes" &amp; \u2028 é'
-    report = _report().model_copy(update={
-        "findings": [Finding(description=hostile, kind="unsupported")],
-        "unscored_reason": None,
-    })
+    report = _report().model_copy(
+        update={
+            "findings": [Finding(description=hostile, kind="unsupported")],
+            "unscored_reason": None,
+        }
+    )
     page = render_html(report, SOURCE, TARGET)
     data = _script_data(page, "report-data")
     assert "</" not in data and "<!--" not in data  # nothing in it can end the script element

@@ -22,9 +22,18 @@ from halluscope.server.service import Service
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 # lazily imported by a first check (the CLI keeps them lazy), imported at the service's start
-FIRST_CHECK_MODULES = ["bm25s", "scipy.sparse", "pysbd", "httpx", "halluscope.llm.openai_compat",
-                       "halluscope.retrieval", "halluscope.methods.probe", "halluscope.methods.geval",
-                       "halluscope.methods.dcr", "halluscope.methods.factscore"]
+FIRST_CHECK_MODULES = [
+    "bm25s",
+    "scipy.sparse",
+    "pysbd",
+    "httpx",
+    "halluscope.llm.openai_compat",
+    "halluscope.retrieval",
+    "halluscope.methods.probe",
+    "halluscope.methods.geval",
+    "halluscope.methods.dcr",
+    "halluscope.methods.factscore",
+]
 
 _IN_A_FRESH_PROCESS = """
 import json, sys
@@ -44,8 +53,13 @@ print(json.dumps({"built": built, "started": started}))
 
 def test_the_service_imports_what_a_first_check_would_before_it_starts(tmp_path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "-c", _IN_A_FRESH_PROCESS, json.dumps(FIRST_CHECK_MODULES),
-                          str(tmp_path / "jobs.sqlite")], capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", _IN_A_FRESH_PROCESS, json.dumps(FIRST_CHECK_MODULES), str(tmp_path / "jobs.sqlite")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert "bm25s" not in seen["built"] and "halluscope.methods.probe" not in seen["built"]  # lazy until started

@@ -22,12 +22,16 @@ from halluscope.text import split_sentences
 from halluscope.text.fence import fence_key, source_fence_key
 from tests.prompt_data import fenced, listing
 
-SOURCE = ("The Harbour Line ferry opened in March 2021. It crosses the bay every 30 minutes between 6 am and "
-          "midnight. Two thirds of its cost came from a regional grant; the city paid the rest. The boats are "
-          "electric and carry 120 passengers each. In its first year the line carried 1.2 million people.")
-TARGET = ("The Harbour Line ferry opened in March 2021. It runs every 15 minutes. The city paid for the whole "
-          "project from its own budget. Its electric boats carry 120 passengers. It carried 1.2 million people "
-          "in its first year.")
+SOURCE = (
+    "The Harbour Line ferry opened in March 2021. It crosses the bay every 30 minutes between 6 am and "
+    "midnight. Two thirds of its cost came from a regional grant; the city paid the rest. The boats are "
+    "electric and carry 120 passengers each. In its first year the line carried 1.2 million people."
+)
+TARGET = (
+    "The Harbour Line ferry opened in March 2021. It runs every 15 minutes. The city paid for the whole "
+    "project from its own budget. Its electric boats carry 120 passengers. It carried 1.2 million people "
+    "in its first year."
+)
 OTHER_TARGET = "The ferry opened in 2021. Its boats run on diesel."
 
 _FENCED = re.compile(r"<([a-z0-9_]+)_([0-9a-f]{10})>\n(.*?)\n</\1_\2>", re.S)
@@ -72,9 +76,12 @@ SCRIPT = {
     "EvidenceBatchReply": NOT_A_BATCH,
     "EvaluationBatchReply": PROBE_PASS,
     # dcr (and improve, which checks with dcr): DCE on the whole source, AMC marks each reason consistent
-    "DceReply": lambda m: json.dumps({"sentences": [{"id": n, "reason": "Consistent: stated."}
-                                                    for n, _ in enumerate(_lines(m, "sentences"), 1)],
-                                      "is_consistent": True}),
+    "DceReply": lambda m: json.dumps(
+        {
+            "sentences": [{"id": n, "reason": "Consistent: stated."} for n, _ in enumerate(_lines(m, "sentences"), 1)],
+            "is_consistent": True,
+        }
+    ),
     "AmcReply": lambda m: json.dumps({"marks": [1] * len(listing(m, "reasons"))}),
     "GevalReply": json.dumps({"reason": "fine", "score": 4}),
     "MatchReply": json.dumps({"reasoning": "", "matches": {"P1": "G1"}}),  # FINAL matching judge
@@ -97,8 +104,9 @@ def first_user(messages: list[dict[str, str]]) -> str:
     return next(m["content"] for m in messages if m["role"] == "user")
 
 
-def assert_source_once(requests: list[list[dict[str, str]]], shared: tuple[str, ...] = ("source",),
-                       min_calls: int = 2) -> int:
+def assert_source_once(
+    requests: list[list[dict[str, str]]], shared: tuple[str, ...] = ("source",), min_calls: int = 2
+) -> int:
     """Group the calls by prompt (system message + opening words); in every group of calls that fence the source,
     the calls share a prefix that holds the whole fenced source, and every other fenced value starts after it.
     Returns how many calls were checked."""
@@ -117,11 +125,12 @@ def assert_source_once(requests: list[list[dict[str, str]]], shared: tuple[str, 
             fences = list(_FENCED.finditer(text))
             shared_ends = [f.end() for f in fences if f.group(1) in shared]
             assert shared_ends and max(shared_ends) <= len(common), (
-                "the fenced source is not inside the prefix shared by all calls about it:\n" + common[-300:])
+                "the fenced source is not inside the prefix shared by all calls about it:\n" + common[-300:]
+            )
             per_call = [f for f in fences if f.group(1) not in shared]
             assert per_call, "a call about the source with no per-call material"
             assert all(f.start() >= max(shared_ends) for f in per_call), "per-call material before the source"
-            assert text[len(common):].strip(), "the calls differ by nothing after the shared prefix"
+            assert text[len(common) :].strip(), "the calls differ by nothing after the shared prefix"
             checked += 1
     assert checked >= min_calls, f"only {checked} calls about the source were compared"
     return checked
@@ -141,11 +150,17 @@ def asked(api: FakeModel, kind: str) -> list[list[dict[str, str]]]:
     return [m for m, t in zip(api.requests, api.reply_types, strict=True) if t == kind]
 
 
-@pytest.mark.parametrize("name, options", [
-    ("dove", {}), ("dove", {"batch_size": 2}),
-    ("factscore", {}), ("factscore", {"batch_size": 2}),
-    ("probe", {}), ("probe", {"batch_size": 2}),
-])
+@pytest.mark.parametrize(
+    "name, options",
+    [
+        ("dove", {}),
+        ("dove", {"batch_size": 2}),
+        ("factscore", {}),
+        ("factscore", {"batch_size": 2}),
+        ("probe", {}),
+        ("probe", {"batch_size": 2}),
+    ],
+)
 def test_claim_level_methods_share_the_fenced_source_across_claims(name, options):
     requests = run_method(name, **options).requests
     assert assert_source_once(requests) >= 2
@@ -295,8 +310,18 @@ def test_every_template_puts_format_and_source_first_and_per_call_material_last(
 
 def test_the_layout_check_covers_every_method_prompt():
     names = {t.name for t in _templates()}
-    assert {"dove_check", "dcr_dce_sentence", "factscore_verify", "probe_find_evidence", "probe_evaluate", "geval",
-            "localize_cot", "rai_sentence", "final_match", "inject_weave"} <= names
+    assert {
+        "dove_check",
+        "dcr_dce_sentence",
+        "factscore_verify",
+        "probe_find_evidence",
+        "probe_evaluate",
+        "geval",
+        "localize_cot",
+        "rai_sentence",
+        "final_match",
+        "inject_weave",
+    } <= names
 
 
 def test_dove_sorts_by_source_and_by_target_under_one_key():

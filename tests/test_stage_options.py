@@ -34,8 +34,9 @@ def test_a_verifier_swapped_into_dove_does_not_pick_up_doves_batch_size():
 
 
 def test_a_swapped_verifier_takes_its_own_namespaced_options():
-    method = get_method("dove", llm=fake(), verifier="factscore",
-                        **{"verifier.batch_size": 4, "verifier.describe": False})
+    method = get_method(
+        "dove", llm=fake(), verifier="factscore", **{"verifier.batch_size": 4, "verifier.describe": False}
+    )
     assert (method.verifier.batch_size, method.verifier.describe) == (4, False)
     assert method.opts.batch_size == 1
     assert method.options()["verifier.batch_size"] == 4 and method.options()["verifier.describe"] is False
@@ -60,8 +61,12 @@ def test_dove_takes_the_probe_verifier_with_its_judges(monkeypatch):
         return LLM(FakeModel(default="{}"), cache=None)
 
     monkeypatch.setattr(base, "get_llm", get_llm)
-    method = get_method("dove", llm=fake(), verifier="probe",
-                        **{"verifier.judges": "a,b", "verifier.samples": 2, "verifier.batch_size": 3})
+    method = get_method(
+        "dove",
+        llm=fake(),
+        verifier="probe",
+        **{"verifier.judges": "a,b", "verifier.samples": 2, "verifier.batch_size": 3},
+    )
     assert method.verifier.opts.judges == ["a", "b"] and method.verifier.batch_size == 3
     assert len(method.verifier.evaluator.judges) == 4  # 2 judge models x 2 samples
     assert built == ["a", "b"]  # each judge's client built once, at the main model's endpoint
@@ -69,8 +74,12 @@ def test_dove_takes_the_probe_verifier_with_its_judges(monkeypatch):
 
 
 def test_each_claim_method_composes_its_own_aggregator_and_localizer_from_its_flat_options():
-    own = {"dcr": ("dcr", "dcr"), "probe": ("probe", "probe"), "dove": ("dove", "dove"),
-           "factscore": ("supported_fraction", "factscore")}
+    own = {
+        "dcr": ("dcr", "dcr"),
+        "probe": ("probe", "probe"),
+        "dove": ("dove", "dove"),
+        "factscore": ("supported_fraction", "factscore"),
+    }
     for name, (aggregator, localizer) in own.items():
         method = get_method(name, llm=fake())
         assert (method.aggregator.name, method.localizer.name) == (aggregator, localizer)
@@ -96,8 +105,10 @@ def test_a_swapped_localizer_takes_only_its_namespaced_options():
 async def test_dcr_aggregator_on_another_verifiers_verdicts_reads_an_empty_trace():
     dcr = get_method("dcr", llm=fake(), verifier="factscore")
     claims = [Claim(text="a", id="s1"), Claim(text="b", id="s2")]
-    verdicts = [Verdict(claim=claims[0], label="supported", reason="ok"),
-                Verdict(claim=claims[1], label="unsupported", reason="no")]
+    verdicts = [
+        Verdict(claim=claims[0], label="supported", reason="ok"),
+        Verdict(claim=claims[1], label="unsupported", reason="no"),
+    ]
     run = PipelineRun("src", "tgt", claims, Selection("full", "fits", {}), verdicts)
     aggregate = await dcr.aggregator(run)
     assert aggregate.score == 0.5 and aggregate.subscores["Z"] == 0.0  # (+1 - 1) / 2 -> Z = 0 -> 0.5
@@ -136,16 +147,23 @@ def test_gate_options_are_namespaced_too():
 
 
 def test_the_python_api_passes_namespaced_options():
-    report = halluscope.check(SOURCE, TARGET, "dcr", llm=LLM(FakeModel(default="{}"), cache=None),
-                              verifier="factscore", **{"verifier.describe": False})
+    report = halluscope.check(
+        SOURCE,
+        TARGET,
+        "dcr",
+        llm=LLM(FakeModel(default="{}"), cache=None),
+        verifier="factscore",
+        **{"verifier.describe": False},
+    )
     assert report.details["stages"]["verifier"] == "factscore"
 
 
 def test_the_retrieve_step_builds_from_its_options_and_runs():
     from halluscope.retrieval import Retrieve
 
-    stage = Retrieve.from_options(None, Retrieve.Options.parse("retrieve", {"retriever": "bm25", "top_k": 1,
-                                                                            "window": 0}))
+    stage = Retrieve.from_options(
+        None, Retrieve.Options.parse("retrieve", {"retriever": "bm25", "top_k": 1, "window": 0})
+    )
     (snippets,) = asyncio.run(stage(SOURCE, ["tea"]))
     assert [s.text for s in snippets] == ["The cafe sells tea."]
 
@@ -188,8 +206,22 @@ def test_cli_check_refuses_a_bad_namespaced_option(tmp_path):
     source, target = tmp_path / "s.txt", tmp_path / "t.txt"
     source.write_text(SOURCE)
     target.write_text(TARGET)
-    result = CliRunner().invoke(app, ["check", "-s", str(source), "-t", str(target), "--method", "dove",
-                                      "-o", "verifier=probe", "-o", "verifier.judgez=a"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "check",
+            "-s",
+            str(source),
+            "-t",
+            str(target),
+            "--method",
+            "dove",
+            "-o",
+            "verifier=probe",
+            "-o",
+            "verifier.judgez=a",
+        ],
+    )
     assert result.exit_code == 2
     assert "verifier stage 'probe'" in result.output and "judges" in result.output
 
@@ -241,8 +273,10 @@ def test_the_decomposer_is_chosen_by_name_on_every_claim_method():
         assert report.details["stages"]["decomposer"] == "sentences"
     assert "decomposer" not in get_method("dcr", llm=fake()).options()  # recorded only when chosen
     paragraph = get_method("dcr", llm=fake(), decomposer="paragraph")
-    assert paragraph.paragraph_level and paragraph.used_prompts() == get_method("dcr", llm=fake(),
-                                                                               level="paragraph").used_prompts()
+    assert (
+        paragraph.paragraph_level
+        and paragraph.used_prompts() == get_method("dcr", llm=fake(), level="paragraph").used_prompts()
+    )
     with pytest.raises(OptionsError, match="level=paragraph and decomposer=sentences"):
         get_method("dcr", llm=fake(), level="paragraph", decomposer="sentences")
     with pytest.raises(OptionsError, match="no decomposer stage named 'nope'"):

@@ -10,14 +10,21 @@ import pytest
 
 from halluscope.bench.datasets import Dataset
 from halluscope.bench.suite_stress import (
-    EmbeddingDensity, density_bins, density_points, is_stress_set, perturbation_pairs, stress_report,
+    EmbeddingDensity,
+    density_bins,
+    density_points,
+    is_stress_set,
+    perturbation_pairs,
+    stress_report,
     tfidf_density,
 )
 from halluscope.bench.suites import SuiteContext, load_suite_modules
 from halluscope.records import Claim, Example, Report, Verdict
 
-SOURCE = ("The mill burned in May. The baker moved to the coast. Rain fell for a week. "
-          "The harbour froze that winter. Wolves were seen near the pass.")
+SOURCE = (
+    "The mill burned in May. The baker moved to the coast. Rain fell for a week. "
+    "The harbour froze that winter. Wolves were seen near the pass."
+)
 
 
 def ex(group, difficulty, target="The mill burned. The baker left.", source=SOURCE):
@@ -46,16 +53,28 @@ def ctx(tmp_path, **extra):
 @pytest.fixture
 def crafted():
     examples = [
-        ex("g1", "original"), ex("g1", "paraphrased"), ex("g1", "negated"),
-        ex("g2", "original"), ex("g2", "paraphrased"), ex("g2", "negated"),
-        ex("g3", "original"), ex("g3", "paraphrased"),
-        ex("g4", "original"), ex("g4", "negated"),
+        ex("g1", "original"),
+        ex("g1", "paraphrased"),
+        ex("g1", "negated"),
+        ex("g2", "original"),
+        ex("g2", "paraphrased"),
+        ex("g2", "negated"),
+        ex("g3", "original"),
+        ex("g3", "paraphrased"),
+        ex("g4", "original"),
+        ex("g4", "negated"),
     ]
     reports = [
-        rep(0.8, "consistent"), rep(0.7, "consistent"), rep(0.2, "inconsistent"),
-        rep(0.6, "consistent"), rep(0.9, "consistent"), rep(0.6, "consistent"),
-        rep(1.0, "consistent"), rep(None),  # unscored perturbed row: unpaired
-        rep(None), rep(0.5, "inconsistent"),  # unscored original: its perturbation is unpaired
+        rep(0.8, "consistent"),
+        rep(0.7, "consistent"),
+        rep(0.2, "inconsistent"),
+        rep(0.6, "consistent"),
+        rep(0.9, "consistent"),
+        rep(0.6, "consistent"),
+        rep(1.0, "consistent"),
+        rep(None),  # unscored perturbed row: unpaired
+        rep(None),
+        rep(0.5, "inconsistent"),  # unscored original: its perturbation is unpaired
     ]
     return examples, reports
 
@@ -70,8 +89,12 @@ def test_applies_only_to_sets_with_original_rows(crafted):
 def test_pairs_and_unpaired_counts(crafted):
     pairs, unpaired = perturbation_pairs(*crafted)
     got = sorted((p.group, p.perturbation, round(p.delta, 6), p.flipped) for p in pairs)
-    assert got == [("g1", "negated", -0.6, True), ("g1", "paraphrased", -0.1, False),
-                   ("g2", "negated", 0.0, False), ("g2", "paraphrased", 0.3, False)]
+    assert got == [
+        ("g1", "negated", -0.6, True),
+        ("g1", "paraphrased", -0.1, False),
+        ("g2", "negated", 0.0, False),
+        ("g2", "paraphrased", 0.3, False),
+    ]
     assert unpaired == {"paraphrased": 1, "negated": 1}
 
 
@@ -192,12 +215,15 @@ def test_suite_through_the_bench_runner(tmp_path, no_embeddings):
     from halluscope.bench.runner import run_bench
     from halluscope.methods import get_method
 
-    examples = [ex("g1", "original", "The mill burned in May."),
-                ex("g1", "paraphrased", "In May, the mill went up in flames."),
-                ex("g1", "added_source_sentence", "The mill burned in May. Wolves were seen near the pass.")]
+    examples = [
+        ex("g1", "original", "The mill burned in May."),
+        ex("g1", "paraphrased", "In May, the mill went up in flames."),
+        ex("g1", "added_source_sentence", "The mill burned in May. Wolves were seen near the pass."),
+    ]
     data = Dataset("crafted", None, examples)
-    results = asyncio.run(run_bench(get_method("rouge"), data, tmp_path / "run", progress=False, n_bootstrap=50,
-                                    suite_names=["stress"]))
+    results = asyncio.run(
+        run_bench(get_method("rouge"), data, tmp_path / "run", progress=False, n_bootstrap=50, suite_names=["stress"])
+    )
     stress = results["metrics"]["stress"]
     assert stress["delta"]["paraphrased"]["mean_delta"]["value"] < 0  # lexical overlap drops on a paraphrase
     assert stress["density"]["unit"] == "target" and stress["density"]["n"] == 1
@@ -224,10 +250,12 @@ def test_sweep_rouge_variant_writes_one_run_per_value_and_a_combined_table(tmp_p
     from halluscope.bench.sweep import run_sweep
     from halluscope.methods import get_method
 
-    examples = [ex("g1", "original", "The mill burned in May."),
-                ex("g1", "paraphrased", "In May, the mill went up in flames."),
-                ex("g2", "original", "Rain fell for a week. The harbour froze."),
-                ex("g2", "compressed", "A week of rain; the harbour froze.")]
+    examples = [
+        ex("g1", "original", "The mill burned in May."),
+        ex("g1", "paraphrased", "In May, the mill went up in flames."),
+        ex("g2", "original", "Rain fell for a week. The harbour froze."),
+        ex("g2", "compressed", "A week of rain; the harbour froze."),
+    ]
     data = Dataset("crafted", None, examples)
     made = []
 
@@ -235,8 +263,18 @@ def test_sweep_rouge_variant_writes_one_run_per_value_and_a_combined_table(tmp_p
         made.append((name, opts))
         return get_method(name, **opts)
 
-    summary = asyncio.run(run_sweep("rouge", "variant", ["rouge1", "rouge2"], data, tmp_path, make_method=make_method,
-                                    n_bootstrap=50, progress=False))
+    summary = asyncio.run(
+        run_sweep(
+            "rouge",
+            "variant",
+            ["rouge1", "rouge2"],
+            data,
+            tmp_path,
+            make_method=make_method,
+            n_bootstrap=50,
+            progress=False,
+        )
+    )
     assert made == [("rouge", {"variant": "rouge1"}), ("rouge", {"variant": "rouge2"})]
     assert [r["value"] for r in summary["rows"]] == ["rouge1", "rouge2"]
     for row, variant in zip(summary["rows"], ["rouge1", "rouge2"]):
@@ -253,7 +291,7 @@ def test_sweep_rouge_variant_writes_one_run_per_value_and_a_combined_table(tmp_p
     # rouge-2 precision is never above rouge-1 precision on the same pair
     assert summary["rows"][1]["mean_score"]["value"] <= summary["rows"][0]["mean_score"]["value"]
     md = (tmp_path / "sweep.md").read_text()
-    assert "| `\"rouge1\"` | 4 | 0 |" in md and "delta paraphrased" in md
+    assert '| `"rouge1"` | 4 | 0 |' in md and "delta paraphrased" in md
     assert "| stress.delta.paraphrased.mean_delta |" in md  # changes with the variant
     assert "| stress.n_groups |" not in md and "metrics that do not change" in md
     assert (tmp_path / "sweep.png").stat().st_size > 0
@@ -270,11 +308,24 @@ def test_sweep_over_methods_and_option_clash(tmp_path, no_embeddings):
         return get_method(name, **opts)
 
     with pytest.raises(SweepError, match="both swept and fixed"):
-        asyncio.run(run_sweep("rouge", "variant", ["rouge1", "rouge2"], data, tmp_path, make_method=make_method,
-                              options={"variant": "rouge1"}, progress=False))
+        asyncio.run(
+            run_sweep(
+                "rouge",
+                "variant",
+                ["rouge1", "rouge2"],
+                data,
+                tmp_path,
+                make_method=make_method,
+                options={"variant": "rouge1"},
+                progress=False,
+            )
+        )
     with pytest.raises(SweepError, match="variant='bogus'"):
-        asyncio.run(run_sweep("rouge", "variant", ["rouge1", "bogus"], data, tmp_path / "b", make_method=make_method,
-                              progress=False))
+        asyncio.run(
+            run_sweep(
+                "rouge", "variant", ["rouge1", "bogus"], data, tmp_path / "b", make_method=make_method, progress=False
+            )
+        )
 
 
 def test_sweep_with_a_fake_model_method(tmp_path, no_embeddings):
@@ -283,8 +334,14 @@ def test_sweep_with_a_fake_model_method(tmp_path, no_embeddings):
     from halluscope.methods.geval import GEval
     from tests.conftest import fake_llm
 
-    data = Dataset("crafted", None, [ex("g1", "original", "The mill burned in May."),
-                                     ex("g1", "negated", "The mill did not stay unburned in May.")])
+    data = Dataset(
+        "crafted",
+        None,
+        [
+            ex("g1", "original", "The mill burned in May."),
+            ex("g1", "negated", "The mill did not stay unburned in May."),
+        ],
+    )
     replies = {0: '{"reason": "r", "score": 5}', 1: '{"reason": "r", "score": 3}'}
 
     def make_method(name, opts):
@@ -293,8 +350,19 @@ def test_sweep_with_a_fake_model_method(tmp_path, no_embeddings):
         method.options = lambda: dict(opts)  # a stand-in option; geval itself has none
         return method
 
-    summary = asyncio.run(run_sweep("geval", "window", [0, 1], data, tmp_path, make_method=make_method,
-                                    options={"retrieval": "always"}, n_bootstrap=0, progress=False))
+    summary = asyncio.run(
+        run_sweep(
+            "geval",
+            "window",
+            [0, 1],
+            data,
+            tmp_path,
+            make_method=make_method,
+            options={"retrieval": "always"},
+            n_bootstrap=0,
+            progress=False,
+        )
+    )
     assert [r["mean_score"]["value"] for r in summary["rows"]] == [1.0, 0.5]
     assert [r["usage"]["calls"] for r in summary["rows"]] == [2, 2]
     assert summary["rows"][0]["mean_delta"]["negated"]["value"] == 0.0
@@ -313,8 +381,9 @@ def test_sweep_of_a_retrieval_setting_needs_retrieval_always(tmp_path, key):
 
     for fixed in ({}, {"retrieval": "auto"}, {"retrieval": "never"}, {"retrieval": True}):
         with pytest.raises(SweepError, match=f"sweeping {key} measures nothing.*Add -o retrieval=always"):
-            asyncio.run(run_sweep("dcr", key, [0, 1], data, tmp_path, make_method=make_method, options=fixed,
-                                  progress=False))
+            asyncio.run(
+                run_sweep("dcr", key, [0, 1], data, tmp_path, make_method=make_method, options=fixed, progress=False)
+            )
     assert made == [] and not any(tmp_path.iterdir())
 
 
@@ -326,12 +395,28 @@ def test_bench_sweep_cli_refuses_a_window_sweep_without_retrieval_always(tmp_pat
     path = tmp_path / "set.jsonl"
     path.write_text(ex("g1", "original", "The mill burned in May.").model_dump_json() + "\n")
     for extra in ([], ["-o", "retrieval=auto"]):
-        result = CliRunner().invoke(app, ["bench-sweep", "-d", str(path), "--method", "dcr", "--sweep", "window=0,1,2",
-                                          "--out", str(tmp_path / "out"), "--no-progress", *extra])
+        result = CliRunner().invoke(
+            app,
+            [
+                "bench-sweep",
+                "-d",
+                str(path),
+                "--method",
+                "dcr",
+                "--sweep",
+                "window=0,1,2",
+                "--out",
+                str(tmp_path / "out"),
+                "--no-progress",
+                *extra,
+            ],
+        )
         assert result.exit_code == 2, result.output
         assert "add -o retrieval=always" in result.output.lower() and "window" in result.output
-    refused_top_k = CliRunner().invoke(app, ["bench-sweep", "-d", str(path), "--method", "dove", "--sweep",
-                                             "top_k=1,3", "--out", str(tmp_path / "out")])
+    refused_top_k = CliRunner().invoke(
+        app,
+        ["bench-sweep", "-d", str(path), "--method", "dove", "--sweep", "top_k=1,3", "--out", str(tmp_path / "out")],
+    )
     assert refused_top_k.exit_code == 2 and "retrieval=always" in refused_top_k.output
     assert not (tmp_path / "out").exists()
 
@@ -345,8 +430,23 @@ def test_bench_sweep_cli(tmp_path, no_embeddings):
     rows = [ex("g1", "original", "The mill burned in May."), ex("g1", "paraphrased", "In May the mill burned down.")]
     path.write_text("".join(r.model_dump_json() + "\n" for r in rows))
     out = tmp_path / "sweep"
-    result = CliRunner().invoke(app, ["bench-sweep", "-d", str(path), "--method", "rouge", "--sweep",
-                                      "variant=rouge1,rougeL", "--out", str(out), "--no-progress", "--bootstrap", "20"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench-sweep",
+            "-d",
+            str(path),
+            "--method",
+            "rouge",
+            "--sweep",
+            "variant=rouge1,rougeL",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--bootstrap",
+            "20",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert (out / "variant=rouge1" / "results.json").is_file() and (out / "variant=rougeL" / "results.json").is_file()
     assert "Sweep of `variant`" in result.output

@@ -50,8 +50,7 @@ async def test_schema_and_json_object_ways() -> None:
 
 async def test_without_a_repair_the_only_request_is_constrained() -> None:
     fake = FakeModel([BAD], structured_output="plain")
-    step = await generate_reply(LLM(fake, cache=None), [{"role": "user", "content": "rate"}], GevalReply,
-                                repair=False)
+    step = await generate_reply(LLM(fake, cache=None), [{"role": "user", "content": "rate"}], GevalReply, repair=False)
     assert step.value is None and _schema_of(fake.params[0]) == GevalReply.json_schema()
 
 

@@ -34,15 +34,21 @@ class FlagsTheMoon(Method):
         if at < 0:
             return Report(method=self.name, score=1.0)
         evidence = Evidence(text=source[:7], span=Span(start=0, end=7), relation="related")
-        finding = Finding(description="the moon is not in the source", target_spans=[Span(start=at, end=at + 4)],
-                          evidence=[evidence])
+        finding = Finding(
+            description="the moon is not in the source", target_spans=[Span(start=at, end=at + 4)], evidence=[evidence]
+        )
         return Report(method=self.name, score=0.0, findings=[finding])
 
 
 def test_evaluate_a_dataframe_keeps_its_columns_and_index():
-    frame = pd.DataFrame({"source": ["The sun rose.", "The sun rose.", ""],
-                          "target": ["The sun rose.", "The moon rose.", "Anything."], "id": [7, 8, 9]},
-                         index=["a", "b", "c"])
+    frame = pd.DataFrame(
+        {
+            "source": ["The sun rose.", "The sun rose.", ""],
+            "target": ["The sun rose.", "The moon rose.", "Anything."],
+            "id": [7, 8, 9],
+        },
+        index=["a", "b", "c"],
+    )
     out = halluscope.evaluate(frame, method=FlagsTheMoon())
     assert list(out.columns) == ["source", "target", "id", *RESULT_COLUMNS]
     assert list(out.index) == ["a", "b", "c"] and list(out["id"]) == [7, 8, 9]
@@ -57,8 +63,10 @@ def test_evaluate_a_dataframe_keeps_its_columns_and_index():
 
 
 def test_evaluate_rows_with_named_columns_matches_check():
-    rows = [{"context": "Paris is the capital of France.", "answer": "Paris is the capital of France."},
-            {"context": "Paris is the capital of France.", "answer": "Berlin hosts the Olympic games."}]
+    rows = [
+        {"context": "Paris is the capital of France.", "answer": "Paris is the capital of France."},
+        {"context": "Paris is the capital of France.", "answer": "Berlin hosts the Olympic games."},
+    ]
     out = halluscope.evaluate(rows, source="context", target="answer", method="rouge", threshold=0.5)
     expected = [halluscope.check(r["context"], r["answer"], method="rouge").score for r in rows]
     assert list(out["score"]) == pytest.approx(expected)
@@ -86,13 +94,21 @@ def test_a_missing_column_or_a_result_column_in_the_input_is_refused():
 
 
 def cli(*args: str, env: dict | None = None, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "halluscope.cli.main", "check", *args], capture_output=True,
-                          text=True, timeout=300, env=env or os.environ.copy(), **kwargs)
+    return subprocess.run(
+        [sys.executable, "-m", "halluscope.cli.main", "check", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env or os.environ.copy(),
+        **kwargs,
+    )
 
 
 def write_pairs(path: Path, n: int) -> list[dict]:
-    rows = [{"id": f"p{i}", "source": f"Source {i}: the cat sat on the mat.", "target": f"Claim number {i}."}
-            for i in range(n)]
+    rows = [
+        {"id": f"p{i}", "source": f"Source {i}: the cat sat on the mat.", "target": f"Claim number {i}."}
+        for i in range(n)
+    ]
     if path.suffix == ".jsonl":
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     else:
@@ -116,7 +132,9 @@ def test_check_a_table_round_trips_every_row_in_order(tmp_path, fmt_in, fmt_out)
         got = frame.to_dict("records")
         for row in got:
             row["findings"] = json.loads(row["findings"])
-    assert [r["id"] for r in got] == [r["id"] for r in rows] and [r["target"] for r in got] == [r["target"] for r in rows]
+    assert [r["id"] for r in got] == [r["id"] for r in rows] and [r["target"] for r in got] == [
+        r["target"] for r in rows
+    ]
     expected = [halluscope.check(r["source"], r["target"], method="rouge").score for r in rows]
     assert [r["score"] for r in got] == pytest.approx(expected)
     assert all(r["findings"] == [] and r["method"] == "rouge" for r in got)
@@ -135,12 +153,24 @@ def test_a_line_cut_by_a_crash_is_redone_and_another_runs_partial_file_is_refuse
     from halluscope.tabular import _sha256
 
     rouge = get_method("rouge")
-    identity = {"input_sha256": _sha256(tmp_path / "pairs.jsonl"), "source_column": "source",
-                "target_column": "target", "method": "rouge", "method_options": rouge.options(), "model": None,
-                "prompt_version": rouge.prompt_version, "threshold": None}
+    identity = {
+        "input_sha256": _sha256(tmp_path / "pairs.jsonl"),
+        "source_column": "source",
+        "target_column": "target",
+        "method": "rouge",
+        "method_options": rouge.options(),
+        "model": None,
+        "prompt_version": rouge.prompt_version,
+        "threshold": None,
+    }
     result0 = {k: finished[0][k] for k in RESULT_COLUMNS}
-    partial.path.write_text(json.dumps({"identity": identity}) + "\n" + json.dumps({"row": 0, "result": result0})
-                            + "\n" + json.dumps({"row": 1, "result": result0})[:30])
+    partial.path.write_text(
+        json.dumps({"identity": identity})
+        + "\n"
+        + json.dumps({"row": 0, "result": result0})
+        + "\n"
+        + json.dumps({"row": 1, "result": result0})[:30]
+    )
     resumed = cli("--input", str(tmp_path / "pairs.jsonl"), "--output", str(out), "--method", "rouge", "--no-progress")
     assert resumed.returncode == 1, resumed.stderr
     assert "dropped 1 unreadable line" in resumed.stderr and "(2 checked now, 1 resumed)" in resumed.stdout
@@ -160,10 +190,28 @@ def test_killed_mid_run_then_resumed_loses_and_repeats_nothing(tmp_path):
     pytest.importorskip("pyarrow")
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     with StubEndpoint(hold_after=3) as stub:  # answers 3 requests, then holds the 4th until released
-        args = ["--input", str(tmp_path / "pairs.csv"), "--output", str(out), "--method", "geval", "--model", "stub",
-                "--base-url", stub.base_url, "--concurrency", "1", "--no-cache", "--no-progress"]
-        proc = subprocess.Popen([sys.executable, "-m", "halluscope.cli.main", "check", *args], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        args = [
+            "--input",
+            str(tmp_path / "pairs.csv"),
+            "--output",
+            str(out),
+            "--method",
+            "geval",
+            "--model",
+            "stub",
+            "--base-url",
+            stub.base_url,
+            "--concurrency",
+            "1",
+            "--no-cache",
+            "--no-progress",
+        ]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "halluscope.cli.main", "check", *args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         partial = out.with_name(out.name + ".partial.jsonl")
         deadline = time.monotonic() + 120  # only a bound on a broken run; the order is proved by the stub's hold
         while not (stub.held >= 1 and partial.exists() and len(partial.read_text().splitlines()) == 4):

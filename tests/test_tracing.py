@@ -59,7 +59,9 @@ def test_one_span_per_stage_and_llm_call_with_token_counts(spans):
         by_name.setdefault(span.name, []).append(span)
 
     (check,) = by_name["halluscope.check factscore"]
-    stage_names = sorted(s.attributes["halluscope.stage.protocol"] for s in finished if s.name.startswith("halluscope.stage"))
+    stage_names = sorted(
+        s.attributes["halluscope.stage.protocol"] for s in finished if s.name.startswith("halluscope.stage")
+    )
     assert stage_names == sorted(["decomposer", "context_selector", "verifier", "aggregator", "localizer"])
     llm_spans = by_name["chat fake-judge"]
     assert len(llm_spans) == report.usage.calls == 4  # one decomposition + three verifications
@@ -143,8 +145,15 @@ def test_failed_llm_call_span_records_the_error(spans):
 
 
 def test_tracing_off_imports_no_opentelemetry():
-    code = ("import sys, halluscope; r = halluscope.check('The cat sat on the mat.', 'The cat sat.', method='rouge');"
-            "import json; print(json.dumps(sorted(m for m in sys.modules if m.startswith('opentelemetry'))))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={k: v for k, v in os.environ.items() if k != "HALLUSCOPE_OTEL"})
+    code = (
+        "import sys, halluscope; r = halluscope.check('The cat sat on the mat.', 'The cat sat.', method='rouge');"
+        "import json; print(json.dumps(sorted(m for m in sys.modules if m.startswith('opentelemetry'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={k: v for k, v in os.environ.items() if k != "HALLUSCOPE_OTEL"},
+    )
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []

@@ -22,8 +22,13 @@ from halluscope.llm import LLM, FakeModel  # noqa: E402
 from halluscope.methods import get_method  # noqa: E402
 from halluscope.methods.pipeline import SentenceDecomposer  # noqa: E402
 from halluscope.records import Example  # noqa: E402
-from halluscope.verifier_training import TrainSettings, VerifierTrainer, best_threshold, split_dev  # noqa: E402
-from halluscope.verifier_training import make_pairs  # noqa: E402
+from halluscope.verifier_training import (  # noqa: E402
+    TrainSettings,
+    VerifierTrainer,
+    best_threshold,
+    make_pairs,  # noqa: E402
+    split_dev,
+)
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -42,16 +47,33 @@ def tiny_base(tmp_path_factory) -> str:
     folder = tmp_path_factory.mktemp("tiny-base")
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(minilm.get_model_path()))
     torch.manual_seed(0)
-    transformers.BertModel(transformers.BertConfig(
-        vocab_size=tokenizer.vocab_size, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-        intermediate_size=32, max_position_embeddings=128)).save_pretrained(folder)
+    transformers.BertModel(
+        transformers.BertConfig(
+            vocab_size=tokenizer.vocab_size,
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=128,
+        )
+    ).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return str(folder)
 
 
 def test_dev_holds_out_whole_sources_and_the_threshold_maximises_balanced_accuracy():
-    pairs = make_pairs(examples() + [Example(id="x", source="Town 0 has 3 bridges. Its mayor is called Ann 0. "
-                                                          "The river there is wide.", target="More.", label=1)], 8)
+    pairs = make_pairs(
+        examples()
+        + [
+            Example(
+                id="x",
+                source="Town 0 has 3 bridges. Its mayor is called Ann 0. The river there is wide.",
+                target="More.",
+                label=1,
+            )
+        ],
+        8,
+    )
     train, dev = split_dev(pairs, 0.3, seed=0)
     assert dev and train and not {p.group for p in train} & {p.group for p in dev}
     assert best_threshold([0.1, 0.4, 0.6, 0.9], [0, 0, 1, 1]) == (0.6, 1.0)
@@ -60,8 +82,12 @@ def test_dev_holds_out_whole_sources_and_the_threshold_maximises_balanced_accura
 def test_trains_and_writes_a_folder_usable_as_verifier_and_gate(tiny_base, tmp_path):
     out = tmp_path / "model"
     lines: list[str] = []
-    summary = VerifierTrainer(examples(), out, TrainSettings(base=tiny_base, epochs=2, batch_size=4, patience=5,
-                                                             max_length=64), progress=lines.append).run()
+    summary = VerifierTrainer(
+        examples(),
+        out,
+        TrainSettings(base=tiny_base, epochs=2, batch_size=4, patience=5, max_length=64),
+        progress=lines.append,
+    ).run()
     assert any(line.startswith("epoch 1/2 step") for line in lines)
     assert [h["epoch"] for h in summary["history"]] == [1, 2]
     settings = json.loads((out / "halluscope_verifier.json").read_text())
@@ -77,8 +103,12 @@ def test_trains_and_writes_a_folder_usable_as_verifier_and_gate(tiny_base, tmp_p
     assert {v.decided_by for v in report.verdicts} == {"verifier:encoder"}
     assert f"threshold {settings['threshold']:.2f}" in report.verdicts[0].reason
 
-    gated = get_method("dove", llm=LLM(FakeModel(default='{"reason": "r", "evidence": "", "supported": true}'),
-                                       cache=None), gate=f"encoder:{out}", sorter="position")
+    gated = get_method(
+        "dove",
+        llm=LLM(FakeModel(default='{"reason": "r", "evidence": "", "supported": true}'), cache=None),
+        gate=f"encoder:{out}",
+        sorter="position",
+    )
     gated.make_decomposer = lambda: SentenceDecomposer(gated)
     report = gated.check(source, target)
     assert report.details["gate"]["stage"] == "encoder"
@@ -89,9 +119,28 @@ def test_resumes_after_kill_9(tiny_base, tmp_path):
     data = tmp_path / "data.jsonl"
     write_examples(data, examples(40))
     out = tmp_path / "model"
-    cmd = [sys.executable, "-m", "halluscope.cli.main", "train-verifier", "-d", str(data), "-o", str(out),
-           "--base", tiny_base, "--epochs", "8", "--batch-size", "4", "--patience", "100", "--save-every", "2",
-           "--max-length", "64"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "halluscope.cli.main",
+        "train-verifier",
+        "-d",
+        str(data),
+        "-o",
+        str(out),
+        "--base",
+        tiny_base,
+        "--epochs",
+        "8",
+        "--batch-size",
+        "4",
+        "--patience",
+        "100",
+        "--save-every",
+        "2",
+        "--max-length",
+        "64",
+    ]
     env = {**os.environ, "PYTHONPATH": SRC}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     state = out / "checkpoint" / "state.json"

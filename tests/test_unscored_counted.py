@@ -9,11 +9,11 @@ import pytest
 
 from halluscope.bench import metrics as M
 from halluscope.bench.builtin_suites import binary_suite, correlation_suite, fmt_cov, montage_suite, span_suite
-from halluscope.bench.datasets import Dataset
 from halluscope.bench.calibration import holdout_split
-from halluscope.methods.localize.protocol import VariantScore, choose_variant
+from halluscope.bench.datasets import Dataset
 from halluscope.bench.reproduce.core import Metric, _metric_value, main_table
 from halluscope.bench.suites import SuiteContext
+from halluscope.methods.localize.protocol import VariantScore, choose_variant
 from halluscope.records import Example, Finding, Report, Span
 
 
@@ -24,7 +24,9 @@ def _ctx(tmp_path) -> SuiteContext:
 def _report(score: float | None, label: str | None = None) -> Report:
     if score is None:
         return Report(method="m", unscored_reason="failed on a hard item")
-    return Report(method="m", score=score, threshold=0.5, label=label or ("consistent" if score >= 0.5 else "inconsistent"))
+    return Report(
+        method="m", score=score, threshold=0.5, label=label or ("consistent" if score >= 0.5 else "inconsistent")
+    )
 
 
 def test_worst_case_scores_put_unscored_items_on_the_wrong_side():
@@ -64,9 +66,11 @@ def test_correlation_puts_an_unscored_top_rated_item_at_the_lowest_rank(tmp_path
 
 
 def test_montage_auc_counts_an_unscored_lie_as_ranked_above_the_truth(tmp_path):
-    exs = [Example(id="t", source="s", target="a", label=1, group="g", difficulty="truth"),
-           Example(id="e", source="s", target="b", label=0, group="g", difficulty="easy"),
-           Example(id="h", source="s", target="c", label=0, group="g", difficulty="hard")]
+    exs = [
+        Example(id="t", source="s", target="a", label=1, group="g", difficulty="truth"),
+        Example(id="e", source="s", target="b", label=0, group="g", difficulty="easy"),
+        Example(id="h", source="s", target="c", label=0, group="g", difficulty="hard"),
+    ]
     m = montage_suite(exs, [_report(0.9), _report(0.1), _report(None)], _ctx(tmp_path)).metrics
     assert m["auc_easy_all"]["value"] == 1.0 and m["auc_hard_all"]["value"] == 0.0
     assert m["auc_hard"]["value"] is None  # scored only: the hard lie is simply gone
@@ -80,14 +84,29 @@ def test_span_recall_counts_an_unscored_item_as_a_miss(tmp_path):
 
 
 def test_reproduce_headline_counts_every_item_and_shows_coverage():
-    results = {"n": 4, "n_scored": 3, "n_unscored": 1, "metrics": {"binary": {
-        "auc": {"value": 1.0, "low": None, "high": None, "n": 3, "coverage": M.coverage(3, 4)},
-        "auc_all": {"value": 0.5, "low": None, "high": None, "n": 4, "coverage": M.coverage(3, 4)}}}}
+    results = {
+        "n": 4,
+        "n_scored": 3,
+        "n_unscored": 1,
+        "metrics": {
+            "binary": {
+                "auc": {"value": 1.0, "low": None, "high": None, "n": 3, "coverage": M.coverage(3, 4)},
+                "auc_all": {"value": 0.5, "low": None, "high": None, "n": 4, "coverage": M.coverage(3, 4)},
+            }
+        },
+    }
     ours, reason = _metric_value(results, Metric("auc", "AUC", "binary", ("auc",)))
     assert reason is None and ours["value"] == 0.5 and ours["scored"]["value"] == 1.0
     assert ours["coverage"]["scored"] == 3 and ours["coverage"]["total"] == 4
-    record = {"paper_row": "r", "id": "r", "n": 4, "n_unscored": 1, "model": "m", "judge_model": "m",
-              "metrics": [{"label": "AUC", "paper": None, "ours": ours, "reason": None}]}
+    record = {
+        "paper_row": "r",
+        "id": "r",
+        "n": 4,
+        "n_unscored": 1,
+        "model": "m",
+        "judge_model": "m",
+        "metrics": [{"label": "AUC", "paper": None, "ours": ours, "reason": None}],
+    }
     line = main_table({"rows": [record]}).splitlines()[2]
     assert "| 0.500 | 1.000 | 3/4 | m (= evaluated model) |" in line
 
@@ -121,15 +140,25 @@ def test_per_document_correlation_where_documents_repeat(tmp_path):
     # differ, so the pooled correlation is lower than the per-document one
     human = [0.1, 0.2, 0.3, 0.7, 0.8, 0.9]
     scores = [0.6, 0.7, 0.8, 0.1, 0.2, 0.3]
-    exs = [Example(id=str(i), source="doc A" if i < 3 else "doc B", target=f"t{i}", human_score=h)
-           for i, h in enumerate(human)]
+    exs = [
+        Example(id=str(i), source="doc A" if i < 3 else "doc B", target=f"t{i}", human_score=h)
+        for i, h in enumerate(human)
+    ]
     m = correlation_suite(exs, [_report(s) for s in scores], _ctx(tmp_path)).metrics
     assert m["level"] == "per_document" and m["per_document"]["n_documents"] == 2
     assert m["per_document"]["spearman"]["value"] == pytest.approx(1.0)
     assert m["spearman"]["value"] < 0  # pooled: still reported, named
-    ours, _ = _metric_value({"n": 6, "n_scored": 6, "n_unscored": 0, "metrics": {"correlation": m}},
-                            Metric("spearman", "S", "correlation", ("spearman",), paper_path=("per_document", "spearman"),
-                                   level_names=("per document, averaged", "pooled")))
+    ours, _ = _metric_value(
+        {"n": 6, "n_scored": 6, "n_unscored": 0, "metrics": {"correlation": m}},
+        Metric(
+            "spearman",
+            "S",
+            "correlation",
+            ("spearman",),
+            paper_path=("per_document", "spearman"),
+            level_names=("per document, averaged", "pooled"),
+        ),
+    )
     assert ours["value"] == pytest.approx(1.0) and ours["level"] == "per document, averaged"
 
 
@@ -144,9 +173,18 @@ def test_sweep_table_says_when_runs_rest_on_different_numbers_of_items():
     from halluscope.bench.sweep import fewer_items_warning, render_markdown
 
     def row(value, n_unscored):
-        return {"value": value, "folder": f"/tmp/{value}", "n": 10, "n_unscored": n_unscored,
-                "mean_score": {"value": 0.5, "low": None, "high": None}, "mean_score_original": None,
-                "mean_delta": {}, "usage_per_item": {}, "wall_time_s": 1.0, "metrics": {}}
+        return {
+            "value": value,
+            "folder": f"/tmp/{value}",
+            "n": 10,
+            "n_unscored": n_unscored,
+            "mean_score": {"value": 0.5, "low": None, "high": None},
+            "mean_score_original": None,
+            "mean_delta": {},
+            "usage_per_item": {},
+            "wall_time_s": 1.0,
+            "metrics": {},
+        }
 
     assert fewer_items_warning([row(1, 0), row(2, 0)]) is None
     md = render_markdown({"key": "top_k", "method": "dcr", "dataset": "d", "rows": [row(1, 0), row(3, 4)]})

@@ -22,8 +22,15 @@ from tests.stage_fuzz import SOURCE, TARGET
 REFUSED = (ParseError, ValidationError)
 
 
-@pytest.mark.parametrize("reply", ["5\nOn second thought: 1", "5\n\n1", "Consistency: 5\nActually 2/5",
-                                   "4\nThe summary adds a year the article does not give, so 2."])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "5\nOn second thought: 1",
+        "5\n\n1",
+        "Consistency: 5\nActually 2/5",
+        "4\nThe summary adds a year the article does not give, so 2.",
+    ],
+)
 def test_the_paper_geval_form_reads_the_whole_reply(reply):
     assert parse_paper_score(reply) is None
 
@@ -39,34 +46,49 @@ def test_the_paper_geval_form_still_reads_one_score(reply):
     assert parse_paper_score(reply) in (3, 4, 5)
 
 
-@pytest.mark.parametrize("schema, reply", [
-    (EvaluationReply, '{"verdict": "PASS", "Verdict": "FAIL"}'),
-    (FactJudgmentReply, '{"supported": true, "inconsistencies": [], "Supported": false}'),
-    (GevalReply, '{"reason": "x", "score": 5, "Score": 1}'),
-    (GevalReply, '{"reason": "x", "score": 5, "SCORE": 5}'),
-    (EvaluationReply, '{"verdict": "PASS", "\\uff56\\uff45\\uff52\\uff44\\uff49\\uff43\\uff54": "FAIL"}'),  # full width
-    (EvaluationReply, '{"verdict": "PASS", "verdict\\u200b": "FAIL"}'),  # a zero-width space in the key
-    (GevalReply, '{"reason": "x", "score": 5, "ſcore": 1}'),  # long s: NFKC folds it to "s"
-])
+@pytest.mark.parametrize(
+    "schema, reply",
+    [
+        (EvaluationReply, '{"verdict": "PASS", "Verdict": "FAIL"}'),
+        (FactJudgmentReply, '{"supported": true, "inconsistencies": [], "Supported": false}'),
+        (GevalReply, '{"reason": "x", "score": 5, "Score": 1}'),
+        (GevalReply, '{"reason": "x", "score": 5, "SCORE": 5}'),
+        (
+            EvaluationReply,
+            '{"verdict": "PASS", "\\uff56\\uff45\\uff52\\uff44\\uff49\\uff43\\uff54": "FAIL"}',
+        ),  # full width
+        (EvaluationReply, '{"verdict": "PASS", "verdict\\u200b": "FAIL"}'),  # a zero-width space in the key
+        (GevalReply, '{"reason": "x", "score": 5, "ſcore": 1}'),  # long s: NFKC folds it to "s"
+    ],
+)
 def test_keys_that_normalise_alike_are_two_verdicts(schema, reply):
     with pytest.raises(ParseError, match="repeats the key"):
         schema.parse(reply)
 
 
-@pytest.mark.parametrize("schema, reply", [
-    (FactJudgmentReply, '{"supported": true, "inconsistencies": [], "second_opinion": {"supported": false}}'),
-    (EvaluationReply, '{"verdict": "PASS", "notes": [{"x": 1}, {"review": {"Verdict": "FAIL"}}]}'),
-    (GevalReply, '{"reason": "x", "score": 5, "meta": {"score": 1}}'),
-])
+@pytest.mark.parametrize(
+    "schema, reply",
+    [
+        (FactJudgmentReply, '{"supported": true, "inconsistencies": [], "second_opinion": {"supported": false}}'),
+        (EvaluationReply, '{"verdict": "PASS", "notes": [{"x": 1}, {"review": {"Verdict": "FAIL"}}]}'),
+        (GevalReply, '{"reason": "x", "score": 5, "meta": {"score": 1}}'),
+    ],
+)
 def test_a_second_verdict_nested_anywhere_is_ambiguous(schema, reply):
     with pytest.raises(ParseError, match="second time"):
         schema.parse(reply)
 
 
-@pytest.mark.parametrize("schema, reply", [
-    (FactJudgmentReply, '{"supported": true, "inconsistencies": []}\n[{"supported": false, "inconsistencies": []}]'),
-    (GevalReply, '{"reason": "x", "score": 5} and also [{"reason": "y", "score": 1}]'),
-])
+@pytest.mark.parametrize(
+    "schema, reply",
+    [
+        (
+            FactJudgmentReply,
+            '{"supported": true, "inconsistencies": []}\n[{"supported": false, "inconsistencies": []}]',
+        ),
+        (GevalReply, '{"reason": "x", "score": 5} and also [{"reason": "y", "score": 1}]'),
+    ],
+)
 def test_a_second_verdict_in_a_list_after_the_object_is_ambiguous(schema, reply):
     with pytest.raises(ParseError, match="second answer"):
         schema.parse(reply)
@@ -80,7 +102,9 @@ def test_a_second_answer_after_any_number_of_bracketed_tokens_is_seen(between):
 
 
 def test_a_second_answer_after_many_repairable_values_is_never_hidden():
-    reply = '{"reason": "x", "score": 5} ' + " ".join(f"{{'a': {i}}}" for i in range(300)) + ' {"reason": "y", "score": 1}'
+    reply = (
+        '{"reason": "x", "score": 5} ' + " ".join(f"{{'a': {i}}}" for i in range(300)) + ' {"reason": "y", "score": 1}'
+    )
     with pytest.raises(ParseError):
         GevalReply.parse(reply)
 
@@ -92,14 +116,21 @@ def test_replies_that_state_no_verdict_are_still_refused(reply):
             schema.parse(reply)
 
 
-@pytest.mark.parametrize("schema, reply, field, value", [
-    (GevalReply, 'Here it is: {"reason": "fine", "score": 4}', "score", 4),
-    (GevalReply, '{"reason": "the list [a, b] is fine", "score": 4} [note]', "score", 4),
-    (EvaluationReply, '{"reasoning": "ok", "verdict": "PASS"}', "verdict", "PASS"),
-    (FactJudgmentReply, '{"supported": false, "inconsistencies": ["The text says \\"2001\\"; the SOURCE says 1999."]}',
-     "supported", False),
-    (GevalReply, '{"reason": "x", "score": 4}\n' + "[x] " * 1000, "score", 4),
-])
+@pytest.mark.parametrize(
+    "schema, reply, field, value",
+    [
+        (GevalReply, 'Here it is: {"reason": "fine", "score": 4}', "score", 4),
+        (GevalReply, '{"reason": "the list [a, b] is fine", "score": 4} [note]', "score", 4),
+        (EvaluationReply, '{"reasoning": "ok", "verdict": "PASS"}', "verdict", "PASS"),
+        (
+            FactJudgmentReply,
+            '{"supported": false, "inconsistencies": ["The text says \\"2001\\"; the SOURCE says 1999."]}',
+            "supported",
+            False,
+        ),
+        (GevalReply, '{"reason": "x", "score": 4}\n' + "[x] " * 1000, "score", 4),
+    ],
+)
 def test_real_verdicts_still_parse(schema, reply, field, value):
     assert getattr(schema.parse(reply), field) == value
 
@@ -129,8 +160,13 @@ def test_a_batch_entry_or_batch_restated_inside_another_value_is_ambiguous():
     b = {"results": [{"id": i, "supported": False} for i in (1, 2, 3)]}
     with pytest.raises(ParseError, match="second time"):
         parse_batch(json.dumps({**a, "second_opinion": b}), 3, FactCheckBatchEntry)
-    nested = {"results": [{"id": 1, "supported": True, "note": {"Supported": False}},
-                          {"id": 2, "supported": True}, {"id": 3, "supported": True}]}
+    nested = {
+        "results": [
+            {"id": 1, "supported": True, "note": {"Supported": False}},
+            {"id": 2, "supported": True},
+            {"id": 3, "supported": True},
+        ]
+    }
     answers = parse_batch(json.dumps(nested), 3, FactCheckBatchEntry)
     assert 0 not in answers.judged and set(answers.judged) == {1, 2}  # unit 1 is asked again on its own
 

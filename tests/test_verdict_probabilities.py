@@ -21,12 +21,17 @@ from halluscope.records import Finding, Report
 from tests.test_backends_openai import ScriptedServer
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-SOURCE = ("The city will build a ferry. Two thirds of the money comes from a regional transport grant. "
-          "The ferry starts in May.")
+SOURCE = (
+    "The city will build a ferry. Two thirds of the money comes from a regional transport grant. "
+    "The ferry starts in May."
+)
 TARGET = "The city will build a ferry. The city pays for the whole project from its own budget."
-EXPLANATION = {"reason": "The source says two thirds come from a regional grant.",
-               "evidence": "Two thirds of the money comes from a regional transport grant.",
-               "contradicted": True, "fix": "The city pays a third of the project; a regional grant pays the rest."}
+EXPLANATION = {
+    "reason": "The source says two thirds come from a regional grant.",
+    "evidence": "Two thirds of the money comes from a regional transport grant.",
+    "contradicted": True,
+    "fix": "The city pays a third of the project; a regional grant pays the rest.",
+}
 
 
 def per_answer(positive: str, when_positive: dict[str, float], otherwise: dict[str, float]):
@@ -44,10 +49,17 @@ def tok(token: str, **top: float) -> TokenLogprobs:
 
 
 def test_json_label_probability_is_renormalised_over_the_allowed_labels() -> None:
-    reply = [tok('{"'), tok("supported"), tok('":'), TokenLogprobs(token="true", logprob=math.log(0.6),
-                                                                     top={"true": math.log(0.6), "false": math.log(0.2),
-                                                                          "True": math.log(0.1), "maybe": math.log(0.1)}),
-             tok("}")]
+    reply = [
+        tok('{"'),
+        tok("supported"),
+        tok('":'),
+        TokenLogprobs(
+            token="true",
+            logprob=math.log(0.6),
+            top={"true": math.log(0.6), "false": math.log(0.2), "True": math.log(0.1), "maybe": math.log(0.1)},
+        ),
+        tok("}"),
+    ]
     (found,) = label_probabilities(reply, *TRUE_FALSE, key="supported")
     assert found.position == 3 and found.stated is True
     assert found.probability == pytest.approx(0.7 / 0.9)  # true + True over true + True + false; "maybe" is no label
@@ -56,8 +68,9 @@ def test_json_label_probability_is_renormalised_over_the_allowed_labels() -> Non
 def test_one_probability_per_batch_entry_and_per_mark() -> None:
     script = label_logprobs([{"true": 0.9, "false": 0.1}, {"false": 0.8, "true": 0.2}])
     reply = '{"results": [{"id": 1, "supported": true}, {"id": 2, "supported": false}]}'
-    assert [f.probability for f in label_probabilities(script(reply), *TRUE_FALSE, key="supported")] == \
-        pytest.approx([0.9, 0.2])
+    assert [f.probability for f in label_probabilities(script(reply), *TRUE_FALSE, key="supported")] == pytest.approx(
+        [0.9, 0.2]
+    )
     marks = label_logprobs([{"1": 0.9, "-": 0.1}, {"-": 0.7, "1": 0.3}])('{"marks": [1, -1]}')
     found = label_probabilities(marks, *MARKS)
     assert [f.stated for f in found] == [True, False]
@@ -72,21 +85,38 @@ def test_nothing_is_invented() -> None:
     no_label = [tok("maybe", maybe=0.9, perhaps=0.1)]
     assert label_probability(no_label, *YES_NO) is None
     # a word inside a JSON string is not the verdict
-    assert label_probabilities(label_logprobs({"PASS": 0.9, "FAIL": 0.1})('{"reasoning": "a pass", "verdict": "FAIL"}'),
-                               *PASS_FAIL, key="verdict")[0].stated is False
+    assert (
+        label_probabilities(
+            label_logprobs({"PASS": 0.9, "FAIL": 0.1})('{"reasoning": "a pass", "verdict": "FAIL"}'),
+            *PASS_FAIL,
+            key="verdict",
+        )[0].stated
+        is False
+    )
 
 
 # -- claim methods: P(supported) on every verdict, the probability score, confidence on findings --------------
 
 
 def factscore_fake(probabilities) -> FakeModel:
-    facts = {"facts": [{"sentence": 1, "fact": "The city will build a ferry."},
-                       {"sentence": 2, "fact": "The city pays for the whole project from its own budget."}]}
-    return FakeModel(by_reply={"FactsReply": json.dumps(facts),
-                               "FactJudgmentReply": [json.dumps({"supported": True, "inconsistencies": []}),
-                                                     json.dumps({"supported": False, "inconsistencies": [
-                                                         'The fact says "its own budget", but a grant pays most.']})]},
-                     logprobs=probabilities)
+    facts = {
+        "facts": [
+            {"sentence": 1, "fact": "The city will build a ferry."},
+            {"sentence": 2, "fact": "The city pays for the whole project from its own budget."},
+        ]
+    }
+    return FakeModel(
+        by_reply={
+            "FactsReply": json.dumps(facts),
+            "FactJudgmentReply": [
+                json.dumps({"supported": True, "inconsistencies": []}),
+                json.dumps(
+                    {"supported": False, "inconsistencies": ['The fact says "its own budget", but a grant pays most.']}
+                ),
+            ],
+        },
+        logprobs=probabilities,
+    )
 
 
 def test_factscore_verdicts_carry_probabilities_and_the_score_uses_them() -> None:
@@ -103,8 +133,9 @@ def test_factscore_verdicts_carry_probabilities_and_the_score_uses_them() -> Non
 
 
 def test_label_score_stays_available_and_is_used_without_logprobs() -> None:
-    labelled = get_method("factscore", llm=LLM(factscore_fake(label_logprobs({"true": 0.9, "false": 0.1}))), dedup="none",
-                          score="label").check(SOURCE, TARGET)
+    labelled = get_method(
+        "factscore", llm=LLM(factscore_fake(label_logprobs({"true": 0.9, "false": 0.1}))), dedup="none", score="label"
+    ).check(SOURCE, TARGET)
     assert labelled.score == 0.5 and labelled.details["score"]["kind"] == "label"
     plain = get_method("factscore", llm=LLM(factscore_fake(None)), dedup="none").check(SOURCE, TARGET)
     assert plain.score == 0.5 and all(v.support_probability is None for v in plain.verdicts)
@@ -117,10 +148,17 @@ def test_label_score_stays_available_and_is_used_without_logprobs() -> None:
 
 
 def test_dcr_z_uses_two_p_minus_one() -> None:
-    dce = {"sentences": [{"id": 1, "reason": "Consistent: the source says so."},
-                         {"id": 2, "reason": "Inconsistent: a grant pays two thirds."}], "is_consistent": False}
-    fake = FakeModel(by_reply={"DceReply": json.dumps(dce), "AmcReply": '{"marks": [1, -1]}'},
-                     logprobs=label_logprobs([{"1": 0.8, "-": 0.2}, {"-": 0.9, "1": 0.1}]))
+    dce = {
+        "sentences": [
+            {"id": 1, "reason": "Consistent: the source says so."},
+            {"id": 2, "reason": "Inconsistent: a grant pays two thirds."},
+        ],
+        "is_consistent": False,
+    }
+    fake = FakeModel(
+        by_reply={"DceReply": json.dumps(dce), "AmcReply": '{"marks": [1, -1]}'},
+        logprobs=label_logprobs([{"1": 0.8, "-": 0.2}, {"-": 0.9, "1": 0.1}]),
+    )
     report = get_method("dcr", llm=LLM(fake)).check(SOURCE, TARGET)
     assert [v.support_probability for v in report.verdicts] == pytest.approx([0.8, 0.1])
     z = ((2 * 0.8 - 1) + (2 * 0.1 - 1)) / 2
@@ -130,13 +168,20 @@ def test_dcr_z_uses_two_p_minus_one() -> None:
 
 
 def test_dove_uses_mean_probabilities_for_s_e_and_s_d() -> None:
-    facts = {"event_facts": ["The city will build a ferry."],
-             "descriptive_facts": ["The city pays for the whole project from its own budget."]}
-    checks = [json.dumps({"reason": "stated", "evidence": "The city will build a ferry.", "supported": True,
-                          "contradicted": False}),
-              json.dumps({"reason": "a grant pays", "evidence": "", "supported": False, "contradicted": True})]
-    fake = FakeModel(by_reply={"DoveFactsReply": json.dumps(facts), "DoveCheckReply": checks},
-                     logprobs=per_answer('"supported": true', {"true": 0.75, "false": 0.25}, {"false": 0.6, "true": 0.4}))
+    facts = {
+        "event_facts": ["The city will build a ferry."],
+        "descriptive_facts": ["The city pays for the whole project from its own budget."],
+    }
+    checks = [
+        json.dumps(
+            {"reason": "stated", "evidence": "The city will build a ferry.", "supported": True, "contradicted": False}
+        ),
+        json.dumps({"reason": "a grant pays", "evidence": "", "supported": False, "contradicted": True}),
+    ]
+    fake = FakeModel(
+        by_reply={"DoveFactsReply": json.dumps(facts), "DoveCheckReply": checks},
+        logprobs=per_answer('"supported": true', {"true": 0.75, "false": 0.25}, {"false": 0.6, "true": 0.4}),
+    )
     report = get_method("dove", llm=LLM(fake)).check(SOURCE, TARGET)
     assert [v.support_probability for v in report.verdicts] == pytest.approx([0.75, 0.4])
     # alpha = 1/2; one event: S_EO = 1
@@ -192,18 +237,28 @@ def test_a_probability_score_is_labelled_at_the_probability_threshold_and_never_
     """DCR's label score keeps the paper's threshold 1; its probability score (a mean P(supported) here) is
     labelled at 0.5, where a claim turns from supported to flagged: all claims likely supported is consistent,
     one flagged claim is inconsistent, and a threshold the user gives wins."""
-    likely = get_method("dcr", llm=LLM(verdict_first_fake({"build a ferry": 0.9, "own budget": 0.7})),
-                        order="verdict_first").check(SOURCE, TARGET)
+    likely = get_method(
+        "dcr", llm=LLM(verdict_first_fake({"build a ferry": 0.9, "own budget": 0.7})), order="verdict_first"
+    ).check(SOURCE, TARGET)
     assert likely.details["score"]["kind"] == "probability" and likely.score == pytest.approx(0.8)
     assert (likely.threshold, likely.label, likely.findings) == (0.5, "consistent", [])
-    flagged = get_method("dcr", llm=LLM(verdict_first_fake({"build a ferry": 0.9, "own budget": 0.2})),
-                         order="verdict_first").check(SOURCE, TARGET)
+    flagged = get_method(
+        "dcr", llm=LLM(verdict_first_fake({"build a ferry": 0.9, "own budget": 0.2})), order="verdict_first"
+    ).check(SOURCE, TARGET)
     assert (flagged.threshold, flagged.label, len(flagged.findings)) == (0.5, "inconsistent", 1)
-    strict = get_method("dcr", llm=LLM(verdict_first_fake({"build a ferry": 0.9, "own budget": 0.7})),
-                        order="verdict_first", threshold=0.9).check(SOURCE, TARGET)
+    strict = get_method(
+        "dcr",
+        llm=LLM(verdict_first_fake({"build a ferry": 0.9, "own budget": 0.7})),
+        order="verdict_first",
+        threshold=0.9,
+    ).check(SOURCE, TARGET)
     assert (strict.threshold, strict.label) == (0.9, "inconsistent")
-    label = get_method("dcr", llm=LLM(verdict_first_fake({"build a ferry": 0.9, "own budget": 0.7})),
-                       order="verdict_first", score="label").check(SOURCE, TARGET)
+    label = get_method(
+        "dcr",
+        llm=LLM(verdict_first_fake({"build a ferry": 0.9, "own budget": 0.7})),
+        order="verdict_first",
+        score="label",
+    ).check(SOURCE, TARGET)
     assert (label.score, label.threshold, label.label) == (1.0, 1.0, "consistent")
 
 
@@ -225,8 +280,12 @@ def test_verdict_first_threshold_and_failed_explanations_are_explicit() -> None:
 
 
 def test_verdict_first_without_probabilities_uses_the_answer() -> None:
-    fake = FakeModel(by_reply={"text": lambda m: "No" if "budget" in m[-1]["content"].split("CLAIM:")[-1] else "yes.",
-                               "ExplainReply": json.dumps(EXPLANATION)})
+    fake = FakeModel(
+        by_reply={
+            "text": lambda m: "No" if "budget" in m[-1]["content"].split("CLAIM:")[-1] else "yes.",
+            "ExplainReply": json.dumps(EXPLANATION),
+        }
+    )
     report = get_method("dcr", llm=LLM(fake), order="verdict_first").check(SOURCE, TARGET)
     assert [v.label for v in report.verdicts] == ["supported", "contradicted"]
     assert report.score == 0.5 and report.details["score"]["kind"] == "label"
@@ -252,8 +311,12 @@ def test_reproduce_pins_the_papers_order_and_label_score() -> None:
 
 
 def test_old_reports_and_findings_still_load() -> None:
-    old = {"method": "dcr", "score": 0.5, "findings": [{"description": "x", "kind": "unsupported"}],
-           "verdicts": [{"claim": {"text": "a"}, "label": "supported"}]}
+    old = {
+        "method": "dcr",
+        "score": 0.5,
+        "findings": [{"description": "x", "kind": "unsupported"}],
+        "verdicts": [{"claim": {"text": "a"}, "label": "supported"}],
+    }
     report = Report.model_validate(old)
     assert report.findings[0] == Finding(description="x") and report.verdicts[0].fix is None
 
@@ -285,8 +348,10 @@ def _endpoint(with_logprobs: bool):
         else:
             answer = "No" if "own budget" in last.split("CLAIM:")[-1] else "Yes"
             p = 0.85
-            top = [{"token": answer, "logprob": math.log(p)}, {"token": "No" if answer == "Yes" else "Yes",
-                                                                 "logprob": math.log(1 - p)}]
+            top = [
+                {"token": answer, "logprob": math.log(p)},
+                {"token": "No" if answer == "Yes" else "Yes", "logprob": math.log(1 - p)},
+            ]
             content = answer
         choice = {"message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
         if with_logprobs and body.get("logprobs") and top is not None:
@@ -301,18 +366,34 @@ def test_check_json_on_the_example_shows_probabilities_and_confidences(with_logp
     from halluscope.cli.main import app
 
     with _endpoint(with_logprobs) as server:
-        result = CliRunner().invoke(app, ["check", "-s", str(EXAMPLES / "source.txt"), "-t",
-                                          str(EXAMPLES / "summary.txt"), "--model", "stub", "--base-url", server.url,
-                                          "--api-key", "k", "--json", "--no-cache"])
+        result = CliRunner().invoke(
+            app,
+            [
+                "check",
+                "-s",
+                str(EXAMPLES / "source.txt"),
+                "-t",
+                str(EXAMPLES / "summary.txt"),
+                "--model",
+                "stub",
+                "--base-url",
+                server.url,
+                "--api-key",
+                "k",
+                "--json",
+                "--no-cache",
+            ],
+        )
     assert result.output.lstrip().startswith("{"), result.output
-    report = json.loads(result.output[result.output.index("{"):])
+    report = json.loads(result.output[result.output.index("{") :])
     asked = [r["body"] for r in server.requests if r["body"].get("max_tokens") == 2]
     assert asked and all(b["logprobs"] is True and b["top_logprobs"] >= 5 for b in asked)
     assert report["method"] == DEFAULT_METHOD and report["verdicts"] and report["findings"]
     flagged = [v for v in report["verdicts"] if v["label"] != "supported"]
     assert [v["claim"]["text"] for v in flagged] == [
         "Mayor Elena Ruiz said it would cut the trip to the island to about 15 minutes, and the city will pay for "
-        "the whole project from its own budget."]
+        "the whole project from its own budget."
+    ]
     if with_logprobs:
         assert all(v["support_probability"] is not None for v in report["verdicts"])
         assert all(f["confidence"] is not None for f in report["findings"])
@@ -335,12 +416,22 @@ def test_verdict_first_scoring_only_makes_one_call_per_claim() -> None:
 
 
 def test_batched_verdicts_get_their_entrys_probability() -> None:
-    facts = {"facts": [{"sentence": 1, "fact": "The city will build a ferry."},
-                       {"sentence": 2, "fact": "The city pays for the whole project from its own budget."}]}
-    batch = {"results": [{"id": 2, "supported": False, "inconsistencies": ['It says "own budget"; a grant pays.']},
-                         {"id": 1, "supported": True, "inconsistencies": []}]}  # entries out of order: read by id
-    fake = FakeModel(by_reply={"FactsReply": json.dumps(facts), "FactJudgmentBatchReply": json.dumps(batch)},
-                     logprobs=label_logprobs([{"false": 0.8, "true": 0.2}, {"true": 0.95, "false": 0.05}]))
+    facts = {
+        "facts": [
+            {"sentence": 1, "fact": "The city will build a ferry."},
+            {"sentence": 2, "fact": "The city pays for the whole project from its own budget."},
+        ]
+    }
+    batch = {
+        "results": [
+            {"id": 2, "supported": False, "inconsistencies": ['It says "own budget"; a grant pays.']},
+            {"id": 1, "supported": True, "inconsistencies": []},
+        ]
+    }  # entries out of order: read by id
+    fake = FakeModel(
+        by_reply={"FactsReply": json.dumps(facts), "FactJudgmentBatchReply": json.dumps(batch)},
+        logprobs=label_logprobs([{"false": 0.8, "true": 0.2}, {"true": 0.95, "false": 0.05}]),
+    )
     report = get_method("factscore", llm=LLM(fake), dedup="none", batch_size=2).check(SOURCE, TARGET)
     assert fake.reply_types == ["FactsReply", "FactJudgmentBatchReply"]
     assert [v.support_probability for v in report.verdicts] == pytest.approx([0.95, 0.2])
@@ -354,8 +445,9 @@ def test_batched_verdicts_get_their_entrys_probability() -> None:
 
 def test_verdict_first_with_retrieval_shares_the_prompt_prefix_across_snippets() -> None:
     fake = verdict_first_fake({"build a ferry": 0.9, "own budget": 0.2})
-    report = get_method("dcr", llm=LLM(fake), order="verdict_first", retrieval="always", retriever="bm25",
-                        top_k=2, window=0).check(SOURCE, TARGET)
+    report = get_method(
+        "dcr", llm=LLM(fake), order="verdict_first", retrieval="always", retriever="bm25", top_k=2, window=0
+    ).check(SOURCE, TARGET)
     short = [r for r, kind in zip(fake.requests, fake.reply_types) if kind == "text"]
     assert len(short) == 3  # the supported claim stops at its first snippet, the other tries both
     assert len({r[0]["content"] for r in short}) == 1  # one system message (one fence key) for every snippet
@@ -374,17 +466,23 @@ def test_bench_table_puts_the_label_score_beside_the_probability_score_from_one_
     from halluscope.sync import run_sync
 
     claims = {"build a ferry": 0.9, "own budget": 0.2, "grant": 0.7, "bridge": 0.4}
-    targets = ["The city will build a ferry. The city pays for the whole project from its own budget.",
-               "The city will build a ferry. A regional transport grant pays two thirds.",
-               "The city will build a bridge. The city pays for the whole project from its own budget.",
-               "The city will build a ferry."]
-    (tmp_path / "items.jsonl").write_text("".join(
-        json.dumps({"id": f"i{i}", "source": SOURCE, "target": t, "label": int("budget" not in t)}) + "\n"
-        for i, t in enumerate(targets)))
+    targets = [
+        "The city will build a ferry. The city pays for the whole project from its own budget.",
+        "The city will build a ferry. A regional transport grant pays two thirds.",
+        "The city will build a bridge. The city pays for the whole project from its own budget.",
+        "The city will build a ferry.",
+    ]
+    (tmp_path / "items.jsonl").write_text(
+        "".join(
+            json.dumps({"id": f"i{i}", "source": SOURCE, "target": t, "label": int("budget" not in t)}) + "\n"
+            for i, t in enumerate(targets)
+        )
+    )
     dataset = load_dataset(str(tmp_path / "items.jsonl"))
-    methods = [(label, get_method("dcr", llm=LLM(verdict_first_fake(claims)), order="verdict_first",
-                                  explain=False, **extra))
-               for label, extra in (("vf", {}), ("vf label", {"score": "label"}))]
+    methods = [
+        (label, get_method("dcr", llm=LLM(verdict_first_fake(claims)), order="verdict_first", explain=False, **extra))
+        for label, extra in (("vf", {}), ("vf label", {"score": "label"}))
+    ]
     quality = run_sync(run_systems(methods, dataset, tmp_path / "out", n_bootstrap=50, progress=False))
 
     assert [s["system"] for s in quality["summary"]] == ["vf [label score]", "vf [probability score]", "vf label"]

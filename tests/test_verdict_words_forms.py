@@ -51,9 +51,22 @@ def test_dcr_amc_rule_does_not_score_them_consistent(reason):
     assert not any(v.label == "supported" for v in report.verdicts)
 
 
-OPENERS = ["Consistent", "Supported", "Correct", "Accurate", "True", "Yes", "This sentence is consistent",
-           "The claim is supported", "Verdict: consistent", "1. Consistent", "- Correct", "**Consistent**",
-           "consistent", "CONSISTENT"]
+OPENERS = [
+    "Consistent",
+    "Supported",
+    "Correct",
+    "Accurate",
+    "True",
+    "Yes",
+    "This sentence is consistent",
+    "The claim is supported",
+    "Verdict: consistent",
+    "1. Consistent",
+    "- Correct",
+    "**Consistent**",
+    "consistent",
+    "CONSISTENT",
+]
 JOINS = [" ", ", ", ": ", "; ", " - ", ". ", " (", " — ", "... ", ":\n"]
 TAILS = ["", " the funding", " the SOURCE says a grant pays.", ": the year is 2001.", " this part)."]
 ALL_FORMS = sorted({form for forms in REASON_FORMS.values() for form in forms})
@@ -65,8 +78,14 @@ def _cased(form: str, style: int) -> str:
 
 
 @settings(max_examples=400, deadline=None, derandomize=True)
-@given(st.sampled_from(OPENERS), st.sampled_from(JOINS), st.sampled_from(ALL_FORMS), st.integers(0, 2),
-       st.sampled_from(TAILS), st.booleans())
+@given(
+    st.sampled_from(OPENERS),
+    st.sampled_from(JOINS),
+    st.sampled_from(ALL_FORMS),
+    st.integers(0, 2),
+    st.sampled_from(TAILS),
+    st.booleans(),
+)
 def test_a_positive_opener_with_any_reason_form_is_never_plus_one(opener, join, form, style, tail, form_first):
     """Every form of every kind (hedge, exception, correction, second thought, negation), before or after a
     positive opener, in any case, with any punctuation between: -1 or unmarked, never +1."""
@@ -76,28 +95,51 @@ def test_a_positive_opener_with_any_reason_form_is_never_plus_one(opener, join, 
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
-@given(st.sampled_from(OPENERS), st.sampled_from(JOINS), st.sampled_from(["On reflection", "Actually", "Wait",
-                                                                        "On second thought", "Correction", "But"]),
-       st.sampled_from(NEGATIVE_TAILS))
+@given(
+    st.sampled_from(OPENERS),
+    st.sampled_from(JOINS),
+    st.sampled_from(["On reflection", "Actually", "Wait", "On second thought", "Correction", "But"]),
+    st.sampled_from(NEGATIVE_TAILS),
+)
 def test_a_positive_opener_taken_back_later_is_never_plus_one(opener, join, turn, negative):
     reason = f"{opener}{join}yes. {turn}, {negative}: the SOURCE names a grant."
     assert mark_or_none(reason) != 1, reason
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
-@given(st.sampled_from(["Is it consistent?", "Consistent?", "Is this supported?", "Is the claim correct?",
-                        "Was it accurate?"]),
-       st.sampled_from(["No", "Not really", "No, not at all", "Nope", "Hardly", "Partly", "Only in part"]),
-       st.sampled_from(TAILS))
+@given(
+    st.sampled_from(
+        ["Is it consistent?", "Consistent?", "Is this supported?", "Is the claim correct?", "Was it accurate?"]
+    ),
+    st.sampled_from(["No", "Not really", "No, not at all", "Nope", "Hardly", "Partly", "Only in part"]),
+    st.sampled_from(TAILS),
+)
 def test_a_question_answered_otherwise_than_yes_is_never_plus_one(question, answer, tail):
     assert mark_or_none(f"{question} {answer}{tail}") != 1
 
 
 @settings(max_examples=100, deadline=None, derandomize=True)
-@given(st.sampled_from(["Consistent", "Supported", "Correct", "This sentence is consistent with the article",
-                        "The sentence is supported", "Verdict: consistent"]),
-       st.sampled_from([".", ": stated in the SOURCE.", ": the SOURCE says the city pays.", "; the SOURCE states it.",
-                        " - the article gives the same year."]))
+@given(
+    st.sampled_from(
+        [
+            "Consistent",
+            "Supported",
+            "Correct",
+            "This sentence is consistent with the article",
+            "The sentence is supported",
+            "Verdict: consistent",
+        ]
+    ),
+    st.sampled_from(
+        [
+            ".",
+            ": stated in the SOURCE.",
+            ": the SOURCE says the city pays.",
+            "; the SOURCE states it.",
+            " - the article gives the same year.",
+        ]
+    ),
+)
 def test_plain_positive_reasons_are_still_plus_one(opener, tail):
     """The mapping is no blanket refusal: a positive reason with no reason form in it is +1."""
     assert verdict_mark(opener + tail) == 1

@@ -20,8 +20,23 @@ if _t.TYPE_CHECKING:  # pragma: no cover
     from halluscope.methods.base import Method
 
 __all__ = [
-    "Claim", "Config", "Evidence", "Finding", "LLMCall", "Report", "Span", "Usage", "Verdict",
-    "acheck", "acheck_many", "aevaluate", "check", "check_many", "evaluate", "DEFAULT_METHOD", "__version__",
+    "Claim",
+    "Config",
+    "Evidence",
+    "Finding",
+    "LLMCall",
+    "Report",
+    "Span",
+    "Usage",
+    "Verdict",
+    "acheck",
+    "acheck_many",
+    "aevaluate",
+    "check",
+    "check_many",
+    "evaluate",
+    "DEFAULT_METHOD",
+    "__version__",
 ]
 __version__ = _package_version()
 
@@ -29,8 +44,9 @@ _Source = str | _abc.Sequence[str]
 """One source text, or a list of retrieved chunks."""
 
 
-def _method(method: "str | None", model: "str | None", config: "Config | None", llm: _t.Any,
-            options: "dict[str, _t.Any]") -> "Method":
+def _method(
+    method: "str | None", model: "str | None", config: "Config | None", llm: _t.Any, options: "dict[str, _t.Any]"
+) -> "Method":
     from halluscope.config import resolve_method
     from halluscope.methods import get_method
 
@@ -41,14 +57,30 @@ def _method(method: "str | None", model: "str | None", config: "Config | None", 
     return get_method(name, llm=llm, config=config, **options)
 
 
-async def acheck(source: _Source, target: str, method: "str | None" = None, model: "str | None" = None, *,
-                 config: "Config | None" = None, llm: _t.Any = None, **options: _t.Any) -> Report:
+async def acheck(
+    source: _Source,
+    target: str,
+    method: "str | None" = None,
+    model: "str | None" = None,
+    *,
+    config: "Config | None" = None,
+    llm: _t.Any = None,
+    **options: _t.Any,
+) -> Report:
     """The async form of :func:`check`."""
     return await _method(method, model, config, llm, options).acheck(source, target)
 
 
-def check(source: _Source, target: str, method: "str | None" = None, model: "str | None" = None, *,
-          config: "Config | None" = None, llm: _t.Any = None, **options: _t.Any) -> Report:
+def check(
+    source: _Source,
+    target: str,
+    method: "str | None" = None,
+    model: "str | None" = None,
+    *,
+    config: "Config | None" = None,
+    llm: _t.Any = None,
+    **options: _t.Any,
+) -> Report:
     """Check ``target`` against ``source`` with the named method (see ``halluscope methods``; default: the config
     file's ``method``, else :data:`DEFAULT_METHOD`). ``threshold=`` sets the threshold the report is labelled with.
 
@@ -56,21 +88,40 @@ def check(source: _Source, target: str, method: "str | None" = None, model: "str
     return _run_sync(acheck(source, target, method, model, config=config, llm=llm, **options))
 
 
-async def acheck_many(pairs: "_abc.Iterable[tuple[_Source, str]]", method: "str | None" = None,
-                      model: "str | None" = None, *, config: "Config | None" = None, llm: _t.Any = None,
-                      **options: _t.Any) -> "list[Report]":
+async def acheck_many(
+    pairs: "_abc.Iterable[tuple[_Source, str]]",
+    method: "str | None" = None,
+    model: "str | None" = None,
+    *,
+    config: "Config | None" = None,
+    llm: _t.Any = None,
+    **options: _t.Any,
+) -> "list[Report]":
     """The async form of :func:`check_many`."""
     return await _method(method, model, config, llm, options).acheck_many(pairs)
 
 
-def check_many(pairs: "_abc.Iterable[tuple[_Source, str]]", method: "str | None" = None, model: "str | None" = None,
-               *, config: "Config | None" = None, llm: _t.Any = None, **options: _t.Any) -> "list[Report]":
+def check_many(
+    pairs: "_abc.Iterable[tuple[_Source, str]]",
+    method: "str | None" = None,
+    model: "str | None" = None,
+    *,
+    config: "Config | None" = None,
+    llm: _t.Any = None,
+    **options: _t.Any,
+) -> "list[Report]":
     """Check many ``(source, target)`` pairs concurrently; a bad pair becomes an unscored Report."""
     return _run_sync(acheck_many(pairs, method, model, config=config, llm=llm, **options))
 
 
-def evaluate(data: _t.Any, source: "str | None" = None, target: "str | None" = None, method: _t.Any = None,
-             model: "str | None" = None, **kwargs: _t.Any) -> _t.Any:
+def evaluate(
+    data: _t.Any,
+    source: "str | None" = None,
+    target: "str | None" = None,
+    method: _t.Any = None,
+    model: "str | None" = None,
+    **kwargs: _t.Any,
+) -> _t.Any:
     """Check every row of a DataFrame (or of a list of dicts) -> a pandas DataFrame with score, label,
     unscored reason, findings and usage per row; also inside a running event loop. Column names default to
     ``source``/``target``, RAGAS's ``retrieved_contexts``/``response`` or DeepEval's
@@ -81,8 +132,14 @@ def evaluate(data: _t.Any, source: "str | None" = None, target: "str | None" = N
     return _evaluate(data, source, target, method, model, **kwargs)
 
 
-async def aevaluate(data: _t.Any, source: "str | None" = None, target: "str | None" = None, method: _t.Any = None,
-                    model: "str | None" = None, **kwargs: _t.Any) -> _t.Any:
+async def aevaluate(
+    data: _t.Any,
+    source: "str | None" = None,
+    target: "str | None" = None,
+    method: _t.Any = None,
+    model: "str | None" = None,
+    **kwargs: _t.Any,
+) -> _t.Any:
     """The async form of :func:`evaluate`."""
     from halluscope.tabular import aevaluate as _aevaluate
 

@@ -19,5 +19,6 @@ def require(module: str, extra: str = "bench", purpose: str = "") -> None:
     except ImportError as exc:
         dist = BENCH_ONLY.get(module, module)
         what = f" for {purpose}" if purpose else ""
-        raise MissingExtraError(f"{dist} is needed{what} but is not installed: pip install 'halluscope[{extra}]'",
-                                name=module) from exc
+        raise MissingExtraError(
+            f"{dist} is needed{what} but is not installed: pip install 'halluscope[{extra}]'", name=module
+        ) from exc

@@ -46,6 +46,8 @@ def resolve_method(method: str | None, options: dict[str, Any]) -> tuple[str, di
     if method:
         return method, dict(options)
     return DEFAULT_METHOD, {**DEFAULT_METHOD_OPTIONS, **options}
+
+
 CONFIG_FILE_NAME = "halluscope.toml"
 
 
@@ -151,11 +153,14 @@ class Config(BaseSettings):
             raise ConfigError(explain_validation_error(exc, values)) from None
 
     @classmethod
-    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
-                                   env_settings: PydanticBaseSettingsSource,
-                                   dotenv_settings: PydanticBaseSettingsSource,
-                                   file_secret_settings: PydanticBaseSettingsSource,
-                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
         # precedence: explicit values (code, CLI flags) > HALLUSCOPE_* environment > config file > defaults
         return init_settings, env_settings, _FileSettings(settings_cls)
 
@@ -275,7 +280,7 @@ class Config(BaseSettings):
         return None if isinstance(value, str) and not value.strip() else value
 
     @model_validator(mode="after")
-    def _env_fallbacks(self) -> "Config":
+    def _env_fallbacks(self) -> Config:
         if self.base_url is None:
             self.base_url = os.environ.get("OPENAI_BASE_URL") or None
         if self.api_key is None:
@@ -290,7 +295,7 @@ class Config(BaseSettings):
                 raise ValueError(f"{name} must be > 0 (or unset for no limit)")
         return self
 
-    def with_overrides(self, **kwargs: object) -> "Config":
+    def with_overrides(self, **kwargs: object) -> Config:
         """A copy with the given non-None fields replaced (handy for CLI flags)."""
         data = self.model_dump()
         data.update({k: v for k, v in kwargs.items() if v is not None})

@@ -97,9 +97,16 @@ def _with_chunk(evidence: Evidence, spans: Sequence[Span], source: str) -> list[
             break
         a, b = max(start, chunk.start), min(end, chunk.end)
         if b > a:
-            pieces.append(evidence.model_copy(update={
-                "text": source[a:b], "span": Span(start=a, end=b), "chunk": j,
-                "chunk_span": Span(start=a - chunk.start, end=b - chunk.start)}))
+            pieces.append(
+                evidence.model_copy(
+                    update={
+                        "text": source[a:b],
+                        "span": Span(start=a, end=b),
+                        "chunk": j,
+                        "chunk_span": Span(start=a - chunk.start, end=b - chunk.start),
+                    }
+                )
+            )
     return pieces or [evidence.model_copy(update={"chunk": i, "chunk_span": inner})]
 
 

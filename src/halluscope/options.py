@@ -20,22 +20,28 @@ class OptionsError(ValueError):
 class MethodOptions(BaseModel):
     """Base of every method's options. Fields carry a docstring (``use_attribute_docstrings``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True,
-                              validate_default=True, allow_inf_nan=False)  # NaN and inf are never an option
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, use_attribute_docstrings=True, validate_default=True, allow_inf_nan=False
+    )  # NaN and inf are never an option
 
     @classmethod
-    def parse(cls, method: str, values: dict[str, Any]) -> "MethodOptions":
+    def parse(cls, method: str, values: dict[str, Any]) -> MethodOptions:
         unknown = sorted(set(values) - set(cls.model_fields))
         if unknown:
-            raise OptionsError(f"unknown option(s) for {method}: {', '.join(unknown)}. "
-                               f"Valid options: {', '.join(cls.model_fields) or 'none'}")
+            raise OptionsError(
+                f"unknown option(s) for {method}: {', '.join(unknown)}. "
+                f"Valid options: {', '.join(cls.model_fields) or 'none'}"
+            )
         try:
             return cls.model_validate(values)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'options'}: {e['msg']}"
-                                 + _allowed(cls, e['loc']) for e in exc.errors())
-            raise OptionsError(f"bad option(s) for {method}: {problems}. "
-                               f"Valid options: {', '.join(cls.model_fields) or 'none'}") from None
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'options'}: {e['msg']}" + _allowed(cls, e["loc"])
+                for e in exc.errors()
+            )
+            raise OptionsError(
+                f"bad option(s) for {method}: {problems}. Valid options: {', '.join(cls.model_fields) or 'none'}"
+            ) from None
 
     @classmethod
     def option_rows(cls) -> list[dict[str, str]]:
@@ -43,8 +49,14 @@ class MethodOptions(BaseModel):
         rows = []
         for name, info in cls.model_fields.items():
             default = "(required)" if info.is_required() else repr(info.get_default(call_default_factory=True))
-            rows.append({"name": name, "type": _type_name(info.annotation), "default": default,
-                         "doc": " ".join((info.description or "").split())})
+            rows.append(
+                {
+                    "name": name,
+                    "type": _type_name(info.annotation),
+                    "default": default,
+                    "doc": " ".join((info.description or "").split()),
+                }
+            )
         return rows
 
 
@@ -65,8 +77,13 @@ def options_view(name: str, source: type[BaseModel], fields: Sequence[str], doc:
         if kept:
             func = getattr(decorator.func, "__func__", decorator.func)  # the classmethod, unbound
             validators[key] = field_validator(*kept, mode=decorator.info.mode)(func)
-    model = create_model(name, __base__=StageOptions, __doc__=doc, __validators__=validators,  # type: ignore[call-overload]
-                         **{f: (infos[f].annotation, infos[f]) for f in fields})
+    model = create_model(
+        name,
+        __base__=StageOptions,
+        __doc__=doc,
+        __validators__=validators,  # type: ignore[call-overload]
+        **{f: (infos[f].annotation, infos[f]) for f in fields},
+    )
     model.__module__ = source.__module__
     return model
 
@@ -78,7 +95,7 @@ def own_options(stage_options: type[MethodOptions], method_options: MethodOption
 
 
 def _allowed(cls: type[MethodOptions], loc: tuple[Any, ...]) -> str:
-    """" (allowed: 1 to 20)" for a field with bounds, so a refusal names the range; else ""."""
+    """ " (allowed: 1 to 20)" for a field with bounds, so a refusal names the range; else ""."""
     info = cls.model_fields.get(str(loc[0])) if loc else None
     if info is None:
         return ""
@@ -150,10 +167,12 @@ class ClaimOptions(RetrievalOptions):
     """Options every claim-pipeline method shares: the retrieval protocol and swappable stages."""
 
     decomposer: str | None = None
-    """A registered decomposer stage to use instead of the method's own: how the target becomes claims (see `halluscope stages decomposer`)."""
+    """A registered decomposer stage to use instead of the method's own: how the target becomes claims (see `halluscope
+    stages decomposer`)."""
 
     context_selector: str | None = None
-    """A registered context selector to use instead of the retrieval protocol's (see `halluscope stages context_selector`)."""
+    """A registered context selector to use instead of the retrieval protocol's (see `halluscope stages
+    context_selector`)."""
 
     verifier: str | None = None
     """A registered verifier stage to use instead of the method's own (see `halluscope stages`)."""

@@ -54,8 +54,9 @@ def load_entry_points(group: str) -> list[tuple[EntryPoint, Any]]:
 def warn_broken(ep: EntryPoint, exc: BaseException | str) -> None:
     dist = getattr(getattr(ep, "dist", None), "name", None)
     where = f" (from {dist})" if dist else ""
-    warnings.warn(f"skipping the {ep.group} entry point {ep.name!r} = {ep.value!r}{where}: {exc}",
-                  PluginWarning, stacklevel=3)
+    warnings.warn(
+        f"skipping the {ep.group} entry point {ep.name!r} = {ep.value!r}{where}: {exc}", PluginWarning, stacklevel=3
+    )
 
 
 def reset() -> None:

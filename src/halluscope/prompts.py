@@ -83,7 +83,7 @@ class PromptTemplate(BaseModel):
         messages.append({"role": "user", "content": user})
         return messages
 
-    def override(self, user: str | Path | None = None, *, system: str | Path | None = None) -> "PromptTemplate":
+    def override(self, user: str | Path | None = None, *, system: str | Path | None = None) -> PromptTemplate:
         """A copy with the user (and/or system) template replaced by a string or a file's contents."""
         update: dict[str, object] = {"version": f"{self.version}+custom"}
         if user is not None:
@@ -105,7 +105,10 @@ class PromptTemplate(BaseModel):
     def fingerprint(self) -> str:
         """A hash of everything that shapes the messages sent: wording, examples, literals, reply schema."""
         payload: dict[str, Any] = {
-            "system": self.system, "user": self.user, "examples": self.examples, "literal": self.literal,
+            "system": self.system,
+            "user": self.user,
+            "examples": self.examples,
+            "literal": self.literal,
             "shared": self.shared,
             "reply": self.reply.model_json_schema() if self.reply is not None else None,
         }

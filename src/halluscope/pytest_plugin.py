@@ -56,14 +56,26 @@ def assert_grounded_fixture(pytestconfig: pytest.Config) -> Callable[..., Report
     run's --halluscope-* defaults."""
     defaults = _defaults(pytestconfig)
 
-    def check(source: str, answer: str, method: Any = None, threshold: float | None = None,
-              model: str | None = None, **kwargs: Any) -> Report:
+    def check(
+        source: str,
+        answer: str,
+        method: Any = None,
+        threshold: float | None = None,
+        model: str | None = None,
+        **kwargs: Any,
+    ) -> Report:
         __tracebackhide__ = True
         from halluscope.methods.base import Method
 
         if model is None and not isinstance(method, Method):  # a ready Method brings its own model
             model = defaults.get("model")
-        return _assert_grounded(source, answer, method if method is not None else defaults.get("method"),
-                                threshold if threshold is not None else defaults.get("threshold"), model, **kwargs)
+        return _assert_grounded(
+            source,
+            answer,
+            method if method is not None else defaults.get("method"),
+            threshold if threshold is not None else defaults.get("threshold"),
+            model,
+            **kwargs,
+        )
 
     return check

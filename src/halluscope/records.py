@@ -29,7 +29,7 @@ class Span(_Record):
     end: int = Field(ge=0)
 
     @model_validator(mode="after")
-    def _ordered(self) -> "Span":
+    def _ordered(self) -> Span:
         if self.end < self.start:
             raise ValueError(f"span end {self.end} < start {self.start}")
         return self
@@ -40,7 +40,7 @@ class Span(_Record):
     def of(self, text: str) -> str:
         return text[self.start : self.end]
 
-    def overlaps(self, other: "Span") -> bool:
+    def overlaps(self, other: Span) -> bool:
         return self.start < other.end and other.start < self.end
 
 
@@ -65,7 +65,7 @@ class Usage(_Record):
     def cost_known(self) -> bool:
         return self.cost_usd is not None or self.calls == 0
 
-    def __add__(self, other: "Usage") -> "Usage":
+    def __add__(self, other: Usage) -> Usage:
         cost = None
         if self.cost_known and other.cost_known and (self.cost_usd is not None or other.cost_usd is not None):
             cost = (self.cost_usd or 0.0) + (other.cost_usd or 0.0)
@@ -151,13 +151,13 @@ class Verdict(_Record):
     explanations)."""
 
     @model_validator(mode="after")
-    def _unscored_has_reason(self) -> "Verdict":
+    def _unscored_has_reason(self) -> Verdict:
         if self.label == "unscored" and not self.reason:
             raise ValueError("an unscored verdict needs a reason")
         return self
 
     @classmethod
-    def unscored(cls, claim: Claim, reason: str, calls: list[LLMCall] | None = None) -> "Verdict":
+    def unscored(cls, claim: Claim, reason: str, calls: list[LLMCall] | None = None) -> Verdict:
         return cls(claim=claim, label="unscored", reason=reason, calls=list(calls or []))
 
 
@@ -200,7 +200,7 @@ class Report(_Record):
     (chunks joined with ``halluscope.contexts.CHUNK_SEPARATOR``); empty for a single-text source."""
 
     @model_validator(mode="after")
-    def _check_score(self) -> "Report":
+    def _check_score(self) -> Report:
         if self.score is not None and not (0.0 <= self.score <= 1.0):
             raise ValueError(f"score {self.score} outside [0, 1]")
         if self.score is None and not self.unscored_reason:
@@ -211,7 +211,7 @@ class Report(_Record):
     def scored(self) -> bool:
         return self.score is not None
 
-    def with_threshold(self, threshold: float) -> "Report":
+    def with_threshold(self, threshold: float) -> Report:
         """This report labelled at ``threshold``: ``consistent`` when the score is at or above it *and* there is no
         finding; ``inconsistent`` when the score is under it or any finding was made (a located problem is never
         called consistent); no label when unscored."""
@@ -266,11 +266,11 @@ class StepResult(Generic[T]):
         return self.calls[-1].reply if self.calls else ""
 
     @classmethod
-    def success(cls, value: T, calls: list[LLMCall] | None = None) -> "StepResult[T]":
+    def success(cls, value: T, calls: list[LLMCall] | None = None) -> StepResult[T]:
         return cls(value, None, list(calls or []))
 
     @classmethod
-    def failure(cls, reason: str, calls: list[LLMCall] | None = None) -> "StepResult[T]":
+    def failure(cls, reason: str, calls: list[LLMCall] | None = None) -> StepResult[T]:
         if not reason:
             raise ValueError("a failed step needs a reason")
         return cls(None, reason, list(calls or []))

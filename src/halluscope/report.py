@@ -70,8 +70,11 @@ def _highlight(text: str, marks: list[tuple[Span, int | str, str, str]]) -> str:
             continue
         ids = " ".join(str(fid) for fid, _, _ in covering)
         title = html.escape(" | ".join(dict.fromkeys(t for _, _, t in covering)), quote=True)
-        ends = [str(fid + 1) for span, fid, cls, _ in marks  # finding numbers, shown where their span ends
-                if isinstance(fid, int) and fid >= 0 and cls != "ev" and span.end == b and span.start <= a]
+        ends = [
+            str(fid + 1)
+            for span, fid, cls, _ in marks  # finding numbers, shown where their span ends
+            if isinstance(fid, int) and fid >= 0 and cls != "ev" and span.end == b and span.start <= a
+        ]
         number = f' data-n="{" ".join(dict.fromkeys(ends))}"' if ends else ""
         out.append(f'<mark class="{covering[0][1]}" data-f="{ids}"{number} title="{title}">{piece}</mark>')
     return "".join(out)
@@ -96,8 +99,7 @@ def _chunk_note(ev: Evidence) -> str:
 
 
 def _evidence_line(ev: Evidence) -> str:
-    return (f"<div class='muted'>{html.escape(ev.relation)}{_chunk_note(ev)}: "
-            f"“{html.escape(ev.text[:200])}”</div>")
+    return f"<div class='muted'>{html.escape(ev.relation)}{_chunk_note(ev)}: “{html.escape(ev.text[:200])}”</div>"
 
 
 def render_html(report: Report, source: str, target: str, title: str = "halluscope report") -> str:
@@ -125,8 +127,11 @@ def render_html(report: Report, source: str, target: str, title: str = "hallusco
     finding_items = []
     for i, f in enumerate(report.findings):
         where = "; ".join(html.escape(s.of(target)) for s in f.target_spans) or "<i>not located in the text</i>"
-        evid = "".join(f"<div class='muted'>evidence{_chunk_note(e)} ({html.escape(e.relation)}): "
-                       f"“{html.escape(e.text[:300])}”</div>" for e in f.evidence)
+        evid = "".join(
+            f"<div class='muted'>evidence{_chunk_note(e)} ({html.escape(e.relation)}): "
+            f"“{html.escape(e.text[:300])}”</div>"
+            for e in f.evidence
+        )
         finding_items.append(
             f"<li id='finding-{i}'><span class='kind'>{html.escape(f.kind)}</span>{html.escape(f.description)}"
             f"<div class='muted'>target: {where}</div>{evid}</li>"
@@ -149,10 +154,13 @@ def render_html(report: Report, source: str, target: str, title: str = "hallusco
             f"<tr><td>{n}</td><td>{html.escape(v.claim.text)}</td>"
             f"<td class='{'ok' if v.label == 'supported' else 'bad' if v.label != 'unscored' else 'muted'}'>"
             f"{html.escape(v.label)}</td><td>{''.join(_evidence_line(e) for e in v.evidence) or '–'}</td></tr>"
-            for n, v in enumerate(report.verdicts, 1))
-        claims_section = (f"<section class='full'><h3>Claims ({len(report.verdicts)}), passing ones too</h3>"
-                          "<table><tr><th>#</th><th>claim</th><th>verdict</th><th>evidence</th></tr>"
-                          f"{claim_rows}</table></section>")
+            for n, v in enumerate(report.verdicts, 1)
+        )
+        claims_section = (
+            f"<section class='full'><h3>Claims ({len(report.verdicts)}), passing ones too</h3>"
+            "<table><tr><th>#</th><th>claim</th><th>verdict</th><th>evidence</th></tr>"
+            f"{claim_rows}</table></section>"
+        )
     unscored = len(unscored_verdicts)
     unscored_section = ""
     if unscored_verdicts:
@@ -161,29 +169,35 @@ def render_html(report: Report, source: str, target: str, title: str = "hallusco
             f"<div class='muted'>not judged: {html.escape(v.reason or 'no reason recorded')}</div></li>"
             for j, v in enumerate(unscored_verdicts)
         )
-        unscored_section = (f"<section class='full'><h3>Unscored claims ({unscored})</h3><p class='muted'>Neither "
-                            "supported nor flagged: no valid verdict was given for these claims (dotted underline "
-                            f"in the target).</p><ol class='findings'>{items}</ol></section>")
+        unscored_section = (
+            f"<section class='full'><h3>Unscored claims ({unscored})</h3><p class='muted'>Neither "
+            "supported nor flagged: no valid verdict was given for these claims (dotted underline "
+            f"in the target).</p><ol class='findings'>{items}</ol></section>"
+        )
     u = report.usage
     meta = (
         f"{html.escape(report.method)} · {html.escape(report.model or 'no LLM')} · {u.calls} LLM calls · "
         f"{u.prompt_tokens + u.completion_tokens} tokens{u.cached_note()} · {u.cache_hits} cache hits · "
-        f"{report.elapsed_s:.2f}s"
-        + (f" · {unscored} unscored claims" if unscored else "")
+        f"{report.elapsed_s:.2f}s" + (f" · {unscored} unscored claims" if unscored else "")
     )
-    reason = f"<div class='bad'>could not score: {html.escape(report.unscored_reason)}</div>" if report.unscored_reason else ""
-    findings_html = (f"<ol class='findings'>{''.join(finding_items)}</ol>" if finding_items
-                     else "<p class='muted'>none</p>")
+    reason = (
+        f"<div class='bad'>could not score: {html.escape(report.unscored_reason)}</div>"
+        if report.unscored_reason
+        else ""
+    )
+    findings_html = (
+        f"<ol class='findings'>{''.join(finding_items)}</ol>" if finding_items else "<p class='muted'>none</p>"
+    )
     data = _script_json(report.model_dump_json())
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>{_CSS}</style></head><body>
 <header><h1>{html.escape(title)}</h1><span class="score {score_cls}">{score}</span>
-{f'<span class="muted"> {html.escape(report.label)}</span>' if report.label else ''}
+{f'<span class="muted"> {html.escape(report.label)}</span>' if report.label else ""}
 <div class="muted">{meta}</div>{reason}</header>
 <main>
 <section><h3>Source</h3><div class="text" id="source">{_highlight(source, source_marks)}</div></section>
 <section><h3>Target</h3><div class="text" id="target">{_highlight(target, target_marks)}</div></section>
-<section><h3>Sub-scores</h3><table>{sub_rows or '<tr><td>none</td></tr>'}</table></section>
+<section><h3>Sub-scores</h3><table>{sub_rows or "<tr><td>none</td></tr>"}</table></section>
 <section><h3>Findings ({len(report.findings)})</h3>{findings_html}</section>
 {claims_section}
 {unscored_section}

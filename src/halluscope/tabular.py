@@ -38,8 +38,17 @@ if TYPE_CHECKING:
     from halluscope.methods.base import Method
 
 USAGE_COLUMNS = ("calls", "prompt_tokens", "completion_tokens", "cache_hits", "cost_usd")
-RESULT_COLUMNS = ("score", "label", "unscored_reason", "n_findings", "findings", "method", "model",
-                  *USAGE_COLUMNS, "elapsed_s")
+RESULT_COLUMNS = (
+    "score",
+    "label",
+    "unscored_reason",
+    "n_findings",
+    "findings",
+    "method",
+    "model",
+    *USAGE_COLUMNS,
+    "elapsed_s",
+)
 FORMATS = (".jsonl", ".csv", ".parquet")
 SOURCE_COLUMNS = ("source", "retrieved_contexts", "retrieval_context", "contexts", "context")
 """Source column names tried in order when none is named: halluscope's, RAGAS's (``retrieved_contexts``; older
@@ -62,8 +71,7 @@ def _pandas() -> Any:
     return pd
 
 
-def resolve_columns(columns: Sequence[Any], source: str | None, target: str | None,
-                    where: str = "") -> tuple[str, str]:
+def resolve_columns(columns: Sequence[Any], source: str | None, target: str | None, where: str = "") -> tuple[str, str]:
     """The source and target column names: the ones given, else the first of :data:`SOURCE_COLUMNS` /
     :data:`TARGET_COLUMNS` present (so a RAGAS or DeepEval table works unchanged)."""
     present = [str(c) for c in columns]
@@ -77,8 +85,10 @@ def resolve_columns(columns: Sequence[Any], source: str | None, target: str | No
         found = next((c for c in known if c in present), None)
         if found is None:
             if present:
-                raise TableError(f"{where}no {name} column: expected one of {', '.join(known)} (or name it); "
-                                 f"columns: {', '.join(present)}")
+                raise TableError(
+                    f"{where}no {name} column: expected one of {', '.join(known)} (or name it); "
+                    f"columns: {', '.join(present)}"
+                )
             found = known[0]
         chosen.append(found)
     return chosen[0], chosen[1]
@@ -95,11 +105,18 @@ def source_cell(value: Any) -> Any:
 
 
 def _evidence_dict(e: Any) -> dict[str, Any]:
-    item = {"text": e.text, "relation": e.relation,
-            "start": e.span.start if e.span else None, "end": e.span.end if e.span else None}
+    item = {
+        "text": e.text,
+        "relation": e.relation,
+        "start": e.span.start if e.span else None,
+        "end": e.span.end if e.span else None,
+    }
     if e.chunk is not None:
-        item.update(chunk=e.chunk, chunk_start=e.chunk_span.start if e.chunk_span else None,
-                    chunk_end=e.chunk_span.end if e.chunk_span else None)
+        item.update(
+            chunk=e.chunk,
+            chunk_start=e.chunk_span.start if e.chunk_span else None,
+            chunk_end=e.chunk_span.end if e.chunk_span else None,
+        )
     return item
 
 
@@ -108,12 +125,14 @@ def findings_of(report: Report, source: Any, target: str) -> list[dict[str, Any]
     source given as chunks, each evidence's ``chunk`` with its ``chunk_start``/``chunk_end`` inside it)."""
     out = []
     for f in report.findings:
-        out.append({
-            "kind": f.kind,
-            "description": f.description,
-            "spans": [{"start": s.start, "end": s.end, "text": s.of(target)} for s in f.target_spans],
-            "evidence": [_evidence_dict(e) for e in f.evidence],
-        })
+        out.append(
+            {
+                "kind": f.kind,
+                "description": f.description,
+                "spans": [{"start": s.start, "end": s.end, "text": s.of(target)} for s in f.target_spans],
+                "evidence": [_evidence_dict(e) for e in f.evidence],
+            }
+        )
     return out
 
 
@@ -122,15 +141,25 @@ def result_row(report: Report, source: str, target: str) -> dict[str, Any]:
     usage = report.usage
     findings = findings_of(report, source, target) if isinstance(target, str) else []
     return {
-        "score": report.score, "label": report.label, "unscored_reason": report.unscored_reason,
-        "n_findings": len(findings), "findings": findings, "method": report.method, "model": report.model,
-        "calls": usage.calls, "prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
-        "cache_hits": usage.cache_hits, "cost_usd": usage.cost_usd, "elapsed_s": round(report.elapsed_s, 6),
+        "score": report.score,
+        "label": report.label,
+        "unscored_reason": report.unscored_reason,
+        "n_findings": len(findings),
+        "findings": findings,
+        "method": report.method,
+        "model": report.model,
+        "calls": usage.calls,
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "cache_hits": usage.cache_hits,
+        "cost_usd": usage.cost_usd,
+        "elapsed_s": round(report.elapsed_s, 6),
     }
 
 
-async def score_pairs(method: "Method", items: Sequence[tuple[Any, Any, Any]], concurrency: int,
-                      threshold: float | None = None) -> AsyncIterator[tuple[Any, Report]]:
+async def score_pairs(
+    method: Method, items: Sequence[tuple[Any, Any, Any]], concurrency: int, threshold: float | None = None
+) -> AsyncIterator[tuple[Any, Report]]:
     """``(key, Report)`` for each ``(key, source, target)`` as it finishes (any order), at most ``concurrency``
     at a time. Bad input (empty or non-text) becomes an unscored Report; nothing is dropped."""
     from halluscope.methods.base import InputError
@@ -172,8 +201,9 @@ async def score_pairs(method: "Method", items: Sequence[tuple[Any, Any, Any]], c
         await asyncio.gather(*workers, return_exceptions=True)
 
 
-def _method(method: "str | Method | None", model: str | None, config: Config | None, llm: Any,
-            options: dict[str, Any]) -> "Method":
+def _method(
+    method: str | Method | None, model: str | None, config: Config | None, llm: Any, options: dict[str, Any]
+) -> Method:
     """The named method built with these settings, or ``method`` itself when it is already a Method."""
     from halluscope.methods import get_method
     from halluscope.methods.base import Method
@@ -207,10 +237,19 @@ def _rows_of(data: Any) -> tuple[list[Any], list[dict[str, Any]], Any]:
     return list(range(len(rows))), rows, None
 
 
-async def aevaluate(data: Any, source: str | None = None, target: str | None = None,
-                    method: "str | Method | None" = None, model: str | None = None, *, config: Config | None = None,
-                    llm: Any = None, threshold: float | None = None, concurrency: int | None = None,
-                    **options: Any) -> "pd.DataFrame":
+async def aevaluate(
+    data: Any,
+    source: str | None = None,
+    target: str | None = None,
+    method: str | Method | None = None,
+    model: str | None = None,
+    *,
+    config: Config | None = None,
+    llm: Any = None,
+    threshold: float | None = None,
+    concurrency: int | None = None,
+    **options: Any,
+) -> pd.DataFrame:
     """Check every row of ``data`` (a DataFrame, or an iterable of dicts) and return a DataFrame: the input's
     columns and index, then :data:`RESULT_COLUMNS`. ``source``/``target`` name the columns to compare (default:
     the first present of :data:`SOURCE_COLUMNS` / :data:`TARGET_COLUMNS`, so RAGAS's ``retrieved_contexts`` /
@@ -226,8 +265,9 @@ async def aevaluate(data: Any, source: str | None = None, target: str | None = N
         raise TableError(f"the input already has result column(s) {clash}; rename or drop them first")
     if threshold is not None and not _is_method(method):
         if "threshold" in options and options["threshold"] != threshold:
-            raise TableError(f"threshold={threshold} and the option threshold={options['threshold']} disagree: "
-                             "they are one setting")
+            raise TableError(
+                f"threshold={threshold} and the option threshold={options['threshold']} disagree: they are one setting"
+            )
         options["threshold"] = threshold  # the method's own threshold option, where it has one: one setting
     m = _method(method, model, config, llm, options)
     items = [(i, source_cell(row.get(source)), row.get(target)) for i, row in enumerate(rows)]
@@ -239,14 +279,36 @@ async def aevaluate(data: Any, source: str | None = None, target: str | None = N
     return pd.concat([base, out], axis=1)
 
 
-def evaluate(data: Any, source: str | None = None, target: str | None = None, method: "str | Method | None" = None,
-             model: str | None = None, *, config: Config | None = None, llm: Any = None,
-             threshold: float | None = None, concurrency: int | None = None, **options: Any) -> "pd.DataFrame":
+def evaluate(
+    data: Any,
+    source: str | None = None,
+    target: str | None = None,
+    method: str | Method | None = None,
+    model: str | None = None,
+    *,
+    config: Config | None = None,
+    llm: Any = None,
+    threshold: float | None = None,
+    concurrency: int | None = None,
+    **options: Any,
+) -> pd.DataFrame:
     """:func:`aevaluate` from synchronous code; also works inside a running event loop (a notebook)."""
     from halluscope.sync import run_sync
 
-    return run_sync(aevaluate(data, source, target, method, model, config=config, llm=llm, threshold=threshold,
-                              concurrency=concurrency, **options))
+    return run_sync(
+        aevaluate(
+            data,
+            source,
+            target,
+            method,
+            model,
+            config=config,
+            llm=llm,
+            threshold=threshold,
+            concurrency=concurrency,
+            **options,
+        )
+    )
 
 
 # ---- files ---------------------------------------------------------------------------------------------
@@ -298,8 +360,10 @@ def write_table(path: str | Path, rows: list[dict[str, Any]], columns: list[str]
                 fh.write(json.dumps({c: row.get(c) for c in columns}, ensure_ascii=False) + "\n")
     else:
         pd = _pandas()
-        flat = [{c: (json.dumps(row.get(c), ensure_ascii=False) if c == "findings" else row.get(c)) for c in columns}
-                for row in rows]
+        flat = [
+            {c: (json.dumps(row.get(c), ensure_ascii=False) if c == "findings" else row.get(c)) for c in columns}
+            for row in rows
+        ]
         frame = pd.DataFrame(flat, columns=columns)
         try:
             frame.to_csv(tmp, index=False) if fmt == ".csv" else frame.to_parquet(tmp, index=False)
@@ -328,8 +392,10 @@ class PartialResults:
             old = None
         if old != json.loads(json.dumps(identity)):
             differ = [k for k in identity if not isinstance(old, dict) or old.get(k) != identity[k]]
-            raise TableError(f"{self.path} holds a different run (differs in: {', '.join(differ) or 'header'}); "
-                             "delete it or choose another --output")
+            raise TableError(
+                f"{self.path} holds a different run (differs in: {', '.join(differ) or 'header'}); "
+                "delete it or choose another --output"
+            )
         done: dict[int, dict[str, Any]] = {}
         good, bad = [lines[0]], 0
         for line in lines[1:]:
@@ -345,8 +411,11 @@ class PartialResults:
             tmp = self.path.with_name(self.path.name + ".tmp")
             tmp.write_text("".join(line + "\n" for line in good), encoding="utf-8")
             os.replace(tmp, self.path)
-            print(f"warning: dropped {bad} unreadable line(s) from {self.path} (an interrupted write); "
-                  "those rows will be redone", file=sys.stderr)
+            print(
+                f"warning: dropped {bad} unreadable line(s) from {self.path} (an interrupted write); "
+                "those rows will be redone",
+                file=sys.stderr,
+            )
         return done
 
     def open(self) -> TextIO:
@@ -394,8 +463,9 @@ def _cell_key(value: Any) -> str:
     return json.dumps(source_cell(value), ensure_ascii=False, default=str)
 
 
-def _kept_from_output(output_path: Path, rows: list[dict[str, Any]], source: str, target: str,
-                      method: "Method") -> dict[int, dict[str, Any]]:
+def _kept_from_output(
+    output_path: Path, rows: list[dict[str, Any]], source: str, target: str, method: Method
+) -> dict[int, dict[str, Any]]:
     """``--retry-unscored`` after a finished run: the scored rows of the existing output, by position. The output
     must hold the same pairs in the same order, checked by the same method and model; else it is refused."""
     if not output_path.is_file():
@@ -409,8 +479,10 @@ def _kept_from_output(output_path: Path, rows: list[dict[str, Any]], source: str
         if not same:
             raise TableError(f"{output_path} row {i} holds another pair than the input's: not this input's results")
         if prev.get("method") != method.name or (prev.get("model") or None) != method.model_name:
-            raise TableError(f"{output_path} row {i} was checked by {prev.get('method')} ({prev.get('model')}), "
-                             f"not {method.name} ({method.model_name}); choose another --output")
+            raise TableError(
+                f"{output_path} row {i} was checked by {prev.get('method')} ({prev.get('model')}), "
+                f"not {method.name} ({method.model_name}); choose another --output"
+            )
         try:
             result = _result_of_output_row(prev)
         except (ValueError, TypeError) as exc:
@@ -432,10 +504,19 @@ def _json_list_cell(value: Any) -> Any:
     return value
 
 
-async def check_file(method: "Method", input_path: str | Path, output_path: str | Path, *, source: str | None = None,
-                     target: str | None = None, threshold: float | None = None, concurrency: int | None = None,
-                     progress: bool = True, retry_unscored: bool = False,
-                     on_row: Callable[[int, Report], None] | None = None) -> dict[str, Any]:
+async def check_file(
+    method: Method,
+    input_path: str | Path,
+    output_path: str | Path,
+    *,
+    source: str | None = None,
+    target: str | None = None,
+    threshold: float | None = None,
+    concurrency: int | None = None,
+    progress: bool = True,
+    retry_unscored: bool = False,
+    on_row: Callable[[int, Report], None] | None = None,
+) -> dict[str, Any]:
     """Check every row of ``input_path`` and write ``output_path`` (see the module docstring); returns a
     summary: rows, newly checked, resumed, kept, scored, inconsistent, unscored, mean score, and the usage of
     the rows checked by this call (``calls``, tokens, ...) beside that of every row (``total_calls``, ...).
@@ -454,9 +535,16 @@ async def check_file(method: "Method", input_path: str | Path, output_path: str 
     clash = [c for c in RESULT_COLUMNS if c in columns]
     if clash:
         raise TableError(f"{input_path} already has result column(s) {clash}; rename or drop them first")
-    identity = {"input_sha256": _sha256(input_path), "source_column": source, "target_column": target,
-                "method": method.name, "method_options": method.options(), "model": method.model_name,
-                "prompt_version": method.prompt_version, "threshold": threshold}
+    identity = {
+        "input_sha256": _sha256(input_path),
+        "source_column": source,
+        "target_column": target,
+        "method": method.name,
+        "method_options": method.options(),
+        "model": method.model_name,
+        "prompt_version": method.prompt_version,
+        "threshold": threshold,
+    }
     partial = PartialResults(output_path)
     fresh = not partial.path.is_file()
     kept = _kept_from_output(output_path, rows, source, target, method) if retry_unscored and fresh else {}
@@ -474,13 +562,29 @@ async def check_file(method: "Method", input_path: str | Path, output_path: str 
     now: list[dict[str, Any]] = []
     if pending:
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
-        bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                       TimeRemainingColumn(), console=Console(stderr=True), disable=not progress)
+        bar = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            disable=not progress,
+        )
         with partial.open() as fh, bar:
             task = bar.add_task(f"{method.name} on {input_path.name}", total=len(rows), completed=resumed)
-            async for i, report in score_pairs(method, pending, concurrency or method.config.max_concurrency, threshold):
+            async for i, report in score_pairs(
+                method, pending, concurrency or method.config.max_concurrency, threshold
+            ):
                 result = result_row(report, rows[i].get(source), rows[i].get(target))
                 PartialResults.append(fh, i, result)  # one writer: lines never interleave
                 done[i] = result
@@ -496,12 +600,20 @@ async def check_file(method: "Method", input_path: str | Path, output_path: str 
     totals = {c: sum(r[c] or 0 for r in now) for c in usage_keys}
     all_totals = {f"total_{c}": sum(r[c] or 0 for r in results) for c in usage_keys}
     costs = [r["cost_usd"] for r in now if r["calls"]]
-    return {"rows": len(rows), "checked": len(pending), "resumed": resumed, "kept": len(kept),
-            "scored": len(scored), "inconsistent": sum(r["label"] == "inconsistent" for r in results),
-            "unscored": len(rows) - len(scored), "mean_score": sum(scored) / len(scored) if scored else None,
-            **totals, **all_totals,
-            "cost_usd": sum(costs) if costs and all(c is not None for c in costs) else None,
-            "output": str(output_path)}
+    return {
+        "rows": len(rows),
+        "checked": len(pending),
+        "resumed": resumed,
+        "kept": len(kept),
+        "scored": len(scored),
+        "inconsistent": sum(r["label"] == "inconsistent" for r in results),
+        "unscored": len(rows) - len(scored),
+        "mean_score": sum(scored) / len(scored) if scored else None,
+        **totals,
+        **all_totals,
+        "cost_usd": sum(costs) if costs and all(c is not None for c in costs) else None,
+        "output": str(output_path),
+    }
 
 
 def rows_of_pairs(pairs: Iterable[tuple[str, str]]) -> list[dict[str, str]]:

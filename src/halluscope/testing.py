@@ -55,16 +55,24 @@ def describe_report(report: Report, source: str, answer: str) -> str:
     else:
         bad = [v for v in report.verdicts if v.label in ("unsupported", "contradicted")]
         for verdict in bad:
-            lines.append(f"  [{verdict.label}] {_quote(verdict.claim.text)}"
-                         + (f": {_quote(verdict.reason)}" if verdict.reason else ""))
+            lines.append(
+                f"  [{verdict.label}] {_quote(verdict.claim.text)}"
+                + (f": {_quote(verdict.reason)}" if verdict.reason else "")
+            )
     unscored = sum(v.label == "unscored" for v in report.verdicts)
     if unscored:
         lines.append(f"{unscored} of {len(report.verdicts)} claims could not be scored")
     return "\n".join(lines)
 
 
-def assert_grounded(source: Any, answer: str, method: Any = None, threshold: float | None = None,
-                    model: str | None = None, **kwargs: Any) -> Report:
+def assert_grounded(
+    source: Any,
+    answer: str,
+    method: Any = None,
+    threshold: float | None = None,
+    model: str | None = None,
+    **kwargs: Any,
+) -> Report:
     """Check ``answer`` against ``source`` (one text or a list of chunks); return the Report when it is grounded,
     else raise AssertionError.
 
@@ -103,11 +111,14 @@ def assert_grounded(source: Any, answer: str, method: Any = None, threshold: flo
 
         source = join_contexts(source)[0]
     if report.score is None:
-        raise AssertionError("could not check that the answer is grounded in its source\n"
-                             + describe_report(report, source, answer))
+        raise AssertionError(
+            "could not check that the answer is grounded in its source\n" + describe_report(report, source, answer)
+        )
     if report.label == "inconsistent":
-        why = (f"{report.method} score {report.score:.3f} < threshold {report.threshold:.3f}"
-               if report.threshold is not None and report.score < report.threshold
-               else f"{report.method} found {len(report.findings)} problem(s)")
+        why = (
+            f"{report.method} score {report.score:.3f} < threshold {report.threshold:.3f}"
+            if report.threshold is not None and report.score < report.threshold
+            else f"{report.method} found {len(report.findings)} problem(s)"
+        )
         raise AssertionError(f"answer is not grounded in its source: {why}\n" + describe_report(report, source, answer))
     return report

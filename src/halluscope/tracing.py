@@ -53,8 +53,12 @@ def _load_tracer() -> Any | None:
     except ImportError:
         if not _warned_missing:
             _warned_missing = True
-            warnings.warn("otel is on but OpenTelemetry is not installed: pip install 'halluscope[otel]' "
-                          "(checks run without spans)", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                "otel is on but OpenTelemetry is not installed: pip install 'halluscope[otel]' "
+                "(checks run without spans)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         return None
     from halluscope._version import package_version
 
@@ -84,7 +88,7 @@ def check_span(method: str, model: str | None, enabled: bool) -> Iterator[Any | 
         _tracer.reset(token)
 
 
-def record_report(span: Any | None, report: "Report") -> None:
+def record_report(span: Any | None, report: Report) -> None:
     """Put a finished Report's outcome and usage on its check span."""
     if span is None:
         return
@@ -121,14 +125,15 @@ def stage_span(protocol: str, name: str) -> Iterator[Any | None]:
     if tracer is None:
         yield None
         return
-    with tracer.start_as_current_span(f"halluscope.stage {protocol}",
-                                      attributes={"halluscope.stage.protocol": protocol,
-                                                  "halluscope.stage.name": name}) as span:
+    with tracer.start_as_current_span(
+        f"halluscope.stage {protocol}",
+        attributes={"halluscope.stage.protocol": protocol, "halluscope.stage.name": name},
+    ) as span:
         yield span
 
 
 @contextmanager
-def llm_span(model: str, params: "GenerateParams", backend: object) -> Iterator[Any | None]:
+def llm_span(model: str, params: GenerateParams, backend: object) -> Iterator[Any | None]:
     """A GenAI client span around one LLM request to ``backend`` (None outside a traced check)."""
     tracer = _tracer.get()
     if tracer is None:
@@ -151,7 +156,7 @@ def llm_span(model: str, params: "GenerateParams", backend: object) -> Iterator[
         yield span
 
 
-def record_completion(span: Any | None, completion: "Completion") -> None:
+def record_completion(span: Any | None, completion: Completion) -> None:
     """Put a reply's model and token counts on its LLM span."""
     if span is None:
         return

@@ -90,13 +90,21 @@ def closest_sentences(source: str, target: str, k: int) -> str:
 
 
 def make_pairs(examples: Sequence[Example], premise_sentences: int) -> list[Pair]:
-    return [Pair(closest_sentences(e.source, e.target, premise_sentences), e.target, int(e.label),
-                 hashlib.sha256(e.source.encode("utf-8", "surrogatepass")).hexdigest()[:16])
-            for e in examples if e.label is not None]
+    return [
+        Pair(
+            closest_sentences(e.source, e.target, premise_sentences),
+            e.target,
+            int(e.label),
+            hashlib.sha256(e.source.encode("utf-8", "surrogatepass")).hexdigest()[:16],
+        )
+        for e in examples
+        if e.label is not None
+    ]
 
 
 def split_dev(pairs: Sequence[Pair], fraction: float, seed: int) -> tuple[list[Pair], list[Pair]]:
     """Whole sources go to dev, chosen by a seeded hash, so no source is in both parts."""
+
     def is_dev(group: str) -> bool:
         digest = hashlib.sha256(f"{seed}:{group}".encode()).digest()
         return int.from_bytes(digest[:8], "big") / 2**64 < fraction
@@ -130,8 +138,13 @@ def best_threshold(scores: Sequence[float], labels: Sequence[int]) -> tuple[floa
 class VerifierTrainer:
     """One training run into ``out``; :meth:`run` starts or resumes it."""
 
-    def __init__(self, examples: Sequence[Example], out: str | Path, settings: TrainSettings,
-                 progress: Callable[[str], None] = print):
+    def __init__(
+        self,
+        examples: Sequence[Example],
+        out: str | Path,
+        settings: TrainSettings,
+        progress: Callable[[str], None] = print,
+    ):
         self.out = Path(out)
         self.settings = settings
         self.progress = progress
@@ -169,7 +182,6 @@ class VerifierTrainer:
         import torch
         import transformers
         from sklearn.metrics import roc_auc_score
-
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # our own progress lines only
@@ -181,8 +193,10 @@ class VerifierTrainer:
         train, dev = split_dev(pairs, s.dev_fraction, s.seed)
         if not train:
             raise ValueError("no training pairs left after the dev hold-out")
-        run_id = {"settings": asdict(s), "pairs": hashlib.sha256(json.dumps(
-            [asdict(p) for p in pairs]).encode()).hexdigest()}
+        run_id = {
+            "settings": asdict(s),
+            "pairs": hashlib.sha256(json.dumps([asdict(p) for p in pairs]).encode()).hexdigest(),
+        }
         id_file = self.out / "run.json"
         if id_file.is_file() and json.loads(id_file.read_text()) != run_id:
             raise ValueError(f"{self.out} holds a run with other data or settings; use another --out folder")
@@ -193,8 +207,11 @@ class VerifierTrainer:
         resume = self._latest_checkpoint()
         source = str(resume) if resume else location
         model = transformers.AutoModelForSequenceClassification.from_pretrained(
-            source, num_labels=2, id2label={0: "unsupported", 1: "supported"},
-            label2id={"unsupported": 0, "supported": 1})
+            source,
+            num_labels=2,
+            id2label={0: "unsupported", 1: "supported"},
+            label2id={"unsupported": 0, "supported": 1},
+        )
         device = "cuda" if torch.cuda.is_available() else "cpu"
         model.to(device)
         optimizer = torch.optim.AdamW(model.parameters(), lr=s.learning_rate)
@@ -203,30 +220,39 @@ class VerifierTrainer:
             state = TrainState(**json.loads((resume / "state.json").read_text()))
             optimizer.load_state_dict(torch.load(resume / "optimizer.pt", map_location=device))
             state.resumed_from.append(state.global_step)
-            self.progress(f"resuming from step {state.global_step} (epoch {state.epoch + 1}, "
-                          f"step {state.step_in_epoch} of it)")
+            self.progress(
+                f"resuming from step {state.global_step} (epoch {state.epoch + 1}, step {state.step_in_epoch} of it)"
+            )
         if state.done:
             self.progress("this run already finished")
             finished: dict[str, Any] = json.loads((self.out / SETTINGS_FILE).read_text())
             return finished
 
         def encode(batch: Sequence[Pair]) -> Any:
-            return tokenizer([p.premise for p in batch], [p.hypothesis for p in batch], truncation="only_first",
-                             max_length=s.max_length, padding=True, return_tensors="pt").to(device)
+            return tokenizer(
+                [p.premise for p in batch],
+                [p.hypothesis for p in batch],
+                truncation="only_first",
+                max_length=s.max_length,
+                padding=True,
+                return_tensors="pt",
+            ).to(device)
 
         def dev_scores() -> list[float]:
             model.eval()
             out: list[float] = []
             with torch.no_grad():
                 for i in range(0, len(dev), s.batch_size):
-                    logits = model(**encode(dev[i:i + s.batch_size])).logits.float()
+                    logits = model(**encode(dev[i : i + s.batch_size])).logits.float()
                     out += torch.softmax(logits, dim=-1)[:, 1].tolist()
             model.train()
             return out
 
         steps_per_epoch = (len(train) + s.batch_size - 1) // s.batch_size
-        self.progress(f"{len(train)} training pairs, {len(dev)} dev pairs, {steps_per_epoch} steps per epoch, "
-                      f"base {s.base}, device {device}")
+        self.progress(
+            f"{len(train)} training pairs, {len(dev)} dev pairs, {steps_per_epoch} steps per epoch, "
+            f"base {s.base}, device {device}"
+        )
         model.train()
         started = time.perf_counter()
         while state.epoch < s.epochs:
@@ -234,7 +260,7 @@ class VerifierTrainer:
             random.Random(s.seed * 1000 + state.epoch).shuffle(order)
             torch.manual_seed(s.seed * 1000 + state.epoch * 100_000 + state.step_in_epoch)
             for step in range(state.step_in_epoch, steps_per_epoch):
-                batch = [train[i] for i in order[step * s.batch_size:(step + 1) * s.batch_size]]
+                batch = [train[i] for i in order[step * s.batch_size : (step + 1) * s.batch_size]]
                 labels = torch.tensor([p.label for p in batch], device=device)
                 loss = torch.nn.functional.cross_entropy(model(**encode(batch)).logits, labels)
                 loss.backward()  # type: ignore[no-untyped-call]
@@ -243,8 +269,10 @@ class VerifierTrainer:
                 state.step_in_epoch = step + 1
                 state.global_step += 1
                 if state.global_step % max(1, steps_per_epoch // 10) == 0 or step + 1 == steps_per_epoch:
-                    self.progress(f"epoch {state.epoch + 1}/{s.epochs} step {step + 1}/{steps_per_epoch} "
-                                  f"loss {loss.item():.4f} ({time.perf_counter() - started:.0f}s)")
+                    self.progress(
+                        f"epoch {state.epoch + 1}/{s.epochs} step {step + 1}/{steps_per_epoch} "
+                        f"loss {loss.item():.4f} ({time.perf_counter() - started:.0f}s)"
+                    )
                 if state.global_step % s.save_every == 0 and step + 1 < steps_per_epoch:
                     self._save_checkpoint(model, optimizer, state)
             # end of epoch: dev AUC, keep the best, stop early
@@ -259,15 +287,27 @@ class VerifierTrainer:
                 state.best_dev_auc, state.best_epoch, state.epochs_without_gain = auc, state.epoch + 1, 0
                 model.save_pretrained(self.out)
                 tokenizer.save_pretrained(self.out)
-                (self.out / SETTINGS_FILE).write_text(json.dumps({
-                    "threshold": threshold, "dev_balanced_accuracy": None if np.isnan(bacc) else bacc,
-                    "dev_auc": auc, "epoch": state.epoch + 1, "train_pairs": len(train), "dev_pairs": len(dev),
-                    "settings": asdict(s)}, indent=1))
+                (self.out / SETTINGS_FILE).write_text(
+                    json.dumps(
+                        {
+                            "threshold": threshold,
+                            "dev_balanced_accuracy": None if np.isnan(bacc) else bacc,
+                            "dev_auc": auc,
+                            "epoch": state.epoch + 1,
+                            "train_pairs": len(train),
+                            "dev_pairs": len(dev),
+                            "settings": asdict(s),
+                        },
+                        indent=1,
+                    )
+                )
             else:
                 state.epochs_without_gain += 1
             state.history.append(entry)
-            self.progress(f"epoch {state.epoch + 1}: dev AUC {'-' if auc is None else f'{auc:.4f}'}"
-                          + (" (best so far, saved)" if improved else ""))
+            self.progress(
+                f"epoch {state.epoch + 1}: dev AUC {'-' if auc is None else f'{auc:.4f}'}"
+                + (" (best so far, saved)" if improved else "")
+            )
             state.epoch += 1
             state.step_in_epoch = 0
             if state.epochs_without_gain > s.patience:

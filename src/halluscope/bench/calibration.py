@@ -17,8 +17,9 @@ from halluscope.bench.datasets import Dataset
 from halluscope.records import Example
 
 
-def holdout_split(dataset: Dataset, examples: Sequence[Example], share: float,
-                  seed: int = 0) -> tuple[list[Example], list[Example], str]:
+def holdout_split(
+    dataset: Dataset, examples: Sequence[Example], share: float, seed: int = 0
+) -> tuple[list[Example], list[Example], str]:
     """(selection items, evaluated items, name): a seeded ``share`` of the run's items held out for a method's dev-set
     choices (e.g. FINAL's) and never scored in the run, so the variant is not chosen on the items it is then scored on.
     Each part keeps at least one item (a run of one item cannot be split)."""
@@ -36,8 +37,9 @@ def holdout_split(dataset: Dataset, examples: Sequence[Example], share: float,
     return selection, evaluated, f"{dataset.spec} held-out {k} of {len(items)} items (seed {seed}; not scored)"
 
 
-def selection_items(dataset: Dataset, examples: Sequence[Example],
-                    select_on: Dataset | None = None) -> tuple[list[Example], str]:
+def selection_items(
+    dataset: Dataset, examples: Sequence[Example], select_on: Dataset | None = None
+) -> tuple[list[Example], str]:
     """The items the choices are made on, and a name for the record (see the module docstring)."""
     from halluscope.bench.builtin_suites import pick_dev_split  # importing it registers the built-in suites
 

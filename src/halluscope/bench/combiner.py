@@ -38,11 +38,13 @@ from halluscope.methods.ensemble import CombinerFeature, CombinerFile, CombinerM
 from halluscope.records import Example, Report
 
 Features = Literal["all", "score"]
-MISSING_DOC = ("A member that could not score an item (score None) has every value feature missing on it; a missing "
-               "value is replaced by the feature's training mean (z = 0) and counted in n_imputed. A member unscored "
-               "on some training items also gets an 'unscored' indicator feature (1 = unscored). At prediction the "
-               "same rule applies to a member that is unscored or not run (skipped by the cascade: its indicator "
-               "stays at its mean too); values are clipped to the training range [min, max].")
+MISSING_DOC = (
+    "A member that could not score an item (score None) has every value feature missing on it; a missing "
+    "value is replaced by the feature's training mean (z = 0) and counted in n_imputed. A member unscored "
+    "on some training items also gets an 'unscored' indicator feature (1 = unscored). At prediction the "
+    "same rule applies to a member that is unscored or not run (skipped by the cascade: its indicator "
+    "stays at its mean too); values are clipped to the training range [min, max]."
+)
 
 
 class CombinerError(ValueError):
@@ -63,8 +65,10 @@ def load_member_run(folder: str | Path, name: str | None = None) -> MemberRuns:
     folder = Path(folder)
     run_file, items = folder / RUN_FILE, folder / ITEMS_FILE
     if not run_file.is_file() or not items.is_file():
-        raise CombinerError(f"{folder} is not a bench output folder (needs {RUN_FILE} and {ITEMS_FILE}; "
-                            "run `halluscope bench ... -O FOLDER` first)")
+        raise CombinerError(
+            f"{folder} is not a bench output folder (needs {RUN_FILE} and {ITEMS_FILE}; "
+            "run `halluscope bench ... -O FOLDER` first)"
+        )
     run = json.loads(run_file.read_text(encoding="utf-8"))
     results_file = folder / RESULTS_JSON
     results = json.loads(results_file.read_text(encoding="utf-8")) if results_file.is_file() else {}
@@ -75,10 +79,15 @@ def load_member_run(folder: str | Path, name: str | None = None) -> MemberRuns:
         uses_llm = method_class(method).uses_llm
     except KeyError as exc:
         raise CombinerError(f"{folder}: {exc.args[0]}") from None
-    spec = CombinerMember(name=name or method, method=method, options=run.get("method_options") or {},
-                          model=run.get("model"), uses_llm=bool(uses_llm),
-                          prompt_version=run.get("prompt_version") or results.get("prompt_version") or "none",
-                          run=str(folder))
+    spec = CombinerMember(
+        name=name or method,
+        method=method,
+        options=run.get("method_options") or {},
+        model=run.get("model"),
+        uses_llm=bool(uses_llm),
+        prompt_version=run.get("prompt_version") or results.get("prompt_version") or "none",
+        run=str(folder),
+    )
     reports = ItemStore(items).load()
     if not reports:
         raise CombinerError(f"{folder}/{ITEMS_FILE} holds no finished item")
@@ -134,8 +143,11 @@ def feature_table(members: Sequence[MemberRuns], ids: Sequence[str], features: F
             dropped[name] = "never observed on these items"
             continue
         if np.ptp(filled[:, j]) == 0:
-            dropped[name] = ("the member was never unscored on these items" if specs[j]["source"] == "unscored"
-                             else "constant on these items")
+            dropped[name] = (
+                "the member was never unscored on these items"
+                if specs[j]["source"] == "unscored"
+                else "constant on these items"
+            )
             continue
         span = _spanned_by(filled, j, keep)
         if span is not None:
@@ -189,9 +201,13 @@ class ModelSpec:
         import sklearn
 
         est = self.estimator()
-        return {"class": f"{type(est).__module__}.{type(est).__name__}",
-                "params": {k: v for k, v in est.get_params().items() if isinstance(v, (int, float, str, bool, type(None)))},
-                "l2": self.l2, "standardised": True, "scikit_learn": sklearn.__version__}
+        return {
+            "class": f"{type(est).__module__}.{type(est).__name__}",
+            "params": {k: v for k, v in est.get_params().items() if isinstance(v, (int, float, str, bool, type(None)))},
+            "l2": self.l2,
+            "standardised": True,
+            "scikit_learn": sklearn.__version__,
+        }
 
 
 @dataclass
@@ -236,7 +252,9 @@ def _metric(kind: str) -> Callable[[np.ndarray, np.ndarray], float | None]:
     return lambda y, s: M.correlations(list(s), list(y))["spearman"]
 
 
-def cv_folds(y: np.ndarray, kind: str, groups: Sequence[str] | None, folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+def cv_folds(
+    y: np.ndarray, kind: str, groups: Sequence[str] | None, folds: int, seed: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """The (train, test) index pairs every column is judged on."""
     require("sklearn", "bench", "fitting a combiner")
     from sklearn.model_selection import GroupKFold, KFold, StratifiedGroupKFold, StratifiedKFold
@@ -246,9 +264,14 @@ def cv_folds(y: np.ndarray, kind: str, groups: Sequence[str] | None, folds: int,
         smallest = min(Counter(y.tolist()).values())
         k = min(folds, smallest)
         if k < 2:
-            raise CombinerError(f"cross-validation needs at least 2 items of each label; the smaller class has {smallest}")
-        splitter: Any = (StratifiedGroupKFold(n_splits=k, shuffle=True, random_state=seed) if groups is not None
-                         else StratifiedKFold(n_splits=k, shuffle=True, random_state=seed))
+            raise CombinerError(
+                f"cross-validation needs at least 2 items of each label; the smaller class has {smallest}"
+            )
+        splitter: Any = (
+            StratifiedGroupKFold(n_splits=k, shuffle=True, random_state=seed)
+            if groups is not None
+            else StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
+        )
     else:
         k = min(folds, n)
         if k < 2:
@@ -258,7 +281,9 @@ def cv_folds(y: np.ndarray, kind: str, groups: Sequence[str] | None, folds: int,
     return [(train, test) for train, test in splitter.split(dummy, y, groups)]
 
 
-def out_of_fold(X: np.ndarray, y: np.ndarray, folds: list[tuple[np.ndarray, np.ndarray]], spec: ModelSpec) -> np.ndarray:
+def out_of_fold(
+    X: np.ndarray, y: np.ndarray, folds: list[tuple[np.ndarray, np.ndarray]], spec: ModelSpec
+) -> np.ndarray:
     pred = np.full(len(y), np.nan)
     for train, test in folds:
         pred[test] = predict_value(fit_linear(X[train], y[train], spec), X[test])
@@ -277,10 +302,20 @@ class CombinerFit:
         return cv_markdown(self.combiner)
 
 
-def fit_combiner(examples: Sequence[Example], members: Sequence[MemberRuns], *, dataset: str = "",
-                 folds: int = 5, seed: int = 0, l2: float = 1.0, features: Features = "all",
-                 n_bootstrap: int = 1000, min_gain: float = 0.0, transfer_by: str | None = None,
-                 target: Literal["auto", "label", "human_score"] = "auto") -> CombinerFit:
+def fit_combiner(
+    examples: Sequence[Example],
+    members: Sequence[MemberRuns],
+    *,
+    dataset: str = "",
+    folds: int = 5,
+    seed: int = 0,
+    l2: float = 1.0,
+    features: Features = "all",
+    n_bootstrap: int = 1000,
+    min_gain: float = 0.0,
+    transfer_by: str | None = None,
+    target: Literal["auto", "label", "human_score"] = "auto",
+) -> CombinerFit:
     """Fit, cross-validate and (when asked) transfer-test a combiner of ``members`` on ``examples`` (the items every
     member scored; labels or human scores from the examples)."""
     if not members:
@@ -306,8 +341,9 @@ def fit_combiner(examples: Sequence[Example], members: Sequence[MemberRuns], *, 
         rows = np.arange(len(y)) if rows is None else rows
         yy, pp = y[rows], pred[rows]
         cl = None if groups is None else [groups[i] for i in rows]
-        return M.bootstrap_ci(lambda idx: metric(yy[idx], pp[idx]), len(rows), n_resamples=n_bootstrap, seed=seed,
-                              clusters=cl)
+        return M.bootstrap_ci(
+            lambda idx: metric(yy[idx], pp[idx]), len(rows), n_resamples=n_bootstrap, seed=seed, clusters=cl
+        )
 
     columns: dict[str, dict[str, Any]] = {}
     raw_preds: dict[str, np.ndarray] = {}
@@ -318,8 +354,11 @@ def fit_combiner(examples: Sequence[Example], members: Sequence[MemberRuns], *, 
         raw = M.worst_case_scores(scores, list(y.astype(int)) if kind == "binary" else None)
         raw_preds[m.spec.name] = raw
         cols = table.columns_of(m.spec.name)
-        entry: dict[str, Any] = {"score": ci(raw), "coverage": M.coverage(n_scored, len(ids)),
-                                 "features": [table.names[j] for j in cols]}
+        entry: dict[str, Any] = {
+            "score": ci(raw),
+            "coverage": M.coverage(n_scored, len(ids)),
+            "features": [table.names[j] for j in cols],
+        }
         if cols:
             alone = out_of_fold(table.X[:, cols], y, fold_pairs, spec)
             alone_preds[m.spec.name] = alone
@@ -334,22 +373,32 @@ def fit_combiner(examples: Sequence[Example], members: Sequence[MemberRuns], *, 
         raise CombinerError("the metric is undefined on these items (one label only, or constant scores)")
     best_key = max(defined, key=lambda k: defined[k])
     best = candidates[best_key]
-    gain = M.bootstrap_ci(lambda idx: _diff(metric, y[idx], oof[idx], best[idx]), len(y), n_resamples=n_bootstrap,
-                          seed=seed, clusters=groups)
+    gain = M.bootstrap_ci(
+        lambda idx: _diff(metric, y[idx], oof[idx], best[idx]),
+        len(y),
+        n_resamples=n_bootstrap,
+        seed=seed,
+        clusters=groups,
+    )
     metric_name = "AUC" if kind == "binary" else "Spearman"
     refusal = None
     if combined["value"] - defined[best_key] <= min_gain:
-        refusal = (f"the combiner's out-of-fold {metric_name} {combined['value']:.3f} does not beat its best member, "
-                   f"{best_key[0]} ({'its own score' if best_key[1] == 'score' else 'fitted alone'}: "
-                   f"{defined[best_key]:.3f})" + (f" by more than {min_gain}" if min_gain else "")
-                   + "; use that member instead (or --force to write the file anyway)")
+        refusal = (
+            f"the combiner's out-of-fold {metric_name} {combined['value']:.3f} does not beat its best member, "
+            f"{best_key[0]} ({'its own score' if best_key[1] == 'score' else 'fitted alone'}: "
+            f"{defined[best_key]:.3f})"
+            + (f" by more than {min_gain}" if min_gain else "")
+            + "; use that member instead (or --force to write the file anyway)"
+        )
     final = fit_linear(table.X, y, spec)
     if kind == "binary":
         probs = 1 / (1 + np.exp(-oof))
         threshold = M.best_threshold(list(y.astype(int)), list(probs))
         threshold = 0.5 if threshold is None else float(min(1.0, max(0.0, threshold)))
-        rule = ("maximises balanced accuracy on the out-of-fold predictions (Youden's J; optimistic for the "
-                "balanced accuracy reported at it, chosen on the same predictions)")
+        rule = (
+            "maximises balanced accuracy on the out-of-fold predictions (Youden's J; optimistic for the "
+            "balanced accuracy reported at it, chosen on the same predictions)"
+        )
         bal = M.balanced_accuracy(list(y.astype(int)), list(probs), threshold)
         extra: dict[str, Any] = {"balanced_accuracy_at_threshold": bal}
         target_range = None
@@ -357,35 +406,69 @@ def fit_combiner(examples: Sequence[Example], members: Sequence[MemberRuns], *, 
         threshold, rule, extra = 0.5, "the middle of the human scores' training range (no labels to pick one on)", {}
         target_range = (float(y.min()), float(y.max()))
     member_specs = [m.spec for m in members]
-    feats = [CombinerFeature(name=table.names[j], member=s["member"], source=s["source"], key=s["key"],
-                             mean=float(final.mean[j]), scale=float(final.scale[j]), min=float(final.lo[j]),
-                             max=float(final.hi[j]), weight=float(final.coef[j]), n_imputed=int(final.n_imputed[j]))
-             for j, s in enumerate(table.specs)]
+    feats = [
+        CombinerFeature(
+            name=table.names[j],
+            member=s["member"],
+            source=s["source"],
+            key=s["key"],
+            mean=float(final.mean[j]),
+            scale=float(final.scale[j]),
+            min=float(final.lo[j]),
+            max=float(final.hi[j]),
+            weight=float(final.coef[j]),
+            n_imputed=int(final.n_imputed[j]),
+        )
+        for j, s in enumerate(table.specs)
+    ]
     from halluscope._version import package_version
 
     combiner = CombinerFile(
-        kind=kind, estimator=spec.identity(), members=member_specs, features=feats, dropped_features=table.dropped,
-        intercept=final.intercept, threshold=threshold, threshold_rule=rule, target_range=target_range,
-        missing_values=MISSING_DOC, accepted=refusal is None, refusal=refusal,
-        cv={"metric": metric_name, "folds": len(fold_pairs), "seed": seed,
+        kind=kind,
+        estimator=spec.identity(),
+        members=member_specs,
+        features=feats,
+        dropped_features=table.dropped,
+        intercept=final.intercept,
+        threshold=threshold,
+        threshold_rule=rule,
+        target_range=target_range,
+        missing_values=MISSING_DOC,
+        accepted=refusal is None,
+        refusal=refusal,
+        cv={
+            "metric": metric_name,
+            "folds": len(fold_pairs),
+            "seed": seed,
             "splitter": ("stratified " if kind == "binary" else "") + ("group " if groups else "") + "k-fold",
-            "grouped_by": "Example.group" if groups else None, "bootstrap_resamples": n_bootstrap,
+            "grouped_by": "Example.group" if groups else None,
+            "bootstrap_resamples": n_bootstrap,
             "bootstrap_clusters": "Example.group" if groups else None,
-            "combiner": combined, "members": columns, "best_member": {"member": best_key[0], "as": best_key[1],
-                                                                      "value": defined[best_key]},
-            "gain_over_best": gain, "min_gain": min_gain, **extra},
+            "combiner": combined,
+            "members": columns,
+            "best_member": {"member": best_key[0], "as": best_key[1], "value": defined[best_key]},
+            "gain_over_best": gain,
+            "min_gain": min_gain,
+            **extra,
+        },
         data=_data_record(dataset, examples, y, kind),
-        created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         halluscope_version=package_version(),
     )
     if transfer_by:
-        combiner = combiner.model_copy(update={"transfer": _transfer(examples, members, table, y, kind, spec, oof,
-                                                                     transfer_by, n_bootstrap, seed, groups, ci)})
+        combiner = combiner.model_copy(
+            update={
+                "transfer": _transfer(
+                    examples, members, table, y, kind, spec, oof, transfer_by, n_bootstrap, seed, groups, ci
+                )
+            }
+        )
     return CombinerFit(combiner, refusal, oof)
 
 
-def _diff(metric: Callable[[np.ndarray, np.ndarray], float | None], y: np.ndarray, a: np.ndarray,
-          b: np.ndarray) -> float | None:
+def _diff(
+    metric: Callable[[np.ndarray, np.ndarray], float | None], y: np.ndarray, a: np.ndarray, b: np.ndarray
+) -> float | None:
     x, z = metric(y, a), metric(y, b)
     return None if x is None or z is None else x - z
 
@@ -400,8 +483,10 @@ def _targets(examples: Sequence[Example], target: str) -> tuple[Literal["binary"
         return "binary", np.array([e.label for e in examples], dtype=float)
     missing = [e.id for e in examples if e.human_score is None]
     if missing or not examples:
-        raise CombinerError(f"{len(missing)} items have neither a label nor a human score"
-                            + (f" (e.g. {missing[0]})" if missing else ""))
+        raise CombinerError(
+            f"{len(missing)} items have neither a label nor a human score"
+            + (f" (e.g. {missing[0]})" if missing else "")
+        )
     return "score", np.array([e.human_score for e in examples], dtype=float)
 
 
@@ -410,9 +495,12 @@ def ids_digest(ids: Sequence[str]) -> str:
 
 
 def _data_record(dataset: str, examples: Sequence[Example], y: np.ndarray, kind: str) -> dict[str, Any]:
-    out: dict[str, Any] = {"dataset": dataset, "n": len(examples),
-                           "splits": dict(Counter(e.split or "-" for e in examples)),
-                           "ids_sha256": ids_digest([e.id for e in examples])}
+    out: dict[str, Any] = {
+        "dataset": dataset,
+        "n": len(examples),
+        "splits": dict(Counter(e.split or "-" for e in examples)),
+        "ids_sha256": ids_digest([e.id for e in examples]),
+    }
     domains = Counter(str(e.meta.get("domain")) for e in examples if e.meta.get("domain") is not None)
     if domains:
         out["domains"] = dict(domains)
@@ -423,9 +511,20 @@ def _data_record(dataset: str, examples: Sequence[Example], y: np.ndarray, kind:
     return out
 
 
-def _transfer(examples: Sequence[Example], members: Sequence[MemberRuns], table: FeatureTable, y: np.ndarray,
-              kind: str, spec: ModelSpec, oof: np.ndarray, key: str, n_bootstrap: int, seed: int,
-              groups: Sequence[str] | None, ci: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+def _transfer(
+    examples: Sequence[Example],
+    members: Sequence[MemberRuns],
+    table: FeatureTable,
+    y: np.ndarray,
+    kind: str,
+    spec: ModelSpec,
+    oof: np.ndarray,
+    key: str,
+    n_bootstrap: int,
+    seed: int,
+    groups: Sequence[str] | None,
+    ci: Callable[..., dict[str, Any]],
+) -> dict[str, Any]:
     """Leave one value of ``meta[key]`` out: fit on the other values' items, score the held-out ones."""
     values = [e.meta.get(key) for e in examples]
     if any(v is None for v in values):
@@ -452,10 +551,15 @@ def _transfer(examples: Sequence[Example], members: Sequence[MemberRuns], table:
             full[test] = raw
             row["members"][m.spec.name] = ci(full, test)
         rows.append(row)
-    return {"by": f"meta.{key}", "rows": rows,
-            "note": ("trained_on_others: fitted on every other value's items, scored on this one's; "
-                     "cross_validated_in_pool: this value's items in the pooled k-fold run (out of fold); members: "
-                     "each member's own score on this value's items")}
+    return {
+        "by": f"meta.{key}",
+        "rows": rows,
+        "note": (
+            "trained_on_others: fitted on every other value's items, scored on this one's; "
+            "cross_validated_in_pool: this value's items in the pooled k-fold run (out of fold); members: "
+            "each member's own score on this value's items"
+        ),
+    }
 
 
 # --- rendering -----------------------------------------------------------------------------------------------
@@ -465,31 +569,44 @@ def cv_markdown(c: CombinerFile) -> str:
     """The cross-validated table (and the transfer table, when there is one) as Markdown."""
     cv = c.cv
     metric = cv.get("metric", "")
-    lines = [f"| | {metric} (out of fold, {cv.get('folds')} folds) | {metric} fitted alone on the same folds | scored |",
-             "|---|---|---|---|",
-             f"| **combiner** ({' + '.join(m.name for m in c.members)}) | {M.format_ci(cv['combiner'])} | - | "
-             f"{c.data.get('n')}/{c.data.get('n')} |"]
+    lines = [
+        f"| | {metric} (out of fold, {cv.get('folds')} folds) | {metric} fitted alone on the same folds | scored |",
+        "|---|---|---|---|",
+        f"| **combiner** ({' + '.join(m.name for m in c.members)}) | {M.format_ci(cv['combiner'])} | - | "
+        f"{c.data.get('n')}/{c.data.get('n')} |",
+    ]
     for name, entry in cv["members"].items():
         cov = entry["coverage"]
-        lines.append(f"| {name} | {M.format_ci(entry['score'])} (its own score) | "
-                     f"{M.format_ci(entry.get('fitted_alone'))} | {cov['scored']}/{cov['total']} |")
+        lines.append(
+            f"| {name} | {M.format_ci(entry['score'])} (its own score) | "
+            f"{M.format_ci(entry.get('fitted_alone'))} | {cov['scored']}/{cov['total']} |"
+        )
     gain = cv["gain_over_best"]
     best = cv["best_member"]
-    lines += ["", f"Gain over the best member ({best['member']}, {best['as'].replace('_', ' ')}): "
-                  f"{M.format_ci(gain)}. " + ("Accepted." if c.accepted else f"Refused: {c.refusal}")]
+    lines += [
+        "",
+        f"Gain over the best member ({best['member']}, {best['as'].replace('_', ' ')}): "
+        f"{M.format_ci(gain)}. " + ("Accepted." if c.accepted else f"Refused: {c.refusal}"),
+    ]
     if c.transfer:
         names = [m.name for m in c.members]
         by = c.transfer["by"]
-        lines += ["", f"| {by} | n | combiner trained on the others | combiner, pooled CV | "
-                  + " | ".join(names) + " |", "|---|---|---|---|" + "---|" * len(names)]
+        lines += [
+            "",
+            f"| {by} | n | combiner trained on the others | combiner, pooled CV | " + " | ".join(names) + " |",
+            "|---|---|---|---|" + "---|" * len(names),
+        ]
         for row in c.transfer["rows"]:
             key = by.split(".", 1)[1]
             if "trained_on_others" not in row:
                 lines.append(f"| {row[key]} | {row['n']} | {row.get('note', '-')} | | " + " | " * len(names))
                 continue
-            lines.append(f"| {row[key]} | {row['n']} | {M.format_ci(row['trained_on_others'])} | "
-                         f"{M.format_ci(row['cross_validated_in_pool'])} | "
-                         + " | ".join(M.format_ci(row["members"][n]) for n in names) + " |")
+            lines.append(
+                f"| {row[key]} | {row['n']} | {M.format_ci(row['trained_on_others'])} | "
+                f"{M.format_ci(row['cross_validated_in_pool'])} | "
+                + " | ".join(M.format_ci(row["members"][n]) for n in names)
+                + " |"
+            )
     return "\n".join(lines)
 
 

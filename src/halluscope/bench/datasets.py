@@ -177,15 +177,17 @@ def load_final(root: Path, subset: str | None) -> Dataset:
 
     def example(row: dict[str, Any], _lineno: int) -> list[Example]:
         descriptions = [d for d in row["human_descriptions"] if d.strip()]
-        return [Example(
-            id=f"final-{row['doc_id']}",
-            source=row["text"],
-            target=row["summary"],
-            label=0 if descriptions else 1,
-            descriptions=descriptions,
-            split=row.get("split", split),
-            meta={"defacto_label": row.get("DeFacto_label"), "doc_id": row["doc_id"]},
-        )]
+        return [
+            Example(
+                id=f"final-{row['doc_id']}",
+                source=row["text"],
+                target=row["summary"],
+                label=0 if descriptions else 1,
+                descriptions=descriptions,
+                split=row.get("split", split),
+                meta={"defacto_label": row.get("DeFacto_label"), "doc_id": row["doc_id"]},
+            )
+        ]
 
     return Dataset("final", split, _read_records(path, example), [path])
 
@@ -200,15 +202,18 @@ def load_summedits(root: Path, subset: str | None) -> Dataset:
 
     def examples_of(domain: str) -> Callable[[dict[str, Any], int], list[Example]]:
         def example(row: dict[str, Any], _lineno: int) -> list[Example]:
-            return [Example(
-                id=row["id"],
-                source=row["doc"],
-                target=row["summary"],
-                label=int(row["label"]),
-                group=row["id"].rsplit("_", 1)[0],
-                split=row.get("split"),
-                meta={"domain": row.get("domain", domain), "edit_types": row.get("edit_types", [])},
-            )]
+            return [
+                Example(
+                    id=row["id"],
+                    source=row["doc"],
+                    target=row["summary"],
+                    label=int(row["label"]),
+                    group=row["id"].rsplit("_", 1)[0],
+                    split=row.get("split"),
+                    meta={"domain": row.get("domain", domain), "edit_types": row.get("edit_types", [])},
+                )
+            ]
+
         return example
 
     examples: list[Example] = []
@@ -227,8 +232,16 @@ def load_qags(root: Path, subset: str | None) -> Dataset:
 
     def example(row: dict[str, Any], lineno: int) -> list[Example]:
         score = _human_score(row["consistency"], path, lineno)
-        return [Example(id=f"qags-{row['id']}", source=row["source"], target=row["summary"],
-                        human_score=score, split=split, meta={"subset": "cnndm"})]
+        return [
+            Example(
+                id=f"qags-{row['id']}",
+                source=row["source"],
+                target=row["summary"],
+                human_score=score,
+                split=split,
+                meta={"subset": "cnndm"},
+            )
+        ]
 
     return Dataset("qags", split, _read_records(path, example), [path])
 
@@ -239,9 +252,17 @@ def load_squality(root: Path, subset: str | None) -> Dataset:
     path = root / "squality" / f"{split}.jsonl"
 
     def examples(row: dict[str, Any], _lineno: int) -> list[Example]:
-        return [Example(id=f"squality-{row['id']}-{k}", source=row["document"], target=summary,
-                        group=str(row["id"]), split=split, meta={"summary_index": k})
-                for k, summary in enumerate(row["plot_summaries"])]
+        return [
+            Example(
+                id=f"squality-{row['id']}-{k}",
+                source=row["document"],
+                target=summary,
+                group=str(row["id"]),
+                split=split,
+                meta={"summary_index": k},
+            )
+            for k, summary in enumerate(row["plot_summaries"])
+        ]
 
     return Dataset("squality", split, _read_records(path, examples), [path])
 

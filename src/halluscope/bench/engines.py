@@ -29,8 +29,9 @@ class Engine(Protocol):
 
     name: str
 
-    def results(self, method: Method, pending: Sequence[Example],
-                concurrency: int) -> AsyncGenerator[tuple[str, Report], None]: ...
+    def results(
+        self, method: Method, pending: Sequence[Example], concurrency: int
+    ) -> AsyncGenerator[tuple[str, Report], None]: ...
 
 
 class LocalEngine:
@@ -38,8 +39,9 @@ class LocalEngine:
 
     name = "local"
 
-    async def results(self, method: Method, pending: Sequence[Example],
-                      concurrency: int) -> AsyncGenerator[tuple[str, Report], None]:
+    async def results(
+        self, method: Method, pending: Sequence[Example], concurrency: int
+    ) -> AsyncGenerator[tuple[str, Report], None]:
         sem = asyncio.Semaphore(concurrency)
 
         async def one(ex: Example) -> tuple[Example, Report]:

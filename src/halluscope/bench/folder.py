@@ -57,8 +57,11 @@ class ItemStore:
             tmp = self.path.with_suffix(".jsonl.tmp")
             tmp.write_text("".join(line + "\n" for line in good_lines), encoding="utf-8")
             tmp.replace(self.path)
-            print(f"warning: dropped {bad} unreadable line(s) from {self.path} (an interrupted write); "
-                  "those items will be redone", file=sys.stderr)
+            print(
+                f"warning: dropped {bad} unreadable line(s) from {self.path} (an interrupted write); "
+                "those items will be redone",
+                file=sys.stderr,
+            )
         return done
 
     def open(self) -> TextIO:
@@ -67,8 +70,9 @@ class ItemStore:
 
     @staticmethod
     def write(fh: TextIO, example_id: str, report: Report) -> None:
-        fh.write(json.dumps({"example_id": example_id, "report": report.model_dump(mode="json")},
-                            ensure_ascii=False) + "\n")
+        fh.write(
+            json.dumps({"example_id": example_id, "report": report.model_dump(mode="json")}, ensure_ascii=False) + "\n"
+        )
         fh.flush()
 
 
@@ -85,8 +89,9 @@ def folder_identity_clash(path: Path, identity: dict[str, Any]) -> str | None:
 
 
 def write_results(out_dir: Path, results: dict[str, Any], calibration_md: Sequence[str] = ()) -> None:
-    (out_dir / RESULTS_JSON).write_text(json.dumps(results, indent=2, ensure_ascii=False, default=str) + "\n",
-                                        encoding="utf-8")
+    (out_dir / RESULTS_JSON).write_text(
+        json.dumps(results, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8"
+    )
     (out_dir / RESULTS_MD).write_text(render_markdown(results, calibration_md), encoding="utf-8")
 
 
@@ -102,18 +107,27 @@ def render_markdown(results: dict[str, Any], calibration_md: Sequence[str] = ())
         f"| prompt version | `{results['prompt_version']}` |",
         f"| model | `{results['model'] or 'none (no LLM)'}` |",
         f"| judge | `{results['judge_model'] or '-'}`"
-        + (" (the evaluated model judges itself)" if results["judge_model"] and results["judge_model"] == results["model"]
-           else "") + " |",
+        + (
+            " (the evaluated model judges itself)"
+            if results["judge_model"] and results["judge_model"] == results["model"]
+            else ""
+        )
+        + " |",
         f"| dataset | `{results['dataset']}` splits {results['splits']} |",
         f"| items | {results['n']} of {results['n_dataset']}"
-        + (f" (seeded sample of {results['sample_per_stratum']} per split/domain, seed {results['seed']})"
-           if results["sample_per_stratum"] else "")
-        + (f" (limit {results['limit']})" if results["limit"] is not None else "") + " |",
+        + (
+            f" (seeded sample of {results['sample_per_stratum']} per split/domain, seed {results['seed']})"
+            if results["sample_per_stratum"]
+            else ""
+        )
+        + (f" (limit {results['limit']})" if results["limit"] is not None else "")
+        + " |",
         f"| coverage | {results['n_scored']}/{results['n']} items scored; {results['n_unscored']} unscored "
         f"{results['unscored_reasons'] or ''} (each metric: the value counting every item, an unscored one as the "
         "worst outcome, then the value over the scored items with its coverage) |",
         f"| LLM usage | {u['calls']} calls, {u['prompt_tokens']}+{u['completion_tokens']} tokens"
-        + (f" ({u['cached_prompt_tokens']} cached)" if u.get("cached_prompt_tokens") else "") + ", "
+        + (f" ({u['cached_prompt_tokens']} cached)" if u.get("cached_prompt_tokens") else "")
+        + ", "
         f"{u['cache_hits']} cache hits; per item {u['per_item']} |",
         f"| time | this run {results['wall_time_s']} s wall; {results['item_time_s']['total']} s summed over items "
         "(includes waiting for the model when items run concurrently) |",

@@ -27,8 +27,7 @@ from halluscope.bench.datasets import Dataset
 from halluscope.bench.engines import Engine
 from halluscope.bench.folder import ITEMS_FILE, ItemStore, folder_identity_clash
 from halluscope.bench.peers import Peer
-from halluscope.bench.quality_table import (ROWS_FILE, RUN_FILE, Row, dataset_markdown, split_score_kinds,
-                                            summarize)
+from halluscope.bench.quality_table import ROWS_FILE, RUN_FILE, Row, dataset_markdown, split_score_kinds, summarize
 from halluscope.bench.runner import BenchError, run_bench, select_examples
 from halluscope.methods.base import Method
 from halluscope.records import Example
@@ -123,10 +122,20 @@ async def run_systems(
     (out_dir / RUN_FILE).write_text(json.dumps({**identity, "model": model}, indent=2) + "\n", encoding="utf-8")
     results: dict[str, Any] = {}
     for label, method in methods:
-        results[label] = await run_bench(method, dataset, out_dir / folder_name(label), judge=judge, sample=sample,
-                                         seed=seed, limit=limit, n_bootstrap=n_bootstrap,
-                                         retry_unscored=retry_unscored, concurrency=concurrency, progress=progress,
-                                         engine=engine)
+        results[label] = await run_bench(
+            method,
+            dataset,
+            out_dir / folder_name(label),
+            judge=judge,
+            sample=sample,
+            seed=seed,
+            limit=limit,
+            n_bootstrap=n_bootstrap,
+            retry_unscored=retry_unscored,
+            concurrency=concurrency,
+            progress=progress,
+            engine=engine,
+        )
     for peer in peers:
         await run_peer(peer, examples, out_dir / folder_name(peer.name), retry_unscored=retry_unscored)
     rows = collect_rows(labels, examples, out_dir, dataset.spec, getattr(judge, "name", None))
@@ -134,11 +143,23 @@ async def run_systems(
     rows, systems = split_score_kinds(rows, labels)
     table_rows = [r for r in rows if r.item in set(complete)]
     (out_dir / ROWS_FILE).write_text("".join(r.as_json() + "\n" for r in rows), encoding="utf-8")
-    meta = {"dataset": dataset.spec, "model": model, "endpoint": endpoint, "items_run": len(complete),
-            "items_asked": len(examples), "judge": getattr(judge, "name", None), "skipped": dict(skipped or {})}
-    quality: dict[str, Any] = {"meta": meta, "summary": summarize(table_rows, systems, n_bootstrap, seed), "results": results}
-    (out_dir / QUALITY_JSON).write_text(json.dumps({k: v for k, v in quality.items() if k != "results"}, indent=2,
-                                                   default=str) + "\n", encoding="utf-8")
+    meta = {
+        "dataset": dataset.spec,
+        "model": model,
+        "endpoint": endpoint,
+        "items_run": len(complete),
+        "items_asked": len(examples),
+        "judge": getattr(judge, "name", None),
+        "skipped": dict(skipped or {}),
+    }
+    quality: dict[str, Any] = {
+        "meta": meta,
+        "summary": summarize(table_rows, systems, n_bootstrap, seed),
+        "results": results,
+    }
+    (out_dir / QUALITY_JSON).write_text(
+        json.dumps({k: v for k, v in quality.items() if k != "results"}, indent=2, default=str) + "\n", encoding="utf-8"
+    )
     (out_dir / QUALITY_MD).write_text(dataset_markdown(quality["summary"], meta), encoding="utf-8")
     return quality
 
@@ -157,8 +178,9 @@ async def run_peer(peer: Peer, examples: list[Example], folder: Path, *, retry_u
             ItemStore.write(fh, example.id, report)
 
 
-def collect_rows(labels: list[str], examples: list[Example], out_dir: Path, dataset: str,
-                 judge: str | None) -> list[Row]:
+def collect_rows(
+    labels: list[str], examples: list[Example], out_dir: Path, dataset: str, judge: str | None
+) -> list[Row]:
     """Every system's Report on each example (in example order) as a Row, with its FINAL matching when the bench
     stored one for that Report's descriptions."""
     rows: list[Row] = []
@@ -172,9 +194,18 @@ def collect_rows(labels: list[str], examples: list[Example], out_dir: Path, data
                 continue
             row = Row.from_report(label, example, report, dataset)
             found = matches.get(example.id)
-            if found is not None and row.scored and example.descriptions is not None and \
-                    found.n_pred == len(row.predicted_descriptions or []):
-                row.match = {"judge": judge, "n_gold": found.n_gold, "n_pred": found.n_pred,
-                             "matched_gold": found.matched_gold, "unscored_reason": found.unscored_reason}
+            if (
+                found is not None
+                and row.scored
+                and example.descriptions is not None
+                and found.n_pred == len(row.predicted_descriptions or [])
+            ):
+                row.match = {
+                    "judge": judge,
+                    "n_gold": found.n_gold,
+                    "n_pred": found.n_pred,
+                    "matched_gold": found.matched_gold,
+                    "unscored_reason": found.unscored_reason,
+                }
             rows.append(row)
     return rows

@@ -32,10 +32,12 @@ class MatchReply(Reply):
     reasoning: str = Field(default="", description="brief step-by-step thoughts")
     matches: dict[str, str | None] = Field(
         description='every candidate id ("P1", "P2", ...) mapped to the id of the reference error it describes '
-                    '("G1", "G2", ...), or to null when it describes none')
+        '("G1", "G2", ...), or to null when it describes none'
+    )
     example: ClassVar[dict[str, Any] | None] = {
         "reasoning": "P1 and G2 both question the date; P2 is about nothing in the references.",
-        "matches": {"P1": "G2", "P2": None}}
+        "matches": {"P1": "G2", "P2": None},
+    }
 
 
 MATCH_PROMPT = PromptTemplate(
@@ -58,7 +60,7 @@ MATCH_PROMPT = PromptTemplate(
         "specific piece of information in the summary describes no reference error.\n"
         "- Each candidate describes at most one reference error. Several candidates may describe the same "
         "reference error.\n\n"
-        "Think it through briefly in \"reasoning\", then give \"matches\" with every candidate id.\n\n$format\n\n"
+        'Think it through briefly in "reasoning", then give "matches" with every candidate id.\n\n$format\n\n'
         "SUMMARY:\n$summary\n\n"
         "REFERENCE errors:\n$gold\n\n"
         "CANDIDATE errors:\n$predicted"
@@ -99,8 +101,13 @@ def parse_matches(text: str, n_pred: int, n_gold: int) -> dict[int, int | None]:
     mapping = MatchReply.parse(text).matches
     out: dict[int, int | None] = {}
     for key, value in mapping.items():
-        number = _id_number(_PRED_KEY, key, n_pred,
-                            f"'matches' has the key {key[:40]!r}, not a candidate id P1..P{n_pred}", "candidate P")
+        number = _id_number(
+            _PRED_KEY,
+            key,
+            n_pred,
+            f"'matches' has the key {key[:40]!r}, not a candidate id P1..P{n_pred}",
+            "candidate P",
+        )
         gold = _gold_index(value, n_gold, f"P{number}")
         if number - 1 in out and out[number - 1] != gold:
             raise ParseError(f"candidate P{number} is given two different answers")
@@ -147,18 +154,21 @@ async def match_descriptions(
 ) -> MatchResult:
     """Align ``predicted`` with ``gold`` for one item (asks the judge only when both lists are non-empty)."""
     judge_name = judge.name if judge is not None else "none"
-    base = dict(example_id=example_id, key=match_key(judge_name, gold, predicted, prompt), n_gold=len(gold),
-                n_pred=len(predicted))
+    base = dict(
+        example_id=example_id,
+        key=match_key(judge_name, gold, predicted, prompt),
+        n_gold=len(gold),
+        n_pred=len(predicted),
+    )
     if not predicted or not gold:
         return MatchResult(**base, matches={i: None for i in range(len(predicted))}, matched_gold=0)
     if judge is None:
         return MatchResult(**base, unscored_reason="no judge model configured")
     messages = prompt.render(summary=summary, gold=_numbered("G", gold), predicted=_numbered("P", predicted))
-    step = await generate_reply(judge, messages, MatchReply,
-                                parse=lambda text: parse_matches(text, len(predicted), len(gold)))  # type: ignore[arg-type, return-value]
+    step = await generate_reply(
+        judge, messages, MatchReply, parse=lambda text: parse_matches(text, len(predicted), len(gold))
+    )  # type: ignore[arg-type, return-value]
     if step.value is None:
-        return MatchResult(**base, judged=True, unscored_reason=f"judge reply unusable: {step.error}",
-                           calls=step.calls)
+        return MatchResult(**base, judged=True, unscored_reason=f"judge reply unusable: {step.error}", calls=step.calls)
     matches: dict[int, int | None] = step.value  # type: ignore[assignment]
-    return MatchResult(**base, judged=True, matches=matches, matched_gold=count_matched_gold(matches),
-                       calls=step.calls)
+    return MatchResult(**base, judged=True, matches=matches, matched_gold=count_matched_gold(matches), calls=step.calls)

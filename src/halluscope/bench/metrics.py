@@ -65,8 +65,9 @@ def best_threshold(labels: Sequence[int], scores: Sequence[float]) -> float | No
     return float(thresholds[best])
 
 
-def _confusion(labels: Sequence[int], predicted: Sequence[int] | npt.NDArray[Any],
-               positive: int) -> tuple[int, int, int, int]:
+def _confusion(
+    labels: Sequence[int], predicted: Sequence[int] | npt.NDArray[Any], positive: int
+) -> tuple[int, int, int, int]:
     y, p = np.asarray(labels), np.asarray(predicted)
     tp = int(((y == positive) & (p == positive)).sum())
     fp = int(((y != positive) & (p == positive)).sum())
@@ -250,8 +251,7 @@ def bootstrap_ci(
     undefined resamples instead of turning the whole interval into NaN.)"""
     all_idx = np.arange(n_items)
     value = _clean(statistic(all_idx)) if n_items else None
-    result: dict[str, float | int | None] = {"value": value, "low": None, "high": None, "n": n_items,
-                                              "resamples": 0}
+    result: dict[str, float | int | None] = {"value": value, "low": None, "high": None, "n": n_items, "resamples": 0}
     if value is None or n_items < 2 or n_resamples < 1:
         return result
     rng = np.random.default_rng(seed)
@@ -294,8 +294,7 @@ def format_ci(ci: dict[str, Any] | None) -> str:
 
 def coverage(n_scored: int, n_total: int) -> dict[str, int | float | None]:
     """How many of the items a value rests on: ``{"scored", "total", "share"}`` (share None with no item)."""
-    return {"scored": int(n_scored), "total": int(n_total),
-            "share": round(n_scored / n_total, 4) if n_total else None}
+    return {"scored": int(n_scored), "total": int(n_total), "share": round(n_scored / n_total, 4) if n_total else None}
 
 
 def worst_case_scores(scores: Sequence[float | None], labels: Sequence[int | None] | None = None) -> np.ndarray:
@@ -323,11 +322,13 @@ def worst_case_scores(scores: Sequence[float | None], labels: Sequence[int | Non
 WORST_CASE_CORRELATION_RULE = (
     "an unscored item takes the score that disagrees most with its human score: just below every scored item for "
     "the highest human scores, just above every scored item for the lowest, in the reverse order of their human "
-    "scores; where the split between the two ends falls is the one giving the lowest correlation")
+    "scores; where the split between the two ends falls is the one giving the lowest correlation"
+)
 
 
-def adversarial_scores(scores: Sequence[float | None], human: Sequence[float],
-                       statistic: Callable[[np.ndarray], float | None]) -> np.ndarray:
+def adversarial_scores(
+    scores: Sequence[float | None], human: Sequence[float], statistic: Callable[[np.ndarray], float | None]
+) -> np.ndarray:
     """``scores`` with every unscored item (None) given the score that disagrees most with its gold, for a
     correlation ``statistic(filled scores)`` against ``human`` (:data:`WORST_CASE_CORRELATION_RULE`).
 
@@ -367,5 +368,7 @@ def fewer_items_note(a_scored: int, a_total: int, b_scored: int, b_total: int) -
     """What a comparison of two runs must say when one rests on fewer items (None when both cover the same)."""
     if (a_scored, a_total) == (b_scored, b_total):
         return None
-    return (f"not like for like: {a_scored}/{a_total} vs {b_scored}/{b_total} items scored; compare the values "
-            "that count every item")
+    return (
+        f"not like for like: {a_scored}/{a_total} vs {b_scored}/{b_total} items scored; compare the values "
+        "that count every item"
+    )

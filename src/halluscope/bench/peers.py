@@ -57,8 +57,11 @@ class _Counter:
             usage = response.json().get("usage") or {}
         except ValueError:
             usage = {}
-        self.usage = self.usage + Usage(calls=1, prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                                        completion_tokens=int(usage.get("completion_tokens") or 0))
+        self.usage = self.usage + Usage(
+            calls=1,
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+        )
 
     def sync_client(self) -> Any:
         import httpx
@@ -90,8 +93,15 @@ def _report(name: str, model: str, run: Any, counter: _Counter) -> Report:
         details = {"traceback": traceback.format_exc()[-1500:]}
     else:
         details = {}
-    return Report(method=name, model=model, score=score, unscored_reason=reason, usage=counter.usage,
-                  elapsed_s=round(time.perf_counter() - started, 3), details=details)
+    return Report(
+        method=name,
+        model=model,
+        score=score,
+        unscored_reason=reason,
+        usage=counter.usage,
+        elapsed_s=round(time.perf_counter() - started, 3),
+        details=details,
+    )
 
 
 class RagasPeer:
@@ -115,20 +125,23 @@ class RagasPeer:
         from ragas.metrics.collections import Faithfulness
 
         e = self.endpoint
-        client = AsyncOpenAI(base_url=e.base_url, api_key=e.api_key, max_retries=0, timeout=900,
-                             http_client=counter.async_client())
+        client = AsyncOpenAI(
+            base_url=e.base_url, api_key=e.api_key, max_retries=0, timeout=900, http_client=counter.async_client()
+        )
         try:
             llm = llm_factory(e.model, client=client, max_tokens=e.max_tokens, temperature=0.0)
-            result = await Faithfulness(llm=llm).ascore(user_input=QUESTION, response=target,
-                                                        retrieved_contexts=[source])
+            result = await Faithfulness(llm=llm).ascore(
+                user_input=QUESTION, response=target, retrieved_contexts=[source]
+            )
             return getattr(result, "value", result)
         finally:
             await client.close()
 
     def score(self, source: str, target: str) -> Report:
         counter = _Counter()
-        return _report(self.name, self.endpoint.model, lambda: asyncio.run(self._score(source, target, counter)),
-                       counter)
+        return _report(
+            self.name, self.endpoint.model, lambda: asyncio.run(self._score(source, target, counter)), counter
+        )
 
 
 class DeepEvalPeer:
@@ -166,16 +179,28 @@ def _deepeval_model(endpoint: Endpoint, counter: _Counter) -> Any:
     from deepeval.models import DeepEvalBaseLLM
     from openai import OpenAI
 
-    client: Any = OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0, timeout=900,
-                         http_client=counter.sync_client())
+    client: Any = OpenAI(
+        base_url=endpoint.base_url,
+        api_key=endpoint.api_key,
+        max_retries=0,
+        timeout=900,
+        http_client=counter.sync_client(),
+    )
 
     def generate(self: Any, prompt: str, schema: Any = None) -> Any:
         fmt: dict[str, Any] = {"type": "json_object"}
         if schema is not None:
-            fmt = {"type": "json_schema", "json_schema": {"name": schema.__name__, "schema": schema.model_json_schema()}}
+            fmt = {
+                "type": "json_schema",
+                "json_schema": {"name": schema.__name__, "schema": schema.model_json_schema()},
+            }
         reply = client.chat.completions.create(
-            model=endpoint.model, messages=[{"role": "user", "content": prompt}], temperature=0.0,
-            max_tokens=endpoint.max_tokens, response_format=fmt)
+            model=endpoint.model,
+            messages=[{"role": "user", "content": prompt}],
+            temperature=0.0,
+            max_tokens=endpoint.max_tokens,
+            response_format=fmt,
+        )
         text = reply.choices[0].message.content or ""
         if schema is None:
             return text
@@ -190,9 +215,17 @@ def _deepeval_model(endpoint: Endpoint, counter: _Counter) -> Any:
         self.model_name = endpoint.model
 
     # built with type(): DeepEval's base class is untyped (Any) where the peers group is not installed
-    model_cls = type("EndpointModel", (DeepEvalBaseLLM,), {
-        "__init__": init, "load_model": lambda self: client, "generate": generate, "a_generate": a_generate,
-        "get_model_name": lambda self: f"endpoint:{endpoint.model}"})
+    model_cls = type(
+        "EndpointModel",
+        (DeepEvalBaseLLM,),
+        {
+            "__init__": init,
+            "load_model": lambda self: client,
+            "generate": generate,
+            "a_generate": a_generate,
+            "get_model_name": lambda self: f"endpoint:{endpoint.model}",
+        },
+    )
     return model_cls()
 
 

@@ -70,8 +70,7 @@ def roc_plot(curves: Mapping[str, tuple[Sequence[int], Sequence[float]]], path: 
     return path
 
 
-def scatter_plot(x: Sequence[float], y: Sequence[float], path: Path, *, title: str, xlabel: str,
-                 ylabel: str) -> Path:
+def scatter_plot(x: Sequence[float], y: Sequence[float], path: Path, *, title: str, xlabel: str, ylabel: str) -> Path:
     fig = _figure(5.2, 4.6)
     ax = fig.add_subplot()
     ax.scatter(x, y, s=10, alpha=0.6)

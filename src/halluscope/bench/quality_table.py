@@ -56,16 +56,27 @@ class Row:
         return json.dumps(asdict(self), default=str, ensure_ascii=False)
 
     @classmethod
-    def from_report(cls, system: str, example: Example, report: Report, dataset: str | None = None) -> "Row":
+    def from_report(cls, system: str, example: Example, report: Report, dataset: str | None = None) -> Row:
         """A system's Report on an example, with the example's gold beside it (calls, tokens and seconds from
         ``Report.usage`` and ``Report.elapsed_s``)."""
-        row = cls(system=system, item=example.id, calls=report.usage.calls, prompt_tokens=report.usage.prompt_tokens,
-                  completion_tokens=report.usage.completion_tokens, scored=report.score is not None,
-                  score=report.score, seconds=round(report.elapsed_s, 3), units=len(report.verdicts),
-                  unscored_units=sum(v.label == "unscored" for v in report.verdicts),
-                  predicted_descriptions=[f.description.strip() for f in report.findings if f.description.strip()],
-                  dataset=dataset, gold_label=example.label, gold_human_score=example.human_score,
-                  domain=example.meta.get("domain"), gold_descriptions=example.descriptions)
+        row = cls(
+            system=system,
+            item=example.id,
+            calls=report.usage.calls,
+            prompt_tokens=report.usage.prompt_tokens,
+            completion_tokens=report.usage.completion_tokens,
+            scored=report.score is not None,
+            score=report.score,
+            seconds=round(report.elapsed_s, 3),
+            units=len(report.verdicts),
+            unscored_units=sum(v.label == "unscored" for v in report.verdicts),
+            predicted_descriptions=[f.description.strip() for f in report.findings if f.description.strip()],
+            dataset=dataset,
+            gold_label=example.label,
+            gold_human_score=example.human_score,
+            domain=example.meta.get("domain"),
+            gold_descriptions=example.descriptions,
+        )
         if report.unscored_reason:
             row.notes["unscored_reason"] = report.unscored_reason[:300]
         score_info = report.details.get("score") if isinstance(report.details, dict) else None
@@ -97,14 +108,22 @@ def split_score_kinds(rows: list[Row], systems: list[str]) -> tuple[list[Row], l
         names += [system + LABEL_SUFFIX, system + PROBABILITY_SUFFIX]
         for r in mine:
             label = r.notes.get("label_score")
-            out.append(replace(r, system=system + LABEL_SUFFIX, score=label, scored=label is not None,
-                               notes={**r.notes, "score_from": "label_score"}))
+            out.append(
+                replace(
+                    r,
+                    system=system + LABEL_SUFFIX,
+                    score=label,
+                    scored=label is not None,
+                    notes={**r.notes, "score_from": "label_score"},
+                )
+            )
         for r in mine:
             probability = r.notes.get("probability_score")
             score = probability if probability is not None else r.score
             notes = {**r.notes, "score_from": "probability_score" if probability is not None else "label_fallback"}
-            out.append(replace(r, system=system + PROBABILITY_SUFFIX, score=score, scored=score is not None,
-                               notes=notes))
+            out.append(
+                replace(r, system=system + PROBABILITY_SUFFIX, score=score, scored=score is not None, notes=notes)
+            )
     return out, names
 
 
@@ -140,6 +159,7 @@ def accuracy(mine: list[Row], n_resamples: int = 1000, seed: int = 0) -> dict[st
         out["spearman"] = _bootstrap(rho, len(human), (n_resamples, seed))
     labelled = [r for r in scored if r.gold_label is not None]
     if labelled:
+
         def auc_of(rows: list[Row]) -> dict[str, Any]:
             y = np.array([r.gold_label for r in rows])
             x = np.array([r.score for r in rows], dtype=float)
@@ -182,7 +202,8 @@ def summarize(rows: list[Row], systems: list[str], n_resamples: int = 1000, seed
             continue
         n = len(mine)
         summary = {
-            "system": system, "items": n,
+            "system": system,
+            "items": n,
             "calls_per_item": sum(r.calls for r in mine) / n,
             "prompt_tokens_per_item": sum(r.prompt_tokens for r in mine) / n,
             "completion_tokens_per_item": sum(r.completion_tokens for r in mine) / n,
@@ -234,9 +255,11 @@ def dataset_markdown(summary: list[dict[str, Any]], meta: dict[str, Any]) -> str
             figure = "no figure: every score equal"
         else:
             figure = f"no {name} figure" if name != "-" else "no gold to compare with"
-        lines.append(f"| {s['system']} | {figure} | {a['scored']}/{a['items']} | {s['calls_per_item']:.1f} | "
-                     f"{s['prompt_tokens_per_item']:.0f} | {s['completion_tokens_per_item']:.0f} | "
-                     f"{s['seconds_per_item']:.2f} |")
+        lines.append(
+            f"| {s['system']} | {figure} | {a['scored']}/{a['items']} | {s['calls_per_item']:.1f} | "
+            f"{s['prompt_tokens_per_item']:.0f} | {s['completion_tokens_per_item']:.0f} | "
+            f"{s['seconds_per_item']:.2f} |"
+        )
     acc_lines = []
     for s in summary:
         a = s["accuracy"]
@@ -250,13 +273,22 @@ def dataset_markdown(summary: list[dict[str, Any]], meta: dict[str, Any]) -> str
                 parts.append(f"{domain} AUC {fmt_ci(ci)}")
         if "final_match" in a:
             fm = a["final_match"]
-            parts.append(f"FINAL matching F1 {fmt_ci(fm['f1'])}, P {fm['precision']:.3f}, R {fm['recall']:.3f} "
-                         f"(judge {fm['judge']}; {fm['unmatched_items']} items the judge could not match)")
+            parts.append(
+                f"FINAL matching F1 {fmt_ci(fm['f1'])}, P {fm['precision']:.3f}, R {fm['recall']:.3f} "
+                f"(judge {fm['judge']}; {fm['unmatched_items']} items the judge could not match)"
+            )
         if parts:
             acc_lines.append(f"| {s['system']} | {a['scored']}/{a['items']} | " + "; ".join(parts) + " |")
     if acc_lines:
-        lines += ["", f"Accuracy against the gold of {meta.get('dataset', 'the dataset')} (95 % bootstrap CI over "
-                  "the scored items):", "", "| system | scored | accuracy |", "|---|---|---|", *acc_lines]
+        lines += [
+            "",
+            f"Accuracy against the gold of {meta.get('dataset', 'the dataset')} (95 % bootstrap CI over "
+            "the scored items):",
+            "",
+            "| system | scored | accuracy |",
+            "|---|---|---|",
+            *acc_lines,
+        ]
     for name, why in meta.get("skipped", {}).items():
         lines.append(f"\n{name}: skipped ({why})")
     return "\n".join(lines) + "\n"
@@ -326,16 +358,22 @@ def cells(folders: list[Path]) -> dict[tuple[str, str], dict[str, Any]]:
             cell = table.setdefault((system, NO_LLM if no_llm else model), {})
             if kind in cell:
                 if not (no_llm and _agree(cell[kind]["scores"], _scores(mine))):
-                    raise SystemExit(f"{system} has {kind} rows in two folders ({cell[kind]['folder']}, {folder}) "
-                                     "that differ: name one of them")
+                    raise SystemExit(
+                        f"{system} has {kind} rows in two folders ({cell[kind]['folder']}, {folder}) "
+                        "that differ: name one of them"
+                    )
                 if n <= cell[kind]["items"]:
                     continue  # the same scores, measured beside another model (a run still going has fewer)
             summary = summarize(mine, [system])[0]
             cell[kind] = {
-                "folder": str(folder), "items": n, "accuracy": summary["accuracy"],
+                "folder": str(folder),
+                "items": n,
+                "accuracy": summary["accuracy"],
                 "unscored": n - summary["accuracy"]["scored"],
-                "calls_per_item": summary["calls_per_item"], "tokens_per_item": summary["tokens_per_item"],
-                "seconds_per_item": summary["seconds_per_item"], "scores": _scores(mine),
+                "calls_per_item": summary["calls_per_item"],
+                "tokens_per_item": summary["tokens_per_item"],
+                "seconds_per_item": summary["seconds_per_item"],
+                "scores": _scores(mine),
                 "describes": any(r.predicted_descriptions for r in mine),
             }
     return table
@@ -370,8 +408,7 @@ def _cell(kind: str, cell: dict[str, Any] | None, min_items: int = 0) -> str:
         return f"{_stat(acc.get('spearman'), cell)} ({scored})"
     if kind == "summedits":
         per = acc.get("auc_per_domain") or {}
-        domains = "; ".join(f"{d} {v['value']:.2f}" if v.get("value") is not None else f"{d} -"
-                            for d, v in per.items())
+        domains = "; ".join(f"{d} {v['value']:.2f}" if v.get("value") is not None else f"{d} -" for d, v in per.items())
         return f"{_stat(acc.get('auc'), cell)} ({scored}){'<br>' + domains if domains else ''}"
     if kind == "final":
         match = acc.get("final_match")
@@ -379,8 +416,10 @@ def _cell(kind: str, cell: dict[str, Any] | None, min_items: int = 0) -> str:
             return f"describes no error; detection AUC {_band(acc.get('auc'))} ({scored})"
         if not match:
             return f"AUC {_band(acc.get('auc'))}, no matching judge ({scored})"
-        return (f"F1 {_band(match.get('f1'))} (P {match['precision']:.2f}, R {match['recall']:.2f}; {scored})"
-                f"<br>detection AUC {_band(acc.get('auc'))}")  # beside the score-only systems' statistic
+        return (
+            f"F1 {_band(match.get('f1'))} (P {match['precision']:.2f}, R {match['recall']:.2f}; {scored})"
+            f"<br>detection AUC {_band(acc.get('auc'))}"
+        )  # beside the score-only systems' statistic
     if "spearman" in acc:  # a dataset of another name: the statistic its gold allows
         return f"Spearman {_stat(acc.get('spearman'), cell)} ({scored})"
     if "auc" in acc:
@@ -391,14 +430,23 @@ def _cell(kind: str, cell: dict[str, Any] | None, min_items: int = 0) -> str:
 def markdown(table: dict[tuple[str, str], dict[str, Any]], min_items: int = 0) -> str:
     kinds = [k for k in ("qags", "summedits", "final") if any(k in c for c in table.values())]
     kinds += sorted({k for c in table.values() for k in c} - set(kinds))
-    heads = {"qags": "QAGS-CNNDM dev: Spearman [95 % CI]", "summedits": "SummEdits dev: AUC [95 % CI]; per domain",
-             "final": "FINAL dev: matching F1 [95 % CI]; detection AUC"}
-    lines = ["| system | model | " + " | ".join(heads.get(k, k) for k in kinds) + " | calls / tokens / seconds per item |",
-             "|---|---|" + "---|" * len(kinds) + "---|"]
+    heads = {
+        "qags": "QAGS-CNNDM dev: Spearman [95 % CI]",
+        "summedits": "SummEdits dev: AUC [95 % CI]; per domain",
+        "final": "FINAL dev: matching F1 [95 % CI]; detection AUC",
+    }
+    lines = [
+        "| system | model | " + " | ".join(heads.get(k, k) for k in kinds) + " | calls / tokens / seconds per item |",
+        "|---|---|" + "---|" * len(kinds) + "---|",
+    ]
     for (system, model), cell in sorted(table.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        cost = "; ".join(f"{k} {c['calls_per_item']:.1f} / {c['tokens_per_item']:,.0f} / "
-                         f"{c.get('seconds_per_item', 0.0):.1f} s" for k, c in cell.items())
-        lines.append(f"| {system} | {model} | " + " | ".join(_cell(k, cell.get(k), min_items) for k in kinds) + f" | {cost} |")
+        cost = "; ".join(
+            f"{k} {c['calls_per_item']:.1f} / {c['tokens_per_item']:,.0f} / {c.get('seconds_per_item', 0.0):.1f} s"
+            for k, c in cell.items()
+        )
+        lines.append(
+            f"| {system} | {model} | " + " | ".join(_cell(k, cell.get(k), min_items) for k in kinds) + f" | {cost} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -410,8 +458,12 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(description="The quality table of several `halluscope bench --methods` folders.")
     parser.add_argument("folders", nargs="+", type=Path, help="halluscope bench --methods output folders")
-    parser.add_argument("--min-items", type=int, default=10,
-                        help="a cell measured on fewer items shows its count, not a figure (default 10)")
+    parser.add_argument(
+        "--min-items",
+        type=int,
+        default=10,
+        help="a cell measured on fewer items shows its count, not a figure (default 10)",
+    )
     parser.add_argument("--out", type=Path, help="also write the table here (and its numbers beside it as .json)")
     args = parser.parse_args(argv)
     for folder in args.folders:
@@ -422,7 +474,19 @@ def main(argv: list[str] | None = None) -> None:
     print(text, end="")
     if args.out:
         args.out.write_text(text, encoding="utf-8")
-        args.out.with_suffix(".json").write_text(json.dumps(
-            [{"system": s, "model": m, **{k: {f: v for f, v in c.items() if f != "scores"} for k, c in cell.items()}}
-             for (s, m), cell in table.items()], indent=2, default=str) + "\n",
-            encoding="utf-8")
+        args.out.with_suffix(".json").write_text(
+            json.dumps(
+                [
+                    {
+                        "system": s,
+                        "model": m,
+                        **{k: {f: v for f, v in c.items() if f != "scores"} for k, c in cell.items()},
+                    }
+                    for (s, m), cell in table.items()
+                ],
+                indent=2,
+                default=str,
+            )
+            + "\n",
+            encoding="utf-8",
+        )

@@ -65,8 +65,9 @@ def require_ray():
         import ray
         import ray.data  # noqa: F401  (Ray Data is a separate extra of ray)
     except ImportError as exc:
-        raise RayEngineError("the Ray engine needs Ray Data: pip install 'halluscope[ray]' "
-                             f"(ray[data]>=2.9); import failed: {exc}") from exc
+        raise RayEngineError(
+            f"the Ray engine needs Ray Data: pip install 'halluscope[ray]' (ray[data]>=2.9); import failed: {exc}"
+        ) from exc
     return ray
 
 
@@ -85,11 +86,16 @@ class MethodSpec:
     expect: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, method: "Method", llm_factory: LLMFactory | None = None) -> "MethodSpec":
-        return cls(method_cls=type(method), options=method.options(), config=method.config, llm_factory=llm_factory,
-                   expect=_fingerprint(method))
+    def of(cls, method: Method, llm_factory: LLMFactory | None = None) -> MethodSpec:
+        return cls(
+            method_cls=type(method),
+            options=method.options(),
+            config=method.config,
+            llm_factory=llm_factory,
+            expect=_fingerprint(method),
+        )
 
-    def build(self, max_concurrency: int | None = None) -> "Method":
+    def build(self, max_concurrency: int | None = None) -> Method:
         config = self.config
         if max_concurrency is not None:
             config = config.with_overrides(max_concurrency=max_concurrency)
@@ -99,15 +105,22 @@ class MethodSpec:
         diff = {k: (v, got.get(k)) for k, v in self.expect.items() if json.dumps(got.get(k)) != json.dumps(v)}
         if diff:
             detail = "; ".join(f"{k}: driver {a!r}, worker {b!r}" for k, (a, b) in diff.items())
-            hint = (" (a method built with an explicit LLM needs llm_factory= so workers can build the same one)"
-                    if "model" in diff and self.llm_factory is None else "")
+            hint = (
+                " (a method built with an explicit LLM needs llm_factory= so workers can build the same one)"
+                if "model" in diff and self.llm_factory is None
+                else ""
+            )
             raise RayEngineError(f"a Ray worker built a different method than the driver: {detail}{hint}")
         return method
 
 
-def _fingerprint(method: "Method") -> dict[str, Any]:
-    return {"method": method.name, "options": method.options(), "prompt_version": method.prompt_version,
-            "model": method.model_name}
+def _fingerprint(method: Method) -> dict[str, Any]:
+    return {
+        "method": method.name,
+        "options": method.options(),
+        "prompt_version": method.prompt_version,
+        "model": method.model_name,
+    }
 
 
 def example_from_row(row: dict[str, Any]) -> Example:
@@ -172,8 +185,12 @@ class ScoringActor:
         examples = [example_from_row(row) for row in batch.to_pylist()]
         examples = [ex for ex in examples if ex.id not in self.skip_ids]
         reports = asyncio.run_coroutine_threadsafe(self._score(examples), self._loop).result() if examples else []
-        return pa.table({ID_COLUMN: pa.array([ex.id for ex in examples], pa.string()),
-                         REPORT_COLUMN: pa.array([r.model_dump_json() for r in reports], pa.string())})
+        return pa.table(
+            {
+                ID_COLUMN: pa.array([ex.id for ex in examples], pa.string()),
+                REPORT_COLUMN: pa.array([r.model_dump_json() for r in reports], pa.string()),
+            }
+        )
 
 
 class RayEngine:
@@ -190,9 +207,18 @@ class RayEngine:
 
     name = "ray"
 
-    def __init__(self, *, address: str | None = None, actors: int = 2, actor_concurrency: int | None = None,
-                 batch_size: int | None = None, cpus_per_actor: float = 1.0, llm_factory: LLMFactory | None = None,
-                 init_kwargs: dict[str, Any] | None = None, ray_progress: bool = False):
+    def __init__(
+        self,
+        *,
+        address: str | None = None,
+        actors: int = 2,
+        actor_concurrency: int | None = None,
+        batch_size: int | None = None,
+        cpus_per_actor: float = 1.0,
+        llm_factory: LLMFactory | None = None,
+        init_kwargs: dict[str, Any] | None = None,
+        ray_progress: bool = False,
+    ):
         if actors < 1:
             raise ValueError("actors must be >= 1")
         if actor_concurrency is not None and actor_concurrency < 1:
@@ -240,7 +266,7 @@ class RayEngine:
             ray.shutdown()
             self._started_ray = False
 
-    def __enter__(self) -> "RayEngine":
+    def __enter__(self) -> RayEngine:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -254,8 +280,9 @@ class RayEngine:
 
     # --- scoring ----------------------------------------------------------------------------------------
 
-    def map_reports(self, method: "Method", data: Any, *, total_concurrency: int | None = None,
-                    skip_ids: Iterable[str] = ()):
+    def map_reports(
+        self, method: Method, data: Any, *, total_concurrency: int | None = None, skip_ids: Iterable[str] = ()
+    ):
         """A lazy Ray Dataset with columns ``example_id`` and ``report`` (the Report as JSON), one row per
         input item; ``data`` is a Ray Dataset (rows with Example fields, or an ``example`` JSON column) or
         an iterable of Examples. Write it anywhere Ray Data writes (``.write_parquet(...)``) or iterate."""
@@ -268,12 +295,18 @@ class RayEngine:
         spec = MethodSpec.of(method, self.llm_factory)
         # a Ray Dataset's finished items are dropped in the actors: no extra stage that would need a CPU slot
         actor_skip = skip if _is_ray_dataset(data) else frozenset()
-        return ds.map_batches(ScoringActor, fn_constructor_args=(spec, per_actor, actor_skip), batch_size=batch_size,
-                              batch_format="pyarrow", num_cpus=self.cpus_per_actor,
-                              **_pool_kwargs(ray, self.actors, calls_per_actor=2))
+        return ds.map_batches(
+            ScoringActor,
+            fn_constructor_args=(spec, per_actor, actor_skip),
+            batch_size=batch_size,
+            batch_format="pyarrow",
+            num_cpus=self.cpus_per_actor,
+            **_pool_kwargs(ray, self.actors, calls_per_actor=2),
+        )
 
-    def iter_reports(self, method: "Method", data: Any, *, total_concurrency: int | None = None,
-                     skip_ids: Iterable[str] = ()) -> Iterator[tuple[str, Report]]:
+    def iter_reports(
+        self, method: Method, data: Any, *, total_concurrency: int | None = None, skip_ids: Iterable[str] = ()
+    ) -> Iterator[tuple[str, Report]]:
         """``(example id, Report)`` for every item, streamed as the actors finish them (in any order)."""
         ds = self.map_reports(method, data, total_concurrency=total_concurrency, skip_ids=skip_ids)
         try:
@@ -285,8 +318,9 @@ class RayEngine:
                 raise RayEngineError(found.group(1).strip()) from exc
             raise
 
-    async def results(self, method: "Method", pending: Sequence[Example],
-                      concurrency: int) -> AsyncGenerator[tuple[str, Report], None]:
+    async def results(
+        self, method: Method, pending: Sequence[Example], concurrency: int
+    ) -> AsyncGenerator[tuple[str, Report], None]:
         """The :class:`~halluscope.bench.engines.Engine` protocol: the Ray stream, without blocking the loop."""
         self.connect()  # here, not in the worker thread below: ray.init wants the main thread
         done = object()
@@ -328,9 +362,11 @@ class RayEngine:
         except Exception:  # an informational check must never stop a run
             return
         if nodes > 1:
-            print(f"warning: the Ray cluster has {nodes} nodes but the response cache is an SQLite file per node; "
-                  "share one cache with HALLUSCOPE_CACHE_URL=redis://host:6379/0 (see docs/scaling.md)",
-                  file=sys.stderr)
+            print(
+                f"warning: the Ray cluster has {nodes} nodes but the response cache is an SQLite file per node; "
+                "share one cache with HALLUSCOPE_CACHE_URL=redis://host:6379/0 (see docs/scaling.md)",
+                file=sys.stderr,
+            )
 
 
 _REFUSAL = re.compile(r"RayEngineError: (.+)")
@@ -349,10 +385,19 @@ def _pool_kwargs(ray, actors: int, calls_per_actor: int) -> dict[str, Any]:
     return {"compute": strategy(size=actors), "max_concurrency": calls_per_actor}  # older Ray: a remote arg
 
 
-def check_examples(data: Any, method: "str | Method" = "geval", *, config: Config | None = None,
-                   llm_factory: LLMFactory | None = None, address: str | None = None, actors: int = 2,
-                   actor_concurrency: int | None = None, cpus_per_actor: float = 1.0, skip_ids: Iterable[str] = (),
-                   **options: Any) -> dict[str, Report]:
+def check_examples(
+    data: Any,
+    method: str | Method = "geval",
+    *,
+    config: Config | None = None,
+    llm_factory: LLMFactory | None = None,
+    address: str | None = None,
+    actors: int = 2,
+    actor_concurrency: int | None = None,
+    cpus_per_actor: float = 1.0,
+    skip_ids: Iterable[str] = (),
+    **options: Any,
+) -> dict[str, Report]:
     """Score ``data`` (an iterable of Examples or a Ray Dataset) on Ray; returns ``{example id: Report}``,
     in input order for an iterable. ``method`` is a name (built with ``config`` and ``options``) or a
     Method instance; items whose id is in ``skip_ids`` are left out (e.g. those already done). Ray stays
@@ -365,8 +410,13 @@ def check_examples(data: Any, method: "str | Method" = "geval", *, config: Confi
         method = get_method(method, llm=llm, config=config, **options)
     elif options or config is not None:
         raise ValueError("pass options and config when naming the method, not with a Method instance")
-    engine = RayEngine(address=address, actors=actors, actor_concurrency=actor_concurrency,
-                       cpus_per_actor=cpus_per_actor, llm_factory=llm_factory)
+    engine = RayEngine(
+        address=address,
+        actors=actors,
+        actor_concurrency=actor_concurrency,
+        cpus_per_actor=cpus_per_actor,
+        llm_factory=llm_factory,
+    )
     order: list[str] | None = None
     skip = set(skip_ids)
     if not _is_ray_dataset(data):

@@ -30,18 +30,24 @@ from typing import TYPE_CHECKING, Any
 from halluscope.bench.calibration import holdout_split, selection_items
 from halluscope.bench.datasets import Dataset, sample_examples
 from halluscope.bench.engines import Engine, LocalEngine
-from halluscope.bench.folder import (ITEMS_FILE, RUN_FILE, ItemStore, default_out_dir, folder_identity_clash,
-                                     write_results)
+
+# The folder's files and the engines lived in this module before it was split by concern; importable here as before.
+from halluscope.bench.engines import score_example as score_example
+from halluscope.bench.folder import (
+    ITEMS_FILE,
+    RUN_FILE,
+    ItemStore,
+    default_out_dir,
+    folder_identity_clash,
+    write_results,
+)
+from halluscope.bench.folder import RESULTS_JSON as RESULTS_JSON
+from halluscope.bench.folder import RESULTS_MD as RESULTS_MD
+from halluscope.bench.folder import render_markdown as render_markdown
 from halluscope.bench.suites import SuiteContext, SuiteResult, load_suite_modules
 from halluscope.methods.base import Method
 from halluscope.methods.calibration import Calibration, CalibrationBench
 from halluscope.records import Example, Report, Usage
-
-# The folder's files and the engines lived in this module before it was split by concern; importable here as before.
-from halluscope.bench.engines import score_example as score_example
-from halluscope.bench.folder import RESULTS_JSON as RESULTS_JSON
-from halluscope.bench.folder import RESULTS_MD as RESULTS_MD
-from halluscope.bench.folder import render_markdown as render_markdown
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -51,8 +57,9 @@ class BenchError(RuntimeError):
     """A benchmark run that cannot go ahead (e.g. an output folder holding a different configuration)."""
 
 
-def select_examples(dataset: Dataset, *, sample: int | None = None, seed: int = 0,
-                    limit: int | None = None) -> list[Example]:
+def select_examples(
+    dataset: Dataset, *, sample: int | None = None, seed: int = 0, limit: int | None = None
+) -> list[Example]:
     """The items a run covers: the seeded stratified subsample (if any), then the first ``limit``."""
     examples = list(dataset.examples)
     if sample:
@@ -81,14 +88,36 @@ def _check_identity(out_dir: Path, identity: dict[str, Any]) -> None:
 
 
 def _progress(enabled: bool) -> Progress:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TimeRemainingColumn(), disable=not enabled, transient=False)
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        disable=not enabled,
+        transient=False,
+    )
 
 
-async def _score_pending(method: Method, pending: Sequence[Example], store: ItemStore, done: dict[str, Report],
-                         concurrency: int, progress: bool, description: str, engine: Engine | None = None) -> None:
+async def _score_pending(
+    method: Method,
+    pending: Sequence[Example],
+    store: ItemStore,
+    done: dict[str, Report],
+    concurrency: int,
+    progress: bool,
+    description: str,
+    engine: Engine | None = None,
+) -> None:
     engine = engine or LocalEngine()
     async with aclosing(engine.results(method, pending, concurrency)) as results:
         with store.open() as fh, _progress(progress) as bar:
@@ -138,9 +167,13 @@ async def run_bench(
             items, examples, name = holdout_split(dataset, examples, select_holdout, seed)
         else:
             items, name = selection_items(dataset, examples, select_on)
-        bench = CalibrationBench(out_dir=out_dir, selection_name=name, judge=judge, evaluated_ids=[e.id for e in examples],
-                                 score=_scorer(concurrency=concurrency, progress=progress, engine=engine,
-                                               retry_unscored=retry_unscored))
+        bench = CalibrationBench(
+            out_dir=out_dir,
+            selection_name=name,
+            judge=judge,
+            evaluated_ids=[e.id for e in examples],
+            score=_scorer(concurrency=concurrency, progress=progress, engine=engine, retry_unscored=retry_unscored),
+        )
         method, calibration = await method.calibrate(items, bench)
         protocol = calibration.model_dump(mode="json") if calibration is not None else None
     identity = _identity(dataset, method, model, sample, seed)
@@ -157,8 +190,16 @@ async def run_bench(
     pending = [e for e in examples if e.id not in done or (retry_unscored and done[e.id].score is None)]
     before = {e.id for e in pending}
     if pending:
-        await _score_pending(method, pending, store, done, concurrency or method.config.max_concurrency, progress,
-                             f"{method.name} on {dataset.spec}", engine)
+        await _score_pending(
+            method,
+            pending,
+            store,
+            done,
+            concurrency or method.config.max_concurrency,
+            progress,
+            f"{method.name} on {dataset.spec}",
+            engine,
+        )
     reports = [done[e.id] for e in examples]
 
     run_usage = sum((done[i].usage for i in before), Usage())
@@ -188,17 +229,27 @@ async def run_bench(
         "engine": (engine or LocalEngine()).name,
         "usage": {**total_usage.model_dump(), "per_item": _per_item(total_usage, n)},
         "usage_this_run": {**run_usage.model_dump(), "items_run": len(before)},
-        "item_time_s": {"total": round(sum(r.elapsed_s for r in reports), 3),
-                        "mean": round(sum(r.elapsed_s for r in reports) / n, 4)},
-        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "item_time_s": {
+            "total": round(sum(r.elapsed_s for r in reports), 3),
+            "mean": round(sum(r.elapsed_s for r in reports) / n, 4),
+        },
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "metrics": {},
         "suite_errors": {},
         "tables": [],
         "plots": [],
     }
-    ctx = SuiteContext(out_dir=out_dir, method=method.name, model=model, dataset=dataset.spec, judge=judge,
-                       seed=seed, n_bootstrap=n_bootstrap, prompts_dir=method.config.prompts_dir,
-                       extra={"retry_unscored": retry_unscored})
+    ctx = SuiteContext(
+        out_dir=out_dir,
+        method=method.name,
+        model=model,
+        dataset=dataset.spec,
+        judge=judge,
+        seed=seed,
+        n_bootstrap=n_bootstrap,
+        prompts_dir=method.config.prompts_dir,
+        extra={"retry_unscored": retry_unscored},
+    )
     for name, suite in load_suite_modules().items():
         if suite_names is not None and name not in suite_names:
             continue
@@ -222,11 +273,13 @@ async def run_bench(
 def _scorer(**bench_kwargs: Any) -> Any:
     """A calibration's way to score a method on dev items: a bench run of its own (resumable, no bootstrap)."""
 
-    async def score(method: Method, items: list[Example], name: str, out: Path, *, judge: Any,
-                    suites: Sequence[str]) -> tuple[dict[str, Any], list[Report]]:
+    async def score(
+        method: Method, items: list[Example], name: str, out: Path, *, judge: Any, suites: Sequence[str]
+    ) -> tuple[dict[str, Any], list[Report]]:
         dataset = Dataset(name=name, subset=None, examples=items)
-        results = await run_bench(method, dataset, out, judge=judge, n_bootstrap=0, suite_names=list(suites),
-                                  **bench_kwargs)
+        results = await run_bench(
+            method, dataset, out, judge=judge, n_bootstrap=0, suite_names=list(suites), **bench_kwargs
+        )
         done = ItemStore(out / ITEMS_FILE).load()
         return results, [done[e.id] for e in items]
 
@@ -234,9 +287,12 @@ def _scorer(**bench_kwargs: Any) -> Any:
 
 
 def _per_item(usage: Usage, n: int) -> dict[str, float]:
-    return {"calls": round(usage.calls / n, 3), "tokens": round(usage.total_tokens / n, 1),
-            "cache_hits": round(usage.cache_hits / n, 3),
-            "cached_prompt_tokens": round(usage.cached_prompt_tokens / n, 1)}
+    return {
+        "calls": round(usage.calls / n, 3),
+        "tokens": round(usage.total_tokens / n, 1),
+        "cache_hits": round(usage.cache_hits / n, 3),
+        "cached_prompt_tokens": round(usage.cached_prompt_tokens / n, 1),
+    }
 
 
 def _reason_kind(reason: str | None) -> str:

@@ -62,8 +62,12 @@ def rai_improvement_suite(examples: list[Example], reports: list[Report], ctx: S
     flagged = [(e, r, rounds) for e, r, rounds in items if _flagged(rounds)]
     cov = coverage(len(items) - unscored, len(items))
     m: dict[str, Any] = {
-        "n_with_rounds": len(items), "n_original_unscored": unscored, "n_flagged": len(flagged),
-        "n_flagged_all": len(flagged) + unscored, "coverage": cov, "max_rounds": max_rounds,
+        "n_with_rounds": len(items),
+        "n_original_unscored": unscored,
+        "n_flagged": len(flagged),
+        "n_flagged_all": len(flagged) + unscored,
+        "coverage": cov,
+        "max_rounds": max_rounds,
         "worst_case": "an item whose original could not be scored counts as flagged and never fixed",
         "judged_by": "the same DCR evaluator that flagged the item (not a human judgment)",
     }
@@ -71,47 +75,71 @@ def rai_improvement_suite(examples: list[Example], reports: list[Report], ctx: S
     if not flagged and not unscored:
         m["note"] = "no item was judged inconsistent, so there is nothing to improve"
         return result
-    fixed = np.array([[_fixed_by(rounds, r) for r in range(1, max_rounds + 1)] for _, _, rounds in flagged],
-                     dtype=bool).reshape(len(flagged), max_rounds)
+    fixed = np.array(
+        [[_fixed_by(rounds, r) for r in range(1, max_rounds + 1)] for _, _, rounds in flagged], dtype=bool
+    ).reshape(len(flagged), max_rounds)
     improved = np.array([bool(r.details.get("improved")) for _, r, _ in flagged])
-    gains = np.array([(r.subscores.get("final_score") or 0.0) - (r.subscores.get("initial_score") or 0.0)
-                      for _, r, _ in flagged])
+    gains = np.array(
+        [(r.subscores.get("final_score") or 0.0) - (r.subscores.get("initial_score") or 0.0) for _, r, _ in flagged]
+    )
     rows = []
     for r in range(1, max_rounds + 1):
         column = fixed[:, r - 1]
         every = np.concatenate([column, np.zeros(unscored, dtype=bool)])
-        ci = bootstrap_ci(lambda idx, c=column: float(c[idx].mean()), len(column), n_resamples=ctx.n_bootstrap,
-                          seed=ctx.seed)
-        ci_all = bootstrap_ci(lambda idx, c=every: float(c[idx].mean()), len(every), n_resamples=ctx.n_bootstrap,
-                              seed=ctx.seed)
+        ci = bootstrap_ci(
+            lambda idx, c=column: float(c[idx].mean()), len(column), n_resamples=ctx.n_bootstrap, seed=ctx.seed
+        )
+        ci_all = bootstrap_ci(
+            lambda idx, c=every: float(c[idx].mean()), len(every), n_resamples=ctx.n_bootstrap, seed=ctx.seed
+        )
         m[f"improvement_rate_after_{r}"] = {**ci, "coverage": cov}
         m[f"improvement_rate_after_{r}_all"] = {**ci_all, "coverage": cov}
         m[f"fixed_after_{r}"] = int(column.sum())
         m[f"fixed_after_{r}_all"] = int(column.sum())  # an unscored original is never fixed
         rows.append([f"<= {r}", int(column.sum()), len(column), unscored, _fmt(ci_all), _fmt(ci)])
-    m["verified_score_gain_rate"] = bootstrap_ci(lambda idx: float(improved[idx].mean()) if len(idx) else None,
-                                                 len(improved), n_resamples=ctx.n_bootstrap, seed=ctx.seed)
-    m["mean_score_gain"] = bootstrap_ci(lambda idx: float(gains[idx].mean()) if len(idx) else None, len(gains),
-                                        n_resamples=ctx.n_bootstrap, seed=ctx.seed)
-    m["stop_reasons"] = dict(Counter(str(r.details.get("stop_reason", "-")).split(":")[0][:80]
-                                     for _, r, _ in flagged).most_common(10))
+    m["verified_score_gain_rate"] = bootstrap_ci(
+        lambda idx: float(improved[idx].mean()) if len(idx) else None,
+        len(improved),
+        n_resamples=ctx.n_bootstrap,
+        seed=ctx.seed,
+    )
+    m["mean_score_gain"] = bootstrap_ci(
+        lambda idx: float(gains[idx].mean()) if len(idx) else None,
+        len(gains),
+        n_resamples=ctx.n_bootstrap,
+        seed=ctx.seed,
+    )
+    m["stop_reasons"] = dict(
+        Counter(str(r.details.get("stop_reason", "-")).split(":")[0][:80] for _, r, _ in flagged).most_common(10)
+    )
     by_label: dict[str, Any] = {}
     for label in sorted({e.label for e, _, _ in flagged if e.label is not None}):
         idx = [i for i, (e, _, _) in enumerate(flagged) if e.label == label]
         name = "gold_consistent" if label == 1 else "gold_inconsistent"
-        by_label[name] = {"n_flagged": len(idx),
-                          **{f"fixed_after_{r}": int(fixed[idx, r - 1].sum()) for r in range(1, max_rounds + 1)}}
+        by_label[name] = {
+            "n_flagged": len(idx),
+            **{f"fixed_after_{r}": int(fixed[idx, r - 1].sum()) for r in range(1, max_rounds + 1)},
+        }
     if by_label:
         m["flagged_by_gold_label"] = by_label
-    header = ("| rounds | fixed | flagged | originals unscored | improvement rate, every item [95% CI] | "
-              "improvement rate, flagged items [95% CI] |\n|---|---|---|---|---|---|\n")
+    header = (
+        "| rounds | fixed | flagged | originals unscored | improvement rate, every item [95% CI] | "
+        "improvement rate, flagged items [95% CI] |\n|---|---|---|---|---|---|\n"
+    )
     table = header + "\n".join("| " + " | ".join(str(c) for c in row) + " |" for row in rows)
-    table += (f"\n\nverified score gain on {_fmt(m['verified_score_gain_rate'])} of flagged items; mean gain "
-              f"{_fmt(m['mean_score_gain'])}; stop reasons {m['stop_reasons']}")
+    table += (
+        f"\n\nverified score gain on {_fmt(m['verified_score_gain_rate'])} of flagged items; mean gain "
+        f"{_fmt(m['mean_score_gain'])}; stop reasons {m['stop_reasons']}"
+    )
     if by_label:
         table += f"; flagged by gold label {by_label}"
-    result.tables.append((f"RAI improvement rate ({len(flagged)} of {len(items)} items flagged inconsistent by DCR; "
-                          f"{unscored} originals unscored; 'consistent' = re-judged by the same evaluator)", table))
+    result.tables.append(
+        (
+            f"RAI improvement rate ({len(flagged)} of {len(items)} items flagged inconsistent by DCR; "
+            f"{unscored} originals unscored; 'consistent' = re-judged by the same evaluator)",
+            table,
+        )
+    )
     result.plots.append(_plot(m, max_rounds, ctx))
     return result
 

@@ -56,8 +56,9 @@ class Suite:
 _SUITES: dict[str, Suite] = {}
 
 
-def register_suite(name: str, applies: Callable[[list[Example]], bool] = lambda examples: True
-                   ) -> Callable[[SuiteFn], SuiteFn]:
+def register_suite(
+    name: str, applies: Callable[[list[Example]], bool] = lambda examples: True
+) -> Callable[[SuiteFn], SuiteFn]:
     def deco(fn: SuiteFn) -> SuiteFn:
         if name in _SUITES and _SUITES[name].fn is not fn:
             raise ValueError(f"suite {name!r} is already registered")

@@ -100,14 +100,17 @@ def check_retrieval_sweep(key: str, options: dict[str, Any]) -> None:
     if mode == "always":
         return
     if mode == "auto":
-        why = ("with retrieval=auto (the default) a source that fits the model's context is sent whole, so "
-               "every row would be the same")
+        why = (
+            "with retrieval=auto (the default) a source that fits the model's context is sent whole, so "
+            "every row would be the same"
+        )
     elif mode == "never":
         why = "retrieval=never never retrieves"
     else:
         why = f"retrieval={json.dumps(mode)} is not 'always'"
-    raise SweepError(f"sweeping {key} measures nothing unless retrieval runs on every item: {why}. "
-                     "Add -o retrieval=always")
+    raise SweepError(
+        f"sweeping {key} measures nothing unless retrieval runs on every item: {why}. Add -o retrieval=always"
+    )
 
 
 async def run_sweep(
@@ -143,23 +146,36 @@ async def run_sweep(
         except (KeyError, TypeError, ValueError) as exc:
             raise SweepError(f"{key}={value!r}: {str(exc).strip(chr(39))}") from exc
         sub = out_dir / value_folder(key, value)
-        results = await run_bench(method, dataset, sub, judge=judge, sample=sample, seed=seed, limit=limit,
-                                  n_bootstrap=n_bootstrap, concurrency=concurrency, progress=progress)
+        results = await run_bench(
+            method,
+            dataset,
+            sub,
+            judge=judge,
+            sample=sample,
+            seed=seed,
+            limit=limit,
+            n_bootstrap=n_bootstrap,
+            concurrency=concurrency,
+            progress=progress,
+        )
         reports = ItemStore(sub / ITEMS_FILE).load()
-        scored = cast(list[tuple[Example, float]],  # the unscored are filtered out
-                      [(e, reports[e.id].score) for e in examples if e.id in reports and reports[e.id].score is not None])
-        points.append(SweepPoint(value, sub, results, [s for _, s in scored],
-                                 [s for e, s in scored if e.difficulty == ORIGINAL]))
-    summary = summarize(key, points, method_name=method_name, dataset=dataset.spec, seed=seed,
-                        n_bootstrap=n_bootstrap)
+        scored = cast(
+            list[tuple[Example, float]],  # the unscored are filtered out
+            [(e, reports[e.id].score) for e in examples if e.id in reports and reports[e.id].score is not None],
+        )
+        points.append(
+            SweepPoint(value, sub, results, [s for _, s in scored], [s for e, s in scored if e.difficulty == ORIGINAL])
+        )
+    summary = summarize(key, points, method_name=method_name, dataset=dataset.spec, seed=seed, n_bootstrap=n_bootstrap)
     write_sweep(out_dir, summary, points)
     return summary
 
 
 def _mean_ci(values: Sequence[float], seed: int, n_bootstrap: int) -> dict[str, Any]:
     arr = np.asarray(values, dtype=float)
-    return bootstrap_ci(lambda idx: float(arr[idx].mean()) if len(idx) else None, len(arr),
-                        n_resamples=n_bootstrap, seed=seed)
+    return bootstrap_ci(
+        lambda idx: float(arr[idx].mean()) if len(idx) else None, len(arr), n_resamples=n_bootstrap, seed=seed
+    )
 
 
 def scalar_metrics(metrics: dict[str, Any], prefix: str = "", depth: int = 4) -> dict[str, float]:
@@ -181,45 +197,60 @@ def scalar_metrics(metrics: dict[str, Any], prefix: str = "", depth: int = 4) ->
     return out
 
 
-def summarize(key: str, points: Sequence[SweepPoint], *, method_name: str, dataset: str, seed: int = 0,
-              n_bootstrap: int = 1000) -> dict[str, Any]:
+def summarize(
+    key: str, points: Sequence[SweepPoint], *, method_name: str, dataset: str, seed: int = 0, n_bootstrap: int = 1000
+) -> dict[str, Any]:
     rows = []
     for p in points:
         res = p.results
         stress = res.get("metrics", {}).get("stress", {})
         deltas = {name: d["mean_delta"] for name, d in stress.get("delta", {}).items()}
-        rows.append({
-            "value": p.value,
-            "folder": str(p.out_dir),
-            "method": res.get("method"),
-            "method_options": res.get("method_options"),
-            "model": res.get("model"),
-            "n": res.get("n"),
-            "n_unscored": res.get("n_unscored"),
-            "mean_score": _mean_ci(p.scores, seed, n_bootstrap),
-            "mean_score_original": _mean_ci(p.original_scores, seed, n_bootstrap) if p.original_scores else None,
-            "mean_delta": deltas,
-            "usage_per_item": res.get("usage", {}).get("per_item"),
-            "usage": {k: v for k, v in res.get("usage", {}).items() if k != "per_item"},
-            "wall_time_s": res.get("wall_time_s"),
-            "metrics": scalar_metrics(res.get("metrics", {})),
-        })
-    return {"key": key, "values": [p.value for p in points], "method": method_name, "dataset": dataset,
-            "rows": rows}
+        rows.append(
+            {
+                "value": p.value,
+                "folder": str(p.out_dir),
+                "method": res.get("method"),
+                "method_options": res.get("method_options"),
+                "model": res.get("model"),
+                "n": res.get("n"),
+                "n_unscored": res.get("n_unscored"),
+                "mean_score": _mean_ci(p.scores, seed, n_bootstrap),
+                "mean_score_original": _mean_ci(p.original_scores, seed, n_bootstrap) if p.original_scores else None,
+                "mean_delta": deltas,
+                "usage_per_item": res.get("usage", {}).get("per_item"),
+                "usage": {k: v for k, v in res.get("usage", {}).items() if k != "per_item"},
+                "wall_time_s": res.get("wall_time_s"),
+                "metrics": scalar_metrics(res.get("metrics", {})),
+            }
+        )
+    return {"key": key, "values": [p.value for p in points], "method": method_name, "dataset": dataset, "rows": rows}
 
 
 def render_markdown(summary: dict[str, Any]) -> str:
     key, rows = summary["key"], summary["rows"]
     has_orig = any(r["mean_score_original"] for r in rows)
     perturbations = list(dict.fromkeys(name for r in rows for name in r["mean_delta"]))
-    head = [key, "items", "unscored", "coverage", "mean score [95% CI] (scored items)"] + (["originals: mean score"] if has_orig else []) + [
-        f"delta {p}" for p in perturbations] + ["LLM calls/item", "tokens/item", "cache hits/item", "wall s"]
-    lines = [f"# Sweep of `{key}`: {summary['method']} on {summary['dataset']}", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    head = (
+        [key, "items", "unscored", "coverage", "mean score [95% CI] (scored items)"]
+        + (["originals: mean score"] if has_orig else [])
+        + [f"delta {p}" for p in perturbations]
+        + ["LLM calls/item", "tokens/item", "cache hits/item", "wall s"]
+    )
+    lines = [
+        f"# Sweep of `{key}`: {summary['method']} on {summary['dataset']}",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
     for r in rows:
         per_item = r["usage_per_item"] or {}
-        cells = [f"`{json.dumps(r['value'])}`", str(r["n"]), str(r["n_unscored"]),
-                 f"{(r['n'] or 0) - (r['n_unscored'] or 0)}/{r['n']}", format_ci(r["mean_score"])]
+        cells = [
+            f"`{json.dumps(r['value'])}`",
+            str(r["n"]),
+            str(r["n_unscored"]),
+            f"{(r['n'] or 0) - (r['n_unscored'] or 0)}/{r['n']}",
+            format_ci(r["mean_score"]),
+        ]
         if has_orig:
             cells.append(format_ci(r["mean_score_original"]))
         cells += [format_ci(r["mean_delta"].get(p)) for p in perturbations]
@@ -231,16 +262,25 @@ def render_markdown(summary: dict[str, Any]) -> str:
     names = sorted({m for r in rows for m in r["metrics"]})
     varying = [m for m in names if len({r["metrics"].get(m) for r in rows}) > 1 and not _is_cost(m)]
     if varying:
-        lines += ["", "## Metrics that change with the swept value", "",
-                  "| metric | " + " | ".join(f"`{json.dumps(r['value'])}`" for r in rows) + " |",
-                  "|---|" + "---|" * len(rows)]
+        lines += [
+            "",
+            "## Metrics that change with the swept value",
+            "",
+            "| metric | " + " | ".join(f"`{json.dumps(r['value'])}`" for r in rows) + " |",
+            "|---|" + "---|" * len(rows),
+        ]
         for m in varying:
             cells = ["-" if m not in r["metrics"] else f"{r['metrics'][m]:.4g}" for r in rows]
             lines.append(f"| {m} | " + " | ".join(cells) + " |")
     if len(varying) < len(names):
         lines += ["", f"{len(names) - len(varying)} metrics that do not change (or count cost) are in {SWEEP_JSON}."]
-    lines += ["", "Runs: " + ", ".join(f"[{json.dumps(r['value'])}]({Path(r['folder']).name}/results.md)"
-                                       for r in rows), "", f"![sweep]({SWEEP_PNG})", ""]
+    lines += [
+        "",
+        "Runs: " + ", ".join(f"[{json.dumps(r['value'])}]({Path(r['folder']).name}/results.md)" for r in rows),
+        "",
+        f"![sweep]({SWEEP_PNG})",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -251,9 +291,11 @@ def fewer_items_warning(rows: Sequence[dict[str, Any]]) -> str | None:
     if len(covered) < 2:
         return None
     detail = ", ".join(f"{json.dumps(r['value'])}: {(r['n'] or 0) - (r['n_unscored'] or 0)}/{r['n']}" for r in rows)
-    return (f"Not like for like: the runs scored different numbers of items ({detail}). Compare the metrics "
-            "ending in _all, which count every item (an unscored one as the worst outcome), not the mean score "
-            "over scored items.")
+    return (
+        f"Not like for like: the runs scored different numbers of items ({detail}). Compare the metrics "
+        "ending in _all, which count every item (an unscored one as the worst outcome), not the mean score "
+        "over scored items."
+    )
 
 
 def _is_cost(metric: str) -> bool:
@@ -279,9 +321,15 @@ def plot_sweep(summary: dict[str, Any], path: Path) -> Path:
         if not points:
             continue
         ys = [ci["value"] for _, ci in points]
-        errs = np.array([[max(0.0, ci["value"] - (ci["low"] if ci["low"] is not None else ci["value"])),
-                          max(0.0, (ci["high"] if ci["high"] is not None else ci["value"]) - ci["value"])]
-                         for _, ci in points]).T
+        errs = np.array(
+            [
+                [
+                    max(0.0, ci["value"] - (ci["low"] if ci["low"] is not None else ci["value"])),
+                    max(0.0, (ci["high"] if ci["high"] is not None else ci["value"]) - ci["value"]),
+                ]
+                for _, ci in points
+            ]
+        ).T
         ax.errorbar([x for x, _ in points], ys, yerr=errs, marker="o", capsize=4, label=label)
     ax.set_xticks(xs, [str(r["value"]) for r in rows])
     ax.set_xlabel(summary["key"])
@@ -297,6 +345,7 @@ def plot_sweep(summary: dict[str, Any], path: Path) -> Path:
 def write_sweep(out_dir: Path, summary: dict[str, Any], points: Sequence[SweepPoint]) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     plot_sweep(summary, out_dir / SWEEP_PNG)
-    (out_dir / SWEEP_JSON).write_text(json.dumps(summary, indent=2, ensure_ascii=False, default=str) + "\n",
-                                      encoding="utf-8")
+    (out_dir / SWEEP_JSON).write_text(
+        json.dumps(summary, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8"
+    )
     (out_dir / SWEEP_MD).write_text(render_markdown(summary), encoding="utf-8")

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from halluscope.cli.common import (NO_FLAGS, OLD_OUT_HELP, ModelFlags, OptionOpt, either, fail, finite_number,
-                                   model_options, parse_options)
+from halluscope.cli.common import (
+    NO_FLAGS,
+    OLD_OUT_HELP,
+    ModelFlags,
+    OptionOpt,
+    either,
+    fail,
+    finite_number,
+    model_options,
+    parse_options,
+)
 
 if TYPE_CHECKING:
     from halluscope.config import Config
@@ -17,31 +26,163 @@ if TYPE_CHECKING:
 
 @model_options()
 def bench_command(
-    dataset: Annotated[str, typer.Option("--dataset", "-d", help=("final[:dev], summedits[:domain], qags[:dev], squality[:dev], " "or a path to a .jsonl in the generic Example format."))],
-    method: Annotated[Optional[str], typer.Option("--method", help="Method name (see `halluscope methods`).")] = None,
-    methods: Annotated[Optional[str], typer.Option("--methods", help="Several methods on the same items, comma-separated, each optionally with options of its own: rouge,gate,geval,dcr+batch_size=4. One sub-folder per method (each resumes on its own), then the quality-and-cost table of all of them: quality.md, quality.json, rows.jsonl.")] = None,
-    peers: Annotated[Optional[str], typer.Option("--peers", help="With --methods: other libraries' faithfulness on the same items and endpoint: ragas,deepeval (the optional 'peers' dependency group; a peer not installed is skipped with the reason in the table).")] = None,
+    dataset: Annotated[
+        str,
+        typer.Option(
+            "--dataset",
+            "-d",
+            help=(
+                "final[:dev], summedits[:domain], qags[:dev], squality[:dev], "
+                "or a path to a .jsonl in the generic Example format."
+            ),
+        ),
+    ],
+    method: Annotated[str | None, typer.Option("--method", help="Method name (see `halluscope methods`).")] = None,
+    methods: Annotated[
+        str | None,
+        typer.Option(
+            "--methods",
+            help=(
+                "Several methods on the same items, comma-separated, each optionally with options of its own: "
+                "rouge,gate,geval,dcr+batch_size=4. One sub-folder per method (each resumes on its own), then the "
+                "quality-and-cost table of all of them: quality.md, quality.json, rows.jsonl."
+            ),
+        ),
+    ] = None,
+    peers: Annotated[
+        str | None,
+        typer.Option(
+            "--peers",
+            help=(
+                "With --methods: other libraries' faithfulness on the same items and endpoint: ragas,deepeval (the "
+                "optional 'peers' dependency group; a peer not installed is skipped with the reason in the table)."
+            ),
+        ),
+    ] = None,
     flags: ModelFlags = NO_FLAGS,
-    judge_model: Annotated[Optional[str], typer.Option("--judge-model", help="Model for the FINAL matching judge (default: the method's model).", envvar="HALLUSCOPE_JUDGE_MODEL")] = None,
-    judge_base_url: Annotated[Optional[str], typer.Option("--judge-base-url", help="Endpoint for the judge, if different.", envvar="HALLUSCOPE_JUDGE_BASE_URL")] = None,
-    judge_api_key: Annotated[Optional[str], typer.Option("--judge-api-key", help="API key for the judge, if different.", envvar="HALLUSCOPE_JUDGE_API_KEY", show_default=False)] = None,
+    judge_model: Annotated[
+        str | None,
+        typer.Option(
+            "--judge-model",
+            help="Model for the FINAL matching judge (default: the method's model).",
+            envvar="HALLUSCOPE_JUDGE_MODEL",
+        ),
+    ] = None,
+    judge_base_url: Annotated[
+        str | None,
+        typer.Option(
+            "--judge-base-url", help="Endpoint for the judge, if different.", envvar="HALLUSCOPE_JUDGE_BASE_URL"
+        ),
+    ] = None,
+    judge_api_key: Annotated[
+        str | None,
+        typer.Option(
+            "--judge-api-key",
+            help="API key for the judge, if different.",
+            envvar="HALLUSCOPE_JUDGE_API_KEY",
+            show_default=False,
+        ),
+    ] = None,
     option: OptionOpt = None,
-    limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="Only the first N items (after --sample). Raising it later resumes the same run.")] = None,
-    sample: Annotated[Optional[int], typer.Option("--sample", min=1, help=("Seeded stratified subsample: N items per (split, domain), " "label mix kept; montage sets are sampled by group."))] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            "--limit", min=1, help="Only the first N items (after --sample). Raising it later resumes the same run."
+        ),
+    ] = None,
+    sample: Annotated[
+        int | None,
+        typer.Option(
+            "--sample",
+            min=1,
+            help=(
+                "Seeded stratified subsample: N items per (split, domain), "
+                "label mix kept; montage sets are sampled by group."
+            ),
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for --sample and the bootstrap.")] = 0,
-    out: Annotated[Optional[Path], typer.Option("--output", "-O", help="Output folder (default runs/<dataset>-<method>-<model>/).")] = None,
-    old_out: Annotated[Optional[Path], typer.Option("--out", hidden=True, help=OLD_OUT_HELP)] = None,
-    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Shared data folder (default ../shared/data).", envvar="HALLUSCOPE_DATA_DIR")] = None,
-    select_on: Annotated[Optional[str], typer.Option("--select-on", help=("localize: the dev dataset on which FINAL's choices are made (prompt variant=auto, 2-step filter " "threshold), e.g. final:dev; default: the run's dev split, else its own items (in-sample)."))] = None,
-    select_holdout: Annotated[Optional[float], typer.Option("--select-holdout", help=("localize: hold out this seeded share of the items (e.g. 0.3) for FINAL's " "choices and score only the rest (instead of choosing in-sample)."))] = None,
-    bootstrap: Annotated[int, typer.Option("--bootstrap", min=0, max=100_000, help="Bootstrap resamples for 95% CIs (0 = none).")] = 1000,
-    retry_unscored: Annotated[bool, typer.Option("--retry-unscored", help="On resume, run the items whose report was unscored again.")] = False,
+    out: Annotated[
+        Path | None, typer.Option("--output", "-O", help="Output folder (default runs/<dataset>-<method>-<model>/).")
+    ] = None,
+    old_out: Annotated[Path | None, typer.Option("--out", hidden=True, help=OLD_OUT_HELP)] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option("--data-dir", help="Shared data folder (default ../shared/data).", envvar="HALLUSCOPE_DATA_DIR"),
+    ] = None,
+    select_on: Annotated[
+        str | None,
+        typer.Option(
+            "--select-on",
+            help=(
+                "localize: the dev dataset on which FINAL's choices are made (prompt variant=auto, 2-step filter "
+                "threshold), e.g. final:dev; default: the run's dev split, else its own items (in-sample)."
+            ),
+        ),
+    ] = None,
+    select_holdout: Annotated[
+        float | None,
+        typer.Option(
+            "--select-holdout",
+            help=(
+                "localize: hold out this seeded share of the items (e.g. 0.3) for FINAL's "
+                "choices and score only the rest (instead of choosing in-sample)."
+            ),
+        ),
+    ] = None,
+    bootstrap: Annotated[
+        int, typer.Option("--bootstrap", min=0, max=100_000, help="Bootstrap resamples for 95% CIs (0 = none).")
+    ] = 1000,
+    retry_unscored: Annotated[
+        bool, typer.Option("--retry-unscored", help="On resume, run the items whose report was unscored again.")
+    ] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="Hide the progress bar.")] = False,
-    engine: Annotated[str, typer.Option("--engine", help=("Where items are scored: 'local' (this process) or 'ray' (an actor pool on a Ray " "cluster; needs the 'ray' extra). Same items.jsonl, resume and results either way."), envvar="HALLUSCOPE_ENGINE")] = "local",
-    address: Annotated[Optional[str], typer.Option("--address", help=("Ray cluster for --engine ray: 'auto' (the cluster on this machine, see `ray start --head`), " "'ray://head:10001' (Ray Client); default: RAY_ADDRESS, else a local Ray instance."), envvar="RAY_ADDRESS")] = None,
-    actors: Annotated[int, typer.Option("--actors", help="--engine ray: number of actors (each holds its own method and LLM client).", min=1)] = 2,
-    actor_concurrency: Annotated[Optional[int], typer.Option("--actor-concurrency", help="--engine ray: items/LLM requests in flight per actor (default: --concurrency split over the actors).", min=1)] = None,
-    actor_cpus: Annotated[float, typer.Option("--actor-cpus", callback=finite_number, help="--engine ray: CPUs Ray reserves per actor (LLM-bound actors need little).", min=0.0, max=1024.0)] = 1.0,
+    engine: Annotated[
+        str,
+        typer.Option(
+            "--engine",
+            help=(
+                "Where items are scored: 'local' (this process) or 'ray' (an actor pool on a Ray "
+                "cluster; needs the 'ray' extra). Same items.jsonl, resume and results either way."
+            ),
+            envvar="HALLUSCOPE_ENGINE",
+        ),
+    ] = "local",
+    address: Annotated[
+        str | None,
+        typer.Option(
+            "--address",
+            help=(
+                "Ray cluster for --engine ray: 'auto' (the cluster on this machine, see `ray start --head`), "
+                "'ray://head:10001' (Ray Client); default: RAY_ADDRESS, else a local Ray instance."
+            ),
+            envvar="RAY_ADDRESS",
+        ),
+    ] = None,
+    actors: Annotated[
+        int,
+        typer.Option(
+            "--actors", help="--engine ray: number of actors (each holds its own method and LLM client).", min=1
+        ),
+    ] = 2,
+    actor_concurrency: Annotated[
+        int | None,
+        typer.Option(
+            "--actor-concurrency",
+            help="--engine ray: items/LLM requests in flight per actor (default: --concurrency split over the actors).",
+            min=1,
+        ),
+    ] = None,
+    actor_cpus: Annotated[
+        float,
+        typer.Option(
+            "--actor-cpus",
+            callback=finite_number,
+            help="--engine ray: CPUs Ray reserves per actor (LLM-bound actors need little).",
+            min=0.0,
+            max=1024.0,
+        ),
+    ] = 1.0,
 ) -> None:
     """Benchmark a METHOD (or several: --methods) on a DATASET: per-item reports stream to items.jsonl (a re-run
     resumes), then results.json, results.md and PNG plots are written to the output folder; with --methods, each
@@ -68,15 +209,32 @@ def bench_command(
         data = load_dataset(dataset, data_dir)
         selection = load_dataset(select_on, data_dir) if select_on else None
     except DatasetError as exc:
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     config, concurrency = flags.config(), flags.concurrency
     if methods is not None:
         if select_on or select_holdout:
             raise fail("--select-on and --select-holdout go with --method (one calibrating method)")
-        _bench_many(methods, peers, data, config, option, out, judge_flags=(judge_model, judge_base_url, judge_api_key),
-                    sample=sample, seed=seed, limit=limit, bootstrap=bootstrap, retry_unscored=retry_unscored,
-                    concurrency=concurrency, progress=not no_progress, engine=engine, address=address, actors=actors,
-                    actor_concurrency=actor_concurrency, actor_cpus=actor_cpus)
+        _bench_many(
+            methods,
+            peers,
+            data,
+            config,
+            option,
+            out,
+            judge_flags=(judge_model, judge_base_url, judge_api_key),
+            sample=sample,
+            seed=seed,
+            limit=limit,
+            bootstrap=bootstrap,
+            retry_unscored=retry_unscored,
+            concurrency=concurrency,
+            progress=not no_progress,
+            engine=engine,
+            address=address,
+            actors=actors,
+            actor_concurrency=actor_concurrency,
+            actor_cpus=actor_cpus,
+        )
         return
     assert method is not None
     try:
@@ -95,10 +253,24 @@ def bench_command(
     judge = _judge(config, (judge_model, judge_base_url, judge_api_key), [m] if m.uses_llm else [])
     runner_engine, engine_errors = _engine(engine, address, actors, actor_concurrency, actor_cpus)
     try:
-        results = asyncio.run(run_bench(m, data, out, judge=judge, sample=sample, seed=seed, limit=limit,
-                                        n_bootstrap=bootstrap, retry_unscored=retry_unscored,
-                                        concurrency=concurrency, progress=not no_progress, engine=runner_engine,
-                                        select_on=selection, select_holdout=select_holdout))
+        results = asyncio.run(
+            run_bench(
+                m,
+                data,
+                out,
+                judge=judge,
+                sample=sample,
+                seed=seed,
+                limit=limit,
+                n_bootstrap=bootstrap,
+                retry_unscored=retry_unscored,
+                concurrency=concurrency,
+                progress=not no_progress,
+                engine=runner_engine,
+                select_on=selection,
+                select_holdout=select_holdout,
+            )
+        )
     except (BenchError, ValueError, *engine_errors) as exc:  # type: ignore[misc]  # a tuple of exception types
         raise fail(str(exc)) from exc
     finally:
@@ -109,16 +281,18 @@ def bench_command(
         raise fail(f"metric suite(s) failed: {results['suite_errors']}", code=1)
 
 
-def _engine(engine: str, address: str | None, actors: int, actor_concurrency: int | None,
-            actor_cpus: float) -> tuple[Any, tuple[type[Exception], ...]]:
+def _engine(
+    engine: str, address: str | None, actors: int, actor_concurrency: int | None, actor_cpus: float
+) -> tuple[Any, tuple[type[Exception], ...]]:
     """The engine of ``--engine`` (None: the local one) and the errors it may raise while running."""
     if engine != "ray":
         return None, ()
     from halluscope.bench.ray_engine import RayEngine, RayEngineError
 
     try:
-        runner_engine = RayEngine(address=address, actors=actors, actor_concurrency=actor_concurrency,
-                                  cpus_per_actor=actor_cpus)
+        runner_engine = RayEngine(
+            address=address, actors=actors, actor_concurrency=actor_concurrency, cpus_per_actor=actor_cpus
+        )
         runner_engine.connect()
     except (RayEngineError, ValueError, ConnectionError) as exc:
         raise fail(f"--engine ray: {exc}") from exc
@@ -142,16 +316,33 @@ def _judge(config: Config, judge_flags: tuple[str | None, ...], llm_methods: lis
         raise fail(f"judge model: {exc}") from exc
 
 
-def _bench_many(methods: str, peers: str | None, data: Any, config: Config, option: list[str] | None,
-                out: Path | None, *, judge_flags: tuple[str | None, ...], sample: int | None, seed: int,
-                limit: int | None, bootstrap: int, retry_unscored: bool, concurrency: int | None, progress: bool,
-                engine: str, address: str | None, actors: int, actor_concurrency: int | None,
-                actor_cpus: float) -> None:
+def _bench_many(
+    methods: str,
+    peers: str | None,
+    data: Any,
+    config: Config,
+    option: list[str] | None,
+    out: Path | None,
+    *,
+    judge_flags: tuple[str | None, ...],
+    sample: int | None,
+    seed: int,
+    limit: int | None,
+    bootstrap: int,
+    retry_unscored: bool,
+    concurrency: int | None,
+    progress: bool,
+    engine: str,
+    address: str | None,
+    actors: int,
+    actor_concurrency: int | None,
+    actor_cpus: float,
+) -> None:
     """``--methods``: every method (and peer) on the same items, each in its own sub-folder, then the table."""
     import asyncio
 
     from halluscope.bench.harness import QUALITY_MD, folder_name, parse_methods, run_systems
-    from halluscope.bench.peers import Endpoint, PeerUnavailable, make_peer, PEER_NAMES
+    from halluscope.bench.peers import PEER_NAMES, Endpoint, PeerUnavailable, make_peer
     from halluscope.bench.runner import BenchError
     from halluscope.methods import get_method
 
@@ -165,15 +356,26 @@ def _bench_many(methods: str, peers: str | None, data: Any, config: Config, opti
     built = []
     for spec in specs:
         try:
-            built.append((spec.label, get_method(spec.name, config=config,
-                                                 **{**shared, **parse_options([f"{k}={v}" for k, v in spec.options.items()])})))
+            built.append(
+                (
+                    spec.label,
+                    get_method(
+                        spec.name,
+                        config=config,
+                        **{**shared, **parse_options([f"{k}={v}" for k, v in spec.options.items()])},
+                    ),
+                )
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise fail(f"{spec.label}: {str(exc).strip(chr(39) + chr(34))}") from exc
     llm_methods = [m for _, m in built if m.uses_llm]
     judge = _judge(config, judge_flags, llm_methods)
     peer_list, skipped = [], {}
-    endpoint = Endpoint(config.base_url, config.model, config.api_key or "none", config.max_tokens) \
-        if config.base_url and config.model else None
+    endpoint = (
+        Endpoint(config.base_url, config.model, config.api_key or "none", config.max_tokens)
+        if config.base_url and config.model
+        else None
+    )
     for key in (k.strip() for k in (peers or "").split(",") if k.strip()):
         try:
             peer_list.append(make_peer(key, endpoint))
@@ -189,10 +391,26 @@ def _bench_many(methods: str, peers: str | None, data: Any, config: Config, opti
         out = default_out_dir(data.spec, "methods", models[0] if models else None, sample, seed)
     runner_engine, engine_errors = _engine(engine, address, actors, actor_concurrency, actor_cpus)
     try:
-        quality = asyncio.run(run_systems(built, data, out, peers=peer_list, skipped=skipped, judge=judge,
-                                          model=", ".join(models) or None, endpoint=config.base_url, sample=sample,
-                                          seed=seed, limit=limit, n_bootstrap=bootstrap, retry_unscored=retry_unscored,
-                                          concurrency=concurrency, progress=progress, engine=runner_engine))
+        quality = asyncio.run(
+            run_systems(
+                built,
+                data,
+                out,
+                peers=peer_list,
+                skipped=skipped,
+                judge=judge,
+                model=", ".join(models) or None,
+                endpoint=config.base_url,
+                sample=sample,
+                seed=seed,
+                limit=limit,
+                n_bootstrap=bootstrap,
+                retry_unscored=retry_unscored,
+                concurrency=concurrency,
+                progress=progress,
+                engine=runner_engine,
+            )
+        )
     except (BenchError, ValueError, *engine_errors) as exc:  # type: ignore[misc]  # a tuple of exception types
         raise fail(str(exc)) from exc
     finally:
@@ -221,14 +439,17 @@ def _optional_judge(config: Config) -> LLM | None:
 def _print_summary(results: dict[str, Any], out: Path | None) -> None:
     from halluscope.bench.folder import default_out_dir
 
-    folder = out or default_out_dir(results["dataset"], results["method"], results["model"],
-                                    results["sample_per_stratum"], results["seed"])
+    folder = out or default_out_dir(
+        results["dataset"], results["method"], results["model"], results["sample_per_stratum"], results["seed"]
+    )
     u = results["usage"]
-    typer.echo(f"{results['method']} on {results['dataset']}: {results['n']} items, {results['n_unscored']} unscored; "
-               f"{u['calls']} LLM calls, {u['prompt_tokens'] + u['completion_tokens']} tokens"
-               + (f" ({u['cached_prompt_tokens']} prompt tokens cached)" if u.get("cached_prompt_tokens") else "")
-               + ", "
-               f"{u['cache_hits']} cache hits; {results['wall_time_s']} s")
+    typer.echo(
+        f"{results['method']} on {results['dataset']}: {results['n']} items, {results['n_unscored']} unscored; "
+        f"{u['calls']} LLM calls, {u['prompt_tokens'] + u['completion_tokens']} tokens"
+        + (f" ({u['cached_prompt_tokens']} prompt tokens cached)" if u.get("cached_prompt_tokens") else "")
+        + ", "
+        f"{u['cache_hits']} cache hits; {results['wall_time_s']} s"
+    )
     for table in results["tables"]:
         typer.echo(f"\n{table['title']}\n{table['markdown']}")
     typer.echo(f"\nwrote {folder}/results.json, results.md and {len(results['plots'])} plot(s)")

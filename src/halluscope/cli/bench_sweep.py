@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from halluscope.cli.common import (NO_FLAGS, OLD_OUT_HELP, ModelFlags, OptionOpt, either, fail, model_options,
-                                   parse_options)
+from halluscope.cli.common import (
+    NO_FLAGS,
+    OLD_OUT_HELP,
+    ModelFlags,
+    OptionOpt,
+    either,
+    fail,
+    model_options,
+    parse_options,
+)
 
 if TYPE_CHECKING:
     from halluscope.methods.base import Method
@@ -16,18 +24,38 @@ if TYPE_CHECKING:
 
 @model_options()
 def bench_sweep_command(
-    dataset: Annotated[str, typer.Option("--dataset", "-d", help="Dataset name or Example .jsonl (as for `halluscope bench`).")],
+    dataset: Annotated[
+        str, typer.Option("--dataset", "-d", help="Dataset name or Example .jsonl (as for `halluscope bench`).")
+    ],
     method: Annotated[str, typer.Option("--method", help="Method name (ignored when sweeping `method`).")],
-    sweep: Annotated[str, typer.Option("--sweep", help="KEY=V1,V2,... e.g. window=0,1,2 (with -o retrieval=always) or method=rouge,dcr.")],
+    sweep: Annotated[
+        str,
+        typer.Option("--sweep", help="KEY=V1,V2,... e.g. window=0,1,2 (with -o retrieval=always) or method=rouge,dcr."),
+    ],
     flags: ModelFlags = NO_FLAGS,
     option: OptionOpt = None,
-    limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="Only the first N items (after --sample).")] = None,
-    sample: Annotated[Optional[int], typer.Option("--sample", min=1, help="Seeded stratified subsample (as for `halluscope bench`).")] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="Only the first N items (after --sample).")
+    ] = None,
+    sample: Annotated[
+        int | None, typer.Option("--sample", min=1, help="Seeded stratified subsample (as for `halluscope bench`).")
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for --sample and the bootstrap.")] = 0,
-    out: Annotated[Optional[Path], typer.Option("--output", "-O", help="Output folder (default runs/sweep-<dataset>-<method>-<key>/); one sub-folder per value.")] = None,
-    old_out: Annotated[Optional[Path], typer.Option("--out", hidden=True, help=OLD_OUT_HELP)] = None,
-    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Shared data folder.", envvar="HALLUSCOPE_DATA_DIR")] = None,
-    bootstrap: Annotated[int, typer.Option("--bootstrap", min=0, max=100_000, help="Bootstrap resamples for 95% CIs (0 = none).")] = 1000,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-O",
+            help="Output folder (default runs/sweep-<dataset>-<method>-<key>/); one sub-folder per value.",
+        ),
+    ] = None,
+    old_out: Annotated[Path | None, typer.Option("--out", hidden=True, help=OLD_OUT_HELP)] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", help="Shared data folder.", envvar="HALLUSCOPE_DATA_DIR")
+    ] = None,
+    bootstrap: Annotated[
+        int, typer.Option("--bootstrap", min=0, max=100_000, help="Bootstrap resamples for 95% CIs (0 = none).")
+    ] = 1000,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="Hide the progress bars.")] = False,
 ) -> None:
     """Benchmark METHOD once per value of one option (e.g. the retrieval window) and compare the runs.
@@ -40,8 +68,14 @@ def bench_sweep_command(
 
     from halluscope.bench.datasets import DatasetError, load_dataset
     from halluscope.bench.runner import BenchError
-    from halluscope.bench.sweep import (SWEEP_MD, SweepError, check_retrieval_sweep, parse_sweep, render_markdown,
-                                        run_sweep)
+    from halluscope.bench.sweep import (
+        SWEEP_MD,
+        SweepError,
+        check_retrieval_sweep,
+        parse_sweep,
+        render_markdown,
+        run_sweep,
+    )
     from halluscope.llm import LLMError, get_llm
     from halluscope.methods import get_method
 
@@ -51,7 +85,7 @@ def bench_sweep_command(
         check_retrieval_sweep(key, options)  # before loading anything: a sweep that would measure nothing
         data = load_dataset(dataset, data_dir)
     except (SweepError, DatasetError) as exc:
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     config, concurrency = flags.config(), flags.concurrency
     try:  # one judge for every run (only suites that need a judge use it)
         judge = get_llm(config)
@@ -65,9 +99,24 @@ def bench_sweep_command(
         return get_method(name, config=config, **opts)
 
     try:
-        summary = asyncio.run(run_sweep(method, key, values, data, out, make_method=make_method, options=options,
-                                        judge=judge, sample=sample, seed=seed, limit=limit, n_bootstrap=bootstrap,
-                                        concurrency=concurrency, progress=not no_progress))
+        summary = asyncio.run(
+            run_sweep(
+                method,
+                key,
+                values,
+                data,
+                out,
+                make_method=make_method,
+                options=options,
+                judge=judge,
+                sample=sample,
+                seed=seed,
+                limit=limit,
+                n_bootstrap=bootstrap,
+                concurrency=concurrency,
+                progress=not no_progress,
+            )
+        )
     except (SweepError, BenchError, ValueError) as exc:
         raise fail(str(exc)) from exc
     typer.echo(render_markdown(summary))

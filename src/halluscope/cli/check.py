@@ -15,13 +15,22 @@ from __future__ import annotations
 
 import json
 from contextlib import AbstractContextManager, nullcontext
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional, cast
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
-from halluscope.cli.common import (NO_FLAGS, InputFileError, ModelFlags, OptionOpt, check_fraction, check_output_file,
-                                   fail, model_options, parse_options, read_text_input)
+from halluscope.cli.common import (
+    NO_FLAGS,
+    InputFileError,
+    ModelFlags,
+    OptionOpt,
+    check_fraction,
+    check_output_file,
+    fail,
+    model_options,
+    parse_options,
+    read_text_input,
+)
 from halluscope.records import Evidence, Finding, Report
 
 if TYPE_CHECKING:
@@ -77,8 +86,15 @@ def _one_line(text: str, limit: int = 300) -> str:
 class Texts:
     """The texts a report indexes into, with the names to print for them."""
 
-    def __init__(self, source: str, target: str, source_name: str = "source", target_name: str = "target",
-                 chunks: list[str] | None = None, chunk_names: list[str] | None = None):
+    def __init__(
+        self,
+        source: str,
+        target: str,
+        source_name: str = "source",
+        target_name: str = "target",
+        chunks: list[str] | None = None,
+        chunk_names: list[str] | None = None,
+    ):
         self.source, self.target = source, target
         self.source_name, self.target_name = source_name, target_name
         self.chunks = chunks
@@ -113,7 +129,7 @@ def finding_lines(n: int, f: Finding, texts: Texts) -> list[str]:
         head += f" [confidence {confidence:.2f}]"
     out = [f"{n}. {head}", f"   reason: {_one_line(f.description, 600)}"]
     for ev in f.evidence:
-        out.append(f"   evidence ({ev.relation}) at {texts.evidence_where(ev)}: \"{_one_line(ev.text, 600)}\"")
+        out.append(f'   evidence ({ev.relation}) at {texts.evidence_where(ev)}: "{_one_line(ev.text, 600)}"')
     fix = getattr(f, "suggested_fix", None) or getattr(f, "fix", None)
     if fix:
         out.append(f"   fix: {_one_line(str(fix), 600)}")
@@ -125,11 +141,14 @@ def claim_lines(report: Report, texts: Texts) -> list[str]:
     out = []
     for v in report.verdicts:
         spans = sorted(v.claim.target_spans, key=lambda s: s.start)
-        where = f"{texts.target_name}:{':'.join(map(str, line_col(texts.target, spans[0].start)))}" if spans \
+        where = (
+            f"{texts.target_name}:{':'.join(map(str, line_col(texts.target, spans[0].start)))}"
+            if spans
             else texts.target_name
-        out.append(f"{where}: {v.label}: \"{_one_line(v.claim.text, 200)}\"")
+        )
+        out.append(f'{where}: {v.label}: "{_one_line(v.claim.text, 200)}"')
         for ev in v.evidence:
-            out.append(f"   {ev.relation} at {texts.evidence_where(ev)}: \"{_one_line(ev.text, 200)}\"")
+            out.append(f'   {ev.relation} at {texts.evidence_where(ev)}: "{_one_line(ev.text, 200)}"')
     return out
 
 
@@ -143,9 +162,9 @@ def report_text(report: Report, texts: Texts, claims: bool = False) -> str:
     for v in unscored:
         if v.claim.target_spans:
             line, col = line_col(texts.target, v.claim.target_spans[0].start)
-            lines.append(f"{texts.target_name}:{line}:{col}: unscored: \"{_one_line(v.claim.text, 200)}\"")
+            lines.append(f'{texts.target_name}:{line}:{col}: unscored: "{_one_line(v.claim.text, 200)}"')
         else:
-            lines.append(f"{texts.target_name}: unscored: \"{_one_line(v.claim.text, 200)}\"")
+            lines.append(f'{texts.target_name}: unscored: "{_one_line(v.claim.text, 200)}"')
         lines.append(f"   reason: {_one_line(v.reason, 600)}")
     if claims and report.verdicts:
         lines.extend(["", "claims:"] if lines else ["claims:"])
@@ -153,8 +172,11 @@ def report_text(report: Report, texts: Texts, claims: bool = False) -> str:
     details = report.details or {}
     if details.get("improved") and details.get("diff"):  # `improve`: its verified rewrite is the suggested fix
         lines.append(f"suggested fix (verified rewrite, round {details.get('best_round')}):")
-        lines.extend(f"   {line}" for line in str(details["diff"]).splitlines()
-                     if line.startswith(("+", "-")) and not line.startswith(("+++", "---")))
+        lines.extend(
+            f"   {line}"
+            for line in str(details["diff"]).splitlines()
+            if line.startswith(("+", "-")) and not line.startswith(("+++", "---"))
+        )
     if lines:
         lines.append("")
     score = "unscored" if report.score is None else number(report.score)
@@ -172,18 +194,23 @@ def report_text(report: Report, texts: Texts, claims: bool = False) -> str:
         lines.append("  " + ", ".join(f"{k}={number(v)}" for k, v in report.subscores.items()))
     if isinstance(report.details.get("ran"), list):  # an ensemble: which members ran, which the cascade skipped
         skipped = report.details.get("skipped") or []
-        lines.append(f"  members run: {', '.join(report.details['ran']) or 'none'}; "
-                     f"skipped: {', '.join(skipped) if skipped else 'none'}")
+        lines.append(
+            f"  members run: {', '.join(report.details['ran']) or 'none'}; "
+            f"skipped: {', '.join(skipped) if skipped else 'none'}"
+        )
     if report.verdicts and "claims" not in report.subscores:
         counts: dict[str, int] = {}
         for v in report.verdicts:
             counts[v.label] = counts.get(v.label, 0) + 1
-        lines.append(f"  claims: {len(report.verdicts)} ("
-                     + ", ".join(f"{n} {label}" for label, n in counts.items()) + ")")
+        lines.append(
+            f"  claims: {len(report.verdicts)} (" + ", ".join(f"{n} {label}" for label, n in counts.items()) + ")"
+        )
     u = report.usage
     cost = "" if u.cost_usd is None else f", ${u.cost_usd:.6f}"  # only where the provider's prices are known
-    lines.append(f"{u.calls} LLM calls, {u.prompt_tokens}+{u.completion_tokens} tokens{u.cached_note()}, "
-                 f"{u.cache_hits} cache hits{cost}, {report.elapsed_s:.2f}s")
+    lines.append(
+        f"{u.calls} LLM calls, {u.prompt_tokens}+{u.completion_tokens} tokens{u.cached_note()}, "
+        f"{u.cache_hits} cache hits{cost}, {report.elapsed_s:.2f}s"
+    )
     return "\n".join(lines)
 
 
@@ -215,31 +242,117 @@ def read_contexts(paths: list[str]) -> tuple[list[str], list[str]]:
 
 @model_options()
 def check_command(
-    source: Annotated[Optional[str], typer.Option("--source", "-s", help="Source text file ('-' for stdin).")] = None,
-    target: Annotated[Optional[str], typer.Option("--target", "-t", help="Target text file to check ('-' for stdin).")] = None,
-    context: Annotated[Optional[list[str]], typer.Option("--context", "-c", help=("Instead of --source: a retrieved chunk's file (repeat for each chunk), or a " ".json file holding a list of chunks; the evidence names its chunk."))] = None,
-    method: Annotated[Optional[str], typer.Option("--method", help="Method name (see `halluscope methods`).")] = None,
+    source: Annotated[str | None, typer.Option("--source", "-s", help="Source text file ('-' for stdin).")] = None,
+    target: Annotated[
+        str | None, typer.Option("--target", "-t", help="Target text file to check ('-' for stdin).")
+    ] = None,
+    context: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--context",
+            "-c",
+            help=(
+                "Instead of --source: a retrieved chunk's file (repeat for each chunk), or a "
+                ".json file holding a list of chunks; the evidence names its chunk."
+            ),
+        ),
+    ] = None,
+    method: Annotated[str | None, typer.Option("--method", help="Method name (see `halluscope methods`).")] = None,
     flags: ModelFlags = NO_FLAGS,
     option: OptionOpt = None,
-    threshold: Annotated[Optional[float], typer.Option(help=("Consistent when the score is at least this and there is no finding (default: the " "method's, see `halluscope methods`; the same setting as -o threshold=)."))] = None,
-    output_format: Annotated[Optional[str], typer.Option("--format", "-f", help="text (default), json (the full Report, indented) or jsonl (one line).")] = None,
+    threshold: Annotated[
+        float | None,
+        typer.Option(
+            help=(
+                "Consistent when the score is at least this and there is no finding (default: the "
+                "method's, see `halluscope methods`; the same setting as -o threshold=)."
+            )
+        ),
+    ] = None,
+    output_format: Annotated[
+        str | None,
+        typer.Option("--format", "-f", help="text (default), json (the full Report, indented) or jsonl (one line)."),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Same as --format json.")] = False,
-    fail_under: Annotated[Optional[float], typer.Option("--fail-under", help="Also exit 1 when the score (with --input: the mean score of the scored rows) is below this.")] = None,
-    html: Annotated[Optional[str], typer.Option("--html", help="Also write the web report (side-by-side, highlighted spans) to this file.")] = None,
-    input_file: Annotated[Optional[str], typer.Option("--input", "-i", help="Check every row of this table (.jsonl, .csv or .parquet) instead of one pair.")] = None,
-    output_file: Annotated[Optional[str], typer.Option("--output", "-O", help=("With --input: write one result row per input row here " "(.jsonl, .csv or .parquet); resumes after a crash."))] = None,
-    source_column: Annotated[Optional[str], typer.Option("--source-column", help=("With --input: the column holding the source (default: source, " "retrieved_contexts or retrieval_context; a cell may be a list of chunks)."))] = None,
-    target_column: Annotated[Optional[str], typer.Option("--target-column", help="With --input: the column holding the target (default: target, response or actual_output).")] = None,
-    retry_unscored: Annotated[bool, typer.Option("--retry-unscored", help=("With --input: check again only the rows left unscored in " "--output (or its partial file); keep the scored ones."))] = False,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show progress on a terminal: a spinner while one pair is checked, a progress bar with --input.")] = True,
-    claims: Annotated[bool, typer.Option("--claims", help=("Text output: also list every claim (passing ones too) with " "its verdict and where its evidence lies (its chunk)."))] = False,
+    fail_under: Annotated[
+        float | None,
+        typer.Option(
+            "--fail-under",
+            help="Also exit 1 when the score (with --input: the mean score of the scored rows) is below this.",
+        ),
+    ] = None,
+    html: Annotated[
+        str | None,
+        typer.Option("--html", help="Also write the web report (side-by-side, highlighted spans) to this file."),
+    ] = None,
+    input_file: Annotated[
+        str | None,
+        typer.Option(
+            "--input", "-i", help="Check every row of this table (.jsonl, .csv or .parquet) instead of one pair."
+        ),
+    ] = None,
+    output_file: Annotated[
+        str | None,
+        typer.Option(
+            "--output",
+            "-O",
+            help=(
+                "With --input: write one result row per input row here "
+                "(.jsonl, .csv or .parquet); resumes after a crash."
+            ),
+        ),
+    ] = None,
+    source_column: Annotated[
+        str | None,
+        typer.Option(
+            "--source-column",
+            help=(
+                "With --input: the column holding the source (default: source, "
+                "retrieved_contexts or retrieval_context; a cell may be a list of chunks)."
+            ),
+        ),
+    ] = None,
+    target_column: Annotated[
+        str | None,
+        typer.Option(
+            "--target-column",
+            help="With --input: the column holding the target (default: target, response or actual_output).",
+        ),
+    ] = None,
+    retry_unscored: Annotated[
+        bool,
+        typer.Option(
+            "--retry-unscored",
+            help=(
+                "With --input: check again only the rows left unscored in "
+                "--output (or its partial file); keep the scored ones."
+            ),
+        ),
+    ] = False,
+    progress: Annotated[
+        bool,
+        typer.Option(
+            "--progress/--no-progress",
+            help="Show progress on a terminal: a spinner while one pair is checked, a progress bar with --input.",
+        ),
+    ] = True,
+    claims: Annotated[
+        bool,
+        typer.Option(
+            "--claims",
+            help=(
+                "Text output: also list every claim (passing ones too) with "
+                "its verdict and where its evidence lies (its chunk)."
+            ),
+        ),
+    ] = False,
 ) -> None:
     """Check TARGET against SOURCE (or every row of --input into --output) and print the findings, score and cost.
 
     Exit status: 0 consistent, 1 inconsistent (a finding, or a score under the threshold), 2 bad usage,
     3 could not score. With --input: 1 if any row is inconsistent, else 3 if any row is unscored, else 0."""
-    from halluscope.llm import LLMError
     from halluscope.config import resolve_method
+    from halluscope.llm import LLMError
     from halluscope.methods import InputError, get_method
 
     if json_out:
@@ -262,7 +375,9 @@ def check_command(
         if retry_unscored:
             raise fail("--retry-unscored goes with --input/--output")
         if (source is None and not context) or target is None:
-            raise fail("give --source (or --context) and --target (one pair), or --input and --output (a table of pairs)")
+            raise fail(
+                "give --source (or --context) and --target (one pair), or --input and --output (a table of pairs)"
+            )
     stdin_readers = [source == "-", target == "-", *(c == "-" for c in context or [])]
     if sum(stdin_readers) > 1:
         raise fail("only one of --source/--context/--target can read standard input")
@@ -280,13 +395,15 @@ def check_command(
                 src = read_text_input(cast(str, source), "source")  # both given: checked above
             tgt = read_text_input(cast(str, target), "target")
         except InputFileError as exc:
-            raise fail(str(exc))
+            raise fail(str(exc)) from exc
     config, concurrency = flags.config(), flags.concurrency
     options = parse_options(option)
     if threshold is not None:
         if "threshold" in options and options["threshold"] != threshold:
-            raise fail(f"--threshold {threshold} and -o threshold={options['threshold']} are the same setting and "
-                       "disagree: give one")
+            raise fail(
+                f"--threshold {threshold} and -o threshold={options['threshold']} are the same setting and "
+                "disagree: give one"
+            )
         options["threshold"] = threshold
     try:
         name, options = resolve_method(method or config.method, options)
@@ -299,8 +416,19 @@ def check_command(
         except (LLMError, ValueError, OSError) as exc:  # OSError: e.g. a fake model's script file that is missing
             raise fail(str(exc)) from exc
     if input_file is not None:
-        code = check_table(m, input_file, cast(str, output_file), source_column, target_column, threshold,
-                           concurrency, progress, retry_unscored, fail_under, output_format)
+        code = check_table(
+            m,
+            input_file,
+            cast(str, output_file),
+            source_column,
+            target_column,
+            threshold,
+            concurrency,
+            progress,
+            retry_unscored,
+            fail_under,
+            output_format,
+        )
         raise typer.Exit(code)
     try:
         with working(progress, f"checking with {m.name} ({m.model_name or 'no LLM'})"):
@@ -323,8 +451,10 @@ def check_command(
     elif output_format == "jsonl":
         typer.echo(report.model_dump_json())
     else:
-        names = {"source_name": "source" if source is None or source == "-" else source,
-                 "target_name": "target" if target is None or target == "-" else target}
+        names = {
+            "source_name": "source" if source is None or source == "-" else source,
+            "target_name": "target" if target is None or target == "-" else target,
+        }
         typer.echo(report_text(report, Texts(src, tgt, chunks=chunks, chunk_names=chunk_names, **names), claims))
     raise typer.Exit(exit_code(report, fail_under))
 
@@ -340,9 +470,19 @@ def working(progress: bool, what: str) -> AbstractContextManager[Any]:
     return console.status(what + "...")
 
 
-def check_table(method: Method, input_file: str, output_file: str, source_column: str | None,
-                target_column: str | None, threshold: float | None, concurrency: int | None, progress: bool,
-                retry_unscored: bool = False, fail_under: float | None = None, output_format: str = "text") -> int:
+def check_table(
+    method: Method,
+    input_file: str,
+    output_file: str,
+    source_column: str | None,
+    target_column: str | None,
+    threshold: float | None,
+    concurrency: int | None,
+    progress: bool,
+    retry_unscored: bool = False,
+    fail_under: float | None = None,
+    output_format: str = "text",
+) -> int:
     """``check --input/--output``: every row checked, resumably (see :mod:`halluscope.tabular`); prints the
     summary and returns the exit code."""
     from halluscope.llm import LLMError
@@ -350,9 +490,19 @@ def check_table(method: Method, input_file: str, output_file: str, source_column
     from halluscope.tabular import TableError, check_file
 
     try:
-        summary = run_sync(check_file(method, input_file, output_file, source=source_column, target=target_column,
-                                      threshold=threshold, concurrency=concurrency, progress=progress,
-                                      retry_unscored=retry_unscored))
+        summary = run_sync(
+            check_file(
+                method,
+                input_file,
+                output_file,
+                source=source_column,
+                target=target_column,
+                threshold=threshold,
+                concurrency=concurrency,
+                progress=progress,
+                retry_unscored=retry_unscored,
+            )
+        )
     except (TableError, LLMError) as exc:
         raise fail(str(exc)) from exc
     code = batch_exit_code(summary, fail_under)
@@ -362,13 +512,20 @@ def check_table(method: Method, input_file: str, output_file: str, source_column
     mean = "-" if summary["mean_score"] is None else f"{summary['mean_score']:.3f}"
     cost = "" if summary["cost_usd"] is None else f", ${summary['cost_usd']:.6f}"
     reused = summary["resumed"]
-    typer.echo(f"wrote {summary['rows']} rows to {summary['output']} ({summary['checked']} checked now, "
-               f"{reused} resumed): {summary['scored']} scored, {summary['unscored']} unscored, "
-               f"{summary['inconsistent']} inconsistent; mean score {mean}")
-    earlier = (f"; {summary['total_calls']} LLM calls in all, counting the {reused} rows done before"
-               if reused and summary["total_calls"] != summary["calls"] else "")
-    typer.echo(f"this run: {summary['calls']} LLM calls, {summary['prompt_tokens']}+{summary['completion_tokens']} "
-               f"tokens, {summary['cache_hits']} cache hits{cost}{earlier}")
+    typer.echo(
+        f"wrote {summary['rows']} rows to {summary['output']} ({summary['checked']} checked now, "
+        f"{reused} resumed): {summary['scored']} scored, {summary['unscored']} unscored, "
+        f"{summary['inconsistent']} inconsistent; mean score {mean}"
+    )
+    earlier = (
+        f"; {summary['total_calls']} LLM calls in all, counting the {reused} rows done before"
+        if reused and summary["total_calls"] != summary["calls"]
+        else ""
+    )
+    typer.echo(
+        f"this run: {summary['calls']} LLM calls, {summary['prompt_tokens']}+{summary['completion_tokens']} "
+        f"tokens, {summary['cache_hits']} cache hits{cost}{earlier}"
+    )
     if fail_under is not None and summary["mean_score"] is not None and summary["mean_score"] < fail_under:
         typer.echo(f"mean score {mean} is under --fail-under {fail_under}")
     return code

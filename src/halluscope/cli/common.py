@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, BinaryIO, Optional
+from typing import Annotated, Any, BinaryIO
 
 import typer
 
@@ -51,12 +51,14 @@ def _read_capped(stream: BinaryIO, what: str, label: str, limit: int) -> bytes:
         chunk = stream.read(min(_READ_CHUNK, limit + 1 - len(data)))
         if not chunk:
             return bytes(data)
-        if len(data) < 8192 and b"\x00" in chunk[:8192 - len(data)]:
+        if len(data) < 8192 and b"\x00" in chunk[: 8192 - len(data)]:
             raise InputFileError(f"{what} ({label}) looks binary (contains NUL bytes); expected UTF-8 text")
         data += chunk
         if len(data) > limit:
-            raise InputFileError(f"{what} ({label}) is larger than the {limit / 2**20:.3g} MiB input limit; reading "
-                                 "stopped (set HALLUSCOPE_MAX_INPUT_MB to raise it)")
+            raise InputFileError(
+                f"{what} ({label}) is larger than the {limit / 2**20:.3g} MiB input limit; reading "
+                "stopped (set HALLUSCOPE_MAX_INPUT_MB to raise it)"
+            )
 
 
 def read_text_input(path: str, what: str, max_bytes: int | None = None) -> str:
@@ -84,12 +86,15 @@ def read_text_input(path: str, what: str, max_bytes: int | None = None) -> str:
     except UnicodeDecodeError as exc:
         raise InputFileError(f"{what} ({label}) is not valid UTF-8: {exc.reason} at byte {exc.start}") from exc
     if is_blank(text):
-        raise InputFileError(f"{what} ({label}) is empty" if not text.strip() else
-                             f"{what} ({label}) is empty (only whitespace and invisible characters such as U+200B)")
+        raise InputFileError(
+            f"{what} ({label}) is empty"
+            if not text.strip()
+            else f"{what} ({label}) is empty (only whitespace and invisible characters such as U+200B)"
+        )
     return text
 
 
-def fail(message: str, code: int = 2) -> "typer.Exit":
+def fail(message: str, code: int = 2) -> typer.Exit:
     typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
     return typer.Exit(code)
 
@@ -122,24 +127,53 @@ def check_output_file(path: str | Path | None, flag: str) -> None:
         raise fail(f"{flag} {path}: the folder {parent} does not exist")
 
 
-ModelOpt = Annotated[Optional[str], typer.Option(
-    "--model", "-m", envvar="HALLUSCOPE_MODEL",
-    help="Model: 'embedded' (default, offline), 'embedded:<name|path.gguf>', a model name at --base-url, or a LiteLLM "
-         "model ('litellm:<model>', 'anthropic/...'; docs/providers.md).")]
-BaseUrlOpt = Annotated[Optional[str], typer.Option(
-    "--base-url", envvar="HALLUSCOPE_BASE_URL",
-    help="OpenAI-compatible endpoint (also HALLUSCOPE_BASE_URL / OPENAI_BASE_URL).")]
-ApiKeyOpt = Annotated[Optional[str], typer.Option(
-    "--api-key", envvar="HALLUSCOPE_API_KEY", show_default=False,
-    help="API key (also HALLUSCOPE_API_KEY / OPENAI_API_KEY).")]
-NoCacheOpt = Annotated[Optional[bool], typer.Option(
-    "--no-cache/--cache", show_default=False,
-    help="Do not read or write the response cache (--cache: use it even when HALLUSCOPE_CACHE or the config file "
-         "turns it off).")]
-ConcurrencyOpt = Annotated[Optional[int], typer.Option(
-    "--concurrency", min=1, max=1024, envvar="HALLUSCOPE_MAX_CONCURRENCY", help="Max LLM requests in flight.")]
-OptionOpt = Annotated[Optional[list[str]], typer.Option(
-    "--option", "-o", help="Method option KEY=VALUE (repeatable), e.g. -o style=cot.")]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        "-m",
+        envvar="HALLUSCOPE_MODEL",
+        help=(
+            "Model: 'embedded' (default, offline), 'embedded:<name|path.gguf>', a model name at --base-url, or a "
+            "LiteLLM model ('litellm:<model>', 'anthropic/...'; docs/providers.md)."
+        ),
+    ),
+]
+BaseUrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--base-url",
+        envvar="HALLUSCOPE_BASE_URL",
+        help="OpenAI-compatible endpoint (also HALLUSCOPE_BASE_URL / OPENAI_BASE_URL).",
+    ),
+]
+ApiKeyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key",
+        envvar="HALLUSCOPE_API_KEY",
+        show_default=False,
+        help="API key (also HALLUSCOPE_API_KEY / OPENAI_API_KEY).",
+    ),
+]
+NoCacheOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--no-cache/--cache",
+        show_default=False,
+        help="Do not read or write the response cache (--cache: use it even when HALLUSCOPE_CACHE or the config file "
+        "turns it off).",
+    ),
+]
+ConcurrencyOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--concurrency", min=1, max=1024, envvar="HALLUSCOPE_MAX_CONCURRENCY", help="Max LLM requests in flight."
+    ),
+]
+OptionOpt = Annotated[
+    list[str] | None, typer.Option("--option", "-o", help="Method option KEY=VALUE (repeatable), e.g. -o style=cot.")
+]
 
 
 OLD_OUT_HELP = "Old spelling of --output (kept so existing scripts work)."
@@ -174,8 +208,13 @@ class ModelFlags:
 NO_FLAGS = ModelFlags()
 """The default of a command's ``flags`` parameter (replaced by :func:`model_options`): none given."""
 
-MODEL_FLAGS: dict[str, Any] = {"model": ModelOpt, "base_url": BaseUrlOpt, "api_key": ApiKeyOpt,
-                               "no_cache": NoCacheOpt, "concurrency": ConcurrencyOpt}
+MODEL_FLAGS: dict[str, Any] = {
+    "model": ModelOpt,
+    "base_url": BaseUrlOpt,
+    "api_key": ApiKeyOpt,
+    "no_cache": NoCacheOpt,
+    "concurrency": ConcurrencyOpt,
+}
 """The one declaration of the model/endpoint flags every command that talks to a model takes, in help order."""
 
 
@@ -191,10 +230,13 @@ def model_options(cache: bool = True) -> Callable[[Callable[..., Any]], Callable
         signature = inspect.signature(command, eval_str=True)
         params = list(signature.parameters.values())
         at = [p.name for p in params].index("flags")
-        kind = inspect.Parameter.KEYWORD_ONLY if params[at].kind is inspect.Parameter.KEYWORD_ONLY \
+        kind = (
+            inspect.Parameter.KEYWORD_ONLY
+            if params[at].kind is inspect.Parameter.KEYWORD_ONLY
             else inspect.Parameter.POSITIONAL_OR_KEYWORD
+        )
         added = [inspect.Parameter(n, kind, default=None, annotation=MODEL_FLAGS[n]) for n in names]
-        params[at:at + 1] = added
+        params[at : at + 1] = added
 
         @functools.wraps(command)
         def run(*args: Any, **kwargs: Any) -> Any:
@@ -210,13 +252,21 @@ def model_options(cache: bool = True) -> Callable[[Callable[..., Any]], Callable
     return decorate
 
 
-def make_config(model: str | None = None, base_url: str | None = None, api_key: str | None = None,
-                no_cache: bool | None = None, concurrency: int | None = None) -> Config:
+def make_config(
+    model: str | None = None,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    no_cache: bool | None = None,
+    concurrency: int | None = None,
+) -> Config:
     """The Config of a command: its flags over HALLUSCOPE_* variables over the config file over defaults.
     ``no_cache``: True = --no-cache, False = --cache, None = neither given."""
     try:
         return Config().with_overrides(
-            model=model, base_url=base_url, api_key=api_key, max_concurrency=concurrency,
+            model=model,
+            base_url=base_url,
+            api_key=api_key,
+            max_concurrency=concurrency,
             cache=None if no_cache is None else not no_cache,
         )
     except ValueError as exc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -13,24 +13,119 @@ from halluscope.cli.common import NO_FLAGS, ModelFlags, fail, finite_number, mod
 
 @model_options()
 def inject_command(
-    dataset: Annotated[str, typer.Argument(help=("Faithful targets: a dataset spec (e.g. 'squality:dev', " "'summedits:news') or a harness-format .jsonl file."))],
+    dataset: Annotated[
+        str,
+        typer.Argument(
+            help=(
+                "Faithful targets: a dataset spec (e.g. 'squality:dev', "
+                "'summedits:news') or a harness-format .jsonl file."
+            )
+        ),
+    ],
     output: Annotated[Path, typer.Option("--output", "-O", help="Where to write the Example JSONL.")],
-    complexity: Annotated[Optional[list[int]], typer.Option("--complexity", "-c", help="Complexity level 1-3 (repeatable; level c injects c facts). Default: 1, 2 and 3.")] = None,
-    weave: Annotated[str, typer.Option(help=("'llm' (the model edits the text, insertions tagged and verified) or " "'boundary' (no LLM: facts inserted as sentences at sentence boundaries)."))] = "llm",
-    fact: Annotated[Optional[list[str]], typer.Option("--fact", help=("Use these facts instead of inventing them with the LLM " "(repeatable; the same facts go into every item)."))] = None,
-    facts_from: Annotated[str, typer.Option(help=("Where facts come from when no --fact is given: 'llm' (invented) or 'donor' (no LLM: " "sentences from targets of other sources in the same dataset, closest topic first)."))] = "llm",
-    split: Annotated[Optional[str], typer.Option(help="Keep only input items of this split (e.g. 'evaluation' for SummEdits dev).")] = None,
-    sample: Annotated[Optional[int], typer.Option(min=1, help="Draw this many input items at random (seeded) instead of taking them in order.")] = None,
-    limit: Annotated[Optional[int], typer.Option(min=1, help="Use at most this many input items.")] = None,
-    max_sentences: Annotated[Optional[int], typer.Option(min=1, help="Cut each input target to its first N sentences before injecting (long summaries).")] = None,
-    include_inconsistent: Annotated[bool, typer.Option(help="Also inject into items labelled inconsistent (by default only label 1 / unlabelled items are used).")] = False,
-    truth: Annotated[bool, typer.Option(help="Also write each original target as a consistent example (label 1, difficulty 'truth').")] = True,
+    complexity: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--complexity",
+            "-c",
+            help="Complexity level 1-3 (repeatable; level c injects c facts). Default: 1, 2 and 3.",
+        ),
+    ] = None,
+    weave: Annotated[
+        str,
+        typer.Option(
+            help=(
+                "'llm' (the model edits the text, insertions tagged and verified) or "
+                "'boundary' (no LLM: facts inserted as sentences at sentence boundaries)."
+            )
+        ),
+    ] = "llm",
+    fact: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--fact",
+            help=(
+                "Use these facts instead of inventing them with the LLM "
+                "(repeatable; the same facts go into every item)."
+            ),
+        ),
+    ] = None,
+    facts_from: Annotated[
+        str,
+        typer.Option(
+            help=(
+                "Where facts come from when no --fact is given: 'llm' (invented) or 'donor' (no LLM: "
+                "sentences from targets of other sources in the same dataset, closest topic first)."
+            )
+        ),
+    ] = "llm",
+    split: Annotated[
+        str | None, typer.Option(help="Keep only input items of this split (e.g. 'evaluation' for SummEdits dev).")
+    ] = None,
+    sample: Annotated[
+        int | None,
+        typer.Option(min=1, help="Draw this many input items at random (seeded) instead of taking them in order."),
+    ] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="Use at most this many input items.")] = None,
+    max_sentences: Annotated[
+        int | None,
+        typer.Option(min=1, help="Cut each input target to its first N sentences before injecting (long summaries)."),
+    ] = None,
+    include_inconsistent: Annotated[
+        bool,
+        typer.Option(
+            help="Also inject into items labelled inconsistent (by default only label 1 / unlabelled items are used)."
+        ),
+    ] = False,
+    truth: Annotated[
+        bool,
+        typer.Option(help="Also write each original target as a consistent example (label 1, difficulty 'truth')."),
+    ] = True,
     seed: Annotated[int, typer.Option(help="Random seed (sampling and boundary placement).")] = 0,
-    gold_evidence: Annotated[bool, typer.Option("--gold-evidence", help=("Also build gold truthful claims and their gold source evidence by multi-judge consensus " "(PROBE's decomposer, evidence finder and judges; PROBE paper §3.3), so the PROBE suite can " "score decomposition, evidence finding and evidence evaluation. Costs LLM calls per claim."))] = False,
-    gold_judge: Annotated[Optional[list[str]], typer.Option("--gold-judge", help=("A judge model for --gold-evidence, at the same endpoint (repeatable; each finds evidence " "once and votes on every candidate; the paper uses 4). Default: the main model."))] = None,
-    gold_samples: Annotated[Optional[int], typer.Option(min=1, help=("Votes per judge for --gold-evidence (votes after the first are " "sampled). Default: 1 with several judges, 3 with one."))] = None,
-    gold_consensus: Annotated[float, typer.Option(min=0.0, max=1.0, callback=finite_number, help="Share of ALL votes that must say PASS for a passage to become gold evidence (paper: 3 of 4 = 0.75).")] = 0.75,
-    data_dir: Annotated[Optional[Path], typer.Option(help="Folder of the shared benchmark data (default: ../shared/data or HALLUSCOPE_DATA_DIR).")] = None,
+    gold_evidence: Annotated[
+        bool,
+        typer.Option(
+            "--gold-evidence",
+            help=(
+                "Also build gold truthful claims and their gold source evidence by multi-judge consensus "
+                "(PROBE's decomposer, evidence finder and judges; PROBE paper §3.3), so the PROBE suite can "
+                "score decomposition, evidence finding and evidence evaluation. Costs LLM calls per claim."
+            ),
+        ),
+    ] = False,
+    gold_judge: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--gold-judge",
+            help=(
+                "A judge model for --gold-evidence, at the same endpoint (repeatable; each finds evidence "
+                "once and votes on every candidate; the paper uses 4). Default: the main model."
+            ),
+        ),
+    ] = None,
+    gold_samples: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help=(
+                "Votes per judge for --gold-evidence (votes after the first are "
+                "sampled). Default: 1 with several judges, 3 with one."
+            ),
+        ),
+    ] = None,
+    gold_consensus: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            callback=finite_number,
+            help="Share of ALL votes that must say PASS for a passage to become gold evidence (paper: 3 of 4 = 0.75).",
+        ),
+    ] = 0.75,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(help="Folder of the shared benchmark data (default: ../shared/data or HALLUSCOPE_DATA_DIR)."),
+    ] = None,
     flags: ModelFlags = NO_FLAGS,
 ) -> None:
     """Invent plausible facts the source does not support and weave them into faithful targets at complexity
@@ -80,8 +175,12 @@ def inject_command(
         for e in items:
             sents = split_sentences(e.target)
             if len(sents) > max_sentences:
-                e = e.model_copy(update={"target": e.target[: sents[max_sentences - 1].span.end],
-                                         "meta": {**e.meta, "target_cut_to_sentences": max_sentences}})
+                e = e.model_copy(
+                    update={
+                        "target": e.target[: sents[max_sentences - 1].span.end],
+                        "meta": {**e.meta, "target_cut_to_sentences": max_sentences},
+                    }
+                )
             cut.append(e)
         items = cut
     if not items:
@@ -94,8 +193,13 @@ def inject_command(
     if gold_evidence and llm is not None:
         judges = [get_llm(config.with_overrides(model=name)) for name in gold_judge or []]
         builder = GoldEvidenceBuilder(llm, judges=judges, samples=gold_samples, consensus=gold_consensus)
-    generator = InjectionGenerator(llm, weave=weave, seed=seed, include_truth=truth,  # type: ignore[arg-type]
-                                   gold_evidence=builder)
+    generator = InjectionGenerator(
+        llm,
+        weave=weave,
+        seed=seed,
+        include_truth=truth,  # type: ignore[arg-type]
+        gold_evidence=builder,
+    )
     written: list[Example] = []
     dropped: Counter[str] = Counter()
     reasons: list[str] = []
@@ -114,8 +218,10 @@ def inject_command(
                 dropped[f.drop_kind or "other"] += 1
                 reasons.append(f"{example.id}: {f.dropped}")
     injected = sum(e.label == 0 for e in written)
-    typer.echo(f"wrote {len(written)} examples ({injected} injected, {len(written) - injected} truths) "
-               f"from {len(items)} items to {output}")
+    typer.echo(
+        f"wrote {len(written)} examples ({injected} injected, {len(written) - injected} truths) "
+        f"from {len(items)} items to {output}"
+    )
     if builder is not None:
         firsts: dict[str | None, Example] = {}
         for e in written:  # the truthful gold is built once per item: count it on the item's first example
@@ -124,15 +230,19 @@ def inject_command(
         complete = [e for e in written if e.meta.get("gold_claims_complete")]
         kept = sum(not c.get("hallucinated") for e in per_item for c in e.meta.get("gold_claims", []))
         uncertain = sum(len(e.meta.get("gold_claims_uncertain", [])) for e in per_item)
-        typer.echo(f"gold evidence ({builder.description['votes_per_passage']} votes per passage, "
-                   f"{builder.description['pass_votes_needed']} PASS needed): {len(complete)} of {len(written)} "
-                   f"examples have complete gold claims; over {len(per_item)} items, {kept} truthful claims kept "
-                   f"with consensus evidence, {uncertain} uncertain")
+        typer.echo(
+            f"gold evidence ({builder.description['votes_per_passage']} votes per passage, "
+            f"{builder.description['pass_votes_needed']} PASS needed): {len(complete)} of {len(written)} "
+            f"examples have complete gold claims; over {len(per_item)} items, {kept} truthful claims kept "
+            f"with consensus evidence, {uncertain} uncertain"
+        )
         failed = sorted({e.meta["gold_claims_error"] for e in written if "gold_claims_error" in e.meta})
         for reason in failed[:5]:
             typer.echo(f"  gold not built: {reason[:200]}")
     if dropped:
-        typer.echo(f"dropped {sum(dropped.values())} of {len(items) * len(levels)} injections: "
-                   + ", ".join(f"{k}={v}" for k, v in dropped.most_common()))
+        typer.echo(
+            f"dropped {sum(dropped.values())} of {len(items) * len(levels)} injections: "
+            + ", ".join(f"{k}={v}" for k, v in dropped.most_common())
+        )
         for r in reasons[:10]:
             typer.echo(f"  {r[:200]}")

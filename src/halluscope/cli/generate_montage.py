@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -30,12 +30,15 @@ def _read_items(path: Path) -> list[dict[str, Any]]:
     return items
 
 
-def _pairs(items: list[dict[str, Any]], source_field: str, target_field: str, id_field: str,
-           targets_per_item: int | None) -> Iterator[tuple[str, Any, str, dict[str, Any]]]:
+def _pairs(
+    items: list[dict[str, Any]], source_field: str, target_field: str, id_field: str, targets_per_item: int | None
+) -> Iterator[tuple[str, Any, str, dict[str, Any]]]:
     """(group, source, target, origin meta) for every target; a list-valued target gives one group each."""
     for n, item in enumerate(items):
         if source_field not in item or target_field not in item:
-            raise fail(f"item {n} lacks the field {source_field!r} or {target_field!r} (see --source-field/--target-field)")
+            raise fail(
+                f"item {n} lacks the field {source_field!r} or {target_field!r} (see --source-field/--target-field)"
+            )
         item_id = str(item.get(id_field, n))
         source, targets = item[source_field], item[target_field]
         if isinstance(targets, str):
@@ -52,18 +55,48 @@ def _pairs(items: list[dict[str, Any]], source_field: str, target_field: str, id
 def montage_command(
     input: Annotated[Path, typer.Argument(help="JSONL with a source and a correct target per line.")],
     output: Annotated[Path, typer.Option("--output", "-O", help="Where to write the Example JSONL.")],
-    level: Annotated[str, typer.Option(help=("'event' (the paper's: LLM decomposition into chronological events, incremental lies) or 'sentence' " "(reorder the original sentences, no LLM; not the paper's construction, labelled in each row's meta)."))] = "event",
-    difficulty: Annotated[Optional[list[str]], typer.Option("--difficulty", help="Difficulty to generate (repeatable): easy, medium, hard, extreme. Default: all four.")] = None,
-    old_difficulty: Annotated[Optional[list[str]], typer.Option("-d", hidden=True, help="Old short spelling of --difficulty (-d is --dataset elsewhere).")] = None,
-    paraphrase: Annotated[bool, typer.Option(help="Also paraphrase truth and lies with a different narrative technique (LLM).")] = False,
+    level: Annotated[
+        str,
+        typer.Option(
+            help=(
+                "'event' (the paper's: LLM decomposition into chronological events, incremental lies) or 'sentence' "
+                "(reorder the original sentences, no LLM; not the paper's construction, labelled in each row's meta)."
+            )
+        ),
+    ] = "event",
+    difficulty: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--difficulty", help="Difficulty to generate (repeatable): easy, medium, hard, extreme. Default: all four."
+        ),
+    ] = None,
+    old_difficulty: Annotated[
+        list[str] | None,
+        typer.Option("-d", hidden=True, help="Old short spelling of --difficulty (-d is --dataset elsewhere)."),
+    ] = None,
+    paraphrase: Annotated[
+        bool, typer.Option(help="Also paraphrase truth and lies with a different narrative technique (LLM).")
+    ] = False,
     seed: Annotated[int, typer.Option(help="Random seed (each group draws from its own seeded generator).")] = 0,
-    max_events: Annotated[Optional[int], typer.Option(min=1, help="Keep only the first N events (sentences) of each target; the truth is cut the same way.")] = None,
-    limit: Annotated[Optional[int], typer.Option(min=1, help="Use only the first N input lines.")] = None,
-    targets_per_item: Annotated[Optional[int], typer.Option(min=1, help="When the target field is a list, use at most this many per line.")] = None,
+    max_events: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="Keep only the first N events (sentences) of each target; the truth is cut the same way."
+        ),
+    ] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="Use only the first N input lines.")] = None,
+    targets_per_item: Annotated[
+        int | None, typer.Option(min=1, help="When the target field is a list, use at most this many per line.")
+    ] = None,
     source_field: Annotated[str, typer.Option(help="Field holding the source text.")] = "source",
-    target_field: Annotated[str, typer.Option(help="Field holding the correct target (a string or a list of strings, e.g. SQuALITY's plot_summaries).")] = "target",
+    target_field: Annotated[
+        str,
+        typer.Option(
+            help="Field holding the correct target (a string or a list of strings, e.g. SQuALITY's plot_summaries)."
+        ),
+    ] = "target",
     id_field: Annotated[str, typer.Option(help="Field holding the item id.")] = "id",
-    split: Annotated[Optional[str], typer.Option(help="Value for the examples' split field.")] = None,
+    split: Annotated[str | None, typer.Option(help="Value for the examples' split field.")] = None,
     flags: ModelFlags = NO_FLAGS,
 ) -> None:
     """Build montage-lie groups: per target, the truth (label 1) and lies whose event order is shuffled to an
@@ -84,8 +117,12 @@ def montage_command(
         raise fail("no (source, target) pairs in the input")
     try:
         generator = MontageGenerator(
-            config=flags.config(), level=level,  # type: ignore[arg-type]
-            difficulties=difficulty or DIFFICULTIES, paraphrase=paraphrase, seed=seed, max_events=max_events,
+            config=flags.config(),
+            level=level,  # type: ignore[arg-type]
+            difficulties=difficulty or DIFFICULTIES,
+            paraphrase=paraphrase,
+            seed=seed,
+            max_events=max_events,
         )
     except ValueError as exc:
         raise fail(str(exc)) from exc
@@ -104,8 +141,10 @@ def montage_command(
             skipped += result.skipped
     typer.echo(f"wrote {written} examples from {len(pairs)} targets to {output}")
     if generator.level == "sentence":
-        typer.echo("note: sentence-level lies are not the paper's construction (reordered original sentences; "
-                   "ROUGE tells them from the truth more easily, see docs/dove.md); meta['construction'] says so")
+        typer.echo(
+            "note: sentence-level lies are not the paper's construction (reordered original sentences; "
+            "ROUGE tells them from the truth more easily, see docs/dove.md); meta['construction'] says so"
+        )
     if skipped:
         typer.echo(f"skipped {len(skipped)} lies:")
         for s in skipped[:20]:

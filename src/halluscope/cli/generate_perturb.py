@@ -8,11 +8,11 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from halluscope.cli.common import OLD_OUT_HELP, NO_FLAGS, ModelFlags, either, fail, model_options
+from halluscope.cli.common import NO_FLAGS, OLD_OUT_HELP, ModelFlags, either, fail, model_options
 
 if TYPE_CHECKING:
     from halluscope.generators.perturb import PerturbGenerator
@@ -21,20 +21,66 @@ if TYPE_CHECKING:
 
 @model_options()
 def perturb_command(
-    input: Annotated[Optional[str], typer.Option("--dataset", "-d", help="Dataset name (e.g. squality:dev) or an Example .jsonl file. Required.", show_default=False)] = None,
-    old_input: Annotated[Optional[str], typer.Option("--input", "-i", hidden=True, help="Old spelling of --dataset.")] = None,
-    out: Annotated[Optional[Path], typer.Option("--output", "-O", help="Output Example JSONL (originals + perturbations). Required.", show_default=False)] = None,
-    old_out: Annotated[Optional[Path], typer.Option("--out", hidden=True, help=OLD_OUT_HELP)] = None,
-    perturbation: Annotated[Optional[list[str]], typer.Option("--perturbation", "-p", help="Perturbation to produce (repeatable or comma-separated; default all seven).")] = None,
-    unit: Annotated[str, typer.Option(help="Rewrite the whole target ('target', as the paper) or each sentence ('sentence').")] = "target",
-    insert_with: Annotated[str, typer.Option(help=("added_source_sentence: auto | tfidf | retrieval | llm (auto " "= retrieval stage if present, else tfidf; no LLM)."))] = "auto",
-    limit: Annotated[Optional[int], typer.Option(min=1, help="Use only the first N originals (after --sample).")] = None,
-    sample: Annotated[Optional[int], typer.Option(min=1, help="Seeded random subsample of N originals (input order kept).")] = None,
-    max_words: Annotated[Optional[int], typer.Option(min=1, help="Only originals whose target has at most this many words.")] = None,
+    input: Annotated[
+        str | None,
+        typer.Option(
+            "--dataset",
+            "-d",
+            help="Dataset name (e.g. squality:dev) or an Example .jsonl file. Required.",
+            show_default=False,
+        ),
+    ] = None,
+    old_input: Annotated[
+        str | None, typer.Option("--input", "-i", hidden=True, help="Old spelling of --dataset.")
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-O", help="Output Example JSONL (originals + perturbations). Required.", show_default=False
+        ),
+    ] = None,
+    old_out: Annotated[Path | None, typer.Option("--out", hidden=True, help=OLD_OUT_HELP)] = None,
+    perturbation: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--perturbation", "-p", help="Perturbation to produce (repeatable or comma-separated; default all seven)."
+        ),
+    ] = None,
+    unit: Annotated[
+        str, typer.Option(help="Rewrite the whole target ('target', as the paper) or each sentence ('sentence').")
+    ] = "target",
+    insert_with: Annotated[
+        str,
+        typer.Option(
+            help=(
+                "added_source_sentence: auto | tfidf | retrieval | llm (auto "
+                "= retrieval stage if present, else tfidf; no LLM)."
+            )
+        ),
+    ] = "auto",
+    limit: Annotated[int | None, typer.Option(min=1, help="Use only the first N originals (after --sample).")] = None,
+    sample: Annotated[
+        int | None, typer.Option(min=1, help="Seeded random subsample of N originals (input order kept).")
+    ] = None,
+    max_words: Annotated[
+        int | None, typer.Option(min=1, help="Only originals whose target has at most this many words.")
+    ] = None,
     seed: Annotated[int, typer.Option(help="Seed for sampling and sentence insertion.")] = 0,
-    require_tags: Annotated[bool, typer.Option("--require-tags", help="Reject replies without <rewritten> tags (default: take an untagged reply whole).")] = False,
-    skipped: Annotated[Optional[Path], typer.Option(help="Where to log skipped perturbations with reasons and raw replies (default: OUT with .skipped.jsonl).")] = None,
-    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Shared data folder.", envvar="HALLUSCOPE_DATA_DIR")] = None,
+    require_tags: Annotated[
+        bool,
+        typer.Option(
+            "--require-tags", help="Reject replies without <rewritten> tags (default: take an untagged reply whole)."
+        ),
+    ] = False,
+    skipped: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where to log skipped perturbations with reasons and raw replies (default: OUT with .skipped.jsonl)."
+        ),
+    ] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", help="Shared data folder.", envvar="HALLUSCOPE_DATA_DIR")
+    ] = None,
     flags: ModelFlags = NO_FLAGS,
 ) -> None:
     """Write each original plus its meaning-preserving perturbations as harness Example JSONL."""
@@ -66,9 +112,14 @@ def perturb_command(
 
     config = flags.config()
     try:
-        generator = PerturbGenerator(config=config, perturbations=names, unit=unit,  # type: ignore[arg-type]
-                                     insert_with=insert_with,  # type: ignore[arg-type]
-                                     seed=seed, require_tags=require_tags)
+        generator = PerturbGenerator(
+            config=config,
+            perturbations=names,
+            unit=unit,  # type: ignore[arg-type]
+            insert_with=insert_with,  # type: ignore[arg-type]
+            seed=seed,
+            require_tags=require_tags,
+        )
     except ValueError as exc:
         raise fail(str(exc)) from exc
     skipped = skipped or out.with_suffix(".skipped.jsonl")
@@ -78,19 +129,24 @@ def perturb_command(
     elapsed = time.perf_counter() - started
 
     kept, skip_reasons, usage = summary
-    typer.echo(f"{len(originals)} originals -> {out} ({sum(kept.values())} perturbations kept, "
-               f"{sum(skip_reasons.values())} skipped -> {skipped}) in {elapsed:.1f}s")
+    typer.echo(
+        f"{len(originals)} originals -> {out} ({sum(kept.values())} perturbations kept, "
+        f"{sum(skip_reasons.values())} skipped -> {skipped}) in {elapsed:.1f}s"
+    )
     for name in generator.perturbations:
         typer.echo(f"  {name:22s} kept {kept.get(name, 0)}")
     for (name, reason), n in skip_reasons.most_common(12):
         typer.echo(f"  skipped {name}: {n} x {reason[:100]}")
     model_name = generator.llm.name if generator.needs_llm else "none"
-    typer.echo(f"model {model_name}: {usage.calls} LLM calls, {usage.prompt_tokens}+{usage.completion_tokens} "
-               f"tokens, {usage.cache_hits} cache hits")
+    typer.echo(
+        f"model {model_name}: {usage.calls} LLM calls, {usage.prompt_tokens}+{usage.completion_tokens} "
+        f"tokens, {usage.cache_hits} cache hits"
+    )
 
 
-async def _generate(generator: PerturbGenerator, originals: Sequence[Example], out: Path, skipped_path: Path
-                    ) -> tuple[Counter[str | None], Counter[tuple[str, str]], Usage]:
+async def _generate(
+    generator: PerturbGenerator, originals: Sequence[Example], out: Path, skipped_path: Path
+) -> tuple[Counter[str | None], Counter[tuple[str, str]], Usage]:
     from rich.progress import Progress
 
     from halluscope.records import Usage
@@ -103,8 +159,11 @@ async def _generate(generator: PerturbGenerator, originals: Sequence[Example], o
     usage = Usage()
     # Groups are written in input order as soon as every earlier group is done, so the file is
     # deterministic and still grows during a long run.
-    with out.open("w", encoding="utf-8") as fh, skipped_path.open("w", encoding="utf-8") as skip_fh, \
-            Progress(transient=True) as progress:
+    with (
+        out.open("w", encoding="utf-8") as fh,
+        skipped_path.open("w", encoding="utf-8") as skip_fh,
+        Progress(transient=True) as progress,
+    ):
         task = progress.add_task("perturbing", total=len(originals))
         async for group in generator.run(originals):
             usage = usage + group.usage

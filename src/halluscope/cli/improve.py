@@ -4,12 +4,21 @@ re-verified), the one way to run RAI."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from halluscope.cli.common import (NO_FLAGS, InputFileError, ModelFlags, OptionOpt, check_output_file, fail,
-                                   model_options, parse_options, read_text_input)
+from halluscope.cli.common import (
+    NO_FLAGS,
+    InputFileError,
+    ModelFlags,
+    OptionOpt,
+    check_output_file,
+    fail,
+    model_options,
+    parse_options,
+    read_text_input,
+)
 from halluscope.records import Report
 
 
@@ -25,9 +34,13 @@ def print_improvement(report: Report) -> None:
     table = Table("round", "score", "consistent", "flagged sentences", "changed sentences", title="Rounds")
     for r in rounds:
         score = "unscored" if r["score"] is None else f"{r['score']:.3f}"
-        table.add_row(str(r["round"]), score, "yes" if r["consistent"] else "no",
-                      ", ".join(map(str, r["inconsistent_sentences"])) or "-",
-                      ", ".join(str(c["sentence"]) for c in r["changes"]) or "-")
+        table.add_row(
+            str(r["round"]),
+            score,
+            "yes" if r["consistent"] else "no",
+            ", ".join(map(str, r["inconsistent_sentences"])) or "-",
+            ", ".join(str(c["sentence"]) for c in r["changes"]) or "-",
+        )
     console.print(table)
     for r in rounds:
         for c in r["changes"]:
@@ -38,16 +51,20 @@ def print_improvement(report: Report) -> None:
             console.print(f"[yellow]round {r['round'] + 1} rewrite not used:[/yellow] {r['rewrite_error']}")
     console.print(f"stopped: {details.get('stop_reason', '-')}")
     if details.get("improved"):
-        console.print(f"[bold]verified improvement[/bold] (round {details['best_round']}): "
-                      f"{report.subscores.get('initial_score'):.3f} -> {report.subscores.get('final_score'):.3f}")
+        console.print(
+            f"[bold]verified improvement[/bold] (round {details['best_round']}): "
+            f"{report.subscores.get('initial_score'):.3f} -> {report.subscores.get('final_score'):.3f}"
+        )
         console.print(details["diff"], markup=False, highlight=False)
         console.print("[bold]improved text:[/bold]")
         console.print(details["improved_target"], markup=False, highlight=False)
     else:
         console.print("no verified improvement: the original text is kept")
     u = report.usage
-    console.print(f"[dim]{u.calls} LLM calls, {u.prompt_tokens}+{u.completion_tokens} tokens{u.cached_note()}, "
-                  f"{u.cache_hits} cache hits, {report.elapsed_s:.2f}s[/dim]")
+    console.print(
+        f"[dim]{u.calls} LLM calls, {u.prompt_tokens}+{u.completion_tokens} tokens{u.cached_note()}, "
+        f"{u.cache_hits} cache hits, {report.elapsed_s:.2f}s[/dim]"
+    )
 
 
 @model_options()
@@ -55,11 +72,25 @@ def improve_command(
     source: Annotated[str, typer.Option("--source", "-s", help="Source text file ('-' for stdin).")],
     target: Annotated[str, typer.Option("--target", "-t", help="Target text file to improve ('-' for stdin).")],
     rounds: Annotated[int, typer.Option("--rounds", "-n", min=1, max=10, help="Maximum rewrite rounds.")] = 2,
-    level: Annotated[str, typer.Option(help="'sentence' (rewrite flagged sentences) or 'paragraph' (whole text).")] = "sentence",
-    evaluator: Annotated[Optional[str], typer.Option("--method", help="The evaluator that flags sentences and re-verifies each rewrite: dcr (default, the paper's) or any method that yields findings (probe, factscore, dove, localize, ...); -o options then go to it. Same as -o evaluator=NAME.")] = None,
+    level: Annotated[
+        str, typer.Option(help="'sentence' (rewrite flagged sentences) or 'paragraph' (whole text).")
+    ] = "sentence",
+    evaluator: Annotated[
+        str | None,
+        typer.Option(
+            "--method",
+            help=(
+                "The evaluator that flags sentences and re-verifies each rewrite: dcr (default, the paper's) or any "
+                "method that yields findings (probe, factscore, dove, localize, ...); -o options then go to it. Same "
+                "as -o evaluator=NAME."
+            ),
+        ),
+    ] = None,
     flags: ModelFlags = NO_FLAGS,
     option: OptionOpt = None,
-    output: Annotated[Optional[Path], typer.Option("--output", "-O", help="Write the verified improved text here.")] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-O", help="Write the verified improved text here.")
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the full Report as JSON.")] = False,
 ) -> None:
     """Evaluate TARGET against SOURCE with DCR (or --method), rewrite the inconsistent sentences, re-verify, repeat.
@@ -78,7 +109,7 @@ def improve_command(
         src = read_text_input(source, "source")
         tgt = read_text_input(target, "target")
     except InputFileError as exc:
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     config = flags.config()
     options = parse_options(option)
     if evaluator is not None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -10,13 +10,13 @@ from halluscope.cli.bench import bench_command
 from halluscope.cli.bench_sweep import bench_sweep_command
 from halluscope.cli.check import check_command
 from halluscope.cli.fit_combiner import fit_combiner_command
+from halluscope.cli.generate_inject import inject_command
+from halluscope.cli.generate_montage import montage_command
+from halluscope.cli.generate_perturb import perturb_command
 from halluscope.cli.improve import improve_command
 from halluscope.cli.reproduce import reproduce_command
 from halluscope.cli.serve import serve_command
 from halluscope.cli.train_verifier import train_verifier_command
-from halluscope.cli.generate_inject import inject_command
-from halluscope.cli.generate_montage import montage_command
-from halluscope.cli.generate_perturb import perturb_command
 
 if TYPE_CHECKING:
     from halluscope.methods.base import Method
@@ -28,8 +28,9 @@ app = typer.Typer(
     add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
 )
-generate_app = typer.Typer(help="Build benchmarks and stress tests (montage lies, perturbations, injections).",
-                           no_args_is_help=True)
+generate_app = typer.Typer(
+    help="Build benchmarks and stress tests (montage lies, perturbations, injections).", no_args_is_help=True
+)
 app.add_typer(generate_app, name="generate")
 
 
@@ -43,13 +44,15 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def main_callback(
-    version: Annotated[bool, typer.Option("--version", "-V", help="Print the version and exit.",
-                                          callback=_print_version, is_eager=True)] = False,
+    version: Annotated[
+        bool,
+        typer.Option("--version", "-V", help="Print the version and exit.", callback=_print_version, is_eager=True),
+    ] = False,
 ) -> None:
     """Find, locate, explain and fix hallucinations in generated text against its source."""
 
 
-def default_threshold(cls: "type[Method]") -> str:
+def default_threshold(cls: type[Method]) -> str:
     """A method's default threshold, shown: its ``threshold`` option's default where it has one, else its class
     default; ``from its file`` where the option has none of its own (``ensemble``: the fitted combiner's)."""
     field = cls.Options.model_fields.get("threshold")
@@ -62,7 +65,7 @@ def default_threshold(cls: "type[Method]") -> str:
 
 
 @app.command("methods")
-def methods_command(name: Optional[str] = typer.Argument(None, help="Show this method's options.")) -> None:
+def methods_command(name: str | None = typer.Argument(None, help="Show this method's options.")) -> None:
     """List the registered methods, or one method's typed options."""
     from halluscope.methods import list_methods, method_class
 
@@ -71,8 +74,10 @@ def methods_command(name: Optional[str] = typer.Argument(None, help="Show this m
             cls = method_class(method)
             llm = "LLM" if cls.uses_llm else "no LLM"
             typer.echo(f"{method:12s} [{llm}] threshold {default_threshold(cls):<4} {cls.description}")
-        typer.echo("\nA report is consistent when its score is at least the threshold and it has no finding; "
-                   "set it with --threshold, `threshold` in the config file, or threshold= in Python.")
+        typer.echo(
+            "\nA report is consistent when its score is at least the threshold and it has no finding; "
+            "set it with --threshold, `threshold` in the config file, or threshold= in Python."
+        )
         return
     try:
         cls = method_class(name)
@@ -101,16 +106,21 @@ def methods_command(name: Optional[str] = typer.Argument(None, help="Show this m
 
 
 @app.command("stages")
-def stages_command(protocol: Optional[str] = typer.Argument(None, help="Only stages of this protocol (kind)."),
-                   name: Optional[str] = typer.Argument(None, help="Only this stage.")) -> None:
+def stages_command(
+    protocol: str | None = typer.Argument(None, help="Only stages of this protocol (kind)."),
+    name: str | None = typer.Argument(None, help="Only this stage."),
+) -> None:
     """List the registered pipeline stages with their protocol and their options."""
     import halluscope.methods  # noqa: F401  (names the built-in stage modules, also where installed metadata is older)
     from halluscope.stages import PROTOCOLS, stages
 
     found = stages(protocol)
     if protocol is not None and not found:
-        typer.secho(f"error: no stages for protocol {protocol!r}; protocols: {', '.join(PROTOCOLS)}", err=True,
-                    fg=typer.colors.RED)
+        typer.secho(
+            f"error: no stages for protocol {protocol!r}; protocols: {', '.join(PROTOCOLS)}",
+            err=True,
+            fg=typer.colors.RED,
+        )
         raise typer.Exit(2)
     if name is not None:
         found = [s for s in found if name in (s.name, s.label)]
@@ -124,12 +134,23 @@ def stages_command(protocol: Optional[str] = typer.Argument(None, help="Only sta
             typer.echo(f"    {row['name']} : {row['type']} = {row['default']}")
             if row["doc"]:
                 typer.echo(f"        {row['doc']}")
-    kinds = ("decomposer", "context_selector", "verifier", "aggregator", "localizer", "gate", "sorter",
-             "evidence_finder", "deduplicator")
+    kinds = (
+        "decomposer",
+        "context_selector",
+        "verifier",
+        "aggregator",
+        "localizer",
+        "gate",
+        "sorter",
+        "evidence_finder",
+        "deduplicator",
+    )
     if any(s.protocol in kinds for s in found):
-        typer.echo("\nOn a claim method: -o KIND=NAME -o KIND.OPTION=VALUE, KIND one of decomposer, context_selector, "
-                   "verifier, aggregator, localizer, gate (dove: sorter; probe: evidence_finder; factscore: "
-                   "deduplicator). A stage marked (no LLM) calls no model; a check whose stages all are needs none.")
+        typer.echo(
+            "\nOn a claim method: -o KIND=NAME -o KIND.OPTION=VALUE, KIND one of decomposer, context_selector, "
+            "verifier, aggregator, localizer, gate (dove: sorter; probe: evidence_finder; factscore: "
+            "deduplicator). A stage marked (no LLM) calls no model; a check whose stages all are needs none."
+        )
 
 
 app.command("check")(check_command)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal, Optional, cast
+from typing import TYPE_CHECKING, Annotated, Literal, cast
 
 import typer
 
-from halluscope.cli.common import OLD_OUT_HELP, NO_FLAGS, ModelFlags, either, fail, model_options, parse_options
+from halluscope.cli.common import NO_FLAGS, OLD_OUT_HELP, ModelFlags, either, fail, model_options, parse_options
 
 if TYPE_CHECKING:
     from halluscope.bench.reproduce.core import Protocol
@@ -35,33 +35,158 @@ def _list_rows(protocol: Protocol, embedded: bool) -> None:
         opts = " ".join(f"{k}={v}" for k, v in row.options.items())
         label = f"(paper's nearest analogue: {row.paper_row})" if row.analogue else row.paper_row
         typer.echo(f"{mark} {row.id:22s} {label}  [{row.method} {opts}]".rstrip())
-    typer.echo(f"\n* = run by default{' on the embedded model' if embedded else ''}; "
-               "choose with --methods ID[,ID...] or --methods all")
+    typer.echo(
+        f"\n* = run by default{' on the embedded model' if embedded else ''}; "
+        "choose with --methods ID[,ID...] or --methods all"
+    )
 
 
 @model_options()
 def reproduce_command(
     paper: Annotated[str, typer.Argument(help="dove, dcr, final, longdoc or probe.")],
-    methods: Annotated[Optional[list[str]], typer.Option("--methods", help=("Rows to run: row ids or method names, comma-separated or repeated, or 'all' (see " "--list). Default: every row, or a cheap subset on the embedded model."))] = None,
-    dataset: Annotated[Optional[str], typer.Option("--dataset", "-d", help=("Base data instead of the protocol's default (a dataset spec " "or a .jsonl; an already built set is used as it is)."))] = None,
-    sample: Annotated[Optional[int], typer.Option("--sample", min=1, help=("Seeded subsample: N items per split/domain (final, dcr), or N " "base items to build the set from (dove, longdoc, probe)."))] = None,
-    limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="Only the first N items (after --sample); raising it later resumes.")] = None,
+    methods: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--methods",
+            help=(
+                "Rows to run: row ids or method names, comma-separated or repeated, or 'all' (see "
+                "--list). Default: every row, or a cheap subset on the embedded model."
+            ),
+        ),
+    ] = None,
+    dataset: Annotated[
+        str | None,
+        typer.Option(
+            "--dataset",
+            "-d",
+            help=(
+                "Base data instead of the protocol's default (a dataset spec "
+                "or a .jsonl; an already built set is used as it is)."
+            ),
+        ),
+    ] = None,
+    sample: Annotated[
+        int | None,
+        typer.Option(
+            "--sample",
+            min=1,
+            help=(
+                "Seeded subsample: N items per split/domain (final, dcr), or N "
+                "base items to build the set from (dove, longdoc, probe)."
+            ),
+        ),
+    ] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option("--limit", min=1, help="Only the first N items (after --sample); raising it later resumes."),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for --sample, the builders and the bootstrap.")] = 0,
-    out: Annotated[Optional[Path], typer.Option("--output", "-O", help="Output folder (default runs/reproduce-<paper>-<model>[-sample..]).")] = None,
-    old_out: Annotated[Optional[Path], typer.Option("--out", hidden=True, help=OLD_OUT_HELP)] = None,
-    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Shared data folder (default ../shared/data).", envvar="HALLUSCOPE_DATA_DIR")] = None,
-    builder: Annotated[str, typer.Option("--builder", help="How generated sets are built: llm (the paper's way), no-llm (halluscope's model-free variant), auto (no-llm on the embedded model, else llm).")] = "auto",
-    build_option: Annotated[Optional[list[str]], typer.Option("--build", "-b", help="Builder option KEY=VALUE (repeatable): montage level/max_events/difficulties, inject facts_from/weave/complexities/max_sentences, perturb perturbations/unit/insert_with/max_sentences.")] = None,
-    option: Annotated[Optional[list[str]], typer.Option("--option", "-o", help="Method option KEY=VALUE for every row whose method has it (a row's own options win), e.g. -o top_k=1.")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--output", "-O", help="Output folder (default runs/reproduce-<paper>-<model>[-sample..])."),
+    ] = None,
+    old_out: Annotated[Path | None, typer.Option("--out", hidden=True, help=OLD_OUT_HELP)] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option("--data-dir", help="Shared data folder (default ../shared/data).", envvar="HALLUSCOPE_DATA_DIR"),
+    ] = None,
+    builder: Annotated[
+        str,
+        typer.Option(
+            "--builder",
+            help=(
+                "How generated sets are built: llm (the paper's way), no-llm (halluscope's model-free variant), auto "
+                "(no-llm on the embedded model, else llm)."
+            ),
+        ),
+    ] = "auto",
+    build_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--build",
+            "-b",
+            help=(
+                "Builder option KEY=VALUE (repeatable): montage level/max_events/difficulties, inject "
+                "facts_from/weave/complexities/max_sentences, perturb perturbations/unit/insert_with/max_sentences."
+            ),
+        ),
+    ] = None,
+    option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--option",
+            "-o",
+            help=(
+                "Method option KEY=VALUE for every row whose method has it (a row's own options win), e.g. -o top_k=1."
+            ),
+        ),
+    ] = None,
     flags: ModelFlags = NO_FLAGS,
-    judge_model: Annotated[Optional[str], typer.Option("--judge-model", help="Model for FINAL's matching judge (default: the evaluated model).", envvar="HALLUSCOPE_JUDGE_MODEL")] = None,
-    judge_base_url: Annotated[Optional[str], typer.Option("--judge-base-url", help="Endpoint for the judge, if different.", envvar="HALLUSCOPE_JUDGE_BASE_URL")] = None,
-    judge_api_key: Annotated[Optional[str], typer.Option("--judge-api-key", help="API key for the judge, if different.", envvar="HALLUSCOPE_JUDGE_API_KEY", show_default=False)] = None,
-    gold_model: Annotated[Optional[list[str]], typer.Option("--gold-model", help=("probe: the model(s) that build Table 2's gold truthful claims and evidence " "(comma-separated or repeated; the first decomposes, each finds evidence and votes; " "same endpoint as --base-url). Without it no gold is built; --build gold_evidence=self " "builds it with the scored model itself (rows labelled 'self-built gold')."))] = None,
-    select_holdout: Annotated[Optional[float], typer.Option("--select-holdout", help=("final: hold out this share of the items (seeded, e.g. 0.3) for the prompt-variant choice and " "score only the rest (default: the choice is made on the scored items, in-sample)."))] = None,
-    select_on: Annotated[Optional[str], typer.Option("--select-on", help="final: a dataset spec or .jsonl the prompt variant is chosen on instead of the scored items.")] = None,
-    paper_model: Annotated[Optional[str], typer.Option("--paper-model", help=("Show the paper's numbers for this model where a row has " "several (default: the paper's reference model)."))] = None,
-    bootstrap: Annotated[int, typer.Option("--bootstrap", min=0, max=100_000, help="Bootstrap resamples for 95% CIs (0 = none).")] = 1000,
+    judge_model: Annotated[
+        str | None,
+        typer.Option(
+            "--judge-model",
+            help="Model for FINAL's matching judge (default: the evaluated model).",
+            envvar="HALLUSCOPE_JUDGE_MODEL",
+        ),
+    ] = None,
+    judge_base_url: Annotated[
+        str | None,
+        typer.Option(
+            "--judge-base-url", help="Endpoint for the judge, if different.", envvar="HALLUSCOPE_JUDGE_BASE_URL"
+        ),
+    ] = None,
+    judge_api_key: Annotated[
+        str | None,
+        typer.Option(
+            "--judge-api-key",
+            help="API key for the judge, if different.",
+            envvar="HALLUSCOPE_JUDGE_API_KEY",
+            show_default=False,
+        ),
+    ] = None,
+    gold_model: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--gold-model",
+            help=(
+                "probe: the model(s) that build Table 2's gold truthful claims and evidence "
+                "(comma-separated or repeated; the first decomposes, each finds evidence and votes; "
+                "same endpoint as --base-url). Without it no gold is built; --build gold_evidence=self "
+                "builds it with the scored model itself (rows labelled 'self-built gold')."
+            ),
+        ),
+    ] = None,
+    select_holdout: Annotated[
+        float | None,
+        typer.Option(
+            "--select-holdout",
+            help=(
+                "final: hold out this share of the items (seeded, e.g. 0.3) for the prompt-variant choice and "
+                "score only the rest (default: the choice is made on the scored items, in-sample)."
+            ),
+        ),
+    ] = None,
+    select_on: Annotated[
+        str | None,
+        typer.Option(
+            "--select-on",
+            help="final: a dataset spec or .jsonl the prompt variant is chosen on instead of the scored items.",
+        ),
+    ] = None,
+    paper_model: Annotated[
+        str | None,
+        typer.Option(
+            "--paper-model",
+            help=(
+                "Show the paper's numbers for this model where a row has "
+                "several (default: the paper's reference model)."
+            ),
+        ),
+    ] = None,
+    bootstrap: Annotated[
+        int, typer.Option("--bootstrap", min=0, max=100_000, help="Bootstrap resamples for 95% CIs (0 = none).")
+    ] = 1000,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="Hide progress bars.")] = False,
     list_rows: Annotated[bool, typer.Option("--list", help="List the protocol's rows and exit.")] = False,
 ) -> None:
@@ -79,7 +204,7 @@ def reproduce_command(
     try:
         protocol = get_protocol(paper)
     except ReproduceError as exc:
-        raise fail(str(exc))
+        raise fail(str(exc)) from exc
     config, concurrency = flags.config(), flags.concurrency
     embedded = is_embedded(config)
     if list_rows:
@@ -115,16 +240,40 @@ def reproduce_command(
     if select_holdout is not None and not 0 < select_holdout < 1:
         raise fail("--select-holdout must be between 0 and 1")
     folder = out or _default_out(paper, config.model or ("embedded" if embedded else None), sample, seed, limit)
-    ctx = Context(out_dir=folder, config=config, data_dir=data_dir, dataset=dataset, sample=sample, seed=seed,
-                  limit=limit, builder=mode, build_options=parse_options(build_option), progress=not no_progress,
-                  select_holdout=select_holdout, select_on=selection, gold_llms=gold_llms)
+    ctx = Context(
+        out_dir=folder,
+        config=config,
+        data_dir=data_dir,
+        dataset=dataset,
+        sample=sample,
+        seed=seed,
+        limit=limit,
+        builder=mode,
+        build_options=parse_options(build_option),
+        progress=not no_progress,
+        select_holdout=select_holdout,
+        select_on=selection,
+        gold_llms=gold_llms,
+    )
     if builder == "auto" and mode == "no-llm" and protocol.sample_applies_to == "base":
-        typer.secho("note: embedded model: the evaluation set is built without an LLM (--builder llm for the "
-                    "paper's way)", err=True)
+        typer.secho(
+            "note: embedded model: the evaluation set is built without an LLM (--builder llm for the paper's way)",
+            err=True,
+        )
     try:
-        result = asyncio.run(run_reproduce(protocol, ctx, methods=methods, options=parse_options(option), judge=judge,
-                                           paper_model=paper_model, n_bootstrap=bootstrap, concurrency=concurrency,
-                                           echo=lambda text: typer.secho(text, err=True)))
+        result = asyncio.run(
+            run_reproduce(
+                protocol,
+                ctx,
+                methods=methods,
+                options=parse_options(option),
+                judge=judge,
+                paper_model=paper_model,
+                n_bootstrap=bootstrap,
+                concurrency=concurrency,
+                echo=lambda text: typer.secho(text, err=True),
+            )
+        )
     except (ReproduceError, BuildError, ValueError, LLMError) as exc:
         raise fail(str(exc)) from exc
     typer.echo(render_terminal(result))

@@ -51,12 +51,17 @@ from rapidfuzz import fuzz
 from halluscope.config import Config
 from halluscope.llm import LLM, get_llm
 from halluscope.llm.structured import generate_parsed
-from halluscope.permutations import (DIFFICULTY_BINS, count_inversions, inversion_range, permutation_with_inversions,
-                                     shuffle_degree)
+from halluscope.permutations import (
+    DIFFICULTY_BINS,
+    count_inversions,
+    inversion_range,
+    permutation_with_inversions,
+    shuffle_degree,
+)
 from halluscope.prompts import PromptTemplate, apply_overrides
 from halluscope.records import Example, LLMCall
-from halluscope.text.fence import strip_fence_tags
 from halluscope.text import ParseError, extract_json, parse_items_after_marker, split_sentences
+from halluscope.text.fence import strip_fence_tags
 
 Level = Literal["sentence", "event"]
 DIFFICULTIES: tuple[str, ...] = ("easy", "medium", "hard", "extreme")
@@ -64,7 +69,7 @@ NARRATIVE_TECHNIQUES = ("chronological order", "flashback", "interjection", "sup
 CONSTRUCTION: dict[str, str] = {
     "event": "event-level (the paper's: chronological events, exact-inversion shuffle, incremental lie)",
     "sentence": "sentence-level (not the paper's): original sentences reordered, no event decomposition, "
-                "no incremental rewriting",
+    "no incremental rewriting",
 }
 """``meta["construction"]`` of every row, by level."""
 
@@ -150,9 +155,7 @@ def plan_lies(n_events: int, difficulties: Sequence[str], rng: random.Random) ->
         low, high = DIFFICULTY_BINS[difficulty]
         bounds = inversion_range(n_events, low, high)
         if bounds is None:
-            skipped[difficulty] = (
-                f"{n_events} events: no integer inversion count gives ShuffleD in [{low}, {high}]"
-            )
+            skipped[difficulty] = f"{n_events} events: no integer inversion count gives ShuffleD in [{low}, {high}]"
             continue
         k = rng.randint(*bounds)
         perm = permutation_with_inversions(n_events, k, rng)
@@ -224,7 +227,7 @@ def parse_paraphrase(reply: str) -> Paraphrase:
     marker = re.search(r"rewritten\s*:", reply, re.I)
     if marker is None:
         raise ParseError("no 'Rewritten:' line in reply")
-    text = strip_fence_tags(reply[marker.end():]).strip()
+    text = strip_fence_tags(reply[marker.end() :]).strip()
     if sum(ch.isalpha() for ch in text) < 10:
         raise ParseError("the rewritten text is empty")
 
@@ -285,13 +288,19 @@ class MontageGenerator:
     def _prompt(self, template: PromptTemplate) -> PromptTemplate:
         return apply_overrides(template, self.config.prompts_dir)
 
-    async def generate(self, source: str, target: str, group: str, *, split: str | None = None,
-                       meta: dict[str, Any] | None = None) -> MontageResult:
+    async def generate(
+        self, source: str, target: str, group: str, *, split: str | None = None, meta: dict[str, Any] | None = None
+    ) -> MontageResult:
         """The truth and its lies for one (source, correct target) pair."""
         result = MontageResult()
         rng = group_rng(self.seed, group)
-        base_meta = {"level": self.level, "construction": CONSTRUCTION[self.level], "seed": self.seed,
-                     "variant": "original", **(meta or {})}
+        base_meta = {
+            "level": self.level,
+            "construction": CONSTRUCTION[self.level],
+            "seed": self.seed,
+            "variant": "original",
+            **(meta or {}),
+        }
         if self.max_events is not None:
             base_meta["max_events"] = self.max_events
         if self.level == "sentence":
@@ -299,7 +308,9 @@ class MontageGenerator:
             truth_text = " ".join(events)
         else:
             parsed = await generate_parsed(
-                self.llm, self._prompt(EVENTS_PROMPT).render(target=target), parse_event_list,
+                self.llm,
+                self._prompt(EVENTS_PROMPT).render(target=target),
+                parse_event_list,
                 format_hint="a JSON array of event strings",
             )
             result.calls += parsed.calls
@@ -312,7 +323,8 @@ class MontageGenerator:
                 # The truth must tell the same events as its lies, so it is rebuilt from the kept ones.
                 events = events[: self.max_events]
                 truth_text = await self._write_lie(  # type: ignore[assignment]  # None: returned just below
-                    events, LiePlan("truth", tuple(range(len(events))), 0, 0.0), group, result)
+                    events, LiePlan("truth", tuple(range(len(events))), 0, 0.0), group, result
+                )
                 if truth_text is None:
                     return result
         plans, impossible = plan_lies(len(events), self.difficulties, rng)
@@ -322,11 +334,21 @@ class MontageGenerator:
 
         def example(difficulty: str, text: str, label: int, perm: Sequence[int], extra: dict[str, Any]) -> Example:
             return Example(
-                id=f"{group}-{difficulty}", source=source, target=text, label=label, group=group,
-                difficulty=difficulty, split=split,
-                meta={**base_meta, "permutation": list(perm), "inversions": count_inversions(perm),
-                      "shuffle_degree": shuffle_degree(perm) if len(perm) > 1 else 0.0,
-                      "n_events": len(perm), **extra},
+                id=f"{group}-{difficulty}",
+                source=source,
+                target=text,
+                label=label,
+                group=group,
+                difficulty=difficulty,
+                split=split,
+                meta={
+                    **base_meta,
+                    "permutation": list(perm),
+                    "inversions": count_inversions(perm),
+                    "shuffle_degree": shuffle_degree(perm) if len(perm) > 1 else 0.0,
+                    "n_events": len(perm),
+                    **extra,
+                },
             )
 
         lies: list[Example] = []
@@ -353,14 +375,20 @@ class MontageGenerator:
             event = events[index]
             previous = story
             parsed = await generate_parsed(
-                self.llm, template.render(paragraph=previous, event=event),
+                self.llm,
+                template.render(paragraph=previous, event=event),
                 lambda reply, prev=previous, ev=event: parse_appended_story(reply, prev, ev),  # type: ignore[misc]
                 format_hint="the complete updated story as plain text",
             )
             result.calls += parsed.calls
             if parsed.value is None:
-                result.skipped.append({"group": group, "difficulty": plan.difficulty,
-                                       "reason": f"appending event {index}: {parsed.error}"})
+                result.skipped.append(
+                    {
+                        "group": group,
+                        "difficulty": plan.difficulty,
+                        "reason": f"appending event {index}: {parsed.error}",
+                    }
+                )
                 return None
             story = parsed.value
         return story
@@ -370,20 +398,35 @@ class MontageGenerator:
         template = self._prompt(PARAPHRASE_PROMPT)
         for ex in originals:
             parsed = await generate_parsed(
-                self.llm, template.render(text=ex.target), parse_paraphrase,
+                self.llm,
+                template.render(text=ex.target),
+                parse_paraphrase,
                 format_hint="the three lines 'Original technique:', 'Chosen technique:', 'Rewritten:'",
             )
             result.calls += parsed.calls
             if parsed.value is None:
-                result.skipped.append({"group": ex.group or "", "difficulty": f"{ex.difficulty} (paraphrase)",
-                                       "reason": f"paraphrase: {parsed.error}"})
+                result.skipped.append(
+                    {
+                        "group": ex.group or "",
+                        "difficulty": f"{ex.difficulty} (paraphrase)",
+                        "reason": f"paraphrase: {parsed.error}",
+                    }
+                )
                 continue
-            out.append(ex.model_copy(update={
-                "id": f"{ex.id}-paraphrase",
-                "target": parsed.value.text,
-                "group": f"{ex.group}:paraphrase",
-                "meta": {**ex.meta, "variant": "paraphrase", "paraphrase_of": ex.id,
-                         "original_technique": parsed.value.original_technique,
-                         "chosen_technique": parsed.value.chosen_technique},
-            }))
+            out.append(
+                ex.model_copy(
+                    update={
+                        "id": f"{ex.id}-paraphrase",
+                        "target": parsed.value.text,
+                        "group": f"{ex.group}:paraphrase",
+                        "meta": {
+                            **ex.meta,
+                            "variant": "paraphrase",
+                            "paraphrase_of": ex.id,
+                            "original_technique": parsed.value.original_technique,
+                            "chosen_technique": parsed.value.chosen_technique,
+                        },
+                    }
+                )
+            )
         return out

@@ -33,11 +33,16 @@ class UngroundedAnswerError(RuntimeError):
 
     def __init__(self, report: Report):
         self.report = report
-        what = (f"could not be scored: {report.unscored_reason}" if report.score is None
-                else f"scored {report.score:.3f} < {report.threshold}")
+        what = (
+            f"could not be scored: {report.unscored_reason}"
+            if report.score is None
+            else f"scored {report.score:.3f} < {report.threshold}"
+        )
         findings = "; ".join(f.description for f in report.findings[:5])
-        super().__init__(f"answer not grounded in its documents ({report.method}): {what}"
-                         + (f". Findings: {findings}" if findings else ""))
+        super().__init__(
+            f"answer not grounded in its documents ({report.method}): {what}"
+            + (f". Findings: {findings}" if findings else "")
+        )
 
 
 def _method(method: str, config: Config | None, llm: Any, options: dict[str, Any]) -> Any:
@@ -46,9 +51,16 @@ def _method(method: str, config: Config | None, llm: Any, options: dict[str, Any
     return get_method(method, llm=llm, config=config or Config(), **options)
 
 
-def check_documents(answer: str, documents: Sequence[Document | str], method: str = "rouge", *,
-                    threshold: float | None = None, config: Config | None = None, llm: Any = None,
-                    **options: Any) -> Report:
+def check_documents(
+    answer: str,
+    documents: Sequence[Document | str],
+    method: str = "rouge",
+    *,
+    threshold: float | None = None,
+    config: Config | None = None,
+    llm: Any = None,
+    **options: Any,
+) -> Report:
     """Check ``answer`` against LangChain documents (or plain strings), joined in order as the source."""
     texts = [d.page_content if isinstance(d, Document) else str(d) for d in documents]
     report: Report = run_sync(_method(method, config, llm, options).acheck(document_chunks(texts) or "", answer))
@@ -58,8 +70,16 @@ def check_documents(answer: str, documents: Sequence[Document | str], method: st
 class GroundednessCallbackHandler(BaseCallbackHandler):
     """Checks each LLM answer against the documents retrieved in the same run; reports land in ``reports``."""
 
-    def __init__(self, method: str = "rouge", *, threshold: float | None = None, config: Config | None = None,
-                 llm: Any = None, raise_on_ungrounded: bool = False, **options: Any):
+    def __init__(
+        self,
+        method: str = "rouge",
+        *,
+        threshold: float | None = None,
+        config: Config | None = None,
+        llm: Any = None,
+        raise_on_ungrounded: bool = False,
+        **options: Any,
+    ):
         self.method = _method(method, config, llm, options)  # options are validated now, not mid-chain
         self.threshold = threshold
         self.raise_on_ungrounded = raise_on_ungrounded
@@ -77,8 +97,9 @@ class GroundednessCallbackHandler(BaseCallbackHandler):
             root = parent
         return root
 
-    def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
-                       **kwargs: Any) -> None:
+    def on_chain_start(
+        self, serialized: Any, inputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+    ) -> None:
         self._parents[run_id] = parent_run_id
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any) -> None:
@@ -86,26 +107,31 @@ class GroundednessCallbackHandler(BaseCallbackHandler):
             self._documents.pop(run_id, None)
             self._parents = {k: v for k, v in self._parents.items() if k != run_id and self._root(k, v) != run_id}
 
-    def on_retriever_start(self, serialized: Any, query: str, *, run_id: UUID, parent_run_id: UUID | None = None,
-                           **kwargs: Any) -> None:
+    def on_retriever_start(
+        self, serialized: Any, query: str, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+    ) -> None:
         self._parents[run_id] = parent_run_id
 
-    def on_retriever_end(self, documents: Sequence[Document], *, run_id: UUID, parent_run_id: UUID | None = None,
-                         **kwargs: Any) -> None:
+    def on_retriever_end(
+        self, documents: Sequence[Document], *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+    ) -> None:
         root = self._root(run_id, parent_run_id)
         self._documents.setdefault(root, []).extend(d.page_content for d in documents)
 
-    def on_llm_start(self, serialized: Any, prompts: list[str], *, run_id: UUID, parent_run_id: UUID | None = None,
-                     **kwargs: Any) -> None:
+    def on_llm_start(
+        self, serialized: Any, prompts: list[str], *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+    ) -> None:
         self._parents[run_id] = parent_run_id
 
-    def on_chat_model_start(self, serialized: Any, messages: Any, *, run_id: UUID,
-                            parent_run_id: UUID | None = None, **kwargs: Any) -> None:
+    def on_chat_model_start(
+        self, serialized: Any, messages: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+    ) -> None:
         self._parents[run_id] = parent_run_id
 
     # -- the check ------------------------------------------------------------------------------------------
-    def on_llm_end(self, response: LLMResult, *, run_id: UUID, parent_run_id: UUID | None = None,
-                   **kwargs: Any) -> None:
+    def on_llm_end(
+        self, response: LLMResult, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+    ) -> None:
         documents = self._documents.get(self._root(run_id, parent_run_id))
         self._parents.pop(run_id, None)
         if not documents or not response.generations or not response.generations[0]:

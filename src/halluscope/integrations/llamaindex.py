@@ -32,8 +32,15 @@ def _source_texts(response: Any) -> list[str]:
     return [node.get_content() for node in getattr(response, "source_nodes", None) or []]
 
 
-def check_response(response: Any, method: str = "rouge", *, threshold: float | None = None,
-                   config: Config | None = None, llm: Any = None, **options: Any) -> Report:
+def check_response(
+    response: Any,
+    method: str = "rouge",
+    *,
+    threshold: float | None = None,
+    config: Config | None = None,
+    llm: Any = None,
+    **options: Any,
+) -> Report:
     """Check a LlamaIndex ``Response`` (its text) against its ``source_nodes`` (joined in order as the source)."""
     answer = str(getattr(response, "response", None) or "")
     source = document_chunks(_source_texts(response)) or ""
@@ -54,8 +61,15 @@ class HalluscopeEvaluator(BaseEvaluator):
     at ``threshold`` (its default threshold when None); an unscored pair is an ``invalid_result`` with the
     reason, never a guessed pass or fail."""
 
-    def __init__(self, method: str = "rouge", *, threshold: float | None = None, config: Config | None = None,
-                 llm: Any = None, **options: Any):
+    def __init__(
+        self,
+        method: str = "rouge",
+        *,
+        threshold: float | None = None,
+        config: Config | None = None,
+        llm: Any = None,
+        **options: Any,
+    ):
         self._method = _method(method, config, llm, options)
         self._threshold = threshold
 
@@ -70,19 +84,38 @@ class HalluscopeEvaluator(BaseEvaluator):
         report: Report = await self._method.acheck(document_chunks(list(contexts)) or "", response)
         return report.with_threshold(self._threshold) if self._threshold is not None else report
 
-    async def aevaluate(self, query: str | None = None, response: str | None = None,
-                        contexts: Sequence[str] | None = None, **kwargs: Any) -> EvaluationResult:
+    async def aevaluate(
+        self,
+        query: str | None = None,
+        response: str | None = None,
+        contexts: Sequence[str] | None = None,
+        **kwargs: Any,
+    ) -> EvaluationResult:
         if not response or not response.strip() or not contexts or not join_documents(list(contexts)):
-            return EvaluationResult(query=query, response=response, contexts=list(contexts or []),
-                                    invalid_result=True, invalid_reason="a response and contexts are required")
+            return EvaluationResult(
+                query=query,
+                response=response,
+                contexts=list(contexts or []),
+                invalid_result=True,
+                invalid_reason="a response and contexts are required",
+            )
         report = await self.areport(response, contexts)
         return EvaluationResult(
-            query=query, response=response, contexts=list(contexts),
+            query=query,
+            response=response,
+            contexts=list(contexts),
             passing=None if report.score is None else report.label == "consistent",
-            score=report.score, feedback=_feedback(report),
-            invalid_result=report.score is None, invalid_reason=report.unscored_reason,
+            score=report.score,
+            feedback=_feedback(report),
+            invalid_result=report.score is None,
+            invalid_reason=report.unscored_reason,
         )
 
-    def evaluate(self, query: str | None = None, response: str | None = None,
-                 contexts: Sequence[str] | None = None, **kwargs: Any) -> EvaluationResult:
+    def evaluate(
+        self,
+        query: str | None = None,
+        response: str | None = None,
+        contexts: Sequence[str] | None = None,
+        **kwargs: Any,
+    ) -> EvaluationResult:
         return run_sync(self.aevaluate(query=query, response=response, contexts=contexts, **kwargs))

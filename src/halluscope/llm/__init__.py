@@ -3,28 +3,54 @@
 from __future__ import annotations
 
 from halluscope.config import Config
-from halluscope.llm.base import (Completion, ContextOverflowError, GenerateParams, LLMError, Message, ModelAPI,
-                                 ReplyTooLargeError)
+from halluscope.llm.base import (
+    Completion,
+    ContextOverflowError,
+    GenerateParams,
+    LLMError,
+    Message,
+    ModelAPI,
+    ReplyTooLargeError,
+)
 from halluscope.llm.cache import RedisCache, ResponseCache, open_cache
 from halluscope.llm.client import LLM, CallLog, track_calls
 from halluscope.llm.fake import FakeModel
 from halluscope.llm.ratelimit import RateLimiter
 
 __all__ = [
-    "LLM", "CallLog", "Completion", "Config", "ContextOverflowError", "FakeModel", "GenerateParams",
-    "LLMError", "Message", "ModelAPI", "RateLimiter", "RedisCache", "ReplyTooLargeError", "ResponseCache", "build_api",
-    "get_llm", "open_cache", "track_calls",
+    "LLM",
+    "CallLog",
+    "Completion",
+    "Config",
+    "ContextOverflowError",
+    "FakeModel",
+    "GenerateParams",
+    "LLMError",
+    "Message",
+    "ModelAPI",
+    "RateLimiter",
+    "RedisCache",
+    "ReplyTooLargeError",
+    "ResponseCache",
+    "build_api",
+    "get_llm",
+    "open_cache",
+    "track_calls",
 ]
 
-_EMBEDDED_APIS: dict[tuple[str, int, int | None, int | None, str | None, str], ModelAPI] = {}  # loaded weights are reused across LLM clients
+_EMBEDDED_APIS: dict[
+    tuple[str, int, int | None, int | None, str | None, str], ModelAPI
+] = {}  # loaded weights are reused across LLM clients
 
 
 def build_api(config: Config) -> ModelAPI:
     """Pick the backend named by ``config.model`` (see :class:`Config.model`)."""
     model = config.model
     if model == "fake":
-        raise ValueError("the fake model is scripted: build FakeModel(...) and wrap it in LLM(...) yourself, "
-                         "or name a script: fake:script.json (docs/testing.md)")
+        raise ValueError(
+            "the fake model is scripted: build FakeModel(...) and wrap it in LLM(...) yourself, "
+            "or name a script: fake:script.json (docs/testing.md)"
+        )
     if model is not None and model.startswith("fake:"):
         return FakeModel.from_script(model.split(":", 1)[1])  # replies keyed by reply type (FakeModel.by_reply)
     if model is None and not config.base_url:
@@ -37,8 +63,12 @@ def build_api(config: Config) -> ModelAPI:
         key = (name, config.embedded_n_ctx, config.embedded_threads, config.seed, way, config.embedded_grammar)
         if key not in _EMBEDDED_APIS:
             _EMBEDDED_APIS[key] = EmbeddedModel(
-                name, n_ctx=config.embedded_n_ctx, n_threads=config.embedded_threads, seed=config.seed or 0,
-                structured_output=way, grammar=config.embedded_grammar,
+                name,
+                n_ctx=config.embedded_n_ctx,
+                n_threads=config.embedded_threads,
+                seed=config.seed or 0,
+                structured_output=way,
+                grammar=config.embedded_grammar,
             )
         return _EMBEDDED_APIS[key]
     from halluscope.llm.litellm_backend import litellm_model_name
@@ -47,9 +77,14 @@ def build_api(config: Config) -> ModelAPI:
     if litellm_model is not None:
         from halluscope.llm.litellm_backend import LiteLLMModel  # imports litellm (optional extra) now
 
-        return LiteLLMModel(litellm_model, api_base=config.base_url, api_key=config.api_key,
-                            timeout_s=config.timeout_s, max_retries=config.max_retries,
-                            max_concurrency=config.max_concurrency)
+        return LiteLLMModel(
+            litellm_model,
+            api_base=config.base_url,
+            api_key=config.api_key,
+            timeout_s=config.timeout_s,
+            max_retries=config.max_retries,
+            max_concurrency=config.max_concurrency,
+        )
     if not config.base_url:
         raise ValueError(
             f"model {model!r} needs an OpenAI-compatible endpoint: set --base-url / HALLUSCOPE_BASE_URL "

@@ -69,8 +69,11 @@ class ResponseCache(SqliteTable):
         self.path = Path(path)
         if str(path) != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        super().__init__(str(path), "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, model TEXT, "
-                                    "completion TEXT, created REAL DEFAULT (julianday('now')))")
+        super().__init__(
+            str(path),
+            "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, model TEXT, "
+            "completion TEXT, created REAL DEFAULT (julianday('now')))",
+        )
 
     def get(self, key: str) -> Completion | None:
         with self._lock:
@@ -89,6 +92,7 @@ class ResponseCache(SqliteTable):
                 "INSERT OR REPLACE INTO responses (key, model, completion) VALUES (?, ?, ?)",
                 (key, completion.model, completion.model_dump_json()),
             )
+
 
 class Cache(Protocol):
     """What :class:`~halluscope.llm.client.LLM` needs from a response cache."""
@@ -135,15 +139,15 @@ class RedisCache:
 
     DEFAULT_PREFIX = "halluscope:llm:"
 
-    def __init__(self, url: str, *, prefix: str | None = None, ttl_s: float | None = None,
-                 socket_timeout_s: float = 10.0):
+    def __init__(
+        self, url: str, *, prefix: str | None = None, ttl_s: float | None = None, socket_timeout_s: float = 10.0
+    ):
         try:
             import redis
             from redis.backoff import ExponentialWithJitterBackoff
             from redis.retry import Retry
         except ImportError as exc:
-            raise CacheBackendError(
-                "the Redis cache needs the redis client: pip install 'halluscope[redis]'") from exc
+            raise CacheBackendError("the Redis cache needs the redis client: pip install 'halluscope[redis]'") from exc
         parts = urlsplit(url)
         if parts.scheme not in REDIS_SCHEMES:
             raise CacheBackendError(f"not a Redis URL: {_redact(url)} (use redis://, rediss:// or unix://)")
@@ -161,21 +165,28 @@ class RedisCache:
         self._redis = redis
         try:
             self._client = redis.Redis.from_url(
-                self.url, socket_timeout=socket_timeout_s, socket_connect_timeout=socket_timeout_s,
+                self.url,
+                socket_timeout=socket_timeout_s,
+                socket_connect_timeout=socket_timeout_s,
                 retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), 3),
-                retry_on_error=[redis.ConnectionError, redis.TimeoutError], health_check_interval=30,
+                retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+                health_check_interval=30,
             )
             self._client.ping()
         except (redis.RedisError, ValueError) as exc:
             raise CacheBackendError(
-                f"cannot use the Redis cache at {_redact(url)}: {type(exc).__name__}: {exc}") from exc
+                f"cannot use the Redis cache at {_redact(url)}: {type(exc).__name__}: {exc}"
+            ) from exc
 
     def _failed(self, what: str, exc: Exception) -> None:
         self.errors += 1
         if not self._warned:
             self._warned = True
-            print(f"warning: Redis cache {what} failed ({type(exc).__name__}: {exc}); treated as a miss, the run "
-                  "goes on (further errors are counted in RedisCache.errors, not printed)", file=sys.stderr)
+            print(
+                f"warning: Redis cache {what} failed ({type(exc).__name__}: {exc}); treated as a miss, the run "
+                "goes on (further errors are counted in RedisCache.errors, not printed)",
+                file=sys.stderr,
+            )
 
     def get(self, key: str) -> Completion | None:
         try:
@@ -193,8 +204,11 @@ class RedisCache:
     def put(self, key: str, completion: Completion) -> None:
         completion = completion.model_copy(update={"text": clean_text(completion.text)})
         try:
-            self._client.set(self.prefix + key, completion.model_dump_json().encode("utf-8"),
-                             ex=int(self.ttl_s) if self.ttl_s else None)
+            self._client.set(
+                self.prefix + key,
+                completion.model_dump_json().encode("utf-8"),
+                ex=int(self.ttl_s) if self.ttl_s else None,
+            )
         except self._redis.RedisError as exc:
             self._failed("write", exc)
 
@@ -220,7 +234,7 @@ class RedisCache:
         return f"RedisCache({_redact(self.url)!r}, prefix={self.prefix!r})"
 
 
-def open_cache(config: "Config") -> Cache | None:
+def open_cache(config: Config) -> Cache | None:
     """The response cache ``config`` asks for: ``None`` when ``config.cache`` is off; else by
     ``config.cache_url`` - unset: SQLite at ``config.cache_path``; ``sqlite:////abs/path.sqlite`` or
     ``sqlite:///relative.sqlite`` (SQLAlchemy's spelling) or ``sqlite:/abs/path.sqlite``: SQLite there;
@@ -241,6 +255,8 @@ def open_cache(config: "Config") -> Cache | None:
         return ResponseCache(path)
     if scheme in REDIS_SCHEMES:
         return RedisCache(url)
-    raise CacheBackendError(f"unsupported cache URL {_redact(url)!r}: use redis://host:port/db, rediss://..., "
-                            "unix:///path/redis.sock or sqlite:////abs/path/file.sqlite (or leave it unset for "
-                            "the SQLite file at cache_path)")
+    raise CacheBackendError(
+        f"unsupported cache URL {_redact(url)!r}: use redis://host:port/db, rediss://..., "
+        "unix:///path/redis.sock or sqlite:////abs/path/file.sqlite (or leave it unset for "
+        "the SQLite file at cache_path)"
+    )

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from halluscope import tracing
 from halluscope.llm.affinity import PrefixAffinityGate, prompt_text
@@ -125,9 +125,9 @@ class LLM:
         self._gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, PrefixAffinityGate] = (
             weakref.WeakKeyDictionary()
         )
-        self._in_flight: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, dict[str, asyncio.Future[Completion]]
-        ] = weakref.WeakKeyDictionary()
+        self._in_flight: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Future[Completion]]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     @property
     def name(self) -> str:
@@ -183,7 +183,10 @@ class LLM:
         if len(completion.text) > MAX_REPLY_CHARS:  # no parser reads it: refused here, never cached
             raise ReplyTooLargeError(
                 f"the reply of {len(completion.text)} characters exceeds the {MAX_REPLY_CHARS}-character limit",
-                len(completion.text), "characters", completion.text[:REFUSED_EXCERPT_CHARS])
+                len(completion.text),
+                "characters",
+                completion.text[:REFUSED_EXCERPT_CHARS],
+            )
         return completion.model_copy(
             update={
                 "text": clean_text(completion.text),
@@ -269,8 +272,16 @@ class LLM:
         self.usage = self.usage + usage
         log = _current_log.get()
         if log is not None:
-            log.add(LLMCall(model=self.name, messages=[dict(m) for m in messages], reply=exc.excerpt,
-                            usage=usage, reply_size=exc.size, reply_size_unit=exc.unit))  # type: ignore[arg-type]
+            log.add(
+                LLMCall(
+                    model=self.name,
+                    messages=[dict(m) for m in messages],
+                    reply=exc.excerpt,
+                    usage=usage,
+                    reply_size=exc.size,
+                    reply_size_unit=exc.unit,
+                )
+            )  # type: ignore[arg-type]
 
     def count_tokens(self, text: str) -> int:
         n = self.api.count_tokens(text)

@@ -45,12 +45,19 @@ import logging
 import os
 import threading
 import weakref
-from typing import Any, Literal
 from importlib import metadata
 from pathlib import Path
+from typing import Any, Literal
 
-from halluscope.llm.base import (Completion, ContextOverflowError, GenerateParams, LLMError, Message,
-                                 StructuredOutput, TokenLogprobs)
+from halluscope.llm.base import (
+    Completion,
+    ContextOverflowError,
+    GenerateParams,
+    LLMError,
+    Message,
+    StructuredOutput,
+    TokenLogprobs,
+)
 from halluscope.llm.cache import clean_messages, clean_text
 from halluscope.llm.lazy_grammar import LazyGrammarUnavailable, lazy_grammar_processor
 from halluscope.llm.model_parts import QWEN_CODER_1_5B, SPLIT_MODELS, ensure_assembled
@@ -151,7 +158,7 @@ def reused_prefix(held: list[int], prompt: list[int]) -> int:
     return n - 1 if prompt and n == len(prompt) else n
 
 
-def _close_if_alive(ref: "weakref.ref[EmbeddedModel]") -> None:
+def _close_if_alive(ref: weakref.ref[EmbeddedModel]) -> None:
     model = ref()
     if model is not None:
         model.close()
@@ -164,8 +171,16 @@ class EmbeddedModel:
     prefix_affinity = True
     """Serve waiting requests by the prefix they share with the last one (llama.cpp keeps one KV prefix)."""
 
-    def __init__(self, model: str | None = None, *, n_ctx: int = 8192, n_threads: int | None = None, seed: int = 0,
-                 structured_output: StructuredOutput | None = None, grammar: EmbeddedGrammar = "lazy"):
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        n_ctx: int = 8192,
+        n_threads: int | None = None,
+        seed: int = 0,
+        structured_output: StructuredOutput | None = None,
+        grammar: EmbeddedGrammar = "lazy",
+    ):
         if importlib.util.find_spec("llama_cpp") is None:
             raise LLMError(f"the embedded model needs llama-cpp-python: {INSTALL_HINT}")
         model = model or default_embedded_model()
@@ -295,8 +310,9 @@ class EmbeddedModel:
         )
         return Completion(text=text, model=self.name, usage=usage, logprobs=logprobs)
 
-    def _complete(self, llama: Any, kwargs: dict[str, Any], json_schema: str | None,
-                  capture: "StepCapture | None" = None) -> Any:
+    def _complete(
+        self, llama: Any, kwargs: dict[str, Any], json_schema: str | None, capture: StepCapture | None = None
+    ) -> Any:
         """One chat completion. A schema reply: the lazy grammar sampler at temperature 0 when it can run (same
         tokens, the grammar asked about one token per step), else llama.cpp's grammar from the schema.
         ``capture`` (first in the processor list: it sees the model's own distribution) records each step."""
@@ -310,8 +326,11 @@ class EmbeddedModel:
                 processor = lazy_grammar_processor(llama, json_schema)
             except LazyGrammarUnavailable as exc:
                 self._lazy_unavailable = str(exc)
-                log.warning("%s: lazy grammar sampler unavailable (%s); schema replies use llama-cpp-python's "
-                            "full grammar", self.name, exc)
+                log.warning(
+                    "%s: lazy grammar sampler unavailable (%s); schema replies use llama-cpp-python's full grammar",
+                    self.name,
+                    exc,
+                )
             else:
                 try:
                     processors = _processors(first + [processor])
@@ -322,13 +341,18 @@ class EmbeddedModel:
                     return out
                 if capture is not None:
                     capture.reset()
-                log.warning("%s: the lazy grammar sampler could not constrain this reply (%s); asking again with "
-                            "llama-cpp-python's full grammar", self.name, processor.failed)
+                log.warning(
+                    "%s: the lazy grammar sampler could not constrain this reply (%s); asking again with "
+                    "llama-cpp-python's full grammar",
+                    self.name,
+                    processor.failed,
+                )
         # llama.cpp turns the schema into a grammar: the reply has the declared shape
         if capture is not None:
             capture.reset()
         return llama.create_chat_completion(
-            **kwargs, response_format={"type": "json_object", "schema": json.loads(json_schema)})
+            **kwargs, response_format={"type": "json_object", "schema": json.loads(json_schema)}
+        )
 
     async def generate(self, messages: list[Message], params: GenerateParams) -> Completion:
         return await asyncio.to_thread(self._generate_sync, messages, params)

@@ -31,7 +31,6 @@ from typing import Any
 from halluscope.llm.base import Completion, GenerateParams, LLMError, Message, StructuredOutput, TokenLogprobs
 from halluscope.records import Usage
 
-
 TEXT_REPLY = "text"
 """The ``by_reply`` key of a request that asks for no JSON schema (free text: G-Eval's paper form, localize's
 chain of thought and filter)."""
@@ -66,12 +65,13 @@ def fake_tokens(text: str) -> list[str]:
     """The fake model's tokens of ``text``: each word or punctuation mark with the whitespace before it
     (their concatenation is ``text``)."""
     tokens = _TOKEN.findall(text)
-    rest = text[sum(len(t) for t in tokens):]
+    rest = text[sum(len(t) for t in tokens) :]
     return tokens + ([rest] if rest else [])
 
 
-def label_logprobs(probabilities: Mapping[str, float] | Sequence[Mapping[str, float]]
-                   ) -> Callable[[str], list[TokenLogprobs]]:
+def label_logprobs(
+    probabilities: Mapping[str, float] | Sequence[Mapping[str, float]],
+) -> Callable[[str], list[TokenLogprobs]]:
     """A ``logprobs`` script: the reply split into :func:`fake_tokens`; each token that is (case-insensitively,
     whitespace aside) one of the words of ``probabilities`` gets every word of it as a candidate, with those
     probabilities (the chosen token its own); every other token is certain. A list of mappings gives the label
@@ -90,8 +90,7 @@ def label_logprobs(probabilities: Mapping[str, float] | Sequence[Mapping[str, fl
             if word in words and not continues:
                 chosen = words[word]
                 # the chosen candidate spelled as the token itself (with its whitespace), like a real backend
-                top = {(token if cand == chosen else cand): math.log(p) if p > 0 else -1e9
-                       for cand, p in table.items()}
+                top = {(token if cand == chosen else cand): math.log(p) if p > 0 else -1e9 for cand, p in table.items()}
                 out.append(TokenLogprobs(token=token, logprob=top[token], top=top))
                 n += 1
                 previous_was_label = True
@@ -128,7 +127,8 @@ class FakeModel:
         self._responder = responder
         self._by_reply: dict[str, ScriptedReply | list[ScriptedReply]] = {
             _type_name(k): (list(v) if isinstance(v, Sequence) and not isinstance(v, str) else v)
-            for k, v in (by_reply or {}).items()}
+            for k, v in (by_reply or {}).items()
+        }
         self._default = default
         self.requests: list[list[Message]] = []
         self.params: list[GenerateParams] = []  # the parameters of each request, in order
@@ -140,7 +140,7 @@ class FakeModel:
         return len(text.split())
 
     @classmethod
-    def from_script(cls, path: str | Path) -> "FakeModel":
+    def from_script(cls, path: str | Path) -> FakeModel:
         """A fake scripted by a JSON file: an object mapping reply type (see ``by_reply``) to one reply or a list
         of replies in order, plus optional ``"default"`` (answers anything left; without it an unscripted
         request fails) and ``"logprobs"`` (label word -> probability, or a list of such: see
@@ -157,8 +157,12 @@ class FakeModel:
         default = script.pop("default", None)
         probabilities = script.pop("logprobs", None)
         by_reply = {k: [as_text(r) for r in v] if isinstance(v, list) else as_text(v) for k, v in script.items()}
-        fake = cls(by_reply=by_reply, default=None if default is None else as_text(default), name=f"fake:{path}",
-                   logprobs=label_logprobs(probabilities) if probabilities else None)
+        fake = cls(
+            by_reply=by_reply,
+            default=None if default is None else as_text(default),
+            name=f"fake:{path}",
+            logprobs=label_logprobs(probabilities) if probabilities else None,
+        )
         fake.cache_id = "fake:" + hashlib.sha256(text.encode()).hexdigest()[:16]  # an edited script is not cached
         return fake
 

@@ -111,8 +111,13 @@ def _stated(text: str, offset: int, positive: Sequence[str], negative: Sequence[
     return None, 0
 
 
-def label_probabilities(logprobs: Sequence[TokenLogprobs] | None, positive: Sequence[str], negative: Sequence[str],
-                        *, key: str | None = None) -> list[LabelProbability]:
+def label_probabilities(
+    logprobs: Sequence[TokenLogprobs] | None,
+    positive: Sequence[str],
+    negative: Sequence[str],
+    *,
+    key: str | None = None,
+) -> list[LabelProbability]:
     """Every stated label in the reply, in order. With ``key`` (a JSON field name) the labels are the values of
     that field (one per occurrence: a batch reply gives one per entry); without it, every place where the reply
     spells an allowed label (a bare ``yes``, the marks of a JSON list). ``[]`` without log-probabilities."""
@@ -125,7 +130,7 @@ def label_probabilities(logprobs: Sequence[TokenLogprobs] | None, positive: Sequ
     if key is not None:
         for match in re.finditer(r'(?<!\\)"' + re.escape(key) + r'"\s*:\s*', text, flags=re.I):
             offset = match.end()
-            if text[offset:offset + 1] == '"':  # a string label: it starts after the quote
+            if text[offset : offset + 1] == '"':  # a string label: it starts after the quote
                 offset += 1
             if offset >= len(text):
                 break
@@ -141,7 +146,7 @@ def label_probabilities(logprobs: Sequence[TokenLogprobs] | None, positive: Sequ
             in_string = not in_string  # a JSON string's words are not labels, unless the label is a string
         stated, width = _stated(text, offset, positive, negative)
         boundary = offset == 0 or not text[offset - 1].isalnum()
-        after = text[offset + width: offset + width + 1]
+        after = text[offset + width : offset + width + 1]
         if stated is not None and boundary and not after.isalnum() and (not in_string or text[offset - 1] == '"'):
             i = _token_at(starts, offset)
             out.append(LabelProbability(i, stated, probability_at(logprobs[i], positive, negative)))
@@ -151,15 +156,22 @@ def label_probabilities(logprobs: Sequence[TokenLogprobs] | None, positive: Sequ
     return out
 
 
-def label_probability(logprobs: Sequence[TokenLogprobs] | None, positive: Sequence[str], negative: Sequence[str],
-                      *, key: str | None = None, index: int = 0) -> float | None:
+def label_probability(
+    logprobs: Sequence[TokenLogprobs] | None,
+    positive: Sequence[str],
+    negative: Sequence[str],
+    *,
+    key: str | None = None,
+    index: int = 0,
+) -> float | None:
     """The positive label's probability at the ``index``-th stated label (see :func:`label_probabilities`), or
     None when there is none or the backend gave no candidates there."""
     found = label_probabilities(logprobs, positive, negative, key=key)
     return found[index].probability if 0 <= index < len(found) else None
 
 
-def step_probability(step: object, positive: Sequence[str], negative: Sequence[str], *, key: str | None = None,
-                     index: int = 0) -> float | None:
+def step_probability(
+    step: object, positive: Sequence[str], negative: Sequence[str], *, key: str | None = None, index: int = 0
+) -> float | None:
     """:func:`label_probability` of a :class:`~halluscope.records.StepResult`'s reply (None without logprobs)."""
     return label_probability(getattr(step, "logprobs", None), positive, negative, key=key, index=index)

@@ -65,15 +65,20 @@ class LazyGrammarGreedy:
             import numpy as np
         except ImportError as exc:
             raise LazyGrammarUnavailable(str(exc)) from exc
-        needed = ("llama_sampler_init_grammar", "llama_sampler_apply", "llama_sampler_accept", "llama_sampler_free",
-                  "llama_token_data", "llama_token_data_array")
+        needed = (
+            "llama_sampler_init_grammar",
+            "llama_sampler_apply",
+            "llama_sampler_accept",
+            "llama_sampler_free",
+            "llama_token_data",
+            "llama_token_data_array",
+        )
         missing = [name for name in needed if not hasattr(llama_cpp, name)]
         if missing:
             raise LazyGrammarUnavailable(f"llama_cpp lacks {', '.join(missing)}")
         self._llama_cpp: Any = llama_cpp  # its ctypes structs are typed by c_int32 etc.: plain values go in
         self._np: Any = np
-        self._sampler = llama_cpp.llama_sampler_init_grammar(vocab, grammar_text.encode("utf-8"),
-                                                            root.encode("utf-8"))
+        self._sampler = llama_cpp.llama_sampler_init_grammar(vocab, grammar_text.encode("utf-8"), root.encode("utf-8"))
         if not self._sampler:
             raise LazyGrammarUnavailable("llama.cpp could not compile the grammar")
         self._one = (self._llama_cpp.llama_token_data * 1)()
@@ -97,8 +102,9 @@ class LazyGrammarGreedy:
         n = len(scores)
         if self._full is None or len(self._full) != n:
             self._full = (llama_cpp.llama_token_data * n)()
-            self._full_view = np.frombuffer(self._full, dtype=np.dtype(
-                [("id", np.intc), ("logit", np.single), ("p", np.single)], align=True))
+            self._full_view = np.frombuffer(
+                self._full, dtype=np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)], align=True)
+            )
             self._full_array = llama_cpp.llama_token_data_array(data=self._full, size=n, selected=-1, sorted=False)
             self._ids = np.arange(n, dtype=np.intc)
         view = self._full_view

@@ -29,8 +29,23 @@ from halluscope.llm.openai_compat import _RETRY_STATUS, _content_text, _usage
 LITELLM_PREFIX = "litellm:"
 
 LITELLM_PROVIDERS: tuple[str, ...] = (
-    "anthropic", "azure", "azure_ai", "bedrock", "cohere", "deepseek", "fireworks_ai", "gemini", "groq",
-    "mistral", "openrouter", "perplexity", "sagemaker", "together_ai", "vertex_ai", "watsonx", "xai",
+    "anthropic",
+    "azure",
+    "azure_ai",
+    "bedrock",
+    "cohere",
+    "deepseek",
+    "fireworks_ai",
+    "gemini",
+    "groq",
+    "mistral",
+    "openrouter",
+    "perplexity",
+    "sagemaker",
+    "together_ai",
+    "vertex_ai",
+    "watsonx",
+    "xai",
 )
 """Provider prefixes that select LiteLLM without the ``litellm:`` prefix (only when no ``base_url`` is set:
 before this backend existed such a string without an endpoint was an error, so no working model string
@@ -42,9 +57,11 @@ def litellm_model_name(model: str | None, base_url: str | None) -> str | None:
     if not model:
         return None
     if model.startswith(LITELLM_PREFIX):
-        name = model[len(LITELLM_PREFIX):].strip()
+        name = model[len(LITELLM_PREFIX) :].strip()
         if not name:
-            raise ValueError("'litellm:' needs a LiteLLM model after it, e.g. litellm:anthropic/claude-3-5-haiku-latest")
+            raise ValueError(
+                "'litellm:' needs a LiteLLM model after it, e.g. litellm:anthropic/claude-3-5-haiku-latest"
+            )
         return name
     provider, slash, rest = model.partition("/")
     if slash and rest and provider in LITELLM_PROVIDERS and not base_url:
@@ -104,7 +121,8 @@ class LiteLLMModel:
             return None
         try:
             prompt_cost, completion_cost = self._litellm.cost_per_token(
-                model=self.name, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+                model=self.name, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
+            )
         except Exception:  # LiteLLM raises for a model it has no price for
             return None
         try:

@@ -151,8 +151,7 @@ def _part_ref(model: SplitModel, index: int, part: Part) -> Traversable:
     label = f"part {index}/{len(model.parts)} ({part.distribution})"
     if _find_spec(part.module) is None:
         raise ModelPartsError(
-            f"embedded model {model.name!r}: {label} is not installed; install every part with "
-            f"{model.install_hint()}"
+            f"embedded model {model.name!r}: {label} is not installed; install every part with {model.install_hint()}"
         )
     ref = importlib.resources.files(part.module).joinpath(part.resource)
     if not ref.is_file():
@@ -217,8 +216,10 @@ def ensure_assembled(model: SplitModel, *, directory: Path | None = None, progre
         folder.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=model.file_name + ".", suffix=".partial")
     except OSError as exc:
-        raise ModelPartsError(f"embedded model {model.name!r}: cannot write to {folder}: {exc} "
-                              "(set HALLUSCOPE_MODEL_DIR to a writable folder)") from exc
+        raise ModelPartsError(
+            f"embedded model {model.name!r}: cannot write to {folder}: {exc} "
+            "(set HALLUSCOPE_MODEL_DIR to a writable folder)"
+        ) from exc
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as out, _progress_bar(model, progress) as advance:
@@ -243,8 +244,10 @@ def ensure_assembled(model: SplitModel, *, directory: Path | None = None, progre
             out.flush()
             os.fsync(out.fileno())
         if tmp.stat().st_size != model.size or whole.hexdigest() != model.sha256:
-            raise ModelPartsError(f"embedded model {model.name!r}: the assembled file does not match its size "
-                                  f"{model.size:,} and sha256 {model.sha256[:12]}...")
+            raise ModelPartsError(
+                f"embedded model {model.name!r}: the assembled file does not match its size "
+                f"{model.size:,} and sha256 {model.sha256[:12]}..."
+            )
         os.chmod(tmp, 0o644)  # mkstemp creates it private; the model is no secret
         os.replace(tmp, target)
         _write_stamp(target, model)
@@ -269,8 +272,14 @@ class _progress_bar:
         from rich.console import Console
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-        self._progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(),
-                                  TimeRemainingColumn(), console=Console(file=sys.stderr), transient=False)
+        self._progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TimeRemainingColumn(),
+            console=Console(file=sys.stderr),
+            transient=False,
+        )
         self._progress.__enter__()
         task = self._progress.add_task(f"assembling {self._model.name} (once)", total=self._model.size)
         progress = self._progress

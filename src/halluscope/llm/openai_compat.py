@@ -15,8 +15,16 @@ from typing import Any
 
 import httpx
 
-from halluscope.llm.base import (Completion, ContextOverflowError, GenerateParams, LLMError, Message,
-                                 ReplyTooLargeError, StructuredOutput, parse_logprobs)
+from halluscope.llm.base import (
+    Completion,
+    ContextOverflowError,
+    GenerateParams,
+    LLMError,
+    Message,
+    ReplyTooLargeError,
+    StructuredOutput,
+    parse_logprobs,
+)
 from halluscope.llm.cache import clean_messages, clean_text
 from halluscope.records import Usage
 
@@ -53,8 +61,10 @@ class _BoundedInflater:
     def __init__(self, encoding: str):
         codings = [c.strip().lower() for c in encoding.split(",") if c.strip() and c.strip().lower() != "identity"]
         if len(codings) > 1 or (codings and codings[0] not in self._WBITS):
-            raise LLMError(f"the endpoint sent a body in the Content-Encoding {encoding!r}; only gzip and deflate "
-                           "are decoded (the request asks for none)")
+            raise LLMError(
+                f"the endpoint sent a body in the Content-Encoding {encoding!r}; only gzip and deflate "
+                "are decoded (the request asks for none)"
+            )
         self._z = zlib.decompressobj(self._WBITS[codings[0]]) if codings else None
 
     def feed(self, data: bytes, room: int) -> Iterator[bytes]:
@@ -81,7 +91,7 @@ class _Retryable(Exception):
         self.retry_after = retry_after
 
 
-def _retry_after_s(resp: "_Body") -> float | None:
+def _retry_after_s(resp: _Body) -> float | None:
     """The server's Retry-After in seconds (numeric form only; HTTP dates are ignored)."""
     value = resp.headers.get("retry-after")
     try:
@@ -187,16 +197,24 @@ class _ClientPool:
             async with client.stream("POST", url, headers=headers, **kwargs) as resp:
                 declared = resp.headers.get("content-length", "")
                 if declared.isdigit() and int(declared) > max_bytes:
-                    raise ReplyTooLargeError(f"the endpoint's response of {int(declared)} bytes exceeds the "
-                                             f"{max_bytes}-byte limit; not read", int(declared), "bytes")
+                    raise ReplyTooLargeError(
+                        f"the endpoint's response of {int(declared)} bytes exceeds the "
+                        f"{max_bytes}-byte limit; not read",
+                        int(declared),
+                        "bytes",
+                    )
                 inflater = _BoundedInflater(resp.headers.get("content-encoding", ""))
                 body = bytearray()
                 async for raw in resp.aiter_raw():
                     for piece in inflater.feed(raw, max_bytes + 1 - len(body)):
                         body += piece
                         if len(body) > max_bytes:
-                            raise ReplyTooLargeError(f"the endpoint's response exceeds the {max_bytes}-byte limit "
-                                                     "(decoded); reading stopped", len(body), "bytes")
+                            raise ReplyTooLargeError(
+                                f"the endpoint's response exceeds the {max_bytes}-byte limit "
+                                "(decoded); reading stopped",
+                                len(body),
+                                "bytes",
+                            )
                 return _Body(resp.status_code, resp.headers, bytes(body))
         finally:
             self.in_flight[i] -= 1
@@ -272,8 +290,9 @@ class OpenAICompatibleModel:
             ssl_context = _ssl_context()  # one for the process: each holds the CA bundle (MBs, ~50 ms to build)
             pool = self._pools[loop] = _ClientPool(
                 self.max_concurrency or 64,
-                lambda limits: httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=self.timeout_s,
-                                                 limits=limits, verify=ssl_context),
+                lambda limits: httpx.AsyncClient(
+                    base_url=self.base_url, headers=headers, timeout=self.timeout_s, limits=limits, verify=ssl_context
+                ),
             )
         return pool
 
@@ -401,7 +420,9 @@ class OpenAICompatibleModel:
                 break
             except _RETRYABLE as exc:
                 if attempt == attempts:
-                    raise LLMError(f"{self.name} at {self.base_url}: failed after {attempts} attempts: {exc!r}") from exc
+                    raise LLMError(
+                        f"{self.name} at {self.base_url}: failed after {attempts} attempts: {exc!r}"
+                    ) from exc
                 await asyncio.sleep(self._backoff_s(attempt, exc))
             except httpx.HTTPError as exc:  # e.g. an invalid URL: retrying cannot help
                 raise LLMError(f"{self.name} at {self.base_url}: {exc!r}") from exc

@@ -74,8 +74,9 @@ class Reply(BaseModel):
             data = {cls.bare_list_field: data}
         nested = restated_field(data, {normalized_key(name) for name in cls.model_fields})
         if nested is not None:
-            raise ParseError(f"the reply states {nested!r} a second time inside another value; a verdict must be "
-                             f"stated once")
+            raise ParseError(
+                f"the reply states {nested!r} a second time inside another value; a verdict must be stated once"
+            )
         try:
             return cls.model_validate(data)
         except ValidationError as exc:

@@ -67,8 +67,15 @@ async def generate_parsed(
         try:
             completion = await llm.generate(convo, params if attempt == 0 else (repair_params or params))
         except ReplyTooLargeError as exc:  # never parsed; the repair request carries only a short excerpt
-            calls.append(LLMCall(model=llm.name, messages=[dict(m) for m in convo], reply=exc.excerpt,
-                                 reply_size=exc.size, reply_size_unit=exc.unit))  # type: ignore[arg-type]
+            calls.append(
+                LLMCall(
+                    model=llm.name,
+                    messages=[dict(m) for m in convo],
+                    reply=exc.excerpt,
+                    reply_size=exc.size,
+                    reply_size_unit=exc.unit,
+                )
+            )  # type: ignore[arg-type]
             error = str(exc)
             if attempt + 1 < attempts:
                 convo = convo + [
@@ -164,8 +171,9 @@ async def generate_reply(
     text where that is faster); the repair request always sends the schema. ``parse`` replaces
     ``schema.parse`` when a stage needs extra checks (e.g. a count)."""
     base = params or llm.default_params
-    constrained = base.model_copy(update={"json_mode": True,
-                                          "json_schema": json.dumps(schema.json_schema(), sort_keys=True)})
+    constrained = base.model_copy(
+        update={"json_mode": True, "json_schema": json.dumps(schema.json_schema(), sort_keys=True)}
+    )
     # without a repair request the one request is the constrained one
     way = getattr(llm.api, "structured_output", "schema") if repair else "schema"
     if way == "plain":
@@ -174,5 +182,12 @@ async def generate_reply(
         first = base.model_copy(update={"json_mode": True, "json_schema": None})
     else:
         first = constrained
-    return await generate_parsed(llm, messages, parse or schema.parse, params=first,
-                                 format_hint=schema.format_instructions(), repair=repair, repair_params=constrained)
+    return await generate_parsed(
+        llm,
+        messages,
+        parse or schema.parse,
+        params=first,
+        format_hint=schema.format_instructions(),
+        repair=repair,
+        repair_params=constrained,
+    )

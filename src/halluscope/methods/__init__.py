@@ -11,7 +11,16 @@ from halluscope.methods.base import InputError, Method
 from halluscope.methods.options import MethodOptions, OptionsError
 from halluscope.stages import add_stage_modules
 
-__all__ = ["InputError", "Method", "MethodOptions", "OptionsError", "get_method", "list_methods", "method_class", "register_method"]
+__all__ = [
+    "InputError",
+    "Method",
+    "MethodOptions",
+    "OptionsError",
+    "get_method",
+    "list_methods",
+    "method_class",
+    "register_method",
+]
 
 # name -> "module:Class". Lazy so `import halluscope` stays light.
 _BUILTIN: dict[str, str] = {
@@ -34,9 +43,15 @@ _REGISTERED: dict[str, type[Method]] = {}
 # here too lets a source checkout whose installed metadata is older find them (tests/test_layers.py checks both
 # lists agree). The stage registry itself imports no method.
 BUILTIN_STAGE_MODULES = (
-    "halluscope.stages.decomposers", "halluscope.stages.context", "halluscope.stages.verdicts",
-    "halluscope.methods.dove", "halluscope.methods.dcr", "halluscope.methods.factscore", "halluscope.methods.probe",
-    "halluscope.methods.gate", "halluscope.methods.encoders",
+    "halluscope.stages.decomposers",
+    "halluscope.stages.context",
+    "halluscope.stages.verdicts",
+    "halluscope.methods.dove",
+    "halluscope.methods.dcr",
+    "halluscope.methods.factscore",
+    "halluscope.methods.probe",
+    "halluscope.methods.gate",
+    "halluscope.methods.encoders",
 )
 add_stage_modules(*BUILTIN_STAGE_MODULES)
 
@@ -107,8 +122,9 @@ def get_method(name: str, **kwargs: Any) -> Method:
             except ConfigFileError:
                 found = None
             where = f" in {found[0]}" if found else ""
-            raise OptionsError(f"{exc} (the config file's [options.{name}]{where} sets: "
-                               f"{', '.join(sorted(from_file))})") from None
+            raise OptionsError(
+                f"{exc} (the config file's [options.{name}]{where} sets: {', '.join(sorted(from_file))})"
+            ) from None
     try:
         return cls(**kwargs)
     except TypeError as exc:  # a method that still takes explicit keyword arguments

@@ -32,8 +32,11 @@ def validate_pair(source: object, target: object) -> None:
         if not isinstance(value, str):
             raise InputError(f"{name} must be a string, got {type(value).__name__}")
         if is_blank(value):
-            raise InputError(f"{name} is empty" if not value.strip() else
-                             f"{name} is empty (only whitespace and invisible characters such as U+200B)")
+            raise InputError(
+                f"{name} is empty"
+                if not value.strip()
+                else f"{name} is empty (only whitespace and invisible characters such as U+200B)"
+            )
 
 
 def _max_calls_option(method: str, value: object) -> int | None:
@@ -43,8 +46,9 @@ def _max_calls_option(method: str, value: object) -> int | None:
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value.strip())
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise OptionsError(f"bad option(s) for {method}: max_calls: a whole number of LLM calls >= 0 (0 = no "
-                           f"limit), got {value!r}")
+        raise OptionsError(
+            f"bad option(s) for {method}: max_calls: a whole number of LLM calls >= 0 (0 = no limit), got {value!r}"
+        )
     return value
 
 
@@ -74,10 +78,12 @@ class Method(ABC):
         self._named_llms: dict[str, LLM] = {}  # clients built by ``named_llm``: closed by ``close``
         self._max_calls_given = _max_calls_option(self.name, options.pop("max_calls", None))
         threshold = None if self.has_threshold_option() else options.pop("threshold", None)
-        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
-                                      or not 0.0 <= threshold <= 1.0):
-            raise OptionsError(f"{self.name}: threshold must be a number from 0 to 1 (scores are in [0, 1]), "
-                               f"got {threshold!r}")
+        if threshold is not None and (
+            isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0
+        ):
+            raise OptionsError(
+                f"{self.name}: threshold must be a number from 0 to 1 (scores are in [0, 1]), got {threshold!r}"
+            )
         self._threshold: float | None = None if threshold is None else float(threshold)
         self.opts = self.Options.parse(self.name, options)
         self._resolved: dict[str, PromptTemplate] = {}
@@ -146,8 +152,11 @@ class Method(ABC):
         its details are not checked (``FreeDetails``), so a plugin written before details were typed keeps working."""
         for cls in type(self).__mro__:
             if "Details" in vars(cls):
-                if cls is not type(self) and not type(self).__module__.startswith("halluscope.") \
-                        and cls.__module__.startswith("halluscope."):
+                if (
+                    cls is not type(self)
+                    and not type(self).__module__.startswith("halluscope.")
+                    and cls.__module__.startswith("halluscope.")
+                ):
                     return FreeDetails
                 break
         return self.Details
@@ -201,8 +210,9 @@ class Method(ABC):
         benchmark scores it (:mod:`halluscope.methods.calibration`). Default: nothing to choose."""
         return False
 
-    async def calibrate(self, dev_items: Sequence[Example],
-                        bench: CalibrationBench) -> tuple[Method, Calibration | None]:
+    async def calibrate(
+        self, dev_items: Sequence[Example], bench: CalibrationBench
+    ) -> tuple[Method, Calibration | None]:
         """Make the choices this instance leaves to ``dev_items`` and return a method with concrete options plus
         the record of what was chosen. Called by the bench only when :meth:`needs_calibration` is True; the
         default has nothing to choose."""
@@ -234,9 +244,14 @@ class Method(ABC):
                 except LLMError as exc:
                     report = Report(method=self.name, unscored_reason=f"LLM error: {exc}")
                 if budget.exceeded:  # never scored from the calls made before the budget ran out
-                    report = Report(method=self.name, details=report.details, unscored_reason=(
-                        f"the check needed more than its budget of {budget.limit} LLM calls and was stopped "
-                        f"(max_calls; raise it with the option max_calls or HALLUSCOPE_MAX_CALLS)"))
+                    report = Report(
+                        method=self.name,
+                        details=report.details,
+                        unscored_reason=(
+                            f"the check needed more than its budget of {budget.limit} LLM calls and was stopped "
+                            f"(max_calls; raise it with the option max_calls or HALLUSCOPE_MAX_CALLS)"
+                        ),
+                    )
             update: dict[str, Any] = {
                 "usage": log.usage,
                 "elapsed_s": time.perf_counter() - started,
@@ -245,9 +260,13 @@ class Method(ABC):
             }
             self.details_model().check(report.details)  # an undeclared key or a wrong type fails here
             report = report.model_copy(update=update)
-            report = report.with_threshold(self._threshold if self._threshold is not None
-                                           else report.threshold if report.threshold is not None
-                                           else self.threshold)
+            report = report.with_threshold(
+                self._threshold
+                if self._threshold is not None
+                else report.threshold
+                if report.threshold is not None
+                else self.threshold
+            )
             tracing.record_report(span, report)
         return report
 
@@ -270,5 +289,7 @@ class Method(ABC):
 
         return list(await asyncio.gather(*(one(s, t) for s, t in items)))
 
-    def check_many(self, pairs: Iterable[tuple[str | Sequence[str], str]], *, concurrency: int | None = None) -> list[Report]:
+    def check_many(
+        self, pairs: Iterable[tuple[str | Sequence[str], str]], *, concurrency: int | None = None
+    ) -> list[Report]:
         return run_sync(self.acheck_many(pairs, concurrency=concurrency))

@@ -39,10 +39,10 @@ from halluscope.llm.base import GenerateParams
 from halluscope.llm.label_probs import TRUE_FALSE, VERDICT_TOP_LOGPROBS, label_probabilities
 from halluscope.llm.replies import Reply, restated_field, validation_message
 from halluscope.llm.structured import generate_reply
-from halluscope.stages.verifiers import LLMVerifier, messages_tokens, reply_budget
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, LLMCall, Verdict
 from halluscope.stages import Context
+from halluscope.stages.verifiers import LLMVerifier, messages_tokens, reply_budget
 from halluscope.text import ParseError, extract_json
 from halluscope.text.parsing import normalized_key
 from halluscope.text.placeholders import is_placeholder
@@ -52,6 +52,7 @@ S = TypeVar("S", bound=BaseModel)
 T = TypeVar("T")
 U = TypeVar("U")
 V = TypeVar("V")
+
 
 async def gather_or_cancel(aws: Iterable[Awaitable[T]]) -> list[T]:
     """``asyncio.gather`` whose first error cancels the siblings (after a context overflow the pipeline starts
@@ -69,7 +70,7 @@ async def gather_or_cancel(aws: Iterable[Awaitable[T]]) -> list[T]:
 def chunked(items: Sequence[T], size: int) -> list[list[T]]:
     """``items`` in consecutive chunks of at most ``size`` (``size`` >= 1)."""
     size = max(1, int(size))
-    return [list(items[i:i + size]) for i in range(0, len(items), size)]
+    return [list(items[i : i + size]) for i in range(0, len(items), size)]
 
 
 def batch_reply_budget(llm: LLM, per_unit: int, n: int, overhead: int = 32) -> int:
@@ -105,17 +106,32 @@ def numbered_entry(single: type[S], unit: str, doc: str, *, name: str) -> type[S
     """A batch reply's entry: the single-unit reply ``single`` (its fields, descriptions and validators, in
     order) plus ``id``, the number of the ``unit`` it judges. ``name`` and ``doc`` name and describe the
     derived class."""
-    return create_model(name, __base__=single, __doc__=doc, __module__=single.__module__,
-                        id=(int, Field(ge=1, description=f"the number of the {unit}")))
+    return create_model(
+        name,
+        __base__=single,
+        __doc__=doc,
+        __module__=single.__module__,
+        id=(int, Field(ge=1, description=f"the number of the {unit}")),
+    )
 
 
-def batch_reply(entry: type[BaseModel], unit: str, doc: str, *, name: str,
-                example: dict[str, Any] | None = None) -> type[Reply]:
+def batch_reply(
+    entry: type[BaseModel], unit: str, doc: str, *, name: str, example: dict[str, Any] | None = None
+) -> type[Reply]:
     """A batch reply: ``{"results": [entry, ...]}``, exactly one entry per numbered ``unit`` (a bare list is
     read as ``results``); ``example`` is shown to the model, as a single reply's is."""
-    reply = create_model(name, __base__=Reply, __doc__=doc, __module__=entry.__module__,
-                         results=(list[entry], Field(  # type: ignore[valid-type]
-                             description=f"exactly one entry per {unit}, in any order")))
+    reply = create_model(
+        name,
+        __base__=Reply,
+        __doc__=doc,
+        __module__=entry.__module__,
+        results=(
+            list[entry],
+            Field(  # type: ignore[valid-type]
+                description=f"exactly one entry per {unit}, in any order"
+            ),
+        ),
+    )
     reply.example = example
     reply.bare_list_field = "results"
     return reply
@@ -137,12 +153,21 @@ def _refuse_restated(value: dict[str, Any], fields: set[str]) -> None:
     """ParseError when a value beside ``fields`` states one of them again (a nested second verdict)."""
     nested = restated_field(value, fields)
     if nested is not None:
-        raise ParseError(f"the reply states {nested!r} a second time inside another value; a verdict must be "
-                         "stated once")
+        raise ParseError(
+            f"the reply states {nested!r} a second time inside another value; a verdict must be stated once"
+        )
 
 
-def parse_batch(text: str, n: int, entry: type[E], *, list_field: str = "results", unit: str = "unit",
-                check: Callable[[E], None] | None = None, examples: Sequence[Any] = ()) -> BatchAnswers[E]:
+def parse_batch(
+    text: str,
+    n: int,
+    entry: type[E],
+    *,
+    list_field: str = "results",
+    unit: str = "unit",
+    check: Callable[[E], None] | None = None,
+    examples: Sequence[Any] = (),
+) -> BatchAnswers[E]:
     """``{"<list_field>": [{"id": i, ...}, ...]}`` (or the bare list) for units 1..n, each entry validated as
     ``entry`` (which declares ``id``) and then by ``check`` (raise ParseError/ValueError to refuse it). Raises
     ParseError when the reply is no such list, when an entry is numbered outside 1..n, when no unit got an
@@ -156,8 +181,9 @@ def parse_batch(text: str, n: int, entry: type[E], *, list_field: str = "results
         _refuse_restated(data, {normalized_key(list_field)})  # {"results": [...], "second_opinion": {"results": ...}}
         data = data[list_field]
     if _holds_an_example(data, examples, list_field):
-        raise ParseError("the reply repeats the format's example entries (their ids are the example's, not the "
-                         f"{unit}s')")
+        raise ParseError(
+            f"the reply repeats the format's example entries (their ids are the example's, not the {unit}s')"
+        )
     valid: dict[int, list[E]] = {}
     invalid: dict[int, list[str]] = {}
     for item in data:
@@ -178,7 +204,7 @@ def parse_batch(text: str, n: int, entry: type[E], *, list_field: str = "results
             if type(raw_id) is int:
                 invalid.setdefault(raw_id - 1, []).append(str(exc)[:200])
             continue
-        valid.setdefault(int(getattr(parsed, "id")) - 1, []).append(parsed)
+        valid.setdefault(int(parsed.id) - 1, []).append(parsed)
     judged: dict[int, E] = {}
     missing: dict[int, str] = {}
     for index in range(n):
@@ -239,15 +265,29 @@ class BatchStep(Generic[E]):
         return self.answers.missing.get(index, "no entry")
 
 
-async def ask_batch(llm: LLM, messages: list[dict[str, str]], reply: type[Reply], entry: type[E], n: int, *,
-                    params: GenerateParams | None = None, list_field: str = "results", unit: str = "unit",
-                    check: Callable[[E], None] | None = None) -> BatchStep[E]:
+async def ask_batch(
+    llm: LLM,
+    messages: list[dict[str, str]],
+    reply: type[Reply],
+    entry: type[E],
+    n: int,
+    *,
+    params: GenerateParams | None = None,
+    list_field: str = "results",
+    unit: str = "unit",
+    check: Callable[[E], None] | None = None,
+) -> BatchStep[E]:
     """One call for ``n`` numbered units; the reply parsed per unit (:func:`parse_batch`), one repair asked for
     when it is unusable as a whole."""
     step = await generate_reply(
-        llm, messages, reply, params=params,
-        parse=lambda text: parse_batch(text, n, entry, list_field=list_field, unit=unit, check=check,
-                                       examples=reply.echoes()))  # type: ignore[arg-type, return-value]
+        llm,
+        messages,
+        reply,
+        params=params,
+        parse=lambda text: parse_batch(
+            text, n, entry, list_field=list_field, unit=unit, check=check, examples=reply.echoes()
+        ),
+    )  # type: ignore[arg-type, return-value]
     return BatchStep(step.value, step.error, list(step.calls), step.logprobs)  # type: ignore[arg-type]
 
 
@@ -278,14 +318,22 @@ class BatchCall(Generic[E]):
         """Tokens a batch call for ``texts`` needs besides the fields left empty: the prompt and the reply."""
         return messages_tokens(llm, self.messages(texts, **fields)) + self.budget(llm, len(texts))
 
-    async def ask(self, llm: LLM, texts: Sequence[str], *, params: GenerateParams | None = None,
-                  check: Callable[[E], None] | None = None, **fields: Any) -> BatchStep[E]:
+    async def ask(
+        self,
+        llm: LLM,
+        texts: Sequence[str],
+        *,
+        params: GenerateParams | None = None,
+        check: Callable[[E], None] | None = None,
+        **fields: Any,
+    ) -> BatchStep[E]:
         """One call for the units ``texts``; ``params`` (default: the client's) get the batch's reply room."""
         n = len(texts)
         budget = self.budget(llm, n)
         params = llm.params(max_tokens=budget) if params is None else params.model_copy(update={"max_tokens": budget})
-        return await ask_batch(llm, self.messages(texts, **fields), self.reply, self.entry, n, params=params,
-                               unit=self.unit, check=check)
+        return await ask_batch(
+            llm, self.messages(texts, **fields), self.reply, self.entry, n, params=params, unit=self.unit, check=check
+        )
 
     @property
     def reply(self) -> type[Reply]:
@@ -295,11 +343,15 @@ class BatchCall(Generic[E]):
         return self.prompt.reply
 
 
-async def judge_in_batches(units: Sequence[U], size: int, *,
-                           ask: Callable[[list[U]], Awaitable[BatchStep[E]]],
-                           accept: Callable[[U, E, list[LLMCall]], V],
-                           alone: Callable[[U], Awaitable[V]],
-                           redone: Callable[[V, str, list[LLMCall]], V]) -> list[V]:
+async def judge_in_batches(
+    units: Sequence[U],
+    size: int,
+    *,
+    ask: Callable[[list[U]], Awaitable[BatchStep[E]]],
+    accept: Callable[[U, E, list[LLMCall]], V],
+    alone: Callable[[U], Awaitable[V]],
+    redone: Callable[[V, str, list[LLMCall]], V],
+) -> list[V]:
     """Every unit's result, in order: units in chunks of ``size``; a chunk of one goes the per-unit way
     (``alone``); a larger chunk is one batch call (``ask``), each answered unit read by ``accept(unit, entry,
     calls)``, every other unit asked ``alone`` and passed to ``redone(result, why_missing, batch_calls)``."""
@@ -359,8 +411,7 @@ class BatchingVerifier(LLMVerifier, Generic[E]):
         """The larger of a one-claim call (longest claim) and, when batching, a call with the first batch."""
         reserve = super().reserve_tokens(claims)
         if self.batch_size > 1 and len(claims) > 1:
-            reserve = max(reserve, self.batch.reserve(self.llm, [c.text for c in claims[: self.batch_size]],
-                                                      source=""))
+            reserve = max(reserve, self.batch.reserve(self.llm, [c.text for c in claims[: self.batch_size]], source=""))
         return reserve
 
     async def __call__(self, claims: Sequence[Claim], context: Context, source: str) -> list[Verdict]:
@@ -391,11 +442,22 @@ class BatchingVerifier(LLMVerifier, Generic[E]):
                 return verdict
             return verdict.model_copy(update={"support_probability": p})
 
-        judged = iter(await judge_in_batches(
-            asked, self.batch_size, ask=ask, accept=accept_with_probability,
-            alone=lambda claim: self.check(claim, context, source), redone=redone_verdict))
-        return [next(judged) if self.placeholders_in_batch or not is_placeholder(c.text)
-                else await self.check(c, context, source) for c in claims]
+        judged = iter(
+            await judge_in_batches(
+                asked,
+                self.batch_size,
+                ask=ask,
+                accept=accept_with_probability,
+                alone=lambda claim: self.check(claim, context, source),
+                redone=redone_verdict,
+            )
+        )
+        return [
+            next(judged)
+            if self.placeholders_in_batch or not is_placeholder(c.text)
+            else await self.check(c, context, source)
+            for c in claims
+        ]
 
     async def check(self, claim: Claim, context: Context, source: str) -> Verdict:
         """One claim against ``context`` in a call of its own."""

@@ -23,8 +23,9 @@ class ScoreOnItems(Protocol):
     imports this module) on ``items`` as a bench run in ``out`` (resumable, its own ``items.jsonl``): returns that
     run's ``results.json`` content and the reports in the order of ``items``."""
 
-    def __call__(self, method: Any, items: list[Example], name: str, out: Path, *, judge: Any,
-                 suites: Sequence[str]) -> Awaitable[tuple[dict[str, Any], list[Report]]]: ...
+    def __call__(
+        self, method: Any, items: list[Example], name: str, out: Path, *, judge: Any, suites: Sequence[str]
+    ) -> Awaitable[tuple[dict[str, Any], list[Report]]]: ...
 
 
 @dataclass(frozen=True)

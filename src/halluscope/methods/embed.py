@@ -16,7 +16,6 @@ Per-sentence details (best source span, cosine, information density of long-docu
 from __future__ import annotations
 
 import asyncio
-
 from typing import Any, ClassVar
 
 import numpy as np
@@ -83,20 +82,43 @@ class Embed(Method):
             claim = Claim(text=s.text, kind="sentence", id=f"s{s.index + 1}", target_spans=[s.span])
             claims.append(claim)
             best_scores.append(min(1.0, max(0.0, cosine)))  # float32 cosines can overshoot 1 slightly
-            rows.append({"id": claim.id, "span": s.span.model_dump(), "max_cosine": cosine,
-                         "best_source_span": source_sentence.span.model_dump(),
-                         "density": float(np.mean(scores))})
+            rows.append(
+                {
+                    "id": claim.id,
+                    "span": s.span.model_dump(),
+                    "max_cosine": cosine,
+                    "best_source_span": source_sentence.span.model_dump(),
+                    "density": float(np.mean(scores)),
+                }
+            )
             if self.flag_below is not None:
                 evidence = [Evidence(text=source_sentence.text, span=source_sentence.span, relation="related")]
                 low = cosine < self.flag_below
-                verdict = Verdict(claim=claim, label="unsupported" if low else "supported", score=cosine,
-                                  evidence=evidence, reason=f"closest source sentence has cosine {cosine:.3f}")
+                verdict = Verdict(
+                    claim=claim,
+                    label="unsupported" if low else "supported",
+                    score=cosine,
+                    evidence=evidence,
+                    reason=f"closest source sentence has cosine {cosine:.3f}",
+                )
                 verdicts.append(verdict)
                 if low:
-                    findings.append(Finding(
-                        description=f'"{s.text}" has no close counterpart in the source (best cosine '
-                                    f"{cosine:.3f} < {self.flag_below}).",
-                        kind="unsupported", target_spans=[s.span], evidence=evidence, claim_ids=[claim.id or ""]))
-        return Report(method=self.name, score=float(np.mean(best_scores)), claims=claims, verdicts=verdicts,
-                      findings=findings, subscores={"min_sentence": float(min(best_scores))},
-                      details=EmbedDetails.build(sentences=rows, retrieval=index.describe()))
+                    findings.append(
+                        Finding(
+                            description=f'"{s.text}" has no close counterpart in the source (best cosine '
+                            f"{cosine:.3f} < {self.flag_below}).",
+                            kind="unsupported",
+                            target_spans=[s.span],
+                            evidence=evidence,
+                            claim_ids=[claim.id or ""],
+                        )
+                    )
+        return Report(
+            method=self.name,
+            score=float(np.mean(best_scores)),
+            claims=claims,
+            verdicts=verdicts,
+            findings=findings,
+            subscores={"min_sentence": float(min(best_scores))},
+            details=EmbedDetails.build(sentences=rows, retrieval=index.describe()),
+        )

@@ -46,8 +46,11 @@ _LOAD_LOCK = threading.Lock()
 MAX_LOADED_CHECKERS = 4
 """Checkers kept loaded; loading one more evicts the least recently used (its memory is freed once no stage of a
 cached method instance still holds it), as the service evicts method instances."""
-_AUTO_CLASSES = {"nli": "AutoModelForSequenceClassification", "seq2seq": "AutoModelForSeq2SeqLM",
-                 "tagger": "AutoModelForTokenClassification"}
+_AUTO_CLASSES = {
+    "nli": "AutoModelForSequenceClassification",
+    "seq2seq": "AutoModelForSeq2SeqLM",
+    "tagger": "AutoModelForTokenClassification",
+}
 
 
 def load_checker(kind: str, model_id: str) -> LoadedChecker:
@@ -61,8 +64,9 @@ def load_checker(kind: str, model_id: str) -> LoadedChecker:
             import torch
             import transformers
         except ImportError as exc:
-            raise EncoderUnavailable(f"the {kind} checker needs torch and transformers: "
-                                     "pip install 'halluscope[encoders]'") from exc
+            raise EncoderUnavailable(
+                f"the {kind} checker needs torch and transformers: pip install 'halluscope[encoders]'"
+            ) from exc
         try:
             from transformers.utils import logging as hf_logging
 
@@ -77,11 +81,18 @@ def load_checker(kind: str, model_id: str) -> LoadedChecker:
             raise EncoderUnavailable(
                 f"could not load the {kind} checker {model_id!r}: {first[:300]}. A Hugging Face id needs the Hub "
                 "or its files in the local Hugging Face cache (HF_HUB_OFFLINE=1 reads only the cache); a local "
-                "folder needs config.json, the weights and the tokenizer files") from exc
+                "folder needs config.json, the weights and the tokenizer files"
+            ) from exc
         device = "cuda" if torch.cuda.is_available() else "cpu"
         model.to(device).eval()
-        limits = [n for n in (getattr(tokenizer, "model_max_length", None),
-                              getattr(model.config, "max_position_embeddings", None)) if isinstance(n, int) and n > 0]
+        limits = [
+            n
+            for n in (
+                getattr(tokenizer, "model_max_length", None),
+                getattr(model.config, "max_position_embeddings", None),
+            )
+            if isinstance(n, int) and n > 0
+        ]
         max_length = min([*limits, MAX_INPUT_TOKENS])
         threshold = 0.5
         settings = Path(model_id) / SETTINGS_FILE
@@ -104,8 +115,9 @@ def label_index(id2label: dict[int, str], words: Sequence[str]) -> int | None:
     (``not_entailment``, ``inconsistent``)."""
     for index, label in sorted(id2label.items()):
         low = str(label).lower()
-        if any(w in low for w in words) and not any(low.startswith(n) and not any(low.startswith(w) for w in words)
-                                                      for n in _NEGATED):
+        if any(w in low for w in words) and not any(
+            low.startswith(n) and not any(low.startswith(w) for w in words) for n in _NEGATED
+        ):
             return int(index)
     return None
 

@@ -74,7 +74,7 @@ class EncoderVerifier:
         batch_size: int = Field(default=DEFAULT_BATCH_SIZE, ge=1, le=1024)
         """(source window, claim) pairs per forward pass."""
 
-    def __init__(self, model: Any, options: "EncoderVerifier.Options"):
+    def __init__(self, model: Any, options: EncoderVerifier.Options):
         self.model_id = options.checkpoint
         self.batch_size = options.batch_size
 
@@ -92,11 +92,9 @@ class EncoderVerifier:
         try:
             return await asyncio.to_thread(self.judge_locked, checker, list(claims), context)
         except (RuntimeError, ValueError, IndexError, TypeError) as exc:  # torch raises RuntimeError
-            return [Verdict.unscored(c, f"{self.kind} checker {self.model_id!r} failed: {exc}"[:1000])
-                    for c in claims]
+            return [Verdict.unscored(c, f"{self.kind} checker {self.model_id!r} failed: {exc}"[:1000]) for c in claims]
 
-    def pairs(self, checker: LoadedChecker, claims: list[Claim], context: Context
-              ) -> list[tuple[int, int, int]]:
+    def pairs(self, checker: LoadedChecker, claims: list[Claim], context: Context) -> list[tuple[int, int, int]]:
         """(claim index, window start, window end) for every claim and window of the context."""
         out = []
         for i, claim in enumerate(claims):
@@ -112,8 +110,9 @@ class EncoderVerifier:
         raise NotImplementedError
 
     @staticmethod
-    def output_column(checker: LoadedChecker, words: Sequence[str], meaning: str, single_logit: bool = False
-                      ) -> tuple[int | None, dict[int, str], int]:
+    def output_column(
+        checker: LoadedChecker, words: Sequence[str], meaning: str, single_logit: bool = False
+    ) -> tuple[int | None, dict[int, str], int]:
         """The output column whose label names one of ``words`` (:func:`label_column`), the config's labels and
         their number; no such column is a ValueError saying the labels do not tell which one ``meaning``
         (unless ``single_logit`` and the model has one output: its sigmoid is the probability)."""
@@ -124,16 +123,23 @@ class EncoderVerifier:
         return column, id2label, n_labels
 
     def batches(self, items: list[Any]) -> list[list[Any]]:
-        return [items[i:i + self.batch_size] for i in range(0, len(items), self.batch_size)]
+        return [items[i : i + self.batch_size] for i in range(0, len(items), self.batch_size)]
 
     @staticmethod
-    def tokenize(checker: LoadedChecker, claims: list[Claim], context: Context, batch: list[tuple[int, int, int]],
-                 **extra: Any) -> Any:
+    def tokenize(
+        checker: LoadedChecker, claims: list[Claim], context: Context, batch: list[tuple[int, int, int]], **extra: Any
+    ) -> Any:
         """The tokenizer's tensors for a batch of :meth:`pairs`: context window first (the only part
         truncated), then the claim."""
-        return checker.tokenizer([context.text[s:e] for _, s, e in batch], [claims[i].text for i, _, _ in batch],
-                                 truncation="only_first", max_length=checker.max_length, padding=True,
-                                 return_tensors="pt", **extra)
+        return checker.tokenizer(
+            [context.text[s:e] for _, s, e in batch],
+            [claims[i].text for i, _, _ in batch],
+            truncation="only_first",
+            max_length=checker.max_length,
+            padding=True,
+            return_tensors="pt",
+            **extra,
+        )
 
 
 @register_stage("nli", "verifier", argument="MODEL", argument_option="checkpoint")
@@ -158,8 +164,14 @@ class NLIVerifier(EncoderVerifier):
                 continue
             soft = torch.softmax(logits, dim=-1)
             for row in soft:
-                probs.append((float(row[support]), None if contradiction is None or int(row.argmax()) != contradiction
-                              else float(row[contradiction])))
+                probs.append(
+                    (
+                        float(row[support]),
+                        None
+                        if contradiction is None or int(row.argmax()) != contradiction
+                        else float(row[contradiction]),
+                    )
+                )
         verdicts = []
         for i, claim in enumerate(claims):
             mine = [(p, c, s, e) for (j, s, e), (p, c) in zip(pairs, probs) if j == i]
@@ -178,10 +190,16 @@ class NLIVerifier(EncoderVerifier):
             reason = f"{checker.name}: entailment probability {p:.2f} ({_windows_note(len(mine), checker.threshold)})"
             if label == "contradicted":
                 reason += "; a window is classified as contradicting the claim"
-            verdicts.append(Verdict(claim=claim, label=label, reason=reason,  # type: ignore[arg-type]
-                                    score=round(p, 6), support_probability=round(p, 6),
-                                    evidence=[Evidence(text=context.text[s:e], span=_source_span(context, s, e),
-                                                       relation=relation)]))  # type: ignore[arg-type]
+            verdicts.append(
+                Verdict(
+                    claim=claim,
+                    label=label,
+                    reason=reason,  # type: ignore[arg-type]
+                    score=round(p, 6),
+                    support_probability=round(p, 6),
+                    evidence=[Evidence(text=context.text[s:e], span=_source_span(context, s, e), relation=relation)],
+                )
+            )  # type: ignore[arg-type]
         return verdicts
 
 
@@ -203,8 +221,11 @@ class Seq2SeqVerifier(EncoderVerifier):
         vocab = tokenizer.get_vocab()
         for positive, negative in POSITIVE_NEGATIVE:
             pos = tokenizer(positive, add_special_tokens=False)["input_ids"]
-            neg = ([vocab[WORD_BOUNDARY]] if positive == "1" and WORD_BOUNDARY in vocab
-                   else tokenizer(negative, add_special_tokens=False)["input_ids"])
+            neg = (
+                [vocab[WORD_BOUNDARY]]
+                if positive == "1" and WORD_BOUNDARY in vocab
+                else tokenizer(negative, add_special_tokens=False)["input_ids"]
+            )
             if pos and neg and pos[-1] != neg[-1] and tokenizer.unk_token_id not in (pos[-1], neg[-1]):
                 return pos[-1], neg[-1]
         raise ValueError("the tokenizer has no distinct tokens for 1/0 or yes/no")
@@ -225,10 +246,13 @@ class Seq2SeqVerifier(EncoderVerifier):
         probs: list[float] = []
         for batch in self.batches(pairs):
             separator = self.separator(checker.tokenizer)
-            texts = [self.template.format(premise=context.text[s:e], separator=separator, claim=claims[i].text)
-                     for i, s, e in batch]
-            enc = checker.tokenizer(texts, truncation=True, max_length=checker.max_length, padding=True,
-                                    return_tensors="pt").to(checker.device)
+            texts = [
+                self.template.format(premise=context.text[s:e], separator=separator, claim=claims[i].text)
+                for i, s, e in batch
+            ]
+            enc = checker.tokenizer(
+                texts, truncation=True, max_length=checker.max_length, padding=True, return_tensors="pt"
+            ).to(checker.device)
             decoder = torch.full((len(batch), 1), int(start), dtype=torch.long, device=checker.device)
             with torch.no_grad():
                 logits = model(**enc, decoder_input_ids=decoder).logits[:, 0, :].float()
@@ -241,12 +265,22 @@ class Seq2SeqVerifier(EncoderVerifier):
                 continue
             p, s, e = max(mine)
             supported = p >= checker.threshold
-            verdicts.append(Verdict(
-                claim=claim, label="supported" if supported else "unsupported",
-                score=round(p, 6), support_probability=round(p, 6),
-                reason=f"{checker.name}: P(yes) {p:.2f} ({_windows_note(len(mine), checker.threshold)})",
-                evidence=[Evidence(text=context.text[s:e], span=_source_span(context, s, e),
-                                   relation="supports" if supported else "related")]))
+            verdicts.append(
+                Verdict(
+                    claim=claim,
+                    label="supported" if supported else "unsupported",
+                    score=round(p, 6),
+                    support_probability=round(p, 6),
+                    reason=f"{checker.name}: P(yes) {p:.2f} ({_windows_note(len(mine), checker.threshold)})",
+                    evidence=[
+                        Evidence(
+                            text=context.text[s:e],
+                            span=_source_span(context, s, e),
+                            relation="supports" if supported else "related",
+                        )
+                    ],
+                )
+            )
         return verdicts
 
 
@@ -267,11 +301,17 @@ class TokenTaggerVerifier(EncoderVerifier):
             offsets = enc.pop("offset_mapping")
             sequence_ids = [enc.sequence_ids(b) for b in range(len(batch))]
             with torch.no_grad():
-                soft = torch.softmax(checker.model(**enc.to(checker.device)).logits.float(), dim=-1)[..., flagged_column]
+                soft = torch.softmax(checker.model(**enc.to(checker.device)).logits.float(), dim=-1)[
+                    ..., flagged_column
+                ]
             for b in range(len(batch)):
-                per_pair.append({(int(offsets[b, t, 0]), int(offsets[b, t, 1])): float(soft[b, t])
-                                 for t, seq in enumerate(sequence_ids[b])
-                                 if seq == 1 and offsets[b, t, 1] > offsets[b, t, 0]})
+                per_pair.append(
+                    {
+                        (int(offsets[b, t, 0]), int(offsets[b, t, 1])): float(soft[b, t])
+                        for t, seq in enumerate(sequence_ids[b])
+                        if seq == 1 and offsets[b, t, 1] > offsets[b, t, 0]
+                    }
+                )
         verdicts = []
         for i, claim in enumerate(claims):
             mine = [(probs, s, e) for (j, s, e), probs in zip(pairs, per_pair) if j == i]
@@ -284,18 +324,37 @@ class TokenTaggerVerifier(EncoderVerifier):
             flagged = sorted(tok for tok, p in lowest.items() if p >= checker.threshold)
             local = _merge_tokens(claim.text, flagged)
             worst = max(lowest.values())
-            evidence = [Evidence(text=context.text[s:e], span=_source_span(context, s, e),
-                                 relation="related" if flagged else "supports")]
+            evidence = [
+                Evidence(
+                    text=context.text[s:e],
+                    span=_source_span(context, s, e),
+                    relation="related" if flagged else "supports",
+                )
+            ]
             if flagged:
                 words = ", ".join(f'"{sp.of(claim.text)}"' for sp in local)
-                verdicts.append(Verdict(claim=claim, label="unsupported", score=round(1 - worst, 6),
-                                        support_probability=round(1 - worst, 6),
-                                        reason=f"{checker.name}: tokens tagged hallucinated: {words}",
-                                        evidence=evidence, target_spans=target_spans(claim, None, local)))
+                verdicts.append(
+                    Verdict(
+                        claim=claim,
+                        label="unsupported",
+                        score=round(1 - worst, 6),
+                        support_probability=round(1 - worst, 6),
+                        reason=f"{checker.name}: tokens tagged hallucinated: {words}",
+                        evidence=evidence,
+                        target_spans=target_spans(claim, None, local),
+                    )
+                )
             else:
-                verdicts.append(Verdict(claim=claim, label="supported", score=round(1 - worst, 6),
-                                        support_probability=round(1 - worst, 6), evidence=evidence,
-                                        reason=f"{checker.name}: no token tagged hallucinated (highest P {worst:.2f})"))
+                verdicts.append(
+                    Verdict(
+                        claim=claim,
+                        label="supported",
+                        score=round(1 - worst, 6),
+                        support_probability=round(1 - worst, 6),
+                        evidence=evidence,
+                        reason=f"{checker.name}: no token tagged hallucinated (highest P {worst:.2f})",
+                    )
+                )
         return verdicts
 
 
@@ -303,7 +362,7 @@ def _merge_tokens(text: str, offsets: Sequence[tuple[int, int]]) -> list[Span]:
     """Flagged token offsets as spans, neighbours joined when only whitespace lies between them."""
     spans: list[Span] = []
     for start, end in offsets:
-        if spans and not text[spans[-1].end:start].strip():
+        if spans and not text[spans[-1].end : start].strip():
             spans[-1] = Span(start=spans[-1].start, end=max(end, spans[-1].end))
         else:
             spans.append(Span(start=start, end=end))
@@ -334,7 +393,7 @@ class EncoderGate:
         high: float = Field(default=0.9, ge=0.0, le=1.0)
         """Settle supported at or above this P(supported)."""
 
-    def __init__(self, model: Any, options: "EncoderGate.Options"):
+    def __init__(self, model: Any, options: EncoderGate.Options):
         self.verifier = TrainedVerifier(None, TrainedVerifier.Options(checkpoint=options.checkpoint))
         self.model_id = options.checkpoint
         self.low, self.high = options.low, options.high
@@ -351,8 +410,19 @@ class EncoderGate:
             elif p <= self.low:
                 outcome, reason = "unsupported", f"{verdict.reason}; at most {self.low:.2f}, settled"
             else:
-                outcome, reason = "uncertain", f"Uncertain: {verdict.reason}; between {self.low:.2f} and {self.high:.2f}"
-            out.append(GateDecision(claim=claim, outcome=outcome, score=p if p is not None else 0.0,  # type: ignore[arg-type]
-                                    reason=reason, evidence=verdict.evidence, target_spans=list(claim.target_spans),
-                                    signals={"p_supported": p}))
+                outcome, reason = (
+                    "uncertain",
+                    f"Uncertain: {verdict.reason}; between {self.low:.2f} and {self.high:.2f}",
+                )
+            out.append(
+                GateDecision(
+                    claim=claim,
+                    outcome=outcome,
+                    score=p if p is not None else 0.0,  # type: ignore[arg-type]
+                    reason=reason,
+                    evidence=verdict.evidence,
+                    target_spans=list(claim.target_spans),
+                    signals={"p_supported": p},
+                )
+            )
         return out

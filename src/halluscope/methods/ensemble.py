@@ -223,7 +223,7 @@ def load_combiner(path: str | Path) -> CombinerFile:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CombinerFileError(f"{path}: not a JSON combiner file ({exc})") from exc
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise CombinerFileError(f"{path}: not a halluscope combiner file (expected \"format\": \"{FORMAT}\")")
+        raise CombinerFileError(f'{path}: not a halluscope combiner file (expected "format": "{FORMAT}")')
     try:
         return CombinerFile.model_validate(data)
     except ValidationError as exc:
@@ -263,8 +263,10 @@ class EnsembleDetails(MethodDetails):
 @register_method
 class Ensemble(Method):
     name = "ensemble"
-    description = ("Members' scores combined by a model fitted on labelled pairs (-o combiner=FILE from "
-                   "`halluscope fit-combiner`); LLM members run only while the decision is open.")
+    description = (
+        "Members' scores combined by a model fitted on labelled pairs (-o combiner=FILE from "
+        "`halluscope fit-combiner`); LLM members run only while the decision is open."
+    )
     Options = EnsembleOptions
     Details: ClassVar[type[MethodDetails]] = EnsembleDetails
     opts: EnsembleOptions
@@ -342,13 +344,24 @@ class Ensemble(Method):
             low = known + sum(c.bounds(m)[0] for m in pending)
             high = known + sum(c.bounds(m)[1] for m in pending)
             settled = low >= limit or high < limit
-            steps.append({"ran": list(reports), "pending": list(pending), "low": low, "high": high,
-                          "threshold": limit, "settled": bool(settled)})
+            steps.append(
+                {
+                    "ran": list(reports),
+                    "pending": list(pending),
+                    "low": low,
+                    "high": high,
+                    "threshold": limit,
+                    "settled": bool(settled),
+                }
+            )
             if settled and self.opts.cascade:
                 side = "consistent" if low >= limit else "inconsistent"
                 for name in pending:
-                    status[name] = ("skipped", f"the decision is {side} whatever it scores: the combined value lies "
-                                               f"in [{low:.3f}, {high:.3f}], all on one side of {limit:.3f}")
+                    status[name] = (
+                        "skipped",
+                        f"the decision is {side} whatever it scores: the combined value lies "
+                        f"in [{low:.3f}, {high:.3f}], all on one side of {limit:.3f}",
+                    )
                 break
             name = pending.pop(0)
             await one(name)
@@ -356,27 +369,47 @@ class Ensemble(Method):
         scored = {m: r for m, r in reports.items() if r.score is not None}
         if not scored:
             reasons = "; ".join(f"{m}: {r.unscored_reason}" for m, r in reports.items())
-            return Report(method=self.name, unscored_reason=f"no member could score the pair ({reasons})",
-                          details=self._details(reports, status, steps, ran))
+            return Report(
+                method=self.name,
+                unscored_reason=f"no member could score the pair ({reasons})",
+                details=self._details(reports, status, steps, ran),
+            )
         score = c.predict(reports)
         findings: list[Finding] = []
         for m in c.members:
             if m.name in scored and c.member_weight(m.name) > 0:
                 findings += reports[m.name].findings
-        subscores: dict[str, float | None] = {m.name: reports[m.name].score if m.name in reports else None
-                                              for m in c.members}
-        return Report(method=self.name, score=score, threshold=self.threshold, subscores=subscores,
-                      findings=findings, details=self._details(reports, status, steps, ran))
+        subscores: dict[str, float | None] = {
+            m.name: reports[m.name].score if m.name in reports else None for m in c.members
+        }
+        return Report(
+            method=self.name,
+            score=score,
+            threshold=self.threshold,
+            subscores=subscores,
+            findings=findings,
+            details=self._details(reports, status, steps, ran),
+        )
 
-    def _details(self, reports: dict[str, Report], status: dict[str, tuple[str, str]], steps: list[dict[str, Any]],
-                 ran: list[str]) -> dict[str, Any]:
+    def _details(
+        self,
+        reports: dict[str, Report],
+        status: dict[str, tuple[str, str]],
+        steps: list[dict[str, Any]],
+        ran: list[str],
+    ) -> dict[str, Any]:
         c = self.combiner
         members: dict[str, dict[str, Any]] = {}
         for m in c.members:
             state, why = status.get(m.name, ("not needed", "the combiner has no cascade step for it"))
-            entry: dict[str, Any] = {"status": state, "why": why, "method": m.method, "uses_llm": m.name in self.llm_members,
-                                     "weight": c.member_weight(m.name),
-                                     "contribution": c.contribution(m.name, reports.get(m.name))}
+            entry: dict[str, Any] = {
+                "status": state,
+                "why": why,
+                "method": m.method,
+                "uses_llm": m.name in self.llm_members,
+                "weight": c.member_weight(m.name),
+                "contribution": c.contribution(m.name, reports.get(m.name)),
+            }
             if m.name in reports:
                 entry["report"] = reports[m.name].model_dump(mode="json")
             members[m.name] = entry
@@ -387,11 +420,20 @@ class Ensemble(Method):
             if now is not None and fitted is not None and now != fitted:
                 notes.append(f"{name} was fitted with {fitted} and ran with {now}")
         return EnsembleDetails.build(
-            combiner={"path": self.opts.combiner, "digest": c.digest(), "kind": c.kind, "accepted": c.accepted,
-                      "refusal": c.refusal, "data": c.data},
-            members=members, cascade=steps, ran=ran,
+            combiner={
+                "path": self.opts.combiner,
+                "digest": c.digest(),
+                "kind": c.kind,
+                "accepted": c.accepted,
+                "refusal": c.refusal,
+                "data": c.data,
+            },
+            members=members,
+            cascade=steps,
+            ran=ran,
             skipped=[m for m, (s, _) in status.items() if s == "skipped"],
-            model_note="; ".join(notes) or None)
+            model_note="; ".join(notes) or None,
+        )
 
     async def acheck(self, source: str | Sequence[str], target: str) -> Report:
         return self._with_member_usage(await super().acheck(source, target))

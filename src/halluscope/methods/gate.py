@@ -27,10 +27,10 @@ from pydantic import Field
 from halluscope.methods import register_method
 from halluscope.methods.base import Method
 from halluscope.methods.details import MethodDetails
-from halluscope.stages.findings import claim_finding
 from halluscope.methods.options import MethodOptions, options_view, own_options
 from halluscope.records import Claim, Evidence, Report, Span, Verdict
 from halluscope.stages import GateDecision, build_stage, register_stage
+from halluscope.stages.findings import claim_finding
 from halluscope.text import split_sentences
 from halluscope.text.lexical import (
     Token,
@@ -86,9 +86,12 @@ class LexicalGate:
 
     name: ClassVar[str]
     uses_llm: ClassVar[bool] = False
-    Options = options_view("LexicalGateOptions", GateOptions,
-                           ["top_k", "window", "supported_coverage", "flip_overlap", "absent_precision"],
-                           "Thresholds of the lexical gate.")
+    Options = options_view(
+        "LexicalGateOptions",
+        GateOptions,
+        ["top_k", "window", "supported_coverage", "flip_overlap", "absent_precision"],
+        "Thresholds of the lexical gate.",
+    )
 
     def __init__(self, model: Any = None, options: Any = None):
         self.opts = options if options is not None else self.Options()
@@ -114,8 +117,10 @@ class LexicalGate:
             "coverage": round(best.coverage, 4) if best else 0.0,
             "content_precision_window": round(best.precision, 4) if best else 0.0,
             "content_precision_source": round(len(in_source) / len(content), 4) if content else 1.0,
-            "missing_numbers": [n.text for n in missing_numbers], "missing_dates": [t.text for t in missing_dates],
-            "missing_names": [t.text for t in missing_names], "negation_flip": flip is not None,
+            "missing_numbers": [n.text for n in missing_numbers],
+            "missing_dates": [t.text for t in missing_dates],
+            "missing_names": [t.text for t in missing_names],
+            "negation_flip": flip is not None,
         }
         score = ((best.precision + best.coverage) / 2) if best else 0.0
         score *= 0.5 ** (len(missing_numbers) + len(missing_dates) + len(missing_names) + (flip is not None))
@@ -125,12 +130,21 @@ class LexicalGate:
             relation = {"supported": "supports", "contradicted": "contradicts"}.get(outcome, "related")
             ev = [e.model_copy(update={"relation": relation}) for e in evidence]
             spans = target_spans(claim, target, local) if local else list(claim.target_spans)
-            return GateDecision(claim=claim, outcome=outcome, score=round(min(1.0, max(0.0, score)), 6),  # type: ignore[arg-type]
-                                reason=reason, evidence=ev, target_spans=spans, signals=signals)
+            return GateDecision(
+                claim=claim,
+                outcome=outcome,
+                score=round(min(1.0, max(0.0, score)), 6),  # type: ignore[arg-type]
+                reason=reason,
+                evidence=ev,
+                target_spans=spans,
+                signals=signals,
+            )
 
-        absent = [*(("number", n.text, n.span) for n in missing_numbers),
-                  *(("date", t.text, t.span) for t in missing_dates),
-                  *(("name", t.text, t.span) for t in missing_names)]
+        absent = [
+            *(("number", n.text, n.span) for n in missing_numbers),
+            *(("date", t.text, t.span) for t in missing_dates),
+            *(("name", t.text, t.span) for t in missing_names),
+        ]
         if absent:
             pieces = _merge_adjacent(claim.text, sorted(absent, key=lambda a: a[2].start))
             listed = ", ".join(f'{kind} "{text}"' for kind, text, _ in pieces)
@@ -139,19 +153,31 @@ class LexicalGate:
             sentence, cue = flip
             said = f'The claim negates ("{cue.text}") what' if cue is not None else "The claim asserts what"
             verb = "asserts" if cue is not None else "negates"
-            return decide("contradicted", f'{said} the source sentence "{_clip(sentence)}" {verb}.',
-                          [cue.span] if cue is not None else [])
+            return decide(
+                "contradicted",
+                f'{said} the source sentence "{_clip(sentence)}" {verb}.',
+                [cue.span] if cue is not None else [],
+            )
         if len(content) >= 4 and len(in_source) / len(content) < self.opts.absent_precision:
             unseen = [t for t in content if not facts.has_word(t)]
-            return decide("unsupported", f"{len(unseen)} of the claim's {len(content)} content words never occur "
-                                         f"in the source ({', '.join(t.text for t in unseen[:6])}).",
-                          [t.span for t in unseen])
+            return decide(
+                "unsupported",
+                f"{len(unseen)} of the claim's {len(content)} content words never occur "
+                f"in the source ({', '.join(t.text for t in unseen[:6])}).",
+                [t.span for t in unseen],
+            )
         if best is not None and best.coverage >= self.opts.supported_coverage and best.precision == 1.0:
-            return decide("supported", f"Verbatim-grade: {best.coverage:.0%} of the claim's words lie in 3-word runs "
-                                       f"shared with the source window, every content word included.")
-        reason = "Uncertain: " + (f"{best.coverage:.0%} of the claim's words lie in 3-word runs shared with the best "
-                                  f"source window, {best.precision:.0%} of its content words occur in it"
-                                  if best else "no source window found")
+            return decide(
+                "supported",
+                f"Verbatim-grade: {best.coverage:.0%} of the claim's words lie in 3-word runs "
+                f"shared with the source window, every content word included.",
+            )
+        reason = "Uncertain: " + (
+            f"{best.coverage:.0%} of the claim's words lie in 3-word runs shared with the best "
+            f"source window, {best.precision:.0%} of its content words occur in it"
+            if best
+            else "no source window found"
+        )
         return decide("uncertain", reason)
 
 
@@ -159,7 +185,7 @@ def _merge_adjacent(text: str, pieces: list[tuple[str, str, Span]]) -> list[tupl
     """Pieces of one kind separated only by spaces become one ("Peter" + "Grant" -> "Peter Grant")."""
     out: list[tuple[str, str, Span]] = []
     for kind, piece, span in pieces:
-        if out and out[-1][0] == kind and not text[out[-1][2].end:span.start].strip():
+        if out and out[-1][0] == kind and not text[out[-1][2].end : span.start].strip():
             joined = Span(start=out[-1][2].start, end=span.end)
             out[-1] = (kind, joined.of(text), joined)
         else:
@@ -185,10 +211,10 @@ def ngram_coverage(claim: Sequence[str], window: Sequence[str], n: int = 3) -> f
     if not claim:
         return 0.0
     n = min(n, len(claim))
-    grams = {tuple(window[i:i + n]) for i in range(len(window) - n + 1)}
+    grams = {tuple(window[i : i + n]) for i in range(len(window) - n + 1)}
     covered = [False] * len(claim)
     for i in range(len(claim) - n + 1):
-        if tuple(claim[i:i + n]) in grams:
+        if tuple(claim[i : i + n]) in grams:
             for j in range(i, i + n):
                 covered[j] = True
     return sum(covered) / len(claim)
@@ -207,8 +233,9 @@ def _best_window(words: list[Token], content: list[Token], snippets: Sequence[An
     return best
 
 
-def _negation_flip(words: list[Token], content: list[Token], best: _Window | None, index: Any,
-                   min_overlap: float) -> tuple[str, Token | None] | None:
+def _negation_flip(
+    words: list[Token], content: list[Token], best: _Window | None, index: Any, min_overlap: float
+) -> tuple[str, Token | None] | None:
     """(the source sentence, the claim's negation cue or None) when the claim and the source sentence closest
     to it disagree on negation; None otherwise."""
     if best is None or len(content) < 2:
@@ -226,9 +253,19 @@ def _negation_flip(words: list[Token], content: list[Token], best: _Window | Non
     claim_neg = negation_count(words) % 2
     if claim_neg == negation_count(tokens(closest[1])) % 2:
         return None
-    cue = next((t for t in words if t.norm and (t.lower in ("not", "no", "never", "none", "nobody", "nothing",
-                                                            "neither", "nor", "nowhere", "cannot", "without")
-                                                or t.lower.replace("’", "'").endswith("n't"))), None)
+    cue = next(
+        (
+            t
+            for t in words
+            if t.norm
+            and (
+                t.lower
+                in ("not", "no", "never", "none", "nobody", "nothing", "neither", "nor", "nowhere", "cannot", "without")
+                or t.lower.replace("’", "'").endswith("n't")
+            )
+        ),
+        None,
+    )
     return closest[1], cue if claim_neg else None
 
 
@@ -256,21 +293,33 @@ def target_spans(claim: Claim, target: str | None, local: Sequence[Span]) -> lis
     return sorted(set(out), key=lambda s: (s.start, s.end))
 
 
-def gate_verdict(decision: GateDecision, gate_name: str, uncertain: Literal["threshold", "unscored"] = "unscored",
-                 threshold: float = 0.5) -> Verdict:
+def gate_verdict(
+    decision: GateDecision,
+    gate_name: str,
+    uncertain: Literal["threshold", "unscored"] = "unscored",
+    threshold: float = 0.5,
+) -> Verdict:
     """A gate decision as a Verdict: settled decisions keep their label (``decided_by="gate:<name>"``); an
     uncertain one is unscored, or with ``uncertain="threshold"`` labelled by its score
     (``decided_by="gate:<name>:threshold"``)."""
-    common: dict[str, Any] = {"claim": decision.claim, "score": decision.score, "evidence": decision.evidence,
-              "target_spans": decision.target_spans}
+    common: dict[str, Any] = {
+        "claim": decision.claim,
+        "score": decision.score,
+        "evidence": decision.evidence,
+        "target_spans": decision.target_spans,
+    }
     if decision.settled:
         return Verdict(label=decision.outcome, reason=decision.reason, decided_by=f"gate:{gate_name}", **common)  # type: ignore[arg-type]
     if uncertain == "unscored":
         return Verdict(label="unscored", reason=decision.reason, decided_by=f"gate:{gate_name}", **common)
     label: Literal["supported", "unsupported"] = "supported" if decision.score >= threshold else "unsupported"
     sign = ">=" if label == "supported" else "<"
-    return Verdict(label=label, reason=f"{decision.reason}; labelled by its lexical support {decision.score:.2f} "
-                                       f"{sign} {threshold}", decided_by=f"gate:{gate_name}:threshold", **common)
+    return Verdict(
+        label=label,
+        reason=f"{decision.reason}; labelled by its lexical support {decision.score:.2f} {sign} {threshold}",
+        decided_by=f"gate:{gate_name}:threshold",
+        **common,
+    )
 
 
 class GateDetails(MethodDetails):
@@ -285,8 +334,10 @@ class GateMethod(Method):
     """Each target sentence through the lexical gate: no LLM, no download, milliseconds per claim."""
 
     name = "gate"
-    description = ("Lexical gate, no LLM: flags numbers, dates and names the source never mentions and negation "
-                   "flips, with their spans; score = mean lexical support of the target sentences.")
+    description = (
+        "Lexical gate, no LLM: flags numbers, dates and names the source never mentions and negation "
+        "flips, with their spans; score = mean lexical support of the target sentences."
+    )
     uses_llm = False
     Options = GateOptions
     Details: ClassVar[type[MethodDetails]] = GateDetails
@@ -298,17 +349,25 @@ class GateMethod(Method):
 
     async def run(self, source: str, target: str) -> Report:
         sentences = await asyncio.to_thread(split_sentences, target)  # CPU work: off the event loop
-        claims = [Claim(text=s.text, kind="sentence", id=f"s{s.index + 1}", target_spans=[s.span])
-                  for s in sentences]
+        claims = [Claim(text=s.text, kind="sentence", id=f"s{s.index + 1}", target_spans=[s.span]) for s in sentences]
         if not claims:
             return Report(method=self.name, unscored_reason="the target has no sentences")
         decisions = await self.gate(claims, source, target)
         verdicts = [gate_verdict(d, self.gate.name, self.opts.uncertain, self.opts.threshold) for d in decisions]
-        counts = {k: float(sum(d.outcome == k for d in decisions))
-                  for k in ("supported", "unsupported", "contradicted", "uncertain")}
+        counts = {
+            k: float(sum(d.outcome == k for d in decisions))
+            for k in ("supported", "unsupported", "contradicted", "uncertain")
+        }
         subscores: dict[str, float | None] = {"claims": float(len(claims)), **counts}
         score = sum(d.score for d in decisions) / len(decisions)
         findings = [claim_finding(v) for v in verdicts if v.label in ("unsupported", "contradicted")]
         details = GateDetails.build(gate={d.claim.id: {"outcome": d.outcome, **d.signals} for d in decisions})
-        return Report(method=self.name, score=score, subscores=subscores, claims=claims, verdicts=verdicts,
-                      findings=findings, details=details)
+        return Report(
+            method=self.name,
+            score=score,
+            subscores=subscores,
+            claims=claims,
+            verdicts=verdicts,
+            findings=findings,
+            details=details,
+        )

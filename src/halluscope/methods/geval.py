@@ -78,8 +78,11 @@ GEVAL_PAPER_PROMPT = PromptTemplate(
 
 SCORES = ("1", "2", "3", "4", "5")
 TOP_LOGPROBS = 20  # the most OpenAI returns; enough for the five score tokens to show up
-_PAPER_REPLY = re.compile(r"^\s*(?:[-*]\s*)?(?:consistency\s*(?:score)?\s*[:=-]?\s*)?\**([1-5])(?:\.0+)?\**"
-                          r"(?:\s*(?:/|out of)\s*5)?\s*\.?\s*$", re.I)
+_PAPER_REPLY = re.compile(
+    r"^\s*(?:[-*]\s*)?(?:consistency\s*(?:score)?\s*[:=-]?\s*)?\**([1-5])(?:\.0+)?\**"
+    r"(?:\s*(?:/|out of)\s*5)?\s*\.?\s*$",
+    re.I,
+)
 
 
 def parse_paper_score(text: str) -> int | None:
@@ -165,27 +168,40 @@ class GEval(Method):
             return await self._run_paper(source, target)
         # A rating and a sentence or two: cap the reply (a looping model otherwise burns the whole budget).
         max_tokens = min(self.opts.max_tokens, self.llm.default_params.max_tokens)
-        parsed = await generate_reply(self.llm, self.prompt(GEVAL_PROMPT).render(source=source, target=target),
-                                      GevalReply, params=self.llm.params(max_tokens=max_tokens))
+        parsed = await generate_reply(
+            self.llm,
+            self.prompt(GEVAL_PROMPT).render(source=source, target=target),
+            GevalReply,
+            params=self.llm.params(max_tokens=max_tokens),
+        )
         if parsed.value is None:
             return Report(method=self.name, unscored_reason=parsed.error)
         rating = parsed.value.score
-        return Report(method=self.name, score=(rating - 1) / 4, subscores={"rating": float(rating)},
-                      details=GevalDetails.build(reason=parsed.value.reason, prompt="reasoned"))
+        return Report(
+            method=self.name,
+            score=(rating - 1) / 4,
+            subscores={"rating": float(rating)},
+            details=GevalDetails.build(reason=parsed.value.reason, prompt="reasoned"),
+        )
 
     async def _run_paper(self, source: str, target: str) -> Report:
         max_tokens = min(self.opts.max_tokens, 16, self.llm.default_params.max_tokens)
         weighted = self.opts.weighting == "probability"
-        params = self.llm.params(max_tokens=max_tokens, top_logprobs=TOP_LOGPROBS if weighted else None,
-                                 temperature=self.opts.temperature)
+        params = self.llm.params(
+            max_tokens=max_tokens, top_logprobs=TOP_LOGPROBS if weighted else None, temperature=self.opts.temperature
+        )
         messages = [m for m in self.prompt(GEVAL_PAPER_PROMPT).render(source=source, target=target) if m["content"]]
         completion = await self.llm.generate(messages, params)
         rating = parse_paper_score(completion.text)
-        details: dict[str, Any] = GevalDetails.build(prompt="paper", reply=completion.text[:200],
-                                                     temperature=params.temperature)
+        details: dict[str, Any] = GevalDetails.build(
+            prompt="paper", reply=completion.text[:200], temperature=params.temperature
+        )
         if rating is None:
-            return Report(method=self.name, unscored_reason=f"geval: the reply is not a score from 1 to 5: "
-                                                            f"{completion.text[:80]!r}", details=details)
+            return Report(
+                method=self.name,
+                unscored_reason=f"geval: the reply is not a score from 1 to 5: {completion.text[:80]!r}",
+                details=details,
+            )
         value = float(rating)
         details.update(GevalDetails.build(weighting="none (weighting=none)"))
         if weighted:
@@ -194,8 +210,17 @@ class GEval(Method):
                 value, probs = found
                 details.update(GevalDetails.build(weighting="probability (G-Eval)", score_probabilities=probs))
             else:
-                details.update(GevalDetails.build(weighting=(
-                    "unavailable: the backend returned no log-probabilities for the score token; the integer "
-                    "score is used")))
-        return Report(method=self.name, score=(value - 1) / 4, subscores={"rating": float(rating), "weighted": value},
-                      details=details)
+                details.update(
+                    GevalDetails.build(
+                        weighting=(
+                            "unavailable: the backend returned no log-probabilities for the score token; the integer "
+                            "score is used"
+                        )
+                    )
+                )
+        return Report(
+            method=self.name,
+            score=(value - 1) / 4,
+            subscores={"rating": float(rating), "weighted": value},
+            details=details,
+        )

@@ -59,7 +59,6 @@ from halluscope.prompts import PromptTemplate
 from halluscope.records import Report, Span, Verdict
 from halluscope.text import split_sentences
 
-
 # ------------------------------------------------------------------------------------------------ records
 
 
@@ -106,8 +105,9 @@ class Unit:
 def judged_by_verdicts(report: Report) -> bool:
     """Whether the report's verdicts are its units: each about one stretch of the text, a sentence or the
     paragraph (dcr, and any claim method that judges sentences)."""
-    return bool(report.verdicts) and all(v.claim.kind in ("sentence", "paragraph") and len(v.claim.target_spans) == 1
-                                         for v in report.verdicts)
+    return bool(report.verdicts) and all(
+        v.claim.kind in ("sentence", "paragraph") and len(v.claim.target_spans) == 1 for v in report.verdicts
+    )
 
 
 def units_of(report: Report, text: str) -> list[Unit]:
@@ -117,8 +117,12 @@ def units_of(report: Report, text: str) -> list[Unit]:
     with those findings' descriptions as the reason."""
     verdicts = report.verdicts
     if judged_by_verdicts(report):
-        return [Unit(v.claim.text, v.claim.target_spans[0],
-                     v.reason if v.label in ("unsupported", "contradicted") else None) for v in verdicts]
+        return [
+            Unit(
+                v.claim.text, v.claim.target_spans[0], v.reason if v.label in ("unsupported", "contradicted") else None
+            )
+            for v in verdicts
+        ]
     units = []
     for sentence in split_sentences(text):
         about = [f.description for f in report.findings if any(sp.overlaps(sentence.span) for sp in f.target_spans)]
@@ -164,12 +168,19 @@ class Evaluated:
         """Indices of the units judged inconsistent."""
         return [i for i, u in enumerate(self.units) if u.reason is not None]
 
-    def round(self, number: int, changes: Sequence[SentenceChange] = (), ignored: Sequence[int] = ()
-              ) -> ImprovementRound:
-        return ImprovementRound(round=number, text=self.text, score=self.score, consistent=self.consistent,
-                                inconsistent_sentences=[i + 1 for i in self.flagged],
-                                unscored_reason=self.report.unscored_reason, changes=list(changes),
-                                ignored_rewrites=list(ignored))
+    def round(
+        self, number: int, changes: Sequence[SentenceChange] = (), ignored: Sequence[int] = ()
+    ) -> ImprovementRound:
+        return ImprovementRound(
+            round=number,
+            text=self.text,
+            score=self.score,
+            consistent=self.consistent,
+            inconsistent_sentences=[i + 1 for i in self.flagged],
+            unscored_reason=self.report.unscored_reason,
+            changes=list(changes),
+            ignored_rewrites=list(ignored),
+        )
 
 
 @dataclass
@@ -250,9 +261,11 @@ def improve_details(evaluator: type[MethodDetails]) -> type[MethodDetails]:
     """``improve``'s details model over another evaluator: that evaluator's keys plus :class:`ImproveRoundsDetails`."""
     if evaluator is DcrDetails:
         return ImproveDetails
-    return type(f"Improve{evaluator.__name__}", (ImproveRoundsDetails, evaluator),
-                {"__doc__": f"``improve`` over an evaluator whose details are {evaluator.__name__}.",
-                 "__module__": __name__})
+    return type(
+        f"Improve{evaluator.__name__}",
+        (ImproveRoundsDetails, evaluator),
+        {"__doc__": f"``improve`` over an evaluator whose details are {evaluator.__name__}.", "__module__": __name__},
+    )
 
 
 @register_method
@@ -260,8 +273,10 @@ class Improve(Method):
     """An evaluator (DCR by default) followed by up to ``rounds`` rounds of reason-assisted rewriting."""
 
     name = "improve"
-    description = ("DCR + RAI: rewrite the sentences DCR (or -o evaluator=METHOD) flags, re-verify, repeat up to "
-                   "`rounds` times; the report scores the given target and carries the verified improved text and a diff.")
+    description = (
+        "DCR + RAI: rewrite the sentences DCR (or -o evaluator=METHOD) flags, re-verify, repeat up to "
+        "`rounds` times; the report scores the given target and carries the verified improved text and a diff."
+    )
     Options: ClassVar[type[ImproveOptions]] = ImproveOptions
     Details: ClassVar[type[MethodDetails]] = ImproveDetails  # with evaluator=dcr; see details_model
     opts: ImproveOptions
@@ -296,12 +311,22 @@ class Improve(Method):
         """With dcr: DCR's options and ``rounds`` (as before the evaluator was an option); else ``rounds``,
         ``level``, ``evaluator`` and the evaluator's options."""
         if self.opts.evaluator == DEFAULT_EVALUATOR:
-            unset = {k for k in ("aggregator", "localizer", "decomposer", "context_selector")
-                     if getattr(self.opts, k, None) is None}
-            return self._with_max_calls(self.opts.model_dump(mode="json",
-                                                             exclude={"evaluator", "evaluator_options", *unset}))
-        return self._with_max_calls({"rounds": self.opts.rounds, "level": self.opts.level,
-                                     "evaluator": self.opts.evaluator, "evaluator_options": self.evaluator.options()})
+            unset = {
+                k
+                for k in ("aggregator", "localizer", "decomposer", "context_selector")
+                if getattr(self.opts, k, None) is None
+            }
+            return self._with_max_calls(
+                self.opts.model_dump(mode="json", exclude={"evaluator", "evaluator_options", *unset})
+            )
+        return self._with_max_calls(
+            {
+                "rounds": self.opts.rounds,
+                "level": self.opts.level,
+                "evaluator": self.opts.evaluator,
+                "evaluator_options": self.evaluator.options(),
+            }
+        )
 
     def details_model(self) -> type[MethodDetails]:
         """The evaluator's details model plus the rounds' keys."""
@@ -338,9 +363,11 @@ class Improve(Method):
                 stop_reason = f"could not evaluate the text of round {number - 1}: {current.report.unscored_reason}"
                 break
             if not current.flagged:
-                stop_reason = ("no sentence was judged inconsistent (the others could not be judged)"
-                               if judged_by_verdicts(current.report) else
-                               "the evaluator's findings point into no sentence of the text")
+                stop_reason = (
+                    "no sentence was judged inconsistent (the others could not be judged)"
+                    if judged_by_verdicts(current.report)
+                    else "the evaluator's findings point into no sentence of the text"
+                )
                 break
             rewrite = await self.rewrite(source, current)
             if rewrite.text is None:
@@ -370,27 +397,39 @@ class Improve(Method):
         flagged = evaluated.flagged
         if self.opts.level == "paragraph":
             reason = units[0].reason if len(units) == 1 else " ".join(units[i].reason or "" for i in flagged)
-            step = await generate_reply(self.llm, self.prompt(RAI_PARAGRAPH_PROMPT).render(
-                source=source, target=evaluated.text, reason=reason), ImprovedTextReply,
-                parse=parse_rai_paragraph)  # type: ignore[arg-type]
+            step = await generate_reply(
+                self.llm,
+                self.prompt(RAI_PARAGRAPH_PROMPT).render(source=source, target=evaluated.text, reason=reason),
+                ImprovedTextReply,
+                parse=parse_rai_paragraph,
+            )  # type: ignore[arg-type]
             if step.value is None:
                 return Rewrite(error=step.error)
             new: str = step.value  # type: ignore[assignment]
-            return Rewrite(text=new, changes=[SentenceChange(sentence=1, before=evaluated.text.strip(), after=new,
-                                                             reason=reason or "")])
+            return Rewrite(
+                text=new,
+                changes=[SentenceChange(sentence=1, before=evaluated.text.strip(), after=new, reason=reason or "")],
+            )
         texts = [u.text for u in units]
-        listing = "\n".join(f"[{i + 1}] {' '.join(texts[i].split())}\n    reason: {' '.join((units[i].reason or '').split())}"
-                            for i in flagged)
+        listing = "\n".join(
+            f"[{i + 1}] {' '.join(texts[i].split())}\n    reason: {' '.join((units[i].reason or '').split())}"
+            for i in flagged
+        )
         n = len(units)
-        step = await generate_reply(self.llm, self.prompt(RAI_SENTENCE_PROMPT).render(
-            source=source, target=evaluated.text, flagged=listing), RewritesReply,
-            parse=lambda text: parse_rai_sentences(text, set(flagged), n))  # type: ignore[arg-type, return-value]
+        step = await generate_reply(
+            self.llm,
+            self.prompt(RAI_SENTENCE_PROMPT).render(source=source, target=evaluated.text, flagged=listing),
+            RewritesReply,
+            parse=lambda text: parse_rai_sentences(text, set(flagged), n),
+        )  # type: ignore[arg-type, return-value]
         if step.value is None:
             return Rewrite(error=step.error)
         rewrites, ignored = step.value  # type: ignore[misc]
         rewrites = {i: new for i, new in rewrites.items() if new != texts[i]}
-        changes = [SentenceChange(sentence=i + 1, before=texts[i], after=new, reason=units[i].reason or "")
-                   for i, new in sorted(rewrites.items())]
+        changes = [
+            SentenceChange(sentence=i + 1, before=texts[i], after=new, reason=units[i].reason or "")
+            for i, new in sorted(rewrites.items())
+        ]
         spans = [u.span for u in units]
         return Rewrite(text=splice(evaluated.text, spans, rewrites), changes=changes, ignored=ignored)
 
@@ -402,15 +441,22 @@ class Improve(Method):
                 best = r
         improved = best.round > 0 and original.score is not None
         improved_target = best.text if improved else original.text
-        details: dict[str, Any] = {**report.details, **ImproveRoundsDetails.build(
-            rounds=[r.model_dump() for r in rounds],
-            max_rounds=self.opts.rounds,
-            improved_target=improved_target,
-            improved=improved,
-            best_round=best.round if improved else 0,
-            stop_reason=stop_reason,
-            diff=sentence_diff(original.text, improved_target) if improved else "")}
-        subscores = {**report.subscores, "initial_score": original.score,
-                     "final_score": best.score if improved else original.score,
-                     "rounds_run": float(len(rounds) - 1)}
+        details: dict[str, Any] = {
+            **report.details,
+            **ImproveRoundsDetails.build(
+                rounds=[r.model_dump() for r in rounds],
+                max_rounds=self.opts.rounds,
+                improved_target=improved_target,
+                improved=improved,
+                best_round=best.round if improved else 0,
+                stop_reason=stop_reason,
+                diff=sentence_diff(original.text, improved_target) if improved else "",
+            ),
+        }
+        subscores = {
+            **report.subscores,
+            "initial_score": original.score,
+            "final_score": best.score if improved else original.score,
+            "rounds_run": float(len(rounds) - 1),
+        }
         return report.model_copy(update={"details": details, "subscores": subscores})

@@ -33,34 +33,46 @@ from typing import Any, ClassVar
 from halluscope.config import Config
 from halluscope.llm import LLM, ContextOverflowError
 from halluscope.methods.base import Method
-from halluscope.stages.context import claim_id
 from halluscope.methods.details import MethodDetails, PipelineDetails
 from halluscope.methods.gate import gate_verdict
 from halluscope.methods.options import ClaimOptions, OptionsError, StageOptions, own_options
-from halluscope.stages.snippets import max_over_snippets
-from halluscope.stages.trace import RunTrace, bind_trace
 from halluscope.methods.verdict_first import VerdictFirst
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Finding, Report, Verdict
 from halluscope.retrieval.stage import fits_in_context
-from halluscope.stages import (Aggregate, Aggregator, Context, ContextSelector, Decomposer, Gate, GateDecision,
-                               Localizer, Selection, Verifier, build_stage, stage_options, stage_spec)
-from halluscope.stages.protocols import PipelineRun as PipelineRun  # declared with the protocols that read it
-from halluscope.tracing import stage_span
+from halluscope.stages import (
+    Aggregate,
+    Aggregator,
+    Context,
+    ContextSelector,
+    Decomposer,
+    Gate,
+    GateDecision,
+    Localizer,
+    Selection,
+    Verifier,
+    build_stage,
+    stage_options,
+    stage_spec,
+)
+from halluscope.stages.context import claim_id
 
 # The stages and helpers below lived in this module before it was split by concern; importable here as before.
 from halluscope.stages.context import full_source as full_source
+from halluscope.stages.decomposers import SentenceDecomposer as SentenceDecomposer
 from halluscope.stages.findings import claim_finding as claim_finding
+from halluscope.stages.protocols import PipelineRun as PipelineRun  # declared with the protocols that read it
+from halluscope.stages.snippets import LABEL_RANK as LABEL_RANK
+from halluscope.stages.snippets import JudgeRound as JudgeRound
+from halluscope.stages.snippets import best_verdict as best_verdict
+from halluscope.stages.snippets import max_over_snippets
+from halluscope.stages.snippets import unique_calls as unique_calls
+from halluscope.stages.trace import RunTrace, bind_trace
 from halluscope.stages.verifiers import MESSAGE_OVERHEAD_TOKENS as MESSAGE_OVERHEAD_TOKENS
 from halluscope.stages.verifiers import LLMVerifier as LLMVerifier
 from halluscope.stages.verifiers import messages_tokens as messages_tokens
 from halluscope.stages.verifiers import reply_budget as reply_budget
-from halluscope.stages.decomposers import SentenceDecomposer as SentenceDecomposer
-from halluscope.stages.snippets import LABEL_RANK as LABEL_RANK
-from halluscope.stages.snippets import JudgeRound as JudgeRound
-from halluscope.stages.snippets import best_verdict as best_verdict
-from halluscope.stages.snippets import unique_calls as unique_calls
-
+from halluscope.tracing import stage_span
 
 SHARED_KINDS = ("decomposer", "context_selector", "verifier", "aggregator", "localizer")
 """The stage kinds every claim method builds one of, each chosen by the option of its kind's name."""
@@ -81,8 +93,9 @@ def stage_uses_llm(kind: str, name: str, options: Any = None) -> bool:
     return bool(getattr(spec.factory, "uses_llm", True))
 
 
-def split_namespaced(method: str, options: dict[str, Any], kinds: Sequence[str] = SWAPPABLE
-                     ) -> dict[str, dict[str, Any]]:
+def split_namespaced(
+    method: str, options: dict[str, Any], kinds: Sequence[str] = SWAPPABLE
+) -> dict[str, dict[str, Any]]:
     """Take the namespaced options (``verifier.judges``, ``gate.top_k``) out of ``options``, grouped by stage
     kind; a namespace that is not one of ``kinds`` (the method's stage kinds) is an :class:`OptionsError`."""
     out: dict[str, dict[str, Any]] = {}
@@ -91,15 +104,19 @@ def split_namespaced(method: str, options: dict[str, Any], kinds: Sequence[str] 
         if kind in METHOD_KINDS and kind not in kinds:
             raise OptionsError(_not_built(method, kind, kinds))
         if kind not in kinds or not option:
-            raise OptionsError(f"unknown option {key!r} for {method}: a stage's options are named "
-                               f"{' or '.join(f'{k}.OPTION' for k in kinds)}")
+            raise OptionsError(
+                f"unknown option {key!r} for {method}: a stage's options are named "
+                f"{' or '.join(f'{k}.OPTION' for k in kinds)}"
+            )
         out.setdefault(kind, {})[option] = options.pop(key)
     return out
 
 
 def _not_built(method: str, kind: str, kinds: Sequence[str]) -> str:
-    return (f"{method} builds no {kind} stage, so it cannot take one; its stage kinds: {', '.join(kinds)} (each "
-            f"chosen with -o KIND=NAME)")
+    return (
+        f"{method} builds no {kind} stage, so it cannot take one; its stage kinds: {', '.join(kinds)} (each "
+        f"chosen with -o KIND=NAME)"
+    )
 
 
 class ClaimPipeline(Method):
@@ -147,8 +164,10 @@ class ClaimPipeline(Method):
         self.stage_given = {kind: dict(values) for kind, values in namespaced.items()}
         for kind, values in namespaced.items():
             if not getattr(self.opts, kind, None):
-                raise OptionsError(f"{', '.join(f'{kind}.{k}' for k in values)} given for {self.name}, but no {kind} "
-                                   f"is chosen: add -o {kind}=NAME (see `halluscope stages {kind}`)")
+                raise OptionsError(
+                    f"{', '.join(f'{kind}.{k}' for k in values)} given for {self.name}, but no {kind} "
+                    f"is chosen: add -o {kind}=NAME (see `halluscope stages {kind}`)"
+                )
         self.chosen: dict[str, tuple[str, StageOptions]] = {}  # kind -> (stage name, its validated options)
         for kind in kinds:
             if kind == "gate":
@@ -159,7 +178,10 @@ class ClaimPipeline(Method):
             fields = stage_spec(kind, name).options_model.model_fields  # fails early on a bad name
             own = self.own_stage_options(kind, name) if name == self.default_stage(kind) else {}
             own.update({k: v for k, v in self.method_stage_options(kind, name).items() if k in fields})
-            self.chosen[kind] = (name, stage_options(kind, name, {**own, **namespaced.get(kind, {})}))  # bad options fail here
+            self.chosen[kind] = (
+                name,
+                stage_options(kind, name, {**own, **namespaced.get(kind, {})}),
+            )  # bad options fail here
         self.verifier_name, self.verifier_options = self.chosen["verifier"]
         self._verifier: Verifier | None = None
         self._aggregator: Aggregator | None = None
@@ -195,8 +217,10 @@ class ClaimPipeline(Method):
         name = self.stage_aliases.get(kind, {}).get(given, given)
         legacy = self.legacy_options.get(kind)
         if legacy is not None and legacy[0] in self.opts.model_fields_set and self.default_stage(kind) != name:
-            raise OptionsError(f"{self.name}: {legacy[0]}={getattr(self.opts, legacy[0])} and {kind}={given} name "
-                               f"different {kind} stages; give one")
+            raise OptionsError(
+                f"{self.name}: {legacy[0]}={getattr(self.opts, legacy[0])} and {kind}={given} name "
+                f"different {kind} stages; give one"
+            )
         return str(name)
 
     def own_stage_options(self, kind: str, name: str) -> dict[str, Any]:
@@ -238,8 +262,10 @@ class ClaimPipeline(Method):
                 continue  # an alias (dove's decomposer=llm) or a bad name: refused where it is resolved
             misplaced = [k for k in options if k not in self.Options.model_fields and k in fields]
             if misplaced:
-                raise OptionsError(f"{', '.join(misplaced)}: an option of the {kind} {chosen!r}, not of {self.name}; "
-                                   f"give it as {', '.join(f'{kind}.{k}' for k in misplaced)}")
+                raise OptionsError(
+                    f"{', '.join(misplaced)}: an option of the {kind} {chosen!r}, not of {self.name}; "
+                    f"give it as {', '.join(f'{kind}.{k}' for k in misplaced)}"
+                )
 
     def options(self) -> dict[str, Any]:
         """The method's options, and the namespaced stage options given (``verifier.judges``), as validated."""
@@ -247,12 +273,18 @@ class ClaimPipeline(Method):
         own = super().options()
         for kind in ("aggregator", "localizer", "decomposer", "context_selector", *METHOD_KINDS):
             if own.get(kind) is None:  # recorded only when chosen: default records (and the identity of bench
-                own.pop(kind, None)    # folders measured before) stay what they were
+                own.pop(kind, None)  # folders measured before) stay what they were
         for key, default in (("order", "reason_first"), ("explain_below", 0.5), ("explain", True), ("score", "auto")):
             if own.get(key) == default:  # the same: recorded only when changed
                 own.pop(key, None)
-        return {**own, **{f"{kind}.{k}": chosen[kind].model_dump(mode="json")[k]  # type: ignore[union-attr]
-                                        for kind, values in self.stage_given.items() for k in values}}
+        return {
+            **own,
+            **{
+                f"{kind}.{k}": chosen[kind].model_dump(mode="json")[k]  # type: ignore[union-attr]
+                for kind, values in self.stage_given.items()
+                for k in values
+            },
+        }
 
     def build_stage(self, kind: str, name: str, options: Any = None, **collaborators: Any) -> Any:
         """The named stage built for this method: with its LLM (when the stage calls one: ``uses_llm``), its
@@ -316,8 +348,9 @@ class ClaimPipeline(Method):
 
     def used_prompts(self) -> list[PromptTemplate]:
         prompts = super().used_prompts()
-        prompts += [p for p in self.verifier_prompts() + self.verdict_first_prompts()
-                    if p.name not in {q.name for q in prompts}]
+        prompts += [
+            p for p in self.verifier_prompts() + self.verdict_first_prompts() if p.name not in {q.name for q in prompts}
+        ]
         return prompts
 
     def verdict_first_prompts(self) -> list[PromptTemplate]:
@@ -334,8 +367,11 @@ class ClaimPipeline(Method):
         return list(listed()) if callable(listed) else []
 
     def stage_names(self) -> dict[str, str]:
-        return {"decomposer": self.make_decomposer().name, "context_selector": self.selector.name,
-                "verifier": self.verifier.name}
+        return {
+            "decomposer": self.make_decomposer().name,
+            "context_selector": self.selector.name,
+            "verifier": self.verifier.name,
+        }
 
     def source_fits(self, source: str, claims: Sequence[Claim]) -> bool:
         """Whether the verifier's prompt with the whole source fits the model's context window (True when the
@@ -348,8 +384,12 @@ class ClaimPipeline(Method):
         return fits_in_context(self.llm, source, reserve_tokens=lambda: self.verifier.reserve_tokens(claims))
 
     # -- steps --------------------------------------------------------------------------------------------
-    async def verify(self, claims: list[Claim], selection: Selection, source: str,
-                     ) -> tuple[list[Verdict], dict[str, Any]]:
+    async def verify(
+        self,
+        claims: list[Claim],
+        selection: Selection,
+        source: str,
+    ) -> tuple[list[Verdict], dict[str, Any]]:
         """Verdicts in claim order; in retrieval mode also the labels per tried snippet (for details)."""
         if self.opts.order == "verdict_first":  # type: ignore[attr-defined]
             return await self.verdict_first.verify(claims, selection, source)
@@ -362,9 +402,12 @@ class ClaimPipeline(Method):
     def verdict_first(self) -> VerdictFirst:
         """The verdict-first scorer and explainer (``order=verdict_first``)."""
         if self._verdict_first is None:
-            self._verdict_first = VerdictFirst(self.llm, prompts=self.prompt,
-                                               explain_below=self.opts.explain_below,  # type: ignore[attr-defined]
-                                               explain=self.opts.explain)  # type: ignore[attr-defined]
+            self._verdict_first = VerdictFirst(
+                self.llm,
+                prompts=self.prompt,
+                explain_below=self.opts.explain_below,  # type: ignore[attr-defined]
+                explain=self.opts.explain,
+            )  # type: ignore[attr-defined]
         return self._verdict_first
 
     async def judge_round(self, pairs: Sequence[tuple[Claim, Context]], source: str) -> list[Verdict]:
@@ -387,12 +430,14 @@ class ClaimPipeline(Method):
         with stage_span("decomposer", decomposer.name):
             decomposed = await decomposer(target)
         if not decomposed.ok:
-            return Report(method=self.name, unscored_reason=f"decomposition failed: {decomposed.error}",
-                          details=details)
+            return Report(
+                method=self.name, unscored_reason=f"decomposition failed: {decomposed.error}", details=details
+            )
         claims = _with_ids(decomposed.value or [])
         if not claims:
-            return Report(method=self.name, unscored_reason="the decomposer found no claims in the target",
-                          details=details)
+            return Report(
+                method=self.name, unscored_reason="the decomposer found no claims in the target", details=details
+            )
         settled: dict[str, Verdict] = {}
         if self.gate is not None:  # cascade: the claims the gate settles skip the verifier
             with stage_span("gate", self.gate.name):
@@ -413,14 +458,15 @@ class ClaimPipeline(Method):
                 if selection.mode != "full" or retrieval != "auto" or not hasattr(self.selector, "retrieve"):
                     raise  # a context selector of a plugin's has no retrieval to fall back on
                 with stage_span("context_selector", self.selector.name):
-                    selection = (await self.selector.retrieve(source, claims,
-                                                              f"the model reported a context overflow: {exc}")
-                                 ).with_trace(trace)
+                    selection = (
+                        await self.selector.retrieve(source, claims, f"the model reported a context overflow: {exc}")
+                    ).with_trace(trace)
                 with stage_span("verifier", self.verifier.name):
                     verdicts, tried = await self.verify(rest, selection, source)
         decided_by = f"verifier:{self.verifier.name}"
-        verified = {claim_id(v.claim): v if v.decided_by else v.model_copy(update={"decided_by": decided_by})
-                    for v in verdicts}
+        verified = {
+            claim_id(v.claim): v if v.decided_by else v.model_copy(update={"decided_by": decided_by}) for v in verdicts
+        }
         verdicts = [settled.get(claim_id(c)) or verified[claim_id(c)] for c in claims]
         verdict_first = tried.pop("verdict_first", None)
         details.update(PipelineDetails.build(context={**selection.describe(), **tried}))
@@ -446,10 +492,20 @@ class ClaimPipeline(Method):
         aggregate = self.choose_score(run, await self.aggregate(run))
         findings = await self.localize(run)
         by_probability = run.details.get("score", {}).get("kind") == "probability"
-        return self.finish(Report(method=self.name, score=aggregate.score, unscored_reason=aggregate.unscored_reason,
-                                  subscores=aggregate.subscores, claims=run.claims, verdicts=run.verdicts,
-                                  findings=findings, details=run.details,
-                                  threshold=self.probability_threshold if by_probability else None), trace)
+        return self.finish(
+            Report(
+                method=self.name,
+                score=aggregate.score,
+                unscored_reason=aggregate.unscored_reason,
+                subscores=aggregate.subscores,
+                claims=run.claims,
+                verdicts=run.verdicts,
+                findings=findings,
+                details=run.details,
+                threshold=self.probability_threshold if by_probability else None,
+            ),
+            trace,
+        )
 
     def choose_score(self, run: PipelineRun, aggregate: Aggregate) -> Aggregate:
         """The score the Report carries, by option ``score``: the label aggregate as it is, or its probability
@@ -457,22 +513,32 @@ class ClaimPipeline(Method):
         mode = self.opts.score  # type: ignore[attr-defined]
         judged = [v for v in run.verdicts if v.label != "unscored"]
         with_p = [v for v in judged if v.support_probability is not None]
-        info: dict[str, Any] = {"kind": "label", "requested": mode, "judged": len(judged),
-                                "with_probability": len(with_p), "label_score": aggregate.score}
+        info: dict[str, Any] = {
+            "kind": "label",
+            "requested": mode,
+            "judged": len(judged),
+            "with_probability": len(with_p),
+            "label_score": aggregate.score,
+        }
         run.details["score"] = info
         if aggregate.score is None or mode == "label":
             if mode == "label":
                 info["why"] = "score=label: the paper's score from the verdicts' labels"
             return aggregate
         if not with_p:
-            info["why"] = ("no verdict carries a probability: the backend returned no token log-probabilities"
-                           if judged else "no judged verdict")
+            info["why"] = (
+                "no verdict carries a probability: the backend returned no token log-probabilities"
+                if judged
+                else "no judged verdict"
+            )
             if mode == "probability":
                 return Aggregate(None, aggregate.subscores, f"score=probability, but {info['why']}")
             return aggregate
         if mode == "auto" and len(with_p) < len(judged):
-            info["why"] = (f"{len(judged) - len(with_p)} of {len(judged)} judged verdicts carry no probability: the "
-                           "label score (score=probability counts their labels as 0/1)")
+            info["why"] = (
+                f"{len(judged) - len(with_p)} of {len(judged)} judged verdicts carry no probability: the "
+                "label score (score=probability counts their labels as 0/1)"
+            )
             return aggregate
         variant = self.probability_aggregate(run, aggregate)
         if isinstance(variant, str):
@@ -513,8 +579,13 @@ def gate_details(gate_name: str, decisions: Sequence[GateDecision]) -> dict[str,
     """``details["gate"]``: how many claims the gate settled (and how), and which went on to the verifier."""
     outcomes = {claim_id(d.claim): d.outcome for d in decisions}
     counts = {k: sum(o == k for o in outcomes.values()) for k in ("supported", "unsupported", "contradicted")}
-    return {"stage": gate_name, "settled": sum(counts.values()), **counts,
-            "sent_to_verifier": [cid for cid, o in outcomes.items() if o == "uncertain"], "outcomes": outcomes}
+    return {
+        "stage": gate_name,
+        "settled": sum(counts.values()),
+        **counts,
+        "sent_to_verifier": [cid for cid, o in outcomes.items() if o == "uncertain"],
+        "outcomes": outcomes,
+    }
 
 
 def _with_ids(claims: list[Claim]) -> list[Claim]:

@@ -14,7 +14,6 @@ from halluscope.records import Span
 from halluscope.text import ParseError, split_sentences
 from halluscope.text.placeholders import is_placeholder, shown_strings
 
-
 # ------------------------------------------------------------------------------------------------ replies
 
 
@@ -30,8 +29,9 @@ class SentenceRewrite(BaseModel):
 class RewritesReply(Reply):
     """RAI at sentence level: one rewrite per sentence listed for rewriting."""
 
-    rewrites: list[SentenceRewrite] = Field(description="one entry for each sentence listed for rewriting, "
-                                                        "and only for those")
+    rewrites: list[SentenceRewrite] = Field(
+        description="one entry for each sentence listed for rewriting, and only for those"
+    )
 
 
 class ImprovedTextReply(Reply):
@@ -140,5 +140,3 @@ def sentence_diff(before: str, after: str) -> str:
     a = [s.text for s in split_sentences(before)]
     b = [s.text for s in split_sentences(after)]
     return "\n".join(difflib.unified_diff(a, b, "original", "improved", lineterm=""))
-
-

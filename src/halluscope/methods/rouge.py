@@ -14,7 +14,6 @@ part on long sources: ~1 s per SQuALITY story). :func:`rouge_scores` gives preci
 from __future__ import annotations
 
 import asyncio
-
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -105,8 +104,12 @@ def _fmeasure(precision: float, recall: float) -> float:
     return 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
 
 
-def rouge_scores(reference: str | Sequence[str], prediction: str | Sequence[str],
-                 types: Sequence[str] = ROUGE_TYPES, stem: bool = True) -> dict[str, RougeScore]:
+def rouge_scores(
+    reference: str | Sequence[str],
+    prediction: str | Sequence[str],
+    types: Sequence[str] = ROUGE_TYPES,
+    stem: bool = True,
+) -> dict[str, RougeScore]:
     """``RougeScorer(types, use_stemmer=stem).score(reference, prediction)``, same numbers, C speed.
 
     ``reference`` / ``prediction`` are texts or already :func:`rouge_tokens`-tokenized lists (to tokenize a

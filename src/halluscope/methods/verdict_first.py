@@ -29,12 +29,12 @@ from pydantic import Field
 from halluscope.llm.label_probs import VERDICT_TOP_LOGPROBS, YES_NO, probability_at
 from halluscope.llm.replies import Reply
 from halluscope.llm.structured import generate_reply
-from halluscope.stages.context import claim_id
-from halluscope.stages.verifiers import reply_budget
-from halluscope.stages.snippets import max_over_snippets
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Evidence, LLMCall, Verdict
 from halluscope.stages import Context, PromptResolver, Selection, same_prompt
+from halluscope.stages.context import claim_id
+from halluscope.stages.snippets import max_over_snippets
+from halluscope.stages.verifiers import reply_budget
 from halluscope.text.placeholders import is_placeholder
 from halluscope.text.spans import locate
 
@@ -50,24 +50,34 @@ EXPLAIN_REPLY_TOKENS = 256
 class ExplainReply(Reply):
     """Why a flagged claim is not supported, the source passage that decides it, and the claim corrected."""
 
-    reason: str = Field(description="one or two sentences: what the CLAIM says that the SOURCE does not support, "
-                                    "and what the SOURCE says instead")
-    evidence: str = Field(description="the shortest exact quote from the SOURCE that shows it, or an empty string "
-                                      "when the SOURCE says nothing about it")
-    contradicted: bool = Field(description="true if the SOURCE says something incompatible with the CLAIM; false "
-                                           "if it only does not mention it")
-    fix: str = Field(description="the CLAIM rewritten so that the SOURCE supports it (keep what is right, correct "
-                                 "or drop what is wrong), or an empty string when it cannot be fixed")
+    reason: str = Field(
+        description="one or two sentences: what the CLAIM says that the SOURCE does not support, "
+        "and what the SOURCE says instead"
+    )
+    evidence: str = Field(
+        description="the shortest exact quote from the SOURCE that shows it, or an empty string "
+        "when the SOURCE says nothing about it"
+    )
+    contradicted: bool = Field(
+        description="true if the SOURCE says something incompatible with the CLAIM; false "
+        "if it only does not mention it"
+    )
+    fix: str = Field(
+        description="the CLAIM rewritten so that the SOURCE supports it (keep what is right, correct "
+        "or drop what is wrong), or an empty string when it cannot be fixed"
+    )
 
 
 VERDICT_SCORE_PROMPT = PromptTemplate(
     name="verdict_first_score",
     version="1",
     system="You are a careful fact-checker. You judge statements only against the source text you are given.",
-    user=("Read the SOURCE, then decide whether the CLAIM after it is supported by the SOURCE: the SOURCE states it "
-          "or clearly implies it. A claim the SOURCE contradicts or does not mention is not supported.\n\n"
-          "SOURCE:\n$source\n\nCLAIM:\n$claim\n\n"
-          "Is the CLAIM supported by the SOURCE? Answer with one word: yes or no."),
+    user=(
+        "Read the SOURCE, then decide whether the CLAIM after it is supported by the SOURCE: the SOURCE states it "
+        "or clearly implies it. A claim the SOURCE contradicts or does not mention is not supported.\n\n"
+        "SOURCE:\n$source\n\nCLAIM:\n$claim\n\n"
+        "Is the CLAIM supported by the SOURCE? Answer with one word: yes or no."
+    ),
 )
 
 VERDICT_EXPLAIN_PROMPT = PromptTemplate(
@@ -75,8 +85,10 @@ VERDICT_EXPLAIN_PROMPT = PromptTemplate(
     version="1",
     reply=ExplainReply,
     system=VERDICT_SCORE_PROMPT.system,
-    user=("The CLAIM below was judged not supported by the SOURCE. Explain why, quote the SOURCE passage that "
-          "shows it, and correct the claim.\n\n$format\n\nSOURCE:\n$source\n\nCLAIM:\n$claim"),
+    user=(
+        "The CLAIM below was judged not supported by the SOURCE. Explain why, quote the SOURCE passage that "
+        "shows it, and correct the claim.\n\n$format\n\nSOURCE:\n$source\n\nCLAIM:\n$claim"
+    ),
 )
 
 VERDICT_FIRST_PROMPTS = (VERDICT_SCORE_PROMPT, VERDICT_EXPLAIN_PROMPT)
@@ -90,7 +102,7 @@ def stated_answer(text: str) -> bool | None:
     match = _WORD.search(text)
     if match is None or text[: match.start()].strip(" \t\r\n\"'*.:`") != "":
         return None
-    rest = text[match.end():].lstrip(" \t")
+    rest = text[match.end() :].lstrip(" \t")
     if rest and (rest[0].isalnum() or rest[0] in "'-"):
         return None
     word = match.group(0).lower()
@@ -100,8 +112,9 @@ def stated_answer(text: str) -> bool | None:
 class VerdictFirst:
     """Scores claims by one short reply each and explains the flagged ones (see the module docstring)."""
 
-    def __init__(self, llm: "LLM", *, prompts: PromptResolver = same_prompt, explain_below: float = 0.5,
-                 explain: bool = True):
+    def __init__(
+        self, llm: LLM, *, prompts: PromptResolver = same_prompt, explain_below: float = 0.5, explain: bool = True
+    ):
         if llm is None:
             raise TypeError("verdict-first scoring needs an LLM")
         self.llm = llm
@@ -128,29 +141,44 @@ class VerdictFirst:
         if is_placeholder(claim.text):
             return Verdict.unscored(claim, f"the claim {claim.text[:40]!r} is a template placeholder, not a claim")
         messages = self.score_prompt.render(source=context.text, claim=claim.text, about=_about(context, source))
-        params = self.llm.params(max_tokens=SCORE_REPLY_TOKENS, top_logprobs=VERDICT_TOP_LOGPROBS, json_mode=False,
-                                 json_schema=None)
+        params = self.llm.params(
+            max_tokens=SCORE_REPLY_TOKENS, top_logprobs=VERDICT_TOP_LOGPROBS, json_mode=False, json_schema=None
+        )
         try:
             completion = await self.llm.generate(messages, params)
         except Exception as exc:  # noqa: BLE001 - one failed call leaves one claim unscored, never the batch
             return Verdict.unscored(claim, f"verdict-first score call failed: {type(exc).__name__}: {exc}"[:1000])
-        call = LLMCall(model=completion.model, messages=[dict(m) for m in messages], reply=completion.text,
-                       cached=completion.cached, usage=completion.usage)
+        call = LLMCall(
+            model=completion.model,
+            messages=[dict(m) for m in messages],
+            reply=completion.text,
+            cached=completion.cached,
+            usage=completion.usage,
+        )
         stated = stated_answer(completion.text)
         # the answer word is the reply's first token: P(yes) over yes + no among that position's candidates
         probability = probability_at(completion.logprobs[0], *YES_NO) if completion.logprobs else None
         if stated is None and probability is None:
-            return Verdict.unscored(claim, f"the short reply states neither yes nor no: {completion.text[:80]!r}",
-                                    [call])
+            return Verdict.unscored(
+                claim, f"the short reply states neither yes nor no: {completion.text[:80]!r}", [call]
+            )
         if stated is None:
             stated = probability >= 0.5  # type: ignore[operator]
-            reason = (f"the reply's first word is not yes or no ({completion.text[:40]!r}); P(yes) = {probability:.3f} "
-                      "over yes and no among its first token's candidates")
+            reason = (
+                f"the reply's first word is not yes or no ({completion.text[:40]!r}); P(yes) = {probability:.3f} "
+                "over yes and no among its first token's candidates"
+            )
         else:
             reason = "answered yes" if stated else "answered no"
-        return Verdict(claim=claim, label="supported" if stated else "unsupported", reason=reason,
-                       score=1.0 if stated else 0.0, support_probability=probability, calls=[call],
-                       decided_by="verdict_first")
+        return Verdict(
+            claim=claim,
+            label="supported" if stated else "unsupported",
+            reason=reason,
+            score=1.0 if stated else 0.0,
+            support_probability=probability,
+            calls=[call],
+            decided_by="verdict_first",
+        )
 
     def below_threshold(self, verdict: Verdict) -> Verdict:
         """A flagged verdict answered yes (its P(supported) is below ``explain_below``) as unsupported, saying
@@ -158,18 +186,25 @@ class VerdictFirst:
         if verdict.label != "supported":
             return verdict
         p = verdict.support_probability or 0.0
-        return verdict.model_copy(update={
-            "label": "unsupported", "score": 0.0,
-            "reason": f"answered yes, but P(supported) = {p:.3f} is below explain_below = {self.explain_below}"})
+        return verdict.model_copy(
+            update={
+                "label": "unsupported",
+                "score": 0.0,
+                "reason": f"answered yes, but P(supported) = {p:.3f} is below explain_below = {self.explain_below}",
+            }
+        )
 
     async def explain(self, verdict: Verdict, context: Context, source: str) -> tuple[Verdict, str | None]:
         """The flagged verdict with the reason, the located source quote and the fix; or, when the explanation
         reply is unusable, the verdict as scored and why."""
         claim = verdict.claim
         messages = self.explain_prompt.render(source=context.text, claim=claim.text, about=_about(context, source))
-        step = await generate_reply(self.llm, messages,
-                                    ExplainReply,
-                                    params=self.llm.params(max_tokens=reply_budget(self.llm, EXPLAIN_REPLY_TOKENS)))
+        step = await generate_reply(
+            self.llm,
+            messages,
+            ExplainReply,
+            params=self.llm.params(max_tokens=reply_budget(self.llm, EXPLAIN_REPLY_TOKENS)),
+        )
         calls = list(verdict.calls) + list(step.calls)
         verdict = self.below_threshold(verdict)
         if step.value is None:
@@ -181,17 +216,29 @@ class VerdictFirst:
         if quote:
             match = locate(quote, source)
             relation = "contradicts" if label == "contradicted" else "related"
-            evidence.append(Evidence(text=match.span.of(source) if match else quote,
-                                     span=match.span if match else None, relation=relation))  # type: ignore[arg-type]
+            evidence.append(
+                Evidence(
+                    text=match.span.of(source) if match else quote,
+                    span=match.span if match else None,
+                    relation=relation,
+                )
+            )  # type: ignore[arg-type]
         fix = reply.fix.strip() or None
         if fix is not None and fix.strip().lower() == claim.text.strip().lower():
             fix = None  # the claim copied back is no fix
-        return verdict.model_copy(update={"label": label, "reason": reply.reason.strip() or verdict.reason,
-                                          "evidence": evidence + list(verdict.evidence), "fix": fix,
-                                          "calls": calls}), None
+        return verdict.model_copy(
+            update={
+                "label": label,
+                "reason": reply.reason.strip() or verdict.reason,
+                "evidence": evidence + list(verdict.evidence),
+                "fix": fix,
+                "calls": calls,
+            }
+        ), None
 
-    async def verify(self, claims: Sequence[Claim], selection: Selection, source: str
-                     ) -> tuple[list[Verdict], dict[str, Any]]:
+    async def verify(
+        self, claims: Sequence[Claim], selection: Selection, source: str
+    ) -> tuple[list[Verdict], dict[str, Any]]:
         """Verdicts in claim order (scored, the flagged ones explained) and what to record in details."""
         tried: dict[str, Any] = {}
         started = time.perf_counter()
@@ -199,31 +246,43 @@ class VerdictFirst:
             contexts = {claim_id(c): selection.contexts[claim_id(c)][0] for c in claims}
             verdicts = list(await asyncio.gather(*(self.score(c, contexts[claim_id(c)]) for c in claims)))
         else:
-            verdicts, tried = await max_over_snippets(claims, selection.contexts,
-                                                      lambda pairs: self._round(pairs, source))
-            contexts = {claim_id(c): selection.contexts[claim_id(c)][0] for c in claims
-                        if selection.contexts.get(claim_id(c))}
+            verdicts, tried = await max_over_snippets(
+                claims, selection.contexts, lambda pairs: self._round(pairs, source)
+            )
+            contexts = {
+                claim_id(c): selection.contexts[claim_id(c)][0] for c in claims if selection.contexts.get(claim_id(c))
+            }
         scored_s = time.perf_counter() - started
         flagged = [i for i, v in enumerate(verdicts) if self.flagged(v) and claim_id(v.claim) in contexts]
         if not self.explain_flagged:
             for i in flagged:
                 verdicts[i] = self.below_threshold(verdicts[i])
-            record = {"scored": len(claims), "explain_below": self.explain_below, "explain": False,
-                      "flagged": [claim_id(verdicts[i].claim) for i in flagged], "explanation_failed": {},
-                      "seconds": {"score": round(scored_s, 3), "explain": 0.0}}
+            record = {
+                "scored": len(claims),
+                "explain_below": self.explain_below,
+                "explain": False,
+                "flagged": [claim_id(verdicts[i].claim) for i in flagged],
+                "explanation_failed": {},
+                "seconds": {"score": round(scored_s, 3), "explain": 0.0},
+            }
             return verdicts, {**tried, "verdict_first": record}
         started = time.perf_counter()
-        explained = await asyncio.gather(*(self.explain(verdicts[i], contexts[claim_id(verdicts[i].claim)], source)
-                                           for i in flagged))
+        explained = await asyncio.gather(
+            *(self.explain(verdicts[i], contexts[claim_id(verdicts[i].claim)], source) for i in flagged)
+        )
         failed: dict[str, str] = {}
         for i, (verdict, error) in zip(flagged, explained):
             verdicts[i] = verdict
             if error is not None:
                 failed[claim_id(verdict.claim)] = error
         verdicts = [v if v.decided_by else v.model_copy(update={"decided_by": "verdict_first"}) for v in verdicts]
-        record = {"scored": len(claims), "explain_below": self.explain_below,
-                  "flagged": [claim_id(verdicts[i].claim) for i in flagged], "explanation_failed": failed,
-                  "seconds": {"score": round(scored_s, 3), "explain": round(time.perf_counter() - started, 3)}}
+        record = {
+            "scored": len(claims),
+            "explain_below": self.explain_below,
+            "flagged": [claim_id(verdicts[i].claim) for i in flagged],
+            "explanation_failed": failed,
+            "seconds": {"score": round(scored_s, 3), "explain": round(time.perf_counter() - started, 3)},
+        }
         return verdicts, {**tried, "verdict_first": record}
 
     async def _round(self, pairs: Sequence[tuple[Claim, Context]], source: str) -> list[Verdict]:

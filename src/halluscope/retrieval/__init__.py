@@ -23,22 +23,66 @@ so checking many targets against one source (several summaries, perturbations, m
 embeds it once; the top-K/window settings are per call and do not rebuild anything.
 """
 
-from halluscope.retrieval.cache import (SHARED_INDEX_CACHE_SIZE, IndexCache, IndexKey, clear_caches, shared_index,
-                                        shared_index_cache, shared_index_sync)
-from halluscope.retrieval.config import (DEFAULT_EMBEDDING_MODEL, EMBED_ALL_UP_TO, EMBEDDING_CACHE_FILE, PROGRESS_FROM,
-                                         EmbeddingsUnavailable, RetrievalConfig, RetrieverName, embeddings_available,
-                                         resolve_retriever)
-from halluscope.retrieval.embedding_cache import (EmbeddingCache, clear_embedding_caches, default_embedding_cache,
-                                                  embedding_cache_enabled, embedding_cache_path, text_key)
+from halluscope.retrieval.cache import (
+    SHARED_INDEX_CACHE_SIZE,
+    IndexCache,
+    IndexKey,
+    clear_caches,
+    shared_index,
+    shared_index_cache,
+    shared_index_sync,
+)
+from halluscope.retrieval.config import (
+    DEFAULT_EMBEDDING_MODEL,
+    EMBED_ALL_UP_TO,
+    EMBEDDING_CACHE_FILE,
+    PROGRESS_FROM,
+    EmbeddingsUnavailable,
+    RetrievalConfig,
+    RetrieverName,
+    embeddings_available,
+    resolve_retriever,
+)
+from halluscope.retrieval.embedding_cache import (
+    EmbeddingCache,
+    clear_embedding_caches,
+    default_embedding_cache,
+    embedding_cache_enabled,
+    embedding_cache_path,
+    text_key,
+)
 from halluscope.retrieval.embeddings import encode, load_encoder
 from halluscope.retrieval.index import SPLIT_PROGRESS_CHARS, Snippet, SourceIndex
 from halluscope.retrieval.stage import Retrieve, fits_in_context
 
 __all__ = [
-    "DEFAULT_EMBEDDING_MODEL", "EMBED_ALL_UP_TO", "EMBEDDING_CACHE_FILE", "PROGRESS_FROM", "SHARED_INDEX_CACHE_SIZE",
-    "SPLIT_PROGRESS_CHARS", "EmbeddingCache", "EmbeddingsUnavailable", "IndexCache", "IndexKey", "Retrieve",
-    "RetrievalConfig", "RetrieverName", "Snippet", "SourceIndex", "clear_caches", "clear_embedding_caches",
-    "default_embedding_cache", "embedding_cache_enabled", "embedding_cache_path", "embeddings_available", "encode",
-    "fits_in_context", "load_encoder", "resolve_retriever", "shared_index", "shared_index_cache",
-    "shared_index_sync", "text_key",
+    "DEFAULT_EMBEDDING_MODEL",
+    "EMBED_ALL_UP_TO",
+    "EMBEDDING_CACHE_FILE",
+    "PROGRESS_FROM",
+    "SHARED_INDEX_CACHE_SIZE",
+    "SPLIT_PROGRESS_CHARS",
+    "EmbeddingCache",
+    "EmbeddingsUnavailable",
+    "IndexCache",
+    "IndexKey",
+    "Retrieve",
+    "RetrievalConfig",
+    "RetrieverName",
+    "Snippet",
+    "SourceIndex",
+    "clear_caches",
+    "clear_embedding_caches",
+    "default_embedding_cache",
+    "embedding_cache_enabled",
+    "embedding_cache_path",
+    "embeddings_available",
+    "encode",
+    "fits_in_context",
+    "load_encoder",
+    "resolve_retriever",
+    "shared_index",
+    "shared_index_cache",
+    "shared_index_sync",
+    "text_key",
 ]

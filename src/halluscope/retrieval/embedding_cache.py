@@ -21,6 +21,7 @@ from halluscope.sqlite_file import SqliteTable
 
 log = logging.getLogger("halluscope.retrieval")
 
+
 def text_key(text: str) -> str:
     """sha256 of the text (lone surrogates kept, not an error): the embedding cache key with the model name."""
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
@@ -36,36 +37,43 @@ class _DiskStore(SqliteTable):
     def __init__(self, path: Path):
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        super().__init__(str(path), "CREATE TABLE IF NOT EXISTS embeddings (model TEXT NOT NULL, key TEXT NOT NULL, "
-                                    "dim INTEGER NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (model, key)) "
-                                    "WITHOUT ROWID")
+        super().__init__(
+            str(path),
+            "CREATE TABLE IF NOT EXISTS embeddings (model TEXT NOT NULL, key TEXT NOT NULL, "
+            "dim INTEGER NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (model, key)) "
+            "WITHOUT ROWID",
+        )
 
     def get_many(self, model: str, keys: Sequence[str]) -> dict[str, np.ndarray]:
         found: dict[str, np.ndarray] = {}
         with self._lock:
             for i in range(0, len(keys), self._CHUNK):
-                chunk = list(keys[i:i + self._CHUNK])
+                chunk = list(keys[i : i + self._CHUNK])
                 rows = self._conn.execute(
-                    ("SELECT key, dim, vector FROM embeddings WHERE model = "
-                     f"? AND key IN ({','.join('?' * len(chunk))})"),
-                    [model, *chunk]).fetchall()
+                    (
+                        "SELECT key, dim, vector FROM embeddings WHERE model = "
+                        f"? AND key IN ({','.join('?' * len(chunk))})"
+                    ),
+                    [model, *chunk],
+                ).fetchall()
                 for key, dim, blob in rows:
                     if isinstance(blob, bytes) and len(blob) == 4 * dim:  # anything else: a miss, rewritten
                         found[key] = np.frombuffer(blob, dtype=np.float32)
         return found
 
     def put_many(self, model: str, items: Iterable[tuple[str, np.ndarray]]) -> None:
-        rows = [(model, key, int(v.shape[0]), np.ascontiguousarray(v, dtype=np.float32).tobytes())
-                for key, v in items]
+        rows = [(model, key, int(v.shape[0]), np.ascontiguousarray(v, dtype=np.float32).tobytes()) for key, v in items]
         with self._lock:
             self._conn.execute("BEGIN")
             try:
-                self._conn.executemany("INSERT OR REPLACE INTO embeddings (model, key, dim, vector) "
-                                       "VALUES (?, ?, ?, ?)", rows)
+                self._conn.executemany(
+                    "INSERT OR REPLACE INTO embeddings (model, key, dim, vector) VALUES (?, ?, ?, ?)", rows
+                )
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
+
 
 def embedding_cache_enabled() -> bool:
     """False when ``HALLUSCOPE_EMBEDDING_CACHE`` is ``false``/``0``/``no``/``off``."""

@@ -14,11 +14,16 @@ from typing import Any
 
 import numpy as np
 
-from halluscope.retrieval.config import (DEFAULT_EMBEDDING_MODEL, PROGRESS_FROM, EmbeddingsUnavailable,
-                                         embeddings_available)
+from halluscope.retrieval.config import (
+    DEFAULT_EMBEDDING_MODEL,
+    PROGRESS_FROM,
+    EmbeddingsUnavailable,
+    embeddings_available,
+)
 from halluscope.retrieval.embedding_cache import EmbeddingCache, default_embedding_cache, text_key
 
 log = logging.getLogger("halluscope.retrieval")
+
 
 def _model_location(name: str) -> str:
     if name == DEFAULT_EMBEDDING_MODEL:
@@ -81,7 +86,10 @@ def _encode_now(texts: Sequence[str], model_name: str) -> np.ndarray:
     if len(texts) >= PROGRESS_FROM:
         log.warning("embedding %d sentences with %s", len(texts), model_name)
     vectors = load_encoder(model_name).encode(
-        list(texts), batch_size=64, normalize_embeddings=True, convert_to_numpy=True,
+        list(texts),
+        batch_size=64,
+        normalize_embeddings=True,
+        convert_to_numpy=True,
         show_progress_bar=_show_progress(len(texts)),  # tqdm: done / total, rate and the time left
     )
     return np.asarray(vectors, dtype=np.float32)
@@ -90,8 +98,9 @@ def _encode_now(texts: Sequence[str], model_name: str) -> np.ndarray:
 _DEFAULT: Any = object()
 
 
-def encode(texts: Sequence[str], model_name: str = DEFAULT_EMBEDDING_MODEL,
-           cache: EmbeddingCache | None = _DEFAULT) -> np.ndarray:
+def encode(
+    texts: Sequence[str], model_name: str = DEFAULT_EMBEDDING_MODEL, cache: EmbeddingCache | None = _DEFAULT
+) -> np.ndarray:
     """Unit-length embeddings, one row per text (so a dot product is the cosine similarity).
 
     Each text is looked up in ``cache`` (default: :func:`default_embedding_cache`; ``None``: no cache);

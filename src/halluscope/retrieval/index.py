@@ -60,9 +60,12 @@ class Snippet:
     def to_dict(self, text: bool = False) -> dict[str, Any]:
         """For a Report: ``{"span": {"start", "end"}, "sentences": [...], "hits": [...], "score": s}``, plus
         ``"text"`` when asked (the span already locates it in the source)."""
-        out: dict[str, Any] = {"span": {"start": self.span.start, "end": self.span.end},
-                               "sentences": list(self.sentence_indices), "hits": list(self.hits),
-                               "score": round(float(self.score), 6)}
+        out: dict[str, Any] = {
+            "span": {"start": self.span.start, "end": self.span.end},
+            "sentences": list(self.sentence_indices),
+            "hits": list(self.hits),
+            "score": round(float(self.score), 6),
+        }
         if text:
             out["text"] = self.text
         return out
@@ -101,9 +104,16 @@ class SourceIndex:
     settings (K, w, merging) come from ``config`` or per call; :meth:`with_config` gives a view with other
     settings over the same sentences and embeddings."""
 
-    def __init__(self, source: str, sentences: list[Sentence], config: RetrievalConfig,
-                 retriever: Literal["embedding", "bm25"], embeddings: np.ndarray | None, bm25: Any,
-                 query_vectors: _QueryVectors | None = None):
+    def __init__(
+        self,
+        source: str,
+        sentences: list[Sentence],
+        config: RetrievalConfig,
+        retriever: Literal["embedding", "bm25"],
+        embeddings: np.ndarray | None,
+        bm25: Any,
+        query_vectors: _QueryVectors | None = None,
+    ):
         self.source = source
         self.sentences = sentences
         self.config = config
@@ -130,8 +140,11 @@ class SourceIndex:
                 log.warning(
                     "long source: %d sentences, more than embed_all_up_to=%d. BM25 picks %d candidate sentences "
                     "per claim and only those are embedded (long-document stress-test paper embeds every sentence: "
-                    "-o embed_all_up_to=null restores that, with a progress bar)", len(sentences), limit,
-                    config.candidates)
+                    "-o embed_all_up_to=null restores that, with a progress bar)",
+                    len(sentences),
+                    limit,
+                    config.candidates,
+                )
             bm25 = _bm25_index([s.text for s in sentences])
         return cls(source, sentences, config, retriever, embeddings, bm25)
 
@@ -146,11 +159,16 @@ class SourceIndex:
         if config == self.config:
             return self
         if resolve_retriever(config.retriever) != self.retriever or (
-                self.retriever == "embedding" and (config.embedding_model != self.config.embedding_model
-                                                   or config.embed_all_up_to != self.config.embed_all_up_to)):
+            self.retriever == "embedding"
+            and (
+                config.embedding_model != self.config.embedding_model
+                or config.embed_all_up_to != self.config.embed_all_up_to
+            )
+        ):
             raise ValueError("with_config cannot change the retriever or the embedding model; build another index")
-        view = SourceIndex(self.source, self.sentences, config, self.retriever, self._embeddings, self._bm25,
-                           self._query_vectors)
+        view = SourceIndex(
+            self.source, self.sentences, config, self.retriever, self._embeddings, self._bm25, self._query_vectors
+        )
         view._sentence_vectors, view._vectors_lock = self._sentence_vectors, self._vectors_lock  # shared
         return view
 
@@ -159,14 +177,20 @@ class SourceIndex:
 
     def describe(self) -> dict[str, Any]:
         """What was used, for ``Report.details``."""
-        out: dict[str, Any] = {"retriever": self.retriever, "top_k": self.config.top_k,
-                               "window": self.config.window, "merge_windows": self.config.merge_windows,
-                               "source_sentences": len(self.sentences)}
+        out: dict[str, Any] = {
+            "retriever": self.retriever,
+            "top_k": self.config.top_k,
+            "window": self.config.window,
+            "merge_windows": self.config.merge_windows,
+            "source_sentences": len(self.sentences),
+        }
         if self.retriever == "embedding":
             out["embedding_model"] = self.config.embedding_model
         if self.embeds_candidates:
-            out["embedded"] = (f"BM25's top {self.config.candidates} sentences per claim (the source has more than "
-                               f"{self.config.embed_all_up_to} sentences; embed_all_up_to=null embeds them all)")
+            out["embedded"] = (
+                f"BM25's top {self.config.candidates} sentences per claim (the source has more than "
+                f"{self.config.embed_all_up_to} sentences; embed_all_up_to=null embeds them all)"
+            )
         return out
 
     # -- scoring -------------------------------------------------------------------------------------------
@@ -235,8 +259,9 @@ class SourceIndex:
         return float(np.mean(self.sentence_scores(query)))
 
     # -- retrieval -----------------------------------------------------------------------------------------
-    def retrieve(self, query: str, top_k: int | None = None, window: int | None = None,
-                 merge_windows: bool | None = None) -> list[Snippet]:
+    def retrieve(
+        self, query: str, top_k: int | None = None, window: int | None = None, merge_windows: bool | None = None
+    ) -> list[Snippet]:
         """The top-``top_k`` sentences for ``query``, each widened by ``window`` sentences per side into its
         own snippet (long-document stress-test paper Eq. 1), best first; with ``merge_windows`` windows sharing a
         sentence merge. Arguments left None come from the index's config."""
@@ -253,11 +278,18 @@ class SourceIndex:
         windows = [(max(0, i - w), min(last_sentence, i + w), float(scores[i])) for i in order]
         if not merge:
             return [self.snippet(first, last, score, hits=(i,)) for i, (first, last, score) in zip(order, windows)]
-        return [self.snippet(first, last, score, hits=tuple(i for i in order if first <= i <= last))
-                for first, last, score in _merge_windows(windows)]
+        return [
+            self.snippet(first, last, score, hits=tuple(i for i in order if first <= i <= last))
+            for first, last, score in _merge_windows(windows)
+        ]
 
-    def retrieve_many(self, queries: Sequence[str], top_k: int | None = None, window: int | None = None,
-                      merge_windows: bool | None = None) -> list[list[Snippet]]:
+    def retrieve_many(
+        self,
+        queries: Sequence[str],
+        top_k: int | None = None,
+        window: int | None = None,
+        merge_windows: bool | None = None,
+    ) -> list[list[Snippet]]:
         """:meth:`retrieve` for each query; the queries (and, past ``embed_all_up_to``, every query's BM25
         candidates) are embedded in one batch first."""
         self.embed_queries(queries)

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 from halluscope.options import StageOptions, options_view
 from halluscope.retrieval.cache import shared_index
 from halluscope.retrieval.config import RetrievalConfig
-from halluscope.retrieval.index import SourceIndex, Snippet
+from halluscope.retrieval.index import Snippet, SourceIndex
 
 
 def fits_in_context(llm: Any, text: str, reserve_tokens: int | Callable[[], int] = 1024) -> bool:
@@ -31,11 +31,14 @@ class Retrieve:
 
     name = "retrieve"  # the retrieval step as a callable (no stage kind: not in the stage registry)
     Options: ClassVar[type[StageOptions]] = options_view(
-        "RetrieveOptions", RetrievalConfig, list(RetrievalConfig.model_fields),  # type: ignore[arg-type]
-        "The retrieval settings (RetrievalConfig).")
+        "RetrieveOptions",
+        RetrievalConfig,
+        list(RetrievalConfig.model_fields),  # type: ignore[arg-type]
+        "The retrieval settings (RetrievalConfig).",
+    )
 
     @classmethod
-    def from_options(cls, model: Any, options: StageOptions) -> "Retrieve":
+    def from_options(cls, model: Any, options: StageOptions) -> Retrieve:
         """The step from its options (``Retrieve.from_options(None, Retrieve.Options(top_k=3))``); no model."""
         return cls(RetrievalConfig(**options.model_dump()))
 
@@ -43,6 +46,9 @@ class Retrieve:
         self.config = config or RetrievalConfig()
 
     async def __call__(self, source: str | SourceIndex, queries: Sequence[str]) -> list[list[Snippet]]:
-        index = source.with_config(self.config) if isinstance(source, SourceIndex) else await shared_index(
-            source, self.config)
+        index = (
+            source.with_config(self.config)
+            if isinstance(source, SourceIndex)
+            else await shared_index(source, self.config)
+        )
         return await asyncio.to_thread(index.retrieve_many, queries)

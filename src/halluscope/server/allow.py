@@ -53,7 +53,7 @@ def model_references(options: dict[str, Any]) -> Iterator[tuple[str, str]]:
             if colon and stage in argument_stages and argument:
                 yield key, value
             elif last in _MODEL_KEYS or last.endswith("_model"):
-                for name in (value.split(",") if last == "judges" else [value]):  # judges: also "a,b" (CLI form)
+                for name in value.split(",") if last == "judges" else [value]:  # judges: also "a,b" (CLI form)
                     if name.strip():
                         yield key, name.strip()
 
@@ -69,5 +69,7 @@ def refuse_unlisted(options: dict[str, Any], allowed: Iterable[str]) -> None:
         if name in allowed or (argument and argument in allowed):
             continue
         shown = name if len(name) <= 80 else name[:77] + "..."
-        raise ModelNotAllowed(f"option {key}: the model {shown!r} is not one this server's operator allowed "
-                              "(halluscope serve --allow-model NAME)")
+        raise ModelNotAllowed(
+            f"option {key}: the model {shown!r} is not one this server's operator allowed "
+            "(halluscope serve --allow-model NAME)"
+        )

@@ -47,14 +47,24 @@ MAX_INDEX = 2**63 - 1
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": Problem, "description": "Missing or wrong bearer token (checked before the body is read)."},
-    413: {"model": Problem, "description": ("Body, item count or characters above the limit " "(Content-Length is checked before the body is read).")},
+    413: {
+        "model": Problem,
+        "description": (
+            "Body, item count or characters above the limit (Content-Length is checked before the body is read)."
+        ),
+    },
     422: {"model": Problem, "description": "Malformed request, empty text, or options the method cannot run with."},
 }
 _WORK_ERRORS: dict[int | str, dict[str, Any]] = {
     **_ERRORS,
     400: {"model": Problem, "description": "Unknown method or bad options (the message lists the valid ones)."},
     429: {"model": Problem, "description": "Every check slot busy and the queue full; see Retry-After."},
-    503: {"model": Problem, "description": ("No slot within the queue timeout, too many open requests, " "or the model backend unusable; see Retry-After.")},
+    503: {
+        "model": Problem,
+        "description": (
+            "No slot within the queue timeout, too many open requests, or the model backend unusable; see Retry-After."
+        ),
+    },
     504: {"model": Problem, "description": "The check took longer than the time limit."},
 }
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Problem, "description": "No such job (or item)."}}
@@ -71,8 +81,12 @@ def _body_doc(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def _ndjson_doc(description: str) -> dict[int | str, dict[str, Any]]:
-    return {200: {"description": description, "content": {"application/x-ndjson": {
-        "schema": {"$ref": "#/components/schemas/ItemResult"}}}}}
+    return {
+        200: {
+            "description": description,
+            "content": {"application/x-ndjson": {"schema": {"$ref": "#/components/schemas/ItemResult"}}},
+        }
+    }
 
 
 async def _parse(request: Request, model: type[M]) -> M:
@@ -105,11 +119,15 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
             await asyncio.to_thread(service.stop)
 
     app = FastAPI(
-        title="halluscope", version=package_version(), lifespan=lifespan,
-        description=("Find, locate, explain and fix hallucinations in generated text against its source. "
-                     "Send `Authorization: Bearer <token>` on every route but /health, /ready and the docs. "
-                     "Limits are enforced before a body is read; refusals under load carry Retry-After. "
-                     "Every answer carries X-Request-ID."),
+        title="halluscope",
+        version=package_version(),
+        lifespan=lifespan,
+        description=(
+            "Find, locate, explain and fix hallucinations in generated text against its source. "
+            "Send `Authorization: Bearer <token>` on every route but /health, /ready and the docs. "
+            "Limits are enforced before a body is read; refusals under load carry Retry-After. "
+            "Every answer carries X-Request-ID."
+        ),
     )
     app.state.service = service
     app.add_middleware(Guard, service=service)
@@ -122,8 +140,11 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
 
     @app.exception_handler(JobStoreUnavailable)
     async def _store_unavailable(_request: Request, exc: JobStoreUnavailable) -> JSONResponse:
-        return JSONResponse({"detail": f"the job store is unavailable: {exc}"}, status_code=503,
-                            headers={"Retry-After": str(settings.retry_after_s)})
+        return JSONResponse(
+            {"detail": f"the job store is unavailable: {exc}"},
+            status_code=503,
+            headers={"Retry-After": str(settings.retry_after_s)},
+        )
 
     def store():
         service.ensure_started()
@@ -138,8 +159,10 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
 
     def job_info(job: dict[str, Any]) -> JobInfo:
         base = f"/jobs/{job['id']}"
-        return JobInfo(**{**job, "error": _redacted(job.get("error"))},
-                       links={"self": base, "results": f"{base}/results", "report": f"{base}/report"})
+        return JobInfo(
+            **{**job, "error": _redacted(job.get("error"))},
+            links={"self": base, "results": f"{base}/results", "report": f"{base}/report"},
+        )
 
     fmt_query = Query("json", pattern="^(json|html)$", description="`html` for the web report.")
 
@@ -149,18 +172,33 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/ready", tags=["operations"], summary="Readiness: 503 while the check queue is full.",
-             responses={503: {"description": "Not accepting checks right now."}})
+    @app.get(
+        "/ready",
+        tags=["operations"],
+        summary="Readiness: 503 while the check queue is full.",
+        responses={503: {"description": "Not accepting checks right now."}},
+    )
     async def ready() -> JSONResponse:
         full = service.admission.queued >= settings.max_queue
-        body = {"status": "busy" if full else "ready", "in_flight": service.admission.in_flight,
-                "queued": service.admission.queued, "boot_id": service.boot_id}
-        return JSONResponse(body, status_code=503 if full else 200,
-                            headers={"Retry-After": str(settings.retry_after_s)} if full else None)
+        body = {
+            "status": "busy" if full else "ready",
+            "in_flight": service.admission.in_flight,
+            "queued": service.admission.queued,
+            "boot_id": service.boot_id,
+        }
+        return JSONResponse(
+            body,
+            status_code=503 if full else 200,
+            headers={"Retry-After": str(settings.retry_after_s)} if full else None,
+        )
 
-    @app.get("/metrics", tags=["operations"], response_class=Response,
-             summary="Prometheus metrics (text format): requests, latency, LLM calls, tokens, cache hits, "
-                     "unscored reports by reason class, queue depth, jobs, process memory.")
+    @app.get(
+        "/metrics",
+        tags=["operations"],
+        response_class=Response,
+        summary="Prometheus metrics (text format): requests, latency, LLM calls, tokens, cache hits, "
+        "unscored reports by reason class, queue depth, jobs, process memory.",
+    )
     async def metrics() -> Response:
         return Response(await asyncio.to_thread(service.metrics.render), media_type=CONTENT_TYPE)
 
@@ -178,8 +216,9 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
     def respond(fmt: str, body: bytes) -> Response:
         return Response(body, media_type="text/html; charset=utf-8" if fmt == "html" else "application/json")
 
-    async def check_pair(source: str | list[str], target: str, method_name: str, options: dict[str, Any],
-                         fmt: str) -> Response:
+    async def check_pair(
+        source: str | list[str], target: str, method_name: str, options: dict[str, Any], fmt: str
+    ) -> Response:
         """Check one pair with ``method_name`` (its size checked first) and answer in ``fmt``; ``source`` is one
         text or a list of chunks."""
         text, _ = joined_source(source)
@@ -187,39 +226,65 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
         method = await service.method(method_name, options)
         return respond(fmt, await service.check(method, source, target, renderer(fmt, text, target)))
 
-    @app.post("/check", tags=["checks"], response_model=Report, responses=_WORK_ERRORS,
-              openapi_extra=_body_doc(CheckRequest),
-              summary="Check one pair: the Report as JSON, or the web report with ?format=html.")
+    @app.post(
+        "/check",
+        tags=["checks"],
+        response_model=Report,
+        responses=_WORK_ERRORS,
+        openapi_extra=_body_doc(CheckRequest),
+        summary="Check one pair: the Report as JSON, or the web report with ?format=html.",
+    )
     async def check(request: Request, format: str = fmt_query) -> Response:
         req = await _parse(request, CheckRequest)
         return await check_pair(req.source, req.target, req.method or settings.default_method, req.options, format)
 
-    @app.post("/improve", tags=["checks"], response_model=Report, responses=_WORK_ERRORS,
-              openapi_extra=_body_doc(ImproveRequest),
-              summary="Check one pair with DCR and rewrite what it flags (RAI); the Report carries the verified fix.")
+    @app.post(
+        "/improve",
+        tags=["checks"],
+        response_model=Report,
+        responses=_WORK_ERRORS,
+        openapi_extra=_body_doc(ImproveRequest),
+        summary="Check one pair with DCR and rewrite what it flags (RAI); the Report carries the verified fix.",
+    )
     async def improve(request: Request, format: str = fmt_query) -> Response:
         req = await _parse(request, ImproveRequest)
         return await check_pair(req.source, req.target, "improve", {**req.options, "rounds": req.rounds}, format)
 
-    @app.post("/check/batch", tags=["checks"], response_class=StreamingResponse,
-              responses={**_WORK_ERRORS, **_ndjson_doc(
-                  "One ItemResult per line, in the order the items finish (`index` is the item's position). "
-                  "An item that fails is a line with its status and error; the others go on.")},
-              openapi_extra=_body_doc(BatchRequest),
-              summary="Check many pairs with one method; NDJSON streamed as each finishes.")
+    @app.post(
+        "/check/batch",
+        tags=["checks"],
+        response_class=StreamingResponse,
+        responses={
+            **_WORK_ERRORS,
+            **_ndjson_doc(
+                "One ItemResult per line, in the order the items finish (`index` is the item's position). "
+                "An item that fails is a line with its status and error; the others go on."
+            ),
+        },
+        openapi_extra=_body_doc(BatchRequest),
+        summary="Check many pairs with one method; NDJSON streamed as each finishes.",
+    )
     async def check_batch(request: Request) -> StreamingResponse:
         req = await _parse(request, BatchRequest)
         examples = service.validate_items(req.items, settings.max_batch_items, "batch")
         method = await service.method(req.method or settings.default_method, req.options)
-        return StreamingResponse(service.batch(method, examples), media_type="application/x-ndjson",
-                                 headers={"X-Accel-Buffering": "no", "Cache-Control": "no-store"})
+        return StreamingResponse(
+            service.batch(method, examples),
+            media_type="application/x-ndjson",
+            headers={"X-Accel-Buffering": "no", "Cache-Control": "no-store"},
+        )
 
     # --- jobs ---------------------------------------------------------------------------------------
 
-    @app.post("/jobs", tags=["jobs"], status_code=202, response_model=JobInfo,
-              responses={**_WORK_ERRORS, 429: {"model": Problem, "description": "Too many jobs queued or running."}},
-              openapi_extra=_body_doc(JobRequest),
-              summary="Start a background job over a dataset or a list of pairs; survives server restarts.")
+    @app.post(
+        "/jobs",
+        tags=["jobs"],
+        status_code=202,
+        response_model=JobInfo,
+        responses={**_WORK_ERRORS, 429: {"model": Problem, "description": "Too many jobs queued or running."}},
+        openapi_extra=_body_doc(JobRequest),
+        summary="Start a background job over a dataset or a list of pairs; survives server restarts.",
+    )
     async def create_job(request: Request) -> JSONResponse:
         req = await _parse(request, JobRequest)
         store()
@@ -227,52 +292,81 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
         info = job_info(await job_or_404(job_id))
         return JSONResponse(info.model_dump(mode="json"), status_code=202, headers={"Location": f"/jobs/{job_id}"})
 
-    @app.get("/", tags=["jobs"], response_class=HTMLResponse, responses=_ERRORS,
-             summary="The jobs page: recent jobs with their status and progress, each linking to its report.")
+    @app.get(
+        "/",
+        tags=["jobs"],
+        response_class=HTMLResponse,
+        responses=_ERRORS,
+        summary="The jobs page: recent jobs with their status and progress, each linking to its report.",
+    )
     async def jobs_page(limit: int = Query(100, ge=1, le=1000)) -> HTMLResponse:
         jobs = await asyncio.to_thread(store().list, limit, None)
         return HTMLResponse(render_jobs_page([job_info(j).model_dump(mode="json") for j in jobs], limit))
 
     @app.get("/jobs", tags=["jobs"], response_model=JobList, responses=_ERRORS, summary="Recent jobs, newest first.")
-    async def list_jobs(status: Literal["queued", "running", "done", "failed", "cancelled"] | None = None,
-                        limit: int = Query(100, ge=1, le=1000)) -> JobList:
+    async def list_jobs(
+        status: Literal["queued", "running", "done", "failed", "cancelled"] | None = None,
+        limit: int = Query(100, ge=1, le=1000),
+    ) -> JobList:
         jobs = await asyncio.to_thread(store().list, limit, status)
         return JobList(jobs=[job_info(j) for j in jobs])
 
-    @app.get("/jobs/{job_id}", tags=["jobs"], response_model=JobInfo, responses={**_ERRORS, **_NOT_FOUND},
-             summary="A job's status, progress, counts and LLM usage.")
+    @app.get(
+        "/jobs/{job_id}",
+        tags=["jobs"],
+        response_model=JobInfo,
+        responses={**_ERRORS, **_NOT_FOUND},
+        summary="A job's status, progress, counts and LLM usage.",
+    )
     async def get_job(job_id: str = Path(max_length=64)) -> JobInfo:
         return job_info(await job_or_404(job_id))
 
-    @app.get("/jobs/{job_id}/results", tags=["jobs"], response_class=StreamingResponse,
-             responses={**_ERRORS, **_NOT_FOUND, **_ndjson_doc("One ItemResult per finished item, in index order.")},
-             summary="The finished items so far (NDJSON); ?after=N continues after index N.")
-    async def job_results(job_id: str = Path(max_length=64), after: int = Query(-1, ge=-1, le=MAX_INDEX)) -> StreamingResponse:
+    @app.get(
+        "/jobs/{job_id}/results",
+        tags=["jobs"],
+        response_class=StreamingResponse,
+        responses={**_ERRORS, **_NOT_FOUND, **_ndjson_doc("One ItemResult per finished item, in index order.")},
+        summary="The finished items so far (NDJSON); ?after=N continues after index N.",
+    )
+    async def job_results(
+        job_id: str = Path(max_length=64), after: int = Query(-1, ge=-1, le=MAX_INDEX)
+    ) -> StreamingResponse:
         await job_or_404(job_id)
         db = store()
 
         async def lines():
             last = after
             while rows := await asyncio.to_thread(db.results, job_id, last):
-                yield b"".join(result_line(r["idx"], r["item_id"], r["status"], r["report"], _redacted(r["error"]))
-                               for r in rows)
+                yield b"".join(
+                    result_line(r["idx"], r["item_id"], r["status"], r["report"], _redacted(r["error"])) for r in rows
+                )
                 last = rows[-1]["idx"]
 
         return StreamingResponse(lines(), media_type="application/x-ndjson")
 
-    @app.get("/jobs/{job_id}/report", tags=["jobs"], response_class=HTMLResponse,
-             responses={**_ERRORS, **_NOT_FOUND},
-             summary="The job's web report: its items (score, label, findings), sortable, each opening its report.")
+    @app.get(
+        "/jobs/{job_id}/report",
+        tags=["jobs"],
+        response_class=HTMLResponse,
+        responses={**_ERRORS, **_NOT_FOUND},
+        summary="The job's web report: its items (score, label, findings), sortable, each opening its report.",
+    )
     async def job_report(job_id: str = Path(max_length=64), limit: int = Query(5000, ge=1, le=100_000)) -> HTMLResponse:
         job = await job_or_404(job_id)
         items = await asyncio.to_thread(store().summaries, job_id, limit)
         page = await asyncio.to_thread(render_job_page, job, items, limit)
         return HTMLResponse(page)
 
-    @app.get("/jobs/{job_id}/items/{index}", tags=["jobs"], response_model=ItemResult,
-             responses={**_ERRORS, **_NOT_FOUND, 409: {"model": Problem, "description": "The item is not finished yet."}},
-             summary="One finished item: its ItemResult, or with ?format=html its span-highlight report.")
-    async def job_item(job_id: str = Path(max_length=64), index: int = Path(ge=0, le=MAX_INDEX), format: str = fmt_query) -> Response:
+    @app.get(
+        "/jobs/{job_id}/items/{index}",
+        tags=["jobs"],
+        response_model=ItemResult,
+        responses={**_ERRORS, **_NOT_FOUND, 409: {"model": Problem, "description": "The item is not finished yet."}},
+        summary="One finished item: its ItemResult, or with ?format=html its span-highlight report.",
+    )
+    async def job_item(
+        job_id: str = Path(max_length=64), index: int = Path(ge=0, le=MAX_INDEX), format: str = fmt_query
+    ) -> Response:
         await job_or_404(job_id)
         found = await asyncio.to_thread(store().item, job_id, index)
         if found is None:
@@ -287,11 +381,18 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
             title = f"halluscope · job {job_id[:8]} · item {example.id}"
             page = await asyncio.to_thread(render_html, report, example.source, example.target, title)
             return HTMLResponse(page)
-        return Response(result_line(row["idx"], row["item_id"], row["status"], row["report"], _redacted(row["error"])),
-                        media_type="application/json")
+        return Response(
+            result_line(row["idx"], row["item_id"], row["status"], row["report"], _redacted(row["error"])),
+            media_type="application/json",
+        )
 
-    @app.delete("/jobs/{job_id}", tags=["jobs"], response_model=Deleted, responses={**_ERRORS, **_NOT_FOUND},
-                summary="Stop a job if it runs and delete it with its results.")
+    @app.delete(
+        "/jobs/{job_id}",
+        tags=["jobs"],
+        response_model=Deleted,
+        responses={**_ERRORS, **_NOT_FOUND},
+        summary="Stop a job if it runs and delete it with its results.",
+    )
     async def delete_job(job_id: str = Path(max_length=64)) -> Deleted:
         if not valid_job_id(job_id) or not await service.delete_job(job_id):
             raise HTTPException(404, f"no job {job_id}")

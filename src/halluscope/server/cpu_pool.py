@@ -59,8 +59,11 @@ def takes(method: Method, options: dict[str, Any] | None = None) -> bool:
     verifier or gate, an embedding model: each process would load its own copy; a combiner file is fine)."""
     from halluscope.server.allow import model_references
 
-    if getattr(method, "uses_llm", True) or method.name in KEEP_ON_THREADS \
-            or not type(method).__module__.startswith("halluscope."):
+    if (
+        getattr(method, "uses_llm", True)
+        or method.name in KEEP_ON_THREADS
+        or not type(method).__module__.startswith("halluscope.")
+    ):
         return False
     return all(key.rsplit(".", 1)[-1].lower() == "combiner" for key, _ in model_references(options or {}))
 
@@ -98,8 +101,9 @@ def _init_worker(config: Config, server_alive: Any) -> None:
     _config = config
     # the server holds the other end of ``server_alive`` and never writes to it: end of file = the server is gone
     # (killed with SIGKILL, it could not stop its workers; they would otherwise wait for work forever)
-    threading.Thread(target=_exit_with_server, args=(server_alive,), daemon=True,
-                     name="halluscope-server-watch").start()
+    threading.Thread(
+        target=_exit_with_server, args=(server_alive,), daemon=True, name="halluscope-server-watch"
+    ).start()
     from halluscope.server.warmup import warm_up
 
     warm_up()  # already imported where the fork server preloaded them; a spawned worker pays it here, once
@@ -126,13 +130,19 @@ def _method(name: str, cls_path: str, options: dict[str, Any]) -> Method:
     if method is None:
         cls = method_class(name)
         if f"{cls.__module__}:{cls.__qualname__}" != cls_path:
-            raise RemoteError("missing", "NotInWorker", f"method {name!r} is {cls_path} in the server, "
-                                                        f"{cls.__module__}:{cls.__qualname__} in a worker")
+            raise RemoteError(
+                "missing",
+                "NotInWorker",
+                f"method {name!r} is {cls_path} in the server, {cls.__module__}:{cls.__qualname__} in a worker",
+            )
         try:
             method = get_method(name, config=_config, **options)
         except (ValueError, TypeError) as exc:  # built in the server: a stage registered there at run time only
-            raise RemoteError("missing", "NotInWorker", f"method {name!r} with these options cannot be built in a "
-                                                        f"worker process ({type(exc).__name__}: {exc})") from None
+            raise RemoteError(
+                "missing",
+                "NotInWorker",
+                f"method {name!r} with these options cannot be built in a worker process ({type(exc).__name__}: {exc})",
+            ) from None
         _methods[key] = method
         while len(_methods) > _WORKER_METHODS_KEPT:
             _methods.popitem(last=False)[1].close()
@@ -140,8 +150,9 @@ def _method(name: str, cls_path: str, options: dict[str, Any]) -> Method:
     return method
 
 
-def _run_check(name: str, cls_path: str, options: dict[str, Any], example: Example,
-               labelled: bool) -> tuple[int, Report]:
+def _run_check(
+    name: str, cls_path: str, options: dict[str, Any], example: Example, labelled: bool
+) -> tuple[int, Report]:
     """Check one pair in the worker: its pid and the Report, or a :class:`RemoteError`."""
     from pydantic import ValidationError
 
@@ -168,6 +179,7 @@ def _run_check(name: str, cls_path: str, options: dict[str, Any], example: Examp
 
 # --- in the server ------------------------------------------------------------------------------------------
 
+
 def _context() -> Any:
     methods = multiprocessing.get_all_start_methods()
     if "forkserver" not in methods:
@@ -177,8 +189,13 @@ def _context() -> Any:
     from halluscope.server.warmup import FIRST_USE_MODULES
 
     own = (method_class(n).__module__ for n in list_methods())
-    preload = [__name__, "halluscope.stages", *(m for m in own if m.startswith("halluscope.")),
-               *(m for m, _ in FIRST_USE_MODULES), "halluscope.server.cpu_preload"]
+    preload = [
+        __name__,
+        "halluscope.stages",
+        *(m for m in own if m.startswith("halluscope.")),
+        *(m for m, _ in FIRST_USE_MODULES),
+        "halluscope.server.cpu_preload",
+    ]
     ctx.set_forkserver_preload(list(dict.fromkeys(preload)))  # used when the fork server starts (once a process)
     return ctx
 
@@ -187,8 +204,9 @@ class _Slot:
     """One worker process (an executor of one)."""
 
     def __init__(self, ctx: Any, config: Config, server_alive: Any):
-        self.executor = concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx, initializer=_init_worker,
-                                                               initargs=(config, server_alive))
+        self.executor = concurrent.futures.ProcessPoolExecutor(
+            1, mp_context=ctx, initializer=_init_worker, initargs=(config, server_alive)
+        )
         self.pid: int | None = None
         self.warm = self.executor.submit(_ping)
         self.warm.add_done_callback(self._started)
@@ -253,8 +271,12 @@ class CpuPool:
             if future.exception() is not None:
                 raise RuntimeError(f"a check worker process failed to start: {future.exception()}")
         if pending:
-            _log.warning("%d of %d check worker processes not ready after %.0f s; checks wait for them",
-                         len(pending), self.n, wait_s)
+            _log.warning(
+                "%d of %d check worker processes not ready after %.0f s; checks wait for them",
+                len(pending),
+                self.n,
+                wait_s,
+            )
 
     def pids(self) -> list[int | None]:
         return [s.pid for s in self._slots]
@@ -273,8 +295,7 @@ class CpuPool:
         for slot in slots:
             slot.executor.shutdown(wait=False, cancel_futures=True)
             if grace_s > 0:
-                closing.append(threading.Thread(target=slot.executor.shutdown, daemon=True,
-                                                name="halluscope-cpu-stop"))
+                closing.append(threading.Thread(target=slot.executor.shutdown, daemon=True, name="halluscope-cpu-stop"))
                 closing[-1].start()
         for thread in closing:
             thread.join(grace_s)
@@ -354,8 +375,9 @@ class CpuPool:
                 self._replace(i, "it had ended while idle")
         raise AssertionError("unreachable")
 
-    async def check(self, method: Method, recipe: tuple[str, dict[str, Any]], example: Example,
-                    labelled: bool) -> Report:
+    async def check(
+        self, method: Method, recipe: tuple[str, dict[str, Any]], example: Example, labelled: bool
+    ) -> Report:
         """Check ``example`` with ``method`` (built in the worker from ``recipe``: its name and options as given)
         in a worker process. Raises what the in-thread path raises for bad input (:class:`InputError`),
         :class:`RemoteError` for the rest, :class:`WorkerDied` when the process died, :class:`NotInWorker` when
@@ -375,8 +397,10 @@ class CpuPool:
                 raise
             except BrokenProcessPool:
                 self._replace(i, "it ended while running a check")
-                raise WorkerDied("the worker process running this check ended before answering (killed or out of "
-                                 "memory); it has been replaced") from None
+                raise WorkerDied(
+                    "the worker process running this check ended before answering (killed or out of "
+                    "memory); it has been replaced"
+                ) from None
             except RemoteError as exc:
                 if exc.kind == "input":
                     raise InputError(exc.message) from None
@@ -384,8 +408,11 @@ class CpuPool:
                     self._missing.add(cls_path)
                     raise NotInWorker(str(exc)) from None
                 if exc.kind == "internal":
-                    _log.error("a check failed in worker process %s:\n%s", self._slots[i].pid if i < len(self._slots)
-                               else "?", exc.trace)
+                    _log.error(
+                        "a check failed in worker process %s:\n%s",
+                        self._slots[i].pid if i < len(self._slots) else "?",
+                        exc.trace,
+                    )
                 raise
         finally:
             self._release(i)

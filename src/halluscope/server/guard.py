@@ -75,11 +75,18 @@ class Guard:
         started = time.perf_counter()
         route = self._route(scope)
         method = scope.get("method", "GET")
-        state: dict[str, Any] = {"status": 0, "started": False, "received": 0, "over": False, "replaced": False,
-                                 "body_done": False}
+        state: dict[str, Any] = {
+            "status": 0,
+            "started": False,
+            "received": 0,
+            "over": False,
+            "replaced": False,
+            "body_done": False,
+        }
         limit = settings.body_limit(route)
-        has_body = bool(headers.get(b"transfer-encoding")) or any(v.strip() not in (b"", b"0")
-                                                                  for v in headers.get(b"content-length", []))
+        has_body = bool(headers.get(b"transfer-encoding")) or any(
+            v.strip() not in (b"", b"0") for v in headers.get(b"content-length", [])
+        )
 
         async def send_tagged(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
@@ -136,8 +143,13 @@ class Guard:
             if route not in PROBES:  # probes are always answered
                 if svc.open_requests >= settings.max_open_requests:
                     svc.metrics.refused.labels("too_many_requests").inc()
-                    await _plain(send_tagged_raw, 503, f"{settings.max_open_requests} requests are open; retry later",
-                                 {"retry-after": str(settings.retry_after_s)}, close=has_body)
+                    await _plain(
+                        send_tagged_raw,
+                        503,
+                        f"{settings.max_open_requests} requests are open; retry later",
+                        {"retry-after": str(settings.retry_after_s)},
+                        close=has_body,
+                    )
                     return
                 svc.open_requests += 1
                 svc.metrics.open_requests.inc()
@@ -149,20 +161,31 @@ class Guard:
         except QueueFull:
             svc.metrics.refused.labels("queue_full").inc()
             if not state["started"]:
-                await _plain(send_tagged_raw, 429,
-                             f"all {settings.max_in_flight} check slots are busy and {settings.max_queue} "
-                             "requests wait; retry later", {"retry-after": str(settings.retry_after_s)})
+                await _plain(
+                    send_tagged_raw,
+                    429,
+                    f"all {settings.max_in_flight} check slots are busy and {settings.max_queue} "
+                    "requests wait; retry later",
+                    {"retry-after": str(settings.retry_after_s)},
+                )
         except QueueTimeout:
             svc.metrics.refused.labels("queue_timeout").inc()
             if not state["started"]:
-                await _plain(send_tagged_raw, 503,
-                             f"no check slot freed up within {settings.queue_timeout_s:g}s; retry later",
-                             {"retry-after": str(settings.retry_after_s)})
+                await _plain(
+                    send_tagged_raw,
+                    503,
+                    f"no check slot freed up within {settings.queue_timeout_s:g}s; retry later",
+                    {"retry-after": str(settings.retry_after_s)},
+                )
         except BodyTimeout:
             svc.metrics.refused.labels("body_timeout").inc()
             if not state["started"]:
-                await _plain(send_tagged_raw, 408,
-                             f"the request body did not arrive within {settings.body_timeout_s:g}s", close=True)
+                await _plain(
+                    send_tagged_raw,
+                    408,
+                    f"the request body did not arrive within {settings.body_timeout_s:g}s",
+                    close=True,
+                )
         except BodyTooLarge:
             svc.metrics.refused.labels("body_too_large").inc()
             if not state["started"]:
@@ -185,13 +208,22 @@ class Guard:
             elapsed = time.perf_counter() - started
             status = state["status"] or 499  # 499: the client went away before an answer
             svc.metrics.observe_request(route, method, status, elapsed)
-            event(logging.WARNING if status >= 500 else logging.INFO, "request", method=method, route=route,
-                  path=scope.get("path", ""), status=status, duration_ms=round(elapsed * 1000, 1),
-                  body_bytes=state["received"], client=(scope.get("client") or ("", 0))[0])
+            event(
+                logging.WARNING if status >= 500 else logging.INFO,
+                "request",
+                method=method,
+                route=route,
+                path=scope.get("path", ""),
+                status=status,
+                duration_ms=round(elapsed * 1000, 1),
+                body_bytes=state["received"],
+                client=(scope.get("client") or ("", 0))[0],
+            )
             request_id.reset(token)
 
-    def _refusal(self, route: str, method: str, headers: dict[bytes, list[bytes]],
-                 limit: int) -> tuple[int, str, dict[str, str], str] | None:
+    def _refusal(
+        self, route: str, method: str, headers: dict[bytes, list[bytes]], limit: int
+    ) -> tuple[int, str, dict[str, str], str] | None:
         settings = self.service.settings
         public = route in PUBLIC or (route == "/metrics" and settings.metrics_public)
         if settings.token is not None and not public:
@@ -205,12 +237,18 @@ class Guard:
                 return 400, "Content-Length is not one number", {}, "bad_length"
             declared = int(next(iter(lengths)))
             if declared > limit:
-                return (413, f"request body of {declared} bytes exceeds the limit of {limit} bytes for {route}",
-                        {}, "body_too_large")
+                return (
+                    413,
+                    f"request body of {declared} bytes exceeds the limit of {limit} bytes for {route}",
+                    {},
+                    "body_too_large",
+                )
         return None
 
 
-async def _plain(send: Any, status: int, detail: str, headers: dict[str, str] | None = None, close: bool = False) -> None:
+async def _plain(
+    send: Any, status: int, detail: str, headers: dict[str, str] | None = None, close: bool = False
+) -> None:
     body = json.dumps({"detail": detail}).encode()
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     raw += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]

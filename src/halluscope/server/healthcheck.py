@@ -21,9 +21,9 @@ def _serve_args(argv: list[str]) -> list[str] | None:
     for i, arg in enumerate(argv):
         name = os.path.basename(arg)
         if name == "halluscope" and i + 1 < len(argv) and argv[i + 1] == "serve":
-            return argv[i + 2:]
+            return argv[i + 2 :]
         if arg == "-m" and i + 1 < len(argv) and argv[i + 1] in ("halluscope.server", "halluscope"):
-            rest = argv[i + 2:]
+            rest = argv[i + 2 :]
             if argv[i + 1] == "halluscope":
                 return rest[1:] if rest[:1] == ["serve"] else None
             return rest
@@ -57,7 +57,7 @@ def serve_port_from_proc(proc_root: str | os.PathLike[str] = "/proc") -> int | N
     ``docker run --init``), found under ``proc_root``; None when neither runs ``serve``."""
     root = Path(proc_root)
     try:
-        pids = sorted((int(p.name) for p in root.iterdir() if p.name.isdigit()))
+        pids = sorted(int(p.name) for p in root.iterdir() if p.name.isdigit())
     except OSError:
         return None
     for pid in pids:

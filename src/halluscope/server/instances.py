@@ -32,8 +32,12 @@ def options_key(name: str, options: dict[str, Any]) -> tuple[str, str]:
 
 
 class MethodCache:
-    def __init__(self, size: int, build: Callable[[str, dict[str, Any]], Method],
-                 on_evict: Callable[[Method], None] | None = None):
+    def __init__(
+        self,
+        size: int,
+        build: Callable[[str, dict[str, Any]], Method],
+        on_evict: Callable[[Method], None] | None = None,
+    ):
         self.size = max(1, size)
         self._build = build
         self._on_evict = on_evict

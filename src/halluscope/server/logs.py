@@ -57,8 +57,11 @@ class JsonFormatter(logging.Formatter):
 
 def log_config(level: str = "info", fmt: str = "json") -> dict[str, Any]:
     """A ``logging.config.dictConfig`` for uvicorn and halluscope: JSON lines (or plain text) on stderr."""
-    formatter = ({"()": "halluscope.server.logs.JsonFormatter"} if fmt == "json"
-                 else {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"})
+    formatter = (
+        {"()": "halluscope.server.logs.JsonFormatter"}
+        if fmt == "json"
+        else {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}
+    )
     handler = {"class": "logging.StreamHandler", "formatter": "main", "stream": "ext://sys.stderr"}
     level = level.upper()
     return {

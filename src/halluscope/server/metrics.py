@@ -63,39 +63,84 @@ class _Callback(Collector):
 class Metrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
-        self.requests = Counter("halluscope_http_requests", "HTTP requests answered, by route template, method and status.",
-                                ["route", "method", "status"], registry=r)
-        self.latency = Histogram("halluscope_http_request_duration_seconds",
-                                 "Time from the request's arrival to the end of its response, by route.",
-                                 ["route"], buckets=LATENCY_BUCKETS, registry=r)
-        self.refused = Counter("halluscope_http_refused", "Requests refused before a handler ran, by reason.",
-                               ["reason"], registry=r)
-        self.checks = Histogram("halluscope_check_duration_seconds", "Time of one check (a pair), by method and origin.",
-                                ["method", "origin"], buckets=LATENCY_BUCKETS, registry=r)
-        self.reports = Counter("halluscope_reports", "Reports produced, by method, origin (check, batch, job) and outcome.",
-                               ["method", "origin", "outcome"], registry=r)
-        self.unscored = Counter("halluscope_unscored_reports", "Reports without a score, by method and reason class.",
-                                ["method", "reason"], registry=r)
-        self.check_errors = Counter("halluscope_check_errors", "Checks that ended without a report, by method and HTTP status.",
-                                    ["method", "status"], registry=r)
-        self.llm_calls = Counter("halluscope_llm_calls", "LLM requests that reached a model, by method.", ["method"], registry=r)
-        self.llm_tokens = Counter("halluscope_llm_tokens", "LLM tokens, by method and kind (prompt, completion).",
-                                  ["method", "kind"], registry=r)
-        self.cache_hits = Counter("halluscope_llm_cache_hits", "LLM replies answered from the response cache, by method.",
-                                  ["method"], registry=r)
-        self.method_cache_evictions = Counter("halluscope_method_cache_evictions",
-                                              "Method instances evicted from the bounded cache.", registry=r)
-        self.job_items = Counter("halluscope_job_items", "Job items finished, by outcome (report, error).",
-                                 ["outcome"], registry=r)
-        self.in_flight = Gauge("halluscope_checks_in_flight", "Checks holding a slot (/check, /improve, /check/batch).",
-                               registry=r)
+        self.requests = Counter(
+            "halluscope_http_requests",
+            "HTTP requests answered, by route template, method and status.",
+            ["route", "method", "status"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "halluscope_http_request_duration_seconds",
+            "Time from the request's arrival to the end of its response, by route.",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.refused = Counter(
+            "halluscope_http_refused", "Requests refused before a handler ran, by reason.", ["reason"], registry=r
+        )
+        self.checks = Histogram(
+            "halluscope_check_duration_seconds",
+            "Time of one check (a pair), by method and origin.",
+            ["method", "origin"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.reports = Counter(
+            "halluscope_reports",
+            "Reports produced, by method, origin (check, batch, job) and outcome.",
+            ["method", "origin", "outcome"],
+            registry=r,
+        )
+        self.unscored = Counter(
+            "halluscope_unscored_reports",
+            "Reports without a score, by method and reason class.",
+            ["method", "reason"],
+            registry=r,
+        )
+        self.check_errors = Counter(
+            "halluscope_check_errors",
+            "Checks that ended without a report, by method and HTTP status.",
+            ["method", "status"],
+            registry=r,
+        )
+        self.llm_calls = Counter(
+            "halluscope_llm_calls", "LLM requests that reached a model, by method.", ["method"], registry=r
+        )
+        self.llm_tokens = Counter(
+            "halluscope_llm_tokens",
+            "LLM tokens, by method and kind (prompt, completion).",
+            ["method", "kind"],
+            registry=r,
+        )
+        self.cache_hits = Counter(
+            "halluscope_llm_cache_hits",
+            "LLM replies answered from the response cache, by method.",
+            ["method"],
+            registry=r,
+        )
+        self.method_cache_evictions = Counter(
+            "halluscope_method_cache_evictions", "Method instances evicted from the bounded cache.", registry=r
+        )
+        self.job_items = Counter(
+            "halluscope_job_items", "Job items finished, by outcome (report, error).", ["outcome"], registry=r
+        )
+        self.in_flight = Gauge(
+            "halluscope_checks_in_flight", "Checks holding a slot (/check, /improve, /check/batch).", registry=r
+        )
         self.open_requests = Gauge("halluscope_open_requests", "Requests being handled (all routes).", registry=r)
-        self.method_cache_size = Gauge("halluscope_method_cache_size", "Method instances in the bounded cache.", registry=r)
-        self.queue_items = Counter("halluscope_job_queue_items",
-                                   "Job items on the shared queue (--jobs-url) handled by this replica, by event: "
-                                   "claimed, retried (taken over after another replica's lease expired), done "
-                                   "(result written), duplicate (another replica wrote it first), lease_lost "
-                                   "(this replica's lease expired while it ran the item).", ["event"], registry=r)
+        self.method_cache_size = Gauge(
+            "halluscope_method_cache_size", "Method instances in the bounded cache.", registry=r
+        )
+        self.queue_items = Counter(
+            "halluscope_job_queue_items",
+            "Job items on the shared queue (--jobs-url) handled by this replica, by event: "
+            "claimed, retried (taken over after another replica's lease expired), done "
+            "(result written), duplicate (another replica wrote it first), lease_lost "
+            "(this replica's lease expired while it ran the item).",
+            ["event"],
+            registry=r,
+        )
         ProcessCollector(registry=r)  # process_resident_memory_bytes, process_open_fds, ...
         self._queue_depth: Callable[[], dict[str, float]] = dict
         self._jobs: Callable[[], dict[str, float]] = dict
@@ -117,9 +162,11 @@ class Metrics:
         self.queue_items.labels(name).inc(n)
 
     def _collect_callbacks(self) -> Iterable[GaugeMetricFamily]:
-        queue = GaugeMetricFamily("halluscope_queue_depth",
-                                  "Work waiting: requests for a check slot, job items not yet finished.",
-                                  labels=["queue"])
+        queue = GaugeMetricFamily(
+            "halluscope_queue_depth",
+            "Work waiting: requests for a check slot, job items not yet finished.",
+            labels=["queue"],
+        )
         for name, value in self._queue_depth().items():
             queue.add_metric([name], value)
         yield queue
@@ -128,15 +175,17 @@ class Metrics:
             jobs.add_metric([name], value)
         yield jobs
         if self._replica is not None:
-            info = GaugeMetricFamily("halluscope_replica_info", "This replica's consumer name on the shared job queue.",
-                                     labels=["replica"])
+            info = GaugeMetricFamily(
+                "halluscope_replica_info", "This replica's consumer name on the shared job queue.", labels=["replica"]
+            )
             info.add_metric([self._replica], 1)
             yield info
             per_job = GaugeMetricFamily(
                 "halluscope_job_queue_job_items",
                 "Per queued or running job (at most --max-jobs series sets), over all replicas: items total, done, "
                 "in_flight (claimed, no result yet), claims (deliveries) and takeovers (lease expiries).",
-                labels=["job_id", "kind"])
+                labels=["job_id", "kind"],
+            )
             try:
                 stats = self._queue_jobs()
             except Exception:  # noqa: BLE001 - the queue unreachable: the scrape still answers

@@ -76,12 +76,17 @@ def render_job_page(job: dict[str, Any], items: list[dict[str, Any]], shown_limi
         elif it["has"]:
             state = "scored" if it["score"] is not None else "unscored"
             label = it["label"] or ("unscored" if it["score"] is None else "")
-            score_cell = (f"{it['score']:.3f}" if it["score"] is not None
-                          else f"<span class='bad' title='{html.escape(it['reason'] or '', quote=True)}'>unscored</span>")
+            score_cell = (
+                f"{it['score']:.3f}"
+                if it["score"] is not None
+                else f"<span class='bad' title='{html.escape(it['reason'] or '', quote=True)}'>unscored</span>"
+            )
             findings = str(it["findings"])
         else:
             state, label, findings = "error", "error", ""
-            score_cell = f"<span class='bad' title='{html.escape(it['error'] or '', quote=True)}'>error {it['status']}</span>"
+            score_cell = (
+                f"<span class='bad' title='{html.escape(it['error'] or '', quote=True)}'>error {it['status']}</span>"
+            )
         label_cls = {"consistent": "good", "inconsistent": "bad"}.get(label, "")
         rows.append(
             f'<tr data-index="{index}" data-id="{html.escape(item_id, quote=True)}" data-score="{_num(it["score"])}" '
@@ -93,22 +98,25 @@ def render_job_page(job: dict[str, Any], items: list[dict[str, Any]], shown_limi
     pct = 100.0 * done / total if total else 100.0
     mean = "–" if job["mean_score"] is None else f"{job['mean_score']:.3f}"
     u = job["usage"]
-    more = (f"<p class='muted'>Showing the first {shown_limit} of {total} items (add <code>?limit=N</code>).</p>"
-            if total > shown_limit else "")
+    more = (
+        f"<p class='muted'>Showing the first {shown_limit} of {total} items (add <code>?limit=N</code>).</p>"
+        if total > shown_limit
+        else ""
+    )
     title = f"halluscope job {job['name'] or job['id']}"
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>{_CSS}</style></head><body>
 <header><h1>{html.escape(title)}</h1>
-<div><b id="status">{html.escape(job['status'])}</b> · {html.escape(job['method'])} · {done}/{total} items ·
-scored {job['scored']} · unscored {job['unscored']} · errors {job['errors']} · mean score {mean}</div>
+<div><b id="status">{html.escape(job["status"])}</b> · {html.escape(job["method"])} · {done}/{total} items ·
+scored {job["scored"]} · unscored {job["unscored"]} · errors {job["errors"]} · mean score {mean}</div>
 <div class="bar"><div style="width:{pct:.1f}%"></div></div>
 <div class="muted">{u.calls} LLM calls · {u.prompt_tokens + u.completion_tokens} tokens · {u.cache_hits} cache hits ·
-dataset {html.escape(job['dataset'] or 'items sent with the job')} · attempts {job['attempts']}</div></header>
+dataset {html.escape(job["dataset"] or "items sent with the job")} · attempts {job["attempts"]}</div></header>
 <main>{more}
 <table id="items"><thead><tr><th data-key="index" data-type="num">#</th><th data-key="id">item</th>
 <th data-key="score" data-type="num">score</th><th data-key="label">label</th>
 <th data-key="findings" data-type="num">findings</th></tr></thead>
-<tbody>{''.join(rows)}</tbody></table></main>
+<tbody>{"".join(rows)}</tbody></table></main>
 <script>{_JS}</script></body></html>"""
 
 
@@ -130,12 +138,18 @@ def render_jobs_page(jobs: list[dict[str, Any]], limit: int) -> str:
             f'<td>{html.escape(job["method"])}</td><td class="num">{job["done"]}/{job["total"]}</td>'
             f'<td class="num">{job["scored"]}</td><td class="num">{job["unscored"]}</td>'
             f'<td class="num">{job["errors"]}</td><td class="num">{mean}</td>'
-            f'<td><a href="{info}">json</a></td></tr>')
-    body = (f"<table><thead><tr><th>job</th><th>status</th><th>method</th><th>done</th><th>scored</th>"
-            f"<th>unscored</th><th>errors</th><th>mean score</th><th></th></tr></thead>"
-            f"<tbody>{''.join(rows)}</tbody></table>" if rows
-            else "<p class='muted'>No jobs yet: <code>POST /jobs</code> starts one (see <a href='/docs'>/docs</a>).</p>")
-    more = f"<p class='muted'>The {limit} most recent jobs (add <code>?limit=N</code>).</p>" if len(jobs) >= limit else ""
+            f'<td><a href="{info}">json</a></td></tr>'
+        )
+    body = (
+        f"<table><thead><tr><th>job</th><th>status</th><th>method</th><th>done</th><th>scored</th>"
+        f"<th>unscored</th><th>errors</th><th>mean score</th><th></th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+        if rows
+        else "<p class='muted'>No jobs yet: <code>POST /jobs</code> starts one (see <a href='/docs'>/docs</a>).</p>"
+    )
+    more = (
+        f"<p class='muted'>The {limit} most recent jobs (add <code>?limit=N</code>).</p>" if len(jobs) >= limit else ""
+    )
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>halluscope jobs</title>
 <style>{_CSS}</style></head><body>
 <header><h1>halluscope jobs</h1>

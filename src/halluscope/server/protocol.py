@@ -64,8 +64,10 @@ def header_timeout_protocol(timeout_s: float) -> type[asyncio.Protocol]:
                 return
             if self._bytes_since_arm and self.conn.our_state is h11.IDLE:
                 body = b"request headers did not arrive in time\n"
-                self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
-                                     b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+                self.transport.write(
+                    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                    b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+                )
             self.transport.close()
 
     return HeaderTimeoutH11Protocol

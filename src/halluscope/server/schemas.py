@@ -16,11 +16,15 @@ class _Body(BaseModel):
 class CheckRequest(_Body):
     """One pair to check."""
 
-    source: str | list[str] = Field(description="The text the target should be grounded in, or the list of chunks a "
-                                                "retriever returned (each piece of evidence then names its chunk).")
+    source: str | list[str] = Field(
+        description="The text the target should be grounded in, or the list of chunks a "
+        "retriever returned (each piece of evidence then names its chunk)."
+    )
     target: str = Field(description="The generated text to check.")
     method: str | None = Field(default=None, description="A registered method (GET /methods); default: the server's.")
-    options: dict[str, Any] = Field(default_factory=dict, description="The method's options (`halluscope methods NAME`).")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="The method's options (`halluscope methods NAME`)."
+    )
 
 
 class ImproveRequest(_Body):
@@ -35,7 +39,9 @@ class ImproveRequest(_Body):
 class Pair(_Body):
     """One item of a batch or a job."""
 
-    id: str | None = Field(default=None, max_length=256, description="Your id for the item (echoed back); default: its index.")
+    id: str | None = Field(
+        default=None, max_length=256, description="Your id for the item (echoed back); default: its index."
+    )
     source: str | list[str] = Field(description="One text, or a list of chunks.")
     target: str
 

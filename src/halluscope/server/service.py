@@ -45,7 +45,6 @@ _CLIENT_RUN_ERRORS = (ValueError, TypeError, KeyError, ValidationError)
 _GRACE_S = 15.0  # a worker stuck in CPU work past the time limit: the HTTP side gives up this much later
 
 
-
 def joined_source(source: str | list[str]) -> tuple[str, dict[str, Any]]:
     """A request's source as one text, plus ``{"source_chunks": [[start, end], ...]}`` when it was a list of chunks
     (joined as :func:`halluscope.contexts.join_contexts` does; the report then names each evidence's chunk)."""
@@ -58,6 +57,7 @@ def joined_source(source: str | list[str]) -> tuple[str, dict[str, Any]]:
     except ContextsError as exc:
         raise ClientError(422, str(exc)) from None
     return text, {"source_chunks": [[s.start, s.end] for s in spans]}
+
 
 class ClientError(Exception):
     """An answer other than 2xx: ``status``, a message (with every server path redacted), and headers
@@ -96,8 +96,15 @@ class Service:
         self.metrics.in_flight.set_function(lambda: self.admission.in_flight)
         self.metrics.bind(self._queue_depth, self._job_counts)
         self.jobs_db = Path(settings.jobs_db) if settings.jobs_db else default_jobs_db(config)
-        for root in (settings.data_dir, settings.datasets_dir, self.jobs_db.parent, Path(config.cache_path).parent,
-                     config.prompts_dir, Path.home(), Path.cwd()):
+        for root in (
+            settings.data_dir,
+            settings.datasets_dir,
+            self.jobs_db.parent,
+            Path(config.cache_path).parent,
+            config.prompts_dir,
+            Path.home(),
+            Path.cwd(),
+        ):
             register_root(root)
         self.store: JobStoreAPI | None = None
         self.runner: JobRunnerAPI | None = None
@@ -130,8 +137,11 @@ class Service:
                 except Exception as exc:  # noqa: BLE001 - e.g. a script that starts the app unguarded by __main__
                     self.cpu.stop()
                     self.cpu = None
-                    event(logging.WARNING, "no check worker processes: no-LLM checks run on the worker threads",
-                          reason=f"{type(exc).__name__}: {exc}")
+                    event(
+                        logging.WARNING,
+                        "no check worker processes: no-LLM checks run on the worker threads",
+                        reason=f"{type(exc).__name__}: {exc}",
+                    )
             on_item = lambda ok: self.metrics.job_items.labels("report" if ok else "error").inc()  # noqa: E731
             store: JobStoreAPI
             runner: JobRunnerAPI
@@ -140,24 +150,44 @@ class Service:
                 from halluscope.server.jobs.redis_store import RedisJobStore
 
                 redis_store = store = RedisJobStore(self.settings.jobs_url)
-                runner = QueueRunner(redis_store, build_method=self._method_for_job, run_item=self._job_item,
-                                     max_running=self.settings.max_running_jobs,
-                                     concurrency=self.settings.job_concurrency, lease_s=self.settings.job_lease_s,
-                                     consumer=self.replica, on_item=on_item, on_event=self.metrics.queue_event)
+                runner = QueueRunner(
+                    redis_store,
+                    build_method=self._method_for_job,
+                    run_item=self._job_item,
+                    max_running=self.settings.max_running_jobs,
+                    concurrency=self.settings.job_concurrency,
+                    lease_s=self.settings.job_lease_s,
+                    consumer=self.replica,
+                    on_item=on_item,
+                    on_event=self.metrics.queue_event,
+                )
                 self.metrics.bind_queue(self.replica, redis_store.queue_stats)
                 where = repr(redis_store)
             else:
                 sqlite_store = store = JobStore(self.jobs_db)
-                runner = JobRunner(sqlite_store, build_method=self._method_for_job, run_item=self._job_item,
-                                   max_running=self.settings.max_running_jobs, concurrency=self.settings.job_concurrency,
-                                   on_item=on_item)
+                runner = JobRunner(
+                    sqlite_store,
+                    build_method=self._method_for_job,
+                    run_item=self._job_item,
+                    max_running=self.settings.max_running_jobs,
+                    concurrency=self.settings.job_concurrency,
+                    on_item=on_item,
+                )
                 where = str(self.jobs_db)
             self.pool.start()
             self.store = store
             self._runner_future = self.pool.submit(runner.main(), worker=0)
             self.runner = runner
-            event(logging.INFO, "service started", boot_id=self.boot_id, jobs_db=where, workers=self.pool.n,
-                  cpu_workers=self.cpu.pids() if self.cpu is not None else [], pid=os.getpid(), replica=self.replica)
+            event(
+                logging.INFO,
+                "service started",
+                boot_id=self.boot_id,
+                jobs_db=where,
+                workers=self.pool.n,
+                cpu_workers=self.cpu.pids() if self.cpu is not None else [],
+                pid=os.getpid(),
+                replica=self.replica,
+            )
 
     def stop(self, wait: bool = True) -> None:
         """Stop the jobs (they go back to the queue), the workers and the store. ``wait=False`` (an app
@@ -272,8 +302,15 @@ class Service:
         if len(source) + len(target) > self.settings.max_chars:
             raise ClientError(413, f"{where}source + target exceed {self.settings.max_chars} characters")
 
-    async def _on_worker(self, method: Method, example: Example, origin: str, rid: str | None,
-                         render: Callable[[Report], T], labelled: bool = False) -> T:
+    async def _on_worker(
+        self,
+        method: Method,
+        example: Example,
+        origin: str,
+        rid: str | None,
+        render: Callable[[Report], T],
+        labelled: bool = False,
+    ) -> T:
         """Check one pair on a worker loop, within the time limit; ``render`` (run there too) shapes the answer."""
         request_id.set(rid)
         with self._uses_lock:
@@ -291,8 +328,9 @@ class Service:
             report = Report(method=method.name, model=method.model_name, unscored_reason=f"bad input: {exc}")
         except _CLIENT_RUN_ERRORS as exc:
             logging.getLogger("halluscope.server").warning("check failed on its options", exc_info=True)
-            raise CheckFailed(422, redact_paths(f"{method.name} could not run with these options: "
-                                                f"{type(exc).__name__}: {exc}")) from None
+            raise CheckFailed(
+                422, redact_paths(f"{method.name} could not run with these options: {type(exc).__name__}: {exc}")
+            ) from None
         except RemoteError as exc:  # raised in a worker process
             if exc.kind != "options":
                 raise
@@ -328,8 +366,9 @@ class Service:
                 event(logging.INFO, "method runs on the threads: a worker process cannot build it", reason=str(exc))
         return await (method.acheck_example(example) if labelled else method.acheck(example.source, example.target))
 
-    async def run_check(self, method: Method, example: Example, origin: str, render: Callable[[Report], T],
-                        labelled: bool = False) -> T:
+    async def run_check(
+        self, method: Method, example: Example, origin: str, render: Callable[[Report], T], labelled: bool = False
+    ) -> T:
         """Run on a worker; the HTTP loop waits (at most the time limit plus a grace)."""
         future = self.pool.run(self._on_worker(method, example, origin, request_id.get(), render, labelled))
         try:
@@ -340,8 +379,7 @@ class Service:
     async def check(self, method: Method, source: str | list[str], target: str, render: Callable[[Report], T]) -> T:
         text, meta = joined_source(source)
         try:
-            return await self.run_check(method, Example(id="0", source=text, target=target, meta=meta), "check",
-                                        render)
+            return await self.run_check(method, Example(id="0", source=text, target=target, meta=meta), "check", render)
         except CheckFailed as exc:
             self.metrics.check_errors.labels(method.name, str(exc.status)).inc()
             raise ClientError(exc.status, str(exc)) from None
@@ -361,8 +399,9 @@ class Service:
                     validate_pair(source, item.target)
                 except InputError as exc:
                     raise ClientError(422, f"{where}{exc}") from None
-            examples.append(Example(id=item.id if item.id is not None else str(i), source=source,
-                                    target=item.target, meta=meta))
+            examples.append(
+                Example(id=item.id if item.id is not None else str(i), source=source, target=item.target, meta=meta)
+            )
         return examples
 
     async def _batch_line(self, method: Method, index: int, example: Example, item_id: str | None) -> bytes:
@@ -429,8 +468,11 @@ class Service:
         if looks_like_file:
             root = self.settings.datasets_dir
             if root is None:
-                raise ClientError(400, "this server reads no dataset files (start it with --datasets-dir); "
-                                       f"name a dataset ({', '.join(LOADERS)}) or send `items`")
+                raise ClientError(
+                    400,
+                    "this server reads no dataset files (start it with --datasets-dir); "
+                    f"name a dataset ({', '.join(LOADERS)}) or send `items`",
+                )
             root = Path(root).resolve()
             path = (root / spec).resolve()
             if not path.is_relative_to(root):
@@ -439,8 +481,11 @@ class Service:
                 raise ClientError(400, f"dataset file not found: {spec}")
             spec = str(path)
         elif spec.partition(":")[0] not in LOADERS:
-            raise ClientError(400, f"unknown dataset {spec!r}; use one of {', '.join(LOADERS)}"
-                                   + (" or a .jsonl file in the datasets folder" if self.settings.datasets_dir else ""))
+            raise ClientError(
+                400,
+                f"unknown dataset {spec!r}; use one of {', '.join(LOADERS)}"
+                + (" or a .jsonl file in the datasets folder" if self.settings.datasets_dir else ""),
+            )
         try:
             dataset = load_dataset(spec, self.settings.data_dir)
         except (DatasetError, OSError) as exc:
@@ -466,8 +511,11 @@ class Service:
             for ex in examples:
                 self.check_size(ex.source, ex.target, f"item {ex.id}: ")
         if await asyncio.to_thread(self.store.active_count) >= self.settings.max_jobs:
-            raise ClientError(429, f"{self.settings.max_jobs} jobs are queued or running; retry later",
-                              {"Retry-After": str(max(self.settings.retry_after_s, 30))})
+            raise ClientError(
+                429,
+                f"{self.settings.max_jobs} jobs are queued or running; retry later",
+                {"Retry-After": str(max(self.settings.retry_after_s, 30))},
+            )
         job_id = await asyncio.to_thread(self.store.create, name, req.options, examples, dataset=dataset, name=req.name)
         event(logging.INFO, "job submitted", job_id=job_id, method=name, total=len(examples), dataset=dataset)
         self.runner.notify()

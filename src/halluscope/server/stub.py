@@ -27,7 +27,6 @@ import json
 from typing import Any
 from urllib.parse import parse_qs
 
-
 HOSTILE_MARKER = "HOSTILE-THINK"
 
 
@@ -43,9 +42,14 @@ class StubEndpoint:
         self._release = asyncio.Event()
 
     def stats(self) -> dict[str, Any]:
-        return {"received": self.received, "distinct": len(self.prompts), "answered": len(self.answered),
-                "repeated_answered": self.repeated_answered, "held": self.held,
-                "hold_after": self.hold_after}
+        return {
+            "received": self.received,
+            "distinct": len(self.prompts),
+            "answered": len(self.answered),
+            "repeated_answered": self.repeated_answered,
+            "held": self.held,
+            "hold_after": self.hold_after,
+        }
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -100,8 +104,9 @@ class StubEndpoint:
         if HOSTILE_MARKER in json.dumps(request["messages"]):
             content = "<think>" * 28_000
         words = sum(len(str(m.get("content", "")).split()) for m in request["messages"])
-        payload = chat_completion(f"stub-{self.received}", request.get("model", "stub"), content, words,
-                                  len(content.split()))
+        payload = chat_completion(
+            f"stub-{self.received}", request.get("model", "stub"), content, words, len(content.split())
+        )
         await send_json(send, 200, payload)
         self.answered.add(key)
 
@@ -133,19 +138,29 @@ async def read_body(receive: Any) -> tuple[bytes, bool]:
     return body, True
 
 
-def chat_completion(completion_id: str, model: str, content: str, prompt_tokens: int,
-                    completion_tokens: int) -> dict[str, Any]:
+def chat_completion(
+    completion_id: str, model: str, content: str, prompt_tokens: int, completion_tokens: int
+) -> dict[str, Any]:
     """An OpenAI ``chat.completion`` object with one finished assistant message."""
-    return {"id": completion_id, "object": "chat.completion", "model": model,
-            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}}
+    return {
+        "id": completion_id,
+        "object": "chat.completion",
+        "model": model,
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens},
+    }
 
 
 async def send_json(send: Any, status: int, payload: Any) -> None:
     """Send ``payload`` as a JSON response with ``status``."""
     data = json.dumps(payload).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": data})
 
 

@@ -41,17 +41,64 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from halluscope.options import OptionsError, StageOptions
-from halluscope.stages.protocols import (PROTOCOLS, Aggregate, Aggregator, Context, ContextSelector, Decomposer,
-                                        Deduplicator, EventOrder, EvidenceFinder, Gate, GateDecision, GateOutcome,
-                                        Localizer, PipelineRun, PromptResolver, ProtocolName, Selection, Sorter,
-                                        Verifier, same_prompt)
+from halluscope.stages.protocols import (
+    PROTOCOLS,
+    Aggregate,
+    Aggregator,
+    Context,
+    ContextSelector,
+    Decomposer,
+    Deduplicator,
+    EventOrder,
+    EvidenceFinder,
+    Gate,
+    GateDecision,
+    GateOutcome,
+    Localizer,
+    PipelineRun,
+    PromptResolver,
+    ProtocolName,
+    Selection,
+    Sorter,
+    Verifier,
+    same_prompt,
+)
 from halluscope.stages.trace import RunTrace, bind_trace
 
-__all__ = ["Context", "Selection", "Aggregate", "Decomposer", "ContextSelector", "EvidenceFinder", "Verifier",
-           "Aggregator", "Localizer", "Deduplicator", "Sorter", "Gate", "GateDecision", "StageOptions", "StageSpec", "UnknownStageError", "register_stage",
-           "build_stage", "stage_options", "stage_spec", "stages", "describe_stages", "same_prompt",
-           "PROTOCOLS", "GateOutcome", "PromptResolver", "ProtocolName", "PipelineRun", "EventOrder", "RunTrace",
-           "bind_trace", "add_stage_modules"]
+__all__ = [
+    "Context",
+    "Selection",
+    "Aggregate",
+    "Decomposer",
+    "ContextSelector",
+    "EvidenceFinder",
+    "Verifier",
+    "Aggregator",
+    "Localizer",
+    "Deduplicator",
+    "Sorter",
+    "Gate",
+    "GateDecision",
+    "StageOptions",
+    "StageSpec",
+    "UnknownStageError",
+    "register_stage",
+    "build_stage",
+    "stage_options",
+    "stage_spec",
+    "stages",
+    "describe_stages",
+    "same_prompt",
+    "PROTOCOLS",
+    "GateOutcome",
+    "PromptResolver",
+    "ProtocolName",
+    "PipelineRun",
+    "EventOrder",
+    "RunTrace",
+    "bind_trace",
+    "add_stage_modules",
+]
 
 
 @dataclass(frozen=True)
@@ -92,8 +139,9 @@ class UnknownStageError(OptionsError):
     :class:`OptionsError`, since stages are chosen by option."""
 
 
-def register_stage(name: str, protocol: ProtocolName, description: str = "",
-                   argument: str = "", argument_option: str = "") -> Callable[[F], F]:
+def register_stage(
+    name: str, protocol: ProtocolName, description: str = "", argument: str = "", argument_option: str = ""
+) -> Callable[[F], F]:
     """Class decorator registering a stage under ``(protocol, name)`` and setting its ``name``; ``protocol`` is
     the stage's kind, one of :data:`PROTOCOLS` (anything else is a ValueError). The class is
     built as ``cls(model, options, **collaborators)`` (or through its ``from_options`` classmethod when it has
@@ -107,12 +155,16 @@ def register_stage(name: str, protocol: ProtocolName, description: str = "",
     def deco(factory: F) -> F:
         key = (protocol, name)
         existing = _STAGES.get(key)
-        if existing is not None and existing.factory is not factory and (
-                existing.factory.__qualname__ != factory.__qualname__ or existing.module != factory.__module__):
+        if (
+            existing is not None
+            and existing.factory is not factory
+            and (existing.factory.__qualname__ != factory.__qualname__ or existing.module != factory.__module__)
+        ):
             raise ValueError(f"{protocol} stage {name!r} is already registered by {existing.module}")
         if argument and argument_option not in getattr(getattr(factory, "Options", None), "model_fields", {}):
-            raise ValueError(f"{protocol} stage {name!r}: argument_option {argument_option!r} is not one of its "
-                             "options")
+            raise ValueError(
+                f"{protocol} stage {name!r}: argument_option {argument_option!r} is not one of its options"
+            )
         if isinstance(factory, type):
             factory.name = name  # type: ignore[attr-defined]
         doc = description or (factory.__doc__ or "").strip().split("\n")[0]
@@ -136,8 +188,13 @@ def _load_builtins() -> None:
     from halluscope.plugins import load_entry_points
 
     if not _imported:  # halluscope's own entry points first, so a plugin cannot take a built-in's name
-        add_stage_modules(*(ep.value for ep in entry_points(group="halluscope.stages")
-                            if getattr(ep.dist, "name", None) == "halluscope"))
+        add_stage_modules(
+            *(
+                ep.value
+                for ep in entry_points(group="halluscope.stages")
+                if getattr(ep.dist, "name", None) == "halluscope"
+            )
+        )
     for module in [m for m in _STAGE_MODULES if m not in _imported]:
         _imported.add(module)
         try:
@@ -150,8 +207,9 @@ def _load_builtins() -> None:
 def stages(protocol: str | None = None) -> list[StageSpec]:
     """Every registered stage (of one protocol), sorted by protocol and name."""
     _load_builtins()
-    return sorted((s for s in _STAGES.values() if protocol is None or s.protocol == protocol),
-                  key=lambda s: (s.protocol, s.name))
+    return sorted(
+        (s for s in _STAGES.values() if protocol is None or s.protocol == protocol), key=lambda s: (s.protocol, s.name)
+    )
 
 
 def stage_spec(protocol: str, name: str) -> StageSpec:
@@ -172,13 +230,15 @@ def _resolve(protocol: str, name: str) -> tuple[StageSpec, str | None]:
             raise UnknownStageError(f"{protocol} stage {base!r} needs its {spec.argument} after the colon")
         return spec, argument if colon else None
     valid = ", ".join(s.label for s in stages(protocol)) or "none"
-    what = f"{protocol} stage {base!r} takes no argument after a colon" if spec is not None else (
-        f"no {protocol} stage named {name!r}")
+    what = (
+        f"{protocol} stage {base!r} takes no argument after a colon"
+        if spec is not None
+        else (f"no {protocol} stage named {name!r}")
+    )
     raise UnknownStageError(f"{what}; registered: {valid}")
 
 
-def stage_options(protocol: str, name: str, options: Mapping[str, Any] | StageOptions | None = None
-                  ) -> StageOptions:
+def stage_options(protocol: str, name: str, options: Mapping[str, Any] | StageOptions | None = None) -> StageOptions:
     """``options`` validated by the named stage's own options model (unknown keys refused, ranges checked):
     :class:`OptionsError` names the stage and lists its options. The argument of ``name:VALUE`` fills the
     stage's ``argument_option`` (an explicit value of that option beside it is refused)."""
@@ -186,23 +246,30 @@ def stage_options(protocol: str, name: str, options: Mapping[str, Any] | StageOp
     model = spec.options_model
     if isinstance(options, StageOptions):
         if not isinstance(options, model):
-            raise OptionsError(f"{protocol} stage {spec.name!r} takes {model.__name__}, not "
-                               f"{type(options).__name__}")
+            raise OptionsError(f"{protocol} stage {spec.name!r} takes {model.__name__}, not {type(options).__name__}")
         if argument is not None and getattr(options, spec.argument_option) != argument:
-            raise OptionsError(f"{protocol} stage {name!r}: its options name another {spec.argument_option} "
-                               f"({getattr(options, spec.argument_option)!r})")
+            raise OptionsError(
+                f"{protocol} stage {name!r}: its options name another {spec.argument_option} "
+                f"({getattr(options, spec.argument_option)!r})"
+            )
         return options
     values = dict(options or {})
     if argument is not None:
         if spec.argument_option in values:
-            raise OptionsError(f"{protocol} stage {name!r}: {spec.argument_option} is given twice (after the "
-                               "colon and as an option)")
+            raise OptionsError(
+                f"{protocol} stage {name!r}: {spec.argument_option} is given twice (after the colon and as an option)"
+            )
         values[spec.argument_option] = argument
     return cast(StageOptions, model.parse(f"{protocol} stage {spec.name!r}", values))
 
 
-def build_stage(protocol: str, name: str, model: Any = None,
-                options: Mapping[str, Any] | StageOptions | None = None, **collaborators: Any) -> Any:
+def build_stage(
+    protocol: str,
+    name: str,
+    model: Any = None,
+    options: Mapping[str, Any] | StageOptions | None = None,
+    **collaborators: Any,
+) -> Any:
     """Build the named stage from its model (the LLM client, or None), its options (a dict validated by the
     stage's own ``Options``, or an instance of it) and the collaborators its constructor names (``prompts``,
     ``named_llm``, ``fits``, ...; the others are not passed). Checks the protocol's shape.
@@ -229,5 +296,13 @@ def _accepted(factory: Callable[..., Any], collaborators: dict[str, Any]) -> dic
 
 def describe_stages() -> list[dict[str, Any]]:
     """Every stage with its options (name, type, default, doc each), for ``halluscope stages`` and ``serve``."""
-    return [{"protocol": s.protocol, "name": s.label, "module": s.module, "description": s.description,
-             "options": s.options_model.option_rows()} for s in stages()]
+    return [
+        {
+            "protocol": s.protocol,
+            "name": s.label,
+            "module": s.module,
+            "description": s.description,
+            "options": s.options_model.option_rows(),
+        }
+        for s in stages()
+    ]

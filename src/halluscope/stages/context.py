@@ -21,12 +21,22 @@ class RetrievalSelector:
     name: str  # set by @register_stage
     uses_llm: ClassVar[bool] = False
     Options: ClassVar[type[StageOptions]] = options_view(
-        "RetrievalSelectorOptions", RetrievalOptions, list(RetrievalOptions.model_fields),
-        ("The retrieval protocol (long-document stress-test paper): when "
-         "to retrieve, K snippets of 2w+1 sentences per claim."))
+        "RetrievalSelectorOptions",
+        RetrievalOptions,
+        list(RetrievalOptions.model_fields),
+        (
+            "The retrieval protocol (long-document stress-test paper): when "
+            "to retrieve, K snippets of 2w+1 sentences per claim."
+        ),
+    )
 
-    def __init__(self, model: Any = None, options: StageOptions | None = None, *,
-                 fits: Callable[[str, Sequence[Claim]], bool] | None = None):
+    def __init__(
+        self,
+        model: Any = None,
+        options: StageOptions | None = None,
+        *,
+        fits: Callable[[str, Sequence[Claim]], bool] | None = None,
+    ):
         self.opts: RetrievalOptions = options or self.Options()  # type: ignore[assignment]
         self.fits: Callable[[str, Sequence[Claim]], bool] = fits or (lambda source, claims: True)
 
@@ -38,17 +48,21 @@ class RetrievalSelector:
             return await self.retrieve(source, claims, "requested (retrieval=always)")
         if self.fits(source, claims):
             return full_source(source, claims, "retrieval=auto: the whole source fits the model's context")
-        return await self.retrieve(source, claims, "retrieval=auto: the source does not fit the model's context "
-                                                   "window")
+        return await self.retrieve(source, claims, "retrieval=auto: the source does not fit the model's context window")
 
     async def retrieve(self, source: str, claims: Sequence[Claim], why: str) -> Selection:
         index = await shared_source_index(source, self.opts)
         texts = [c.text for c in claims]
         snippets = await asyncio.to_thread(index.retrieve_many, texts)
         contexts = {
-            claim_id(c): [Context(text=s.text, kind="snippet", span=s.span, rank=i, score=s.score,
-                              sentences=tuple(s.sentence_indices)) for i, s in enumerate(snips)]
-            for c, snips in zip(claims, snippets)}
+            claim_id(c): [
+                Context(
+                    text=s.text, kind="snippet", span=s.span, rank=i, score=s.score, sentences=tuple(s.sentence_indices)
+                )
+                for i, s in enumerate(snips)
+            ]
+            for c, snips in zip(claims, snippets)
+        }
         details = index.describe()
         details["merge_windows"] = self.opts.merge_windows
         density = {claim_id(c): index.density(c.text) for c in claims}
@@ -62,9 +76,16 @@ async def shared_source_index(source: str, opts: RetrievalOptions) -> Any:
     (:mod:`halluscope.retrieval.cache`)."""
     from halluscope.retrieval import RetrievalConfig, shared_index
 
-    return await shared_index(source, RetrievalConfig(top_k=opts.top_k, window=opts.window, retriever=opts.retriever,
-                                                      merge_windows=opts.merge_windows,
-                                                      embed_all_up_to=opts.embed_all_up_to))
+    return await shared_index(
+        source,
+        RetrievalConfig(
+            top_k=opts.top_k,
+            window=opts.window,
+            retriever=opts.retriever,
+            merge_windows=opts.merge_windows,
+            embed_all_up_to=opts.embed_all_up_to,
+        ),
+    )
 
 
 def full_source(source: str, claims: Sequence[Claim], why: str) -> Selection:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-
 from typing import Any, ClassVar
 
 from halluscope.options import StageOptions
@@ -23,11 +22,10 @@ class SentenceDecomposer:
         claim_kind: ClaimKind = "sentence"
         """The kind given to each claim (dove uses event: every sentence is an event fact)."""
 
-    def __init__(self, model: Any = None, options: "SentenceDecomposer.Options | None" = None):
+    def __init__(self, model: Any = None, options: SentenceDecomposer.Options | None = None):
         self.kind = (options or self.Options()).claim_kind
 
     async def __call__(self, target: str) -> StepResult[list[Claim]]:
         sentences = await asyncio.to_thread(split_sentences, target)  # CPU work: off the event loop
-        claims = [Claim(text=s.text, kind=self.kind, id=f"s{s.index + 1}", target_spans=[s.span])
-                  for s in sentences]
+        claims = [Claim(text=s.text, kind=self.kind, id=f"s{s.index + 1}", target_spans=[s.span]) for s in sentences]
         return StepResult.success(claims)

@@ -24,6 +24,12 @@ def claim_finding(verdict: Verdict) -> Finding:
     confidence = verdict_confidence(verdict)
     if verdict.fix:
         description += f" Suggested fix: {verdict.fix}"
-    return Finding(description=description, kind=verdict.label,  # type: ignore[arg-type]
-                   target_spans=list(verdict.target_spans or claim.target_spans), evidence=list(verdict.evidence),
-                   claim_ids=[claim.id] if claim.id else [], confidence=confidence, fix=verdict.fix)
+    return Finding(
+        description=description,
+        kind=verdict.label,  # type: ignore[arg-type]
+        target_spans=list(verdict.target_spans or claim.target_spans),
+        evidence=list(verdict.evidence),
+        claim_ids=[claim.id] if claim.id else [],
+        confidence=confidence,
+        fix=verdict.fix,
+    )

@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
 PromptResolver = Callable[["PromptTemplate"], "PromptTemplate"]
 
 
-def same_prompt(template: "PromptTemplate") -> "PromptTemplate":
+def same_prompt(template: PromptTemplate) -> PromptTemplate:
     """The default :data:`PromptResolver`: the built-in template, no override."""
     return template
 
@@ -111,8 +111,11 @@ class EventOrder:
 
     def repairs(self, events: Sequence[Claim]) -> dict[str, Any]:
         """What was repaired, with claim ids (for ``Report.details["order"]``)."""
-        return {"missing": [events[i].id for i in self.missing],
-                "duplicated": [events[i].id for i in self.duplicated], "invented": list(self.invented)}
+        return {
+            "missing": [events[i].id for i in self.missing],
+            "duplicated": [events[i].id for i in self.duplicated],
+            "invented": list(self.invented),
+        }
 
 
 @runtime_checkable
@@ -184,8 +187,9 @@ class Deduplicator(Protocol):
     name: str
     note: str | None
 
-    async def __call__(self, descriptions: Sequence[str], spans: Sequence[Sequence[Span]], target: str
-                       ) -> tuple[list[list[int]], str | None]: ...
+    async def __call__(
+        self, descriptions: Sequence[str], spans: Sequence[Sequence[Span]], target: str
+    ) -> tuple[list[list[int]], str | None]: ...
 
 
 @runtime_checkable
@@ -195,8 +199,7 @@ class Sorter(Protocol):
 
     name: str
 
-    async def __call__(self, events: Sequence[str], text: str, about: str | None = None
-                       ) -> StepResult[EventOrder]: ...
+    async def __call__(self, events: Sequence[str], text: str, about: str | None = None) -> StepResult[EventOrder]: ...
 
 
 GateOutcome = Literal["supported", "unsupported", "contradicted", "uncertain"]
@@ -232,9 +235,24 @@ class Gate(Protocol):
 
 
 PROTOCOLS: dict[str, type] = {
-    "decomposer": Decomposer, "context_selector": ContextSelector, "evidence_finder": EvidenceFinder,
-    "verifier": Verifier, "aggregator": Aggregator, "localizer": Localizer, "deduplicator": Deduplicator,
-    "sorter": Sorter, "gate": Gate,
+    "decomposer": Decomposer,
+    "context_selector": ContextSelector,
+    "evidence_finder": EvidenceFinder,
+    "verifier": Verifier,
+    "aggregator": Aggregator,
+    "localizer": Localizer,
+    "deduplicator": Deduplicator,
+    "sorter": Sorter,
+    "gate": Gate,
 }
-ProtocolName = Literal["decomposer", "context_selector", "evidence_finder", "verifier", "aggregator", "localizer",
-                       "deduplicator", "sorter", "gate"]
+ProtocolName = Literal[
+    "decomposer",
+    "context_selector",
+    "evidence_finder",
+    "verifier",
+    "aggregator",
+    "localizer",
+    "deduplicator",
+    "sorter",
+    "gate",
+]

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from halluscope.stages.context import claim_id
 from halluscope.records import Claim, Evidence, LLMCall, Relation, Verdict
 from halluscope.stages import Context
+from halluscope.stages.context import claim_id
 
 LABEL_RANK = {"supported": 3, "contradicted": 2, "unsupported": 1, "unscored": 0}
 
@@ -25,8 +25,11 @@ def best_verdict(claim: Claim, tried: Sequence[tuple[Context, Verdict]]) -> Verd
     if chosen.label == "unscored" or (chosen.label != "supported" and undecided):
         # the max over snippets is unknown while a snippet that might support the claim could not be judged
         reasons = "; ".join(dict.fromkeys(f"snippet {c.rank + 1}: {v.reason}" for c, v in undecided))
-        what = "no snippet could be judged" if chosen.label == "unscored" else (
-            f"{len(undecided)} of {len(tried)} snippets could not be judged and none supports the claim")
+        what = (
+            "no snippet could be judged"
+            if chosen.label == "unscored"
+            else (f"{len(undecided)} of {len(tried)} snippets could not be judged and none supports the claim")
+        )
         return Verdict.unscored(claim, f"{what}: {reasons}"[:1000], calls)
     evidence = list(chosen.evidence)
     if not any(e.span == ctx.span for e in evidence):
@@ -42,8 +45,9 @@ def best_verdict(claim: Claim, tried: Sequence[tuple[Context, Verdict]]) -> Verd
 JudgeRound = Callable[[list[tuple[Claim, Context]]], Awaitable[list[Verdict]]]
 
 
-async def max_over_snippets(claims: Sequence[Claim], contexts: Mapping[str, Sequence[Context]],
-                            judge_round: JudgeRound) -> tuple[list[Verdict], dict[str, Any]]:
+async def max_over_snippets(
+    claims: Sequence[Claim], contexts: Mapping[str, Sequence[Context]], judge_round: JudgeRound
+) -> tuple[list[Verdict], dict[str, Any]]:
     """The long-document paper's Eq. 2: each claim judged against its snippets, best first, keeping its best verdict
     (:func:`best_verdict`) and stopping at the first supporting snippet (the max cannot rise further).
 

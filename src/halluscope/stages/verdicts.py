@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from halluscope.stages.findings import claim_finding
 from halluscope.options import StageOptions
 from halluscope.records import Finding
 from halluscope.stages import Aggregate, PipelineRun, register_stage
+from halluscope.stages.findings import claim_finding
 
 FLAGGED = ("unsupported", "contradicted")
 
@@ -34,8 +34,11 @@ class SupportedFraction(RunStage):
     async def __call__(self, run: PipelineRun) -> Aggregate:
         judged = [v for v in run.verdicts if v.label != "unscored"]
         supported = float(sum(v.label == "supported" for v in judged))
-        sub: dict[str, float | None] = {"claims": float(len(run.verdicts)), "judged": float(len(judged)),
-                                        "supported": supported}
+        sub: dict[str, float | None] = {
+            "claims": float(len(run.verdicts)),
+            "judged": float(len(judged)),
+            "supported": supported,
+        }
         if not judged:
             why = next((v.reason for v in run.verdicts), "no claims")
             return Aggregate(None, sub, f"none of the {len(run.verdicts)} claims could be judged ({why})")

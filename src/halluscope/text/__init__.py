@@ -6,5 +6,13 @@ from halluscope.text.sentences import Sentence, split_sentences
 from halluscope.text.spans import Match, locate
 
 __all__ = [
-    "Match", "ParseError", "fence", "fence_key", "Sentence", "extract_json", "locate", "parse_items_after_marker", "split_sentences",
+    "Match",
+    "ParseError",
+    "fence",
+    "fence_key",
+    "Sentence",
+    "extract_json",
+    "locate",
+    "parse_items_after_marker",
+    "split_sentences",
 ]

@@ -7,8 +7,18 @@ import unicodedata
 __all__ = ["is_blank"]
 
 _IGNORABLE = frozenset(
-    [0x034F, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x3164, 0xFFA0, *range(0x180B, 0x1810), *range(0xFE00, 0xFE10),
-     *range(0xE0100, 0xE01F0)]
+    [
+        0x034F,
+        0x115F,
+        0x1160,
+        0x17B4,
+        0x17B5,
+        0x3164,
+        0xFFA0,
+        *range(0x180B, 0x1810),
+        *range(0xFE00, 0xFE10),
+        *range(0xE0100, 0xE01F0),
+    ]
 )
 """Default-ignorable code points outside category Cf (fillers, variation selectors): invisible too."""
 

@@ -30,8 +30,9 @@ def is_none_answer(text: str) -> bool:
     return bool(_NONE.match(text.replace("*", "").strip()))
 
 
-def clean_descriptions(items: Sequence[str], examples: frozenset[str] = frozenset(), *,
-                       refuse_echoes: bool = True) -> list[str]:
+def clean_descriptions(
+    items: Sequence[str], examples: frozenset[str] = frozenset(), *, refuse_echoes: bool = True
+) -> list[str]:
     """The descriptions of a declared list, whitespace-normalized, without echoed placeholders or the prompt's
     own examples. A list whose only items state "no inconsistency" is that answer (``[]``). Raises ValueError
     when "None" sits beside real descriptions (the reply contradicts itself) and, with ``refuse_echoes``,
@@ -55,9 +56,7 @@ def clean_descriptions(items: Sequence[str], examples: frozenset[str] = frozense
 
 # ------------------------------------------------------------------------------------------- spans
 
-_QUOTED = re.compile(
-    r'"([^"\n]{2,300})"|“([^”\n]{2,300})”|‘([^’\n]{2,300})’|(?<![\w])\'([^\'\n]{2,300})\'(?![\w])'
-)
+_QUOTED = re.compile(r'"([^"\n]{2,300})"|“([^”\n]{2,300})”|‘([^’\n]{2,300})’|(?<![\w])\'([^\'\n]{2,300})\'(?![\w])')
 _CLAIMED = re.compile(
     r"\b(?:summary|text|answer|output)\s+(?:states|says|claims|mentions|reports|asserts|suggests|calls \w+|"
     r"refers to|describes \w+ as)\s+(?:that\s+)?(.{12,200}?)"
@@ -114,8 +113,9 @@ wordings (words in any order) and identical spans merge: pairwise work grows wit
 _ROW_BLOCK = 256  # rows of the similarity matrix computed at once (bounded memory: 256 x n bytes)
 
 
-def fuzzy_duplicate_groups(descriptions: Sequence[str], threshold: float = 85.0,
-                           spans: Sequence[Sequence[Span]] | None = None) -> list[list[int]]:
+def fuzzy_duplicate_groups(
+    descriptions: Sequence[str], threshold: float = 85.0, spans: Sequence[Sequence[Span]] | None = None
+) -> list[list[int]]:
     """Group descriptions of the same inconsistency: two are duplicates when their word-order-insensitive
     similarity (rapidfuzz ``token_sort_ratio``) is at least ``threshold``, or when both were pinned to
     exactly the same target spans. Groups are connected components, in order of first appearance.
@@ -157,8 +157,14 @@ def fuzzy_duplicate_groups(descriptions: Sequence[str], threshold: float = 85.0,
             union(0, j)
     elif 1 < n <= MAX_FUZZY_DESCRIPTIONS:
         for start in range(0, n, _ROW_BLOCK):
-            block = process.cdist(ordered[start:start + _ROW_BLOCK], ordered, scorer=fuzz.ratio,
-                                  score_cutoff=threshold, dtype=np.float32, workers=1)
+            block = process.cdist(
+                ordered[start : start + _ROW_BLOCK],
+                ordered,
+                scorer=fuzz.ratio,
+                score_cutoff=threshold,
+                dtype=np.float32,
+                workers=1,
+            )
             rows, cols = np.nonzero(np.triu(block >= threshold, k=start + 1))
             for row, j in zip((rows + start).tolist(), cols.tolist()):
                 union(row, j)
@@ -173,8 +179,9 @@ def fuzzy_is_capped(count: int) -> bool:
     return count > MAX_FUZZY_DESCRIPTIONS
 
 
-def most_specific(descriptions: Sequence[str], group: Sequence[int],
-                  spans: Sequence[Sequence[Span]] | None = None) -> int:
+def most_specific(
+    descriptions: Sequence[str], group: Sequence[int], spans: Sequence[Sequence[Span]] | None = None
+) -> int:
     """The member of a duplicate group to keep: one pinned to the target if any, then the longest wording
     (more specific in practice), then the first."""
     return max(group, key=lambda i: (bool(spans and spans[i]), len(descriptions[i]), -i))

@@ -19,7 +19,8 @@ _WORD = re.compile(r"(?:[^\W\d_]\.){2,}|[^\W_]+(?:['’][^\W_]+)*")  # "U.K." is
 
 # Stop words: function words that carry no checkable content (English). Negation cues are kept out of this
 # list's use for content precision but detected on their own.
-STOP_WORDS = frozenset("""
+STOP_WORDS = frozenset(
+    """
 a about above after again against all also although am an and any are as at be because been before being
 below between both but by can could did do does doing down during each either else etc even ever every few
 for from further had has have having he her here hers herself him himself his how however i if in into is it
@@ -29,30 +30,72 @@ says she should since so some such than that the their theirs them themselves th
 those though through thus to too toward towards under until up upon us very via was we well were what when
 where whether which while who whom whose why will with within would yet you your yours yourself yourselves
 s t ll re ve d m
-""".split())
+""".split()
+)
 
 NEGATION_WORDS = frozenset("not no never none nobody nothing neither nor nowhere cannot without".split())
 
 HONORIFICS = frozenset("mr mrs ms miss dr prof sir dame lord lady st mt rev gen col capt sgt lt jr sr".split())
 
-MONTHS = {name: i + 1 for i, name in enumerate(
-    "january february march april may june july august september october november december".split())}
-MONTH_ABBREVIATIONS = {"jan": 1, "feb": 2, "mar": 3, "apr": 4, "jun": 6, "jul": 7, "aug": 8, "sep": 9,
-                       "sept": 9, "oct": 10, "nov": 11, "dec": 12}
+MONTHS = {
+    name: i + 1
+    for i, name in enumerate(
+        "january february march april may june july august september october november december".split()
+    )
+}
+MONTH_ABBREVIATIONS = {
+    "jan": 1,
+    "feb": 2,
+    "mar": 3,
+    "apr": 4,
+    "jun": 6,
+    "jul": 7,
+    "aug": 8,
+    "sep": 9,
+    "sept": 9,
+    "oct": 10,
+    "nov": 11,
+    "dec": 12,
+}
 WEEKDAYS = {name: i for i, name in enumerate("monday tuesday wednesday thursday friday saturday sunday".split())}
 
-_UNITS = {w: i for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen".split())}
+_UNITS = {
+    w: i
+    for i, w in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+        "seventeen eighteen nineteen".split()
+    )
+}
 _TENS = {w: 10 * (i + 2) for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split())}
-_SCALES = {"hundred": 100, "thousand": 1_000, "million": 1_000_000, "billion": 1_000_000_000,
-           "trillion": 1_000_000_000_000, "bn": 1_000_000_000, "mn": 1_000_000}
-_FRACTIONS = {"half": 2, "halves": 2, "third": 3, "thirds": 3, "quarter": 4, "quarters": 4, "fourth": 4,
-              "fourths": 4, "fifth": 5, "fifths": 5, "tenth": 10, "tenths": 10}
+_SCALES = {
+    "hundred": 100,
+    "thousand": 1_000,
+    "million": 1_000_000,
+    "billion": 1_000_000_000,
+    "trillion": 1_000_000_000_000,
+    "bn": 1_000_000_000,
+    "mn": 1_000_000,
+}
+_FRACTIONS = {
+    "half": 2,
+    "halves": 2,
+    "third": 3,
+    "thirds": 3,
+    "quarter": 4,
+    "quarters": 4,
+    "fourth": 4,
+    "fourths": 4,
+    "fifth": 5,
+    "fifths": 5,
+    "tenth": 10,
+    "tenths": 10,
+}
 
 # A digit number: 1,000 / 2.5 / 2/3 / 50% (a sign, currency symbol or unit around it is not part of it).
-_DIGITS = re.compile(r"(?<![\w.,/])(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)(?:\s*/\s*(\d+))?"
-                     r"(?=(?:bn|mn|m|k|st|nd|rd|th|s)?(?![\w/]))")
+_DIGITS = re.compile(
+    r"(?<![\w.,/])(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)(?:\s*/\s*(\d+))?"
+    r"(?=(?:bn|mn|m|k|st|nd|rd|th|s)?(?![\w/]))"
+)
 _NUMBER_WORDS = "|".join(sorted([*_UNITS, *_TENS, *_SCALES, *_FRACTIONS, "a", "an", "and"], key=len, reverse=True))
 _WORD_NUMBER = re.compile(rf"\b(?:{_NUMBER_WORDS})(?:(?:\s+|-)(?:{_NUMBER_WORDS}))*\b", re.IGNORECASE)
 
@@ -107,8 +150,14 @@ def is_negation(token: Token) -> bool:
 def content_tokens(toks: list[Token]) -> list[Token]:
     """Words that carry content: not stop words, not negation cues, not bare numbers (numbers are checked on
     their own)."""
-    return [t for t in toks if t.lower not in STOP_WORDS and not is_negation(t) and not t.norm.isdigit()
-            and t.lower.replace("’", "'").split("'")[0] not in STOP_WORDS]
+    return [
+        t
+        for t in toks
+        if t.lower not in STOP_WORDS
+        and not is_negation(t)
+        and not t.norm.isdigit()
+        and t.lower.replace("’", "'").split("'")[0] not in STOP_WORDS
+    ]
 
 
 def negation_count(toks: list[Token]) -> int:
@@ -178,11 +227,13 @@ def numbers(text: str) -> list[NumberMention]:
         if scale:
             values.append(value * scale)
         span = Span(start=m.start(), end=end)
-        found.append(NumberMention(text[span.start:span.end], tuple(values), span))
+        found.append(NumberMention(text[span.start : span.end], tuple(values), span))
         taken.append(span)
     for m in _WORD_NUMBER.finditer(text):
-        parts = [(w.group().lower(), m.start() + w.start(), m.start() + w.end())
-                 for w in re.finditer(r"[A-Za-z]+", m.group())]
+        parts = [
+            (w.group().lower(), m.start() + w.start(), m.start() + w.end())
+            for w in re.finditer(r"[A-Za-z]+", m.group())
+        ]
         while parts and parts[0][0] in ("a", "an", "and") and (len(parts) == 1 or parts[1][0] not in _FRACTIONS):
             parts.pop(0)  # an article before a number word is not part of it ("a third" keeps it)
         while parts and parts[-1][0] in ("a", "an", "and"):
@@ -200,14 +251,15 @@ def numbers(text: str) -> list[NumberMention]:
         span = Span(start=parts[0][1], end=parts[-1][2])
         if any(span.overlaps(t) for t in taken):
             continue
-        found.append(NumberMention(text[span.start:span.end], (value,), span))
+        found.append(NumberMention(text[span.start : span.end], (value,), span))
     found.sort(key=lambda n: n.span.start)
     return found
 
 
 def _following_scale(text: str, end: int) -> int | None:
-    m = re.match(r"\s*-?\s*(hundred|thousand|million|billion|trillion|bn|mn|m|k)\b", text[end:end + 12],
-                 re.IGNORECASE)
+    m = re.match(
+        r"\s*-?\s*(hundred|thousand|million|billion|trillion|bn|mn|m|k)\b", text[end : end + 12], re.IGNORECASE
+    )
     if not m:
         return None
     word = m.group(1).lower()
@@ -259,21 +311,28 @@ def names(text: str, toks: list[Token]) -> list[Token]:
         j = t.span.start  # the character before the word, whitespace skipped (no copy of the text before it)
         while j > 0 and text[j - 1].isspace():
             j -= 1
-        if i == 0 or j == 0 or text[j - 1] in ".!?:;\"“‘'([" or text[max(0, j - 3):j] == "...":
+        if i == 0 or j == 0 or text[j - 1] in ".!?:;\"“‘'([" or text[max(0, j - 3) : j] == "...":
             continue  # sentence-initial: capitalised anyway
         out.append(t)
     return out
 
 
 @lru_cache(maxsize=64)
-def source_facts(source: str) -> "SourceFacts":
+def source_facts(source: str) -> SourceFacts:
     """The facts of a source, computed once per source text (many claims are checked against one source)."""
     # Only the distinct words matter here: no Token (and no Span) per word of the source, which for a 5 MB source
     # was 830,000 records and most of the gate's 45 s; dates need a Token, and only date words get one.
     words = _distinct_words(source)
     date_words = {w for w in words if _date_candidate(w)}
-    date_toks = [Token(m.group(), stem(m.group()), Span(start=m.start(), end=m.end()))
-                 for m in _WORD.finditer(source) if m.group() in date_words] if date_words else []
+    date_toks = (
+        [
+            Token(m.group(), stem(m.group()), Span(start=m.start(), end=m.end()))
+            for m in _WORD.finditer(source)
+            if m.group() in date_words
+        ]
+        if date_words
+        else []
+    )
     return SourceFacts(
         norms=frozenset(stem(w) for w in words),
         lowers=frozenset(w.lower().replace("’", "'").split("'")[0].replace(".", "") for w in words),

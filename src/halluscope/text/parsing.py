@@ -128,7 +128,7 @@ def _repeated_key(candidate: str) -> str | None:
                 elif c == ch:
                     break
                 j += 1
-            key, i = candidate[i + 1:j], j + 1
+            key, i = candidate[i + 1 : j], j + 1
         elif ch.isalpha() or ch == "_":
             j = i
             while j < n and (candidate[j].isalnum() or candidate[j] in "_-"):
@@ -219,7 +219,7 @@ def _only_syntax_errors(candidate: str) -> bool:
         word = m.group(0)
         if word in _JSON_LITERALS:
             continue
-        rest = skeleton[m.end():].lstrip()
+        rest = skeleton[m.end() :].lstrip()
         if rest.startswith(":"):
             continue  # an unquoted key
         if word[0] in "eE" and m.start() > 0 and skeleton[m.start() - 1].isdigit():
@@ -228,8 +228,13 @@ def _only_syntax_errors(candidate: str) -> bool:
     return True
 
 
-def extract_json(text: str, expect: type | tuple[type, ...] = (dict, list), *,
-                 max_chars: int = MAX_REPLY_CHARS, examples: Sequence[Any] = ()) -> Any:
+def extract_json(
+    text: str,
+    expect: type | tuple[type, ...] = (dict, list),
+    *,
+    max_chars: int = MAX_REPLY_CHARS,
+    examples: Sequence[Any] = (),
+) -> Any:
     """The one JSON value of type ``expect`` that ``text`` states; tolerates fences, prose around it and
     *syntax* errors inside it, never more.
 
@@ -292,8 +297,10 @@ def extract_json(text: str, expect: type | tuple[type, ...] = (dict, list), *,
     # (a contradiction to refuse) when something did.
     candidates = [c for c in dict.fromkeys(repairable) if len(c) <= MAX_REPAIR_CHARS]
     if len(candidates) > MAX_REPAIR_CANDIDATES:
-        raise ParseError(f"the reply holds {len(candidates)} bracketed values that are not valid JSON (more than "
-                         f"{MAX_REPAIR_CANDIDATES}); which one is the answer is not clear: {text[:80]!r}")
+        raise ParseError(
+            f"the reply holds {len(candidates)} bracketed values that are not valid JSON (more than "
+            f"{MAX_REPAIR_CANDIDATES}); which one is the answer is not clear: {text[:80]!r}"
+        )
     for cand in candidates:
         if not _only_syntax_errors(cand):
             continue
@@ -316,11 +323,13 @@ def extract_json(text: str, expect: type | tuple[type, ...] = (dict, list), *,
     if len(answers) > 1 and stated:
         answers = stated  # an empty "{}" or "[]" beside a real answer states nothing
     if len(answers) > 1:
-        raise ParseError(f"the reply states {len(answers)} different answers; a verdict must be stated once: "
-                         f"{text[:120]!r}")
+        raise ParseError(
+            f"the reply states {len(answers)} different answers; a verdict must be stated once: {text[:120]!r}"
+        )
     if answers and any(k not in answers and k not in echo_keys for k in inner):
-        raise ParseError(f"the reply states a second answer inside a list; a verdict must be stated once: "
-                         f"{text[:120]!r}")
+        raise ParseError(
+            f"the reply states a second answer inside a list; a verdict must be stated once: {text[:120]!r}"
+        )
     if answers:
         return next(iter(answers.values()))
     if echoed:

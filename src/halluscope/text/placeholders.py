@@ -16,10 +16,28 @@ from rapidfuzz import fuzz
 
 _ANGLE_OR_BRACE = re.compile(r"^(?:<[^<>]{0,80}>|\{[^{}]{0,80}\})$")
 _SQUARE_OR_ROUND = re.compile(r"^(?:\[[^\[\]]{0,80}\]|\([^()]{0,80}\))$")
-NON_ANSWERS = frozenset({
-    "n/a", "na", "none", "null", "nil", "tbd", "todo", "etc", "example", "placeholder", "fact", "atomic fact",
-    "claim", "description", "inconsistency", "statement", "text", "string",
-})
+NON_ANSWERS = frozenset(
+    {
+        "n/a",
+        "na",
+        "none",
+        "null",
+        "nil",
+        "tbd",
+        "todo",
+        "etc",
+        "example",
+        "placeholder",
+        "fact",
+        "atomic fact",
+        "claim",
+        "description",
+        "inconsistency",
+        "statement",
+        "text",
+        "string",
+    }
+)
 
 
 def normalized(text: str) -> str:

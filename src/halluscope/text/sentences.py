@@ -124,8 +124,9 @@ def _first_visible(block: str, start: int, end: int) -> list[int]:
     return [] if m is None else [m.start()]
 
 
-def _sentence_starts(block: str, language: str, window: int | None = None, *,
-                     progress: Callable[[int], object] | None = None) -> list[int]:
+def _sentence_starts(
+    block: str, language: str, window: int | None = None, *, progress: Callable[[int], object] | None = None
+) -> list[int]:
     """Sentence starts in ``block``, with pysbd never given more than ``window`` (``MAX_WINDOW``) characters.
     ``progress`` is called with the characters done after each window."""
     window = window or MAX_WINDOW
@@ -155,13 +156,18 @@ def _sentence_starts(block: str, language: str, window: int | None = None, *,
         if progress is not None:
             progress(done)
     if unbroken:
-        _log.warning("%d characters without a sentence break were cut into pieces of at most %d characters "
-                     "(not split into sentences)", unbroken, window)
+        _log.warning(
+            "%d characters without a sentence break were cut into pieces of at most %d characters "
+            "(not split into sentences)",
+            unbroken,
+            window,
+        )
     return starts
 
 
-def split_sentences(text: str, language: str = "en", *,
-                    progress: Callable[[int], object] | None = None) -> list[Sentence]:
+def split_sentences(
+    text: str, language: str = "en", *, progress: Callable[[int], object] | None = None
+) -> list[Sentence]:
     """Sentences of ``text`` with spans such that ``text[s.span.start:s.span.end] == s.text``
     (leading/trailing whitespace excluded). Every non-whitespace character belongs to exactly one sentence:
     pysbd only proposes where sentences start, and text it drops (it does, e.g. "a.??") stays attached to

@@ -43,7 +43,7 @@ def _normalize_with_map(text: str) -> tuple[str, list[int]]:
     return "".join(out), index
 
 
-_QUOTE_CHARS = "\"“”„«»"
+_QUOTE_CHARS = '"“”„«»'
 
 
 def _strip_quotes(needle: str) -> str:

@@ -41,7 +41,7 @@ def tag_blocks(text: str, tag: str) -> Iterator[Block]:
 
 def tag_contents(text: str, tag: str) -> list[str]:
     """The inner text of every closed block (what ``re.findall(r"<tag>(.*?)</tag>", text, re.S | re.I)`` gives)."""
-    return [text[b.inner_start:b.inner_end] for b in tag_blocks(text, tag)]
+    return [text[b.inner_start : b.inner_end] for b in tag_blocks(text, tag)]
 
 
 def strip_tag_blocks(text: str, tag: str) -> str:
@@ -49,7 +49,7 @@ def strip_tag_blocks(text: str, tag: str) -> str:
     parts: list[str] = []
     pos = 0
     for block in tag_blocks(text, tag):
-        parts.append(text[pos:block.start])
+        parts.append(text[pos : block.start])
         pos = block.end
     if pos == 0:
         return text

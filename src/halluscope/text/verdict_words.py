@@ -53,14 +53,19 @@ POSITIVE_START = re.compile(_LEAD + r"(?:consistent|supported|correct|accurate|t
 """A reason that opens with a positive verdict ("Consistent:", "This sentence is consistent ..."), the word ending
 there ("Correction" is no "correct")."""
 
-QUESTION = re.compile(r"^\W*(?:(?:is|does|was) (?:it|this|that|the (?:sentence|text|summary|claim)) (?:really )?)?"
-                      r"(?:(?:this|the) (?:sentence|text|summary|claim) is )?"
-                      r"(?:consistent|supported|correct|accurate|true|inconsistent|unsupported)\s*\?\s*",
-                      _FLAGS)
+QUESTION = re.compile(
+    r"^\W*(?:(?:is|does|was) (?:it|this|that|the (?:sentence|text|summary|claim)) (?:really )?)?"
+    r"(?:(?:this|the) (?:sentence|text|summary|claim) is )?"
+    r"(?:consistent|supported|correct|accurate|true|inconsistent|unsupported)\s*\?\s*",
+    _FLAGS,
+)
 """A reason that opens by asking ("Consistent? No, ..."): the question is no verdict, its answer follows."""
 
-CONTRADICTED_START = re.compile(r"^[\s:;,.\-–—]*(?:no|not|false|incorrect|inaccurate|wrong|but|however|although|"
-                                r"though|except)\b", _FLAGS)
+CONTRADICTED_START = re.compile(
+    r"^[\s:;,.\-–—]*(?:no|not|false|incorrect|inaccurate|wrong|but|however|although|"
+    r"though|except)\b",
+    _FLAGS,
+)
 """A positive opening word followed at once by a negative or restricting one ("Consistent: no, ...", "Supported,
 but ..."): two verdicts, or one taken back."""
 
@@ -73,30 +78,149 @@ NEGATIVE_WORDS = re.compile(
     r"cannot be verified|can't be verified)\b",
     _FLAGS,
 )
-NEGATION = re.compile(r"\b(?:no|not|nothing|never|neither|nor|none|without|cannot|\w+n't|however|but|although|"
-                      r"though|except|instead|rather than|only partly|partially)\b", _FLAGS)
+NEGATION = re.compile(
+    r"\b(?:no|not|nothing|never|neither|nor|none|without|cannot|\w+n't|however|but|although|"
+    r"though|except|instead|rather than|only partly|partially)\b",
+    _FLAGS,
+)
 """Words that can turn a positive verdict word around ("supports nothing", "consistent, except ..."): with one of
 them beside a positive word and no negative phrase, the reason is ambiguous and left unmarked, never +1."""
 POSITIVE_WORDS = re.compile(r"\b(?:consistent|supported|supports|correct|accurate)\b", _FLAGS)
 REASON_FORMS: dict[str, tuple[str, ...]] = {
-    "hedge": ("mostly", "largely", "partly", "partially", "in part", "in parts", "somewhat", "broadly", "generally",
-              "mainly", "chiefly", "almost", "nearly", "roughly", "more or less", "to some extent",
-              "to a degree", "in the main", "by and large", "arguably", "apparently", "probably", "possibly",
-              "perhaps", "maybe", "likely", "seems", "seem", "appears", "sort of", "kind of", "not entirely",
-              "not fully", "not completely", "not quite", "only", "half"),
-    "exception": ("except", "excepting", "exception", "apart from", "aside from", "other than", "save for",
-                  "barring", "besides", "but", "however", "although", "though", "yet", "while", "whereas",
-                  "nevertheless", "nonetheless", "still", "even so", "that said", "having said", "unless",
-                  "beyond"),
-    "correction": ("actually", "in fact", "in reality", "correction", "correct that", "rather", "instead",
-                   "should be", "should read", "should say", "misstat", "overstat", "understat", "exaggerat",
-                   "unfounded", "baseless", "unsubstantiated", "unclear", "ambiguous", "disput"),
-    "second thought": ("on reflection", "on second thought", "second thought", "on closer", "looking again",
-                       "re-reading", "rereading", "reconsider", "wait", "scratch that", "i mean", "on balance",
-                       "changed my mind", "retract", "revise", "revised", "update", "updated"),
-    "negation": ("no", "not", "nothing", "never", "neither", "nor", "none", "nobody", "without", "cannot",
-                 "n't", "lack", "lacks", "lacking", "absent", "missing", "fail", "fails", "omit", "omits",
-                 "contrary", "opposite", "differs", "different", "disagree"),
+    "hedge": (
+        "mostly",
+        "largely",
+        "partly",
+        "partially",
+        "in part",
+        "in parts",
+        "somewhat",
+        "broadly",
+        "generally",
+        "mainly",
+        "chiefly",
+        "almost",
+        "nearly",
+        "roughly",
+        "more or less",
+        "to some extent",
+        "to a degree",
+        "in the main",
+        "by and large",
+        "arguably",
+        "apparently",
+        "probably",
+        "possibly",
+        "perhaps",
+        "maybe",
+        "likely",
+        "seems",
+        "seem",
+        "appears",
+        "sort of",
+        "kind of",
+        "not entirely",
+        "not fully",
+        "not completely",
+        "not quite",
+        "only",
+        "half",
+    ),
+    "exception": (
+        "except",
+        "excepting",
+        "exception",
+        "apart from",
+        "aside from",
+        "other than",
+        "save for",
+        "barring",
+        "besides",
+        "but",
+        "however",
+        "although",
+        "though",
+        "yet",
+        "while",
+        "whereas",
+        "nevertheless",
+        "nonetheless",
+        "still",
+        "even so",
+        "that said",
+        "having said",
+        "unless",
+        "beyond",
+    ),
+    "correction": (
+        "actually",
+        "in fact",
+        "in reality",
+        "correction",
+        "correct that",
+        "rather",
+        "instead",
+        "should be",
+        "should read",
+        "should say",
+        "misstat",
+        "overstat",
+        "understat",
+        "exaggerat",
+        "unfounded",
+        "baseless",
+        "unsubstantiated",
+        "unclear",
+        "ambiguous",
+        "disput",
+    ),
+    "second thought": (
+        "on reflection",
+        "on second thought",
+        "second thought",
+        "on closer",
+        "looking again",
+        "re-reading",
+        "rereading",
+        "reconsider",
+        "wait",
+        "scratch that",
+        "i mean",
+        "on balance",
+        "changed my mind",
+        "retract",
+        "revise",
+        "revised",
+        "update",
+        "updated",
+    ),
+    "negation": (
+        "no",
+        "not",
+        "nothing",
+        "never",
+        "neither",
+        "nor",
+        "none",
+        "nobody",
+        "without",
+        "cannot",
+        "n't",
+        "lack",
+        "lacks",
+        "lacking",
+        "absent",
+        "missing",
+        "fail",
+        "fails",
+        "omit",
+        "omits",
+        "contrary",
+        "opposite",
+        "differs",
+        "different",
+        "disagree",
+    ),
 }
 """The reason forms that take a positive verdict word back or leave it in doubt, by kind: a reason that holds any
 of them (as a word or a word prefix, ASCII case-folded) is never read as +1 -- it is -1 when it states a negative
@@ -156,7 +280,7 @@ def verdict_mark(reason: str) -> int:
     text = ENUMERATION.sub("", _foreign_letters_masked(reason.strip()), count=1)
     question = QUESTION.match(text)
     if question is not None:
-        text = text[question.end():]
+        text = text[question.end() :]
     if DENIED_PROBLEM.search(text):
         raise ParseError(f"the reason denies a problem but states no verdict: {reason[:60]!r}")
     if NEGATIVE_START.search(text):
@@ -164,9 +288,11 @@ def verdict_mark(reason: str) -> int:
     positive = POSITIVE_START.search(text)
     m = _FIRST_SENTENCE.match(text)
     if positive is not None:
-        rest = text[positive.end():]
+        rest = text[positive.end() :]
         first = _FIRST_SENTENCE.match(rest)
-        if CONTRADICTED_START.match(rest) or NEGATIVE_WORDS.search(first.group(1)[:FIRST_SENTENCE_CHARS] if first else ""):
+        if CONTRADICTED_START.match(rest) or NEGATIVE_WORDS.search(
+            first.group(1)[:FIRST_SENTENCE_CHARS] if first else ""
+        ):
             raise ParseError(f"the reason states a verdict and its opposite: {reason[:60]!r}")
         _never_taken_back(text, reason)
         return 1

@@ -17,14 +17,33 @@ the hard items cannot look better than one that tries.
 """
 
 # imported in the order the suites were registered before the split (the order of the suite registry)
-from halluscope.bench.builtin_suites.shared import both, fmt, fmt_cov, md_table, with_coverage
 from halluscope.bench.builtin_suites.binary import DEV_SPLIT_NAMES, binary_suite, pick_dev_split
 from halluscope.bench.builtin_suites.correlation import correlation_suite, document_key, per_document_correlation
+from halluscope.bench.builtin_suites.final_matching import (
+    FINAL_MATCHES_FILE,
+    final_matching_suite,
+    predicted_descriptions,
+)
 from halluscope.bench.builtin_suites.montage import montage_suite
+from halluscope.bench.builtin_suites.shared import both, fmt, fmt_cov, md_table, with_coverage
 from halluscope.bench.builtin_suites.span import predicted_spans, span_suite
-from halluscope.bench.builtin_suites.final_matching import (FINAL_MATCHES_FILE, final_matching_suite,
-                                                            predicted_descriptions)
 
-__all__ = ["DEV_SPLIT_NAMES", "FINAL_MATCHES_FILE", "binary_suite", "both", "correlation_suite", "document_key",
-           "final_matching_suite", "fmt", "fmt_cov", "md_table", "montage_suite", "per_document_correlation",
-           "pick_dev_split", "predicted_descriptions", "predicted_spans", "span_suite", "with_coverage"]
+__all__ = [
+    "DEV_SPLIT_NAMES",
+    "FINAL_MATCHES_FILE",
+    "binary_suite",
+    "both",
+    "correlation_suite",
+    "document_key",
+    "final_matching_suite",
+    "fmt",
+    "fmt_cov",
+    "md_table",
+    "montage_suite",
+    "per_document_correlation",
+    "pick_dev_split",
+    "predicted_descriptions",
+    "predicted_spans",
+    "span_suite",
+    "with_coverage",
+]

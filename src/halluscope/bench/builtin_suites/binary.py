@@ -65,8 +65,9 @@ def binary_suite(examples: list[Example], reports: list[Report], ctx: SuiteConte
         thresholds[d] = t
     thr = np.array([thresholds[d] for d in dom])
     # the method's own decision; an unscored item counts as the wrong one
-    method_pred = np.array([(1 if r.label == "consistent" else 0) if r.score is not None else 1 - int(lab)
-                            for r, lab in zip(reps, labels)])
+    method_pred = np.array(
+        [(1 if r.label == "consistent" else 0) if r.score is not None else 1 - int(lab) for r, lab in zip(reps, labels)]
+    )
     test_idx = np.flatnonzero(is_test)
 
     def per_domain(fn: Callable[[np.ndarray], float | None]) -> Callable[[np.ndarray], float | None]:
@@ -74,6 +75,7 @@ def binary_suite(examples: list[Example], reports: list[Report], ctx: SuiteConte
             vals = [fn(idx[dom[idx] == d]) for d in domains]
             vals = [v for v in vals if v is not None]
             return float(np.mean(vals)) if vals else None
+
         return macro
 
     def auc(idx: np.ndarray) -> float | None:
@@ -90,20 +92,28 @@ def binary_suite(examples: list[Example], reports: list[Report], ctx: SuiteConte
 
     n_test = len(test_idx)
     m = result.metrics
-    m.update({
-        "n_scored": int(scored.sum()),
-        "n_dev": int(is_dev.sum()),
-        "n_test": n_test,
-        "coverage": M.coverage(int(scored[test_idx].sum()), n_test),
-        "dev_split": dev_split,
-        "threshold_chosen_on": f"the {dev_split!r} split" if dev_split else "the same items (in-sample, optimistic)",
-        "thresholds": thresholds,
-        "averaging": "mean over domains" if len(domains) > 1 else "single domain",
-    })
-    stats = {"auc": per_domain(auc), "balanced_accuracy": per_domain(bacc),
-             "balanced_accuracy_at_method_threshold": per_domain(bacc_method),
-             "inconsistent_precision": prf("precision"), "inconsistent_recall": prf("recall"),
-             "inconsistent_f1": prf("f1")}
+    m.update(
+        {
+            "n_scored": int(scored.sum()),
+            "n_dev": int(is_dev.sum()),
+            "n_test": n_test,
+            "coverage": M.coverage(int(scored[test_idx].sum()), n_test),
+            "dev_split": dev_split,
+            "threshold_chosen_on": f"the {dev_split!r} split"
+            if dev_split
+            else "the same items (in-sample, optimistic)",
+            "thresholds": thresholds,
+            "averaging": "mean over domains" if len(domains) > 1 else "single domain",
+        }
+    )
+    stats = {
+        "auc": per_domain(auc),
+        "balanced_accuracy": per_domain(bacc),
+        "balanced_accuracy_at_method_threshold": per_domain(bacc_method),
+        "inconsistent_precision": prf("precision"),
+        "inconsistent_recall": prf("recall"),
+        "inconsistent_f1": prf("f1"),
+    }
     if len(domains) > 1:
         stats["auc_pooled"] = auc
     for key, fn in stats.items():
@@ -120,33 +130,74 @@ def binary_suite(examples: list[Example], reports: list[Report], ctx: SuiteConte
 
     for d in domains:
         idx = test_idx[dom[test_idx] == d]
-        cells = {k: point(fn, idx) for k, fn in (("auc", auc), ("balanced_accuracy", bacc),
-                                                  ("balanced_accuracy_at_method_threshold", bacc_method))}
-        per_dom[d] = {"n_dev": int(sum(1 for i in range(len(exs)) if dom[i] == d and is_dev[i])),
-                      "n_test": len(idx), "threshold": thresholds[d],
-                      **{k: v[0]["value"] for k, v in cells.items()}, **{f"{k}_all": v[1]["value"] for k, v in cells.items()},
-                      "coverage": M.coverage(int(scored[idx].sum()), len(idx))}
-        rows.append([d, per_dom[d]["n_dev"], per_dom[d]["n_test"], thresholds[d],
-                     *(fmt_cov(cells[k][1], cells[k][0]) for k in cells)])
+        cells = {
+            k: point(fn, idx)
+            for k, fn in (
+                ("auc", auc),
+                ("balanced_accuracy", bacc),
+                ("balanced_accuracy_at_method_threshold", bacc_method),
+            )
+        }
+        per_dom[d] = {
+            "n_dev": int(sum(1 for i in range(len(exs)) if dom[i] == d and is_dev[i])),
+            "n_test": len(idx),
+            "threshold": thresholds[d],
+            **{k: v[0]["value"] for k, v in cells.items()},
+            **{f"{k}_all": v[1]["value"] for k, v in cells.items()},
+            "coverage": M.coverage(int(scored[idx].sum()), len(idx)),
+        }
+        rows.append(
+            [
+                d,
+                per_dom[d]["n_dev"],
+                per_dom[d]["n_test"],
+                thresholds[d],
+                *(fmt_cov(cells[k][1], cells[k][0]) for k in cells),
+            ]
+        )
     if len(domains) > 1:
         m["per_domain"] = per_dom
-        rows.append(["**mean over domains**", m["n_dev"], n_test, "", both(m, "auc"), both(m, "balanced_accuracy"),
-                     both(m, "balanced_accuracy_at_method_threshold")])
+        rows.append(
+            [
+                "**mean over domains**",
+                m["n_dev"],
+                n_test,
+                "",
+                both(m, "auc"),
+                both(m, "balanced_accuracy"),
+                both(m, "balanced_accuracy_at_method_threshold"),
+            ]
+        )
     else:
-        rows = [[domains[0], m["n_dev"], n_test, thresholds[domains[0]], both(m, "auc"), both(m, "balanced_accuracy"),
-                 both(m, "balanced_accuracy_at_method_threshold")]]
+        rows = [
+            [
+                domains[0],
+                m["n_dev"],
+                n_test,
+                thresholds[domains[0]],
+                both(m, "auc"),
+                both(m, "balanced_accuracy"),
+                both(m, "balanced_accuracy_at_method_threshold"),
+            ]
+        ]
     cov = m["coverage"]
-    result.tables.append((
-        f"Binary consistency (threshold chosen on {m['threshold_chosen_on']}; coverage "
-        f"{cov['scored']}/{cov['total']} "
-        f"test items scored; 'all' counts an unscored item as wrong)",
-        md_table(["domain", "n dev", "n test", "threshold", "AUC-ROC", "BAcc", "BAcc @ method threshold"], rows),
-    ))
-    result.tables.append((
-        "Detecting inconsistent items (positive = label 0, predicted when score < threshold)",
-        md_table(["precision", "recall", "F1"],
-                 [[both(m, "inconsistent_precision"), both(m, "inconsistent_recall"), both(m, "inconsistent_f1")]]),
-    ))
+    result.tables.append(
+        (
+            f"Binary consistency (threshold chosen on {m['threshold_chosen_on']}; coverage "
+            f"{cov['scored']}/{cov['total']} "
+            f"test items scored; 'all' counts an unscored item as wrong)",
+            md_table(["domain", "n dev", "n test", "threshold", "AUC-ROC", "BAcc", "BAcc @ method threshold"], rows),
+        )
+    )
+    result.tables.append(
+        (
+            "Detecting inconsistent items (positive = label 0, predicted when score < threshold)",
+            md_table(
+                ["precision", "recall", "F1"],
+                [[both(m, "inconsistent_precision"), both(m, "inconsistent_recall"), both(m, "inconsistent_f1")]],
+            ),
+        )
+    )
     if not scored.any():  # nothing to plot; the values counting every item are in the tables
         return result
     violin: dict[str, list[float]] = {}
@@ -156,13 +207,23 @@ def binary_suite(examples: list[Example], reports: list[Report], ctx: SuiteConte
             violin[key] = [float(scores[i]) for i in range(len(exs)) if scored[i] and dom[i] == d and labels[i] == lab]
     from halluscope.bench.plots import roc_plot, violin_plot
 
-    result.plots.append(violin_plot(violin, _plot_path(ctx, "binary_scores_by_label"),
-                                    title=f"{ctx.method} scores by label ({ctx.dataset})"))
+    result.plots.append(
+        violin_plot(
+            violin, _plot_path(ctx, "binary_scores_by_label"), title=f"{ctx.method} scores by label ({ctx.dataset})"
+        )
+    )
     kept_test = test_idx[scored[test_idx]]
-    curves = {d: (labels[kept_test][dom[kept_test] == d].tolist(), scores[kept_test][dom[kept_test] == d].tolist())
-              for d in domains}
+    curves = {
+        d: (labels[kept_test][dom[kept_test] == d].tolist(), scores[kept_test][dom[kept_test] == d].tolist())
+        for d in domains
+    }
     if len(domains) > 1:
         curves["pooled"] = (labels[kept_test].tolist(), scores[kept_test].tolist())
-    result.plots.append(roc_plot(curves, _plot_path(ctx, "binary_roc"),
-                                 title=f"ROC, {ctx.method} ({ctx.dataset}, {'test split' if dev_split else 'all'})"))
+    result.plots.append(
+        roc_plot(
+            curves,
+            _plot_path(ctx, "binary_roc"),
+            title=f"ROC, {ctx.method} ({ctx.dataset}, {'test split' if dev_split else 'all'})",
+        )
+    )
     return result

@@ -12,7 +12,6 @@ from halluscope.bench.builtin_suites.shared import _ci_pair, _plot_path, both, m
 from halluscope.bench.suites import SuiteContext, SuiteResult, register_suite
 from halluscope.records import Example, Report
 
-
 # --- graded human scores: correlations -------------------------------------------------------------
 
 
@@ -52,41 +51,68 @@ def correlation_suite(examples: list[Example], reports: list[Report], ctx: Suite
     docs = [document_key(e) for e in exs]
     n_docs = len(set(docs))
     repeats = n_docs < len(exs)
-    m: dict[str, Any] = {"n": len(graded), "n_unscored": n_unscored, "n_scored": int(scored.sum()),
-                         "coverage": M.coverage(int(scored.sum()), len(graded)), "n_documents": n_docs,
-                         "worst_case": M.WORST_CASE_CORRELATION_RULE,
-                         "level": "per_document" if repeats else "pooled",
-                         "levels": {"pooled": "one correlation over all items",
-                                    "per_document": "correlation within each document, averaged over documents"}}
+    m: dict[str, Any] = {
+        "n": len(graded),
+        "n_unscored": n_unscored,
+        "n_scored": int(scored.sum()),
+        "coverage": M.coverage(int(scored.sum()), len(graded)),
+        "n_documents": n_docs,
+        "worst_case": M.WORST_CASE_CORRELATION_RULE,
+        "level": "per_document" if repeats else "pooled",
+        "levels": {
+            "pooled": "one correlation over all items",
+            "per_document": "correlation within each document, averaged over documents",
+        },
+    }
     everything = np.arange(len(exs))
     for name in ("pearson", "spearman", "kendall"):
         filled = M.adversarial_scores(raw, human, lambda x, name=name: M.correlations(x.tolist(), human.tolist())[name])
         m[name], m[f"{name}_all"] = _ci_pair(
-            ctx, lambda idx, name=name, x=filled: M.correlations(x[idx].tolist(), human[idx].tolist())[name],
-            everything, scored)
+            ctx,
+            lambda idx, name=name, x=filled: M.correlations(x[idx].tolist(), human[idx].tolist())[name],
+            everything,
+            scored,
+        )
     rows = [["pooled", *(both(m, k) for k in ("pearson", "spearman", "kendall"))]]
     if repeats:
         pd: dict[str, Any] = {"n_documents": n_docs}
         for name in ("pearson", "spearman", "kendall"):
-            filled = M.adversarial_scores(raw, human, lambda x, name=name: per_document_correlation(x, human, docs, name))
+            filled = M.adversarial_scores(
+                raw, human, lambda x, name=name: per_document_correlation(x, human, docs, name)
+            )
             pd[name], pd[f"{name}_all"] = _ci_pair(
-                ctx, lambda idx, name=name, x=filled: per_document_correlation(x[idx], human[idx],
-                                                                               [docs[i] for i in idx], name),
-                everything, scored, clusters=docs)
+                ctx,
+                lambda idx, name=name, x=filled: per_document_correlation(
+                    x[idx], human[idx], [docs[i] for i in idx], name
+                ),
+                everything,
+                scored,
+                clusters=docs,
+            )
         m["per_document"] = pd
-        rows.insert(0, [f"per document (averaged over {n_docs})", *(both(pd, k) for k in ("pearson", "spearman", "kendall"))])
+        rows.insert(
+            0, [f"per document (averaged over {n_docs})", *(both(pd, k) for k in ("pearson", "spearman", "kendall"))]
+        )
     result = SuiteResult(metrics=m)
-    result.tables.append((
-        f"Correlation with human scores (coverage {m['n_scored']}/{len(exs)}; 'all': "
-        f"{M.WORST_CASE_CORRELATION_RULE}; "
-        f"{n_docs} documents{', several targets each' if repeats else ''})",
-        md_table(["level", "Pearson", "Spearman", "Kendall"], rows),
-    ))
+    result.tables.append(
+        (
+            f"Correlation with human scores (coverage {m['n_scored']}/{len(exs)}; 'all': "
+            f"{M.WORST_CASE_CORRELATION_RULE}; "
+            f"{n_docs} documents{', several targets each' if repeats else ''})",
+            md_table(["level", "Pearson", "Spearman", "Kendall"], rows),
+        )
+    )
     if scored.any():
         from halluscope.bench.plots import scatter_plot
 
-        result.plots.append(scatter_plot(human[scored].tolist(), scores[scored].tolist(),
-                                         _plot_path(ctx, "correlation_scatter"),
-                                         title=f"{ctx.method} vs human ({ctx.dataset})", xlabel="human score",
-                                         ylabel=f"{ctx.method} score"))
+        result.plots.append(
+            scatter_plot(
+                human[scored].tolist(),
+                scores[scored].tolist(),
+                _plot_path(ctx, "correlation_scatter"),
+                title=f"{ctx.method} vs human ({ctx.dataset})",
+                xlabel="human score",
+                ylabel=f"{ctx.method} score",
+            )
+        )
     return result

@@ -14,7 +14,6 @@ from halluscope.bench.builtin_suites.shared import _ci, both, md_table, with_cov
 from halluscope.bench.suites import SuiteContext, SuiteResult, register_suite, scored_pairs
 from halluscope.records import Example, Report, Usage
 
-
 # --- FINAL description matching --------------------------------------------------------------------
 
 FINAL_MATCHES_FILE = "final_matches.jsonl"
@@ -50,8 +49,15 @@ async def final_matching_suite(examples: list[Example], reports: list[Report], c
     from halluscope.prompts import apply_overrides
 
     if ctx.judge is None:
-        return SuiteResult(tables=[("FINAL matching", "Not computed: no judge model is available. Pass "
-                                                      "--judge-model (and --judge-base-url) to match descriptions.")])
+        return SuiteResult(
+            tables=[
+                (
+                    "FINAL matching",
+                    "Not computed: no judge model is available. Pass "
+                    "--judge-model (and --judge-base-url) to match descriptions.",
+                )
+            ]
+        )
 
     prompt = apply_overrides(MATCH_PROMPT, ctx.prompts_dir)
     with_gold = [(e, r) for e, r in zip(examples, reports) if e.descriptions is not None]
@@ -92,20 +98,31 @@ async def final_matching_suite(examples: list[Example], reports: list[Report], c
     no_gold = [res for res in usable if res.n_gold == 0]
     # every item with gold: one the method or the judge could not score counts as no match
     by_id = {res.example_id: res for res in usable}
-    counts_all = np.array([(by_id[e.id].matched_gold, by_id[e.id].n_pred, by_id[e.id].n_gold) if e.id in by_id
-                           else (0, len(predicted_descriptions(r)) if r.score is not None else 0, len(e.descriptions or []))
-                           for e, r in with_gold], dtype=int).reshape(-1, 3)
+    counts_all = np.array(
+        [
+            (by_id[e.id].matched_gold, by_id[e.id].n_pred, by_id[e.id].n_gold)
+            if e.id in by_id
+            else (0, len(predicted_descriptions(r)) if r.score is not None else 0, len(e.descriptions or []))
+            for e, r in with_gold
+        ],
+        dtype=int,
+    ).reshape(-1, 3)
 
     def stat(table: np.ndarray, key: str) -> Callable[[np.ndarray], float]:
         return lambda idx: getattr(M.final_prf(table[idx].tolist()), key)
 
     m: dict[str, Any] = {
-        "n": len(with_gold), "n_unscored": n_unscored, "n_judge_unscored": len(ordered) - len(usable),
-        "n_scored": len(usable), "n_judged": sum(res.judged for res in ordered),
+        "n": len(with_gold),
+        "n_unscored": n_unscored,
+        "n_judge_unscored": len(ordered) - len(usable),
+        "n_scored": len(usable),
+        "n_judged": sum(res.judged for res in ordered),
         "coverage": M.coverage(len(usable), len(with_gold)),
-        "judge_model": judge_name, "judge_prompt_version": f"{prompt.name}@{prompt.version}",
+        "judge_model": judge_name,
+        "judge_prompt_version": f"{prompt.name}@{prompt.version}",
         "judge_is_evaluated_model": judge_name == ctx.model,
-        "predictions": int(counts[:, 1].sum()), "gold": int(counts[:, 2].sum()),
+        "predictions": int(counts[:, 1].sum()),
+        "gold": int(counts[:, 2].sum()),
         "gold_matched": int(counts[:, 0].sum()),
         "false_positives_on_consistent_items": int(sum(res.n_pred for res in no_gold)),
         "judge_usage": sum((c.usage for res in ordered for c in res.calls), Usage()).model_dump(),
@@ -122,14 +139,38 @@ async def final_matching_suite(examples: list[Example], reports: list[Report], c
         m["judge_unscored_reasons"] = reasons[:20]
     result = SuiteResult(metrics=m)
     judge_text = f"{judge_name} (the evaluated model judges itself)" if m["judge_is_evaluated_model"] else judge_name
-    result.tables.append((
-        f"FINAL matching (judge {judge_text}; coverage {len(usable)}/{len(with_gold)}: "
-        f"{n_unscored} unscored by the "
-        f"method and {m['n_judge_unscored']} by the judge; 'all' counts them as no match)",
-        md_table(["recall", "precision", "F1", "judge", "predictions", "gold", "gold matched", "items judged",
-                  "judge LLM calls (tokens)"],
-                 [[both(m, "recall"), both(m, "precision"), both(m, "f1"), judge_text, m["predictions"], m["gold"],
-                   m["gold_matched"], m["n_judged"], f"{m['judge_usage']['calls']} ({m['judge_usage']['prompt_tokens']}"
-                   f"+{m['judge_usage']['completion_tokens']})"]]),
-    ))
+    result.tables.append(
+        (
+            f"FINAL matching (judge {judge_text}; coverage {len(usable)}/{len(with_gold)}: "
+            f"{n_unscored} unscored by the "
+            f"method and {m['n_judge_unscored']} by the judge; 'all' counts them as no match)",
+            md_table(
+                [
+                    "recall",
+                    "precision",
+                    "F1",
+                    "judge",
+                    "predictions",
+                    "gold",
+                    "gold matched",
+                    "items judged",
+                    "judge LLM calls (tokens)",
+                ],
+                [
+                    [
+                        both(m, "recall"),
+                        both(m, "precision"),
+                        both(m, "f1"),
+                        judge_text,
+                        m["predictions"],
+                        m["gold"],
+                        m["gold_matched"],
+                        m["n_judged"],
+                        f"{m['judge_usage']['calls']} ({m['judge_usage']['prompt_tokens']}"
+                        f"+{m['judge_usage']['completion_tokens']})",
+                    ]
+                ],
+            ),
+        )
+    )
     return result

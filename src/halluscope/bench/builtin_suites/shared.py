@@ -11,7 +11,6 @@ import numpy as np
 from halluscope.bench import metrics as M
 from halluscope.bench.suites import SuiteContext
 
-
 # --- formatting helpers shared by the suites -------------------------------------------------------
 
 
@@ -39,7 +38,9 @@ def fmt_cov(all_items: Any, scored: Any, digits: int = 3) -> str:
         return fmt(scored, digits)
     if cov["scored"] == cov["total"]:
         return f"{fmt(scored, digits)} ({cov['scored']}/{cov['total']})"
-    return f"{fmt(all_items, digits)} all {cov['total']} · {fmt(scored, digits)} on {cov['scored']}/{cov['total']} scored"
+    return (
+        f"{fmt(all_items, digits)} all {cov['total']} · {fmt(scored, digits)} on {cov['scored']}/{cov['total']} scored"
+    )
 
 
 def both(m: dict[str, Any], key: str) -> str:
@@ -58,13 +59,19 @@ def md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def _ci(ctx: SuiteContext, statistic: Callable[[np.ndarray], float | None], n: int,
-        clusters: Sequence[Any] | None = None) -> dict[str, Any]:
+def _ci(
+    ctx: SuiteContext, statistic: Callable[[np.ndarray], float | None], n: int, clusters: Sequence[Any] | None = None
+) -> dict[str, Any]:
     return M.bootstrap_ci(statistic, n, n_resamples=ctx.n_bootstrap, seed=ctx.seed, clusters=clusters)
 
 
-def _ci_pair(ctx: SuiteContext, statistic: Callable[[np.ndarray], float | None], positions: np.ndarray,
-             scored: np.ndarray, clusters: Sequence[Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+def _ci_pair(
+    ctx: SuiteContext,
+    statistic: Callable[[np.ndarray], float | None],
+    positions: np.ndarray,
+    scored: np.ndarray,
+    clusters: Sequence[Any] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """(value over the scored ``positions``, value over all ``positions``), each with its coverage.
     ``statistic`` takes absolute positions; ``scored`` is the mask of scored positions; ``clusters`` one key per
     absolute position."""

@@ -12,7 +12,6 @@ from halluscope.bench.builtin_suites.shared import _ci_pair, both, md_table
 from halluscope.bench.suites import SuiteContext, SuiteResult, register_suite
 from halluscope.records import Example, Report
 
-
 # --- character-level spans -------------------------------------------------------------------------
 
 
@@ -29,26 +28,36 @@ def span_suite(examples: list[Example], reports: list[Report], ctx: SuiteContext
     scored = np.array([r.score is not None for _, r in with_gold], dtype=bool)
     n_unscored = int((~scored).sum())
     # an unscored item predicts nothing: every gold character of it is missed
-    counts = np.array([M.span_counts(predicted_spans(r) if r.score is not None else [], e.gold_spans or [])
-                       for e, r in with_gold], dtype=int).reshape(-1, 3)
+    counts = np.array(
+        [M.span_counts(predicted_spans(r) if r.score is not None else [], e.gold_spans or []) for e, r in with_gold],
+        dtype=int,
+    ).reshape(-1, 3)
 
     def stat(key: str) -> Callable[[np.ndarray], float]:
         return lambda idx: getattr(M.prf_from_counts(*counts[idx].sum(axis=0).tolist()), key)
 
     kept = counts[scored]
     m: dict[str, Any] = {
-        "n": len(with_gold), "n_unscored": n_unscored, "n_scored": int(scored.sum()),
+        "n": len(with_gold),
+        "n_unscored": n_unscored,
+        "n_scored": int(scored.sum()),
         "coverage": M.coverage(int(scored.sum()), len(with_gold)),
-        "n_with_gold_spans": int((kept[:, 2] > 0).sum()), "n_with_predicted_spans": int((kept[:, 1] > 0).sum()),
-        "gold_chars": int(kept[:, 2].sum()), "predicted_chars": int(kept[:, 1].sum()),
+        "n_with_gold_spans": int((kept[:, 2] > 0).sum()),
+        "n_with_predicted_spans": int((kept[:, 1] > 0).sum()),
+        "gold_chars": int(kept[:, 2].sum()),
+        "predicted_chars": int(kept[:, 1].sum()),
     }
     for key in ("precision", "recall", "f1"):
         m[f"char_{key}"], m[f"char_{key}_all"] = _ci_pair(ctx, stat(key), np.arange(len(with_gold)), scored)
     result = SuiteResult(metrics=m)
-    result.tables.append((
-        f"Character-level span P/R/F1, micro (coverage {m['n_scored']}/{m['n']}; 'all' counts an unscored item as "
-        "finding no span)",
-        md_table(["precision", "recall", "F1", "items with predicted spans"],
-                 [[both(m, "char_precision"), both(m, "char_recall"), both(m, "char_f1"), m["n_with_predicted_spans"]]]),
-    ))
+    result.tables.append(
+        (
+            f"Character-level span P/R/F1, micro (coverage {m['n_scored']}/{m['n']}; 'all' counts an unscored item as "
+            "finding no span)",
+            md_table(
+                ["precision", "recall", "F1", "items with predicted spans"],
+                [[both(m, "char_precision"), both(m, "char_recall"), both(m, "char_f1"), m["n_with_predicted_spans"]]],
+            ),
+        )
+    )
     return result

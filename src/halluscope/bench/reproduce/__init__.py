@@ -9,11 +9,36 @@ the paper's published numbers beside ours (``reproduce.json`` + ``reproduce.md``
 - :mod:`.protocols`: the five protocols (``dove``, ``dcr``, ``final``, ``longdoc``, ``probe``).
 """
 
-from halluscope.bench.reproduce.core import (REPRODUCE_JSON, REPRODUCE_MD, Context, Metric, Protocol, ReproduceError,
-                                             Row, render_markdown, render_terminal, run_reproduce)
+from halluscope.bench.reproduce.core import (
+    REPRODUCE_JSON,
+    REPRODUCE_MD,
+    Context,
+    Metric,
+    Protocol,
+    ReproduceError,
+    Row,
+    render_markdown,
+    render_terminal,
+    run_reproduce,
+)
 from halluscope.bench.reproduce.papers import PAPERS, PaperNumber, PaperResults, load_paper_results
 from halluscope.bench.reproduce.protocols import PROTOCOLS, get_protocol
 
-__all__ = ["PAPERS", "PROTOCOLS", "REPRODUCE_JSON", "REPRODUCE_MD", "Context", "Metric", "PaperNumber", "PaperResults",
-           "Protocol", "ReproduceError", "Row", "get_protocol", "load_paper_results", "render_markdown",
-           "render_terminal", "run_reproduce"]
+__all__ = [
+    "PAPERS",
+    "PROTOCOLS",
+    "REPRODUCE_JSON",
+    "REPRODUCE_MD",
+    "Context",
+    "Metric",
+    "PaperNumber",
+    "PaperResults",
+    "Protocol",
+    "ReproduceError",
+    "Row",
+    "get_protocol",
+    "load_paper_results",
+    "render_markdown",
+    "render_terminal",
+    "run_reproduce",
+]

@@ -54,13 +54,21 @@ class BuiltSet:
     gold: dict[str, Any] | None = None  # PROBE: who built the gold claims and evidence ({"built_by", "models"})
 
     def summary(self) -> dict[str, Any]:
-        return {"gold": self.gold,
-            "builder": self.builder, "mode": self.mode, "options": self.options, "n_base": self.n_base,
-            "datasets": {k: {"spec": d.spec, "n": len(d.examples), "files": [str(p) for p in d.files]}
-                         for k, d in self.datasets.items()},
+        return {
+            "gold": self.gold,
+            "builder": self.builder,
+            "mode": self.mode,
+            "options": self.options,
+            "n_base": self.n_base,
+            "datasets": {
+                k: {"spec": d.spec, "n": len(d.examples), "files": [str(p) for p in d.files]}
+                for k, d in self.datasets.items()
+            },
             "skipped": [{"what": w, "reason": r, "count": n} for (w, r), n in self.skipped.most_common()],
-            "usage_this_run": self.usage.model_dump(), "usage": self.usage_total.model_dump(),
-            "departures": self.departures, "notes": self.notes,
+            "usage_this_run": self.usage.model_dump(),
+            "usage": self.usage_total.model_dump(),
+            "departures": self.departures,
+            "notes": self.notes,
         }
 
     def skipped_for(self, what: str) -> list[str]:
@@ -77,16 +85,25 @@ class Part:
     usage: Usage
 
     def to_json(self) -> str:
-        return json.dumps({"base_id": self.base_id,
-                           "examples": [e.model_dump(mode="json", exclude_none=True) for e in self.examples],
-                           "skipped": [list(s) for s in self.skipped], "usage": self.usage.model_dump()},
-                          ensure_ascii=False)
+        return json.dumps(
+            {
+                "base_id": self.base_id,
+                "examples": [e.model_dump(mode="json", exclude_none=True) for e in self.examples],
+                "skipped": [list(s) for s in self.skipped],
+                "usage": self.usage.model_dump(),
+            },
+            ensure_ascii=False,
+        )
 
     @classmethod
     def from_json(cls, line: str) -> Part:
         row = json.loads(line)
-        return cls(base_id=row["base_id"], examples=[Example.model_validate(e) for e in row["examples"]],
-                   skipped=[(str(a), str(b)) for a, b in row["skipped"]], usage=Usage.model_validate(row["usage"]))
+        return cls(
+            base_id=row["base_id"],
+            examples=[Example.model_validate(e) for e in row["examples"]],
+            skipped=[(str(a), str(b)) for a, b in row["skipped"]],
+            usage=Usage.model_validate(row["usage"]),
+        )
 
 
 def check_build_identity(folder: Path, identity: dict[str, Any]) -> None:
@@ -95,9 +112,14 @@ def check_build_identity(folder: Path, identity: dict[str, Any]) -> None:
         raise BuildError(f"{folder} holds a set built differently ({detail}); use another --out or delete it")
 
 
-async def build_parts(folder: Path, name: str, identity: dict[str, Any], base: Sequence[Example],
-                      make: Callable[[Example], Awaitable[Part]], progress: bool = True
-                      ) -> tuple[list[Example], Counter, Usage, Usage]:
+async def build_parts(
+    folder: Path,
+    name: str,
+    identity: dict[str, Any],
+    base: Sequence[Example],
+    make: Callable[[Example], Awaitable[Part]],
+    progress: bool = True,
+) -> tuple[list[Example], Counter, Usage, Usage]:
     """Build (or resume) one part per base item; returns (examples in base order, skip counts, usage of the
     parts built now, usage of all selected parts)."""
     from rich.progress import Progress
@@ -148,9 +170,17 @@ def as_dataset(folder: Path, name: str) -> Dataset:
     return Dataset(name, None, read_examples(path) if path.stat().st_size else [], [path])
 
 
-async def build_single_set(folder: Path, name: str, builder: str, mode: BuildMode, opts: dict[str, Any],
-                           identity: dict[str, Any], base: Sequence[Example],
-                           make: Callable[[Example], Awaitable[Part]], progress: bool) -> BuiltSet:
+async def build_single_set(
+    folder: Path,
+    name: str,
+    builder: str,
+    mode: BuildMode,
+    opts: dict[str, Any],
+    identity: dict[str, Any],
+    base: Sequence[Example],
+    make: Callable[[Example], Awaitable[Part]],
+    progress: bool,
+) -> BuiltSet:
     """Build (or resume) the parts ``make`` writes into ``name.jsonl`` (:func:`build_parts`, the options in
     the identity) and the BuiltSet whose one dataset, ``main``, is that file."""
     _, skipped, now, total = await build_parts(folder, name, {**identity, "options": opts}, base, make, progress)
@@ -183,58 +213,104 @@ def cut_to_sentences(example: Example, n: int | None) -> Example:
     sentences = split_sentences(example.target)
     if len(sentences) <= n:
         return example
-    return example.model_copy(update={"target": example.target[: sentences[n - 1].span.end],
-                                      "meta": {**example.meta, "target_cut_to_sentences": n}})
+    return example.model_copy(
+        update={
+            "target": example.target[: sentences[n - 1].span.end],
+            "meta": {**example.meta, "target_cut_to_sentences": n},
+        }
+    )
 
 
 # --- the three builders -------------------------------------------------------------------------------------
 
 
-async def build_montage(folder: Path, base: Sequence[Example], *, mode: BuildMode, llm, seed: int,
-                        options: dict[str, Any], identity: dict[str, Any], progress: bool = True) -> BuiltSet:
+async def build_montage(
+    folder: Path,
+    base: Sequence[Example],
+    *,
+    mode: BuildMode,
+    llm,
+    seed: int,
+    options: dict[str, Any],
+    identity: dict[str, Any],
+    progress: bool = True,
+) -> BuiltSet:
     """MontageLie groups (DoveScore paper §3.1): the truth and one lie per difficulty for every base target."""
     from halluscope.generators.montage import DIFFICULTIES, MontageGenerator
 
     check_options("montage", options, ("level", "max_events", "difficulties"))
     level = options.get("level") or ("event" if mode == "llm" else "sentence")
-    opts = {"level": level, "max_events": options.get("max_events"),
-            "difficulties": as_list(options.get("difficulties")) or list(DIFFICULTIES)}
-    generator = MontageGenerator(llm if level == "event" else None, level=level, difficulties=opts["difficulties"],
-                                 seed=seed, max_events=opts["max_events"])
+    opts = {
+        "level": level,
+        "max_events": options.get("max_events"),
+        "difficulties": as_list(options.get("difficulties")) or list(DIFFICULTIES),
+    }
+    generator = MontageGenerator(
+        llm if level == "event" else None,
+        level=level,
+        difficulties=opts["difficulties"],
+        seed=seed,
+        max_events=opts["max_events"],
+    )
 
     async def make(example: Example) -> Part:
-        result = await generator.generate(example.source, example.target, example.id, split=example.split,
-                                          meta={"source_id": example.group or example.id})
+        result = await generator.generate(
+            example.source,
+            example.target,
+            example.id,
+            split=example.split,
+            meta={"source_id": example.group or example.id},
+        )
         skipped = [(s["difficulty"], s["reason"].split(":")[0][:100]) for s in result.skipped]
         return Part(example.id, result.examples, skipped, Usage())  # its calls are in build_parts' log
 
     built = await build_single_set(folder, "montage", "montage", mode, opts, identity, base, make, progress)
     if level == "sentence":
-        built.departures.append("montage lies reorder the target's sentences (no LLM); the paper decomposes events "
-                                "with an LLM and writes each lie incrementally (--builder llm)")
+        built.departures.append(
+            "montage lies reorder the target's sentences (no LLM); the paper decomposes events "
+            "with an LLM and writes each lie incrementally (--builder llm)"
+        )
     if opts["max_events"]:
         built.departures.append(f"each target cut to its first {opts['max_events']} events/sentences (cost control)")
     built.departures.append("no paraphrased variants (the paper pools original and paraphrased texts)")
     return built
 
 
-async def build_injected(folder: Path, base: Sequence[Example], pool: Sequence[Example], *, mode: BuildMode, llm,
-                         seed: int, options: dict[str, Any], identity: dict[str, Any],
-                         progress: bool = True, gold_llms: Sequence[Any] = (), gold_self: bool = False) -> BuiltSet:
+async def build_injected(
+    folder: Path,
+    base: Sequence[Example],
+    pool: Sequence[Example],
+    *,
+    mode: BuildMode,
+    llm,
+    seed: int,
+    options: dict[str, Any],
+    identity: dict[str, Any],
+    progress: bool = True,
+    gold_llms: Sequence[Any] = (),
+    gold_self: bool = False,
+) -> BuiltSet:
     """PROBE-style injected hallucinations (PROBE §3.2): per base target, the truth plus one item per
     complexity, with the injected character spans as gold. ``gold_llms``: the models that build the gold
     truthful claims and evidence (the first decomposes; each finds evidence and votes); ``gold_self``: the gold
     is built by ``llm``, the model that is then scored (asked for explicitly: ``gold_evidence=self``)."""
     from halluscope.generators.inject import COMPLEXITIES, InjectionGenerator
 
-    check_options("inject", options, ("facts_from", "weave", "complexities", "max_sentences", "gold_evidence",
-                                      "gold_samples", "gold_consensus"))
+    check_options(
+        "inject",
+        options,
+        ("facts_from", "weave", "complexities", "max_sentences", "gold_evidence", "gold_samples", "gold_consensus"),
+    )
     facts_from = options.get("facts_from") or ("llm" if mode == "llm" else "donor")
     weave = options.get("weave") or ("llm" if mode == "llm" else "boundary")
     complexities = [int(c) for c in (as_list(options.get("complexities")) or COMPLEXITIES)]
     gold_evidence = bool(gold_llms) or gold_self
-    opts = {"facts_from": facts_from, "weave": weave, "complexities": complexities,
-            "max_sentences": options.get("max_sentences")}
+    opts = {
+        "facts_from": facts_from,
+        "weave": weave,
+        "complexities": complexities,
+        "max_sentences": options.get("max_sentences"),
+    }
     gold_builder = None
     if gold_evidence:  # only then in the identity, so folders built before the option stay valid
         from halluscope.generators.inject import GoldEvidenceBuilder
@@ -244,40 +320,59 @@ async def build_injected(folder: Path, base: Sequence[Example], pool: Sequence[E
             raise BuildError("gold evidence needs an LLM (the decomposer, evidence finder and judges)")
         samples = options.get("gold_samples")
         consensus = float(options.get("gold_consensus", 0.75))
-        gold_builder = GoldEvidenceBuilder(builders[0], judges=builders if len(builders) > 1 else (),
-                                           samples=int(samples) if samples is not None else None, consensus=consensus)
+        gold_builder = GoldEvidenceBuilder(
+            builders[0],
+            judges=builders if len(builders) > 1 else (),
+            samples=int(samples) if samples is not None else None,
+            consensus=consensus,
+        )
         opts.update(gold_evidence=True, gold_samples=samples, gold_consensus=consensus)
         if gold_llms:  # a named gold model: recorded, so a folder built by another gold model is not reused
             opts["gold_models"] = [g.name for g in gold_llms]
     needs_llm = facts_from == "llm" or weave == "llm"
-    generator = InjectionGenerator(llm if needs_llm else None, weave=weave, seed=seed, include_truth=True,
-                                   gold_evidence=gold_builder)
+    generator = InjectionGenerator(
+        llm if needs_llm else None, weave=weave, seed=seed, include_truth=True, gold_evidence=gold_builder
+    )
     donors = list(pool) if facts_from == "donor" else None
 
     async def make(example: Example) -> Part:
         example = cut_to_sentences(example, opts["max_sentences"])
         made, failures = await generator.generate(example, complexities, None, donors)
-        skipped = [(f"complexity-{c}", (f.drop_kind or f.dropped or "dropped")[:100])
-                   for c, f in zip(_failed_levels(complexities, made), failures)]
+        skipped = [
+            (f"complexity-{c}", (f.drop_kind or f.dropped or "dropped")[:100])
+            for c, f in zip(_failed_levels(complexities, made), failures)
+        ]
         return Part(example.id, made, skipped, Usage())  # its calls are in build_parts' log
 
     built = await build_single_set(folder, "injected", "inject", mode, opts, identity, base, make, progress)
     if facts_from == "donor":
-        built.departures.append("injected facts are sentences from other targets of the same dataset (no LLM); "
-                                "the paper invents plausible facts with an LLM (--builder llm)")
+        built.departures.append(
+            "injected facts are sentences from other targets of the same dataset (no LLM); "
+            "the paper invents plausible facts with an LLM (--builder llm)"
+        )
     if weave == "boundary":
-        built.departures.append("facts are inserted as sentences at sentence boundaries (no LLM); the paper has "
-                                "the LLM weave them in at three complexity styles")
+        built.departures.append(
+            "facts are inserted as sentences at sentence boundaries (no LLM); the paper has "
+            "the LLM weave them in at three complexity styles"
+        )
     if gold_builder is not None:
         d = gold_builder.description
-        who = (f"SELF-BUILT GOLD: the scored model {d['decomposer']} built the gold (its own decomposer, evidence "
-               "finder and votes), so decomposition recall and evidence finding measure it against its own output"
-               if gold_self else f"gold truthful claims and evidence built by {', '.join(d['finders'])} "
-               f"(named with --gold-model)")
-        built.departures.append(f"{who} ({d['votes_per_passage']} votes per passage, {d['pass_votes_needed']} PASS "
-                                "needed); the paper's gold came from 4 other frontier models (3 of 4 votes)")
-        built.gold = {"built_by": "self" if gold_self else "named", "models": list(d["finders"]),
-                      "decomposer": d["decomposer"], "votes_per_passage": d["votes_per_passage"]}
+        who = (
+            f"SELF-BUILT GOLD: the scored model {d['decomposer']} built the gold (its own decomposer, evidence "
+            "finder and votes), so decomposition recall and evidence finding measure it against its own output"
+            if gold_self
+            else f"gold truthful claims and evidence built by {', '.join(d['finders'])} (named with --gold-model)"
+        )
+        built.departures.append(
+            f"{who} ({d['votes_per_passage']} votes per passage, {d['pass_votes_needed']} PASS "
+            "needed); the paper's gold came from 4 other frontier models (3 of 4 votes)"
+        )
+        built.gold = {
+            "built_by": "self" if gold_self else "named",
+            "models": list(d["finders"]),
+            "decomposer": d["decomposer"],
+            "votes_per_passage": d["votes_per_passage"],
+        }
     return built
 
 
@@ -286,9 +381,18 @@ def _failed_levels(complexities: Sequence[int], made: Sequence[Example]) -> list
     return [c for c in complexities if c not in produced]
 
 
-
-async def build_perturbed(folder: Path, base: Sequence[Example], *, mode: BuildMode, llm, config, seed: int,
-                          options: dict[str, Any], identity: dict[str, Any], progress: bool = True) -> BuiltSet:
+async def build_perturbed(
+    folder: Path,
+    base: Sequence[Example],
+    *,
+    mode: BuildMode,
+    llm,
+    config,
+    seed: int,
+    options: dict[str, Any],
+    identity: dict[str, Any],
+    progress: bool = True,
+) -> BuiltSet:
     """Meaning-preserving perturbations (long-document stress-test paper §3.1): per base target, the original plus one
     row per kept perturbation. Also yields an ``originals`` dataset (the window-size rows run on it)."""
     from halluscope.generators.perturb import PERTURBATIONS, PerturbGenerator
@@ -296,10 +400,20 @@ async def build_perturbed(folder: Path, base: Sequence[Example], *, mode: BuildM
     check_options("perturb", options, ("perturbations", "unit", "insert_with", "max_sentences"))
     default = list(PERTURBATIONS) if mode == "llm" else ["added_source_sentence"]
     names = [str(p) for p in (as_list(options.get("perturbations")) or default)]
-    opts = {"perturbations": names, "unit": options.get("unit") or "target",
-            "insert_with": options.get("insert_with") or "auto", "max_sentences": options.get("max_sentences")}
-    generator = PerturbGenerator(llm, config, perturbations=names, unit=opts["unit"],  # type: ignore[arg-type]
-                                 insert_with=opts["insert_with"], seed=seed)
+    opts = {
+        "perturbations": names,
+        "unit": options.get("unit") or "target",
+        "insert_with": options.get("insert_with") or "auto",
+        "max_sentences": options.get("max_sentences"),
+    }
+    generator = PerturbGenerator(
+        llm,
+        config,
+        perturbations=names,
+        unit=opts["unit"],  # type: ignore[arg-type]
+        insert_with=opts["insert_with"],
+        seed=seed,
+    )
     stages = generator.stages()
 
     async def make(example: Example) -> Part:
@@ -308,16 +422,27 @@ async def build_perturbed(folder: Path, base: Sequence[Example], *, mode: BuildM
         skipped = [(s.perturbation, s.reason.split(": ")[0][:100]) for s in group.skips]
         return Part(example.id, group.rows, skipped, group.usage)  # perturb_one keeps its calls out of the log
 
-    examples, skipped, now, total = await build_parts(folder, "perturbed", {**identity, "options": opts}, base, make,
-                                                      progress)
+    examples, skipped, now, total = await build_parts(
+        folder, "perturbed", {**identity, "options": opts}, base, make, progress
+    )
     originals = [e for e in examples if e.difficulty == "original"]
     write_examples(folder / "originals.jsonl", originals)
-    built = BuiltSet({"main": as_dataset(folder, "perturbed"), "originals": as_dataset(folder, "originals")},
-                     "perturb", mode, opts, len(base), skipped, now, total)
+    built = BuiltSet(
+        {"main": as_dataset(folder, "perturbed"), "originals": as_dataset(folder, "originals")},
+        "perturb",
+        mode,
+        opts,
+        len(base),
+        skipped,
+        now,
+        total,
+    )
     missing = [p for p in PERTURBATIONS if p not in names]
     if missing:
-        built.departures.append(f"perturbations not built: {', '.join(missing)} (LLM rewrites; the paper has "
-                                "GPT-4o write them: --builder llm)")
+        built.departures.append(
+            f"perturbations not built: {', '.join(missing)} (LLM rewrites; the paper has "
+            "GPT-4o write them: --builder llm)"
+        )
     if opts["max_sentences"]:
         built.departures.append(f"each summary cut to its first {opts['max_sentences']} sentences (cost control)")
     return built

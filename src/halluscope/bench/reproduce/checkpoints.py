@@ -20,8 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ENV_VAR = "HALLUSCOPE_REPRODUCE_MODELS"
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                "pytorch_model.bin.index.json")
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 
 
 @dataclass(frozen=True)
@@ -38,8 +42,7 @@ class Checkpoint:
 
 
 def not_installed(checkpoint: Checkpoint) -> str:
-    return (f"model not installed ({checkpoint.model}): put it in the Hugging Face cache or name its folder in "
-            f"{ENV_VAR}")
+    return f"model not installed ({checkpoint.model}): put it in the Hugging Face cache or name its folder in {ENV_VAR}"
 
 
 def user_folders(value: str | None = None) -> dict[str, str]:
@@ -81,8 +84,10 @@ def locate(row_id: str, checkpoint: Checkpoint) -> tuple[str | None, str | None]
         path = Path(folder).expanduser()
         if _is_model_folder(path):
             return str(path), None
-        return None, (f"model not installed ({checkpoint.model}): {ENV_VAR} names {folder}, which holds no "
-                      "config.json and weights")
+        return None, (
+            f"model not installed ({checkpoint.model}): {ENV_VAR} names {folder}, which holds no "
+            "config.json and weights"
+        )
     cached = _cached_folder(checkpoint.model)
     if cached is not None:
         return cached, None

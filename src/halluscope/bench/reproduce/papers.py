@@ -155,10 +155,20 @@ class PaperResults(BaseModel):
         raw = entry.values[metric]
         printed, qualifier = (raw.value, raw.qualifier) if isinstance(raw, QualifiedValue) else (raw, "=")
         unit = entry.unit or self.unit
-        return PaperNumber(paper=self.paper, row=entry.row, metric=metric,
-                           value=printed / 100.0 if unit == "percent" else printed, printed=printed,
-                           qualifier=qualifier, unit=unit, model=entry.model, table=entry.table,
-                           dataset=entry.dataset or self.dataset, split=entry.split or self.split, note=entry.note)
+        return PaperNumber(
+            paper=self.paper,
+            row=entry.row,
+            metric=metric,
+            value=printed / 100.0 if unit == "percent" else printed,
+            printed=printed,
+            qualifier=qualifier,
+            unit=unit,
+            model=entry.model,
+            table=entry.table,
+            dataset=entry.dataset or self.dataset,
+            split=entry.split or self.split,
+            note=entry.note,
+        )
 
 
 @cache

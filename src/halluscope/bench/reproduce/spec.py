@@ -140,7 +140,9 @@ class Protocol:
 
 def is_embedded(config: Config) -> bool:
     model = config.model
-    return (model is None and not config.base_url) or model == "embedded" or bool(model and model.startswith("embedded:"))
+    return (
+        (model is None and not config.base_url) or model == "embedded" or bool(model and model.startswith("embedded:"))
+    )
 
 
 def select_rows(protocol: Protocol, methods: Sequence[str] | None, embedded: bool) -> tuple[list[Row], str]:
@@ -160,6 +162,8 @@ def select_rows(protocol: Protocol, methods: Sequence[str] | None, embedded: boo
         return chosen, f"rows chosen with --methods: {', '.join(r.id for r in chosen)}"
     if embedded:
         chosen = [protocol.row(r) for r in protocol.embedded_rows]
-        return chosen, (f"embedded model: only the cheap rows {', '.join(r.id for r in chosen)} run by default "
-                        "(--methods all runs every row)")
+        return chosen, (
+            f"embedded model: only the cheap rows {', '.join(r.id for r in chosen)} run by default "
+            "(--methods all runs every row)"
+        )
     return runnable, "all rows"

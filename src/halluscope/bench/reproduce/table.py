@@ -44,12 +44,17 @@ def _metric_value(results: dict[str, Any], metric: Metric) -> tuple[dict[str, An
         said = [t["markdown"] for t in results.get("tables", []) if t["suite"] == metric.suite]
         if said:  # e.g. "Not computed: no judge model is available ..."
             return None, " ".join(said[0].split())[:300]
-        return None, f"suite {metric.suite} did not apply: the data has no {SUITE_NEEDS.get(metric.suite, 'such labels')}"
+        return (
+            None,
+            f"suite {metric.suite} did not apply: the data has no {SUITE_NEEDS.get(metric.suite, 'such labels')}",
+        )
     level = None
     path = metric.path
     if metric.paper_path is not None:
         found, _ = _node(metrics, metric.suite, metric.paper_path)
-        path, level = (metric.paper_path, metric.level_names[0]) if found is not None else (metric.path, metric.level_names[1])
+        path, level = (
+            (metric.paper_path, metric.level_names[0]) if found is not None else (metric.path, metric.level_names[1])
+        )
     node, parent = _node(metrics, metric.suite, path)
     if parent is None:
         return None, f"suite {metric.suite} reported no {'.'.join(path)}"
@@ -70,8 +75,12 @@ def _metric_value(results: dict[str, Any], metric: Metric) -> tuple[dict[str, An
     if every is not None and every["value"] is not None:
         ours = {**every, "scored": scored if scored and scored["value"] is not None else None, "coverage": cov}
     elif scored is not None and scored["value"] is not None:
-        ours = {**scored, "scored": scored, "coverage": cov,
-                "all_missing": "the suite gives no value counting every item for this metric"}
+        ours = {
+            **scored,
+            "scored": scored,
+            "coverage": cov,
+            "all_missing": "the suite gives no value counting every item for this metric",
+        }
     if ours is not None:
         if isinstance(node, dict) and "unscored" in node:  # e.g. the stress suite's per-perturbation unscored rows
             ours["unscored"] = node["unscored"]
@@ -90,17 +99,31 @@ def _coverage(results: dict[str, Any], metric: Metric, ours: dict[str, Any] | No
     """When some items were unscored, say how many and why (the headline value counts them as the worst outcome)."""
     rule = (results.get("metrics", {}).get(metric.suite) or {}).get("worst_case")  # the suite's own rule, if stated
     if ours is not None and metric.subset:
-        return (f"{ours['unscored']} of its rows unscored; counted as the worst outcome in the headline value"
-                + (f" ({rule})" if rule else "")) if ours.get("unscored") else None
+        return (
+            (
+                f"{ours['unscored']} of its rows unscored; counted as the worst outcome in the headline value"
+                + (f" ({rule})" if rule else "")
+            )
+            if ours.get("unscored")
+            else None
+        )
     cov = (ours or {}).get("coverage")
     if ours is None or not cov or cov["scored"] >= cov["total"]:
         return None
     parts = [f"{results['n_unscored']} unscored by the method"] if results["n_unscored"] else []
-    judge = (results.get("metrics", {}).get(metric.suite) or {}).get("n_judge_unscored") if metric.suite == "final_matching" else 0
+    judge = (
+        (results.get("metrics", {}).get(metric.suite) or {}).get("n_judge_unscored")
+        if metric.suite == "final_matching"
+        else 0
+    )
     if judge:
         parts.append(f"{judge} by the judge")
-    return (f"{cov['total'] - cov['scored']} of {cov['total']} items unscored" + (f" ({', '.join(parts)})" if parts else "")
-            + "; counted as the worst outcome in the headline value" + (f" ({rule})" if rule else ""))
+    return (
+        f"{cov['total'] - cov['scored']} of {cov['total']} items unscored"
+        + (f" ({', '.join(parts)})" if parts else "")
+        + "; counted as the worst outcome in the headline value"
+        + (f" ({rule})" if rule else "")
+    )
 
 
 def _all_unscored(results: dict[str, Any]) -> str:
@@ -127,7 +150,7 @@ def _selection_usage(results: dict[str, Any]) -> tuple[dict[str, int], dict[str,
         if not path.is_file():
             continue
         sub = json.loads(path.read_text(encoding="utf-8"))
-        judge = (sub.get("metrics", {}).get("final_matching") or {})
+        judge = sub.get("metrics", {}).get("final_matching") or {}
         total = _add(_add(total, _usage(sub.get("usage"))), _usage(judge.get("judge_usage")))
         now = _add(_add(now, _usage(sub.get("usage_this_run"))), _usage(judge.get("judge_usage_this_run")))
     return total, now
@@ -145,17 +168,28 @@ def _cost(results: dict[str, Any]) -> dict[str, Any]:
     total = _add(_add(method, judge), selection)
 
     def per(u: dict[str, int]) -> dict[str, float]:
-        return {"calls": round(u["calls"] / n, 3), "tokens": round((u["prompt_tokens"] + u["completion_tokens"]) / n, 1),
-                "cache_hits": round(u["cache_hits"] / n, 3)}
+        return {
+            "calls": round(u["calls"] / n, 3),
+            "tokens": round((u["prompt_tokens"] + u["completion_tokens"]) / n, 1),
+            "cache_hits": round(u["cache_hits"] / n, 3),
+        }
 
-    return {"calls_per_item": per(total)["calls"], "tokens_per_item": per(total)["tokens"],
-            "cache_hits_per_item": per(total)["cache_hits"],
-            "calls": total["calls"], "tokens": total["prompt_tokens"] + total["completion_tokens"],
-            "method": method, "judge": judge if fm else None, "selection": selection if results.get("final_protocol") else None,
-            "judge_calls_per_item": per(judge)["calls"] if fm else None,
-            "calls_this_run": results["usage_this_run"]["calls"] + _usage(fm.get("judge_usage_this_run"))["calls"]
-            + selection_now["calls"],
-            "wall_time_s": results["wall_time_s"], "item_time_s": results["item_time_s"]["total"]}
+    return {
+        "calls_per_item": per(total)["calls"],
+        "tokens_per_item": per(total)["tokens"],
+        "cache_hits_per_item": per(total)["cache_hits"],
+        "calls": total["calls"],
+        "tokens": total["prompt_tokens"] + total["completion_tokens"],
+        "method": method,
+        "judge": judge if fm else None,
+        "selection": selection if results.get("final_protocol") else None,
+        "judge_calls_per_item": per(judge)["calls"] if fm else None,
+        "calls_this_run": results["usage_this_run"]["calls"]
+        + _usage(fm.get("judge_usage_this_run"))["calls"]
+        + selection_now["calls"],
+        "wall_time_s": results["wall_time_s"],
+        "item_time_s": results["item_time_s"]["total"],
+    }
 
 
 def _paper_cell(protocol: Protocol, row: Row, metric: Metric, paper_model: str | None) -> dict[str, Any] | None:

@@ -61,15 +61,60 @@ says why. Unscored reports are left out and counted. A claim whose evidence sear
 
 from halluscope.bench.suite_probe.counts import COUNTERS, FLAGGED, FOUND, item_counts
 from halluscope.bench.suite_probe.gold import Gold, GoldClaim, has_gold, read_gold
-from halluscope.bench.suite_probe.matching import (EVIDENCE_MIN_OVERLAP, MIN_CLAIM_SIMILARITY, MIN_SEMANTIC_SIMILARITY,
-                                                   ClaimMatching, SemanticSimilarity, Similarity, claim_matcher,
-                                                   claim_similarity, hits, match_claim)
-from halluscope.bench.suite_probe.metrics import (METRIC_KEYS, METRICS, NO_CLAIMS, NO_COMPLETE, NO_EVIDENCE, NO_GOLD,
-                                                  NO_STEPS, OWN_METRICS, PAPER_METRICS, probe_metrics)
+from halluscope.bench.suite_probe.matching import (
+    EVIDENCE_MIN_OVERLAP,
+    MIN_CLAIM_SIMILARITY,
+    MIN_SEMANTIC_SIMILARITY,
+    ClaimMatching,
+    SemanticSimilarity,
+    Similarity,
+    claim_matcher,
+    claim_similarity,
+    hits,
+    match_claim,
+)
+from halluscope.bench.suite_probe.metrics import (
+    METRIC_KEYS,
+    METRICS,
+    NO_CLAIMS,
+    NO_COMPLETE,
+    NO_EVIDENCE,
+    NO_GOLD,
+    NO_STEPS,
+    OWN_METRICS,
+    PAPER_METRICS,
+    probe_metrics,
+)
 from halluscope.bench.suite_probe.suite import probe_steps_suite  # registers the ``probe_steps`` suite
 
-__all__ = ["COUNTERS", "EVIDENCE_MIN_OVERLAP", "FLAGGED", "FOUND", "METRICS", "METRIC_KEYS", "MIN_CLAIM_SIMILARITY",
-           "MIN_SEMANTIC_SIMILARITY", "NO_CLAIMS", "NO_COMPLETE", "NO_EVIDENCE", "NO_GOLD", "NO_STEPS", "OWN_METRICS",
-           "PAPER_METRICS", "ClaimMatching", "Gold", "GoldClaim", "SemanticSimilarity", "Similarity", "claim_matcher",
-           "claim_similarity", "has_gold", "hits", "item_counts", "match_claim", "probe_metrics", "probe_steps_suite",
-           "read_gold"]
+__all__ = [
+    "COUNTERS",
+    "EVIDENCE_MIN_OVERLAP",
+    "FLAGGED",
+    "FOUND",
+    "METRICS",
+    "METRIC_KEYS",
+    "MIN_CLAIM_SIMILARITY",
+    "MIN_SEMANTIC_SIMILARITY",
+    "NO_CLAIMS",
+    "NO_COMPLETE",
+    "NO_EVIDENCE",
+    "NO_GOLD",
+    "NO_STEPS",
+    "OWN_METRICS",
+    "PAPER_METRICS",
+    "ClaimMatching",
+    "Gold",
+    "GoldClaim",
+    "SemanticSimilarity",
+    "Similarity",
+    "claim_matcher",
+    "claim_similarity",
+    "has_gold",
+    "hits",
+    "item_counts",
+    "match_claim",
+    "probe_metrics",
+    "probe_steps_suite",
+    "read_gold",
+]

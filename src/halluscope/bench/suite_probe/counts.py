@@ -6,23 +6,57 @@ from collections import defaultdict
 from typing import Any
 
 from halluscope.bench.suite_probe.gold import GoldClaim, read_gold
-from halluscope.bench.suite_probe.matching import (EVIDENCE_MIN_OVERLAP, MIN_CLAIM_SIMILARITY, Similarity, _chars,
-                                                   _overlap, claim_similarity, hits, match_claim)
+from halluscope.bench.suite_probe.matching import (
+    EVIDENCE_MIN_OVERLAP,
+    MIN_CLAIM_SIMILARITY,
+    Similarity,
+    _chars,
+    _overlap,
+    claim_similarity,
+    hits,
+    match_claim,
+)
 from halluscope.records import Claim, Example, Report, Span
 
 FLAGGED = ("unsupported", "contradicted")
 FOUND = ("verified", "retrieved")  # quote statuses that are passages of the source
 
 COUNTERS = (
-    "items", "items_gold", "items_complete", "items_gold_evidence", "items_steps", "items_claims",
-    "dec_pred", "dec_pred_matched", "dec_pred_uncertain", "dec_gold", "dec_gold_matched",   # decomposition
-    "gold_halluc", "gold_halluc_matched",
-    "loc_pred_claims", "loc_pred_matched", "loc_unplaced",                                   # localization
-    "loc_pred_chars", "loc_gold_chars", "loc_tp_chars",
-    "ef_claims", "ef_partial", "ef_complete", "ef_unmatched", "ef_unusable", "ef_capped",    # evidence finding
-    "ee_truth", "ee_truth_correct", "ee_halluc", "ee_halluc_correct",                        # evidence evaluation
-    "proxy_truth_claims", "proxy_truth_with_evidence", "proxy_ee_truth", "proxy_ee_truth_correct",
-    "quotes", "quotes_verified",
+    "items",
+    "items_gold",
+    "items_complete",
+    "items_gold_evidence",
+    "items_steps",
+    "items_claims",
+    "dec_pred",
+    "dec_pred_matched",
+    "dec_pred_uncertain",
+    "dec_gold",
+    "dec_gold_matched",  # decomposition
+    "gold_halluc",
+    "gold_halluc_matched",
+    "loc_pred_claims",
+    "loc_pred_matched",
+    "loc_unplaced",  # localization
+    "loc_pred_chars",
+    "loc_gold_chars",
+    "loc_tp_chars",
+    "ef_claims",
+    "ef_partial",
+    "ef_complete",
+    "ef_unmatched",
+    "ef_unusable",
+    "ef_capped",  # evidence finding
+    "ee_truth",
+    "ee_truth_correct",
+    "ee_halluc",
+    "ee_halluc_correct",  # evidence evaluation
+    "proxy_truth_claims",
+    "proxy_truth_with_evidence",
+    "proxy_ee_truth",
+    "proxy_ee_truth_correct",
+    "quotes",
+    "quotes_verified",
 )
 
 
@@ -32,14 +66,23 @@ def _steps(report: Report) -> dict[str, Any] | None:
 
 
 def _max_evidence(report: Report) -> int | None:
-    finder = ((report.details or {}).get("verifier") or {}).get("evidence_finder") if isinstance(report.details, dict) else None
+    finder = (
+        ((report.details or {}).get("verifier") or {}).get("evidence_finder")
+        if isinstance(report.details, dict)
+        else None
+    )
     value = finder.get("max_evidence") if isinstance(finder, dict) else None
     return value if isinstance(value, int) else None
 
 
-def item_counts(example: Example, report: Report, *, min_similarity: float = MIN_CLAIM_SIMILARITY,
-                evidence_min_overlap: float = EVIDENCE_MIN_OVERLAP,
-                similarity: Similarity = claim_similarity) -> dict[str, int]:
+def item_counts(
+    example: Example,
+    report: Report,
+    *,
+    min_similarity: float = MIN_CLAIM_SIMILARITY,
+    evidence_min_overlap: float = EVIDENCE_MIN_OVERLAP,
+    similarity: Similarity = claim_similarity,
+) -> dict[str, int]:
     """The counters of one (example, report) pair; every metric is a ratio of their sums over items."""
     c: dict[str, int] = defaultdict(int)
     c["items"] = 1
@@ -87,8 +130,11 @@ def item_counts(example: Example, report: Report, *, min_similarity: float = MIN
         pred_spans += v.claim.target_spans
         if g is not None and g.hallucinated and g.span is not None:
             c["loc_pred_matched"] += 1
-            tp_spans += [Span(start=max(s.start, g.span.start), end=min(s.end, g.span.end))
-                         for s in v.claim.target_spans if _overlap(s, g.span)]
+            tp_spans += [
+                Span(start=max(s.start, g.span.start), end=min(s.end, g.span.end))
+                for s in v.claim.target_spans
+                if _overlap(s, g.span)
+            ]
     c["loc_pred_chars"] = len(_chars(pred_spans))
     c["loc_gold_chars"] = len(_chars([g.span for g in gold.hallucinated if g.span is not None]))
     c["loc_tp_chars"] = len(_chars(tp_spans))
@@ -159,8 +205,12 @@ def item_counts(example: Example, report: Report, *, min_similarity: float = MIN
         c["ef_capped"] += cap is not None and len(g.evidence) > cap  # "complete" is out of reach for this claim
         c["ef_partial"] += any(hit)
         c["ef_complete"] += all(hit)
-        on_gold = [a for cl in mine for s, a in judged.get(cl.id, [])
-                   if s is not None and any(hits(s, e, evidence_min_overlap) for e in g.evidence)]
+        on_gold = [
+            a
+            for cl in mine
+            for s, a in judged.get(cl.id, [])
+            if s is not None and any(hits(s, e, evidence_min_overlap) for e in g.evidence)
+        ]
         if on_gold:
             c["ee_truth"] += 1
             c["ee_truth_correct"] += all(on_gold)

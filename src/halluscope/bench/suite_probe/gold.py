@@ -57,25 +57,44 @@ def _gold_claim(entry: Any, target: str, source: str, where: str, uncertain: boo
     evidence = tuple(_span(e, f"{where} evidence") for e in entry.get("evidence") or [])
     if any(e.end > len(source) for e in evidence):
         raise ValueError(f"{where}: an evidence span is outside the source ({len(source)} chars)")
-    return GoldClaim(id=str(entry.get("id", where)), text=entry["text"].strip(), span=span,
-                     hallucinated=hallucinated, evidence=evidence, uncertain=uncertain)
+    return GoldClaim(
+        id=str(entry.get("id", where)),
+        text=entry["text"].strip(),
+        span=span,
+        hallucinated=hallucinated,
+        evidence=evidence,
+        uncertain=uncertain,
+    )
 
 
 def read_gold(example: Example) -> Gold | None:
     """The example's gold claims, or None when it has none. Raises ValueError on malformed gold."""
     meta = example.meta or {}
     if "gold_claims" in meta:
-        claims = [_gold_claim(c, example.target, example.source, f"{example.id}: gold_claims[{i}]")
-                  for i, c in enumerate(meta["gold_claims"] or [])]
-        claims += [_gold_claim(c, example.target, example.source, f"{example.id}: gold_claims_uncertain[{i}]",
-                               uncertain=True)
-                   for i, c in enumerate(meta.get("gold_claims_uncertain") or [])]
+        claims = [
+            _gold_claim(c, example.target, example.source, f"{example.id}: gold_claims[{i}]")
+            for i, c in enumerate(meta["gold_claims"] or [])
+        ]
+        claims += [
+            _gold_claim(c, example.target, example.source, f"{example.id}: gold_claims_uncertain[{i}]", uncertain=True)
+            for i, c in enumerate(meta.get("gold_claims_uncertain") or [])
+        ]
         return Gold(tuple(claims), bool(meta.get("gold_claims_complete", False)))
     if "injected_claims" in meta:  # sets written by `generate inject` before gold_claims existed
-        claims = [_gold_claim({"id": f"h{i + 1}", "text": c.get("fact") or c.get("inserted_text"),
-                               "span": c.get("span"), "hallucinated": True},
-                              example.target, example.source, f"{example.id}: injected_claims[{i}]")
-                  for i, c in enumerate(meta["injected_claims"])]
+        claims = [
+            _gold_claim(
+                {
+                    "id": f"h{i + 1}",
+                    "text": c.get("fact") or c.get("inserted_text"),
+                    "span": c.get("span"),
+                    "hallucinated": True,
+                },
+                example.target,
+                example.source,
+                f"{example.id}: injected_claims[{i}]",
+            )
+            for i, c in enumerate(meta["injected_claims"])
+        ]
         return Gold(tuple(claims), False)
     if meta.get("generator") == "inject" and example.label == 1:  # an older inject truth: nothing hallucinated
         return Gold((), False)
@@ -84,5 +103,6 @@ def read_gold(example: Example) -> Gold | None:
 
 def has_gold(example: Example) -> bool:
     meta = example.meta or {}
-    return "gold_claims" in meta or "injected_claims" in meta or (meta.get("generator") == "inject"
-                                                                   and example.label == 1)
+    return (
+        "gold_claims" in meta or "injected_claims" in meta or (meta.get("generator") == "inject" and example.label == 1)
+    )

@@ -60,21 +60,31 @@ def claim_matcher(kind: ClaimMatching = "lexical") -> tuple[Similarity, float, s
         if kind == "semantic" or embeddings_available():
             try:
                 sim = SemanticSimilarity()
-                return sim, MIN_SEMANTIC_SIMILARITY, (f"semantic ({sim.model_name} cosine >= "
-                                                      f"{MIN_SEMANTIC_SIMILARITY / 100:.2f}, spans overlapping)")
+                return (
+                    sim,
+                    MIN_SEMANTIC_SIMILARITY,
+                    (f"semantic ({sim.model_name} cosine >= {MIN_SEMANTIC_SIMILARITY / 100:.2f}, spans overlapping)"),
+                )
             except (EmbeddingsUnavailable, OSError) as exc:
                 if kind == "semantic":
                     raise ValueError(f"semantic claim matching is unavailable: {exc}") from exc
-    return claim_similarity, MIN_CLAIM_SIMILARITY, (f"lexical (token-sort ratio >= {MIN_CLAIM_SIMILARITY:.0f}, "
-                                                    "spans overlapping)")
+    return (
+        claim_similarity,
+        MIN_CLAIM_SIMILARITY,
+        (f"lexical (token-sort ratio >= {MIN_CLAIM_SIMILARITY:.0f}, spans overlapping)"),
+    )
 
 
 def _overlap(a: Span, b: Span) -> int:
     return max(0, min(a.end, b.end) - max(a.start, b.start))
 
 
-def match_claim(claim: Claim, gold: Sequence[GoldClaim], min_similarity: float = MIN_CLAIM_SIMILARITY,
-                similarity: Similarity = claim_similarity) -> GoldClaim | None:
+def match_claim(
+    claim: Claim,
+    gold: Sequence[GoldClaim],
+    min_similarity: float = MIN_CLAIM_SIMILARITY,
+    similarity: Similarity = claim_similarity,
+) -> GoldClaim | None:
     """``claim``'s gold claim (see the package docstring), or None. Ties go to the larger span overlap, then the
     first gold claim."""
     best, best_key = None, None

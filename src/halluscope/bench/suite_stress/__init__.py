@@ -19,15 +19,50 @@ difficulty ``"original"``; the other rows' difficulty names their perturbation.
 Unscored reports are counted and left out of every number, never scored as 0.
 """
 
-from halluscope.bench.suite_stress.deltas import (KNOWN_ORDER, ORIGINAL, Pair, delta_stats, is_stress_set, mean_scores,
-                                                  perturbation_order, perturbation_pairs)
-from halluscope.bench.suite_stress.density import (DensityFn, DensityPoint, EmbeddingDensity, density_bins,
-                                                   density_correlation, density_points, tfidf_density)
+from halluscope.bench.suite_stress.deltas import (
+    KNOWN_ORDER,
+    ORIGINAL,
+    Pair,
+    delta_stats,
+    is_stress_set,
+    mean_scores,
+    perturbation_order,
+    perturbation_pairs,
+)
+from halluscope.bench.suite_stress.density import (
+    DensityFn,
+    DensityPoint,
+    EmbeddingDensity,
+    density_bins,
+    density_correlation,
+    density_points,
+    tfidf_density,
+)
 from halluscope.bench.suite_stress.plots import plot_deltas, plot_density
 from halluscope.bench.suite_stress.suite import stress_report, stress_suite  # registers the ``stress`` suite
 from halluscope.bench.suite_stress.tables import bins_table, delta_table, mean_table
 
-__all__ = ["KNOWN_ORDER", "ORIGINAL", "DensityFn", "DensityPoint", "EmbeddingDensity", "Pair", "bins_table",
-           "delta_stats", "delta_table", "density_bins", "density_correlation", "density_points", "is_stress_set",
-           "mean_scores", "mean_table", "perturbation_order", "perturbation_pairs", "plot_deltas", "plot_density",
-           "stress_report", "stress_suite", "tfidf_density"]
+__all__ = [
+    "KNOWN_ORDER",
+    "ORIGINAL",
+    "DensityFn",
+    "DensityPoint",
+    "EmbeddingDensity",
+    "Pair",
+    "bins_table",
+    "delta_stats",
+    "delta_table",
+    "density_bins",
+    "density_correlation",
+    "density_points",
+    "is_stress_set",
+    "mean_scores",
+    "mean_table",
+    "perturbation_order",
+    "perturbation_pairs",
+    "plot_deltas",
+    "plot_density",
+    "stress_report",
+    "stress_suite",
+    "tfidf_density",
+]

@@ -3,12 +3,11 @@ of each perturbed row against its original (long-document stress-test paper App.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-
-import math
 
 import numpy as np
 
@@ -17,8 +16,15 @@ from halluscope.bench.suites import SuiteContext
 from halluscope.records import Example, Report
 
 ORIGINAL = "original"
-KNOWN_ORDER = ("paraphrased", "simplified", "synonym_replaced", "less_diverse", "negated", "compressed",
-               "added_source_sentence")
+KNOWN_ORDER = (
+    "paraphrased",
+    "simplified",
+    "synonym_replaced",
+    "less_diverse",
+    "negated",
+    "compressed",
+    "added_source_sentence",
+)
 
 
 def is_stress_set(examples: Sequence[Example]) -> bool:
@@ -69,8 +75,13 @@ def perturbation_pairs(examples: Sequence[Example], reports: Sequence[Report]) -
 
 def _mean_ci(values: Sequence[float], ctx: SuiteContext, clusters: Sequence[Any] | None = None) -> dict[str, Any]:
     arr = np.asarray(values, dtype=float)
-    return bootstrap_ci(lambda idx: float(arr[idx].mean()) if len(idx) else None, len(arr),
-                        n_resamples=ctx.n_bootstrap, seed=ctx.seed, clusters=clusters)
+    return bootstrap_ci(
+        lambda idx: float(arr[idx].mean()) if len(idx) else None,
+        len(arr),
+        n_resamples=ctx.n_bootstrap,
+        seed=ctx.seed,
+        clusters=clusters,
+    )
 
 
 def score_range(reports: Sequence[Report]) -> tuple[float, float] | None:
@@ -79,8 +90,12 @@ def score_range(reports: Sequence[Report]) -> tuple[float, float] | None:
     return (min(seen), max(seen)) if seen else None
 
 
-def delta_stats(pairs: Sequence[Pair], ctx: SuiteContext, unpaired: dict[str, int] | None = None,
-                scale: tuple[float, float] | None = None) -> dict[str, dict[str, Any]]:
+def delta_stats(
+    pairs: Sequence[Pair],
+    ctx: SuiteContext,
+    unpaired: dict[str, int] | None = None,
+    scale: tuple[float, float] | None = None,
+) -> dict[str, dict[str, Any]]:
     """Per perturbation: the score change of its pairs (``mean_delta`` etc., over the scored pairs, with their
     ``coverage``) and, with ``unpaired`` and ``scale`` (the run's lowest and highest score), the values
     counting every row: ``mean_delta_all``, ``mean_abs_delta_all`` and ``label_flip_rate_all``, where a row
@@ -132,13 +147,18 @@ def mean_scores(examples: Sequence[Example], reports: Sequence[Report], ctx: Sui
             by_name[ex.difficulty].append(rep.score)
     scale = score_range([r for e, r in zip(examples, reports) if e.group is not None and e.difficulty is not None])
     names = ([ORIGINAL] if ORIGINAL in by_name or ORIGINAL in unscored else []) + perturbation_order(
-        set(by_name) | set(unscored))
+        set(by_name) | set(unscored)
+    )
     out: dict[str, Any] = {}
     for n in names:
         values, missing = by_name.get(n, []), unscored.get(n, 0)
         cov = coverage(len(values), len(values) + missing)
         # no row of the run scored: no lowest score to count the unscored at, so no value (like the scored one)
         every = [*values, *[scale[0]] * missing] if scale is not None else []
-        out[n] = {**_mean_ci(values, ctx), "unscored": missing, "coverage": cov,
-                  "all": {**_mean_ci(every, ctx), "coverage": cov}}
+        out[n] = {
+            **_mean_ci(values, ctx),
+            "unscored": missing,
+            "coverage": cov,
+            "all": {**_mean_ci(every, ctx), "coverage": cov},
+        }
     return out

@@ -103,8 +103,9 @@ def _claim_score(verdict) -> float | None:
     return 1.0 if verdict.label == "supported" else 0.0
 
 
-def density_points(examples: Sequence[Example], reports: Sequence[Report], density: DensityFn, *,
-                   with_unscored: bool = False) -> tuple[list[DensityPoint], str]:
+def density_points(
+    examples: Sequence[Example], reports: Sequence[Report], density: DensityFn, *, with_unscored: bool = False
+) -> tuple[list[DensityPoint], str]:
     """Density/score points on the original rows: per claim when the reports carry claim verdicts, else per
     target. Returns the points and the unit used ("claim" or "target").
 
@@ -160,18 +161,28 @@ def density_bins(points: Sequence[DensityPoint], ctx: SuiteContext, n_bins: int 
             continue
         scored = [p for p in members if p.score is not None]
         cov = coverage(len(scored), len(members))
-        out.append({
-            "low": float(edges[k]),
-            "high": float(edges[k + 1]),
-            "n": len(members),
-            "n_scored": len(scored),
-            "n_examples": len({p.example_id for p in members}),
-            "mean_density": float(np.mean([p.density for p in members])),
-            "score": {**_mean_ci([p.score for p in scored], ctx, clusters=[p.example_id for p in scored]),
-                      "coverage": cov},
-            "score_all": {**_mean_ci([worst if p.score is None else p.score for p in members], ctx,
-                                     clusters=[p.example_id for p in members]), "coverage": cov},
-        })
+        out.append(
+            {
+                "low": float(edges[k]),
+                "high": float(edges[k + 1]),
+                "n": len(members),
+                "n_scored": len(scored),
+                "n_examples": len({p.example_id for p in members}),
+                "mean_density": float(np.mean([p.density for p in members])),
+                "score": {
+                    **_mean_ci([p.score for p in scored], ctx, clusters=[p.example_id for p in scored]),
+                    "coverage": cov,
+                },
+                "score_all": {
+                    **_mean_ci(
+                        [worst if p.score is None else p.score for p in members],
+                        ctx,
+                        clusters=[p.example_id for p in members],
+                    ),
+                    "coverage": cov,
+                },
+            }
+        )
     return out
 
 

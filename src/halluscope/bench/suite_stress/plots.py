@@ -12,7 +12,6 @@ from halluscope._optional import require
 from halluscope.bench.suite_stress.deltas import Pair
 from halluscope.bench.suite_stress.density import DensityPoint
 
-
 # -------------------------------------------------------------------------------------------- plots
 
 
@@ -46,8 +45,9 @@ def plot_deltas(pairs: Sequence[Pair], stats: dict[str, dict[str, Any]], path: P
         ds = [p.delta for p in pairs if p.perturbation == n]
         ax.scatter(i + rng.uniform(-0.18, 0.18, len(ds)), ds, s=9, color="k", alpha=0.5, zorder=3)
     ax.axhline(0.0, color="grey", linewidth=0.8)
-    ax.set_xticks(range(len(names)), [f"{n}\n(n={stats[n]['n_pairs']})" for n in names], rotation=30,
-                  ha="right", fontsize="small")
+    ax.set_xticks(
+        range(len(names)), [f"{n}\n(n={stats[n]['n_pairs']})" for n in names], rotation=30, ha="right", fontsize="small"
+    )
     ax.set_ylabel("score change (perturbed - original)")
     ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)
@@ -56,8 +56,9 @@ def plot_deltas(pairs: Sequence[Pair], stats: dict[str, dict[str, Any]], path: P
     return path
 
 
-def plot_density(points: Sequence[DensityPoint], bins: Sequence[dict[str, Any]], path: Path, title: str,
-                 xlabel: str) -> Path:
+def plot_density(
+    points: Sequence[DensityPoint], bins: Sequence[dict[str, Any]], path: Path, title: str, xlabel: str
+) -> Path:
     """Score against claim density: every unit as a faint dot, bin means with 95% CIs as a line."""
     fig = _figure(5.6, 4.4)
     ax = fig.add_subplot()

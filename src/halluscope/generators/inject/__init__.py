@@ -48,14 +48,48 @@ spans are carried into each injected target through its insertions (the text out
 
 from halluscope.generators.inject.donors import donor_facts
 from halluscope.generators.inject.generator import COMPLEXITIES, TRUTH, InjectionGenerator, InjectionResult, Weave
-from halluscope.generators.inject.gold import (GoldEvidenceBuilder, TruthfulGold, align_original, map_span,
-                                               with_truthful_gold)
-from halluscope.generators.inject.prompts import (COMPLEXITY_INSTRUCTIONS, INVENT_PROMPT, SOURCE_BLOCK, WEAVE_PROMPT,
-                                                  with_source_block)
-from halluscope.generators.inject.weaving import (InjectedClaim, outside_matches_original, parse_marked_text,
-                                                  verify_spans, weave_at_boundaries)
+from halluscope.generators.inject.gold import (
+    GoldEvidenceBuilder,
+    TruthfulGold,
+    align_original,
+    map_span,
+    with_truthful_gold,
+)
+from halluscope.generators.inject.prompts import (
+    COMPLEXITY_INSTRUCTIONS,
+    INVENT_PROMPT,
+    SOURCE_BLOCK,
+    WEAVE_PROMPT,
+    with_source_block,
+)
+from halluscope.generators.inject.weaving import (
+    InjectedClaim,
+    outside_matches_original,
+    parse_marked_text,
+    verify_spans,
+    weave_at_boundaries,
+)
 
-__all__ = ["COMPLEXITIES", "COMPLEXITY_INSTRUCTIONS", "INVENT_PROMPT", "SOURCE_BLOCK", "TRUTH", "WEAVE_PROMPT",
-           "GoldEvidenceBuilder", "InjectedClaim", "InjectionGenerator", "InjectionResult", "TruthfulGold", "Weave",
-           "align_original", "donor_facts", "map_span", "outside_matches_original", "parse_marked_text",
-           "verify_spans", "weave_at_boundaries", "with_source_block", "with_truthful_gold"]
+__all__ = [
+    "COMPLEXITIES",
+    "COMPLEXITY_INSTRUCTIONS",
+    "INVENT_PROMPT",
+    "SOURCE_BLOCK",
+    "TRUTH",
+    "WEAVE_PROMPT",
+    "GoldEvidenceBuilder",
+    "InjectedClaim",
+    "InjectionGenerator",
+    "InjectionResult",
+    "TruthfulGold",
+    "Weave",
+    "align_original",
+    "donor_facts",
+    "map_span",
+    "outside_matches_original",
+    "parse_marked_text",
+    "verify_spans",
+    "weave_at_boundaries",
+    "with_source_block",
+    "with_truthful_gold",
+]

@@ -12,8 +12,16 @@ from halluscope.records import Example
 from halluscope.text import locate, split_sentences
 
 
-def donor_facts(example: Example, pool: Sequence[Example], k: int, rng: random.Random, *, shortlist: int = 12,
-                min_words: int = 6, max_words: int = 35) -> list[str]:
+def donor_facts(
+    example: Example,
+    pool: Sequence[Example],
+    k: int,
+    rng: random.Random,
+    *,
+    shortlist: int = 12,
+    min_words: int = 6,
+    max_words: int = 35,
+) -> list[str]:
     """``k`` unsupported statements without an LLM: sentences taken from the targets of OTHER sources in
     ``pool`` (never one that shares this example's source), preferring those closest in wording to this
     target so they stay on a similar topic, and rejecting any that resembles a sentence of this source
@@ -37,7 +45,7 @@ def donor_facts(example: Example, pool: Sequence[Example], k: int, rng: random.R
     rng.shuffle(shortlisted)
     chosen: list[str] = []
     used_sources: set[str] = set()
-    for _, text, donor_source in shortlisted + candidates[max(shortlist, k):]:
+    for _, text, donor_source in shortlisted + candidates[max(shortlist, k) :]:
         if len(chosen) == k:
             break
         # one sentence per donor source, and no two near-duplicates (datasets hold edited variants of a summary)
@@ -45,9 +53,11 @@ def donor_facts(example: Example, pool: Sequence[Example], k: int, rng: random.R
             continue
         if locate(text, example.source, min_fuzzy=80) is not None:
             continue
-        if any(fuzz.token_sort_ratio(text, src, processor=default_process) >= 75
-               or (len(src.split()) >= 5 and fuzz.token_set_ratio(text, src, processor=default_process) >= 90)
-               for src in source_sentences):
+        if any(
+            fuzz.token_sort_ratio(text, src, processor=default_process) >= 75
+            or (len(src.split()) >= 5 and fuzz.token_set_ratio(text, src, processor=default_process) >= 90)
+            for src in source_sentences
+        ):
             continue
         chosen.append(text)
         used_sources.add(donor_source)

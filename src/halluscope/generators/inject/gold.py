@@ -27,17 +27,23 @@ class TruthfulGold:
     builder: dict[str, Any] = field(default_factory=dict)
 
 
-
-
 class GoldEvidenceBuilder:
     """Gold truthful claims with gold evidence by multi-judge consensus (package docstring; PROBE paper §3.3),
     built from PROBE's own stages: its decomposer (the main model), its evidence finder (each judge model
     once; the union of their located passages) and its evidence evaluation prompt (every judge, ``samples``
     votes each). ``samples`` defaults to 1 vote per judge with several judge models and to 3 with one."""
 
-    def __init__(self, llm: LLM, *, judges: Sequence[LLM] = (), samples: int | None = None,
-                 consensus: float = 0.75, max_evidence: int = 3, context_sentences: int = 2,
-                 prompts_dir: Path | None = None):
+    def __init__(
+        self,
+        llm: LLM,
+        *,
+        judges: Sequence[LLM] = (),
+        samples: int | None = None,
+        consensus: float = 0.75,
+        max_evidence: int = 3,
+        context_sentences: int = 2,
+        prompts_dir: Path | None = None,
+    ):
         from halluscope.config import Config
         from halluscope.prompts import PromptTemplate, apply_overrides
 
@@ -50,16 +56,30 @@ class GoldEvidenceBuilder:
         def prompts(template: PromptTemplate) -> PromptTemplate:
             return apply_overrides(template, config.prompts_dir)
 
-        self.judging = consensus_judging(llm, judge_llms, samples=samples, consensus=consensus,  # PROBE's ranges
-                                         max_evidence=max_evidence, context_sentences=context_sentences,
-                                         prompts=prompts, purpose="the gold evidence builder")
-        self.decomposer, self.finders, self.evaluator = (self.judging.decomposer, self.judging.finders,
-                                                         self.judging.evaluator)
+        self.judging = consensus_judging(
+            llm,
+            judge_llms,
+            samples=samples,
+            consensus=consensus,  # PROBE's ranges
+            max_evidence=max_evidence,
+            context_sentences=context_sentences,
+            prompts=prompts,
+            purpose="the gold evidence builder",
+        )
+        self.decomposer, self.finders, self.evaluator = (
+            self.judging.decomposer,
+            self.judging.finders,
+            self.judging.evaluator,
+        )
         self.consensus, self.context_sentences = consensus, context_sentences
-        self.description = {"decomposer": llm.name, "finders": [f.llm.name for f in self.finders],
-                            "judges": [j.name for j in self.evaluator.judges], "consensus": consensus,
-                            "votes_per_passage": len(self.evaluator.judges),
-                            "pass_votes_needed": self.judging.votes_needed(len(self.evaluator.judges))}
+        self.description = {
+            "decomposer": llm.name,
+            "finders": [f.llm.name for f in self.finders],
+            "judges": [j.name for j in self.evaluator.judges],
+            "consensus": consensus,
+            "votes_per_passage": len(self.evaluator.judges),
+            "pass_votes_needed": self.judging.votes_needed(len(self.evaluator.judges)),
+        }
 
     async def build(self, source: str, target: str) -> TruthfulGold:
         """The truthful gold of a faithful ``target`` (spans in ``target``)."""
@@ -68,17 +88,24 @@ class GoldEvidenceBuilder:
         step = await self.decomposer(target)
         calls = list(step.calls)
         if step.value is None:
-            return TruthfulGold(error=f"gold decomposition failed: {step.error}", calls=calls,
-                                builder=dict(self.description))
+            return TruthfulGold(
+                error=f"gold decomposition failed: {step.error}", calls=calls, builder=dict(self.description)
+            )
         sentences = split_sentences(source)
         whole = Context(text=source)
 
         async def one(number: int, claim: Claim) -> tuple[dict[str, Any], bool, list[LLMCall]]:
-            entry: dict[str, Any] = {"text": claim.text, "hallucinated": False,
-                                     "span": claim.target_spans[0].model_dump() if claim.target_spans else None}
+            entry: dict[str, Any] = {
+                "text": claim.text,
+                "hallucinated": False,
+                "span": claim.target_spans[0].model_dump() if claim.target_spans else None,
+            }
             if not claim.target_spans:
-                return {"id": f"u{number}", **entry, "reason": "the decomposer could not place it in the target"}, \
-                    False, []
+                return (
+                    {"id": f"u{number}", **entry, "reason": "the decomposer could not place it in the target"},
+                    False,
+                    [],
+                )
             searches = await asyncio.gather(*(f.search(claim, whole, source) for f in self.finders))
             my_calls = [c for s in searches for c in s.calls]
             candidates: dict[tuple[int, int], Any] = {}
@@ -86,32 +113,49 @@ class GoldEvidenceBuilder:
                 for ev in search.evidence:
                     if ev.span is not None:
                         candidates.setdefault((ev.span.start, ev.span.end), ev)
-            agreement: dict[str, Any] = {"finders": len(searches),
-                                         "finders_failed": sum(s.error is not None for s in searches),
-                                         "candidates": len(candidates)}
+            agreement: dict[str, Any] = {
+                "finders": len(searches),
+                "finders_failed": sum(s.error is not None for s in searches),
+                "candidates": len(candidates),
+            }
             if not candidates:
                 errors = "; ".join(dict.fromkeys(s.error for s in searches if s.error))
-                reason = (f"evidence finding failed for every finder: {errors}" if all(s.error for s in searches)
-                          else "no finder located a source passage for it")
+                reason = (
+                    f"evidence finding failed for every finder: {errors}"
+                    if all(s.error for s in searches)
+                    else "no finder located a source passage for it"
+                )
                 return {"id": f"u{number}", **entry, "reason": reason, "agreement": agreement}, False, my_calls
-            judgments = await asyncio.gather(*(
-                self.evaluator(claim, ev, self.judging.context(source, sentences, ev.span), source)
-                for ev in candidates.values()))
+            judgments = await asyncio.gather(
+                *(
+                    self.evaluator(claim, ev, self.judging.context(source, sentences, ev.span), source)
+                    for ev in candidates.values()
+                )
+            )
             judged = []
             for (start, end), j in zip(candidates, judgments):
                 my_calls += j.calls
                 passes = sum(v.passed is True for v in j.votes)
-                judged.append({"start": start, "end": end, "pass": passes, "votes": len(j.votes),
-                               "accepted": j.accepted is True})
+                judged.append(
+                    {"start": start, "end": end, "pass": passes, "votes": len(j.votes), "accepted": j.accepted is True}
+                )
             accepted = [{k: e[k] for k in ("start", "end", "pass", "votes")} for e in judged if e["accepted"]]
             agreement["accepted"] = len(accepted)
             if accepted:
                 return {"id": f"t{number}", **entry, "evidence": accepted, "agreement": agreement}, True, my_calls
             best = max(e["pass"] for e in judged)
             agreement["candidate_votes"] = [{k: e[k] for k in ("start", "end", "pass", "votes")} for e in judged]
-            return {"id": f"u{number}", **entry, "agreement": agreement,
+            return (
+                {
+                    "id": f"u{number}",
+                    **entry,
+                    "agreement": agreement,
                     "reason": f"no passage reached consensus (best: {best} of {judged[0]['votes']} PASS votes, "
-                              f"{self.judging.votes_needed(judged[0]['votes'])} needed)"}, False, my_calls
+                    f"{self.judging.votes_needed(judged[0]['votes'])} needed)",
+                },
+                False,
+                my_calls,
+            )
 
         results = await asyncio.gather(*(one(i + 1, c) for i, c in enumerate(step.value)))
         gold = TruthfulGold(calls=calls + [c for _, _, cs in results for c in cs], builder=dict(self.description))
@@ -125,7 +169,7 @@ def align_original(original: str, new_text: str, inserted: Sequence[Span]) -> li
     that ``new_text`` is ``original`` with the ``inserted`` pieces added (whitespace aside); None if it is not."""
     inside = bytearray(len(new_text))
     for s in inserted:
-        inside[s.start:s.end] = b"\x01" * (s.end - s.start)
+        inside[s.start : s.end] = b"\x01" * (s.end - s.start)
     positions = [-1] * len(original)
     i = j = 0
     while i < len(original):

@@ -10,13 +10,17 @@ from halluscope.prompts import PromptTemplate
 
 COMPLEXITY_INSTRUCTIONS = {
     1: "Insert the single new fact as a plain statement of its own, at a place in the TEXT where it fits.",
-    2: ("Fasten each new fact to something the TEXT already says: present it as a detail, a reason or a "
+    2: (
+        "Fasten each new fact to something the TEXT already says: present it as a detail, a reason or a "
         "consequence of the true statement it sits next to (as a clause of that sentence or as the sentence "
-        "right after it)."),
-    3: ("Fasten the new facts to what the TEXT already says, as details, reasons or consequences of the true "
+        "right after it)."
+    ),
+    3: (
+        "Fasten the new facts to what the TEXT already says, as details, reasons or consequences of the true "
         "statements next to them; and present at least one new fact as the background or cause from which a "
         "statement of the TEXT follows, so that the invented fact reads as the premise of something the TEXT "
-        "says."),
+        "says."
+    ),
 }
 
 # ``${source_block}`` is a slot, not a value: the code fills it with SOURCE_BLOCK (a heading and the fenced

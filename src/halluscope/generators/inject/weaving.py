@@ -27,8 +27,13 @@ class InjectedClaim:
 
     def as_gold(self, number: int) -> dict[str, Any]:
         """This injection as a gold hallucinated claim (``meta.gold_claims``)."""
-        return {"id": f"h{number}", "text": self.fact, "span": self.span.model_dump(), "hallucinated": True,
-                "inserted_text": self.inserted_text}
+        return {
+            "id": f"h{number}",
+            "text": self.fact,
+            "span": self.span.model_dump(),
+            "hallucinated": True,
+            "inserted_text": self.inserted_text,
+        }
 
 
 _STRAY_TAG = re.compile(r"</?ins>", re.I)
@@ -88,8 +93,9 @@ def _as_sentence(fact: str) -> str:
     return fact if fact[-1:] in ".!?\"'" else fact + "."
 
 
-def weave_at_boundaries(target: str, facts: Sequence[str], complexity: int, rng: random.Random
-                        ) -> tuple[str, list[InjectedClaim]]:
+def weave_at_boundaries(
+    target: str, facts: Sequence[str], complexity: int, rng: random.Random
+) -> tuple[str, list[InjectedClaim]]:
     """Insert each fact as its own sentence after a target sentence (see module docstring); exact spans."""
     sentences = split_sentences(target)
     if not sentences:
@@ -110,8 +116,11 @@ def weave_at_boundaries(target: str, facts: Sequence[str], complexity: int, rng:
         length += len(chunk)
         inserted = _as_sentence(fact)
         pieces.append(" " + inserted)
-        claims.append(InjectedClaim(fact=fact.strip(), inserted_text=inserted,
-                                    span=Span(start=length + 1, end=length + 1 + len(inserted))))
+        claims.append(
+            InjectedClaim(
+                fact=fact.strip(), inserted_text=inserted, span=Span(start=length + 1, end=length + 1 + len(inserted))
+            )
+        )
         length += 1 + len(inserted)
         cursor = position
     pieces.append(target[cursor:])

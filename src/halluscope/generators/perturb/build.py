@@ -9,7 +9,12 @@ from halluscope.config import Config
 from halluscope.generators.perturb.insert import INSERT_PROMPT, InsertSourceSentence
 from halluscope.generators.perturb.rewrite import REWRITE_PROMPTS, RewritePerturbation
 from halluscope.generators.perturb.rows import (
-    PERTURBATIONS, GroupResult, InsertWith, PerturbationSkip, Unit, original_row,
+    PERTURBATIONS,
+    GroupResult,
+    InsertWith,
+    PerturbationSkip,
+    Unit,
+    original_row,
 )
 from halluscope.llm import LLM, get_llm, track_calls
 from halluscope.prompts import apply_overrides
@@ -66,7 +71,8 @@ class PerturbGenerator:
     @property
     def needs_llm(self) -> bool:
         return any(p in REWRITE_PROMPTS for p in self.perturbations) or (
-            "added_source_sentence" in self.perturbations and self.insert_with == "llm")
+            "added_source_sentence" in self.perturbations and self.insert_with == "llm"
+        )
 
     @property
     def llm(self) -> LLM:
@@ -84,17 +90,29 @@ class PerturbGenerator:
                 how = self.insert_with
                 if how == "auto":
                     how = "retrieval" if _retrieval_available() else "tfidf"
-                out.append(InsertSourceSentence(
-                    how, llm=self.llm if how == "llm" else None,
-                    prompt=apply_overrides(INSERT_PROMPT, self.config.prompts_dir), seed=self.seed))
+                out.append(
+                    InsertSourceSentence(
+                        how,
+                        llm=self.llm if how == "llm" else None,
+                        prompt=apply_overrides(INSERT_PROMPT, self.config.prompts_dir),
+                        seed=self.seed,
+                    )
+                )
         return out
 
-    async def perturb_one(self, original: Example,
-                          stages: list[RewritePerturbation | InsertSourceSentence] | None = None) -> GroupResult:
+    async def perturb_one(
+        self, original: Example, stages: list[RewritePerturbation | InsertSourceSentence] | None = None
+    ) -> GroupResult:
         stages = stages if stages is not None else self.stages()
         if original.label == 0:
-            skips = [PerturbationSkip(example_id=original.id, perturbation=s.perturbation,
-                                      reason="the original is labelled inconsistent (label 0)") for s in stages]
+            skips = [
+                PerturbationSkip(
+                    example_id=original.id,
+                    perturbation=s.perturbation,
+                    reason="the original is labelled inconsistent (label 0)",
+                )
+                for s in stages
+            ]
             return GroupResult(original, [], skips, Usage())
         with track_calls():  # keeps these calls out of any caller's per-report log
             outcomes = await asyncio.gather(*(stage(original) for stage in stages))

@@ -13,8 +13,8 @@ import re
 
 from rapidfuzz import fuzz
 
-from halluscope.text.fence import strip_fence_tags
 from halluscope.text import split_sentences
+from halluscope.text.fence import strip_fence_tags
 from halluscope.text.parsing import ParseError
 from halluscope.text.tags import strip_think, tag_blocks, tag_contents
 
@@ -55,7 +55,7 @@ def parse_rewritten(reply: str, *, require_tags: bool = False) -> str:
     first, _, rest = text.partition("\n")
     if rest.strip() and first.rstrip().endswith(":") and word_count(first) <= 12:
         text = rest.strip()
-    if len(text) > 1 and text[0] in "\"“" and text[-1] in "\"”" and sum(text.count(q) for q in "\"“”") == 2:
+    if len(text) > 1 and text[0] in '"“' and text[-1] in '"”' and sum(text.count(q) for q in '"“”') == 2:
         text = text[1:-1].strip()
     if not text:
         raise ParseError("no text in the reply")
@@ -94,11 +94,27 @@ LENGTH_BOUNDS: dict[str, tuple[float, float]] = {
 _NAME_TOKEN = re.compile(r"[A-Za-z][\w'’-]*")
 _POSSESSIVE = re.compile(r"['’]s$")
 _NUMERAL = re.compile(r"\d+(?:[.,]\d+)*")
-_NUMBER_WORDS = {w: str(i) for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen twenty".split())}
-_NUMBER_WORDS.update({"thirty": "30", "forty": "40", "fifty": "50", "sixty": "60", "seventy": "70",
-                      "eighty": "80", "ninety": "90", "hundred": "100", "thousand": "1000", "dozen": "12"})
+_NUMBER_WORDS = {
+    w: str(i)
+    for i, w in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+        "seventeen eighteen nineteen twenty".split()
+    )
+}
+_NUMBER_WORDS.update(
+    {
+        "thirty": "30",
+        "forty": "40",
+        "fifty": "50",
+        "sixty": "60",
+        "seventy": "70",
+        "eighty": "80",
+        "ninety": "90",
+        "hundred": "100",
+        "thousand": "1000",
+        "dozen": "12",
+    }
+)
 
 
 def _bare(token: str) -> str:
@@ -183,4 +199,3 @@ def rewrite_stats(original: str, rewritten: str) -> dict[str, float | int]:
         "negations_added": negation_count(rewritten) - negation_count(original),
         "char_similarity": round(fuzz.ratio(original, rewritten) / 100.0, 4),
     }
-

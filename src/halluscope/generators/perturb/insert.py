@@ -22,9 +22,9 @@ from halluscope.generators.perturb.checks import FORMAT_HINT, normalized, parse_
 from halluscope.generators.perturb.rows import InsertWith, PerturbOutcome, perturbed_row, skipped, usage_of
 from halluscope.llm import LLM, LLMError
 from halluscope.llm.structured import generate_parsed
+from halluscope.methods.options import StageOptions
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Example, LLMCall, Span
-from halluscope.methods.options import StageOptions
 from halluscope.stages import PromptResolver, same_prompt
 from halluscope.text import Sentence, locate, split_sentences
 from halluscope.text.parsing import ParseError
@@ -134,8 +134,13 @@ def tfidf_relatedness(candidates: Sequence[str], target_sentences: Sequence[str]
     return [float(row.max()) if row.size else 0.0 for row in sims]
 
 
-def retrieval_relatedness(source: str, candidates: Sequence[Sentence], target_sentences: Sequence[str],
-                          retriever: str = "auto", index_cache: dict[str, SourceIndex] | None = None) -> tuple[list[float], str]:
+def retrieval_relatedness(
+    source: str,
+    candidates: Sequence[Sentence],
+    target_sentences: Sequence[str],
+    retriever: str = "auto",
+    index_cache: dict[str, SourceIndex] | None = None,
+) -> tuple[list[float], str]:
     """Relatedness from the shared retrieval stage (embedding cosine, or BM25 score when no embedding model
     is installed): a candidate's best similarity to any target sentence. Returns the scores and the
     retriever used."""
@@ -154,9 +159,15 @@ def retrieval_relatedness(source: str, candidates: Sequence[Sentence], target_se
     return [float(best[c.index]) for c in candidates], index.retriever
 
 
-def choose_unrelated_sentence(source: str, target: str, rng: random.Random, *, how: str = "tfidf",
-                              tie_tolerance: float = 1e-9, index_cache: dict[str, SourceIndex] | None = None
-                              ) -> tuple[Sentence, float, str] | None:
+def choose_unrelated_sentence(
+    source: str,
+    target: str,
+    rng: random.Random,
+    *,
+    how: str = "tfidf",
+    tie_tolerance: float = 1e-9,
+    index_cache: dict[str, SourceIndex] | None = None,
+) -> tuple[Sentence, float, str] | None:
     """The candidate source sentence least related to the target (ties broken by ``rng``), with its
     relatedness and the selector used; ``None`` when the source has no usable candidate."""
     target_sentences = [s.text for s in split_sentences(target)] or [target]
@@ -207,13 +218,21 @@ class InsertSourceSentence:
         """Seed of the sentence and position drawn (tfidf, retrieval)."""
 
     @classmethod
-    def from_options(cls, model: LLM | None, options: "InsertSourceSentence.Options", *,
-                     prompts: PromptResolver = same_prompt) -> "InsertSourceSentence":
-        return cls(options.how, llm=model if options.how == "llm" else None, prompt=prompts(INSERT_PROMPT),
-                   seed=options.seed)
+    def from_options(
+        cls, model: LLM | None, options: InsertSourceSentence.Options, *, prompts: PromptResolver = same_prompt
+    ) -> InsertSourceSentence:
+        return cls(
+            options.how, llm=model if options.how == "llm" else None, prompt=prompts(INSERT_PROMPT), seed=options.seed
+        )
 
-    def __init__(self, how: InsertWith = "tfidf", *, llm: LLM | None = None, prompt: PromptTemplate = INSERT_PROMPT,
-                 seed: int = 0):
+    def __init__(
+        self,
+        how: InsertWith = "tfidf",
+        *,
+        llm: LLM | None = None,
+        prompt: PromptTemplate = INSERT_PROMPT,
+        seed: int = 0,
+    ):
         if how == "llm" and llm is None:
             raise ValueError("insert_with='llm' needs an LLM")
         self.how = how
@@ -228,21 +247,30 @@ class InsertSourceSentence:
         rng = random.Random(f"{self.seed}:{original.id}:{self.perturbation}")
         try:
             # in the event-loop thread on purpose: sentence splitting (pysbd) is not thread-safe
-            choice = choose_unrelated_sentence(original.source, original.target, rng, how=self.how,
-                                               index_cache=self._indexes)
+            choice = choose_unrelated_sentence(
+                original.source, original.target, rng, how=self.how, index_cache=self._indexes
+            )
         except (ImportError, ValueError, RuntimeError) as exc:
             return self._skip(original, f"selecting a source sentence failed: {exc}", [])
         if choice is None:
-            return self._skip(original, "the source has no candidate sentence (8-40 words of plain prose, not "
-                                        "already in the target)", [])
+            return self._skip(
+                original,
+                "the source has no candidate sentence (8-40 words of plain prose, not already in the target)",
+                [],
+            )
         sentence, relatedness, used = choice
         perturbed, span = insert_at_boundary(original.target, sentence.text, rng)
         insertion = Insertion(sentence.text, span, sentence.span, used, relatedness)
-        return PerturbOutcome(self.perturbation, example=perturbed_row(
-            original, self.perturbation, perturbed, self._meta(original.target, perturbed, insertion, None, [])))
+        return PerturbOutcome(
+            self.perturbation,
+            example=perturbed_row(
+                original, self.perturbation, perturbed, self._meta(original.target, perturbed, insertion, None, [])
+            ),
+        )
 
-    def _meta(self, target: str, perturbed: str, ins: Insertion, model: str | None,
-              calls: list[LLMCall]) -> dict[str, Any]:
+    def _meta(
+        self, target: str, perturbed: str, ins: Insertion, model: str | None, calls: list[LLMCall]
+    ) -> dict[str, Any]:
         meta: dict[str, Any] = {
             "model": model,
             "selector": ins.how,
@@ -274,7 +302,9 @@ class InsertSourceSentence:
 
         try:
             parsed = await generate_parsed(
-                self.llm, self.prompt.render(text=target, source=source), parse,
+                self.llm,
+                self.prompt.render(text=target, source=source),
+                parse,
                 params=self.llm.params(max_tokens=max(256, 2 * self.llm.count_tokens(target) + 256)),
                 format_hint=FORMAT_HINT,
             )
@@ -285,8 +315,11 @@ class InsertSourceSentence:
         insertion = found["insertion"]
         return PerturbOutcome(
             self.perturbation,
-            example=perturbed_row(original, self.perturbation, parsed.value,
-                                  self._meta(target, parsed.value, insertion, self.llm.name, parsed.calls)),
+            example=perturbed_row(
+                original,
+                self.perturbation,
+                parsed.value,
+                self._meta(target, parsed.value, insertion, self.llm.name, parsed.calls),
+            ),
             usage=usage_of(parsed.calls),
         )
-

@@ -12,14 +12,18 @@ from collections.abc import Callable, Sequence
 from typing import Literal, get_args
 
 from halluscope.generators.perturb.checks import (
-    FORMAT_HINT, check_rewrite, parse_rewritten, reply_is_tagged, rewrite_stats,
+    FORMAT_HINT,
+    check_rewrite,
+    parse_rewritten,
+    reply_is_tagged,
+    rewrite_stats,
 )
 from halluscope.generators.perturb.rows import PerturbOutcome, Unit, perturbed_row, skipped, usage_of
 from halluscope.llm import LLM, GenerateParams, LLMError
 from halluscope.llm.structured import generate_parsed
+from halluscope.methods.options import StageOptions
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Example, LLMCall, StepResult
-from halluscope.methods.options import StageOptions
 from halluscope.stages import PromptResolver, same_prompt
 from halluscope.text import Sentence, split_sentences
 from halluscope.text.parsing import ParseError
@@ -37,8 +41,9 @@ _REWRITE_FORMAT = (
 
 
 def _rewrite_prompt(name: str, instruction: str) -> PromptTemplate:
-    return PromptTemplate(name=f"perturb_{name}", version="1", system=_REWRITE_SYSTEM,
-                          user=instruction + _REWRITE_FORMAT)
+    return PromptTemplate(
+        name=f"perturb_{name}", version="1", system=_REWRITE_SYSTEM, user=instruction + _REWRITE_FORMAT
+    )
 
 
 REWRITE_PROMPTS: dict[str, PromptTemplate] = {
@@ -100,13 +105,20 @@ class RewritePerturbation:
         """Refuse a reply without the rewritten text inside its tags."""
 
     @classmethod
-    def from_options(cls, model: LLM, options: "RewritePerturbation.Options", *,
-                     prompts: PromptResolver = same_prompt) -> "RewritePerturbation":
-        return cls(options.perturbation, model, prompts(REWRITE_PROMPTS[options.perturbation]), unit=options.unit,
-                   require_tags=options.require_tags)
+    def from_options(
+        cls, model: LLM, options: RewritePerturbation.Options, *, prompts: PromptResolver = same_prompt
+    ) -> RewritePerturbation:
+        return cls(
+            options.perturbation,
+            model,
+            prompts(REWRITE_PROMPTS[options.perturbation]),
+            unit=options.unit,
+            require_tags=options.require_tags,
+        )
 
-    def __init__(self, perturbation: str, llm: LLM, prompt: PromptTemplate, *, unit: Unit = "target",
-                 require_tags: bool = False):
+    def __init__(
+        self, perturbation: str, llm: LLM, prompt: PromptTemplate, *, unit: Unit = "target", require_tags: bool = False
+    ):
         if perturbation not in REWRITE_PROMPTS:
             raise ValueError(f"{perturbation!r} is not an LLM rewrite perturbation")
         self.perturbation = perturbation
@@ -125,8 +137,9 @@ class RewritePerturbation:
             validate(rewritten)
             return rewritten
 
-        return await generate_parsed(self.llm, self.prompt.render(text=text), parse,
-                                     params=self._params(text), format_hint=FORMAT_HINT)
+        return await generate_parsed(
+            self.llm, self.prompt.render(text=text), parse, params=self._params(text), format_hint=FORMAT_HINT
+        )
 
     async def __call__(self, original: Example) -> PerturbOutcome:
         target = original.target
@@ -153,8 +166,8 @@ class RewritePerturbation:
                 pieces: list[str] = []
                 for sentence in sentences:
                     parsed = await self._rewrite(
-                        sentence.text,
-                        lambda t, s=sentence.text: check_rewrite(self.perturbation, s, t, part=True))  # type: ignore[misc]
+                        sentence.text, lambda t, s=sentence.text: check_rewrite(self.perturbation, s, t, part=True)
+                    )  # type: ignore[misc]
                     calls.extend(parsed.calls)
                     if parsed.value is None:
                         return skip(f"sentence {sentence.index}: {parsed.error or 'unparseable reply'}")
@@ -175,8 +188,11 @@ class RewritePerturbation:
             "stats": rewrite_stats(target, perturbed),
             "usage": usage_of(calls).model_dump(),
         }
-        return PerturbOutcome(self.perturbation, example=perturbed_row(original, self.perturbation, perturbed, meta),
-                              usage=usage_of(calls))
+        return PerturbOutcome(
+            self.perturbation,
+            example=perturbed_row(original, self.perturbation, perturbed, meta),
+            usage=usage_of(calls),
+        )
 
 
 def _replace_sentences(text: str, sentences: Sequence[Sentence], replacements: Sequence[str]) -> str:
@@ -188,4 +204,3 @@ def _replace_sentences(text: str, sentences: Sequence[Sentence], replacements: S
         cursor = sentence.span.end
     out.append(text[cursor:])
     return "".join(out)
-

@@ -11,11 +11,21 @@ from pydantic import BaseModel, ConfigDict, Field
 from halluscope.records import Example, LLMCall, Usage
 
 PerturbationName = Literal[
-    "paraphrased", "simplified", "synonym_replaced", "less_diverse", "negated", "compressed",
+    "paraphrased",
+    "simplified",
+    "synonym_replaced",
+    "less_diverse",
+    "negated",
+    "compressed",
     "added_source_sentence",
 ]
 PERTURBATIONS: tuple[str, ...] = (
-    "paraphrased", "simplified", "synonym_replaced", "less_diverse", "negated", "compressed",
+    "paraphrased",
+    "simplified",
+    "synonym_replaced",
+    "less_diverse",
+    "negated",
+    "compressed",
     "added_source_sentence",
 )
 ORIGINAL = "original"  # difficulty of the unperturbed row in each group
@@ -68,8 +78,11 @@ def usage_of(calls: Sequence[LLMCall]) -> Usage:
 
 def skipped(original: Example, perturbation: str, reason: str, calls: list[LLMCall]) -> PerturbOutcome:
     """The outcome of a perturbation that was not produced (its calls are kept on the skip)."""
-    return PerturbOutcome(perturbation, skip=PerturbationSkip(
-        example_id=original.id, perturbation=perturbation, reason=reason, calls=calls), usage=usage_of(calls))
+    return PerturbOutcome(
+        perturbation,
+        skip=PerturbationSkip(example_id=original.id, perturbation=perturbation, reason=reason, calls=calls),
+        usage=usage_of(calls),
+    )
 
 
 def perturbed_row(original: Example, perturbation: str, target: str, meta: dict[str, Any]) -> Example:
@@ -94,10 +107,12 @@ def original_row(original: Example) -> Example:
         meta["input_difficulty"] = original.difficulty
     if original.group is not None:
         meta["input_group"] = original.group
-    return original.model_copy(update={
-        "label": 1 if original.label is None else original.label,
-        "descriptions": original.descriptions if original.descriptions is not None else [],
-        "group": original.id,
-        "difficulty": ORIGINAL,
-        "meta": {**meta, "perturbation": ORIGINAL, "original_id": original.id},
-    })
+    return original.model_copy(
+        update={
+            "label": 1 if original.label is None else original.label,
+            "descriptions": original.descriptions if original.descriptions is not None else [],
+            "group": original.id,
+            "difficulty": ORIGINAL,
+            "meta": {**meta, "perturbation": ORIGINAL, "original_id": original.id},
+        }
+    )

@@ -58,56 +58,10 @@ marks), :mod:`.scoring` (Eq. 3), :mod:`.verifier` (the ``dcr`` verifier stage), 
 
 from __future__ import annotations
 
-from halluscope.methods.dcr.replies import (
-    REASON_ECHOES,
-    AmcReply,
-    DceExcerptBatchReply,
-    DceExcerptEntry,
-    DceJudgment,
-    DceReason,
-    DceReply,
-    DceSingleReply,
-    Mark,
-    SentenceReason,
-    _stated_reason as _stated_reason,  # private, importable from here as before
-    number_claims,
-    parse_amc,
-    parse_dce_sentences,
-    parse_dce_single,
-)
-from halluscope.methods.dcr.prompts import (
-    AMC_PROMPT,
-    DCE_EXCERPT_BATCH_PROMPT,
-    DCE_EXCERPT_PROMPT,
-    DCE_PARAGRAPH_PROMPT,
-    DCE_REPLY_TOKENS,
-    DCE_SENTENCE_PROMPT,
-    DCR_PROMPTS,
-    _CHECK as _CHECK,  # private, importable from here as before
-    _SYSTEM as _SYSTEM,  # private, importable from here as before
-)
 from halluscope.methods.dcr.amc import (
     AmcMarks,
     AmcMode,
     AutoMetricConverter,
-)
-from halluscope.methods.dcr.scoring import (
-    LABEL_MARKS,
-    AmcScore,
-    DcrAggregator,
-    _paper_aggregate as _paper_aggregate,  # private, importable from here as before
-    _why_none as _why_none,  # private, importable from here as before
-    amc_score,
-)
-from halluscope.methods.dcr.verifier import (
-    NO_REASON,
-    DceNotes,
-    DcrVerifier,
-    OtherReason,
-    _ExcerptDce as _ExcerptDce,  # private, importable from here as before
-    _check_stated_reason as _check_stated_reason,  # private, importable from here as before
-    _is_paragraph as _is_paragraph,  # private, importable from here as before
-    assign_reasons,
 )
 from halluscope.methods.dcr.decompose import (
     ParagraphDecomposer,
@@ -122,6 +76,68 @@ from halluscope.methods.dcr.method import (
     DcrOptions,
     Level,
     dcr_finding,
+)
+from halluscope.methods.dcr.prompts import (
+    _CHECK as _CHECK,  # private, importable from here as before
+)
+from halluscope.methods.dcr.prompts import (
+    _SYSTEM as _SYSTEM,  # private, importable from here as before
+)
+from halluscope.methods.dcr.prompts import (
+    AMC_PROMPT,
+    DCE_EXCERPT_BATCH_PROMPT,
+    DCE_EXCERPT_PROMPT,
+    DCE_PARAGRAPH_PROMPT,
+    DCE_REPLY_TOKENS,
+    DCE_SENTENCE_PROMPT,
+    DCR_PROMPTS,
+)
+from halluscope.methods.dcr.replies import (
+    REASON_ECHOES,
+    AmcReply,
+    DceExcerptBatchReply,
+    DceExcerptEntry,
+    DceJudgment,
+    DceReason,
+    DceReply,
+    DceSingleReply,
+    Mark,
+    SentenceReason,
+    number_claims,
+    parse_amc,
+    parse_dce_sentences,
+    parse_dce_single,
+)
+from halluscope.methods.dcr.replies import (
+    _stated_reason as _stated_reason,  # private, importable from here as before
+)
+from halluscope.methods.dcr.scoring import (
+    LABEL_MARKS,
+    AmcScore,
+    DcrAggregator,
+    amc_score,
+)
+from halluscope.methods.dcr.scoring import (
+    _paper_aggregate as _paper_aggregate,  # private, importable from here as before
+)
+from halluscope.methods.dcr.scoring import (
+    _why_none as _why_none,  # private, importable from here as before
+)
+from halluscope.methods.dcr.verifier import (
+    NO_REASON,
+    DceNotes,
+    DcrVerifier,
+    OtherReason,
+    assign_reasons,
+)
+from halluscope.methods.dcr.verifier import (
+    _check_stated_reason as _check_stated_reason,  # private, importable from here as before
+)
+from halluscope.methods.dcr.verifier import (
+    _ExcerptDce as _ExcerptDce,  # private, importable from here as before
+)
+from halluscope.methods.dcr.verifier import (
+    _is_paragraph as _is_paragraph,  # private, importable from here as before
 )
 
 __all__ = [

@@ -42,7 +42,7 @@ class AutoMetricConverter:
     design); an unusable reply leaves every reason unmarked with the error. ``rule``: the verdict each reason
     states in words (:func:`verdict_mark`), no call; a reason that states none is unmarked."""
 
-    def __init__(self, llm: "LLM", mode: AmcMode = "llm", prompt: PromptTemplate = AMC_PROMPT):
+    def __init__(self, llm: LLM, mode: AmcMode = "llm", prompt: PromptTemplate = AMC_PROMPT):
         self.llm = llm
         self.mode: AmcMode = mode
         self.prompt = prompt
@@ -63,9 +63,13 @@ class AutoMetricConverter:
                     errors.append(str(exc))
             return AmcMarks(marks, errors)
         numbered = "\n".join(f"{i}. {' '.join(r.split())}" for i, r in enumerate(reasons, 1))
-        step = await generate_reply(self.llm, self.prompt.render(reasons=numbered, count=n), AmcReply,
-                                    parse=lambda text: parse_amc(text, n),  # type: ignore[arg-type, return-value]
-                                    params=self.llm.params(top_logprobs=VERDICT_TOP_LOGPROBS))
+        step = await generate_reply(
+            self.llm,
+            self.prompt.render(reasons=numbered, count=n),
+            AmcReply,
+            parse=lambda text: parse_amc(text, n),  # type: ignore[arg-type, return-value]
+            params=self.llm.params(top_logprobs=VERDICT_TOP_LOGPROBS),
+        )
         if step.value is None:
             error = f"AMC failed: {step.error}"
             return AmcMarks([None] * n, [error] * n, step.calls)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from halluscope.records import Claim, Span, StepResult
 from halluscope.methods.options import StageOptions
+from halluscope.records import Claim, Span, StepResult
 from halluscope.stages import register_stage
 
 
@@ -24,5 +24,6 @@ class ParagraphDecomposer:
         if not text:
             return StepResult.success([])
         start = len(target) - len(target.lstrip())
-        return StepResult.success([Claim(text=text, kind="paragraph", id="s1",
-                                         target_spans=[Span(start=start, end=start + len(text))])])
+        return StepResult.success(
+            [Claim(text=text, kind="paragraph", id="s1", target_spans=[Span(start=start, end=start + len(text))])]
+        )

@@ -10,21 +10,25 @@ from pydantic import Field
 
 from halluscope.methods import register_method
 from halluscope.methods.dcr.amc import AmcMode
-from halluscope.methods.dcr.prompts import (AMC_PROMPT, DCE_EXCERPT_BATCH_PROMPT, DCE_EXCERPT_PROMPT,
-                                           DCE_PARAGRAPH_PROMPT, DCE_SENTENCE_PROMPT, DCR_PROMPTS)
-from halluscope.methods.dcr.localize import dcr_finding as dcr_finding  # importable here as before
-from halluscope.methods.dcr.scoring import AmcWeights as AmcWeights
-from halluscope.methods.dcr.verifier import DcrVerifier
-from halluscope.methods.details import MethodDetails
 from halluscope.methods.dcr.details import DcrDetails
-from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions
+from halluscope.methods.dcr.localize import dcr_finding as dcr_finding  # importable here as before
+from halluscope.methods.dcr.prompts import (
+    AMC_PROMPT,
+    DCE_EXCERPT_BATCH_PROMPT,
+    DCE_EXCERPT_PROMPT,
+    DCE_PARAGRAPH_PROMPT,
+    DCE_SENTENCE_PROMPT,
+    DCR_PROMPTS,
+)
 from halluscope.methods.dcr.scoring import LABEL_MARKS
-from halluscope.methods.dcr.verifier import DceNotes
+from halluscope.methods.dcr.scoring import AmcWeights as AmcWeights
+from halluscope.methods.dcr.verifier import DceNotes, DcrVerifier
+from halluscope.methods.details import MethodDetails
+from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions
 from halluscope.methods.pipeline import ClaimPipeline, PipelineRun, support_p
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Verdict
 from halluscope.stages import Aggregate, Context, Selection
-
 
 Level = Literal["sentence", "paragraph"]
 
@@ -51,13 +55,14 @@ class DcrOptions(ClaimOptions):
     sentence in one call each (the paper)."""
 
 
-
 @register_method
 class DCR(ClaimPipeline):
     Details: ClassVar[type[MethodDetails]] = DcrDetails
     name = "dcr"
-    description = ("Divide-Conquer-Reasoning: judge each target sentence against the source with a reason (DCE), "
-                   "map reasons to +1/-1 (AMC), score (Z+1)/2. RAI rewriting is the `improve` method.")
+    description = (
+        "Divide-Conquer-Reasoning: judge each target sentence against the source with a reason (DCE), "
+        "map reasons to +1/-1 (AMC), score (Z+1)/2. RAI rewriting is the `improve` method."
+    )
     Options: ClassVar[type[DcrOptions]] = DcrOptions
     opts: DcrOptions
     prompts = DCR_PROMPTS
@@ -81,7 +86,8 @@ class DCR(ClaimPipeline):
             dce = [DCE_PARAGRAPH_PROMPT]
         else:
             dce = {"always": [DCE_EXCERPT_PROMPT], "never": [DCE_SENTENCE_PROMPT]}.get(
-                self.opts.retrieval, [DCE_SENTENCE_PROMPT, DCE_EXCERPT_PROMPT])
+                self.opts.retrieval, [DCE_SENTENCE_PROMPT, DCE_EXCERPT_PROMPT]
+            )
         if self.opts.batch_size > 1 and DCE_EXCERPT_PROMPT in dce:
             dce.append(DCE_EXCERPT_BATCH_PROMPT)
         amc = [AMC_PROMPT] if self.opts.amc == "llm" else []
@@ -102,10 +108,14 @@ class DCR(ClaimPipeline):
         z = sum(zs) / len(zs)
         return Aggregate((z + 1.0) / 2.0, {**aggregate.subscores, "Z_probability": z, "label_score": aggregate.score})
 
-    async def verify(self, claims: list[Claim], selection: Selection, source: str) -> tuple[list[Verdict], dict[str, Any]]:
+    async def verify(
+        self, claims: list[Claim], selection: Selection, source: str
+    ) -> tuple[list[Verdict], dict[str, Any]]:
         if self.paragraph_level and selection.mode == "retrieval":
-            why = (f"paragraph-level DCR needs the whole source in one prompt, but {selection.why}; use "
-                   "level=sentence, which works on long sources through retrieval")
+            why = (
+                f"paragraph-level DCR needs the whole source in one prompt, but {selection.why}; use "
+                "level=sentence, which works on long sources through retrieval"
+            )
             return [Verdict.unscored(c, why) for c in claims], {}
         return await super().verify(claims, selection, source)
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 from halluscope.methods.dcr.replies import AmcReply, DceExcerptBatchReply, DceReply, DceSingleReply
 from halluscope.prompts import PromptTemplate
 
-
-_SYSTEM = ("You are a meticulous fact-checker. You compare a text with the source document it is supposed to "
-           "be based on, and you explain every judgment.")
-_CHECK = ("work out every piece of information it states: who did what, to whom, when, where, how much or how "
-          "many, why, and with what result")
+_SYSTEM = (
+    "You are a meticulous fact-checker. You compare a text with the source document it is supposed to "
+    "be based on, and you explain every judgment."
+)
+_CHECK = (
+    "work out every piece of information it states: who did what, to whom, when, where, how much or how "
+    "many, why, and with what result"
+)
 
 DCE_SENTENCE_PROMPT = PromptTemplate(
     name="dcr_dce_sentence",
@@ -49,22 +52,32 @@ DCE_PARAGRAPH_PROMPT = PromptTemplate(
     ),
 )
 
-_EXCERPT_RULE = ("is consistent only if the EXCERPT states or directly implies every piece of information in it (who, "
-                 "what, when, where, how much, why, result). Anything contradicted by the EXCERPT, or not found in "
-                 "it, makes the sentence inconsistent.")
+_EXCERPT_RULE = (
+    "is consistent only if the EXCERPT states or directly implies every piece of information in it (who, "
+    "what, when, where, how much, why, result). Anything contradicted by the EXCERPT, or not found in "
+    "it, makes the sentence inconsistent."
+)
 
 
 def _excerpt_user(batch: bool) -> str:
     """The excerpt check, one wording for one SENTENCE and for numbered SENTENCES (``batch``)."""
-    intro = ("Below is an EXCERPT of a long source document and {} from a text that is supposed to be based on that "
-             "document. ").format("numbered SENTENCES" if batch else "one SENTENCE")
+    intro = (
+        "Below is an EXCERPT of a long source document and {} from a text that is supposed to be based on that "
+        "document. "
+    ).format("numbered SENTENCES" if batch else "one SENTENCE")
     reason = "'Consistent:' or 'Inconsistent:', then explain.\n\n$format\n\nEXCERPT:\n$source\n\n"
     if not batch:
-        return (intro + "Decide whether the EXCERPT supports the SENTENCE: the sentence " + _EXCERPT_RULE + "\n\n"
-                "Start the \"reason\" with " + reason + "SENTENCE:\n$sentence")
-    return (intro + "For each sentence on its own, decide whether the EXCERPT supports it: a sentence " + _EXCERPT_RULE
-            + " The other sentences are not evidence.\n\nGive exactly one entry per sentence, with its number as "
-            "\"id\". Start each \"reason\" with " + reason + "There are $count SENTENCES.\n\nSENTENCES:\n$sentences")
+        return (
+            intro + "Decide whether the EXCERPT supports the SENTENCE: the sentence " + _EXCERPT_RULE + "\n\n"
+            'Start the "reason" with ' + reason + "SENTENCE:\n$sentence"
+        )
+    return (
+        intro
+        + "For each sentence on its own, decide whether the EXCERPT supports it: a sentence "
+        + _EXCERPT_RULE
+        + " The other sentences are not evidence.\n\nGive exactly one entry per sentence, with its number as "
+        '"id". Start each "reason" with ' + reason + "There are $count SENTENCES.\n\nSENTENCES:\n$sentences"
+    )
 
 
 DCE_EXCERPT_PROMPT = PromptTemplate(

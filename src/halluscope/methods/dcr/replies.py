@@ -20,8 +20,9 @@ class SentenceReason(BaseModel):
 
     model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
 
-    id: int | None = Field(description="the number of the sentence the reason is about; null only for a "
-                                       "remark about the TEXT as a whole")
+    id: int | None = Field(
+        description="the number of the sentence the reason is about; null only for a remark about the TEXT as a whole"
+    )
     reason: str = Field(description="'Consistent:' or 'Inconsistent:', then why")
 
 
@@ -34,8 +35,10 @@ class DceReply(Reply):
     example: ClassVar[dict[str, Any] | None] = {
         "sentences": [
             {"id": 1, "reason": "Consistent: the SOURCE says the museum opened in 1998."},
-            {"id": 2, "reason": 'Inconsistent: "in Lyon" is wrong; the SOURCE says the museum is in Paris.'}],
-        "is_consistent": False}
+            {"id": 2, "reason": 'Inconsistent: "in Lyon" is wrong; the SOURCE says the museum is in Paris.'},
+        ],
+        "is_consistent": False,
+    }
 
 
 class DceSingleReply(Reply):
@@ -45,15 +48,25 @@ class DceSingleReply(Reply):
     is_consistent: bool = Field(description="true if it is consistent, otherwise false")
 
 
-DceExcerptEntry = numbered_entry(DceSingleReply, "sentence", name="DceExcerptEntry",
-                                 doc="Batched excerpt DCE: the reason and verdict for the sentence numbered ``id``.")
+DceExcerptEntry = numbered_entry(
+    DceSingleReply,
+    "sentence",
+    name="DceExcerptEntry",
+    doc="Batched excerpt DCE: the reason and verdict for the sentence numbered ``id``.",
+)
 DceExcerptBatchReply = batch_reply(
-    DceExcerptEntry, "sentence", name="DceExcerptBatchReply",
+    DceExcerptEntry,
+    "sentence",
+    name="DceExcerptBatchReply",
     doc="Batched excerpt DCE (``batch_size`` > 1 with retrieval): one entry per numbered sentence, each judged on its "
-        "own against the same excerpt.",
-    example={"results": [
-        {"id": 1, "reason": "Consistent: the EXCERPT says the museum opened in 1998.", "is_consistent": True},
-        {"id": 2, "reason": 'Inconsistent: "in Lyon" is wrong; the EXCERPT says Paris.', "is_consistent": False}]})
+    "own against the same excerpt.",
+    example={
+        "results": [
+            {"id": 1, "reason": "Consistent: the EXCERPT says the museum opened in 1998.", "is_consistent": True},
+            {"id": 2, "reason": 'Inconsistent: "in Lyon" is wrong; the EXCERPT says Paris.', "is_consistent": False},
+        ]
+    },
+)
 
 
 Mark = Annotated[int, WithJsonSchema({"type": "integer", "enum": [1, -1]})]
@@ -65,8 +78,10 @@ class AmcReply(Reply):
 
     model_config = ConfigDict(extra="forbid")
 
-    marks: list[Mark] = Field(description="one mark per assessment, in order: 1 if it finds the sentence "
-                                          "consistent, -1 if it reports any problem")
+    marks: list[Mark] = Field(
+        description="one mark per assessment, in order: 1 if it finds the sentence "
+        "consistent, -1 if it reports any problem"
+    )
 
     @field_validator("marks")
     @classmethod
@@ -115,8 +130,11 @@ def parse_dce_sentences(text: str, count: int) -> DceJudgment:
         if reason is not None:
             reasons.append(DceReason(reason, None if entry.id is None else entry.id - 1))
     if not reasons:
-        raise ParseError("the reply gives no reason" if not reply.sentences else
-                         "the reply's reasons are only placeholders or the prompt's example")
+        raise ParseError(
+            "the reply gives no reason"
+            if not reply.sentences
+            else "the reply's reasons are only placeholders or the prompt's example"
+        )
     return DceJudgment(reasons, reply.is_consistent)
 
 

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Literal
 
 from halluscope.methods.dcr.verifier import NO_REASON, DceNotes, OtherReason
 from halluscope.methods.options import StageOptions
-from halluscope.stages.verdicts import RunStage
 from halluscope.records import Verdict
 from halluscope.stages import Aggregate, register_stage
+from halluscope.stages.verdicts import RunStage
 
 if TYPE_CHECKING:  # pragma: no cover
     from halluscope.methods.pipeline import PipelineRun
@@ -58,8 +58,13 @@ LABEL_MARKS: dict[str, int] = {"supported": 1, "unsupported": -1, "contradicted"
 """A verdict's mark in Z (any verifier's labels); unscored verdicts have none."""
 
 
-def _paper_aggregate(verdicts: Sequence[Verdict], judged: Sequence[Verdict], others: Sequence[OtherReason],
-                     unmarked: Sequence[str], subscores: dict[str, float | None]) -> Aggregate:
+def _paper_aggregate(
+    verdicts: Sequence[Verdict],
+    judged: Sequence[Verdict],
+    others: Sequence[OtherReason],
+    unmarked: Sequence[str],
+    subscores: dict[str, float | None],
+) -> Aggregate:
     """Eq. 3 as the paper's experiments ran it: alpha = beta = 0, so Z is the mean of every mark AMC gave --
     one per sentence, plus any reason not about exactly one sentence. Z needs every one of them: a sentence
     (or reason) without a mark is neither dropped (which would shrink k) nor guessed, so the Report is
@@ -72,9 +77,13 @@ def _paper_aggregate(verdicts: Sequence[Verdict], judged: Sequence[Verdict], oth
             what = f"{len(missing)} of {len(verdicts)} sentences have no mark (sentence {i + 1}: {first.reason})"
         else:
             what = f"{len(unmarked)} DCE reason(s) could not be marked ({unmarked[0][:80]!r})"
-        return Aggregate(None, subscores, f"{what}; with alpha = beta = 0 (amc_weights=paper) Z averages over all "
-                                          "sentences, so none can be left out or guessed; amc_weights=auto scores "
-                                          "the judged sentences only"[:1000])
+        return Aggregate(
+            None,
+            subscores,
+            f"{what}; with alpha = beta = 0 (amc_weights=paper) Z averages over all "
+            "sentences, so none can be left out or guessed; amc_weights=auto scores "
+            "the judged sentences only"[:1000],
+        )
     marks = [LABEL_MARKS[v.label] for v in judged] + [o.mark for o in others]
     amc = amc_score(marks, [True] * len(marks))
     subscores.update({"Z": amc.z, "alpha": amc.alpha, "beta": amc.beta, "k": float(amc.k)})
@@ -123,5 +132,7 @@ class DcrAggregator(RunStage):
         if amc is not None:
             subscores.update({"Z": amc.z, "alpha": amc.alpha, "beta": amc.beta, "k": float(amc.k)})
         if amc is None or amc.score is None:
-            return Aggregate(None, subscores, f"no sentence received a usable judgment ({_why_none(run.verdicts, others)})")
+            return Aggregate(
+                None, subscores, f"no sentence received a usable judgment ({_why_none(run.verdicts, others)})"
+            )
         return Aggregate(amc.score, subscores)

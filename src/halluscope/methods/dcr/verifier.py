@@ -10,17 +10,31 @@ from typing import TYPE_CHECKING, Any
 from halluscope.llm.structured import generate_reply
 from halluscope.methods.batching import BatchCall, BatchStep, chunked, gather_or_cancel, judge_in_batches
 from halluscope.methods.dcr.amc import AmcMarks, AmcMode, AutoMetricConverter
-from halluscope.methods.dcr.prompts import (AMC_PROMPT, DCE_EXCERPT_BATCH_PROMPT, DCE_EXCERPT_PROMPT,
-                                           DCE_PARAGRAPH_PROMPT, DCE_REPLY_TOKENS, DCE_SENTENCE_PROMPT)
-from halluscope.methods.dcr.replies import (DceExcerptEntry, DceJudgment, DceReason, DceReply,
-                                           DceSingleReply, _stated_reason, bracket_numbered, number_claims,
-                                           parse_dce_sentences,
-                                           parse_dce_single)
+from halluscope.methods.dcr.prompts import (
+    AMC_PROMPT,
+    DCE_EXCERPT_BATCH_PROMPT,
+    DCE_EXCERPT_PROMPT,
+    DCE_PARAGRAPH_PROMPT,
+    DCE_REPLY_TOKENS,
+    DCE_SENTENCE_PROMPT,
+)
+from halluscope.methods.dcr.replies import (
+    DceExcerptEntry,
+    DceJudgment,
+    DceReason,
+    DceReply,
+    DceSingleReply,
+    _stated_reason,
+    bracket_numbered,
+    number_claims,
+    parse_dce_sentences,
+    parse_dce_single,
+)
 from halluscope.methods.options import StageOptions
-from halluscope.stages.verifiers import LLMVerifier, messages_tokens, reply_budget
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, LLMCall, StepResult, Verdict
-from halluscope.stages import Context, PromptResolver, Selection, register_stage, same_prompt
+from halluscope.stages import Context, PromptResolver, register_stage, same_prompt
+from halluscope.stages.verifiers import LLMVerifier, messages_tokens, reply_budget
 from halluscope.text import ParseError
 from halluscope.text.placeholders import is_placeholder
 
@@ -53,8 +67,9 @@ class DceNotes:
 NO_REASON = "the evaluator gave no reason for this sentence"
 
 
-def assign_reasons(claims: Sequence[Claim], reasons: Sequence[DceReason], amc: AmcMarks,
-                   calls: Sequence[LLMCall] = ()) -> tuple[list[Verdict], list[OtherReason]]:
+def assign_reasons(
+    claims: Sequence[Claim], reasons: Sequence[DceReason], amc: AmcMarks, calls: Sequence[LLMCall] = ()
+) -> tuple[list[Verdict], list[OtherReason]]:
     """One verdict per claim from its marked reasons: its negative one when it has several (a unit is
     consistent only if nothing said about it is negative), else its only one. Every other marked reason --
     not about one unit, or a further reason about a unit -- is returned for alpha/beta (App. I)."""
@@ -74,9 +89,16 @@ def assign_reasons(claims: Sequence[Claim], reasons: Sequence[DceReason], amc: A
     for i, claim in enumerate(claims):
         if i in chosen:
             reason, mark = marked[chosen[i]]
-            verdicts.append(Verdict(claim=claim, label="supported" if mark == 1 else "unsupported",
-                                    reason=reason.text, score=float(mark), calls=list(calls),
-                                    support_probability=marked_probability[chosen[i]]))
+            verdicts.append(
+                Verdict(
+                    claim=claim,
+                    label="supported" if mark == 1 else "unsupported",
+                    reason=reason.text,
+                    score=float(mark),
+                    calls=list(calls),
+                    support_probability=marked_probability[chosen[i]],
+                )
+            )
         elif i in unmarked:
             verdicts.append(Verdict.unscored(claim, f"reason could not be marked: {unmarked[i]}", list(calls)))
         else:
@@ -105,15 +127,22 @@ class DcrVerifier(LLMVerifier):
         """How reasons become +1/-1: llm (a call that reads only the reasons, the paper's AMC) or rule (the verdict
         words each reason states; no extra call)."""
 
-    def __init__(self, model: "LLM", options: "DcrVerifier.Options | None" = None, *,
-                 prompts: PromptResolver = same_prompt):
+    def __init__(
+        self, model: LLM, options: DcrVerifier.Options | None = None, *, prompts: PromptResolver = same_prompt
+    ):
         super().__init__(model, options, prompts=prompts)
         self.amc_mode: AmcMode = self.options.amc
         self.sentence_prompt = prompts(DCE_SENTENCE_PROMPT)
         self.paragraph_prompt = prompts(DCE_PARAGRAPH_PROMPT)
         self.excerpt_prompt = prompts(DCE_EXCERPT_PROMPT)
-        self.excerpt_batch = BatchCall(prompts(DCE_EXCERPT_BATCH_PROMPT), DceExcerptEntry, listing="sentences",
-                                       unit="sentence", reply_tokens=self.reply_tokens, number=bracket_numbered)
+        self.excerpt_batch = BatchCall(
+            prompts(DCE_EXCERPT_BATCH_PROMPT),
+            DceExcerptEntry,
+            listing="sentences",
+            unit="sentence",
+            reply_tokens=self.reply_tokens,
+            number=bracket_numbered,
+        )
         self.amc = AutoMetricConverter(model, self.amc_mode, prompts(AMC_PROMPT))
 
     def used_prompts(self) -> list[PromptTemplate]:
@@ -139,12 +168,10 @@ class DcrVerifier(LLMVerifier):
         """One DCE call for all claims, then AMC on its reasons. The calls are shared (Report.calls only)."""
         messages = self.messages(claims, context.text)
         if _is_paragraph(claims):
-            step: StepResult[Any] = await generate_reply(self.llm, messages, DceSingleReply,
-                                                         parse=parse_dce_single)  # type: ignore[arg-type]
+            step: StepResult[Any] = await generate_reply(self.llm, messages, DceSingleReply, parse=parse_dce_single)  # type: ignore[arg-type]
         else:
             n = len(claims)
-            step = await generate_reply(self.llm, messages, DceReply,
-                                        parse=lambda text: parse_dce_sentences(text, n))  # type: ignore[arg-type, return-value]
+            step = await generate_reply(self.llm, messages, DceReply, parse=lambda text: parse_dce_sentences(text, n))  # type: ignore[arg-type, return-value]
         if step.value is None:
             return [Verdict.unscored(c, f"DCE reply unusable: {step.error}") for c in claims]
         judgment: DceJudgment = step.value
@@ -169,19 +196,22 @@ class DcrVerifier(LLMVerifier):
         groups: dict[str, list[int]] = {}
         for i, (claim, ctx) in enumerate(pairs):
             if is_placeholder(claim.text):
-                results[i] = _ExcerptDce(error=f"the claim {claim.text[:40]!r} is a template placeholder, not a "
-                                               "claim", placeholder=True)
+                results[i] = _ExcerptDce(
+                    error=f"the claim {claim.text[:40]!r} is a template placeholder, not a claim", placeholder=True
+                )
             else:
                 groups.setdefault(ctx.text, []).append(i)
 
         async def group(indices: list[int]) -> None:
             ctx = pairs[indices[0]][1]
             done = await judge_in_batches(
-                [pairs[i][0] for i in indices], size,
+                [pairs[i][0] for i in indices],
+                size,
                 ask=lambda part: self.ask_excerpt_batch(part, ctx),
                 accept=lambda claim, entry, calls: _ExcerptDce(reason=entry.reason, calls=list(calls)),
                 alone=lambda claim: self.excerpt_dce(claim, ctx),
-                redone=lambda result, why, calls: result.after_batch(why, calls))
+                redone=lambda result, why, calls: result.after_batch(why, calls),
+            )
             for i, result in zip(indices, done):
                 results[i] = result
 
@@ -201,18 +231,23 @@ class DcrVerifier(LLMVerifier):
             verdicts.append(verdict)
         return verdicts
 
-    async def excerpt_dce(self, claim: Claim, ctx: Context) -> "_ExcerptDce":
+    async def excerpt_dce(self, claim: Claim, ctx: Context) -> _ExcerptDce:
         """DCE of one sentence against one snippet (the unbatched path, as in :meth:`judge_excerpt`)."""
-        step = await generate_reply(self.llm, self.excerpt_prompt.render(source=ctx.text, sentence=claim.text),
-                                    DceSingleReply, parse=parse_dce_single)  # type: ignore[arg-type]
+        step = await generate_reply(
+            self.llm,
+            self.excerpt_prompt.render(source=ctx.text, sentence=claim.text),
+            DceSingleReply,
+            parse=parse_dce_single,
+        )  # type: ignore[arg-type]
         if step.value is None:
             return _ExcerptDce(error=step.error, calls=list(step.calls))
         judgment: DceJudgment = step.value  # type: ignore[assignment]
         return _ExcerptDce(reason=judgment.reasons[0].text, calls=list(step.calls))
 
     async def ask_excerpt_batch(self, claims: list[Claim], ctx: Context) -> BatchStep:
-        return await self.excerpt_batch.ask(self.llm, [c.text for c in claims], source=ctx.text,
-                                            check=_check_stated_reason)
+        return await self.excerpt_batch.ask(
+            self.llm, [c.text for c in claims], source=ctx.text, check=_check_stated_reason
+        )
 
     async def mark_in_batches(self, reasons: Sequence[str], size: int) -> list[AmcMarks]:
         """One :class:`AmcMarks` per reason: AMC over up to ``size`` reasons per call (``amc=llm``); a chunk
@@ -226,12 +261,21 @@ class DcrVerifier(LLMVerifier):
                 return [await self.amc(part)]
             marked = await self.amc(part)
             if any(m is not None for m in marked.marks):
-                return [AmcMarks([m], [e], list(marked.calls), [marked.probability(k)])
-                        for k, (m, e) in enumerate(zip(marked.marks, marked.errors))]
+                return [
+                    AmcMarks([m], [e], list(marked.calls), [marked.probability(k)])
+                    for k, (m, e) in enumerate(zip(marked.marks, marked.errors))
+                ]
             alone = await gather_or_cancel(self.amc([r]) for r in part)
             why = marked.errors[0] or "no marks"
-            return [AmcMarks(a.marks, [None if e is None else f"batch: {why}; alone: {e}" for e in a.errors],
-                             list(marked.calls) + list(a.calls), list(a.probabilities)) for a in alone]
+            return [
+                AmcMarks(
+                    a.marks,
+                    [None if e is None else f"batch: {why}; alone: {e}" for e in a.errors],
+                    list(marked.calls) + list(a.calls),
+                    list(a.probabilities),
+                )
+                for a in alone
+            ]
 
         parts = await gather_or_cancel(chunk(p) for p in chunked(list(reasons), max(1, size)))
         return [m for part in parts for m in part]
@@ -246,7 +290,7 @@ class _ExcerptDce:
     calls: list[LLMCall] = field(default_factory=list)
     placeholder: bool = False
 
-    def after_batch(self, why: str, batch_calls: Sequence[LLMCall]) -> "_ExcerptDce":
+    def after_batch(self, why: str, batch_calls: Sequence[LLMCall]) -> _ExcerptDce:
         error = None if self.reason is not None else f"batch: {why}; alone: {self.error}"
         return _ExcerptDce(self.reason, error, list(batch_calls) + self.calls)
 

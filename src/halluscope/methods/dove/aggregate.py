@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from halluscope.methods.dove.order import dove_score, partial_subscores
 from halluscope.methods.options import StageOptions
-from halluscope.stages.verdicts import ClaimFindings, RunStage
 from halluscope.records import Claim, Finding
 from halluscope.stages import Aggregate, register_stage
+from halluscope.stages.verdicts import ClaimFindings, RunStage
 
 if TYPE_CHECKING:  # pragma: no cover
     from halluscope.methods.pipeline import PipelineRun
@@ -44,11 +44,13 @@ class DoveAggregator(RunStage):
 
     It needs the dove method's event-order step (``event_order``), so it is used within dove."""
 
-    def __init__(self, model: Any = None, options: StageOptions | None = None, *,
-                 event_order: EventOrderStep | None = None):
+    def __init__(
+        self, model: Any = None, options: StageOptions | None = None, *, event_order: EventOrderStep | None = None
+    ):
         if event_order is None:
-            raise TypeError("the dove aggregator needs the dove method's event-order step (event_order=...); it "
-                            "is used within dove")
+            raise TypeError(
+                "the dove aggregator needs the dove method's event-order step (event_order=...); it is used within dove"
+            )
         super().__init__(model, options)
         self.event_order = event_order
 
@@ -59,8 +61,10 @@ class DoveAggregator(RunStage):
         label = {v.claim.id: v.label for v in run.verdicts}
         events = [c for c in run.claims if c.kind != "descriptive"]
         descriptive = [c for c in run.claims if c.kind == "descriptive"]
-        details["decomposition"] = {"event_facts": [c.text for c in events],
-                                    "descriptive_facts": [c.text for c in descriptive]}
+        details["decomposition"] = {
+            "event_facts": [c.text for c in events],
+            "descriptive_facts": [c.text for c in descriptive],
+        }
         unscored = [v for v in run.verdicts if v.label == "unscored"]
         details["unscored_facts"] = [{"id": v.claim.id, "reason": v.reason} for v in unscored]
         scored_events = [c for c in events if label[c.id] != "unscored"]

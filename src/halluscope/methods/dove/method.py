@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 from pydantic import Field
 
 from halluscope.methods import register_method
+from halluscope.methods.details import MethodDetails
 from halluscope.methods.dove.aggregate import DoveOrderFindings as DoveOrderFindings  # importable here as before
 from halluscope.methods.dove.aggregate import OrderOutcome
+from halluscope.methods.dove.details import DoveDetails
 from halluscope.methods.dove.order import EventOrder, judge_order, target_position_order
 from halluscope.methods.dove.prompts import (
     DOVE_CHECK_BATCH_PROMPT,
@@ -20,15 +22,13 @@ from halluscope.methods.dove.prompts import (
     DOVE_SORT_PROMPT,
 )
 from halluscope.methods.dove.stages import DoveSorter
-from halluscope.methods.details import MethodDetails
-from halluscope.methods.dove.details import DoveDetails
 from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions, own_options
-from halluscope.stages.context import shared_source_index  # the retrieval stage's index (cached)
 from halluscope.methods.pipeline import ClaimPipeline, PipelineRun, support_p
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, StepResult
 from halluscope.retrieval import SourceIndex, fits_in_context
 from halluscope.stages import Aggregate, Sorter, stage_spec
+from halluscope.stages.context import shared_source_index  # the retrieval stage's index (cached)
 
 if TYPE_CHECKING:
     from halluscope.config import Config
@@ -66,8 +66,10 @@ class Dove(ClaimPipeline):
 
     Details: ClassVar[type[MethodDetails]] = DoveDetails
     name = "dove"
-    description = ("DoveScore: event and descriptive facts checked against the source, plus the order of the "
-                   "verified events (catches true facts told in a misleading order).")
+    description = (
+        "DoveScore: event and descriptive facts checked against the source, plus the order of the "
+        "verified events (catches true facts told in a misleading order)."
+    )
     Options = DoveOptions
     opts: DoveOptions
     prompts = (DOVE_DECOMPOSE_PROMPT, DOVE_CHECK_PROMPT, DOVE_CHECK_BATCH_PROMPT, DOVE_SORT_PROMPT)
@@ -103,8 +105,11 @@ class Dove(ClaimPipeline):
     def sorter(self) -> DoveSorter:
         """The LLM sorter (the paper's): the target side's, and the source side's with ``sorter=llm``."""
         if self._sorter is None:
-            options = self.chosen["sorter"][1] if self.own_sorter else {
-                "sorter_input": self.opts.sorter_input, "seed": self.config.seed or 0}
+            options = (
+                self.chosen["sorter"][1]
+                if self.own_sorter
+                else {"sorter_input": self.opts.sorter_input, "seed": self.config.seed or 0}
+            )
             self._sorter = cast(DoveSorter, self.build_stage("sorter", "llm", options))
         return self._sorter
 
@@ -152,10 +157,13 @@ class Dove(ClaimPipeline):
         s_d = sum(descriptive) / len(descriptive) if descriptive else None
         if s_e is not None and s_eo is None:
             return "the event order (S_EO) was not judged"
-        score = (alpha * s_e * s_eo if s_e is not None and s_eo is not None else 0.0) + \
-            ((1 - alpha) * s_d if s_d is not None else 0.0)
-        return Aggregate(min(1.0, max(0.0, score)), {**sub, "S_E_probability": s_e, "S_D_probability": s_d,
-                                                      "label_score": aggregate.score})
+        score = (alpha * s_e * s_eo if s_e is not None and s_eo is not None else 0.0) + (
+            (1 - alpha) * s_d if s_d is not None else 0.0
+        )
+        return Aggregate(
+            min(1.0, max(0.0, score)),
+            {**sub, "S_E_probability": s_e, "S_D_probability": s_d, "label_score": aggregate.score},
+        )
 
     def source_fits(self, source: str, claims: Sequence[Claim]) -> bool:
         """Whether the whole source fits next to the biggest prompt that carries it: the verifier's, and the
@@ -190,7 +198,8 @@ class Dove(ClaimPipeline):
                 by_target = StepResult.success(target_position_order(events))
             else:  # the paper's LLM sorter, or a chosen sorter on the target too
                 by_target = await (self.sorter if self.own_sorter else self.source_sorter)(
-                    [c.text for c in events], run.target, about=run.source)
+                    [c.text for c in events], run.target, about=run.source
+                )
             if by_target.value is None:
                 return OrderOutcome(error=by_target.error)
             target_sequence = by_target.value.order
@@ -204,8 +213,10 @@ class Dove(ClaimPipeline):
         info["target_order"] = [events[i].id for i in target_sequence]
         info["compared_events"] = placed = len(set(source_order.order) & set(target_sequence))
         if judged is None:
-            return OrderOutcome(error=f"the sorter placed only {placed} of {len(events)} verified events in both "
-                                       "orderings; event order cannot be judged")
+            return OrderOutcome(
+                error=f"the sorter placed only {placed} of {len(events)} verified events in both "
+                "orderings; event order cannot be judged"
+            )
         return OrderOutcome(shuffle_degree=judged.shuffle_degree, findings=judged.findings)
 
     async def sort_by_source(self, events: list[Claim], run: PipelineRun) -> StepResult[EventOrder]:
@@ -214,8 +225,10 @@ class Dove(ClaimPipeline):
             return await self.source_sorter(texts, run.source, about=run.source)
         text = await self.sorting_text(events, run)
         if text is None:
-            return StepResult.failure("the source excerpts about the verified events do not fit the model's "
-                                      "context window, so their order cannot be judged")
+            return StepResult.failure(
+                "the source excerpts about the verified events do not fit the model's "
+                "context window, so their order cannot be judged"
+            )
         return await self.sorter(texts, text, about=run.source)
 
     async def sorting_text(self, events: list[Claim], run: PipelineRun) -> str | None:
@@ -230,16 +243,18 @@ class Dove(ClaimPipeline):
         for wide in (True, False):
             top_k, window = (self.opts.top_k, self.opts.window) if wide else (1, 0)
             if wide:  # the snippets the facts were checked against
-                indices = {i for c in events for ctx in run.selection.contexts.get(c.id or "", [])
-                           for i in ctx.sentences}
+                indices = {
+                    i for c in events for ctx in run.selection.contexts.get(c.id or "", []) for i in ctx.sentences
+                }
             else:
                 narrow = await asyncio.to_thread(index.retrieve_many, texts, top_k, window)
                 indices = {i for snips in narrow for s in snips for i in s.sentence_indices}
             runs = _consecutive_runs(sorted(indices))
             excerpt = "\n[...]\n".join(index.snippet(r[0], r[-1]).text for r in runs)
             if excerpt and fits_in_context(self.llm, excerpt, reserve_tokens=reserve):
-                run.details["context"].update({"sorter_excerpts": len(runs), "sorter_top_k": top_k,
-                                               "sorter_window": window})
+                run.details["context"].update(
+                    {"sorter_excerpts": len(runs), "sorter_top_k": top_k, "sorter_window": window}
+                )
                 return excerpt
         return None
 

@@ -64,8 +64,11 @@ DOVE_CHECK_PROMPT = PromptTemplate(
     version="2",
     reply=DoveCheckReply,
     system="You are a meticulous fact-checker who judges statements only against the source text you are given.",
-    user=("Is the FACT true according to the SOURCE? " + _JUDGING_RULES
-          + "\n\n$format\n\nSOURCE:\n$source\n\nFACT:\n$fact"),
+    user=(
+        "Is the FACT true according to the SOURCE? "
+        + _JUDGING_RULES
+        + "\n\n$format\n\nSOURCE:\n$source\n\nFACT:\n$fact"
+    ),
 )
 
 DOVE_CHECK_BATCH_PROMPT = PromptTemplate(

@@ -40,11 +40,14 @@ class DoveCheckReply(Reply):
     """Fact checker: the stated verdict on one fact."""
 
     reason: str | None = Field(default="", description="one sentence explaining the verdict")
-    evidence: str | None = Field(default="", description="the shortest exact quote from the SOURCE that "
-                                                         "decides it, or an empty string")
+    evidence: str | None = Field(
+        default="", description="the shortest exact quote from the SOURCE that decides it, or an empty string"
+    )
     supported: bool = Field(description="true if the SOURCE states the fact or clearly implies it, else false")
-    contradicted: bool = Field(default=False, description="true if the SOURCE says something incompatible with "
-                                                          "the fact (then supported is false)")
+    contradicted: bool = Field(
+        default=False,
+        description="true if the SOURCE says something incompatible with the fact (then supported is false)",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> DoveCheckReply:
@@ -57,10 +60,15 @@ class DoveCheckReply(Reply):
         return "supported" if self.supported else "contradicted" if self.contradicted else "unsupported"
 
 
-DoveBatchJudgment = numbered_entry(DoveCheckReply, "fact", name="DoveBatchJudgment",
-                                   doc="Batch fact checker: the verdict on the fact with number ``id``.")
-DoveBatchReply = batch_reply(DoveBatchJudgment, "fact", name="DoveBatchReply",
-                             doc="Batch fact checker: one judgment per numbered fact.")
+DoveBatchJudgment = numbered_entry(
+    DoveCheckReply,
+    "fact",
+    name="DoveBatchJudgment",
+    doc="Batch fact checker: the verdict on the fact with number ``id``.",
+)
+DoveBatchReply = batch_reply(
+    DoveBatchJudgment, "fact", name="DoveBatchReply", doc="Batch fact checker: one judgment per numbered fact."
+)
 
 
 class DoveOrderReply(Reply):
@@ -166,8 +174,7 @@ def parse_event_order(text: str, events: Sequence[str], example: Sequence[int] =
     is the prompt's ``example`` order while the events are not that many (an echo, not an answer)."""
     reply = DoveOrderReply.parse(text)
     if example and list(reply.order) == list(example) and len(events) != len(example):
-        raise ParseError(f"the reply copies the prompt's example order {list(example)}; there are {len(events)} "
-                         "events")
+        raise ParseError(f"the reply copies the prompt's example order {list(example)}; there are {len(events)} events")
     outcome = EventOrder(order=[])
     for item in reply.order:
         index = match_event(item, events)

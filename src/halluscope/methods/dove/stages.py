@@ -13,7 +13,9 @@ from pydantic import Field
 from rapidfuzz import fuzz, process
 
 from halluscope.llm import LLM
+from halluscope.llm.label_probs import TRUE_FALSE, VERDICT_TOP_LOGPROBS, step_probability
 from halluscope.llm.structured import generate_reply
+from halluscope.methods.batching import BatchCall, BatchingVerifier, numbered_as_written
 from halluscope.methods.dove.order import EventOrder
 from halluscope.methods.dove.prompts import (
     DOVE_CHECK_BATCH_PROMPT,
@@ -32,13 +34,11 @@ from halluscope.methods.dove.replies import (
     parse_decomposition,
     parse_event_order,
 )
-from halluscope.methods.batching import BatchCall, BatchingVerifier, numbered_as_written
 from halluscope.methods.options import MAX_BATCH_SIZE, RetrievalOptions, StageOptions, options_view
+from halluscope.records import Claim, Evidence, LLMCall, Span, StepResult, Verdict
+from halluscope.stages import Context, PromptResolver, register_stage, same_prompt
 from halluscope.stages.context import shared_source_index
 from halluscope.stages.verifiers import messages_tokens, reply_budget
-from halluscope.records import Claim, Evidence, LLMCall, Span, StepResult, Verdict
-from halluscope.llm.label_probs import TRUE_FALSE, VERDICT_TOP_LOGPROBS, step_probability
-from halluscope.stages import Context, PromptResolver, register_stage, same_prompt
 from halluscope.text import locate, split_sentences
 from halluscope.text.placeholders import is_placeholder, shown_strings
 
@@ -57,8 +57,9 @@ def target_spans_for(fact: str, target: str, sentences: Sequence[tuple[str, Span
         return [match.span]
     if not sentences:
         return []
-    best = process.extractOne(fact, [s for s, _ in sentences], scorer=fuzz.token_set_ratio,
-                              processor=lambda s: s.lower(), score_cutoff=60)
+    best = process.extractOne(
+        fact, [s for s, _ in sentences], scorer=fuzz.token_set_ratio, processor=lambda s: s.lower(), score_cutoff=60
+    )
     return [sentences[best[2]][1]] if best is not None else []
 
 
@@ -80,17 +81,24 @@ class DoveDecomposer:
             return parse_decomposition(text, DOVE_EXAMPLE_FACTS, target)
 
         step = await generate_reply(
-            self.llm, self.prompt.render(target=target), DoveFactsReply, parse=parse,  # type: ignore[arg-type]
-            params=self.llm.params(max_tokens=reply_budget(self.llm, 128 + 2 * self.llm.count_tokens(target))))
+            self.llm,
+            self.prompt.render(target=target),
+            DoveFactsReply,
+            parse=parse,  # type: ignore[arg-type]
+            params=self.llm.params(max_tokens=reply_budget(self.llm, 128 + 2 * self.llm.count_tokens(target))),
+        )
         if step.value is None:
             return StepResult.failure(f"decomposer: {step.error}", step.calls)
         facts: DoveFacts = step.value  # type: ignore[assignment]
         sentences = [(s.text, s.span) for s in split_sentences(target)]
-        events = [Claim(text=t, kind="event", id=f"E{i + 1}", order=i,
-                        target_spans=target_spans_for(t, target, sentences)) for i, t in enumerate(facts.events)]
-        descriptive = [Claim(text=t, kind="descriptive", id=f"D{i + 1}",
-                             target_spans=target_spans_for(t, target, sentences))
-                       for i, t in enumerate(facts.descriptive)]
+        events = [
+            Claim(text=t, kind="event", id=f"E{i + 1}", order=i, target_spans=target_spans_for(t, target, sentences))
+            for i, t in enumerate(facts.events)
+        ]
+        descriptive = [
+            Claim(text=t, kind="descriptive", id=f"D{i + 1}", target_spans=target_spans_for(t, target, sentences))
+            for i, t in enumerate(facts.descriptive)
+        ]
         return StepResult.success(events + descriptive, step.calls)
 
 
@@ -108,8 +116,14 @@ def _evidence(judgment: DoveCheckReply, source: str) -> list[Evidence]:
 
 
 def _verdict(claim: Claim, judgment: DoveCheckReply, source: str, calls: list[LLMCall]) -> Verdict:
-    return Verdict(claim=claim, label=judgment.label, reason=judgment.reason or "",  # type: ignore[arg-type]
-                   score=1.0 if judgment.supported else 0.0, evidence=_evidence(judgment, source), calls=calls)
+    return Verdict(
+        claim=claim,
+        label=judgment.label,
+        reason=judgment.reason or "",  # type: ignore[arg-type]
+        score=1.0 if judgment.supported else 0.0,
+        evidence=_evidence(judgment, source),
+        calls=calls,
+    )
 
 
 @register_stage("dove", "verifier")
@@ -127,13 +141,21 @@ class DoveFactChecker(BatchingVerifier[DoveCheckReply]):
         batch_size: int = Field(default=1, ge=1, le=MAX_BATCH_SIZE)
         """Facts per fact-checker call when the whole source is sent (1 = the paper's one call per fact)."""
 
-    def __init__(self, model: LLM, options: "DoveFactChecker.Options | None" = None, *,
-                 prompts: PromptResolver = same_prompt):
+    def __init__(
+        self, model: LLM, options: DoveFactChecker.Options | None = None, *, prompts: PromptResolver = same_prompt
+    ):
         super().__init__(model, options, prompts=prompts)
         self.batch_size = self.options.batch_size
         self.prompt = prompts(DOVE_CHECK_PROMPT)
-        self.batch = BatchCall(prompts(DOVE_CHECK_BATCH_PROMPT), DoveBatchJudgment, listing="facts",
-                               unit="fact", reply_tokens=CHECK_REPLY_TOKENS, overhead=64, number=numbered_as_written)
+        self.batch = BatchCall(
+            prompts(DOVE_CHECK_BATCH_PROMPT),
+            DoveBatchJudgment,
+            listing="facts",
+            unit="fact",
+            reply_tokens=CHECK_REPLY_TOKENS,
+            overhead=64,
+            number=numbered_as_written,
+        )
 
     def messages(self, claims: Sequence[Claim], context_text: str) -> list[dict[str, str]]:
         """The one-fact prompt for ``claims[0]``."""
@@ -142,9 +164,14 @@ class DoveFactChecker(BatchingVerifier[DoveCheckReply]):
     async def check(self, claim: Claim, context: Context, source: str) -> Verdict:
         if is_placeholder(claim.text):
             return Verdict.unscored(claim, self.placeholder_reason(claim))
-        step = await generate_reply(self.llm, self.messages([claim], context.text), DoveCheckReply,
-                                    params=self.llm.params(max_tokens=reply_budget(self.llm, CHECK_REPLY_TOKENS),
-                                                           top_logprobs=VERDICT_TOP_LOGPROBS))
+        step = await generate_reply(
+            self.llm,
+            self.messages([claim], context.text),
+            DoveCheckReply,
+            params=self.llm.params(
+                max_tokens=reply_budget(self.llm, CHECK_REPLY_TOKENS), top_logprobs=VERDICT_TOP_LOGPROBS
+            ),
+        )
         if step.value is None:
             return Verdict.unscored(claim, f"fact checker: {step.error}", step.calls)
         verdict = _verdict(claim, step.value, source, step.calls)
@@ -211,26 +238,38 @@ class DoveSorter:
 
     def reserve_tokens(self, events: Sequence[str]) -> int:
         """Tokens a call needs besides the text it sorts by (prompt wording, the events, the reply)."""
-        return messages_tokens(self.llm, self.messages(events, "")) + reply_budget(self.llm,
-                                                                                self.reply_tokens(len(events)))
+        return messages_tokens(self.llm, self.messages(events, "")) + reply_budget(
+            self.llm, self.reply_tokens(len(events))
+        )
 
     async def __call__(self, events: Sequence[str], text: str, about: str | None = None) -> StepResult[EventOrder]:
         shown = self.presentation(events)
         shown_texts = [events[i] for i in shown]
         step = await generate_reply(
-            self.llm, self.messages(shown_texts, text, about), DoveOrderReply,
+            self.llm,
+            self.messages(shown_texts, text, about),
+            DoveOrderReply,
             params=self.llm.params(max_tokens=reply_budget(self.llm, self.reply_tokens(len(events)))),
-            parse=lambda reply: parse_event_order(reply, shown_texts, DOVE_SORT_EXAMPLE_ORDER))  # type: ignore[arg-type, return-value]
+            parse=lambda reply: parse_event_order(reply, shown_texts, DOVE_SORT_EXAMPLE_ORDER),
+        )  # type: ignore[arg-type, return-value]
         if step.value is None:
             return StepResult.failure(f"sorter: {step.error}", step.calls)
         local: EventOrder = step.value  # type: ignore[assignment]
-        back = EventOrder(order=[shown[i] for i in local.order], missing=sorted(shown[i] for i in local.missing),
-                          duplicated=[shown[i] for i in local.duplicated], invented=local.invented)
+        back = EventOrder(
+            order=[shown[i] for i in local.order],
+            missing=sorted(shown[i] for i in local.missing),
+            duplicated=[shown[i] for i in local.duplicated],
+            invented=local.invented,
+        )
         return StepResult.success(back, step.calls)
 
 
-@register_stage("position", "sorter", "No LLM: orders events by the source sentence each retrieves best (only for "
-                                       "sources narrated in chronological order).")
+@register_stage(
+    "position",
+    "sorter",
+    "No LLM: orders events by the source sentence each retrieves best (only for "
+    "sources narrated in chronological order).",
+)
 class PositionSorter:
     """No-LLM source-side sorter: orders events by where the source tells them, i.e. by the source sentence
     each event retrieves best. Only valid for sources narrated in chronological order (most stories and news
@@ -242,8 +281,11 @@ class PositionSorter:
     label: ClassVar[str] = "dove.position_sort"  # its name in a report's details["stages"]
     uses_llm: ClassVar[bool] = False
     Options: ClassVar[type[StageOptions]] = options_view(
-        "PositionSorterOptions", RetrievalOptions, ["top_k", "window", "retriever", "merge_windows", "embed_all_up_to"],
-        "The retrieval index the events are placed with (the one the retrieval stage uses for the same settings).")
+        "PositionSorterOptions",
+        RetrievalOptions,
+        ["top_k", "window", "retriever", "merge_windows", "embed_all_up_to"],
+        "The retrieval index the events are placed with (the one the retrieval stage uses for the same settings).",
+    )
 
     def __init__(self, model: Any = None, options: StageOptions | None = None):
         self.opts: RetrievalOptions = options or self.Options()  # type: ignore[assignment]
@@ -263,7 +305,13 @@ class PositionSorter:
         anchor = await asyncio.to_thread(anchors)
         placed = sorted((i for i, a in enumerate(anchor) if a is not None), key=lambda i: (anchor[i], i))
         if len(placed) < 2 <= len(events):
-            return StepResult.failure(f"position sorter: only {len(placed)} of {len(events)} events match a source "
-                                      "sentence")
-        return StepResult.success(EventOrder(order=placed, missing=[i for i, a in enumerate(anchor) if a is None],
-                                             notes={"source_sentence_of_event": anchor}))
+            return StepResult.failure(
+                f"position sorter: only {len(placed)} of {len(events)} events match a source sentence"
+            )
+        return StepResult.success(
+            EventOrder(
+                order=placed,
+                missing=[i for i, a in enumerate(anchor) if a is None],
+                notes={"source_sentence_of_event": anchor},
+            )
+        )

@@ -41,28 +41,76 @@ contributes one description (the fact and the verifier's reason), de-duplicated 
 """
 
 from halluscope.methods.factscore.decompose import AtomicFact, FactScoreDecomposer, parse_facts
-from halluscope.methods.factscore.dedup import (DedupMode, DescriptionDeduplicator, FuzzyDeduplicator, LlmDeduplicator,
-                                                NoDeduplication, parse_keep)
+from halluscope.methods.factscore.dedup import (
+    DedupMode,
+    DescriptionDeduplicator,
+    FuzzyDeduplicator,
+    LlmDeduplicator,
+    NoDeduplication,
+    parse_keep,
+)
 from halluscope.methods.factscore.details import FactScoreDetails
-from halluscope.methods.factscore.method import FactScore, FactScoreOptions
 from halluscope.methods.factscore.localize import FactScoreLocalizer
-from halluscope.methods.factscore.prompts import (FACTSCORE_DECOMPOSE_PROMPT, FACTSCORE_DEDUP_PROMPT,
-                                                  FACTSCORE_DESCRIBE_BATCH_PROMPT, FACTSCORE_DESCRIBE_PROMPT,
-                                                  FACTSCORE_VERIFY_BATCH_PROMPT, FACTSCORE_VERIFY_PROMPT,
-                                                  VERIFY_REPLY_TOKENS)
-from halluscope.methods.factscore.replies import (DESCRIPTION_ECHOES, DESCRIPTION_EXAMPLES, FACT_ECHOES, FACT_EXAMPLES,
-                                                  FactCheckBatchEntry, FactCheckBatchReply, FactCheckReply, FactEntry,
-                                                  FactJudgmentBatchEntry, FactJudgmentBatchReply, FactJudgmentReply,
-                                                  FactsReply, KeepReply)
+from halluscope.methods.factscore.method import FactScore, FactScoreOptions
+from halluscope.methods.factscore.prompts import (
+    FACTSCORE_DECOMPOSE_PROMPT,
+    FACTSCORE_DEDUP_PROMPT,
+    FACTSCORE_DESCRIBE_BATCH_PROMPT,
+    FACTSCORE_DESCRIBE_PROMPT,
+    FACTSCORE_VERIFY_BATCH_PROMPT,
+    FACTSCORE_VERIFY_PROMPT,
+    VERIFY_REPLY_TOKENS,
+)
+from halluscope.methods.factscore.replies import (
+    DESCRIPTION_ECHOES,
+    DESCRIPTION_EXAMPLES,
+    FACT_ECHOES,
+    FACT_EXAMPLES,
+    FactCheckBatchEntry,
+    FactCheckBatchReply,
+    FactCheckReply,
+    FactEntry,
+    FactJudgmentBatchEntry,
+    FactJudgmentBatchReply,
+    FactJudgmentReply,
+    FactsReply,
+    KeepReply,
+)
 from halluscope.methods.factscore.verifier import FactScoreVerifier
 
 __all__ = [
     "FactScoreDetails",
-    "DESCRIPTION_ECHOES", "DESCRIPTION_EXAMPLES", "FACTSCORE_DECOMPOSE_PROMPT", "FACTSCORE_DEDUP_PROMPT",
-    "FACTSCORE_DESCRIBE_BATCH_PROMPT", "FACTSCORE_DESCRIBE_PROMPT", "FACTSCORE_VERIFY_BATCH_PROMPT",
-    "FACTSCORE_VERIFY_PROMPT", "FACT_ECHOES", "FACT_EXAMPLES", "VERIFY_REPLY_TOKENS", "AtomicFact", "DedupMode",
-    "DescriptionDeduplicator", "FactCheckBatchEntry", "FactCheckBatchReply", "FactCheckReply", "FactEntry",
-    "FactJudgmentBatchEntry", "FactJudgmentBatchReply", "FactJudgmentReply", "FactScore", "FactScoreDecomposer",
-    "FactScoreLocalizer", "FactScoreOptions", "FactScoreVerifier", "FactsReply", "FuzzyDeduplicator", "KeepReply",
-    "LlmDeduplicator", "NoDeduplication", "parse_facts", "parse_keep",
+    "DESCRIPTION_ECHOES",
+    "DESCRIPTION_EXAMPLES",
+    "FACTSCORE_DECOMPOSE_PROMPT",
+    "FACTSCORE_DEDUP_PROMPT",
+    "FACTSCORE_DESCRIBE_BATCH_PROMPT",
+    "FACTSCORE_DESCRIBE_PROMPT",
+    "FACTSCORE_VERIFY_BATCH_PROMPT",
+    "FACTSCORE_VERIFY_PROMPT",
+    "FACT_ECHOES",
+    "FACT_EXAMPLES",
+    "VERIFY_REPLY_TOKENS",
+    "AtomicFact",
+    "DedupMode",
+    "DescriptionDeduplicator",
+    "FactCheckBatchEntry",
+    "FactCheckBatchReply",
+    "FactCheckReply",
+    "FactEntry",
+    "FactJudgmentBatchEntry",
+    "FactJudgmentBatchReply",
+    "FactJudgmentReply",
+    "FactScore",
+    "FactScoreDecomposer",
+    "FactScoreLocalizer",
+    "FactScoreOptions",
+    "FactScoreVerifier",
+    "FactsReply",
+    "FuzzyDeduplicator",
+    "KeepReply",
+    "LlmDeduplicator",
+    "NoDeduplication",
+    "parse_facts",
+    "parse_keep",
 ]

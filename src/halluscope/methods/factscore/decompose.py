@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 from halluscope.llm.structured import generate_reply
 from halluscope.methods.factscore.prompts import FACTSCORE_DECOMPOSE_PROMPT
 from halluscope.methods.factscore.replies import FACT_ECHOES, FACT_EXAMPLES, FactsReply
-from halluscope.records import Claim, StepResult
 from halluscope.methods.options import StageOptions
+from halluscope.records import Claim, StepResult
 from halluscope.stages import PromptResolver, register_stage, same_prompt
 from halluscope.text import ParseError, Sentence, locate, split_sentences
 from halluscope.text.placeholders import is_placeholder, normalized, resembles
@@ -48,8 +48,11 @@ def parse_facts(text: str, sentences: Sequence[Sentence], target: str = "") -> l
         seen.add(fact.lower())
         facts.append(AtomicFact(fact, entry.sentence - 1))
     if not facts:
-        raise ParseError("the reply lists no atomic facts" if not entries else
-                         "the reply lists no atomic facts, only placeholders or the prompt's example")
+        raise ParseError(
+            "the reply lists no atomic facts"
+            if not entries
+            else "the reply lists no atomic facts, only placeholders or the prompt's example"
+        )
     return facts
 
 
@@ -71,11 +74,17 @@ class FactScoreDecomposer:
         sentences = split_sentences(target)
         if not sentences:
             return StepResult.failure("the target has no sentences")
-        step = await generate_reply(self.llm, self.prompt.render(sentences=_numbered_sentences(sentences)), FactsReply,
-                                    parse=lambda text: parse_facts(text, sentences, target))  # type: ignore[arg-type, return-value]
+        step = await generate_reply(
+            self.llm,
+            self.prompt.render(sentences=_numbered_sentences(sentences)),
+            FactsReply,
+            parse=lambda text: parse_facts(text, sentences, target),
+        )  # type: ignore[arg-type, return-value]
         if step.value is None:
             return StepResult.failure(step.error or "no facts", step.calls)
         facts: list[AtomicFact] = step.value  # type: ignore[assignment]
-        claims = [Claim(text=f.text, kind="atomic", id=f"f{i}", target_spans=[sentences[f.sentence_index].span])
-                  for i, f in enumerate(facts, 1)]
+        claims = [
+            Claim(text=f.text, kind="atomic", id=f"f{i}", target_spans=[sentences[f.sentence_index].span])
+            for i, f in enumerate(facts, 1)
+        ]
         return StepResult.success(claims, step.calls)

@@ -17,8 +17,7 @@ from halluscope.methods.options import StageOptions
 from halluscope.records import Span, StepResult
 from halluscope.stages import PromptResolver, register_stage, same_prompt
 from halluscope.text import ParseError
-from halluscope.text.descriptions import (MAX_FUZZY_DESCRIPTIONS, fuzzy_duplicate_groups, fuzzy_is_capped,
-                                          most_specific)
+from halluscope.text.descriptions import MAX_FUZZY_DESCRIPTIONS, fuzzy_duplicate_groups, fuzzy_is_capped, most_specific
 
 if TYPE_CHECKING:  # pragma: no cover
     from halluscope.llm import LLM
@@ -51,15 +50,17 @@ class DescriptionDeduplicator:
         dedup_threshold: float = Field(default=85.0, ge=0, le=100)
         """Word-order-insensitive similarity (0-100) at which two descriptions merge (fuzzy grouping)."""
 
-    def __init__(self, model: LLM | None = None, options: StageOptions | None = None, *,
-                 prompts: PromptResolver = same_prompt):
+    def __init__(
+        self, model: LLM | None = None, options: StageOptions | None = None, *, prompts: PromptResolver = same_prompt
+    ):
         self.llm = model
         self.prompt = prompts(FACTSCORE_DEDUP_PROMPT)
         self.threshold = getattr(options or self.Options(), "dedup_threshold", 85.0)
         self.note: str | None = None  # set when the fuzzy grouping was capped
 
-    async def __call__(self, descriptions: Sequence[str], spans: Sequence[Sequence[Span]], target: str
-                       ) -> tuple[list[list[int]], str | None]:
+    async def __call__(
+        self, descriptions: Sequence[str], spans: Sequence[Sequence[Span]], target: str
+    ) -> tuple[list[list[int]], str | None]:
         n = len(descriptions)
         if self.mode == "none" or n < 2:
             return [[i] for i in range(n)], None
@@ -67,7 +68,9 @@ class DescriptionDeduplicator:
             step = await self.with_llm(descriptions, target)
             if step.value is not None:
                 return step.value, None
-            return self.fuzzy(descriptions, spans), f"LLM de-duplication failed ({step.error}); used fuzzy de-duplication"
+            return self.fuzzy(
+                descriptions, spans
+            ), f"LLM de-duplication failed ({step.error}); used fuzzy de-duplication"
         return self.fuzzy(descriptions, spans), None
 
     async def with_llm(self, descriptions: Sequence[str], target: str) -> StepResult[list[list[int]]]:
@@ -76,8 +79,12 @@ class DescriptionDeduplicator:
         if self.llm is None:  # built without a model: the caller falls back to fuzzy, saying why
             return StepResult.failure("no LLM to de-duplicate with")
         try:
-            step = await generate_reply(self.llm, self.prompt.render(target=target, descriptions=listing), KeepReply,
-                                        parse=lambda text: parse_keep(text, n))  # type: ignore[arg-type, return-value]
+            step = await generate_reply(
+                self.llm,
+                self.prompt.render(target=target, descriptions=listing),
+                KeepReply,
+                parse=lambda text: parse_keep(text, n),
+            )  # type: ignore[arg-type, return-value]
         except CallBudgetExceeded:
             raise  # the check's budget is spent: the check stops, as for any other call
         except LLMError as exc:  # one failed call: the verdicts already in stay, fuzzy grouping is used instead
@@ -88,8 +95,10 @@ class DescriptionDeduplicator:
 
     def fuzzy(self, descriptions: Sequence[str], spans: Sequence[Sequence[Span]]) -> list[list[int]]:
         if fuzzy_is_capped(len(descriptions)):
-            self.note = (f"{len(descriptions)} descriptions: more than {MAX_FUZZY_DESCRIPTIONS} are not compared "
-                         "pairwise, so only identical wordings and identical spans were merged")
+            self.note = (
+                f"{len(descriptions)} descriptions: more than {MAX_FUZZY_DESCRIPTIONS} are not compared "
+                "pairwise, so only identical wordings and identical spans were merged"
+            )
         out = []
         for group in fuzzy_duplicate_groups(descriptions, self.threshold, spans):
             kept = most_specific(descriptions, group, spans)

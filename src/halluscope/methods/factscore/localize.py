@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from halluscope.llm.base import CallBudgetExceeded, LLMError
 from halluscope.methods.factscore.method import FactScoreOptions
 from halluscope.methods.factscore.verifier import FactScoreVerifier
-from halluscope.stages.findings import claim_finding, group_confidence, verdict_confidence
 from halluscope.methods.options import StageOptions, options_view
 from halluscope.records import Finding, Verdict
 from halluscope.stages import Deduplicator, PromptResolver, build_stage, register_stage, same_prompt, stage_spec
+from halluscope.stages.findings import claim_finding, group_confidence, verdict_confidence
 from halluscope.text.descriptions import merge_spans, spans_for_description
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -29,11 +29,21 @@ class FactScoreLocalizer:
     name: str  # set by @register_stage
     uses_llm: ClassVar[bool] = True  # the llm deduplicator calls the model
     Options: ClassVar[type[StageOptions]] = options_view(
-        "FactScoreLocalizerOptions", FactScoreOptions, ["describe", "dedup", "dedup_threshold"],
-        "FActScore's findings: described inconsistencies de-duplicated across facts (dedup names the deduplicator).")
+        "FactScoreLocalizerOptions",
+        FactScoreOptions,
+        ["describe", "dedup", "dedup_threshold"],
+        "FActScore's findings: described inconsistencies de-duplicated across facts (dedup names the deduplicator).",
+    )
 
-    def __init__(self, model: LLM | None = None, options: StageOptions | None = None, *, verifier: Any = None,
-                 prompts: PromptResolver = same_prompt, deduplicator: Callable[[], Deduplicator] | None = None):
+    def __init__(
+        self,
+        model: LLM | None = None,
+        options: StageOptions | None = None,
+        *,
+        verifier: Any = None,
+        prompts: PromptResolver = same_prompt,
+        deduplicator: Callable[[], Deduplicator] | None = None,
+    ):
         """``deduplicator``: builds the de-duplication stage (the factscore method's chosen one, with its options);
         without it the stage ``dedup`` names is built here."""
         self.llm = model
@@ -45,8 +55,9 @@ class FactScoreLocalizer:
     @classmethod
     def needs_llm(cls, options: Any) -> bool:
         """The model is called only to de-duplicate descriptions, with a deduplicator that calls one."""
-        return bool(options.describe) and bool(getattr(stage_spec("deduplicator", options.dedup).factory,
-                                                       "uses_llm", True))
+        return bool(options.describe) and bool(
+            getattr(stage_spec("deduplicator", options.dedup).factory, "uses_llm", True)
+        )
 
     def deduplicator(self) -> Deduplicator:
         """A fresh ``deduplicator`` stage (its ``note`` is about one call), with this localizer's threshold."""
@@ -62,12 +73,14 @@ class FactScoreLocalizer:
         flagged = [v for v in run.verdicts if v.label in ("unsupported", "contradicted")]
         own = self.own_reasons
         if not self.options.describe:
-            return [_fact_finding(v, f"Not supported by the source: {v.claim.text}") if own else claim_finding(v)
-                    for v in flagged]
+            return [
+                _fact_finding(v, f"Not supported by the source: {v.claim.text}") if own else claim_finding(v)
+                for v in flagged
+            ]
         descriptions: list[str] = []
         origins: list[Verdict] = []
         for v in flagged:
-            for d in (v.reason.split("\n") if own else [claim_finding(v).description]):
+            for d in v.reason.split("\n") if own else [claim_finding(v).description]:
                 descriptions.append(d)
                 origins.append(v)
         quoted = [spans_for_description(d, run.target) for d in descriptions]
@@ -84,8 +97,10 @@ class FactScoreLocalizer:
             run.details["dedup_error"] = error
         note = dedup.note
         if error and not note:
-            note = ("de-duplication failed, so duplicates may remain among the findings (the verdicts and the score "
-                    "are unaffected)")
+            note = (
+                "de-duplication failed, so duplicates may remain among the findings (the verdicts and the score "
+                "are unaffected)"
+            )
         if note:
             run.details["dedup_note"] = note
         findings: list[Finding] = []
@@ -94,15 +109,27 @@ class FactScoreLocalizer:
             members = [origins[i] for i in group]
             spans = quoted[kept] or merge_spans([s for m in members for s in m.claim.target_spans])
             claim_ids = list(dict.fromkeys(m.claim.id for m in members if m.claim.id))
-            findings.append(Finding(description=descriptions[kept], kind=origins[kept].label,  # type: ignore[arg-type]
-                                    target_spans=spans, evidence=[e for m in members for e in m.evidence],
-                                    claim_ids=claim_ids, confidence=group_confidence(members),
-                                    fix=origins[kept].fix if len(set(id(m) for m in members)) == 1 else None))
+            findings.append(
+                Finding(
+                    description=descriptions[kept],
+                    kind=origins[kept].label,  # type: ignore[arg-type]
+                    target_spans=spans,
+                    evidence=[e for m in members for e in m.evidence],
+                    claim_ids=claim_ids,
+                    confidence=group_confidence(members),
+                    fix=origins[kept].fix if len(set(id(m) for m in members)) == 1 else None,
+                )
+            )
         return findings
 
 
 def _fact_finding(verdict: Verdict, description: str) -> Finding:
-    return Finding(description=description, kind=verdict.label,  # type: ignore[arg-type]
-                   target_spans=list(verdict.claim.target_spans), evidence=list(verdict.evidence),
-                   claim_ids=[verdict.claim.id] if verdict.claim.id else [], confidence=verdict_confidence(verdict),
-                   fix=verdict.fix)
+    return Finding(
+        description=description,
+        kind=verdict.label,  # type: ignore[arg-type]
+        target_spans=list(verdict.claim.target_spans),
+        evidence=list(verdict.evidence),
+        claim_ids=[verdict.claim.id] if verdict.claim.id else [],
+        confidence=verdict_confidence(verdict),
+        fix=verdict.fix,
+    )

@@ -9,11 +9,16 @@ from typing import Any, ClassVar
 from pydantic import Field, field_validator
 
 from halluscope.methods import register_method
-from halluscope.methods.factscore.prompts import (FACTSCORE_DECOMPOSE_PROMPT, FACTSCORE_DEDUP_PROMPT,
-                                                  FACTSCORE_DESCRIBE_BATCH_PROMPT, FACTSCORE_DESCRIBE_PROMPT,
-                                                  FACTSCORE_VERIFY_BATCH_PROMPT, FACTSCORE_VERIFY_PROMPT)
 from halluscope.methods.details import MethodDetails
 from halluscope.methods.factscore.details import FactScoreDetails
+from halluscope.methods.factscore.prompts import (
+    FACTSCORE_DECOMPOSE_PROMPT,
+    FACTSCORE_DEDUP_PROMPT,
+    FACTSCORE_DESCRIBE_BATCH_PROMPT,
+    FACTSCORE_DESCRIBE_PROMPT,
+    FACTSCORE_VERIFY_BATCH_PROMPT,
+    FACTSCORE_VERIFY_PROMPT,
+)
 from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions
 from halluscope.methods.pipeline import ClaimPipeline
 from halluscope.prompts import PromptTemplate
@@ -52,12 +57,20 @@ class FactScoreOptions(ClaimOptions):
 class FactScore(ClaimPipeline):
     Details: ClassVar[type[MethodDetails]] = FactScoreDetails
     name = "factscore"
-    description = ("Atomic facts + per-fact verification -> fraction supported; describe=True lists each "
-                   "fact's inconsistencies, de-duplicated across facts (fuzzy or LLM).")
+    description = (
+        "Atomic facts + per-fact verification -> fraction supported; describe=True lists each "
+        "fact's inconsistencies, de-duplicated across facts (fuzzy or LLM)."
+    )
     Options = FactScoreOptions
     opts: FactScoreOptions
-    prompts = (FACTSCORE_DECOMPOSE_PROMPT, FACTSCORE_VERIFY_PROMPT, FACTSCORE_DESCRIBE_PROMPT,
-               FACTSCORE_VERIFY_BATCH_PROMPT, FACTSCORE_DESCRIBE_BATCH_PROMPT, FACTSCORE_DEDUP_PROMPT)
+    prompts = (
+        FACTSCORE_DECOMPOSE_PROMPT,
+        FACTSCORE_VERIFY_PROMPT,
+        FACTSCORE_DESCRIBE_PROMPT,
+        FACTSCORE_VERIFY_BATCH_PROMPT,
+        FACTSCORE_DESCRIBE_BATCH_PROMPT,
+        FACTSCORE_DEDUP_PROMPT,
+    )
     default_threshold = 1.0
     default_verifier = "factscore"
     default_localizer = "factscore"

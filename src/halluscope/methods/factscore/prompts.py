@@ -3,8 +3,14 @@ or without descriptions (one fact, or several numbered facts per call) and de-du
 
 from __future__ import annotations
 
-from halluscope.methods.factscore.replies import (FactCheckBatchReply, FactCheckReply, FactJudgmentBatchReply,
-                                                  FactJudgmentReply, FactsReply, KeepReply)
+from halluscope.methods.factscore.replies import (
+    FactCheckBatchReply,
+    FactCheckReply,
+    FactJudgmentBatchReply,
+    FactJudgmentReply,
+    FactsReply,
+    KeepReply,
+)
 from halluscope.prompts import PromptTemplate
 
 _SYSTEM = "You are a meticulous fact-checker who compares texts with the source documents they are based on."
@@ -25,11 +31,15 @@ FACTSCORE_DECOMPOSE_PROMPT = PromptTemplate(
     ),
 )
 
-_SUPPORT_RULE = ("only if the SOURCE states it or it follows directly from the SOURCE; a fact that the SOURCE "
-                 "contradicts, or that cannot be verified from it, is not supported.")
-_DESCRIBE_RULE = ("describe every inconsistency separately: for each, say what the fact claims (quote its words in "
-                  "double quotes) and what the SOURCE says instead, or which detail the SOURCE does not contain. Be "
-                  "brief and specific; ")
+_SUPPORT_RULE = (
+    "only if the SOURCE states it or it follows directly from the SOURCE; a fact that the SOURCE "
+    "contradicts, or that cannot be verified from it, is not supported."
+)
+_DESCRIBE_RULE = (
+    "describe every inconsistency separately: for each, say what the fact claims (quote its words in "
+    "double quotes) and what the SOURCE says instead, or which detail the SOURCE does not contain. Be "
+    "brief and specific; "
+)
 
 
 def _verify_user(describe: bool, batch: bool) -> str:
@@ -38,18 +48,27 @@ def _verify_user(describe: bool, batch: bool) -> str:
     if not batch:
         text = "Is the FACT supported by the SOURCE? It is supported " + _SUPPORT_RULE
         if describe:
-            text += ("\nIf and only if it is not supported, " + _DESCRIBE_RULE + "avoid vague statements such as "
-                     "\"this cannot be verified\". Never put two problems in one description.")
+            text += (
+                "\nIf and only if it is not supported, " + _DESCRIBE_RULE + "avoid vague statements such as "
+                '"this cannot be verified". Never put two problems in one description.'
+            )
         return text + "\n\n$format\n\nSOURCE:\n$source\n\nFACT:\n$fact"
-    text = ("For each of the numbered FACTS, decide on its own whether the SOURCE supports it. A fact is supported "
-            + _SUPPORT_RULE + " Judge every fact separately: another fact in the list is not evidence.")
+    text = (
+        "For each of the numbered FACTS, decide on its own whether the SOURCE supports it. A fact is supported "
+        + _SUPPORT_RULE
+        + " Judge every fact separately: another fact in the list is not evidence."
+    )
     if describe:
-        text += ("\nFor a fact that is not supported, and only then, " + _DESCRIBE_RULE + "never put two problems in "
-                 "one description. A supported fact has an empty list.\n")
+        text += (
+            "\nFor a fact that is not supported, and only then, " + _DESCRIBE_RULE + "never put two problems in "
+            "one description. A supported fact has an empty list.\n"
+        )
     else:
         text += " "
-    return (text + "Give exactly one entry per fact, with the fact's number as its id.\n\n"
-            "$format\n\nSOURCE:\n$source\n\nThere are $count FACTS.\n\nFACTS:\n$facts")
+    return (
+        text + "Give exactly one entry per fact, with the fact's number as its id.\n\n"
+        "$format\n\nSOURCE:\n$source\n\nThere are $count FACTS.\n\nFACTS:\n$facts"
+    )
 
 
 FACTSCORE_VERIFY_PROMPT = PromptTemplate(

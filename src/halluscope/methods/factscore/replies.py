@@ -13,6 +13,7 @@ from halluscope.methods.batching import batch_reply, numbered_entry
 from halluscope.text.descriptions import clean_descriptions
 from halluscope.text.placeholders import example_strings, normalized, shown_strings
 
+
 class FactEntry(BaseModel):
     """One atomic fact and the TEXT sentence it comes from."""
 
@@ -27,8 +28,11 @@ class FactsReply(Reply):
 
     facts: list[FactEntry] = Field(description="every atomic fact of the TEXT, in TEXT order")
     example: ClassVar[dict[str, Any] | None] = {
-        "facts": [{"sentence": 1, "fact": "The museum opened in 1998."},
-                  {"sentence": 1, "fact": "The museum is in Lyon."}]}
+        "facts": [
+            {"sentence": 1, "fact": "The museum opened in 1998."},
+            {"sentence": 1, "fact": "The museum is in Lyon."},
+        ]
+    }
     bare_list_field: ClassVar[str | None] = "facts"
     refuse_example_echo: ClassVar[bool] = False  # parse_facts keeps an example fact only when the TEXT says it
 
@@ -36,8 +40,10 @@ class FactsReply(Reply):
 class FactCheckReply(Reply):
     """Verification without descriptions: only the stated boolean counts."""
 
-    supported: bool = Field(description="true if the SOURCE states the FACT or it follows directly from the "
-                                        "SOURCE; false if the SOURCE contradicts it or does not say it")
+    supported: bool = Field(
+        description="true if the SOURCE states the FACT or it follows directly from the "
+        "SOURCE; false if the SOURCE contradicts it or does not say it"
+    )
 
 
 class FactJudgmentReply(FactCheckReply):
@@ -48,11 +54,13 @@ class FactJudgmentReply(FactCheckReply):
     inconsistencies: list[str] = Field(
         default_factory=list,
         description="when the fact is not supported: each inconsistency separately, saying what the fact "
-                    "claims (its words in double quotes) and what the SOURCE says instead or does not "
-                    "contain; an empty list when it is supported")
+        "claims (its words in double quotes) and what the SOURCE says instead or does not "
+        "contain; an empty list when it is supported",
+    )
     example: ClassVar[dict[str, Any] | None] = {
         "supported": False,
-        "inconsistencies": ['The fact says the museum opened in "1998", but the SOURCE says it opened in 2001.']}
+        "inconsistencies": ['The fact says the museum opened in "1998", but the SOURCE says it opened in 2001.'],
+    }
 
     @field_validator("inconsistencies")
     @classmethod
@@ -69,29 +77,51 @@ class FactJudgmentReply(FactCheckReply):
 
 
 FactCheckBatchEntry = numbered_entry(
-    FactCheckReply, "fact", name="FactCheckBatchEntry",
-    doc="Batched verification without descriptions: the stated boolean for the fact numbered ``id``.")
+    FactCheckReply,
+    "fact",
+    name="FactCheckBatchEntry",
+    doc="Batched verification without descriptions: the stated boolean for the fact numbered ``id``.",
+)
 FactJudgmentBatchEntry = numbered_entry(
-    FactJudgmentReply, "fact", name="FactJudgmentBatchEntry",
-    doc="Batched verification with descriptions: the judgment of the fact numbered ``id``.")
+    FactJudgmentReply,
+    "fact",
+    name="FactJudgmentBatchEntry",
+    doc="Batched verification with descriptions: the judgment of the fact numbered ``id``.",
+)
 FactCheckBatchReply = batch_reply(
-    FactCheckBatchEntry, "fact", name="FactCheckBatchReply",
+    FactCheckBatchEntry,
+    "fact",
+    name="FactCheckBatchReply",
     doc="Batched verification without descriptions: one entry per numbered fact.",
-    example={"results": [{"id": 1, "supported": True}, {"id": 2, "supported": False}]})
+    example={"results": [{"id": 1, "supported": True}, {"id": 2, "supported": False}]},
+)
 FactJudgmentBatchReply = batch_reply(
-    FactJudgmentBatchEntry, "fact", name="FactJudgmentBatchReply",
+    FactJudgmentBatchEntry,
+    "fact",
+    name="FactJudgmentBatchReply",
     doc="Batched verification with descriptions: one entry per numbered fact.",
-    example={"results": [
-        {"id": 1, "supported": True, "inconsistencies": []},
-        {"id": 2, "supported": False,
-         "inconsistencies": ['The fact says the museum opened in "1998", but the SOURCE says it opened in 2001.']}]})
+    example={
+        "results": [
+            {"id": 1, "supported": True, "inconsistencies": []},
+            {
+                "id": 2,
+                "supported": False,
+                "inconsistencies": [
+                    'The fact says the museum opened in "1998", but the SOURCE says it opened in 2001.'
+                ],
+            },
+        ]
+    },
+)
 
 
 class KeepReply(Reply):
     """LLM de-duplication: the numbers of the descriptions to keep."""
 
-    keep: list[int] = Field(description="the numbers of the descriptions to keep: one from each group of "
-                                        "duplicates, and every description that has no duplicate")
+    keep: list[int] = Field(
+        description="the numbers of the descriptions to keep: one from each group of "
+        "duplicates, and every description that has no duplicate"
+    )
     example: ClassVar[dict[str, Any] | None] = {"keep": [1, 3]}
     refuse_example_echo: ClassVar[bool] = False  # numbers only, no verdict: [1, 3] can be the real selection
 

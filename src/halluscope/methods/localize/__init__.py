@@ -47,8 +47,8 @@ Modules: :mod:`.replies` (declared replies and parsers), :mod:`.prompts`, :mod:`
 
 from __future__ import annotations
 
-from halluscope.methods.localize.examples import FEW_SHOT_EXAMPLES
 from halluscope.methods.localize.details import LocalizeDetails
+from halluscope.methods.localize.examples import FEW_SHOT_EXAMPLES
 from halluscope.methods.localize.method import Localize, LocalizeOptions
 from halluscope.methods.localize.prompts import (
     _HINTS,
@@ -79,8 +79,27 @@ from halluscope.methods.localize.stages import (
 
 __all__ = [
     "LocalizeDetails",
-    "BINARY_PROMPT", "FEW_SHOT_EXAMPLES", "FINAL_MARKER", "LOCALIZATION_ECHOES", "LOCALIZATION_EXAMPLES",
-    "LOCALIZE_PROMPTS", "STYLES", "VARIANTS", "BinaryFilter", "DescriptionLocalizer", "HintedLocalizationReply",
-    "LocalizationReply", "Localize", "LocalizeOptions", "Style", "Variant", "_HINTS", "description_score",
-    "findings_from_descriptions", "parse_binary_verdict", "parse_final_output", "parse_localization", "reply_schema",
+    "BINARY_PROMPT",
+    "FEW_SHOT_EXAMPLES",
+    "FINAL_MARKER",
+    "LOCALIZATION_ECHOES",
+    "LOCALIZATION_EXAMPLES",
+    "LOCALIZE_PROMPTS",
+    "STYLES",
+    "VARIANTS",
+    "BinaryFilter",
+    "DescriptionLocalizer",
+    "HintedLocalizationReply",
+    "LocalizationReply",
+    "Localize",
+    "LocalizeOptions",
+    "Style",
+    "Variant",
+    "_HINTS",
+    "description_score",
+    "findings_from_descriptions",
+    "parse_binary_verdict",
+    "parse_final_output",
+    "parse_localization",
+    "reply_schema",
 ]

@@ -12,14 +12,19 @@ from halluscope.methods.base import Method
 from halluscope.methods.details import MethodDetails
 from halluscope.methods.localize.details import LocalizeDetails
 from halluscope.methods.localize.prompts import BINARY_PROMPT, LOCALIZE_PROMPTS, Style
-from halluscope.methods.localize.stages import (BinaryFilter, DescriptionLocalizer, description_score,
-                                                findings_from_descriptions)
+from halluscope.methods.localize.stages import (
+    BinaryFilter,
+    DescriptionLocalizer,
+    description_score,
+    findings_from_descriptions,
+)
 from halluscope.methods.options import MethodOptions
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Example, Report
 
 if TYPE_CHECKING:
     from halluscope.methods.calibration import Calibration, CalibrationBench
+
 
 class LocalizeOptions(MethodOptions):
     style: Style = "cot"
@@ -78,8 +83,10 @@ class LocalizeOptions(MethodOptions):
 @register_method
 class Localize(Method):
     name = "localize"
-    description = ("End-to-end LLM localization (FINAL): list each inconsistency as a self-contained "
-                   "description, mapped to target spans; styles zero_shot/few_shot/cot, optional 2-step filter.")
+    description = (
+        "End-to-end LLM localization (FINAL): list each inconsistency as a self-contained "
+        "description, mapped to target spans; styles zero_shot/few_shot/cot, optional 2-step filter."
+    )
     Options = LocalizeOptions
     Details: ClassVar[type[MethodDetails]] = LocalizeDetails
     opts: LocalizeOptions
@@ -98,8 +105,9 @@ class Localize(Method):
 
         return needs_selection(self)
 
-    async def calibrate(self, dev_items: Sequence[Example],
-                        bench: CalibrationBench) -> tuple[Method, Calibration | None]:
+    async def calibrate(
+        self, dev_items: Sequence[Example], bench: CalibrationBench
+    ) -> tuple[Method, Calibration | None]:
         """FINAL's dev-split protocol (:mod:`halluscope.methods.localize.protocol`): the prompt variant by FINAL F1, the
         2-step filter threshold by F1; returns the localizer with those options fixed and the record."""
         from halluscope.methods.localize.protocol import resolve_final_protocol
@@ -112,13 +120,21 @@ class Localize(Method):
 
     async def run(self, source: str, target: str) -> Report:
         if self.opts.filter == "oracle":
-            return Report(method=self.name, unscored_reason=(
-                "filter=oracle uses gold labels, so it only runs on labelled examples (the bench harness)"))
+            return Report(
+                method=self.name,
+                unscored_reason=(
+                    "filter=oracle uses gold labels, so it only runs on labelled examples (the bench harness)"
+                ),
+            )
         if self.opts.filter is None:
             return await self._localize(source, target, {})
         consistent, info, error = await self._filter_step(source, target)
         if error is not None:
-            return Report(method=self.name, unscored_reason=f"2-step filter failed: {error}", details=LocalizeDetails.build(filter=info))
+            return Report(
+                method=self.name,
+                unscored_reason=f"2-step filter failed: {error}",
+                details=LocalizeDetails.build(filter=info),
+            )
         return await self._after_filter(source, target, bool(consistent), info)
 
     async def run_example(self, example: Example) -> Report:
@@ -134,8 +150,12 @@ class Localize(Method):
 
     async def _after_filter(self, source: str, target: str, consistent: bool, info: dict[str, Any]) -> Report:
         if consistent:
-            return Report(method=self.name, score=1.0, subscores={"descriptions": 0.0},
-                          details=LocalizeDetails.build(filter=info, localized=False, descriptions=[]))
+            return Report(
+                method=self.name,
+                score=1.0,
+                subscores={"descriptions": 0.0},
+                details=LocalizeDetails.build(filter=info, localized=False, descriptions=[]),
+            )
         return await self._localize(source, target, LocalizeDetails.build(filter=info))
 
     async def _filter_step(self, source: str, target: str) -> tuple[bool | None, dict[str, Any], str | None]:
@@ -153,26 +173,44 @@ class Localize(Method):
         finally:
             method.close()  # built for this check: e.g. probe judges' clients go with it
         threshold = self.opts.filter_threshold if self.opts.filter_threshold is not None else method.default_threshold
-        info = {"kind": "method", "method": self.opts.filter, "score": report.score, "threshold": threshold,
-                "consistent": None if report.score is None else report.score >= threshold}
+        info = {
+            "kind": "method",
+            "method": self.opts.filter,
+            "score": report.score,
+            "threshold": threshold,
+            "consistent": None if report.score is None else report.score >= threshold,
+        }
         if report.score is None:
             return None, info, f"{self.opts.filter} could not score: {report.unscored_reason}"
         return report.score >= threshold, info, None
 
     async def _localize(self, source: str, target: str, details: dict[str, Any]) -> Report:
         step = await DescriptionLocalizer(self.llm, self.opts.style, self.opts.hint, self.variant, self.prompt)(
-            source, target)
+            source, target
+        )
         if step.value is None:
-            return Report(method=self.name, unscored_reason=f"localization reply unusable: {step.error}",
-                          details=details)
+            return Report(
+                method=self.name, unscored_reason=f"localization reply unusable: {step.error}", details=details
+            )
         descriptions: list[str] = step.value
         findings = findings_from_descriptions(descriptions, target)
-        details = {**details, **LocalizeDetails.build(localized=True, descriptions=descriptions,
-                                                      prompt_variant=self.variant)}
+        details = {
+            **details,
+            **LocalizeDetails.build(localized=True, descriptions=descriptions, prompt_variant=self.variant),
+        }
         if self.opts.variant == "auto":
-            details.update(LocalizeDetails.build(
-                prompt_variant_note="variant=auto is chosen on a dev split by the bench; a single check uses 1"))
-        return Report(method=self.name, score=description_score(len(descriptions)),
-                      subscores={"descriptions": float(len(descriptions)),
-                                 "located": float(sum(bool(f.target_spans) for f in findings))},
-                      findings=findings, details=details)
+            details.update(
+                LocalizeDetails.build(
+                    prompt_variant_note="variant=auto is chosen on a dev split by the bench; a single check uses 1"
+                )
+            )
+        return Report(
+            method=self.name,
+            score=description_score(len(descriptions)),
+            subscores={
+                "descriptions": float(len(descriptions)),
+                "located": float(sum(bool(f.target_spans) for f in findings)),
+            },
+            findings=findings,
+            details=details,
+        )

@@ -37,8 +37,10 @@ Variant = Literal[1, 2]
 VARIANTS: tuple[int, ...] = (1, 2)
 
 _INPUTS = "SOURCE:\n$source\n\nTEXT:\n$target"
-_QUOTE_RULE = ("quote in double quotes the words of the TEXT it is about, and say what the SOURCE says instead, or "
-               "that the SOURCE does not say it")
+_QUOTE_RULE = (
+    "quote in double quotes the words of the TEXT it is about, and say what the SOURCE says instead, or "
+    "that the SOURCE does not say it"
+)
 _NONE_RULE = "If the TEXT has no factual inconsistency, give an empty list."
 
 # Stated first, in place of the "no inconsistency" rule, when the 2-step filter judged the TEXT inconsistent.
@@ -55,7 +57,9 @@ def _task_v1(hint: bool) -> str:
         "inconsistency is any information in the TEXT that cannot be verified from the SOURCE.\n\n"
         "Look only for factual inconsistencies, not for other kinds of problems such as information the TEXT "
         "leaves out.\n\n"
-        "List each inconsistency separately, as a brief and concise description of it: " + _QUOTE_RULE + "."
+        "List each inconsistency separately, as a brief and concise description of it: "
+        + _QUOTE_RULE
+        + "."
         + ("" if hint else "\n\n" + _NONE_RULE)
     )
 
@@ -68,7 +72,8 @@ def _task_v2_zero(hint: bool) -> str:
         "verified from the SOURCE. Deal only with such inconsistencies: do not comment on omissions or on any "
         "other kind of error.\n\n"
         "Give each inconsistency as a separate item with a short description of what is inconsistent: "
-        + _QUOTE_RULE + ". Keep the descriptions concise and about factual inconsistencies only."
+        + _QUOTE_RULE
+        + ". Keep the descriptions concise and about factual inconsistencies only."
     )
 
 
@@ -90,13 +95,17 @@ def _task_v2_few(hint: bool) -> str:
 
 def _task_cot(variant: int) -> str:
     if variant == 1:
-        return ("Find every fact in the TEXT that cannot be verified from the SOURCE it was written from, and "
-                "describe each of these factual inconsistencies clearly: " + _QUOTE_RULE + ". Think step by step.")
-    return ("Find every factual inconsistency in the TEXT by following these steps:\n"
-            "1. Read the TEXT carefully and break it into its distinct factual statements.\n"
-            "2. Check each statement against the SOURCE it was written from: is it contradicted by the SOURCE "
-            "(it conflicts with it), or not verifiable from it (the SOURCE lacks the support it needs)?\n"
-            "3. For each inconsistency, describe exactly what is wrong in the TEXT: " + _QUOTE_RULE + ".")
+        return (
+            "Find every fact in the TEXT that cannot be verified from the SOURCE it was written from, and "
+            "describe each of these factual inconsistencies clearly: " + _QUOTE_RULE + ". Think step by step."
+        )
+    return (
+        "Find every factual inconsistency in the TEXT by following these steps:\n"
+        "1. Read the TEXT carefully and break it into its distinct factual statements.\n"
+        "2. Check each statement against the SOURCE it was written from: is it contradicted by the SOURCE "
+        "(it conflicts with it), or not verifiable from it (the SOURCE lacks the support it needs)?\n"
+        "3. For each inconsistency, describe exactly what is wrong in the TEXT: " + _QUOTE_RULE + "."
+    )
 
 
 def _answer(descriptions: list[str]) -> str:
@@ -105,8 +114,10 @@ def _answer(descriptions: list[str]) -> str:
 
 def _few_shot_block(variant: int = 1) -> str:
     label = "ANSWER" if variant == 1 else "INCONSISTENCIES"
-    parts = ["Here are three worked examples: a SOURCE, a TEXT written from it, and the list of the TEXT's "
-             "factual inconsistencies."]
+    parts = [
+        "Here are three worked examples: a SOURCE, a TEXT written from it, and the list of the TEXT's "
+        "factual inconsistencies."
+    ]
     for i, (source, target, descriptions) in enumerate(FEW_SHOT_EXAMPLES, 1):
         parts.append(f"Example {i}\nSOURCE:\n{source}\nTEXT:\n{target}\n{label}:\n{_answer(descriptions)}")
     parts.append("Now the real task: answer in the same format as the examples.")
@@ -119,14 +130,18 @@ def _cot_instructions(hint: bool, variant: int = 1) -> str:
     if fields and fields[0].startswith("Answer with"):
         fields = fields[1:]
     if variant == 1:
-        text = (f'At the end of your reply, write a line "{FINAL_MARKER}" and after it one JSON object that lists '
-                "each fact that cannot be verified with a clear description of the inconsistency, and nothing "
-                "after it.")
+        text = (
+            f'At the end of your reply, write a line "{FINAL_MARKER}" and after it one JSON object that lists '
+            "each fact that cannot be verified with a clear description of the inconsistency, and nothing "
+            "after it."
+        )
     else:
-        text = (f'Think step by step, and at the end of your reply write a line "{FINAL_MARKER}" and after it one '
-                "JSON object with a clear description of each mistake, and nothing after it. Report only what is "
-                "wrong in the TEXT." + ("" if hint else f' If you found no factual inconsistency, the list after '
-                                                         f'"{FINAL_MARKER}" is empty.'))
+        text = (
+            f'Think step by step, and at the end of your reply write a line "{FINAL_MARKER}" and after it one '
+            "JSON object with a clear description of each mistake, and nothing after it. Report only what is "
+            "wrong in the TEXT."
+            + ("" if hint else f' If you found no factual inconsistency, the list after "{FINAL_MARKER}" is empty.')
+        )
     return (text + " Its fields:\n" + "\n".join(fields)).replace("$", "$$")
 
 
@@ -143,13 +158,20 @@ def _localize_prompt(style: str, hint: bool, variant: int) -> PromptTemplate:
             parts.append(_few_shot_block(variant))
         parts += ["$format", _INPUTS]
     name = f"localize_{style}" + ("" if variant == 1 else f"_v{variant}") + ("_hint" if hint else "")
-    return PromptTemplate(name=name, version="3" if variant == 1 else "1", system=_SYSTEM, user="\n\n".join(parts),
-                          reply=None if style == "cot" else reply_schema(hint))
+    return PromptTemplate(
+        name=name,
+        version="3" if variant == 1 else "1",
+        system=_SYSTEM,
+        user="\n\n".join(parts),
+        reply=None if style == "cot" else reply_schema(hint),
+    )
 
 
 LOCALIZE_PROMPTS: dict[tuple[str, bool, int], PromptTemplate] = {
     (style, hint, variant): _localize_prompt(style, hint, variant)
-    for style in STYLES for hint in (False, True) for variant in VARIANTS
+    for style in STYLES
+    for hint in (False, True)
+    for variant in VARIANTS
 }
 """Every localization prompt, by (style, hint, variant)."""
 

@@ -121,11 +121,14 @@ class FinalProtocol(BaseModel):
 
     def choices(self) -> dict[str, Any]:
         """The decisions alone (what ``run.json`` pins)."""
-        return {"selected_on": self.selected_on, "n_selection": self.n_selection,
-                "variant": self.variant.chosen if self.variant else None,
-                "variant_criterion": self.variant.criterion if self.variant else None,
-                "filter_threshold": self.filter_threshold.threshold if self.filter_threshold else None,
-                "filter_threshold_criterion": self.filter_threshold.criterion if self.filter_threshold else None}
+        return {
+            "selected_on": self.selected_on,
+            "n_selection": self.n_selection,
+            "variant": self.variant.chosen if self.variant else None,
+            "variant_criterion": self.variant.criterion if self.variant else None,
+            "filter_threshold": self.filter_threshold.threshold if self.filter_threshold else None,
+            "filter_threshold_criterion": self.filter_threshold.criterion if self.filter_threshold else None,
+        }
 
     def markdown(self) -> list[str]:
         """Lines for ``results.md``."""
@@ -202,8 +205,9 @@ def best_f1_threshold(labels: Sequence[int], scores: Sequence[float]) -> tuple[f
     return t, best
 
 
-def item_flag_f1(examples: Sequence[Example], reports: Sequence[Report], *,
-                 counts_every_item: bool = False) -> float | None:
+def item_flag_f1(
+    examples: Sequence[Example], reports: Sequence[Report], *, counts_every_item: bool = False
+) -> float | None:
     """F1 of flagging inconsistent items (label 0; unlabelled: a non-empty gold description list) by "at least
     one description", over scored items with a gold label (``counts_every_item``: over every labelled item, an
     unscored one taken as the wrong decision). None when there is no such item or no inconsistent one."""
@@ -249,16 +253,21 @@ def _backend(method: Method) -> Any:
 def _usage(results: dict[str, Any]) -> dict[str, int]:
     u = results["usage"]
     judge = (results["metrics"].get("final_matching") or {}).get("judge_usage") or {}
-    return {"calls": u["calls"], "tokens": u["prompt_tokens"] + u["completion_tokens"], "cache_hits": u["cache_hits"],
-            "judge_calls": judge.get("calls", 0)}
+    return {
+        "calls": u["calls"],
+        "tokens": u["prompt_tokens"] + u["completion_tokens"],
+        "cache_hits": u["cache_hits"],
+        "judge_calls": judge.get("calls", 0),
+    }
 
 
 def _folder(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._+]+", "-", name).strip("-")[:80] or "selection"
 
 
-async def select_variant(method: Method, items: list[Example], out_dir: Path,
-                         bench: CalibrationBench) -> VariantSelection:
+async def select_variant(
+    method: Method, items: list[Example], out_dir: Path, bench: CalibrationBench
+) -> VariantSelection:
     """Run the end-to-end localizer with each prompt variant on ``items`` and choose (see the module docstring)."""
     from halluscope.methods import get_method
     from halluscope.methods.localize.prompts import VARIANTS
@@ -266,61 +275,104 @@ async def select_variant(method: Method, items: list[Example], out_dir: Path,
     style = method.opts.style  # type: ignore[attr-defined]
     candidates: list[VariantScore] = []
     for variant in VARIANTS:
-        options = {**method.options(), "variant": variant, "filter": None, "hint": False, "filter_threshold": None,
-                   "filter_options": {}}
+        options = {
+            **method.options(),
+            "variant": variant,
+            "filter": None,
+            "hint": False,
+            "filter_threshold": None,
+            "filter_options": {},
+        }
         candidate = get_method(method.name, llm=_backend(method), config=method.config, **options)
         run_dir = out_dir / f"variant-{variant}"
-        results, reports = await bench.score(candidate, items, bench.selection_name, run_dir, judge=bench.judge,
-                                             suites=("final_matching",))
+        results, reports = await bench.score(
+            candidate, items, bench.selection_name, run_dir, judge=bench.judge, suites=("final_matching",)
+        )
         fm = results["metrics"].get("final_matching", {})
         value = (lambda key: (fm.get(key) or {}).get("value")) if fm else (lambda key: None)  # noqa: B023 - used in this iteration only
-        candidates.append(VariantScore(
-            variant=variant, final_f1=value("f1"), final_precision=value("precision"), final_recall=value("recall"),
-            final_f1_all=value("f1_all"), item_f1=item_flag_f1(items, reports),
-            item_f1_all=item_flag_f1(items, reports, counts_every_item=True), n=len(items), n_unscored=results["n_unscored"],
-            n_judge_unscored=fm.get("n_judge_unscored") if fm else None, prompt_version=candidate.prompt_version,
-            run_dir=str(run_dir), usage=_usage(results)))
+        candidates.append(
+            VariantScore(
+                variant=variant,
+                final_f1=value("f1"),
+                final_precision=value("precision"),
+                final_recall=value("recall"),
+                final_f1_all=value("f1_all"),
+                item_f1=item_flag_f1(items, reports),
+                item_f1_all=item_flag_f1(items, reports, counts_every_item=True),
+                n=len(items),
+                n_unscored=results["n_unscored"],
+                n_judge_unscored=fm.get("n_judge_unscored") if fm else None,
+                prompt_version=candidate.prompt_version,
+                run_dir=str(run_dir),
+                usage=_usage(results),
+            )
+        )
     chosen, criterion = choose_variant(candidates)
-    note = {"final_f1": "FINAL F1 from the judge's matching (the paper's criterion)",
-            "item_f1": "fallback measure: no FINAL F1 (no judge, or no usable judge reply), so the F1 of flagging "
-                       "inconsistent items (no judge needed) chose the variant",
-            "none": "no F1 on the selection items (no judge and no gold labels, or no item scored: unscored "
-                    + ", ".join(f"{c.n_unscored}/{c.n} with variant {c.variant}" for c in candidates)
-                    + "): variant 1 kept"}[criterion]
+    note = {
+        "final_f1": "FINAL F1 from the judge's matching (the paper's criterion)",
+        "item_f1": "fallback measure: no FINAL F1 (no judge, or no usable judge reply), so the F1 of flagging "
+        "inconsistent items (no judge needed) chose the variant",
+        "none": "no F1 on the selection items (no judge and no gold labels, or no item scored: unscored "
+        + ", ".join(f"{c.n_unscored}/{c.n} with variant {c.variant}" for c in candidates)
+        + "): variant 1 kept",
+    }[criterion]
     scored = {c.n - c.n_unscored for c in candidates}
     if len(scored) > 1:
-        note += ("; the variants scored different numbers of items ("
-                 + ", ".join(f"variant {c.variant}: {c.n - c.n_unscored}/{c.n}" for c in candidates)
-                 + "), so they were compared on the F1 counting every item (an unscored item as no match)")
+        note += (
+            "; the variants scored different numbers of items ("
+            + ", ".join(f"variant {c.variant}: {c.n - c.n_unscored}/{c.n}" for c in candidates)
+            + "), so they were compared on the F1 counting every item (an unscored item as no match)"
+        )
     return VariantSelection(chosen=chosen, criterion=criterion, style=style, candidates=candidates, note=note)
 
 
-async def select_filter_threshold(method: Method, items: list[Example], out_dir: Path,
-                                  bench: CalibrationBench) -> ThresholdSelection:
+async def select_filter_threshold(
+    method: Method, items: list[Example], out_dir: Path, bench: CalibrationBench
+) -> ThresholdSelection:
     """Score ``items`` with the localizer's filter method and choose its threshold by F1 (module docstring)."""
     from halluscope.methods import get_method
 
     opts = method.opts
-    filt = get_method(opts.filter, llm=_backend(method), config=method.config,  # type: ignore[attr-defined]
-                      **opts.filter_options)  # type: ignore[attr-defined]
+    filt = get_method(
+        opts.filter,
+        llm=_backend(method),
+        config=method.config,  # type: ignore[attr-defined]
+        **opts.filter_options,
+    )  # type: ignore[attr-defined]
     run_dir = out_dir / f"filter-{_folder(filt.name)}"
     results, reports = await bench.score(filt, items, bench.selection_name, run_dir, judge=None, suites=())
     pairs = [(_gold_label(e), r.score) for e, r in zip(items, reports)]
     usable = [(label, score) for label, score in pairs if label is not None and score is not None]
-    base = dict(method=filt.name, default_threshold=filt.default_threshold, n=len(usable),
-                n_unscored=sum(score is None for _, score in pairs), run_dir=str(run_dir), usage=_usage(results))
+    base = dict(
+        method=filt.name,
+        default_threshold=filt.default_threshold,
+        n=len(usable),
+        n_unscored=sum(score is None for _, score in pairs),
+        run_dir=str(run_dir),
+        usage=_usage(results),
+    )
     best = best_f1_threshold([lab for lab, _ in usable], [sc for _, sc in usable]) if len(usable) >= 2 else None
     if best is None:
-        return ThresholdSelection(**base, threshold=filt.default_threshold, criterion="method_default",
-                                  reason="the selection items give no threshold (fewer than two scored, labelled "
-                                         "items, or one class only): the method's default threshold")
+        return ThresholdSelection(
+            **base,
+            threshold=filt.default_threshold,
+            criterion="method_default",
+            reason="the selection items give no threshold (fewer than two scored, labelled "
+            "items, or one class only): the method's default threshold",
+        )
     threshold, f1 = best
-    return ThresholdSelection(**base, threshold=threshold, criterion="dev_f1", f1=f1,
-                              reason="maximizes the F1 of flagging inconsistent items (score < threshold)")
+    return ThresholdSelection(
+        **base,
+        threshold=threshold,
+        criterion="dev_f1",
+        f1=f1,
+        reason="maximizes the F1 of flagging inconsistent items (score < threshold)",
+    )
 
 
-async def resolve_final_protocol(method: Method, selection: Sequence[Example],
-                                 bench: CalibrationBench) -> tuple[Method, FinalProtocol]:
+async def resolve_final_protocol(
+    method: Method, selection: Sequence[Example], bench: CalibrationBench
+) -> tuple[Method, FinalProtocol]:
     """Make every dev-split choice ``method`` leaves open and return a method with concrete options
     (``variant`` 1 or 2, ``filter_threshold`` a number) plus the record; ``Localize.calibrate`` (the bench's
     calibration hook). Each selection run is scored by ``bench.score`` (a bench run below ``bench.out_dir``). A
@@ -329,8 +381,11 @@ async def resolve_final_protocol(method: Method, selection: Sequence[Example],
 
     items = list(selection)
     selection_name = bench.selection_name
-    record = FinalProtocol(selected_on=selection_name, n_selection=len(items),
-                           overlap=len({e.id for e in items} & set(bench.evaluated_ids)))
+    record = FinalProtocol(
+        selected_on=selection_name,
+        n_selection=len(items),
+        overlap=len({e.id for e in items} & set(bench.evaluated_ids)),
+    )
     if not needs_selection(method):
         return method, record
     if not items:
@@ -349,29 +404,40 @@ async def resolve_final_protocol(method: Method, selection: Sequence[Example],
 
 def render_protocol(record: dict[str, Any]) -> list[str]:
     """Markdown lines for ``results.md``."""
-    lines = [f"**FINAL protocol** (choices made on {record['selected_on']}, {record['n_selection']} items; "
-             f"{record.get('overlap', 0)} of them also evaluated):", ""]
+    lines = [
+        f"**FINAL protocol** (choices made on {record['selected_on']}, {record['n_selection']} items; "
+        f"{record.get('overlap', 0)} of them also evaluated):",
+        "",
+    ]
     variant = record.get("variant")
     if variant:
-        scores = "; ".join(f"variant {c['variant']}: FINAL F1 {_num(c.get('final_f1_all'))} all items / "
-                           f"{_num(c['final_f1'])} scored, item F1 {_num(c.get('item_f1_all'))} / {_num(c['item_f1'])}, "
-                           f"coverage {c['n'] - c['n_unscored']}/{c['n']}, {c['usage'].get('calls', 0)} LLM calls"
-                           for c in variant["candidates"])
-        lines.append(f"- prompt variant ({variant['style']}): **{variant['chosen']}** by {criterion_name(variant['criterion'])} "
-                     f"({scores}). {variant.get('note', '')}")
+        scores = "; ".join(
+            f"variant {c['variant']}: FINAL F1 {_num(c.get('final_f1_all'))} all items / "
+            f"{_num(c['final_f1'])} scored, item F1 {_num(c.get('item_f1_all'))} / {_num(c['item_f1'])}, "
+            f"coverage {c['n'] - c['n_unscored']}/{c['n']}, {c['usage'].get('calls', 0)} LLM calls"
+            for c in variant["candidates"]
+        )
+        lines.append(
+            f"- prompt variant ({variant['style']}): **{variant['chosen']}** by {criterion_name(variant['criterion'])} "
+            f"({scores}). {variant.get('note', '')}"
+        )
     thr = record.get("filter_threshold")
     if thr:
-        lines.append(f"- 2-step filter `{thr['method']}` threshold: **{thr['threshold']:.4g}** ({thr['criterion']}; "
-                     f"F1 {_num(thr['f1'])} on {thr['n']} items; method default {thr['default_threshold']}; "
-                     f"{thr['usage'].get('calls', 0)} LLM calls)")
+        lines.append(
+            f"- 2-step filter `{thr['method']}` threshold: **{thr['threshold']:.4g}** ({thr['criterion']}; "
+            f"F1 {_num(thr['f1'])} on {thr['n']} items; method default {thr['default_threshold']}; "
+            f"{thr['usage'].get('calls', 0)} LLM calls)"
+        )
     return lines + [""]
 
 
 def criterion_name(criterion: str) -> str:
     """What chose the variant, in words (the fallback measure is named as such)."""
-    return {"final_f1": "FINAL F1 (the paper's criterion)",
-            "item_f1": "the fallback measure: F1 of flagging inconsistent items (no FINAL F1)",
-            "none": "nothing (no F1 on the selection items: variant 1 kept)"}.get(criterion, criterion)
+    return {
+        "final_f1": "FINAL F1 (the paper's criterion)",
+        "item_f1": "the fallback measure: F1 of flagging inconsistent items (no FINAL F1)",
+        "none": "nothing (no F1 on the selection items: variant 1 kept)",
+    }.get(criterion, criterion)
 
 
 def _num(value: float | None) -> str:

@@ -23,6 +23,7 @@ from halluscope.text.tags import strip_think
 
 FINAL_MARKER = "Final Output:"
 
+
 class LocalizationReply(Reply):
     """The declared list of descriptions; ``[]`` is the explicit "no inconsistency" answer. Echoed
     placeholders and the prompt's own examples are not descriptions: a list of nothing else is refused, and
@@ -30,10 +31,12 @@ class LocalizationReply(Reply):
 
     inconsistencies: list[str] = Field(
         description="every factual inconsistency of the TEXT, each as one self-contained sentence that quotes "
-                    "the TEXT's words in double quotes and says what the SOURCE says instead, or that the SOURCE "
-                    "does not say it; an empty list when the TEXT has no factual inconsistency")
-    example: ClassVar[dict[str, Any] | None] = {"inconsistencies": [
-        'The text says the bridge opened "in 1990", but the source says it opened in 1992.']}
+        "the TEXT's words in double quotes and says what the SOURCE says instead, or that the SOURCE "
+        "does not say it; an empty list when the TEXT has no factual inconsistency"
+    )
+    example: ClassVar[dict[str, Any] | None] = {
+        "inconsistencies": ['The text says the bridge opened "in 1990", but the source says it opened in 1992.']
+    }
 
     @field_validator("inconsistencies")
     @classmethod
@@ -46,12 +49,14 @@ class HintedLocalizationReply(LocalizationReply):
 
     inconsistencies: list[str] = Field(
         description="every factual inconsistency of the TEXT, each as one self-contained sentence that quotes "
-                    "the TEXT's words in double quotes and says what the SOURCE says instead, or that the SOURCE "
-                    "does not say it")
+        "the TEXT's words in double quotes and says what the SOURCE says instead, or that the SOURCE "
+        "does not say it"
+    )
 
 
 LOCALIZATION_EXAMPLES = example_strings(LocalizationReply) | frozenset(
-    normalized(d) for _, _, ds in FEW_SHOT_EXAMPLES for d in ds)
+    normalized(d) for _, _, ds in FEW_SHOT_EXAMPLES for d in ds
+)
 LOCALIZATION_ECHOES = shown_strings(LocalizationReply) | shown_strings(HintedLocalizationReply) | LOCALIZATION_EXAMPLES
 
 
@@ -88,7 +93,7 @@ def parse_final_output(text: str, hint: bool = False, target: str = "") -> list[
     marks = list(_MARKER_LINE.finditer(body))
     if not marks:
         raise ParseError(f'no line starting "{FINAL_MARKER}" in the reply')
-    rest = body[marks[-1].end():].lstrip(" \t*_").strip()
+    rest = body[marks[-1].end() :].lstrip(" \t*_").strip()
     if not rest:
         raise ParseError(f'nothing after "{FINAL_MARKER}"')
     if not rest.startswith(("{", "```")):
@@ -96,7 +101,7 @@ def parse_final_output(text: str, hint: bool = False, target: str = "") -> list[
     final = reply_schema(hint).parse(rest).inconsistencies
     for before, after in zip(marks, marks[1:]):  # an earlier final output that answers otherwise: two verdicts
         try:
-            earlier = reply_schema(hint).parse(body[before.end():after.start()]).inconsistencies
+            earlier = reply_schema(hint).parse(body[before.end() : after.start()]).inconsistencies
         except (ParseError, ValidationError):
             continue
         if earlier != final:

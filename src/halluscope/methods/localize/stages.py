@@ -8,7 +8,12 @@ from typing import Any
 
 from halluscope.llm.structured import generate_parsed, generate_reply
 from halluscope.methods.localize.prompts import BINARY_PROMPT, LOCALIZE_PROMPTS, Style, _cot_instructions
-from halluscope.methods.localize.replies import parse_binary_verdict, parse_final_output, parse_localization, reply_schema
+from halluscope.methods.localize.replies import (
+    parse_binary_verdict,
+    parse_final_output,
+    parse_localization,
+    reply_schema,
+)
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Finding, StepResult
 from halluscope.text.descriptions import spans_for_description
@@ -18,8 +23,9 @@ class DescriptionLocalizer:
     """One call that lists the target's inconsistencies as descriptions (``[]`` = none found). ``prompts``
     applies the user's prompt overrides to the built-in template of (style, hint, variant)."""
 
-    def __init__(self, llm: Any, style: Style, hint: bool, variant: int,
-                 prompts: Callable[[PromptTemplate], PromptTemplate]):
+    def __init__(
+        self, llm: Any, style: Style, hint: bool, variant: int, prompts: Callable[[PromptTemplate], PromptTemplate]
+    ):
         self.llm = llm
         self.style = style
         self.hint = hint
@@ -30,11 +36,16 @@ class DescriptionLocalizer:
         messages = self.prompt.render(source=source, target=target)
         if self.style == "cot":
             hint = _cot_instructions(self.hint, self.variant).replace("$$", "$")
-            return await generate_parsed(self.llm, messages, lambda text: parse_final_output(text, self.hint, target),
-                                         format_hint=hint)
+            return await generate_parsed(
+                self.llm, messages, lambda text: parse_final_output(text, self.hint, target), format_hint=hint
+            )
         # the schema goes to the backend (JSON mode); the parse adds the check against copied examples
-        return await generate_reply(self.llm, messages, reply_schema(self.hint),  # type: ignore[return-value]
-                                    parse=lambda text: parse_localization(text, self.hint, target))  # type: ignore[arg-type, return-value]
+        return await generate_reply(
+            self.llm,
+            messages,
+            reply_schema(self.hint),  # type: ignore[return-value]
+            parse=lambda text: parse_localization(text, self.hint, target),
+        )  # type: ignore[arg-type, return-value]
 
 
 class BinaryFilter:
@@ -45,9 +56,12 @@ class BinaryFilter:
         self.prompt = prompts(BINARY_PROMPT)
 
     async def __call__(self, source: str, target: str) -> StepResult[bool]:
-        return await generate_parsed(self.llm, self.prompt.render(source=source, target=target), parse_binary_verdict,
-                                     format_hint='your reasoning, then a last line that is exactly "Final answer: '
-                                                 'yes" or "Final answer: no"')
+        return await generate_parsed(
+            self.llm,
+            self.prompt.render(source=source, target=target),
+            parse_binary_verdict,
+            format_hint='your reasoning, then a last line that is exactly "Final answer: yes" or "Final answer: no"',
+        )
 
 
 def description_score(n: int) -> float:
@@ -56,5 +70,6 @@ def description_score(n: int) -> float:
 
 
 def findings_from_descriptions(descriptions: list[str], target: str) -> list[Finding]:
-    return [Finding(description=d, kind="inconsistent", target_spans=spans_for_description(d, target))
-            for d in descriptions]
+    return [
+        Finding(description=d, kind="inconsistent", target_spans=spans_for_description(d, target)) for d in descriptions
+    ]

@@ -26,22 +26,53 @@ passage. ``details["steps"]["localization"]["outcomes"]`` says which, per claim.
 
 from halluscope.methods.probe.consensus import ConsensusJudging, consensus_judging
 from halluscope.methods.probe.decompose import ProbeDecomposer, parse_claims, place_claims, sentence_claims
+from halluscope.methods.probe.details import ProbeDetails
 from halluscope.methods.probe.evidence import ProbeEvidenceFinder, QuoteSearch, TopSentencesFinder, locate_quote
 from halluscope.methods.probe.judge import EvidenceEvaluator, EvidenceJudgment, Judge, Vote
-from halluscope.methods.probe.details import ProbeDetails
 from halluscope.methods.probe.method import Probe, probe_finding
-from halluscope.methods.probe.outcome import ProbeAggregator, ProbeLocalizer
 from halluscope.methods.probe.options import ProbeOptions
-from halluscope.methods.probe.replies import (DECOMPOSE_PROMPT, EVALUATE_PROMPT, FIND_EVIDENCE_PROMPT, ClaimEntry,
-                                              ClaimsReply, EvaluationReply, EvidenceReply, is_template_echo)
+from halluscope.methods.probe.outcome import ProbeAggregator, ProbeLocalizer
+from halluscope.methods.probe.replies import (
+    DECOMPOSE_PROMPT,
+    EVALUATE_PROMPT,
+    FIND_EVIDENCE_PROMPT,
+    ClaimEntry,
+    ClaimsReply,
+    EvaluationReply,
+    EvidenceReply,
+    is_template_echo,
+)
 from halluscope.methods.probe.verifier import ProbeVerifier, decide
 
 __all__ = [
-    "ConsensusJudging", "consensus_judging",
+    "ConsensusJudging",
+    "consensus_judging",
     "ProbeDetails",
-    "DECOMPOSE_PROMPT", "EVALUATE_PROMPT", "FIND_EVIDENCE_PROMPT", "ClaimEntry", "ClaimsReply", "EvaluationReply",
-    "EvidenceEvaluator", "EvidenceJudgment", "EvidenceReply", "Judge", "Probe", "ProbeDecomposer",
-    "ProbeEvidenceFinder", "ProbeOptions", "ProbeVerifier", "QuoteSearch", "TopSentencesFinder", "Vote", "decide",
-    "is_template_echo", "locate_quote", "parse_claims", "place_claims", "probe_finding", "ProbeAggregator",
-    "ProbeLocalizer", "sentence_claims",
+    "DECOMPOSE_PROMPT",
+    "EVALUATE_PROMPT",
+    "FIND_EVIDENCE_PROMPT",
+    "ClaimEntry",
+    "ClaimsReply",
+    "EvaluationReply",
+    "EvidenceEvaluator",
+    "EvidenceJudgment",
+    "EvidenceReply",
+    "Judge",
+    "Probe",
+    "ProbeDecomposer",
+    "ProbeEvidenceFinder",
+    "ProbeOptions",
+    "ProbeVerifier",
+    "QuoteSearch",
+    "TopSentencesFinder",
+    "Vote",
+    "decide",
+    "is_template_echo",
+    "locate_quote",
+    "parse_claims",
+    "place_claims",
+    "probe_finding",
+    "ProbeAggregator",
+    "ProbeLocalizer",
+    "sentence_claims",
 ]

@@ -40,19 +40,37 @@ class ConsensusJudging:
         return context_around(source, sentences, span, self.context_sentences)
 
 
-def consensus_judging(llm: LLM, judges: Sequence[LLM] = (), *, samples: int, consensus: float, max_evidence: int,
-                      context_sentences: int, prompts: PromptResolver = same_prompt,
-                      purpose: str = "consensus judging") -> ConsensusJudging:
+def consensus_judging(
+    llm: LLM,
+    judges: Sequence[LLM] = (),
+    *,
+    samples: int,
+    consensus: float,
+    max_evidence: int,
+    context_sentences: int,
+    prompts: PromptResolver = same_prompt,
+    purpose: str = "consensus judging",
+) -> ConsensusJudging:
     """PROBE's decomposer on ``llm``, an evidence finder per distinct judge model and the evaluator over every
     judge (``llm`` alone when ``judges`` is empty), ``samples`` votes each; the values are checked against PROBE's
     verifier option ranges (an :class:`~halluscope.options.OptionsError` naming ``purpose``)."""
     judge_llms = list(judges) or [llm]
-    opts = ProbeVerifierOptions.parse(purpose, {"samples": samples, "consensus": consensus,
-                                                "max_evidence": max_evidence, "context_sentences": context_sentences})
+    opts = ProbeVerifierOptions.parse(
+        purpose,
+        {
+            "samples": samples,
+            "consensus": consensus,
+            "max_evidence": max_evidence,
+            "context_sentences": context_sentences,
+        },
+    )
     decomposer = build_stage("decomposer", "probe", llm, {"on_decompose_error": "unscored"}, prompts=prompts)
     finder_llms = list({j.name: j for j in judge_llms}.values())  # each judge model finds evidence once
-    finders = [build_stage("evidence_finder", "probe", j, {"max_evidence": opts.max_evidence}, prompts=prompts)
-               for j in finder_llms]
-    evaluator = EvidenceEvaluator(build_judges(judge_llms, opts.samples, opts.sample_temperature),
-                                  prompts(EVALUATE_PROMPT), consensus=consensus)
+    finders = [
+        build_stage("evidence_finder", "probe", j, {"max_evidence": opts.max_evidence}, prompts=prompts)
+        for j in finder_llms
+    ]
+    evaluator = EvidenceEvaluator(
+        build_judges(judge_llms, opts.samples, opts.sample_temperature), prompts(EVALUATE_PROMPT), consensus=consensus
+    )
     return ConsensusJudging(decomposer, finders, evaluator, consensus, context_sentences)

@@ -18,9 +18,9 @@ from halluscope.llm.structured import generate_reply
 from halluscope.methods.probe.options import ProbeDecomposerOptions
 from halluscope.methods.probe.replies import DECOMPOSE_PROMPT, ClaimEntry, ClaimsReply, is_template_echo, reply_examples
 from halluscope.methods.probe.trace import ProbeTrace
-from halluscope.stages.trace import RunTrace
 from halluscope.records import Claim, StepResult
 from halluscope.stages import PromptResolver, register_stage, same_prompt
+from halluscope.stages.trace import RunTrace
 from halluscope.text import ParseError, locate, split_sentences
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -44,8 +44,11 @@ def parse_claims(text: str, target: str = "") -> list[ClaimEntry]:
             segment = ""
         kept.append(ClaimEntry(claim=claim, segment=segment))
     if not kept:
-        raise ParseError("the reply lists no claims" if not entries else
-                         "the reply lists no claims, only template placeholders or the prompt's example")
+        raise ParseError(
+            "the reply lists no claims"
+            if not entries
+            else "the reply lists no claims, only template placeholders or the prompt's example"
+        )
     return kept
 
 
@@ -62,8 +65,9 @@ def sentence_claims(target: str) -> tuple[list[Claim], list[dict[str, Any]]]:
     return claims, placements
 
 
-def place_claims(entries: Sequence[ClaimEntry], target: str, *, min_similarity: float = 60.0
-                 ) -> tuple[list[Claim], list[dict[str, Any]]]:
+def place_claims(
+    entries: Sequence[ClaimEntry], target: str, *, min_similarity: float = 60.0
+) -> tuple[list[Claim], list[dict[str, Any]]]:
     """Map each claim to its target span: the quoted segment, else the claim's own wording, else the most
     similar target sentence (token-set similarity >= ``min_similarity``), else no span."""
     sentences = split_sentences(target)
@@ -79,8 +83,9 @@ def place_claims(entries: Sequence[ClaimEntry], target: str, *, min_similarity: 
             best = max(sentences, key=lambda s: fuzz.token_set_ratio(entry.claim, s.text))
             if fuzz.token_set_ratio(entry.claim, best.text) >= min_similarity:
                 span, how = best.span, "sentence:similar"
-        claims.append(Claim(text=entry.claim, kind="atomic", id=f"c{i + 1}",
-                            target_spans=[span] if span is not None else []))
+        claims.append(
+            Claim(text=entry.claim, kind="atomic", id=f"c{i + 1}", target_spans=[span] if span is not None else [])
+        )
         placements.append({"segment": entry.segment, "placed_by": how})
     return claims, placements
 
@@ -96,7 +101,7 @@ class ProbeDecomposer:
     trace: RunTrace | None = None  # the check's trace (with_trace), where the decomposition is recorded
     Options = ProbeDecomposerOptions
 
-    def __init__(self, model: "LLM", options: Any = None, *, prompts: PromptResolver = same_prompt):
+    def __init__(self, model: LLM, options: Any = None, *, prompts: PromptResolver = same_prompt):
         self.llm = model
         self.prompt = prompts(DECOMPOSE_PROMPT)
         self.fallback = (options or self.Options()).on_decompose_error
@@ -111,8 +116,9 @@ class ProbeDecomposer:
         def parse(text: str) -> Any:
             return parse_claims(text, target)
 
-        step = await generate_reply(self.llm, self.prompt.render(target=target), ClaimsReply,
-                                    params=self.llm.params(), parse=parse)
+        step = await generate_reply(
+            self.llm, self.prompt.render(target=target), ClaimsReply, params=self.llm.params(), parse=parse
+        )
         error = fallback = None
         if step.value is not None:
             claims, placements = place_claims(step.value, target)  # type: ignore[arg-type]
@@ -123,11 +129,18 @@ class ProbeDecomposer:
             error, claims, placements = step.error, [], []
         if self.trace is not None:
             self.trace.record(ProbeTrace).decomposition = {
-                "claims": [{"id": c.id, "text": c.text,
-                            "span": c.target_spans[0].model_dump() if c.target_spans else None, **p}
-                           for c, p in zip(claims, placements)],
-                "error": error, "fallback": fallback}
+                "claims": [
+                    {
+                        "id": c.id,
+                        "text": c.text,
+                        "span": c.target_spans[0].model_dump() if c.target_spans else None,
+                        **p,
+                    }
+                    for c, p in zip(claims, placements)
+                ],
+                "error": error,
+                "fallback": fallback,
+            }
         if not claims:
             return StepResult.failure(error or "no claims found in the target", step.calls)
         return StepResult.success(claims, step.calls)
-

@@ -26,13 +26,18 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from halluscope.llm.structured import generate_reply
-from halluscope.stages.verifiers import reply_budget
 from halluscope.methods.probe.options import ProbeFinderOptions, TopSentencesOptions
-from halluscope.methods.probe.replies import (FIND_EVIDENCE_PROMPT, FIND_REPLY_TOKENS, FULL_SOURCE_HEADING,
-                                              SNIPPET_HEADING, EvidenceReply)
+from halluscope.methods.probe.replies import (
+    FIND_EVIDENCE_PROMPT,
+    FIND_REPLY_TOKENS,
+    FULL_SOURCE_HEADING,
+    SNIPPET_HEADING,
+    EvidenceReply,
+)
 from halluscope.records import Claim, Evidence, LLMCall, Span, StepResult
 from halluscope.retrieval import RetrievalConfig, resolve_retriever, shared_index
 from halluscope.stages import Context, PromptResolver, register_stage, same_prompt
+from halluscope.stages.verifiers import reply_budget
 from halluscope.text import Match, Sentence, locate, split_sentences
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -83,8 +88,13 @@ class QuoteSearch:
         return StepResult.success(list(self.evidence), self.calls)
 
     def record(self) -> dict[str, Any]:
-        return {"claim_id": self.claim.id, "context": self.context.describe(), "quotes": self.quotes,
-                "outcome": self.outcome, "error": self.error}
+        return {
+            "claim_id": self.claim.id,
+            "context": self.context.describe(),
+            "quotes": self.quotes,
+            "outcome": self.outcome,
+            "error": self.error,
+        }
 
 
 def locate_quote(quote: str, context: Context, source: str, min_fuzzy: float) -> tuple[Match | None, str]:
@@ -109,8 +119,9 @@ class ProbeEvidenceFinder:
     uses_llm = True
     Options = ProbeFinderOptions
 
-    def __init__(self, model: "LLM", options: Any = None, *, prompts: PromptResolver = same_prompt,
-                 min_fuzzy: float = 90.0):
+    def __init__(
+        self, model: LLM, options: Any = None, *, prompts: PromptResolver = same_prompt, min_fuzzy: float = 90.0
+    ):
         self.llm = model
         self.prompt = prompts(FIND_EVIDENCE_PROMPT)
         self.max_evidence: int = (options or self.Options()).max_evidence
@@ -118,12 +129,17 @@ class ProbeEvidenceFinder:
 
     def messages(self, claim: str, context_text: str, kind: str = "source") -> list[dict[str, str]]:
         heading = SNIPPET_HEADING if kind == "snippet" else FULL_SOURCE_HEADING
-        return self.prompt.render(claim=claim, source=context_text, max_evidence=self.max_evidence,
-                                  source_heading=heading)
+        return self.prompt.render(
+            claim=claim, source=context_text, max_evidence=self.max_evidence, source_heading=heading
+        )
 
     async def search(self, claim: Claim, context: Context, source: str) -> QuoteSearch:
-        step = await generate_reply(self.llm, self.messages(claim.text, context.text, context.kind), EvidenceReply,
-                                    params=self.llm.params(max_tokens=reply_budget(self.llm, FIND_REPLY_TOKENS)))
+        step = await generate_reply(
+            self.llm,
+            self.messages(claim.text, context.text, context.kind),
+            EvidenceReply,
+            params=self.llm.params(max_tokens=reply_budget(self.llm, FIND_REPLY_TOKENS)),
+        )
         found = QuoteSearch(claim, context, calls=step.calls)
         if step.value is None:
             found.error = step.error
@@ -149,8 +165,15 @@ class ProbeEvidenceFinder:
                 found.quotes.append({"quote": quote, "status": "duplicate", "span": match.span.model_dump()})
                 continue
             seen.add(key)
-            found.quotes.append({"quote": quote, "status": "verified", "how": match.how, "located_in": where,
-                                 "span": match.span.model_dump()})
+            found.quotes.append(
+                {
+                    "quote": quote,
+                    "status": "verified",
+                    "how": match.how,
+                    "located_in": where,
+                    "span": match.span.model_dump(),
+                }
+            )
             found.evidence.append(Evidence(text=match.span.of(source), span=match.span, relation="related"))
 
     def describe(self) -> dict[str, Any]:
@@ -180,20 +203,34 @@ class TopSentencesFinder:
         self.config = RetrievalConfig(top_k=self.max_evidence, window=0, retriever=opts.retriever)
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "max_evidence": self.max_evidence,
-                "retriever": resolve_retriever(self.config.retriever)}
+        return {
+            "name": self.name,
+            "max_evidence": self.max_evidence,
+            "retriever": resolve_retriever(self.config.retriever),
+        }
 
     async def search(self, claim: Claim, context: Context, source: str) -> QuoteSearch:
         index = await shared_index(source, self.config)
         scores = await asyncio.to_thread(index.sentence_scores, claim.text)
-        inside = [s for s in index.sentences
-                  if context.kind != "snippet" or context.span is None
-                  or (context.span.start <= s.span.start and s.span.end <= context.span.end)]
+        inside = [
+            s
+            for s in index.sentences
+            if context.kind != "snippet"
+            or context.span is None
+            or (context.span.start <= s.span.start and s.span.end <= context.span.end)
+        ]
         ranked = sorted(inside, key=lambda s: -float(scores[s.index]))[: self.max_evidence]
         found = QuoteSearch(claim, context)
         for s in ranked:
-            found.quotes.append({"quote": s.text, "status": "retrieved", "how": index.retriever,
-                                 "score": round(float(scores[s.index]), 6), "span": s.span.model_dump()})
+            found.quotes.append(
+                {
+                    "quote": s.text,
+                    "status": "retrieved",
+                    "how": index.retriever,
+                    "score": round(float(scores[s.index]), 6),
+                    "span": s.span.model_dump(),
+                }
+            )
             found.evidence.append(Evidence(text=s.text, span=s.span, relation="related"))
         return found
 
@@ -230,4 +267,4 @@ def context_around(source: str, sentences: list[Sentence], span: Span, n: int) -
     if not hit:
         return span.of(source)
     first, last = max(0, hit[0] - n), min(len(sentences) - 1, hit[-1] + n)
-    return source[sentences[first].span.start: sentences[last].span.end]
+    return source[sentences[first].span.start : sentences[last].span.end]

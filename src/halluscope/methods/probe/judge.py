@@ -15,20 +15,25 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Sequence
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 from halluscope.llm import LLM
 from halluscope.llm.base import GenerateParams
 from halluscope.llm.label_probs import PASS_FAIL, VERDICT_TOP_LOGPROBS, step_probability
 from halluscope.llm.structured import generate_reply
 from halluscope.methods.batching import BatchCall, BatchStep, judge_in_batches
-from halluscope.stages.verifiers import reply_budget
-from halluscope.stages.snippets import unique_calls
-from halluscope.methods.probe.replies import (EVALUATE_BATCH_PROMPT, EVALUATE_PROMPT, EVALUATE_REPLY_TOKENS,
-                                              EvaluationBatchEntry, EvaluationReply)
+from halluscope.methods.probe.replies import (
+    EVALUATE_BATCH_PROMPT,
+    EVALUATE_PROMPT,
+    EVALUATE_REPLY_TOKENS,
+    EvaluationBatchEntry,
+    EvaluationReply,
+)
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Evidence, LLMCall
+from halluscope.stages.snippets import unique_calls
+from halluscope.stages.verifiers import reply_budget
 
 
 @dataclass
@@ -47,8 +52,9 @@ class Judge:
         budget = reply_budget(self.llm, EVALUATE_REPLY_TOKENS)
         if self.sample == 0:
             return self.llm.params(max_tokens=budget, top_logprobs=VERDICT_TOP_LOGPROBS)
-        return self.llm.params(max_tokens=budget, temperature=self.temperature, seed=self.sample,
-                               top_logprobs=VERDICT_TOP_LOGPROBS)
+        return self.llm.params(
+            max_tokens=budget, temperature=self.temperature, seed=self.sample, top_logprobs=VERDICT_TOP_LOGPROBS
+        )
 
 
 @dataclass
@@ -100,12 +106,23 @@ class EvidenceJudgment:
         return sum(v.passed is True for v in self.votes) >= votes_needed(self.consensus, len(self.votes))
 
     def record(self, position: int, rank: int, kind: str) -> dict[str, Any]:
-        return {"claim_id": self.claim_id, "context": {"rank": rank, "kind": kind}, "position": position,
-                "evidence_span": self.evidence.span.model_dump() if self.evidence.span else None,
-                "votes": [{"judge": v.judge, "verdict": None if v.passed is None else ("PASS" if v.passed else "FAIL"),
-                           "error": v.error} for v in self.votes],
-                "pass_fraction": self.pass_fraction, "pass_probability": self.pass_probability,
-                "accepted": self.accepted}
+        return {
+            "claim_id": self.claim_id,
+            "context": {"rank": rank, "kind": kind},
+            "position": position,
+            "evidence_span": self.evidence.span.model_dump() if self.evidence.span else None,
+            "votes": [
+                {
+                    "judge": v.judge,
+                    "verdict": None if v.passed is None else ("PASS" if v.passed else "FAIL"),
+                    "error": v.error,
+                }
+                for v in self.votes
+            ],
+            "pass_fraction": self.pass_fraction,
+            "pass_probability": self.pass_probability,
+            "accepted": self.accepted,
+        }
 
 
 class EvidenceEvaluator:
@@ -114,17 +131,25 @@ class EvidenceEvaluator:
     :meth:`batch` judges several claims that quoted the *same* passage (same surrounding context) in one call
     per judge, each claim on its own; a claim the batch reply does not judge gets that judge's single call."""
 
-    def __init__(self, judges: Sequence[Judge], prompt: PromptTemplate = EVALUATE_PROMPT, *, consensus: float = 0.75,
-                 batch_prompt: PromptTemplate = EVALUATE_BATCH_PROMPT):
+    def __init__(
+        self,
+        judges: Sequence[Judge],
+        prompt: PromptTemplate = EVALUATE_PROMPT,
+        *,
+        consensus: float = 0.75,
+        batch_prompt: PromptTemplate = EVALUATE_BATCH_PROMPT,
+    ):
         if not judges:
             raise ValueError("evidence evaluation needs at least one judge")
         self.judges, self.prompt, self.consensus = list(judges), prompt, consensus
         self.batch_prompt = batch_prompt
-        self.batch_call = BatchCall(batch_prompt, EvaluationBatchEntry, listing="claims", unit="assertion",
-                                    reply_tokens=EVALUATE_REPLY_TOKENS)
+        self.batch_call = BatchCall(
+            batch_prompt, EvaluationBatchEntry, listing="claims", unit="assertion", reply_tokens=EVALUATE_REPLY_TOKENS
+        )
 
-    async def vote(self, judge: Judge, claim: Claim, evidence: Evidence, context: str, about: str | None = None
-                   ) -> tuple[Vote, list[LLMCall]]:
+    async def vote(
+        self, judge: Judge, claim: Claim, evidence: Evidence, context: str, about: str | None = None
+    ) -> tuple[Vote, list[LLMCall]]:
         """One judge's vote on one (claim, passage): the unbatched step. ``about``: the whole source the passage
         comes from (its calls then share one fence key, hence one prompt prefix)."""
         messages = self.prompt.render(claim=claim.text, evidence=evidence.text, context=context, about=about)
@@ -133,41 +158,62 @@ class EvidenceEvaluator:
         probability = None if passed is None else step_probability(step, *PASS_FAIL, key="verdict")
         return Vote(judge.name, judge.sample, passed, step.error, probability), list(step.calls)
 
-    async def __call__(self, claim: Claim, evidence: Evidence, context: str, about: str | None = None
-                       ) -> EvidenceJudgment:
+    async def __call__(
+        self, claim: Claim, evidence: Evidence, context: str, about: str | None = None
+    ) -> EvidenceJudgment:
         results = await asyncio.gather(*(self.vote(j, claim, evidence, context, about) for j in self.judges))
-        return EvidenceJudgment(claim.id or "", evidence, [v for v, _ in results],
-                                [c for _, calls in results for c in calls], self.consensus)
+        return EvidenceJudgment(
+            claim.id or "",
+            evidence,
+            [v for v, _ in results],
+            [c for _, calls in results for c in calls],
+            self.consensus,
+        )
 
-    async def batch(self, claims: Sequence[Claim], evidence: Evidence, context: str, size: int,
-                    about: str | None = None) -> list[EvidenceJudgment]:
+    async def batch(
+        self, claims: Sequence[Claim], evidence: Evidence, context: str, size: int, about: str | None = None
+    ) -> list[EvidenceJudgment]:
         """One judgment per claim on the one passage they all quoted, votes asked up to ``size`` claims per call."""
 
         async def judge_all(judge: Judge) -> list[tuple[Vote, list[LLMCall]]]:
             probabilities: dict[int, float] = {}  # id(claim) -> P(PASS) read from its batch entry
 
             async def ask(part: list[Claim]) -> BatchStep[EvaluationReply]:
-                step = await self.batch_call.ask(judge.llm, [c.text for c in part], params=judge.params(),
-                                                 evidence=evidence.text, context=context, about=about)
+                step = await self.batch_call.ask(
+                    judge.llm,
+                    [c.text for c in part],
+                    params=judge.params(),
+                    evidence=evidence.text,
+                    context=context,
+                    about=about,
+                )
                 for i, p in step.label_probabilities("verdict", *PASS_FAIL).items():
                     if 0 <= i < len(part):
                         probabilities[id(part[i])] = p
                 return step
 
             def accept(claim: Claim, entry: EvaluationReply, calls: list[LLMCall]) -> tuple[Vote, list[LLMCall]]:
-                return (Vote(judge.name, judge.sample, entry.verdict == "PASS", None, probabilities.get(id(claim))),
-                        list(calls))
+                return (
+                    Vote(judge.name, judge.sample, entry.verdict == "PASS", None, probabilities.get(id(claim))),
+                    list(calls),
+                )
 
-            def redone(result: tuple[Vote, list[LLMCall]], why: str, calls: list[LLMCall]
-                       ) -> tuple[Vote, list[LLMCall]]:
+            def redone(
+                result: tuple[Vote, list[LLMCall]], why: str, calls: list[LLMCall]
+            ) -> tuple[Vote, list[LLMCall]]:
                 vote, own = result
                 if vote.passed is None:
                     vote = Vote(vote.judge, vote.sample, None, f"batch: {why}; alone: {vote.error}")
                 return vote, list(calls) + own
 
-            return await judge_in_batches(list(claims), size, ask=ask, accept=accept,
-                                          alone=lambda c: self.vote(judge, c, evidence, context, about),
-                                          redone=redone)
+            return await judge_in_batches(
+                list(claims),
+                size,
+                ask=ask,
+                accept=accept,
+                alone=lambda c: self.vote(judge, c, evidence, context, about),
+                redone=redone,
+            )
 
         per_judge = await asyncio.gather(*(judge_all(j) for j in self.judges))
         out = []

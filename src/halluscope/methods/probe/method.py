@@ -21,25 +21,37 @@ from halluscope.methods.details import MethodDetails
 from halluscope.methods.options import OptionsError
 from halluscope.methods.pipeline import ClaimPipeline
 from halluscope.methods.probe.details import ProbeDetails
-from halluscope.methods.probe.outcome import probe_finding as probe_finding  # importable here as before
 from halluscope.methods.probe.options import ProbeOptions
-from halluscope.methods.probe.replies import (DECOMPOSE_PROMPT, EVALUATE_BATCH_PROMPT, EVALUATE_PROMPT,
-                                              FIND_EVIDENCE_BATCH_PROMPT, FIND_EVIDENCE_PROMPT)
+from halluscope.methods.probe.outcome import probe_finding as probe_finding  # importable here as before
+from halluscope.methods.probe.replies import (
+    DECOMPOSE_PROMPT,
+    EVALUATE_BATCH_PROMPT,
+    EVALUATE_PROMPT,
+    FIND_EVIDENCE_BATCH_PROMPT,
+    FIND_EVIDENCE_PROMPT,
+)
 from halluscope.methods.probe.trace import ProbeTrace
-from halluscope.stages.trace import RunTrace
 from halluscope.methods.probe.verifier import ProbeVerifier
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Report
+from halluscope.stages.trace import RunTrace
 
 
 @register_method
 class Probe(ClaimPipeline):
     Details: ClassVar[type[MethodDetails]] = ProbeDetails
     name = "probe"
-    description = ("Process-based (PROBE): claims with their target spans -> quoted source evidence -> "
-                   "per-excerpt PASS/FAIL (optional multi-judge consensus) -> unsupported claims located.")
-    prompts = (DECOMPOSE_PROMPT, FIND_EVIDENCE_PROMPT, EVALUATE_PROMPT,
-               FIND_EVIDENCE_BATCH_PROMPT, EVALUATE_BATCH_PROMPT)
+    description = (
+        "Process-based (PROBE): claims with their target spans -> quoted source evidence -> "
+        "per-excerpt PASS/FAIL (optional multi-judge consensus) -> unsupported claims located."
+    )
+    prompts = (
+        DECOMPOSE_PROMPT,
+        FIND_EVIDENCE_PROMPT,
+        EVALUATE_PROMPT,
+        FIND_EVIDENCE_BATCH_PROMPT,
+        EVALUATE_BATCH_PROMPT,
+    )
     Options: ClassVar[type[ProbeOptions]] = ProbeOptions
     default_verifier = "probe"
     default_aggregator = "probe"
@@ -57,15 +69,18 @@ class Probe(ClaimPipeline):
             options["judges"] = [j.name if isinstance(j, LLM) else j for j in self._judge_specs]
         super().__init__(llm, config, **options)
         if self.chosen["verifier"][0] != "probe" and "evidence_finder" in self.opts.model_fields_set:
-            raise OptionsError(f"evidence_finder={self.opts.evidence_finder}: only probe's own verifier finds "
-                               f"evidence, and the verifier chosen is {self.chosen['verifier'][0]!r}")
+            raise OptionsError(
+                f"evidence_finder={self.opts.evidence_finder}: only probe's own verifier finds "
+                f"evidence, and the verifier chosen is {self.chosen['verifier'][0]!r}"
+            )
 
     # -- stages -------------------------------------------------------------------------------------------
     def stage_collaborators(self, kind: str) -> dict[str, Any]:
         """PROBE's verifier gets the chosen evidence finder (``evidence``, or ``evidence_finder``), unless only its
         own namespaced ``verifier.evidence`` names one."""
-        if kind != "verifier" or ("evidence" in self.stage_given.get("verifier", {})
-                                  and "evidence_finder" not in self.opts.model_fields_set):
+        if kind != "verifier" or (
+            "evidence" in self.stage_given.get("verifier", {}) and "evidence_finder" not in self.opts.model_fields_set
+        ):
             return {}
         return {"evidence_finder": self._build_own("evidence_finder")}
 
@@ -111,4 +126,3 @@ class Probe(ClaimPipeline):
             details["verifier"] = self.verifier.describe()
         subscores = {**report.subscores, **steps.quote_counts()} if report.verdicts else report.subscores
         return report.model_copy(update={"details": details, "subscores": subscores})
-

@@ -16,7 +16,8 @@ class ProbeOptions(ClaimOptions):
     """PROBE's own settings on top of the shared retrieval protocol and swappable verifier."""
 
     judges: list[Annotated[str, StringConstraints(min_length=1, max_length=200)]] | None = Field(
-        default=None, max_length=MAX_JUDGES)
+        default=None, max_length=MAX_JUDGES
+    )
     """Evidence-evaluation judges: model names at the main model's endpoint (CLI: a,b,c); default: the main model."""
 
     samples: int = Field(default=1, ge=1, le=MAX_SAMPLES)
@@ -45,7 +46,9 @@ class ProbeOptions(ClaimOptions):
     retrieval each claim keeps its own calls)."""
 
     evidence_finder: str | None = None
-    """The evidence finder stage by its kind's name (`halluscope stages evidence_finder`; the same choice as evidence, which it replaces when given: probe = llm, top_sentences = retrieval); its options as evidence_finder.OPTION. Used by probe's own verifier."""
+    """The evidence finder stage by its kind's name (`halluscope stages evidence_finder`; the same choice as evidence,
+    which it replaces when given: probe = llm, top_sentences = retrieval); its options as evidence_finder.OPTION. Used
+    by probe's own verifier."""
 
     on_decompose_error: Literal["sentences", "unscored"] = "sentences"
     """On an unusable decomposition reply: check the target's sentences as claims, or return an unscored report."""
@@ -62,13 +65,30 @@ class ProbeOptions(ClaimOptions):
 # The options of PROBE's stages: views of the flat options above (one declaration each), so `probe -o judges=a,b`
 # reaches its own verifier and `dove -o verifier=probe -o verifier.judges=a,b` the same stage.
 ProbeVerifierOptions = options_view(
-    "ProbeVerifierOptions", ProbeOptions,
-    ["judges", "samples", "sample_temperature", "consensus", "max_evidence", "context_sentences", "evidence",
-     "retriever", "batch_size"],
-    "PROBE's evidence finding and evaluation (steps 2-3); retriever: that of evidence=retrieval.")
-ProbeDecomposerOptions = options_view("ProbeDecomposerOptions", ProbeOptions, ["on_decompose_error"],
-                                      "PROBE's decomposition (step 1).")
-ProbeFinderOptions = options_view("ProbeFinderOptions", ProbeOptions, ["max_evidence"],
-                                  "PROBE's evidence finder (step 2).")
-TopSentencesOptions = options_view("TopSentencesOptions", ProbeOptions, ["max_evidence", "retriever"],
-                                   "The no-LLM evidence finder: the top source sentences.")
+    "ProbeVerifierOptions",
+    ProbeOptions,
+    [
+        "judges",
+        "samples",
+        "sample_temperature",
+        "consensus",
+        "max_evidence",
+        "context_sentences",
+        "evidence",
+        "retriever",
+        "batch_size",
+    ],
+    "PROBE's evidence finding and evaluation (steps 2-3); retriever: that of evidence=retrieval.",
+)
+ProbeDecomposerOptions = options_view(
+    "ProbeDecomposerOptions", ProbeOptions, ["on_decompose_error"], "PROBE's decomposition (step 1)."
+)
+ProbeFinderOptions = options_view(
+    "ProbeFinderOptions", ProbeOptions, ["max_evidence"], "PROBE's evidence finder (step 2)."
+)
+TopSentencesOptions = options_view(
+    "TopSentencesOptions",
+    ProbeOptions,
+    ["max_evidence", "retriever"],
+    "The no-LLM evidence finder: the top source sentences.",
+)

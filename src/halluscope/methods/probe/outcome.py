@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from halluscope.stages.findings import claim_finding
-from halluscope.stages.verdicts import RunStage, SupportedFraction
 from halluscope.records import Finding, Verdict
 from halluscope.stages import Aggregate, register_stage
+from halluscope.stages.findings import claim_finding
+from halluscope.stages.verdicts import RunStage, SupportedFraction
 
 if TYPE_CHECKING:  # pragma: no cover
     from halluscope.methods.pipeline import PipelineRun
@@ -21,8 +21,11 @@ class ProbeAggregator(RunStage):
     async def __call__(self, run: PipelineRun) -> Aggregate:
         base = await SupportedFraction()(run)
         flagged = sum(v.label in ("unsupported", "contradicted") for v in run.verdicts)
-        subscores = {**base.subscores, "unscored_claims": float(sum(v.label == "unscored" for v in run.verdicts)),
-                     "hallucinated_claims": float(flagged)}
+        subscores = {
+            **base.subscores,
+            "unscored_claims": float(sum(v.label == "unscored" for v in run.verdicts)),
+            "hallucinated_claims": float(flagged),
+        }
         return Aggregate(base.score, subscores, base.unscored_reason)
 
 
@@ -32,17 +35,24 @@ class ProbeLocalizer(RunStage):
     finding)."""
 
     async def __call__(self, run: PipelineRun) -> list[Finding]:
-        return [probe_finding(v) if v.label == "unsupported" else claim_finding(v)
-                for v in run.verdicts if v.label in ("unsupported", "contradicted")]
+        return [
+            probe_finding(v) if v.label == "unsupported" else claim_finding(v)
+            for v in run.verdicts
+            if v.label in ("unsupported", "contradicted")
+        ]
 
 
 def probe_finding(verdict: Verdict) -> Finding:
     claim = verdict.claim
-    return Finding(description=f'The text claims that "{claim.text}", but the source does not support this '
-                               f"({verdict.reason}).",
-                   kind="unsupported", target_spans=list(claim.target_spans), evidence=list(verdict.evidence),
-                   claim_ids=[claim.id] if claim.id else [],
-                   confidence=_confidence(verdict), fix=verdict.fix)
+    return Finding(
+        description=f'The text claims that "{claim.text}", but the source does not support this ({verdict.reason}).',
+        kind="unsupported",
+        target_spans=list(claim.target_spans),
+        evidence=list(verdict.evidence),
+        claim_ids=[claim.id] if claim.id else [],
+        confidence=_confidence(verdict),
+        fix=verdict.fix,
+    )
 
 
 def _confidence(verdict: Verdict) -> float | None:

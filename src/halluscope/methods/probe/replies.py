@@ -42,7 +42,8 @@ class ClaimsReply(Reply):
 
     claims: list[ClaimEntry] = Field(description="every assertion of the TEXT, in TEXT order")
     example: ClassVar[dict[str, Any] | None] = {
-        "claims": [{"segment": "opened in 1998", "claim": "The museum opened in 1998."}]}
+        "claims": [{"segment": "opened in 1998", "claim": "The museum opened in 1998."}]
+    }
     refuse_example_echo: ClassVar[bool] = False  # parse_claims keeps an example claim only when the TEXT says it
 
 
@@ -73,8 +74,10 @@ class EvidenceReply(Reply):
     every item is a template echo is refused (the model repeated the format instead of quoting)."""
 
     reasoning: str = Field(default="", description="brief thoughts")
-    evidence: list[str] = Field(description="passages copied exactly from the SOURCE, most relevant first; "
-                                            "an empty list when nothing in the SOURCE bears on the assertion")
+    evidence: list[str] = Field(
+        description="passages copied exactly from the SOURCE, most relevant first; "
+        "an empty list when nothing in the SOURCE bears on the assertion"
+    )
 
     @field_validator("evidence")
     @classmethod
@@ -115,8 +118,7 @@ class EvaluationReply(Reply):
     """Step 3 (evidence evaluation): one judge's PASS/FAIL on one excerpt. Only the exact label counts."""
 
     reasoning: str = Field(default="", description="your analysis, based on the excerpt alone")
-    verdict: Literal["PASS", "FAIL"] = Field(description="PASS if the excerpt alone supports the assertion, "
-                                                         "else FAIL")
+    verdict: Literal["PASS", "FAIL"] = Field(description="PASS if the excerpt alone supports the assertion, else FAIL")
 
     @field_validator("verdict", mode="before")
     @classmethod
@@ -152,21 +154,36 @@ EVALUATE_PROMPT = PromptTemplate(
 
 
 EvidenceBatchEntry = numbered_entry(
-    EvidenceReply, "assertion", name="EvidenceBatchEntry",
+    EvidenceReply,
+    "assertion",
+    name="EvidenceBatchEntry",
     doc="Batched step 2: the passages for the assertion numbered ``id`` (an entry that only echoes the template is "
-        "refused, as in :class:`EvidenceReply`).")
+    "refused, as in :class:`EvidenceReply`).",
+)
 EvidenceBatchReply = batch_reply(
-    EvidenceBatchEntry, "assertion", name="EvidenceBatchReply",
+    EvidenceBatchEntry,
+    "assertion",
+    name="EvidenceBatchReply",
     doc="Batched step 2 (``batch_size`` > 1, whole source): one entry per numbered assertion.",
-    example={"results": [
-        {"id": 1, "reasoning": "the opening date is stated", "evidence": ["The museum opened in 1998."]},
-        {"id": 2, "reasoning": "nothing about its size", "evidence": []}]})
+    example={
+        "results": [
+            {"id": 1, "reasoning": "the opening date is stated", "evidence": ["The museum opened in 1998."]},
+            {"id": 2, "reasoning": "nothing about its size", "evidence": []},
+        ]
+    },
+)
 EvaluationBatchEntry = numbered_entry(
-    EvaluationReply, "assertion", name="EvaluationBatchEntry",
-    doc="Batched step 3: one judge's PASS/FAIL for the assertion numbered ``id`` against the one excerpt.")
+    EvaluationReply,
+    "assertion",
+    name="EvaluationBatchEntry",
+    doc="Batched step 3: one judge's PASS/FAIL for the assertion numbered ``id`` against the one excerpt.",
+)
 EvaluationBatchReply = batch_reply(
-    EvaluationBatchEntry, "assertion", name="EvaluationBatchReply",
-    doc="Batched step 3 (``batch_size`` > 1): the assertions that quoted the same excerpt, each judged on its own.")
+    EvaluationBatchEntry,
+    "assertion",
+    name="EvaluationBatchReply",
+    doc="Batched step 3 (``batch_size`` > 1): the assertions that quoted the same excerpt, each judged on its own.",
+)
 
 
 FIND_EVIDENCE_BATCH_PROMPT = PromptTemplate(

@@ -42,34 +42,44 @@ class ProbeTrace:
             if not mine:
                 continue
             usable = [s for s in mine if s["error"] is None]
-            finding.append({
-                "claim_id": claim.id,
-                "narrowed": any(s["context"]["kind"] == "snippet" for s in mine),
-                "snippets": [s["context"]["span"] for s in mine if s["context"]["kind"] == "snippet"],
-                "contexts": [{k: s[k] for k in ("context", "outcome", "error")} for s in mine],
-                "quotes": [{**q, "context_rank": s["context"]["rank"]} for s in mine for q in s["quotes"]],
-                "error": None if usable else "; ".join(dict.fromkeys(s["error"] for s in mine)),
-                "outcome": "evidence" if any(s["outcome"] == "evidence" for s in mine) else mine[0]["outcome"],
-            })
-        evaluation = [{k: v for k, v in j.items() if k != "position"}
-                      for j in sorted(filter(kept, self.judgments), key=key)]
+            finding.append(
+                {
+                    "claim_id": claim.id,
+                    "narrowed": any(s["context"]["kind"] == "snippet" for s in mine),
+                    "snippets": [s["context"]["span"] for s in mine if s["context"]["kind"] == "snippet"],
+                    "contexts": [{k: s[k] for k in ("context", "outcome", "error")} for s in mine],
+                    "quotes": [{**q, "context_rank": s["context"]["rank"]} for s in mine for q in s["quotes"]],
+                    "error": None if usable else "; ".join(dict.fromkeys(s["error"] for s in mine)),
+                    "outcome": "evidence" if any(s["outcome"] == "evidence" for s in mine) else mine[0]["outcome"],
+                }
+            )
+        evaluation = [
+            {k: v for k, v in j.items() if k != "position"} for j in sorted(filter(kept, self.judgments), key=key)
+        ]
         decisions = sorted(filter(kept, self.outcomes), key=key)
         flagged = [v for v in report.verdicts if v.label in ("unsupported", "contradicted")]
         localization = {
             "hallucinated_claim_ids": [v.claim.id for v in flagged],
             "spans": [s.model_dump() for f in report.findings for s in f.target_spans],
             "unplaced": [v.claim.id for v in flagged if not v.claim.target_spans],
-            "unscored": [{"claim_id": v.claim.id, "reason": v.reason} for v in report.verdicts
-                         if v.label == "unscored"],
+            "unscored": [
+                {"claim_id": v.claim.id, "reason": v.reason} for v in report.verdicts if v.label == "unscored"
+            ],
             "outcomes": {v.claim.id: _claim_outcome(v.claim.id or "", v.label, decisions) for v in report.verdicts},
         }
-        return {"decomposition": self.decomposition or {"claims": [], "error": None, "fallback": None},
-                "evidence_finding": finding, "evidence_evaluation": evaluation, "localization": localization}
+        return {
+            "decomposition": self.decomposition or {"claims": [], "error": None, "fallback": None},
+            "evidence_finding": finding,
+            "evidence_evaluation": evaluation,
+            "localization": localization,
+        }
 
     def quote_counts(self) -> dict[str, float]:
         statuses = [q["status"] for s in self.searches for q in s["quotes"]]
-        return {"quotes_verified": float(statuses.count("verified")),
-                "quotes_rejected": float(statuses.count("rejected"))}
+        return {
+            "quotes_verified": float(statuses.count("verified")),
+            "quotes_rejected": float(statuses.count("rejected")),
+        }
 
 
 def _claim_outcome(claim_id: str, label: str, decisions: list[dict[str, Any]]) -> str:

@@ -22,17 +22,24 @@ from typing import TYPE_CHECKING, Any
 
 from halluscope.methods.batching import BatchCall, BatchStep, gather_or_cancel, judge_in_batches
 from halluscope.methods.options import own_options
-from halluscope.stages.verifiers import LLMVerifier
 from halluscope.methods.probe.evidence import ProbeEvidenceFinder, QuoteSearch, SourceSentences, context_around
 from halluscope.methods.probe.judge import EvidenceEvaluator, EvidenceJudgment, Judge
 from halluscope.methods.probe.options import ProbeVerifierOptions
-from halluscope.methods.probe.replies import (EVALUATE_BATCH_PROMPT, EVALUATE_PROMPT, FIND_EVIDENCE_BATCH_PROMPT,
-                                              FIND_EVIDENCE_PROMPT, FIND_REPLY_TOKENS, EvidenceBatchEntry,
-                                              EvidenceReply, is_template_echo)
+from halluscope.methods.probe.replies import (
+    EVALUATE_BATCH_PROMPT,
+    EVALUATE_PROMPT,
+    FIND_EVIDENCE_BATCH_PROMPT,
+    FIND_EVIDENCE_PROMPT,
+    FIND_REPLY_TOKENS,
+    EvidenceBatchEntry,
+    EvidenceReply,
+    is_template_echo,
+)
 from halluscope.methods.probe.trace import ProbeTrace
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Evidence, LLMCall, Verdict
 from halluscope.stages import Context, PromptResolver, build_stage, register_stage, same_prompt, stage_spec
+from halluscope.stages.verifiers import LLMVerifier
 
 if TYPE_CHECKING:  # pragma: no cover
     from halluscope.llm import LLM
@@ -52,7 +59,7 @@ async def search_with(finder: Any, claim: Claim, context: Context, source: str) 
     return found
 
 
-def build_judges(llms: Sequence["LLM"], samples: int, temperature: float) -> list[Judge]:
+def build_judges(llms: Sequence[LLM], samples: int, temperature: float) -> list[Judge]:
     """Every judge model times ``samples`` votes (samples beyond the first at ``temperature``)."""
     return [Judge(llm, sample, temperature) for llm in llms for sample in range(samples)]
 
@@ -64,14 +71,23 @@ def decide(claim: Claim, search: QuoteSearch, judgments: Sequence[EvidenceJudgme
     if failure is not None:
         return Verdict.unscored(claim, failure, calls), f"unscored:{search.outcome}"
     where = "this source excerpt" if search.context.kind == "snippet" else "the source"
-    rejected = (f" ({len(search.rejected)} other quoted passage(s) were not found in the source and were rejected)"
-                if search.rejected else "")
-    evidence = [j.evidence.model_copy(update={"relation": "supports" if j.accepted else "related"})
-                for j in judgments]
+    rejected = (
+        f" ({len(search.rejected)} other quoted passage(s) were not found in the source and were rejected)"
+        if search.rejected
+        else ""
+    )
+    evidence = [j.evidence.model_copy(update={"relation": "supports" if j.accepted else "related"}) for j in judgments]
     if not judgments:
-        return (Verdict(claim=claim, label="unsupported", score=0.0, calls=calls,
-                        reason=f"the evidence finder found no passage of {where} that bears on it"),
-                "unsupported:no_evidence")
+        return (
+            Verdict(
+                claim=claim,
+                label="unsupported",
+                score=0.0,
+                calls=calls,
+                reason=f"the evidence finder found no passage of {where} that bears on it",
+            ),
+            "unsupported:no_evidence",
+        )
     best = max((j.pass_fraction for j in judgments if j.pass_fraction is not None), default=None)
     probabilities = [j.pass_probability for j in judgments]
     # P(supported): the best passage's mean P(PASS) (a claim is supported when any passage is); only when every
@@ -79,22 +95,45 @@ def decide(claim: Claim, search: QuoteSearch, judgments: Sequence[EvidenceJudgme
     support = max(probabilities) if probabilities and None not in probabilities else None  # type: ignore[type-var]
     accepted = [j for j in judgments if j.accepted]
     if accepted:
-        return (Verdict(claim=claim, label="supported", score=best, evidence=evidence, calls=calls,
-                        support_probability=support,
-                        reason=f"{len(accepted)} of {len(judgments)} source passages support it on their own"),
-                "supported")
+        return (
+            Verdict(
+                claim=claim,
+                label="supported",
+                score=best,
+                evidence=evidence,
+                calls=calls,
+                support_probability=support,
+                reason=f"{len(accepted)} of {len(judgments)} source passages support it on their own",
+            ),
+            "supported",
+        )
     undecided = [j for j in judgments if j.accepted is None]
     if undecided:
         errors = "; ".join(dict.fromkeys(v.error for j in undecided for v in j.votes if v.error))[:300]
-        return (Verdict(claim=claim, label="unscored", evidence=evidence, calls=calls,
-                        reason=f"{len(undecided)} of {len(judgments)} passages could not be judged (no valid PASS/FAIL "
-                               f"vote from enough judges) and no other passage supports it: {errors}"),
-                "unscored:undecided_judgments")
-    return (Verdict(claim=claim, label="unsupported", score=best, evidence=evidence, calls=calls,
-                    support_probability=support,
-                    reason=f"the judges failed all {len(judgments)} passages of {where} found for it: none supports "
-                           f"it on its own{rejected}"),
-            "unsupported:all_failed")
+        return (
+            Verdict(
+                claim=claim,
+                label="unscored",
+                evidence=evidence,
+                calls=calls,
+                reason=f"{len(undecided)} of {len(judgments)} passages could not be judged (no valid PASS/FAIL "
+                f"vote from enough judges) and no other passage supports it: {errors}",
+            ),
+            "unscored:undecided_judgments",
+        )
+    return (
+        Verdict(
+            claim=claim,
+            label="unsupported",
+            score=best,
+            evidence=evidence,
+            calls=calls,
+            support_probability=support,
+            reason=f"the judges failed all {len(judgments)} passages of {where} found for it: none supports "
+            f"it on its own{rejected}",
+        ),
+        "unsupported:all_failed",
+    )
 
 
 @register_stage("probe", "verifier")
@@ -106,8 +145,15 @@ class ProbeVerifier(LLMVerifier):
     reply_tokens = FIND_REPLY_TOKENS
     Options = ProbeVerifierOptions
 
-    def __init__(self, model: "LLM", options: Any = None, *, prompts: PromptResolver = same_prompt,
-                 named_llm: Callable[[str], "LLM"] | None = None, evidence_finder: Any = None):
+    def __init__(
+        self,
+        model: LLM,
+        options: Any = None,
+        *,
+        prompts: PromptResolver = same_prompt,
+        named_llm: Callable[[str], LLM] | None = None,
+        evidence_finder: Any = None,
+    ):
         """``named_llm``: a client for a judge model named in ``judges`` (at the main model's endpoint); needed
         only when ``judges`` names models. ``evidence_finder``: the evidence finder stage to use (the probe
         method's chosen one); without it the one ``evidence`` names is built here."""
@@ -116,9 +162,13 @@ class ProbeVerifier(LLMVerifier):
         if evidence_finder is None:
             finder = "top_sentences" if self.opts.evidence == "retrieval" else "probe"
             spec = stage_spec("evidence_finder", finder)
-            evidence_finder = build_stage("evidence_finder", finder,
-                                          model if getattr(spec.factory, "uses_llm", True) else None,
-                                          own_options(spec.options_model, self.opts), prompts=prompts)
+            evidence_finder = build_stage(
+                "evidence_finder",
+                finder,
+                model if getattr(spec.factory, "uses_llm", True) else None,
+                own_options(spec.options_model, self.opts),
+                prompts=prompts,
+            )
         self.finder = evidence_finder
         self.evaluate_prompt = prompts(EVALUATE_PROMPT)
         self.named_llm = named_llm
@@ -126,10 +176,15 @@ class ProbeVerifier(LLMVerifier):
             raise TypeError("the probe verifier needs named_llm to reach the judge models it is given")
         self._evaluator: EvidenceEvaluator | None = None
         self._sentences = SourceSentences()
-        self.find_batch = BatchCall(prompts(FIND_EVIDENCE_BATCH_PROMPT), EvidenceBatchEntry, listing="claims",
-                                    unit="assertion", reply_tokens=FIND_REPLY_TOKENS)
+        self.find_batch = BatchCall(
+            prompts(FIND_EVIDENCE_BATCH_PROMPT),
+            EvidenceBatchEntry,
+            listing="claims",
+            unit="assertion",
+            reply_tokens=FIND_REPLY_TOKENS,
+        )
 
-    def judge_llms(self) -> list["LLM"]:
+    def judge_llms(self) -> list[LLM]:
         """The evidence-evaluation models: those named in ``judges``, else the verifier's own model."""
         return [self.named_llm(n) for n in self.opts.judges or []] or [self.llm]  # type: ignore[misc]
 
@@ -137,8 +192,12 @@ class ProbeVerifier(LLMVerifier):
     def evaluator(self) -> EvidenceEvaluator:
         if self._evaluator is None:  # judge models are built on first use
             judges = build_judges(self.judge_llms(), self.opts.samples, self.opts.sample_temperature)
-            self._evaluator = EvidenceEvaluator(judges, self.evaluate_prompt, consensus=self.opts.consensus,
-                                                batch_prompt=self.prompts(EVALUATE_BATCH_PROMPT))
+            self._evaluator = EvidenceEvaluator(
+                judges,
+                self.evaluate_prompt,
+                consensus=self.opts.consensus,
+                batch_prompt=self.prompts(EVALUATE_BATCH_PROMPT),
+            )
         return self._evaluator
 
     def used_prompts(self) -> list[PromptTemplate]:
@@ -146,7 +205,8 @@ class ProbeVerifier(LLMVerifier):
         batched = []
         if self.batch_size > 1:
             batched = ([self.prompts(FIND_EVIDENCE_BATCH_PROMPT)] if finder else []) + [
-                self.prompts(EVALUATE_BATCH_PROMPT)]
+                self.prompts(EVALUATE_BATCH_PROMPT)
+            ]
         return finder + [self.evaluate_prompt] + batched
 
     def messages(self, claims: Sequence[Claim], context_text: str) -> list[dict[str, str]]:
@@ -159,8 +219,9 @@ class ProbeVerifier(LLMVerifier):
         reserve = super().reserve_tokens(claims)
         if self.batch_size > 1 and len(claims) > 1 and isinstance(self.finder, ProbeEvidenceFinder):
             batch = [c.text for c in claims[: self.batch_size]]
-            reserve = max(reserve, self.find_batch.reserve(self.llm, batch, source="",
-                                                           max_evidence=self.finder.max_evidence))
+            reserve = max(
+                reserve, self.find_batch.reserve(self.llm, batch, source="", max_evidence=self.finder.max_evidence)
+            )
         return reserve
 
     @property
@@ -180,9 +241,10 @@ class ProbeVerifier(LLMVerifier):
         if search.failure_reason is None and search.evidence:
             sentences = await self._sentences.get(source)
             judgments = await gather_or_cancel(
-                self.evaluator(claim, e, context_around(source, sentences, e.span, self.opts.context_sentences),
-                               source)
-                for e in search.evidence if e.span is not None)
+                self.evaluator(claim, e, context_around(source, sentences, e.span, self.opts.context_sentences), source)
+                for e in search.evidence
+                if e.span is not None
+            )
         return self.settle(claim, context, search, judgments)
 
     def settle(self, claim: Claim, context: Context, search: QuoteSearch, judgments: list[EvidenceJudgment]) -> Verdict:
@@ -192,8 +254,15 @@ class ProbeVerifier(LLMVerifier):
             trace = context.trace.record(ProbeTrace)
             trace.searches.append(search.record())
             trace.judgments.extend(j.record(i, context.rank, context.kind) for i, j in enumerate(judgments))
-            trace.outcomes.append({"claim_id": claim.id, "context": {"rank": context.rank, "kind": context.kind},
-                                   "label": verdict.label, "outcome": outcome, "reason": verdict.reason})
+            trace.outcomes.append(
+                {
+                    "claim_id": claim.id,
+                    "context": {"rank": context.rank, "kind": context.kind},
+                    "label": verdict.label,
+                    "outcome": outcome,
+                    "reason": verdict.reason,
+                }
+            )
         return verdict
 
     # -- batch_size > 1 (whole source) --------------------------------------------------------------------
@@ -220,8 +289,9 @@ class ProbeVerifier(LLMVerifier):
             members = groups[key]
             evidence = passages[key]
             around = context_around(source, sentences, evidence.span, self.opts.context_sentences)  # type: ignore[arg-type]
-            results = await self.evaluator.batch([real[ci] for ci, _ in members], evidence, around, self.batch_size,
-                                                 source)
+            results = await self.evaluator.batch(
+                [real[ci] for ci, _ in members], evidence, around, self.batch_size, source
+            )
             for (ci, ei), judgment in zip(members, results):
                 judged[(ci, ei)] = judgment
 
@@ -231,8 +301,9 @@ class ProbeVerifier(LLMVerifier):
             n_located = sum(1 for e in search.evidence if e.span is not None) if search.failure_reason is None else 0
             settled.append(self.settle(claim, context, search, [judged[(ci, ei)] for ei in range(n_located)]))
         verdicts = iter(settled)
-        return [next(verdicts) if not is_template_echo(c.text) else await self.check(c, context, source)
-                for c in claims]
+        return [
+            next(verdicts) if not is_template_echo(c.text) else await self.check(c, context, source) for c in claims
+        ]
 
     async def search_batched(self, claims: list[Claim], context: Context, source: str) -> list[QuoteSearch]:
         """Step 2 for claims sharing the whole source: one evidence call per ``batch_size`` claims (the model's
@@ -243,8 +314,9 @@ class ProbeVerifier(LLMVerifier):
             return await gather_or_cancel(search_with(finder, c, context, source) for c in claims)
 
         async def ask(part: list[Claim]) -> BatchStep[EvidenceReply]:
-            return await self.find_batch.ask(self.llm, [c.text for c in part], source=context.text,
-                                             max_evidence=finder.max_evidence)
+            return await self.find_batch.ask(
+                self.llm, [c.text for c in part], source=context.text, max_evidence=finder.max_evidence
+            )
 
         def redone(search: QuoteSearch, why: str, calls: list[LLMCall]) -> QuoteSearch:
             search.calls = list(calls) + search.calls
@@ -253,15 +325,24 @@ class ProbeVerifier(LLMVerifier):
             return search
 
         found: list[QuoteSearch | _Quoted] = await judge_in_batches(
-            claims, self.batch_size, ask=ask, accept=lambda claim, entry, calls: _Quoted(claim, entry.evidence, calls),
-            alone=lambda claim: finder.search(claim, context, source), redone=redone)  # type: ignore[arg-type]
-        return await gather_or_cancel(_located(finder, f, context, source) if isinstance(f, _Quoted) else _done(f)
-                                      for f in found)
+            claims,
+            self.batch_size,
+            ask=ask,
+            accept=lambda claim, entry, calls: _Quoted(claim, entry.evidence, calls),
+            alone=lambda claim: finder.search(claim, context, source),
+            redone=redone,
+        )  # type: ignore[arg-type]
+        return await gather_or_cancel(
+            _located(finder, f, context, source) if isinstance(f, _Quoted) else _done(f) for f in found
+        )
 
     def describe(self) -> dict[str, Any]:
         describe = getattr(self.finder, "describe", None)
-        return {"evidence_finder": describe() if callable(describe) else self.finder.name,
-                "judges": [j.name for j in self.evaluator.judges], "consensus": self.opts.consensus}
+        return {
+            "evidence_finder": describe() if callable(describe) else self.finder.name,
+            "judges": [j.name for j in self.evaluator.judges],
+            "consensus": self.opts.consensus,
+        }
 
 
 async def _done(search: QuoteSearch) -> QuoteSearch:

@@ -17,5 +17,14 @@ backends implement the interfaces of :mod:`.base`, which is all the routes use.
 from halluscope.server.jobs.runner import CheckFailed, ItemRunner, JobRunner
 from halluscope.server.jobs.store import ACTIVE, ID_LENGTH, JobStore, StoreLocked, result_line, valid_job_id
 
-__all__ = ["ACTIVE", "ID_LENGTH", "CheckFailed", "ItemRunner", "JobRunner", "JobStore", "StoreLocked", "result_line",
-           "valid_job_id"]
+__all__ = [
+    "ACTIVE",
+    "ID_LENGTH",
+    "CheckFailed",
+    "ItemRunner",
+    "JobRunner",
+    "JobStore",
+    "StoreLocked",
+    "result_line",
+    "valid_job_id",
+]

@@ -27,8 +27,15 @@ class JobStoreUnavailable(RuntimeError):
 
 @runtime_checkable
 class JobStoreAPI(Protocol):
-    def create(self, method: str, options: dict[str, Any], examples: list[Example], *,
-               dataset: str | None = None, name: str | None = None) -> str: ...
+    def create(
+        self,
+        method: str,
+        options: dict[str, Any],
+        examples: list[Example],
+        *,
+        dataset: str | None = None,
+        name: str | None = None,
+    ) -> str: ...
 
     def get(self, job_id: str) -> dict[str, Any] | None: ...
 

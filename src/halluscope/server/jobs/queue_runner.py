@@ -31,10 +31,20 @@ _log = logging.getLogger("halluscope.server")
 
 
 class QueueRunner:
-    def __init__(self, store: RedisJobStore, *, build_method: Callable[[str, dict[str, Any]], Awaitable[Any]],
-                 run_item: ItemRunner, max_running: int, concurrency: int, lease_s: float, consumer: str,
-                 on_item: Callable[[bool], None] | None = None,
-                 on_event: Callable[[str, int], None] | None = None, poll_s: float | None = None):
+    def __init__(
+        self,
+        store: RedisJobStore,
+        *,
+        build_method: Callable[[str, dict[str, Any]], Awaitable[Any]],
+        run_item: ItemRunner,
+        max_running: int,
+        concurrency: int,
+        lease_s: float,
+        consumer: str,
+        on_item: Callable[[bool], None] | None = None,
+        on_event: Callable[[str, int], None] | None = None,
+        poll_s: float | None = None,
+    ):
         self.store = store
         self.build_method = build_method
         self.run_item = run_item
@@ -76,7 +86,11 @@ class QueueRunner:
                 try:
                     await self._fill()
                     if self._store_down_since is not None:
-                        event(logging.INFO, "jobs store reachable again", down_s=round(time.monotonic() - self._store_down_since, 1))
+                        event(
+                            logging.INFO,
+                            "jobs store reachable again",
+                            down_s=round(time.monotonic() - self._store_down_since, 1),
+                        )
                         self._store_down_since = None
                 except JobStoreUnavailable as exc:  # Redis away: keep what runs, look again later
                     if self._store_down_since is None:
@@ -112,8 +126,9 @@ class QueueRunner:
                 continue
             claims = await asyncio.to_thread(self.store.claim, job_id, self.consumer, free, self.lease_s)
             if self._draining.is_set():  # stop() began while claiming: these are handed back, not started
-                await asyncio.to_thread(self.store.release, job_id, self.consumer, [c.entry_id for c in claims],
-                                        self.lease_s)
+                await asyncio.to_thread(
+                    self.store.release, job_id, self.consumer, [c.entry_id for c in claims], self.lease_s
+                )
                 return
             started = 0
             for claim in claims:
@@ -131,8 +146,13 @@ class QueueRunner:
                 self._count("claimed", started)
                 self._count("retried", sum(1 for c in claims if c.takeover))
                 if any(c.takeover for c in claims):
-                    event(logging.INFO, "job items taken over after a lease expired", job_id=job_id,
-                          items=sum(1 for c in claims if c.takeover), consumer=self.consumer)
+                    event(
+                        logging.INFO,
+                        "job items taken over after a lease expired",
+                        job_id=job_id,
+                        items=sum(1 for c in claims if c.takeover),
+                        consumer=self.consumer,
+                    )
 
     async def _method(self, job_id: str) -> Any | None:
         method = self._methods.get(job_id)
@@ -168,8 +188,9 @@ class QueueRunner:
                 outcome = await asyncio.to_thread(self.store.complete, job_id, claim, status=exc.status, error=str(exc))
                 ok = False
             else:
-                outcome = await asyncio.to_thread(self.store.complete, job_id, claim, report=report,
-                                                  report_json=report_json)
+                outcome = await asyncio.to_thread(
+                    self.store.complete, job_id, claim, report=report, report_json=report_json
+                )
                 ok = True
         except asyncio.CancelledError:
             if self._draining is not None and self._draining.is_set():
@@ -219,8 +240,13 @@ class QueueRunner:
                 self._lost.update(new)
             if new:  # the item goes on here too: whichever result comes first is kept
                 self._count("lease_lost", len(new))
-                event(logging.WARNING, "job item leases lost (this replica was too slow to renew them)",
-                      job_id=job_id, items=len(new), consumer=self.consumer)
+                event(
+                    logging.WARNING,
+                    "job item leases lost (this replica was too slow to renew them)",
+                    job_id=job_id,
+                    items=len(new),
+                    consumer=self.consumer,
+                )
 
     # --- control ------------------------------------------------------------------------------------
 

@@ -192,8 +192,18 @@ redis.call('ZREM', active, ARGV[1])
 return 1
 """
 
-_INT_FIELDS = ("total", "attempts", "done", "scored", "unscored", "errors", "calls", "prompt_tokens",
-               "completion_tokens", "cache_hits")
+_INT_FIELDS = (
+    "total",
+    "attempts",
+    "done",
+    "scored",
+    "unscored",
+    "errors",
+    "calls",
+    "prompt_tokens",
+    "completion_tokens",
+    "cache_hits",
+)
 _FLOAT_FIELDS = ("created", "started", "finished", "score_sum")
 _JOB_FIELDS = ("id", "status", "name", "method", "options", "dataset", "error", *_INT_FIELDS, *_FLOAT_FIELDS)
 
@@ -238,20 +248,34 @@ class RedisJobStore:
         self._errors = (redis.ConnectionError, redis.TimeoutError)
         try:
             self._client = redis.Redis.from_url(
-                self.url, decode_responses=True, socket_timeout=socket_timeout_s,
+                self.url,
+                decode_responses=True,
+                socket_timeout=socket_timeout_s,
                 socket_connect_timeout=socket_timeout_s,
                 retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), 3),
-                retry_on_error=[redis.ConnectionError, redis.TimeoutError], health_check_interval=30)
+                retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+                health_check_interval=30,
+            )
             version = str(self._client.info("server").get("redis_version", "0"))
         except (redis.RedisError, ValueError) as exc:
-            raise JobStoreUnavailable(f"cannot reach the jobs Redis at {_redact(url)}: {type(exc).__name__}: {exc}") from exc
+            raise JobStoreUnavailable(
+                f"cannot reach the jobs Redis at {_redact(url)}: {type(exc).__name__}: {exc}"
+            ) from exc
         if tuple(int(p) for p in version.split(".")[:2] if p.isdigit()) < MIN_REDIS:
-            raise JobStoreUnavailable(f"jobs in Redis need Redis {'.'.join(map(str, MIN_REDIS))} or later; "
-                                      f"{_redact(url)} runs {version}")
+            raise JobStoreUnavailable(
+                f"jobs in Redis need Redis {'.'.join(map(str, MIN_REDIS))} or later; {_redact(url)} runs {version}"
+            )
         c = self._client
-        self._claim, self._renew, self._release = c.register_script(_CLAIM), c.register_script(_RENEW), c.register_script(_RELEASE)
-        self._complete, self._finish, self._delete = (c.register_script(_COMPLETE), c.register_script(_FINISH),
-                                                      c.register_script(_DELETE))
+        self._claim, self._renew, self._release = (
+            c.register_script(_CLAIM),
+            c.register_script(_RENEW),
+            c.register_script(_RELEASE),
+        )
+        self._complete, self._finish, self._delete = (
+            c.register_script(_COMPLETE),
+            c.register_script(_FINISH),
+            c.register_script(_DELETE),
+        )
 
     def __repr__(self) -> str:
         return f"RedisJobStore({_redact(self.url)!r}, prefix={self.prefix!r})"
@@ -287,16 +311,38 @@ class RedisJobStore:
 
     # --- jobs ---------------------------------------------------------------------------------------
 
-    def create(self, method: str, options: dict[str, Any], examples: builtins.list[Example], *,
-               dataset: str | None = None, name: str | None = None) -> str:
+    def create(
+        self,
+        method: str,
+        options: dict[str, Any],
+        examples: builtins.list[Example],
+        *,
+        dataset: str | None = None,
+        name: str | None = None,
+    ) -> str:
         """One transaction: the job, its items, its stream and group, then the indexes that make it visible."""
         job_id = uuid.uuid4().hex
         now = time.time()
-        meta: dict[str, str | int | float] = {"id": job_id, "status": "queued" if examples else "done", "method": method,
-                                "options": json.dumps(options, sort_keys=True), "total": len(examples),
-                                "created": repr(now), "attempts": 0, "done": 0, "scored": 0, "unscored": 0,
-                                "errors": 0, "score_sum": 0, "calls": 0, "prompt_tokens": 0,
-                                "completion_tokens": 0, "cache_hits": 0, "claims": 0, "takeovers": 0}
+        meta: dict[str, str | int | float] = {
+            "id": job_id,
+            "status": "queued" if examples else "done",
+            "method": method,
+            "options": json.dumps(options, sort_keys=True),
+            "total": len(examples),
+            "created": repr(now),
+            "attempts": 0,
+            "done": 0,
+            "scored": 0,
+            "unscored": 0,
+            "errors": 0,
+            "score_sum": 0,
+            "calls": 0,
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+            "cache_hits": 0,
+            "claims": 0,
+            "takeovers": 0,
+        }
         if name is not None:
             meta["name"] = name
         if dataset is not None:
@@ -309,9 +355,10 @@ class RedisJobStore:
         if examples:
             pipe.xgroup_create(q, GROUP, id="0", mkstream=True)
         for start in range(0, len(examples), _CHUNK):
-            chunk = examples[start:start + _CHUNK]
-            pipe.hset(self._k(job_id, "items"),
-                      mapping={str(start + i): ex.model_dump_json() for i, ex in enumerate(chunk)})
+            chunk = examples[start : start + _CHUNK]
+            pipe.hset(
+                self._k(job_id, "items"), mapping={str(start + i): ex.model_dump_json() for i, ex in enumerate(chunk)}
+            )
             pipe.rpush(self._k(job_id, "eids"), *[ex.id for ex in chunk])
             for i in range(start, start + len(chunk)):
                 pipe.xadd(q, {"i": i})
@@ -392,8 +439,13 @@ class RedisJobStore:
         out: dict[str, dict[str, float]] = {}
         for job_id, row in zip(ids, rows[0::2]):
             total, done, claims, takeovers = (float(v or 0) for v in row)
-            out[job_id] = {"total": total, "done": done, "in_flight": float(pending.get(job_id, 0)),
-                           "claims": claims, "takeovers": takeovers}
+            out[job_id] = {
+                "total": total,
+                "done": done,
+                "in_flight": float(pending.get(job_id, 0)),
+                "claims": claims,
+                "takeovers": takeovers,
+            }
         return out
 
     def finish(self, job_id: str, status: str, error: str | None = None) -> bool:
@@ -410,16 +462,29 @@ class RedisJobStore:
     def claim(self, job_id: str, consumer: str, count: int, lease_s: float) -> builtins.list[Claim]:
         """Up to ``count`` items of the job for ``consumer``: first those whose lease expired (their owner died
         or stalled), then new ones. Items that already have a result are acknowledged and skipped."""
-        keys = [self._k(job_id), self._k(job_id, "q"), self._k(job_id, "items"), self._k(job_id, "results"),
-                self._k(job_id, "lost")]
+        keys = [
+            self._k(job_id),
+            self._k(job_id, "q"),
+            self._k(job_id, "items"),
+            self._k(job_id, "results"),
+            self._k(job_id, "lost"),
+        ]
         try:
             flat = self._call(self._claim, keys=keys, args=[consumer, count, int(lease_s * 1000), repr(time.time())])
         except self._redis.ResponseError as exc:  # NOGROUP: the job was deleted meanwhile
             if "NOGROUP" in str(exc):
                 return []
             raise
-        return [Claim(flat[i], int(flat[i + 1]), Example.model_validate_json(flat[i + 2]), int(flat[i + 3]),
-                      bool(int(flat[i + 4]))) for i in range(0, len(flat), 5)]
+        return [
+            Claim(
+                flat[i],
+                int(flat[i + 1]),
+                Example.model_validate_json(flat[i + 2]),
+                int(flat[i + 3]),
+                bool(int(flat[i + 4])),
+            )
+            for i in range(0, len(flat), 5)
+        ]
 
     def renew(self, job_id: str, consumer: str, entry_ids: builtins.list[str]) -> builtins.list[str]:
         """Reset the lease of items ``consumer`` holds; returns those another consumer took over (none when
@@ -445,26 +510,69 @@ class RedisJobStore:
                 return 0
             raise
 
-    def complete(self, job_id: str, claim: Claim, *, report: Report | None = None, report_json: str | None = None,
-                 status: int = 200, error: str | None = None) -> int:
+    def complete(
+        self,
+        job_id: str,
+        claim: Claim,
+        *,
+        report: Report | None = None,
+        report_json: str | None = None,
+        status: int = 200,
+        error: str | None = None,
+    ) -> int:
         """Write an item's result once: -1 the job is gone, 0 it already had one (written by another replica;
         nothing counted), 1 written, 2 written and the job is now done."""
         usage = report.usage if report is not None else Usage()
         score = report.score if report is not None else None
         scored = score is not None
         now = time.time()
-        result = json.dumps({"item_id": claim.example.id, "status": status, "report": report_json, "error": error,
-                             "attempt": claim.attempt, "finished": now}, ensure_ascii=False)
-        summary = json.dumps({"status": status, "score": report.score if report else None,
-                              "label": report.label if report else None,
-                              "findings": len(report.findings) if report else 0, "error": error,
-                              "has": report is not None,
-                              "reason": report.unscored_reason if report else None}, ensure_ascii=False)
-        keys = [self._k(job_id), self._k(job_id, "q"), self._k(job_id, "results"), self._k(job_id, "sums"),
-                self._active, self._finished]
-        args = [job_id, claim.entry_id, claim.index, result, summary, int(scored),
-                int(report is not None and not scored), int(report is None), repr(score if score is not None else 0.0),
-                usage.calls, usage.prompt_tokens, usage.completion_tokens, usage.cache_hits, repr(now)]
+        result = json.dumps(
+            {
+                "item_id": claim.example.id,
+                "status": status,
+                "report": report_json,
+                "error": error,
+                "attempt": claim.attempt,
+                "finished": now,
+            },
+            ensure_ascii=False,
+        )
+        summary = json.dumps(
+            {
+                "status": status,
+                "score": report.score if report else None,
+                "label": report.label if report else None,
+                "findings": len(report.findings) if report else 0,
+                "error": error,
+                "has": report is not None,
+                "reason": report.unscored_reason if report else None,
+            },
+            ensure_ascii=False,
+        )
+        keys = [
+            self._k(job_id),
+            self._k(job_id, "q"),
+            self._k(job_id, "results"),
+            self._k(job_id, "sums"),
+            self._active,
+            self._finished,
+        ]
+        args = [
+            job_id,
+            claim.entry_id,
+            claim.index,
+            result,
+            summary,
+            int(scored),
+            int(report is not None and not scored),
+            int(report is None),
+            repr(score if score is not None else 0.0),
+            usage.calls,
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.cache_hits,
+            repr(now),
+        ]
         return int(self._call(self._complete, keys=keys, args=args))
 
     # --- items and results --------------------------------------------------------------------------
@@ -503,9 +611,20 @@ class RedisJobStore:
         out = []
         for i, (eid, raw) in enumerate(zip(eids, sums)):
             s = json.loads(raw) if raw else {}
-            out.append({"idx": i, "item_id": eid if raw else None, "status": s.get("status"), "score": s.get("score"),
-                        "label": s.get("label"), "findings": s.get("findings"), "error": s.get("error"),
-                        "has": int(bool(s.get("has"))) if raw else None, "reason": s.get("reason"), "eid": eid})
+            out.append(
+                {
+                    "idx": i,
+                    "item_id": eid if raw else None,
+                    "status": s.get("status"),
+                    "score": s.get("score"),
+                    "label": s.get("label"),
+                    "findings": s.get("findings"),
+                    "error": s.get("error"),
+                    "has": int(bool(s.get("has"))) if raw else None,
+                    "reason": s.get("reason"),
+                    "eid": eid,
+                }
+            )
         return out
 
     def item(self, job_id: str, index: int) -> tuple[Example, Mapping[str, Any] | None] | None:
@@ -527,8 +646,14 @@ class RedisJobStore:
 
 def _result_row(index: int, raw: str) -> dict[str, Any]:
     data = json.loads(raw)
-    return {"idx": index, "item_id": data.get("item_id"), "status": data["status"], "report": data.get("report"),
-            "error": data.get("error"), "attempt": data.get("attempt")}
+    return {
+        "idx": index,
+        "item_id": data.get("item_id"),
+        "status": data["status"],
+        "report": data.get("report"),
+        "error": data.get("error"),
+        "attempt": data.get("attempt"),
+    }
 
 
 def _decode_job(raw: dict[str, str]) -> dict[str, Any]:

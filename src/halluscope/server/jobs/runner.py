@@ -28,9 +28,16 @@ class JobRunner:
     """Runs queued jobs on one worker loop (:meth:`main`), at most ``max_running`` at a time, each with at
     most ``concurrency`` items in flight. Wake it with :meth:`notify` after a submission."""
 
-    def __init__(self, store: JobStore, *, build_method: Callable[[str, dict[str, Any]], Awaitable[Any]],
-                 run_item: ItemRunner, max_running: int, concurrency: int,
-                 on_item: Callable[[bool], None] | None = None):
+    def __init__(
+        self,
+        store: JobStore,
+        *,
+        build_method: Callable[[str, dict[str, Any]], Awaitable[Any]],
+        run_item: ItemRunner,
+        max_running: int,
+        concurrency: int,
+        on_item: Callable[[bool], None] | None = None,
+    ):
         self.store = store
         self.build_method = build_method
         self.run_item = run_item
@@ -140,12 +147,14 @@ class JobRunner:
         try:
             report, report_json = await self.run_item(method, example, job_id)
         except CheckFailed as exc:
-            await asyncio.to_thread(self.store.add_result, job_id, index, example.id, attempt,
-                                    status=exc.status, error=str(exc))
+            await asyncio.to_thread(
+                self.store.add_result, job_id, index, example.id, attempt, status=exc.status, error=str(exc)
+            )
             ok = False
         else:
-            await asyncio.to_thread(self.store.add_result, job_id, index, example.id, attempt,
-                                    report=report, report_json=report_json)
+            await asyncio.to_thread(
+                self.store.add_result, job_id, index, example.id, attempt, report=report, report_json=report_json
+            )
             ok = True
         if self.on_item is not None:
             self.on_item(ok)

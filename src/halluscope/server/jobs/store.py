@@ -40,8 +40,10 @@ CREATE TABLE IF NOT EXISTS results (
   PRIMARY KEY (job_id, idx));
 """
 
-_JOB_COLUMNS = ("id, status, name, method, options, dataset, total, created, started, finished, attempts, error, "
-                "done, scored, unscored, errors, score_sum, calls, prompt_tokens, completion_tokens, cache_hits")
+_JOB_COLUMNS = (
+    "id, status, name, method, options, dataset, total, created, started, finished, attempts, error, "
+    "done, scored, unscored, errors, score_sum, calls, prompt_tokens, completion_tokens, cache_hits"
+)
 
 
 class StoreLocked(RuntimeError):
@@ -63,8 +65,10 @@ class JobStore:
             fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             self._lock_file.close()
-            raise StoreLocked(f"the jobs database {self.path} is in use by another halluscope server "
-                              "(one server per database: give this one --jobs-db)") from None
+            raise StoreLocked(
+                f"the jobs database {self.path} is in use by another halluscope server "
+                "(one server per database: give this one --jobs-db)"
+            ) from None
         self._lock_file.seek(0)
         self._lock_file.truncate()
         self._lock_file.write(str(os.getpid()))
@@ -83,8 +87,15 @@ class JobStore:
 
     # --- jobs ---------------------------------------------------------------------------------------
 
-    def create(self, method: str, options: dict[str, Any], examples: list[Example], *,
-               dataset: str | None = None, name: str | None = None) -> str:
+    def create(
+        self,
+        method: str,
+        options: dict[str, Any],
+        examples: list[Example],
+        *,
+        dataset: str | None = None,
+        name: str | None = None,
+    ) -> str:
         job_id = uuid.uuid4().hex
         rows = ((job_id, i, ex.model_dump_json()) for i, ex in enumerate(examples))
         with self._lock:
@@ -93,7 +104,8 @@ class JobStore:
                 self._conn.execute(
                     "INSERT INTO jobs (id, status, name, method, options, dataset, total, created) "
                     "VALUES (?, 'queued', ?, ?, ?, ?, ?, ?)",
-                    (job_id, name, method, json.dumps(options, sort_keys=True), dataset, len(examples), time.time()))
+                    (job_id, name, method, json.dumps(options, sort_keys=True), dataset, len(examples), time.time()),
+                )
                 self._conn.executemany("INSERT INTO items (job_id, idx, example) VALUES (?, ?, ?)", rows)
                 self._conn.execute("COMMIT")
             except BaseException:
@@ -122,8 +134,9 @@ class JobStore:
 
     def queued(self, limit: int) -> list[str]:
         with self._lock:
-            rows = self._conn.execute("SELECT id FROM jobs WHERE status = 'queued' ORDER BY created LIMIT ?",
-                                      (limit,)).fetchall()
+            rows = self._conn.execute(
+                "SELECT id FROM jobs WHERE status = 'queued' ORDER BY created LIMIT ?", (limit,)
+            ).fetchall()
         return [r[0] for r in rows]
 
     def requeue_interrupted(self) -> int:
@@ -136,13 +149,16 @@ class JobStore:
         with self._lock:
             row = self._conn.execute(
                 "UPDATE jobs SET status = 'running', attempts = attempts + 1, started = COALESCE(started, ?) "
-                "WHERE id = ? AND status = 'queued' RETURNING attempts", (time.time(), job_id)).fetchone()
+                "WHERE id = ? AND status = 'queued' RETURNING attempts",
+                (time.time(), job_id),
+            ).fetchone()
         return row[0] if row is not None else 0
 
     def finish(self, job_id: str, status: str, error: str | None = None) -> None:
         with self._lock:
-            self._conn.execute("UPDATE jobs SET status = ?, finished = ?, error = ? WHERE id = ?",
-                               (status, time.time(), error, job_id))
+            self._conn.execute(
+                "UPDATE jobs SET status = ?, finished = ?, error = ? WHERE id = ?", (status, time.time(), error, job_id)
+            )
 
     def set_queued(self, job_id: str) -> None:
         with self._lock:
@@ -173,12 +189,22 @@ class JobStore:
             rows = self._conn.execute(
                 "SELECT i.idx, i.example FROM items i LEFT JOIN results r ON r.job_id = i.job_id AND r.idx = i.idx "
                 "WHERE i.job_id = ? AND i.idx > ? AND r.idx IS NULL ORDER BY i.idx LIMIT ?",
-                (job_id, after, page)).fetchall()
+                (job_id, after, page),
+            ).fetchall()
         return [(r[0], Example.model_validate_json(r[1])) for r in rows]
 
-    def add_result(self, job_id: str, index: int, item_id: str, attempt: int, *,
-                   report: Report | None = None, report_json: str | None = None,
-                   status: int = 200, error: str | None = None) -> bool:
+    def add_result(
+        self,
+        job_id: str,
+        index: int,
+        item_id: str,
+        attempt: int,
+        *,
+        report: Report | None = None,
+        report_json: str | None = None,
+        status: int = 200,
+        error: str | None = None,
+    ) -> bool:
         """Record one finished item and update the job's counts in one transaction. False when the job is
         gone (deleted meanwhile) or the item already had a result."""
         usage = report.usage if report is not None else Usage()
@@ -189,18 +215,38 @@ class JobStore:
                 inserted = self._conn.execute(
                     "INSERT OR IGNORE INTO results (job_id, idx, item_id, status, score, label, findings, report, "
                     "error, attempt, finished) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (job_id, index, item_id, status, report.score if report else None,
-                     report.label if report else None, len(report.findings) if report else 0,
-                     report_json, error, attempt, time.time())).rowcount
+                    (
+                        job_id,
+                        index,
+                        item_id,
+                        status,
+                        report.score if report else None,
+                        report.label if report else None,
+                        len(report.findings) if report else 0,
+                        report_json,
+                        error,
+                        attempt,
+                        time.time(),
+                    ),
+                ).rowcount
                 if inserted:
                     self._conn.execute(
                         "UPDATE jobs SET done = done + 1, scored = scored + ?, unscored = unscored + ?, "
                         "errors = errors + ?, score_sum = score_sum + ?, calls = calls + ?, "
                         "prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ?, "
                         "cache_hits = cache_hits + ? WHERE id = ?",
-                        (int(scored), int(report is not None and not scored), int(report is None),
-                         report.score if scored else 0.0, usage.calls, usage.prompt_tokens,
-                         usage.completion_tokens, usage.cache_hits, job_id))
+                        (
+                            int(scored),
+                            int(report is not None and not scored),
+                            int(report is None),
+                            report.score if scored else 0.0,
+                            usage.calls,
+                            usage.prompt_tokens,
+                            usage.completion_tokens,
+                            usage.cache_hits,
+                            job_id,
+                        ),
+                    )
                 self._conn.execute("COMMIT")
             except sqlite3.IntegrityError:  # the job was deleted while the item ran
                 self._conn.execute("ROLLBACK")
@@ -214,7 +260,9 @@ class JobStore:
         with self._lock:
             return self._conn.execute(
                 "SELECT idx, item_id, status, report, error FROM results WHERE job_id = ? AND idx > ? "
-                "ORDER BY idx LIMIT ?", (job_id, after, page)).fetchall()
+                "ORDER BY idx LIMIT ?",
+                (job_id, after, page),
+            ).fetchall()
 
     def iter_results(self, job_id: str, page: int = 200) -> Iterator[sqlite3.Row]:
         after = -1
@@ -230,25 +278,33 @@ class JobStore:
                 "has, "
                 "json_extract(r.report, '$.unscored_reason') AS reason, json_extract(i.example, '$.id') AS eid "
                 "FROM items i LEFT JOIN results r ON r.job_id = i.job_id AND r.idx = i.idx "
-                "WHERE i.job_id = ? ORDER BY i.idx LIMIT ?", (job_id, limit)).fetchall()
+                "WHERE i.job_id = ? ORDER BY i.idx LIMIT ?",
+                (job_id, limit),
+            ).fetchall()
         return [dict(r) for r in rows]
 
     def item(self, job_id: str, index: int) -> tuple[Example, sqlite3.Row | None] | None:
         with self._lock:
-            row = self._conn.execute("SELECT example FROM items WHERE job_id = ? AND idx = ?", (job_id, index)).fetchone()
+            row = self._conn.execute(
+                "SELECT example FROM items WHERE job_id = ? AND idx = ?", (job_id, index)
+            ).fetchone()
             if row is None:
                 return None
             result = self._conn.execute(
-                "SELECT idx, item_id, status, report, error FROM results WHERE job_id = ? AND idx = ?",
-                (job_id, index)).fetchone()
+                "SELECT idx, item_id, status, report, error FROM results WHERE job_id = ? AND idx = ?", (job_id, index)
+            ).fetchone()
         return Example.model_validate_json(row[0]), result
 
 
 def _job(row: sqlite3.Row) -> dict[str, Any]:
     data = dict(row)
     data["options"] = json.loads(data["options"])
-    data["usage"] = Usage(calls=data.pop("calls"), prompt_tokens=data.pop("prompt_tokens"),
-                          completion_tokens=data.pop("completion_tokens"), cache_hits=data.pop("cache_hits"))
+    data["usage"] = Usage(
+        calls=data.pop("calls"),
+        prompt_tokens=data.pop("prompt_tokens"),
+        completion_tokens=data.pop("completion_tokens"),
+        cache_hits=data.pop("cache_hits"),
+    )
     score_sum = data.pop("score_sum")
     data["mean_score"] = score_sum / data["scored"] if data["scored"] else None
     data["progress"] = data["done"] / data["total"] if data["total"] else 1.0

@@ -5,12 +5,44 @@ Every scenario starts its own processes (a stub OpenAI-compatible endpoint, ``py
 with the LLM cache and the jobs database in a folder it is given, and stops them by process id.
 """
 
-from halluscope.server.loadtest.processes import (HOST, Proc, free_port, open_fds, peak_rss_mb, rss_mb, start_server,
-                                                  start_stub)
+from halluscope.server.loadtest.processes import (
+    HOST,
+    Proc,
+    free_port,
+    open_fds,
+    peak_rss_mb,
+    rss_mb,
+    start_server,
+    start_stub,
+)
 from halluscope.server.loadtest.restarts import KillResume, graceful_restart, kill_resume
-from halluscope.server.loadtest.traffic import (concurrent_checks, distinct_options, health_under_hostile_replies,
-                                                huge_body, probe_judge_options, send_declared_body, slow_senders)
+from halluscope.server.loadtest.traffic import (
+    concurrent_checks,
+    distinct_options,
+    health_under_hostile_replies,
+    huge_body,
+    probe_judge_options,
+    send_declared_body,
+    slow_senders,
+)
 
-__all__ = ["HOST", "KillResume", "Proc", "concurrent_checks", "distinct_options", "free_port", "graceful_restart",
-           "health_under_hostile_replies", "huge_body", "kill_resume", "open_fds", "peak_rss_mb",
-           "probe_judge_options", "rss_mb", "send_declared_body", "slow_senders", "start_server", "start_stub"]
+__all__ = [
+    "HOST",
+    "KillResume",
+    "Proc",
+    "concurrent_checks",
+    "distinct_options",
+    "free_port",
+    "graceful_restart",
+    "health_under_hostile_replies",
+    "huge_body",
+    "kill_resume",
+    "open_fds",
+    "peak_rss_mb",
+    "probe_judge_options",
+    "rss_mb",
+    "send_declared_body",
+    "slow_senders",
+    "start_server",
+    "start_stub",
+]

@@ -111,8 +111,14 @@ def start_stub(home: Path, latency_ms: float = 20.0, hold_after: int | None = No
     return proc
 
 
-def start_server(home: Path, *args: str, stub: Proc | None = None, token: str | None = None,
-                 port: int | None = None, env: dict[str, str] | None = None) -> Proc:
+def start_server(
+    home: Path,
+    *args: str,
+    stub: Proc | None = None,
+    token: str | None = None,
+    port: int | None = None,
+    env: dict[str, str] | None = None,
+) -> Proc:
     """``python -m halluscope.server`` on 127.0.0.1 with its cache and jobs under ``home`` (``env``: variables
     added to its environment, e.g. ``HALLUSCOPE_CACHE_URL``)."""
     home.mkdir(parents=True, exist_ok=True)
@@ -123,7 +129,10 @@ def start_server(home: Path, *args: str, stub: Proc | None = None, token: str | 
         cmd += ["--base-url", f"{stub.url}/v1", "--model", "stub"]
     if token is not None:
         cmd += ["--token", token]
-    proc = Proc(subprocess.Popen(cmd, env={**_env(home), **(env or {})}, stdout=log.open("wb"), stderr=subprocess.STDOUT),
-                port, log)
+    proc = Proc(
+        subprocess.Popen(cmd, env={**_env(home), **(env or {})}, stdout=log.open("wb"), stderr=subprocess.STDOUT),
+        port,
+        log,
+    )
     proc.wait_ready("/health")
     return proc

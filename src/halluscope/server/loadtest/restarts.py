@@ -14,7 +14,6 @@ import httpx
 
 from halluscope.server.loadtest.processes import free_port, start_server, start_stub
 
-
 # --- scenario: kill -9 mid-job, restart, resume ------------------------------------------------------------
 
 
@@ -32,19 +31,29 @@ class KillResume:
     def summary(self) -> dict[str, Any]:
         lost = self.items - len(set(self.result_indexes))
         return {
-            "items": self.items, "finished_before_kill": self.finished_before_kill,
-            "in_flight_at_kill": self.held_at_kill, "status_after": self.job_after.get("status"),
-            "attempts": self.job_after.get("attempts"), "items_lost": lost,
+            "items": self.items,
+            "finished_before_kill": self.finished_before_kill,
+            "in_flight_at_kill": self.held_at_kill,
+            "status_after": self.job_after.get("status"),
+            "attempts": self.job_after.get("attempts"),
+            "items_lost": lost,
             "items_recorded_twice": len(self.result_indexes) - len(set(self.result_indexes)),
-            "llm_requests": self.stub_after.get("received"), "distinct_prompts": self.stub_after.get("distinct"),
+            "llm_requests": self.stub_after.get("received"),
+            "distinct_prompts": self.stub_after.get("distinct"),
             "repeated_calls_for_answered_prompts": self.stub_after.get("repeated_answered"),
             "unanswered_requests_sent_again": self.stub_after.get("received", 0) - self.stub_after.get("distinct", 0),
             "resume_seconds": round(self.resume_seconds, 2),
         }
 
 
-def kill_resume(home: Path, items: int = 20, kill_after: int = 10, concurrency: int = 2,
-                latency_ms: float = 30.0, timeout_s: float = 120.0) -> KillResume:
+def kill_resume(
+    home: Path,
+    items: int = 20,
+    kill_after: int = 10,
+    concurrency: int = 2,
+    latency_ms: float = 30.0,
+    timeout_s: float = 120.0,
+) -> KillResume:
     """A geval job of ``items`` pairs; the stub answers ``kill_after`` requests and holds the next ones; the
     server is killed with SIGKILL once those replies are stored; a new server on the same folder resumes."""
     out = KillResume(items)
@@ -53,8 +62,14 @@ def kill_resume(home: Path, items: int = 20, kill_after: int = 10, concurrency: 
         args = ("--job-concurrency", str(concurrency))
         server = start_server(home, *args, stub=stub, port=port)
         try:
-            pairs = [{"id": f"item-{i}", "source": "The ferry costs 3 million; a grant pays two thirds.",
-                      "target": f"The ferry costs {i + 1} million."} for i in range(items)]
+            pairs = [
+                {
+                    "id": f"item-{i}",
+                    "source": "The ferry costs 3 million; a grant pays two thirds.",
+                    "target": f"The ferry costs {i + 1} million.",
+                }
+                for i in range(items)
+            ]
             job = httpx.post(server.url + "/jobs", json={"method": "geval", "items": pairs}, timeout=30).json()
             job_id = job["id"]
             deadline = time.monotonic() + timeout_s
@@ -87,8 +102,9 @@ def kill_resume(home: Path, items: int = 20, kill_after: int = 10, concurrency: 
     return out
 
 
-def graceful_restart(home: Path, items: int = 24, answered_first: int = 6, concurrency: int = 4,
-                     timeout_s: float = 120.0) -> dict[str, Any]:
+def graceful_restart(
+    home: Path, items: int = 24, answered_first: int = 6, concurrency: int = 4, timeout_s: float = 120.0
+) -> dict[str, Any]:
     """SIGTERM mid-job (a rolling deploy), with the order of events forced, not timed: the stub answers
     ``answered_first`` requests and holds the next ones; once ``concurrency`` items are in flight the server
     gets SIGTERM; once it logs that it drains, the stub answers the held requests. Those items finish within
@@ -98,16 +114,24 @@ def graceful_restart(home: Path, items: int = 24, answered_first: int = 6, concu
         args = ("--job-concurrency", str(concurrency), "--log-level", "info")
         server = start_server(home, *args, stub=stub, port=port)
         try:
-            pairs = [{"source": "The ferry costs 3 million.", "target": f"The ferry costs {i} million."}
-                     for i in range(items)]
+            pairs = [
+                {"source": "The ferry costs 3 million.", "target": f"The ferry costs {i} million."}
+                for i in range(items)
+            ]
             job_id = httpx.post(server.url + "/jobs", json={"method": "geval", "items": pairs}, timeout=30).json()["id"]
             in_flight = min(concurrency, items - answered_first)
-            _wait_for(lambda: httpx.get(stub.url + "/stats", timeout=10).json()["held"] >= in_flight, timeout_s,
-                      f"{in_flight} requests held by the stub")
+            _wait_for(
+                lambda: httpx.get(stub.url + "/stats", timeout=10).json()["held"] >= in_flight,
+                timeout_s,
+                f"{in_flight} requests held by the stub",
+            )
             started = time.perf_counter()
             server.popen.terminate()  # SIGTERM
-            _wait_for(lambda: "jobs draining" in server.log.read_text(errors="replace"), timeout_s,
-                      "the server drains its jobs")
+            _wait_for(
+                lambda: "jobs draining" in server.log.read_text(errors="replace"),
+                timeout_s,
+                "the server drains its jobs",
+            )
             httpx.post(stub.url + "/release?answer=held", timeout=10)  # the items in flight may finish now
             server.popen.wait(timeout_s)
             stop_seconds = time.perf_counter() - started
@@ -124,10 +148,19 @@ def graceful_restart(home: Path, items: int = 24, answered_first: int = 6, concu
                 time.sleep(0.05)
                 job = httpx.get(f"{again.url}/jobs/{job_id}", timeout=10).json()
         stats = httpx.get(stub.url + "/stats", timeout=10).json()
-    return {"items": items, "answered_before_sigterm": answered_first, "in_flight_at_sigterm": in_flight,
-            "done_at_restart": paused["done"], "status_after": job["status"], "done": job["done"],
-            "attempts": job["attempts"], "stop_seconds": round(stop_seconds, 2), "llm_requests": stats["received"],
-            "distinct_prompts": stats["distinct"], "repeated_calls_for_answered_prompts": stats["repeated_answered"]}
+    return {
+        "items": items,
+        "answered_before_sigterm": answered_first,
+        "in_flight_at_sigterm": in_flight,
+        "done_at_restart": paused["done"],
+        "status_after": job["status"],
+        "done": job["done"],
+        "attempts": job["attempts"],
+        "stop_seconds": round(stop_seconds, 2),
+        "llm_requests": stats["received"],
+        "distinct_prompts": stats["distinct"],
+        "repeated_calls_for_answered_prompts": stats["repeated_answered"],
+    }
 
 
 def _wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
