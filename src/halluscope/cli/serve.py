@@ -37,8 +37,18 @@ def serve_command(
         ),
     ] = None,
     method: Annotated[
-        str, typer.Option(help="Default method for /check, batches and jobs.", envvar="HALLUSCOPE_SERVER_METHOD")
-    ] = "geval",
+        str | None,
+        typer.Option(
+            "--default-method",
+            "--method",
+            help=(
+                "Method for a /check, batch or job that names none, run with its own defaults. "
+                "[default: as `halluscope check`: the config file's method, else dcr with order=verdict_first]"
+            ),
+            envvar="HALLUSCOPE_SERVER_METHOD",
+            show_default=False,
+        ),
+    ] = None,
     max_chars: Annotated[
         int, typer.Option(min=1, help="Max source+target characters per pair.", envvar="HALLUSCOPE_SERVER_MAX_CHARS")
     ] = 400_000,
@@ -256,6 +266,14 @@ def serve_command(
             parse_jobs_url(jobs_url)
         except ValueError as exc:
             raise fail(f"--jobs-url: {exc}") from exc
+    method = (method or "").strip() or None  # HALLUSCOPE_SERVER_METHOD="" is unset
+    if method is not None:
+        from halluscope.methods import method_class
+
+        try:
+            method_class(method)
+        except (KeyError, ImportError) as exc:  # ImportError: a method whose extra is not installed
+            raise fail(f"--default-method: {exc.args[0] if exc.args else exc}") from exc
     config = flags.config()
     settings = ServerSettings(
         token=token,

@@ -236,7 +236,8 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
     )
     async def check(request: Request, format: str = fmt_query) -> Response:
         req = await _parse(request, CheckRequest)
-        return await check_pair(req.source, req.target, req.method or settings.default_method, req.options, format)
+        name, options = service.resolve(req.method, req.options)
+        return await check_pair(req.source, req.target, name, options, format)
 
     @app.post(
         "/improve",
@@ -267,7 +268,7 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
     async def check_batch(request: Request) -> StreamingResponse:
         req = await _parse(request, BatchRequest)
         examples = service.validate_items(req.items, settings.max_batch_items, "batch")
-        method = await service.method(req.method or settings.default_method, req.options)
+        method = await service.method(*service.resolve(req.method, req.options))
         return StreamingResponse(
             service.batch(method, examples),
             media_type="application/x-ndjson",

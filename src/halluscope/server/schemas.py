@@ -6,7 +6,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from halluscope.config import DEFAULT_METHOD, DEFAULT_METHOD_OPTIONS
 from halluscope.records import Report, Usage
+
+_DEFAULT_DOC = (
+    "Default: the server's `--default-method` if set, else what `halluscope check` runs: the config file's "
+    f"`method`, else `{DEFAULT_METHOD}` with {', '.join(f'`{k}={v}`' for k, v in DEFAULT_METHOD_OPTIONS.items())} "
+    "unless the request's options set it."
+)
 
 
 class _Body(BaseModel):
@@ -21,7 +28,7 @@ class CheckRequest(_Body):
         "retriever returned (each piece of evidence then names its chunk)."
     )
     target: str = Field(description="The generated text to check.")
-    method: str | None = Field(default=None, description="A registered method (GET /methods); default: the server's.")
+    method: str | None = Field(default=None, description=f"A registered method (GET /methods). {_DEFAULT_DOC}")
     options: dict[str, Any] = Field(
         default_factory=dict, description="The method's options (`halluscope methods NAME`)."
     )
@@ -50,7 +57,7 @@ class BatchRequest(_Body):
     """Many pairs checked with one method; the answer streams one NDJSON line per pair as each finishes."""
 
     items: list[Pair] = Field(min_length=1)
-    method: str | None = None
+    method: str | None = Field(default=None, description=f"A registered method (GET /methods). {_DEFAULT_DOC}")
     options: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -68,7 +75,7 @@ class JobRequest(_Body):
     """A job: a dataset (a name such as ``final:dev``, or a ``.jsonl`` file inside the server's datasets folder)
     or a list of pairs, checked in the background with one method. Jobs survive a server restart."""
 
-    method: str | None = None
+    method: str | None = Field(default=None, description=f"A registered method (GET /methods). {_DEFAULT_DOC}")
     options: dict[str, Any] = Field(default_factory=dict)
     dataset: str | None = Field(default=None, max_length=1024)
     items: list[Pair] | None = None

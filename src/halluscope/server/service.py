@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from halluscope.config import Config
+from halluscope.config import Config, resolve_method
 from halluscope.llm import LLM, LLMError, get_llm
 from halluscope.methods import InputError, Method, get_method, method_class
 from halluscope.methods.base import validate_pair
@@ -262,6 +262,17 @@ class Service:
         self._recipes[method] = (name, dict(options))  # how a worker process builds the same instance
         return method
 
+    def resolve(self, name: str | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """The method a request runs and its options: the named one as given; with none named the operator's
+        ``default_method`` (with the request's options alone), else what ``halluscope check`` runs
+        (:func:`~halluscope.config.resolve_method` on the config's ``method``: with none set, ``dcr`` with
+        ``order=verdict_first`` under the request's options)."""
+        if name:
+            return name, dict(options)
+        if self.settings.default_method:
+            return self.settings.default_method, dict(options)
+        return resolve_method(self.config.method, options)
+
     async def method(self, name: str, options: dict[str, Any]) -> Method:
         """The (cached) instance; 400 for an unknown method or bad options, 403 for a model the operator did not
         allow (checked before anything is built or loaded), 503 when the model is unusable."""
@@ -494,8 +505,8 @@ class Service:
 
     async def submit_job(self, req: JobRequest) -> str:
         assert self.store is not None and self.runner is not None
-        name = req.method or self.settings.default_method
-        await self.method(name, req.options)  # validates the method and options now, not at run time
+        name, options = self.resolve(req.method, req.options)  # stored resolved: a resumed job runs the same
+        await self.method(name, options)  # validates the method and options now, not at run time
         if req.items is not None:
             examples = self.validate_items(req.items, self.settings.max_job_items, "job")
             dataset = None
@@ -516,7 +527,7 @@ class Service:
                 f"{self.settings.max_jobs} jobs are queued or running; retry later",
                 {"Retry-After": str(max(self.settings.retry_after_s, 30))},
             )
-        job_id = await asyncio.to_thread(self.store.create, name, req.options, examples, dataset=dataset, name=req.name)
+        job_id = await asyncio.to_thread(self.store.create, name, options, examples, dataset=dataset, name=req.name)
         event(logging.INFO, "job submitted", job_id=job_id, method=name, total=len(examples), dataset=dataset)
         self.runner.notify()
         return job_id

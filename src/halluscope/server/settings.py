@@ -20,8 +20,11 @@ class ServerSettings:
     timeout_s: float = 300.0
     """Wall-clock limit of one check (a /check request, one batch or job item) -> 504."""
 
-    default_method: str = "geval"
-    """Method used when a request names none."""
+    default_method: str | None = None
+    """Method used when a request names none, with its own defaults (``--default-method``). ``None``: what
+    ``halluscope check`` and ``halluscope.check`` run, the config's ``method`` if set, else
+    :data:`~halluscope.config.DEFAULT_METHOD` with :data:`~halluscope.config.DEFAULT_METHOD_OPTIONS` under the
+    request's options (:meth:`~halluscope.server.service.Service.resolve`)."""
 
     max_body_bytes: int = 32 * MiB
     """Largest request body of /check/batch and POST /jobs. /check and /improve allow 12 bytes per character
