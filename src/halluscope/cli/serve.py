@@ -42,8 +42,8 @@ def serve_command(
             "--default-method",
             "--method",
             help=(
-                "Method for a /check, batch or job that names none, run with its own defaults. "
-                "[default: as `halluscope check`: the config file's method, else dcr with order=verdict_first]"
+                "Method for a /check, batch or job that names none, run with its own defaults. Unset: as "
+                "halluscope check, the config file's method, else dcr with order=verdict_first."
             ),
             envvar="HALLUSCOPE_SERVER_METHOD",
             show_default=False,
