@@ -59,7 +59,7 @@ def serve_command(
             min=0.001,
             callback=finite_number,
             help=(
-                "Time limit of one check in seconds (-> 504) [default: 300]; not "
+                "Time limit of one check in seconds (-> 504; default 300); not "
                 "HALLUSCOPE_TIMEOUT_S, which limits one LLM request."
             ),
             envvar="HALLUSCOPE_SERVER_CHECK_TIMEOUT",
@@ -154,7 +154,7 @@ def serve_command(
             min=0,
             help=(
                 "Processes running the checks that call no LLM (gate, rouge): their CPU work then never delays "
-                "/health. 0 = on the worker threads. [default: min(2, CPUs)]"
+                "/health. 0 = on the worker threads; default min(2, CPUs)."
             ),
             envvar="HALLUSCOPE_SERVER_CPU_WORKERS",
             show_default=False,
