@@ -202,3 +202,27 @@ def test_a_cell_without_a_statistic_says_why(tmp_path) -> None:
     assert "no figure" not in row["dcr"] and "(3/4 scored)" in row["dcr"]
     fewer = next(line for line in qt.markdown(qt.cells([folder]), min_items=4).splitlines() if line.startswith("| dcr"))
     assert "no figure: fewer than 4 scored (3/4 scored)" in fewer  # 4 items run, 3 scored
+
+
+def test_paired_difference_uses_the_items_both_systems_scored() -> None:
+    from halluscope.bench.quality_table import Row, paired_difference
+
+    gold = [1, 0, 1, 0, 1, 0, 1, 0]
+    perfect = [
+        Row(system="a", item=f"i{k}", scored=True, score=0.9 if g else 0.1, gold_label=g) for k, g in enumerate(gold)
+    ]
+    reversed_ = [
+        Row(system="b", item=f"i{k}", scored=True, score=0.1 if g else 0.9, gold_label=g) for k, g in enumerate(gold)
+    ]
+    unscored = Row(system="b", item="i8", scored=False, score=None, gold_label=1)
+    found = paired_difference([*perfect, *reversed_, unscored], "a", "b", n_resamples=200)
+    assert found is not None and found["statistic"] == "AUC" and found["n"] == 8
+    assert found["value"] == 1.0 and found["low"] == found["high"] == 1.0  # AUC 1 - AUC 0 on every resample
+    human = [
+        Row(system=s, item=f"q{k}", scored=True, score=float(k if s == "a" else -k), gold_human_score=float(k))
+        for s in ("a", "b")
+        for k in range(6)
+    ]
+    assert paired_difference(human, "a", "b", n_resamples=50)["statistic"] == "Spearman"
+    assert paired_difference(human, "a", "b", n_resamples=50)["value"] == 2.0
+    assert paired_difference(perfect, "a", "missing") is None

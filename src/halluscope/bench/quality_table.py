@@ -184,6 +184,45 @@ def accuracy(mine: list[Row], n_resamples: int = 1000, seed: int = 0) -> dict[st
     return out
 
 
+def paired_difference(rows: list[Row], a: str, b: str, n_resamples: int = 2000, seed: int = 0) -> dict[str, Any] | None:
+    """System ``a``'s statistic minus system ``b``'s on the items both scored, with a paired 95 % bootstrap CI (one
+    resample of items serves both systems, so what the items share cancels out): Spearman with the human scores
+    (QAGS), else AUC against the gold labels (SummEdits, FINAL detection). None when the rows hold no gold for
+    either statistic or the two systems share fewer than two scored items."""
+    import numpy as np
+    from scipy.stats import spearmanr
+
+    from halluscope.bench.metrics import roc_auc
+
+    def scored(system: str) -> dict[str, Row]:
+        return {r.item: r for r in rows if r.system == system and r.scored and r.score is not None}
+
+    mine, theirs = scored(a), scored(b)
+    items = [i for i in mine if i in theirs]
+    if len(items) < 2:
+        return None
+    human = all(mine[i].gold_human_score is not None for i in items)
+    if not human and not all(mine[i].gold_label is not None for i in items):
+        return None
+    gold = np.array([mine[i].gold_human_score if human else mine[i].gold_label for i in items], dtype=float)
+    x = np.array([mine[i].score for i in items], dtype=float)
+    y = np.array([theirs[i].score for i in items], dtype=float)
+
+    def one(s: Any, idx: Any) -> float | None:
+        if len(set(gold[idx])) < 2 or len(set(s[idx])) < 2:
+            return None
+        if human:
+            return float(spearmanr(s[idx], gold[idx]).statistic)
+        return roc_auc(gold[idx].astype(int).tolist(), s[idx].tolist())
+
+    def difference(idx: Any) -> float | None:
+        first, second = one(x, idx), one(y, idx)
+        return None if first is None or second is None else first - second
+
+    out = _bootstrap(difference, len(items), (n_resamples, seed))
+    return {"a": a, "b": b, "statistic": "Spearman" if human else "AUC", **out}
+
+
 def fmt_ci(ci: dict[str, Any] | None, band_digits: int = 3, with_n: bool = True) -> str:
     if not ci or ci.get("value") is None:
         return "-"
@@ -465,6 +504,14 @@ def main(argv: list[str] | None = None) -> None:
         help="a cell measured on fewer items shows its count, not a figure (default 10)",
     )
     parser.add_argument("--out", type=Path, help="also write the table here (and its numbers beside it as .json)")
+    parser.add_argument(
+        "--paired",
+        nargs=2,
+        action="append",
+        metavar=("A", "B"),
+        default=[],
+        help="also print system A's statistic minus system B's in each folder, with a paired bootstrap CI (repeatable)",
+    )
     args = parser.parse_args(argv)
     for folder in args.folders:
         if not is_table_folder(folder):
@@ -472,6 +519,13 @@ def main(argv: list[str] | None = None) -> None:
     table = cells(args.folders)
     text = markdown(table, args.min_items)
     print(text, end="")
+    for a, b in args.paired:
+        for folder in args.folders:
+            found = paired_difference(load_folder(folder)[1], a, b)
+            if found is None:
+                print(f"{folder}: {a} - {b}: no paired figure (a system missing, or no gold)")
+            else:
+                print(f"{folder}: {a} - {b}: {found['statistic']} {fmt_ci(found)}")
     if args.out:
         args.out.write_text(text, encoding="utf-8")
         args.out.with_suffix(".json").write_text(
