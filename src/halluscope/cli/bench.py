@@ -10,6 +10,9 @@ import typer
 from halluscope.cli.common import (
     NO_FLAGS,
     OLD_OUT_HELP,
+    JudgeApiKeyOpt,
+    JudgeBaseUrlOpt,
+    JudgeModelOpt,
     ModelFlags,
     OptionOpt,
     either,
@@ -60,29 +63,9 @@ def bench_command(
         ),
     ] = None,
     flags: ModelFlags = NO_FLAGS,
-    judge_model: Annotated[
-        str | None,
-        typer.Option(
-            "--judge-model",
-            help="Model for the FINAL matching judge (default: the method's model).",
-            envvar="HALLUSCOPE_JUDGE_MODEL",
-        ),
-    ] = None,
-    judge_base_url: Annotated[
-        str | None,
-        typer.Option(
-            "--judge-base-url", help="Endpoint for the judge, if different.", envvar="HALLUSCOPE_JUDGE_BASE_URL"
-        ),
-    ] = None,
-    judge_api_key: Annotated[
-        str | None,
-        typer.Option(
-            "--judge-api-key",
-            help="API key for the judge, if different.",
-            envvar="HALLUSCOPE_JUDGE_API_KEY",
-            show_default=False,
-        ),
-    ] = None,
+    judge_model: JudgeModelOpt = None,
+    judge_base_url: JudgeBaseUrlOpt = None,
+    judge_api_key: JudgeApiKeyOpt = None,
     option: OptionOpt = None,
     limit: Annotated[
         int | None,

@@ -156,6 +156,28 @@ ApiKeyOpt = Annotated[
         help="API key (also HALLUSCOPE_API_KEY / OPENAI_API_KEY).",
     ),
 ]
+# FINAL's matching judge (bench, reproduce): another model, endpoint or key than the evaluated model's
+JudgeModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--judge-model",
+        help="Model for FINAL's matching judge (default: the evaluated model).",
+        envvar="HALLUSCOPE_JUDGE_MODEL",
+    ),
+]
+JudgeBaseUrlOpt = Annotated[
+    str | None,
+    typer.Option("--judge-base-url", help="Endpoint for the judge, if different.", envvar="HALLUSCOPE_JUDGE_BASE_URL"),
+]
+JudgeApiKeyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--judge-api-key",
+        help="API key for the judge, if different.",
+        envvar="HALLUSCOPE_JUDGE_API_KEY",
+        show_default=False,
+    ),
+]
 NoCacheOpt = Annotated[
     bool | None,
     typer.Option(

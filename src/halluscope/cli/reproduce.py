@@ -7,7 +7,18 @@ from typing import TYPE_CHECKING, Annotated, Literal, cast
 
 import typer
 
-from halluscope.cli.common import NO_FLAGS, OLD_OUT_HELP, ModelFlags, either, fail, model_options, parse_options
+from halluscope.cli.common import (
+    NO_FLAGS,
+    OLD_OUT_HELP,
+    JudgeApiKeyOpt,
+    JudgeBaseUrlOpt,
+    JudgeModelOpt,
+    ModelFlags,
+    either,
+    fail,
+    model_options,
+    parse_options,
+)
 
 if TYPE_CHECKING:
     from halluscope.bench.reproduce.core import Protocol
@@ -122,29 +133,9 @@ def reproduce_command(
         ),
     ] = None,
     flags: ModelFlags = NO_FLAGS,
-    judge_model: Annotated[
-        str | None,
-        typer.Option(
-            "--judge-model",
-            help="Model for FINAL's matching judge (default: the evaluated model).",
-            envvar="HALLUSCOPE_JUDGE_MODEL",
-        ),
-    ] = None,
-    judge_base_url: Annotated[
-        str | None,
-        typer.Option(
-            "--judge-base-url", help="Endpoint for the judge, if different.", envvar="HALLUSCOPE_JUDGE_BASE_URL"
-        ),
-    ] = None,
-    judge_api_key: Annotated[
-        str | None,
-        typer.Option(
-            "--judge-api-key",
-            help="API key for the judge, if different.",
-            envvar="HALLUSCOPE_JUDGE_API_KEY",
-            show_default=False,
-        ),
-    ] = None,
+    judge_model: JudgeModelOpt = None,
+    judge_base_url: JudgeBaseUrlOpt = None,
+    judge_api_key: JudgeApiKeyOpt = None,
     gold_model: Annotated[
         list[str] | None,
         typer.Option(
