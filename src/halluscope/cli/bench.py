@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from halluscope.cli.common import (
     NO_FLAGS,
     OLD_OUT_HELP,
+    BootstrapOpt,
     JudgeApiKeyOpt,
     JudgeBaseUrlOpt,
     JudgeModelOpt,
@@ -113,9 +115,7 @@ def bench_command(
             ),
         ),
     ] = None,
-    bootstrap: Annotated[
-        int, typer.Option("--bootstrap", min=0, max=100_000, help="Bootstrap resamples for 95% CIs (0 = none).")
-    ] = 1000,
+    bootstrap: BootstrapOpt = 1000,
     retry_unscored: Annotated[
         bool, typer.Option("--retry-unscored", help="On resume, run the items whose report was unscored again.")
     ] = False,
@@ -175,10 +175,9 @@ def bench_command(
         raise fail("give --method NAME, or --methods NAME,NAME,... (not both)")
     if peers is not None and methods is None:
         raise fail("--peers goes with --methods (the peers are rows of the table beside the methods)")
-    import asyncio
 
     from halluscope.bench.datasets import DatasetError, load_dataset
-    from halluscope.bench.runner import BenchError, run_bench
+    from halluscope.bench.runner import run_bench
     from halluscope.llm import LLMError
     from halluscope.methods import get_method
 
@@ -234,34 +233,48 @@ def bench_command(
         except (ValueError, LLMError):
             pass  # a backend that cannot be built is reported as before (judge / per item)
     judge = _judge(config, (judge_model, judge_base_url, judge_api_key), [m] if m.uses_llm else [])
-    runner_engine, engine_errors = _engine(engine, address, actors, actor_concurrency, actor_cpus)
+    results = _run_on_engine(
+        (engine, address, actors, actor_concurrency, actor_cpus),
+        lambda runner: run_bench(
+            m,
+            data,
+            out,
+            judge=judge,
+            sample=sample,
+            seed=seed,
+            limit=limit,
+            n_bootstrap=bootstrap,
+            retry_unscored=retry_unscored,
+            concurrency=concurrency,
+            progress=not no_progress,
+            engine=runner,
+            select_on=selection,
+            select_holdout=select_holdout,
+        ),
+    )
+    _print_summary(results, out)
+    if results["suite_errors"]:
+        raise fail(f"metric suite(s) failed: {results['suite_errors']}", code=1)
+
+
+T = TypeVar("T")
+
+
+def _run_on_engine(engine_flags: tuple[Any, ...], run: Callable[[Any], Coroutine[Any, Any, T]]) -> T:
+    """The coroutine ``run(engine)`` run on the ``--engine`` the flags choose (None: the local one): a bench error
+    exits 2 with its message, and the engine is closed afterwards."""
+    import asyncio
+
+    from halluscope.bench.runner import BenchError
+
+    runner_engine, engine_errors = _engine(*engine_flags)
     try:
-        results = asyncio.run(
-            run_bench(
-                m,
-                data,
-                out,
-                judge=judge,
-                sample=sample,
-                seed=seed,
-                limit=limit,
-                n_bootstrap=bootstrap,
-                retry_unscored=retry_unscored,
-                concurrency=concurrency,
-                progress=not no_progress,
-                engine=runner_engine,
-                select_on=selection,
-                select_holdout=select_holdout,
-            )
-        )
+        return asyncio.run(run(runner_engine))
     except (BenchError, ValueError, *engine_errors) as exc:  # type: ignore[misc]  # a tuple of exception types
         raise fail(str(exc)) from exc
     finally:
         if runner_engine is not None:
             runner_engine.close()
-    _print_summary(results, out)
-    if results["suite_errors"]:
-        raise fail(f"metric suite(s) failed: {results['suite_errors']}", code=1)
 
 
 def _engine(
@@ -322,11 +335,9 @@ def _bench_many(
     actor_cpus: float,
 ) -> None:
     """``--methods``: every method (and peer) on the same items, each in its own sub-folder, then the table."""
-    import asyncio
 
     from halluscope.bench.harness import QUALITY_MD, folder_name, parse_methods, run_systems
     from halluscope.bench.peers import PEER_NAMES, Endpoint, PeerUnavailable, make_peer
-    from halluscope.bench.runner import BenchError
     from halluscope.methods import get_method
 
     try:
@@ -372,33 +383,27 @@ def _bench_many(
         from halluscope.bench.folder import default_out_dir
 
         out = default_out_dir(data.spec, "methods", models[0] if models else None, sample, seed)
-    runner_engine, engine_errors = _engine(engine, address, actors, actor_concurrency, actor_cpus)
-    try:
-        quality = asyncio.run(
-            run_systems(
-                built,
-                data,
-                out,
-                peers=peer_list,
-                skipped=skipped,
-                judge=judge,
-                model=", ".join(models) or None,
-                endpoint=config.base_url,
-                sample=sample,
-                seed=seed,
-                limit=limit,
-                n_bootstrap=bootstrap,
-                retry_unscored=retry_unscored,
-                concurrency=concurrency,
-                progress=progress,
-                engine=runner_engine,
-            )
-        )
-    except (BenchError, ValueError, *engine_errors) as exc:  # type: ignore[misc]  # a tuple of exception types
-        raise fail(str(exc)) from exc
-    finally:
-        if runner_engine is not None:
-            runner_engine.close()
+    quality = _run_on_engine(
+        (engine, address, actors, actor_concurrency, actor_cpus),
+        lambda runner: run_systems(
+            built,
+            data,
+            out,
+            peers=peer_list,
+            skipped=skipped,
+            judge=judge,
+            model=", ".join(models) or None,
+            endpoint=config.base_url,
+            sample=sample,
+            seed=seed,
+            limit=limit,
+            n_bootstrap=bootstrap,
+            retry_unscored=retry_unscored,
+            concurrency=concurrency,
+            progress=progress,
+            engine=runner,
+        ),
+    )
     typer.echo((out / QUALITY_MD).read_text(encoding="utf-8"))
     folders = ", ".join(folder_name(label) for label in [*(label for label, _ in built), *(p.name for p in peer_list)])
     typer.echo(f"wrote {out}/quality.md, quality.json and rows.jsonl; one folder per system: {folders}")

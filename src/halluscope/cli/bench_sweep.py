@@ -10,6 +10,7 @@ import typer
 from halluscope.cli.common import (
     NO_FLAGS,
     OLD_OUT_HELP,
+    BootstrapOpt,
     ModelFlags,
     OptionOpt,
     either,
@@ -53,9 +54,7 @@ def bench_sweep_command(
     data_dir: Annotated[
         Path | None, typer.Option("--data-dir", help="Shared data folder.", envvar="HALLUSCOPE_DATA_DIR")
     ] = None,
-    bootstrap: Annotated[
-        int, typer.Option("--bootstrap", min=0, max=100_000, help="Bootstrap resamples for 95% CIs (0 = none).")
-    ] = 1000,
+    bootstrap: BootstrapOpt = 1000,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="Hide the progress bars.")] = False,
 ) -> None:
     """Benchmark METHOD once per value of one option (e.g. the retrieval window) and compare the runs.

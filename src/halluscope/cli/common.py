@@ -156,6 +156,9 @@ ApiKeyOpt = Annotated[
         help="API key (also HALLUSCOPE_API_KEY / OPENAI_API_KEY).",
     ),
 ]
+BootstrapOpt = Annotated[
+    int, typer.Option("--bootstrap", min=0, max=100_000, help="Bootstrap resamples for 95% CIs (0 = none).")
+]
 # FINAL's matching judge (bench, reproduce): another model, endpoint or key than the evaluated model's
 JudgeModelOpt = Annotated[
     str | None,

@@ -10,6 +10,7 @@ import typer
 from halluscope.cli.common import (
     NO_FLAGS,
     OLD_OUT_HELP,
+    BootstrapOpt,
     JudgeApiKeyOpt,
     JudgeBaseUrlOpt,
     JudgeModelOpt,
@@ -175,9 +176,7 @@ def reproduce_command(
             ),
         ),
     ] = None,
-    bootstrap: Annotated[
-        int, typer.Option("--bootstrap", min=0, max=100_000, help="Bootstrap resamples for 95% CIs (0 = none).")
-    ] = 1000,
+    bootstrap: BootstrapOpt = 1000,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="Hide progress bars.")] = False,
     list_rows: Annotated[bool, typer.Option("--list", help="List the protocol's rows and exit.")] = False,
 ) -> None:
