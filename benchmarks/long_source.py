@@ -89,6 +89,29 @@ def build_synthetic(words: int, claims: int) -> tuple[str, list[str]]:
     return " ".join(facts), target
 
 
+def made_false(verdicts: list[Any], claims: list[str]) -> dict[str, Any] | None:
+    """How the verdicts tell the claims made false (every fourth) from the others: how many of each were flagged,
+    and the AUC of P(supported) (1 = every true claim above every false one); None when the verdicts do not line
+    up with the claims one to one."""
+    from halluscope.bench.metrics import roc_auc
+
+    if len(verdicts) != len(claims):
+        return None
+    false = [i % 4 == 3 for i in range(len(claims))]
+    flagged = [v.label != "supported" for v in verdicts]
+    probabilities = [v.support_probability for v in verdicts]
+    auc = None
+    if all(p is not None for p in probabilities):
+        value = roc_auc([0 if f else 1 for f in false], probabilities)
+        auc = None if value is None else round(value, 3)
+    return {
+        "false": sum(false),
+        "false_flagged": sum(f and g for f, g in zip(false, flagged)),
+        "true_flagged": sum(g and not f for f, g in zip(false, flagged)),
+        "auc_support_probability": auc,
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="embedded:qwen2.5-coder-1.5b")
@@ -100,9 +123,13 @@ def main() -> int:
     parser.add_argument("--retriever", default="bm25", choices=["bm25", "embedding", "auto"])
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--synthetic", action="store_true", help="build the synthetic source even with the data")
+    parser.add_argument(
+        "-o", "--option", action="append", default=[], metavar="KEY=VALUE", help="a method option (repeatable)"
+    )
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
 
+    from halluscope.cli.common import parse_options
     from halluscope.config import Config, resolve_method
     from halluscope.methods import get_method
 
@@ -116,7 +143,14 @@ def main() -> int:
         origin = "synthetic"
     target = " ".join(claims)
     name, options = resolve_method(
-        args.method, {"retrieval": "always", "top_k": args.top_k, "window": args.window, "retriever": args.retriever}
+        args.method,
+        {
+            "retrieval": "always",
+            "top_k": args.top_k,
+            "window": args.window,
+            "retriever": args.retriever,
+            **parse_options(args.option),
+        },
     )
     config = Config(model=args.model, cache=False, max_tokens=args.max_tokens)
     method = get_method(name, config=config, **options)
@@ -156,6 +190,7 @@ def main() -> int:
         "findings": len(report.findings),
         "findings_with_evidence_span": sum(any(e.span for e in f.evidence) for f in report.findings),
         "findings_with_fix": sum(bool(f.fix) for f in report.findings),
+        "made_false": made_false(report.verdicts, claims),
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),

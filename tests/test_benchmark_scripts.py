@@ -87,6 +87,8 @@ def test_long_source_checks_a_synthetic_source_claim_by_claim(tmp_path):
     assert printed["source"] == "synthetic" and printed["source_words"] >= 300 and printed["claims"] == 4
     assert printed["method"] == "dcr" and printed["options"]["retrieval"] == "always"
     assert printed["calls"] == 4 and printed["score"] == pytest.approx(0.8)  # one short verdict call per claim
+    # every fourth claim is made false; the fake model answers yes with P 0.8 to all, so it tells none apart
+    assert printed["made_false"] == {"false": 1, "false_flagged": 0, "true_flagged": 0, "auc_support_probability": 0.5}
     saved = json.loads(out.read_text())
     assert saved["report"]["score"] == printed["score"] and len(saved["report"]["verdicts"]) == 4
 

@@ -413,6 +413,39 @@ def test_verdict_first_scoring_only_makes_one_call_per_claim() -> None:
     assert fake.reply_types == ["text", "text"] and report.usage.calls == 2
     assert [v.label for v in report.verdicts] == ["supported", "unsupported"]
     assert report.details["verdict_first"]["flagged"] == ["s2"] and report.findings[0].confidence == pytest.approx(0.8)
+    ok, bad = report.verdicts
+    assert ok.reason == "answered yes (P(supported) = 0.900)"
+    assert bad.reason.startswith("answered no (P(supported) = 0.200); scored only (explain=false): it was checked")
+    # with retrieval the snippet the claim was checked against is the finding's evidence, and the reason says so
+    retrieved = get_method(
+        "dcr",
+        llm=LLM(verdict_first_fake({"build a ferry": 0.9, "own budget": 0.2})),
+        order="verdict_first",
+        explain=False,
+        retrieval="always",
+        retriever="bm25",
+        top_k=1,
+        window=0,
+    ).check(SOURCE, TARGET)
+    (finding,) = retrieved.findings
+    assert "the evidence is the source passage it was checked against" in finding.description
+    assert finding.evidence and finding.evidence[0].span is not None
+
+
+def test_explain_max_explains_the_lowest_probabilities_first_and_bounds_the_calls() -> None:
+    fake = verdict_first_fake({"build a ferry": 0.3, "own budget": 0.2})
+    report = get_method("dcr", llm=LLM(fake), order="verdict_first", explain_max=1).check(SOURCE, TARGET)
+    assert fake.reply_types.count("ExplainReply") == 1  # both flagged, one explained
+    first, second = report.verdicts
+    assert second.label == "contradicted" and second.fix == EXPLANATION["fix"]  # P 0.2: explained
+    assert first.label == "unsupported" and first.fix is None and "past explain_max" in first.reason
+    record = report.details["verdict_first"]
+    assert record["flagged"] == ["s1", "s2"] and record["explained"] == ["s2"] and record["explain_max"] == 1
+    assert len(report.findings) == 2 and report.score == pytest.approx((2 * 0.3 - 1 + 2 * 0.2 - 1) / 2 / 2 + 0.5)
+    none = verdict_first_fake({"build a ferry": 0.3, "own budget": 0.2})
+    report = get_method("dcr", llm=LLM(none), order="verdict_first", explain_max=0).check(SOURCE, TARGET)
+    assert none.reply_types == ["text", "text"] and report.details["verdict_first"]["explained"] == []
+    assert get_method("dcr", llm=LLM(none), order="verdict_first", explain_max=1).options()["explain_max"] == 1
 
 
 def test_batched_verdicts_get_their_entrys_probability() -> None:

@@ -202,6 +202,12 @@ class ClaimOptions(RetrievalOptions):
     """verdict_first: a claim whose P(supported) is below this (or, without a probability, whose answer is no) is
     flagged and explained."""
 
+    explain_max: int | None = Field(default=None, ge=0)
+    """verdict_first: explain at most this many flagged claims, the lowest P(supported) first (the others stay
+    flagged, with their score and, with retrieval, their snippet as evidence); null: every flagged claim. Bounds the
+    time of a check: an explanation is generated text (tens of tokens), a score one short reply."""
+
     explain: bool = True
     """verdict_first: ask for the reason, the source quote and a fix of each flagged claim (false: score only, one short
-    reply per claim; the findings then say only that the claim was answered no)."""
+    reply per claim; a finding then gives the answer, P(supported) and, with retrieval, the snippet it was checked
+    against as its evidence)."""

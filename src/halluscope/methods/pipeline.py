@@ -274,7 +274,13 @@ class ClaimPipeline(Method):
         for kind in ("aggregator", "localizer", "decomposer", "context_selector", *METHOD_KINDS):
             if own.get(kind) is None:  # recorded only when chosen: default records (and the identity of bench
                 own.pop(kind, None)  # folders measured before) stay what they were
-        for key, default in (("order", "reason_first"), ("explain_below", 0.5), ("explain", True), ("score", "auto")):
+        for key, default in (
+            ("order", "reason_first"),
+            ("explain_below", 0.5),
+            ("explain", True),
+            ("explain_max", None),
+            ("score", "auto"),
+        ):
             if own.get(key) == default:  # the same: recorded only when changed
                 own.pop(key, None)
         return {
@@ -406,8 +412,9 @@ class ClaimPipeline(Method):
                 self.llm,
                 prompts=self.prompt,
                 explain_below=self.opts.explain_below,  # type: ignore[attr-defined]
-                explain=self.opts.explain,
-            )  # type: ignore[attr-defined]
+                explain=self.opts.explain,  # type: ignore[attr-defined]
+                explain_max=self.opts.explain_max,  # type: ignore[attr-defined]
+            )
         return self._verdict_first
 
     async def judge_round(self, pairs: Sequence[tuple[Claim, Context]], source: str) -> list[Verdict]:

@@ -113,7 +113,13 @@ class VerdictFirst:
     """Scores claims by one short reply each and explains the flagged ones (see the module docstring)."""
 
     def __init__(
-        self, llm: LLM, *, prompts: PromptResolver = same_prompt, explain_below: float = 0.5, explain: bool = True
+        self,
+        llm: LLM,
+        *,
+        prompts: PromptResolver = same_prompt,
+        explain_below: float = 0.5,
+        explain: bool = True,
+        explain_max: int | None = None,
     ):
         if llm is None:
             raise TypeError("verdict-first scoring needs an LLM")
@@ -122,6 +128,7 @@ class VerdictFirst:
         self.explain_prompt = prompts(VERDICT_EXPLAIN_PROMPT)
         self.explain_below = explain_below
         self.explain_flagged = explain
+        self.explain_max = explain_max
 
     def used_prompts(self) -> list[PromptTemplate]:
         return [self.score_prompt] + ([self.explain_prompt] if self.explain_flagged else [])
@@ -170,6 +177,8 @@ class VerdictFirst:
             )
         else:
             reason = "answered yes" if stated else "answered no"
+            if probability is not None:
+                reason += f" (P(supported) = {probability:.3f})"
         return Verdict(
             claim=claim,
             label="supported" if stated else "unsupported",
@@ -254,9 +263,11 @@ class VerdictFirst:
             }
         scored_s = time.perf_counter() - started
         flagged = [i for i, v in enumerate(verdicts) if self.flagged(v) and claim_id(v.claim) in contexts]
+        chosen = self.to_explain(verdicts, flagged)
+        for i in flagged:
+            if i not in chosen:
+                verdicts[i] = unexplained(self.below_threshold(verdicts[i]), self.explain_flagged)
         if not self.explain_flagged:
-            for i in flagged:
-                verdicts[i] = self.below_threshold(verdicts[i])
             record = {
                 "scored": len(claims),
                 "explain_below": self.explain_below,
@@ -268,10 +279,10 @@ class VerdictFirst:
             return verdicts, {**tried, "verdict_first": record}
         started = time.perf_counter()
         explained = await asyncio.gather(
-            *(self.explain(verdicts[i], contexts[claim_id(verdicts[i].claim)], source) for i in flagged)
+            *(self.explain(verdicts[i], contexts[claim_id(verdicts[i].claim)], source) for i in chosen)
         )
         failed: dict[str, str] = {}
-        for i, (verdict, error) in zip(flagged, explained):
+        for i, (verdict, error) in zip(chosen, explained):
             verdicts[i] = verdict
             if error is not None:
                 failed[claim_id(verdict.claim)] = error
@@ -280,13 +291,41 @@ class VerdictFirst:
             "scored": len(claims),
             "explain_below": self.explain_below,
             "flagged": [claim_id(verdicts[i].claim) for i in flagged],
+            **(
+                {"explain_max": self.explain_max, "explained": [claim_id(verdicts[i].claim) for i in chosen]}
+                if self.explain_max is not None
+                else {}
+            ),
             "explanation_failed": failed,
             "seconds": {"score": round(scored_s, 3), "explain": round(time.perf_counter() - started, 3)},
         }
         return verdicts, {**tried, "verdict_first": record}
 
+    def to_explain(self, verdicts: Sequence[Verdict], flagged: Sequence[int]) -> list[int]:
+        """The flagged verdicts to explain, in claim order: none with ``explain=false``; all, or with ``explain_max``
+        the ones with the lowest P(supported) (a verdict without one counts as 0), ties in claim order."""
+        if not self.explain_flagged:
+            return []
+        if self.explain_max is None:
+            return list(flagged)
+        worst = sorted(flagged, key=lambda i: (verdicts[i].support_probability or 0.0, i))[: self.explain_max]
+        return sorted(worst)
+
     async def _round(self, pairs: Sequence[tuple[Claim, Context]], source: str) -> list[Verdict]:
         return list(await asyncio.gather(*(self.score(c, ctx, source) for c, ctx in pairs)))
+
+
+def unexplained(verdict: Verdict, explaining: bool = False) -> Verdict:
+    """A flagged verdict left unexplained (``explain=false``, or past ``explain_max``), its reason saying so and what
+    its evidence is."""
+    where = (
+        "the evidence is the source passage it was checked against"
+        if verdict.evidence
+        else "it was checked against the whole source"
+    )
+    why = "past explain_max, the claims with a lower P(supported) explained first" if explaining else "explain=false"
+    note = f"{verdict.reason}; scored only ({why}): {where}, no reason or fix was asked for"
+    return verdict.model_copy(update={"reason": note})
 
 
 def _about(context: Context, source: str | None) -> str | None:
