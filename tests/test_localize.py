@@ -10,6 +10,7 @@ import random
 import pytest
 
 from halluscope.llm import LLM, FakeModel
+from halluscope.llm.fake import label_logprobs
 from halluscope.methods import OptionsError, get_method
 from halluscope.methods.localize import (
     _HINTS as HINTS,
@@ -439,7 +440,7 @@ def test_option_validation():
         with pytest.raises(OptionsError):
             Localize(llm=fake_llm(), **bad)
     docs = {row["name"]: row["doc"] for row in Localize.Options.option_rows()}
-    assert {"style", "filter", "hint", "filter_threshold", "filter_options", "variant"} == set(docs)
+    assert {"style", "filter", "hint", "filter_threshold", "filter_options", "score", "variant"} == set(docs)
     assert all(docs.values())
 
 
@@ -500,3 +501,47 @@ def test_localize_on_the_embedded_model(embedded_config):
     assert report.usage.calls >= 1
     if report.score is not None:
         assert report.score == description_score(len(report.findings))
+
+
+# -- the 2-step filter's probability ---------------------------------------------------------------------------------
+
+
+def filter_model(*replies: str, p_yes: float) -> FakeModel:
+    """Replies in order; a yes/no in the filter's reasoning is certain, its final answer has P(yes) = ``p_yes``."""
+    return FakeModel(
+        list(replies), logprobs=label_logprobs([{"yes": 0.99, "no": 0.01}, {"yes": p_yes, "no": 1 - p_yes}])
+    )
+
+
+def test_self_filter_records_p_consistent_and_scores_with_it():
+    model = filter_model("Is the year right? yes.\nFinal answer: yes", p_yes=0.7)
+    report = get_method("localize", llm=LLM(model), filter="self").check(SOURCE, TARGET)
+    assert model.params[0].top_logprobs  # the filter asks for the candidates
+    assert report.details["filter"] == {"kind": "self", "consistent": True, "p_consistent": pytest.approx(0.7)}
+    assert report.score == pytest.approx(0.7) and report.threshold == 0.5 and report.label == "consistent"
+    assert report.details["score"]["kind"] == "probability" and report.subscores["label_score"] == 1.0
+
+
+def test_self_filter_no_localizes_and_the_probability_is_the_score():
+    model = filter_model("Is the year right? yes.\nFinal answer: no", COT, p_yes=0.2)
+    report = get_method("localize", llm=LLM(model), filter="self").check(SOURCE, TARGET)
+    assert len(report.findings) == 2 and report.score == pytest.approx(0.2) and report.label == "inconsistent"
+    assert report.details["score"]["label_score"] == pytest.approx(1 / 3)
+    # score=label: the descriptions' 1/(1+n) at the method's own threshold, from the same replies
+    model = filter_model("Is the year right? yes.\nFinal answer: no", COT, p_yes=0.2)
+    label = get_method("localize", llm=LLM(model), filter="self", score="label").check(SOURCE, TARGET)
+    assert label.score == pytest.approx(1 / 3) and label.threshold == 0.75 and label.details["score"]["kind"] == "label"
+    assert get_method("localize", llm=LLM(model), filter="self", score="label").options()["score"] == "label"
+    assert "score" not in get_method("localize", llm=LLM(model), filter="self").options()
+
+
+def test_no_probability_is_invented_for_localize():
+    # no filter: no label is read, the score stays 1/(1+n) and says why
+    plain = get_method("localize", llm=fake_llm(COT)).check(SOURCE, TARGET)
+    assert plain.score == pytest.approx(1 / 3) and "no label is read" in plain.details["score"]["why"]
+    # a backend without log-probabilities: the label score, or unscored when the probability was required
+    report = get_method("localize", llm=fake_llm("Final answer: yes"), filter="self").check(SOURCE, TARGET)
+    assert report.score == 1.0 and "no token log-probabilities" in report.details["score"]["why"]
+    strict = get_method("localize", llm=fake_llm("Final answer: yes"), filter="self", score="probability")
+    report = strict.check(SOURCE, TARGET)
+    assert report.score is None and report.unscored_reason.startswith("score=probability, but")

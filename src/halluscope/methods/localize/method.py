@@ -15,10 +15,12 @@ from halluscope.methods.localize.prompts import BINARY_PROMPT, LOCALIZE_PROMPTS,
 from halluscope.methods.localize.stages import (
     BinaryFilter,
     DescriptionLocalizer,
+    consistent_probability,
     description_score,
     findings_from_descriptions,
 )
 from halluscope.methods.options import MethodOptions
+from halluscope.options import ScoreKind
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Example, Report
 
@@ -43,6 +45,11 @@ class LocalizeOptions(MethodOptions):
 
     filter_options: dict[str, Any] = Field(default_factory=dict)
     """filter=<method>: options for that method."""
+
+    score: ScoreKind = "auto"
+    """With ``filter=self``: probability (the filter's P(consistent), read from the token probabilities of its final
+    yes/no), label (``1/(1+n)`` for n descriptions, as without the filter) or auto (probability when the filter gave
+    one). Without a self filter no label is read, and the score is ``1/(1+n)``."""
 
     variant: Literal[1, 2, "auto"] = "auto"
     """Prompt wording: 1 (short) or 2 (explicit criteria), FINAL's two per style; auto: the bench picks the one with the
@@ -92,6 +99,7 @@ class Localize(Method):
     opts: LocalizeOptions
     prompts = tuple(LOCALIZE_PROMPTS.values()) + (BINARY_PROMPT,)
     default_threshold = 0.75
+    probability_threshold = 0.5
 
     @property
     def variant(self) -> int:
@@ -127,7 +135,7 @@ class Localize(Method):
                 ),
             )
         if self.opts.filter is None:
-            return await self._localize(source, target, {})
+            return self.choose_score(await self._localize(source, target, {}), None)
         consistent, info, error = await self._filter_step(source, target)
         if error is not None:
             return Report(
@@ -135,7 +143,44 @@ class Localize(Method):
                 unscored_reason=f"2-step filter failed: {error}",
                 details=LocalizeDetails.build(filter=info),
             )
-        return await self._after_filter(source, target, bool(consistent), info)
+        report = await self._after_filter(source, target, bool(consistent), info)
+        return self.choose_score(report, info.get("p_consistent"))
+
+    def options(self) -> dict[str, Any]:
+        own = super().options()
+        if own.get("score") == "auto":  # recorded only when changed: earlier bench folders keep their identity
+            own.pop("score")
+        return own
+
+    def choose_score(self, report: Report, p_consistent: float | None) -> Report:
+        """The report with the score option applied: the filter's P(consistent) in place of ``1/(1+n)`` when the
+        self filter gave one (and ``score`` is not ``label``), recorded in ``details["score"]``."""
+        if report.score is None:
+            return report
+        mode = self.opts.score
+        info: dict[str, Any] = {"kind": "label", "requested": mode, "label_score": report.score}
+        if mode == "label":
+            info["why"] = "score=label: 1/(1+n) for n descriptions"
+        elif self.opts.filter != "self":
+            info["why"] = "no label is read without filter=self (descriptions only): 1/(1+n) for n descriptions"
+        elif p_consistent is None:
+            info["why"] = "the filter's reply carries no token log-probabilities at its final answer"
+        else:
+            info.update(kind="probability", probability_score=p_consistent)
+        details = {**report.details, "score": info}
+        if info["kind"] != "probability":
+            if mode == "probability":
+                why = f"score=probability, but {info['why']}"
+                return report.model_copy(update={"score": None, "unscored_reason": why, "details": details})
+            return report.model_copy(update={"details": details})
+        return report.model_copy(
+            update={
+                "score": p_consistent,
+                "subscores": {**report.subscores, "label_score": report.score},
+                "threshold": self.probability_threshold,
+                "details": details,
+            }
+        )
 
     async def run_example(self, example: Example) -> Report:
         if self.opts.filter != "oracle":
@@ -161,7 +206,10 @@ class Localize(Method):
     async def _filter_step(self, source: str, target: str) -> tuple[bool | None, dict[str, Any], str | None]:
         if self.opts.filter == "self":
             step = await BinaryFilter(self.llm, self.prompt)(source, target)
-            return step.value, {"kind": "self", "consistent": step.value}, step.error
+            info = {"kind": "self", "consistent": step.value}
+            if step.value is not None and (p := consistent_probability(step)) is not None:
+                info["p_consistent"] = p
+            return step.value, info, step.error
         from halluscope.methods import get_method
 
         if self.opts.filter is None:

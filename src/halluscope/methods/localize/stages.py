@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from halluscope.llm.label_probs import VERDICT_TOP_LOGPROBS, YES_NO, label_probabilities
 from halluscope.llm.structured import generate_parsed, generate_reply
 from halluscope.methods.localize.prompts import BINARY_PROMPT, LOCALIZE_PROMPTS, Style, _cot_instructions
 from halluscope.methods.localize.replies import (
@@ -60,8 +61,18 @@ class BinaryFilter:
             self.llm,
             self.prompt.render(source=source, target=target),
             parse_binary_verdict,
+            params=self.llm.params(top_logprobs=VERDICT_TOP_LOGPROBS),
             format_hint='your reasoning, then a last line that is exactly "Final answer: yes" or "Final answer: no"',
         )
+
+
+def consistent_probability(step: StepResult[bool]) -> float | None:
+    """P(consistent) of a parsed filter reply: P(yes) over yes + no at its final answer (the last yes or no the
+    reply spells, on its last line), or None when the backend gave no candidates there."""
+    found = label_probabilities(step.logprobs, *YES_NO)
+    if not found or found[-1].stated is not step.value:
+        return None
+    return found[-1].probability
 
 
 def description_score(n: int) -> float:
