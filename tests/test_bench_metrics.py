@@ -186,3 +186,20 @@ def test_fast_metrics_equal_sklearn_on_random_data():
         assert M.balanced_accuracy_of(y, pred) == pytest.approx(balanced_accuracy_score(y, pred))
         p, r, f, _ = precision_recall_fscore_support(y, pred, pos_label=0, average="binary", zero_division=0)
         assert M.binary_prf(y, pred) == pytest.approx({"precision": p, "recall": r, "f1": f})
+
+
+def test_brier_and_ece_read_the_score_as_p_consistent() -> None:
+    labels = [1, 1, 0, 0]
+    assert M.brier_score(labels, [1.0, 1.0, 0.0, 0.0]) == 0.0
+    assert M.brier_score(labels, [0.5] * 4) == pytest.approx(0.25)
+    assert M.brier_score(labels, [0.8, 0.6, 0.4, 0.0]) == pytest.approx((0.04 + 0.16 + 0.16 + 0.0) / 4)
+    assert M.brier_score([], []) is None and M.expected_calibration_error([], []) is None
+    # two bins hold items: [0.8, 0.8] with 1 of 2 consistent (gap 0.3), [0.1, 0.1] with 0 of 2 (gap 0.1)
+    assert M.expected_calibration_error([1, 0, 0, 0], [0.8, 0.8, 0.1, 0.1]) == pytest.approx((2 * 0.3 + 2 * 0.1) / 4)
+    assert M.expected_calibration_error([1, 0], [1.0, 0.0]) == 0.0  # 1.0 falls in the last bin
+    # a brier from the sklearn definition
+    from sklearn.metrics import brier_score_loss
+
+    rng = np.random.default_rng(0)
+    y, p = rng.integers(0, 2, 50), rng.random(50)
+    assert M.brier_score(y.tolist(), p.tolist()) == pytest.approx(brier_score_loss(y, p))

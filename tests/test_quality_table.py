@@ -81,12 +81,17 @@ def test_one_row_per_system_and_model_with_each_datasets_accuracy(tmp_path) -> N
     assert table[("geval", "SmolLM2")]["qags"]["unscored"] == 2
     assert table[("rouge", qt.NO_LLM)]["qags"]["accuracy"]["spearman"]["value"] == pytest.approx(0.9)
     assert table[("geval", "Qwen-1.5B")]["summedits"]["accuracy"]["auc"]["value"] == pytest.approx(1.0)
+    # scores 0, 1/4, 1/2, 3/4 against labels 0, 0, 1, 1, read as P(consistent)
+    calibration = table[("geval", "Qwen-1.5B")]["summedits"]["accuracy"]["calibration"]
+    assert calibration["brier"]["value"] == pytest.approx((0 + 1 / 16 + 1 / 4 + 1 / 16) / 4)
+    assert calibration["ece"] == pytest.approx((0 + 0.25 + 0.5 + 0.25) / 4)  # one item per bin
 
     text = qt.markdown(table)
     row = next(line for line in text.splitlines() if line.startswith("| geval | SmolLM2 |"))
     assert "-1.000" in row and "(3/5 scored)" in row and "not run" in row  # no SummEdits rows for SmolLM2
     assert "qags 2.0 / 220" in row
     assert "news 1.00; samsum 1.00" in text
+    assert "<br>Brier 0.094, ECE 0.250" in text
 
 
 def test_a_baseline_that_differs_between_folders_is_refused(tmp_path) -> None:
@@ -226,3 +231,19 @@ def test_paired_difference_uses_the_items_both_systems_scored() -> None:
     assert paired_difference(human, "a", "b", n_resamples=50)["statistic"] == "Spearman"
     assert paired_difference(human, "a", "b", n_resamples=50)["value"] == 2.0
     assert paired_difference(perfect, "a", "missing") is None
+
+
+def test_the_run_table_reads_a_score_on_0_1_as_p_consistent_and_leaves_other_scales_alone() -> None:
+    qt = _module()
+    rows = [
+        qt.Row(system="p", item=f"i{i}", scored=True, score=s, gold_label=y)
+        for i, (s, y) in enumerate([(0.9, 1), (0.7, 1), (0.4, 0), (0.2, 0)])
+    ] + [
+        qt.Row(system="logit", item=f"i{i}", scored=True, score=s, gold_label=y)
+        for i, (s, y) in enumerate([(3.0, 1), (-2.0, 0)])
+    ]
+    summary = qt.summarize(rows, ["p", "logit"], n_resamples=50)
+    text = qt.dataset_markdown(summary, {"items_run": 4, "dataset": "summedits"})
+    line = next(x for x in text.splitlines() if x.startswith("| p | 4/4 |"))
+    assert "the score as P(consistent): Brier 0.075" in line and "ECE 0.250" in line  # (0.01+0.09+0.16+0.04)/4
+    assert "calibration" not in summary[1]["accuracy"]  # a score off [0, 1] is not read as a probability

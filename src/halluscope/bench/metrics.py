@@ -50,6 +50,31 @@ def roc_auc(labels: Sequence[int], scores: Sequence[float]) -> float | None:
     return float((ranks[y == 1].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
+def brier_score(labels: Sequence[int], scores: Sequence[float]) -> float | None:
+    """Mean squared difference between the score read as P(consistent) and the gold label (1 = consistent): 0 is
+    perfect, 0.25 what a constant 0.5 gets. None without items."""
+    if len(labels) == 0:
+        return None
+    y = np.asarray(labels, dtype=float)
+    return float(np.mean((np.asarray(scores, dtype=float) - y) ** 2))
+
+
+def expected_calibration_error(labels: Sequence[int], scores: Sequence[float], bins: int = 10) -> float | None:
+    """ECE of the score read as P(consistent): over ``bins`` equal-width bins of the score, the item-weighted mean
+    of |fraction consistent - mean score| (the last bin includes 1.0). None without items."""
+    if len(labels) == 0:
+        return None
+    y = np.asarray(labels, dtype=float)
+    x = np.clip(np.asarray(scores, dtype=float), 0.0, 1.0)
+    which = np.minimum((x * bins).astype(int), bins - 1)
+    total = 0.0
+    for b in range(bins):
+        inside = which == b
+        if inside.any():
+            total += inside.sum() * abs(y[inside].mean() - x[inside].mean())
+    return float(total / len(y))
+
+
 def best_threshold(labels: Sequence[int], scores: Sequence[float]) -> float | None:
     """The threshold ``t`` (predict consistent when ``score >= t``) that maximizes balanced accuracy on
     these items, i.e. Youden's J on the ROC curve; ties go to the highest threshold. None with one class."""

@@ -142,7 +142,7 @@ def accuracy(mine: list[Row], n_resamples: int = 1000, seed: int = 0) -> dict[st
     import numpy as np
     from scipy.stats import spearmanr
 
-    from halluscope.bench.metrics import final_prf, roc_auc
+    from halluscope.bench.metrics import brier_score, expected_calibration_error, final_prf, roc_auc
 
     out: dict[str, Any] = {"items": len(mine), "scored": sum(r.scored and r.score is not None for r in mine)}
     scored = [r for r in mine if r.scored and r.score is not None]
@@ -166,6 +166,19 @@ def accuracy(mine: list[Row], n_resamples: int = 1000, seed: int = 0) -> dict[st
             return _bootstrap(lambda idx: roc_auc(y[idx].tolist(), x[idx].tolist()), len(rows), (n_resamples, seed))
 
         out["auc"] = auc_of(labelled)
+        y_all = np.array([r.gold_label for r in labelled])
+        x_all = np.array([r.score for r in labelled], dtype=float)
+        if x_all.min() >= 0.0 and x_all.max() <= 1.0:  # a score on [0, 1], read as P(consistent)
+            out["calibration"] = {
+                "brier": _bootstrap(
+                    lambda idx: brier_score(y_all[idx].tolist(), x_all[idx].tolist()),
+                    len(labelled),
+                    (n_resamples, seed),
+                ),
+                "ece": expected_calibration_error(y_all.tolist(), x_all.tolist()),
+                "mean_score": float(x_all.mean()),
+                "consistent_fraction": float(y_all.mean()),
+            }
         domains = sorted({r.domain for r in labelled if r.domain})
         if len(domains) > 1 or (domains and any(r.domain is None for r in labelled)):
             out["auc_per_domain"] = {d: auc_of([r for r in labelled if r.domain == d]) for d in domains}
@@ -310,6 +323,12 @@ def dataset_markdown(summary: list[dict[str, Any]], meta: dict[str, Any]) -> str
         for domain, ci in (a.get("auc_per_domain") or {}).items():
             if len(a["auc_per_domain"]) > 1:
                 parts.append(f"{domain} AUC {fmt_ci(ci)}")
+        if "calibration" in a:
+            cal = a["calibration"]
+            parts.append(
+                f"the score as P(consistent): Brier {fmt_ci(cal['brier'], with_n=False)}, ECE {cal['ece']:.3f} "
+                f"(mean score {cal['mean_score']:.3f}, consistent {cal['consistent_fraction']:.3f})"
+            )
         if "final_match" in a:
             fm = a["final_match"]
             parts.append(
@@ -434,6 +453,14 @@ def _stat(ci: dict[str, Any] | None, cell: dict[str, Any]) -> str:
     return _band(ci)
 
 
+def _calibration(acc: dict[str, Any]) -> str:
+    """``<br>Brier ..., ECE ...`` of a score on [0, 1] against the gold labels, or nothing."""
+    cal = acc.get("calibration")
+    if not cal or cal["brier"].get("value") is None:
+        return ""
+    return f"<br>Brier {cal['brier']['value']:.3f}, ECE {cal['ece']:.3f}"
+
+
 def _cell(kind: str, cell: dict[str, Any] | None, min_items: int = 0) -> str:
     if cell is None:
         return "not run"
@@ -448,7 +475,7 @@ def _cell(kind: str, cell: dict[str, Any] | None, min_items: int = 0) -> str:
     if kind == "summedits":
         per = acc.get("auc_per_domain") or {}
         domains = "; ".join(f"{d} {v['value']:.2f}" if v.get("value") is not None else f"{d} -" for d, v in per.items())
-        return f"{_stat(acc.get('auc'), cell)} ({scored}){'<br>' + domains if domains else ''}"
+        return f"{_stat(acc.get('auc'), cell)} ({scored}){'<br>' + domains if domains else ''}{_calibration(acc)}"
     if kind == "final":
         match = acc.get("final_match")
         if not cell.get("describes", True):  # a score-only system (ROUGE): its detection AUC, not an F1 of 0
@@ -457,7 +484,7 @@ def _cell(kind: str, cell: dict[str, Any] | None, min_items: int = 0) -> str:
             return f"AUC {_band(acc.get('auc'))}, no matching judge ({scored})"
         return (
             f"F1 {_band(match.get('f1'))} (P {match['precision']:.2f}, R {match['recall']:.2f}; {scored})"
-            f"<br>detection AUC {_band(acc.get('auc'))}"
+            f"<br>detection AUC {_band(acc.get('auc'))}{_calibration(acc)}"
         )  # beside the score-only systems' statistic
     if "spearman" in acc:  # a dataset of another name: the statistic its gold allows
         return f"Spearman {_stat(acc.get('spearman'), cell)} ({scored})"
