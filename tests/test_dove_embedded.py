@@ -19,7 +19,14 @@ def _check_invariants(report) -> None:
     assert all(call.messages for call in report.calls)
     if report.score is not None:  # (an unscored report or verdict carries its reason: the records enforce it)
         assert not report.unscored_reason
-        assert set(report.subscores) == {"S_E", "S_D", "S_EO", "alpha", "ShuffleD"}
+        paper = {"S_E", "S_D", "S_EO", "alpha", "ShuffleD"}
+        # a probability score (the embedded backend gives token probabilities) adds its own terms beside Eq. 5's
+        with_probability = paper | {"S_E_probability", "S_D_probability", "label_score"}
+        assert set(report.subscores) in (paper, with_probability)
+        if set(report.subscores) == with_probability:  # the Report's score is the probability one, both recorded
+            score = report.details["score"]
+            assert score["kind"] == "probability" and score["probability_score"] == report.score
+            assert score["label_score"] == report.subscores["label_score"]
 
 
 def test_dove_on_the_embedded_model(embedded_config):

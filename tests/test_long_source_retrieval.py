@@ -11,7 +11,7 @@ import pytest
 from halluscope import retrieval
 from halluscope.retrieval import RetrievalConfig, SourceIndex
 
-DIM = 64
+DIM = 1024  # wide enough that no word of these tests shares a dimension with another
 
 
 def _bag_of_words(text: str) -> np.ndarray:
@@ -39,9 +39,10 @@ def encoded(monkeypatch):
 
 
 def _source(n: int) -> str:
+    # no sentence ends in a number: pysbd would read "number 40. Ship 41" as a list item "40." opening the next one
     towns = ["Arles", "Brest", "Caen", "Dijon", "Evian", "Foix", "Gap", "Hyeres", "Istres", "Jouy"]
     return " ".join(
-        f"Ship {i} sailed from {towns[i % 10]} carrying {i * 7} crates of cargo number {i}." for i in range(n)
+        f"Ship {i} sailed from {towns[i % 10]} carrying {i * 7} crates of cargo number {i} today." for i in range(n)
     )
 
 
