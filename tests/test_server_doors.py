@@ -334,7 +334,8 @@ def test_headers_sent_slowly_are_cut_with_408_while_others_are_served(tmp_path):
     with _Served(make_app(tmp_path), header_timeout_s=1.0) as served:
         reply, sent = _slow_headers(served.port, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ")
         assert reply.startswith(b"HTTP/1.1 408"), reply[:200]
-        with httpx.Client(base_url=f"http://127.0.0.1:{served.port}") as c:
+        # httpx's 5 s default read timeout is a clock: a /check on a busy machine can take longer
+        with httpx.Client(base_url=f"http://127.0.0.1:{served.port}", timeout=120.0) as c:
             assert c.get("/health").status_code == 200  # a client sending at once is served
             r = c.post("/check", headers=AUTH, json={"source": SOURCE, "target": TARGET, "method": "rouge"})
             assert r.status_code == 200
