@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from halluscope.llm.base import TokenLogprobs
+from halluscope.records import Verdict
 
 VERDICT_TOP_LOGPROBS = 10
 """Candidates per position the verdict stages ask for (``GenerateParams.top_logprobs``; OpenAI allows up to 20)."""
@@ -94,6 +95,19 @@ class LabelProbability:
     def disagrees(self) -> bool:
         """The probability as read contradicts the stated label."""
         return contradicts(self.stated, self.read)
+
+    @property
+    def note(self) -> str | None:
+        """Why a stated label has no probability although the backend gave log-probabilities (refused, or
+        contradicting the label), for the verdict's reason; None when there is nothing to say."""
+        if self.refused is not None:
+            return f"no probability: the token log-probabilities at the label are refused: {self.refused}"
+        if self.disagrees:
+            return (
+                f"no probability: P = {self.read:.3f} for the positive label at the label token contradicts the "
+                "stated label, which decides"
+            )
+        return None
 
 
 def contradicts(stated: bool | None, probability: float | None) -> bool:
@@ -280,6 +294,27 @@ def label_probability(
     None when there is none, the backend gave no candidates there, they are refused or contradict the label."""
     found = label_probabilities(logprobs, positive, negative, key=key)
     return found[index].probability if 0 <= index < len(found) else None
+
+
+def step_label(
+    step: object, positive: Sequence[str], negative: Sequence[str], *, key: str | None = None, index: int = 0
+) -> LabelProbability | None:
+    """The ``index``-th stated label of a :class:`~halluscope.records.StepResult`'s reply (None without one)."""
+    found = label_probabilities(getattr(step, "logprobs", None), positive, negative, key=key)
+    return found[index] if 0 <= index < len(found) else None
+
+
+def with_label_probability(verdict: Verdict, found: LabelProbability | None) -> Verdict:
+    """``verdict`` with the probability read at its label, or, where that probability is refused or contradicts
+    the label, with the reason saying so (the label stays the stated one)."""
+    if found is None or verdict.label == "unscored":
+        return verdict
+    if found.probability is not None:
+        return verdict.model_copy(update={"support_probability": found.probability})
+    if found.note is None:
+        return verdict
+    reason = f"{verdict.reason} ({found.note})" if verdict.reason else found.note
+    return verdict.model_copy(update={"reason": reason})
 
 
 def step_probability(

@@ -31,7 +31,7 @@ from halluscope.server.jobs import CheckFailed, JobRunner, JobStore, result_line
 from halluscope.server.jobs.base import JobRunnerAPI, JobStoreAPI, JobStoreUnavailable
 from halluscope.server.logs import event, request_id
 from halluscope.server.metrics import Metrics
-from halluscope.server.redact import redact_paths, register_root
+from halluscope.server.redact import redact_paths, redact_report, register_root
 from halluscope.server.schemas import JobRequest, Pair
 from halluscope.server.settings import ServerSettings
 from halluscope.server.warmup import warm_up
@@ -364,7 +364,7 @@ class Service:
 
             report = attribute_chunks(report, [Span(start=a, end=b) for a, b in chunks], example.source)
         self.metrics.observe_report(report, origin)
-        return render(report)
+        return render(redact_report(report, paths=True))  # no server path or credential reaches the caller
 
     async def _checked(self, method: Method, example: Example, labelled: bool) -> Report:
         """The check itself: in a worker process when the method calls no LLM (:mod:`halluscope.server.cpu_pool`),
