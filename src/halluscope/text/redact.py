@@ -9,9 +9,9 @@ of that server reaches whoever reads it.
 (``sk-...``, ``hf_...``, ``ghp_...``, ``AKIA...``, ``xox?-...``). :func:`redact_paths` replaces server file paths
 by ``<server path>``. :func:`redact` applies the first and, with ``paths``, the second; :func:`redact_report`
 applies it to the texts a :class:`~halluscope.records.Report` carries beside the caller's own input: the unscored
-reason, the verdicts' reasons, the findings' descriptions, the raw replies kept for audit, the model names and
-every string in ``details``. Claims, evidence quotes and the prompts are the caller's own text (their spans index
-into it) and are left as they are.
+reason, the verdicts' reasons, the findings' descriptions, the raw replies kept for audit (also the messages of a
+repair request, which send a reply back and quote it), the model names and every string in ``details``. Claims,
+evidence quotes and the prompts are the caller's own text (their spans index into it) and are left as they are.
 
 Every report passes through it: :class:`~halluscope.methods.base.Method` masks credentials (the library, the CLI),
 the service also redacts its paths (:mod:`halluscope.server.redact`), and an :class:`~halluscope.llm.base.LLMError`'s
@@ -159,6 +159,18 @@ def _text(value: str | None, paths: bool) -> str | None:
     return None if value is None else redact(value, paths=paths)
 
 
+def _messages(messages: list[dict[str, Any]], paths: bool) -> list[dict[str, Any]]:
+    """A call's messages with everything from the first model reply on redacted (a repair request sends the reply
+    back and quotes it); the prompt before it is the caller's text and the templates, left as it is."""
+    first = next((i for i, m in enumerate(messages) if m.get("role") == "assistant"), len(messages))
+    out = list(messages[:first])
+    for m in messages[first:]:
+        content = m.get("content")
+        redacted = redact(content, paths=paths) if isinstance(content, str) else content
+        out.append(m if redacted == content else {**m, "content": redacted})
+    return out
+
+
 def redact_report(report: Report, *, paths: bool = False) -> Report:
     """``report`` with the texts it carries beside the caller's input redacted (see the module docstring); the
     same object when nothing changes."""
@@ -166,7 +178,11 @@ def redact_report(report: Report, *, paths: bool = False) -> Report:
     def calls(items: list[Any]) -> list[Any]:
         out = []
         for call in items:
-            update = {"reply": redact(call.reply, paths=paths), "model": redact(call.model, paths=paths)}
+            update = {
+                "reply": redact(call.reply, paths=paths),
+                "model": redact(call.model, paths=paths),
+                "messages": _messages(call.messages, paths),
+            }
             changed = any(getattr(call, k) != v for k, v in update.items())
             out.append(call.model_copy(update=update) if changed else call)
         return out
