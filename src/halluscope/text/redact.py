@@ -88,6 +88,8 @@ _KEYS = re.compile(
     r"|xox[abprs]-[A-Za-z0-9-]{8,})"
 )
 
+_KEY_MARKERS = ("sk-", "rk-", "pk-", "hf_", "gh", "AKIA", "xox")
+
 _ABSOLUTE = re.compile(
     r"(?<![\w./\\-])(?:~|/(?!/))(?:[^\s'\"`/\\:,;()\[\]{}<>|]*/)+[^\s'\"`/\\:,;()\[\]{}<>|]*"  # /a/b, ~/a, /a/
     r"|(?<![\w])[A-Za-z]:\\(?:[^\s'\"`\\:,;()\[\]{}<>|]+\\?)+"  # C:\a\b
@@ -119,17 +121,27 @@ def redact_paths(text: str) -> str:
     for root in roots:
         if root in text:
             text = text.replace(root, REDACTED)
+    if "/" not in text and "\\" not in text and "~" not in text:
+        return text
     return _ABSOLUTE.sub(REDACTED, text)
 
 
 def redact_credentials(text: str) -> str:
     """``text`` with URL userinfo, secret-looking parameter values, authorization values and API keys masked."""
-    text = _USERINFO.sub(lambda m: f"{m.group(1)}{MASK}@", text)
-    text = _QUOTED.sub(_masked_quoted, text)
-    text = _PAIR.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}" if secret_name(m.group(1)) else m.group(0), text)
-    text = _AUTH_HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3) or ''}{MASK}", text)
-    text = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
-    return _KEYS.sub(MASK, text)
+    lower = text.lower()  # each pattern runs only where its marker occurs (most texts hold none)
+    if "://" in text and "@" in text:
+        text = _USERINFO.sub(lambda m: f"{m.group(1)}{MASK}@", text)
+    if ":" in text and ('"' in text or "'" in text):
+        text = _QUOTED.sub(_masked_quoted, text)
+    if "=" in text:
+        text = _PAIR.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}" if secret_name(m.group(1)) else m.group(0), text)
+    if "authorization" in lower or "api-key" in lower:
+        text = _AUTH_HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3) or ''}{MASK}", text)
+    if "bearer" in lower:
+        text = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
+    if any(marker in text for marker in _KEY_MARKERS):
+        text = _KEYS.sub(MASK, text)
+    return text
 
 
 def _masked_quoted(m: re.Match[str]) -> str:
