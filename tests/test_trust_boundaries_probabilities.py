@@ -248,6 +248,31 @@ def test_json_verdicts_drop_a_refused_or_contradicting_probability_and_say_so() 
     assert verdict.support_probability == pytest.approx(0.2)
 
 
+def test_batched_json_verdicts_drop_a_contradicting_probability_and_say_so() -> None:
+    facts = {
+        "facts": [
+            {"sentence": 1, "fact": "The ferry starts in May."},
+            {"sentence": 2, "fact": "The city pays a third of the cost."},
+        ]
+    }
+    batch = {
+        "results": [
+            {"id": 1, "supported": True, "inconsistencies": []},
+            {"id": 2, "supported": False, "inconsistencies": ["The source says a half."]},
+        ]
+    }
+    fake = FakeModel(
+        by_reply={"FactsReply": json.dumps(facts), "FactJudgmentBatchReply": json.dumps(batch)},
+        # the first entry agrees (true at 0.95), the second says false with P(true) = 0.7
+        logprobs=label_logprobs([{"true": 0.95, "false": 0.05}, {"false": 0.3, "true": 0.7}]),
+    )
+    report = get_method("factscore", llm=LLM(fake), dedup="none", batch_size=2).check(SOURCE, SOURCE)
+    ok, bad = report.verdicts
+    assert ok.support_probability == pytest.approx(0.95)
+    assert bad.label == "unsupported" and bad.support_probability is None
+    assert "0.700" in bad.reason and "contradicts the stated label" in bad.reason
+
+
 def test_labels_are_whole_words_in_json_and_marks() -> None:
     # "10" is not the mark 1; "Note" is not "no"
     marks = [raw("[", 0.0), raw("10", math.log(0.9), **{"10": math.log(0.9), "-": math.log(0.1)}), raw("]", 0.0)]
