@@ -273,6 +273,17 @@ def test_batched_json_verdicts_drop_a_contradicting_probability_and_say_so() -> 
     assert "0.700" in bad.reason and "contradicts the stated label" in bad.reason
 
 
+@pytest.mark.parametrize("bad", [NAN, INF, -INF, 50.0])
+def test_geval_weighting_refuses_log_probabilities_that_are_not_probabilities(bad) -> None:
+    """G-Eval's probability-weighted rating reads the same way: a NaN gave a NaN score, +50 a certain 4."""
+    from halluscope.methods.geval import weighted_score
+
+    assert weighted_score([raw("4", math.log(0.6), **{"4": math.log(0.6), "5": bad})]) is None
+    assert weighted_score([raw("4", math.log(0.6), **{"4": math.log(0.6), "5": math.log(0.4)})])[0] == pytest.approx(
+        4.4
+    )
+
+
 def test_labels_are_whole_words_in_json_and_marks() -> None:
     # "10" is not the mark 1; "Note" is not "no"
     marks = [raw("[", 0.0), raw("10", math.log(0.9), **{"10": math.log(0.9), "-": math.log(0.1)}), raw("]", 0.0)]
