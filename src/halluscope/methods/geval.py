@@ -215,8 +215,8 @@ class GEval(Method):
                 details.update(
                     GevalDetails.build(
                         weighting=(
-                            "unavailable: the backend returned no log-probabilities for the score token; the integer "
-                            "score is used"
+                            "unavailable: the backend returned no usable log-probabilities for the score token (none, "
+                            "or NaN, infinite or above 0); the integer score is used"
                         )
                     )
                 )
