@@ -162,8 +162,10 @@ def _walk(value: Any, paths: bool) -> Any:
         return redact(value, paths=paths)
     if isinstance(value, dict):
         return {k: _walk(v, paths) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(_walk(v, paths) for v in value)
+    if isinstance(value, list):
+        return [_walk(v, paths) for v in value]
+    if type(value) is tuple:
+        return tuple(_walk(v, paths) for v in value)
     return value
 
 
