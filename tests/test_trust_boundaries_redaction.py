@@ -186,7 +186,9 @@ def test_paths_are_redacted_only_when_asked() -> None:
 
 def test_secret_names() -> None:
     assert all(secret_name(n) for n in ["api-key", "apiKey", "access_token", "sessionId", "X-Amz-Credential", "pwd"])
-    assert not any(secret_name(n) for n in ["author", "monkey", "design", "model", "max_tokens"])
+    assert not any(
+        secret_name(n) for n in ["author", "monkey", "design", "model", "max_tokens", "pass_fraction", "passage"]
+    )
 
 
 def test_an_llm_error_message_is_masked_when_it_is_made() -> None:

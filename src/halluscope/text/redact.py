@@ -52,7 +52,6 @@ _SECRET_PARTS = frozenset(
         "password",
         "passwd",
         "pwd",
-        "pass",
         "sig",
         "signature",
         "auth",
