@@ -20,6 +20,12 @@ class CheckFailed(Exception):
         self.status = status
 
 
+def dead_letter(method: Any, reason: str) -> Report:
+    """The unscored report of a job item that is not run (its stored data cannot be read, or it failed too
+    often): recorded like any unscored item, so the job finishes and the reason shows on the item."""
+    return Report(method=getattr(method, "name", "unknown"), unscored_reason=f"not checked: {reason}")
+
+
 # (method, example, job id) -> (report, its JSON); raises CheckFailed
 ItemRunner = Callable[[Any, Example, str], Awaitable[tuple[Report, str]]]
 
@@ -143,17 +149,25 @@ class JobRunner:
         await asyncio.to_thread(self.store.finish, job_id, "done")
         event(logging.INFO, "job done", job_id=job_id, attempt=attempt)
 
-    async def _one(self, job_id: str, attempt: int, method: Any, index: int, example: Example) -> None:
+    async def _one(self, job_id: str, attempt: int, method: Any, index: int, example: Example | str) -> None:
+        """Run one item; ``example`` is the reason instead when its stored data cannot be read (a dead letter)."""
+        item_id = example.id if isinstance(example, Example) else None
         try:
-            report, report_json = await self.run_item(method, example, job_id)
+            if isinstance(example, Example):
+                report, report_json = await self.run_item(method, example, job_id)
+            else:
+                reason = f"item {index} could not be read: {example}"
+                event(logging.WARNING, "job item recorded unscored without running", job_id=job_id, reason=reason)
+                report = dead_letter(method, reason)
+                report_json = report.model_dump_json()
         except CheckFailed as exc:
             await asyncio.to_thread(
-                self.store.add_result, job_id, index, example.id, attempt, status=exc.status, error=str(exc)
+                self.store.add_result, job_id, index, item_id, attempt, status=exc.status, error=str(exc)
             )
             ok = False
         else:
             await asyncio.to_thread(
-                self.store.add_result, job_id, index, example.id, attempt, report=report, report_json=report_json
+                self.store.add_result, job_id, index, item_id, attempt, report=report, report_json=report_json
             )
             ok = True
         if self.on_item is not None:
