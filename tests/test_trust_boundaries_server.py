@@ -300,6 +300,41 @@ def test_a_poisoned_sqlite_item_is_recorded_unscored_and_the_job_finishes(tmp_pa
         _assert_one_dead_letter(client, job_id, 57, "item 57 could not be read: its stored data is not a valid item")
 
 
+def test_a_sqlite_item_that_keeps_ending_its_server_is_recorded_unscored(tmp_path):
+    """Item 1 was started 3 times and each run ended the server (a restart resumed it): with a limit of 3 it
+    is recorded unscored with the reason at the next start, not run a fourth time; the others run."""
+    from halluscope.server import ServerSettings
+    from halluscope.server.jobs import JobStore
+
+    db = tmp_path / "jobs.sqlite"
+    store = JobStore(db)
+    job_id = store.create("geval", {}, _pairs(3))
+    assert [store.start_item(job_id, 1) for _ in range(3)] == [1, 2, 3]
+    store.close()
+    script = StageScript()
+    settings = ServerSettings(cpu_workers=0, jobs_db=db, job_item_attempts=3)
+    with _client(settings=settings, llm=LLM(FakeModel(responder=script), cache=None)) as client:
+        job = _wait_done(client, job_id)
+        lines = [json.loads(t) for t in client.get(f"/jobs/{job_id}/results").text.splitlines()]
+    assert (job["status"], job["scored"], job["unscored"]) == ("done", 2, 1), job
+    reason = lines[1]["report"]["unscored_reason"]
+    assert "item 1 was started 3 times without a result" in reason and "the limit is 3" in reason
+    assert sum(script.asked.values()) == 2  # one geval call for each of the two items that ran
+
+
+def test_a_jobs_file_from_before_item_tries_gains_the_column(tmp_path):
+    from halluscope.server.jobs import JobStore
+    from halluscope.server.jobs.store import _SCHEMA
+
+    db = tmp_path / "old.sqlite"
+    with sqlite3.connect(db) as conn:
+        conn.executescript(_SCHEMA.replace("tries INTEGER NOT NULL DEFAULT 0, ", ""))
+    store = JobStore(db)
+    job_id = store.create("geval", {}, _pairs(1))
+    assert store.start_item(job_id, 0) == 1 and store.unfinished(job_id)[0][0] == 0
+    store.close()
+
+
 @pytest.fixture
 def jobs_url(redis_url):
     pytest.importorskip("prometheus_client", reason="server extra not installed")

@@ -182,6 +182,7 @@ class Service:
                     max_running=self.settings.max_running_jobs,
                     concurrency=self.settings.job_concurrency,
                     on_item=on_item,
+                    max_attempts=self.settings.job_item_attempts,
                 )
                 where = str(self.jobs_db)
             self.pool.start()

@@ -99,9 +99,9 @@ class ServerSettings:
     """Items of one job checked at once."""
 
     job_item_attempts: int = 5
-    """With ``jobs_url``: the most times one job item is handed to a replica; an item handed out this many times
-    without a result (each run ended its replica or lost its lease) is recorded unscored with the reason, so the
-    job still finishes. An item whose stored data cannot be read is recorded so at once (both stores)."""
+    """The most times one job item is started (SQLite) or handed to a replica (``jobs_url``); an item started this
+    many times without a result (each run ended its server or replica, or was stopped) is recorded unscored with
+    the reason, so the job still finishes. An item whose stored data cannot be read is recorded so at once."""
 
     max_running_jobs: int = 2
     """Jobs running at once; the others wait in the queue (FIFO)."""

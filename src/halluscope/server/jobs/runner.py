@@ -43,8 +43,10 @@ class JobRunner:
         max_running: int,
         concurrency: int,
         on_item: Callable[[bool], None] | None = None,
+        max_attempts: int = 5,
     ):
         self.store = store
+        self.max_attempts = max(1, max_attempts)
         self.build_method = build_method
         self.run_item = run_item
         self.max_running = max(1, max_running)
@@ -152,11 +154,17 @@ class JobRunner:
     async def _one(self, job_id: str, attempt: int, method: Any, index: int, example: Example | str) -> None:
         """Run one item; ``example`` is the reason instead when its stored data cannot be read (a dead letter)."""
         item_id = example.id if isinstance(example, Example) else None
+        tries = await asyncio.to_thread(self.store.start_item, job_id, index) if isinstance(example, Example) else 0
         try:
-            if isinstance(example, Example):
+            if isinstance(example, Example) and tries <= self.max_attempts:
                 report, report_json = await self.run_item(method, example, job_id)
             else:
-                reason = f"item {index} could not be read: {example}"
+                reason = (
+                    f"item {index} could not be read: {example}"
+                    if isinstance(example, str)
+                    else f"item {index} was started {tries - 1} times without a result (each run ended the server "
+                    f"or was stopped; the limit is {self.max_attempts})"
+                )
                 event(logging.WARNING, "job item recorded unscored without running", job_id=job_id, reason=reason)
                 report = dead_letter(method, reason)
                 report_json = report.model_dump_json()

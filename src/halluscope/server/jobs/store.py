@@ -32,7 +32,7 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status, created);
 CREATE TABLE IF NOT EXISTS items (
   job_id TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE, idx INTEGER NOT NULL, example TEXT NOT NULL,
-  PRIMARY KEY (job_id, idx));
+  tries INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (job_id, idx));
 CREATE TABLE IF NOT EXISTS results (
   job_id TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE, idx INTEGER NOT NULL, item_id TEXT,
   status INTEGER NOT NULL, score REAL, label TEXT, findings INTEGER NOT NULL DEFAULT 0,
@@ -78,6 +78,8 @@ class JobStore:
         self._conn.row_factory = sqlite3.Row
         self._conn.execute("PRAGMA foreign_keys=ON")
         self._conn.executescript(_SCHEMA)
+        if "tries" not in {r[1] for r in self._conn.execute("PRAGMA table_info(items)")}:  # a file from before
+            self._conn.execute("ALTER TABLE items ADD COLUMN tries INTEGER NOT NULL DEFAULT 0")
 
     def close(self) -> None:
         with self._lock:
@@ -193,6 +195,15 @@ class JobStore:
                 (job_id, after, page),
             ).fetchall()
         return [(r[0], _read_example(r[1])) for r in rows]
+
+    def start_item(self, job_id: str, index: int) -> int:
+        """Count one start of the item; returns how many times it was started, this one included (an item that
+        keeps ending its server is then recorded unscored instead of run again: :class:`JobRunner`)."""
+        with self._lock:
+            row = self._conn.execute(
+                "UPDATE items SET tries = tries + 1 WHERE job_id = ? AND idx = ? RETURNING tries", (job_id, index)
+            ).fetchone()
+        return row[0] if row is not None else 0
 
     def add_result(
         self,
