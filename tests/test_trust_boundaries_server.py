@@ -124,6 +124,15 @@ def test_covering_marks_name_at_most_the_stated_number_and_count_the_rest():
     assert 'data-f="0 1 2 3 4 5 6 7 8' not in middle
 
 
+def test_highlight_markup_has_a_byte_budget_and_the_text_stays_whole():
+    report = _findings_report(400, 4000, nested=True)
+    page = render_html(report, TEXT[:4000], TEXT[:4000], limits=RenderLimits(markup_bytes=20_000))
+    target = page.split('id="target">', 1)[1].split("</div></section>", 1)[0]
+    assert "[highlights end here" in target and target.count("<mark ") < 150
+    assert target.endswith(TEXT[3000:4000])  # the rest of the text, unmarked
+    assert page.count("<li id='finding-") == 400  # the list is not cut by it
+
+
 def test_a_render_past_its_deadline_stops_at_once(monkeypatch):
     clock = {"t": 0.0, "calls": 0}
 

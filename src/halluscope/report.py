@@ -6,9 +6,10 @@ reason about event order, the events in target order with the inverted pairs.
 
 The page is linear in the report and bounded: it lists and highlights at most :class:`RenderLimits` findings,
 claims and unscored claims (a note says how many were left out; the report data embedded in the page, like
-the JSON report, keeps everything), each text cut at ``RenderLimits.text_chars``, and at most
-``RenderLimits.marks_per_piece`` findings named on one highlighted piece. A ``deadline`` (``time.monotonic()``)
-ends a render that runs past it with :class:`RenderTimeout`.
+the JSON report, keeps everything), each text cut at ``RenderLimits.text_chars``, at most
+``RenderLimits.marks_per_piece`` findings named on one highlighted piece, and at most
+``RenderLimits.markup_bytes`` of highlight markup per text. A ``deadline`` (``time.monotonic()``) ends a render
+that runs past it with :class:`RenderTimeout`.
 """
 
 from __future__ import annotations
@@ -36,7 +37,12 @@ class RenderLimits:
     text_chars: int = 1000
     """Each description, claim, reason and quoted span is cut here."""
     marks_per_piece: int = 8
-    """Findings named (ids and titles) on one highlighted piece of text, spans and evidence listed per finding."""
+    """Findings named on one highlighted piece of text; spans and evidence highlighted and listed per finding."""
+    title_chars: int = 300
+    """The hover title of one highlighted piece is cut here."""
+    markup_bytes: int = 4 * 2**20
+    """Markup the highlights of one text may add to it (4 MiB); past it the rest of the text is shown unmarked,
+    with a note. So a page is at most its escaped texts, 2 x this, the capped lists and the embedded report."""
 
 
 DEFAULT_LIMITS = RenderLimits()
@@ -99,6 +105,12 @@ document.querySelectorAll('mark[data-f]').forEach(function(m){
 """
 
 
+_UNMARKED_NOTE = (
+    "<span class='muted left-out'>[highlights end here: the page holds at most RenderLimits.markup_bytes of them; "
+    "the findings list and the report data go on]</span>"
+)
+
+
 def _smallest_active(heap: list[int], active: set[int], k: int) -> list[int]:
     """The ``k`` smallest mark indexes in ``active``, ascending; drops ended marks from ``heap`` for good."""
     taken: list[int] = []
@@ -135,6 +147,7 @@ def _highlight(
     active: set[int] = set()
     heap: list[int] = []
     out: list[str] = []
+    markup = 0
     for a, b in zip(bounds, bounds[1:]):
         _in_time(deadline)
         active.difference_update(ends.get(a, ()))
@@ -142,21 +155,26 @@ def _highlight(
             active.add(k)
             heapq.heappush(heap, k)
         piece = html.escape(text[a:b])
+        if markup > limits.markup_bytes:  # past the budget: the rest unmarked, once
+            out.append(_UNMARKED_NOTE + html.escape(text[a:]))
+            break
         if not active:
             out.append(piece)
             continue
         covering = [marks[k] for k in _smallest_active(heap, active, limits.marks_per_piece)]
         ids = " ".join(str(fid) for _, fid, _, _ in covering)
-        titles = list(dict.fromkeys(_cut(t, limits.text_chars) for _, _, _, t in covering))
         more = len(active) - len(covering)
-        title = html.escape(" | ".join(titles) + (f" | and {more} more" if more else ""), quote=True)
+        title = " | ".join(dict.fromkeys(t for _, _, _, t in covering)) + (f" | and {more} more" if more else "")
+        title = html.escape(_cut(title, limits.title_chars), quote=True)
         numbers = [
             str(fid + 1)
             for span, fid, cls, _ in (marks[k] for k in ends.get(b, ()) if k in active)
             if isinstance(fid, int) and fid >= 0 and cls != "ev" and span.end == b  # finding numbers where they end
         ]
         number = f' data-n="{" ".join(dict.fromkeys(numbers))}"' if numbers else ""
-        out.append(f'<mark class="{covering[0][2]}" data-f="{ids}"{number} title="{title}">{piece}</mark>')
+        tag = f'<mark class="{covering[0][2]}" data-f="{ids}"{number} title="{title}">'
+        markup += len(tag) + 7
+        out.append(f"{tag}{piece}</mark>")
     return "".join(out)
 
 
@@ -194,7 +212,7 @@ def _left_out(shown: int, total: int, what: str) -> str:
 
 def _finding_item(i: int, f: Finding, target: str, limits: RenderLimits) -> str:
     spans = f.target_spans[: limits.marks_per_piece]
-    where = "; ".join(html.escape(_cut(s.of(target), limits.text_chars)) for s in spans)
+    where = "; ".join(html.escape(_cut(s.of(target), limits.title_chars)) for s in spans)
     if len(f.target_spans) > len(spans):
         where += f"; and {len(f.target_spans) - len(spans)} more"
     evid = "".join(
@@ -237,16 +255,16 @@ def render_html(
     for i, f in enumerate(findings):
         _in_time(deadline)
         cls = _KIND_CLASS.get(f.kind, "other")
-        for span in f.target_spans:
+        for span in f.target_spans[: limits.marks_per_piece]:
             target_marks.append((span, i, cls, f.description))
-        for ev in f.evidence:
+        for ev in f.evidence[: limits.marks_per_piece]:
             if ev.span is not None:
                 source_marks.append((ev.span, i, "ev", f"evidence ({ev.relation}) for finding {i + 1}"))
     for j, v in enumerate(unscored_verdicts):  # not a finding: the claim could not be judged, and the page says why
-        for span in v.claim.target_spans:
+        for span in v.claim.target_spans[: limits.marks_per_piece]:
             target_marks.append((span, f"u{j}", "unscored", f"unscored: {v.reason or 'no reason recorded'}"))
     for v in verdicts:  # supporting evidence of verdicts also shows in the source
-        for ev in v.evidence:
+        for ev in v.evidence[: limits.marks_per_piece]:
             if ev.span is not None and ev.relation == "supports":
                 source_marks.append((ev.span, -1, "ev", f"supports: {v.claim.text[:80]}"))
 
