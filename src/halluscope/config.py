@@ -4,12 +4,13 @@ code/CLI > environment > the project file > your own file > defaults.
 
 The files (``config_files.py`` says which may set what): your own file, ``$XDG_CONFIG_HOME/halluscope/config.toml``
 (``~/.config/halluscope/config.toml``) or the file ``$HALLUSCOPE_CONFIG`` names (then the only file read), and
-the project file in the working directory, ``halluscope.toml`` (keys at the top level) or else the
-``[tool.halluscope]`` table of ``pyproject.toml``. A project file may set methods, options, thresholds and model
-settings; the endpoint and key (``base_url`` with ``api_key``, as one pair), the cache and the prompt folder it
-sets only when you allow its folder (``trusted_dirs`` in your file, or ``HALLUSCOPE_TRUSTED_DIRS``). Unknown keys
-are refused, as everywhere else, and every refusal names the key and where it came from (the file, the
-``HALLUSCOPE_*`` variable or the argument), never pydantic's own text alone.
+the project file in the working directory, ``halluscope.toml`` (keys at the top level, or the same
+``[tool.halluscope]`` table as ``pyproject.toml``) or else the ``[tool.halluscope]`` table of ``pyproject.toml``.
+A project file may set methods, options, thresholds and model settings; the endpoint and key (``base_url`` with
+``api_key``, as one pair), the cache and the prompt folder it sets only when you allow its folder
+(``trusted_dirs`` in your file, or ``HALLUSCOPE_TRUSTED_DIRS``). Unknown keys are refused, as everywhere else,
+and every refusal names the key and where it came from (the file, the ``HALLUSCOPE_*`` variable or the
+argument), never pydantic's own text alone.
 
 Besides the model settings, a file sets what a user sets on the command line: ``method`` (used when none is
 named), ``threshold`` (what ``--threshold`` sets) and ``[options.METHOD]`` tables (each method's options, as

@@ -5,14 +5,14 @@ Two kinds of file, read as layers (the later one wins key by key, ``options`` me
 1. **Your own file**: ``$XDG_CONFIG_HOME/halluscope/config.toml`` (``~/.config/halluscope/config.toml``), or the
    file ``HALLUSCOPE_CONFIG`` names (then it is the only file read). It may set every setting, and
    ``trusted_dirs``: the folders whose project files you allow to set everything too.
-2. **The project file** in the working directory: ``halluscope.toml`` (keys at the top level), else the
-   ``[tool.halluscope]`` table of ``pyproject.toml``. Whoever wrote it (a cloned repository) is not trusted with
-   your key or your files: unless its folder is allowed (``trusted_dirs`` in your file, or
-   ``HALLUSCOPE_TRUSTED_DIRS``), its ``cache_path``, ``cache_url``, ``prompts_dir``, ``trusted_dirs`` and model
-   file paths (``model = "embedded:PATH"``, ``embedded_model = PATH``) are ignored with a warning, and its
-   ``base_url`` is used only together with an ``api_key`` from the same file, when nothing else names an
-   endpoint or a key; a ``base_url`` alone (or an ``api_key`` alone) is ignored with a warning, so your key
-   never goes to an endpoint only a project file names.
+2. **The project file** in the working directory: ``halluscope.toml`` (keys at the top level, or in a
+   ``[tool.halluscope]`` table as in ``pyproject.toml``), else the ``[tool.halluscope]`` table of
+   ``pyproject.toml``. Whoever wrote it (a cloned repository) is not trusted with your key or your files: unless
+   its folder is allowed (``trusted_dirs`` in your file, or ``HALLUSCOPE_TRUSTED_DIRS``), its ``cache_path``,
+   ``cache_url``, ``prompts_dir``, ``trusted_dirs`` and model file paths (``model = "embedded:PATH"``,
+   ``embedded_model = PATH``) are ignored with a warning, and its ``base_url`` is used only together with an
+   ``api_key`` from the same file, when nothing else names an endpoint or a key; a ``base_url`` alone (or an
+   ``api_key`` alone) is ignored with a warning, so your key never goes to an endpoint only a project file names.
 
 A file nested deeper than :data:`MAX_DEPTH` tables or lists is refused (:class:`ConfigFileError`), as is one that
 is not TOML; unknown keys are refused by :class:`halluscope.config.Config`.
@@ -105,14 +105,26 @@ def _project_file(cwd: Path) -> tuple[Path, dict[str, Any]] | None:
             continue
         data: Any = read_toml(path)
         if path.name == "pyproject.toml":
-            tool = data.get("tool", {})
-            data = tool.get("halluscope") if isinstance(tool, dict) else None
+            data = _tool_table(data)
             if data is None:
                 continue  # a pyproject.toml without a [tool.halluscope] table is not a config file
+        elif "tool" in data:  # halluscope.toml written as pyproject.toml's table: the same snippet works in both
+            table = _tool_table(data)
+            if table is None or len(data) > 1:
+                raise ConfigFileError(
+                    f"{path}: the settings go at the top level or in one [tool.halluscope] table, nothing else"
+                )
+            data = table
         if not isinstance(data, dict):
             raise ConfigFileError(f"{path}: [tool.halluscope] must be a table")
         return path, data
     return None
+
+
+def _tool_table(data: dict[str, Any]) -> Any:
+    """The ``[tool.halluscope]`` table of a file's data, or None when it has none."""
+    tool = data.get("tool", {})
+    return tool.get("halluscope") if isinstance(tool, dict) else None
 
 
 def _user_file() -> tuple[Path, dict[str, Any]] | None:
