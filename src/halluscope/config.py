@@ -206,11 +206,13 @@ class Config(BaseSettings):
     before, e.g. OpenRouter's ``anthropic/claude-3.5-sonnet``). See docs/providers.md."""
 
     base_url: str | None = None
-    """OpenAI-compatible endpoint, e.g. ``https://api.openai.com/v1`` or ``http://localhost:11434/v1``.
-    Falls back to ``OPENAI_BASE_URL``."""
+    """OpenAI-compatible endpoint, e.g. ``https://api.openai.com/v1`` or ``http://localhost:11434/v1`` (``http://``
+    or ``https://`` with a host). Falls back to ``OPENAI_BASE_URL``. A project file's is used only with its own
+    ``api_key`` (``config_files.py``)."""
 
     api_key: str | None = Field(default=None, repr=False)
-    """Key for the endpoint. Falls back to ``OPENAI_API_KEY``. Local servers usually need none."""
+    """Key for the endpoint. Falls back to ``OPENAI_API_KEY``. Local servers usually need none. Never sent to an
+    endpoint only a project file in the working directory names."""
 
     temperature: float = Field(default=0.0, ge=0.0, le=2.0, allow_inf_nan=False)
     """Sampling temperature; 0 makes judgments repeatable and cacheable."""
@@ -242,7 +244,7 @@ class Config(BaseSettings):
     """Keep every reply in a persistent SQLite cache keyed by model, params and messages."""
 
     cache_path: Path = Field(default_factory=_default_cache_path)
-    """Where the response cache lives."""
+    """Where the response cache lives (not from a project file, unless you allow its folder)."""
 
     embedded_model: str | None = None
     """Embedded GGUF for ``model="embedded"``: ``qwen2.5-coder-1.5b`` (Qwen2.5-Coder-1.5B-Instruct, from the
@@ -273,14 +275,16 @@ class Config(BaseSettings):
     llama.cpp slows down sharply when its threads compete for cores; see ``llm/embedded.py``)."""
 
     prompts_dir: Path | None = None
-    """A folder of prompt overrides: ``<prompt name>.txt`` replaces the user template of that prompt."""
+    """A folder of prompt overrides: ``<prompt name>.txt`` replaces the user template of that prompt (not from a
+    project file, unless you allow its folder)."""
 
     cache_url: str | None = None
     """Where the response cache lives, as a URL; unset = the SQLite file at ``cache_path`` (one machine).
     ``redis://host:6379/0`` (``rediss://`` with TLS, ``unix:///path/redis.sock``) shares one cache between
     every process and machine of a distributed run (``--engine ray``); ``sqlite:////abs/path.sqlite`` names
     a SQLite file (SQLAlchemy's spelling). Optional query options for Redis: ``prefix=`` (key prefix) and
-    ``ttl=`` (seconds). Set it with ``HALLUSCOPE_CACHE_URL``; ``cache=False`` still turns every cache off."""
+    ``ttl=`` (seconds). Set it with ``HALLUSCOPE_CACHE_URL``; ``cache=False`` still turns every cache off. Not from
+    a project file, unless you allow its folder."""
 
     max_calls: int = Field(default=1000, ge=0)
     """Most LLM calls one check may make (cache hits count too; 0 = no limit). Past it the check stops and is
