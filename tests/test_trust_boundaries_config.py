@@ -218,6 +218,19 @@ def test_another_folder_allowed_does_not_allow_this_one_nor_can_a_project_file_a
     assert "trusted_dirs" in text and "base_url" in text
 
 
+def test_an_allowed_folder_is_named_by_an_absolute_path(here, monkeypatch):
+    from halluscope.config import ConfigFileError
+
+    (here / "halluscope.toml").write_text("threshold = 0.5\n", encoding="utf-8")
+    monkeypatch.setenv("HALLUSCOPE_TRUSTED_DIRS", ".")  # would allow every working directory
+    with pytest.raises(ConfigFileError, match="HALLUSCOPE_TRUSTED_DIRS: '.' in trusted_dirs is not an absolute"):
+        Config()
+    monkeypatch.delenv("HALLUSCOPE_TRUSTED_DIRS")
+    user_file('trusted_dirs = ["cloned-repo"]\n')
+    result = CliRunner().invoke(app, ["check", "--method", "rouge", "-s", "s.txt", "-t", "s.txt"])
+    assert result.exit_code == 2 and "'cloned-repo' in trusted_dirs is not an absolute folder" in result.output
+
+
 def test_the_users_own_file_sets_the_endpoint_the_key_and_the_rest(here, endpoints):
     user, _ = endpoints
     user_file(f'base_url = "{user.base_url}"\napi_key = "{SECRET}"\n')

@@ -157,13 +157,18 @@ def _same_dir(entry: str, folder: Path) -> bool:
 
 
 def is_trusted_dir(folder: Path, user_data: dict[str, Any] | None, user_label: str = "your config file") -> bool:
-    """Whether ``folder`` is allowed: named (``~`` expanded, links resolved, or ``*`` for every folder) in
-    ``HALLUSCOPE_TRUSTED_DIRS`` (folders separated by ``os.pathsep``) or in ``trusted_dirs`` of your file."""
-    entries = [e for e in os.environ.get(TRUSTED_DIRS_ENV, "").split(os.pathsep) if e.strip()]
+    """Whether ``folder`` is allowed: named (an absolute path, ``~`` expanded, links resolved, or ``*`` for every
+    folder) in ``HALLUSCOPE_TRUSTED_DIRS`` (folders separated by ``os.pathsep``) or in ``trusted_dirs`` of your file;
+    a relative name is refused (:class:`ConfigFileError`)."""
+    named = [(e.strip(), TRUSTED_DIRS_ENV) for e in os.environ.get(TRUSTED_DIRS_ENV, "").split(os.pathsep)]
     if user_data and TRUSTED_DIRS_KEY in user_data:
-        entries += _dir_list(user_data[TRUSTED_DIRS_KEY], user_label)
+        named += [(e.strip(), user_label) for e in _dir_list(user_data[TRUSTED_DIRS_KEY], user_label)]
+    entries = [entry for entry, _ in named if entry]
+    for entry, where in named:
+        if entry and entry != "*" and not Path(entry).expanduser().is_absolute():
+            raise ConfigFileError(f'{where}: {entry!r} in {TRUSTED_DIRS_KEY} is not an absolute folder (nor "*")')
     resolved = folder.resolve()
-    return any(_same_dir(entry.strip(), resolved) for entry in entries)
+    return any(_same_dir(entry, resolved) for entry in entries)
 
 
 def config_layers(cwd: Path | None = None) -> list[ConfigLayer]:
