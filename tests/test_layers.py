@@ -40,6 +40,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "halluscope._optional",
             "halluscope.records",
             "halluscope.config",
+            "halluscope.config_files",
             "halluscope.sqlite_file",
             "halluscope.plugins",
             "halluscope.sync",

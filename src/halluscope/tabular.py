@@ -57,6 +57,9 @@ TARGET_COLUMNS = ("target", "response", "actual_output", "answer")
 """Target column names tried in order when none is named: halluscope's, RAGAS's (``response``; older RAGAS
 ``answer``) and DeepEval's (``actual_output``). The question (``user_input``, ``input``) is kept, not checked."""
 PARTIAL_SUFFIX = ".partial.jsonl"
+MAX_INPUT_BYTES = 256 * 2**20
+"""Largest input table, 256 MiB: its size on disk, and for parquet also its uncompressed size. A larger one is
+refused before it is read (:class:`TableError`, exit 2 on the CLI): all its rows are held in memory at once."""
 
 
 class TableError(ValueError):
@@ -321,12 +324,36 @@ def table_format(path: str | Path) -> str:
     return suffix
 
 
-def read_table(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of a JSONL, CSV or parquet file, as dicts (missing values as None)."""
+def _refuse_large(path: Path, fmt: str, max_bytes: int) -> None:
+    """:class:`TableError` when the table is over ``max_bytes`` on disk or, for parquet, uncompressed."""
+    size = path.stat().st_size
+    if size <= max_bytes and fmt == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+
+            meta = pq.ParquetFile(path).metadata
+            size = max(size, sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)))
+        except ImportError:
+            pass  # pandas says so when it reads the file
+        except Exception as exc:  # pyarrow's errors have no common base class
+            raise TableError(f"{path}: cannot read as parquet: {exc}") from exc
+    if size > max_bytes:
+        raise TableError(
+            f"{path} is {size / 2**20:,.1f} MiB{' uncompressed' if fmt == '.parquet' else ''}, over the "
+            f"{max_bytes / 2**20:,.0f} MiB an input table may hold (its rows are all held in memory): split it "
+            "into parts and check each"
+        )
+
+
+def read_table(path: str | Path, max_bytes: int | None = MAX_INPUT_BYTES) -> list[dict[str, Any]]:
+    """The rows of a JSONL, CSV or parquet file, as dicts (missing values as None); a file over ``max_bytes``
+    (:data:`MAX_INPUT_BYTES`; None = no limit) is refused before it is read."""
     path = Path(path)
     fmt = table_format(path)
     if not path.is_file():
         raise TableError(f"input file not found: {path}")
+    if max_bytes is not None:
+        _refuse_large(path, fmt, max_bytes)
     if fmt == ".jsonl":  # the bench's reader: names the line of bad JSON or bad UTF-8
         from halluscope.bench.datasets import DatasetError, read_jsonl_lines
 
@@ -470,7 +497,7 @@ def _kept_from_output(
     must hold the same pairs in the same order, checked by the same method and model; else it is refused."""
     if not output_path.is_file():
         return {}
-    old = read_table(output_path)
+    old = read_table(output_path, max_bytes=None)  # this tool's own output: the input's rows plus their results
     if len(old) != len(rows):
         raise TableError(f"{output_path} has {len(old)} rows, the input {len(rows)}: not this input's results")
     kept: dict[int, dict[str, Any]] = {}

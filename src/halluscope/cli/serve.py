@@ -72,6 +72,17 @@ def serve_command(
             "--timeout", hidden=True, min=0.001, callback=finite_number, help="Old spelling of --check-timeout."
         ),
     ] = None,
+    max_calls: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help=(
+                "Ceiling on the LLM calls of one check; a request's options.max_calls may lower it, never "
+                "raise it. 0 = none but the config's max_calls."
+            ),
+            envvar="HALLUSCOPE_SERVER_MAX_CALLS",
+        ),
+    ] = 1000,
     max_body_mb: Annotated[
         float,
         typer.Option(
@@ -279,6 +290,7 @@ def serve_command(
         token=token,
         max_chars=max_chars,
         timeout_s=timeout,
+        max_calls=max_calls,
         default_method=method,
         max_body_bytes=int(max_body_mb * 2**20),
         body_timeout_s=body_timeout,

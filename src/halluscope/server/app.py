@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import time
 import weakref
 from contextlib import asynccontextmanager
 from typing import Any, Literal, TypeVar
@@ -18,7 +20,7 @@ from halluscope.config import Config
 from halluscope.llm import LLM
 from halluscope.methods import list_methods
 from halluscope.records import Report
-from halluscope.report import render_html
+from halluscope.report import RenderTimeout, render_html
 from halluscope.server.guard import Guard
 from halluscope.server.jobs import result_line, valid_job_id
 from halluscope.server.jobs.base import JobStoreUnavailable
@@ -36,7 +38,7 @@ from halluscope.server.schemas import (
     JobRequest,
     Problem,
 )
-from halluscope.server.service import ClientError, Service, joined_source
+from halluscope.server.service import ClientError, Service, check_deadline, joined_source
 from halluscope.server.settings import ServerSettings
 
 M = TypeVar("M", bound=BaseModel)
@@ -210,7 +212,7 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
 
     def renderer(fmt: str, source: str, target: str):
         if fmt == "html":
-            return lambda report: render_html(report, source, target).encode()
+            return lambda report: render_html(report, source, target, deadline=check_deadline()).encode()
         return lambda report: report.model_dump_json().encode()
 
     def respond(fmt: str, body: bytes) -> Response:
@@ -365,11 +367,10 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
         responses={**_ERRORS, **_NOT_FOUND, 409: {"model": Problem, "description": "The item is not finished yet."}},
         summary="One finished item: its ItemResult, or with ?format=html its span-highlight report.",
     )
-    async def job_item(
-        job_id: str = Path(max_length=64), index: int = Path(ge=0, le=MAX_INDEX), format: str = fmt_query
-    ) -> Response:
+    async def job_item(job_id: str = Path(max_length=64), index: int = Path(ge=0), format: str = fmt_query) -> Response:
         await job_or_404(job_id)
-        found = await asyncio.to_thread(store().item, job_id, index)
+        # past the largest index a store holds there is no such item: 404, as for any index past the job's end
+        found = await asyncio.to_thread(store().item, job_id, index) if index <= MAX_INDEX else None
         if found is None:
             raise HTTPException(404, f"job {job_id} has no item {index}")
         example, row = found
@@ -378,9 +379,21 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
         if format == "html":
             if row["report"] is None:
                 raise ClientError(409, f"item {index} has no report: {row['error']}")  # redacted by ClientError
+            if example is None:
+                raise ClientError(409, f"item {index} has no web report: its stored source and target cannot be read")
             report = Report.model_validate_json(row["report"])
             title = f"halluscope · job {job_id[:8]} · item {example.id}"
-            page = await asyncio.to_thread(render_html, report, example.source, example.target, title)
+            deadline = time.monotonic() + settings.timeout_s
+            try:
+                page = await asyncio.to_thread(
+                    functools.partial(render_html, deadline=deadline), report, example.source, example.target, title
+                )
+            except RenderTimeout:
+                raise ClientError(
+                    504,
+                    f"the HTML report of item {index} ({len(report.findings)} findings) did not fit in the time limit "
+                    f"of {settings.timeout_s:g}s and was stopped; ask for the JSON result (format=json)",
+                ) from None
             return HTMLResponse(page)
         return Response(
             result_line(row["idx"], row["item_id"], row["status"], row["report"], _redacted(row["error"])),
