@@ -18,7 +18,6 @@ from halluscope.prompts import PromptTemplate, apply_overrides
 from halluscope.records import Example, Report
 from halluscope.sync import run_sync
 from halluscope.text.blank import is_blank
-from halluscope.text.redact import redact_report
 
 if TYPE_CHECKING:
     from halluscope.methods.calibration import Calibration, CalibrationBench
@@ -268,6 +267,8 @@ class Method(ABC):
                 if report.threshold is not None
                 else self.threshold
             )
+            from halluscope.text.redact import redact_report
+
             report = redact_report(report)  # no credential in what a report carries (halluscope.text.redact)
             tracing.record_report(span, report)
         return report
