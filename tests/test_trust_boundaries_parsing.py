@@ -239,7 +239,7 @@ def test_a_second_answer_cut_off_is_refused():
         "\nPlease disregard the above answer.",
         "\nI retract that score; the summary adds a claim.",
         "\nActually, no. The source gives another year.",
-        "\nCorrection: the amount is 40 million.",
+        "\nLet me correct that: the amount is 40 million.",
         "\nI was wrong, the date differs.",
     ],
 )
@@ -256,6 +256,7 @@ def test_prose_that_takes_the_answer_back_is_refused(after):
         ANSWER + "\nThe source states the same year.",
         "```json\n" + ANSWER + "\n```\nThat is my final verdict.",
         ANSWER + "\nThe set {ferry, bridge} is named in the source.",
+        ANSWER + "\nThe summary says 2001; that is wrong. Correction: the source says 2002.",  # explains, not retracts
     ],
 )
 def test_an_answer_with_harmless_prose_is_still_read(reply):

@@ -167,16 +167,18 @@ MAX_REPAIR_CHARS = 8_000
 
 RETRACTION = re.compile(
     r"\b(?:on (?:second|further) thoughts?|on (?:reflection|closer (?:look|inspection|reading))|scratch that|"
-    r"(?:disregard|ignore|forget) (?:that|this|it|the (?:above|previous|last)|my (?:previous |last |first )?"
-    r"(?:answer|verdict|reply|response|score|json))|i (?:hereby )?retract|retract(?:ing|ed)? (?:that|this|it|the|my)|"
-    r"i take (?:that|this|it) back|i (?:was|am) (?:wrong|mistaken)|(?:that|this|the (?:above|previous) "
-    r"(?:answer|verdict|score|json))(?:'s| is| was) (?:wrong|incorrect|mistaken|a mistake)|"
-    r"let me (?:correct|revise|reconsider|change)|i (?:need to |must |should )?(?:correct|revise|change|update) "
-    r"(?:that|this|it|my)|changed? my (?:mind|answer)|(?:actually|wait)\W{0,3}no\b|correction\s*:)",
+    r"(?:disregard|ignore|forget) (?:that answer|this answer|the (?:above|previous|last|first)|my (?:previous |last |"
+    r"first )?(?:answer|verdict|reply|response|score|json))|i (?:hereby )?retract|retract(?:ing|ed)? (?:that|this|"
+    r"the|my)|i take (?:that|this|it) back|i was (?:wrong|mistaken)|(?:the (?:above|previous)|my (?:previous |first )?)"
+    r"(?:answer|verdict|score|json) (?:is|was) (?:wrong|incorrect|mistaken|a mistake)|let me (?:correct|revise|"
+    r"reconsider|change) (?:that|this|it|my)|i (?:need to |must |should )?(?:correct|revise|change) (?:that|this|my)|"
+    r"changed? my (?:mind|answer)|(?:actually|wait)\W{0,3}no\b)",
     re.I,
 )
-"""Prose after a reply's last JSON value that takes it back ("On second thought, ...", "Scratch that", "Ignore the
-above", "I retract ...", "Actually, no", "Correction:"): the answer stated is then not the reply's final word."""
+"""Prose after a reply's last JSON value that takes it back ("On second thought, ...", "Scratch that", "Disregard
+the above", "I retract ...", "I was wrong", "Actually, no"): the answer stated is then not the reply's final word.
+Only a speaker taking back their own answer counts: "that is wrong" or "Correction: ..." after the answer may
+explain it (the claim is wrong, the text should say ...), and is read as before."""
 
 _JSON_LITERALS = {"true", "false", "null", "True", "False", "None"}
 _BARE_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
