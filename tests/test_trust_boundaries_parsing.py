@@ -101,6 +101,14 @@ HEDGED_LATER = [
     "Supported for the most part.",
     "Consistent, aside from the name.",
 ]
+
+HEDGED_DENIALS = [
+    "Consistent: no major errors.",
+    "Consistent, with no significant discrepancy.",
+    "Consistent: no obvious problems, no real issues.",
+    "Consistent: no discrepancy except the year.",
+]
+"""A problem denied only in part ("no major errors") leaves room for lesser ones: never +1."""
 """25 hedges written after the mapping was built from :data:`HEDGED`: 12 read +1 on 0c40462, 8 with the word list
 extended alone, 2 once the verdict's own clause was read by its structure (both then handled: "a touch high",
 "close to")."""
@@ -155,13 +163,19 @@ UNDECIDED = [
 
 def test_the_table_has_the_rows_it_claims():
     assert len(HEDGED) == 26 and len(HEDGED_LATER) == 25
-    rows = HEDGED + HEDGED_LATER + CLEAR_POSITIVE + CLEAR_NEGATIVE + UNDECIDED
+    rows = HEDGED + HEDGED_LATER + HEDGED_DENIALS + CLEAR_POSITIVE + CLEAR_NEGATIVE + UNDECIDED
     assert len(rows) == len(set(rows)) >= 40
 
 
 @pytest.mark.parametrize("reason", HEDGED + HEDGED_LATER)
 def test_a_hedged_positive_verdict_is_unscored_with_its_qualifier(reason):
     with pytest.raises(ParseError, match="qualifies its positive verdict"):
+        verdict_mark(reason)
+
+
+@pytest.mark.parametrize("reason", HEDGED_DENIALS)
+def test_a_problem_denied_in_part_is_never_plus_one(reason):
+    with pytest.raises(ParseError):
         verdict_mark(reason)
 
 

@@ -377,15 +377,16 @@ _PROBLEM_NOUNS = (
     r"problems?|flaws?|contradictions?|conflicts?|omissions?|deviations?|differences?)"
 )
 DENIED_PROBLEM_AFTER = re.compile(
-    r"\b(?:no|with no|without(?: any)?|not a single|not one|free (?:of|from))\s+(?:(?:real|actual|factual|obvious|"
-    r"apparent|significant|major|minor|other|such|further|additional)\s+)?" + _PROBLEM_NOUNS + r"\b"
+    r"\b(?:no|with no|without(?: any)?|not a single|not one|free (?:of|from))\s+(?:(?:factual|"
+    r"other|such|further|additional)\s+)?" + _PROBLEM_NOUNS + r"\b"
     r"(?:\s+(?:found|detected|noted|identified|at all))?|"
     r"\bnothing\s+(?:is\s+)?(?:wrong|incorrect|inaccurate|missing)\b",
     _FLAGS,
 )
 """A problem denied after a positive verdict ("Consistent: no discrepancies.", "..., with no errors", "nothing
 wrong"): it supports the verdict, so it is no qualifier (removed before the reason's qualifiers are looked for).
-Only a problem *noun* denied counts: "not April" may correct the sentence, and stays a negation."""
+Only a problem *noun* denied counts: "not April" may correct the sentence, and stays a negation; "no major errors"
+or "no obvious problem" leaves room for lesser ones, and stays a qualifier."""
 
 OFF_PREDICATE = re.compile(
     r"\b(?:is|are|was|were|be|been|being|seems?|looks?|appears?|slightly|somewhat|a bit|a little|a tad|a touch|way|far|"
