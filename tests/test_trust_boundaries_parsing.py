@@ -102,6 +102,13 @@ HEDGED_LATER = [
     "Consistent, aside from the name.",
 ]
 
+HEDGED_MID_SENTENCE = [
+    "It is consistent, give or take a year.",
+    "It is accurate to within a year.",
+    "Overall the claim is correct, bar the date.",
+]
+"""A positive verdict word inside the first sentence is read by the same structure as one that opens it."""
+
 HEDGED_DENIALS = [
     "Consistent: no major errors.",
     "Consistent, with no significant discrepancy.",
@@ -163,11 +170,11 @@ UNDECIDED = [
 
 def test_the_table_has_the_rows_it_claims():
     assert len(HEDGED) == 26 and len(HEDGED_LATER) == 25
-    rows = HEDGED + HEDGED_LATER + HEDGED_DENIALS + CLEAR_POSITIVE + CLEAR_NEGATIVE + UNDECIDED
+    rows = HEDGED + HEDGED_LATER + HEDGED_MID_SENTENCE + HEDGED_DENIALS + CLEAR_POSITIVE + CLEAR_NEGATIVE + UNDECIDED
     assert len(rows) == len(set(rows)) >= 40
 
 
-@pytest.mark.parametrize("reason", HEDGED + HEDGED_LATER)
+@pytest.mark.parametrize("reason", HEDGED + HEDGED_LATER + HEDGED_MID_SENTENCE)
 def test_a_hedged_positive_verdict_is_unscored_with_its_qualifier(reason):
     with pytest.raises(ParseError, match="qualifies its positive verdict"):
         verdict_mark(reason)

@@ -426,10 +426,13 @@ SOURCE_NOUN = (
     r"(?:article|source|document|text|passage|context|reference|paragraph|excerpt|report|story|original|evidence|"
     r"input|summary|sentence|claim)s?"
 )
+_SOURCE_PHRASE = r"(?:(?:the|this|its|that|our)\s+)?(?:[\w-]+\s+)?" + SOURCE_NOUN + r"\b(?:\s+\d{1,3}\b)?"
 _COMPLEMENT = (
-    r"(?:\s+(?:with|to|by|in|per|from|against|according to)\s+(?:(?:the|this|its|that|our)\s+)?(?:[\w-]+\s+)?"
-    + SOURCE_NOUN
-    + r"\b(?:['\u2019]s)?)?"
+    r"(?:\s+(?:with|to|by|in|per|from|against|according to)\s+"
+    + _SOURCE_PHRASE
+    + r"(?:\s+(?:of|in)\s+"
+    + _SOURCE_PHRASE
+    + r")?(?:['\u2019]s)?)?"
 )
 VERDICT_CLAUSE_END = re.compile(
     _COMPLEMENT
@@ -533,7 +536,23 @@ def verdict_mark(reason: str) -> int:
         raise ParseError(f"the reason does not state a verdict: {reason[:60]!r}")
     if mark == 1:
         _never_taken_back(text, reason)
+        _verdict_clause_unmodified(sentence, reason)
     return mark
+
+
+_POSITIVE_ADJECTIVE = re.compile(r"\b(?:consistent|supported|correct|accurate)\b", _FLAGS)
+
+
+def _verdict_clause_unmodified(sentence: str, reason: str) -> None:
+    """Raise :class:`ParseError` when a positive verdict word stated inside the first sentence ("It is consistent,
+    give or take a year.") is followed by anything but what :data:`VERDICT_CLAUSE_END` allows."""
+    for word in _POSITIVE_ADJECTIVE.finditer(sentence):
+        rest = sentence[word.end() :]
+        if not VERDICT_CLAUSE_END.match(rest):
+            modifier = " ".join(rest.strip(" ,").split()[:4])
+            raise ParseError(
+                f"the reason qualifies its positive verdict (modified verdict: {modifier!r}): {reason[:60]!r}"
+            )
 
 
 def _never_taken_back(text: str, reason: str) -> None:
