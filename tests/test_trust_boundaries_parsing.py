@@ -267,6 +267,14 @@ def test_a_second_answer_cut_off_is_refused():
 def test_prose_that_takes_the_answer_back_is_refused(after):
     with pytest.raises(RetractedAnswerError, match="takes its answer back"):
         extract_json(ANSWER + after)
+    with pytest.raises(RetractedAnswerError):  # a value of another type after the retraction hides nothing
+        extract_json(ANSWER + after + " See [1].", expect=dict)
+    with pytest.raises(RetractedAnswerError):  # nor does an answer that needed syntax repair
+        extract_json(ANSWER.replace('"score": 5', "'score': 5") + after)
+
+
+def test_an_answer_restated_after_a_second_thought_is_its_final_word():
+    assert extract_json(ANSWER + "\nOn second thought, I keep it:\n" + ANSWER) == {"reason": "stated", "score": 5}
 
 
 @pytest.mark.parametrize(

@@ -274,7 +274,7 @@ def extract_json(
       second answer cannot be known),
     * a bracketed value that would need only syntax repair is cut off (a second answer cut off; alone, the
       answer is cut off),
-    * prose after the last bracketed value takes the answer back (:data:`RETRACTION`: "On second thought, ...",
+    * prose after the answer's last statement takes it back (:data:`RETRACTION`: "On second thought, ...",
       "Scratch that"), or
     * its only value is one of ``examples`` (the format's own example echoed back, alone or inside echoed
       format text or an echoed prompt); an example beside one real answer is an echo and is skipped."""
@@ -290,7 +290,8 @@ def extract_json(
     truncated = False
     cut_off: str | None = None  # the first cut-off value that looks like JSON (only syntax to repair)
     body = strip_think(text)
-    last_end = 0  # where the body's last bracketed value ends: prose after it may take the answer back
+    answer_end = 0  # where the body's last statement of an answer ends: prose after it may take the answer back
+    body_ends: dict[str, int] = {}  # where each bracketed value of the body that needs repair ends
     sources = [m.group(1) for m in _FENCE.finditer(body)] + [body]
     for src in sources:
         starts = _top_level_starts(src)
@@ -309,13 +310,10 @@ def extract_json(
                     if cut_off is None and _only_syntax_errors(src[pos:stop]):
                         cut_off = src[pos : pos + 60]
                     continue
-                end = found_end
-                repairable.append(src[pos:end])
+                repairable.append(src[pos:found_end])
                 if src is body:
-                    last_end = max(last_end, end)
+                    body_ends[src[pos:found_end]] = found_end
                 continue
-            if src is body:
-                last_end = max(last_end, end)
             if not isinstance(value, expect):
                 if isinstance(value, list) and dict in (expect if isinstance(expect, tuple) else (expect,)):
                     for item in value:
@@ -327,6 +325,8 @@ def extract_json(
                 echoed += 1
             else:
                 answers.setdefault(key, value)
+                if src is body:
+                    answer_end = max(answer_end, end)
     # Candidates only syntax repair can read: the answer when nothing parsed strictly, and a second statement
     # (a contradiction to refuse) when something did.
     candidates = [c for c in dict.fromkeys(repairable) if len(c) <= MAX_REPAIR_CHARS]
@@ -359,6 +359,7 @@ def extract_json(
             echoed += 1
         else:
             answers.setdefault(key, value)
+            answer_end = max(answer_end, body_ends.get(cand, 0))
     stated = {k: v for k, v in answers.items() if v}
     if len(answers) > 1 and stated:
         answers = stated  # an empty "{}" or "[]" beside a real answer states nothing
@@ -376,7 +377,7 @@ def extract_json(
             f"not clear: {cut_off!r}"
         )
     if answers:
-        retraction = RETRACTION.search(body, last_end)
+        retraction = RETRACTION.search(body, answer_end)
         if retraction is not None:
             raise RetractedAnswerError(
                 f"the reply takes its answer back after stating it ({retraction.group(0)!r}): {text[:120]!r}"
