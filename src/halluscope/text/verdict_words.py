@@ -399,7 +399,7 @@ copula or a degree word, so that "set off" or "off the coast" in a restated fact
 DEVIATION = re.compile(
     r"\b(?:slightly|somewhat|marginally|a bit|a little|a tad|a touch|not quite|not exactly|not precisely)\s+"
     r"(?:off|wrong|different|differs?|inaccurate|imprecise|overstated|understated|exaggerated|inflated|high|low|higher|lower|early|"
-    r"late|earlier|later|more|less|misleading)\b",
+    r"late|earlier|later|more|less|misleading|right)\b",
     _FLAGS,
 )
 """A degree word on a deviation ("slightly different", "a bit high", "not quite right"): a problem conceded."""
@@ -440,7 +440,8 @@ VERDICT_CLAUSE_END = re.compile(
     r"thus|hence|per|according to|it|this|both|all|(?:the|this|its)\s+(?:[\w-]+\s+)?" + SOURCE_NOUN + r")\b)",
     _FLAGS,
 )
-"""What may follow a positive verdict word that opens a reason, in the verdict's own clause: nothing, or a
+"""What may follow a positive verdict word (the one a reason opens with, or one in its first sentence), in the
+verdict's own clause: nothing, or a
 complement naming the source ("consistent with the article", "supported by the second paragraph"), then the end,
 a colon, full stop, semicolon or dash before the explanation, or a clause that gives a reason (", as ...",
 " because ...", ", the article states ..."). Anything else modifies the verdict itself ("Consistent, give or take
