@@ -15,7 +15,7 @@ from typing import Annotated, Any, BinaryIO
 import typer
 
 from halluscope.config import Config
-from halluscope.text.blank import is_blank
+from halluscope.text.blank import BLANK_DETAIL, is_blank
 
 
 class InputFileError(Exception):
@@ -87,9 +87,7 @@ def read_text_input(path: str, what: str, max_bytes: int | None = None) -> str:
         raise InputFileError(f"{what} ({label}) is not valid UTF-8: {exc.reason} at byte {exc.start}") from exc
     if is_blank(text):
         raise InputFileError(
-            f"{what} ({label}) is empty"
-            if not text.strip()
-            else f"{what} ({label}) is empty (only whitespace and invisible characters such as U+200B)"
+            f"{what} ({label}) is empty" if not text.strip() else f"{what} ({label}) is empty ({BLANK_DETAIL})"
         )
     return text
 

@@ -17,7 +17,7 @@ from halluscope.methods.options import MethodOptions, OptionsError
 from halluscope.prompts import PromptTemplate, apply_overrides
 from halluscope.records import Example, Report
 from halluscope.sync import run_sync
-from halluscope.text.blank import is_blank
+from halluscope.text.blank import BLANK_DETAIL, is_blank
 
 if TYPE_CHECKING:
     from halluscope.methods.calibration import Calibration, CalibrationBench
@@ -32,11 +32,7 @@ def validate_pair(source: object, target: object) -> None:
         if not isinstance(value, str):
             raise InputError(f"{name} must be a string, got {type(value).__name__}")
         if is_blank(value):
-            raise InputError(
-                f"{name} is empty"
-                if not value.strip()
-                else f"{name} is empty (only whitespace and invisible characters such as U+200B)"
-            )
+            raise InputError(f"{name} is empty" if not value.strip() else f"{name} is empty ({BLANK_DETAIL})")
 
 
 def _max_calls_option(method: str, value: object) -> int | None:
