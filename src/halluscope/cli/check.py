@@ -130,6 +130,8 @@ def finding_lines(n: int, f: Finding, texts: Texts) -> list[str]:
     out = [f"{n}. {head}", f"   reason: {_one_line(f.description, 600)}"]
     for ev in f.evidence:
         out.append(f'   evidence ({ev.relation}) at {texts.evidence_where(ev)}: "{_one_line(ev.text, 600)}"')
+    if not f.evidence and f.kind == "unsupported":
+        out.append("   evidence: not mentioned in the source")
     fix = getattr(f, "suggested_fix", None) or getattr(f, "fix", None)
     if fix:
         out.append(f"   fix: {_one_line(str(fix), 600)}")
@@ -149,6 +151,8 @@ def claim_lines(report: Report, texts: Texts) -> list[str]:
         out.append(f'{where}: {v.label}: "{_one_line(v.claim.text, 200)}"')
         for ev in v.evidence:
             out.append(f'   {ev.relation} at {texts.evidence_where(ev)}: "{_one_line(ev.text, 200)}"')
+        if not v.evidence and v.label == "unsupported":
+            out.append("   not mentioned in the source")
     return out
 
 
