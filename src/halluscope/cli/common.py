@@ -164,7 +164,10 @@ JudgeModelOpt = Annotated[
     str | None,
     typer.Option(
         "--judge-model",
-        help="Model for FINAL's matching judge (default: the evaluated model).",
+        help=(
+            "Model for FINAL's matching judge (default: the evaluated model; a method with no model has no judge "
+            "unless one is named); 'none' skips the matching."
+        ),
         envvar="HALLUSCOPE_JUDGE_MODEL",
     ),
 ]
