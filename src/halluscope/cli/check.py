@@ -455,6 +455,8 @@ def check_command(
     elif output_format == "jsonl":
         typer.echo(report.model_dump_json())
     else:
+        if report.score is None and not report.verdicts and not report.findings:  # nothing was judged: one line
+            raise fail(f"could not score: {report.unscored_reason}", code=EXIT_UNSCORED)
         names = {
             "source_name": "source" if source is None or source == "-" else source,
             "target_name": "target" if target is None or target == "-" else target,

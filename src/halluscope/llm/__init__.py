@@ -6,6 +6,7 @@ from halluscope.config import Config
 from halluscope.llm.base import (
     Completion,
     ContextOverflowError,
+    EndpointUnreachable,
     GenerateParams,
     LLMError,
     Message,
@@ -23,6 +24,7 @@ __all__ = [
     "Completion",
     "Config",
     "ContextOverflowError",
+    "EndpointUnreachable",
     "FakeModel",
     "GenerateParams",
     "LLMError",

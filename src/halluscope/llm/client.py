@@ -25,7 +25,15 @@ from dataclasses import dataclass, field
 
 from halluscope import tracing
 from halluscope.llm.affinity import PrefixAffinityGate, prompt_text
-from halluscope.llm.base import CallBudgetExceeded, Completion, GenerateParams, Message, ModelAPI, ReplyTooLargeError
+from halluscope.llm.base import (
+    CallBudgetExceeded,
+    Completion,
+    EndpointUnreachable,
+    GenerateParams,
+    Message,
+    ModelAPI,
+    ReplyTooLargeError,
+)
 from halluscope.llm.cache import Cache, cache_key, clean_messages, clean_text
 from halluscope.llm.ratelimit import RateLimiter
 from halluscope.records import LLMCall, Usage
@@ -69,6 +77,14 @@ class CallBudget:
     limit: int
     used: int = 0
     exceeded: bool = False
+    unreachable: str | None = None
+    """Set at the first :class:`EndpointUnreachable` of the check (its message): every later call of the check
+    fails at once with it, and the check ends unscored with it."""
+
+    def refuse_if_unreachable(self) -> None:
+        """Fail at once, with no request, once the check found its endpoint unreachable."""
+        if self.unreachable is not None:
+            raise EndpointUnreachable(self.unreachable)
 
     def claim(self) -> None:
         """Count one call, or refuse it (:class:`CallBudgetExceeded`) when the budget is spent."""
@@ -171,13 +187,21 @@ class LLM:
 
     async def _call_backend(self, messages: list[Message], params: GenerateParams) -> Completion:
         slot = self.gate().slot(prompt_text(messages)) if self.prefix_affinity else self._semaphore()
+        budget = _current_budget.get()
         async with slot:
+            if budget is not None:  # calls that waited for a slot behind a refused one are not sent
+                budget.refuse_if_unreachable()
             limiter = self.rate_limiter
             reserved = 0
             if limiter is not None:
                 estimate = sum(self.count_tokens(m.get("content", "")) for m in messages) + params.max_tokens
                 reserved = await limiter.acquire(estimate)
-            completion = await self.api.generate(messages, params)
+            try:
+                completion = await self.api.generate(messages, params)
+            except EndpointUnreachable as exc:
+                if budget is not None and budget.unreachable is None:
+                    budget.unreachable = str(exc)
+                raise
             if limiter is not None:
                 limiter.settle(reserved, completion.usage.total_tokens)
         if len(completion.text) > MAX_REPLY_CHARS:  # no parser reads it: refused here, never cached
@@ -226,6 +250,7 @@ class LLM:
         params = params or self.default_params
         budget = _current_budget.get()
         if budget is not None:
+            budget.refuse_if_unreachable()
             budget.claim()
         messages = clean_messages(messages)
         cache_id = getattr(self.api, "cache_id", None) or self.api.name

@@ -7,6 +7,7 @@ import functools
 import json
 import math
 import random
+import socket
 import ssl
 import weakref
 import zlib
@@ -18,6 +19,7 @@ import httpx
 from halluscope.llm.base import (
     Completion,
     ContextOverflowError,
+    EndpointUnreachable,
     GenerateParams,
     LLMError,
     Message,
@@ -232,6 +234,18 @@ def _ssl_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
+def _connect_failure(exc: BaseException) -> str:
+    """Why a connection failed, in words: ``connection refused``, ``host not found``, else the error's text."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ConnectionRefusedError) or "refused" in str(seen).lower():
+            return "connection refused"
+        if isinstance(seen, socket.gaierror):
+            return "host not found"
+        seen = seen.__cause__ or seen.__context__
+    return str(exc) or type(exc).__name__
+
+
 class OpenAICompatibleModel:
     context_window: int | None = None
 
@@ -418,6 +432,9 @@ class OpenAICompatibleModel:
             try:
                 data = await self._post_once(body)
                 break
+            except httpx.ConnectError as exc:  # refused, or an unknown host: no retry can help within one check
+                why = _connect_failure(exc)
+                raise EndpointUnreachable(f"cannot connect to the model's endpoint at {self.base_url} ({why})") from exc
             except _RETRYABLE as exc:
                 if attempt == attempts:
                     raise LLMError(
