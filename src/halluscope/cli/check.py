@@ -25,6 +25,7 @@ from halluscope.cli.common import (
     ModelFlags,
     OptionOpt,
     check_fraction,
+    check_option_pairs,
     check_output_file,
     fail,
     model_options,
@@ -366,6 +367,7 @@ def check_command(
     output_format = output_format or "text"
     if output_format not in FORMATS:
         raise fail(f"--format must be one of {', '.join(FORMATS)}, got {output_format!r}")
+    check_option_pairs(option)  # before the pairing of --input/--output: `-o out.jsonl` is pointed to --output
     if source is not None and context:
         raise fail("give the source once: --source (one text) or --context (its chunks), not both")
     if input_file is not None or output_file is not None:
@@ -450,6 +452,7 @@ def check_command(
             write_html(report, src, tgt, html)
         except OSError as exc:  # e.g. no permission: a clear refusal, not a traceback
             raise fail(f"--html {html}: cannot write the report: {exc.strerror or exc}") from exc
+        typer.echo(f"wrote the web report to {html}", err=True)  # standard error: the report's JSON stays clean
     if output_format == "json":
         typer.echo(report.model_dump_json(indent=2))
     elif output_format == "jsonl":

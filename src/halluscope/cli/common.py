@@ -301,14 +301,25 @@ def make_config(
         raise fail(f"bad configuration: {exc}") from exc
 
 
+def check_option_pairs(pairs: list[str] | None) -> None:
+    """Refuse (exit 2) an ``-o/--option`` value that is not KEY=VALUE; one that looks like a file (``-o out.jsonl``,
+    the habit of other tools) is pointed to ``--output``."""
+    for pair in pairs or []:
+        if "=" in pair:
+            continue
+        hint = ""
+        if "/" in pair or "\\" in pair or Path(pair).suffix:
+            hint = f"; -o is --option here: to write to a file, use --output {pair} (-O {pair})"
+        raise fail(f"-o/--option expects KEY=VALUE, got {pair!r}{hint}")
+
+
 def parse_options(pairs: list[str] | None) -> dict[str, Any]:
     """``["k=v", ...]`` -> dict; values parse as JSON when they can (numbers, true/false), else strings."""
     import json
 
+    check_option_pairs(pairs)
     out: dict[str, Any] = {}
     for pair in pairs or []:
-        if "=" not in pair:
-            raise fail(f"--option expects KEY=VALUE, got {pair!r}")
         key, value = pair.split("=", 1)
         try:
             out[key.strip().replace("-", "_")] = json.loads(value)
