@@ -125,8 +125,9 @@ def test_the_cli_prints_the_cost_where_it_is_known(tmp_path):
         known = CliRunner().invoke(app, [*args, "--model", "litellm:openai/gpt-4o-mini"])
         unknown = CliRunner().invoke(app, [*args, "--model", "litellm:openai/stub-model"])
     assert known.exit_code == 0 and unknown.exit_code == 0
-    assert "1 LLM calls, 10+5 tokens, 0 cache hits, $0.000005" in known.stdout  # 10 x $0.15/M + 5 x $0.60/M
-    assert "0 cache hits, $" not in unknown.stdout and "1 LLM calls, 10+5 tokens, 0 cache hits," in unknown.stdout
+    assert "1 LLM calls, 10+5 tokens, 0 replies from cache, $0.000005" in known.stdout  # 10 x $0.15/M + 5 x $0.60/M
+    assert "0 replies from cache, $" not in unknown.stdout
+    assert "1 LLM calls, 10+5 tokens, 0 replies from cache, cost unknown" in unknown.stdout
 
 
 def test_the_cli_runs_check_with_a_litellm_model_string(tmp_path):

@@ -1,8 +1,9 @@
 """The web report: one self-contained HTML page for a Report.
 
 Source and target side by side; hallucinated target spans highlighted (hover shows the description,
-click jumps to and flashes the evidence in the source); sub-scores; findings list; and, for methods that
-reason about event order, the events in target order with the inverted pairs.
+click jumps to and flashes the evidence in the source); the score, threshold and label, the cost in words;
+findings list; and, for methods that reason about event order, the events in target order with the inverted pairs.
+The method's own numbers (sub-scores) only with ``details=True``.
 """
 
 from __future__ import annotations
@@ -102,7 +103,9 @@ def _evidence_line(ev: Evidence) -> str:
     return f"<div class='muted'>{html.escape(ev.relation)}{_chunk_note(ev)}: “{html.escape(ev.text[:200])}”</div>"
 
 
-def render_html(report: Report, source: str, target: str, title: str = "halluscope report") -> str:
+def render_html(
+    report: Report, source: str, target: str, title: str = "halluscope report", details: bool = False
+) -> str:
     target_marks: list[tuple[Span, int | str, str, str]] = []
     source_marks: list[tuple[Span, int | str, str, str]] = []
     for i, f in enumerate(report.findings):
@@ -177,9 +180,14 @@ def render_html(report: Report, source: str, target: str, title: str = "hallusco
     u = report.usage
     meta = (
         f"{html.escape(report.method)} · {html.escape(report.model or 'no LLM')} · {u.calls} LLM calls · "
-        f"{u.prompt_tokens + u.completion_tokens} tokens{u.cached_note()} · {u.cache_hits} cache hits · "
+        f"{u.prompt_tokens + u.completion_tokens} tokens{u.cached_note()} · {u.cache_hits} replies from cache · "
         f"{report.elapsed_s:.2f}s" + (f" · {unscored} unscored claims" if unscored else "")
     )
+    if u.cost_usd is not None:
+        meta += f" · ${u.cost_usd:.6f}"
+    elif u.calls:
+        meta += " · cost unknown" + (f" ({html.escape(u.cost_note)})" if u.cost_note else "")
+    threshold = "" if report.threshold is None else f" · threshold {report.threshold:.3f}"
     reason = (
         f"<div class='bad'>could not score: {html.escape(report.unscored_reason)}</div>"
         if report.unscored_reason
@@ -192,12 +200,12 @@ def render_html(report: Report, source: str, target: str, title: str = "hallusco
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>{_CSS}</style></head><body>
 <header><h1>{html.escape(title)}</h1><span class="score {score_cls}">{score}</span>
-{f'<span class="muted"> {html.escape(report.label)}</span>' if report.label else ""}
+{f'<span class="muted"> {html.escape(report.label)}{threshold}</span>' if report.label else ""}
 <div class="muted">{meta}</div>{reason}</header>
 <main>
 <section><h3>Source</h3><div class="text" id="source">{_highlight(source, source_marks)}</div></section>
 <section><h3>Target</h3><div class="text" id="target">{_highlight(target, target_marks)}</div></section>
-<section><h3>Sub-scores</h3><table>{sub_rows or "<tr><td>none</td></tr>"}</table></section>
+{f"<section><h3>Method details</h3><table>{sub_rows}</table></section>" if details and sub_rows else ""}
 <section><h3>Findings ({len(report.findings)})</h3>{findings_html}</section>
 {claims_section}
 {unscored_section}
@@ -207,9 +215,13 @@ def render_html(report: Report, source: str, target: str, title: str = "hallusco
 <script>{_JS}</script></body></html>"""
 
 
-def write_html(report: Report, source: str, target: str, path: str | Path, title: str | None = None) -> Path:
+def write_html(
+    report: Report, source: str, target: str, path: str | Path, title: str | None = None, details: bool = False
+) -> Path:
+    """The web report in ``path``; ``details``: with the method's own numbers (sub-scores) too."""
     path = Path(path)
-    path.write_text(render_html(report, source, target, title or f"halluscope · {report.method}"), encoding="utf-8")
+    page = render_html(report, source, target, title or f"halluscope · {report.method}", details)
+    path.write_text(page, encoding="utf-8")
     return path
 
 

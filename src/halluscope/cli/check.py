@@ -32,7 +32,7 @@ from halluscope.cli.common import (
     parse_options,
     read_text_input,
 )
-from halluscope.records import Evidence, Finding, Report
+from halluscope.records import Evidence, Finding, Report, Usage
 
 if TYPE_CHECKING:
     from halluscope.methods.base import Method
@@ -157,9 +157,25 @@ def claim_lines(report: Report, texts: Texts) -> list[str]:
     return out
 
 
-def report_text(report: Report, texts: Texts, claims: bool = False) -> str:
+def usage_words(u: Usage, elapsed_s: float) -> str:
+    """The cost line in words: calls, tokens (those the model reused from its prompt cache named apart), replies
+    from halluscope's cache, the price (or why it is unknown) and the time."""
+    if u.cost_usd is not None:
+        cost = f", ${u.cost_usd:.6f}"
+    elif u.calls:
+        cost = f", cost unknown ({u.cost_note})" if u.cost_note else ", cost unknown"
+    else:
+        cost = ""
+    return (
+        f"{u.calls} LLM calls, {u.prompt_tokens}+{u.completion_tokens} tokens{u.cached_note()}, "
+        f"{u.cache_hits} replies from cache{cost}, {elapsed_s:.2f}s"
+    )
+
+
+def report_text(report: Report, texts: Texts, claims: bool = False, show_details: bool = False) -> str:
     """The whole terminal report: findings first (as a linter lists them), then with ``claims`` every claim and
-    its evidence, then the verdict line and the cost."""
+    its evidence, then the verdict line, the claims' counts and the cost; ``show_details`` adds the method's numbers
+    (its sub-scores: Z, alpha, beta, ...), which the JSON always holds."""
     lines: list[str] = []
     for n, f in enumerate(report.findings, 1):
         lines.extend(finding_lines(n, f, texts))
@@ -195,7 +211,7 @@ def report_text(report: Report, texts: Texts, claims: bool = False) -> str:
     lines.append(verdict)
     if report.unscored_reason:
         lines.append(f"could not score: {report.unscored_reason}")
-    if report.subscores:
+    if show_details and report.subscores:
         lines.append("  " + ", ".join(f"{k}={number(v)}" for k, v in report.subscores.items()))
     if isinstance(report.details.get("ran"), list):  # an ensemble: which members ran, which the cascade skipped
         skipped = report.details.get("skipped") or []
@@ -203,19 +219,14 @@ def report_text(report: Report, texts: Texts, claims: bool = False) -> str:
             f"  members run: {', '.join(report.details['ran']) or 'none'}; "
             f"skipped: {', '.join(skipped) if skipped else 'none'}"
         )
-    if report.verdicts and "claims" not in report.subscores:
+    if report.verdicts:
         counts: dict[str, int] = {}
         for v in report.verdicts:
             counts[v.label] = counts.get(v.label, 0) + 1
         lines.append(
             f"  claims: {len(report.verdicts)} (" + ", ".join(f"{n} {label}" for label, n in counts.items()) + ")"
         )
-    u = report.usage
-    cost = "" if u.cost_usd is None else f", ${u.cost_usd:.6f}"  # only where the provider's prices are known
-    lines.append(
-        f"{u.calls} LLM calls, {u.prompt_tokens}+{u.completion_tokens} tokens{u.cached_note()}, "
-        f"{u.cache_hits} cache hits{cost}, {report.elapsed_s:.2f}s"
-    )
+    lines.append(usage_words(report.usage, report.elapsed_s))
     return "\n".join(lines)
 
 
@@ -341,6 +352,13 @@ def check_command(
             help="Show progress on a terminal: a spinner while one pair is checked, a progress bar with --input.",
         ),
     ] = True,
+    show_details: Annotated[
+        bool,
+        typer.Option(
+            "--details",
+            help="Text output and --html: also show the method's own numbers (sub-scores such as Z, alpha, beta, k).",
+        ),
+    ] = False,
     claims: Annotated[
         bool,
         typer.Option(
@@ -449,7 +467,7 @@ def check_command(
         from halluscope.report import write_html
 
         try:
-            write_html(report, src, tgt, html)
+            write_html(report, src, tgt, html, details=show_details)
         except OSError as exc:  # e.g. no permission: a clear refusal, not a traceback
             raise fail(f"--html {html}: cannot write the report: {exc.strerror or exc}") from exc
         typer.echo(f"wrote the web report to {html}", err=True)  # standard error: the report's JSON stays clean
@@ -464,7 +482,8 @@ def check_command(
             "source_name": "source" if source is None or source == "-" else source,
             "target_name": "target" if target is None or target == "-" else target,
         }
-        typer.echo(report_text(report, Texts(src, tgt, chunks=chunks, chunk_names=chunk_names, **names), claims))
+        texts = Texts(src, tgt, chunks=chunks, chunk_names=chunk_names, **names)
+        typer.echo(report_text(report, texts, claims, show_details))
     raise typer.Exit(exit_code(report, fail_under))
 
 
@@ -533,7 +552,7 @@ def check_table(
     )
     typer.echo(
         f"this run: {summary['calls']} LLM calls, {summary['prompt_tokens']}+{summary['completion_tokens']} "
-        f"tokens, {summary['cache_hits']} cache hits{cost}{earlier}"
+        f"tokens, {summary['cache_hits']} replies from cache{cost}{earlier}"
     )
     if fail_under is not None and summary["mean_score"] is not None and summary["mean_score"] < fail_under:
         typer.echo(f"mean score {mean} is under --fail-under {fail_under}")

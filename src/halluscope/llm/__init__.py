@@ -102,6 +102,7 @@ def build_api(config: Config) -> ModelAPI:
         max_retries=config.max_retries,
         max_concurrency=config.max_concurrency,
         structured_output="schema" if config.structured_output == "auto" else config.structured_output,
+        named=model is not None,
     )
 
 

@@ -261,6 +261,9 @@ class LLM:
                 hit = self.cache.get(key)
                 if hit is not None:
                     completion = hit.model_copy(update={"cached": True, "usage": Usage(cache_hits=1)})
+                    learn = getattr(self.api, "learn_served_name", None)
+                    if callable(learn):  # an unnamed endpoint's model, named by a reply cached earlier
+                        learn(completion.model)
             if completion is None:
                 try:
                     completion = await self._single_flight(key, messages, params)

@@ -262,8 +262,13 @@ class OpenAICompatibleModel:
         backoff_initial_s: float = 0.5,
         backoff_max_s: float = 20.0,
         structured_output: StructuredOutput = "schema",
+        named: bool = True,
     ):
         self.name = model
+        self.requested = model  # the name sent with every request and keying the cache
+        self.named = named
+        """False when no model was configured (``default`` is sent): ``name`` becomes the model the endpoint says
+        it served, so reports name the model as it is."""
         # First request of a structured reply: the schema by default (constrained decoding at OpenAI, vLLM,
         # Ollama costs little and saves a repair round trip); "plain" can pay off at a llama.cpp server, whose
         # grammar slows generation of long replies on a busy CPU (docs/structured_output.md).
@@ -281,7 +286,7 @@ class OpenAICompatibleModel:
     @property
     def cache_id(self) -> str:
         """Cache identity: two endpoints may serve different models under one name (e.g. "default")."""
-        return f"{self.name}@{self.base_url}"
+        return f"{self.requested}@{self.base_url}"
 
     def _backoff_s(self, attempt: int, exc: BaseException) -> float:
         """Exponential backoff with jitter, but never sooner than the server's Retry-After (all capped)."""
@@ -334,7 +339,7 @@ class OpenAICompatibleModel:
 
     def _payload(self, messages: list[Message], params: GenerateParams, schema_format: int = 0) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "model": self.name,
+            "model": self.requested,
             "messages": clean_messages(messages),  # a lone surrogate cannot be sent as UTF-8
             "temperature": params.temperature,
             "max_tokens": params.max_tokens,
@@ -408,7 +413,15 @@ class OpenAICompatibleModel:
             refusal = message.get("refusal")
             why = f" (refusal: {str(refusal)[:200]})" if refusal else ""
             raise LLMError(f"{where}: unusable reply: {exc}{why}") from exc
+        served = data.get("model")
+        self.learn_served_name(served if isinstance(served, str) else None)
         return Completion(text=clean_text(text), model=self.name, usage=_usage(data), logprobs=parse_logprobs(choice))
+
+    def learn_served_name(self, served: str | None) -> None:
+        """With no model configured, take the name the endpoint gives the model it served (also from a cached
+        reply), so a report names it instead of ``default``."""
+        if not self.named and served and served.strip() and served != self.requested:
+            self.name = served.strip()[:200]
 
     async def generate(self, messages: list[Message], params: GenerateParams) -> Completion:
         while True:
