@@ -83,8 +83,11 @@ def test_check_through_litellm_to_a_stub_endpoint_uses_cache_and_accounting(tmp_
         )
         first = halluscope.check(SOURCE, TARGET, method="geval", config=config)
         assert first.score == 1.0 and first.model == "openai/stub-model"
-        assert first.usage == Usage(calls=1, prompt_tokens=10, completion_tokens=5)  # the stub's counts
+        assert first.usage.model_copy(update={"cost_note": None}) == Usage(
+            calls=1, prompt_tokens=10, completion_tokens=5
+        )
         assert first.usage.cost_usd is None  # no price for a model LiteLLM does not know: never made up
+        assert "no price for 'openai/stub-model'" in (first.usage.cost_note or "")  # and it says why
         assert len(stub.arrived) == 1
         again = halluscope.check(SOURCE, TARGET, method="geval", config=config)
         assert again.score == 1.0 and again.usage == Usage(cache_hits=1)  # the shared response cache

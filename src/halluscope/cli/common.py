@@ -199,6 +199,26 @@ ConcurrencyOpt = Annotated[
         "--concurrency", min=1, max=1024, envvar="HALLUSCOPE_MAX_CONCURRENCY", help="Max LLM requests in flight."
     ),
 ]
+PriceInOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--price-in",
+        min=0.0,
+        envvar="HALLUSCOPE_PRICE_IN",
+        show_default=False,
+        help="US dollars per million prompt tokens (default: LiteLLM's price map, where it has the model).",
+    ),
+]
+PriceOutOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--price-out",
+        min=0.0,
+        envvar="HALLUSCOPE_PRICE_OUT",
+        show_default=False,
+        help="US dollars per million completion tokens (see --price-in).",
+    ),
+]
 OptionOpt = Annotated[
     list[str] | None, typer.Option("--option", "-o", help="Method option KEY=VALUE (repeatable), e.g. -o style=cot.")
 ]
@@ -228,9 +248,17 @@ class ModelFlags:
     api_key: str | None = None
     no_cache: bool | None = None
     concurrency: int | None = None
+    price_in: float | None = None
+    price_out: float | None = None
 
     def config(self) -> Config:
-        return make_config(self.model, self.base_url, self.api_key, self.no_cache, self.concurrency)
+        config = make_config(self.model, self.base_url, self.api_key, self.no_cache, self.concurrency)
+        if self.price_in is None and self.price_out is None:
+            return config
+        try:
+            return config.with_overrides(price_in=self.price_in, price_out=self.price_out)
+        except ValueError as exc:
+            raise fail(f"bad configuration: {exc}") from exc
 
 
 NO_FLAGS = ModelFlags()
@@ -242,6 +270,8 @@ MODEL_FLAGS: dict[str, Any] = {
     "api_key": ApiKeyOpt,
     "no_cache": NoCacheOpt,
     "concurrency": ConcurrencyOpt,
+    "price_in": PriceInOpt,
+    "price_out": PriceOutOpt,
 }
 """The one declaration of the model/endpoint flags every command that talks to a model takes, in help order."""
 

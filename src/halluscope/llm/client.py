@@ -35,6 +35,7 @@ from halluscope.llm.base import (
     ReplyTooLargeError,
 )
 from halluscope.llm.cache import Cache, cache_key, clean_messages, clean_text
+from halluscope.llm.pricing import Prices, priced
 from halluscope.llm.ratelimit import RateLimiter
 from halluscope.records import LLMCall, Usage
 from halluscope.text.parsing import MAX_REPLY_CHARS
@@ -126,8 +127,10 @@ class LLM:
         max_concurrency: int = 8,
         default_params: GenerateParams | None = None,
         rate_limiter: RateLimiter | None = None,
+        prices: Prices | None = None,
     ):
         self.api = api
+        self.prices = prices  # given prices per million tokens (else LiteLLM's map): llm/pricing.py
         self.rate_limiter = rate_limiter  # requests/tokens per minute; cache hits never pass through it
         self.cache = cache
         limit = api.max_concurrency
@@ -211,12 +214,10 @@ class LLM:
                 "characters",
                 completion.text[:REFUSED_EXCERPT_CHARS],
             )
-        return completion.model_copy(
-            update={
-                "text": clean_text(completion.text),
-                "usage": completion.usage.model_copy(update={"calls": 1, "cache_hits": 0}),
-            }
-        )
+        usage = completion.usage.model_copy(update={"calls": 1, "cache_hits": 0})
+        local = bool(getattr(self.api, "local", False))
+        usage = priced(usage, [self.api.name, completion.model], self.prices, local)
+        return completion.model_copy(update={"text": clean_text(completion.text), "usage": usage})
 
     async def _single_flight(self, key: str, messages: list[Message], params: GenerateParams) -> Completion:
         """The backend's reply, made once for all identical requests in flight; a joiner's copy is a cache hit."""
