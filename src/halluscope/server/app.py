@@ -22,6 +22,7 @@ from halluscope.report import render_html
 from halluscope.server.guard import Guard
 from halluscope.server.jobs import result_line, valid_job_id
 from halluscope.server.jobs.base import JobStoreUnavailable
+from halluscope.server.login import add_login_routes
 from halluscope.server.metrics import CONTENT_TYPE
 from halluscope.server.pages import render_job_page, render_jobs_page
 from halluscope.server.redact import redact_paths
@@ -133,6 +134,8 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
     app.add_middleware(Guard, service=service)
     service.routes = app.router.routes
     weakref.finalize(app, service.stop, wait=False)  # an app dropped without a lifespan (tests) stops its threads
+
+    add_login_routes(app, service)  # the web pages open in a browser once a token is set
 
     @app.exception_handler(ClientError)
     async def _client_error(_request: Request, exc: ClientError) -> JSONResponse:
