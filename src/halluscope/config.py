@@ -295,6 +295,13 @@ class Config(BaseSettings):
     """Make OpenTelemetry spans per check, pipeline stage and LLM call (GenAI semantic conventions; needs the
     ``otel`` extra; spans go to the application's global tracer provider). See ``halluscope.tracing``."""
 
+    price_in: float | None = Field(default=None, ge=0.0)
+    """US dollars per million prompt tokens, for ``Usage.cost_usd`` of any backend (with ``price_out``); unset:
+    LiteLLM's price map where it knows the model (``llm/pricing.py``), else the cost is unknown, with the reason."""
+
+    price_out: float | None = Field(default=None, ge=0.0)
+    """US dollars per million completion tokens (see ``price_in``)."""
+
     @field_validator("model", mode="before")
     @classmethod
     def _blank_model_is_unset(cls, value: object) -> object:

@@ -1,8 +1,9 @@
 """The web report: one self-contained HTML page for a Report.
 
 Source and target side by side; hallucinated target spans highlighted (hover shows the description,
-click jumps to and flashes the evidence in the source); sub-scores; findings list; and, for methods that
-reason about event order, the events in target order with the inverted pairs.
+click jumps to and flashes the evidence in the source); the score, threshold and label, the cost in words;
+findings list; and, for methods that reason about event order, the events in target order with the inverted pairs.
+The method's own numbers (sub-scores) only with ``details=True``.
 
 The page is linear in the report and bounded: it lists and highlights at most :class:`RenderLimits` findings,
 claims and unscored claims (a note says how many were left out; the report data embedded in the page, like
@@ -243,6 +244,7 @@ def render_html(
     *,
     limits: RenderLimits = DEFAULT_LIMITS,
     deadline: float | None = None,
+    details: bool = False,
 ) -> str:
     """The page: linear in the report, at most ``limits`` findings, claims and unscored claims shown (the
     embedded report data keeps everything); past ``deadline`` (``time.monotonic()``) :class:`RenderTimeout`."""
@@ -325,9 +327,14 @@ def render_html(
     u = report.usage
     meta = (
         f"{html.escape(report.method)} · {html.escape(report.model or 'no LLM')} · {u.calls} LLM calls · "
-        f"{u.prompt_tokens + u.completion_tokens} tokens{u.cached_note()} · {u.cache_hits} cache hits · "
+        f"{u.prompt_tokens + u.completion_tokens} tokens{u.cached_note()} · {u.cache_hits} replies from cache · "
         f"{report.elapsed_s:.2f}s" + (f" · {unscored} unscored claims" if unscored else "")
     )
+    if u.cost_usd is not None:
+        meta += f" · ${u.cost_usd:.6f}"
+    elif u.calls:
+        meta += " · cost unknown" + (f" ({html.escape(u.cost_note)})" if u.cost_note else "")
+    threshold = "" if report.threshold is None else f" · threshold {report.threshold:.3f}"
     reason = (
         f"<div class='bad'>could not score: {html.escape(report.unscored_reason)}</div>"
         if report.unscored_reason
@@ -342,12 +349,12 @@ def render_html(
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>{_CSS}</style></head><body>
 <header><h1>{html.escape(title)}</h1><span class="score {score_cls}">{score}</span>
-{f'<span class="muted"> {html.escape(report.label)}</span>' if report.label else ""}
+{f'<span class="muted"> {html.escape(report.label)}{threshold}</span>' if report.label else ""}
 <div class="muted">{meta}</div>{reason}</header>
 <main>
 <section><h3>Source</h3><div class="text" id="source">{source_html}</div></section>
 <section><h3>Target</h3><div class="text" id="target">{target_html}</div></section>
-<section><h3>Sub-scores</h3><table>{sub_rows or "<tr><td>none</td></tr>"}</table></section>
+{f"<section><h3>Method details</h3><table>{sub_rows}</table></section>" if details and sub_rows else ""}
 <section><h3>Findings ({len(report.findings)})</h3>{findings_html}</section>
 {claims_section}
 {unscored_section}
@@ -357,9 +364,13 @@ def render_html(
 <script>{_JS}</script></body></html>"""
 
 
-def write_html(report: Report, source: str, target: str, path: str | Path, title: str | None = None) -> Path:
+def write_html(
+    report: Report, source: str, target: str, path: str | Path, title: str | None = None, details: bool = False
+) -> Path:
+    """The web report in ``path``; ``details``: with the method's own numbers (sub-scores) too."""
     path = Path(path)
-    path.write_text(render_html(report, source, target, title or f"halluscope · {report.method}"), encoding="utf-8")
+    page = render_html(report, source, target, title or f"halluscope · {report.method}", details=details)
+    path.write_text(page, encoding="utf-8")
     return path
 
 

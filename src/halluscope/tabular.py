@@ -6,7 +6,9 @@ One result row per pair: the pair's own columns, then :data:`RESULT_COLUMNS` - `
 offsets and text), ``n_findings``, the method and model, and the usage (``calls``, ``prompt_tokens``,
 ``completion_tokens``, ``cache_hits``, ``cost_usd``, ``elapsed_s``). A pair that cannot be checked (e.g. an
 empty source) gets an unscored row with the reason, never a dropped row. In CSV and parquet files
-``findings`` is JSON text (one cell); in JSONL and DataFrames it is a list of dicts.
+``findings`` is JSON text (one cell); in JSONL and DataFrames it is a list of dicts. A CSV writes every list cell
+(a source given as chunks) as JSON, the form its input reads, so a results file can be checked again as input
+(its old result columns are then replaced).
 
 Resuming a file run: every finished row is appended (and flushed) to ``<output>.partial.jsonl`` the moment it
 is done; the first line of that file pins the run (the input's SHA-256, columns, method, options, model,
@@ -264,7 +266,10 @@ async def aevaluate(
     columns = list(frame.columns) if frame is not None else list(dict.fromkeys(k for r in rows for k in r))
     source, target = resolve_columns(columns if rows else [], source, target)
     clash = [c for c in RESULT_COLUMNS if c in columns]
-    if clash:
+    if len(clash) == len(RESULT_COLUMNS):  # a results file fed back as input: its old results are replaced
+        columns = [c for c in columns if c not in RESULT_COLUMNS]
+        rows = [{c: row.get(c) for c in columns} for row in rows]
+    elif clash:
         raise TableError(f"the input already has result column(s) {clash}; rename or drop them first")
     if threshold is not None and not _is_method(method):
         if "threshold" in options and options["threshold"] != threshold:
@@ -387,16 +392,21 @@ def write_table(path: str | Path, rows: list[dict[str, Any]], columns: list[str]
                 fh.write(json.dumps({c: row.get(c) for c in columns}, ensure_ascii=False) + "\n")
     else:
         pd = _pandas()
-        flat = [
-            {c: (json.dumps(row.get(c), ensure_ascii=False) if c == "findings" else row.get(c)) for c in columns}
-            for row in rows
-        ]
+        flat = [{c: _flat_cell(c, row.get(c), fmt) for c in columns} for row in rows]
         frame = pd.DataFrame(flat, columns=columns)
         try:
             frame.to_csv(tmp, index=False) if fmt == ".csv" else frame.to_parquet(tmp, index=False)
         except ImportError as exc:
             raise TableError(f"writing parquet needs pyarrow: pip install 'halluscope[dataframe]' ({exc})") from exc
     os.replace(tmp, path)
+
+
+def _flat_cell(column: str, value: Any, fmt: str) -> Any:
+    """A cell as a CSV or parquet file holds it: ``findings`` as JSON text; in a CSV every list or dict as JSON
+    text too (a source given as chunks, a RAGAS ``retrieved_contexts``), the form ``--input`` reads back."""
+    if column == "findings" or (fmt == ".csv" and isinstance(value, (list, tuple, dict))):
+        return json.dumps(value, ensure_ascii=False)
+    return value
 
 
 class PartialResults:
@@ -560,7 +570,10 @@ async def check_file(
         for row in rows:
             row[source] = _json_list_cell(row.get(source))
     clash = [c for c in RESULT_COLUMNS if c in columns]
-    if clash:
+    if len(clash) == len(RESULT_COLUMNS):  # a results file fed back as input: its old results are replaced
+        columns = [c for c in columns if c not in RESULT_COLUMNS]
+        rows = [{c: row.get(c) for c in columns} for row in rows]
+    elif clash:
         raise TableError(f"{input_path} already has result column(s) {clash}; rename or drop them first")
     identity = {
         "input_sha256": _sha256(input_path),

@@ -316,6 +316,7 @@ def serve_command(
     _check_writable(settings.jobs_db.parent if settings.jobs_db else Path(config.cache_path).parent)
     from halluscope.server.protocol import header_timeout_protocol
 
+    exit_cleanly_on_sigterm()
     uvicorn.run(
         create_app(config, settings),
         host=host,
@@ -325,6 +326,17 @@ def serve_command(
         access_log=False,
         timeout_graceful_shutdown=30,
     )
+
+
+def exit_cleanly_on_sigterm() -> None:
+    """After its graceful shutdown, uvicorn raises the signal that stopped it again. SIGTERM's default action
+    ends the process without Python's exit handlers, so the check workers' semaphores were never released (the
+    resource tracker then warned of "leaked semaphore objects"): SIGTERM exits through Python instead, with the
+    status the signal would give (143)."""
+    import signal
+    import sys
+
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def _check_writable(folder: Path) -> None:

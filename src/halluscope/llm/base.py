@@ -79,6 +79,11 @@ class LLMError(RuntimeError):
         super().__init__(*(redact_credentials(a) if isinstance(a, str) else a for a in args))
 
 
+class EndpointUnreachable(LLMError):
+    """The model's endpoint cannot be connected to (refused, or its host unknown): retrying within one check cannot
+    help, so the check ends at the first such error, unscored, with this message (which names the URL)."""
+
+
 class CallBudgetExceeded(LLMError):
     """One check asked for more LLM calls than its ``max_calls`` budget: the call is not made."""
 

@@ -239,7 +239,9 @@ class Method(ABC):
                     report = await work
                 except LLMError as exc:
                     report = Report(method=self.name, unscored_reason=f"LLM error: {exc}")
-                if budget.exceeded:  # never scored from the calls made before the budget ran out
+                if budget.unreachable is not None:  # the first refused connection ends the check, in one line
+                    report = Report(method=self.name, unscored_reason=budget.unreachable)
+                elif budget.exceeded:  # never scored from the calls made before the budget ran out
                     report = Report(
                         method=self.name,
                         details=report.details,

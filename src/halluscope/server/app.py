@@ -21,11 +21,13 @@ from halluscope.llm import LLM
 from halluscope.methods import list_methods
 from halluscope.records import Report
 from halluscope.report import RenderTimeout, render_html
+from halluscope.server.dashboard import job_stats, render_dashboard
 from halluscope.server.guard import Guard
 from halluscope.server.jobs import result_line, valid_job_id
 from halluscope.server.jobs.base import JobStoreUnavailable
+from halluscope.server.login import add_login_routes
 from halluscope.server.metrics import CONTENT_TYPE
-from halluscope.server.pages import render_job_page, render_jobs_page
+from halluscope.server.pages import render_job_page
 from halluscope.server.redact import redact_paths
 from halluscope.server.schemas import (
     BatchRequest,
@@ -135,6 +137,8 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
     app.add_middleware(Guard, service=service)
     service.routes = app.router.routes
     weakref.finalize(app, service.stop, wait=False)  # an app dropped without a lifespan (tests) stops its threads
+
+    add_login_routes(app, service)  # the web pages open in a browser once a token is set
 
     @app.exception_handler(ClientError)
     async def _client_error(_request: Request, exc: ClientError) -> JSONResponse:
@@ -300,11 +304,26 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
         tags=["jobs"],
         response_class=HTMLResponse,
         responses=_ERRORS,
-        summary="The jobs page: recent jobs with their status and progress, each linking to its report.",
+        summary=(
+            "The dashboard: recent jobs (method, model, start, duration, items, inconsistent, unscored, a score "
+            "histogram), filtered by ?status= and ?method=, each linking to its report."
+        ),
     )
-    async def jobs_page(limit: int = Query(100, ge=1, le=1000)) -> HTMLResponse:
-        jobs = await asyncio.to_thread(store().list, limit, None)
-        return HTMLResponse(render_jobs_page([job_info(j).model_dump(mode="json") for j in jobs], limit))
+    async def jobs_page(
+        limit: int = Query(100, ge=1, le=1000),
+        status: Literal["", "queued", "running", "done", "failed", "cancelled"] = "",
+        method: str = Query("", max_length=200),
+    ) -> HTMLResponse:
+        db = store()
+
+        def gather() -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]], list[str]]:
+            jobs = db.list(limit, status or None)
+            methods = sorted({j["method"] for j in jobs})
+            infos = [job_info(j).model_dump(mode="json") for j in jobs if not method or j["method"] == method]
+            return infos, {j["id"]: job_stats(db, j) for j in infos}, methods
+
+        infos, stats, methods = await asyncio.to_thread(gather)
+        return HTMLResponse(render_dashboard(infos, stats, limit, status or None, method or None, methods))
 
     @app.get("/jobs", tags=["jobs"], response_model=JobList, responses=_ERRORS, summary="Recent jobs, newest first.")
     async def list_jobs(
