@@ -52,6 +52,7 @@ BUILTIN_STAGE_MODULES = (
     "halluscope.methods.probe",
     "halluscope.methods.gate",
     "halluscope.methods.encoders",
+    "halluscope.methods.verdict_first",
 )
 add_stage_modules(*BUILTIN_STAGE_MODULES)
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from halluscope.config import Config
 from halluscope.llm import LLM, ContextOverflowError
@@ -36,7 +36,6 @@ from halluscope.methods.base import Method
 from halluscope.methods.details import MethodDetails, PipelineDetails
 from halluscope.methods.gate import gate_verdict
 from halluscope.methods.options import ClaimOptions, OptionsError, StageOptions, own_options
-from halluscope.methods.verdict_first import VerdictFirst
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Finding, Report, Verdict
 from halluscope.retrieval.stage import fits_in_context
@@ -188,7 +187,6 @@ class ClaimPipeline(Method):
         self._localizer: Localizer | None = None
         self._selector: ContextSelector | None = None
         self._decomposer: Decomposer | None = None
-        self._verdict_first: VerdictFirst | None = None
         gate_name = getattr(self.opts, "gate", None)
         self.gate_options = stage_options("gate", gate_name, namespaced.get("gate", {})) if gate_name else None
         self.uses_llm = any(self.llm_stages().values())  # type: ignore[misc]  # per instance: its composition's
@@ -201,7 +199,10 @@ class ClaimPipeline(Method):
 
     def default_stage(self, kind: str) -> str | None:
         """The name of the method's own stage of ``kind`` (the paper's), given its options; None when the method
-        names none (a subclass that builds that stage itself)."""
+        names none (a subclass that builds that stage itself). ``order=verdict_first`` makes the verdict-first
+        verifier the method's own (``-o verifier=NAME`` still replaces it, as it replaces the paper's)."""
+        if kind == "verifier" and getattr(self.opts, "order", None) == "verdict_first":
+            return "verdict_first"
         legacy = self.legacy_options.get(kind)
         if legacy is not None:
             option, names = legacy
@@ -241,8 +242,6 @@ class ClaimPipeline(Method):
             out["decomposer"] = True
         if self.gate_options is not None:
             out["gate"] = stage_uses_llm("gate", self.opts.gate, self.gate_options)  # type: ignore[attr-defined]
-        if self.opts.order == "verdict_first":  # type: ignore[attr-defined]
-            out["verdict_first"] = True
         return out
 
     def chosen_uses_llm(self, kind: str) -> bool:
@@ -354,21 +353,11 @@ class ClaimPipeline(Method):
 
     def used_prompts(self) -> list[PromptTemplate]:
         prompts = super().used_prompts()
-        prompts += [
-            p for p in self.verifier_prompts() + self.verdict_first_prompts() if p.name not in {q.name for q in prompts}
-        ]
+        prompts += [p for p in self.verifier_prompts() if p.name not in {q.name for q in prompts}]
         return prompts
-
-    def verdict_first_prompts(self) -> list[PromptTemplate]:
-        """The verdict-first prompts, when ``order=verdict_first`` (none otherwise)."""
-        if self.opts.order != "verdict_first":  # type: ignore[attr-defined]
-            return []
-        return self.verdict_first.used_prompts()
 
     def verifier_prompts(self) -> list[PromptTemplate]:
         """The prompts the chosen verifier says it sends (none when it lists none, e.g. an encoder checker)."""
-        if self.opts.order == "verdict_first":  # type: ignore[attr-defined]
-            return []  # the verifier is not called: verdict-first scores and explains with its own prompts
         listed = getattr(self.verifier, "used_prompts", None)
         return list(listed()) if callable(listed) else []
 
@@ -385,7 +374,7 @@ class ClaimPipeline(Method):
         own = getattr(self.verifier, "source_fits", None)
         if callable(own):  # a verifier that windows the source itself (the encoder checkers)
             return bool(own(source, claims))
-        if not self.chosen_uses_llm("verifier") and self.opts.order != "verdict_first":  # type: ignore[attr-defined]
+        if not self.chosen_uses_llm("verifier"):
             return True  # no model reads the source: no context window to fit
         return fits_in_context(self.llm, source, reserve_tokens=lambda: self.verifier.reserve_tokens(claims))
 
@@ -396,26 +385,15 @@ class ClaimPipeline(Method):
         selection: Selection,
         source: str,
     ) -> tuple[list[Verdict], dict[str, Any]]:
-        """Verdicts in claim order; in retrieval mode also the labels per tried snippet (for details)."""
-        if self.opts.order == "verdict_first":  # type: ignore[attr-defined]
-            return await self.verdict_first.verify(claims, selection, source)
+        """Verdicts in claim order; in retrieval mode also the labels per tried snippet (for details). A verifier
+        that takes the whole selection (``verify_selection``, e.g. verdict first) is given it."""
+        whole = getattr(self.verifier, "verify_selection", None)
+        if callable(whole):
+            return cast(tuple[list[Verdict], dict[str, Any]], await whole(claims, selection, source))
         if selection.mode == "full":
             context = next(iter(selection.contexts.values()))[0]
             return list(await self.verifier(claims, context, source)), {}
         return await max_over_snippets(claims, selection.contexts, lambda pairs: self.judge_round(pairs, source))
-
-    @property
-    def verdict_first(self) -> VerdictFirst:
-        """The verdict-first scorer and explainer (``order=verdict_first``)."""
-        if self._verdict_first is None:
-            self._verdict_first = VerdictFirst(
-                self.llm,
-                prompts=self.prompt,
-                explain_below=self.opts.explain_below,  # type: ignore[attr-defined]
-                explain=self.opts.explain,  # type: ignore[attr-defined]
-                explain_max=self.opts.explain_max,  # type: ignore[attr-defined]
-            )
-        return self._verdict_first
 
     async def judge_round(self, pairs: Sequence[tuple[Claim, Context]], source: str) -> list[Verdict]:
         """One round of the retrieval protocol: each (claim, snippet) pair judged, one verifier call per pair.

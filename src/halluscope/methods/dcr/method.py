@@ -78,8 +78,6 @@ class DCR(ClaimPipeline):
         return self.chosen["decomposer"][0] == "paragraph"
 
     def used_prompts(self) -> list[PromptTemplate]:
-        if self.opts.order == "verdict_first":
-            return self.verdict_first_prompts()
         if not isinstance(self.verifier, DcrVerifier):
             return self.verifier_prompts()
         if self.paragraph_level:
@@ -91,7 +89,7 @@ class DCR(ClaimPipeline):
         if self.opts.batch_size > 1 and DCE_EXCERPT_PROMPT in dce:
             dce.append(DCE_EXCERPT_BATCH_PROMPT)
         amc = [AMC_PROMPT] if self.opts.amc == "llm" else []
-        return [self.prompt(t) for t in dce + amc] + self.verdict_first_prompts()
+        return [self.prompt(t) for t in dce + amc]
 
     def probability_aggregate(self, run: PipelineRun, aggregate: Aggregate) -> Aggregate | str:
         """Eq. 3 with ``z_i = 2 P(supported) - 1`` for each judged sentence in place of its +1/-1 mark (DCE's

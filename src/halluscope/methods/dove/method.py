@@ -140,7 +140,7 @@ class Dove(ClaimPipeline):
         used += self.verifier_prompts()
         if self.own_sorter:
             used.append(self.prompt(DOVE_SORT_PROMPT))
-        return used + self.verdict_first_prompts()
+        return used
 
     def probability_aggregate(self, run: PipelineRun, aggregate: Aggregate) -> Aggregate | str:
         """Eq. 5 with S_E and S_D the mean P(supported) of the judged event and descriptive facts in place of the
