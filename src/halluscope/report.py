@@ -134,7 +134,9 @@ def render_html(report: Report, source: str, target: str, title: str = "hallusco
         )
         finding_items.append(
             f"<li id='finding-{i}'><span class='kind'>{html.escape(f.kind)}</span>{html.escape(f.description)}"
-            f"<div class='muted'>target: {where}</div>{evid}</li>"
+            f"<div class='muted'>target: {where}</div>{evid}"
+            + (f"<div class='muted'>fix: {html.escape(f.fix)}</div>" if f.fix else "")
+            + "</li>"
         )
     events = [c for c in report.claims if c.kind == "event"]
     order_section = ""

@@ -53,15 +53,20 @@ def main_callback(
 
 
 def default_threshold(cls: type[Method]) -> str:
-    """A method's default threshold, shown: its ``threshold`` option's default where it has one, else its class
-    default; ``from its file`` where the option has none of its own (``ensemble``: the fitted combiner's)."""
+    """A method's default threshold, shown: its ``threshold`` option's default where it has one, else the one
+    :meth:`Method.default_threshold_for` decides for its default options (and, where ``score=label`` gives
+    another, that one); ``from its file`` where the option has none of its own (``ensemble``: the fitted
+    combiner's)."""
     field = cls.Options.model_fields.get("threshold")
-    value = field.default if field is not None else cls.default_threshold
-    if value is None:
-        return "from its file"
-    if cls.probability_threshold is not None and cls.probability_threshold != value:
-        return f"{float(value):g} (label score), {cls.probability_threshold:g} (probability score)"
-    return f"{float(value):g}"
+    if field is not None:
+        return "from its file" if field.default is None else f"{float(field.default):g}"
+    try:
+        value = cls.default_threshold_for(cls.Options())
+    except ValueError:  # options without a default (a required one)
+        value = cls.default_threshold
+    if value != cls.default_threshold:
+        return f"{value:g} (score=label: {cls.default_threshold:g})"
+    return f"{value:g}"
 
 
 @app.command("methods")

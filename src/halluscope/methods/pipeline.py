@@ -149,8 +149,8 @@ class ClaimPipeline(Method):
     """kind -> {value of the kind's option: stage name}: an older spelling (DoveScore's ``decomposer=llm``)."""
     probability_threshold: ClassVar[float | None] = 0.5
     """P(supported) = 0.5 is where a claim turns from supported to flagged (``explain_below``'s default), so a
-    probability score under 0.5 means the claims lean unsupported on average; the label score keeps the paper's
-    ``default_threshold``."""
+    probability score under 0.5 means the claims lean unsupported on average; ``score=label`` keeps the paper's
+    ``default_threshold`` (:meth:`Method.default_threshold_for`)."""
 
     def __init__(self, llm: LLM | None = None, config: Config | None = None, **options: Any):
         kinds = self.stage_kinds()
@@ -273,15 +273,10 @@ class ClaimPipeline(Method):
         for kind in ("aggregator", "localizer", "decomposer", "context_selector", *METHOD_KINDS):
             if own.get(kind) is None:  # recorded only when chosen: default records (and the identity of bench
                 own.pop(kind, None)  # folders measured before) stay what they were
-        for key, default in (
-            ("order", "reason_first"),
-            ("explain_below", 0.5),
-            ("explain", True),
-            ("explain_max", None),
-            ("score", "auto"),
-        ):
-            if own.get(key) == default:  # the same: recorded only when changed
-                own.pop(key, None)
+        fields = self.Options.model_fields
+        for key in ("order", "explain_below", "explain", "explain_max", "score"):
+            if key in own and own[key] == fields[key].default:  # the default: recorded only when changed
+                own.pop(key)
         return {
             **own,
             **{
@@ -476,7 +471,6 @@ class ClaimPipeline(Method):
             return self.finish(run, trace)
         aggregate = self.choose_score(run, await self.aggregate(run))
         findings = await self.localize(run)
-        by_probability = run.details.get("score", {}).get("kind") == "probability"
         return self.finish(
             Report(
                 method=self.name,
@@ -487,7 +481,6 @@ class ClaimPipeline(Method):
                 verdicts=run.verdicts,
                 findings=findings,
                 details=run.details,
-                threshold=self.probability_threshold if by_probability else None,
             ),
             trace,
         )

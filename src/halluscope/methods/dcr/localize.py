@@ -34,10 +34,10 @@ class DcrLocalizer(RunStage):
 
 
 def dcr_finding(verdict: Verdict) -> Finding:
+    """The verdict's reason as the finding's description; a suggested fix is its ``fix``, not repeated there."""
     claim = verdict.claim
-    description = verdict.reason + (f" Suggested fix: {verdict.fix}" if verdict.fix else "")
     return Finding(
-        description=description,
+        description=verdict.reason,
         kind="inconsistent",
         target_spans=list(claim.target_spans),
         evidence=list(verdict.evidence),

@@ -101,6 +101,11 @@ class Localize(Method):
     default_threshold = 0.75
     probability_threshold = 0.5
 
+    @classmethod
+    def probability_scored(cls, opts: MethodOptions) -> bool:
+        """A probability score is asked for only with the 2-step filter's own yes/no (``filter=self``)."""
+        return super().probability_scored(opts) and getattr(opts, "filter", None) == "self"
+
     @property
     def variant(self) -> int:
         """The prompt variant this instance sends: ``variant`` when it is 1 or 2; with ``auto`` (resolved by the
@@ -177,7 +182,6 @@ class Localize(Method):
             update={
                 "score": p_consistent,
                 "subscores": {**report.subscores, "label_score": report.score},
-                "threshold": self.probability_threshold,
                 "details": details,
             }
         )
