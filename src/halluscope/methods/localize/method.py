@@ -224,7 +224,7 @@ class Localize(Method):
             report = await method.run(source, target)
         finally:
             method.close()  # built for this check: e.g. probe judges' clients go with it
-        threshold = self.opts.filter_threshold if self.opts.filter_threshold is not None else method.default_threshold
+        threshold = self.opts.filter_threshold if self.opts.filter_threshold is not None else method.threshold
         info = {
             "kind": "method",
             "method": self.opts.filter,
