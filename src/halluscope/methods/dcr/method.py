@@ -11,7 +11,6 @@ from pydantic import Field
 from halluscope.methods import register_method
 from halluscope.methods.dcr.amc import AmcMode
 from halluscope.methods.dcr.details import DcrDetails
-from halluscope.methods.dcr.localize import dcr_finding as dcr_finding  # importable here as before
 from halluscope.methods.dcr.prompts import (
     AMC_PROMPT,
     DCE_EXCERPT_BATCH_PROMPT,
@@ -20,8 +19,7 @@ from halluscope.methods.dcr.prompts import (
     DCE_SENTENCE_PROMPT,
     DCR_PROMPTS,
 )
-from halluscope.methods.dcr.scoring import LABEL_MARKS
-from halluscope.methods.dcr.scoring import AmcWeights as AmcWeights
+from halluscope.methods.dcr.scoring import LABEL_MARKS, AmcWeights
 from halluscope.methods.dcr.verifier import DceNotes, DcrVerifier
 from halluscope.methods.details import MethodDetails
 from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions
