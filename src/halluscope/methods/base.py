@@ -13,7 +13,7 @@ from halluscope.config import Config
 from halluscope.llm import LLM, LLMError, get_llm, track_calls
 from halluscope.llm.client import call_budget
 from halluscope.methods.details import FreeDetails, MethodDetails
-from halluscope.methods.options import MethodOptions, OptionsError
+from halluscope.options import MethodOptions, OptionsError
 from halluscope.prompts import PromptTemplate, apply_overrides
 from halluscope.records import Example, Report
 from halluscope.sync import run_sync

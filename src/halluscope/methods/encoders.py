@@ -35,7 +35,7 @@ from halluscope.methods.encoder_models import load_checker as load_checker
 from halluscope.methods.encoder_models import model_labels as model_labels
 from halluscope.methods.encoder_models import sentence_windows as sentence_windows
 from halluscope.methods.gate import target_spans
-from halluscope.methods.options import StageOptions
+from halluscope.options import StageOptions
 from halluscope.records import Claim, Evidence, Span, Verdict
 from halluscope.stages import Context, GateDecision, register_stage
 

@@ -42,7 +42,6 @@ from halluscope.methods import method_class, register_method
 from halluscope.methods.base import Method
 from halluscope.methods.dcr import DCR, DCR_PROMPTS, DcrDetails, DcrOptions
 from halluscope.methods.details import MethodDetails
-from halluscope.methods.options import MethodOptions
 from halluscope.methods.rai import (  # noqa: F401  (importable from here as before)
     RAI_PARAGRAPH_PROMPT,
     RAI_PROMPTS,
@@ -56,6 +55,7 @@ from halluscope.methods.rai import (  # noqa: F401  (importable from here as bef
     sentence_diff,
     splice,
 )
+from halluscope.options import MethodOptions
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Report, Span, Verdict
 from halluscope.text import split_sentences

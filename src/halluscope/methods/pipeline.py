@@ -35,7 +35,7 @@ from halluscope.llm import LLM, ContextOverflowError
 from halluscope.methods.base import Method
 from halluscope.methods.details import MethodDetails, PipelineDetails
 from halluscope.methods.gate import gate_verdict
-from halluscope.methods.options import ClaimOptions, OptionsError, StageOptions, own_options
+from halluscope.options import ClaimOptions, OptionsError, StageOptions, own_options
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Finding, Report, Verdict
 from halluscope.retrieval.stage import fits_in_context

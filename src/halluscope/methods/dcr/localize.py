@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from halluscope.methods.dcr.verifier import DcrVerifier
-from halluscope.methods.options import StageOptions
 from halluscope.methods.verdict_first import VerdictFirst
+from halluscope.options import StageOptions
 from halluscope.records import Finding, Verdict
 from halluscope.stages import register_stage
 from halluscope.stages.findings import claim_finding, verdict_confidence

@@ -22,8 +22,8 @@ from halluscope.methods.dove.prompts import (
     DOVE_SORT_PROMPT,
 )
 from halluscope.methods.dove.stages import DoveSorter
-from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions, own_options
 from halluscope.methods.pipeline import ClaimPipeline, PipelineRun, support_p
+from halluscope.options import MAX_BATCH_SIZE, ClaimOptions, own_options
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, StepResult
 from halluscope.retrieval import SourceIndex, fits_in_context

@@ -34,7 +34,7 @@ from halluscope.methods.dove.replies import (
     parse_decomposition,
     parse_event_order,
 )
-from halluscope.methods.options import MAX_BATCH_SIZE, RetrievalOptions, StageOptions, options_view
+from halluscope.options import MAX_BATCH_SIZE, RetrievalOptions, StageOptions, options_view
 from halluscope.records import Claim, Evidence, LLMCall, Span, StepResult, Verdict
 from halluscope.stages import Context, PromptResolver, register_stage, same_prompt
 from halluscope.stages.context import shared_source_index

@@ -19,8 +19,7 @@ from halluscope.methods.localize.stages import (
     description_score,
     findings_from_descriptions,
 )
-from halluscope.methods.options import MethodOptions
-from halluscope.options import ScoreKind
+from halluscope.options import MethodOptions, ScoreKind
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Example, Report
 

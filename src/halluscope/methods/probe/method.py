@@ -18,7 +18,6 @@ from halluscope.config import Config
 from halluscope.llm import LLM
 from halluscope.methods import register_method
 from halluscope.methods.details import MethodDetails
-from halluscope.methods.options import OptionsError
 from halluscope.methods.pipeline import ClaimPipeline
 from halluscope.methods.probe.details import ProbeDetails
 from halluscope.methods.probe.options import ProbeOptions
@@ -32,6 +31,7 @@ from halluscope.methods.probe.replies import (
 )
 from halluscope.methods.probe.trace import ProbeTrace
 from halluscope.methods.probe.verifier import ProbeVerifier
+from halluscope.options import OptionsError
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Report
 from halluscope.stages.trace import RunTrace
