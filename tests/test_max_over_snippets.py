@@ -4,10 +4,10 @@
 
 from __future__ import annotations
 
-from halluscope.methods.pipeline import max_over_snippets
 from halluscope.records import Claim, Verdict
 from halluscope.retrieval import RetrievalConfig, SourceIndex
 from halluscope.stages import Context
+from halluscope.stages.snippets import max_over_snippets
 
 TWENTY = " ".join(f"Sentence {i} is about the {'zebra' if i in (8, 9, 10) else f'topic{i}'} here." for i in range(20))
 

@@ -55,22 +55,9 @@ from halluscope.stages import (
     stage_spec,
 )
 from halluscope.stages.context import claim_id
-
-# The stages and helpers below lived in this module before it was split by concern; importable here as before.
-from halluscope.stages.context import full_source as full_source
-from halluscope.stages.decomposers import SentenceDecomposer as SentenceDecomposer
-from halluscope.stages.findings import claim_finding as claim_finding
-from halluscope.stages.protocols import PipelineRun as PipelineRun  # declared with the protocols that read it
-from halluscope.stages.snippets import LABEL_RANK as LABEL_RANK
-from halluscope.stages.snippets import JudgeRound as JudgeRound
-from halluscope.stages.snippets import best_verdict as best_verdict
+from halluscope.stages.protocols import PipelineRun
 from halluscope.stages.snippets import max_over_snippets
-from halluscope.stages.snippets import unique_calls as unique_calls
 from halluscope.stages.trace import RunTrace, bind_trace
-from halluscope.stages.verifiers import MESSAGE_OVERHEAD_TOKENS as MESSAGE_OVERHEAD_TOKENS
-from halluscope.stages.verifiers import LLMVerifier as LLMVerifier
-from halluscope.stages.verifiers import messages_tokens as messages_tokens
-from halluscope.stages.verifiers import reply_budget as reply_budget
 from halluscope.tracing import stage_span
 
 SHARED_KINDS = ("decomposer", "context_selector", "verifier", "aggregator", "localizer")

@@ -22,11 +22,12 @@ from halluscope.methods.dcr.prompts import (
 from halluscope.methods.dcr.scoring import LABEL_MARKS, AmcWeights
 from halluscope.methods.dcr.verifier import DceNotes, DcrVerifier
 from halluscope.methods.details import MethodDetails
-from halluscope.methods.pipeline import ClaimPipeline, PipelineRun, support_p
+from halluscope.methods.pipeline import ClaimPipeline, support_p
 from halluscope.options import MAX_BATCH_SIZE, ClaimOptions
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Verdict
 from halluscope.stages import Aggregate, Context, Selection
+from halluscope.stages.protocols import PipelineRun
 
 Level = Literal["sentence", "paragraph"]
 

@@ -22,13 +22,14 @@ from halluscope.methods.dove.prompts import (
     DOVE_SORT_PROMPT,
 )
 from halluscope.methods.dove.stages import DoveSorter
-from halluscope.methods.pipeline import ClaimPipeline, PipelineRun, support_p
+from halluscope.methods.pipeline import ClaimPipeline, support_p
 from halluscope.options import MAX_BATCH_SIZE, ClaimOptions, own_options
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, StepResult
 from halluscope.retrieval import SourceIndex, fits_in_context
 from halluscope.stages import Aggregate, Sorter, stage_spec
 from halluscope.stages.context import shared_source_index  # the retrieval stage's index (cached)
+from halluscope.stages.protocols import PipelineRun
 
 if TYPE_CHECKING:
     from halluscope.config import Config

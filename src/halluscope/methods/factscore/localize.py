@@ -19,7 +19,7 @@ from halluscope.text.descriptions import merge_spans, spans_for_description
 
 if TYPE_CHECKING:  # pragma: no cover
     from halluscope.llm import LLM
-    from halluscope.methods.pipeline import PipelineRun
+    from halluscope.stages.protocols import PipelineRun
 
 
 @register_stage("factscore", "localizer")
