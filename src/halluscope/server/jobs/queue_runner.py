@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from halluscope.server.jobs.base import JobStoreUnavailable
-from halluscope.server.jobs.redis_store import Claim, RedisJobStore
+from halluscope.server.jobs.redis_store import Lease, RedisJobStore
 from halluscope.server.jobs.runner import CheckFailed, ItemRunner
 from halluscope.server.logs import event
 
@@ -61,7 +61,7 @@ class QueueRunner:
         self._draining: asyncio.Event | None = None
         self._tasks: dict[str, set[asyncio.Task[None]]] = {}
         self._methods: dict[str, Any] = {}
-        self._held: dict[tuple[str, str], Claim] = {}  # (job id, entry id) -> the claim; renewed by the thread
+        self._held: dict[tuple[str, str], Lease] = {}  # (job id, entry id) -> the claim; renewed by the thread
         self._lost: set[tuple[str, str]] = set()  # held items whose lease another replica took
         self._handed_back: dict[str, list[str]] = {}  # job id -> entry ids cancelled while draining
         self._held_lock = threading.Lock()
@@ -179,7 +179,7 @@ class QueueRunner:
         if self._wake is not None:
             self._wake.set()  # a slot is free
 
-    async def _one(self, job_id: str, method: Any, claim: Claim) -> None:
+    async def _one(self, job_id: str, method: Any, claim: Lease) -> None:
         key = (job_id, claim.entry_id)
         try:
             try:

@@ -209,7 +209,7 @@ _JOB_FIELDS = ("id", "status", "name", "method", "options", "dataset", "error", 
 
 
 @dataclass(frozen=True)
-class Claim:
+class Lease:
     """An item this replica holds a lease on: its stream entry, index, example, and which delivery this is."""
 
     entry_id: str
@@ -459,7 +459,7 @@ class RedisJobStore:
 
     # --- the queue ----------------------------------------------------------------------------------
 
-    def claim(self, job_id: str, consumer: str, count: int, lease_s: float) -> builtins.list[Claim]:
+    def claim(self, job_id: str, consumer: str, count: int, lease_s: float) -> builtins.list[Lease]:
         """Up to ``count`` items of the job for ``consumer``: first those whose lease expired (their owner died
         or stalled), then new ones. Items that already have a result are acknowledged and skipped."""
         keys = [
@@ -476,7 +476,7 @@ class RedisJobStore:
                 return []
             raise
         return [
-            Claim(
+            Lease(
                 flat[i],
                 int(flat[i + 1]),
                 Example.model_validate_json(flat[i + 2]),
@@ -513,7 +513,7 @@ class RedisJobStore:
     def complete(
         self,
         job_id: str,
-        claim: Claim,
+        claim: Lease,
         *,
         report: Report | None = None,
         report_json: str | None = None,
