@@ -154,3 +154,8 @@ def test_the_context_fit_budget_is_the_verdict_first_verifiers():
     assert verifier.reserve_tokens(claim) == max(score + 2, explain + min(256, llm.default_params.max_tokens))
     reason_first = get_method("dcr", llm=llm).verifier.reserve_tokens(claim)
     assert reason_first != verifier.reserve_tokens(claim)  # the unused paper verifier no longer sets it
+
+
+def test_methods_says_what_a_bare_check_runs_in_the_options_that_name_it():
+    listed = CliRunner().invoke(app, ["methods"])
+    assert "check runs: dcr -o order=verdict_first" in listed.output

@@ -69,6 +69,15 @@ def default_threshold(cls: type[Method]) -> str:
     return f"{value:g}"
 
 
+def default_composition() -> str:
+    """What ``halluscope check`` runs when no method is named, as the options that name it (``dcr -o
+    order=verdict_first``): the same composition as giving them."""
+    from halluscope.config import resolve_method
+
+    name, options = resolve_method(None, {})
+    return " ".join([name, *(f"-o {k}={v}" for k, v in options.items())])
+
+
 @app.command("methods")
 def methods_command(name: str | None = typer.Argument(None, help="Show this method's options.")) -> None:
     """List the registered methods, or one method's typed options."""
@@ -83,6 +92,7 @@ def methods_command(name: str | None = typer.Argument(None, help="Show this meth
             "\nA report is consistent when its score is at least the threshold and it has no finding; "
             "set it with --threshold, `threshold` in the config file, or threshold= in Python."
         )
+        typer.echo(f"Without --method (and no `method` in the config file), check runs: {default_composition()}")
         return
     try:
         cls = method_class(name)
