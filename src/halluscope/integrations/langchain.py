@@ -69,7 +69,8 @@ def check_documents(
     """Check ``answer`` against LangChain documents (or plain strings), joined in order as the source."""
     texts = [d.page_content if isinstance(d, Document) else str(d) for d in documents]
     checker = _method(method, config, llm, options)
-    return checker.decide(run_sync(checker.acheck(document_chunks(texts) or "", answer)), threshold)
+    report: Report = checker.decide(run_sync(checker.acheck(document_chunks(texts) or "", answer)), threshold)
+    return report
 
 
 class GroundednessCallbackHandler(BaseCallbackHandler):

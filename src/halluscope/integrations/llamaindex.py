@@ -50,7 +50,8 @@ def check_response(
     answer = str(getattr(response, "response", None) or "")
     source = document_chunks(_source_texts(response)) or ""
     checker = _method(method, config, llm, options)
-    return checker.decide(run_sync(checker.acheck(source, answer)), threshold)
+    report: Report = checker.decide(run_sync(checker.acheck(source, answer)), threshold)
+    return report
 
 
 def _feedback(report: Report) -> str:
@@ -87,7 +88,8 @@ class HalluscopeEvaluator(BaseEvaluator):
     async def areport(self, response: str, contexts: Sequence[str]) -> Report:
         """The full halluscope Report for ``response`` against ``contexts``."""
         report: Report = await self._method.acheck(document_chunks(list(contexts)) or "", response)
-        return self._method.decide(report, self._threshold)
+        decided: Report = self._method.decide(report, self._threshold)
+        return decided
 
     async def aevaluate(
         self,

@@ -253,14 +253,13 @@ class VerdictFirst:
         quote = reply.evidence.strip()
         if quote:
             match = locate(quote, source)
-            relation = "contradicts" if label == "contradicted" else "related"
             evidence.append(
                 Evidence(
                     text=match.span.of(source) if match else quote,
                     span=match.span if match else None,
-                    relation=relation,
+                    relation="contradicts" if label == "contradicted" else "related",
                 )
-            )  # type: ignore[arg-type]
+            )
         fix = reply.fix.strip() or None
         if fix is not None and fix.strip().lower() == verdict.claim.text.strip().lower():
             fix = None  # the claim copied back is no fix
