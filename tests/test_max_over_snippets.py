@@ -1,5 +1,5 @@
 """The one max over snippets (long-document stress-test paper Eq. 2):
-:func:`halluscope.methods.pipeline.max_over_snippets`, the claim pipeline's retrieval protocol that every claim method
+:func:`halluscope.stages.snippets.max_over_snippets`, the claim pipeline's retrieval protocol that every claim method
 (and DCR's batched rounds) goes through."""
 
 from __future__ import annotations
