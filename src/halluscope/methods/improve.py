@@ -42,14 +42,12 @@ from halluscope.methods import method_class, register_method
 from halluscope.methods.base import Method
 from halluscope.methods.dcr import DCR, DCR_PROMPTS, DcrDetails, DcrOptions
 from halluscope.methods.details import MethodDetails
-from halluscope.methods.rai import (  # noqa: F401  (importable from here as before)
+from halluscope.methods.rai import (
     RAI_PARAGRAPH_PROMPT,
     RAI_PROMPTS,
     RAI_SENTENCE_PROMPT,
-    REWRITE_ECHOES,
     ImprovedTextReply,
     RewritesReply,
-    SentenceRewrite,
     parse_rai_paragraph,
     parse_rai_sentences,
     sentence_diff,

@@ -11,7 +11,6 @@ from pydantic import Field
 
 from halluscope.methods import register_method
 from halluscope.methods.details import MethodDetails
-from halluscope.methods.dove.aggregate import DoveOrderFindings as DoveOrderFindings  # importable here as before
 from halluscope.methods.dove.aggregate import OrderOutcome
 from halluscope.methods.dove.details import DoveDetails
 from halluscope.methods.dove.order import EventOrder, judge_order, target_position_order

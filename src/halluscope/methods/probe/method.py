@@ -21,7 +21,6 @@ from halluscope.methods.details import MethodDetails
 from halluscope.methods.pipeline import ClaimPipeline
 from halluscope.methods.probe.details import ProbeDetails
 from halluscope.methods.probe.options import ProbeOptions
-from halluscope.methods.probe.outcome import probe_finding as probe_finding  # importable here as before
 from halluscope.methods.probe.replies import (
     DECOMPOSE_PROMPT,
     EVALUATE_BATCH_PROMPT,
