@@ -203,8 +203,8 @@ class ReverseSorter:
         assert model is None
 
     async def __call__(self, events, text, about=None):
-        from halluscope.methods.dove.order import EventOrder
         from halluscope.records import StepResult
+        from halluscope.stages import EventOrder
 
         order = list(range(len(events)))
         return StepResult.success(EventOrder(order=order if text == about else order[::-1]))

@@ -13,7 +13,7 @@ from halluscope.methods import register_method
 from halluscope.methods.details import MethodDetails
 from halluscope.methods.dove.aggregate import OrderOutcome
 from halluscope.methods.dove.details import DoveDetails
-from halluscope.methods.dove.order import EventOrder, judge_order, target_position_order
+from halluscope.methods.dove.order import judge_order, target_position_order
 from halluscope.methods.dove.prompts import (
     DOVE_CHECK_BATCH_PROMPT,
     DOVE_CHECK_PROMPT,
@@ -28,7 +28,7 @@ from halluscope.records import Claim, StepResult
 from halluscope.retrieval import SourceIndex, fits_in_context
 from halluscope.stages import Aggregate, Sorter, stage_spec
 from halluscope.stages.context import shared_source_index  # the retrieval stage's index (cached)
-from halluscope.stages.protocols import PipelineRun
+from halluscope.stages.protocols import EventOrder, PipelineRun
 
 if TYPE_CHECKING:
     from halluscope.config import Config
