@@ -135,12 +135,14 @@ def build(method: str | None, options: dict[str, Any], llm: Any) -> Any:
     return get_method(name, llm=llm, config=Config(), **opts)
 
 
-def methods_section(data: Path) -> dict[str, Any]:
+def methods_section(data: Path, only: set[str] | None = None) -> dict[str, Any]:
     from halluscope.llm import LLM
 
     items = dev_items(data)
     out: dict[str, Any] = {}
     for label, method, options in configs():
+        if only is not None and label not in only:
+            continue
         for fake in ("logprobs", "plain"):
             reports: dict[str, Any] = {}
             for item in items:
@@ -225,6 +227,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="where to write the golden JSON")
     parser.add_argument("--parts", default="methods,cli,replays", help="comma-separated: methods, cli, replays")
     parser.add_argument("--data", type=Path, default=DATA, help="the shared dev data (default ../shared/data)")
+    parser.add_argument("--only", help="methods part: only these configurations (comma-separated labels)")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"))
     args = parser.parse_args()
     if args.compare:
@@ -237,7 +240,8 @@ def main() -> int:
     golden: dict[str, Any] = {}
     for part in [p.strip() for p in args.parts.split(",") if p.strip()]:
         if part == "methods":
-            golden["methods"] = methods_section(args.data)
+            only = {s.strip() for s in args.only.split(",")} if args.only else None
+            golden["methods"] = methods_section(args.data, only)
         elif part == "cli":
             golden["cli"] = cli_section()
         elif part == "replays":
