@@ -159,3 +159,11 @@ def test_the_context_fit_budget_is_the_verdict_first_verifiers():
 def test_methods_says_what_a_bare_check_runs_in_the_options_that_name_it():
     listed = CliRunner().invoke(app, ["methods"])
     assert "check runs: dcr -o order=verdict_first" in listed.output
+
+
+def test_the_methods_verdict_first_options_reach_it_however_it_is_chosen():
+    for how in ({"order": "verdict_first"}, {"verifier": "verdict_first"}):
+        method = get_method("dcr", llm=LLM(yes_no_fake(), cache=None), explain=False, explain_below=0.7, **how)
+        assert method.chosen["verifier"][1].explain is False and method.chosen["verifier"][1].explain_below == 0.7
+        report = method.check(SOURCE, TARGET)
+        assert report.details["verdict_first"]["explain"] is False and report.usage.calls == 2
