@@ -56,7 +56,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("retrieval", ("halluscope.retrieval", "halluscope.retrieval.*")),
     (
         "stage protocols and registry",
-        ("halluscope.stages", "halluscope.stages.protocols", "halluscope.stages.trace", "halluscope.stage_protocols"),
+        ("halluscope.stages", "halluscope.stages.protocols", "halluscope.stages.trace"),
     ),
     ("shared stages", ("halluscope.stages.*",)),
     ("methods", ("halluscope.methods", "halluscope.methods.*")),
@@ -262,7 +262,6 @@ def test_the_built_in_stage_modules_are_the_packages_entry_points():
     [
         "halluscope.stages",
         "halluscope.stages.protocols",
-        "halluscope.stage_protocols",
         "halluscope.retrieval",
         "halluscope.options",
     ],

@@ -45,16 +45,21 @@ class UngroundedAnswerError(RuntimeError):
         )
 
 
-def _method(method: str, config: Config | None, llm: Any, options: dict[str, Any]) -> Any:
+def _method(method: str | None, config: Config | None, llm: Any, options: dict[str, Any]) -> Any:
+    """The named method, or, when none is named, the config's, else the default every entry point uses
+    (:func:`halluscope.config.resolve_method`: DCR verdict first)."""
+    from halluscope.config import resolve_method
     from halluscope.methods import get_method
 
-    return get_method(method, llm=llm, config=config or Config(), **options)
+    config = config or Config()
+    name, options = resolve_method(method or config.method, options)
+    return get_method(name, llm=llm, config=config, **options)
 
 
 def check_documents(
     answer: str,
     documents: Sequence[Document | str],
-    method: str = "rouge",
+    method: str | None = None,
     *,
     threshold: float | None = None,
     config: Config | None = None,
@@ -63,8 +68,9 @@ def check_documents(
 ) -> Report:
     """Check ``answer`` against LangChain documents (or plain strings), joined in order as the source."""
     texts = [d.page_content if isinstance(d, Document) else str(d) for d in documents]
-    report: Report = run_sync(_method(method, config, llm, options).acheck(document_chunks(texts) or "", answer))
-    return report.with_threshold(threshold) if threshold is not None else report
+    checker = _method(method, config, llm, options)
+    report: Report = checker.decide(run_sync(checker.acheck(document_chunks(texts) or "", answer)), threshold)
+    return report
 
 
 class GroundednessCallbackHandler(BaseCallbackHandler):
@@ -72,7 +78,7 @@ class GroundednessCallbackHandler(BaseCallbackHandler):
 
     def __init__(
         self,
-        method: str = "rouge",
+        method: str | None = None,
         *,
         threshold: float | None = None,
         config: Config | None = None,
@@ -140,8 +146,7 @@ class GroundednessCallbackHandler(BaseCallbackHandler):
         if not answer.strip():
             return
         report: Report = run_sync(self.method.acheck(document_chunks(documents) or "", answer))
-        if self.threshold is not None:
-            report = report.with_threshold(self.threshold)
+        report = self.method.decide(report, self.threshold)
         self.reports.append(report)
         if self.raise_on_ungrounded and (report.score is None or report.label == "inconsistent"):
             raise UngroundedAnswerError(report)

@@ -22,10 +22,15 @@ from halluscope.records import Report
 __all__ = ["HalluscopeEvaluator", "check_response"]
 
 
-def _method(method: str, config: Config | None, llm: Any, options: dict[str, Any]) -> Any:
+def _method(method: str | None, config: Config | None, llm: Any, options: dict[str, Any]) -> Any:
+    """The named method, or, when none is named, the config's, else the default every entry point uses
+    (:func:`halluscope.config.resolve_method`: DCR verdict first)."""
+    from halluscope.config import resolve_method
     from halluscope.methods import get_method
 
-    return get_method(method, llm=llm, config=config or Config(), **options)
+    config = config or Config()
+    name, options = resolve_method(method or config.method, options)
+    return get_method(name, llm=llm, config=config, **options)
 
 
 def _source_texts(response: Any) -> list[str]:
@@ -34,7 +39,7 @@ def _source_texts(response: Any) -> list[str]:
 
 def check_response(
     response: Any,
-    method: str = "rouge",
+    method: str | None = None,
     *,
     threshold: float | None = None,
     config: Config | None = None,
@@ -44,8 +49,9 @@ def check_response(
     """Check a LlamaIndex ``Response`` (its text) against its ``source_nodes`` (joined in order as the source)."""
     answer = str(getattr(response, "response", None) or "")
     source = document_chunks(_source_texts(response)) or ""
-    report: Report = run_sync(_method(method, config, llm, options).acheck(source, answer))
-    return report.with_threshold(threshold) if threshold is not None else report
+    checker = _method(method, config, llm, options)
+    report: Report = checker.decide(run_sync(checker.acheck(source, answer)), threshold)
+    return report
 
 
 def _feedback(report: Report) -> str:
@@ -63,7 +69,7 @@ class HalluscopeEvaluator(BaseEvaluator):
 
     def __init__(
         self,
-        method: str = "rouge",
+        method: str | None = None,
         *,
         threshold: float | None = None,
         config: Config | None = None,
@@ -82,7 +88,8 @@ class HalluscopeEvaluator(BaseEvaluator):
     async def areport(self, response: str, contexts: Sequence[str]) -> Report:
         """The full halluscope Report for ``response`` against ``contexts``."""
         report: Report = await self._method.acheck(document_chunks(list(contexts)) or "", response)
-        return report.with_threshold(self._threshold) if self._threshold is not None else report
+        decided: Report = self._method.decide(report, self._threshold)
+        return decided
 
     async def aevaluate(
         self,

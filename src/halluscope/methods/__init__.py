@@ -8,7 +8,7 @@ import importlib
 from typing import Any
 
 from halluscope.methods.base import InputError, Method
-from halluscope.methods.options import MethodOptions, OptionsError
+from halluscope.options import MethodOptions, OptionsError
 from halluscope.stages import add_stage_modules
 
 __all__ = [
@@ -52,6 +52,7 @@ BUILTIN_STAGE_MODULES = (
     "halluscope.methods.probe",
     "halluscope.methods.gate",
     "halluscope.methods.encoders",
+    "halluscope.methods.verdict_first",
 )
 add_stage_modules(*BUILTIN_STAGE_MODULES)
 

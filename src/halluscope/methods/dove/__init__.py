@@ -22,7 +22,6 @@ from halluscope.methods.dove.details import DoveDetails
 from halluscope.methods.dove.method import Dove, DoveOptions
 from halluscope.methods.dove.order import (
     DoveScores,
-    EventOrder,
     dove_score,
     event_order_finding,
     judge_order,
@@ -75,7 +74,6 @@ __all__ = [
     "DoveOrderReply",
     "DoveScores",
     "DoveSorter",
-    "EventOrder",
     "PositionSorter",
     "dove_score",
     "event_order_finding",

@@ -9,13 +9,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from halluscope.methods.dove.order import dove_score, partial_subscores
-from halluscope.methods.options import StageOptions
+from halluscope.options import StageOptions
 from halluscope.records import Claim, Finding
 from halluscope.stages import Aggregate, register_stage
 from halluscope.stages.verdicts import ClaimFindings, RunStage
 
 if TYPE_CHECKING:  # pragma: no cover
-    from halluscope.methods.pipeline import PipelineRun
+    from halluscope.stages.protocols import PipelineRun
 
 
 @dataclass

@@ -19,8 +19,8 @@ from halluscope.methods.factscore.prompts import (
     FACTSCORE_VERIFY_BATCH_PROMPT,
     FACTSCORE_VERIFY_PROMPT,
 )
-from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions
 from halluscope.methods.pipeline import ClaimPipeline
+from halluscope.options import MAX_BATCH_SIZE, ClaimOptions
 from halluscope.prompts import PromptTemplate
 from halluscope.stages import stage_spec
 
@@ -109,4 +109,4 @@ class FactScore(ClaimPipeline):
         used += self.verifier_prompts()
         if self.dedups and self.chosen["deduplicator"][0] == "llm":
             used.append(self.prompt(FACTSCORE_DEDUP_PROMPT))
-        return used + self.verdict_first_prompts()
+        return used

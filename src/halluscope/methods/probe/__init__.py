@@ -29,9 +29,9 @@ from halluscope.methods.probe.decompose import ProbeDecomposer, parse_claims, pl
 from halluscope.methods.probe.details import ProbeDetails
 from halluscope.methods.probe.evidence import ProbeEvidenceFinder, QuoteSearch, TopSentencesFinder, locate_quote
 from halluscope.methods.probe.judge import EvidenceEvaluator, EvidenceJudgment, Judge, Vote
-from halluscope.methods.probe.method import Probe, probe_finding
+from halluscope.methods.probe.method import Probe
 from halluscope.methods.probe.options import ProbeOptions
-from halluscope.methods.probe.outcome import ProbeAggregator, ProbeLocalizer
+from halluscope.methods.probe.outcome import ProbeAggregator, ProbeLocalizer, probe_finding
 from halluscope.methods.probe.replies import (
     DECOMPOSE_PROMPT,
     EVALUATE_PROMPT,
