@@ -13,6 +13,7 @@ from halluscope.cli.fit_combiner import fit_combiner_command
 from halluscope.cli.generate_inject import inject_command
 from halluscope.cli.generate_montage import montage_command
 from halluscope.cli.generate_perturb import perturb_command
+from halluscope.cli.guard import guard_command
 from halluscope.cli.improve import improve_command
 from halluscope.cli.reproduce import reproduce_command
 from halluscope.cli.serve import serve_command
@@ -154,6 +155,7 @@ def stages_command(
 
 
 app.command("check")(check_command)
+app.command("guard")(guard_command)
 app.command("improve")(improve_command)
 app.command("serve")(serve_command)
 app.command("bench")(bench_command)

@@ -36,7 +36,7 @@ from halluscope.server.service import Service
 
 PUBLIC = frozenset({"/health", "/ready", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
 PROBES = frozenset({"/health", "/ready", "/metrics"})
-WORK = frozenset({("POST", "/check"), ("POST", "/improve"), ("POST", "/check/batch")})
+WORK = frozenset({("POST", "/check"), ("POST", "/improve"), ("POST", "/check/batch"), ("POST", "/guard")})
 
 
 class BodyTooLarge(Exception):
