@@ -21,8 +21,12 @@ CHUNKS = [
 ]
 
 
+_MARKERS = re.compile(r"\[\^?\d+\]|\((?:Source|Sources) [\d, ]+\)")
+
+
 def numbers(text: str) -> set[str]:
-    return set(re.findall(r"\d+", text))
+    """The numbers ``text`` states (citation markers aside: a check of the raw answer sees them too)."""
+    return set(re.findall(r"\d+", _MARKERS.sub("", text)))
 
 
 def supported(claim: str, source: str) -> bool:

@@ -47,7 +47,6 @@ from halluscope.text.citations import (
     cite_sentence,
     detect_style,
     find_markers,
-    has_content,
     parse_citations,
     sentence_pieces,
 )
@@ -142,6 +141,15 @@ async def decide(
     s = result.sentence
     base = {"index": s.index, "original": s.text, "status": result.status, "span": s.span}
     wrong = result.status == "wrong_citation"
+    if policy in ("filter", "fix") and result.status == "supported":
+        needed = [c for c in result.cited if result.needed.get(c, True)]
+        if result.cited and len(needed) < len(result.cited):
+            why = f"citation(s) {[c + 1 for c in result.cited if c not in needed]} not needed: removed"
+            return GuardedSentence(shipped=recited(result, style, needed), action="recited", reason=why, **base)
+        if not result.cited and result.supporting and style is not None:
+            why = f"cited no chunk; chunk [{result.supporting[0] + 1}] supports it: cited"
+            shipped = recited(result, style, [result.supporting[0]])
+            return GuardedSentence(shipped=shipped, action="recited", reason=why, **base)
     if not (_failing(result) or wrong):
         return GuardedSentence(shipped=s.text, action="kept", reason=result.reason, **base)
     if policy == "annotate":
@@ -175,6 +183,8 @@ def assemble(text: str, decisions: Sequence[GuardedSentence]) -> str:
         if d.shipped is None:
             rest = text[position:]
             position += len(rest) - len(rest.lstrip(" \t"))
+            if position == len(text) or text[position] in "\r\n":
+                out[-1] = out[-1].rstrip(" \t")  # the line ends here: no space left before its end
         else:
             out.append(d.shipped)
     out.append(text[position:])
@@ -241,57 +251,82 @@ def _row(d: GuardedSentence) -> dict[str, Any]:
 class Released:
     """One sentence released by :func:`aguard_stream`, in answer order.
 
-    ``text`` is what ships (None: the sentence was removed); ``latency_s`` the seconds from the arrival of the
-    sentence's last token to its release (waiting for the next token to know it is complete, plus its check)."""
+    ``text`` is what ships (None: the sentence was removed); ``separator`` the answer's text between the previous
+    sentence and this one (spaces, line breaks), so ``"".join(r.piece for r in released)`` is the shipped answer;
+    ``latency_s`` the seconds from the arrival of the sentence's last token to its release (waiting for the next
+    token to know the sentence is complete, plus its check)."""
 
     sentence: GuardedSentence
     latency_s: float
     last_token_at: float
     released_at: float
+    separator: str = ""
 
     @property
     def text(self) -> str | None:
         return self.sentence.shipped
 
+    @property
+    def piece(self) -> str:
+        """What to append to the shipped answer: the separator and the text, or nothing when removed."""
+        return "" if self.sentence.shipped is None else self.separator + self.sentence.shipped
+
+
+_UNCLOSED = re.compile(r"[\[(][^\])]{0,40}$")
+"""An opening bracket at the end of the streamed text with no closing one yet: maybe a marker still arriving."""
+
 
 class _Splitter:
-    """Cuts the streamed text into complete sentences: a sentence is complete once a sentence with content starts
-    after it (a run of markers after its full stop still belongs to it), or when the stream ends."""
+    """Cuts the streamed text into complete sentences. A sentence is complete once the next one has started (a
+    marker after its full stop still belongs to it; text from an unclosed bracket at the end, maybe a marker
+    still arriving, is not read yet), or when the stream ends. Text already handed out is never split again."""
 
     def __init__(self, style: str | None):
         self.text = ""
         self.style = style
         self.forced = style is not None
         self.done = 0  # sentences handed out
+        self.offset = 0  # where the text not handed out yet starts
         self.arrivals: list[tuple[int, float]] = []  # (text length after a token, its arrival time)
 
     def add(self, token: str, now: float) -> None:
         self.text += token
         self.arrivals.append((len(self.text), now))
 
-    def _markers(self) -> list[Any]:
-        style = self.style
-        if style is None:
-            style = self.style = detect_style(self.text)
-        elif not self.forced and detect_style_or_none(self.text, style):
+    def _style(self) -> str | None:
+        if self.style is None:
+            self.style = detect_style(self.text)
+        elif not self.forced and detect_style_or_none(self.text, self.style):
             raise CitationStyleError(
-                f"the streamed answer mixes citation styles: it began with {style} markers; name the style"
+                f"the streamed answer mixes citation styles: it began with {self.style} markers; "
+                "name the style (style=...)"
             )
-        return find_markers(self.text, style) if style else []
+        return self.style
 
-    def complete(self, final: bool) -> list[tuple[CitedSentence, float]]:
-        """Newly completed sentences with the arrival time of each one's last token."""
-        markers = self._markers()
-        spans = sentence_pieces(self.text, markers)
+    def complete(self, final: bool) -> list[tuple[CitedSentence, float, str]]:
+        """Newly completed sentences, each with the arrival time of its last token and the text before it."""
+        style = self._style()
+        end = len(self.text)
+        if not final and (unclosed := _UNCLOSED.search(self.text, self.offset)) is not None:
+            end = unclosed.start()
+        piece = self.text[self.offset : end]
+        local = find_markers(piece, style) if style else []
+        spans = sentence_pieces(piece, local)
         ready = spans if final else spans[:-1]
-        if not final and spans and not has_content(spans[-1].of(self.text), markers, spans[-1].start):
-            ready = spans[:-1]
+        markers = [
+            dataclasses.replace(m, span=Span(start=m.span.start + self.offset, end=m.span.end + self.offset))
+            for m in local
+        ]
         out = []
-        for i in range(self.done, len(ready)):
-            span = ready[i]
-            last = next((t for n, t in self.arrivals if n >= span.end), self.arrivals[-1][1])
-            out.append((cite_sentence(span.of(self.text), span, i, markers), last))
-        self.done = max(self.done, len(ready))
+        previous = self.offset
+        for span in ready:
+            where = Span(start=span.start + self.offset, end=span.end + self.offset)
+            last = next((t for n, t in self.arrivals if n >= where.end), self.arrivals[-1][1])
+            sentence = cite_sentence(where.of(self.text), where, self.done, markers)
+            out.append((sentence, last, self.text[previous : where.start]))
+            previous = where.end
+            self.done += 1
+        self.offset = previous
         return out
 
 
@@ -336,7 +371,7 @@ async def aguard_stream(
     _check_policy(on_fail)
     checker, owned = build_checker(contexts, llm=llm, config=config, threshold=threshold, uncited=uncited)
     splitter = _Splitter(style)
-    queue: asyncio.Queue[tuple[asyncio.Task[GuardedSentence], float] | BaseException | None] = asyncio.Queue()
+    queue: asyncio.Queue[tuple[asyncio.Future[GuardedSentence], float, str] | BaseException | None] = asyncio.Queue()
 
     async def check(sentence: CitedSentence) -> GuardedSentence:
         result = await checker.check_sentence(sentence)
@@ -346,27 +381,27 @@ async def aguard_stream(
         try:
             async for token in _tokens(tokens):
                 splitter.add(token, clock())
-                for sentence, last in splitter.complete(final=False):
-                    await queue.put((asyncio.ensure_future(check(sentence)), last))
-            for sentence, last in splitter.complete(final=True):
-                await queue.put((asyncio.ensure_future(check(sentence)), last))
+                for sentence, last, separator in splitter.complete(final=False):
+                    await queue.put((asyncio.ensure_future(check(sentence)), last, separator))
+            for sentence, last, separator in splitter.complete(final=True):
+                await queue.put((asyncio.ensure_future(check(sentence)), last, separator))
             await queue.put(None)
         except Exception as exc:  # noqa: BLE001 - handed to the consumer, which raises it in order
             await queue.put(exc)
 
     producer = asyncio.ensure_future(produce())
-    pending: list[asyncio.Task[GuardedSentence]] = []
+    pending: list[asyncio.Future[GuardedSentence]] = []
     try:
         while (item := await queue.get()) is not None:
             if isinstance(item, BaseException):
                 raise item
-            task, last = item
+            task, last, separator = item
             pending.append(task)
             decision = await task
             if on_fail == "raise" and decision.action != "kept":
                 _raise_if_failing([decision], [], None)
             now = clock()
-            yield Released(decision, latency_s=max(0.0, now - last), last_token_at=last, released_at=now)
+            yield Released(decision, max(0.0, now - last), last, now, separator)
     finally:
         producer.cancel()
         for task in pending:

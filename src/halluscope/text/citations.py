@@ -35,7 +35,6 @@ _PATTERNS: dict[str, re.Pattern[str]] = {
     "source": re.compile(rf"\((?:source|sources)\s+(?P<n>{_NUMBERS})\)", re.I),
 }
 _FOOTNOTE_DEFINITION = re.compile(r"^\[\^\d+\]:.*$", re.M)
-_CONTENT = re.compile(r"\w")
 
 
 class CitationStyleError(ValueError):
@@ -155,44 +154,26 @@ def cite_sentence(text: str, span: Span, index: int, markers: list[Marker]) -> C
     )
 
 
-def has_content(text: str, markers: list[Marker], offset: int = 0) -> bool:
-    """Whether ``text`` holds a word besides its markers (a fragment of markers only is not a sentence)."""
-    return _CONTENT.search(strip_markers(text, [m for m in markers], offset)) is not None
-
-
-def _leading_markers_end(text: str, start: int, end: int, markers: list[Marker]) -> int:
-    """Where the run of markers that opens ``text[start:end]`` ends (``start`` when it opens with none)."""
-    by_start = {m.span.start: m for m in markers}
-    position = start
-    while True:
-        at = position + len(text[position:end]) - len(text[position:end].lstrip())
-        marker = by_start.get(at)
-        if marker is None or marker.span.end > end:
-            return position
-        position = marker.span.end
-
-
 def sentence_pieces(text: str, markers: list[Marker]) -> list[Span]:
-    """The spans of the answer's sentences: markers that open a sentence (``... France. [1] It ...``) belong to
-    the sentence before it, as does a fragment holding only markers; footnote definition lines are left out."""
+    """The spans of the answer's sentences. The text is split with every marker blanked out (a marker glued to a
+    full stop, ``1889.[^1] It``, would otherwise hide the boundary from the splitter); each marker then belongs
+    to the sentence it lies in, or else to the sentence before it (``... France. [1] It ...``). Footnote
+    definition lines are left out."""
     definitions = [Span(start=m.start(), end=m.end()) for m in _FOOTNOTE_DEFINITION.finditer(text)]
-    spans: list[Span] = []
-    for sentence in split_sentences(text):
-        start, end = sentence.span.start, sentence.span.end
-        if any(d.start <= start < d.end for d in definitions):
-            continue
-        if spans:
-            lead = _leading_markers_end(text, start, end, markers)
-            if lead > start:
-                spans[-1] = Span(start=spans[-1].start, end=lead)
-                start = lead + len(text[lead:end]) - len(text[lead:end].lstrip())
-        inside = [m for m in markers if m.span.start >= start and m.span.end <= end]
-        if start >= end:
-            continue
-        if spans and not has_content(text[start:end], inside, start):
-            spans[-1] = Span(start=spans[-1].start, end=end)
-        else:
-            spans.append(Span(start=start, end=end))
+    masked = list(text)
+    for marker in markers:
+        masked[marker.span.start : marker.span.end] = " " * len(marker.span)
+    spans = [
+        sentence.span
+        for sentence in split_sentences("".join(masked))
+        if not any(d.start <= sentence.span.start < d.end for d in definitions)
+    ]
+    if not spans:
+        return []
+    for marker in markers:
+        i = max((n for n, span in enumerate(spans) if span.start <= marker.span.start), default=0)
+        span = spans[i]
+        spans[i] = Span(start=min(span.start, marker.span.start), end=max(span.end, marker.span.end))
     return spans
 
 
