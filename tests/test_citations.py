@@ -227,3 +227,16 @@ def test_check_refuses_mixed_styles_and_honours_citations(tmp_path: Path, oracle
     assert code == 1, out
     report = json.loads(out)
     assert [s["cited"] for s in report["details"]["citations"]["sentences"]] == [[1], []]
+
+
+def test_the_readme_example_names_the_wrong_citation(tmp_path: Path, oracle_model: Oracle) -> None:
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    code, out = cli(
+        "check", "--context", str(examples / "chunk1.txt"), "--context", str(examples / "chunk2.txt"),
+        "--target", str(examples / "cited_answer.txt"),
+    )  # fmt: skip
+    assert code == 1, out
+    assert "wrong citation: sentence 1 cites [2], which does not support it; chunk [1] does" in out
+    assert f"evidence (supports) at {examples / 'chunk1.txt'}:1:1 (chunk 0)" in out
+    assert "fix: The council approved a new ferry line to Gull Island by 7 votes to 2 [1]." in out
+    assert out.count("wrong citation") == 1 and "citation_recall=0.667, citation_precision=0.667" in out
