@@ -240,3 +240,57 @@ def test_the_readme_example_names_the_wrong_citation(tmp_path: Path, oracle_mode
     assert f"evidence (supports) at {examples / 'chunk1.txt'}:1:1 (chunk 0)" in out
     assert "fix: The council approved a new ferry line to Gull Island by 7 votes to 2 [1]." in out
     assert out.count("wrong citation") == 1 and "citation_recall=0.667, citation_precision=0.667" in out
+
+
+# --- the citation benchmark -----------------------------------------------------------------------------------
+
+ARTICLES = [
+    " ".join(
+        f"Article {a} reports that event number {a * 100 + i} happened in the town of Place{a}x{i}." for i in range(12)
+    )
+    for a in range(6)
+]
+
+
+def test_the_citation_set_is_seeded_and_keeps_its_gold() -> None:
+    from halluscope.bench.citation_set import CitationSetConfig, build_citation_set, gold_recall_precision
+
+    config = CitationSetConfig(seed=3, items=4, p_swap=0.5, p_irrelevant=0.2, p_drop=0.1)
+    items = build_citation_set(ARTICLES, config)
+    assert items == build_citation_set(ARTICLES, config) and len(items) == 4
+    assert items != build_citation_set(ARTICLES, CitationSetConfig(seed=4, items=4, p_swap=0.5))
+    for item in items:
+        assert len(item["chunks"]) == config.chunks_per_item + 1
+        parsed = parse_citations(item["answer"])
+        assert [s.cited for s in parsed.sentences] == [tuple(s["cited"]) for s in item["sentences"]]
+        for s in item["sentences"]:
+            if s["supported_by"] is not None:
+                assert s["text"] in item["chunks"][s["supported_by"]]
+            else:
+                assert all(s["text"] not in chunk for chunk in item["chunks"])
+        recall, _ = gold_recall_precision(item)
+        assert recall == sum(s["kind"] == "correct" for s in item["sentences"]) / len(item["sentences"])
+
+
+def test_the_citation_bench_runs_with_the_gate_and_resumes(tmp_path: Path) -> None:
+    import asyncio
+
+    from halluscope.bench.citation_set import (
+        CitationSetConfig,
+        GateScorer,
+        build_citation_set,
+        run_citation_bench,
+    )
+
+    items = build_citation_set(ARTICLES, CitationSetConfig(seed=3, items=3, p_swap=0.6))
+    results = tmp_path / "results.jsonl"
+    summary = asyncio.run(run_citation_bench(items, GateScorer(), results, stream=True))
+    assert summary["answers"] == 3 and summary["errors"] == 0
+    assert summary["wrong_citations"] > 0 and summary["wrong_citation_f1"] == 1.0
+    assert summary["unsupported_removed"] == 1.0 and summary["supported_wrongly_removed"] == 0.0
+    assert summary["citation_recall_estimated"] == summary["citation_recall_gold"]
+    assert summary["release_latency_s_mean"] is not None
+    lines = results.read_text().splitlines()
+    again = asyncio.run(run_citation_bench(items, GateScorer(), results))
+    assert results.read_text().splitlines() == lines  # nothing checked twice
+    assert again["wrong_citation_f1"] == summary["wrong_citation_f1"]

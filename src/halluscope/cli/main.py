@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from halluscope.cli.bench import bench_command
+from halluscope.cli.bench_citations import bench_citations_command
 from halluscope.cli.bench_sweep import bench_sweep_command
 from halluscope.cli.check import check_command
 from halluscope.cli.fit_combiner import fit_combiner_command
@@ -160,6 +161,7 @@ app.command("improve")(improve_command)
 app.command("serve")(serve_command)
 app.command("bench")(bench_command)
 app.command("bench-sweep")(bench_sweep_command)
+app.command("bench-citations")(bench_citations_command)
 app.command("reproduce")(reproduce_command)
 app.command("train-verifier")(train_verifier_command)
 app.command("fit-combiner")(fit_combiner_command)

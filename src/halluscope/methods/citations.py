@@ -138,6 +138,11 @@ class CitationChecker:
         text = CHUNK_SEPARATOR.join(self.chunks[c] for c in chunks)
         return await self.scorer.score(claim, Context(text=text))
 
+    @property
+    def questions(self) -> int:
+        """How many distinct (sentence, chunk set) questions this checker has asked its scorer."""
+        return len(self._verdicts)
+
     def supports(self, verdict: Verdict) -> bool:
         return is_supported(verdict, self.threshold)
 
@@ -419,14 +424,19 @@ def build_checker(
     config: Any = None,
     threshold: float = 0.5,
     uncited: UncitedPolicy = "flag",
+    scorer: Any = None,
 ) -> tuple[CitationChecker, Any]:
     """A checker over ``chunks`` with the verdict-first scorer on ``llm`` (an :class:`~halluscope.llm.LLM`), or on
     a client built from ``config`` (default :class:`~halluscope.config.Config`); and the client the caller must
-    close (``None`` when ``llm`` was given: it is the caller's)."""
+    close (``None`` when ``llm`` was given: it is the caller's). ``scorer``: use this scorer instead (anything with
+    ``async score(claim, context) -> Verdict``, e.g. a no-model one); no client is built then."""
     from halluscope.config import Config
     from halluscope.llm import get_llm
     from halluscope.methods.verdict_first import VerdictFirst
 
+    if scorer is not None:
+        name = getattr(scorer, "name", None) or type(scorer).__name__
+        return CitationChecker(scorer, chunks, threshold=threshold, uncited=uncited, model=name), None
     owned = None
     if llm is None:
         llm = owned = get_llm(config or Config())

@@ -217,11 +217,14 @@ async def aguard(
     threshold: float = 0.5,
     llm: Any = None,
     config: Any = None,
+    scorer: Any = None,
 ) -> GuardResult:
     """The async form of :func:`halluscope.guard`."""
     _check_policy(on_fail)
     parsed = parse_citations(answer, style)
-    checker, owned = build_checker(contexts, llm=llm, config=config, threshold=threshold, uncited=uncited)
+    checker, owned = build_checker(
+        contexts, llm=llm, config=config, threshold=threshold, uncited=uncited, scorer=scorer
+    )
     try:
         checked = await checker.check(parsed)
         decisions = list(await asyncio.gather(*(decide(checker, r, on_fail, parsed.style) for r in checked.sentences)))
@@ -362,14 +365,18 @@ async def aguard_stream(
     threshold: float = 0.5,
     llm: Any = None,
     config: Any = None,
+    scorer: Any = None,
     clock: Any = time.perf_counter,
 ) -> AsyncIterator[Released]:
     """Check a streamed answer sentence by sentence: each sentence's check starts as soon as the sentence is
     complete (while the stream goes on), and the sentences are released in order, each only after its check.
-    ``on_fail`` as for :func:`aguard` (``raise`` raises :class:`GuardError` at the first failing sentence, before
-    releasing it). A removed sentence is released with ``text`` None, so the caller sees every sentence."""
+    ``on_fail`` and the options as for :func:`aguard` (``raise`` raises :class:`GuardError` at the first failing
+    sentence, before releasing it). A removed sentence is released with ``text`` None, so the caller sees every
+    sentence."""
     _check_policy(on_fail)
-    checker, owned = build_checker(contexts, llm=llm, config=config, threshold=threshold, uncited=uncited)
+    checker, owned = build_checker(
+        contexts, llm=llm, config=config, threshold=threshold, uncited=uncited, scorer=scorer
+    )
     splitter = _Splitter(style)
     queue: asyncio.Queue[tuple[asyncio.Future[GuardedSentence], float, str] | BaseException | None] = asyncio.Queue()
 
