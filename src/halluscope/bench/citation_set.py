@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from halluscope.records import Claim, Verdict
-from halluscope.text.citations import render_marker
+from halluscope.text.citations import parse_citations, render_marker
 from halluscope.text.sentences import split_sentences
 
 SOURCE_FILE = "qags/cnndm_dev.jsonl"
@@ -54,8 +55,19 @@ class CitationSetConfig:
     min_words: int = 8
 
 
+def detokenize(text: str) -> str:
+    """CNN/DM's tokenized text (``age 122 .``, ``calment 's``, `` ` quote '``) as ordinary prose, so sentences
+    split where they end."""
+    text = " ".join(text.split())
+    text = re.sub(r" ([.,!?;:%)])", r"\1", text)
+    text = re.sub(r"([(]) ", r"\1", text)
+    text = re.sub(r" (n't|'s|'re|'ve|'ll|'d|'m)\b", r"\1", text)
+    text = re.sub(r" '(?=[\s.,;:!?]|$)", "'", text)  # a closing quote
+    return text.replace("` ", "'")
+
+
 def _sentences(text: str) -> list[str]:
-    return [s.text for s in split_sentences(" ".join(text.split()))]
+    return [s.text for s in split_sentences(detokenize(text))]
 
 
 def _chunks(text: str, size: int) -> list[list[str]]:
@@ -64,7 +76,16 @@ def _chunks(text: str, size: int) -> list[list[str]]:
 
 
 def _long_enough(sentence: str, min_words: int) -> bool:
-    return len(sentence.split()) >= min_words and sentence[-1:] in ".!?"
+    """A sentence to take: ``min_words`` to 60 words, ending with a full stop, holding no other sentence end and
+    nothing that reads as a citation marker."""
+    words = len(sentence.split())
+    inner = sentence[:-1]
+    return (
+        min_words <= words <= 60
+        and sentence[-1:] in ".!?"
+        and not re.search(r"[.!?] [A-Z]", inner)
+        and not re.search(r"[\[(]", sentence)
+    )
 
 
 def build_citation_set(articles: Sequence[str], config: CitationSetConfig) -> list[dict[str, Any]]:
@@ -116,6 +137,8 @@ def build_citation_set(articles: Sequence[str], config: CitationSetConfig) -> li
                 at, {"text": text, "supported_by": None, "cited": [rng.randrange(irrelevant)], "kind": "unsupported"}
             )
         answer = " ".join(_cited(s) for s in sentences)
+        if len(parse_citations(answer).sentences) != len(sentences):
+            continue  # the splitter would not read back the sentences built: not a fair item
         items.append({"id": f"cite-{n:04d}", "chunks": texts, "answer": answer, "sentences": sentences})
     return items
 
