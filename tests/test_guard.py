@@ -284,7 +284,10 @@ def test_sync_guard_stream_with_a_plain_iterator() -> None:
 
 def test_guard_stream_raise_stops_before_the_failing_sentence() -> None:
     seen = []
-    with pytest.raises(GuardError, match="sentence 2"):
+    with pytest.raises(GuardError, match="sentence 2") as raised:
         for r in halluscope.guard_stream(CHUNKS, iter(STREAM), "raise", llm=Oracle().llm()):
             seen.append(r.sentence.index)
     assert seen == [0]
+    assert [f.description for f in raised.value.findings] == [
+        "unsupported claim: no chunk supports sentence 2 (it cites [1])"
+    ]

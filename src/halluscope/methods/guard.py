@@ -38,6 +38,7 @@ from halluscope.methods.citations import (
     UncitedPolicy,
     build_checker,
     recited,
+    sentence_findings,
 )
 from halluscope.records import Finding, Report, Span
 from halluscope.stages import Context
@@ -378,11 +379,14 @@ async def aguard_stream(
         contexts, llm=llm, config=config, threshold=threshold, uncited=uncited, scorer=scorer
     )
     splitter = _Splitter(style)
-    queue: asyncio.Queue[tuple[asyncio.Future[GuardedSentence], float, str] | BaseException | None] = asyncio.Queue()
+    queue: asyncio.Queue[
+        tuple[asyncio.Future[tuple[GuardedSentence, list[Finding]]], float, str] | BaseException | None
+    ] = asyncio.Queue()
 
-    async def check(sentence: CitedSentence) -> GuardedSentence:
+    async def check(sentence: CitedSentence) -> tuple[GuardedSentence, list[Finding]]:
         result = await checker.check_sentence(sentence)
-        return await decide(checker, result, on_fail, splitter.style)
+        decision = await decide(checker, result, on_fail, splitter.style)
+        return decision, sentence_findings(result, checker, splitter.style)
 
     async def produce() -> None:
         try:
@@ -397,16 +401,16 @@ async def aguard_stream(
             await queue.put(exc)
 
     producer = asyncio.ensure_future(produce())
-    pending: list[asyncio.Future[GuardedSentence]] = []
+    pending: list[asyncio.Future[tuple[GuardedSentence, list[Finding]]]] = []
     try:
         while (item := await queue.get()) is not None:
             if isinstance(item, BaseException):
                 raise item
             task, last, separator = item
             pending.append(task)
-            decision = await task
+            decision, findings = await task
             if on_fail == "raise" and decision.action != "kept":
-                _raise_if_failing([decision], [], None)
+                _raise_if_failing([decision], findings, None)
             now = clock()
             yield Released(decision, max(0.0, now - last), last, now, separator)
     finally:
