@@ -294,3 +294,23 @@ def test_the_citation_bench_runs_with_the_gate_and_resumes(tmp_path: Path) -> No
     again = asyncio.run(run_citation_bench(items, GateScorer(), results))
     assert results.read_text().splitlines() == lines  # nothing checked twice
     assert again["wrong_citation_f1"] == summary["wrong_citation_f1"]
+
+
+def test_a_no_model_method_leaves_citations_unchecked_unless_asked(tmp_path: Path, oracle_model: Oracle) -> None:
+    (tmp_path / "a.txt").write_text(CHUNKS[0])
+    (tmp_path / "b.txt").write_text(CHUNKS[1])
+    (tmp_path / "answer.txt").write_text("The tower was completed in 1889 [2]. It is 330 metres tall [2].")
+    args = ["check", "--context", str(tmp_path / "a.txt"), "--context", str(tmp_path / "b.txt")]
+    args += ["--target", str(tmp_path / "answer.txt"), "--method", "gate", "--format", "json"]
+    code, out = cli(*args)
+    assert "uses no model" in json.loads(out)["details"]["citations"]["not_checked"]
+    assert oracle_model.asked == []
+    code, out = cli(*args, "--citations", "brackets")
+    assert code == 1
+    report = json.loads(out)
+    assert [s["status"] for s in report["details"]["citations"]["sentences"]] == ["wrong_citation", "supported"]
+
+
+def test_an_empty_answer_is_unscored_with_the_reason() -> None:
+    report = halluscope.check_citations(CHUNKS, "", llm=Oracle().llm())
+    assert report.score is None and report.unscored_reason is not None and "no sentence" in report.unscored_reason

@@ -57,16 +57,21 @@ def add_citations(
     if found is None:
         return report
     llm: Any
+    owned = None
     if method.uses_llm:
         llm = method.llm
     elif style is not None:
         from halluscope.llm import get_llm
 
-        llm = get_llm(method.config)
+        llm = owned = get_llm(method.config)
     else:
         note = (
             f"the answer carries {found} citation markers, but {method.name} uses no model; "
             "give --citations STYLE to check them with the configured model"
         )
         return report.model_copy(update={"details": {**report.details, "citations": {"not_checked": note}}})
-    return with_citations(report, chunks, target, llm=llm, style=style, uncited=uncited)  # type: ignore[arg-type]
+    try:
+        return with_citations(report, chunks, target, llm=llm, style=style, uncited=uncited)  # type: ignore[arg-type]
+    finally:
+        if owned is not None:
+            owned.close()
