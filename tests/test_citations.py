@@ -314,3 +314,16 @@ def test_a_no_model_method_leaves_citations_unchecked_unless_asked(tmp_path: Pat
 def test_an_empty_answer_is_unscored_with_the_reason() -> None:
     report = halluscope.check_citations(CHUNKS, "", llm=Oracle().llm())
     assert report.score is None and report.unscored_reason is not None and "no sentence" in report.unscored_reason
+
+
+def test_the_html_report_carries_the_citation_findings(tmp_path: Path, oracle_model: Oracle) -> None:
+    (tmp_path / "a.txt").write_text(CHUNKS[0])
+    (tmp_path / "b.txt").write_text(CHUNKS[1])
+    (tmp_path / "answer.txt").write_text("The tower was completed in 1889 [2]. It is 330 metres tall [2].")
+    html = tmp_path / "report.html"
+    code, _ = cli(
+        "check", "--context", str(tmp_path / "a.txt"), "--context", str(tmp_path / "b.txt"),
+        "--target", str(tmp_path / "answer.txt"), "--html", str(html),
+    )  # fmt: skip
+    assert code == 1
+    assert "wrong citation: sentence 1 cites [2]" in html.read_text()
