@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
+from halluscope.cli.citations import CitationsOpt, UncitedOpt, add_citations
 from halluscope.cli.common import (
     NO_FLAGS,
     InputFileError,
@@ -368,6 +369,8 @@ def check_command(
             ),
         ),
     ] = False,
+    citations: CitationsOpt = None,
+    uncited: UncitedOpt = "flag",
 ) -> None:
     """Check TARGET against SOURCE (or every row of --input into --output) and print the findings, score and cost.
 
@@ -459,6 +462,7 @@ def check_command(
     except (InputError, LLMError, ValueError) as exc:
         raise fail(str(exc)) from exc
     if chunks is not None:
+        report = add_citations(report, m, chunks, tgt, citations, uncited)
         from halluscope.contexts import join_contexts
 
         src = join_contexts(chunks)[0]
