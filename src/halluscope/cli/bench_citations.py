@@ -70,7 +70,7 @@ def bench_citations_command(
         from halluscope.methods.verdict_first import VerdictFirst
 
         owned = get_llm(flags.config())
-        chosen = VerdictFirst(owned, explain=False)
+        chosen = VerdictFirst(owned, VerdictFirst.Options(explain=False))
     try:
         summary = run_sync(run_citation_bench(rows, chosen, results, threshold=threshold, stream=stream))
     finally:

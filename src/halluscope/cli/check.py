@@ -211,6 +211,12 @@ def report_text(report: Report, texts: Texts, claims: bool = False, show_details
     lines.append(verdict)
     if report.unscored_reason:
         lines.append(f"could not score: {report.unscored_reason}")
+    if "citation_recall" in report.subscores:  # a cited answer: how well its citations hold, in words
+        recall, precision = report.subscores["citation_recall"], report.subscores.get("citation_precision")
+        lines.append(
+            f"  citations: {number(recall)} of the cited sentences are supported by what they cite (recall), "
+            f"{'n/a' if precision is None else number(precision)} of the citations are needed (precision)"
+        )
     if show_details and report.subscores:
         lines.append("  " + ", ".join(f"{k}={number(v)}" for k, v in report.subscores.items()))
     if isinstance(report.details.get("ran"), list):  # an ensemble: which members ran, which the cascade skipped

@@ -440,7 +440,7 @@ def build_checker(
     owned = None
     if llm is None:
         llm = owned = get_llm(config or Config())
-    scorer = VerdictFirst(llm, explain=False)
+    scorer = VerdictFirst(llm, VerdictFirst.Options(explain=False))
     return CitationChecker(scorer, chunks, threshold=threshold, uncited=uncited, model=llm.name), owned
 
 
