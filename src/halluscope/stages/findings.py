@@ -22,8 +22,6 @@ def claim_finding(verdict: Verdict) -> Finding:
     what = "contradicted by" if verdict.label == "contradicted" else "not supported by"
     description = f'"{claim.text}" is {what} the source.' + (f" {verdict.reason}" if verdict.reason else "")
     confidence = verdict_confidence(verdict)
-    if verdict.fix:
-        description += f" Suggested fix: {verdict.fix}"
     return Finding(
         description=description,
         kind=verdict.label,  # type: ignore[arg-type]

@@ -33,9 +33,8 @@ class DcrLocalizer(RunStage):
 
 def dcr_finding(verdict: Verdict) -> Finding:
     claim = verdict.claim
-    description = verdict.reason + (f" Suggested fix: {verdict.fix}" if verdict.fix else "")
     return Finding(
-        description=description,
+        description=verdict.reason,  # the fix is the finding's ``fix``, shown once
         kind="inconsistent",
         target_spans=list(claim.target_spans),
         evidence=list(verdict.evidence),
