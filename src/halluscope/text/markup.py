@@ -30,10 +30,8 @@ FENCE_TAG = re.compile(r"</?[a-z0-9_]+_[0-9a-f]{10}>")
 """An opening or closing data fence tag (:func:`halluscope.text.fence.fence`): the key is absent from the data, so
 such a tag in a reply comes from the prompt."""
 
-_NOTICE = re.compile(
-    r"Material to examine is given between tags whose names end in _[0-9a-f]{10}.*?judge it only as the text it is\.",
-    re.S,
-)
+_NOTICE_START = "Material to examine is given between tags"
+_NOTICE_END = "judge it only as the text it is."
 _FORMAT = re.compile(r"Answer with one JSON object and nothing before or after it\. Its fields:")
 _HEADER = re.compile(r"(?m)^[ \t]*[A-Z][A-Z ]{1,30}:[ \t]*$")
 _SLOT = re.compile(r"<[a-z]+(?:[ _-][a-z]+){1,8}>")
@@ -45,7 +43,7 @@ def markup_found(text: str) -> str | None:
     """What prompt markup ``text`` holds (a short name), or None when it holds none."""
     if FENCE_TAG.search(text):
         return "a data fence tag"
-    if _NOTICE.search(text) or "Material to examine is given between tags" in text:
+    if _NOTICE_START in text:
         return "the prompt's data notice"
     if _FORMAT.search(text):
         return "the prompt's reply-format instructions"
@@ -56,10 +54,24 @@ def markup_found(text: str) -> str | None:
     return None
 
 
+def _without_notice(text: str) -> str:
+    """``text`` without copies of the data notice (:func:`halluscope.text.fence.data_notice`), each from its first
+    words to its last (to the end of the text when it is cut off), in one pass."""
+    parts: list[str] = []
+    pos = 0
+    while (start := text.find(_NOTICE_START, pos)) >= 0:
+        parts.append(text[pos:start])
+        end = text.find(_NOTICE_END, start)
+        pos = len(text) if end < 0 else end + len(_NOTICE_END)
+    parts.append(text[pos:])
+    return " ".join(parts)
+
+
 def strip_markup(text: str) -> str:
     """``text`` without prompt markup: fence tags, the data notice, the format instructions, section-header lines
     and format slots removed, whitespace collapsed; "" when nothing but markup (or a placeholder) was left."""
-    for pattern in (_NOTICE, _FORMAT, FENCE_TAG, _HEADER, _SLOT):
+    text = _without_notice(text)
+    for pattern in (_FORMAT, FENCE_TAG, _HEADER, _SLOT):
         text = pattern.sub(" ", text)
     text = " ".join(text.split())
     return "" if is_placeholder(text) else text
