@@ -207,3 +207,32 @@ def test_markup_is_named_and_stripped(text: str) -> None:
 @pytest.mark.parametrize("text", ["The ferry costs <b>5</b> million.", "Ratio 3:2 at 10:30.", "Note: the city pays."])
 def test_ordinary_text_is_not_markup(text: str) -> None:
     assert markup_found(text) is None and strip_markup(text) == text
+
+
+def test_improve_shows_and_sends_the_reasons_without_markup(monkeypatch, tmp_path: Path) -> None:
+    import halluscope.methods as methods
+    from halluscope.cli.main import app
+
+    tagged = "Inconsistent: <sentence_0123456789>own budget</sentence_0123456789> is wrong."
+    first, second = [{"id": 1, "reason": "Consistent: fine."}, {"id": 2, "reason": tagged}], "Consistent: ok."
+    dce = [
+        {"sentences": first, "is_consistent": False},
+        {"sentences": [first[0], {"id": 2, "reason": second}], "is_consistent": True},
+    ]
+    fix = "A regional transport grant pays two thirds of the money."
+    fake = FakeModel(
+        by_reply={
+            "DceReply": [json.dumps(d) for d in dce],
+            "RewritesReply": json.dumps({"rewrites": [{"id": 2, "improved_sentence": fix}]}),
+        }
+    )
+    real = methods.get_method
+    monkeypatch.setattr(methods, "get_method", lambda name, **kw: real(name, **{**kw, "llm": LLM(fake), "amc": "rule"}))
+    (tmp_path / "s.txt").write_text(SOURCE)
+    (tmp_path / "t.txt").write_text(TARGET)
+    result = CliRunner().invoke(app, ["improve", "-s", str(tmp_path / "s.txt"), "-t", str(tmp_path / "t.txt")])
+    assert result.exit_code == 0, result.output
+    assert "verified improvement" in result.output and "own budget is wrong" in result.output
+    assert not leaks(result.output)
+    rewrite_prompt = next(m for m, kind in zip(fake.requests, fake.reply_types) if kind == "RewritesReply")
+    assert "_0123456789" not in rewrite_prompt[-1]["content"]

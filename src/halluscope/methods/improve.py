@@ -60,6 +60,7 @@ from halluscope.methods.rai import (  # noqa: F401  (importable from here as bef
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Report, Span, Verdict
 from halluscope.text import split_sentences
+from halluscope.text.markup import clean_report
 
 # ------------------------------------------------------------------------------------------------ records
 
@@ -357,8 +358,10 @@ class Improve(Method):
         return self.evaluator.used_prompts() + [self.prompt(rai)]
 
     async def evaluate(self, source: str, text: str) -> Evaluated:
-        """The evaluator on ``text``; ``run`` (not ``acheck``), so its calls land in this check's call log."""
-        report = await self.evaluator.run(source, text)
+        """The evaluator on ``text``; ``run`` (not ``acheck``), so its calls land in this check's call log. Its
+        reasons are taken without prompt markup (:func:`~halluscope.text.markup.clean_report`), as a finished
+        report shows them: they are shown with each change and sent to the rewrite."""
+        report = clean_report(await self.evaluator.run(source, text))
         threshold = (
             self._threshold
             if self._threshold is not None
