@@ -99,7 +99,8 @@ def user_texts(report: Report) -> list[str]:
     texts += [e.text for v in report.verdicts for e in v.evidence]
     texts += [f.description for f in report.findings] + [f.fix or "" for f in report.findings]
     texts += [e.text for f in report.findings for e in f.evidence]
-    return texts
+    reason = report.details.get("reason")  # geval's reason for its rating
+    return texts + ([reason] if isinstance(reason, str) else [])
 
 
 def run(name: str, options: dict[str, Any], tmp_path: Path | None = None) -> tuple[Report, FakeModel]:
@@ -128,7 +129,14 @@ def test_an_echoed_prompt_reaches_no_reason_fix_evidence_or_finding(
         assert f.fix is None or f.fix_rejected is None
 
 
-FLAGGING = [("dcr", {}), ("dcr", {"order": "verdict_first"}), ("factscore", {}), ("dove", {}), ("localize", {})]
+FLAGGING = [
+    ("dcr", {}),
+    ("dcr", {"order": "verdict_first"}),
+    ("factscore", {}),
+    ("dove", {}),
+    ("localize", {}),
+    ("geval", {}),
+]
 
 
 @pytest.mark.parametrize(("name", "options"), FLAGGING)
@@ -136,7 +144,7 @@ def test_the_echo_does_reach_the_explanation_path(name: str, options: dict[str, 
     """The check above is not empty: these methods flag with the echoed reply, and their raw replies (kept for
     audit) hold the fence tags that the findings no longer do."""
     report, fake = run(name, options)
-    assert report.findings, report.unscored_reason
+    assert report.findings or report.details.get("reason"), report.unscored_reason
     assert any(leaks(c.reply) for c in report.calls)
 
 

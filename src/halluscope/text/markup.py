@@ -77,6 +77,14 @@ def strip_markup(text: str) -> str:
     return "" if is_placeholder(text) else text
 
 
+def shown_reason(reason: str) -> str:
+    """``reason`` as a reader sees it: unchanged when it holds no markup, else stripped of it (a note saying so
+    when nothing else was left)."""
+    if not reason or markup_found(reason) is None:
+        return reason
+    return strip_markup(reason) or "the model's reason held only prompt markup"
+
+
 def fix_problem(fix: str, flagged: list[str]) -> str | None:
     """Why ``fix`` must not be shown (it holds markup, or it only repeats one of the ``flagged`` texts), or None."""
     found = markup_found(fix)
@@ -102,8 +110,8 @@ def clean_verdict(verdict: Verdict) -> Verdict:
     """``verdict`` with its reason stripped of markup, a fix with markup (or repeating its claim) dropped, and
     unlocated quotes with markup dropped; the same object when nothing changes."""
     update: dict[str, Any] = {}
-    if verdict.reason and markup_found(verdict.reason):
-        update["reason"] = strip_markup(verdict.reason) or "the model's reason held only prompt markup"
+    if (reason := shown_reason(verdict.reason)) != verdict.reason:
+        update["reason"] = reason
     update.update(_fix(verdict.fix, [verdict.claim.text]))
     evidence = _evidence(verdict.evidence)
     if len(evidence) != len(verdict.evidence):
