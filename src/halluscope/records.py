@@ -155,6 +155,9 @@ class Verdict(_Record):
     fix: str | None = None
     """A rewrite of the claim that the source supports, where the verifier proposed one (``order=verdict_first``
     explanations)."""
+    fix_rejected: str | None = None
+    """Why the verifier's suggested fix is not shown (``fix`` is then None): it held prompt markup, or it only
+    repeated the claim (:mod:`halluscope.text.markup`)."""
 
     @model_validator(mode="after")
     def _unscored_has_reason(self) -> Verdict:
@@ -181,6 +184,9 @@ class Finding(_Record):
     claim's best source passage); ``None`` where it has none."""
     fix: str | None = None
     """A suggested correction of the flagged text, where the method proposed one (not re-verified)."""
+    fix_rejected: str | None = None
+    """Why the method's suggested fix is not shown (``fix`` is then None): it held prompt markup, or it only
+    repeated the flagged text (:mod:`halluscope.text.markup`)."""
 
 
 class Report(_Record):

@@ -5,9 +5,10 @@ Applies to reports that carry improvement rounds (``details["rounds"]``, written
 the one way to run RAI); for any other method it returns no metrics. An item counts as *flagged* when its
 original text was scored and at least one sentence was judged inconsistent; it counts as *fixed by round
 r* when one of its rewrites up to round r was re-evaluated as consistent (every sentence judged
-consistent). Each rate is given over the flagged items (``improvement_rate_after_r``, with its ``coverage``)
-and counting every item (``_all``): an item whose original could not be scored counts as flagged and never
-fixed, its worst outcome (and ``n_flagged_all`` counts it among the flagged).
+consistent; with a probability score, every sentence at or above the threshold: ``Evaluated.consistent``). Each
+rate is given over the flagged items (``improvement_rate_after_r``, with its ``coverage``) and counting every
+item (``_all``): an item whose original could not be scored counts as flagged and never fixed, its worst
+outcome (and ``n_flagged_all`` counts it among the flagged).
 
 Caveat, as in the paper: "consistent" is the verdict of the same DCR evaluator (and model) that flagged the
 item, not a human judgment; the breakdown by gold label shows how often flagged items were truly

@@ -4,7 +4,7 @@ re-verified), the one way to run RAI."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, cast
 
 import typer
 
@@ -69,8 +69,19 @@ def print_improvement(report: Report) -> None:
 
 @model_options()
 def improve_command(
-    source: Annotated[str, typer.Option("--source", "-s", help="Source text file ('-' for stdin).")],
     target: Annotated[str, typer.Option("--target", "-t", help="Target text file to improve ('-' for stdin).")],
+    source: Annotated[str | None, typer.Option("--source", "-s", help="Source text file ('-' for stdin).")] = None,
+    context: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--context",
+            "-c",
+            help=(
+                "Instead of --source: a retrieved chunk's file (repeat for each chunk), or a "
+                ".json file holding a list of chunks; the evidence names its chunk (as with check)."
+            ),
+        ),
+    ] = None,
     rounds: Annotated[int, typer.Option("--rounds", "-n", min=1, max=10, help="Maximum rewrite rounds.")] = 2,
     level: Annotated[
         str, typer.Option(help="'sentence' (rewrite flagged sentences) or 'paragraph' (whole text).")
@@ -93,20 +104,27 @@ def improve_command(
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the full Report as JSON.")] = False,
 ) -> None:
-    """Evaluate TARGET against SOURCE with DCR (or --method), rewrite the inconsistent sentences, re-verify, repeat.
+    """Evaluate TARGET against SOURCE (or the --context chunks) with DCR (or --method), rewrite the inconsistent
+    sentences, re-verify, repeat.
 
     Only a rewrite whose re-evaluation by the same evaluator scores strictly higher than the original is reported
     as an improvement; otherwise the original text is kept. With DCR every DCR option works here too with -o (amc,
     retrieval, top_k, window, retriever, verifier): `halluscope methods improve` lists them; with --method NAME
     the -o options are that method's."""
+    from halluscope.cli.check import read_contexts
     from halluscope.llm import LLMError
     from halluscope.methods import InputError, get_method
 
-    if source == "-" and target == "-":
-        raise fail("only one of --source/--target can read standard input")
+    if source is not None and context:
+        raise fail("give the source once: --source (one text) or --context (its chunks), not both")
+    if source is None and not context:
+        raise fail("give --source (one text) or --context (its chunks)")
+    if sum([source == "-", target == "-", *(c == "-" for c in context or [])]) > 1:
+        raise fail("only one of --source/--context/--target can read standard input")
     check_output_file(output, "--output")
+    src: str | list[str]
     try:
-        src = read_text_input(source, "source")
+        src = read_contexts(context)[0] if context else read_text_input(cast(str, source), "source")
         tgt = read_text_input(target, "target")
     except InputFileError as exc:
         raise fail(str(exc)) from exc

@@ -32,6 +32,7 @@ from halluscope.methods.details import MethodDetails
 from halluscope.options import MethodOptions
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Report
+from halluscope.text.markup import shown_reason
 
 
 class GevalReply(Reply):
@@ -183,7 +184,7 @@ class GEval(Method):
             method=self.name,
             score=(rating - 1) / 4,
             subscores={"rating": float(rating)},
-            details=GevalDetails.build(reason=parsed.value.reason, prompt="reasoned"),
+            details=GevalDetails.build(reason=shown_reason(parsed.value.reason), prompt="reasoned"),
         )
 
     async def _run_paper(self, source: str, target: str) -> Report:

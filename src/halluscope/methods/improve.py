@@ -6,8 +6,9 @@ docs/dcr.md) -- with up to ``rounds`` rounds of rewriting. Each round: the sente
 inconsistent are rewritten by the LLM, using DCR's reason for each (another evaluator: the findings pointing
 into it) and the source; sentences judged
 consistent are never touched (their text is kept byte for byte). The rewritten text is then evaluated again
-by the same DCR pipeline. Rounds stop when the text is consistent, after ``rounds`` rounds, or when a rewrite
-cannot be used (unusable reply, empty, or unchanged).
+by the same DCR pipeline. Rounds stop when the text is consistent (the paper's score == 1 with a label score;
+with a probability score every sentence judged supported at or above the threshold), after ``rounds`` rounds, or
+when a rewrite cannot be used (unusable reply, empty, or unchanged).
 
 Nothing is returned as a fix unless it was re-verified: ``details["improved_target"]`` is the best-scoring
 re-evaluated text, and it differs from the original only if its verified score is strictly higher than the
@@ -42,6 +43,7 @@ from halluscope.methods import method_class, register_method
 from halluscope.methods.base import Method
 from halluscope.methods.dcr import DCR, DCR_PROMPTS, DcrDetails, DcrOptions
 from halluscope.methods.details import MethodDetails
+from halluscope.methods.pipeline import support_p
 from halluscope.methods.rai import (
     RAI_PARAGRAPH_PROMPT,
     RAI_PROMPTS,
@@ -57,6 +59,7 @@ from halluscope.options import MethodOptions
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Report, Span, Verdict
 from halluscope.text import split_sentences
+from halluscope.text.markup import clean_report
 
 # ------------------------------------------------------------------------------------------------ records
 
@@ -155,10 +158,21 @@ class Evaluated:
         return self.report.score
 
     @property
+    def by_probability(self) -> bool:
+        """Whether the evaluator scored this text from its verdicts' probabilities (``score=auto|probability``
+        with a backend that gives token log-probabilities), not from their labels."""
+        return (self.report.details.get("score") or {}).get("kind") == "probability"
+
+    @property
     def consistent(self) -> bool:
-        """Every unit judged, and judged consistent (the paper's score == 1); for an evaluator judged by findings
-        only: no finding, and a score at or above its threshold."""
+        """Every unit judged, and judged consistent: with a label score the paper's score == 1; with a probability
+        score every unit judged supported with P(supported) at or above the threshold (a probability score stays
+        below 1). For an evaluator judged by findings only: no finding, and a score at or above its threshold."""
         if judged_by_verdicts(self.report):
+            if self.by_probability:
+                return self.score is not None and all(
+                    v.label == "supported" and support_p(v) >= self.threshold for v in self.verdicts
+                )
             return self.score == 1.0 and all(v.label == "supported" for v in self.verdicts)
         return self.score is not None and self.score >= self.threshold and not self.report.findings
 
@@ -351,8 +365,10 @@ class Improve(Method):
         return self.evaluator.used_prompts() + [self.prompt(rai)]
 
     async def evaluate(self, source: str, text: str) -> Evaluated:
-        """The evaluator on ``text``; ``run`` (not ``acheck``), so its calls land in this check's call log."""
-        report = await self.evaluator.run(source, text)
+        """The evaluator on ``text``; ``run`` (not ``acheck``), so its calls land in this check's call log. Its
+        reasons are taken without prompt markup (:func:`~halluscope.text.markup.clean_report`), as a finished
+        report shows them: they are shown with each change and sent to the rewrite."""
+        report = clean_report(await self.evaluator.run(source, text))
         return Evaluated(text, report.model_copy(update={"method": self.name}), self.threshold)
 
     async def run(self, source: str, target: str) -> Report:

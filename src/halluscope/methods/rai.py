@@ -12,6 +12,7 @@ from halluscope.llm.replies import Reply
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Span
 from halluscope.text import ParseError, split_sentences
+from halluscope.text.markup import markup_found
 from halluscope.text.placeholders import is_placeholder, shown_strings
 
 # ------------------------------------------------------------------------------------------------ replies
@@ -89,14 +90,15 @@ RAI_PROMPTS = (RAI_SENTENCE_PROMPT, RAI_PARAGRAPH_PROMPT)
 
 def parse_rai_sentences(text: str, flagged: set[int], n: int) -> tuple[dict[int, str], list[int]]:
     """``{0-based sentence index: rewrite}`` for flagged sentences, and the ids (1-based, as written) of
-    rewrites for sentences that were not flagged (ignored). Echoed placeholders are not rewrites. Raises
-    ParseError when the reply is not the declared schema or rewrites no flagged sentence."""
+    rewrites for sentences that were not flagged (ignored). Echoed placeholders and rewrites that hold prompt
+    markup (a fence tag, a section header: :mod:`halluscope.text.markup`) are not rewrites. Raises ParseError when
+    the reply is not the declared schema or rewrites no flagged sentence."""
     entries = RewritesReply.parse(text).rewrites
     rewrites: dict[int, str] = {}
     ignored: list[int] = []
     for entry in entries:
         new = " ".join(entry.improved_sentence.split())
-        if new and is_placeholder(new, REWRITE_ECHOES):
+        if new and (is_placeholder(new, REWRITE_ECHOES) or markup_found(new)):
             continue
         index = entry.id - 1
         if index in flagged and 0 <= index < n:
@@ -112,6 +114,9 @@ def parse_rai_paragraph(text: str) -> str:
     value = ImprovedTextReply.parse(text).improved_text.strip()
     if not value or is_placeholder(value, REWRITE_ECHOES):
         raise ParseError("'improved_text' is empty or a placeholder")
+    found = markup_found(value)
+    if found is not None:
+        raise ParseError(f"'improved_text' holds {found} of the prompt, not a rewrite")
     return value
 
 

@@ -13,7 +13,8 @@ reason, the verdicts' reasons, the findings' descriptions, the raw replies kept 
 repair request, which send a reply back and quote it), the model names and every string in ``details``. Claims,
 evidence quotes and the prompts are the caller's own text (their spans index into it) and are left as they are.
 
-Every report passes through it: :class:`~halluscope.methods.base.Method` masks credentials (the library, the CLI),
+Every report passes through it, so prompt markup is taken out here too (:mod:`halluscope.text.markup`):
+:class:`~halluscope.methods.base.Method` masks credentials (the library, the CLI),
 the service also redacts its paths (:mod:`halluscope.server.redact`), and an :class:`~halluscope.llm.base.LLMError`'s
 message is masked when it is made.
 """
@@ -185,8 +186,12 @@ def _messages(messages: list[dict[str, Any]], paths: bool) -> list[dict[str, Any
 
 
 def redact_report(report: Report, *, paths: bool = False) -> Report:
-    """``report`` with the texts it carries beside the caller's input redacted (see the module docstring); the
+    """``report`` with the texts it carries beside the caller's input redacted (see the module docstring), after
+    prompt markup is taken out of its reasons, fixes and quotes (:func:`halluscope.text.markup.clean_report`); the
     same object when nothing changes."""
+    from halluscope.text.markup import clean_report
+
+    report = clean_report(report)
 
     def calls(items: list[Any]) -> list[Any]:
         out = []
