@@ -223,6 +223,30 @@ def test_stop_ends_the_worker_processes(tmp_path):
                 time.sleep(0.05)
 
 
+def test_stop_waits_for_idle_workers_to_exit_on_their_own():
+    """An idle worker ends through its own exit (which releases its semaphores) before ``stop`` returns: it is
+    neither killed nor ended halfway by the closed server pipe (the resource tracker then warned of "leaked
+    semaphore objects")."""
+    from halluscope.server.cpu_pool import CpuPool
+
+    pool = CpuPool(1, Config(cache=False))
+    pool.start()
+    [pid] = pool.pids()
+    killed = []
+    real_kill = os.kill
+
+    def watch_kill(target: int, sig: int) -> None:
+        killed.append((target, sig))
+        real_kill(target, sig)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "kill", watch_kill)
+        pool.stop(grace_s=60.0)  # a generous bound: an idle worker exits at once
+    assert killed == []
+    with pytest.raises(ProcessLookupError):  # already exited, and reaped
+        os.kill(pid, 0)
+
+
 def test_serve_reads_cpu_workers_from_flags_and_the_environment(monkeypatch):
     from typer.testing import CliRunner
 

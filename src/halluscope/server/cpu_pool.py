@@ -218,6 +218,9 @@ class _Slot:
     def end(self) -> None:
         """Stop the process now, whatever it runs (SIGKILL: it holds nothing that must be written)."""
         self.executor.shutdown(wait=False, cancel_futures=True)
+        self.kill()
+
+    def kill(self) -> None:
         pid = self.pid
         if pid is None:  # not started yet: end it once it is
             self.warm.add_done_callback(lambda f: _kill(self.pid))
@@ -293,15 +296,26 @@ class CpuPool:
                 pass
         closing = []
         for slot in slots:
-            slot.executor.shutdown(wait=False, cancel_futures=True)
+            # one shutdown call, which waits until the process has exited: a first one with wait=False would make
+            # the executor forget the thread that joins it, and the process would be left to end halfway through
+            # its exit (the pipe closed below ends it), its semaphores unlinked but not unregistered
             if grace_s > 0:
-                closing.append(threading.Thread(target=slot.executor.shutdown, daemon=True, name="halluscope-cpu-stop"))
+                closing.append(
+                    threading.Thread(
+                        target=slot.executor.shutdown,
+                        kwargs={"cancel_futures": True},
+                        daemon=True,
+                        name="halluscope-cpu-stop",
+                    )
+                )
                 closing[-1].start()
         for thread in closing:
             thread.join(grace_s)
         for slot, thread in itertools.zip_longest(slots, closing):
-            if thread is None or thread.is_alive():
+            if thread is None:
                 slot.end()
+            elif thread.is_alive():  # still running a check: its shutdown call ends once the process is killed
+                slot.kill()
         for end in (self._alive_reader, self._alive_writer):
             if end is not None:
                 end.close()
