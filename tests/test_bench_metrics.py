@@ -35,6 +35,23 @@ def test_best_threshold_maximizes_balanced_accuracy():
     assert M.balanced_accuracy(labels, scores, t) == pytest.approx(best)
     assert t == pytest.approx(0.7)  # 0.5 and 0.7 both give 5/6: ties go to the highest
     assert M.best_threshold([1, 1], [0.2, 0.3]) is None
+    assert M.best_threshold(labels, scores, ties="lowest") == pytest.approx(0.5)
+
+
+def test_best_threshold_is_youdens_j_on_the_roc_curve():
+    """The exact comparison gives scikit-learn's ROC answer (highest of the ties) on random scores with ties."""
+    from sklearn.metrics import roc_curve
+
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        n = int(rng.integers(2, 30))
+        y = rng.integers(0, 2, n).tolist()
+        s = (rng.integers(0, 6, n) / 5).tolist()
+        if len(set(y)) < 2:
+            continue
+        fpr, tpr, thresholds = roc_curve(y, s)
+        j = np.where(np.isfinite(thresholds), tpr - fpr, -np.inf)
+        assert M.best_threshold(y, s) == float(thresholds[int(np.flatnonzero(j >= j.max() - 1e-12)[0])])
 
 
 def test_balanced_accuracy_hand_computed():

@@ -19,6 +19,7 @@ below it only. A module that matches no layer fails the test: a new module is pl
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 import tomllib
@@ -38,6 +39,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "halluscope._version",
             "halluscope._optional",
+            "halluscope._lazy",
             "halluscope.records",
             "halluscope.config",
             "halluscope.sqlite_file",
@@ -241,19 +243,86 @@ def test_no_module_imports_a_higher_layer():
     assert not upward, "imports that point up:\n" + "\n".join(upward)
 
 
-def test_the_built_in_stage_modules_are_the_packages_entry_points():
-    """The registry finds the built-in stages through the ``halluscope.stages`` entry points of halluscope's own
-    metadata; the methods package names the same modules (for a source checkout whose installed metadata is
-    older), and each of them registers at least one stage."""
-    from halluscope.methods import BUILTIN_STAGE_MODULES
+def _declared(group: str) -> dict[str, str]:
+    return tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["entry-points"][group]
+
+
+def test_the_built_in_stages_are_the_packages_entry_points():
+    """The one list of the built-in stages is halluscope's ``halluscope.stages`` entry points: each ``KIND.NAME`` =
+    ``module:Class`` is a stage its module registers under that kind and name, and every stage halluscope registers
+    is listed."""
     from halluscope.stages import stages
 
-    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    declared = project["entry-points"]["halluscope.stages"]
-    assert sorted(declared.values()) == sorted(BUILTIN_STAGE_MODULES)
-    registering = {spec.module for spec in stages()}
-    for module in BUILTIN_STAGE_MODULES:
-        assert any(m == module or m.startswith(module + ".") for m in registering), module
+    registered = {
+        f"{spec.protocol}.{spec.name}": f"{spec.module}:{spec.factory.__qualname__}"
+        for spec in stages()
+        if spec.module.startswith("halluscope.")
+    }
+    assert registered == _declared("halluscope.stages")
+
+
+def test_the_built_in_methods_are_the_packages_entry_points():
+    from halluscope.methods import list_methods, method_class
+
+    declared = _declared("halluscope.methods")
+    assert sorted(declared) == list_methods()
+    for name, target in declared.items():
+        cls = method_class(name)
+        assert (cls.name, f"{cls.__module__}:{cls.__qualname__}") == (name, target)
+
+
+def _fresh(code: str, path: str = str(SRC)) -> str:
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONPATH": path, "PATH": ""}
+    ).stdout.strip()
+
+
+def test_listing_the_stages_imports_no_method_module_it_does_not_list():
+    """``stages()`` in a fresh process imports the modules of the stages it lists and what they import, nothing
+    more: no method's composition (``DCR``, the claim pipeline, ...) and no module of a stage it does not list."""
+    listed = (
+        "import sys, json, halluscope.stages as s; found = s.stages(); "
+        "print(json.dumps([sorted({x.module for x in found}), sorted(m for m in sys.modules "
+        "if m.startswith('halluscope.methods'))]))"
+    )
+    modules_listed, imported = json.loads(_fresh(listed))
+    alone = json.loads(
+        _fresh(
+            f"import sys, json, importlib\nfor m in {modules_listed!r}: importlib.import_module(m)\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('halluscope.methods'))))"
+        )
+    )
+    assert imported == alone
+    compositions = {target.partition(":")[0] for target in _declared("halluscope.methods").values()}
+    assert "halluscope.methods.pipeline" not in imported
+    assert not (compositions - set(modules_listed)) & set(imported)
+
+
+def test_a_stage_lookup_imports_only_that_stages_module():
+    code = (
+        "import sys, halluscope.stages as s; s.stage_spec('verifier', 'dcr'); "
+        "print(sorted({m.split('.')[2] for m in sys.modules if m.startswith('halluscope.methods.')}))"
+    )
+    assert _fresh(code) == str(sorted({"base", "batching", "dcr", "details", "options"}))
+
+
+def test_the_package_lazily_exports_what_it_imports_for_type_checkers():
+    """A method package's ``__init__`` imports its names under ``TYPE_CHECKING`` only; each resolves at run time
+    to the object of the module named there."""
+    import importlib
+
+    from halluscope._lazy import type_checking_imports
+
+    for package in ("dcr", "dove", "factscore", "probe"):
+        name = f"halluscope.methods.{package}"
+        path = SRC / "halluscope" / "methods" / package / "__init__.py"
+        exports = type_checking_imports(path.read_text(encoding="utf-8"), name)
+        mod = importlib.import_module(name)
+        assert set(mod.__all__) <= set(exports), package
+        for export, (module, attribute) in exports.items():
+            assert getattr(mod, export) is getattr(importlib.import_module(module), attribute)
+        with pytest.raises(AttributeError):
+            mod.no_such_name  # noqa: B018
 
 
 @pytest.mark.parametrize(
@@ -306,41 +375,18 @@ def _own_metadata(folder: Path, stage_modules: dict[str, str]) -> None:
     )
 
 
-def test_the_registry_finds_built_in_stages_through_the_entry_points_alone(tmp_path):
-    """With halluscope's metadata declaring only the shared decomposers, a fresh process that imports the registry
-    (and no method) finds the ``sentences`` decomposer; with the entry points of pyproject.toml it finds every
-    built-in stage the methods package finds."""
-    _own_metadata(tmp_path, {"sentences": "halluscope.stages.decomposers"})
+def test_an_installed_package_reads_its_stages_from_its_metadata(tmp_path):
+    """Without a source checkout's pyproject.toml beside the package (an installed wheel), the list is the
+    installed metadata's: declaring only the ``sentences`` decomposer, a fresh process finds that one and imports
+    no method; an older metadata's bare module names still register their stages."""
+    _own_metadata(tmp_path, {"decomposer.sentences": "halluscope.stages.decomposers:SentenceDecomposer"})
     code = (
-        "import sys; from halluscope.stages import stages; found = stages('decomposer'); "
+        "import sys, pathlib, halluscope.plugins as p; p.SOURCE_PYPROJECT = pathlib.Path('/nonexistent'); "
+        "from halluscope.stages import stages; found = stages('decomposer'); "
         "print([s.name for s in found], any(m.startswith('halluscope.methods') for m in sys.modules))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={"PYTHONPATH": f"{tmp_path}:{SRC}", "PATH": ""},
-    ).stdout.strip()
-    assert out == "['sentences'] False"
-
-    declared = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["entry-points"]
-    full = tmp_path / "full"
-    full.mkdir()
-    _own_metadata(full, declared["halluscope.stages"])
-    code = "from halluscope.stages import stages; print(len(stages()))"
-    alone = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={"PYTHONPATH": f"{full}:{SRC}", "PATH": ""},
-    ).stdout.strip()
-    with_methods = subprocess.run(
-        [sys.executable, "-c", "import halluscope.methods; " + code],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={"PYTHONPATH": str(SRC), "PATH": ""},
-    ).stdout.strip()
-    assert int(alone) == int(with_methods) > 30
+    assert _fresh(code, f"{tmp_path}:{SRC}") == "['sentences'] False"
+    older = tmp_path / "older"
+    older.mkdir()
+    _own_metadata(older, {"sentences": "halluscope.stages.decomposers", "dove": "halluscope.methods.dove.stages"})
+    assert _fresh(code, f"{older}:{SRC}") == "['dove', 'sentences'] True"

@@ -195,9 +195,9 @@ def inject_command(
         builder = GoldEvidenceBuilder(llm, judges=judges, samples=gold_samples, consensus=gold_consensus)
     generator = InjectionGenerator(
         llm,
-        weave=weave,
+        weave=weave,  # type: ignore[arg-type]
         seed=seed,
-        include_truth=truth,  # type: ignore[arg-type]
+        include_truth=truth,
         gold_evidence=builder,
     )
     written: list[Example] = []

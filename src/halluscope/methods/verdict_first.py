@@ -229,9 +229,9 @@ class VerdictFirst:
                 Evidence(
                     text=match.span.of(source) if match else quote,
                     span=match.span if match else None,
-                    relation=relation,
+                    relation=relation,  # type: ignore[arg-type]
                 )
-            )  # type: ignore[arg-type]
+            )
         fix = reply.fix.strip() or None
         if fix is not None and fix.strip().lower() == claim.text.strip().lower():
             fix = None  # the claim copied back is no fix

@@ -21,7 +21,7 @@ def fits_in_context(llm: Any, text: str, reserve_tokens: int | Callable[[], int]
     window = llm.context_window
     if window is None:
         return True
-    tokens = llm.count_tokens(text)
+    tokens: int = llm.count_tokens(text)
     return tokens + (reserve_tokens() if callable(reserve_tokens) else reserve_tokens) <= window
 
 
@@ -33,7 +33,7 @@ class Retrieve:
     Options: ClassVar[type[StageOptions]] = options_view(
         "RetrieveOptions",
         RetrievalConfig,
-        list(RetrievalConfig.model_fields),  # type: ignore[arg-type]
+        list(RetrievalConfig.model_fields),
         "The retrieval settings (RetrievalConfig).",
     )
 

@@ -58,87 +58,93 @@ marks), :mod:`.scoring` (Eq. 3), :mod:`.verifier` (the ``dcr`` verifier stage), 
 
 from __future__ import annotations
 
-from halluscope.methods.dcr.amc import (
-    AmcMarks,
-    AmcMode,
-    AutoMetricConverter,
-)
-from halluscope.methods.dcr.decompose import (
-    ParagraphDecomposer,
-)
-from halluscope.methods.dcr.details import DcrDetails
-from halluscope.methods.dcr.localize import (
-    DcrLocalizer,
-)
-from halluscope.methods.dcr.method import (
-    DCR,
-    AmcWeights,
-    DcrOptions,
-    Level,
-    dcr_finding,
-)
-from halluscope.methods.dcr.prompts import (
-    _CHECK as _CHECK,  # private, importable from here as before
-)
-from halluscope.methods.dcr.prompts import (
-    _SYSTEM as _SYSTEM,  # private, importable from here as before
-)
-from halluscope.methods.dcr.prompts import (
-    AMC_PROMPT,
-    DCE_EXCERPT_BATCH_PROMPT,
-    DCE_EXCERPT_PROMPT,
-    DCE_PARAGRAPH_PROMPT,
-    DCE_REPLY_TOKENS,
-    DCE_SENTENCE_PROMPT,
-    DCR_PROMPTS,
-)
-from halluscope.methods.dcr.replies import (
-    REASON_ECHOES,
-    AmcReply,
-    DceExcerptBatchReply,
-    DceExcerptEntry,
-    DceJudgment,
-    DceReason,
-    DceReply,
-    DceSingleReply,
-    Mark,
-    SentenceReason,
-    number_claims,
-    parse_amc,
-    parse_dce_sentences,
-    parse_dce_single,
-)
-from halluscope.methods.dcr.replies import (
-    _stated_reason as _stated_reason,  # private, importable from here as before
-)
-from halluscope.methods.dcr.scoring import (
-    LABEL_MARKS,
-    AmcScore,
-    DcrAggregator,
-    amc_score,
-)
-from halluscope.methods.dcr.scoring import (
-    _paper_aggregate as _paper_aggregate,  # private, importable from here as before
-)
-from halluscope.methods.dcr.scoring import (
-    _why_none as _why_none,  # private, importable from here as before
-)
-from halluscope.methods.dcr.verifier import (
-    NO_REASON,
-    DceNotes,
-    DcrVerifier,
-    OtherReason,
-    assign_reasons,
-)
-from halluscope.methods.dcr.verifier import (
-    _check_stated_reason as _check_stated_reason,  # private, importable from here as before
-)
-from halluscope.methods.dcr.verifier import (
-    _ExcerptDce as _ExcerptDce,  # private, importable from here as before
-)
-from halluscope.methods.dcr.verifier import (
-    _is_paragraph as _is_paragraph,  # private, importable from here as before
-)
+from typing import TYPE_CHECKING
+
+from halluscope._lazy import lazy_exports
+
+if TYPE_CHECKING:  # the names importable from here, each loaded from its module when first read
+    from halluscope.methods.dcr.amc import (
+        AmcMarks,
+        AmcMode,
+        AutoMetricConverter,
+    )
+    from halluscope.methods.dcr.decompose import (
+        ParagraphDecomposer,
+    )
+    from halluscope.methods.dcr.details import DcrDetails
+    from halluscope.methods.dcr.localize import (
+        DcrLocalizer,
+    )
+    from halluscope.methods.dcr.method import (
+        DCR,
+        AmcWeights,
+        DcrOptions,
+        Level,
+        dcr_finding,
+    )
+    from halluscope.methods.dcr.prompts import (
+        _CHECK as _CHECK,  # private, importable from here as before
+    )
+    from halluscope.methods.dcr.prompts import (
+        _SYSTEM as _SYSTEM,  # private, importable from here as before
+    )
+    from halluscope.methods.dcr.prompts import (
+        AMC_PROMPT,
+        DCE_EXCERPT_BATCH_PROMPT,
+        DCE_EXCERPT_PROMPT,
+        DCE_PARAGRAPH_PROMPT,
+        DCE_REPLY_TOKENS,
+        DCE_SENTENCE_PROMPT,
+        DCR_PROMPTS,
+    )
+    from halluscope.methods.dcr.replies import (
+        REASON_ECHOES,
+        AmcReply,
+        DceExcerptBatchReply,
+        DceExcerptEntry,
+        DceJudgment,
+        DceReason,
+        DceReply,
+        DceSingleReply,
+        Mark,
+        SentenceReason,
+        number_claims,
+        parse_amc,
+        parse_dce_sentences,
+        parse_dce_single,
+    )
+    from halluscope.methods.dcr.replies import (
+        _stated_reason as _stated_reason,  # private, importable from here as before
+    )
+    from halluscope.methods.dcr.scoring import (
+        LABEL_MARKS,
+        AmcScore,
+        DcrAggregator,
+        amc_score,
+    )
+    from halluscope.methods.dcr.scoring import (
+        _paper_aggregate as _paper_aggregate,  # private, importable from here as before
+    )
+    from halluscope.methods.dcr.scoring import (
+        _why_none as _why_none,  # private, importable from here as before
+    )
+    from halluscope.methods.dcr.verifier import (
+        NO_REASON,
+        DceNotes,
+        DcrVerifier,
+        OtherReason,
+        assign_reasons,
+    )
+    from halluscope.methods.dcr.verifier import (
+        _check_stated_reason as _check_stated_reason,  # private, importable from here as before
+    )
+    from halluscope.methods.dcr.verifier import (
+        _ExcerptDce as _ExcerptDce,  # private, importable from here as before
+    )
+    from halluscope.methods.dcr.verifier import (
+        _is_paragraph as _is_paragraph,  # private, importable from here as before
+    )
+
 
 __all__ = [
     "DcrDetails",
@@ -183,3 +189,5 @@ __all__ = [
     "parse_dce_sentences",
     "parse_dce_single",
 ]
+
+__getattr__ = lazy_exports(__name__, __file__)

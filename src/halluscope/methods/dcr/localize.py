@@ -12,7 +12,7 @@ from halluscope.stages.findings import claim_finding, verdict_confidence
 from halluscope.stages.verdicts import RunStage
 
 if TYPE_CHECKING:  # pragma: no cover
-    from halluscope.methods.pipeline import PipelineRun
+    from halluscope.stages.protocols import PipelineRun
 
 
 @register_stage("dcr", "localizer")

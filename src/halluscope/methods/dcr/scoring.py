@@ -14,7 +14,7 @@ from halluscope.stages import Aggregate, register_stage
 from halluscope.stages.verdicts import RunStage
 
 if TYPE_CHECKING:  # pragma: no cover
-    from halluscope.methods.pipeline import PipelineRun
+    from halluscope.stages.protocols import PipelineRun
 
 AmcWeights = Literal["paper", "auto"]
 

@@ -15,7 +15,7 @@ from halluscope.stages import Aggregate, register_stage
 from halluscope.stages.verdicts import ClaimFindings, RunStage
 
 if TYPE_CHECKING:  # pragma: no cover
-    from halluscope.methods.pipeline import PipelineRun
+    from halluscope.stages.protocols import PipelineRun
 
 
 @dataclass

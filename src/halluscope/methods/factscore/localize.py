@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from halluscope.llm.base import CallBudgetExceeded, LLMError
-from halluscope.methods.factscore.method import FactScoreOptions
+from halluscope.methods.factscore.options import FactScoreOptions
 from halluscope.methods.factscore.verifier import FactScoreVerifier
 from halluscope.methods.options import StageOptions, options_view
 from halluscope.records import Finding, Verdict
@@ -18,7 +18,7 @@ from halluscope.text.descriptions import merge_spans, spans_for_description
 
 if TYPE_CHECKING:  # pragma: no cover
     from halluscope.llm import LLM
-    from halluscope.methods.pipeline import PipelineRun
+    from halluscope.stages.protocols import PipelineRun
 
 
 @register_stage("factscore", "localizer")

@@ -11,7 +11,7 @@ from halluscope.stages.findings import claim_finding
 from halluscope.stages.verdicts import RunStage, SupportedFraction
 
 if TYPE_CHECKING:  # pragma: no cover
-    from halluscope.methods.pipeline import PipelineRun
+    from halluscope.stages.protocols import PipelineRun
 
 
 @register_stage("probe", "aggregator")
