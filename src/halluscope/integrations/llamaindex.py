@@ -16,16 +16,12 @@ from llama_index.core.evaluation import BaseEvaluator, EvaluationResult
 from llama_index.core.prompts.mixin import PromptDictType
 
 from halluscope.config import Config
-from halluscope.integrations import document_chunks, join_documents, run_sync
+from halluscope.integrations import document_chunks, join_documents
+from halluscope.methods.named import build_method
 from halluscope.records import Report
+from halluscope.sync import run_sync
 
 __all__ = ["HalluscopeEvaluator", "check_response"]
-
-
-def _method(method: str, config: Config | None, llm: Any, options: dict[str, Any]) -> Any:
-    from halluscope.methods import get_method
-
-    return get_method(method, llm=llm, config=config or Config(), **options)
 
 
 def _source_texts(response: Any) -> list[str]:
@@ -44,7 +40,7 @@ def check_response(
     """Check a LlamaIndex ``Response`` (its text) against its ``source_nodes`` (joined in order as the source)."""
     answer = str(getattr(response, "response", None) or "")
     source = document_chunks(_source_texts(response)) or ""
-    report: Report = run_sync(_method(method, config, llm, options).acheck(source, answer))
+    report: Report = run_sync(build_method(method, config=config, llm=llm, options=options).acheck(source, answer))
     return report.with_threshold(threshold) if threshold is not None else report
 
 
@@ -70,7 +66,7 @@ class HalluscopeEvaluator(BaseEvaluator):
         llm: Any = None,
         **options: Any,
     ):
-        self._method = _method(method, config, llm, options)
+        self._method = build_method(method, config=config, llm=llm, options=options)
         self._threshold = threshold
 
     def _get_prompts(self) -> PromptDictType:
