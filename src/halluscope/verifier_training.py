@@ -172,7 +172,7 @@ class VerifierTrainer:
         shutil.rmtree(old, ignore_errors=True)
 
     # -- the run ------------------------------------------------------------------------------------------------
-    def run(self) -> dict[str, Any]:
+    def run(self) -> dict[str, Any]:  # noqa: C901 - the training loop with checkpoints, early stopping and resume in one place
         import numpy as np
         import torch
         import transformers

@@ -241,7 +241,7 @@ def read_contexts(paths: list[str]) -> tuple[list[str], list[str]]:
 
 
 @model_options()
-def check_command(
+def check_command(  # noqa: C901 - the check command's flags, each validated where it is read
     source: Annotated[str | None, typer.Option("--source", "-s", help="Source text file ('-' for stdin).")] = None,
     target: Annotated[
         str | None, typer.Option("--target", "-t", help="Target text file to check ('-' for stdin).")

@@ -12,7 +12,7 @@ from halluscope.cli.common import NO_FLAGS, ModelFlags, fail, finite_number, mod
 
 
 @model_options()
-def inject_command(
+def inject_command(  # noqa: C901 - the inject command's flags, each validated where it is read
     dataset: Annotated[
         str,
         typer.Argument(
