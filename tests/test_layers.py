@@ -3,9 +3,15 @@
 The import graph is read with ``ast`` from ``src/halluscope``: an edge for every ``import`` and ``from ... import``
 wherever it stands (module level, inside a function, under ``if TYPE_CHECKING:``, since a type-only import still
 makes the lower module's meaning depend on the upper one), relative imports resolved, and for every
-``importlib.import_module("halluscope...")`` called with a literal name. ``from a.b import c`` goes to ``a.b.c``
-when that is a module, else to ``a.b``; a package's parents are not counted (importing ``a.b.c`` runs ``a.b``'s
-``__init__``, but that is the package's own business), so a package re-exporting its submodules is no cycle.
+``importlib.import_module(...)`` / ``__import__(...)`` whose name the checker can read: a literal, a relative name
+with its package, a ``+`` concatenation of literals, or every module below the constant start of an f-string. A
+module name it cannot read (a variable) is allowed only in the registries of :data:`DYNAMIC_IMPORTERS`; ``exec``
+and ``eval`` nowhere. halluscope's own entry points name modules of the layers their group may load, and inside
+the methods layer one method imports another only where :data:`METHOD_CROSSINGS` says why.
+
+``from a.b import c`` goes to ``a.b.c`` when that is a module, else to ``a.b``; a package's parents are not
+counted (importing ``a.b.c`` runs ``a.b``'s ``__init__``, but that is the package's own business), so a package
+re-exporting its submodules is no cycle.
 
 The layer check also counts every string constant that is exactly a submodule's name (or ``"module:attribute"``;
 entry point group names aside): a registry that imports modules by name from a list of names depends on them as
@@ -94,14 +100,94 @@ def modules(root: Path = SRC) -> dict[str, Path]:
     return found
 
 
-def _import_module_name(node: ast.Call) -> str | None:
-    """The literal module name of ``importlib.import_module("...")`` / ``import_module("...")``, else None."""
+IMPORT_CALLS = ("import_module", "__import__")
+CODE_CALLS = ("exec", "eval")  # code run from a string: its imports cannot be followed
+
+# Modules that import a module named at run time, and where the names come from (each is checked elsewhere).
+DYNAMIC_IMPORTERS = {
+    "halluscope._optional": "the optional dependency its caller names (a third-party package)",
+    "halluscope._lazy": "the names a package __init__ imports under TYPE_CHECKING (those imports are edges here)",
+    "halluscope.stages": "halluscope's own halluscope.stages entry points (checked below, with their layers)",
+    "halluscope.methods": "halluscope's own halluscope.methods entry points (checked below, with their layers)",
+    "halluscope.server.warmup": "FIRST_USE_MODULES, literal names in the module (edges of the layer check)",
+    "halluscope.bench.suites": "SUITE_MODULES, literal names in the module (edges of the layer check)",
+}
+
+
+def _called(node: ast.Call) -> str:
     func = node.func
-    called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-    if called != "import_module" or not node.args:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def _text(node: ast.expr | None) -> tuple[str, bool] | None:
+    """A string expression's constant text and whether that is all of it (an f-string or a ``+`` concatenation
+    whose start is constant gives that start and False); None when it does not start with a constant."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value, True
+    if isinstance(node, ast.JoinedStr):
+        prefix = ""
+        for part in node.values:
+            if not (isinstance(part, ast.Constant) and isinstance(part.value, str)):
+                return (prefix, False) if prefix else None
+            prefix += part.value
+        return prefix, True
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left = _text(node.left)
+        if left is None or not left[1]:
+            return left
+        right = _text(node.right)
+        return (left[0] + right[0], right[1]) if right is not None else (left[0], False)
+    return None
+
+
+def _anchor(node: ast.Call, name: str, package: str) -> str | None:
+    """The package a relative ``import_module(".x", package)`` is resolved against."""
+    given = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "package"), None)
+    if isinstance(given, ast.Name) and given.id == "__name__":
+        return name
+    if isinstance(given, ast.Name) and given.id == "__package__":
+        return package
+    found = _text(given)
+    return found[0] if found is not None and found[1] else None
+
+
+def dynamic_targets(node: ast.Call, name: str, package: str, known: dict[str, Path]) -> set[str] | None:
+    """The modules an ``import_module(...)`` / ``__import__(...)`` call can import: its literal name (a relative
+    one resolved), or every module below the constant start of an f-string or concatenation; None when the
+    checker cannot tell (a name from a variable). An empty set: the call is no import call."""
+    if _called(node) not in IMPORT_CALLS or not node.args:
+        return set()
+    found = _text(node.args[0])
+    if found is None:
         return None
-    first = node.args[0]
-    return first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else None
+    text, complete = found
+    if text.startswith("."):
+        anchor = _anchor(node, name, package)
+        if anchor is None:
+            return None
+        dots = len(text) - len(text.lstrip("."))
+        base = ".".join(anchor.split(".")[: len(anchor.split(".")) - (dots - 1)])
+        text = f"{base}.{text[dots:]}" if text[dots:] else base
+    if complete:
+        return {text}
+    if not text.startswith("halluscope"):
+        return set()  # a third-party package's module: no edge of this package
+    return {m for m in known if m.startswith(text)} or None
+
+
+def unfollowed_calls(name: str, path: Path, known: dict[str, Path]) -> list[str]:
+    """The dynamic imports the checker cannot follow, and every ``exec`` / ``eval``, as ``module:line call``."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.Call):
+            continue
+        called = _called(node)
+        if (called in CODE_CALLS and isinstance(node.func, ast.Name)) or (
+            called in IMPORT_CALLS and dynamic_targets(node, name, package, known) is None
+        ):
+            found.append(f"{name}:{node.lineno} {called}")
+    return found
 
 
 def _names_a_module(text: str, known: dict[str, Path]) -> bool:
@@ -126,8 +212,8 @@ def imports_of(name: str, path: Path, known: dict[str, Path], *, named: bool = F
             for alias in node.names:
                 sub = f"{base}.{alias.name}"
                 targets.add(sub if sub in known else base)
-        elif isinstance(node, ast.Call) and (literal := _import_module_name(node)):
-            targets.add(literal)
+        elif isinstance(node, ast.Call):
+            targets.update(dynamic_targets(node, name, package, known) or ())
         elif (
             named
             and isinstance(node, ast.Constant)
@@ -223,6 +309,104 @@ def test_the_checker_finds_a_cycle_and_an_upward_import(tmp_path):
         f"halluscope.{m} (foundation) imports halluscope.methods.base (methods)"
         for m in ("config", "options", "records", "sync")
     ]
+
+
+def test_the_checker_follows_f_string_concatenated_and_relative_imports_and_flags_exec(tmp_path):
+    pkg = tmp_path / "halluscope"
+    (pkg / "methods").mkdir(parents=True)
+    for name in ("__init__.py", "methods/__init__.py", "methods/base.py", "methods/extra.py"):
+        (pkg / name).write_text("")
+    (pkg / "records.py").write_text("import importlib\nk = 'x'\nimportlib.import_module(f'halluscope.methods.{k}')\n")
+    (pkg / "config.py").write_text("from importlib import import_module\nimport_module('halluscope.' + 'methods.base')")
+    (pkg / "methods" / "dcr.py").write_text("import importlib\nimportlib.import_module('.base', __package__)\n")
+    (pkg / "options.py").write_text("import importlib\nname = 'x'\nimportlib.import_module(name)\nexec('import os')\n")
+    known = modules(tmp_path)
+    graph = import_graph(tmp_path)
+    assert graph["halluscope.records"] == {  # an f-string: every module its constant start can name
+        "halluscope.methods.base",
+        "halluscope.methods.dcr",
+        "halluscope.methods.extra",
+    }
+    assert graph["halluscope.config"] == {"halluscope.methods.base"}
+    assert graph["halluscope.methods.dcr"] == {"halluscope.methods.base"}
+    assert unfollowed_calls("halluscope.options", pkg / "options.py", known) == [
+        "halluscope.options:3 import_module",
+        "halluscope.options:4 exec",
+    ]
+    assert unfollowed_calls("halluscope.records", pkg / "records.py", known) == []
+
+
+def test_no_import_the_checker_cannot_follow():
+    """No ``exec`` / ``eval`` in the package, and a module name the checker cannot read (a variable) only in the
+    registries of :data:`DYNAMIC_IMPORTERS`, each of which still does so (the list shrinks with the code)."""
+    known = modules()
+    found = [call for name, path in known.items() for call in unfollowed_calls(name, path, known)]
+    assert not [c for c in found if c.endswith((" exec", " eval"))], found
+    importers = {call.partition(":")[0] for call in found}
+    assert importers == set(DYNAMIC_IMPORTERS), found
+
+
+# the layers a module named by each of halluscope's own entry point groups may be in
+ENTRY_POINT_LAYERS = {
+    "halluscope.stages": ("shared stages", "methods"),
+    "halluscope.methods": ("methods",),
+    "pytest11": ("bench, generators, integrations",),
+}
+
+
+def test_entry_points_name_modules_of_their_layer():
+    """halluscope's own entry points are imports its registries make by name: each names a module of the package,
+    in a layer its group may load (a stage in the stages or methods layers, never in the server or the CLI)."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    known = modules()
+    wrong = []
+    for group, table in project["entry-points"].items():
+        for entry, target in table.items():
+            module = target.partition(":")[0]
+            layer = layer_of(module)
+            if module not in known or layer is None or LAYERS[layer][0] not in ENTRY_POINT_LAYERS[group]:
+                wrong.append(f"{group} {entry} = {target}")
+    for script, target in project["scripts"].items():
+        if target.partition(":")[0] not in known:
+            wrong.append(f"script {script} = {target}")
+    assert not wrong
+
+
+# Inside the methods layer: the modules every method shares, and the imports from one method into another that
+# the code makes on purpose (with why). Any other import across methods fails.
+SHARED_METHOD_MODULES = (
+    "base",
+    "batching",
+    "calibration",
+    "details",
+    "encoder_models",
+    "named",
+    "options",
+    "pipeline",
+    "verdict_first",
+)
+METHOD_CROSSINGS = {
+    ("pipeline", "gate"): "the claim pipeline applies a gate stage's decisions as verdicts (gate_verdict)",
+    ("encoders", "gate"): "the encoder gate marks target spans as the lexical gate does (target_spans)",
+    ("improve", "dcr"): "RAI (improve) is DCR's reason-assisted improver: DCR's prompts, options and details",
+    ("improve", "rai"): "RAI's rewrite step (replies, prompts, splicing), re-exported by improve",
+}
+
+
+def _method_unit(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "methods" else None
+
+
+def test_methods_import_each_other_only_where_listed():
+    crossings = set()
+    for module, targets in import_graph().items():
+        unit = _method_unit(module)
+        for target in targets:
+            other = _method_unit(target)
+            if unit and other and other != unit and other not in SHARED_METHOD_MODULES:
+                crossings.add((unit, other))
+    assert crossings == set(METHOD_CROSSINGS)
 
 
 def test_every_module_has_a_layer():
