@@ -21,8 +21,9 @@ def fits_in_context(llm: Any, text: str, reserve_tokens: int | Callable[[], int]
     window = llm.context_window
     if window is None:
         return True
-    tokens: int = llm.count_tokens(text)
-    return tokens + (reserve_tokens() if callable(reserve_tokens) else reserve_tokens) <= window
+    tokens = llm.count_tokens(text)
+    fits: bool = tokens + (reserve_tokens() if callable(reserve_tokens) else reserve_tokens) <= window
+    return fits
 
 
 class Retrieve:
