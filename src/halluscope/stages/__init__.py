@@ -129,7 +129,7 @@ class StageSpec:
 
 
 _STAGES: dict[tuple[str, str], StageSpec] = {}
-_imported: set[str] = set()  # built-in modules already imported (each once, also when its import failed)
+_imported: set[str] = set()  # built-in entry points ("module:Class") imported, each once (also when it failed)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
