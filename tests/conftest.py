@@ -23,6 +23,8 @@ def _private_cache(tmp_path, monkeypatch):
     """No test reads or writes the user's cache; ``embedded`` means SmolLM2 unless a test names another model
     (the 1.5B model, the default once its parts are installed, runs only in tests marked ``embedded_large``)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))  # nor the user's own config file
+    monkeypatch.delenv("HALLUSCOPE_TRUSTED_DIRS", raising=False)
     monkeypatch.setenv("HALLUSCOPE_EMBEDDED_MODEL", "smollm2")
 
 

@@ -83,8 +83,11 @@ def test_check_through_litellm_to_a_stub_endpoint_uses_cache_and_accounting(tmp_
         )
         first = halluscope.check(SOURCE, TARGET, method="geval", config=config)
         assert first.score == 1.0 and first.model == "openai/stub-model"
-        assert first.usage == Usage(calls=1, prompt_tokens=10, completion_tokens=5)  # the stub's counts
+        assert first.usage.model_copy(update={"cost_note": None}) == Usage(
+            calls=1, prompt_tokens=10, completion_tokens=5
+        )
         assert first.usage.cost_usd is None  # no price for a model LiteLLM does not know: never made up
+        assert "no price for 'openai/stub-model'" in (first.usage.cost_note or "")  # and it says why
         assert len(stub.arrived) == 1
         again = halluscope.check(SOURCE, TARGET, method="geval", config=config)
         assert again.score == 1.0 and again.usage == Usage(cache_hits=1)  # the shared response cache
@@ -125,8 +128,9 @@ def test_the_cli_prints_the_cost_where_it_is_known(tmp_path):
         known = CliRunner().invoke(app, [*args, "--model", "litellm:openai/gpt-4o-mini"])
         unknown = CliRunner().invoke(app, [*args, "--model", "litellm:openai/stub-model"])
     assert known.exit_code == 0 and unknown.exit_code == 0
-    assert "1 LLM calls, 10+5 tokens, 0 cache hits, $0.000005" in known.stdout  # 10 x $0.15/M + 5 x $0.60/M
-    assert "0 cache hits, $" not in unknown.stdout and "1 LLM calls, 10+5 tokens, 0 cache hits," in unknown.stdout
+    assert "1 LLM calls, 10+5 tokens, 0 replies from cache, $0.000005" in known.stdout  # 10 x $0.15/M + 5 x $0.60/M
+    assert "0 replies from cache, $" not in unknown.stdout
+    assert "1 LLM calls, 10+5 tokens, 0 replies from cache, cost unknown" in unknown.stdout
 
 
 def test_the_cli_runs_check_with_a_litellm_model_string(tmp_path):

@@ -23,7 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from halluscope.config import DEFAULT_METHOD, Config
-from halluscope.llm import ContextOverflowError, GenerateParams, LLMError, get_llm
+from halluscope.llm import ContextOverflowError, EndpointUnreachable, GenerateParams, LLMError, get_llm
 from halluscope.llm.openai_compat import OpenAICompatibleModel
 
 MSGS = [{"role": "user", "content": "Say OK."}]
@@ -145,7 +145,8 @@ async def test_connection_refused_is_bounded() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed again below: nothing listens there
-    with pytest.raises(LLMError, match="failed after 3 attempts"):  # a bounded number of tries, then an error
+    # a refused connection is not retried: the first refusal is the error, naming the URL
+    with pytest.raises(EndpointUnreachable, match=rf"at http://127\.0\.0\.1:{port}/v1 \(connection refused\)"):
         # (the limit is only a hang guard: a refused connection fails at once, whatever the machine's speed)
         model = backend(f"http://127.0.0.1:{port}/v1", max_retries=2)
         await asyncio.wait_for(model.generate(MSGS, GenerateParams()), 60)

@@ -258,7 +258,7 @@ def test_bench_with_a_no_llm_method_needs_no_model(tmp_path, monkeypatch):
         ],
     )
     assert result.exit_code == 0, result.output
-    assert "no judge model available" in result.output and "AUC-ROC" in result.output
+    assert "use no model, so FINAL's matching judge is not loaded" in result.output and "AUC-ROC" in result.output
     assert "FINAL matching" in (tmp_path / "out" / "results.md").read_text()
 
 

@@ -54,7 +54,9 @@ def test_check_with_rouge_prints_score(runner, files) -> None:
     source, target = files
     result = runner.invoke(app, ["check", "--source", str(source), "--target", str(target), "--method", "rouge"])
     assert result.exit_code == 0, result.output
-    assert "rouge (no LLM): score" in result.output and "rouge1=" in result.output
+    assert "rouge (no LLM): score" in result.output and "rouge1=" not in result.output  # internals: --details
+    detailed = runner.invoke(app, ["check", "-s", str(source), "-t", str(target), "--method", "rouge", "--details"])
+    assert "rouge1=" in detailed.output
 
 
 def test_check_json_is_a_full_report(runner, files) -> None:

@@ -144,7 +144,7 @@ def test_gate_method_needs_no_llm_and_flags_with_spans():
     assert {v.decided_by for v in report.verdicts} == {"gate:lexical"}
     spans = [[s.of(TARGET) for s in f.target_spans] for f in report.findings]
     assert spans == [["15"], ["Peter Grant"], ["The ferry runs on Christmas Day."]]
-    assert report.subscores["supported"] == 1.0 and report.subscores["uncertain"] == 0.0
+    assert report.subscores["supported"] == 1.0 and report.subscores["unscored"] == 0.0
     assert 0.0 < report.score < 1.0
     assert Report.model_validate_json(report.model_dump_json()) == report
 

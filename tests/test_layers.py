@@ -48,6 +48,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "halluscope._lazy",
             "halluscope.records",
             "halluscope.config",
+            "halluscope.config_files",
             "halluscope.sqlite_file",
             "halluscope.plugins",
             "halluscope.sync",

@@ -158,7 +158,7 @@ def test_usage_adds_cached_tokens_and_round_trips():
         calls=1, prompt_tokens=310, cached_prompt_tokens=260
     )
     assert total.cached_prompt_tokens == 260 and total.evaluated_prompt_tokens == 350
-    assert total.cached_note() == " (260 cached)" and Usage().cached_note() == ""
+    assert total.cached_note() == " (260 prompt tokens reused)" and Usage().cached_note() == ""
     report = Report(method="m", score=0.5, usage=total, calls=[LLMCall(model="x", messages=[], reply="", usage=total)])
     again = Report.model_validate_json(report.model_dump_json())
     assert again == report and again.usage.cached_prompt_tokens == 260

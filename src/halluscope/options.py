@@ -207,6 +207,11 @@ class ClaimOptions(RetrievalOptions):
     flagged, with their score and, with retrieval, their snippet as evidence); null: every flagged claim. Bounds the
     time of a check: an explanation is generated text (tens of tokens), a score one short reply."""
 
+    min_label_mass: float = Field(default=0.5, ge=0.0, le=1.0)
+    """verdict_first: a short reply whose first word is neither yes nor no is read from the token probabilities only
+    when the yes/no candidates hold at least this much of the probability at its first word (MIN_LABEL_MASS in
+    halluscope.llm.label_probs); below it the claim is unscored."""
+
     explain: bool = True
     """verdict_first: ask for the reason, the source quote and a fix of each flagged claim (false: score only, one short
     reply per claim; a finding then gives the answer, P(supported) and, with retrieval, the snippet it was checked

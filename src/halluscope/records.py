@@ -45,7 +45,8 @@ class Span(_Record):
 
 
 class Usage(_Record):
-    """LLM cost accounting. ``calls`` counts requests that reached a model; cache hits are separate.
+    """LLM cost accounting. ``calls`` counts requests that reached a model; ``cache_hits`` counts replies taken
+    from halluscope's reply cache (no request made), apart from ``cached_prompt_tokens`` (the model's prompt cache).
 
     ``cost_usd`` is the price of the ``calls`` in US dollars where the backend knows its provider's prices
     (the LiteLLM backend, from LiteLLM's cost map), else ``None``: unknown, never guessed. Usage without
@@ -60,6 +61,8 @@ class Usage(_Record):
     (OpenAI-compatible ``usage.prompt_tokens_details.cached_tokens``; the embedded backend's llama.cpp KV-cache
     prefix hits). 0 where the backend does not say."""
     cost_usd: float | None = None
+    cost_note: str | None = None
+    """Why ``cost_usd`` is ``None`` although calls were made (e.g. no price known for the model); ``None`` otherwise."""
 
     @property
     def cost_known(self) -> bool:
@@ -69,12 +72,14 @@ class Usage(_Record):
         cost = None
         if self.cost_known and other.cost_known and (self.cost_usd is not None or other.cost_usd is not None):
             cost = (self.cost_usd or 0.0) + (other.cost_usd or 0.0)
+        note = None if cost is not None else next((u.cost_note for u in (self, other) if u.cost_note), None)
         return Usage(
             calls=self.calls + other.calls,
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
             completion_tokens=self.completion_tokens + other.completion_tokens,
             cache_hits=self.cache_hits + other.cache_hits,
             cost_usd=cost,
+            cost_note=note,
             cached_prompt_tokens=self.cached_prompt_tokens + other.cached_prompt_tokens,
         )
 
@@ -84,8 +89,9 @@ class Usage(_Record):
         return max(0, self.prompt_tokens - self.cached_prompt_tokens)
 
     def cached_note(self) -> str:
-        """`` (N cached)`` for a summary line when some prompt tokens came from a prefix cache, else ``""``."""
-        return f" ({self.cached_prompt_tokens} cached)" if self.cached_prompt_tokens else ""
+        """`` (N prompt tokens reused)`` for a summary line when the model reused some prompt tokens from its own
+        prefix cache (not halluscope's reply cache: ``cache_hits``), else ``""``."""
+        return f" ({self.cached_prompt_tokens} prompt tokens reused)" if self.cached_prompt_tokens else ""
 
     @property
     def total_tokens(self) -> int:

@@ -6,7 +6,9 @@ One result row per pair: the pair's own columns, then :data:`RESULT_COLUMNS` - `
 offsets and text), ``n_findings``, the method and model, and the usage (``calls``, ``prompt_tokens``,
 ``completion_tokens``, ``cache_hits``, ``cost_usd``, ``elapsed_s``). A pair that cannot be checked (e.g. an
 empty source) gets an unscored row with the reason, never a dropped row. In CSV and parquet files
-``findings`` is JSON text (one cell); in JSONL and DataFrames it is a list of dicts.
+``findings`` is JSON text (one cell); in JSONL and DataFrames it is a list of dicts. A CSV writes every list cell
+(a source given as chunks) as JSON, the form its input reads, so a results file can be checked again as input
+(its old result columns are then replaced).
 
 Resuming a file run: every finished row is appended (and flushed) to ``<output>.partial.jsonl`` the moment it
 is done; the first line of that file pins the run (the input's SHA-256, columns, method, options, model,
@@ -57,6 +59,9 @@ TARGET_COLUMNS = ("target", "response", "actual_output", "answer")
 """Target column names tried in order when none is named: halluscope's, RAGAS's (``response``; older RAGAS
 ``answer``) and DeepEval's (``actual_output``). The question (``user_input``, ``input``) is kept, not checked."""
 PARTIAL_SUFFIX = ".partial.jsonl"
+MAX_INPUT_BYTES = 256 * 2**20
+"""Largest input table, 256 MiB: its size on disk, and for parquet also its uncompressed size. A larger one is
+refused before it is read (:class:`TableError`, exit 2 on the CLI): all its rows are held in memory at once."""
 
 
 class TableError(ValueError):
@@ -252,7 +257,10 @@ async def aevaluate(
     columns = list(frame.columns) if frame is not None else list(dict.fromkeys(k for r in rows for k in r))
     source, target = resolve_columns(columns if rows else [], source, target)
     clash = [c for c in RESULT_COLUMNS if c in columns]
-    if clash:
+    if len(clash) == len(RESULT_COLUMNS):  # a results file fed back as input: its old results are replaced
+        columns = [c for c in columns if c not in RESULT_COLUMNS]
+        rows = [{c: row.get(c) for c in columns} for row in rows]
+    elif clash:
         raise TableError(f"the input already has result column(s) {clash}; rename or drop them first")
     if threshold is not None and not _is_method(method):
         if "threshold" in options and options["threshold"] != threshold:
@@ -312,12 +320,36 @@ def table_format(path: str | Path) -> str:
     return suffix
 
 
-def read_table(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of a JSONL, CSV or parquet file, as dicts (missing values as None)."""
+def _refuse_large(path: Path, fmt: str, max_bytes: int) -> None:
+    """:class:`TableError` when the table is over ``max_bytes`` on disk or, for parquet, uncompressed."""
+    size = path.stat().st_size
+    if size <= max_bytes and fmt == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+
+            meta = pq.ParquetFile(path).metadata
+            size = max(size, sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)))
+        except ImportError:
+            pass  # pandas says so when it reads the file
+        except Exception as exc:  # pyarrow's errors have no common base class
+            raise TableError(f"{path}: cannot read as parquet: {exc}") from exc
+    if size > max_bytes:
+        raise TableError(
+            f"{path} is {size / 2**20:,.1f} MiB{' uncompressed' if fmt == '.parquet' else ''}, over the "
+            f"{max_bytes / 2**20:,.0f} MiB an input table may hold (its rows are all held in memory): split it "
+            "into parts and check each"
+        )
+
+
+def read_table(path: str | Path, max_bytes: int | None = MAX_INPUT_BYTES) -> list[dict[str, Any]]:
+    """The rows of a JSONL, CSV or parquet file, as dicts (missing values as None); a file over ``max_bytes``
+    (:data:`MAX_INPUT_BYTES`; None = no limit) is refused before it is read."""
     path = Path(path)
     fmt = table_format(path)
     if not path.is_file():
         raise TableError(f"input file not found: {path}")
+    if max_bytes is not None:
+        _refuse_large(path, fmt, max_bytes)
     if fmt == ".jsonl":  # the bench's reader: names the line of bad JSON or bad UTF-8
         from halluscope.bench.datasets import DatasetError, read_jsonl_lines
 
@@ -351,16 +383,21 @@ def write_table(path: str | Path, rows: list[dict[str, Any]], columns: list[str]
                 fh.write(json.dumps({c: row.get(c) for c in columns}, ensure_ascii=False) + "\n")
     else:
         pd = _pandas()
-        flat = [
-            {c: (json.dumps(row.get(c), ensure_ascii=False) if c == "findings" else row.get(c)) for c in columns}
-            for row in rows
-        ]
+        flat = [{c: _flat_cell(c, row.get(c), fmt) for c in columns} for row in rows]
         frame = pd.DataFrame(flat, columns=columns)
         try:
             frame.to_csv(tmp, index=False) if fmt == ".csv" else frame.to_parquet(tmp, index=False)
         except ImportError as exc:
             raise TableError(f"writing parquet needs pyarrow: pip install 'halluscope[dataframe]' ({exc})") from exc
     os.replace(tmp, path)
+
+
+def _flat_cell(column: str, value: Any, fmt: str) -> Any:
+    """A cell as a CSV or parquet file holds it: ``findings`` as JSON text; in a CSV every list or dict as JSON
+    text too (a source given as chunks, a RAGAS ``retrieved_contexts``), the form ``--input`` reads back."""
+    if column == "findings" or (fmt == ".csv" and isinstance(value, (list, tuple, dict))):
+        return json.dumps(value, ensure_ascii=False)
+    return value
 
 
 class PartialResults:
@@ -461,7 +498,7 @@ def _kept_from_output(
     must hold the same pairs in the same order, checked by the same method and model; else it is refused."""
     if not output_path.is_file():
         return {}
-    old = read_table(output_path)
+    old = read_table(output_path, max_bytes=None)  # this tool's own output: the input's rows plus their results
     if len(old) != len(rows):
         raise TableError(f"{output_path} has {len(old)} rows, the input {len(rows)}: not this input's results")
     kept: dict[int, dict[str, Any]] = {}
@@ -524,7 +561,10 @@ async def check_file(
         for row in rows:
             row[source] = _json_list_cell(row.get(source))
     clash = [c for c in RESULT_COLUMNS if c in columns]
-    if clash:
+    if len(clash) == len(RESULT_COLUMNS):  # a results file fed back as input: its old results are replaced
+        columns = [c for c in columns if c not in RESULT_COLUMNS]
+        rows = [{c: row.get(c) for c in columns} for row in rows]
+    elif clash:
         raise TableError(f"{input_path} already has result column(s) {clash}; rename or drop them first")
     identity = {
         "input_sha256": _sha256(input_path),

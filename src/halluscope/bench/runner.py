@@ -44,6 +44,7 @@ from halluscope.bench.folder import (
 from halluscope.bench.folder import RESULTS_JSON as RESULTS_JSON
 from halluscope.bench.folder import RESULTS_MD as RESULTS_MD
 from halluscope.bench.folder import render_markdown as render_markdown
+from halluscope.bench.progress import progress_bar
 from halluscope.bench.suites import SuiteContext, SuiteResult, load_suite_modules
 from halluscope.methods.base import Method
 from halluscope.methods.calibration import Calibration, CalibrationBench
@@ -84,28 +85,11 @@ def _identity(dataset: Dataset, method: Method, model: str | None, sample: int |
 def _check_identity(out_dir: Path, identity: dict[str, Any]) -> None:
     detail = folder_identity_clash(out_dir / RUN_FILE, identity)
     if detail:
-        raise BenchError(f"{out_dir} holds a different run ({detail}); use another --out or delete the folder")
+        raise BenchError(f"{out_dir} holds a different run ({detail}); use another --output or delete the folder")
 
 
 def _progress(enabled: bool) -> Progress:
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        disable=not enabled,
-        transient=False,
-    )
+    return progress_bar(enabled)
 
 
 async def _score_pending(
@@ -248,7 +232,7 @@ async def run_bench(
         seed=seed,
         n_bootstrap=n_bootstrap,
         prompts_dir=method.config.prompts_dir,
-        extra={"retry_unscored": retry_unscored},
+        extra={"retry_unscored": retry_unscored, "progress": progress},
     )
     for name, suite in load_suite_modules().items():
         if suite_names is not None and name not in suite_names:

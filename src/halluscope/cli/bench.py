@@ -232,7 +232,7 @@ def bench_command(
             raise fail(str(exc)) from exc
         except (ValueError, LLMError):
             pass  # a backend that cannot be built is reported as before (judge / per item)
-    judge = _judge(config, (judge_model, judge_base_url, judge_api_key), [m] if m.uses_llm else [])
+    judge = _judge(config, (judge_model, judge_base_url, judge_api_key), [m] if m.uses_llm else [], _needs_judge(data))
     results = _run_on_engine(
         (engine, address, actors, actor_concurrency, actor_cpus),
         lambda runner: run_bench(
@@ -295,18 +295,39 @@ def _engine(
     return runner_engine, (RayEngineError,)
 
 
-def _judge(config: Config, judge_flags: tuple[str | None, ...], llm_methods: list[Any]) -> LLM | None:
-    """The judge of suites that need one: the --judge-* model, else the (first LLM) method's model, else the
-    configured model when it can be built."""
+def _needs_judge(data: Any) -> bool:
+    """Whether a suite of this dataset asks a judge model: FINAL's matching of descriptions (gold descriptions)."""
+    return any(e.descriptions is not None for e in data.examples)
+
+
+def _judge(
+    config: Config, judge_flags: tuple[str | None, ...], llm_methods: list[Any], needed: bool = True
+) -> LLM | None:
+    """The judge of suites that need one: ``--judge-model none``: none; the --judge-* model; else the (first LLM)
+    method's model; else (methods with no model) the model the user configured (--model, --base-url,
+    HALLUSCOPE_MODEL, the config file) when it can be built, never the embedded default unasked."""
     from halluscope.llm import LLMError, get_llm
 
     judge_model, judge_base_url, judge_api_key = judge_flags
+    if judge_model is not None and judge_model.strip().lower() == "none":
+        if needed:
+            typer.secho("note: --judge-model none: FINAL's matching judge is skipped", err=True)
+        return None
+    if not needed and not any(judge_flags):
+        return None
     try:
         if any(judge_flags):
             return get_llm(config.with_overrides(model=judge_model, base_url=judge_base_url, api_key=judge_api_key))
         if llm_methods:
             judge: LLM = llm_methods[0].llm
             return judge
+        if config.model is None and config.base_url is None:
+            typer.secho(
+                "note: these methods use no model, so FINAL's matching judge is not loaded; it needs one: "
+                "--judge-model NAME (e.g. embedded, or a model served at --judge-base-url) to match descriptions",
+                err=True,
+            )
+            return None
         return _optional_judge(config)
     except (ValueError, LLMError) as exc:
         raise fail(f"judge model: {exc}") from exc
@@ -363,7 +384,7 @@ def _bench_many(
         except (KeyError, TypeError, ValueError) as exc:
             raise fail(f"{spec.label}: {str(exc).strip(chr(39) + chr(34))}") from exc
     llm_methods = [m for _, m in built if m.uses_llm]
-    judge = _judge(config, judge_flags, llm_methods)
+    judge = _judge(config, judge_flags, llm_methods, _needs_judge(data))
     peer_list, skipped = [], {}
     endpoint = (
         Endpoint(config.base_url, config.model, config.api_key or "none", config.max_tokens)
@@ -438,6 +459,14 @@ def _print_summary(results: dict[str, Any], out: Path | None) -> None:
         + ", "
         f"{u['cache_hits']} cache hits; {results['wall_time_s']} s"
     )
+    matching = results.get("metrics", {}).get("final_matching") or {}
+    if "judge_time_s" in matching:
+        ju = matching.get("judge_usage_this_run") or {}
+        typer.echo(
+            f"FINAL matching judge ({matching.get('judge_model')}): {matching['judge_items_this_run']} items matched "
+            f"now, {ju.get('calls', 0)} LLM calls, {ju.get('cache_hits', 0)} replies from cache; "
+            f"{matching['judge_time_s']} s"
+        )
     for table in results["tables"]:
         typer.echo(f"\n{table['title']}\n{table['markdown']}")
     typer.echo(f"\nwrote {folder}/results.json, results.md and {len(results['plots'])} plot(s)")

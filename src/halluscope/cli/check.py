@@ -25,13 +25,14 @@ from halluscope.cli.common import (
     ModelFlags,
     OptionOpt,
     check_fraction,
+    check_option_pairs,
     check_output_file,
     fail,
     model_options,
     parse_options,
     read_text_input,
 )
-from halluscope.records import Evidence, Finding, Report
+from halluscope.records import Evidence, Finding, Report, Usage
 
 if TYPE_CHECKING:
     from halluscope.methods.base import Method
@@ -130,6 +131,8 @@ def finding_lines(n: int, f: Finding, texts: Texts) -> list[str]:
     out = [f"{n}. {head}", f"   reason: {_one_line(f.description, 600)}"]
     for ev in f.evidence:
         out.append(f'   evidence ({ev.relation}) at {texts.evidence_where(ev)}: "{_one_line(ev.text, 600)}"')
+    if not f.evidence and f.kind == "unsupported":
+        out.append("   evidence: not mentioned in the source")
     fix = getattr(f, "suggested_fix", None) or getattr(f, "fix", None)
     if fix:
         out.append(f"   fix: {_one_line(str(fix), 600)}")
@@ -149,12 +152,30 @@ def claim_lines(report: Report, texts: Texts) -> list[str]:
         out.append(f'{where}: {v.label}: "{_one_line(v.claim.text, 200)}"')
         for ev in v.evidence:
             out.append(f'   {ev.relation} at {texts.evidence_where(ev)}: "{_one_line(ev.text, 200)}"')
+        if not v.evidence and v.label == "unsupported":
+            out.append("   not mentioned in the source")
     return out
 
 
-def report_text(report: Report, texts: Texts, claims: bool = False) -> str:
+def usage_words(u: Usage, elapsed_s: float) -> str:
+    """The cost line in words: calls, tokens (those the model reused from its prompt cache named apart), replies
+    from halluscope's cache, the price (or why it is unknown) and the time."""
+    if u.cost_usd is not None:
+        cost = f", ${u.cost_usd:.6f}"
+    elif u.calls:
+        cost = f", cost unknown ({u.cost_note})" if u.cost_note else ", cost unknown"
+    else:
+        cost = ""
+    return (
+        f"{u.calls} LLM calls, {u.prompt_tokens}+{u.completion_tokens} tokens{u.cached_note()}, "
+        f"{u.cache_hits} replies from cache{cost}, {elapsed_s:.2f}s"
+    )
+
+
+def report_text(report: Report, texts: Texts, claims: bool = False, show_details: bool = False) -> str:
     """The whole terminal report: findings first (as a linter lists them), then with ``claims`` every claim and
-    its evidence, then the verdict line and the cost."""
+    its evidence, then the verdict line, the claims' counts and the cost; ``show_details`` adds the method's numbers
+    (its sub-scores: Z, alpha, beta, ...), which the JSON always holds."""
     lines: list[str] = []
     for n, f in enumerate(report.findings, 1):
         lines.extend(finding_lines(n, f, texts))
@@ -190,7 +211,7 @@ def report_text(report: Report, texts: Texts, claims: bool = False) -> str:
     lines.append(verdict)
     if report.unscored_reason:
         lines.append(f"could not score: {report.unscored_reason}")
-    if report.subscores:
+    if show_details and report.subscores:
         lines.append("  " + ", ".join(f"{k}={number(v)}" for k, v in report.subscores.items()))
     if isinstance(report.details.get("ran"), list):  # an ensemble: which members ran, which the cascade skipped
         skipped = report.details.get("skipped") or []
@@ -198,19 +219,14 @@ def report_text(report: Report, texts: Texts, claims: bool = False) -> str:
             f"  members run: {', '.join(report.details['ran']) or 'none'}; "
             f"skipped: {', '.join(skipped) if skipped else 'none'}"
         )
-    if report.verdicts and "claims" not in report.subscores:
+    if report.verdicts:
         counts: dict[str, int] = {}
         for v in report.verdicts:
             counts[v.label] = counts.get(v.label, 0) + 1
         lines.append(
             f"  claims: {len(report.verdicts)} (" + ", ".join(f"{n} {label}" for label, n in counts.items()) + ")"
         )
-    u = report.usage
-    cost = "" if u.cost_usd is None else f", ${u.cost_usd:.6f}"  # only where the provider's prices are known
-    lines.append(
-        f"{u.calls} LLM calls, {u.prompt_tokens}+{u.completion_tokens} tokens{u.cached_note()}, "
-        f"{u.cache_hits} cache hits{cost}, {report.elapsed_s:.2f}s"
-    )
+    lines.append(usage_words(report.usage, report.elapsed_s))
     return "\n".join(lines)
 
 
@@ -336,6 +352,13 @@ def check_command(  # noqa: C901 - the check command's flags, each validated whe
             help="Show progress on a terminal: a spinner while one pair is checked, a progress bar with --input.",
         ),
     ] = True,
+    show_details: Annotated[
+        bool,
+        typer.Option(
+            "--details",
+            help="Text output and --html: also show the method's own numbers (sub-scores such as Z, alpha, beta, k).",
+        ),
+    ] = False,
     claims: Annotated[
         bool,
         typer.Option(
@@ -362,6 +385,7 @@ def check_command(  # noqa: C901 - the check command's flags, each validated whe
     output_format = output_format or "text"
     if output_format not in FORMATS:
         raise fail(f"--format must be one of {', '.join(FORMATS)}, got {output_format!r}")
+    check_option_pairs(option)  # before the pairing of --input/--output: `-o out.jsonl` is pointed to --output
     if source is not None and context:
         raise fail("give the source once: --source (one text) or --context (its chunks), not both")
     if input_file is not None or output_file is not None:
@@ -443,19 +467,23 @@ def check_command(  # noqa: C901 - the check command's flags, each validated whe
         from halluscope.report import write_html
 
         try:
-            write_html(report, src, tgt, html)
+            write_html(report, src, tgt, html, details=show_details)
         except OSError as exc:  # e.g. no permission: a clear refusal, not a traceback
             raise fail(f"--html {html}: cannot write the report: {exc.strerror or exc}") from exc
+        typer.echo(f"wrote the web report to {html}", err=True)  # standard error: the report's JSON stays clean
     if output_format == "json":
         typer.echo(report.model_dump_json(indent=2))
     elif output_format == "jsonl":
         typer.echo(report.model_dump_json())
     else:
+        if report.score is None and not report.verdicts and not report.findings:  # nothing was judged: one line
+            raise fail(f"could not score: {report.unscored_reason}", code=EXIT_UNSCORED)
         names = {
             "source_name": "source" if source is None or source == "-" else source,
             "target_name": "target" if target is None or target == "-" else target,
         }
-        typer.echo(report_text(report, Texts(src, tgt, chunks=chunks, chunk_names=chunk_names, **names), claims))
+        texts = Texts(src, tgt, chunks=chunks, chunk_names=chunk_names, **names)
+        typer.echo(report_text(report, texts, claims, show_details))
     raise typer.Exit(exit_code(report, fail_under))
 
 
@@ -524,7 +552,7 @@ def check_table(
     )
     typer.echo(
         f"this run: {summary['calls']} LLM calls, {summary['prompt_tokens']}+{summary['completion_tokens']} "
-        f"tokens, {summary['cache_hits']} cache hits{cost}{earlier}"
+        f"tokens, {summary['cache_hits']} replies from cache{cost}{earlier}"
     )
     if fail_under is not None and summary["mean_score"] is not None and summary["mean_score"] < fail_under:
         typer.echo(f"mean score {mean} is under --fail-under {fail_under}")

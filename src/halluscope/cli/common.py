@@ -15,7 +15,7 @@ from typing import Annotated, Any, BinaryIO
 import typer
 
 from halluscope.config import Config
-from halluscope.text.blank import is_blank
+from halluscope.text.blank import BLANK_DETAIL, is_blank
 
 
 class InputFileError(Exception):
@@ -87,9 +87,7 @@ def read_text_input(path: str, what: str, max_bytes: int | None = None) -> str:
         raise InputFileError(f"{what} ({label}) is not valid UTF-8: {exc.reason} at byte {exc.start}") from exc
     if is_blank(text):
         raise InputFileError(
-            f"{what} ({label}) is empty"
-            if not text.strip()
-            else f"{what} ({label}) is empty (only whitespace and invisible characters such as U+200B)"
+            f"{what} ({label}) is empty" if not text.strip() else f"{what} ({label}) is empty ({BLANK_DETAIL})"
         )
     return text
 
@@ -164,7 +162,10 @@ JudgeModelOpt = Annotated[
     str | None,
     typer.Option(
         "--judge-model",
-        help="Model for FINAL's matching judge (default: the evaluated model).",
+        help=(
+            "Model for FINAL's matching judge (default: the evaluated model; a method with no model has no judge "
+            "unless one is named); 'none' skips the matching."
+        ),
         envvar="HALLUSCOPE_JUDGE_MODEL",
     ),
 ]
@@ -196,6 +197,26 @@ ConcurrencyOpt = Annotated[
         "--concurrency", min=1, max=1024, envvar="HALLUSCOPE_MAX_CONCURRENCY", help="Max LLM requests in flight."
     ),
 ]
+PriceInOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--price-in",
+        min=0.0,
+        envvar="HALLUSCOPE_PRICE_IN",
+        show_default=False,
+        help="US dollars per million prompt tokens (default: LiteLLM's price map, where it has the model).",
+    ),
+]
+PriceOutOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--price-out",
+        min=0.0,
+        envvar="HALLUSCOPE_PRICE_OUT",
+        show_default=False,
+        help="US dollars per million completion tokens (see --price-in).",
+    ),
+]
 OptionOpt = Annotated[
     list[str] | None, typer.Option("--option", "-o", help="Method option KEY=VALUE (repeatable), e.g. -o style=cot.")
 ]
@@ -225,9 +246,17 @@ class ModelFlags:
     api_key: str | None = None
     no_cache: bool | None = None
     concurrency: int | None = None
+    price_in: float | None = None
+    price_out: float | None = None
 
     def config(self) -> Config:
-        return make_config(self.model, self.base_url, self.api_key, self.no_cache, self.concurrency)
+        config = make_config(self.model, self.base_url, self.api_key, self.no_cache, self.concurrency)
+        if self.price_in is None and self.price_out is None:
+            return config
+        try:
+            return config.with_overrides(price_in=self.price_in, price_out=self.price_out)
+        except ValueError as exc:
+            raise fail(f"bad configuration: {exc}") from exc
 
 
 NO_FLAGS = ModelFlags()
@@ -239,6 +268,8 @@ MODEL_FLAGS: dict[str, Any] = {
     "api_key": ApiKeyOpt,
     "no_cache": NoCacheOpt,
     "concurrency": ConcurrencyOpt,
+    "price_in": PriceInOpt,
+    "price_out": PriceOutOpt,
 }
 """The one declaration of the model/endpoint flags every command that talks to a model takes, in help order."""
 
@@ -298,14 +329,25 @@ def make_config(
         raise fail(f"bad configuration: {exc}") from exc
 
 
+def check_option_pairs(pairs: list[str] | None) -> None:
+    """Refuse (exit 2) an ``-o/--option`` value that is not KEY=VALUE; one that looks like a file (``-o out.jsonl``,
+    the habit of other tools) is pointed to ``--output``."""
+    for pair in pairs or []:
+        if "=" in pair:
+            continue
+        hint = ""
+        if "/" in pair or "\\" in pair or Path(pair).suffix:
+            hint = f"; -o is --option here: to write to a file, use --output {pair} (-O {pair})"
+        raise fail(f"-o/--option expects KEY=VALUE, got {pair!r}{hint}")
+
+
 def parse_options(pairs: list[str] | None) -> dict[str, Any]:
     """``["k=v", ...]`` -> dict; values parse as JSON when they can (numbers, true/false), else strings."""
     import json
 
+    check_option_pairs(pairs)
     out: dict[str, Any] = {}
     for pair in pairs or []:
-        if "=" not in pair:
-            raise fail(f"--option expects KEY=VALUE, got {pair!r}")
         key, value = pair.split("=", 1)
         try:
             out[key.strip().replace("-", "_")] = json.loads(value)

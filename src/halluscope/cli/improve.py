@@ -60,11 +60,11 @@ def print_improvement(report: Report) -> None:
         console.print(details["improved_target"], markup=False, highlight=False)
     else:
         console.print("no verified improvement: the original text is kept")
-    u = report.usage
-    console.print(
-        f"[dim]{u.calls} LLM calls, {u.prompt_tokens}+{u.completion_tokens} tokens{u.cached_note()}, "
-        f"{u.cache_hits} cache hits, {report.elapsed_s:.2f}s[/dim]"
-    )
+    from rich.markup import escape
+
+    from halluscope.cli.check import usage_words
+
+    console.print(f"[dim]{escape(usage_words(report.usage, report.elapsed_s))}[/dim]")
 
 
 @model_options()

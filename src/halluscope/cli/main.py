@@ -17,14 +17,29 @@ from halluscope.cli.improve import improve_command
 from halluscope.cli.reproduce import reproduce_command
 from halluscope.cli.serve import serve_command
 from halluscope.cli.train_verifier import train_verifier_command
+from halluscope.cli.verbosity import verbosity_options
 
 if TYPE_CHECKING:
     from halluscope.methods.base import Method
 
+
+def _help_width() -> None:
+    """Help uses the terminal's width; in a pipe (no terminal, no COLUMNS), 100 columns instead of rich's 80."""
+    import os
+    import sys
+
+    import typer.rich_utils
+
+    if not sys.stdout.isatty() and not os.environ.get("COLUMNS") and not os.environ.get("TERMINAL_WIDTH"):
+        typer.rich_utils.MAX_WIDTH = 100
+
+
+_help_width()
 app = typer.Typer(
     name="halluscope",
     help="Find, locate, explain and fix hallucinations in generated text against its source.",
     no_args_is_help=True,
+    context_settings={"max_content_width": 100},
     add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
 )
@@ -64,16 +79,32 @@ def default_threshold(cls: type[Method]) -> str:
     return f"{float(value):g}"
 
 
-@app.command("methods")
+def default_method() -> tuple[str, dict[str, object]]:
+    """The method (and options) ``check`` uses when --method is not given: the config file's ``method``, else
+    :data:`halluscope.config.DEFAULT_METHOD` with its options."""
+    from halluscope.config import Config, resolve_method
+
+    try:
+        configured = Config().method
+    except ValueError:  # a broken config file is reported by the commands that use it
+        configured = None
+    return resolve_method(configured, {})
+
+
+@verbosity_options
 def methods_command(name: str | None = typer.Argument(None, help="Show this method's options.")) -> None:
-    """List the registered methods, or one method's typed options."""
+    """List the registered methods (the default one marked), or one method's typed options."""
     from halluscope.methods import list_methods, method_class
 
     if name is None:
+        default, default_options = default_method()
+        with_options = " ".join(f"-o {k}={v}" for k, v in default_options.items())
         for method in list_methods():
             cls = method_class(method)
             llm = "LLM" if cls.uses_llm else "no LLM"
-            typer.echo(f"{method:12s} [{llm}] threshold {default_threshold(cls):<4} {cls.description}")
+            mark = f"[default{', ' + with_options if with_options else ''}] " if method == default else ""
+            typer.echo(f"{method:12s} [{llm}] threshold {default_threshold(cls):<4} {mark}{cls.description}")
+        typer.echo(f"\nThe default method (check with no --method): {default} {with_options}".rstrip() + ".")
         typer.echo(
             "\nA report is consistent when its score is at least the threshold and it has no finding; "
             "set it with --threshold, `threshold` in the config file, or threshold= in Python."
@@ -105,7 +136,7 @@ def methods_command(name: str | None = typer.Argument(None, help="Show this meth
         typer.echo(f"  {key}" + (f" : {doc}" if doc else ""))
 
 
-@app.command("stages")
+@verbosity_options
 def stages_command(
     protocol: str | None = typer.Argument(None, help="Only stages of this protocol (kind)."),
     name: str | None = typer.Argument(None, help="Only this stage."),
@@ -152,17 +183,19 @@ def stages_command(
         )
 
 
-app.command("check")(check_command)
-app.command("improve")(improve_command)
-app.command("serve")(serve_command)
-app.command("bench")(bench_command)
-app.command("bench-sweep")(bench_sweep_command)
-app.command("reproduce")(reproduce_command)
-app.command("train-verifier")(train_verifier_command)
-app.command("fit-combiner")(fit_combiner_command)
-generate_app.command("montage")(montage_command)
-generate_app.command("perturb")(perturb_command)
-generate_app.command("inject")(inject_command)
+app.command("methods")(methods_command)
+app.command("stages")(stages_command)
+app.command("check")(verbosity_options(check_command))
+app.command("improve")(verbosity_options(improve_command))
+app.command("serve")(verbosity_options(serve_command))
+app.command("bench")(verbosity_options(bench_command))
+app.command("bench-sweep")(verbosity_options(bench_sweep_command))
+app.command("reproduce")(verbosity_options(reproduce_command))
+app.command("train-verifier")(verbosity_options(train_verifier_command))
+app.command("fit-combiner")(verbosity_options(fit_combiner_command))
+generate_app.command("montage")(verbosity_options(montage_command))
+generate_app.command("perturb")(verbosity_options(perturb_command))
+generate_app.command("inject")(verbosity_options(inject_command))
 
 
 if __name__ == "__main__":

@@ -206,6 +206,8 @@ def reproduce_command(
         raise fail(f"--builder must be auto, llm or no-llm, got {builder!r}")
     mode = cast(Literal["llm", "no-llm"], ("no-llm" if embedded else "llm") if builder == "auto" else builder)
     judge = None
+    if judge_model is not None and judge_model.strip().lower() == "none":
+        raise fail("--judge-model none skips the matching in bench; reproduce needs its judge: name a model")
     if judge_model or judge_base_url or judge_api_key:
         try:
             judge = get_llm(config.with_overrides(model=judge_model, base_url=judge_base_url, api_key=judge_api_key))

@@ -73,6 +73,17 @@ def serve_command(
             "--timeout", hidden=True, min=0.001, callback=finite_number, help="Old spelling of --check-timeout."
         ),
     ] = None,
+    max_calls: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help=(
+                "Ceiling on the LLM calls of one check; a request's options.max_calls may lower it, never "
+                "raise it. 0 = none but the config's max_calls."
+            ),
+            envvar="HALLUSCOPE_SERVER_MAX_CALLS",
+        ),
+    ] = 1000,
     max_body_mb: Annotated[
         float,
         typer.Option(
@@ -280,6 +291,7 @@ def serve_command(
         token=token,
         max_chars=max_chars,
         timeout_s=timeout,
+        max_calls=max_calls,
         default_method=method,
         max_body_bytes=int(max_body_mb * 2**20),
         body_timeout_s=body_timeout,
@@ -305,6 +317,7 @@ def serve_command(
     _check_writable(settings.jobs_db.parent if settings.jobs_db else Path(config.cache_path).parent)
     from halluscope.server.protocol import header_timeout_protocol
 
+    exit_cleanly_on_sigterm()
     uvicorn.run(
         create_app(config, settings),
         host=host,
@@ -314,6 +327,17 @@ def serve_command(
         access_log=False,
         timeout_graceful_shutdown=30,
     )
+
+
+def exit_cleanly_on_sigterm() -> None:
+    """After its graceful shutdown, uvicorn raises the signal that stopped it again. SIGTERM's default action
+    ends the process without Python's exit handlers, so the check workers' semaphores were never released (the
+    resource tracker then warned of "leaked semaphore objects"): SIGTERM exits through Python instead, with the
+    status the signal would give (143)."""
+    import signal
+    import sys
+
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def _check_writable(folder: Path) -> None:

@@ -6,6 +6,7 @@ from halluscope.config import Config
 from halluscope.llm.base import (
     Completion,
     ContextOverflowError,
+    EndpointUnreachable,
     GenerateParams,
     LLMError,
     Message,
@@ -15,6 +16,7 @@ from halluscope.llm.base import (
 from halluscope.llm.cache import RedisCache, ResponseCache, open_cache
 from halluscope.llm.client import LLM, CallLog, track_calls
 from halluscope.llm.fake import FakeModel
+from halluscope.llm.pricing import Prices
 from halluscope.llm.ratelimit import RateLimiter
 
 __all__ = [
@@ -23,6 +25,7 @@ __all__ = [
     "Completion",
     "Config",
     "ContextOverflowError",
+    "EndpointUnreachable",
     "FakeModel",
     "GenerateParams",
     "LLMError",
@@ -100,6 +103,7 @@ def build_api(config: Config) -> ModelAPI:
         max_retries=config.max_retries,
         max_concurrency=config.max_concurrency,
         structured_output="schema" if config.structured_output == "auto" else config.structured_output,
+        named=model is not None,
     )
 
 
@@ -112,4 +116,14 @@ def get_llm(config: Config | None = None, api: ModelAPI | None = None) -> LLM:
     limiter = None
     if config.requests_per_minute or config.tokens_per_minute:
         limiter = RateLimiter(config.requests_per_minute, config.tokens_per_minute)
-    return LLM(api, cache=cache, max_concurrency=config.max_concurrency, default_params=params, rate_limiter=limiter)
+    prices = None
+    if config.price_in is not None or config.price_out is not None:
+        prices = Prices(config.price_in or 0.0, config.price_out or 0.0)
+    return LLM(
+        api,
+        cache=cache,
+        max_concurrency=config.max_concurrency,
+        default_params=params,
+        rate_limiter=limiter,
+        prices=prices,
+    )

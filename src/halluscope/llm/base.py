@@ -7,6 +7,7 @@ from typing import Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field
 
 from halluscope.records import Usage
+from halluscope.text.redact import redact_credentials
 
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": "..."}
 
@@ -71,7 +72,16 @@ def parse_logprobs(choice: object) -> list[TokenLogprobs] | None:
 
 
 class LLMError(RuntimeError):
-    """A model could not be reached or refused the request after bounded retries."""
+    """A model could not be reached or refused the request after bounded retries. Its message is masked of
+    credentials when it is made (an endpoint URL's userinfo and key, a bearer token: :mod:`halluscope.text.redact`)."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(redact_credentials(a) if isinstance(a, str) else a for a in args))
+
+
+class EndpointUnreachable(LLMError):
+    """The model's endpoint cannot be connected to (refused, or its host unknown): retrying within one check cannot
+    help, so the check ends at the first such error, unscored, with this message (which names the URL)."""
 
 
 class CallBudgetExceeded(LLMError):

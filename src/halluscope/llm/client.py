@@ -25,8 +25,17 @@ from dataclasses import dataclass, field
 
 from halluscope import tracing
 from halluscope.llm.affinity import PrefixAffinityGate, prompt_text
-from halluscope.llm.base import CallBudgetExceeded, Completion, GenerateParams, Message, ModelAPI, ReplyTooLargeError
+from halluscope.llm.base import (
+    CallBudgetExceeded,
+    Completion,
+    EndpointUnreachable,
+    GenerateParams,
+    Message,
+    ModelAPI,
+    ReplyTooLargeError,
+)
 from halluscope.llm.cache import Cache, cache_key, clean_messages, clean_text
+from halluscope.llm.pricing import Prices, priced
 from halluscope.llm.ratelimit import RateLimiter
 from halluscope.records import LLMCall, Usage
 from halluscope.text.parsing import MAX_REPLY_CHARS
@@ -69,6 +78,14 @@ class CallBudget:
     limit: int
     used: int = 0
     exceeded: bool = False
+    unreachable: str | None = None
+    """Set at the first :class:`EndpointUnreachable` of the check (its message): every later call of the check
+    fails at once with it, and the check ends unscored with it."""
+
+    def refuse_if_unreachable(self) -> None:
+        """Fail at once, with no request, once the check found its endpoint unreachable."""
+        if self.unreachable is not None:
+            raise EndpointUnreachable(self.unreachable)
 
     def claim(self) -> None:
         """Count one call, or refuse it (:class:`CallBudgetExceeded`) when the budget is spent."""
@@ -110,8 +127,10 @@ class LLM:
         max_concurrency: int = 8,
         default_params: GenerateParams | None = None,
         rate_limiter: RateLimiter | None = None,
+        prices: Prices | None = None,
     ):
         self.api = api
+        self.prices = prices  # given prices per million tokens (else LiteLLM's map): llm/pricing.py
         self.rate_limiter = rate_limiter  # requests/tokens per minute; cache hits never pass through it
         self.cache = cache
         limit = api.max_concurrency
@@ -171,13 +190,21 @@ class LLM:
 
     async def _call_backend(self, messages: list[Message], params: GenerateParams) -> Completion:
         slot = self.gate().slot(prompt_text(messages)) if self.prefix_affinity else self._semaphore()
+        budget = _current_budget.get()
         async with slot:
+            if budget is not None:  # calls that waited for a slot behind a refused one are not sent
+                budget.refuse_if_unreachable()
             limiter = self.rate_limiter
             reserved = 0
             if limiter is not None:
                 estimate = sum(self.count_tokens(m.get("content", "")) for m in messages) + params.max_tokens
                 reserved = await limiter.acquire(estimate)
-            completion = await self.api.generate(messages, params)
+            try:
+                completion = await self.api.generate(messages, params)
+            except EndpointUnreachable as exc:
+                if budget is not None and budget.unreachable is None:
+                    budget.unreachable = str(exc)
+                raise
             if limiter is not None:
                 limiter.settle(reserved, completion.usage.total_tokens)
         if len(completion.text) > MAX_REPLY_CHARS:  # no parser reads it: refused here, never cached
@@ -187,12 +214,10 @@ class LLM:
                 "characters",
                 completion.text[:REFUSED_EXCERPT_CHARS],
             )
-        return completion.model_copy(
-            update={
-                "text": clean_text(completion.text),
-                "usage": completion.usage.model_copy(update={"calls": 1, "cache_hits": 0}),
-            }
-        )
+        usage = completion.usage.model_copy(update={"calls": 1, "cache_hits": 0})
+        local = bool(getattr(self.api, "local", False))
+        usage = priced(usage, [self.api.name, completion.model], self.prices, local)
+        return completion.model_copy(update={"text": clean_text(completion.text), "usage": usage})
 
     async def _single_flight(self, key: str, messages: list[Message], params: GenerateParams) -> Completion:
         """The backend's reply, made once for all identical requests in flight; a joiner's copy is a cache hit."""
@@ -226,6 +251,7 @@ class LLM:
         params = params or self.default_params
         budget = _current_budget.get()
         if budget is not None:
+            budget.refuse_if_unreachable()
             budget.claim()
         messages = clean_messages(messages)
         cache_id = getattr(self.api, "cache_id", None) or self.api.name
@@ -236,6 +262,9 @@ class LLM:
                 hit = self.cache.get(key)
                 if hit is not None:
                     completion = hit.model_copy(update={"cached": True, "usage": Usage(cache_hits=1)})
+                    learn = getattr(self.api, "learn_served_name", None)
+                    if callable(learn):  # an unnamed endpoint's model, named by a reply cached earlier
+                        learn(completion.model)
             if completion is None:
                 try:
                     completion = await self._single_flight(key, messages, params)

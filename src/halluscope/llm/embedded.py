@@ -170,6 +170,8 @@ class EmbeddedModel:
     max_concurrency: int | None = 1
     prefix_affinity = True
     """Serve waiting requests by the prefix they share with the last one (llama.cpp keeps one KV prefix)."""
+    local = True
+    """Runs on this machine: no price per token (``llm/pricing.py``)."""
 
     def __init__(
         self,

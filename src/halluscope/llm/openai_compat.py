@@ -7,6 +7,7 @@ import functools
 import json
 import math
 import random
+import socket
 import ssl
 import weakref
 import zlib
@@ -18,6 +19,7 @@ import httpx
 from halluscope.llm.base import (
     Completion,
     ContextOverflowError,
+    EndpointUnreachable,
     GenerateParams,
     LLMError,
     Message,
@@ -232,6 +234,18 @@ def _ssl_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
+def _connect_failure(exc: BaseException) -> str:
+    """Why a connection failed, in words: ``connection refused``, ``host not found``, else the error's text."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ConnectionRefusedError) or "refused" in str(seen).lower():
+            return "connection refused"
+        if isinstance(seen, socket.gaierror):
+            return "host not found"
+        seen = seen.__cause__ or seen.__context__
+    return str(exc) or type(exc).__name__
+
+
 class OpenAICompatibleModel:
     context_window: int | None = None
 
@@ -248,8 +262,13 @@ class OpenAICompatibleModel:
         backoff_initial_s: float = 0.5,
         backoff_max_s: float = 20.0,
         structured_output: StructuredOutput = "schema",
+        named: bool = True,
     ):
         self.name = model
+        self.requested = model  # the name sent with every request and keying the cache
+        self.named = named
+        """False when no model was configured (``default`` is sent): ``name`` becomes the model the endpoint says
+        it served, so reports name the model as it is."""
         # First request of a structured reply: the schema by default (constrained decoding at OpenAI, vLLM,
         # Ollama costs little and saves a repair round trip); "plain" can pay off at a llama.cpp server, whose
         # grammar slows generation of long replies on a busy CPU (docs/structured_output.md).
@@ -267,7 +286,7 @@ class OpenAICompatibleModel:
     @property
     def cache_id(self) -> str:
         """Cache identity: two endpoints may serve different models under one name (e.g. "default")."""
-        return f"{self.name}@{self.base_url}"
+        return f"{self.requested}@{self.base_url}"
 
     def _backoff_s(self, attempt: int, exc: BaseException) -> float:
         """Exponential backoff with jitter, but never sooner than the server's Retry-After (all capped)."""
@@ -320,7 +339,7 @@ class OpenAICompatibleModel:
 
     def _payload(self, messages: list[Message], params: GenerateParams, schema_format: int = 0) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "model": self.name,
+            "model": self.requested,
             "messages": clean_messages(messages),  # a lone surrogate cannot be sent as UTF-8
             "temperature": params.temperature,
             "max_tokens": params.max_tokens,
@@ -394,7 +413,15 @@ class OpenAICompatibleModel:
             refusal = message.get("refusal")
             why = f" (refusal: {str(refusal)[:200]})" if refusal else ""
             raise LLMError(f"{where}: unusable reply: {exc}{why}") from exc
+        served = data.get("model")
+        self.learn_served_name(served if isinstance(served, str) else None)
         return Completion(text=clean_text(text), model=self.name, usage=_usage(data), logprobs=parse_logprobs(choice))
+
+    def learn_served_name(self, served: str | None) -> None:
+        """With no model configured, take the name the endpoint gives the model it served (also from a cached
+        reply), so a report names it instead of ``default``."""
+        if not self.named and served and served.strip() and served != self.requested:
+            self.name = served.strip()[:200]
 
     async def generate(self, messages: list[Message], params: GenerateParams) -> Completion:
         while True:
@@ -418,6 +445,9 @@ class OpenAICompatibleModel:
             try:
                 data = await self._post_once(body)
                 break
+            except httpx.ConnectError as exc:  # refused, or an unknown host: no retry can help within one check
+                why = _connect_failure(exc)
+                raise EndpointUnreachable(f"cannot connect to the model's endpoint at {self.base_url} ({why})") from exc
             except _RETRYABLE as exc:
                 if attempt == attempts:
                     raise LLMError(

@@ -89,13 +89,10 @@ def get_method(name: str, **kwargs: Any) -> Method:
         try:
             return cls(**kwargs)
         except OptionsError as exc:
-            from halluscope.config import ConfigFileError, config_file
+            from halluscope.config_files import where_set
 
-            try:
-                found = config_file()
-            except ConfigFileError:
-                found = None
-            where = f" in {found[0]}" if found else ""
+            found = where_set("options")
+            where = f" in {found.path}" if found else ""
             raise OptionsError(
                 f"{exc} (the config file's [options.{name}]{where} sets: {', '.join(sorted(from_file))})"
             ) from None

@@ -17,7 +17,7 @@ from halluscope.methods.options import MethodOptions, OptionsError
 from halluscope.prompts import PromptTemplate, apply_overrides
 from halluscope.records import Example, Report
 from halluscope.sync import run_sync
-from halluscope.text.blank import is_blank
+from halluscope.text.blank import BLANK_DETAIL, is_blank
 
 if TYPE_CHECKING:
     from halluscope.methods.calibration import Calibration, CalibrationBench
@@ -32,11 +32,7 @@ def validate_pair(source: object, target: object) -> None:
         if not isinstance(value, str):
             raise InputError(f"{name} must be a string, got {type(value).__name__}")
         if is_blank(value):
-            raise InputError(
-                f"{name} is empty"
-                if not value.strip()
-                else f"{name} is empty (only whitespace and invisible characters such as U+200B)"
-            )
+            raise InputError(f"{name} is empty" if not value.strip() else f"{name} is empty ({BLANK_DETAIL})")
 
 
 def _max_calls_option(method: str, value: object) -> int | None:
@@ -243,7 +239,9 @@ class Method(ABC):
                     report = await work
                 except LLMError as exc:
                     report = Report(method=self.name, unscored_reason=f"LLM error: {exc}")
-                if budget.exceeded:  # never scored from the calls made before the budget ran out
+                if budget.unreachable is not None:  # the first refused connection ends the check, in one line
+                    report = Report(method=self.name, unscored_reason=budget.unreachable)
+                elif budget.exceeded:  # never scored from the calls made before the budget ran out
                     report = Report(
                         method=self.name,
                         details=report.details,
@@ -267,6 +265,9 @@ class Method(ABC):
                 if report.threshold is not None
                 else self.threshold
             )
+            from halluscope.text.redact import redact_report
+
+            report = redact_report(report)  # no credential in what a report carries (halluscope.text.redact)
             tracing.record_report(span, report)
         return report
 

@@ -36,7 +36,13 @@ from pydantic import BaseModel, Field, ValidationError, create_model
 
 from halluscope.llm import LLM
 from halluscope.llm.base import GenerateParams
-from halluscope.llm.label_probs import TRUE_FALSE, VERDICT_TOP_LOGPROBS, label_probabilities
+from halluscope.llm.label_probs import (
+    TRUE_FALSE,
+    VERDICT_TOP_LOGPROBS,
+    LabelProbability,
+    label_probabilities,
+    with_label_probability,
+)
 from halluscope.llm.replies import Reply, restated_field, validation_message
 from halluscope.llm.structured import generate_reply
 from halluscope.prompts import PromptTemplate
@@ -245,9 +251,15 @@ class BatchStep(Generic[E]):
     logprobs: list[Any] | None = None  # the reply's token log-probabilities, when asked for and given
 
     def label_probabilities(self, key: str, positive: Sequence[str], negative: Sequence[str]) -> dict[int, float]:
-        """Per unit index (0-based), the positive label's probability at the ``key`` field of its entry, read only
-        when the reply's entries can be told apart in its text: as many ``key`` fields as ``"id"`` fields, each id
-        a unit's number once (else ``{}``: nothing is guessed)."""
+        """Per unit index (0-based), the positive label's probability at the ``key`` field of its entry (see
+        :meth:`label_readings`; an entry whose probability is refused or contradicts its label has none)."""
+        found = self.label_readings(key, positive, negative)
+        return {i: f.probability for i, f in found.items() if f.probability is not None}
+
+    def label_readings(self, key: str, positive: Sequence[str], negative: Sequence[str]) -> dict[int, LabelProbability]:
+        """Per unit index (0-based), what the ``key`` field of its entry reads, only when the reply's entries can be
+        told apart in its text: as many ``key`` fields as ``"id"`` fields, each id a unit's number once (else
+        ``{}``: nothing is guessed)."""
         if not self.logprobs or self.answers is None:
             return {}
         found = label_probabilities(self.logprobs, positive, negative, key=key)
@@ -255,7 +267,7 @@ class BatchStep(Generic[E]):
         ids = [int(m) for m in re.findall(r'"id"\s*:\s*(\d+)', text)]
         if len(ids) != len(found) or len(set(ids)) != len(ids):
             return {}
-        return {i - 1: f.probability for i, f in zip(ids, found) if f.probability is not None}
+        return {i - 1: f for i, f in zip(ids, found)}
 
     def why_missing(self, index: int) -> str:
         if self.answers is None:
@@ -422,23 +434,19 @@ class BatchingVerifier(LLMVerifier, Generic[E]):
                 return Verdict.unscored(claim, self.placeholder_reason(claim), calls)
             return self.accept(claim, entry, calls, source)
 
-        probabilities: dict[int, float] = {}  # id(claim) -> P(supported) from its batch entry
+        readings: dict[int, LabelProbability] = {}  # id(claim) -> what its batch entry's label reads
 
         async def ask(part: list[Claim]) -> BatchStep[E]:
             params = self.llm.params(top_logprobs=VERDICT_TOP_LOGPROBS) if self.label_key else None
             step = await self.batch.ask(self.llm, [c.text for c in part], params=params, source=context.text)
             if self.label_key:
-                for i, p in step.label_probabilities(self.label_key, *TRUE_FALSE).items():
+                for i, found in step.label_readings(self.label_key, *TRUE_FALSE).items():
                     if 0 <= i < len(part):
-                        probabilities[id(part[i])] = p
+                        readings[id(part[i])] = found
             return step
 
         def accept_with_probability(claim: Claim, entry: E, calls: list[LLMCall]) -> Verdict:
-            verdict = accept(claim, entry, calls)
-            p = probabilities.get(id(claim))
-            if p is None or verdict.label == "unscored":
-                return verdict
-            return verdict.model_copy(update={"support_probability": p})
+            return with_label_probability(accept(claim, entry, calls), readings.get(id(claim)))
 
         judged = iter(
             await judge_in_batches(

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from halluscope.methods import method_class, register_method
 from halluscope.methods.base import Method
@@ -38,6 +38,19 @@ from halluscope.methods.options import MethodOptions, OptionsError
 from halluscope.records import Finding, LLMCall, Report, Usage
 
 FORMAT: Literal["halluscope-combiner/1"] = "halluscope-combiner/1"
+
+MAX_COEFFICIENT = 1e6
+"""The largest weight or intercept a combiner file may hold, in absolute value. A fitted linear model on
+standardised features has coefficients of order 1 to 100; a weight of 1e300 can only overflow the combined value
+(``inf - inf`` is NaN), so such a file is refused when it is read."""
+
+MAX_Z = 1e6
+"""The largest standardised value a feature may take within its training range, in absolute value: with
+:data:`MAX_COEFFICIENT`, every contribution and the combined value stay finite."""
+
+MAX_FILE_DEPTH = 64
+"""How deeply the JSON of a combiner file may nest (a fitted file nests a few levels): deeper nesting is refused
+with the path where it goes too deep, before the recursion of the JSON reader or the validation is reached."""
 
 
 class _FileModel(BaseModel):
@@ -79,10 +92,21 @@ class CombinerFeature(_FileModel):
     min: float
     max: float
     """The range seen in training: values are clipped to it, and it bounds what an unrun member can add."""
-    weight: float
+    weight: float = Field(ge=-MAX_COEFFICIENT, le=MAX_COEFFICIENT)
     """The fitted coefficient on the standardised feature."""
     n_imputed: int = 0
     """Training items on which the value was missing and the mean was used."""
+
+    @model_validator(mode="after")
+    def _bounded(self) -> CombinerFeature:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is above max ({self.max}): the training range is reversed")
+        low, high = self.z_range()
+        if not (-MAX_Z <= low <= high <= MAX_Z):
+            raise ValueError(
+                f"min, max, mean and scale give standardised values in [{low:.3g}, {high:.3g}], beyond +-{MAX_Z:g}"
+            )
+        return self
 
     def z_range(self) -> tuple[float, float]:
         a, b = (self.min - self.mean) / self.scale, (self.max - self.mean) / self.scale
@@ -102,7 +126,7 @@ class CombinerFile(_FileModel):
     features: list[CombinerFeature]
     dropped_features: dict[str, str] = Field(default_factory=dict)
     """Candidate features left out before fitting, with why (constant on the training items, or a copy of another)."""
-    intercept: float
+    intercept: float = Field(ge=-MAX_COEFFICIENT, le=MAX_COEFFICIENT)
     threshold: float = Field(ge=0.0, le=1.0)
     """The decision threshold on the combined score, and ``threshold_rule`` how it was chosen."""
     threshold_rule: str = ""
@@ -129,6 +153,16 @@ class CombinerFile(_FileModel):
         if len(set(names)) != len(names):
             raise ValueError("feature names must be unique")
         return features
+
+    @model_validator(mode="after")
+    def _target_range_ascending(self) -> CombinerFile:
+        if self.target_range is not None:
+            lo, hi = self.target_range
+            if not (lo < hi and math.isfinite(hi - lo)):
+                raise ValueError(
+                    f"target_range: the low end ({lo}) must be below the high end ({hi}), a finite distance apart"
+                )
+        return self
 
     def model_post_init(self, _context: Any) -> None:
         names = [m.name for m in self.members]
@@ -180,10 +214,14 @@ class CombinerFile(_FileModel):
 
     def to_score(self, value: float) -> float:
         """The combined value (logit or predicted human score) as a score in [0, 1]."""
+        if not math.isfinite(value):
+            raise CombinerFileError(f"the combined value is {value}, not a number a score can be read from")
         if self.kind == "binary":
             return float(1.0 / (1.0 + math.exp(-value))) if value > -700 else 0.0
         lo, hi = self.target_range or (0.0, 1.0)
-        return float(np.clip((value - lo) / (hi - lo), 0.0, 1.0)) if hi > lo else 0.5
+        if not hi > lo:
+            raise CombinerFileError(f"target_range: the low end ({lo}) must be below the high end ({hi})")
+        return float(np.clip((value - lo) / (hi - lo), 0.0, 1.0))
 
     def value_threshold(self, threshold: float) -> float:
         """The combined value at which the score equals ``threshold``."""
@@ -214,6 +252,23 @@ class CombinerFileError(ValueError):
     """A combiner file that cannot be used; the message says which and why."""
 
 
+def _too_deep(data: Any, limit: int) -> str | None:
+    """Where the first value nested deeper than ``limit`` levels in ``data`` lies (the first three parts of its
+    dotted path: the field that nests too deeply), else None.
+    Iterative: a hostile file cannot exhaust the stack here."""
+    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+    while stack:
+        value, where, depth = stack.pop()
+        if depth > limit:
+            parts = where.split(".")
+            return ".".join(parts[:3]) + (".…" if len(parts) > 3 else "")
+        if isinstance(value, dict):
+            stack.extend((v, f"{where}.{k}" if where else str(k), depth + 1) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, f"{where}.{i}" if where else str(i), depth + 1) for i, v in enumerate(value))
+    return None
+
+
 def load_combiner(path: str | Path) -> CombinerFile:
     path = Path(path)
     if not path.is_file():
@@ -222,6 +277,11 @@ def load_combiner(path: str | Path) -> CombinerFile:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CombinerFileError(f"{path}: not a JSON combiner file ({exc})") from exc
+    except RecursionError:
+        raise CombinerFileError(f"{path}: the JSON nests too deeply (over {MAX_FILE_DEPTH} levels)") from None
+    too_deep = _too_deep(data, MAX_FILE_DEPTH)
+    if too_deep is not None:
+        raise CombinerFileError(f"{path}: {too_deep or 'file'}: the JSON nests more than {MAX_FILE_DEPTH} levels deep")
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise CombinerFileError(f'{path}: not a halluscope combiner file (expected "format": "{FORMAT}")')
     try:
@@ -374,7 +434,14 @@ class Ensemble(Method):
                 unscored_reason=f"no member could score the pair ({reasons})",
                 details=self._details(reports, status, steps, ran),
             )
-        score = c.predict(reports)
+        try:
+            score = c.predict(reports)
+        except CombinerFileError as exc:  # unreachable for a file that loaded; never a silent score
+            return Report(
+                method=self.name,
+                unscored_reason=f"the combiner could not score the pair: {exc}",
+                details=self._details(reports, status, steps, ran),
+            )
         findings: list[Finding] = []
         for m in c.members:
             if m.name in scored and c.member_weight(m.name) > 0:

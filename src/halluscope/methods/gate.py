@@ -5,6 +5,8 @@ Per claim, against its best source windows (BM25, always available) and the whol
 * a number, date (month, weekday) or name in the claim that the source never mentions -> ``unsupported``,
   with those characters as the target spans;
 * the claim negates what its closest source sentence asserts, or asserts what it negates -> ``contradicted``;
+* the claim speaks of a whole (``the whole project``) where the source sentence about the same things gives a part
+  (``two thirds``, ``the rest``, ``40%``) -> ``contradicted``;
 * almost none of the claim's content words occur in the source -> ``unsupported``;
 * the claim is verbatim-grade (nearly every word inside a 3-word run shared with one window, every content
   word in that window) -> ``supported``;
@@ -40,8 +42,10 @@ from halluscope.text.lexical import (
     names,
     negation_count,
     numbers,
+    part_cues,
     source_facts,
     tokens,
+    totality_cues,
 )
 
 
@@ -112,6 +116,7 @@ class LexicalGate:
         in_source = [t for t in content if facts.has_word(t)]
         best = _best_window(words, content, index.retrieve(claim.text))
         flip = _negation_flip(words, content, best, index, self.opts.flip_overlap)
+        clash = None if flip is not None else _whole_for_part(claim.text, words, index)
 
         signals: dict[str, Any] = {
             "coverage": round(best.coverage, 4) if best else 0.0,
@@ -121,10 +126,16 @@ class LexicalGate:
             "missing_dates": [t.text for t in missing_dates],
             "missing_names": [t.text for t in missing_names],
             "negation_flip": flip is not None,
+            "whole_for_part": clash is not None,
         }
         score = ((best.precision + best.coverage) / 2) if best else 0.0
-        score *= 0.5 ** (len(missing_numbers) + len(missing_dates) + len(missing_names) + (flip is not None))
+        penalties = len(missing_numbers) + len(missing_dates) + len(missing_names) + (flip is not None)
+        score *= 0.5 ** (penalties + (clash is not None))
         evidence = [Evidence(text=best.snippet.text, span=best.snippet.span, relation="related")] if best else []
+        if clash is not None:  # the sentence giving the part, not the retrieved window
+            evidence = [Evidence(text=clash[1].text, span=clash[1].span)]
+        elif missing_names and not missing_numbers and not missing_dates:
+            evidence = []  # not mentioned: no passage of the source is about that name
 
         def decide(outcome: str, reason: str, local: Sequence[Span] = ()) -> GateDecision:
             relation = {"supported": "supports", "contradicted": "contradicts"}.get(outcome, "related")
@@ -157,6 +168,15 @@ class LexicalGate:
                 "contradicted",
                 f'{said} the source sentence "{_clip(sentence)}" {verb}.',
                 [cue.span] if cue is not None else [],
+            )
+        if clash is not None:
+            cue, sentence, parts = clash
+            shown = ", ".join(f'"{p}"' for p in parts)
+            return decide(
+                "contradicted",
+                f'The claim says "{cue.text}" where the source sentence about the same things gives a part '
+                f'({shown}): "{_clip(sentence.text)}"',
+                [cue.span],
             )
         if len(content) >= 4 and len(in_source) / len(content) < self.opts.absent_precision:
             unseen = [t for t in content if not facts.has_word(t)]
@@ -269,6 +289,35 @@ def _negation_flip(
     return closest[1], cue if claim_neg else None
 
 
+def _clause(text: str, at: Span) -> str:
+    """The part of ``text`` around ``at`` between the nearest clause marks (``,;:`` or a sentence end)."""
+    start = max(text.rfind(mark, 0, at.start) for mark in ",;:.!?") + 1
+    ends = [i for i in (text.find(mark, at.end) for mark in ",;:.!?") if i >= 0]
+    return text[start : min(ends) if ends else len(text)]
+
+
+def _whole_for_part(claim: str, words: list[Token], index: Any) -> tuple[Token, Any, list[str]] | None:
+    """(the claim's whole-quantity word, the source sentence, its part words) when the claim speaks of a whole
+    (``the whole project``) and the source sentence sharing most of that clause's content words (at least two,
+    and at least half) gives a part (``two thirds ... and the rest``) and no whole; None otherwise."""
+    for cue in totality_cues(words):
+        wanted = {t.norm for t in content_tokens(tokens(_clause(claim, cue.span)))} - {cue.norm}
+        if len(wanted) < 2:
+            continue
+        best: tuple[int, Any, list[str]] | None = None
+        for sentence in index.sentences:
+            toks = tokens(sentence.text)
+            parts = part_cues(sentence.text, toks)
+            if not parts or totality_cues(toks):
+                continue
+            shared = len(wanted & {t.norm for t in toks})
+            if shared >= 2 and shared * 2 >= len(wanted) and (best is None or shared > best[0]):
+                best = (shared, sentence, parts)
+        if best is not None:
+            return cue, best[1], best[2]
+    return None
+
+
 def target_spans(claim: Claim, target: str | None, local: Sequence[Span]) -> list[Span]:
     """Claim-relative spans as target spans: offset by the claim's span when the claim is that slice of the
     target verbatim (without the target: when the claim has one span of its exact length); else each piece is searched
@@ -326,7 +375,9 @@ class GateDetails(MethodDetails):
     """``Report.details`` of the ``gate`` method."""
 
     gate: dict[str, dict[str, Any]] | None = None
-    """Per sentence id (``s1``, ``s2``, ...): the gate's ``outcome`` and the lexical signals behind it."""
+    """Per sentence id (``s1``, ``s2``, ...): the gate's ``outcome`` (``uncertain`` where its rules settled nothing),
+    the ``label`` the sentence got (an uncertain one labelled by its support score, with ``uncertain=threshold``) and
+    the lexical signals behind it."""
 
 
 @register_method
@@ -354,14 +405,16 @@ class GateMethod(Method):
             return Report(method=self.name, unscored_reason="the target has no sentences")
         decisions = await self.gate(claims, source, target)
         verdicts = [gate_verdict(d, self.gate.name, self.opts.uncertain, self.opts.threshold) for d in decisions]
-        counts = {
-            k: float(sum(d.outcome == k for d in decisions))
-            for k in ("supported", "unsupported", "contradicted", "uncertain")
-        }
+        labels = ("supported", "unsupported", "contradicted", "unscored")
+        counts = {k: float(sum(v.label == k for v in verdicts)) for k in labels}  # what --claims lists
         subscores: dict[str, float | None] = {"claims": float(len(claims)), **counts}
         score = sum(d.score for d in decisions) / len(decisions)
         findings = [claim_finding(v) for v in verdicts if v.label in ("unsupported", "contradicted")]
-        details = GateDetails.build(gate={d.claim.id: {"outcome": d.outcome, **d.signals} for d in decisions})
+        details = GateDetails.build(
+            gate={
+                d.claim.id: {"outcome": d.outcome, "label": v.label, **d.signals} for d, v in zip(decisions, verdicts)
+            }
+        )
         return Report(
             method=self.name,
             score=score,

@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from halluscope.llm.base import TokenLogprobs
+from halluscope.llm.label_probs import refusal
 from halluscope.llm.replies import Reply
 from halluscope.llm.structured import generate_reply
 from halluscope.methods import register_method
@@ -96,12 +97,13 @@ def parse_paper_score(text: str) -> int | None:
 def weighted_score(logprobs: list[TokenLogprobs] | None) -> tuple[float, dict[str, float]] | None:
     """G-Eval's ``sum_s p(s) * s`` at the first generated position whose token is a score 1-5 (after any
     whitespace or list marker), with p renormalized over the score tokens among that position's top candidates.
-    None when there is no such position or no score token among its candidates."""
+    None when there is no such position, no score token among its candidates, or log-probabilities there that
+    are not probabilities (:func:`halluscope.llm.label_probs.refusal`)."""
     for entry in logprobs or []:
         token = entry.token.strip()
         if not token or token in ("-", "*", ":"):
             continue
-        if token not in SCORES:
+        if token not in SCORES or refusal(entry) is not None:  # NaN, infinite or positive: not probabilities
             return None
         candidates = {**entry.top, entry.token: entry.logprob}
         probs: dict[str, float] = {}
@@ -213,8 +215,8 @@ class GEval(Method):
                 details.update(
                     GevalDetails.build(
                         weighting=(
-                            "unavailable: the backend returned no log-probabilities for the score token; the integer "
-                            "score is used"
+                            "unavailable: the backend returned no usable log-probabilities for the score token (none, "
+                            "or NaN, infinite or above 0); the integer score is used"
                         )
                     )
                 )

@@ -279,6 +279,7 @@ class ClaimPipeline(Method):
             ("explain_below", 0.5),
             ("explain", True),
             ("explain_max", None),
+            ("min_label_mass", 0.5),
             ("score", "auto"),
         ):
             if own.get(key) == default:  # the same: recorded only when changed
@@ -414,6 +415,7 @@ class ClaimPipeline(Method):
                 explain_below=self.opts.explain_below,  # type: ignore[attr-defined]
                 explain=self.opts.explain,  # type: ignore[attr-defined]
                 explain_max=self.opts.explain_max,  # type: ignore[attr-defined]
+                min_label_mass=self.opts.min_label_mass,  # type: ignore[attr-defined]
             )
         return self._verdict_first
 

@@ -11,22 +11,25 @@ whose answer is no) is flagged, and only those get a second call that asks for t
 quote that decides it, whether the source contradicts it, and a corrected version of the claim (the fix).
 
 The label is the short reply's (``yes`` supported, ``no`` unsupported, contradicted when the explanation says the
-source contradicts it); an answer that is neither word is read from the probabilities when the backend gave them,
-and is otherwise unscored with the reply quoted. With retrieval each claim is scored against its snippets, best
-first, keeping the best (the same max over snippets as reason first) and explained against its top snippet.
+source contradicts it), read from its first word only; P(supported) is read at that word's token only. An answer
+that is neither word is read from the probabilities when the backend gave them and the yes/no tokens hold at least
+``min_label_mass`` of the probability there, and is otherwise unscored with the reply quoted; log-probabilities that
+are not probabilities (NaN, infinite, above 0) leave the claim unscored; an answer the probability contradicts keeps
+its label and records no probability (the reason gives both). With retrieval each claim is scored against its
+snippets, best first, keeping the best (the same max over snippets as reason first) and explained against its top
+snippet.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from halluscope.llm.label_probs import VERDICT_TOP_LOGPROBS, YES_NO, probability_at
+from halluscope.llm.label_probs import MIN_LABEL_MASS, VERDICT_TOP_LOGPROBS, YES_NO, read_answer, stated_first
 from halluscope.llm.replies import Reply
 from halluscope.llm.structured import generate_reply
 from halluscope.prompts import PromptTemplate
@@ -93,20 +96,39 @@ VERDICT_EXPLAIN_PROMPT = PromptTemplate(
 
 VERDICT_FIRST_PROMPTS = (VERDICT_SCORE_PROMPT, VERDICT_EXPLAIN_PROMPT)
 
-_WORD = re.compile(r"[A-Za-z]+")
-
 
 def stated_answer(text: str) -> bool | None:
     """True for a reply that answers yes, False for no (any case), None otherwise: the first word, standing alone
     or followed by punctuation ("Yes.", "No, ..."), not the start of a phrase ("No problem!", "Yes it might")."""
-    match = _WORD.search(text)
-    if match is None or text[: match.start()].strip(" \t\r\n\"'*.:`") != "":
-        return None
-    rest = text[match.end() :].lstrip(" \t")
-    if rest and (rest[0].isalnum() or rest[0] in "'-"):
-        return None
-    word = match.group(0).lower()
-    return True if word == "yes" else False if word == "no" else None
+    return stated_first(text, *YES_NO)
+
+
+def answer_verdict(
+    claim: Claim, text: str, logprobs: Sequence[Any] | None, call: LLMCall, min_label_mass: float = MIN_LABEL_MASS
+) -> Verdict:
+    """The verdict of a short yes/no reply (:func:`~halluscope.llm.label_probs.read_answer`): the answer word
+    decides the label; P(supported) is read at that word's token only; refused log-probabilities, and a reply
+    that answers neither where the labels hold too little of the probability, leave the claim unscored."""
+    answer = read_answer(text, logprobs, *YES_NO, min_mass=min_label_mass)
+    if answer.label is None:
+        return Verdict.unscored(claim, answer.unscored or "no answer", [call])
+    if answer.stated is None:
+        reason = answer.note
+    else:
+        reason = "answered yes" if answer.stated else "answered no"
+        if answer.probability is not None:
+            reason += f" (P(supported) = {answer.probability:.3f})"
+        elif answer.note:
+            reason += f" ({answer.note})"
+    return Verdict(
+        claim=claim,
+        label="supported" if answer.label else "unsupported",
+        reason=reason,
+        score=1.0 if answer.label else 0.0,
+        support_probability=answer.probability,
+        calls=[call],
+        decided_by="verdict_first",
+    )
 
 
 class VerdictFirst:
@@ -120,6 +142,7 @@ class VerdictFirst:
         explain_below: float = 0.5,
         explain: bool = True,
         explain_max: int | None = None,
+        min_label_mass: float = MIN_LABEL_MASS,
     ):
         if llm is None:
             raise TypeError("verdict-first scoring needs an LLM")
@@ -129,6 +152,7 @@ class VerdictFirst:
         self.explain_below = explain_below
         self.explain_flagged = explain
         self.explain_max = explain_max
+        self.min_label_mass = min_label_mass
 
     def used_prompts(self) -> list[PromptTemplate]:
         return [self.score_prompt] + ([self.explain_prompt] if self.explain_flagged else [])
@@ -162,32 +186,7 @@ class VerdictFirst:
             cached=completion.cached,
             usage=completion.usage,
         )
-        stated = stated_answer(completion.text)
-        # the answer word is the reply's first token: P(yes) over yes + no among that position's candidates
-        probability = probability_at(completion.logprobs[0], *YES_NO) if completion.logprobs else None
-        if stated is None and probability is None:
-            return Verdict.unscored(
-                claim, f"the short reply states neither yes nor no: {completion.text[:80]!r}", [call]
-            )
-        if stated is None:
-            stated = probability >= 0.5  # type: ignore[operator]
-            reason = (
-                f"the reply's first word is not yes or no ({completion.text[:40]!r}); P(yes) = {probability:.3f} "
-                "over yes and no among its first token's candidates"
-            )
-        else:
-            reason = "answered yes" if stated else "answered no"
-            if probability is not None:
-                reason += f" (P(supported) = {probability:.3f})"
-        return Verdict(
-            claim=claim,
-            label="supported" if stated else "unsupported",
-            reason=reason,
-            score=1.0 if stated else 0.0,
-            support_probability=probability,
-            calls=[call],
-            decided_by="verdict_first",
-        )
+        return answer_verdict(claim, completion.text, completion.logprobs, call, self.min_label_mass)
 
     def below_threshold(self, verdict: Verdict) -> Verdict:
         """A flagged verdict answered yes (its P(supported) is below ``explain_below``) as unsupported, saying

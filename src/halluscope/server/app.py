@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import time
 import weakref
 from contextlib import asynccontextmanager
 from typing import Any, Literal, TypeVar
@@ -18,12 +20,14 @@ from halluscope.config import Config
 from halluscope.llm import LLM
 from halluscope.methods import list_methods
 from halluscope.records import Report
-from halluscope.report import render_html
+from halluscope.report import RenderTimeout, render_html
+from halluscope.server.dashboard import job_stats, render_dashboard
 from halluscope.server.guard import Guard
 from halluscope.server.jobs import result_line, valid_job_id
 from halluscope.server.jobs.base import JobStoreUnavailable
+from halluscope.server.login import add_login_routes
 from halluscope.server.metrics import CONTENT_TYPE
-from halluscope.server.pages import render_job_page, render_jobs_page
+from halluscope.server.pages import render_job_page
 from halluscope.server.redact import redact_paths
 from halluscope.server.schemas import (
     BatchRequest,
@@ -36,7 +40,7 @@ from halluscope.server.schemas import (
     JobRequest,
     Problem,
 )
-from halluscope.server.service import ClientError, Service, joined_source
+from halluscope.server.service import ClientError, Service, check_deadline, joined_source
 from halluscope.server.settings import ServerSettings
 
 M = TypeVar("M", bound=BaseModel)
@@ -134,6 +138,8 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
     service.routes = app.router.routes
     weakref.finalize(app, service.stop, wait=False)  # an app dropped without a lifespan (tests) stops its threads
 
+    add_login_routes(app, service)  # the web pages open in a browser once a token is set
+
     @app.exception_handler(ClientError)
     async def _client_error(_request: Request, exc: ClientError) -> JSONResponse:
         return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=exc.headers)
@@ -210,7 +216,7 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
 
     def renderer(fmt: str, source: str, target: str):
         if fmt == "html":
-            return lambda report: render_html(report, source, target).encode()
+            return lambda report: render_html(report, source, target, deadline=check_deadline()).encode()
         return lambda report: report.model_dump_json().encode()
 
     def respond(fmt: str, body: bytes) -> Response:
@@ -298,11 +304,26 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
         tags=["jobs"],
         response_class=HTMLResponse,
         responses=_ERRORS,
-        summary="The jobs page: recent jobs with their status and progress, each linking to its report.",
+        summary=(
+            "The dashboard: recent jobs (method, model, start, duration, items, inconsistent, unscored, a score "
+            "histogram), filtered by ?status= and ?method=, each linking to its report."
+        ),
     )
-    async def jobs_page(limit: int = Query(100, ge=1, le=1000)) -> HTMLResponse:
-        jobs = await asyncio.to_thread(store().list, limit, None)
-        return HTMLResponse(render_jobs_page([job_info(j).model_dump(mode="json") for j in jobs], limit))
+    async def jobs_page(
+        limit: int = Query(100, ge=1, le=1000),
+        status: Literal["", "queued", "running", "done", "failed", "cancelled"] = "",
+        method: str = Query("", max_length=200),
+    ) -> HTMLResponse:
+        db = store()
+
+        def gather() -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]], list[str]]:
+            jobs = db.list(limit, status or None)
+            methods = sorted({j["method"] for j in jobs})
+            infos = [job_info(j).model_dump(mode="json") for j in jobs if not method or j["method"] == method]
+            return infos, {j["id"]: job_stats(db, j) for j in infos}, methods
+
+        infos, stats, methods = await asyncio.to_thread(gather)
+        return HTMLResponse(render_dashboard(infos, stats, limit, status or None, method or None, methods))
 
     @app.get("/jobs", tags=["jobs"], response_model=JobList, responses=_ERRORS, summary="Recent jobs, newest first.")
     async def list_jobs(
@@ -365,11 +386,10 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
         responses={**_ERRORS, **_NOT_FOUND, 409: {"model": Problem, "description": "The item is not finished yet."}},
         summary="One finished item: its ItemResult, or with ?format=html its span-highlight report.",
     )
-    async def job_item(
-        job_id: str = Path(max_length=64), index: int = Path(ge=0, le=MAX_INDEX), format: str = fmt_query
-    ) -> Response:
+    async def job_item(job_id: str = Path(max_length=64), index: int = Path(ge=0), format: str = fmt_query) -> Response:
         await job_or_404(job_id)
-        found = await asyncio.to_thread(store().item, job_id, index)
+        # past the largest index a store holds there is no such item: 404, as for any index past the job's end
+        found = await asyncio.to_thread(store().item, job_id, index) if index <= MAX_INDEX else None
         if found is None:
             raise HTTPException(404, f"job {job_id} has no item {index}")
         example, row = found
@@ -378,9 +398,21 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
         if format == "html":
             if row["report"] is None:
                 raise ClientError(409, f"item {index} has no report: {row['error']}")  # redacted by ClientError
+            if example is None:
+                raise ClientError(409, f"item {index} has no web report: its stored source and target cannot be read")
             report = Report.model_validate_json(row["report"])
             title = f"halluscope · job {job_id[:8]} · item {example.id}"
-            page = await asyncio.to_thread(render_html, report, example.source, example.target, title)
+            deadline = time.monotonic() + settings.timeout_s
+            try:
+                page = await asyncio.to_thread(
+                    functools.partial(render_html, deadline=deadline), report, example.source, example.target, title
+                )
+            except RenderTimeout:
+                raise ClientError(
+                    504,
+                    f"the HTML report of item {index} ({len(report.findings)} findings) did not fit in the time limit "
+                    f"of {settings.timeout_s:g}s and was stopped; ask for the JSON result (format=json)",
+                ) from None
             return HTMLResponse(page)
         return Response(
             result_line(row["idx"], row["item_id"], row["status"], row["report"], _redacted(row["error"])),

@@ -31,10 +31,13 @@ from typing import Any
 from starlette.routing import Match
 
 from halluscope.server.admission import QueueFull, QueueTimeout
+from halluscope.server.login import cookie_session, login_location, wants_page
 from halluscope.server.logs import event, new_request_id, request_id
 from halluscope.server.service import Service
 
-PUBLIC = frozenset({"/health", "/ready", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+PUBLIC = frozenset(
+    {"/health", "/ready", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json", "/login", "/logout"}
+)
 PROBES = frozenset({"/health", "/ready", "/metrics"})
 WORK = frozenset({("POST", "/check"), ("POST", "/improve"), ("POST", "/check/batch")})
 
@@ -138,6 +141,10 @@ class Guard:
             if refusal is not None:
                 status, detail, extra, reason = refusal
                 svc.metrics.refused.labels(reason).inc()
+                if status == 401 and wants_page(method, headers):  # a browser: to the login page, then back
+                    query = scope.get("query_string", b"").decode("latin-1")
+                    extra = {**extra, "location": login_location(scope.get("path", "/"), query)}
+                    status = 303
                 await _plain(send_tagged_raw, status, detail, extra, close=has_body)
                 return
             if route not in PROBES:  # probes are always answered
@@ -229,7 +236,9 @@ class Guard:
         if settings.token is not None and not public:
             expected = b"Bearer " + settings.token.encode("utf-8")
             given = headers.get(b"authorization") or []
-            if len(given) != 1 or not hmac.compare_digest(given[0], expected):
+            bearer = len(given) == 1 and hmac.compare_digest(given[0], expected)
+            page = method in ("GET", "HEAD") and cookie_session(headers, settings.token)  # pages only, never writes
+            if not (bearer or page):
                 return 401, "missing or wrong bearer token", {"www-authenticate": "Bearer"}, "unauthorized"
         lengths = {v.strip() for v in headers.get(b"content-length", [])}
         if lengths:

@@ -137,7 +137,8 @@ class Metrics:
             "Job items on the shared queue (--jobs-url) handled by this replica, by event: "
             "claimed, retried (taken over after another replica's lease expired), done "
             "(result written), duplicate (another replica wrote it first), lease_lost "
-            "(this replica's lease expired while it ran the item).",
+            "(this replica's lease expired while it ran the item), dead_letter (recorded unscored without "
+            "running: unreadable, or handed out too often).",
             ["event"],
             registry=r,
         )
@@ -155,7 +156,7 @@ class Metrics:
     def bind_queue(self, replica: str, per_job: Callable[[], dict[str, dict[str, float]]]) -> None:
         """Jobs on a shared queue: this replica's name, and the per-job item counts of the active jobs."""
         self._replica, self._queue_jobs = replica, per_job
-        for name in ("claimed", "retried", "done", "duplicate", "lease_lost"):
+        for name in ("claimed", "retried", "done", "duplicate", "lease_lost", "dead_letter"):
             self.queue_items.labels(name)  # every series present from the start (rate() needs a zero)
 
     def queue_event(self, name: str, n: int = 1) -> None:

@@ -1,8 +1,8 @@
 """The service's pages. :func:`render_job_page`: the web report of a job, one self-contained page listing its
 items (score, label, findings), sortable by any column (click a header; ``#sort=score`` or ``#sort=-findings``
 in the URL sorts on load), each row opening the item's span-highlight report rendered by
-:func:`halluscope.report.render_html`. :func:`render_jobs_page`: the jobs page at ``GET /``. Every value from a
-request is HTML-escaped."""
+:func:`halluscope.report.render_html`. The dashboard at ``GET /`` is :mod:`halluscope.server.dashboard`. Every
+value from a request is HTML-escaped."""
 
 from __future__ import annotations
 
@@ -118,40 +118,3 @@ dataset {html.escape(job["dataset"] or "items sent with the job")} · attempts {
 <th data-key="findings" data-type="num">findings</th></tr></thead>
 <tbody>{"".join(rows)}</tbody></table></main>
 <script>{_JS}</script></body></html>"""
-
-
-def render_jobs_page(jobs: list[dict[str, Any]], limit: int) -> str:
-    """``GET /``: the most recent jobs (``JobInfo`` dicts, newest first) with their status, progress and counts,
-    each linking to its web report and its JSON."""
-    rows = []
-    for job in jobs:
-        links = job.get("links") or {}
-        report = html.escape(links.get("report", f"/jobs/{job['id']}/report"), quote=True)
-        info = html.escape(links.get("self", f"/jobs/{job['id']}"), quote=True)
-        name = html.escape(job.get("name") or job["id"])
-        status = html.escape(job["status"])
-        cls = {"done": "good", "failed": "bad", "cancelled": "pending"}.get(job["status"], "")
-        mean = "–" if job.get("mean_score") is None else f"{job['mean_score']:.3f}"
-        rows.append(
-            f'<tr data-id="{html.escape(job["id"], quote=True)}" data-status="{status}">'
-            f'<td><a href="{report}">{name}</a></td><td class="{cls}">{status}</td>'
-            f'<td>{html.escape(job["method"])}</td><td class="num">{job["done"]}/{job["total"]}</td>'
-            f'<td class="num">{job["scored"]}</td><td class="num">{job["unscored"]}</td>'
-            f'<td class="num">{job["errors"]}</td><td class="num">{mean}</td>'
-            f'<td><a href="{info}">json</a></td></tr>'
-        )
-    body = (
-        f"<table><thead><tr><th>job</th><th>status</th><th>method</th><th>done</th><th>scored</th>"
-        f"<th>unscored</th><th>errors</th><th>mean score</th><th></th></tr></thead>"
-        f"<tbody>{''.join(rows)}</tbody></table>"
-        if rows
-        else "<p class='muted'>No jobs yet: <code>POST /jobs</code> starts one (see <a href='/docs'>/docs</a>).</p>"
-    )
-    more = (
-        f"<p class='muted'>The {limit} most recent jobs (add <code>?limit=N</code>).</p>" if len(jobs) >= limit else ""
-    )
-    return f"""<!doctype html><html><head><meta charset="utf-8"><title>halluscope jobs</title>
-<style>{_CSS}</style></head><body>
-<header><h1>halluscope jobs</h1>
-<div class="muted">{len(jobs)} job(s), newest first · <a href="/docs">API</a></div></header>
-<main>{more}{body}</main></body></html>"""

@@ -13,6 +13,7 @@ import time
 import uuid
 import weakref
 from collections.abc import AsyncIterator, Callable
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,6 +24,7 @@ from halluscope.llm import LLM, LLMError, get_llm
 from halluscope.methods import InputError, Method, get_method, method_class
 from halluscope.methods.base import validate_pair
 from halluscope.records import Example, Report
+from halluscope.report import RenderTimeout
 from halluscope.server.admission import Admission
 from halluscope.server.allow import ModelNotAllowed, refuse_unlisted
 from halluscope.server.cpu_pool import CpuPool, NotInWorker, RemoteError, WorkerDied
@@ -31,7 +33,7 @@ from halluscope.server.jobs import CheckFailed, JobRunner, JobStore, result_line
 from halluscope.server.jobs.base import JobRunnerAPI, JobStoreAPI, JobStoreUnavailable
 from halluscope.server.logs import event, request_id
 from halluscope.server.metrics import Metrics
-from halluscope.server.redact import redact_paths, register_root
+from halluscope.server.redact import redact_paths, redact_report, register_root
 from halluscope.server.schemas import JobRequest, Pair
 from halluscope.server.settings import ServerSettings
 from halluscope.server.warmup import warm_up
@@ -43,6 +45,13 @@ T = TypeVar("T")
 # cannot work together, a value the method rejects mid-run): answered 422, never 500.
 _CLIENT_RUN_ERRORS = (ValueError, TypeError, KeyError, ValidationError)
 _GRACE_S = 15.0  # a worker stuck in CPU work past the time limit: the HTTP side gives up this much later
+_deadline: ContextVar[float | None] = ContextVar("halluscope_check_deadline", default=None)
+
+
+def check_deadline() -> float | None:
+    """The end (``time.monotonic()``) of the time limit of the check whose answer is being shaped here (a
+    ``render`` given to :meth:`Service.run_check` reads it: the answer is made within the same limit)."""
+    return _deadline.get()
 
 
 def joined_source(source: str | list[str]) -> tuple[str, dict[str, Any]]:
@@ -158,6 +167,7 @@ class Service:
                     concurrency=self.settings.job_concurrency,
                     lease_s=self.settings.job_lease_s,
                     consumer=self.replica,
+                    max_attempts=self.settings.job_item_attempts,
                     on_item=on_item,
                     on_event=self.metrics.queue_event,
                 )
@@ -172,6 +182,7 @@ class Service:
                     max_running=self.settings.max_running_jobs,
                     concurrency=self.settings.job_concurrency,
                     on_item=on_item,
+                    max_attempts=self.settings.job_item_attempts,
                 )
                 where = str(self.jobs_db)
             self.pool.start()
@@ -273,9 +284,32 @@ class Service:
             return self.settings.default_method, dict(options)
         return resolve_method(self.config.method, options)
 
+    def capped(self, options: dict[str, Any]) -> dict[str, Any]:
+        """``options`` with ``max_calls`` within the operator's ceiling (``ServerSettings.max_calls``): a request
+        may lower the budget of one check, never raise it; a request's 0 ("no limit") and a config budget above
+        the ceiling both become the ceiling. A value that is not a whole number is left for the method to refuse."""
+        ceiling = self.settings.max_calls
+        if ceiling <= 0:
+            return options
+        asked = options.get("max_calls")
+        if asked is None:
+            budget = self.config.max_calls  # what the method runs with when the request names none
+        elif isinstance(asked, str) and asked.strip().isdigit():
+            budget = int(asked.strip())
+        elif isinstance(asked, int) and not isinstance(asked, bool) and asked >= 0:
+            budget = asked
+        else:
+            return options
+        capped = ceiling if budget == 0 else min(budget, ceiling)
+        if asked is None and capped == budget:
+            return options
+        return {**options, "max_calls": capped}
+
     async def method(self, name: str, options: dict[str, Any]) -> Method:
-        """The (cached) instance; 400 for an unknown method or bad options, 403 for a model the operator did not
-        allow (checked before anything is built or loaded), 503 when the model is unusable."""
+        """The (cached) instance, its ``max_calls`` within the operator's ceiling (:meth:`capped`); 400 for an
+        unknown method or bad options, 403 for a model the operator did not allow (checked before anything is
+        built or loaded), 503 when the model is unusable."""
+        options = self.capped(options)
         try:
             refuse_unlisted(options, self.allowed_models())
             return await asyncio.to_thread(self.methods.get, name, options)
@@ -305,7 +339,7 @@ class Service:
             logging.getLogger("halluscope.server").warning("closing an evicted method failed", exc_info=True)
 
     async def _method_for_job(self, name: str, options: dict[str, Any]) -> Method:
-        return await asyncio.to_thread(self.methods.get, name, options)
+        return await asyncio.to_thread(self.methods.get, name, self.capped(options))
 
     # --- checks -------------------------------------------------------------------------------------
 
@@ -322,8 +356,10 @@ class Service:
         render: Callable[[Report], T],
         labelled: bool = False,
     ) -> T:
-        """Check one pair on a worker loop, within the time limit; ``render`` (run there too) shapes the answer."""
+        """Check one pair on a worker loop, within the time limit; ``render`` (run there too) shapes the answer
+        within what is left of it (:func:`check_deadline`; an HTML report past it is a 504, not a running thread)."""
         request_id.set(rid)
+        _deadline.set(time.monotonic() + self.settings.timeout_s)
         with self._uses_lock:
             self._uses[id(method)] = self._uses.get(id(method), 0) + 1
         try:
@@ -364,7 +400,15 @@ class Service:
 
             report = attribute_chunks(report, [Span(start=a, end=b) for a, b in chunks], example.source)
         self.metrics.observe_report(report, origin)
-        return render(report)
+        report = redact_report(report, paths=True)  # no server path or credential reaches the caller
+        try:
+            return render(report)
+        except RenderTimeout:
+            raise CheckFailed(
+                504,
+                f"the check finished but its HTML report ({len(report.findings)} findings) did not fit in the time "
+                f"limit of {self.settings.timeout_s:g}s and was stopped; ask for the JSON report (format=json)",
+            ) from None
 
     async def _checked(self, method: Method, example: Example, labelled: bool) -> Report:
         """The check itself: in a worker process when the method calls no LLM (:mod:`halluscope.server.cpu_pool`),
@@ -506,6 +550,7 @@ class Service:
     async def submit_job(self, req: JobRequest) -> str:
         assert self.store is not None and self.runner is not None
         name, options = self.resolve(req.method, req.options)  # stored resolved: a resumed job runs the same
+        options = self.capped(options)  # and within the ceiling, which the job shows
         await self.method(name, options)  # validates the method and options now, not at run time
         if req.items is not None:
             examples = self.validate_items(req.items, self.settings.max_job_items, "job")

@@ -20,6 +20,11 @@ class ServerSettings:
     timeout_s: float = 300.0
     """Wall-clock limit of one check (a /check request, one batch or job item) -> 504."""
 
+    max_calls: int = 1000
+    """Ceiling on the LLM calls of one check (a /check or /improve request, one batch or job item): a request's
+    ``options.max_calls`` may lower it, never raise it (a request's 0, "no limit", means this ceiling), and a
+    config ``max_calls`` above it (or 0) is lowered to it. 0 = no ceiling but the config's ``max_calls``."""
+
     default_method: str | None = None
     """Method used when a request names none, with its own defaults (``--default-method``). ``None``: what
     ``halluscope check`` and ``halluscope.check`` run, the config's ``method`` if set, else
@@ -92,6 +97,11 @@ class ServerSettings:
 
     job_concurrency: int = 4
     """Items of one job checked at once."""
+
+    job_item_attempts: int = 5
+    """The most times one job item is started (SQLite) or handed to a replica (``jobs_url``); an item started this
+    many times without a result (each run ended its server or replica, or was stopped) is recorded unscored with
+    the reason, so the job still finishes. An item whose stored data cannot be read is recorded so at once."""
 
     max_running_jobs: int = 2
     """Jobs running at once; the others wait in the queue (FIFO)."""

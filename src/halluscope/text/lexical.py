@@ -1,6 +1,6 @@
 """Lexical facts of a text, each with its character offsets: words, numbers (with their values), dates,
-names and negation cues. The cheap gate (``halluscope.methods.gate``) compares a claim's facts with the
-source's; nothing here calls a model.
+names, negation cues, and the words that claim a whole or give a part of a quantity. The cheap gate
+(``halluscope.methods.gate``) compares a claim's facts with the source's; nothing here calls a model.
 
 Numbers are normalised to values so that different spellings of one quantity match: ``1,000`` = ``1000``,
 ``two thirds`` = ``2/3``, ``fifteen`` = ``15``, ``3 million`` = ``3,000,000``, ``50%`` = ``50 percent``; a
@@ -162,6 +162,37 @@ def content_tokens(toks: list[Token]) -> list[Token]:
 
 def negation_count(toks: list[Token]) -> int:
     return sum(is_negation(t) for t in toks)
+
+
+TOTALITY_WORDS = frozenset("whole entire entirely wholly fully completely solely".split())
+"""Words that claim the whole of a quantity (``the whole project``); ``all`` and ``every`` are left out (too
+common in claims that do not speak of a share)."""
+
+PART_WORDS = frozenset(
+    "half halves third thirds quarter quarters fifth fifths tenth tenths part partly partially portion rest "
+    "remainder majority minority".split()
+)
+"""Words that give a part of a quantity (``two thirds``, ``the rest``, ``partly``)."""
+
+_PERCENT = re.compile(r"(\d+(?:\.\d+)?)\s*(?:%|percent\b|per cent\b)", re.IGNORECASE)
+
+
+def totality_cues(toks: list[Token]) -> list[Token]:
+    """The words claiming a whole quantity (:data:`TOTALITY_WORDS`)."""
+    return [t for t in toks if t.lower in TOTALITY_WORDS]
+
+
+def part_cues(text: str, toks: list[Token]) -> list[str]:
+    """The words giving a part of a quantity (:data:`PART_WORDS`; a fraction with its number: ``Two thirds``) and
+    percentages under 100, as written."""
+    mentions = numbers(text)
+    words: list[str] = []
+    for t in toks:
+        if t.lower in PART_WORDS:
+            whole = next((m.text for m in mentions if m.span.start <= t.span.start and t.span.end <= m.span.end), None)
+            if (whole or t.text) not in words:
+                words.append(whole or t.text)
+    return words + [m.group() for m in _PERCENT.finditer(text) if float(m.group(1)) < 100]
 
 
 def _parse_digits(whole: str, denominator: str | None) -> float | None:

@@ -66,6 +66,10 @@ def _top_level_starts(text: str) -> list[int]:
     return starts
 
 
+class RetractedAnswerError(ParseError):
+    """The reply states an answer and then takes it back in prose (:data:`RETRACTION`): it has no final answer."""
+
+
 class RepeatedKeyError(ParseError):
     """A JSON object of the reply names the same key twice (after case and Unicode normalisation: "verdict" and
     "Verdict", or a full-width "ｖｅｒｄｉｃｔ", are one key): which value it meant is not stated."""
@@ -161,6 +165,21 @@ MAX_REPLY_CHARS = 200_000
 MAX_REPAIR_CHARS = 8_000
 """JSON candidates longer than this must be valid as they are: syntax repair is super-linear on hostile input."""
 
+RETRACTION = re.compile(
+    r"\b(?:on (?:second|further) thoughts?|on (?:reflection|closer (?:look|inspection|reading))|scratch that|"
+    r"(?:disregard|ignore|forget) (?:that answer|this answer|the (?:above|previous|last|first)|my (?:previous |last |"
+    r"first )?(?:answer|verdict|reply|response|score|json))|i (?:hereby )?retract|retract(?:ing|ed)? (?:that|this|"
+    r"the|my)|i take (?:that|this|it) back|i was (?:wrong|mistaken)|(?:the (?:above|previous)|my (?:previous |first )?)"
+    r"(?:answer|verdict|score|json) (?:is|was) (?:wrong|incorrect|mistaken|a mistake)|let me (?:correct|revise|"
+    r"reconsider|change) (?:that|this|it|my)|i (?:need to |must |should )?(?:correct|revise|change) (?:that|this|my)|"
+    r"changed? my (?:mind|answer)|(?:actually|wait)\W{0,3}no\b)",
+    re.I,
+)
+"""Prose after a reply's last JSON value that takes it back ("On second thought, ...", "Scratch that", "Disregard
+the above", "I retract ...", "I was wrong", "Actually, no"): the answer stated is then not the reply's final word.
+Only a speaker taking back their own answer counts: "that is wrong" or "Correction: ..." after the answer may
+explain it (the claim is wrong, the text should say ...), and is read as before."""
+
 _JSON_LITERALS = {"true", "false", "null", "True", "False", "None"}
 _BARE_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
 
@@ -251,7 +270,12 @@ def extract_json(  # noqa: C901 - the defensive JSON extraction tries each repai
     * an object names the same key twice, compared after case and Unicode normalisation
       (``{"score": 1, "score": 5}``, ``{"score": 5, "Score": 1}``),
     * more than ``MAX_REPAIR_CANDIDATES`` bracketed values need syntax repair (work stays bounded; no answer is
-      read from the first few), or
+      read from the first few), or one that needs it is longer than ``MAX_REPAIR_CHARS`` (whether it states a
+      second answer cannot be known),
+    * a bracketed value that would need only syntax repair is cut off (a second answer cut off; alone, the
+      answer is cut off),
+    * prose after the answer's last statement takes it back (:data:`RETRACTION`: "On second thought, ...",
+      "Scratch that"), or
     * its only value is one of ``examples`` (the format's own example echoed back, alone or inside echoed
       format text or an echoed prompt); an example beside one real answer is an echo and is skipped."""
     if not isinstance(text, str) or not text.strip():
@@ -264,23 +288,31 @@ def extract_json(  # noqa: C901 - the defensive JSON extraction tries each repai
     echoed = 0
     repairable: list[str] = []
     truncated = False
+    cut_off: str | None = None  # the first cut-off value that looks like JSON (only syntax to repair)
     body = strip_think(text)
+    answer_end = 0  # where the body's last statement of an answer ends: prose after it may take the answer back
+    body_ends: dict[str, int] = {}  # where each bracketed value of the body that needs repair ends
     sources = [m.group(1) for m in _FENCE.finditer(body)] + [body]
     for src in sources:
         starts = _top_level_starts(src)
         for n, pos in enumerate(starts):
             try:
-                value, _ = _DECODER.raw_decode(src, pos)
+                value, end = _DECODER.raw_decode(src, pos)
             except RepeatedKeyError:
                 raise
             except (json.JSONDecodeError, RecursionError):
                 # searched only up to the next start: a value never closing there is cut off (single quotes
                 # can make it look longer; scanning to the end from every start would be quadratic)
-                end = _value_end(src, pos, starts[n + 1] if n + 1 < len(starts) else None)
-                if end is None:
+                stop = starts[n + 1] if n + 1 < len(starts) else None
+                found_end = _value_end(src, pos, stop)
+                if found_end is None:
                     truncated = True
-                else:
-                    repairable.append(src[pos:end])
+                    if cut_off is None and _only_syntax_errors(src[pos:stop]):
+                        cut_off = src[pos : pos + 60]
+                    continue
+                repairable.append(src[pos:found_end])
+                if src is body:
+                    body_ends[src[pos:found_end]] = found_end
                 continue
             if not isinstance(value, expect):
                 if isinstance(value, list) and dict in (expect if isinstance(expect, tuple) else (expect,)):
@@ -293,9 +325,17 @@ def extract_json(  # noqa: C901 - the defensive JSON extraction tries each repai
                 echoed += 1
             else:
                 answers.setdefault(key, value)
+                if src is body:
+                    answer_end = max(answer_end, end)
     # Candidates only syntax repair can read: the answer when nothing parsed strictly, and a second statement
     # (a contradiction to refuse) when something did.
     candidates = [c for c in dict.fromkeys(repairable) if len(c) <= MAX_REPAIR_CHARS]
+    for cand in dict.fromkeys(repairable):
+        if len(cand) > MAX_REPAIR_CHARS and _only_syntax_errors(cand):
+            raise ParseError(
+                f"the reply holds a bracketed value of {len(cand)} characters that is not valid JSON and too long "
+                f"to repair (over {MAX_REPAIR_CHARS}); whether it states another answer is not clear: {cand[:60]!r}"
+            )
     if len(candidates) > MAX_REPAIR_CANDIDATES:
         raise ParseError(
             f"the reply holds {len(candidates)} bracketed values that are not valid JSON (more than "
@@ -319,6 +359,7 @@ def extract_json(  # noqa: C901 - the defensive JSON extraction tries each repai
             echoed += 1
         else:
             answers.setdefault(key, value)
+            answer_end = max(answer_end, body_ends.get(cand, 0))
     stated = {k: v for k, v in answers.items() if v}
     if len(answers) > 1 and stated:
         answers = stated  # an empty "{}" or "[]" beside a real answer states nothing
@@ -330,7 +371,17 @@ def extract_json(  # noqa: C901 - the defensive JSON extraction tries each repai
         raise ParseError(
             f"the reply states a second answer inside a list; a verdict must be stated once: {text[:120]!r}"
         )
+    if answers and cut_off is not None:
+        raise ParseError(
+            f"the reply states an answer and a second bracketed value that is cut off; which one is the answer is "
+            f"not clear: {cut_off!r}"
+        )
     if answers:
+        retraction = RETRACTION.search(body, answer_end)
+        if retraction is not None:
+            raise RetractedAnswerError(
+                f"the reply takes its answer back after stating it ({retraction.group(0)!r}): {text[:120]!r}"
+            )
         return next(iter(answers.values()))
     if echoed:
         raise ParseError("the reply repeats the format's example instead of answering")

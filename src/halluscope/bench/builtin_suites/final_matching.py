@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,7 @@ async def final_matching_suite(examples: list[Example], reports: list[Report], c
             tables=[
                 (
                     "FINAL matching",
-                    "Not computed: no judge model is available. Pass "
+                    "Not computed: no judge model (a method with no model, or --judge-model none). Pass "
                     "--judge-model (and --judge-base-url) to match descriptions.",
                 )
             ]
@@ -76,7 +77,10 @@ async def final_matching_suite(examples: list[Example], reports: list[Report], c
         else:
             todo.append((e, gold, pred))
     judge_usage = Usage()
+    started = time.perf_counter()
     if todo:
+        from halluscope.bench.progress import progress_bar
+
         ctx.out_dir.mkdir(parents=True, exist_ok=True)
         sem = asyncio.Semaphore(max(1, getattr(ctx.judge, "max_concurrency", 4) or 4))
 
@@ -84,7 +88,8 @@ async def final_matching_suite(examples: list[Example], reports: list[Report], c
             async with sem:
                 return await match_descriptions(ctx.judge, e.id, e.target, gold, pred, prompt)
 
-        with path.open("a", encoding="utf-8") as fh:
+        with path.open("a", encoding="utf-8") as fh, progress_bar(ctx.extra.get("progress", False)) as bar:
+            task = bar.add_task(f"FINAL matching judge ({judge_name})", total=len(todo))
             for fut in asyncio.as_completed([one(*t) for t in todo]):
                 res = await fut
                 results[res.example_id] = res
@@ -92,6 +97,8 @@ async def final_matching_suite(examples: list[Example], reports: list[Report], c
                     judge_usage = judge_usage + call.usage
                 fh.write(res.model_dump_json() + "\n")
                 fh.flush()
+                bar.advance(task)
+    judge_time = round(time.perf_counter() - started, 3)
     ordered = [results[e.id] for e in exs]
     usable = [res for res in ordered if res.matches is not None]
     counts = np.array([(res.matched_gold, res.n_pred, res.n_gold) for res in usable], dtype=int).reshape(-1, 3)
@@ -127,6 +134,8 @@ async def final_matching_suite(examples: list[Example], reports: list[Report], c
         "false_positives_on_consistent_items": int(sum(res.n_pred for res in no_gold)),
         "judge_usage": sum((c.usage for res in ordered for c in res.calls), Usage()).model_dump(),
         "judge_usage_this_run": judge_usage.model_dump(),
+        "judge_time_s": judge_time,
+        "judge_items_this_run": len(todo),
         "averaging": "micro over items (counts summed, then ratios)",
     }
     for key in ("recall", "precision", "f1"):

@@ -109,7 +109,7 @@ class Part:
 def check_build_identity(folder: Path, identity: dict[str, Any]) -> None:
     detail = folder_identity_clash(folder / BUILD_FILE, identity)
     if detail:
-        raise BuildError(f"{folder} holds a set built differently ({detail}); use another --out or delete it")
+        raise BuildError(f"{folder} holds a set built differently ({detail}); use another --output or delete it")
 
 
 async def build_parts(

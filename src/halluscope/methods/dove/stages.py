@@ -13,7 +13,7 @@ from pydantic import Field
 from rapidfuzz import fuzz, process
 
 from halluscope.llm import LLM
-from halluscope.llm.label_probs import TRUE_FALSE, VERDICT_TOP_LOGPROBS, step_probability
+from halluscope.llm.label_probs import TRUE_FALSE, VERDICT_TOP_LOGPROBS, step_label, with_label_probability
 from halluscope.llm.structured import generate_reply
 from halluscope.methods.batching import BatchCall, BatchingVerifier, numbered_as_written
 from halluscope.methods.dove.order import EventOrder
@@ -175,8 +175,7 @@ class DoveFactChecker(BatchingVerifier[DoveCheckReply]):
         if step.value is None:
             return Verdict.unscored(claim, f"fact checker: {step.error}", step.calls)
         verdict = _verdict(claim, step.value, source, step.calls)
-        probability = step_probability(step, *TRUE_FALSE, key="supported")
-        return verdict if probability is None else verdict.model_copy(update={"support_probability": probability})
+        return with_label_probability(verdict, step_label(step, *TRUE_FALSE, key="supported"))
 
     def accept(self, claim: Claim, entry: DoveCheckReply, calls: list[LLMCall], source: str) -> Verdict:
         return _verdict(claim, entry, source, calls)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from halluscope.llm.label_probs import TRUE_FALSE, VERDICT_TOP_LOGPROBS, step_probability
+from halluscope.llm.label_probs import TRUE_FALSE, VERDICT_TOP_LOGPROBS, step_label, with_label_probability
 from halluscope.llm.structured import generate_reply
 from halluscope.methods.batching import BatchCall, BatchingVerifier
 from halluscope.methods.factscore.prompts import (
@@ -83,8 +83,7 @@ class FactScoreVerifier(BatchingVerifier[FactCheckReply]):
         if step.value is None:
             return Verdict.unscored(claim, f"verification reply unusable: {step.error}", step.calls)
         verdict = self.verdict(claim, step.value, step.calls)
-        probability = step_probability(step, *TRUE_FALSE, key="supported")
-        return verdict if probability is None else verdict.model_copy(update={"support_probability": probability})
+        return with_label_probability(verdict, step_label(step, *TRUE_FALSE, key="supported"))
 
     def accept(self, claim: Claim, entry: FactCheckReply, calls: list[LLMCall], source: str) -> Verdict:
         return self.verdict(claim, entry, calls)

@@ -13,6 +13,7 @@ from halluscope.methods.localize.examples import FEW_SHOT_EXAMPLES
 from halluscope.text import ParseError
 from halluscope.text.descriptions import clean_descriptions, spans_for_description
 from halluscope.text.labels import ascii_text
+from halluscope.text.parsing import RetractedAnswerError
 from halluscope.text.placeholders import (
     example_strings,
     normalized,
@@ -102,6 +103,8 @@ def parse_final_output(text: str, hint: bool = False, target: str = "") -> list[
     for before, after in zip(marks, marks[1:]):  # an earlier final output that answers otherwise: two verdicts
         try:
             earlier = reply_schema(hint).parse(body[before.end() : after.start()]).inconsistencies
+        except RetractedAnswerError as exc:  # "Final Output: A ... on second thought ... Final Output: B"
+            raise ParseError(f'the reply has two "{FINAL_MARKER}" lines and takes the first back') from exc
         except (ParseError, ValidationError):
             continue
         if earlier != final:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from halluscope.llm.label_probs import VERDICT_TOP_LOGPROBS, YES_NO, label_probabilities
+from halluscope.llm.label_probs import VERDICT_TOP_LOGPROBS, YES_NO, label_after
 from halluscope.llm.structured import generate_parsed, generate_reply
 from halluscope.methods.localize.prompts import BINARY_PROMPT, LOCALIZE_PROMPTS, Style, _cot_instructions
 from halluscope.methods.localize.replies import (
@@ -18,6 +18,9 @@ from halluscope.methods.localize.replies import (
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Finding, StepResult
 from halluscope.text.descriptions import spans_for_description
+
+FINAL_ANSWER_MARKER = r"final\s+answer\s*:"
+"""Where the filter's answer is: the yes or no after the reply's last "Final answer:"."""
 
 
 class DescriptionLocalizer:
@@ -67,12 +70,13 @@ class BinaryFilter:
 
 
 def consistent_probability(step: StepResult[bool]) -> float | None:
-    """P(consistent) of a parsed filter reply: P(yes) over yes + no at its final answer (the last yes or no the
-    reply spells, on its last line), or None when the backend gave no candidates there."""
-    found = label_probabilities(step.logprobs, *YES_NO)
-    if not found or found[-1].stated is not step.value:
+    """P(consistent) of a parsed filter reply: P(yes) over yes + no at its final answer (the yes or no after the
+    reply's last "Final answer:"), or None when the backend gave no candidates there, its log-probabilities are
+    refused, or they contradict the answer (:mod:`halluscope.llm.label_probs`)."""
+    found = label_after(step.logprobs, *YES_NO, marker=FINAL_ANSWER_MARKER)
+    if found is None or found.stated is not step.value:
         return None
-    return found[-1].probability
+    return found.probability
 
 
 def description_score(n: int) -> float:

@@ -5,7 +5,9 @@ submission so a job does not depend on a file that may change) and ``results`` (
 the whole Report JSON, or the error). A result and the job's counts are written in one transaction, so after
 a crash the counts match the results. On start, jobs left ``running`` go back to ``queued``; a job runs only
 the items that have no result, so nothing finished is computed again, and an item that was half-way reuses
-the LLM replies already in the response cache (0 repeated calls for every reply that had arrived).
+the LLM replies already in the response cache (0 repeated calls for every reply that had arrived). An item
+whose stored data cannot be read, or that was started ``job_item_attempts`` times without a result (each run
+ended the server), is recorded unscored with the reason instead of being run, so no item stalls its job.
 
 One server process per database: :class:`JobStore` holds an exclusive lock on ``<db>.lock``.
 

@@ -10,6 +10,10 @@ A replica killed mid-item leaves its items claimed; once their lease (``lease_s`
 replica takes them over and runs them again: the LLM replies that had arrived are in the response cache (0
 calls when it is shared, e.g. Redis), the requests in flight at the kill are sent again. On a graceful stop
 the items still running after the grace are handed back at once (their lease marked expired).
+
+A dead letter never stalls a job: an item whose stored data cannot be read, or that was handed out
+``max_attempts`` times without a result (each run ended its replica or lost its lease), is recorded as an
+unscored item with the reason instead of being run again, so the job still finishes.
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from halluscope.records import Report
 from halluscope.server.jobs.base import JobStoreUnavailable
 from halluscope.server.jobs.redis_store import Claim, RedisJobStore
-from halluscope.server.jobs.runner import CheckFailed, ItemRunner
+from halluscope.server.jobs.runner import CheckFailed, ItemRunner, dead_letter
 from halluscope.server.logs import event
 
 _log = logging.getLogger("halluscope.server")
@@ -44,8 +49,10 @@ class QueueRunner:
         on_item: Callable[[bool], None] | None = None,
         on_event: Callable[[str, int], None] | None = None,
         poll_s: float | None = None,
+        max_attempts: int = 5,
     ):
         self.store = store
+        self.max_attempts = max(1, max_attempts)
         self.build_method = build_method
         self.run_item = run_item
         self.max_running = max(1, max_running)
@@ -183,7 +190,7 @@ class QueueRunner:
         key = (job_id, claim.entry_id)
         try:
             try:
-                report, report_json = await self.run_item(method, claim.example, job_id)
+                report, report_json = await self._run_or_dead_letter(job_id, method, claim)
             except CheckFailed as exc:
                 outcome = await asyncio.to_thread(self.store.complete, job_id, claim, status=exc.status, error=str(exc))
                 ok = False
@@ -216,6 +223,22 @@ class QueueRunner:
             self._count("duplicate")  # another replica wrote this item's result first (this one was slow)
         else:
             self.cancel(job_id)  # deleted meanwhile: stop its other items here
+
+    async def _run_or_dead_letter(self, job_id: str, method: Any, claim: Claim) -> tuple[Report, str]:
+        """Run the item, or, when it cannot be read or has had its ``max_attempts``, its unscored dead letter."""
+        if claim.example is None:
+            reason = f"item {claim.index} could not be read: {claim.unreadable or 'no data'}"
+        elif claim.attempt > self.max_attempts:
+            reason = (
+                f"item {claim.index} was handed out {claim.attempt - 1} times without a result (each run ended its "
+                f"replica or lost its lease; the limit is {self.max_attempts})"
+            )
+        else:
+            return await self.run_item(method, claim.example, job_id)
+        self._count("dead_letter")
+        event(logging.WARNING, "job item recorded unscored without running", job_id=job_id, reason=reason)
+        report = dead_letter(method, reason)
+        return report, report.model_dump_json()
 
     # --- leases -------------------------------------------------------------------------------------
 

@@ -40,7 +40,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from halluscope.llm.cache import REDIS_SCHEMES, _redact
 from halluscope.records import Example, Report, Usage
 from halluscope.server.jobs.base import JobStoreUnavailable
-from halluscope.server.jobs.store import ACTIVE, _job
+from halluscope.server.jobs.store import ACTIVE, _job, _read_example
 
 GROUP = "workers"
 DEFAULT_PREFIX = "halluscope:jobs:"
@@ -48,25 +48,25 @@ MIN_REDIS = (7, 0)
 _CHUNK = 1000  # items per command when a job is created
 
 # KEYS: meta, q, items, results, lost   ARGV: consumer, count, lease ms, now
-# -> flat list: entry id, index, example JSON, attempt, 1 if taken over from another consumer else 0, ...
+# -> flat list: entry id, index, example JSON ('' when missing), attempt, 1 if taken over else 0, ...
 _CLAIM = """
 local meta, q, items, results, lost = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local me, want, lease, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 if redis.call('EXISTS', q) == 0 then return {} end
 local status = redis.call('HGET', meta, 'status')
 if status ~= 'queued' and status ~= 'running' then return {} end
+local total = tonumber(redis.call('HGET', meta, 'total') or '0')
 local out, n, took = {}, 0, 0
 local function add(id, fields, attempt, takeover)
   local idx = fields[2]
-  if redis.call('HEXISTS', results, idx) == 1 then
-    redis.call('XACK', q, 'workers', id)
+  local i = tonumber(idx)
+  local foreign = fields[1] ~= 'i' or not i or i < 0 or i >= total or i ~= math.floor(i)
+  if foreign or redis.call('HEXISTS', results, idx) == 1 then
+    redis.call('XACK', q, 'workers', id)  -- not an item of this job, or done already
     return
   end
-  local example = redis.call('HGET', items, idx)
-  if not example then
-    redis.call('XACK', q, 'workers', id)
-    return
-  end
+  -- an item whose data is gone is handed out with an empty example: the replica records it unscored
+  local example = redis.call('HGET', items, idx) or ''
   out[#out + 1] = id; out[#out + 1] = idx; out[#out + 1] = example
   out[#out + 1] = attempt; out[#out + 1] = takeover
   n = n + 1
@@ -210,13 +210,22 @@ _JOB_FIELDS = ("id", "status", "name", "method", "options", "dataset", "error", 
 
 @dataclass(frozen=True)
 class Claim:
-    """An item this replica holds a lease on: its stream entry, index, example, and which delivery this is."""
+    """An item this replica holds a lease on: its stream entry, index, example, and which delivery this is.
+    ``example`` is None when the stored item cannot be read; ``unreadable`` then says why (the runner records
+    the item unscored with that reason instead of running it)."""
 
     entry_id: str
     index: int
-    example: Example
+    example: Example | None
     attempt: int
     takeover: bool  # taken from another replica whose lease expired
+    unreadable: str | None = None
+
+
+def _stored_example(raw: str) -> tuple[Example | None, str | None]:
+    """The stored item, or None and the reason it cannot be read (missing, not JSON, not an Example)."""
+    read = _read_example(raw) if raw else "its data is missing from the job store"
+    return (read, None) if isinstance(read, Example) else (None, read)
 
 
 def parse_jobs_url(url: str) -> tuple[str, str]:
@@ -475,16 +484,13 @@ class RedisJobStore:
             if "NOGROUP" in str(exc):
                 return []
             raise
-        return [
-            Claim(
-                flat[i],
-                int(flat[i + 1]),
-                Example.model_validate_json(flat[i + 2]),
-                int(flat[i + 3]),
-                bool(int(flat[i + 4])),
+        claims = []
+        for i in range(0, len(flat), 5):
+            example, unreadable = _stored_example(flat[i + 2])
+            claims.append(
+                Claim(flat[i], int(flat[i + 1]), example, int(flat[i + 3]), bool(int(flat[i + 4])), unreadable)
             )
-            for i in range(0, len(flat), 5)
-        ]
+        return claims
 
     def renew(self, job_id: str, consumer: str, entry_ids: builtins.list[str]) -> builtins.list[str]:
         """Reset the lease of items ``consumer`` holds; returns those another consumer took over (none when
@@ -528,7 +534,7 @@ class RedisJobStore:
         now = time.time()
         result = json.dumps(
             {
-                "item_id": claim.example.id,
+                "item_id": claim.example.id if claim.example is not None else None,
                 "status": status,
                 "report": report_json,
                 "error": error,
@@ -627,14 +633,16 @@ class RedisJobStore:
             )
         return out
 
-    def item(self, job_id: str, index: int) -> tuple[Example, Mapping[str, Any] | None] | None:
+    def item(self, job_id: str, index: int) -> tuple[Example | None, Mapping[str, Any] | None] | None:
+        """The item (None when its stored data cannot be read) and its result; None when there is no such item."""
         pipe = self._client.pipeline(transaction=False)
         pipe.hget(self._k(job_id, "items"), str(index))
         pipe.hget(self._k(job_id, "results"), str(index))
-        example, result = self._call(pipe.execute)
-        if example is None:
+        pipe.hget(self._k(job_id), "total")
+        example, result, total = self._call(pipe.execute)
+        if example is None and (result is None or not 0 <= index < int(total or 0)):
             return None
-        return Example.model_validate_json(example), (_result_row(index, result) if result is not None else None)
+        return _stored_example(example or "")[0], (_result_row(index, result) if result is not None else None)
 
     def clear(self) -> int:
         """Delete every job under this store's prefix (tests, a fresh deployment); returns how many keys."""

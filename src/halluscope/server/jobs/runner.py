@@ -20,6 +20,12 @@ class CheckFailed(Exception):
         self.status = status
 
 
+def dead_letter(method: Any, reason: str) -> Report:
+    """The unscored report of a job item that is not run (its stored data cannot be read, or it failed too
+    often): recorded like any unscored item, so the job finishes and the reason shows on the item."""
+    return Report(method=getattr(method, "name", "unknown"), unscored_reason=f"not checked: {reason}")
+
+
 # (method, example, job id) -> (report, its JSON); raises CheckFailed
 ItemRunner = Callable[[Any, Example, str], Awaitable[tuple[Report, str]]]
 
@@ -37,8 +43,10 @@ class JobRunner:
         max_running: int,
         concurrency: int,
         on_item: Callable[[bool], None] | None = None,
+        max_attempts: int = 5,
     ):
         self.store = store
+        self.max_attempts = max(1, max_attempts)
         self.build_method = build_method
         self.run_item = run_item
         self.max_running = max(1, max_running)
@@ -143,17 +151,31 @@ class JobRunner:
         await asyncio.to_thread(self.store.finish, job_id, "done")
         event(logging.INFO, "job done", job_id=job_id, attempt=attempt)
 
-    async def _one(self, job_id: str, attempt: int, method: Any, index: int, example: Example) -> None:
+    async def _one(self, job_id: str, attempt: int, method: Any, index: int, example: Example | str) -> None:
+        """Run one item; ``example`` is the reason instead when its stored data cannot be read (a dead letter)."""
+        item_id = example.id if isinstance(example, Example) else None
+        tries = await asyncio.to_thread(self.store.start_item, job_id, index) if isinstance(example, Example) else 0
         try:
-            report, report_json = await self.run_item(method, example, job_id)
+            if isinstance(example, Example) and tries <= self.max_attempts:
+                report, report_json = await self.run_item(method, example, job_id)
+            else:
+                reason = (
+                    f"item {index} could not be read: {example}"
+                    if isinstance(example, str)
+                    else f"item {index} was started {tries - 1} times without a result (each run ended the server "
+                    f"or was stopped; the limit is {self.max_attempts})"
+                )
+                event(logging.WARNING, "job item recorded unscored without running", job_id=job_id, reason=reason)
+                report = dead_letter(method, reason)
+                report_json = report.model_dump_json()
         except CheckFailed as exc:
             await asyncio.to_thread(
-                self.store.add_result, job_id, index, example.id, attempt, status=exc.status, error=str(exc)
+                self.store.add_result, job_id, index, item_id, attempt, status=exc.status, error=str(exc)
             )
             ok = False
         else:
             await asyncio.to_thread(
-                self.store.add_result, job_id, index, example.id, attempt, report=report, report_json=report_json
+                self.store.add_result, job_id, index, item_id, attempt, report=report, report_json=report_json
             )
             ok = True
         if self.on_item is not None:

@@ -32,7 +32,7 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status, created);
 CREATE TABLE IF NOT EXISTS items (
   job_id TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE, idx INTEGER NOT NULL, example TEXT NOT NULL,
-  PRIMARY KEY (job_id, idx));
+  tries INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (job_id, idx));
 CREATE TABLE IF NOT EXISTS results (
   job_id TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE, idx INTEGER NOT NULL, item_id TEXT,
   status INTEGER NOT NULL, score REAL, label TEXT, findings INTEGER NOT NULL DEFAULT 0,
@@ -78,6 +78,8 @@ class JobStore:
         self._conn.row_factory = sqlite3.Row
         self._conn.execute("PRAGMA foreign_keys=ON")
         self._conn.executescript(_SCHEMA)
+        if "tries" not in {r[1] for r in self._conn.execute("PRAGMA table_info(items)")}:  # a file from before
+            self._conn.execute("ALTER TABLE items ADD COLUMN tries INTEGER NOT NULL DEFAULT 0")
 
     def close(self) -> None:
         with self._lock:
@@ -183,21 +185,31 @@ class JobStore:
 
     # --- items and results --------------------------------------------------------------------------
 
-    def unfinished(self, job_id: str, after: int = -1, page: int = 64) -> list[tuple[int, Example]]:
-        """Up to ``page`` items with no result and index > ``after``, in index order."""
+    def unfinished(self, job_id: str, after: int = -1, page: int = 64) -> list[tuple[int, Example | str]]:
+        """Up to ``page`` items with no result and index > ``after``, in index order; an item whose stored data
+        cannot be read comes as the reason instead of an Example (the runner records it unscored)."""
         with self._lock:
             rows = self._conn.execute(
                 "SELECT i.idx, i.example FROM items i LEFT JOIN results r ON r.job_id = i.job_id AND r.idx = i.idx "
                 "WHERE i.job_id = ? AND i.idx > ? AND r.idx IS NULL ORDER BY i.idx LIMIT ?",
                 (job_id, after, page),
             ).fetchall()
-        return [(r[0], Example.model_validate_json(r[1])) for r in rows]
+        return [(r[0], _read_example(r[1])) for r in rows]
+
+    def start_item(self, job_id: str, index: int) -> int:
+        """Count one start of the item; returns how many times it was started, this one included (an item that
+        keeps ending its server is then recorded unscored instead of run again: :class:`JobRunner`)."""
+        with self._lock:
+            row = self._conn.execute(
+                "UPDATE items SET tries = tries + 1 WHERE job_id = ? AND idx = ? RETURNING tries", (job_id, index)
+            ).fetchone()
+        return row[0] if row is not None else 0
 
     def add_result(
         self,
         job_id: str,
         index: int,
-        item_id: str,
+        item_id: str | None,
         attempt: int,
         *,
         report: Report | None = None,
@@ -276,14 +288,16 @@ class JobStore:
             rows = self._conn.execute(
                 "SELECT i.idx, r.item_id, r.status, r.score, r.label, r.findings, r.error, r.report IS NOT NULL AS "
                 "has, "
-                "json_extract(r.report, '$.unscored_reason') AS reason, json_extract(i.example, '$.id') AS eid "
+                "json_extract(r.report, '$.unscored_reason') AS reason, "
+                "CASE WHEN json_valid(i.example) THEN json_extract(i.example, '$.id') END AS eid "
                 "FROM items i LEFT JOIN results r ON r.job_id = i.job_id AND r.idx = i.idx "
                 "WHERE i.job_id = ? ORDER BY i.idx LIMIT ?",
                 (job_id, limit),
             ).fetchall()
         return [dict(r) for r in rows]
 
-    def item(self, job_id: str, index: int) -> tuple[Example, sqlite3.Row | None] | None:
+    def item(self, job_id: str, index: int) -> tuple[Example | None, sqlite3.Row | None] | None:
+        """The item (None when its stored data cannot be read) and its result; None when there is no such item."""
         with self._lock:
             row = self._conn.execute(
                 "SELECT example FROM items WHERE job_id = ? AND idx = ?", (job_id, index)
@@ -293,7 +307,17 @@ class JobStore:
             result = self._conn.execute(
                 "SELECT idx, item_id, status, report, error FROM results WHERE job_id = ? AND idx = ?", (job_id, index)
             ).fetchone()
-        return Example.model_validate_json(row[0]), result
+        example = _read_example(row[0])
+        return (example if isinstance(example, Example) else None), result
+
+
+def _read_example(raw: str) -> Example | str:
+    """The stored item, or the reason it cannot be read (not JSON, not an Example)."""
+    try:
+        return Example.model_validate_json(raw)
+    except ValueError as exc:  # pydantic's ValidationError
+        lines = str(exc).splitlines()
+        return f"its stored data is not a valid item ({lines[1].strip() if len(lines) > 1 else exc})"
 
 
 def _job(row: sqlite3.Row) -> dict[str, Any]:
