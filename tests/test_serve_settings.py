@@ -16,6 +16,7 @@ from halluscope.server.settings import MiB, ServerSettings
 FLAG_OF = {
     "token": "token",
     "max_chars": "max_chars",
+    "max_calls": "max_calls",
     "timeout_s": "timeout",
     "default_method": "method",
     "max_body_bytes": "max_body_mb",

@@ -83,7 +83,7 @@ def serve_command(
             ),
             envvar="HALLUSCOPE_SERVER_MAX_CALLS",
         ),
-    ] = 1000,
+    ] = DEFAULTS.max_calls,
     max_body_mb: Annotated[
         float,
         typer.Option(
