@@ -41,7 +41,14 @@ FLAG_OF = {
     "metrics_public": "metrics_public",
 }
 # settings with no flag (set in Python, or fixed for the CLI's service)
-NOT_FLAGS = {"retry_after_s", "method_cache_size", "max_job_items", "max_running_jobs", "shutdown_grace_s"}
+NOT_FLAGS = {
+    "retry_after_s",
+    "method_cache_size",
+    "max_job_items",
+    "job_item_attempts",
+    "max_running_jobs",
+    "shutdown_grace_s",
+}
 
 
 def _serve_params() -> dict[str, object]:
