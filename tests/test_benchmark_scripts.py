@@ -221,6 +221,21 @@ def test_refactor_snapshot_compares_two_snapshots(tmp_path):
     assert changed.returncode == 1 and "/methods/geval/score: 0.5 != 0.75" in changed.stdout
 
 
+def test_golden_reports_are_deterministic_and_cover_the_default_and_the_cli(tmp_path, data_dir):
+    outs = [tmp_path / "a.json", tmp_path / "b.json"]
+    for out in outs:
+        args = ("--parts", "methods,cli", "--only", "(default),rouge", "--data", str(data_dir), "--out", str(out))
+        done = script("golden_reports.py", *args)
+        assert done.returncode == 0, done.stderr[-2000:]
+    golden = json.loads(outs[0].read_text())
+    assert set(golden["methods"]) == {f"{c} [{f}]" for c in ("(default)", "rouge") for f in ("logprobs", "plain")}
+    for reports in golden["methods"].values():  # 3 items of each of the three dev sets
+        assert len(reports) == 9 and all("crash" not in r and r["score"] is not None for r in reports.values())
+    text = golden["cli"]["check --format text [plain]"]
+    assert text["exit"] == 1 and "threshold 0.500" in text["output"] and "<elapsed>" in text["output"]
+    assert script("golden_reports.py", "--compare", *map(str, outs)).stdout.strip() == "identical"
+
+
 def test_refactor_snapshot_records_every_method_and_replays_every_fixture(tmp_path, data_dir):
     out = tmp_path / "snapshot.json"  # the fuzz part is the stage-by-stage table: its quick run is tested above
     done = script("refactor_snapshot.py", "--parts", "methods,replays", "--data", str(data_dir), "--out", str(out))

@@ -9,9 +9,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from halluscope.bench.datasets import Dataset
-from halluscope.bench.runner import ITEMS_FILE, RESULTS_MD, RUN_FILE, run_bench
+from halluscope.bench.folder import RESULTS_MD
+from halluscope.bench.runner import ITEMS_FILE, RUN_FILE, run_bench
 from halluscope.methods.base import Method
-from halluscope.methods.options import MethodOptions
+from halluscope.options import MethodOptions
 from halluscope.records import Example, Report
 
 

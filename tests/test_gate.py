@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 from halluscope.llm import LLM, FakeModel
 from halluscope.methods import get_method
 from halluscope.methods.gate import LexicalGate, ngram_coverage
-from halluscope.methods.pipeline import SentenceDecomposer
 from halluscope.records import Claim, Report, Span, Verdict
 from halluscope.stages import Context, UnknownStageError, register_stage
+from halluscope.stages.decomposers import SentenceDecomposer
 from halluscope.text.lexical import numbers
 from tests.prompt_data import fenced
 

@@ -14,14 +14,8 @@ import pytest
 from halluscope.bench.suites import SuiteContext, load_suite_modules
 from halluscope.llm import LLM, FakeModel
 from halluscope.methods import OptionsError, get_method
-from halluscope.methods.improve import (
-    Improve,
-    ImprovementRound,
-    parse_rai_paragraph,
-    parse_rai_sentences,
-    sentence_diff,
-    splice,
-)
+from halluscope.methods.improve import Improve, ImprovementRound
+from halluscope.methods.rai import parse_rai_paragraph, parse_rai_sentences, sentence_diff, splice
 from halluscope.records import Example, Report, Verdict
 from halluscope.stages import register_stage
 from halluscope.text import ParseError, split_sentences

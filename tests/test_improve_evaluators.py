@@ -78,7 +78,7 @@ def test_evaluator_options_are_routed_and_validated():
         "evaluator": "localize",
         "evaluator_options": method.evaluator.options(),
     }
-    assert method.evaluator.options()["style"] == "zero_shot" and method.default_threshold == 0.75
+    assert method.evaluator.options()["style"] == "zero_shot" and method.threshold == 0.75
     assert "localize_zero_shot" in method.prompt_version and "rai_sentence@" in method.prompt_version
     with pytest.raises(OptionsError, match="unknown option"):
         Improve(evaluator="localize", amc_rule=1)

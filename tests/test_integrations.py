@@ -90,7 +90,7 @@ def test_langchain_async_chain_inside_a_running_loop(lc):
 
     async def main():
         await _chain(FakeListLLM(responses=[GROUNDED])).ainvoke("q", config={"callbacks": [handler]})
-        return check_documents(INVENTED, SOURCE_DOCS, threshold=0.6)  # sync helper called inside the loop
+        return check_documents(INVENTED, SOURCE_DOCS, "rouge", threshold=0.6)  # sync helper called inside the loop
 
     direct = asyncio.run(main())
     assert handler.reports[0].label == "consistent" and direct.label == "inconsistent"
@@ -141,7 +141,7 @@ def test_llamaindex_evaluator_on_mock_llm(query_engine):
     invented = Response(response=INVENTED, source_nodes=response.source_nodes)
     bad = evaluator.evaluate_response(response=invented)
     assert bad.passing is False and bad.score < 0.2 and "rouge score" in bad.feedback
-    report = check_response(invented, threshold=0.5)
+    report = check_response(invented, "rouge", threshold=0.5)
     assert report.label == "inconsistent"
 
 
@@ -164,3 +164,15 @@ def test_llamaindex_unscored_is_invalid_not_a_guess(query_engine):
 
     result = HalluscopeEvaluator(method="rouge").evaluate(response=GROUNDED, contexts=[])
     assert result.invalid_result and result.passing is None and result.invalid_reason
+
+
+def test_the_integrations_default_to_the_method_check_runs():
+    pytest.importorskip("langchain_core", reason="langchain extra not installed: pip install 'halluscope[langchain]'")
+    from halluscope.config import resolve_method
+    from halluscope.integrations.langchain import GroundednessCallbackHandler
+    from halluscope.llm import LLM, FakeModel
+
+    handler = GroundednessCallbackHandler(llm=LLM(FakeModel(default="yes"), cache=None))
+    name, options = resolve_method(None, {})
+    assert handler.method.name == name and handler.method.chosen["verifier"][0] == "verdict_first"
+    assert options == {"order": "verdict_first"}

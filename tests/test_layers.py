@@ -64,7 +64,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("retrieval", ("halluscope.retrieval", "halluscope.retrieval.*")),
     (
         "stage protocols and registry",
-        ("halluscope.stages", "halluscope.stages.protocols", "halluscope.stages.trace", "halluscope.stage_protocols"),
+        ("halluscope.stages", "halluscope.stages.protocols", "halluscope.stages.trace"),
     ),
     ("shared stages", ("halluscope.stages.*",)),
     ("methods", ("halluscope.methods", "halluscope.methods.*")),
@@ -515,7 +515,6 @@ def test_the_package_lazily_exports_what_it_imports_for_type_checkers():
     [
         "halluscope.stages",
         "halluscope.stages.protocols",
-        "halluscope.stage_protocols",
         "halluscope.retrieval",
         "halluscope.options",
     ],

@@ -97,7 +97,7 @@ def test_the_cache_keeps_the_two_protocols_apart(encoded) -> None:
 
 def test_the_method_option_reaches_the_index(encoded) -> None:
     from halluscope.methods import get_method
-    from halluscope.methods.options import OptionsError
+    from halluscope.options import OptionsError
 
     assert get_method("dcr", embed_all_up_to=None).opts.embed_all_up_to is None
     assert get_method("dcr").opts.embed_all_up_to == 5_000

@@ -1,13 +1,13 @@
 """The one max over snippets (long-document stress-test paper Eq. 2):
-:func:`halluscope.methods.pipeline.max_over_snippets`, the claim pipeline's retrieval protocol that every claim method
+:func:`halluscope.stages.snippets.max_over_snippets`, the claim pipeline's retrieval protocol that every claim method
 (and DCR's batched rounds) goes through."""
 
 from __future__ import annotations
 
-from halluscope.methods.pipeline import max_over_snippets
 from halluscope.records import Claim, Verdict
 from halluscope.retrieval import RetrievalConfig, SourceIndex
 from halluscope.stages import Context
+from halluscope.stages.snippets import max_over_snippets
 
 TWENTY = " ".join(f"Sentence {i} is about the {'zebra' if i in (8, 9, 10) else f'topic{i}'} here." for i in range(20))
 

@@ -81,8 +81,11 @@ def test_the_api_scores_a_no_llm_composition_with_every_retrieval_mode(retrieval
 
 
 def test_a_composition_that_calls_an_llm_still_needs_its_model():
+    method = get_method("dcr", config=Config(model=UNBUILDABLE), order="verdict_first")
+    assert method.uses_llm is True and method.llm_stages()["verifier"] is True
+    # a verifier named under verdict first replaces the verdict-first verifier, as it replaces the paper's
     method = get_method("dcr", config=Config(model=UNBUILDABLE), verifier="test_no_llm_overlap", order="verdict_first")
-    assert method.uses_llm is True and method.llm_stages()["verdict_first"] is True
+    assert method.uses_llm is False and method.chosen["verifier"][0] == "test_no_llm_overlap"
     dove = get_method("dove", config=Config(model=UNBUILDABLE), **{**NO_LLM["dove"], "sorter": "llm"})
     assert dove.uses_llm is True  # the paper's LLM sorter orders the events
     assert (
@@ -200,8 +203,8 @@ class ReverseSorter:
         assert model is None
 
     async def __call__(self, events, text, about=None):
-        from halluscope.methods.dove.order import EventOrder
         from halluscope.records import StepResult
+        from halluscope.stages import EventOrder
 
         order = list(range(len(events)))
         return StepResult.success(EventOrder(order=order if text == about else order[::-1]))

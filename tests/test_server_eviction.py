@@ -17,6 +17,7 @@ from halluscope.config import Config
 from halluscope.llm import LLM, FakeModel, ResponseCache
 from halluscope.llm.client import LLM as LLMClass
 from halluscope.methods import Method, get_method
+from halluscope.options import MethodOptions
 from halluscope.records import Example, Report
 from halluscope.server import ServerSettings
 from halluscope.server.service import Service
@@ -85,7 +86,7 @@ async def test_an_evicted_instance_is_closed_only_after_its_running_check(tmp_pa
         def close(self) -> None:
             closes.append(self.opts_key)
 
-    class Options(methods.options.MethodOptions):
+    class Options(MethodOptions):
         tag: int = 0
 
     Held.Options = Options

@@ -14,9 +14,9 @@ from halluscope.cli.main import app
 from halluscope.llm import LLM, FakeModel
 from halluscope.methods import OptionsError, get_method
 from halluscope.methods.factscore import FACTSCORE_DESCRIBE_BATCH_PROMPT
-from halluscope.methods.pipeline import PipelineRun
 from halluscope.records import Claim, Verdict
 from halluscope.stages import PROTOCOLS, Selection, StageOptions, build_stage, register_stage, stage_options, stages
+from halluscope.stages.protocols import PipelineRun
 
 SOURCE = "The museum opens at nine. It has a large garden. The cafe sells tea."
 TARGET = "The museum opens at nine. The cafe sells coffee."

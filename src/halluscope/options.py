@@ -196,7 +196,8 @@ class ClaimOptions(RetrievalOptions):
 
     order: VerdictOrder = "reason_first"
     """reason_first (the papers: each verdict's reasoning, then its label) or verdict_first (each claim scored by one
-    short yes/no reply; a reason, a source quote and a fix are asked only for the claims it flags)."""
+    short yes/no reply; a reason, a source quote and a fix are asked only for the claims it flags): which verifier is
+    the method's own, the paper's or the verdict_first stage; -o verifier=NAME replaces either."""
 
     explain_below: float = Field(default=0.5, ge=0.0, le=1.0)
     """verdict_first: a claim whose P(supported) is below this (or, without a probability, whose answer is no) is

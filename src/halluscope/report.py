@@ -223,7 +223,9 @@ def _finding_item(i: int, f: Finding, target: str, limits: RenderLimits) -> str:
     return (
         f"<li id='finding-{i}'><span class='kind'>{html.escape(f.kind)}</span>"
         f"{html.escape(_cut(f.description, limits.text_chars))}"
-        f"<div class='muted'>target: {where or '<i>not located in the text</i>'}</div>{evid}</li>"
+        f"<div class='muted'>target: {where or '<i>not located in the text</i>'}</div>{evid}"
+        + (f"<div class='muted'>fix: {html.escape(_cut(f.fix, limits.text_chars))}</div>" if f.fix else "")
+        + "</li>"
     )
 
 

@@ -184,8 +184,7 @@ async def score_pairs(
                 report = await method.acheck(source, target)
             except InputError as exc:
                 report = Report(method=method.name, model=method.model_name, unscored_reason=f"bad input: {exc}")
-            if threshold is not None:
-                report = report.with_threshold(threshold)
+            report = method.decide(report, threshold)
             await done.put((key, report))
 
     workers = [asyncio.ensure_future(worker()) for _ in range(max(1, min(concurrency, len(items))))]

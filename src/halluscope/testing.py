@@ -52,6 +52,8 @@ def describe_report(report: Report, source: str, answer: str) -> str:
                 if ev.chunk is not None and ev.chunk_span is not None:
                     where += f" = chunk {ev.chunk}[{ev.chunk_span.start}:{ev.chunk_span.end}]"
                 lines.append(f"     evidence {where} ({ev.relation}): {_quote(ev.text, None)}")
+            if finding.fix:
+                lines.append(f"     fix: {_quote(finding.fix)}")
     else:
         bad = [v for v in report.verdicts if v.label in ("unsupported", "contradicted")]
         for verdict in bad:
@@ -99,9 +101,7 @@ def assert_grounded(
             m.llm  # noqa: B018 - build the model now: one that cannot be built is a set-up error
         except (LLMError, ValueError, ImportError) as exc:
             raise GroundingSetupError(f"cannot check grounding with {m.name}: its model cannot be used: {exc}") from exc
-    report = m.check(source, answer)
-    if threshold is not None:
-        report = report.with_threshold(threshold)
+    report = m.decide(m.check(source, answer), threshold)
     if isinstance(source, (list, tuple)):
         from halluscope.contexts import join_contexts
 

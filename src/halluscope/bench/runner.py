@@ -30,9 +30,6 @@ from typing import TYPE_CHECKING, Any
 from halluscope.bench.calibration import holdout_split, selection_items
 from halluscope.bench.datasets import Dataset, sample_examples
 from halluscope.bench.engines import Engine, LocalEngine
-
-# The folder's files and the engines lived in this module before it was split by concern; importable here as before.
-from halluscope.bench.engines import score_example as score_example
 from halluscope.bench.folder import (
     ITEMS_FILE,
     RUN_FILE,
@@ -41,9 +38,6 @@ from halluscope.bench.folder import (
     folder_identity_clash,
     write_results,
 )
-from halluscope.bench.folder import RESULTS_JSON as RESULTS_JSON
-from halluscope.bench.folder import RESULTS_MD as RESULTS_MD
-from halluscope.bench.folder import render_markdown as render_markdown
 from halluscope.bench.progress import progress_bar
 from halluscope.bench.suites import SuiteContext, SuiteResult, load_suite_modules
 from halluscope.methods.base import Method

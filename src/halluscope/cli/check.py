@@ -133,9 +133,8 @@ def finding_lines(n: int, f: Finding, texts: Texts) -> list[str]:
         out.append(f'   evidence ({ev.relation}) at {texts.evidence_where(ev)}: "{_one_line(ev.text, 600)}"')
     if not f.evidence and f.kind == "unsupported":
         out.append("   evidence: not mentioned in the source")
-    fix = getattr(f, "suggested_fix", None) or getattr(f, "fix", None)
-    if fix:
-        out.append(f"   fix: {_one_line(str(fix), 600)}")
+    if f.fix:  # on its own line only: a finding's description never repeats it
+        out.append(f"   fix: {_one_line(f.fix, 600)}")
     return out
 
 

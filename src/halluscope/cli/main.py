@@ -68,15 +68,29 @@ def main_callback(
 
 
 def default_threshold(cls: type[Method]) -> str:
-    """A method's default threshold, shown: its ``threshold`` option's default where it has one, else its class
-    default; ``from its file`` where the option has none of its own (``ensemble``: the fitted combiner's)."""
+    """A method's default threshold, shown: its ``threshold`` option's default where it has one, else the one
+    :meth:`Method.default_threshold_for` decides for its default options (and, where ``score=label`` gives
+    another, that one); ``from its file`` where the option has none of its own (``ensemble``: the fitted
+    combiner's)."""
     field = cls.Options.model_fields.get("threshold")
-    value = field.default if field is not None else cls.default_threshold
-    if value is None:
-        return "from its file"
-    if cls.probability_threshold is not None and cls.probability_threshold != value:
-        return f"{float(value):g} (label score), {cls.probability_threshold:g} (probability score)"
-    return f"{float(value):g}"
+    if field is not None:
+        return "from its file" if field.default is None else f"{float(field.default):g}"
+    try:
+        value = cls.default_threshold_for(cls.Options())
+    except ValueError:  # options without a default (a required one)
+        value = cls.default_threshold
+    if value != cls.default_threshold:
+        return f"{value:g} (score=label: {cls.default_threshold:g})"
+    return f"{value:g}"
+
+
+def default_composition() -> str:
+    """What ``halluscope check`` runs when no method is named, as the options that name it (``dcr -o
+    order=verdict_first``): the same composition as giving them."""
+    from halluscope.config import resolve_method
+
+    name, options = resolve_method(None, {})
+    return " ".join([name, *(f"-o {k}={v}" for k, v in options.items())])
 
 
 def default_method() -> tuple[str, dict[str, object]]:
@@ -109,6 +123,7 @@ def methods_command(name: str | None = typer.Argument(None, help="Show this meth
             "\nA report is consistent when its score is at least the threshold and it has no finding; "
             "set it with --threshold, `threshold` in the config file, or threshold= in Python."
         )
+        typer.echo(f"Without --method (and no `method` in the config file), check runs: {default_composition()}")
         return
     try:
         cls = method_class(name)

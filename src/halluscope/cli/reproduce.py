@@ -186,7 +186,13 @@ def reproduce_command(  # noqa: C901 - the reproduce command's flags, each valid
     out = either("--output", out, "--out", old_out)
     import asyncio
 
-    from halluscope.bench.reproduce import Context, ReproduceError, get_protocol, render_terminal, run_reproduce
+    from halluscope.bench.reproduce import (
+        ReproduceContext,
+        ReproduceError,
+        get_protocol,
+        render_terminal,
+        run_reproduce,
+    )
     from halluscope.bench.reproduce.builders import BuildError
     from halluscope.bench.reproduce.core import is_embedded
     from halluscope.llm import LLMError, get_llm
@@ -232,7 +238,7 @@ def reproduce_command(  # noqa: C901 - the reproduce command's flags, each valid
     if select_holdout is not None and not 0 < select_holdout < 1:
         raise fail("--select-holdout must be between 0 and 1")
     folder = out or _default_out(paper, config.model or ("embedded" if embedded else None), sample, seed, limit)
-    ctx = Context(
+    ctx = ReproduceContext(
         out_dir=folder,
         config=config,
         data_dir=data_dir,

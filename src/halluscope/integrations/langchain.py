@@ -50,7 +50,7 @@ class UngroundedAnswerError(RuntimeError):
 def check_documents(
     answer: str,
     documents: Sequence[Document | str],
-    method: str = "rouge",
+    method: str | None = None,
     *,
     threshold: float | None = None,
     config: Config | None = None,
@@ -60,8 +60,8 @@ def check_documents(
     """Check ``answer`` against LangChain documents (or plain strings), joined in order as the source."""
     texts = [d.page_content if isinstance(d, Document) else str(d) for d in documents]
     checker = build_method(method, config=config, llm=llm, options=options)
-    report: Report = run_sync(checker.acheck(document_chunks(texts) or "", answer))
-    return report.with_threshold(threshold) if threshold is not None else report
+    report: Report = checker.decide(run_sync(checker.acheck(document_chunks(texts) or "", answer)), threshold)
+    return report
 
 
 class GroundednessCallbackHandler(BaseCallbackHandler):
@@ -69,7 +69,7 @@ class GroundednessCallbackHandler(BaseCallbackHandler):
 
     def __init__(
         self,
-        method: str = "rouge",
+        method: str | None = None,
         *,
         threshold: float | None = None,
         config: Config | None = None,
@@ -138,8 +138,7 @@ class GroundednessCallbackHandler(BaseCallbackHandler):
         if not answer.strip():
             return
         report: Report = run_sync(self.method.acheck(document_chunks(documents) or "", answer))
-        if self.threshold is not None:
-            report = report.with_threshold(self.threshold)
+        report = self.method.decide(report, self.threshold)
         self.reports.append(report)
         if self.raise_on_ungrounded and (report.score is None or report.label == "inconsistent"):
             raise UngroundedAnswerError(report)

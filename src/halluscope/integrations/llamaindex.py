@@ -30,7 +30,7 @@ def _source_texts(response: Any) -> list[str]:
 
 def check_response(
     response: Any,
-    method: str = "rouge",
+    method: str | None = None,
     *,
     threshold: float | None = None,
     config: Config | None = None,
@@ -40,8 +40,9 @@ def check_response(
     """Check a LlamaIndex ``Response`` (its text) against its ``source_nodes`` (joined in order as the source)."""
     answer = str(getattr(response, "response", None) or "")
     source = document_chunks(_source_texts(response)) or ""
-    report: Report = run_sync(build_method(method, config=config, llm=llm, options=options).acheck(source, answer))
-    return report.with_threshold(threshold) if threshold is not None else report
+    checker = build_method(method, config=config, llm=llm, options=options)
+    report: Report = checker.decide(run_sync(checker.acheck(source, answer)), threshold)
+    return report
 
 
 def _feedback(report: Report) -> str:
@@ -59,7 +60,7 @@ class HalluscopeEvaluator(BaseEvaluator):
 
     def __init__(
         self,
-        method: str = "rouge",
+        method: str | None = None,
         *,
         threshold: float | None = None,
         config: Config | None = None,
@@ -78,7 +79,8 @@ class HalluscopeEvaluator(BaseEvaluator):
     async def areport(self, response: str, contexts: Sequence[str]) -> Report:
         """The full halluscope Report for ``response`` against ``contexts``."""
         report: Report = await self._method.acheck(document_chunks(list(contexts)) or "", response)
-        return report.with_threshold(self._threshold) if self._threshold is not None else report
+        decided: Report = self._method.decide(report, self._threshold)
+        return decided
 
     async def aevaluate(
         self,

@@ -8,7 +8,7 @@ import importlib
 from typing import Any
 
 from halluscope.methods.base import InputError, Method
-from halluscope.methods.options import MethodOptions, OptionsError
+from halluscope.options import MethodOptions, OptionsError
 from halluscope.plugins import own_entry_points
 
 __all__ = [

@@ -13,7 +13,7 @@ from halluscope.config import Config
 from halluscope.llm import LLM, LLMError, get_llm, track_calls
 from halluscope.llm.client import call_budget
 from halluscope.methods.details import FreeDetails, MethodDetails
-from halluscope.methods.options import MethodOptions, OptionsError
+from halluscope.options import MethodOptions, OptionsError
 from halluscope.prompts import PromptTemplate, apply_overrides
 from halluscope.records import Example, Report
 from halluscope.sync import run_sync
@@ -60,9 +60,11 @@ class Method(ABC):
     built (:meth:`ClaimPipeline.llm_stages`), an ensemble from its members, so ``method.uses_llm`` (not the class's)
     decides whether a model must be built for it."""
     default_threshold: ClassVar[float] = 0.5
+    """The threshold of the method's label score (the paper's); see :meth:`default_threshold_for`."""
     probability_threshold: ClassVar[float | None] = None
-    """The default threshold of a report scored from the verdicts' probabilities (``score=auto|probability``), where
-    the method has such a score: its scale is not the label score's (``docs/paper_defaults.md``)."""
+    """The default threshold when the options ask for a score from the verdicts' probabilities
+    (``score=auto|probability``), where the method has such a score: its scale is not the label score's
+    (``docs/paper_defaults.md``); see :meth:`default_threshold_for`."""
     prompts: ClassVar[tuple[PromptTemplate, ...]] = ()  # the templates this method renders
     Options: ClassVar[type[MethodOptions]] = MethodOptions
     Details: ClassVar[type[MethodDetails]] = FreeDetails  # the keys its Report.details holds (methods/details.py)
@@ -92,15 +94,38 @@ class Method(ABC):
         that option is then the report's threshold too, so the label and the findings never disagree."""
         return "threshold" in cls.Options.model_fields
 
+    @classmethod
+    def probability_scored(cls, opts: MethodOptions) -> bool:
+        """Whether these options ask for the score from the verdicts' probabilities (``score=auto|probability``;
+        a method without the option never does)."""
+        return getattr(opts, "score", "label") != "label"
+
+    @classmethod
+    def default_threshold_for(cls, opts: MethodOptions) -> float:
+        """The one place a method's default threshold is decided: ``probability_threshold`` when ``opts`` ask for a
+        probability score and the method has one, else ``default_threshold``. It follows the options only, never
+        what a backend returned: a backend without token probabilities (the label score then stands in under
+        ``score=auto``, as ``details["score"]`` says) labels the same method at the same threshold as one with."""
+        if cls.probability_threshold is not None and cls.probability_scored(opts):
+            return cls.probability_threshold
+        return cls.default_threshold
+
     @property
     def threshold(self) -> float:
         """The threshold a report is labelled with: ``threshold=`` given when building the method (or the method's
-        own ``threshold`` option), else the method's default (``halluscope methods`` lists each one)."""
+        own ``threshold`` option), else :meth:`default_threshold_for` its options (``halluscope methods`` lists
+        each method's)."""
         if self._threshold is not None:
             return self._threshold
         if self.has_threshold_option():
             return float(self.opts.threshold)  # type: ignore[attr-defined]
-        return self.default_threshold
+        return self.default_threshold_for(self.opts)
+
+    def decide(self, report: Report, threshold: float | None = None) -> Report:
+        """The report's threshold and label, decided: at ``threshold`` when one is given (an entry point's
+        ``--threshold`` / ``threshold=`` for a ready method), else at :attr:`threshold`. Every entry point labels
+        a report through this (the rule itself is :meth:`Report.with_threshold`)."""
+        return report.with_threshold(self.threshold if threshold is None else threshold)
 
     def prompt(self, template: PromptTemplate) -> PromptTemplate:
         """``template`` with the user's override applied (``Config.prompts_dir``), resolved once per instance."""
@@ -258,13 +283,7 @@ class Method(ABC):
             }
             self.details_model().check(report.details)  # an undeclared key or a wrong type fails here
             report = report.model_copy(update=update)
-            report = report.with_threshold(
-                self._threshold
-                if self._threshold is not None
-                else report.threshold
-                if report.threshold is not None
-                else self.threshold
-            )
+            report = self.decide(report)
             from halluscope.text.redact import redact_report
 
             report = redact_report(report)  # no credential in what a report carries (halluscope.text.redact)

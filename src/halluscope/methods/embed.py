@@ -26,7 +26,7 @@ from halluscope.llm import LLM
 from halluscope.methods import register_method
 from halluscope.methods.base import Method
 from halluscope.methods.details import MethodDetails
-from halluscope.methods.options import MethodOptions
+from halluscope.options import MethodOptions
 from halluscope.records import Claim, Evidence, Finding, Report, Verdict
 from halluscope.retrieval import DEFAULT_EMBEDDING_MODEL, RetrievalConfig, resolve_retriever, shared_index
 from halluscope.text import split_sentences

@@ -25,17 +25,17 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-# the models' loading and windowing, importable here as before the split
-from halluscope.methods.encoder_models import _LOADED as _LOADED
-from halluscope.methods.encoder_models import EncoderUnavailable as EncoderUnavailable
-from halluscope.methods.encoder_models import LoadedChecker as LoadedChecker
-from halluscope.methods.encoder_models import label_column as label_column
-from halluscope.methods.encoder_models import label_index as label_index
-from halluscope.methods.encoder_models import load_checker as load_checker
-from halluscope.methods.encoder_models import model_labels as model_labels
-from halluscope.methods.encoder_models import sentence_windows as sentence_windows
+from halluscope.methods.encoder_models import (
+    EncoderUnavailable,
+    LoadedChecker,
+    label_column,
+    label_index,
+    load_checker,
+    model_labels,
+    sentence_windows,
+)
 from halluscope.methods.gate import target_spans
-from halluscope.methods.options import StageOptions
+from halluscope.options import StageOptions
 from halluscope.records import Claim, Evidence, Span, Verdict
 from halluscope.stages import Context, GateDecision, register_stage
 

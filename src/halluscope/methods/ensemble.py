@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from halluscope.methods import method_class, register_method
 from halluscope.methods.base import Method
 from halluscope.methods.details import MethodDetails
-from halluscope.methods.options import MethodOptions, OptionsError
+from halluscope.options import MethodOptions, OptionsError
 from halluscope.records import Finding, LLMCall, Report, Usage
 
 FORMAT: Literal["halluscope-combiner/1"] = "halluscope-combiner/1"

@@ -29,7 +29,7 @@ from pydantic import Field
 from halluscope.methods import register_method
 from halluscope.methods.base import Method
 from halluscope.methods.details import MethodDetails
-from halluscope.methods.options import MethodOptions, options_view, own_options
+from halluscope.options import MethodOptions, options_view, own_options
 from halluscope.records import Claim, Evidence, Report, Span, Verdict
 from halluscope.stages import GateDecision, build_stage, register_stage
 from halluscope.stages.findings import claim_finding

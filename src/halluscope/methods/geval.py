@@ -29,7 +29,7 @@ from halluscope.llm.structured import generate_reply
 from halluscope.methods import register_method
 from halluscope.methods.base import Method
 from halluscope.methods.details import MethodDetails
-from halluscope.methods.options import MethodOptions
+from halluscope.options import MethodOptions
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Report
 

@@ -40,21 +40,20 @@ from halluscope.llm import LLM
 from halluscope.llm.structured import generate_reply
 from halluscope.methods import method_class, register_method
 from halluscope.methods.base import Method
-from halluscope.methods.dcr import DCR_PROMPTS, DcrDetails, DcrOptions
+from halluscope.methods.dcr import DCR, DCR_PROMPTS, DcrDetails, DcrOptions
 from halluscope.methods.details import MethodDetails
-from halluscope.methods.rai import (  # noqa: F401  (importable from here as before)
+from halluscope.methods.rai import (
     RAI_PARAGRAPH_PROMPT,
     RAI_PROMPTS,
     RAI_SENTENCE_PROMPT,
-    REWRITE_ECHOES,
     ImprovedTextReply,
     RewritesReply,
-    SentenceRewrite,
     parse_rai_paragraph,
     parse_rai_sentences,
     sentence_diff,
     splice,
 )
+from halluscope.options import MethodOptions
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Report, Span, Verdict
 from halluscope.text import split_sentences
@@ -281,7 +280,7 @@ class Improve(Method):
     Details: ClassVar[type[MethodDetails]] = ImproveDetails  # with evaluator=dcr; see details_model
     opts: ImproveOptions
     prompts = DCR_PROMPTS + RAI_PROMPTS
-    default_threshold = 1.0  # DCR's; another evaluator's own threshold is used instead (see __init__)
+    default_threshold = 1.0  # DCR's label score's; a check is labelled at its evaluator's threshold (``threshold``)
 
     def __init__(self, llm: LLM | None = None, config: Config | None = None, **options: Any):
         evaluator = options.get("evaluator", DEFAULT_EVALUATOR)
@@ -293,7 +292,15 @@ class Improve(Method):
         if self.opts.evaluator != DEFAULT_EVALUATOR:
             cls = method_class(self.opts.evaluator)
             cls.Options.parse(self.opts.evaluator, self.opts.evaluator_options)  # a bad option fails here
-            self.default_threshold = cls.default_threshold  # type: ignore[misc]
+
+    @classmethod
+    def default_threshold_for(cls, opts: MethodOptions) -> float:
+        """The evaluator's default threshold for its options (DCR's for improve's own DCR options)."""
+        name = getattr(opts, "evaluator", DEFAULT_EVALUATOR)
+        if name == DEFAULT_EVALUATOR:
+            return DCR.default_threshold_for(opts)
+        evaluator = method_class(name)
+        return evaluator.default_threshold_for(evaluator.Options.parse(name, dict(opts.evaluator_options)))  # type: ignore[attr-defined]
 
     @property
     def evaluator(self) -> Method:
@@ -346,8 +353,7 @@ class Improve(Method):
     async def evaluate(self, source: str, text: str) -> Evaluated:
         """The evaluator on ``text``; ``run`` (not ``acheck``), so its calls land in this check's call log."""
         report = await self.evaluator.run(source, text)
-        threshold = report.threshold if report.threshold is not None else self.evaluator.default_threshold
-        return Evaluated(text, report.model_copy(update={"method": self.name}), threshold)
+        return Evaluated(text, report.model_copy(update={"method": self.name}), self.threshold)
 
     async def run(self, source: str, target: str) -> Report:
         original = await self.evaluate(source, target)

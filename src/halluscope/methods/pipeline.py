@@ -28,15 +28,14 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from halluscope.config import Config
 from halluscope.llm import LLM, ContextOverflowError
 from halluscope.methods.base import Method
 from halluscope.methods.details import MethodDetails, PipelineDetails
 from halluscope.methods.gate import gate_verdict
-from halluscope.methods.options import ClaimOptions, OptionsError, StageOptions, own_options
-from halluscope.methods.verdict_first import VerdictFirst
+from halluscope.options import ClaimOptions, OptionsError, StageOptions, own_options
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Finding, Report, Verdict
 from halluscope.retrieval.stage import fits_in_context
@@ -56,27 +55,17 @@ from halluscope.stages import (
     stage_spec,
 )
 from halluscope.stages.context import claim_id
-
-# The stages and helpers below lived in this module before it was split by concern; importable here as before.
-from halluscope.stages.context import full_source as full_source
-from halluscope.stages.decomposers import SentenceDecomposer as SentenceDecomposer
-from halluscope.stages.findings import claim_finding as claim_finding
-from halluscope.stages.protocols import PipelineRun as PipelineRun  # declared with the protocols that read it
-from halluscope.stages.snippets import LABEL_RANK as LABEL_RANK
-from halluscope.stages.snippets import JudgeRound as JudgeRound
-from halluscope.stages.snippets import best_verdict as best_verdict
+from halluscope.stages.protocols import PipelineRun
 from halluscope.stages.snippets import max_over_snippets
-from halluscope.stages.snippets import unique_calls as unique_calls
 from halluscope.stages.trace import RunTrace, bind_trace
-from halluscope.stages.verifiers import MESSAGE_OVERHEAD_TOKENS as MESSAGE_OVERHEAD_TOKENS
-from halluscope.stages.verifiers import LLMVerifier as LLMVerifier
-from halluscope.stages.verifiers import messages_tokens as messages_tokens
-from halluscope.stages.verifiers import reply_budget as reply_budget
 from halluscope.tracing import stage_span
 
 SHARED_KINDS = ("decomposer", "context_selector", "verifier", "aggregator", "localizer")
 """The stage kinds every claim method builds one of, each chosen by the option of its kind's name."""
 SWAPPABLE = (*SHARED_KINDS, "gate")  # the stage kinds every claim method lets the user choose
+SHARED_OPTION_STAGES = ("verdict_first",)
+"""Stages whose options every claim method declares as its own (``explain_below``, ``explain``, ``explain_max``):
+they get the method's values however they are chosen (``order=verdict_first`` or ``verifier=verdict_first``)."""
 METHOD_KINDS = ("sorter", "evidence_finder", "deduplicator")
 """Kinds only some claim methods build (DoveScore's sorter, PROBE's evidence finder, FActScore's de-duplicator):
 a method lists those it builds in ``extra_kinds``."""
@@ -150,8 +139,8 @@ class ClaimPipeline(Method):
     """kind -> {value of the kind's option: stage name}: an older spelling (DoveScore's ``decomposer=llm``)."""
     probability_threshold: ClassVar[float | None] = 0.5
     """P(supported) = 0.5 is where a claim turns from supported to flagged (``explain_below``'s default), so a
-    probability score under 0.5 means the claims lean unsupported on average; the label score keeps the paper's
-    ``default_threshold``."""
+    probability score under 0.5 means the claims lean unsupported on average; ``score=label`` keeps the paper's
+    ``default_threshold`` (:meth:`Method.default_threshold_for`)."""
 
     def __init__(self, llm: LLM | None = None, config: Config | None = None, **options: Any):
         kinds = self.stage_kinds()
@@ -176,7 +165,8 @@ class ClaimPipeline(Method):
             if name is None:  # a subclass that builds this stage itself (its own make_decomposer)
                 continue
             fields = stage_spec(kind, name).options_model.model_fields  # fails early on a bad name
-            own = self.own_stage_options(kind, name) if name == self.default_stage(kind) else {}
+            shared = name == self.default_stage(kind) or name in SHARED_OPTION_STAGES
+            own = self.own_stage_options(kind, name) if shared else {}
             own.update({k: v for k, v in self.method_stage_options(kind, name).items() if k in fields})
             self.chosen[kind] = (
                 name,
@@ -188,7 +178,6 @@ class ClaimPipeline(Method):
         self._localizer: Localizer | None = None
         self._selector: ContextSelector | None = None
         self._decomposer: Decomposer | None = None
-        self._verdict_first: VerdictFirst | None = None
         gate_name = getattr(self.opts, "gate", None)
         self.gate_options = stage_options("gate", gate_name, namespaced.get("gate", {})) if gate_name else None
         self.uses_llm = any(self.llm_stages().values())  # type: ignore[misc]  # per instance: its composition's
@@ -201,7 +190,10 @@ class ClaimPipeline(Method):
 
     def default_stage(self, kind: str) -> str | None:
         """The name of the method's own stage of ``kind`` (the paper's), given its options; None when the method
-        names none (a subclass that builds that stage itself)."""
+        names none (a subclass that builds that stage itself). ``order=verdict_first`` makes the verdict-first
+        verifier the method's own (``-o verifier=NAME`` still replaces it, as it replaces the paper's)."""
+        if kind == "verifier" and getattr(self.opts, "order", None) == "verdict_first":
+            return "verdict_first"
         legacy = self.legacy_options.get(kind)
         if legacy is not None:
             option, names = legacy
@@ -241,8 +233,6 @@ class ClaimPipeline(Method):
             out["decomposer"] = True
         if self.gate_options is not None:
             out["gate"] = stage_uses_llm("gate", self.opts.gate, self.gate_options)  # type: ignore[attr-defined]
-        if self.opts.order == "verdict_first":  # type: ignore[attr-defined]
-            out["verdict_first"] = True
         return out
 
     def chosen_uses_llm(self, kind: str) -> bool:
@@ -274,16 +264,10 @@ class ClaimPipeline(Method):
         for kind in ("aggregator", "localizer", "decomposer", "context_selector", *METHOD_KINDS):
             if own.get(kind) is None:  # recorded only when chosen: default records (and the identity of bench
                 own.pop(kind, None)  # folders measured before) stay what they were
-        for key, default in (
-            ("order", "reason_first"),
-            ("explain_below", 0.5),
-            ("explain", True),
-            ("explain_max", None),
-            ("min_label_mass", 0.5),
-            ("score", "auto"),
-        ):
-            if own.get(key) == default:  # the same: recorded only when changed
-                own.pop(key, None)
+        fields = self.Options.model_fields
+        for key in ("order", "explain_below", "explain", "explain_max", "min_label_mass", "score"):
+            if key in own and own[key] == fields[key].default:  # the default: recorded only when changed
+                own.pop(key)
         return {
             **own,
             **{
@@ -355,21 +339,11 @@ class ClaimPipeline(Method):
 
     def used_prompts(self) -> list[PromptTemplate]:
         prompts = super().used_prompts()
-        prompts += [
-            p for p in self.verifier_prompts() + self.verdict_first_prompts() if p.name not in {q.name for q in prompts}
-        ]
+        prompts += [p for p in self.verifier_prompts() if p.name not in {q.name for q in prompts}]
         return prompts
-
-    def verdict_first_prompts(self) -> list[PromptTemplate]:
-        """The verdict-first prompts, when ``order=verdict_first`` (none otherwise)."""
-        if self.opts.order != "verdict_first":  # type: ignore[attr-defined]
-            return []
-        return self.verdict_first.used_prompts()
 
     def verifier_prompts(self) -> list[PromptTemplate]:
         """The prompts the chosen verifier says it sends (none when it lists none, e.g. an encoder checker)."""
-        if self.opts.order == "verdict_first":  # type: ignore[attr-defined]
-            return []  # the verifier is not called: verdict-first scores and explains with its own prompts
         listed = getattr(self.verifier, "used_prompts", None)
         return list(listed()) if callable(listed) else []
 
@@ -386,7 +360,7 @@ class ClaimPipeline(Method):
         own = getattr(self.verifier, "source_fits", None)
         if callable(own):  # a verifier that windows the source itself (the encoder checkers)
             return bool(own(source, claims))
-        if not self.chosen_uses_llm("verifier") and self.opts.order != "verdict_first":  # type: ignore[attr-defined]
+        if not self.chosen_uses_llm("verifier"):
             return True  # no model reads the source: no context window to fit
         return fits_in_context(self.llm, source, reserve_tokens=lambda: self.verifier.reserve_tokens(claims))
 
@@ -397,27 +371,15 @@ class ClaimPipeline(Method):
         selection: Selection,
         source: str,
     ) -> tuple[list[Verdict], dict[str, Any]]:
-        """Verdicts in claim order; in retrieval mode also the labels per tried snippet (for details)."""
-        if self.opts.order == "verdict_first":  # type: ignore[attr-defined]
-            return await self.verdict_first.verify(claims, selection, source)
+        """Verdicts in claim order; in retrieval mode also the labels per tried snippet (for details). A verifier
+        that takes the whole selection (``verify_selection``, e.g. verdict first) is given it."""
+        whole = getattr(self.verifier, "verify_selection", None)
+        if callable(whole):
+            return cast(tuple[list[Verdict], dict[str, Any]], await whole(claims, selection, source))
         if selection.mode == "full":
             context = next(iter(selection.contexts.values()))[0]
             return list(await self.verifier(claims, context, source)), {}
         return await max_over_snippets(claims, selection.contexts, lambda pairs: self.judge_round(pairs, source))
-
-    @property
-    def verdict_first(self) -> VerdictFirst:
-        """The verdict-first scorer and explainer (``order=verdict_first``)."""
-        if self._verdict_first is None:
-            self._verdict_first = VerdictFirst(
-                self.llm,
-                prompts=self.prompt,
-                explain_below=self.opts.explain_below,  # type: ignore[attr-defined]
-                explain=self.opts.explain,  # type: ignore[attr-defined]
-                explain_max=self.opts.explain_max,  # type: ignore[attr-defined]
-                min_label_mass=self.opts.min_label_mass,  # type: ignore[attr-defined]
-            )
-        return self._verdict_first
 
     async def judge_round(self, pairs: Sequence[tuple[Claim, Context]], source: str) -> list[Verdict]:
         """One round of the retrieval protocol: each (claim, snippet) pair judged, one verifier call per pair.
@@ -500,7 +462,6 @@ class ClaimPipeline(Method):
             return self.finish(run, trace)
         aggregate = self.choose_score(run, await self.aggregate(run))
         findings = await self.localize(run)
-        by_probability = run.details.get("score", {}).get("kind") == "probability"
         return self.finish(
             Report(
                 method=self.name,
@@ -511,7 +472,6 @@ class ClaimPipeline(Method):
                 verdicts=run.verdicts,
                 findings=findings,
                 details=run.details,
-                threshold=self.probability_threshold if by_probability else None,
             ),
             trace,
         )

@@ -26,7 +26,7 @@ from pydantic import field_validator
 from halluscope.methods import register_method
 from halluscope.methods.base import Method
 from halluscope.methods.details import MethodDetails, NoDetails
-from halluscope.methods.options import MethodOptions
+from halluscope.options import MethodOptions
 from halluscope.records import Report
 
 Variant = Literal["mean", "rouge1", "rouge2", "rougeL"]

@@ -1,5 +1,6 @@
-"""Verdict-first scoring (``-o order=verdict_first`` on any claim method): score every claim by one short reply,
-explain only what is flagged.
+"""Verdict-first scoring, the ``verdict_first`` verifier stage (``-o order=verdict_first`` on any claim method makes it
+the method's own verifier; ``-o verifier=verdict_first`` chooses it like any other): score every claim by one short
+reply, explain only what is flagged.
 
 The papers' verifiers write their reasoning before the label (reason first), so every verdict costs a reply of
 tens of tokens generated one at a time. Here each claim is scored by one constrained reply: the prompt (source
@@ -25,19 +26,20 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
 
 from halluscope.llm.label_probs import MIN_LABEL_MASS, VERDICT_TOP_LOGPROBS, YES_NO, read_answer, stated_first
 from halluscope.llm.replies import Reply
 from halluscope.llm.structured import generate_reply
+from halluscope.options import StageOptions
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Evidence, LLMCall, Verdict
-from halluscope.stages import Context, PromptResolver, Selection, same_prompt
+from halluscope.stages import Context, PromptResolver, Selection, register_stage, same_prompt
 from halluscope.stages.context import claim_id
 from halluscope.stages.snippets import max_over_snippets
-from halluscope.stages.verifiers import reply_budget
+from halluscope.stages.verifiers import messages_tokens, reply_budget
 from halluscope.text.placeholders import is_placeholder
 from halluscope.text.spans import locate
 
@@ -131,31 +133,71 @@ def answer_verdict(
     )
 
 
+@register_stage(
+    "verdict_first",
+    "verifier",
+    "each claim scored by one short yes/no reply (P(supported) from its token probabilities); a reason, a "
+    "source quote and a fix asked only for the claims it flags (order=verdict_first chooses it)",
+)
 class VerdictFirst:
-    """Scores claims by one short reply each and explains the flagged ones (see the module docstring)."""
+    """The verdict-first verifier: scores claims by one short reply each and explains the flagged ones (see the
+    module docstring). A stage like any other verifier (``-o verifier=verdict_first``, or ``order=verdict_first``,
+    which makes it the method's own verifier); it takes the whole selection (:meth:`verify_selection`) so the
+    flagged claims are explained against their best snippet once the max over snippets is known."""
+
+    name = "verdict_first"
+    uses_llm: ClassVar[bool] = True
+
+    class Options(StageOptions):
+        explain_below: float = Field(default=0.5, ge=0.0, le=1.0)
+        """A claim whose P(supported) is below this (or, without a probability, whose answer is no) is flagged and
+        explained."""
+
+        explain: bool = True
+        """Ask for the reason, the source quote and a fix of each flagged claim (false: score only)."""
+
+        explain_max: int | None = Field(default=None, ge=0)
+        """Explain at most this many flagged claims, the lowest P(supported) first; null: every flagged claim."""
+
+        min_label_mass: float = Field(default=MIN_LABEL_MASS, ge=0.0, le=1.0)
+        """A reply whose first word is neither yes nor no is scored only when yes and no hold at least this share
+        of the probability at its first token; else the claim is unscored."""
 
     def __init__(
         self,
-        llm: LLM,
+        model: LLM,
+        options: StageOptions | None = None,
         *,
         prompts: PromptResolver = same_prompt,
-        explain_below: float = 0.5,
-        explain: bool = True,
-        explain_max: int | None = None,
-        min_label_mass: float = MIN_LABEL_MASS,
     ):
-        if llm is None:
+        if model is None:
             raise TypeError("verdict-first scoring needs an LLM")
-        self.llm = llm
+        opts = options if isinstance(options, VerdictFirst.Options) else VerdictFirst.Options()
+        self.llm = model
+        self.options = opts
         self.score_prompt = prompts(VERDICT_SCORE_PROMPT)
         self.explain_prompt = prompts(VERDICT_EXPLAIN_PROMPT)
-        self.explain_below = explain_below
-        self.explain_flagged = explain
-        self.explain_max = explain_max
-        self.min_label_mass = min_label_mass
+        self.explain_below = opts.explain_below
+        self.explain_flagged = opts.explain
+        self.explain_max = opts.explain_max
+        self.min_label_mass = opts.min_label_mass
 
     def used_prompts(self) -> list[PromptTemplate]:
         return [self.score_prompt] + ([self.explain_prompt] if self.explain_flagged else [])
+
+    def reserve_tokens(self, claims: Sequence[Claim]) -> int:
+        """Tokens a call needs besides the source: the larger of the short score call and (when flagged claims
+        are explained) the explanation call, each with its reply budget, for the longest claim."""
+        text = max((c.text for c in claims), key=len, default="")
+        score = messages_tokens(self.llm, self.score_prompt.render(source="", claim=text)) + reply_budget(
+            self.llm, SCORE_REPLY_TOKENS
+        )
+        if not self.explain_flagged:
+            return score
+        explain = messages_tokens(self.llm, self.explain_prompt.render(source="", claim=text)) + reply_budget(
+            self.llm, EXPLAIN_REPLY_TOKENS
+        )
+        return max(score, explain)
 
     def flagged(self, verdict: Verdict) -> bool:
         """Answered no, or P(supported) below ``explain_below`` (at 0.5 and temperature 0 the same thing, up to
@@ -166,7 +208,7 @@ class VerdictFirst:
         return verdict.label != "supported" or low
 
     async def score(self, claim: Claim, context: Context, source: str | None = None) -> Verdict:
-        """One short reply: the claim's label and P(supported) against one context. A snippet's prompts take
+        """One short reply: the claim's answer and P(supported) against one context. A snippet's prompts take
         their fence key from the whole ``source``, so every call about one source shares the system message and
         the instructions (the backend's prefix cache evaluates them once), the snippet and claim coming last."""
         if is_placeholder(claim.text):
@@ -188,23 +230,52 @@ class VerdictFirst:
         )
         return answer_verdict(claim, completion.text, completion.logprobs, call, self.min_label_mass)
 
-    def below_threshold(self, verdict: Verdict) -> Verdict:
-        """A flagged verdict answered yes (its P(supported) is below ``explain_below``) as unsupported, saying
-        why; any other verdict as it is."""
-        if verdict.label != "supported":
-            return verdict
-        p = verdict.support_probability or 0.0
-        return verdict.model_copy(
-            update={
-                "label": "unsupported",
-                "score": 0.0,
-                "reason": f"answered yes, but P(supported) = {p:.3f} is below explain_below = {self.explain_below}",
-            }
+    def settle(
+        self,
+        verdict: Verdict,
+        reply: ExplainReply | None = None,
+        calls: Sequence[LLMCall] = (),
+        source: str = "",
+    ) -> Verdict:
+        """A flagged verdict's final label, decided here once: contradicted when its explanation says the source
+        contradicts the claim, else unsupported (also a claim answered yes whose P(supported) is below
+        ``explain_below``, its reason saying so); with the explanation its reason, located source quote and fix,
+        and the explanation's calls."""
+        reason = verdict.reason
+        if verdict.label == "supported":
+            p = verdict.support_probability or 0.0
+            reason = f"answered yes, but P(supported) = {p:.3f} is below explain_below = {self.explain_below}"
+        update: dict[str, Any] = {"label": "unsupported", "score": 0.0, "reason": reason}
+        if calls:
+            update["calls"] = list(verdict.calls) + list(calls)
+        if reply is None:
+            return verdict.model_copy(update=update)
+        label = "contradicted" if reply.contradicted else "unsupported"
+        evidence: list[Evidence] = []
+        quote = reply.evidence.strip()
+        if quote:
+            match = locate(quote, source)
+            evidence.append(
+                Evidence(
+                    text=match.span.of(source) if match else quote,
+                    span=match.span if match else None,
+                    relation="contradicts" if label == "contradicted" else "related",
+                )
+            )
+        fix = reply.fix.strip() or None
+        if fix is not None and fix.strip().lower() == verdict.claim.text.strip().lower():
+            fix = None  # the claim copied back is no fix
+        update.update(
+            label=label,
+            reason=reply.reason.strip() or reason,
+            evidence=evidence + list(verdict.evidence),
+            fix=fix,
         )
+        return verdict.model_copy(update=update)
 
     async def explain(self, verdict: Verdict, context: Context, source: str) -> tuple[Verdict, str | None]:
-        """The flagged verdict with the reason, the located source quote and the fix; or, when the explanation
-        reply is unusable, the verdict as scored and why."""
+        """The flagged verdict settled with the reason, the located source quote and the fix; or, when the
+        explanation reply is unusable, settled as scored, and why."""
         claim = verdict.claim
         messages = self.explain_prompt.render(source=context.text, claim=claim.text, about=_about(context, source))
         step = await generate_reply(
@@ -213,41 +284,21 @@ class VerdictFirst:
             ExplainReply,
             params=self.llm.params(max_tokens=reply_budget(self.llm, EXPLAIN_REPLY_TOKENS)),
         )
-        calls = list(verdict.calls) + list(step.calls)
-        verdict = self.below_threshold(verdict)
         if step.value is None:
-            return verdict.model_copy(update={"calls": calls}), step.error
-        reply: ExplainReply = step.value
-        label = "contradicted" if reply.contradicted else "unsupported"
-        evidence: list[Evidence] = []
-        quote = reply.evidence.strip()
-        if quote:
-            match = locate(quote, source)
-            relation = "contradicts" if label == "contradicted" else "related"
-            evidence.append(
-                Evidence(
-                    text=match.span.of(source) if match else quote,
-                    span=match.span if match else None,
-                    relation=relation,  # type: ignore[arg-type]
-                )
-            )
-        fix = reply.fix.strip() or None
-        if fix is not None and fix.strip().lower() == claim.text.strip().lower():
-            fix = None  # the claim copied back is no fix
-        return verdict.model_copy(
-            update={
-                "label": label,
-                "reason": reply.reason.strip() or verdict.reason,
-                "evidence": evidence + list(verdict.evidence),
-                "fix": fix,
-                "calls": calls,
-            }
-        ), None
+            return self.settle(verdict, calls=step.calls), step.error
+        return self.settle(verdict, step.value, step.calls, source), None
 
-    async def verify(
+    async def __call__(self, claims: Sequence[Claim], context: Context, source: str) -> list[Verdict]:
+        """The Verifier protocol: every claim scored against one context, the flagged ones explained against it."""
+        verdicts = list(await asyncio.gather(*(self.score(c, context, source) for c in claims)))
+        verdicts, _ = await self.explain_all(verdicts, {claim_id(c): context for c in claims}, source, 0.0)
+        return verdicts
+
+    async def verify_selection(
         self, claims: Sequence[Claim], selection: Selection, source: str
     ) -> tuple[list[Verdict], dict[str, Any]]:
-        """Verdicts in claim order (scored, the flagged ones explained) and what to record in details."""
+        """Verdicts in claim order (scored, the flagged ones explained) and what to record in details: with the
+        whole source one score per claim, with retrieval the max over its snippets (explained against its best)."""
         tried: dict[str, Any] = {}
         started = time.perf_counter()
         if selection.mode == "full":
@@ -260,22 +311,30 @@ class VerdictFirst:
             contexts = {
                 claim_id(c): selection.contexts[claim_id(c)][0] for c in claims if selection.contexts.get(claim_id(c))
             }
-        scored_s = time.perf_counter() - started
+        verdicts, record = await self.explain_all(verdicts, contexts, source, time.perf_counter() - started)
+        return verdicts, {**tried, "verdict_first": record}
+
+    async def explain_all(
+        self, verdicts: list[Verdict], contexts: dict[str, Context], source: str, scored_s: float
+    ) -> tuple[list[Verdict], dict[str, Any]]:
+        """The scored verdicts with the flagged ones settled (explained, or scored only), and the record for
+        ``details["verdict_first"]``."""
+        verdicts = list(verdicts)
         flagged = [i for i, v in enumerate(verdicts) if self.flagged(v) and claim_id(v.claim) in contexts]
         chosen = self.to_explain(verdicts, flagged)
         for i in flagged:
             if i not in chosen:
-                verdicts[i] = unexplained(self.below_threshold(verdicts[i]), self.explain_flagged)
+                verdicts[i] = unexplained(self.settle(verdicts[i]), self.explain_flagged)
         if not self.explain_flagged:
             record = {
-                "scored": len(claims),
+                "scored": len(verdicts),
                 "explain_below": self.explain_below,
                 "explain": False,
                 "flagged": [claim_id(verdicts[i].claim) for i in flagged],
                 "explanation_failed": {},
                 "seconds": {"score": round(scored_s, 3), "explain": 0.0},
             }
-            return verdicts, {**tried, "verdict_first": record}
+            return verdicts, record
         started = time.perf_counter()
         explained = await asyncio.gather(
             *(self.explain(verdicts[i], contexts[claim_id(verdicts[i].claim)], source) for i in chosen)
@@ -287,7 +346,7 @@ class VerdictFirst:
                 failed[claim_id(verdict.claim)] = error
         verdicts = [v if v.decided_by else v.model_copy(update={"decided_by": "verdict_first"}) for v in verdicts]
         record = {
-            "scored": len(claims),
+            "scored": len(verdicts),
             "explain_below": self.explain_below,
             "flagged": [claim_id(verdicts[i].claim) for i in flagged],
             **(
@@ -298,7 +357,7 @@ class VerdictFirst:
             "explanation_failed": failed,
             "seconds": {"score": round(scored_s, 3), "explain": round(time.perf_counter() - started, 3)},
         }
-        return verdicts, {**tried, "verdict_first": record}
+        return verdicts, record
 
     def to_explain(self, verdicts: Sequence[Verdict], flagged: Sequence[int]) -> list[int]:
         """The flagged verdicts to explain, in claim order: none with ``explain=false``; all, or with ``explain_max``

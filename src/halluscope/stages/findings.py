@@ -17,13 +17,12 @@ def group_confidence(verdicts: list[Verdict]) -> float | None:
 
 
 def claim_finding(verdict: Verdict) -> Finding:
-    """The verdict's offending characters (``verdict.target_spans``) when it has them, else the claim's spans."""
+    """The verdict's offending characters (``verdict.target_spans``) when it has them, else the claim's spans. A
+    suggested fix is the finding's ``fix``, never repeated in its description."""
     claim = verdict.claim
     what = "contradicted by" if verdict.label == "contradicted" else "not supported by"
     description = f'"{claim.text}" is {what} the source.' + (f" {verdict.reason}" if verdict.reason else "")
     confidence = verdict_confidence(verdict)
-    if verdict.fix:
-        description += f" Suggested fix: {verdict.fix}"
     return Finding(
         description=description,
         kind=verdict.label,  # type: ignore[arg-type]

@@ -10,13 +10,13 @@ from typing import Any
 from halluscope.bench.datasets import Dataset, load_dataset, sample_examples
 from halluscope.bench.reproduce.builders import BuiltSet, build_injected, build_montage, build_perturbed
 from halluscope.bench.reproduce.checkpoints import Checkpoint
-from halluscope.bench.reproduce.core import Context, Metric, Protocol, ReproduceError, Row
+from halluscope.bench.reproduce.core import Metric, Protocol, ReproduceContext, ReproduceError, Row
 from halluscope.records import Example
 
 # --- shared helpers ---------------------------------------------------------------------------------------------
 
 
-def _load(ctx: Context, default: str) -> Dataset:
+def _load(ctx: ReproduceContext, default: str) -> Dataset:
     from halluscope.bench.datasets import DatasetError
 
     try:
@@ -25,7 +25,7 @@ def _load(ctx: Context, default: str) -> Dataset:
         raise ReproduceError(str(exc)) from exc
 
 
-def _base_items(ctx: Context, examples: list[Example]) -> list[Example]:
+def _base_items(ctx: ReproduceContext, examples: list[Example]) -> list[Example]:
     """The base items a set is built from: those of the dev split when the data has a dev split and another one
     (SummEdits: ``evaluation``; the other split stays held out), then ``--sample`` N per split/domain (seeded),
     then the first ``--limit``."""
@@ -43,14 +43,14 @@ def _base_items(ctx: Context, examples: list[Example]) -> list[Example]:
     return examples
 
 
-def _identity(ctx: Context, builder: str, base: Dataset, llm_used: bool) -> dict[str, Any]:
+def _identity(ctx: ReproduceContext, builder: str, base: Dataset, llm_used: bool) -> dict[str, Any]:
     model = None
     if llm_used:
         model = ctx.get_llm().name
     return {"builder": builder, "mode": ctx.builder, "base_dataset": base.spec, "seed": ctx.seed, "model": model}
 
 
-async def _shared(ctx: Context, default: str) -> BuiltSet:
+async def _shared(ctx: ReproduceContext, default: str) -> BuiltSet:
     if ctx.build_options:
         raise ReproduceError(
             f"this protocol evaluates {default} as it is: no builder options ({', '.join(ctx.build_options)})"
@@ -223,7 +223,7 @@ _AUC = (
 )
 
 
-async def _build_montage(ctx: Context) -> BuiltSet:
+async def _build_montage(ctx: ReproduceContext) -> BuiltSet:
     base = _load(ctx, "squality:dev")
     if any(e.group and e.difficulty for e in base.examples):  # already a montage set: evaluate it as it is
         return BuiltSet(
@@ -434,7 +434,7 @@ def _longdoc_rows() -> tuple[Row, ...]:
     return tuple(rows)
 
 
-async def _build_perturbed(ctx: Context) -> BuiltSet:
+async def _build_perturbed(ctx: ReproduceContext) -> BuiltSet:
     base = _load(ctx, "squality:dev")
     if any(e.group and e.difficulty == "original" for e in base.examples):
         originals = Dataset(
@@ -556,7 +556,7 @@ _DIRECT_METRICS = (
 )
 
 
-async def _build_injected(ctx: Context) -> BuiltSet:
+async def _build_injected(ctx: ReproduceContext) -> BuiltSet:
     base = _load(ctx, "summedits:news")
     if any(e.gold_spans is not None for e in base.examples):
         return BuiltSet(
@@ -589,7 +589,7 @@ async def _build_injected(ctx: Context) -> BuiltSet:
 _TRUE, _FALSE = ("1", "true", "yes"), ("0", "false", "no", "")
 
 
-def _gold_choice(ctx: Context) -> bool:
+def _gold_choice(ctx: ReproduceContext) -> bool:
     """Whether the scored model itself builds PROBE's gold (``gold_evidence=self``, asked for explicitly). The gold
     is built by the ``--gold-model`` models when named; ``gold_evidence=true`` without one is refused, as is a
     gold model that is the scored model, unless ``self`` is said: a model scored against gold it wrote itself

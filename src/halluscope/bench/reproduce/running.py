@@ -13,7 +13,7 @@ from typing import Any
 from halluscope.bench.reproduce.builders import BuildError, BuiltSet
 from halluscope.bench.reproduce.checkpoints import locate
 from halluscope.bench.reproduce.render import write_reproduce
-from halluscope.bench.reproduce.spec import Context, Protocol, ReproduceError, Row, is_embedded, select_rows
+from halluscope.bench.reproduce.spec import Protocol, ReproduceContext, ReproduceError, Row, is_embedded, select_rows
 from halluscope.bench.reproduce.table import _all_unscored, _cost, _coverage, _metric_value, _number_json, _paper_cell
 
 PAPER_ORDER: dict[str, Any] = {"order": "reason_first", "score": "label"}
@@ -25,7 +25,7 @@ async def run_row(
     protocol: Protocol,
     row: Row,
     built: BuiltSet,
-    ctx: Context,
+    ctx: ReproduceContext,
     *,
     judge: Any,
     options: dict[str, Any],
@@ -152,7 +152,7 @@ async def run_row(
 
 async def run_reproduce(
     protocol: Protocol,
-    ctx: Context,
+    ctx: ReproduceContext,
     *,
     methods: Sequence[str] | None = None,
     options: dict[str, Any] | None = None,

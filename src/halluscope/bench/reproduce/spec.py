@@ -79,7 +79,7 @@ def _opt(value: Any) -> str:
 
 
 @dataclass
-class Context:
+class ReproduceContext:
     """Everything a protocol needs to build its data and run its rows."""
 
     out_dir: Path
@@ -119,7 +119,7 @@ class Protocol:
     base_dataset: str
     rows: tuple[Row, ...]
     embedded_rows: tuple[str, ...]
-    build: Callable[[Context], Awaitable[BuiltSet]]
+    build: Callable[[ReproduceContext], Awaitable[BuiltSet]]
     sample_applies_to: str  # "items" (bench subsample) or "base" (the items the set is built from)
     protocol_notes: tuple[str, ...] = ()
     explain_missing: Callable[[Row, Metric, BuiltSet], str | None] | None = None

@@ -22,7 +22,7 @@ from halluscope.generators.perturb.checks import FORMAT_HINT, normalized, parse_
 from halluscope.generators.perturb.rows import InsertWith, PerturbOutcome, perturbed_row, skipped, usage_of
 from halluscope.llm import LLM, LLMError
 from halluscope.llm.structured import generate_parsed
-from halluscope.methods.options import StageOptions
+from halluscope.options import StageOptions
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Example, LLMCall, Span
 from halluscope.stages import PromptResolver, same_prompt

@@ -21,7 +21,7 @@ from halluscope.generators.perturb.checks import (
 from halluscope.generators.perturb.rows import PerturbOutcome, Unit, perturbed_row, skipped, usage_of
 from halluscope.llm import LLM, GenerateParams, LLMError
 from halluscope.llm.structured import generate_parsed
-from halluscope.methods.options import StageOptions
+from halluscope.options import StageOptions
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Example, LLMCall, StepResult
 from halluscope.stages import PromptResolver, same_prompt

@@ -74,19 +74,12 @@ if TYPE_CHECKING:  # the names importable from here, each loaded from its module
     from halluscope.methods.dcr.details import DcrDetails
     from halluscope.methods.dcr.localize import (
         DcrLocalizer,
+        dcr_finding,
     )
     from halluscope.methods.dcr.method import (
         DCR,
-        AmcWeights,
         DcrOptions,
         Level,
-        dcr_finding,
-    )
-    from halluscope.methods.dcr.prompts import (
-        _CHECK as _CHECK,  # private, importable from here as before
-    )
-    from halluscope.methods.dcr.prompts import (
-        _SYSTEM as _SYSTEM,  # private, importable from here as before
     )
     from halluscope.methods.dcr.prompts import (
         AMC_PROMPT,
@@ -113,20 +106,12 @@ if TYPE_CHECKING:  # the names importable from here, each loaded from its module
         parse_dce_sentences,
         parse_dce_single,
     )
-    from halluscope.methods.dcr.replies import (
-        _stated_reason as _stated_reason,  # private, importable from here as before
-    )
     from halluscope.methods.dcr.scoring import (
         LABEL_MARKS,
         AmcScore,
+        AmcWeights,
         DcrAggregator,
         amc_score,
-    )
-    from halluscope.methods.dcr.scoring import (
-        _paper_aggregate as _paper_aggregate,  # private, importable from here as before
-    )
-    from halluscope.methods.dcr.scoring import (
-        _why_none as _why_none,  # private, importable from here as before
     )
     from halluscope.methods.dcr.verifier import (
         NO_REASON,
@@ -134,15 +119,6 @@ if TYPE_CHECKING:  # the names importable from here, each loaded from its module
         DcrVerifier,
         OtherReason,
         assign_reasons,
-    )
-    from halluscope.methods.dcr.verifier import (
-        _check_stated_reason as _check_stated_reason,  # private, importable from here as before
-    )
-    from halluscope.methods.dcr.verifier import (
-        _ExcerptDce as _ExcerptDce,  # private, importable from here as before
-    )
-    from halluscope.methods.dcr.verifier import (
-        _is_paragraph as _is_paragraph,  # private, importable from here as before
     )
 
 

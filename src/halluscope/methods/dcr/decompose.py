@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from halluscope.methods.options import StageOptions
+from halluscope.options import StageOptions
 from halluscope.records import Claim, Span, StepResult
 from halluscope.stages import register_stage
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from halluscope.methods.dcr.verifier import DcrVerifier
-from halluscope.methods.options import StageOptions
+from halluscope.methods.verdict_first import VerdictFirst
+from halluscope.options import StageOptions
 from halluscope.records import Finding, Verdict
 from halluscope.stages import register_stage
 from halluscope.stages.findings import claim_finding, verdict_confidence
@@ -17,11 +18,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @register_stage("dcr", "localizer")
 class DcrLocalizer(RunStage):
-    """One finding per unit judged inconsistent; with DCR's own verifier its description is DCE's reason."""
+    """One finding per unit judged inconsistent; with DCR's own verifier (DCE, or verdict first) its description
+    is the verdict's reason."""
 
     def __init__(self, model: Any = None, options: StageOptions | None = None, *, verifier: Any = None):
         super().__init__(model, options)
-        self.own_reasons = isinstance(verifier, DcrVerifier)  # another verifier's reasons are not DCE's
+        self.own_reasons = isinstance(verifier, (DcrVerifier, VerdictFirst))  # another's are not about one sentence
 
     async def __call__(self, run: PipelineRun) -> list[Finding]:
         return [
@@ -32,10 +34,10 @@ class DcrLocalizer(RunStage):
 
 
 def dcr_finding(verdict: Verdict) -> Finding:
+    """The verdict's reason as the finding's description; a suggested fix is its ``fix``, not repeated there."""
     claim = verdict.claim
-    description = verdict.reason + (f" Suggested fix: {verdict.fix}" if verdict.fix else "")
     return Finding(
-        description=description,
+        description=verdict.reason,
         kind="inconsistent",
         target_spans=list(claim.target_spans),
         evidence=list(verdict.evidence),

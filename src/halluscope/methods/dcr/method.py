@@ -11,7 +11,6 @@ from pydantic import Field
 from halluscope.methods import register_method
 from halluscope.methods.dcr.amc import AmcMode
 from halluscope.methods.dcr.details import DcrDetails
-from halluscope.methods.dcr.localize import dcr_finding as dcr_finding  # importable here as before
 from halluscope.methods.dcr.prompts import (
     AMC_PROMPT,
     DCE_EXCERPT_BATCH_PROMPT,
@@ -20,15 +19,15 @@ from halluscope.methods.dcr.prompts import (
     DCE_SENTENCE_PROMPT,
     DCR_PROMPTS,
 )
-from halluscope.methods.dcr.scoring import LABEL_MARKS
-from halluscope.methods.dcr.scoring import AmcWeights as AmcWeights
+from halluscope.methods.dcr.scoring import LABEL_MARKS, AmcWeights
 from halluscope.methods.dcr.verifier import DceNotes, DcrVerifier
 from halluscope.methods.details import MethodDetails
-from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions
-from halluscope.methods.pipeline import ClaimPipeline, PipelineRun, support_p
+from halluscope.methods.pipeline import ClaimPipeline, support_p
+from halluscope.options import MAX_BATCH_SIZE, ClaimOptions
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Verdict
 from halluscope.stages import Aggregate, Context, Selection
+from halluscope.stages.protocols import PipelineRun
 
 Level = Literal["sentence", "paragraph"]
 
@@ -78,8 +77,6 @@ class DCR(ClaimPipeline):
         return self.chosen["decomposer"][0] == "paragraph"
 
     def used_prompts(self) -> list[PromptTemplate]:
-        if self.opts.order == "verdict_first":
-            return self.verdict_first_prompts()
         if not isinstance(self.verifier, DcrVerifier):
             return self.verifier_prompts()
         if self.paragraph_level:
@@ -91,7 +88,7 @@ class DCR(ClaimPipeline):
         if self.opts.batch_size > 1 and DCE_EXCERPT_PROMPT in dce:
             dce.append(DCE_EXCERPT_BATCH_PROMPT)
         amc = [AMC_PROMPT] if self.opts.amc == "llm" else []
-        return [self.prompt(t) for t in dce + amc] + self.verdict_first_prompts()
+        return [self.prompt(t) for t in dce + amc]
 
     def probability_aggregate(self, run: PipelineRun, aggregate: Aggregate) -> Aggregate | str:
         """Eq. 3 with ``z_i = 2 P(supported) - 1`` for each judged sentence in place of its +1/-1 mark (DCE's

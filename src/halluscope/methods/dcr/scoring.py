@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from halluscope.methods.dcr.verifier import NO_REASON, DceNotes, OtherReason
-from halluscope.methods.options import StageOptions
+from halluscope.options import StageOptions
 from halluscope.records import Verdict
 from halluscope.stages import Aggregate, register_stage
 from halluscope.stages.verdicts import RunStage

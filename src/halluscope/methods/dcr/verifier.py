@@ -30,7 +30,7 @@ from halluscope.methods.dcr.replies import (
     parse_dce_sentences,
     parse_dce_single,
 )
-from halluscope.methods.options import StageOptions
+from halluscope.options import StageOptions
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, LLMCall, StepResult, Verdict
 from halluscope.stages import Context, PromptResolver, register_stage, same_prompt

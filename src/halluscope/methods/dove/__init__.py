@@ -29,7 +29,6 @@ if TYPE_CHECKING:  # the names importable from here, each loaded from its module
     from halluscope.methods.dove.method import Dove, DoveOptions
     from halluscope.methods.dove.order import (
         DoveScores,
-        EventOrder,
         dove_score,
         event_order_finding,
         judge_order,
@@ -83,7 +82,6 @@ __all__ = [
     "DoveOrderReply",
     "DoveScores",
     "DoveSorter",
-    "EventOrder",
     "PositionSorter",
     "dove_score",
     "event_order_finding",

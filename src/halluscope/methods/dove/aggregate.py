@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from halluscope.methods.dove.order import dove_score, partial_subscores
-from halluscope.methods.options import StageOptions
+from halluscope.options import StageOptions
 from halluscope.records import Claim, Finding
 from halluscope.stages import Aggregate, register_stage
 from halluscope.stages.verdicts import ClaimFindings, RunStage

@@ -11,10 +11,9 @@ from pydantic import Field
 
 from halluscope.methods import register_method
 from halluscope.methods.details import MethodDetails
-from halluscope.methods.dove.aggregate import DoveOrderFindings as DoveOrderFindings  # importable here as before
 from halluscope.methods.dove.aggregate import OrderOutcome
 from halluscope.methods.dove.details import DoveDetails
-from halluscope.methods.dove.order import EventOrder, judge_order, target_position_order
+from halluscope.methods.dove.order import judge_order, target_position_order
 from halluscope.methods.dove.prompts import (
     DOVE_CHECK_BATCH_PROMPT,
     DOVE_CHECK_PROMPT,
@@ -22,13 +21,14 @@ from halluscope.methods.dove.prompts import (
     DOVE_SORT_PROMPT,
 )
 from halluscope.methods.dove.stages import DoveSorter
-from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions, own_options
-from halluscope.methods.pipeline import ClaimPipeline, PipelineRun, support_p
+from halluscope.methods.pipeline import ClaimPipeline, support_p
+from halluscope.options import MAX_BATCH_SIZE, ClaimOptions, own_options
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, StepResult
 from halluscope.retrieval import SourceIndex, fits_in_context
 from halluscope.stages import Aggregate, Sorter, stage_spec
 from halluscope.stages.context import shared_source_index  # the retrieval stage's index (cached)
+from halluscope.stages.protocols import EventOrder, PipelineRun
 
 if TYPE_CHECKING:
     from halluscope.config import Config
@@ -140,7 +140,7 @@ class Dove(ClaimPipeline):
         used += self.verifier_prompts()
         if self.own_sorter:
             used.append(self.prompt(DOVE_SORT_PROMPT))
-        return used + self.verdict_first_prompts()
+        return used
 
     def probability_aggregate(self, run: PipelineRun, aggregate: Aggregate) -> Aggregate | str:
         """Eq. 5 with S_E and S_D the mean P(supported) of the judged event and descriptive facts in place of the

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from halluscope.permutations import inverted_pairs
 from halluscope.records import Claim, Finding
-from halluscope.stages.protocols import EventOrder as EventOrder  # the sorters' record, declared with their protocol
+from halluscope.stages.protocols import EventOrder
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from rapidfuzz import fuzz, process
 
 from halluscope.llm.replies import Reply
 from halluscope.methods.batching import BatchAnswers, batch_reply, numbered_entry, parse_batch
-from halluscope.methods.dove.order import EventOrder
+from halluscope.stages.protocols import EventOrder
 from halluscope.text import ParseError
 from halluscope.text.placeholders import is_placeholder, normalized, shown_strings
 

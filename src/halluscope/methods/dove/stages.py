@@ -16,7 +16,6 @@ from halluscope.llm import LLM
 from halluscope.llm.label_probs import TRUE_FALSE, VERDICT_TOP_LOGPROBS, step_label, with_label_probability
 from halluscope.llm.structured import generate_reply
 from halluscope.methods.batching import BatchCall, BatchingVerifier, numbered_as_written
-from halluscope.methods.dove.order import EventOrder
 from halluscope.methods.dove.prompts import (
     DOVE_CHECK_BATCH_PROMPT,
     DOVE_CHECK_PROMPT,
@@ -34,10 +33,11 @@ from halluscope.methods.dove.replies import (
     parse_decomposition,
     parse_event_order,
 )
-from halluscope.methods.options import MAX_BATCH_SIZE, RetrievalOptions, StageOptions, options_view
+from halluscope.options import MAX_BATCH_SIZE, RetrievalOptions, StageOptions, options_view
 from halluscope.records import Claim, Evidence, LLMCall, Span, StepResult, Verdict
 from halluscope.stages import Context, PromptResolver, register_stage, same_prompt
 from halluscope.stages.context import shared_source_index
+from halluscope.stages.protocols import EventOrder
 from halluscope.stages.verifiers import messages_tokens, reply_budget
 from halluscope.text import locate, split_sentences
 from halluscope.text.placeholders import is_placeholder, shown_strings

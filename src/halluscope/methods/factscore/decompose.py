@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from halluscope.llm.structured import generate_reply
 from halluscope.methods.factscore.prompts import FACTSCORE_DECOMPOSE_PROMPT
 from halluscope.methods.factscore.replies import FACT_ECHOES, FACT_EXAMPLES, FactsReply
-from halluscope.methods.options import StageOptions
+from halluscope.options import StageOptions
 from halluscope.records import Claim, StepResult
 from halluscope.stages import PromptResolver, register_stage, same_prompt
 from halluscope.text import ParseError, Sentence, locate, split_sentences

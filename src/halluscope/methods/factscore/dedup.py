@@ -13,7 +13,7 @@ from halluscope.llm.base import CallBudgetExceeded, LLMError
 from halluscope.llm.structured import generate_reply
 from halluscope.methods.factscore.prompts import FACTSCORE_DEDUP_PROMPT
 from halluscope.methods.factscore.replies import KeepReply
-from halluscope.methods.options import StageOptions
+from halluscope.options import StageOptions
 from halluscope.records import Span, StepResult
 from halluscope.stages import PromptResolver, register_stage, same_prompt
 from halluscope.text import ParseError

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from halluscope.llm.base import CallBudgetExceeded, LLMError
 from halluscope.methods.factscore.options import FactScoreOptions
 from halluscope.methods.factscore.verifier import FactScoreVerifier
-from halluscope.methods.options import StageOptions, options_view
+from halluscope.methods.verdict_first import VerdictFirst
+from halluscope.options import StageOptions, options_view
 from halluscope.records import Finding, Verdict
 from halluscope.stages import Deduplicator, PromptResolver, build_stage, register_stage, same_prompt, stage_spec
 from halluscope.stages.findings import claim_finding, group_confidence, verdict_confidence
@@ -49,7 +50,7 @@ class FactScoreLocalizer:
         self.llm = model
         self.options: Any = options or self.Options()
         self.prompts = prompts
-        self.own_reasons = isinstance(verifier, FactScoreVerifier)  # its reasons are one description a line
+        self.own_reasons = isinstance(verifier, (FactScoreVerifier, VerdictFirst))  # one description a line
         self.make_deduplicator = deduplicator
 
     @classmethod

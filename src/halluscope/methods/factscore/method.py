@@ -78,4 +78,4 @@ class FactScore(ClaimPipeline):
         used += self.verifier_prompts()
         if self.dedups and self.chosen["deduplicator"][0] == "llm":
             used.append(self.prompt(FACTSCORE_DEDUP_PROMPT))
-        return used + self.verdict_first_prompts()
+        return used

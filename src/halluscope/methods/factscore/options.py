@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions
+from halluscope.options import MAX_BATCH_SIZE, ClaimOptions
 from halluscope.stages import stage_spec
 
 

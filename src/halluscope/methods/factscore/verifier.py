@@ -24,7 +24,7 @@ from halluscope.methods.factscore.replies import (
     FactJudgmentBatchEntry,
     FactJudgmentReply,
 )
-from halluscope.methods.options import MAX_BATCH_SIZE, StageOptions
+from halluscope.options import MAX_BATCH_SIZE, StageOptions
 from halluscope.records import Claim, LLMCall, Verdict
 from halluscope.stages import Context, PromptResolver, register_stage, same_prompt
 from halluscope.text.placeholders import is_placeholder

@@ -19,8 +19,7 @@ from halluscope.methods.localize.stages import (
     description_score,
     findings_from_descriptions,
 )
-from halluscope.methods.options import MethodOptions
-from halluscope.options import ScoreKind
+from halluscope.options import MethodOptions, ScoreKind
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Example, Report
 
@@ -101,6 +100,11 @@ class Localize(Method):
     default_threshold = 0.75
     probability_threshold = 0.5
 
+    @classmethod
+    def probability_scored(cls, opts: MethodOptions) -> bool:
+        """A probability score is asked for only with the 2-step filter's own yes/no (``filter=self``)."""
+        return super().probability_scored(opts) and getattr(opts, "filter", None) == "self"
+
     @property
     def variant(self) -> int:
         """The prompt variant this instance sends: ``variant`` when it is 1 or 2; with ``auto`` (resolved by the
@@ -177,7 +181,6 @@ class Localize(Method):
             update={
                 "score": p_consistent,
                 "subscores": {**report.subscores, "label_score": report.score},
-                "threshold": self.probability_threshold,
                 "details": details,
             }
         )
@@ -220,7 +223,7 @@ class Localize(Method):
             report = await method.run(source, target)
         finally:
             method.close()  # built for this check: e.g. probe judges' clients go with it
-        threshold = self.opts.filter_threshold if self.opts.filter_threshold is not None else method.default_threshold
+        threshold = self.opts.filter_threshold if self.opts.filter_threshold is not None else method.threshold
         info = {
             "kind": "method",
             "method": self.opts.filter,

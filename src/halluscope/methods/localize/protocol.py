@@ -345,7 +345,7 @@ async def select_filter_threshold(
     usable = [(label, score) for label, score in pairs if label is not None and score is not None]
     base = dict(
         method=filt.name,
-        default_threshold=filt.default_threshold,
+        default_threshold=filt.threshold,
         n=len(usable),
         n_unscored=sum(score is None for _, score in pairs),
         run_dir=str(run_dir),
@@ -355,7 +355,7 @@ async def select_filter_threshold(
     if best is None:
         return ThresholdSelection(
             **base,
-            threshold=filt.default_threshold,
+            threshold=filt.threshold,
             criterion="method_default",
             reason="the selection items give no threshold (fewer than two scored, labelled "
             "items, or one class only): the method's default threshold",

@@ -36,9 +36,9 @@ if TYPE_CHECKING:  # the names importable from here, each loaded from its module
     from halluscope.methods.probe.details import ProbeDetails
     from halluscope.methods.probe.evidence import ProbeEvidenceFinder, QuoteSearch, TopSentencesFinder, locate_quote
     from halluscope.methods.probe.judge import EvidenceEvaluator, EvidenceJudgment, Judge, Vote
-    from halluscope.methods.probe.method import Probe, probe_finding
+    from halluscope.methods.probe.method import Probe
     from halluscope.methods.probe.options import ProbeOptions
-    from halluscope.methods.probe.outcome import ProbeAggregator, ProbeLocalizer
+    from halluscope.methods.probe.outcome import ProbeAggregator, ProbeLocalizer, probe_finding
     from halluscope.methods.probe.replies import (
         DECOMPOSE_PROMPT,
         EVALUATE_PROMPT,

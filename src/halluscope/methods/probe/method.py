@@ -18,11 +18,9 @@ from halluscope.config import Config
 from halluscope.llm import LLM
 from halluscope.methods import register_method
 from halluscope.methods.details import MethodDetails
-from halluscope.methods.options import OptionsError
 from halluscope.methods.pipeline import ClaimPipeline
 from halluscope.methods.probe.details import ProbeDetails
 from halluscope.methods.probe.options import ProbeOptions
-from halluscope.methods.probe.outcome import probe_finding as probe_finding  # importable here as before
 from halluscope.methods.probe.replies import (
     DECOMPOSE_PROMPT,
     EVALUATE_BATCH_PROMPT,
@@ -32,6 +30,7 @@ from halluscope.methods.probe.replies import (
 )
 from halluscope.methods.probe.trace import ProbeTrace
 from halluscope.methods.probe.verifier import ProbeVerifier
+from halluscope.options import OptionsError
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Report
 from halluscope.stages.trace import RunTrace
@@ -101,14 +100,14 @@ class Probe(ClaimPipeline):
 
     def used_prompts(self) -> list[PromptTemplate]:
         decompose = [self.prompt(DECOMPOSE_PROMPT)] if self.chosen["decomposer"][0] == "probe" else []
-        if self.opts.verifier not in (None, "probe"):
-            return [*decompose, *self.verifier_prompts(), *self.verdict_first_prompts()]
+        if self.chosen["verifier"][0] != "probe":
+            return [*decompose, *self.verifier_prompts()]
         finder = [self.prompt(FIND_EVIDENCE_PROMPT)] if self.chosen["evidence_finder"][0] == "probe" else []
         batched = []
         if self.opts.batch_size > 1:  # the batch prompts (whole source only)
             batched = [self.prompt(FIND_EVIDENCE_BATCH_PROMPT)] if finder else []
             batched.append(self.prompt(EVALUATE_BATCH_PROMPT))
-        return [*decompose, *finder, self.prompt(EVALUATE_PROMPT), *batched, *self.verdict_first_prompts()]
+        return [*decompose, *finder, self.prompt(EVALUATE_PROMPT), *batched]
 
     def source_fits(self, source: str, claims: Sequence[Claim]) -> bool:
         if not self.chosen_uses_llm("evidence_finder") and isinstance(self.verifier, ProbeVerifier):

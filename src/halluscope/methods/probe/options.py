@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints, field_validator
 
-from halluscope.methods.options import MAX_BATCH_SIZE, ClaimOptions, options_view
+from halluscope.options import MAX_BATCH_SIZE, ClaimOptions, options_view
 
 MAX_JUDGES = 8
 MAX_SAMPLES = 20

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from halluscope.methods.batching import BatchCall, BatchStep, gather_or_cancel, judge_in_batches
-from halluscope.methods.options import own_options
 from halluscope.methods.probe.evidence import ProbeEvidenceFinder, QuoteSearch, SourceSentences, context_around
 from halluscope.methods.probe.judge import EvidenceEvaluator, EvidenceJudgment, Judge
 from halluscope.methods.probe.options import ProbeVerifierOptions
@@ -36,6 +35,7 @@ from halluscope.methods.probe.replies import (
     is_template_echo,
 )
 from halluscope.methods.probe.trace import ProbeTrace
+from halluscope.options import own_options
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Evidence, LLMCall, Verdict
 from halluscope.stages import Context, PromptResolver, build_stage, register_stage, same_prompt, stage_spec

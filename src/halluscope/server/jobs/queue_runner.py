@@ -28,7 +28,7 @@ from typing import Any
 
 from halluscope.records import Report
 from halluscope.server.jobs.base import JobStoreUnavailable
-from halluscope.server.jobs.redis_store import Claim, RedisJobStore
+from halluscope.server.jobs.redis_store import Lease, RedisJobStore
 from halluscope.server.jobs.runner import CheckFailed, ItemRunner, dead_letter
 from halluscope.server.logs import event
 
@@ -68,7 +68,7 @@ class QueueRunner:
         self._draining: asyncio.Event | None = None
         self._tasks: dict[str, set[asyncio.Task[None]]] = {}
         self._methods: dict[str, Any] = {}
-        self._held: dict[tuple[str, str], Claim] = {}  # (job id, entry id) -> the claim; renewed by the thread
+        self._held: dict[tuple[str, str], Lease] = {}  # (job id, entry id) -> the claim; renewed by the thread
         self._lost: set[tuple[str, str]] = set()  # held items whose lease another replica took
         self._handed_back: dict[str, list[str]] = {}  # job id -> entry ids cancelled while draining
         self._held_lock = threading.Lock()
@@ -186,7 +186,7 @@ class QueueRunner:
         if self._wake is not None:
             self._wake.set()  # a slot is free
 
-    async def _one(self, job_id: str, method: Any, claim: Claim) -> None:
+    async def _one(self, job_id: str, method: Any, claim: Lease) -> None:
         key = (job_id, claim.entry_id)
         try:
             try:
@@ -224,7 +224,7 @@ class QueueRunner:
         else:
             self.cancel(job_id)  # deleted meanwhile: stop its other items here
 
-    async def _run_or_dead_letter(self, job_id: str, method: Any, claim: Claim) -> tuple[Report, str]:
+    async def _run_or_dead_letter(self, job_id: str, method: Any, claim: Lease) -> tuple[Report, str]:
         """Run the item, or, when it cannot be read or has had its ``max_attempts``, its unscored dead letter."""
         if claim.example is None:
             reason = f"item {claim.index} could not be read: {claim.unreadable or 'no data'}"

@@ -209,7 +209,7 @@ _JOB_FIELDS = ("id", "status", "name", "method", "options", "dataset", "error", 
 
 
 @dataclass(frozen=True)
-class Claim:
+class Lease:
     """An item this replica holds a lease on: its stream entry, index, example, and which delivery this is.
     ``example`` is None when the stored item cannot be read; ``unreadable`` then says why (the runner records
     the item unscored with that reason instead of running it)."""
@@ -468,7 +468,7 @@ class RedisJobStore:
 
     # --- the queue ----------------------------------------------------------------------------------
 
-    def claim(self, job_id: str, consumer: str, count: int, lease_s: float) -> builtins.list[Claim]:
+    def claim(self, job_id: str, consumer: str, count: int, lease_s: float) -> builtins.list[Lease]:
         """Up to ``count`` items of the job for ``consumer``: first those whose lease expired (their owner died
         or stalled), then new ones. Items that already have a result are acknowledged and skipped."""
         keys = [
@@ -488,7 +488,7 @@ class RedisJobStore:
         for i in range(0, len(flat), 5):
             example, unreadable = _stored_example(flat[i + 2])
             claims.append(
-                Claim(flat[i], int(flat[i + 1]), example, int(flat[i + 3]), bool(int(flat[i + 4])), unreadable)
+                Lease(flat[i], int(flat[i + 1]), example, int(flat[i + 3]), bool(int(flat[i + 4])), unreadable)
             )
         return claims
 
@@ -519,7 +519,7 @@ class RedisJobStore:
     def complete(
         self,
         job_id: str,
-        claim: Claim,
+        claim: Lease,
         *,
         report: Report | None = None,
         report_json: str | None = None,
