@@ -488,7 +488,7 @@ def test_a_stage_lookup_imports_only_that_stages_module():
         "import sys, halluscope.stages as s; s.stage_spec('verifier', 'dcr'); "
         "print(sorted({m.split('.')[2] for m in sys.modules if m.startswith('halluscope.methods.')}))"
     )
-    assert _fresh(code) == str(sorted({"base", "batching", "dcr", "details", "options"}))
+    assert _fresh(code) == str(sorted({"base", "batching", "dcr", "details"}))
 
 
 def test_the_package_lazily_exports_what_it_imports_for_type_checkers():

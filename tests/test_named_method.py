@@ -40,9 +40,11 @@ def test_the_entry_points_share_the_one_lookup():
     resolved name is shown or cached rather than only built (``halluscope methods``, the service's method cache)
     and ``halluscope check`` (cli/check.py: to call build_method too)."""
     callers = sorted(
-        str(path.relative_to(SRC))
-        for path in SRC.rglob("*.py")
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "resolve_method"
+        {
+            str(path.relative_to(SRC))
+            for path in SRC.rglob("*.py")
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "resolve_method"
+        }
     )
     assert callers == ["cli/check.py", "cli/main.py", "methods/named.py", "server/service.py"]
