@@ -30,11 +30,17 @@ __all__ = [
     "Usage",
     "Verdict",
     "acheck",
+    "acheck_citations",
     "acheck_many",
     "aevaluate",
     "check",
+    "check_citations",
     "check_many",
     "evaluate",
+    "aguard",
+    "aguard_stream",
+    "guard",
+    "guard_stream",
     "DEFAULT_METHOD",
     "__version__",
 ]
@@ -137,3 +143,81 @@ async def aevaluate(
     from halluscope.tabular import aevaluate as _aevaluate
 
     return await _aevaluate(data, source, target, method, model, **kwargs)
+
+
+def check_citations(
+    contexts: "_abc.Sequence[str]",
+    answer: str,
+    *,
+    style: "str | None" = None,
+    uncited: str = "flag",
+    threshold: float = 0.5,
+    llm: _t.Any = None,
+    config: "Config | None" = None,
+) -> Report:
+    """Check every citation of ``answer`` against ``contexts`` (the chunks its markers ``[1]``, ``[^1]`` or
+    ``(Source 1)`` number from 1) with the verdict-first scorer: citation recall and precision as in the ALCE
+    benchmark, and a finding per wrong citation naming the chunk that supports the sentence
+    (:mod:`halluscope.methods.citations`, docs/citations.md)."""
+    return _run_sync(
+        acheck_citations(contexts, answer, style=style, uncited=uncited, threshold=threshold, llm=llm, config=config)
+    )
+
+
+async def acheck_citations(
+    contexts: "_abc.Sequence[str]",
+    answer: str,
+    *,
+    style: "str | None" = None,
+    uncited: str = "flag",
+    threshold: float = 0.5,
+    llm: _t.Any = None,
+    config: "Config | None" = None,
+) -> Report:
+    """The async form of :func:`check_citations`."""
+    from halluscope.methods.citations import acheck_citations as _acheck
+
+    return await _acheck(
+        contexts,
+        answer,
+        style=style,
+        uncited=uncited,  # type: ignore[arg-type]
+        threshold=threshold,
+        llm=llm,
+        config=config,
+    )
+
+
+def guard(contexts: "_abc.Sequence[str]", answer: str, on_fail: str = "filter", **options: _t.Any) -> _t.Any:
+    """Check ``answer`` against ``contexts`` sentence by sentence and act on what fails: ``on_fail`` is
+    ``filter`` (remove unsupported sentences, point wrong citations at the chunk that supports them), ``fix``
+    (apply only fixes the same scorer re-verified), ``raise`` (:class:`~halluscope.methods.guard.GuardError` with
+    the findings) or ``annotate`` (mark the spans). Returns a :class:`~halluscope.methods.guard.GuardResult`:
+    ``.text`` to ship and ``.report``. Options: ``style``, ``uncited`` (default ``check``), ``threshold``, ``llm``,
+    ``config`` (docs/guard.md)."""
+    return _run_sync(aguard(contexts, answer, on_fail, **options))
+
+
+async def aguard(contexts: "_abc.Sequence[str]", answer: str, on_fail: str = "filter", **options: _t.Any) -> _t.Any:
+    """The async form of :func:`guard`."""
+    from halluscope.methods.guard import aguard as _aguard
+
+    return await _aguard(contexts, answer, on_fail, **options)  # type: ignore[arg-type]
+
+
+def guard_stream(
+    contexts: "_abc.Sequence[str]", tokens: "_abc.Iterable[str]", on_fail: str = "filter", **options: _t.Any
+) -> _t.Any:
+    """Guard a streamed answer: each sentence is checked as soon as it is complete, and the sentences are yielded
+    in order (:class:`~halluscope.methods.guard.Released`, ``.text`` None when removed), none before its check.
+    Options as for :func:`guard`."""
+    from halluscope.methods.guard import guard_stream as _guard_stream
+
+    return _guard_stream(contexts, tokens, on_fail, **options)  # type: ignore[arg-type]
+
+
+def aguard_stream(contexts: "_abc.Sequence[str]", tokens: _t.Any, on_fail: str = "filter", **options: _t.Any) -> _t.Any:
+    """The async form of :func:`guard_stream` (``tokens``: an async or a plain iterable of text pieces)."""
+    from halluscope.methods.guard import aguard_stream as _aguard_stream
+
+    return _aguard_stream(contexts, tokens, on_fail, **options)  # type: ignore[arg-type]

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
+from halluscope.cli.citations import CitationsOpt, UncitedOpt, add_citations
 from halluscope.cli.common import (
     NO_FLAGS,
     InputFileError,
@@ -210,6 +211,12 @@ def report_text(report: Report, texts: Texts, claims: bool = False, show_details
     lines.append(verdict)
     if report.unscored_reason:
         lines.append(f"could not score: {report.unscored_reason}")
+    if "citation_recall" in report.subscores:  # a cited answer: how well its citations hold, in words
+        recall, precision = report.subscores["citation_recall"], report.subscores.get("citation_precision")
+        lines.append(
+            f"  citations: {number(recall)} of the cited sentences are supported by what they cite (recall), "
+            f"{'n/a' if precision is None else number(precision)} of the citations are needed (precision)"
+        )
     if show_details and report.subscores:
         lines.append("  " + ", ".join(f"{k}={number(v)}" for k, v in report.subscores.items()))
     if isinstance(report.details.get("ran"), list):  # an ensemble: which members ran, which the cascade skipped
@@ -368,6 +375,8 @@ def check_command(  # noqa: C901 - the check command's flags, each validated whe
             ),
         ),
     ] = False,
+    citations: CitationsOpt = None,
+    uncited: UncitedOpt = "flag",
 ) -> None:
     """Check TARGET against SOURCE (or every row of --input into --output) and print the findings, score and cost.
 
@@ -459,6 +468,7 @@ def check_command(  # noqa: C901 - the check command's flags, each validated whe
     except (InputError, LLMError, ValueError) as exc:
         raise fail(str(exc)) from exc
     if chunks is not None:
+        report = add_citations(report, m, chunks, tgt, citations, uncited)
         from halluscope.contexts import join_contexts
 
         src = join_contexts(chunks)[0]

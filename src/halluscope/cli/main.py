@@ -7,12 +7,14 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from halluscope.cli.bench import bench_command
+from halluscope.cli.bench_citations import bench_citations_command
 from halluscope.cli.bench_sweep import bench_sweep_command
 from halluscope.cli.check import check_command
 from halluscope.cli.fit_combiner import fit_combiner_command
 from halluscope.cli.generate_inject import inject_command
 from halluscope.cli.generate_montage import montage_command
 from halluscope.cli.generate_perturb import perturb_command
+from halluscope.cli.guard import guard_command
 from halluscope.cli.improve import improve_command
 from halluscope.cli.reproduce import reproduce_command
 from halluscope.cli.serve import serve_command
@@ -201,10 +203,12 @@ def stages_command(
 app.command("methods")(methods_command)
 app.command("stages")(stages_command)
 app.command("check")(verbosity_options(check_command))
+app.command("guard")(verbosity_options(guard_command))
 app.command("improve")(verbosity_options(improve_command))
 app.command("serve")(verbosity_options(serve_command))
 app.command("bench")(verbosity_options(bench_command))
 app.command("bench-sweep")(verbosity_options(bench_sweep_command))
+app.command("bench-citations")(verbosity_options(bench_citations_command))
 app.command("reproduce")(verbosity_options(reproduce_command))
 app.command("train-verifier")(verbosity_options(train_verifier_command))
 app.command("fit-combiner")(verbosity_options(fit_combiner_command))

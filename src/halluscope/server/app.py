@@ -21,6 +21,7 @@ from halluscope.llm import LLM
 from halluscope.methods import list_methods
 from halluscope.records import Report
 from halluscope.report import RenderTimeout, render_html
+from halluscope.server.answer_guard import add_guard_route
 from halluscope.server.dashboard import job_stats, render_dashboard
 from halluscope.server.guard import Guard
 from halluscope.server.jobs import result_line, valid_job_id
@@ -170,6 +171,7 @@ def create_app(config: Config | None = None, settings: ServerSettings | None = N
             links={"self": base, "results": f"{base}/results", "report": f"{base}/report"},
         )
 
+    add_guard_route(app, service)
     fmt_query = Query("json", pattern="^(json|html)$", description="`html` for the web report.")
 
     # --- probes and metadata ------------------------------------------------------------------------

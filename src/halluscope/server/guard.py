@@ -39,7 +39,7 @@ PUBLIC = frozenset(
     {"/health", "/ready", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json", "/login", "/logout"}
 )
 PROBES = frozenset({"/health", "/ready", "/metrics"})
-WORK = frozenset({("POST", "/check"), ("POST", "/improve"), ("POST", "/check/batch")})
+WORK = frozenset({("POST", "/check"), ("POST", "/improve"), ("POST", "/check/batch"), ("POST", "/guard")})
 
 
 class BodyTooLarge(Exception):

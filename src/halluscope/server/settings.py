@@ -128,6 +128,6 @@ class ServerSettings:
         """The largest body accepted on ``route`` (a route template such as ``/check``)."""
         if route in ("/check/batch", "/jobs"):
             return self.max_body_bytes
-        if route in ("/check", "/improve"):
+        if route in ("/check", "/improve", "/guard"):
             return min(self.max_body_bytes, 12 * self.max_chars + MiB)
         return 64 * 1024
