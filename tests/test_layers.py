@@ -391,6 +391,7 @@ METHOD_CROSSINGS = {
     ("encoders", "gate"): "the encoder gate marks target spans as the lexical gate does (target_spans)",
     ("improve", "dcr"): "RAI (improve) is DCR's reason-assisted improver: DCR's prompts, options and details",
     ("improve", "rai"): "RAI's rewrite step (replies, prompts, splicing), re-exported by improve",
+    ("guard", "citations"): "the RAG guard acts on the citation check's verdicts of each sentence",
 }
 
 
