@@ -45,7 +45,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from halluscope.server.stub import answer_lifespan, chat_completion, read_body, send_json
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's tests/ helpers
+from tests.stub_server import answer_lifespan, chat_completion, read_body, send_json  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent

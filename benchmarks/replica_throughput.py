@@ -27,7 +27,8 @@ from pathlib import Path
 
 import httpx
 
-from halluscope.server.loadtest import free_port, start_server, start_stub
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's tests/ helpers
+from tests.loadtest import free_port, start_server, start_stub  # noqa: E402
 
 
 def start_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:

@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -53,7 +54,8 @@ from typing import Any
 
 import httpx
 
-from halluscope.server import loadtest
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's tests/ helpers
+from tests import loadtest  # noqa: E402
 
 TOKEN = "bench-token"
 

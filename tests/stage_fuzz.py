@@ -115,7 +115,7 @@ CONSISTENT = "Consistent: the SOURCE states this."
 INCONSISTENT = 'Inconsistent: the SOURCE does not say "this"; it says something else.'
 
 
-def valid(stage: str, user: str, flip: bool = False) -> Any:
+def valid(stage: str, user: str, flip: bool = False) -> Any:  # noqa: C901 - one valid reply per stage prompt, a branch each
     """A valid reply for ``stage`` as a JSON value (or a string for text replies). ``flip`` gives the other
     verdict (to build "two verdicts" replies); stages without a verdict ignore it."""
     if stage == "geval":

@@ -5,10 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from scipy import stats
-from sklearn.metrics import balanced_accuracy_score, roc_auc_score
 
 from halluscope.bench import metrics as M
 from halluscope.records import Span
+
+# the reference implementations the metrics are tested against are in the bench extra
+sklearn_metrics = pytest.importorskip(
+    "sklearn.metrics", reason="scikit-learn is in the bench extra: pip install 'halluscope[bench]'"
+)
+balanced_accuracy_score = sklearn_metrics.balanced_accuracy_score
+roc_auc_score = sklearn_metrics.roc_auc_score
 
 
 def test_roc_auc_hand_computed_and_sklearn():
@@ -35,6 +41,23 @@ def test_best_threshold_maximizes_balanced_accuracy():
     assert M.balanced_accuracy(labels, scores, t) == pytest.approx(best)
     assert t == pytest.approx(0.7)  # 0.5 and 0.7 both give 5/6: ties go to the highest
     assert M.best_threshold([1, 1], [0.2, 0.3]) is None
+    assert M.best_threshold(labels, scores, ties="lowest") == pytest.approx(0.5)
+
+
+def test_best_threshold_is_youdens_j_on_the_roc_curve():
+    """The exact comparison gives scikit-learn's ROC answer (highest of the ties) on random scores with ties."""
+    from sklearn.metrics import roc_curve
+
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        n = int(rng.integers(2, 30))
+        y = rng.integers(0, 2, n).tolist()
+        s = (rng.integers(0, 6, n) / 5).tolist()
+        if len(set(y)) < 2:
+            continue
+        fpr, tpr, thresholds = roc_curve(y, s)
+        j = np.where(np.isfinite(thresholds), tpr - fpr, -np.inf)
+        assert M.best_threshold(y, s) == float(thresholds[int(np.flatnonzero(j >= j.max() - 1e-12)[0])])
 
 
 def test_balanced_accuracy_hand_computed():

@@ -3,9 +3,15 @@
 The import graph is read with ``ast`` from ``src/halluscope``: an edge for every ``import`` and ``from ... import``
 wherever it stands (module level, inside a function, under ``if TYPE_CHECKING:``, since a type-only import still
 makes the lower module's meaning depend on the upper one), relative imports resolved, and for every
-``importlib.import_module("halluscope...")`` called with a literal name. ``from a.b import c`` goes to ``a.b.c``
-when that is a module, else to ``a.b``; a package's parents are not counted (importing ``a.b.c`` runs ``a.b``'s
-``__init__``, but that is the package's own business), so a package re-exporting its submodules is no cycle.
+``importlib.import_module(...)`` / ``__import__(...)`` whose name the checker can read: a literal, a relative name
+with its package, a ``+`` concatenation of literals, or every module below the constant start of an f-string. A
+module name it cannot read (a variable) is allowed only in the registries of :data:`DYNAMIC_IMPORTERS`; ``exec``
+and ``eval`` nowhere. halluscope's own entry points name modules of the layers their group may load, and inside
+the methods layer one method imports another only where :data:`METHOD_CROSSINGS` says why.
+
+``from a.b import c`` goes to ``a.b.c`` when that is a module, else to ``a.b``; a package's parents are not
+counted (importing ``a.b.c`` runs ``a.b``'s ``__init__``, but that is the package's own business), so a package
+re-exporting its submodules is no cycle.
 
 The layer check also counts every string constant that is exactly a submodule's name (or ``"module:attribute"``;
 entry point group names aside): a registry that imports modules by name from a list of names depends on them as
@@ -19,6 +25,7 @@ below it only. A module that matches no layer fails the test: a new module is pl
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 import tomllib
@@ -38,6 +45,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "halluscope._version",
             "halluscope._optional",
+            "halluscope._lazy",
             "halluscope.records",
             "halluscope.config",
             "halluscope.config_files",
@@ -93,14 +101,94 @@ def modules(root: Path = SRC) -> dict[str, Path]:
     return found
 
 
-def _import_module_name(node: ast.Call) -> str | None:
-    """The literal module name of ``importlib.import_module("...")`` / ``import_module("...")``, else None."""
+IMPORT_CALLS = ("import_module", "__import__")
+CODE_CALLS = ("exec", "eval")  # code run from a string: its imports cannot be followed
+
+# Modules that import a module named at run time, and where the names come from (each is checked elsewhere).
+DYNAMIC_IMPORTERS = {
+    "halluscope._optional": "the optional dependency its caller names (a third-party package)",
+    "halluscope._lazy": "the names a package __init__ imports under TYPE_CHECKING (those imports are edges here)",
+    "halluscope.stages": "halluscope's own halluscope.stages entry points (checked below, with their layers)",
+    "halluscope.methods": "halluscope's own halluscope.methods entry points (checked below, with their layers)",
+    "halluscope.server.warmup": "FIRST_USE_MODULES, literal names in the module (edges of the layer check)",
+    "halluscope.bench.suites": "SUITE_MODULES, literal names in the module (edges of the layer check)",
+}
+
+
+def _called(node: ast.Call) -> str:
     func = node.func
-    called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-    if called != "import_module" or not node.args:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def _text(node: ast.expr | None) -> tuple[str, bool] | None:
+    """A string expression's constant text and whether that is all of it (an f-string or a ``+`` concatenation
+    whose start is constant gives that start and False); None when it does not start with a constant."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value, True
+    if isinstance(node, ast.JoinedStr):
+        prefix = ""
+        for part in node.values:
+            if not (isinstance(part, ast.Constant) and isinstance(part.value, str)):
+                return (prefix, False) if prefix else None
+            prefix += part.value
+        return prefix, True
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left = _text(node.left)
+        if left is None or not left[1]:
+            return left
+        right = _text(node.right)
+        return (left[0] + right[0], right[1]) if right is not None else (left[0], False)
+    return None
+
+
+def _anchor(node: ast.Call, name: str, package: str) -> str | None:
+    """The package a relative ``import_module(".x", package)`` is resolved against."""
+    given = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "package"), None)
+    if isinstance(given, ast.Name) and given.id == "__name__":
+        return name
+    if isinstance(given, ast.Name) and given.id == "__package__":
+        return package
+    found = _text(given)
+    return found[0] if found is not None and found[1] else None
+
+
+def dynamic_targets(node: ast.Call, name: str, package: str, known: dict[str, Path]) -> set[str] | None:
+    """The modules an ``import_module(...)`` / ``__import__(...)`` call can import: its literal name (a relative
+    one resolved), or every module below the constant start of an f-string or concatenation; None when the
+    checker cannot tell (a name from a variable). An empty set: the call is no import call."""
+    if _called(node) not in IMPORT_CALLS or not node.args:
+        return set()
+    found = _text(node.args[0])
+    if found is None:
         return None
-    first = node.args[0]
-    return first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else None
+    text, complete = found
+    if text.startswith("."):
+        anchor = _anchor(node, name, package)
+        if anchor is None:
+            return None
+        dots = len(text) - len(text.lstrip("."))
+        base = ".".join(anchor.split(".")[: len(anchor.split(".")) - (dots - 1)])
+        text = f"{base}.{text[dots:]}" if text[dots:] else base
+    if complete:
+        return {text}
+    if not text.startswith("halluscope"):
+        return set()  # a third-party package's module: no edge of this package
+    return {m for m in known if m.startswith(text)} or None
+
+
+def unfollowed_calls(name: str, path: Path, known: dict[str, Path]) -> list[str]:
+    """The dynamic imports the checker cannot follow, and every ``exec`` / ``eval``, as ``module:line call``."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.Call):
+            continue
+        called = _called(node)
+        if (called in CODE_CALLS and isinstance(node.func, ast.Name)) or (
+            called in IMPORT_CALLS and dynamic_targets(node, name, package, known) is None
+        ):
+            found.append(f"{name}:{node.lineno} {called}")
+    return found
 
 
 def _names_a_module(text: str, known: dict[str, Path]) -> bool:
@@ -125,8 +213,8 @@ def imports_of(name: str, path: Path, known: dict[str, Path], *, named: bool = F
             for alias in node.names:
                 sub = f"{base}.{alias.name}"
                 targets.add(sub if sub in known else base)
-        elif isinstance(node, ast.Call) and (literal := _import_module_name(node)):
-            targets.add(literal)
+        elif isinstance(node, ast.Call):
+            targets.update(dynamic_targets(node, name, package, known) or ())
         elif (
             named
             and isinstance(node, ast.Constant)
@@ -224,6 +312,105 @@ def test_the_checker_finds_a_cycle_and_an_upward_import(tmp_path):
     ]
 
 
+def test_the_checker_follows_f_string_concatenated_and_relative_imports_and_flags_exec(tmp_path):
+    pkg = tmp_path / "halluscope"
+    (pkg / "methods").mkdir(parents=True)
+    for name in ("__init__.py", "methods/__init__.py", "methods/base.py", "methods/extra.py"):
+        (pkg / name).write_text("")
+    (pkg / "records.py").write_text("import importlib\nk = 'x'\nimportlib.import_module(f'halluscope.methods.{k}')\n")
+    (pkg / "config.py").write_text("from importlib import import_module\nimport_module('halluscope.' + 'methods.base')")
+    (pkg / "methods" / "dcr.py").write_text("import importlib\nimportlib.import_module('.base', __package__)\n")
+    (pkg / "options.py").write_text("import importlib\nname = 'x'\nimportlib.import_module(name)\nexec('import os')\n")
+    known = modules(tmp_path)
+    graph = import_graph(tmp_path)
+    assert graph["halluscope.records"] == {  # an f-string: every module its constant start can name
+        "halluscope.methods.base",
+        "halluscope.methods.dcr",
+        "halluscope.methods.extra",
+    }
+    assert graph["halluscope.config"] == {"halluscope.methods.base"}
+    assert graph["halluscope.methods.dcr"] == {"halluscope.methods.base"}
+    assert unfollowed_calls("halluscope.options", pkg / "options.py", known) == [
+        "halluscope.options:3 import_module",
+        "halluscope.options:4 exec",
+    ]
+    assert unfollowed_calls("halluscope.records", pkg / "records.py", known) == []
+
+
+def test_no_import_the_checker_cannot_follow():
+    """No ``exec`` / ``eval`` in the package, and a module name the checker cannot read (a variable) only in the
+    registries of :data:`DYNAMIC_IMPORTERS`, each of which still does so (the list shrinks with the code)."""
+    known = modules()
+    found = [call for name, path in known.items() for call in unfollowed_calls(name, path, known)]
+    assert not [c for c in found if c.endswith((" exec", " eval"))], found
+    importers = {call.partition(":")[0] for call in found}
+    assert importers == set(DYNAMIC_IMPORTERS), found
+
+
+# the layers a module named by each of halluscope's own entry point groups may be in
+ENTRY_POINT_LAYERS = {
+    "halluscope.stages": ("shared stages", "methods"),
+    "halluscope.methods": ("methods",),
+    "pytest11": ("bench, generators, integrations",),
+}
+
+
+def test_entry_points_name_modules_of_their_layer():
+    """halluscope's own entry points are imports its registries make by name: each names a module of the package,
+    in a layer its group may load (a stage in the stages or methods layers, never in the server or the CLI)."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    known = modules()
+    wrong = []
+    for group, table in project["entry-points"].items():
+        for entry, target in table.items():
+            module = target.partition(":")[0]
+            layer = layer_of(module)
+            if module not in known or layer is None or LAYERS[layer][0] not in ENTRY_POINT_LAYERS[group]:
+                wrong.append(f"{group} {entry} = {target}")
+    for script, target in project["scripts"].items():
+        if target.partition(":")[0] not in known:
+            wrong.append(f"script {script} = {target}")
+    assert not wrong
+
+
+# Inside the methods layer: the modules every method shares, and the imports from one method into another that
+# the code makes on purpose (with why). Any other import across methods fails.
+SHARED_METHOD_MODULES = (
+    "base",
+    "batching",
+    "calibration",
+    "details",
+    "encoder_models",
+    "named",
+    "options",
+    "pipeline",
+    "verdict_first",
+)
+METHOD_CROSSINGS = {
+    ("pipeline", "gate"): "the claim pipeline applies a gate stage's decisions as verdicts (gate_verdict)",
+    ("encoders", "gate"): "the encoder gate marks target spans as the lexical gate does (target_spans)",
+    ("improve", "dcr"): "RAI (improve) is DCR's reason-assisted improver: DCR's prompts, options and details",
+    ("improve", "rai"): "RAI's rewrite step (replies, prompts, splicing), re-exported by improve",
+    ("guard", "citations"): "the RAG guard acts on the citation check's verdicts of each sentence",
+}
+
+
+def _method_unit(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "methods" else None
+
+
+def test_methods_import_each_other_only_where_listed():
+    crossings = set()
+    for module, targets in import_graph().items():
+        unit = _method_unit(module)
+        for target in targets:
+            other = _method_unit(target)
+            if unit and other and other != unit and other not in SHARED_METHOD_MODULES:
+                crossings.add((unit, other))
+    assert crossings == set(METHOD_CROSSINGS)
+
+
 def test_every_module_has_a_layer():
     unplaced = sorted(m for m in modules() if layer_of(m) is None)
     assert not unplaced, "modules in no layer of tests/test_layers.py LAYERS: " + ", ".join(unplaced)
@@ -242,19 +429,86 @@ def test_no_module_imports_a_higher_layer():
     assert not upward, "imports that point up:\n" + "\n".join(upward)
 
 
-def test_the_built_in_stage_modules_are_the_packages_entry_points():
-    """The registry finds the built-in stages through the ``halluscope.stages`` entry points of halluscope's own
-    metadata; the methods package names the same modules (for a source checkout whose installed metadata is
-    older), and each of them registers at least one stage."""
-    from halluscope.methods import BUILTIN_STAGE_MODULES
+def _declared(group: str) -> dict[str, str]:
+    return tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["entry-points"][group]
+
+
+def test_the_built_in_stages_are_the_packages_entry_points():
+    """The one list of the built-in stages is halluscope's ``halluscope.stages`` entry points: each ``KIND.NAME`` =
+    ``module:Class`` is a stage its module registers under that kind and name, and every stage halluscope registers
+    is listed."""
     from halluscope.stages import stages
 
-    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    declared = project["entry-points"]["halluscope.stages"]
-    assert sorted(declared.values()) == sorted(BUILTIN_STAGE_MODULES)
-    registering = {spec.module for spec in stages()}
-    for module in BUILTIN_STAGE_MODULES:
-        assert any(m == module or m.startswith(module + ".") for m in registering), module
+    registered = {
+        f"{spec.protocol}.{spec.name}": f"{spec.module}:{spec.factory.__qualname__}"
+        for spec in stages()
+        if spec.module.startswith("halluscope.")
+    }
+    assert registered == _declared("halluscope.stages")
+
+
+def test_the_built_in_methods_are_the_packages_entry_points():
+    from halluscope.methods import list_methods, method_class
+
+    declared = _declared("halluscope.methods")
+    assert sorted(declared) == list_methods()
+    for name, target in declared.items():
+        cls = method_class(name)
+        assert (cls.name, f"{cls.__module__}:{cls.__qualname__}") == (name, target)
+
+
+def _fresh(code: str, path: str = str(SRC)) -> str:
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONPATH": path, "PATH": ""}
+    ).stdout.strip()
+
+
+def test_listing_the_stages_imports_no_method_module_it_does_not_list():
+    """``stages()`` in a fresh process imports the modules of the stages it lists and what they import, nothing
+    more: no method's composition (``DCR``, the claim pipeline, ...) and no module of a stage it does not list."""
+    listed = (
+        "import sys, json, halluscope.stages as s; found = s.stages(); "
+        "print(json.dumps([sorted({x.module for x in found}), sorted(m for m in sys.modules "
+        "if m.startswith('halluscope.methods'))]))"
+    )
+    modules_listed, imported = json.loads(_fresh(listed))
+    alone = json.loads(
+        _fresh(
+            f"import sys, json, importlib\nfor m in {modules_listed!r}: importlib.import_module(m)\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('halluscope.methods'))))"
+        )
+    )
+    assert imported == alone
+    compositions = {target.partition(":")[0] for target in _declared("halluscope.methods").values()}
+    assert "halluscope.methods.pipeline" not in imported
+    assert not (compositions - set(modules_listed)) & set(imported)
+
+
+def test_a_stage_lookup_imports_only_that_stages_module():
+    code = (
+        "import sys, halluscope.stages as s; s.stage_spec('verifier', 'dcr'); "
+        "print(sorted({m.split('.')[2] for m in sys.modules if m.startswith('halluscope.methods.')}))"
+    )
+    assert _fresh(code) == str(sorted({"base", "batching", "dcr", "details"}))
+
+
+def test_the_package_lazily_exports_what_it_imports_for_type_checkers():
+    """A method package's ``__init__`` imports its names under ``TYPE_CHECKING`` only; each resolves at run time
+    to the object of the module named there."""
+    import importlib
+
+    from halluscope._lazy import type_checking_imports
+
+    for package in ("dcr", "dove", "factscore", "probe"):
+        name = f"halluscope.methods.{package}"
+        path = SRC / "halluscope" / "methods" / package / "__init__.py"
+        exports = type_checking_imports(path.read_text(encoding="utf-8"), name)
+        mod = importlib.import_module(name)
+        assert set(mod.__all__) <= set(exports), package
+        for export, (module, attribute) in exports.items():
+            assert getattr(mod, export) is getattr(importlib.import_module(module), attribute)
+        with pytest.raises(AttributeError):
+            mod.no_such_name  # noqa: B018
 
 
 @pytest.mark.parametrize(
@@ -306,41 +560,18 @@ def _own_metadata(folder: Path, stage_modules: dict[str, str]) -> None:
     )
 
 
-def test_the_registry_finds_built_in_stages_through_the_entry_points_alone(tmp_path):
-    """With halluscope's metadata declaring only the shared decomposers, a fresh process that imports the registry
-    (and no method) finds the ``sentences`` decomposer; with the entry points of pyproject.toml it finds every
-    built-in stage the methods package finds."""
-    _own_metadata(tmp_path, {"sentences": "halluscope.stages.decomposers"})
+def test_an_installed_package_reads_its_stages_from_its_metadata(tmp_path):
+    """Without a source checkout's pyproject.toml beside the package (an installed wheel), the list is the
+    installed metadata's: declaring only the ``sentences`` decomposer, a fresh process finds that one and imports
+    no method; an older metadata's bare module names still register their stages."""
+    _own_metadata(tmp_path, {"decomposer.sentences": "halluscope.stages.decomposers:SentenceDecomposer"})
     code = (
-        "import sys; from halluscope.stages import stages; found = stages('decomposer'); "
+        "import sys, pathlib, halluscope.plugins as p; p.SOURCE_PYPROJECT = pathlib.Path('/nonexistent'); "
+        "from halluscope.stages import stages; found = stages('decomposer'); "
         "print([s.name for s in found], any(m.startswith('halluscope.methods') for m in sys.modules))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={"PYTHONPATH": f"{tmp_path}:{SRC}", "PATH": ""},
-    ).stdout.strip()
-    assert out == "['sentences'] False"
-
-    declared = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["entry-points"]
-    full = tmp_path / "full"
-    full.mkdir()
-    _own_metadata(full, declared["halluscope.stages"])
-    code = "from halluscope.stages import stages; print(len(stages()))"
-    alone = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={"PYTHONPATH": f"{full}:{SRC}", "PATH": ""},
-    ).stdout.strip()
-    with_methods = subprocess.run(
-        [sys.executable, "-c", "import halluscope.methods; " + code],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={"PYTHONPATH": str(SRC), "PATH": ""},
-    ).stdout.strip()
-    assert int(alone) == int(with_methods) > 30
+    assert _fresh(code, f"{tmp_path}:{SRC}") == "['sentences'] False"
+    older = tmp_path / "older"
+    older.mkdir()
+    _own_metadata(older, {"sentences": "halluscope.stages.decomposers", "dove": "halluscope.methods.dove.stages"})
+    assert _fresh(code, f"{older}:{SRC}") == "['dove', 'sentences'] True"

@@ -105,8 +105,8 @@ def test_check_rouge_runs_without_the_bench_libraries(tmp_path):
 
 def test_bench_code_without_its_extra_names_the_extra(tmp_path):
     code = BLOCKER.format(blocked=BENCH_ONLY) + (
-        "from halluscope.bench.metrics import best_threshold\n"
-        "try:\n    best_threshold([0, 1], [0.2, 0.8])\n"
+        "import numpy as np\nfrom halluscope.bench.combiner import cv_folds\n"
+        "try:\n    cv_folds(np.array([0, 1, 0, 1]), 'binary', None, 2, 0)\n"
         "except ImportError as exc:\n    print(type(exc).__name__, exc)\n"
     )
     out = run_python("-c", code, cwd=tmp_path)

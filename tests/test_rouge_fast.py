@@ -6,10 +6,13 @@ import json
 import random
 
 import pytest
-from rouge_score import rouge_scorer, tokenizers
 
 from halluscope.methods.rouge import ROUGE_TYPES, Rouge, rouge_scores, rouge_tokens
 from tests.conftest import DATA_DIR
+
+BENCH_EXTRA = "the reference rouge-score is in the bench extra: pip install 'halluscope[bench]'"
+rouge_scorer = pytest.importorskip("rouge_score.rouge_scorer", reason=BENCH_EXTRA)
+tokenizers = pytest.importorskip("rouge_score.tokenizers", reason=BENCH_EXTRA)
 
 TOLERANCE = 1e-9
 SYNTHETIC_PAIRS = 300

@@ -284,7 +284,7 @@ def test_worker_processes_end_when_the_server_is_killed(tmp_path):
     """A server killed with SIGKILL cannot stop its workers: they see the end of the pipe it held and exit rather
     than wait for work forever (and with them the fork server and the resource tracker)."""
     pytest.importorskip("uvicorn", reason="server extra not installed: pip install 'halluscope[server]'")
-    from halluscope.server import loadtest
+    from tests import loadtest
 
     with loadtest.start_server(tmp_path / "server", "--cpu-workers", "2", token=TOKEN) as server:
         r = httpx_post(server.url, {"source": PAIRS[0][0], "target": PAIRS[0][1], "method": "gate"})

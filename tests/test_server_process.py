@@ -17,7 +17,7 @@ pytest.importorskip("uvicorn", reason="server extra not installed: pip install '
 if not sys.platform.startswith("linux"):
     pytest.skip("memory and open files are read from /proc (Linux)", allow_module_level=True)
 
-from halluscope.server import loadtest
+from tests import loadtest
 
 TOKEN = "s3cret"
 

@@ -144,7 +144,7 @@ def test_failed_job_leaves_the_queue(store):
 def test_unreachable_redis_is_a_clear_error():
     from halluscope.server.jobs.base import JobStoreUnavailable
     from halluscope.server.jobs.redis_store import RedisJobStore, parse_jobs_url
-    from halluscope.server.loadtest import free_port
+    from tests.loadtest import free_port
 
     if importlib.util.find_spec("redis") is None:
         pytest.skip("the redis client is not installed: pip install -e '.[redis]'")
@@ -290,7 +290,7 @@ def test_redis_away_answers_503_and_the_scrape_still_works(jobs_url):
     from halluscope.config import Config
     from halluscope.llm import LLM, FakeModel
     from halluscope.server import ServerSettings, create_app
-    from halluscope.server.loadtest import free_port
+    from tests.loadtest import free_port
 
     app = create_app(
         Config(cache=False), ServerSettings(jobs_url=jobs_url, job_lease_s=5.0), llm=LLM(FakeModel(default=GEVAL_REPLY))
@@ -331,7 +331,7 @@ def test_replica_killed_mid_job_the_other_finishes_it(redis_url, tmp_path):
     results, none twice, and only those 4 prompts reach the model a second time."""
     import httpx
 
-    from halluscope.server import loadtest
+    from tests import loadtest
 
     concurrency, answered_first, lease_s = 4, 40, 4
     prefix = f"test:{uuid.uuid4().hex[:8]}:"

@@ -25,7 +25,7 @@ from halluscope.stages.decomposers import SentenceDecomposer  # noqa: E402
 from halluscope.verifier_training import (  # noqa: E402
     TrainSettings,
     VerifierTrainer,
-    best_threshold,
+    dev_threshold,
     make_pairs,  # noqa: E402
     split_dev,
 )
@@ -76,7 +76,8 @@ def test_dev_holds_out_whole_sources_and_the_threshold_maximises_balanced_accura
     )
     train, dev = split_dev(pairs, 0.3, seed=0)
     assert dev and train and not {p.group for p in train} & {p.group for p in dev}
-    assert best_threshold([0.1, 0.4, 0.6, 0.9], [0, 0, 1, 1]) == (0.6, 1.0)
+    assert dev_threshold([0.1, 0.4, 0.6, 0.9], [0, 0, 1, 1]) == (0.6, 1.0)
+    assert dev_threshold([0.2, 0.3, 0.7, 0.9], [0, 1, 0, 1]) == (0.3, 0.75)  # 0.3 and 0.9 tie: the lowest
 
 
 def test_trains_and_writes_a_folder_usable_as_verifier_and_gate(tiny_base, tmp_path):

@@ -50,17 +50,10 @@ _Source = str | _abc.Sequence[str]
 """One source text, or a list of retrieved chunks."""
 
 
-def _method(
-    method: "str | None", model: "str | None", config: "Config | None", llm: _t.Any, options: "dict[str, _t.Any]"
-) -> "Method":
-    from halluscope.config import resolve_method
-    from halluscope.methods import get_method
+def _build_method(method: "str | None", **settings: _t.Any) -> "Method":
+    from halluscope.methods.named import build_method  # imported when used: `import halluscope` stays light
 
-    config = config or Config()
-    if model is not None:
-        config = config.with_overrides(model=model)
-    name, options = resolve_method(method or config.method, options)
-    return get_method(name, llm=llm, config=config, **options)
+    return build_method(method, **settings)
 
 
 async def acheck(
@@ -74,7 +67,7 @@ async def acheck(
     **options: _t.Any,
 ) -> Report:
     """The async form of :func:`check`."""
-    return await _method(method, model, config, llm, options).acheck(source, target)
+    return await _build_method(method, model=model, config=config, llm=llm, options=options).acheck(source, target)
 
 
 def check(
@@ -104,7 +97,7 @@ async def acheck_many(
     **options: _t.Any,
 ) -> "list[Report]":
     """The async form of :func:`check_many`."""
-    return await _method(method, model, config, llm, options).acheck_many(pairs)
+    return await _build_method(method, model=model, config=config, llm=llm, options=options).acheck_many(pairs)
 
 
 def check_many(

@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
-from halluscope.config import Config, resolve_method
+from halluscope.config import Config
 from halluscope.records import Report
 
 if TYPE_CHECKING:
@@ -209,18 +209,9 @@ def _method(
     method: str | Method | None, model: str | None, config: Config | None, llm: Any, options: dict[str, Any]
 ) -> Method:
     """The named method built with these settings, or ``method`` itself when it is already a Method."""
-    from halluscope.methods import get_method
-    from halluscope.methods.base import Method
+    from halluscope.methods.named import build_method
 
-    if isinstance(method, Method):
-        if model is not None or config is not None or llm is not None or options:
-            raise TypeError("pass model, config, llm and options when naming a method, not with a Method instance")
-        return method
-    config = config or Config()
-    if model is not None:
-        config = config.with_overrides(model=model)
-    name, options = resolve_method(method or config.method, options)
-    return get_method(name, llm=llm, config=config, **options)
+    return build_method(method, model=model, config=config, llm=llm, options=options)
 
 
 def _is_method(method: Any) -> bool:

@@ -83,23 +83,19 @@ def assert_grounded(
     offline model); other keyword arguments (``config=``, ``llm=``, method options) go to the method.
     Raises :class:`GroundingSetupError` when the model cannot be used at all."""
     __tracebackhide__ = True  # pytest shows the caller's line, not this one
-    from halluscope.config import Config, resolve_method
     from halluscope.llm import LLMError
-    from halluscope.methods import get_method
     from halluscope.methods.base import Method
+    from halluscope.methods.named import build_method
 
     if isinstance(method, Method):
         if model is not None or kwargs:
             raise TypeError("model, config, llm and options go with a method name, not a Method instance")
         m = method
     else:
-        config = kwargs.pop("config", None) or Config()
-        if model is not None:
-            config = config.with_overrides(model=model)
         if threshold is not None:
             kwargs["threshold"] = threshold  # one setting with a method's own threshold option (the gate's)
-        name, kwargs = resolve_method(method or config.method, kwargs)
-        m = get_method(name, llm=kwargs.pop("llm", None), config=config, **kwargs)
+        config, llm = kwargs.pop("config", None), kwargs.pop("llm", None)
+        m = build_method(method, model=model, config=config, llm=llm, options=kwargs)
     if m.uses_llm:
         try:
             m.llm  # noqa: B018 - build the model now: one that cannot be built is a set-up error

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from halluscope.bench.metrics import balanced_accuracy, best_threshold
 from halluscope.methods.encoder_models import SETTINGS_FILE  # the checker reads what training writes there
 from halluscope.records import Example
 
@@ -119,20 +120,14 @@ def split_dev(pairs: Sequence[Pair], fraction: float, seed: int) -> tuple[list[P
     return train, dev
 
 
-def best_threshold(scores: Sequence[float], labels: Sequence[int]) -> tuple[float, float]:
-    """(threshold, balanced accuracy): the cut on P(supported) with the best balanced accuracy on dev."""
-    pos = sum(labels)
-    neg = len(labels) - pos
-    if not pos or not neg:
+def dev_threshold(scores: Sequence[float], labels: Sequence[int]) -> tuple[float, float]:
+    """(threshold, balanced accuracy): the cut on P(supported) with the best balanced accuracy on dev
+    (:func:`halluscope.bench.metrics.best_threshold`, ties to the lowest cut); (0.5, nan) with one class."""
+    threshold = best_threshold(labels, scores, ties="lowest")
+    if threshold is None:
         return 0.5, float("nan")
-    best = (0.5, -1.0)
-    for cut in sorted(set(scores)):
-        tp = sum(s >= cut and y == 1 for s, y in zip(scores, labels))
-        tn = sum(s < cut and y == 0 for s, y in zip(scores, labels))
-        bacc = (tp / pos + tn / neg) / 2
-        if bacc > best[1]:
-            best = (float(cut), bacc)
-    return best
+    bacc = balanced_accuracy(labels, scores, threshold)
+    return threshold, float("nan") if bacc is None else bacc
 
 
 class VerifierTrainer:
@@ -177,7 +172,7 @@ class VerifierTrainer:
         shutil.rmtree(old, ignore_errors=True)
 
     # -- the run ------------------------------------------------------------------------------------------------
-    def run(self) -> dict[str, Any]:
+    def run(self) -> dict[str, Any]:  # noqa: C901 - the training loop with checkpoints, early stopping and resume in one place
         import numpy as np
         import torch
         import transformers
@@ -283,7 +278,7 @@ class VerifierTrainer:
             entry["dev_auc"] = auc
             improved = state.best_dev_auc is None or (auc is not None and auc > state.best_dev_auc)
             if improved:
-                threshold, bacc = best_threshold(scores, labels_dev) if scores else (0.5, float("nan"))
+                threshold, bacc = dev_threshold(scores, labels_dev) if scores else (0.5, float("nan"))
                 state.best_dev_auc, state.best_epoch, state.epochs_without_gain = auc, state.epoch + 1, 0
                 model.save_pretrained(self.out)
                 tokenizer.save_pretrained(self.out)

@@ -144,7 +144,7 @@ def build_citation_set(articles: Sequence[str], config: CitationSetConfig) -> li
 
 
 def _cited(sentence: dict[str, Any]) -> str:
-    text = sentence["text"]
+    text: str = sentence["text"]
     if not sentence["cited"]:
         return text
     body, stop = (text[:-1], text[-1]) if text[-1:] in ".!?" else (text, "")
@@ -257,7 +257,10 @@ def summarize(results: Sequence[dict[str, Any]], items: Sequence[dict[str, Any]]
     est_precision = [r["precision"] for r in done if r["precision"] is not None]
     gold_precision = [gold[r["id"]][1] for r in done if gold[r["id"]][1] is not None]
     latencies = [x for r in done for x in r.get("release_latency_s", [])]
-    mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
+
+    def mean(xs: list[Any]) -> float | None:
+        return sum(xs) / len(xs) if xs else None
+
     return {
         "answers": len(done),
         "errors": len(results) - len(done),

@@ -12,12 +12,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from halluscope._optional import require
 from halluscope.records import Span
 
 TRUTH = "truth"
@@ -75,19 +74,29 @@ def expected_calibration_error(labels: Sequence[int], scores: Sequence[float], b
     return float(total / len(y))
 
 
-def best_threshold(labels: Sequence[int], scores: Sequence[float]) -> float | None:
-    """The threshold ``t`` (predict consistent when ``score >= t``) that maximizes balanced accuracy on
-    these items, i.e. Youden's J on the ROC curve; ties go to the highest threshold. None with one class."""
-    require("sklearn", "bench", "the balanced-accuracy threshold")
-    from sklearn.metrics import roc_curve
-
-    if len(set(labels)) < 2:
+def best_threshold(
+    labels: Sequence[int], scores: Sequence[float], *, ties: Literal["highest", "lowest"] = "highest"
+) -> float | None:
+    """The threshold ``t`` (predict consistent when ``score >= t``), one of the scores, that maximizes balanced
+    accuracy on these items, i.e. Youden's J on the ROC curve. Balanced accuracies are compared exactly (as
+    fractions of the class counts), so equal ones tie: ``ties`` picks the highest threshold among them (the bench's
+    choice) or the lowest (the one ``train-verifier`` writes). None with one class."""
+    y = np.asarray(labels, dtype=np.int64)
+    x = np.asarray(scores, dtype=float)
+    pos = int((y == 1).sum())
+    neg = len(y) - pos
+    if not pos or not neg:
         return None
-    fpr, tpr, thresholds = roc_curve(labels, scores)
-    finite = np.isfinite(thresholds)
-    j = np.where(finite, tpr - fpr, -np.inf)
-    best = int(np.flatnonzero(j >= j.max() - 1e-12)[0])  # tolerance: 2/3 and 1 - 1/3 are a tie
-    return float(thresholds[best])
+    cuts = np.unique(x)  # ascending
+    order = np.argsort(x, kind="stable")
+    ranks = np.searchsorted(cuts, x[order])
+    below_pos = np.concatenate(([0], np.cumsum(np.bincount(ranks, weights=y[order] == 1, minlength=len(cuts)))))
+    below_neg = np.concatenate(([0], np.cumsum(np.bincount(ranks, weights=y[order] != 1, minlength=len(cuts)))))
+    tp = pos - below_pos[:-1]  # positives with score >= each cut
+    tn = below_neg[:-1]  # negatives with score < each cut
+    merit = (tp * neg + tn * pos).astype(np.int64)  # balanced accuracy times 2 * pos * neg: exact integers
+    best = np.flatnonzero(merit == merit.max())
+    return float(cuts[best[-1] if ties == "highest" else best[0]])
 
 
 def _confusion(

@@ -63,6 +63,7 @@ def bench_citations_command(
     except ValueError as exc:
         raise fail(str(exc)) from exc
     owned = None
+    chosen: GateScorer | VerdictFirst
     if scorer == "gate":
         chosen = GateScorer(threshold)
     else:

@@ -172,7 +172,7 @@ def usage_words(u: Usage, elapsed_s: float) -> str:
     )
 
 
-def report_text(report: Report, texts: Texts, claims: bool = False, show_details: bool = False) -> str:
+def report_text(report: Report, texts: Texts, claims: bool = False, show_details: bool = False) -> str:  # noqa: C901 - the plain report, one branch per optional line
     """The whole terminal report: findings first (as a linter lists them), then with ``claims`` every claim and
     its evidence, then the verdict line, the claims' counts and the cost; ``show_details`` adds the method's numbers
     (its sub-scores: Z, alpha, beta, ...), which the JSON always holds."""
@@ -263,7 +263,7 @@ def read_contexts(paths: list[str]) -> tuple[list[str], list[str]]:
 
 
 @model_options()
-def check_command(
+def check_command(  # noqa: C901 - the check command's flags, each validated where it is read
     source: Annotated[str | None, typer.Option("--source", "-s", help="Source text file ('-' for stdin).")] = None,
     target: Annotated[
         str | None, typer.Option("--target", "-t", help="Target text file to check ('-' for stdin).")

@@ -190,12 +190,12 @@ def fit_combiner_command(
             folds=folds,
             seed=seed,
             l2=l2,
-            features=features,
+            features=features,  # type: ignore[arg-type]
             n_bootstrap=bootstrap,
-            min_gain=min_gain,  # type: ignore[arg-type]
+            min_gain=min_gain,
             transfer_by=transfer_by,
-            target=target,
-        )  # type: ignore[arg-type]
+            target=target,  # type: ignore[arg-type]
+        )
     except (CombinerError, DatasetError, MissingExtraError) as exc:
         raise fail(str(exc)) from exc
     c = fit.combiner

@@ -12,7 +12,7 @@ from halluscope.cli.common import NO_FLAGS, ModelFlags, fail, finite_number, mod
 
 
 @model_options()
-def inject_command(
+def inject_command(  # noqa: C901 - the inject command's flags, each validated where it is read
     dataset: Annotated[
         str,
         typer.Argument(
@@ -195,9 +195,9 @@ def inject_command(
         builder = GoldEvidenceBuilder(llm, judges=judges, samples=gold_samples, consensus=gold_consensus)
     generator = InjectionGenerator(
         llm,
-        weave=weave,
+        weave=weave,  # type: ignore[arg-type]
         seed=seed,
-        include_truth=truth,  # type: ignore[arg-type]
+        include_truth=truth,
         gold_evidence=builder,
     )
     written: list[Example] = []

@@ -30,7 +30,10 @@ def _summary(result: object) -> list[str]:
     assert isinstance(result, GuardResult)
     subs = result.report.subscores
     recall, precision = subs.get("citation_recall"), subs.get("citation_precision")
-    shown = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+
+    def shown(x: float | None) -> str:
+        return "-" if x is None else f"{x:.3f}"
+
     lines = [f"guard ({result.policy}): citation recall {shown(recall)}, citation precision {shown(precision)}"]
     for s in result.sentences:
         if s.action != "kept":

@@ -159,7 +159,6 @@ def stages_command(
     name: str | None = typer.Argument(None, help="Only this stage."),
 ) -> None:
     """List the registered pipeline stages with their protocol and their options."""
-    import halluscope.methods  # noqa: F401  (names the built-in stage modules, also where installed metadata is older)
     from halluscope.stages import PROTOCOLS, stages
 
     found = stages(protocol)

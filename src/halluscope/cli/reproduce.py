@@ -54,7 +54,7 @@ def _list_rows(protocol: Protocol, embedded: bool) -> None:
 
 
 @model_options()
-def reproduce_command(
+def reproduce_command(  # noqa: C901 - the reproduce command's flags, each validated where it is read
     paper: Annotated[str, typer.Argument(help="dove, dcr, final, longdoc or probe.")],
     methods: Annotated[
         list[str] | None,

@@ -15,9 +15,10 @@ from halluscope.cli.common import (
     finite_number,
     model_options,
 )
+from halluscope.server.settings import MiB, ServerSettings
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-DEFAULT_CHECK_TIMEOUT_S = 300.0
+DEFAULTS = ServerSettings()  # the service's defaults are declared there once; each flag's default is read from it
 
 
 @model_options(cache=False)
@@ -51,7 +52,7 @@ def serve_command(
     ] = None,
     max_chars: Annotated[
         int, typer.Option(min=1, help="Max source+target characters per pair.", envvar="HALLUSCOPE_SERVER_MAX_CHARS")
-    ] = 400_000,
+    ] = DEFAULTS.max_chars,
     timeout: Annotated[
         float | None,
         typer.Option(
@@ -59,7 +60,7 @@ def serve_command(
             min=0.001,
             callback=finite_number,
             help=(
-                "Time limit of one check in seconds (-> 504; default 300); not "
+                f"Time limit of one check in seconds (-> 504; default {DEFAULTS.timeout_s:g}); not "
                 "HALLUSCOPE_TIMEOUT_S, which limits one LLM request."
             ),
             envvar="HALLUSCOPE_SERVER_CHECK_TIMEOUT",
@@ -82,7 +83,7 @@ def serve_command(
             ),
             envvar="HALLUSCOPE_SERVER_MAX_CALLS",
         ),
-    ] = 1000,
+    ] = DEFAULTS.max_calls,
     max_body_mb: Annotated[
         float,
         typer.Option(
@@ -91,7 +92,7 @@ def serve_command(
             help="Largest body of /check/batch and POST /jobs, in MiB (-> 413, checked before reading).",
             envvar="HALLUSCOPE_SERVER_MAX_BODY_MB",
         ),
-    ] = 32.0,
+    ] = DEFAULTS.max_body_bytes / MiB,
     body_timeout: Annotated[
         float,
         typer.Option(
@@ -103,7 +104,7 @@ def serve_command(
             ),
             envvar="HALLUSCOPE_SERVER_BODY_TIMEOUT",
         ),
-    ] = 30.0,
+    ] = DEFAULTS.body_timeout_s,
     header_timeout: Annotated[
         float,
         typer.Option(
@@ -112,7 +113,7 @@ def serve_command(
             help="Longest time for a request's headers to arrive, in seconds (-> 408 and the connection closed).",
             envvar="HALLUSCOPE_SERVER_HEADER_TIMEOUT",
         ),
-    ] = 10.0,
+    ] = DEFAULTS.header_timeout_s,
     max_in_flight: Annotated[
         int,
         typer.Option(
@@ -120,7 +121,7 @@ def serve_command(
             help="Checks running at once (/check, /improve, /check/batch).",
             envvar="HALLUSCOPE_SERVER_MAX_IN_FLIGHT",
         ),
-    ] = 64,
+    ] = DEFAULTS.max_in_flight,
     max_queue: Annotated[
         int,
         typer.Option(
@@ -128,7 +129,7 @@ def serve_command(
             help="Checks waiting for a slot; one more gets 429 + Retry-After.",
             envvar="HALLUSCOPE_SERVER_MAX_QUEUE",
         ),
-    ] = 512,
+    ] = DEFAULTS.max_queue,
     queue_timeout: Annotated[
         float,
         typer.Option(
@@ -137,7 +138,7 @@ def serve_command(
             help="Longest wait for a slot in seconds (-> 503 + Retry-After).",
             envvar="HALLUSCOPE_SERVER_QUEUE_TIMEOUT",
         ),
-    ] = 30.0,
+    ] = DEFAULTS.queue_timeout_s,
     max_open_requests: Annotated[
         int,
         typer.Option(
@@ -145,20 +146,20 @@ def serve_command(
             help="Requests open at once, all routes but probes (-> 503).",
             envvar="HALLUSCOPE_SERVER_MAX_OPEN_REQUESTS",
         ),
-    ] = 2048,
+    ] = DEFAULTS.max_open_requests,
     max_batch_items: Annotated[
         int, typer.Option(min=1, help="Most pairs in one /check/batch.", envvar="HALLUSCOPE_SERVER_MAX_BATCH_ITEMS")
-    ] = 1000,
+    ] = DEFAULTS.max_batch_items,
     batch_concurrency: Annotated[
         int,
         typer.Option(min=1, help="Items of one batch checked at once.", envvar="HALLUSCOPE_SERVER_BATCH_CONCURRENCY"),
-    ] = 8,
+    ] = DEFAULTS.batch_concurrency,
     workers: Annotated[
         int,
         typer.Option(
             min=1, help="Worker threads (event loops) running the checks.", envvar="HALLUSCOPE_SERVER_WORKERS"
         ),
-    ] = 2,
+    ] = DEFAULTS.workers,
     cpu_workers: Annotated[
         int | None,
         typer.Option(
@@ -200,13 +201,13 @@ def serve_command(
             ),
             envvar="HALLUSCOPE_SERVER_JOB_LEASE",
         ),
-    ] = 30.0,
+    ] = DEFAULTS.job_lease_s,
     max_jobs: Annotated[
         int, typer.Option(min=1, help="Jobs queued or running at once (-> 429).", envvar="HALLUSCOPE_SERVER_MAX_JOBS")
-    ] = 100,
+    ] = DEFAULTS.max_jobs,
     job_concurrency: Annotated[
         int, typer.Option(min=1, help="Items of one job checked at once.", envvar="HALLUSCOPE_SERVER_JOB_CONCURRENCY")
-    ] = 4,
+    ] = DEFAULTS.job_concurrency,
     data_dir: Annotated[
         Path | None,
         typer.Option(
@@ -235,7 +236,7 @@ def serve_command(
     ] = None,
     metrics_public: Annotated[
         bool, typer.Option(help="Serve /metrics without the token.", envvar="HALLUSCOPE_SERVER_METRICS_PUBLIC")
-    ] = False,
+    ] = DEFAULTS.metrics_public,
     log_level: Annotated[
         str, typer.Option(help="debug, info, warning or error.", envvar="HALLUSCOPE_SERVER_LOG_LEVEL")
     ] = "info",
@@ -256,7 +257,7 @@ def serve_command(
     given = getattr(ctx.get_parameter_source("timeout"), "name", None) == "COMMANDLINE"
     timeout = either("--check-timeout", timeout, "--timeout", old_timeout, from_command_line=given)
     if timeout is None:
-        timeout = DEFAULT_CHECK_TIMEOUT_S
+        timeout = DEFAULTS.timeout_s
     try:
         import uvicorn
 

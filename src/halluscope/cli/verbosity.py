@@ -62,7 +62,7 @@ def verbosity_options(command: Callable[..., Any]) -> Callable[..., Any]:
     signature = inspect.signature(command, eval_str=True)
     params = list(signature.parameters.values())
     own_level = "log_level" in signature.parameters
-    added = {"verbose": (VerboseOpt, 0), "quiet": (QuietOpt, False)}
+    added: dict[str, tuple[Any, Any]] = {"verbose": (VerboseOpt, 0), "quiet": (QuietOpt, False)}
     if not own_level:
         added["log_level"] = (LogLevelOpt, None)
     kind = inspect.Parameter.KEYWORD_ONLY

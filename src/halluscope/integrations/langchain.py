@@ -22,8 +22,10 @@ from langchain_core.documents import Document
 from langchain_core.outputs import LLMResult
 
 from halluscope.config import Config
-from halluscope.integrations import document_chunks, run_sync
+from halluscope.integrations import document_chunks
+from halluscope.methods.named import build_method
 from halluscope.records import Report
+from halluscope.sync import run_sync
 
 __all__ = ["GroundednessCallbackHandler", "UngroundedAnswerError", "check_documents"]
 
@@ -45,17 +47,6 @@ class UngroundedAnswerError(RuntimeError):
         )
 
 
-def _method(method: str | None, config: Config | None, llm: Any, options: dict[str, Any]) -> Any:
-    """The named method, or, when none is named, the config's, else the default every entry point uses
-    (:func:`halluscope.config.resolve_method`: DCR verdict first)."""
-    from halluscope.config import resolve_method
-    from halluscope.methods import get_method
-
-    config = config or Config()
-    name, options = resolve_method(method or config.method, options)
-    return get_method(name, llm=llm, config=config, **options)
-
-
 def check_documents(
     answer: str,
     documents: Sequence[Document | str],
@@ -68,7 +59,7 @@ def check_documents(
 ) -> Report:
     """Check ``answer`` against LangChain documents (or plain strings), joined in order as the source."""
     texts = [d.page_content if isinstance(d, Document) else str(d) for d in documents]
-    checker = _method(method, config, llm, options)
+    checker = build_method(method, config=config, llm=llm, options=options)
     report: Report = checker.decide(run_sync(checker.acheck(document_chunks(texts) or "", answer)), threshold)
     return report
 
@@ -86,7 +77,8 @@ class GroundednessCallbackHandler(BaseCallbackHandler):
         raise_on_ungrounded: bool = False,
         **options: Any,
     ):
-        self.method = _method(method, config, llm, options)  # options are validated now, not mid-chain
+        # options are validated now, not mid-chain
+        self.method = build_method(method, config=config, llm=llm, options=options)
         self.threshold = threshold
         self.raise_on_ungrounded = raise_on_ungrounded
         self.raise_error = raise_on_ungrounded  # LangChain swallows a handler's exceptions unless this is set

@@ -16,21 +16,12 @@ from llama_index.core.evaluation import BaseEvaluator, EvaluationResult
 from llama_index.core.prompts.mixin import PromptDictType
 
 from halluscope.config import Config
-from halluscope.integrations import document_chunks, join_documents, run_sync
+from halluscope.integrations import document_chunks, join_documents
+from halluscope.methods.named import build_method
 from halluscope.records import Report
+from halluscope.sync import run_sync
 
 __all__ = ["HalluscopeEvaluator", "check_response"]
-
-
-def _method(method: str | None, config: Config | None, llm: Any, options: dict[str, Any]) -> Any:
-    """The named method, or, when none is named, the config's, else the default every entry point uses
-    (:func:`halluscope.config.resolve_method`: DCR verdict first)."""
-    from halluscope.config import resolve_method
-    from halluscope.methods import get_method
-
-    config = config or Config()
-    name, options = resolve_method(method or config.method, options)
-    return get_method(name, llm=llm, config=config, **options)
 
 
 def _source_texts(response: Any) -> list[str]:
@@ -49,7 +40,7 @@ def check_response(
     """Check a LlamaIndex ``Response`` (its text) against its ``source_nodes`` (joined in order as the source)."""
     answer = str(getattr(response, "response", None) or "")
     source = document_chunks(_source_texts(response)) or ""
-    checker = _method(method, config, llm, options)
+    checker = build_method(method, config=config, llm=llm, options=options)
     report: Report = checker.decide(run_sync(checker.acheck(source, answer)), threshold)
     return report
 
@@ -76,7 +67,7 @@ class HalluscopeEvaluator(BaseEvaluator):
         llm: Any = None,
         **options: Any,
     ):
-        self._method = _method(method, config, llm, options)
+        self._method = build_method(method, config=config, llm=llm, options=options)
         self._threshold = threshold
 
     def _get_prompts(self) -> PromptDictType:

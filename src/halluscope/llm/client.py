@@ -308,9 +308,9 @@ class LLM:
                     reply=exc.excerpt,
                     usage=usage,
                     reply_size=exc.size,
-                    reply_size_unit=exc.unit,
+                    reply_size_unit=exc.unit,  # type: ignore[arg-type]
                 )
-            )  # type: ignore[arg-type]
+            )
 
     def count_tokens(self, text: str) -> int:
         n = self.api.count_tokens(text)

@@ -73,9 +73,9 @@ async def generate_parsed(
                     messages=[dict(m) for m in convo],
                     reply=exc.excerpt,
                     reply_size=exc.size,
-                    reply_size_unit=exc.unit,
+                    reply_size_unit=exc.unit,  # type: ignore[arg-type]
                 )
-            )  # type: ignore[arg-type]
+            )
             error = str(exc)
             if attempt + 1 < attempts:
                 convo = convo + [

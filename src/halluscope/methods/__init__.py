@@ -1,6 +1,6 @@
-"""The method registry. Built-in methods are imported lazily by name; third-party methods register with
-:func:`register_method`, or are found through the ``halluscope.methods`` entry point group
-(:mod:`halluscope.plugins`)."""
+"""The method registry. Built-in methods are halluscope's own ``halluscope.methods`` entry points (``pyproject.toml``,
+the one list of them), each imported when it is named; third-party methods register with :func:`register_method`,
+or are found through the same entry point group (:mod:`halluscope.plugins`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from halluscope.methods.base import InputError, Method
 from halluscope.options import MethodOptions, OptionsError
-from halluscope.stages import add_stage_modules
+from halluscope.plugins import own_entry_points
 
 __all__ = [
     "InputError",
@@ -22,39 +22,12 @@ __all__ = [
     "register_method",
 ]
 
-# name -> "module:Class". Lazy so `import halluscope` stays light.
-_BUILTIN: dict[str, str] = {
-    "dove": "halluscope.methods.dove:Dove",
-    "geval": "halluscope.methods.geval:GEval",
-    "rouge": "halluscope.methods.rouge:Rouge",
-    "dcr": "halluscope.methods.dcr:DCR",
-    "improve": "halluscope.methods.improve:Improve",
-    "localize": "halluscope.methods.localize:Localize",
-    "factscore": "halluscope.methods.factscore:FactScore",
-    "probe": "halluscope.methods.probe:Probe",
-    "embed": "halluscope.methods.embed:Embed",
-    "gate": "halluscope.methods.gate:GateMethod",
-    "ensemble": "halluscope.methods.ensemble:Ensemble",
-}
 _REGISTERED: dict[str, type[Method]] = {}
 
-# The modules whose import registers the built-in stages: the shared ones (halluscope.stages, by kind) and the
-# methods' own. halluscope's ``halluscope.stages`` entry points (pyproject.toml) name the same modules; naming them
-# here too lets a source checkout whose installed metadata is older find them (tests/test_layers.py checks both
-# lists agree). The stage registry itself imports no method.
-BUILTIN_STAGE_MODULES = (
-    "halluscope.stages.decomposers",
-    "halluscope.stages.context",
-    "halluscope.stages.verdicts",
-    "halluscope.methods.dove",
-    "halluscope.methods.dcr",
-    "halluscope.methods.factscore",
-    "halluscope.methods.probe",
-    "halluscope.methods.gate",
-    "halluscope.methods.encoders",
-    "halluscope.methods.verdict_first",
-)
-add_stage_modules(*BUILTIN_STAGE_MODULES)
+
+def _builtin() -> dict[str, str]:
+    """name -> "module:Class" of the built-in methods (read once; imported only when named)."""
+    return own_entry_points("halluscope.methods")
 
 
 def register_method(cls: type[Method]) -> type[Method]:
@@ -74,7 +47,7 @@ def _load_plugins() -> None:
     for ep, obj in load_entry_points("halluscope.methods"):
         if not (isinstance(obj, type) and issubclass(obj, Method)):
             warn_broken(ep, f"{obj!r} is not a halluscope Method subclass")
-        elif getattr(obj, "name", None) in _BUILTIN:
+        elif getattr(obj, "name", None) in _builtin():
             warn_broken(ep, f"method {obj.name!r} is a built-in")
         elif _REGISTERED.get(obj.name) is not obj:
             try:
@@ -87,9 +60,9 @@ def method_class(name: str) -> type[Method]:
     _load_plugins()
     if name in _REGISTERED:
         return _REGISTERED[name]
-    if name not in _BUILTIN:
+    if name not in _builtin():
         raise KeyError(f"unknown method {name!r}; available: {', '.join(list_methods())}")
-    module, cls_name = _BUILTIN[name].split(":")
+    module, cls_name = _builtin()[name].split(":")
     cls: type[Method] = getattr(importlib.import_module(module), cls_name)
     return cls
 
@@ -134,4 +107,4 @@ def get_method(name: str, **kwargs: Any) -> Method:
 
 def list_methods() -> list[str]:
     _load_plugins()
-    return sorted(set(_BUILTIN) | set(_REGISTERED))
+    return sorted(set(_builtin()) | set(_REGISTERED))

@@ -132,10 +132,8 @@ def batch_reply(
         __doc__=doc,
         __module__=entry.__module__,
         results=(
-            list[entry],
-            Field(  # type: ignore[valid-type]
-                description=f"exactly one entry per {unit}, in any order"
-            ),
+            list[entry],  # type: ignore[valid-type]
+            Field(description=f"exactly one entry per {unit}, in any order"),
         ),
     )
     reply.example = example
@@ -164,7 +162,7 @@ def _refuse_restated(value: dict[str, Any], fields: set[str]) -> None:
         )
 
 
-def parse_batch(
+def parse_batch(  # noqa: C901 - one strict pass over a batch reply; each branch is a way a reply can be wrong
     text: str,
     n: int,
     entry: type[E],
@@ -210,7 +208,7 @@ def parse_batch(
             if type(raw_id) is int:
                 invalid.setdefault(raw_id - 1, []).append(str(exc)[:200])
             continue
-        valid.setdefault(int(parsed.id) - 1, []).append(parsed)
+        valid.setdefault(int(parsed.id) - 1, []).append(parsed)  # type: ignore[attr-defined]  # entries have an id
     judged: dict[int, E] = {}
     missing: dict[int, str] = {}
     for index in range(n):
@@ -296,10 +294,10 @@ async def ask_batch(
         messages,
         reply,
         params=params,
-        parse=lambda text: parse_batch(
+        parse=lambda text: parse_batch(  # type: ignore[arg-type, return-value]
             text, n, entry, list_field=list_field, unit=unit, check=check, examples=reply.echoes()
         ),
-    )  # type: ignore[arg-type, return-value]
+    )
     return BatchStep(step.value, step.error, list(step.calls), step.logprobs)  # type: ignore[arg-type]
 
 

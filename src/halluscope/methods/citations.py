@@ -136,7 +136,8 @@ class CitationChecker:
     async def _score(self, sentence: CitedSentence, chunks: tuple[int, ...]) -> Verdict:
         claim = Claim(text=sentence.claim, id=f"s{sentence.index}", target_spans=[sentence.span])
         text = CHUNK_SEPARATOR.join(self.chunks[c] for c in chunks)
-        return await self.scorer.score(claim, Context(text=text))
+        verdict: Verdict = await self.scorer.score(claim, Context(text=text))
+        return verdict
 
     @property
     def questions(self) -> int:

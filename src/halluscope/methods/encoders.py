@@ -193,13 +193,13 @@ class NLIVerifier(EncoderVerifier):
             verdicts.append(
                 Verdict(
                     claim=claim,
-                    label=label,
-                    reason=reason,  # type: ignore[arg-type]
+                    label=label,  # type: ignore[arg-type]
+                    reason=reason,
                     score=round(p, 6),
                     support_probability=round(p, 6),
-                    evidence=[Evidence(text=context.text[s:e], span=_source_span(context, s, e), relation=relation)],
+                    evidence=[Evidence(text=context.text[s:e], span=_source_span(context, s, e), relation=relation)],  # type: ignore[arg-type]
                 )
-            )  # type: ignore[arg-type]
+            )
         return verdicts
 
 
@@ -417,8 +417,8 @@ class EncoderGate:
             out.append(
                 GateDecision(
                     claim=claim,
-                    outcome=outcome,
-                    score=p if p is not None else 0.0,  # type: ignore[arg-type]
+                    outcome=outcome,  # type: ignore[arg-type]
+                    score=p if p is not None else 0.0,
                     reason=reason,
                     evidence=verdict.evidence,
                     target_spans=list(claim.target_spans),

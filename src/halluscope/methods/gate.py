@@ -143,8 +143,8 @@ class LexicalGate:
             spans = target_spans(claim, target, local) if local else list(claim.target_spans)
             return GateDecision(
                 claim=claim,
-                outcome=outcome,
-                score=round(min(1.0, max(0.0, score)), 6),  # type: ignore[arg-type]
+                outcome=outcome,  # type: ignore[arg-type]
+                score=round(min(1.0, max(0.0, score)), 6),
                 reason=reason,
                 evidence=ev,
                 target_spans=spans,

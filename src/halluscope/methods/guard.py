@@ -140,7 +140,7 @@ async def decide(
 ) -> GuardedSentence:
     """What ``policy`` ships for one checked sentence."""
     s = result.sentence
-    base = {"index": s.index, "original": s.text, "status": result.status, "span": s.span}
+    base: dict[str, Any] = {"index": s.index, "original": s.text, "status": result.status, "span": s.span}
     wrong = result.status == "wrong_citation"
     if policy in ("filter", "fix") and result.status == "supported":
         needed = [c for c in result.cited if result.needed.get(c, True)]
@@ -352,8 +352,8 @@ async def _tokens(source: AsyncIterable[str] | Iterable[str]) -> AsyncIterator[s
         return
     iterator = iter(source)
     end = object()
-    while (token := await asyncio.to_thread(next, iterator, end)) is not end:
-        yield token  # type: ignore[misc]
+    while (token := await asyncio.to_thread(next, iterator, end)) is not end:  # type: ignore[arg-type]
+        yield token
 
 
 async def aguard_stream(
@@ -448,5 +448,5 @@ def guard_stream(
             except StopAsyncIteration:
                 return
     finally:
-        loop.run_until_complete(stream.aclose())
+        loop.run_until_complete(stream.aclose())  # type: ignore[attr-defined]  # an async generator
         loop.close()

@@ -10,7 +10,10 @@ from halluscope.retrieval.embeddings import _show_progress
 def _bm25_tokens(texts: list[str]) -> list[list[str]]:
     import bm25s
 
-    return bm25s.tokenize(texts, stopwords="en", return_ids=False, show_progress=_show_progress(len(texts)))
+    tokens: list[list[str]] = bm25s.tokenize(
+        texts, stopwords="en", return_ids=False, show_progress=_show_progress(len(texts))
+    )
+    return tokens
 
 
 class _NoTerms:

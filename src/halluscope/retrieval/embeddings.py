@@ -61,7 +61,7 @@ def _load_encoder(name: str) -> Any:
     try:  # transformers >= 5 draws a "Loading weights" bar on stderr for every load
         from transformers.utils import logging as hf_logging
 
-        hf_logging.disable_progress_bar()
+        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     except ImportError:
         pass
     threads = os.environ.get("HALLUSCOPE_EMBEDDING_THREADS", "").strip()
@@ -120,4 +120,4 @@ def encode(
         cache.store(model_name, list(zip(todo, fresh)))
         computed = dict(zip(todo, fresh))
         found = [v if v is not None else computed[k] for k, v in zip(keys, found)]
-    return np.stack([np.asarray(v, dtype=np.float32) for v in found])  # type: ignore[arg-type]
+    return np.stack([np.asarray(v, dtype=np.float32) for v in found])

@@ -22,7 +22,8 @@ def fits_in_context(llm: Any, text: str, reserve_tokens: int | Callable[[], int]
     if window is None:
         return True
     tokens = llm.count_tokens(text)
-    return tokens + (reserve_tokens() if callable(reserve_tokens) else reserve_tokens) <= window
+    fits: bool = tokens + (reserve_tokens() if callable(reserve_tokens) else reserve_tokens) <= window
+    return fits
 
 
 class Retrieve:
@@ -33,7 +34,7 @@ class Retrieve:
     Options: ClassVar[type[StageOptions]] = options_view(
         "RetrieveOptions",
         RetrievalConfig,
-        list(RetrievalConfig.model_fields),  # type: ignore[arg-type]
+        list(RetrievalConfig.model_fields),
         "The retrieval settings (RetrievalConfig).",
     )
 

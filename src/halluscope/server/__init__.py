@@ -8,8 +8,9 @@ enforced before a body is read (``guard.py``). See docs/service.md.
 
 Modules: ``app`` (routes), ``service`` (the work), ``guard`` (ASGI middleware: auth, limits, admission,
 logs, request metrics), ``jobs`` (SQLite store and runner), ``workers`` (event loops off the HTTP loop),
-``instances`` (bounded method cache), ``metrics``, ``logs``, ``pages`` (job web report), ``stub`` (a
-stub OpenAI-compatible endpoint for load tests).
+``instances`` (bounded method cache), ``metrics``, ``logs``, ``pages`` (job web report). The stub
+OpenAI-compatible endpoint and the load-test helpers are test code, outside the package (``tests/stub_server.py``,
+``tests/loadtest/``).
 """
 
 from __future__ import annotations

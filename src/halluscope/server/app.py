@@ -108,7 +108,7 @@ async def _parse(request: Request, model: type[M]) -> M:
         raise ClientError(422, detail) from None  # type: ignore[arg-type]
 
 
-def create_app(config: Config | None = None, settings: ServerSettings | None = None, llm: LLM | None = None) -> FastAPI:
+def create_app(config: Config | None = None, settings: ServerSettings | None = None, llm: LLM | None = None) -> FastAPI:  # noqa: C901 - the route table: each route is a small nested function
     """The service. ``llm``: use this client for every method (tests pass a scripted FakeModel); default
     one client built from ``config``, shared by all methods and requests."""
     config = config or Config()

@@ -65,7 +65,7 @@ class Guard:
                 partial = route.path
         return partial or "unmatched"
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:  # noqa: C901 - the ASGI guard's admission order (auth, limits, queue) reads as one sequence
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

@@ -14,7 +14,7 @@ import html
 from typing import Any
 from urllib.parse import parse_qs, quote
 
-from fastapi import Query, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 COOKIE = "halluscope_session"
@@ -101,7 +101,7 @@ def render_login_page(next_path: str, message: str | None = None) -> str:
 takes the token as an Authorization: Bearer header.</div></form></body></html>"""
 
 
-def add_login_routes(app: Any, service: Any) -> None:
+def add_login_routes(app: FastAPI, service: Any) -> None:
     """``GET /login`` (the form), ``POST /login`` (the token for a session cookie, then back to ``next``) and
     ``GET /logout`` on ``app``. Without a server token there is nothing to log in to: both go to ``next``."""
 

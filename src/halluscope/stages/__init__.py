@@ -14,10 +14,10 @@ every claim method shares live in this package, one module per kind (:mod:`~hall
 method's own stages live in its folder. Each registers its class under a name here, so a method's stage can be
 swapped by option (``-o verifier=probe``) and ``halluscope stages`` lists them all with their options.
 
-The registry imports no method: the modules whose import registers stages are found through the
-``halluscope.stages`` entry point group (halluscope's own built-in ones included, see ``pyproject.toml``) and
-through :func:`add_stage_modules`, which the methods package calls with the same built-in modules when it is
-imported (so a source checkout whose installed metadata is older finds them too).
+The registry imports no method. The one list of the built-in stages is halluscope's own ``halluscope.stages``
+entry points (``pyproject.toml``: ``"KIND.NAME" = "module:Class"``, one line per stage), read once without
+importing anything (:func:`halluscope.plugins.own_entry_points`). A lookup imports only the module of the stage it
+names; :func:`stages` (the full listing) imports every listed module, and no other method module.
 
 A stage never reads its host method. It is built by :func:`build_stage` from
 
@@ -34,6 +34,7 @@ Third-party stages are found through the same ``halluscope.stages`` entry point 
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 from collections.abc import Callable, Mapping
@@ -97,7 +98,6 @@ __all__ = [
     "EventOrder",
     "RunTrace",
     "bind_trace",
-    "add_stage_modules",
 ]
 
 
@@ -129,8 +129,7 @@ class StageSpec:
 
 
 _STAGES: dict[tuple[str, str], StageSpec] = {}
-_STAGE_MODULES: list[str] = []  # modules whose import registers stages, named by add_stage_modules
-_imported: set[str] = set()
+_imported: set[str] = set()  # built-in entry points ("module:Class") imported, each once (also when it failed)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -154,6 +153,9 @@ def register_stage(
 
     def deco(factory: F) -> F:
         key = (protocol, name)
+        declared = _builtin_stages().get(key)
+        if declared is not None and declared != f"{factory.__module__}:{factory.__qualname__}":
+            raise ValueError(f"{protocol} stage {name!r} is a built-in stage of halluscope ({declared})")
         existing = _STAGES.get(key)
         if (
             existing is not None
@@ -174,42 +176,66 @@ def register_stage(
     return deco
 
 
-def add_stage_modules(*modules: str) -> None:
-    """Name modules whose import registers stages; each is imported on the next lookup, before the entry points
-    of other distributions (a module whose optional dependency is missing registers nothing)."""
-    for module in modules:
-        if module not in _STAGE_MODULES:
-            _STAGE_MODULES.append(module)
+@functools.cache
+def _builtin_stages() -> dict[tuple[str, str], str]:
+    """(kind, name) -> ``module:Class`` of every built-in stage: halluscope's own ``halluscope.stages`` entry
+    points, named ``KIND.NAME``. An entry point of another form (a bare module, as older metadata declared them)
+    is kept under the kind ``""`` and imported with the full listing."""
+    from halluscope.plugins import own_entry_points
+
+    found: dict[tuple[str, str], str] = {}
+    for entry, target in own_entry_points("halluscope.stages").items():
+        kind, dot, name = entry.partition(".")
+        found[(kind, name) if dot and kind in PROTOCOLS else ("", entry)] = target
+    return found
 
 
-def _load_builtins() -> None:
-    from importlib.metadata import entry_points
+def _import_builtin(key: tuple[str, str]) -> None:
+    """Import the module of the built-in stage ``key`` (once); a module whose optional dependency is missing
+    registers nothing. A listed stage its module does not register is a ValueError (the list is wrong)."""
+    target = _builtin_stages()[key]
+    module, _, attribute = target.partition(":")
+    if target in _imported:
+        return
+    _imported.add(target)
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return
+    spec = _STAGES.get(key)
+    if attribute and (spec is None or f"{spec.module}:{spec.factory.__qualname__}" != target):
+        raise ValueError(f"the halluscope.stages entry point {key[0]}.{key[1]} = {target!r} registers no such stage")
 
+
+def _load_plugins() -> None:
     from halluscope.plugins import load_entry_points
 
-    if not _imported:  # halluscope's own entry points first, so a plugin cannot take a built-in's name
-        add_stage_modules(
-            *(
-                ep.value
-                for ep in entry_points(group="halluscope.stages")
-                if getattr(ep.dist, "name", None) == "halluscope"
-            )
-        )
-    for module in [m for m in _STAGE_MODULES if m not in _imported]:
-        _imported.add(module)
-        try:
-            importlib.import_module(module)
-        except ImportError:
-            continue
     load_entry_points("halluscope.stages")  # once per process: importing a plugin's module registers its stages
 
 
 def stages(protocol: str | None = None) -> list[StageSpec]:
-    """Every registered stage (of one protocol), sorted by protocol and name."""
-    _load_builtins()
+    """Every registered stage (of one protocol), sorted by protocol and name: imports the module of every built-in
+    stage listed (of that protocol) and the plugins."""
+    for key in _builtin_stages():
+        if protocol is None or key[0] in (protocol, ""):
+            _import_builtin(key)
+    _load_plugins()
     return sorted(
         (s for s in _STAGES.values() if protocol is None or s.protocol == protocol), key=lambda s: (s.protocol, s.name)
     )
+
+
+def _registered(protocol: str, name: str) -> StageSpec | None:
+    """The stage registered as ``(protocol, name)``, importing its built-in module when it is listed, else the
+    plugins; None when there is none."""
+    key = (protocol, name)
+    if key not in _STAGES and key in _builtin_stages():
+        _import_builtin(key)
+    if key not in _STAGES:
+        for other in [k for k in _builtin_stages() if not k[0]]:  # bare modules (older metadata)
+            _import_builtin(other)
+        _load_plugins()
+    return _STAGES.get(key)
 
 
 def stage_spec(protocol: str, name: str) -> StageSpec:
@@ -219,12 +245,11 @@ def stage_spec(protocol: str, name: str) -> StageSpec:
 
 def _resolve(protocol: str, name: str) -> tuple[StageSpec, str | None]:
     """The spec and the argument after the colon (None when there is none)."""
-    _load_builtins()
-    spec = _STAGES.get((protocol, name))
+    spec = _registered(protocol, name)
     if spec is not None:
         return spec, None
     base, colon, argument = name.partition(":")
-    spec = _STAGES.get((protocol, base))
+    spec = _registered(protocol, base)
     if spec is not None and spec.argument:
         if colon and not argument:
             raise UnknownStageError(f"{protocol} stage {base!r} needs its {spec.argument} after the colon")

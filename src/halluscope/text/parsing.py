@@ -247,7 +247,7 @@ def _only_syntax_errors(candidate: str) -> bool:
     return True
 
 
-def extract_json(
+def extract_json(  # noqa: C901 - the defensive JSON extraction tries each repair in order, one branch each
     text: str,
     expect: type | tuple[type, ...] = (dict, list),
     *,

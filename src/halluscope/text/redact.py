@@ -207,9 +207,9 @@ def redact_report(report: Report, *, paths: bool = False) -> Report:
 
     verdicts = []
     for v in report.verdicts:
-        update = {"reason": redact(v.reason, paths=paths), "calls": calls(v.calls)}
-        changed = update["reason"] != v.reason or any(a is not b for a, b in zip(update["calls"], v.calls))
-        verdicts.append(v.model_copy(update=update) if changed else v)
+        redacted = {"reason": redact(v.reason, paths=paths), "calls": calls(v.calls)}
+        changed = redacted["reason"] != v.reason or any(a is not b for a, b in zip(redacted["calls"], v.calls))
+        verdicts.append(v.model_copy(update=redacted) if changed else v)
     findings = [
         f if (d := redact(f.description, paths=paths)) == f.description else f.model_copy(update={"description": d})
         for f in report.findings

@@ -84,7 +84,7 @@ async def final_matching_suite(examples: list[Example], reports: list[Report], c
         ctx.out_dir.mkdir(parents=True, exist_ok=True)
         sem = asyncio.Semaphore(max(1, getattr(ctx.judge, "max_concurrency", 4) or 4))
 
-        async def one(e: Example, gold: list[str], pred: list[str]):
+        async def one(e: Example, gold: list[str], pred: list[str]) -> Any:
             async with sem:
                 return await match_descriptions(ctx.judge, e.id, e.target, gold, pred, prompt)
 

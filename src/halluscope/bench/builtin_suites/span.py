@@ -10,12 +10,12 @@ import numpy as np
 from halluscope.bench import metrics as M
 from halluscope.bench.builtin_suites.shared import _ci_pair, both, md_table
 from halluscope.bench.suites import SuiteContext, SuiteResult, register_suite
-from halluscope.records import Example, Report
+from halluscope.records import Example, Report, Span
 
 # --- character-level spans -------------------------------------------------------------------------
 
 
-def predicted_spans(report: Report) -> list:
+def predicted_spans(report: Report) -> list[Span]:
     return [s for f in report.findings for s in f.target_spans]
 
 

@@ -71,8 +71,8 @@ async def run_row(
         pinned = {k: v for k, v in PAPER_ORDER.items() if k in cls.Options.model_fields and k not in row.options}
         record["options"] = {**extra, **pinned, **row.options}
         method = get_method(
-            row.method,
-            llm=ctx.get_llm() if cls.uses_llm else None,  # type: ignore[arg-type]
+            row.method,  # type: ignore[arg-type]
+            llm=ctx.get_llm() if cls.uses_llm else None,
             config=ctx.config,
             **record["options"],
         )

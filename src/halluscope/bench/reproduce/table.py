@@ -30,7 +30,7 @@ def _ci_json(node: Any) -> dict[str, Any] | None:
     return None
 
 
-def _metric_value(results: dict[str, Any], metric: Metric) -> tuple[dict[str, Any] | None, str | None]:
+def _metric_value(results: dict[str, Any], metric: Metric) -> tuple[dict[str, Any] | None, str | None]:  # noqa: C901 - one branch per metric kind of the paper tables, read top to bottom
     """(our value as {"value", "low", "high", "n", "scored", "coverage"}, or None with the reason).
 
     The headline ``value`` counts every item (an unscored one as the worst outcome, the suite's ``<key>_all``);

@@ -15,7 +15,7 @@ from halluscope.bench.suite_stress.density import DensityPoint
 # -------------------------------------------------------------------------------------------- plots
 
 
-def _figure(width: float, height: float):
+def _figure(width: float, height: float) -> Any:
     require("matplotlib", "bench", "the stress suite's plots")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure

@@ -166,8 +166,9 @@ class RewritePerturbation:
                 pieces: list[str] = []
                 for sentence in sentences:
                     parsed = await self._rewrite(
-                        sentence.text, lambda t, s=sentence.text: check_rewrite(self.perturbation, s, t, part=True)
-                    )  # type: ignore[misc]
+                        sentence.text,
+                        lambda t, s=sentence.text: check_rewrite(self.perturbation, s, t, part=True),  # type: ignore[misc]
+                    )
                     calls.extend(parsed.calls)
                     if parsed.value is None:
                         return skip(f"sentence {sentence.index}: {parsed.error or 'unparseable reply'}")

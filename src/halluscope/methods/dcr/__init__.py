@@ -58,63 +58,69 @@ marks), :mod:`.scoring` (Eq. 3), :mod:`.verifier` (the ``dcr`` verifier stage), 
 
 from __future__ import annotations
 
-from halluscope.methods.dcr.amc import (
-    AmcMarks,
-    AmcMode,
-    AutoMetricConverter,
-)
-from halluscope.methods.dcr.decompose import (
-    ParagraphDecomposer,
-)
-from halluscope.methods.dcr.details import DcrDetails
-from halluscope.methods.dcr.localize import (
-    DcrLocalizer,
-    dcr_finding,
-)
-from halluscope.methods.dcr.method import (
-    DCR,
-    DcrOptions,
-    Level,
-)
-from halluscope.methods.dcr.prompts import (
-    AMC_PROMPT,
-    DCE_EXCERPT_BATCH_PROMPT,
-    DCE_EXCERPT_PROMPT,
-    DCE_PARAGRAPH_PROMPT,
-    DCE_REPLY_TOKENS,
-    DCE_SENTENCE_PROMPT,
-    DCR_PROMPTS,
-)
-from halluscope.methods.dcr.replies import (
-    REASON_ECHOES,
-    AmcReply,
-    DceExcerptBatchReply,
-    DceExcerptEntry,
-    DceJudgment,
-    DceReason,
-    DceReply,
-    DceSingleReply,
-    Mark,
-    SentenceReason,
-    number_claims,
-    parse_amc,
-    parse_dce_sentences,
-    parse_dce_single,
-)
-from halluscope.methods.dcr.scoring import (
-    LABEL_MARKS,
-    AmcScore,
-    AmcWeights,
-    DcrAggregator,
-    amc_score,
-)
-from halluscope.methods.dcr.verifier import (
-    NO_REASON,
-    DceNotes,
-    DcrVerifier,
-    OtherReason,
-    assign_reasons,
-)
+from typing import TYPE_CHECKING
+
+from halluscope._lazy import lazy_exports
+
+if TYPE_CHECKING:  # the names importable from here, each loaded from its module when first read
+    from halluscope.methods.dcr.amc import (
+        AmcMarks,
+        AmcMode,
+        AutoMetricConverter,
+    )
+    from halluscope.methods.dcr.decompose import (
+        ParagraphDecomposer,
+    )
+    from halluscope.methods.dcr.details import DcrDetails
+    from halluscope.methods.dcr.localize import (
+        DcrLocalizer,
+        dcr_finding,
+    )
+    from halluscope.methods.dcr.method import (
+        DCR,
+        DcrOptions,
+        Level,
+    )
+    from halluscope.methods.dcr.prompts import (
+        AMC_PROMPT,
+        DCE_EXCERPT_BATCH_PROMPT,
+        DCE_EXCERPT_PROMPT,
+        DCE_PARAGRAPH_PROMPT,
+        DCE_REPLY_TOKENS,
+        DCE_SENTENCE_PROMPT,
+        DCR_PROMPTS,
+    )
+    from halluscope.methods.dcr.replies import (
+        REASON_ECHOES,
+        AmcReply,
+        DceExcerptBatchReply,
+        DceExcerptEntry,
+        DceJudgment,
+        DceReason,
+        DceReply,
+        DceSingleReply,
+        Mark,
+        SentenceReason,
+        number_claims,
+        parse_amc,
+        parse_dce_sentences,
+        parse_dce_single,
+    )
+    from halluscope.methods.dcr.scoring import (
+        LABEL_MARKS,
+        AmcScore,
+        AmcWeights,
+        DcrAggregator,
+        amc_score,
+    )
+    from halluscope.methods.dcr.verifier import (
+        NO_REASON,
+        DceNotes,
+        DcrVerifier,
+        OtherReason,
+        assign_reasons,
+    )
+
 
 __all__ = [
     "DcrDetails",
@@ -159,3 +165,5 @@ __all__ = [
     "parse_dce_sentences",
     "parse_dce_single",
 ]
+
+__getattr__ = lazy_exports(__name__, __file__)

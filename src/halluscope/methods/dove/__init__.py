@@ -17,43 +17,51 @@ verify) with DoveScore's own part on top:
 Replies are parsed strictly against the schemas in :mod:`.replies`; edge cases are in docs/dove.md.
 """
 
-from halluscope.methods.dove.aggregate import DoveAggregator, DoveLocalizer
-from halluscope.methods.dove.details import DoveDetails
-from halluscope.methods.dove.method import Dove, DoveOptions
-from halluscope.methods.dove.order import (
-    DoveScores,
-    dove_score,
-    event_order_finding,
-    judge_order,
-    order_comparison,
-    target_position_order,
-)
-from halluscope.methods.dove.prompts import (
-    DOVE_CHECK_BATCH_PROMPT,
-    DOVE_CHECK_PROMPT,
-    DOVE_DECOMPOSE_PROMPT,
-    DOVE_SORT_PROMPT,
-)
-from halluscope.methods.dove.replies import (
-    DoveBatchAnswers,
-    DoveBatchJudgment,
-    DoveBatchReply,
-    DoveCheckReply,
-    DoveFacts,
-    DoveFactsReply,
-    DoveOrderReply,
-    match_event,
-    parse_batch_judgments,
-    parse_decomposition,
-    parse_event_order,
-    parse_fact_judgment,
-)
-from halluscope.methods.dove.stages import (
-    DoveDecomposer,
-    DoveFactChecker,
-    DoveSorter,
-    PositionSorter,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from halluscope._lazy import lazy_exports
+
+if TYPE_CHECKING:  # the names importable from here, each loaded from its module when first read
+    from halluscope.methods.dove.aggregate import DoveAggregator, DoveLocalizer
+    from halluscope.methods.dove.details import DoveDetails
+    from halluscope.methods.dove.method import Dove, DoveOptions
+    from halluscope.methods.dove.order import (
+        DoveScores,
+        dove_score,
+        event_order_finding,
+        judge_order,
+        order_comparison,
+        target_position_order,
+    )
+    from halluscope.methods.dove.prompts import (
+        DOVE_CHECK_BATCH_PROMPT,
+        DOVE_CHECK_PROMPT,
+        DOVE_DECOMPOSE_PROMPT,
+        DOVE_SORT_PROMPT,
+    )
+    from halluscope.methods.dove.replies import (
+        DoveBatchAnswers,
+        DoveBatchJudgment,
+        DoveBatchReply,
+        DoveCheckReply,
+        DoveFacts,
+        DoveFactsReply,
+        DoveOrderReply,
+        match_event,
+        parse_batch_judgments,
+        parse_decomposition,
+        parse_event_order,
+        parse_fact_judgment,
+    )
+    from halluscope.methods.dove.stages import (
+        DoveDecomposer,
+        DoveFactChecker,
+        DoveSorter,
+        PositionSorter,
+    )
+
 
 __all__ = [
     "DoveDetails",
@@ -88,3 +96,5 @@ __all__ = [
     "DoveAggregator",
     "DoveLocalizer",
 ]
+
+__getattr__ = lazy_exports(__name__, __file__)

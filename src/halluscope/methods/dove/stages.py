@@ -118,8 +118,8 @@ def _evidence(judgment: DoveCheckReply, source: str) -> list[Evidence]:
 def _verdict(claim: Claim, judgment: DoveCheckReply, source: str, calls: list[LLMCall]) -> Verdict:
     return Verdict(
         claim=claim,
-        label=judgment.label,
-        reason=judgment.reason or "",  # type: ignore[arg-type]
+        label=judgment.label,  # type: ignore[arg-type]
+        reason=judgment.reason or "",
         score=1.0 if judgment.supported else 0.0,
         evidence=_evidence(judgment, source),
         calls=calls,
@@ -249,8 +249,8 @@ class DoveSorter:
             self.messages(shown_texts, text, about),
             DoveOrderReply,
             params=self.llm.params(max_tokens=reply_budget(self.llm, self.reply_tokens(len(events)))),
-            parse=lambda reply: parse_event_order(reply, shown_texts, DOVE_SORT_EXAMPLE_ORDER),
-        )  # type: ignore[arg-type, return-value]
+            parse=lambda reply: parse_event_order(reply, shown_texts, DOVE_SORT_EXAMPLE_ORDER),  # type: ignore[arg-type, return-value]
+        )
         if step.value is None:
             return StepResult.failure(f"sorter: {step.error}", step.calls)
         local: EventOrder = step.value  # type: ignore[assignment]

@@ -40,43 +40,51 @@ With another verifier (``-o verifier=probe``) its verdicts are used as they are;
 contributes one description (the fact and the verifier's reason), de-duplicated the same way.
 """
 
-from halluscope.methods.factscore.decompose import AtomicFact, FactScoreDecomposer, parse_facts
-from halluscope.methods.factscore.dedup import (
-    DedupMode,
-    DescriptionDeduplicator,
-    FuzzyDeduplicator,
-    LlmDeduplicator,
-    NoDeduplication,
-    parse_keep,
-)
-from halluscope.methods.factscore.details import FactScoreDetails
-from halluscope.methods.factscore.localize import FactScoreLocalizer
-from halluscope.methods.factscore.method import FactScore, FactScoreOptions
-from halluscope.methods.factscore.prompts import (
-    FACTSCORE_DECOMPOSE_PROMPT,
-    FACTSCORE_DEDUP_PROMPT,
-    FACTSCORE_DESCRIBE_BATCH_PROMPT,
-    FACTSCORE_DESCRIBE_PROMPT,
-    FACTSCORE_VERIFY_BATCH_PROMPT,
-    FACTSCORE_VERIFY_PROMPT,
-    VERIFY_REPLY_TOKENS,
-)
-from halluscope.methods.factscore.replies import (
-    DESCRIPTION_ECHOES,
-    DESCRIPTION_EXAMPLES,
-    FACT_ECHOES,
-    FACT_EXAMPLES,
-    FactCheckBatchEntry,
-    FactCheckBatchReply,
-    FactCheckReply,
-    FactEntry,
-    FactJudgmentBatchEntry,
-    FactJudgmentBatchReply,
-    FactJudgmentReply,
-    FactsReply,
-    KeepReply,
-)
-from halluscope.methods.factscore.verifier import FactScoreVerifier
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from halluscope._lazy import lazy_exports
+
+if TYPE_CHECKING:  # the names importable from here, each loaded from its module when first read
+    from halluscope.methods.factscore.decompose import AtomicFact, FactScoreDecomposer, parse_facts
+    from halluscope.methods.factscore.dedup import (
+        DedupMode,
+        DescriptionDeduplicator,
+        FuzzyDeduplicator,
+        LlmDeduplicator,
+        NoDeduplication,
+        parse_keep,
+    )
+    from halluscope.methods.factscore.details import FactScoreDetails
+    from halluscope.methods.factscore.localize import FactScoreLocalizer
+    from halluscope.methods.factscore.method import FactScore, FactScoreOptions
+    from halluscope.methods.factscore.prompts import (
+        FACTSCORE_DECOMPOSE_PROMPT,
+        FACTSCORE_DEDUP_PROMPT,
+        FACTSCORE_DESCRIBE_BATCH_PROMPT,
+        FACTSCORE_DESCRIBE_PROMPT,
+        FACTSCORE_VERIFY_BATCH_PROMPT,
+        FACTSCORE_VERIFY_PROMPT,
+        VERIFY_REPLY_TOKENS,
+    )
+    from halluscope.methods.factscore.replies import (
+        DESCRIPTION_ECHOES,
+        DESCRIPTION_EXAMPLES,
+        FACT_ECHOES,
+        FACT_EXAMPLES,
+        FactCheckBatchEntry,
+        FactCheckBatchReply,
+        FactCheckReply,
+        FactEntry,
+        FactJudgmentBatchEntry,
+        FactJudgmentBatchReply,
+        FactJudgmentReply,
+        FactsReply,
+        KeepReply,
+    )
+    from halluscope.methods.factscore.verifier import FactScoreVerifier
+
 
 __all__ = [
     "FactScoreDetails",
@@ -114,3 +122,5 @@ __all__ = [
     "parse_facts",
     "parse_keep",
 ]
+
+__getattr__ = lazy_exports(__name__, __file__)

@@ -78,8 +78,8 @@ class FactScoreDecomposer:
             self.llm,
             self.prompt.render(sentences=_numbered_sentences(sentences)),
             FactsReply,
-            parse=lambda text: parse_facts(text, sentences, target),
-        )  # type: ignore[arg-type, return-value]
+            parse=lambda text: parse_facts(text, sentences, target),  # type: ignore[arg-type, return-value]
+        )
         if step.value is None:
             return StepResult.failure(step.error or "no facts", step.calls)
         facts: list[AtomicFact] = step.value  # type: ignore[assignment]

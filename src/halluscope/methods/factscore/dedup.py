@@ -83,8 +83,8 @@ class DescriptionDeduplicator:
                 self.llm,
                 self.prompt.render(target=target, descriptions=listing),
                 KeepReply,
-                parse=lambda text: parse_keep(text, n),
-            )  # type: ignore[arg-type, return-value]
+                parse=lambda text: parse_keep(text, n),  # type: ignore[arg-type, return-value]
+            )
         except CallBudgetExceeded:
             raise  # the check's budget is spent: the check stops, as for any other call
         except LLMError as exc:  # one failed call: the verdicts already in stay, fuzzy grouping is used instead

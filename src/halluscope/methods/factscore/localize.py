@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from halluscope.llm.base import CallBudgetExceeded, LLMError
-from halluscope.methods.factscore.method import FactScoreOptions
+from halluscope.methods.factscore.options import FactScoreOptions
 from halluscope.methods.factscore.verifier import FactScoreVerifier
 from halluscope.methods.verdict_first import VerdictFirst
 from halluscope.options import StageOptions, options_view

@@ -209,7 +209,7 @@ class Localize(Method):
     async def _filter_step(self, source: str, target: str) -> tuple[bool | None, dict[str, Any], str | None]:
         if self.opts.filter == "self":
             step = await BinaryFilter(self.llm, self.prompt)(source, target)
-            info = {"kind": "self", "consistent": step.value}
+            info: dict[str, Any] = {"kind": "self", "consistent": step.value}
             if step.value is not None and (p := consistent_probability(step)) is not None:
                 info["p_consistent"] = p
             return step.value, info, step.error

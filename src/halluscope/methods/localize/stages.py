@@ -48,8 +48,8 @@ class DescriptionLocalizer:
             self.llm,
             messages,
             reply_schema(self.hint),  # type: ignore[return-value]
-            parse=lambda text: parse_localization(text, self.hint, target),
-        )  # type: ignore[arg-type, return-value]
+            parse=lambda text: parse_localization(text, self.hint, target),  # type: ignore[arg-type, return-value]
+        )
 
 
 class BinaryFilter:

@@ -24,25 +24,33 @@ it is ``unsupported`` only after a valid evidence reply that lists nothing, or t
 passage. ``details["steps"]["localization"]["outcomes"]`` says which, per claim.
 """
 
-from halluscope.methods.probe.consensus import ConsensusJudging, consensus_judging
-from halluscope.methods.probe.decompose import ProbeDecomposer, parse_claims, place_claims, sentence_claims
-from halluscope.methods.probe.details import ProbeDetails
-from halluscope.methods.probe.evidence import ProbeEvidenceFinder, QuoteSearch, TopSentencesFinder, locate_quote
-from halluscope.methods.probe.judge import EvidenceEvaluator, EvidenceJudgment, Judge, Vote
-from halluscope.methods.probe.method import Probe
-from halluscope.methods.probe.options import ProbeOptions
-from halluscope.methods.probe.outcome import ProbeAggregator, ProbeLocalizer, probe_finding
-from halluscope.methods.probe.replies import (
-    DECOMPOSE_PROMPT,
-    EVALUATE_PROMPT,
-    FIND_EVIDENCE_PROMPT,
-    ClaimEntry,
-    ClaimsReply,
-    EvaluationReply,
-    EvidenceReply,
-    is_template_echo,
-)
-from halluscope.methods.probe.verifier import ProbeVerifier, decide
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from halluscope._lazy import lazy_exports
+
+if TYPE_CHECKING:  # the names importable from here, each loaded from its module when first read
+    from halluscope.methods.probe.consensus import ConsensusJudging, consensus_judging
+    from halluscope.methods.probe.decompose import ProbeDecomposer, parse_claims, place_claims, sentence_claims
+    from halluscope.methods.probe.details import ProbeDetails
+    from halluscope.methods.probe.evidence import ProbeEvidenceFinder, QuoteSearch, TopSentencesFinder, locate_quote
+    from halluscope.methods.probe.judge import EvidenceEvaluator, EvidenceJudgment, Judge, Vote
+    from halluscope.methods.probe.method import Probe
+    from halluscope.methods.probe.options import ProbeOptions
+    from halluscope.methods.probe.outcome import ProbeAggregator, ProbeLocalizer, probe_finding
+    from halluscope.methods.probe.replies import (
+        DECOMPOSE_PROMPT,
+        EVALUATE_PROMPT,
+        FIND_EVIDENCE_PROMPT,
+        ClaimEntry,
+        ClaimsReply,
+        EvaluationReply,
+        EvidenceReply,
+        is_template_echo,
+    )
+    from halluscope.methods.probe.verifier import ProbeVerifier, decide
+
 
 __all__ = [
     "ConsensusJudging",
@@ -76,3 +84,5 @@ __all__ = [
     "ProbeLocalizer",
     "sentence_claims",
 ]
+
+__getattr__ = lazy_exports(__name__, __file__)

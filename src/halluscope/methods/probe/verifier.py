@@ -330,8 +330,8 @@ class ProbeVerifier(LLMVerifier):
             ask=ask,
             accept=lambda claim, entry, calls: _Quoted(claim, entry.evidence, calls),
             alone=lambda claim: finder.search(claim, context, source),
-            redone=redone,
-        )  # type: ignore[arg-type]
+            redone=redone,  # type: ignore[arg-type]
+        )
         return await gather_or_cancel(
             _located(finder, f, context, source) if isinstance(f, _Quoted) else _done(f) for f in found
         )

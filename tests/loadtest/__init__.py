@@ -5,7 +5,7 @@ Every scenario starts its own processes (a stub OpenAI-compatible endpoint, ``py
 with the LLM cache and the jobs database in a folder it is given, and stops them by process id.
 """
 
-from halluscope.server.loadtest.processes import (
+from tests.loadtest.processes import (
     HOST,
     Proc,
     free_port,
@@ -15,8 +15,8 @@ from halluscope.server.loadtest.processes import (
     start_server,
     start_stub,
 )
-from halluscope.server.loadtest.restarts import KillResume, graceful_restart, kill_resume
-from halluscope.server.loadtest.traffic import (
+from tests.loadtest.restarts import KillResume, graceful_restart, kill_resume
+from tests.loadtest.traffic import (
     concurrent_checks,
     distinct_options,
     health_under_hostile_replies,

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from halluscope.server.loadtest.processes import free_port, start_server, start_stub
+from tests.loadtest.processes import free_port, start_server, start_stub
 
 # --- scenario: kill -9 mid-job, restart, resume ------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from halluscope.server.loadtest.processes import HOST, Proc, open_fds, peak_rss_mb, rss_mb
+from tests.loadtest.processes import HOST, Proc, open_fds, peak_rss_mb, rss_mb
 
 # --- scenario: a huge body --------------------------------------------------------------------------------
 
@@ -256,7 +256,7 @@ def health_under_hostile_replies(
     """``rounds`` times ``hostile`` concurrent geval checks whose every reply is 196 KB of ``<think>`` (see the
     stub; ``marker=False``: ordinary replies, the control), while /health is polled on one kept-alive
     connection: its latency percentiles."""
-    from halluscope.server.stub import HOSTILE_MARKER
+    from tests.stub_server import HOSTILE_MARKER
 
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     tag = HOSTILE_MARKER if marker else "ordinary"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 
+STUB_SERVER = Path(__file__).resolve().parents[1] / "stub_server.py"  # run as a script
 HOST = "127.0.0.1"
 
 
@@ -103,7 +104,7 @@ def start_stub(home: Path, latency_ms: float = 20.0, hold_after: int | None = No
     home.mkdir(parents=True, exist_ok=True)
     port = free_port()
     log = home / f"stub-{port}.log"
-    cmd = [sys.executable, "-m", "halluscope.server.stub", "--port", str(port), "--latency-ms", str(latency_ms)]
+    cmd = [sys.executable, str(STUB_SERVER), "--port", str(port), "--latency-ms", str(latency_ms)]
     if hold_after is not None:
         cmd += ["--hold-after", str(hold_after)]
     proc = Proc(subprocess.Popen(cmd, env=_env(home), stdout=log.open("wb"), stderr=subprocess.STDOUT), port, log)

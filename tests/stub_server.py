@@ -1,6 +1,6 @@
 """A stub OpenAI-compatible endpoint for the service's load and fault tests (loopback only).
 
-    python -m halluscope.server.stub --port 9100 [--latency-ms 50] [--hold-after N]
+    python tests/stub_server.py --port 9100 [--latency-ms 50] [--hold-after N]
 
 ``POST /v1/chat/completions`` waits ``latency`` and answers a geval-style JSON rating whose score is a
 function of the prompt (so reports vary, deterministically). It counts what it receives, by a hash of the
