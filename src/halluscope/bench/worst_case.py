@@ -40,8 +40,9 @@ SET_RULE = (
 )
 CORRELATION_RULE = (
     "the exact minimum over every placement of the unscored items' scores (per document where the correlation is "
-    "per document; scores within [min(0, lowest score), max(1, highest score)]); where that search would be too "
-    "costly, a value provably no higher, marked as a bound"
+    "per document; Pearson: scores within [min(0, lowest score), max(1, highest score)]; Spearman and Kendall: any "
+    "order, also below the lowest or above the highest scored item); where that search would be too costly, a "
+    "value provably no higher, marked as a bound"
 )
 DESCRIPTIONS_RULE = (
     "an unscored item counts as matching no gold description and giving as many wrong descriptions as the method "
@@ -137,6 +138,15 @@ def correlation_value(name: str, x: Sequence[float] | np.ndarray, y: Sequence[fl
         return None
     v = float(_ROWS[name](x[None, :], y)[0])
     return None if math.isnan(v) else max(-1.0, min(1.0, v))
+
+
+def correlation_rows(name: str, rows: np.ndarray, y: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Correlation ``name`` of every row of ``rows`` (one completion each) with ``y``; NaN where undefined."""
+    y = np.asarray(y, dtype=float)
+    rows = np.atleast_2d(np.asarray(rows, dtype=float))
+    if len(y) < 3 or np.ptp(y) == 0:
+        return np.full(len(rows), np.nan)
+    return np.clip(_ROWS[name](rows, y), -1.0, 1.0)
 
 
 def _best(name: str, rows: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray] | None:
@@ -378,11 +388,11 @@ def _gap_points(values: np.ndarray, gap: int, count: int, lo: float, hi: float) 
     step = np.arange(1, count + 1) / (count + 1)
     if m == 0:
         return lo + (hi - lo) * step
-    if gap == 0:
-        low_end = lo if lo < values[0] else values[0] - 1e-6
+    if gap == 0:  # below every scored item: inside [lo, hi] when there is room, else just below
+        low_end = lo if lo < values[0] else values[0] - 1e-6 * max(1.0, hi - lo)
         return low_end + (values[0] - low_end) * step
     if gap == m:
-        high_end = hi if hi > values[-1] else values[-1] + 1e-6
+        high_end = hi if hi > values[-1] else values[-1] + 1e-6 * max(1.0, hi - lo)
         return values[-1] + (high_end - values[-1]) * step
     return values[gap - 1] + (values[gap] - values[gap - 1]) * step
 
