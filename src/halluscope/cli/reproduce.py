@@ -144,8 +144,9 @@ def reproduce_command(
             help=(
                 "probe: the model(s) that build Table 2's gold truthful claims and evidence "
                 "(comma-separated or repeated; the first decomposes, each finds evidence and votes; "
-                "same endpoint as --base-url). Without it no gold is built; --build gold_evidence=self "
-                "builds it with the scored model itself (rows labelled 'self-built gold')."
+                "same endpoint as --base-url). As in the PROBE paper, the scored model may be one of the voters "
+                "(--build gold_voters=others keeps it out). Without it no gold is built; --build "
+                "gold_evidence=self builds it with the scored model alone (rows labelled 'self-built gold')."
             ),
         ),
     ] = None,
