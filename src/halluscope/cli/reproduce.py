@@ -183,7 +183,15 @@ def reproduce_command(
 ) -> None:
     """Run PAPER's main evaluation protocol with the configured model and write reproduce.json and reproduce.md:
     the paper's table layout, its published numbers (model, table) beside ours (95% CI, n, unscored, cost).
-    Resumable: a re-run reuses the built data and every finished item. Rows that cannot be computed say why."""
+    Resumable: a re-run reuses the built data and every finished item. Rows that cannot be computed say why.
+
+    Which of our values is the headline, and why: "ours, all items" is the minimum over every outcome the items
+    the method could not score might have had (a miss, the wrong side of every threshold, the exact lowest
+    correlation over their scores, per document where the correlation is per document; "bound" where only a
+    value provably no higher could be computed). Beside it: the value over the scored items and the coverage.
+    So a method cannot look better by leaving the hard items unscored. Rows take their options from the paper
+    plan and -o only: the config file's [options.METHOD] and threshold are not used, and every option a row used
+    is printed in it."""
     out = either("--output", out, "--out", old_out)
     import asyncio
 
