@@ -204,3 +204,47 @@ def test_kendall_example_with_ties_the_worst_placement_is_inside_the_range():
     worst = W.worst_correlation("kendall", scores, human)
     assert inside < ends - 0.2
     assert worst.exact and worst.value == pytest.approx(inside)
+
+
+async def test_final_example_an_unscored_consistent_item_no_longer_raises_f1(tmp_path):
+    # one item with 3 of 4 gold matched by 4 predictions, one consistent item: given 3 false descriptions F1 is
+    # 6/11 = 0.545; left unscored it was counted as nothing predicted (0.750). Now it counts as 4 wrong ones
+    # (the most the method gave on a scored item): 6/12 = 0.5, no higher than any outcome it could have had
+    from halluscope.bench.builtin_suites import final_matching_suite
+    from halluscope.bench.judge import MatchReply
+    from halluscope.bench.suites import SuiteContext
+    from halluscope.llm import LLM, FakeModel
+    from halluscope.records import Example, Finding, Report
+
+    examples = [
+        Example(id="a", source="s", target="A.", descriptions=["g1", "g2", "g3", "g4"]),
+        Example(id="b", source="s", target="B.", descriptions=[]),
+    ]
+    found = Report(method="m", score=0.1, findings=[Finding(description=f"p{i}") for i in range(1, 5)])
+    reply = '{"matches": {"P1": "G1", "P2": "G2", "P3": "G3", "P4": null}}'
+    judge = LLM(FakeModel(by_reply={MatchReply: lambda messages: reply}), cache=None)
+    ctx = SuiteContext(out_dir=tmp_path, method="m", model="m", dataset="d", judge=judge, n_bootstrap=0)
+    false_alarms = Report(method="m", score=0.2, findings=[Finding(description=f"f{i}") for i in range(3)])
+    scored = (await final_matching_suite(examples, [found, false_alarms], ctx)).metrics
+    assert scored["f1_all"]["value"] == pytest.approx(6 / 11)
+    unscored = (await final_matching_suite(examples, [found, Report(method="m", unscored_reason="x")], ctx)).metrics
+    assert unscored["f1"]["value"] == pytest.approx(0.75)  # over the scored item alone, beside the headline
+    assert unscored["f1_all"]["value"] == pytest.approx(0.5) and unscored["worst_case_wrong_descriptions"] == 4
+    assert unscored["precision_all"]["value"] <= scored["precision_all"]["value"]
+
+
+def test_probe_example_an_unscored_item_no_longer_leaves_precision_and_evidence_finding_unchanged():
+    from halluscope.bench.suite_probe import probe_metrics
+    from halluscope.records import Example, Report
+    from tests.test_probe_suite import GOLD_META, SOURCE, TARGET
+
+    example = Example(id="x", source=SOURCE, target=TARGET, meta=GOLD_META)
+    empty = probe_metrics([example], [Report(method="probe", score=1.0)], n_bootstrap=0, counts_every_item=True)
+    worst = probe_metrics(
+        [example], [Report(method="probe", unscored_reason="x")], n_bootstrap=0, counts_every_item=True
+    )
+    # as a scored report that found nothing, localization precision would be undefined (0/0) and the truthful
+    # claims with evidence left out; at its worst the item flags every character outside the gold and finds nothing
+    assert worst["localization_precision"]["value"] == 0.0
+    assert worst["evidence_finding_partial"]["value"] == 0.0 and worst["counts"]["ef_claims"] >= 1
+    assert empty["evidence_finding_partial"]["value"] in (None, 0.0)
