@@ -550,7 +550,9 @@ async def test_probe_gold_from_named_models_and_every_row_names_its_claim_matchi
     "options,gold_names,needle",
     [
         ({"gold_evidence": "true"}, (), "--gold-model"),  # no gold model named: refused, not built by the scored one
-        ({}, ("scored",), "is the scored model"),  # the "gold model" is the scored model
+        ({}, ("scored",), "is the scored model"),  # the scored model as the only voter
+        ({"gold_voters": "others"}, ("scored", "gold-a"), "gold_voters=others"),  # the self-excluding variant
+        ({"gold_voters": "some"}, ("gold-a",), "paper or others"),
         ({"gold_evidence": "self"}, ("gold-a",), "drop --gold-model"),
         ({"gold_evidence": "maybe"}, (), "true, false or self"),
     ],
@@ -563,6 +565,19 @@ async def test_probe_refuses_a_gold_the_scored_model_writes_unless_asked(tmp_pat
     )
     with pytest.raises(ReproduceError, match=re.escape(needle)):
         await run_reproduce(get_protocol("probe"), ctx, methods=["probe"], n_bootstrap=0, echo=lambda _: None)
+
+
+async def test_probe_gold_voters_may_include_the_scored_model_as_in_the_paper(tmp_path):
+    from tests.test_inject import gold_model
+
+    scored = gold_model("scored", strict=False)
+    voters = [scored, gold_model("gold-a", strict=False)]
+    ctx = _probe_ctx(tmp_path, scored, {}, voters)
+    result = await run_reproduce(get_protocol("probe"), ctx, methods=["probe"], n_bootstrap=0, echo=lambda _: None)
+    build = result["protocol"]["build"]
+    assert build["gold"]["built_by"] == "named" and build["gold"]["models"] == [v.name for v in voters]
+    assert scored.name in build["gold"]["models"]
+    assert any("the 4 frontier models it then scored" in d for d in build["departures"])
 
 
 def test_cli_gold_model_names_the_gold_builders_and_refuses_the_scored_model(tmp_path):

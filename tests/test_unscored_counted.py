@@ -200,21 +200,17 @@ def test_correlation_worst_case_gives_an_unscored_low_rated_item_the_highest_sco
     assert m["spearman"]["value"] == pytest.approx(1.0) and m["spearman"]["coverage"]["scored"] == 4
     assert m["spearman_all"]["value"] == pytest.approx(0.0)  # ranks 5,1,2,3,4 against 1..5
     assert m["kendall_all"]["value"] < 0.5 and m["pearson_all"]["value"] < 0.5
-    assert "disagrees most" in m["worst_case"]
+    assert "exact minimum" in m["worst_case"] and m["spearman_all"]["exact"]
 
 
-def test_adversarial_scores_never_raise_a_correlation_above_either_end():
-    # two unscored items, one rated high and one low: each at the end that disagrees with its rating
+def test_worst_correlation_is_no_higher_than_either_end():
+    # two unscored items, one rated high and one low: no placement at the ends gives a lower value
+    from halluscope.bench import worst_case as W
+
     human = [0.0, 1.0, 0.2, 0.4, 0.6, 0.8]
     scores = [None, None, 0.2, 0.4, 0.6, 0.8]
-
-    def rho(x):
-        return M.correlations(x.tolist(), human)["spearman"]
-
-    filled = M.adversarial_scores(scores, human, rho)
-    assert filled[1] < 0.2 and filled[0] > 0.8  # the high rating lowest, the low rating highest
-    naive = M.worst_case_scores(scores)  # both at the lowest rank
-    assert rho(filled) < rho(naive)
-    for a in (0.1, 0.9):  # no placement of the two at the ends gives a lower value
+    worst = W.worst_correlation("spearman", scores, human)
+    assert worst.exact and worst.filled[1] < 0.2 and worst.filled[0] > 0.8
+    for a in (0.1, 0.9):
         for b in (0.1, 0.9):
-            assert rho(filled) <= rho(M.worst_case_scores([a, b, *scores[2:]])) + 1e-12
+            assert worst.value <= M.correlations([a, b, *scores[2:]], human)["spearman"] + 1e-12

@@ -252,6 +252,16 @@ def _metric(kind: str) -> Callable[[np.ndarray, np.ndarray], float | None]:
     return lambda y, s: M.correlations(list(s), list(y))["spearman"]
 
 
+def _worst_filled(scores: Sequence[float | None], y: np.ndarray, kind: str) -> np.ndarray:
+    """A member's scores with every unscored item at its worst outcome for the metric of ``kind``
+    (:data:`worst_case.HEADLINE_RULE`): the wrong side for AUC, the placement giving the lowest Spearman."""
+    from halluscope.bench import worst_case as W
+
+    if kind == "binary":
+        return M.worst_case_scores(scores, list(y.astype(int)))
+    return W.worst_correlation("spearman", scores, y).filled
+
+
 def cv_folds(
     y: np.ndarray, kind: str, groups: Sequence[str] | None, folds: int, seed: int
 ) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -351,7 +361,7 @@ def fit_combiner(
     for m in members:
         scores = [m.reports[i].score for i in ids]
         n_scored = sum(s is not None for s in scores)
-        raw = M.worst_case_scores(scores, list(y.astype(int)) if kind == "binary" else None)
+        raw = _worst_filled(scores, y, kind)
         raw_preds[m.spec.name] = raw
         cols = table.columns_of(m.spec.name)
         entry: dict[str, Any] = {
@@ -546,7 +556,7 @@ def _transfer(
         row["members"] = {}
         for m in members:
             scores = [m.reports[examples[i].id].score for i in test]
-            raw = M.worst_case_scores(scores, list(y[test].astype(int)) if kind == "binary" else None)
+            raw = _worst_filled(scores, y[test], kind)
             full = np.full(len(y), np.nan)
             full[test] = raw
             row["members"][m.spec.name] = ci(full, test)

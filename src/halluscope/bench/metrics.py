@@ -333,13 +333,13 @@ def coverage(n_scored: int, n_total: int) -> dict[str, int | float | None]:
 
 def worst_case_scores(scores: Sequence[float | None], labels: Sequence[int | None] | None = None) -> np.ndarray:
     """``scores`` with every unscored item (None) given the worst outcome it could have, so a metric over all
-    items counts it against the method instead of leaving it out.
+    items counts it against the method instead of leaving it out (:data:`worst_case.HEADLINE_RULE`).
 
-    With ``labels`` (1 = consistent): a consistent item gets a score below every scored item and an
-    inconsistent one a score above every scored item, so it ranks on the wrong side of every threshold (a miss
-    for detection, the wrong order for AUC). Without labels: the lowest rank, just below the lowest scored item
-    (ties among the unscored); correlations against graded human scores use :func:`adversarial_scores`
-    instead, where the lowest rank is not the worst case for an item with a low human score."""
+    With ``labels`` (1 = consistent): a consistent item gets -inf and an inconsistent one +inf, so it ranks on the
+    wrong side of every threshold and every pair: the exact minimum of AUC, balanced accuracy and P/R/F1 of
+    either class (:data:`worst_case.SET_RULE`). Without labels: the lowest rank, just below the lowest scored item
+    (ties among the unscored); correlations against graded human scores use
+    :func:`worst_case.worst_correlation` instead, where the lowest rank is not the worst case."""
     values = [float(s) for s in scores if s is not None]
     lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
     out = np.empty(len(scores), dtype=float)
@@ -349,53 +349,8 @@ def worst_case_scores(scores: Sequence[float | None], labels: Sequence[int | Non
         elif labels is None:
             out[i] = lo - 1e-6 * max(1.0, hi - lo)
         else:
-            out[i] = lo - 1.0 if labels[i] == 1 else hi + 1.0
+            out[i] = -np.inf if labels[i] == 1 else np.inf
     return out
-
-
-WORST_CASE_CORRELATION_RULE = (
-    "an unscored item takes the score that disagrees most with its human score: just below every scored item for "
-    "the highest human scores, just above every scored item for the lowest, in the reverse order of their human "
-    "scores; where the split between the two ends falls is the one giving the lowest correlation"
-)
-
-
-def adversarial_scores(
-    scores: Sequence[float | None], human: Sequence[float], statistic: Callable[[np.ndarray], float | None]
-) -> np.ndarray:
-    """``scores`` with every unscored item (None) given the score that disagrees most with its gold, for a
-    correlation ``statistic(filled scores)`` against ``human`` (:data:`WORST_CASE_CORRELATION_RULE`).
-
-    The unscored items, ordered by human score, are split in two: those with the lowest human scores go just
-    above the highest scored item, the others just below the lowest, each end in the reverse order of the human
-    scores (the highest human score gets the lowest score of all, the lowest human score the highest). Every
-    split point is tried and the one with the lowest ``statistic`` kept (an undefined value counts as not
-    lower), so an unscored item can never raise r, rho or tau above what its worst placement at the ends
-    gives. The scores stay within a hair of the scored range, so no unscored item becomes an outlier. With no
-    scored item there is no range to place them in: they stay tied (the correlation is undefined)."""
-    scores = list(scores)
-    missing = [i for i, s in enumerate(scores) if s is None]
-    base = worst_case_scores(scores)
-    if not missing or len(missing) == len(scores):
-        return base
-    values = [float(s) for s in scores if s is not None]
-    lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
-    step = 1e-6 * max(1.0, hi - lo)
-    by_human = sorted(missing, key=lambda i: (float(human[i]), i))  # lowest human score first
-    best: tuple[float, np.ndarray] | None = None
-    for split in range(len(by_human) + 1):
-        filled = base.copy()
-        top, bottom = by_human[:split], by_human[split:]
-        for rank, i in enumerate(top):  # the lowest human score gets the highest score of all
-            filled[i] = hi + step * (len(top) - rank)
-        for rank, i in enumerate(bottom):  # the highest human score gets the lowest score of all
-            filled[i] = lo - step * (rank + 1)
-        value = _clean(statistic(filled))
-        key = math.inf if value is None else value
-        if best is None or key < best[0]:
-            best = (key, filled)
-    assert best is not None
-    return best[1]
 
 
 def fewer_items_note(a_scored: int, a_total: int, b_scored: int, b_total: int) -> str | None:

@@ -3,7 +3,9 @@ fraction whose rewrite is judged consistent after 1, 2, ... rounds.
 
 Applies to reports that carry improvement rounds (``details["rounds"]``, written by the ``improve`` method,
 the one way to run RAI); for any other method it returns no metrics. An item counts as *flagged* when its
-original text was scored and at least one sentence was judged inconsistent; it counts as *fixed by round
+original text was scored below 1, DCR's Z < 1 as the paper has it (``rai_flagged="paper"``, the default; the
+named option ``rai_flagged="sentences"``: at least one sentence judged inconsistent - they differ when DCE adds
+a negative paragraph-level reason); it counts as *fixed by round
 r* when one of its rewrites up to round r was re-evaluated as consistent (every sentence judged
 consistent; with a probability score, every sentence at or above the threshold: ``Evaluated.consistent``). Each
 rate is given over the flagged items (``improvement_rate_after_r``, with its ``coverage``) and counting every
@@ -32,9 +34,21 @@ def _rounds(report: Report) -> list[dict[str, Any]] | None:
     return rounds if isinstance(rounds, list) and rounds else None
 
 
-def _flagged(rounds: list[dict[str, Any]]) -> bool:
+FLAGGED_RULES = {
+    "paper": "the original's score is below 1 (DCR's Z < 1: any negative reason, a paragraph-level one included)",
+    "sentences": "at least one sentence of the original was judged inconsistent",
+}
+"""Which items RAI rewrites and the rate is over (``ctx.extra["rai_flagged"]``; ``paper`` by default)."""
+
+
+def _flagged(rounds: list[dict[str, Any]], rule: str = "paper") -> bool:
+    """Whether the original was flagged under ``rule`` (:data:`FLAGGED_RULES`); an unscored original is not."""
     first = rounds[0]
-    return first.get("score") is not None and bool(first.get("inconsistent_sentences"))
+    if first.get("score") is None:
+        return False
+    if rule == "sentences":
+        return bool(first.get("inconsistent_sentences"))
+    return float(first["score"]) < 1.0
 
 
 def _fixed_by(rounds: list[dict[str, Any]], r: int) -> bool:
@@ -60,7 +74,10 @@ def rai_improvement_suite(examples: list[Example], reports: list[Report], ctx: S
         return SuiteResult()
     max_rounds = max(int(r.details.get("max_rounds") or (len(rounds) - 1)) for _, r, rounds in items)
     unscored = sum(rounds[0].get("score") is None for _, _, rounds in items)
-    flagged = [(e, r, rounds) for e, r, rounds in items if _flagged(rounds)]
+    rule = str(ctx.extra.get("rai_flagged") or "paper")
+    if rule not in FLAGGED_RULES:
+        raise ValueError(f"unknown rai_flagged rule {rule!r}; use {' or '.join(FLAGGED_RULES)}")
+    flagged = [(e, r, rounds) for e, r, rounds in items if _flagged(rounds, rule)]
     cov = coverage(len(items) - unscored, len(items))
     m: dict[str, Any] = {
         "n_with_rounds": len(items),
@@ -69,6 +86,8 @@ def rai_improvement_suite(examples: list[Example], reports: list[Report], ctx: S
         "n_flagged_all": len(flagged) + unscored,
         "coverage": cov,
         "max_rounds": max_rounds,
+        "flagged_rule": rule,
+        "flagged_means": FLAGGED_RULES[rule],
         "worst_case": "an item whose original could not be scored counts as flagged and never fixed",
         "judged_by": "the same DCR evaluator that flagged the item (not a human judgment)",
     }

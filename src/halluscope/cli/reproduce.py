@@ -144,8 +144,9 @@ def reproduce_command(  # noqa: C901 - the reproduce command's flags, each valid
             help=(
                 "probe: the model(s) that build Table 2's gold truthful claims and evidence "
                 "(comma-separated or repeated; the first decomposes, each finds evidence and votes; "
-                "same endpoint as --base-url). Without it no gold is built; --build gold_evidence=self "
-                "builds it with the scored model itself (rows labelled 'self-built gold')."
+                "same endpoint as --base-url). As in the PROBE paper, the scored model may be one of the voters "
+                "(--build gold_voters=others keeps it out). Without it no gold is built; --build "
+                "gold_evidence=self builds it with the scored model alone (rows labelled 'self-built gold')."
             ),
         ),
     ] = None,
@@ -182,7 +183,15 @@ def reproduce_command(  # noqa: C901 - the reproduce command's flags, each valid
 ) -> None:
     """Run PAPER's main evaluation protocol with the configured model and write reproduce.json and reproduce.md:
     the paper's table layout, its published numbers (model, table) beside ours (95% CI, n, unscored, cost).
-    Resumable: a re-run reuses the built data and every finished item. Rows that cannot be computed say why."""
+    Resumable: a re-run reuses the built data and every finished item. Rows that cannot be computed say why.
+
+    Which of our values is the headline, and why: "ours, all items" is the minimum over every outcome the items
+    the method could not score might have had (a miss, the wrong side of every threshold, the exact lowest
+    correlation over their scores, per document where the correlation is per document; "bound" where only a
+    value provably no higher could be computed). Beside it: the value over the scored items and the coverage.
+    So a method cannot look better by leaving the hard items unscored. Rows take their options from the paper
+    plan and -o only: the config file's [options.METHOD] and threshold are not used, and every option a row used
+    is printed in it."""
     out = either("--output", out, "--out", old_out)
     import asyncio
 

@@ -9,11 +9,13 @@
 | ``final_matching`` | ``descriptions`` | FINAL recall/precision/F1 via an LLM judge |
 
 Unscored items: every metric ``K`` is computed twice. ``K`` is over the scored items (as before) and carries
-``coverage`` (scored / total); ``K_all`` counts every item, an unscored one as the worst outcome it could have
-(a miss for detection, the wrong side for AUC, for correlations the score that disagrees most with the human
-score: the lowest for the highest human scores and vice versa, :func:`metrics.adversarial_scores`; no match for
-FINAL, no span for spans; :func:`metrics.worst_case_scores`). Tables show both with the coverage: a method that fails on
-the hard items cannot look better than one that tries.
+``coverage`` (scored / total); ``K_all``, the headline, is the minimum over every outcome the unscored items could
+have had (:data:`worst_case.HEADLINE_RULE`): the wrong side for AUC and balanced accuracy
+(:func:`metrics.worst_case_scores`), the exact minimum over the unscored items' scores for correlations, pooled
+and per document (:func:`worst_case.worst_correlation`, :func:`worst_case.worst_per_document`; a bound, marked,
+where the search would be too costly), no match and as many wrong descriptions as the method gave on any scored
+item for FINAL, every character outside the gold flagged for spans. Tables show both with the coverage: a method
+that fails on the hard items cannot look better than one that tries.
 """
 
 # imported in the order the suites were registered before the split (the order of the suite registry)

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from halluscope.bench import metrics as M
+from halluscope.bench import worst_case as W
 from halluscope.bench.builtin_suites.shared import _ci, both, md_table, with_coverage
 from halluscope.bench.suites import SuiteContext, SuiteResult, register_suite, scored_pairs
 from halluscope.records import Example, Report, Usage
@@ -103,13 +104,18 @@ async def final_matching_suite(examples: list[Example], reports: list[Report], c
     usable = [res for res in ordered if res.matches is not None]
     counts = np.array([(res.matched_gold, res.n_pred, res.n_gold) for res in usable], dtype=int).reshape(-1, 3)
     no_gold = [res for res in usable if res.n_gold == 0]
-    # every item with gold: one the method or the judge could not score counts as no match
+    # every item with gold, each unscored one at its worst outcome (worst_case.DESCRIPTIONS_RULE): the judge could
+    # not score it -> its predictions all wrong; the method could not -> no match and as many wrong descriptions
+    # as the method gave on any one scored item (at least one)
     by_id = {res.example_id: res for res in usable}
+    n_wrong = max([1, *(len(predicted_descriptions(r)) for r in reps)])
     counts_all = np.array(
         [
             (by_id[e.id].matched_gold, by_id[e.id].n_pred, by_id[e.id].n_gold)
             if e.id in by_id
-            else (0, len(predicted_descriptions(r)) if r.score is not None else 0, len(e.descriptions or []))
+            else (0, len(predicted_descriptions(r)), len(e.descriptions or []))
+            if r.score is not None
+            else W.worst_description_counts(len(e.descriptions or []), n_wrong)
             for e, r in with_gold
         ],
         dtype=int,
@@ -137,6 +143,8 @@ async def final_matching_suite(examples: list[Example], reports: list[Report], c
         "judge_time_s": judge_time,
         "judge_items_this_run": len(todo),
         "averaging": "micro over items (counts summed, then ratios)",
+        "worst_case": W.DESCRIPTIONS_RULE,
+        "worst_case_wrong_descriptions": n_wrong,
     }
     for key in ("recall", "precision", "f1"):
         m[key] = with_coverage(_ci(ctx, stat(counts, key), len(usable)), len(usable), len(with_gold))
@@ -152,7 +160,8 @@ async def final_matching_suite(examples: list[Example], reports: list[Report], c
         (
             f"FINAL matching (judge {judge_text}; coverage {len(usable)}/{len(with_gold)}: "
             f"{n_unscored} unscored by the "
-            f"method and {m['n_judge_unscored']} by the judge; 'all' counts them as no match)",
+            f"method and {m['n_judge_unscored']} by the judge; 'all' counts them at their worst: no match, and "
+            f"{n_wrong} wrong description(s) for an item the method left unscored)",
             md_table(
                 [
                     "recall",

@@ -22,6 +22,8 @@ def fmt(value: Any, digits: int = 3) -> str:
         text = f"{value['value']:.{digits}f}"
         if value.get("low") is not None:
             text += f" [{value['low']:.{digits}f}, {value['high']:.{digits}f}]"
+        if value.get("bound"):
+            text += " (bound: the exact minimum is no lower)"
         return text
     if value is None:
         return "-"

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from halluscope.bench import metrics as M
+from halluscope.bench import worst_case as W
 from halluscope.bench.builtin_suites.shared import _ci_pair, both, md_table
 from halluscope.bench.suites import SuiteContext, SuiteResult, register_suite
 from halluscope.records import Example, Report, Span
@@ -27,9 +28,14 @@ def span_suite(examples: list[Example], reports: list[Report], ctx: SuiteContext
     with_gold = [(e, r) for e, r in zip(examples, reports) if e.gold_spans is not None]
     scored = np.array([r.score is not None for _, r in with_gold], dtype=bool)
     n_unscored = int((~scored).sum())
-    # an unscored item predicts nothing: every gold character of it is missed
+    # an unscored item at its worst (worst_case.SPANS_RULE): every character outside the gold flagged, none inside
     counts = np.array(
-        [M.span_counts(predicted_spans(r) if r.score is not None else [], e.gold_spans or []) for e, r in with_gold],
+        [
+            M.span_counts(predicted_spans(r), e.gold_spans or [])
+            if r.score is not None
+            else W.worst_span_counts(len(e.target), M.span_counts([], e.gold_spans or [])[2])
+            for e, r in with_gold
+        ],
         dtype=int,
     ).reshape(-1, 3)
 
@@ -46,6 +52,7 @@ def span_suite(examples: list[Example], reports: list[Report], ctx: SuiteContext
         "n_with_predicted_spans": int((kept[:, 1] > 0).sum()),
         "gold_chars": int(kept[:, 2].sum()),
         "predicted_chars": int(kept[:, 1].sum()),
+        "worst_case": W.SPANS_RULE,
     }
     for key in ("precision", "recall", "f1"):
         m[f"char_{key}"], m[f"char_{key}_all"] = _ci_pair(ctx, stat(key), np.arange(len(with_gold)), scored)
@@ -53,7 +60,7 @@ def span_suite(examples: list[Example], reports: list[Report], ctx: SuiteContext
     result.tables.append(
         (
             f"Character-level span P/R/F1, micro (coverage {m['n_scored']}/{m['n']}; 'all' counts an unscored item as "
-            "finding no span)",
+            "flagging every character outside the gold and none inside)",
             md_table(
                 ["precision", "recall", "F1", "items with predicted spans"],
                 [[both(m, "char_precision"), both(m, "char_recall"), both(m, "char_f1"), m["n_with_predicted_spans"]]],

@@ -299,7 +299,16 @@ async def build_injected(
     check_options(
         "inject",
         options,
-        ("facts_from", "weave", "complexities", "max_sentences", "gold_evidence", "gold_samples", "gold_consensus"),
+        (
+            "facts_from",
+            "weave",
+            "complexities",
+            "max_sentences",
+            "gold_evidence",
+            "gold_samples",
+            "gold_consensus",
+            "gold_voters",
+        ),
     )
     facts_from = options.get("facts_from") or ("llm" if mode == "llm" else "donor")
     weave = options.get("weave") or ("llm" if mode == "llm" else "boundary")
@@ -365,7 +374,7 @@ async def build_injected(
         )
         built.departures.append(
             f"{who} ({d['votes_per_passage']} votes per passage, {d['pass_votes_needed']} PASS "
-            "needed); the paper's gold came from 4 other frontier models (3 of 4 votes)"
+            "needed); the paper's gold voters were the 4 frontier models it then scored (3 of 4 votes)"
         )
         built.gold = {
             "built_by": "self" if gold_self else "named",

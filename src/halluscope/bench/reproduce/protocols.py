@@ -589,14 +589,24 @@ async def _build_injected(ctx: ReproduceContext) -> BuiltSet:
 _TRUE, _FALSE = ("1", "true", "yes"), ("0", "false", "no", "")
 
 
+GOLD_VOTERS = ("paper", "others")
+"""``--build gold_voters``: ``paper`` (default) - the ``--gold-model`` models vote, the scored model may be one of
+them, as in the PROBE paper, whose gold voters are the four models it then scores; ``others`` - the scored model
+must not be among them (refused if named)."""
+
+
 def _gold_choice(ctx: ReproduceContext) -> bool:
-    """Whether the scored model itself builds PROBE's gold (``gold_evidence=self``, asked for explicitly). The gold
-    is built by the ``--gold-model`` models when named; ``gold_evidence=true`` without one is refused, as is a
-    gold model that is the scored model, unless ``self`` is said: a model scored against gold it wrote itself
-    measures agreement with itself, not the paper's decomposition recall and evidence finding."""
+    """Whether the scored model alone builds PROBE's gold (``gold_evidence=self``, asked for explicitly). The gold
+    is built by the ``--gold-model`` models when named. As in the PROBE paper, the scored model may be one of those
+    voters (``gold_voters=paper``, the default); ``gold_voters=others`` refuses it. ``gold_evidence=true``
+    without a named model is refused, and so is a list naming the scored model alone, unless ``self`` is said: a
+    model scored against gold it wrote alone measures agreement with itself."""
     said = str(ctx.build_options.get("gold_evidence", "")).strip().lower()
     if said not in (*_TRUE, *_FALSE, "self"):
         raise ReproduceError(f"gold_evidence must be true, false or self, got {said!r}")
+    voters = str(ctx.build_options.get("gold_voters", "paper")).strip().lower()
+    if voters not in GOLD_VOTERS:
+        raise ReproduceError(f"gold_voters must be {' or '.join(GOLD_VOTERS)}, got {voters!r}")
     named = [g.name for g in ctx.gold_llms]
     if said in _FALSE and said != "" and named:
         raise ReproduceError("--gold-model names a gold model but --build gold_evidence=false asks for no gold")
@@ -606,17 +616,22 @@ def _gold_choice(ctx: ReproduceContext) -> bool:
         return True
     if named:
         scored = ctx.get_llm().name
-        if scored in named:
+        if scored in named and (voters == "others" or len(set(named)) == 1):
+            why = (
+                "--build gold_voters=others keeps it out of the voters"
+                if voters == "others"
+                else "it would be the only voter, so its gold would be its own output"
+            )
             raise ReproduceError(
-                f"--gold-model {scored} is the scored model: its gold would be its own output. "
-                "Name another model, or pass --build gold_evidence=self to accept a self-built "
-                "gold (the rows are then labelled 'self-built gold')"
+                f"--gold-model {scored} is the scored model and {why}. Name the other voters too (the paper's "
+                "gold voters are the four models it scores), or pass --build gold_evidence=self to accept a "
+                "self-built gold (the rows are then labelled 'self-built gold')"
             )
         return False
     if said in _TRUE:
         raise ReproduceError(
             "gold_evidence=true: name the model(s) that build the gold with --gold-model "
-            "MODEL[,MODEL...] (the paper's gold came from 4 models other than the scored one), or "
+            "MODEL[,MODEL...] (the paper's gold voters were the 4 models it then scored, 3 of 4 votes), or "
             "pass --build gold_evidence=self to build it with the scored model itself (the rows "
             "are then labelled 'self-built gold')"
         )

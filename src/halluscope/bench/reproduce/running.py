@@ -15,6 +15,7 @@ from halluscope.bench.reproduce.checkpoints import locate
 from halluscope.bench.reproduce.render import write_reproduce
 from halluscope.bench.reproduce.spec import Protocol, ReproduceContext, ReproduceError, Row, is_embedded, select_rows
 from halluscope.bench.reproduce.table import _all_unscored, _cost, _coverage, _metric_value, _number_json, _paper_cell
+from halluscope.config import Config
 
 PAPER_ORDER: dict[str, Any] = {"order": "reason_first", "score": "label"}
 """What every reproduced row runs with, whatever other options are given: the papers' verdict order (reason
@@ -73,7 +74,7 @@ async def run_row(
         method = get_method(
             row.method,  # type: ignore[arg-type]
             llm=ctx.get_llm() if cls.uses_llm else None,
-            config=ctx.config,
+            config=paper_config(ctx.config),
             **record["options"],
         )
         record["model"] = method.model_name
@@ -268,3 +269,10 @@ async def run_reproduce(
     }
     write_reproduce(ctx.out_dir, result)
     return result
+
+
+def paper_config(config: Config) -> Config:
+    """``config`` without what would change a paper row unseen: the config file's ``[options.METHOD]`` tables and
+    ``threshold``. A ``reproduce`` row takes its options from the paper plan and the command line alone, all
+    printed in the row (``options``); the config file still names the model, its endpoint and the cache."""
+    return config.model_copy(update={"options": {}, "threshold": None})

@@ -81,7 +81,11 @@ def _metric_value(results: dict[str, Any], metric: Metric) -> tuple[dict[str, An
             "coverage": cov,
             "all_missing": "the suite gives no value counting every item for this metric",
         }
+    if ours is not None and results.get("n_scored", 1) == 0:
+        return None, _all_unscored(results)  # nothing scored: the worst case would be the rule alone, not a result
     if ours is not None:
+        if isinstance(all_node, dict) and all_node.get("bound"):
+            ours["bound"] = True  # a value provably no higher than the exact minimum (worst_case.CORRELATION_RULE)
         if isinstance(node, dict) and "unscored" in node:  # e.g. the stress suite's per-perturbation unscored rows
             ours["unscored"] = node["unscored"]
         if level is not None:

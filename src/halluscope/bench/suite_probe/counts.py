@@ -82,8 +82,15 @@ def item_counts(  # noqa: C901 - PROBE's per-item counts, one branch per outcome
     min_similarity: float = MIN_CLAIM_SIMILARITY,
     evidence_min_overlap: float = EVIDENCE_MIN_OVERLAP,
     similarity: Similarity = claim_similarity,
+    worst: bool = False,
 ) -> dict[str, int]:
-    """The counters of one (example, report) pair; every metric is a ratio of their sums over items."""
+    """The counters of one (example, report) pair; every metric is a ratio of their sums over items.
+
+    ``worst`` (the headline, :data:`worst_case.HEADLINE_RULE`): a gold claim the paper's step metric leaves out
+    because the method gave it no outcome - no predicted claim matched it, its evidence search failed, no passage
+    on its gold evidence was judged, a hallucinated claim had no decided judgment - is counted as a miss instead
+    (evidence not found, judged wrong). Without it the counters are the paper's (evidence finding over the claims
+    matched in the decomposition step)."""
     c: dict[str, int] = defaultdict(int)
     c["items"] = 1
     gold = read_gold(example)
@@ -187,16 +194,22 @@ def item_counts(  # noqa: C901 - PROBE's per-item counts, one branch per outcome
             if decided:
                 c["ee_halluc"] += 1
                 c["ee_halluc_correct"] += not any(decided)
+            elif worst:
+                c["ee_halluc"] += 1
             continue
         if not g.evidence:
             continue
         if not mine:
             c["ef_unmatched"] += 1
+            c["ef_claims"] += worst
+            c["ee_truth"] += worst
             continue
         searches = [found_spans(cl) for cl in mine]
         usable = [s for s in searches if s is not None]
         if not usable:
             c["ef_unusable"] += 1
+            c["ef_claims"] += worst
+            c["ee_truth"] += worst
             continue
         found = [s for spans in usable for s in spans]
         hit = [any(hits(f, e, evidence_min_overlap) for f in found) for e in g.evidence]
@@ -214,4 +227,34 @@ def item_counts(  # noqa: C901 - PROBE's per-item counts, one branch per outcome
         if on_gold:
             c["ee_truth"] += 1
             c["ee_truth_correct"] += all(on_gold)
+        elif worst:
+            c["ee_truth"] += 1
+    return {k: c.get(k, 0) for k in COUNTERS}
+
+
+def unscored_item_counts(example: Example, n_wrong: int) -> dict[str, int]:
+    """The counters of an item the method left unscored, at the worst outcome it could have had
+    (:data:`worst_case.HEADLINE_RULE`): ``n_wrong`` predicted claims (as many as the method gave on any scored
+    item, at least one) matching no gold claim and flagged, covering every character of the target outside the
+    hallucinated gold spans; no gold claim matched, no evidence found, every judgment wrong, every quote
+    rejected."""
+    n_wrong = max(1, n_wrong)
+    c: dict[str, int] = defaultdict(int)
+    c["items"] = 1
+    gold = read_gold(example)
+    if gold is None:
+        return {k: c.get(k, 0) for k in COUNTERS}
+    c.update(items_gold=1, items_complete=int(gold.complete), items_gold_evidence=int(gold.has_evidence))
+    c.update(items_steps=1, items_claims=1)
+    if gold.complete:
+        c["dec_pred"] = n_wrong
+        c["dec_gold"] = len(gold.certain)
+    c["gold_halluc"] = len(gold.hallucinated)
+    gold_chars = len(_chars([g.span for g in gold.hallucinated if g.span is not None]))
+    c.update(
+        loc_pred_claims=n_wrong, loc_gold_chars=gold_chars, loc_pred_chars=max(0, len(example.target) - gold_chars)
+    )
+    truths = [g for g in gold.certain if not g.hallucinated and g.evidence]
+    c.update(ef_claims=len(truths), ee_truth=len(truths), ee_halluc=len(gold.hallucinated))
+    c.update(proxy_truth_claims=n_wrong, proxy_ee_truth=n_wrong, quotes=n_wrong)
     return {k: c.get(k, 0) for k in COUNTERS}

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from halluscope.bench import metrics as M
-from halluscope.bench.suite_probe.counts import COUNTERS, _max_evidence, item_counts
+from halluscope.bench.suite_probe.counts import COUNTERS, _max_evidence, item_counts, unscored_item_counts
 from halluscope.bench.suite_probe.matching import (
     EVIDENCE_MIN_OVERLAP,
     MIN_CLAIM_SIMILARITY,
@@ -167,11 +167,21 @@ def probe_metrics(
     """Every metric of :data:`METRIC_KEYS` as a CI dict (``reason`` added when it is null), plus ``counts``.
     ``evidence_finding_complete`` carries ``capped`` when some gold claims have more gold evidence passages than
     the finder was allowed to return (``max_evidence``): complete is then out of reach for them.
-    ``counts_every_item``: the reports include unscored ones (emptied): a metric is not refused because no report
-    has claims or a step record - that is the worst outcome, counted - only because the gold lacks something."""
+    ``counts_every_item`` (the headline, :data:`worst_case.HEADLINE_RULE`): the reports include unscored ones,
+    each counted at its worst outcome (:func:`unscored_item_counts`), and a gold claim a scored report gave no
+    outcome counts as a miss (``item_counts(worst=True)``); a metric is not refused because no report has claims
+    or a step record - that is the worst outcome, counted - only because the gold lacks something."""
+    n_wrong = max([1, *(len(r.claims) or len(r.verdicts) for r in reports if r.score is not None)])
     rows = [
-        item_counts(
-            e, r, min_similarity=min_similarity, evidence_min_overlap=evidence_min_overlap, similarity=similarity
+        unscored_item_counts(e, n_wrong)
+        if counts_every_item and r.score is None
+        else item_counts(
+            e,
+            r,
+            min_similarity=min_similarity,
+            evidence_min_overlap=evidence_min_overlap,
+            similarity=similarity,
+            worst=counts_every_item,
         )
         for e, r in zip(examples, reports)
     ]

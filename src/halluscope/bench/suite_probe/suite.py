@@ -22,16 +22,9 @@ def probe_steps_suite(examples: list[Example], reports: list[Report], ctx: Suite
     similarity, threshold, matching = claim_matcher(kind)
     kw = {"n_bootstrap": ctx.n_bootstrap, "seed": ctx.seed, "similarity": similarity, "min_similarity": threshold}
     m = probe_metrics(exs, reps, **kw)
-    # every item: an unscored report counts as one that found nothing (no claim, no evidence, no span)
-    every = probe_metrics(
-        [e for e, _ in with_gold],
-        [
-            r if r.score is not None else Report(method=r.method, unscored_reason=r.unscored_reason)
-            for _, r in with_gold
-        ],
-        counts_every_item=True,
-        **kw,
-    )
+    # every item, the headline: an unscored report at its worst outcome (counts.unscored_item_counts), and a gold
+    # claim a scored report gave no outcome counted as a miss
+    every = probe_metrics([e for e, _ in with_gold], [r for _, r in with_gold], counts_every_item=True, **kw)
     for key in METRIC_KEYS:
         m[key] = with_coverage(m[key], len(exs), len(with_gold))
         m[f"{key}_all"] = with_coverage(every[key], len(exs), len(with_gold))
@@ -49,8 +42,9 @@ def probe_steps_suite(examples: list[Example], reports: list[Report], ctx: Suite
     counts = m["counts"]
     result = SuiteResult(metrics=m)
     title = (
-        f"PROBE step metrics as the paper defines them (coverage {len(exs)}/{len(with_gold)}; 'all' counts an "
-        f"unscored item as finding nothing; {counts['items_complete']} with complete gold claims, "
+        f"PROBE step metrics as the paper defines them (coverage {len(exs)}/{len(with_gold)}; 'all', the "
+        f"headline, counts an unscored item at its worst outcome and a gold claim the method gave no outcome as a "
+        f"miss; {counts['items_complete']} with complete gold claims, "
         f"{counts['items_gold_evidence']} with gold evidence; claim matching {matching}"
         + (
             f"; EF complete capped: {m['evidence_finding_complete']['capped']['note']}"
