@@ -166,13 +166,9 @@ class QueueRunner(Runner):
         job = await asyncio.to_thread(self.store.get, job_id)
         if job is None:
             return None
-        try:
-            method = await self.build_method(job["method"], job["options"])
-        except Exception as exc:  # noqa: BLE001 - e.g. a method unregistered since the job was accepted
-            if await asyncio.to_thread(self.store.finish, job_id, "failed", f"cannot build the method: {exc}"):
-                event(logging.WARNING, "job failed", job_id=job_id, error=str(exc))
-            return None
-        self._methods[job_id] = method
+        method = await self._method_of(job_id, job)
+        if method is not None:
+            self._methods[job_id] = method
         return method
 
     async def _one(self, job_id: str, method: Any, claim: Lease) -> None:

@@ -122,6 +122,16 @@ class Runner:
     def _forget(self, job_id: str) -> None:
         """Drop what is kept about a cancelled job (its method)."""
 
+    async def _method_of(self, job_id: str, job: dict[str, Any]) -> Any | None:
+        """The job's method; None, once the job is failed with the reason, when it cannot be built."""
+        try:
+            return await self.build_method(job["method"], job["options"])
+        except Exception as exc:  # noqa: BLE001 - e.g. a method unregistered since the job was accepted
+            failed = await asyncio.to_thread(self.store.finish, job_id, "failed", f"cannot build the method: {exc}")
+            if failed is not False:  # False: another replica ended it first
+                event(logging.WARNING, "job failed", job_id=job_id, error=str(exc))
+            return None
+
     async def _outcome(self, job_id: str, method: Any, item: HeldItem) -> tuple[bool, dict[str, Any]]:
         """Run the item, or, when it cannot be read or has had its ``max_attempts``, make its unscored dead
         letter: ``(ok, the result to record)`` (a report, or the status and error of a check that failed)."""
@@ -216,11 +226,8 @@ class JobRunner(Runner):
         if not attempt:
             return
         event(logging.INFO, "job started", job_id=job_id, attempt=attempt, total=job["total"], done=job["done"])
-        try:
-            method = await self.build_method(job["method"], job["options"])
-        except Exception as exc:  # noqa: BLE001 - e.g. a method unregistered since the job was accepted
-            await asyncio.to_thread(self.store.finish, job_id, "failed", f"cannot build the method: {exc}")
-            event(logging.WARNING, "job failed", job_id=job_id, error=str(exc))
+        method = await self._method_of(job_id, job)
+        if method is None:
             return
         sem = asyncio.Semaphore(self.concurrency)
         running: set[asyncio.Task[None]] = set()
