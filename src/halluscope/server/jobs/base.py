@@ -58,6 +58,24 @@ class JobStoreAPI(Protocol):
     def close(self) -> None: ...
 
 
+class HeldItem(Protocol):
+    """A job item handed to a runner, whichever store handed it out: its index, its stored example (None when
+    it cannot be read, ``unreadable`` then says why) and how many times it has been started, this time
+    included (:attr:`attempt`, counted by the store; past the runner's ``max_attempts`` it is a dead letter)."""
+
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def example(self) -> Example | None: ...
+
+    @property
+    def unreadable(self) -> str | None: ...
+
+    @property
+    def attempt(self) -> int: ...
+
+
 @runtime_checkable
 class JobRunnerAPI(Protocol):
     loop: asyncio.AbstractEventLoop | None

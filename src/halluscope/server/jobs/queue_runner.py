@@ -19,23 +19,29 @@ unscored item with the reason instead of being run again, so the job still finis
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from halluscope.records import Report
 from halluscope.server.jobs.base import JobStoreUnavailable
 from halluscope.server.jobs.redis_store import Lease, RedisJobStore
-from halluscope.server.jobs.runner import CheckFailed, ItemRunner, dead_letter
+from halluscope.server.jobs.runner import ItemRunner, Runner
 from halluscope.server.logs import event
 
 _log = logging.getLogger("halluscope.server")
 
 
-class QueueRunner:
+class QueueRunner(Runner):
+    """Runs the items this replica claims from a :class:`RedisJobStore` (:meth:`main`), renewing their leases
+    from a thread of its own and handing back, on stop, those still running after the grace."""
+
+    too_often = (
+        "item {index} was handed out {times} times without a result (each run ended its replica or lost its "
+        "lease; the limit is {limit})"
+    )
+
     def __init__(
         self,
         store: RedisJobStore,
@@ -51,22 +57,21 @@ class QueueRunner:
         poll_s: float | None = None,
         max_attempts: int = 5,
     ):
-        self.store = store
-        self.max_attempts = max(1, max_attempts)
-        self.build_method = build_method
-        self.run_item = run_item
-        self.max_running = max(1, max_running)
-        self.concurrency = max(1, concurrency)
+        super().__init__(
+            store,
+            build_method=build_method,
+            run_item=run_item,
+            max_running=max_running,
+            concurrency=concurrency,
+            on_item=on_item,
+            on_event=on_event,
+            max_attempts=max_attempts,
+        )
+        self.store: RedisJobStore = store
         self.lease_s = lease_s
         self.renew_s = lease_s / 4
         self.poll_s = poll_s if poll_s is not None else min(1.0, lease_s / 4)
         self.consumer = consumer
-        self.on_item = on_item
-        self.on_event = on_event
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self._wake: asyncio.Event | None = None
-        self._draining: asyncio.Event | None = None
-        self._tasks: dict[str, set[asyncio.Task[None]]] = {}
         self._methods: dict[str, Any] = {}
         self._held: dict[tuple[str, str], Lease] = {}  # (job id, entry id) -> the claim; renewed by the thread
         self._lost: set[tuple[str, str]] = set()  # held items whose lease another replica took
@@ -76,16 +81,11 @@ class QueueRunner:
         self._renewer: threading.Thread | None = None
         self._store_down_since: float | None = None
 
-    def _count(self, name: str, n: int = 1) -> None:
-        if self.on_event is not None and n:
-            self.on_event(name, n)
-
     # --- the loop -----------------------------------------------------------------------------------
 
     async def main(self) -> None:
-        self._wake = asyncio.Event()
-        self._draining = asyncio.Event()
-        self.loop = asyncio.get_running_loop()
+        self._start_loop()
+        assert self._wake is not None and self._draining is not None
         self._renewer = threading.Thread(target=self._renew_forever, name="halluscope-lease-renewer", daemon=True)
         self._renewer.start()
         try:
@@ -145,9 +145,7 @@ class QueueRunner:
                         continue
                     self._held[key] = claim
                     self._lost.discard(key)
-                task = asyncio.create_task(self._one(job_id, method, claim))
-                self._tasks.setdefault(job_id, set()).add(task)
-                task.add_done_callback(functools.partial(self._ended, job_id))
+                self._track(job_id, asyncio.create_task(self._one(job_id, method, claim)))
                 started += 1
             if started:
                 self._count("claimed", started)
@@ -168,37 +166,16 @@ class QueueRunner:
         job = await asyncio.to_thread(self.store.get, job_id)
         if job is None:
             return None
-        try:
-            method = await self.build_method(job["method"], job["options"])
-        except Exception as exc:  # noqa: BLE001 - e.g. a method unregistered since the job was accepted
-            if await asyncio.to_thread(self.store.finish, job_id, "failed", f"cannot build the method: {exc}"):
-                event(logging.WARNING, "job failed", job_id=job_id, error=str(exc))
-            return None
-        self._methods[job_id] = method
+        method = await self._method_of(job_id, job)
+        if method is not None:
+            self._methods[job_id] = method
         return method
-
-    def _ended(self, job_id: str, task: asyncio.Task[None]) -> None:
-        tasks = self._tasks.get(job_id)
-        if tasks is not None:
-            tasks.discard(task)
-            if not tasks:
-                del self._tasks[job_id]
-        if self._wake is not None:
-            self._wake.set()  # a slot is free
 
     async def _one(self, job_id: str, method: Any, claim: Lease) -> None:
         key = (job_id, claim.entry_id)
         try:
-            try:
-                report, report_json = await self._run_or_dead_letter(job_id, method, claim)
-            except CheckFailed as exc:
-                outcome = await asyncio.to_thread(self.store.complete, job_id, claim, status=exc.status, error=str(exc))
-                ok = False
-            else:
-                outcome = await asyncio.to_thread(
-                    self.store.complete, job_id, claim, report=report, report_json=report_json
-                )
-                ok = True
+            ok, result = await self._outcome(job_id, method, claim)
+            outcome = await asyncio.to_thread(self.store.complete, job_id, claim, **result)
         except asyncio.CancelledError:
             if self._draining is not None and self._draining.is_set():
                 self._handed_back.setdefault(job_id, []).append(claim.entry_id)
@@ -215,30 +192,13 @@ class QueueRunner:
                 self._lost.discard(key)
         if outcome > 0:
             self._count("done")
-            if self.on_item is not None:
-                self.on_item(ok)
+            self._item_done(ok)
             if outcome == 2:
                 event(logging.INFO, "job done", job_id=job_id, consumer=self.consumer)
         elif outcome == 0:
             self._count("duplicate")  # another replica wrote this item's result first (this one was slow)
         else:
             self.cancel(job_id)  # deleted meanwhile: stop its other items here
-
-    async def _run_or_dead_letter(self, job_id: str, method: Any, claim: Lease) -> tuple[Report, str]:
-        """Run the item, or, when it cannot be read or has had its ``max_attempts``, its unscored dead letter."""
-        if claim.example is None:
-            reason = f"item {claim.index} could not be read: {claim.unreadable or 'no data'}"
-        elif claim.attempt > self.max_attempts:
-            reason = (
-                f"item {claim.index} was handed out {claim.attempt - 1} times without a result (each run ended its "
-                f"replica or lost its lease; the limit is {self.max_attempts})"
-            )
-        else:
-            return await self.run_item(method, claim.example, job_id)
-        self._count("dead_letter")
-        event(logging.WARNING, "job item recorded unscored without running", job_id=job_id, reason=reason)
-        report = dead_letter(method, reason)
-        return report, report.model_dump_json()
 
     # --- leases -------------------------------------------------------------------------------------
 
@@ -273,37 +233,13 @@ class QueueRunner:
 
     # --- control ------------------------------------------------------------------------------------
 
-    def notify(self) -> None:
-        """Look for work now (thread-safe)."""
-        if self.loop is not None and self._wake is not None:
-            self.loop.call_soon_threadsafe(self._wake.set)
-
-    def cancel(self, job_id: str) -> None:
-        """Stop this replica's items of a job (thread-safe; the job was deleted)."""
-        if self.loop is None:
-            return
-
-        def _cancel() -> None:
-            for task in list(self._tasks.get(job_id, ())):
-                task.cancel()
-            self._methods.pop(job_id, None)
-
-        self.loop.call_soon_threadsafe(_cancel)
+    def _forget(self, job_id: str) -> None:
+        self._methods.pop(job_id, None)
 
     async def stop(self, grace_s: float = 10.0) -> None:
         """Drain: claim nothing more, give the running items ``grace_s`` to finish, cancel the rest and hand
         them back so another replica takes them at once."""
-        if self._draining is not None:
-            self._draining.set()
-        if self._wake is not None:
-            self._wake.set()
-        tasks = [t for ts in self._tasks.values() for t in ts]
-        event(logging.INFO, "jobs draining", running_items=len(tasks), grace_s=grace_s)
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=grace_s)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+        await self._drain(grace_s)
         self._stop_renewing.set()
         for job_id, entry_ids in self._handed_back.items():
             try:
