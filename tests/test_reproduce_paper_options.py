@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from halluscope.bench.reproduce import get_protocol, run_reproduce
 from halluscope.bench.reproduce.running import paper_config
-from halluscope.bench.reproduce.spec import Context
+from halluscope.bench.reproduce.spec import ReproduceContext as Context
 from halluscope.config import Config
 from halluscope.methods import get_method
 from tests.test_reproduce import _stories

@@ -11,6 +11,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
+import halluscope.llm
 from halluscope.cli.main import app
 from halluscope.config import Config, resolve_method
 from halluscope.llm import LLM, FakeModel
@@ -106,6 +107,9 @@ def test_every_registered_verifier_replaces_verdict_first_in_the_default_check(n
 
 def test_a_no_llm_plugin_verifier_runs_the_default_check_without_llama_cpp(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # `import llama_cpp` now fails: the package is absent
+    # and no embedded model was loaded before it went (the process-wide cache of loaded weights starts empty, and
+    # whatever this test builds does not reach the tests after it)
+    monkeypatch.setattr(halluscope.llm, "_EMBEDDED_APIS", {})
     with pytest.raises(ImportError):
         import llama_cpp  # noqa: F401
     (tmp_path / "s.txt").write_text(SOURCE)
@@ -120,7 +124,7 @@ def test_a_no_llm_plugin_verifier_runs_the_default_check_without_llama_cpp(tmp_p
     assert report["details"]["stages"]["verifier"] == "test_vf_word_overlap"
     assert [v["label"] for v in report["verdicts"]] == ["supported", "unsupported"]
     without = CliRunner().invoke(app, ["check", "-s", "s.txt", "-t", "t.txt", "--format", "json", "--no-progress"])
-    assert without.exit_code == 2  # verdict first itself needs the (embedded) model
+    assert without.exit_code == 2, without.output[-1500:]  # verdict first itself needs the (embedded) model
 
 
 def test_verdict_first_composes_with_a_no_llm_verifier_cascade_and_other_stages():
