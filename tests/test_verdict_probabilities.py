@@ -193,14 +193,16 @@ def test_dove_uses_mean_probabilities_for_s_e_and_s_d() -> None:
 # -- verdict first --------------------------------------------------------------------------------------------
 
 
-def verdict_first_fake(yes_probability: dict[str, float], explanation: dict | str = EXPLANATION) -> FakeModel:
-    """Answers each yes/no request by the claim it ends with (a key of ``yes_probability`` it contains), with
-    that P(yes) scripted at the answer token."""
+def verdict_first_fake(
+    yes_probability: dict[str, float], explanation: dict | str = EXPLANATION, fix_probability: float = 0.9
+) -> FakeModel:
+    """Answers each yes/no request by the claim it ends with (a key of ``yes_probability`` it contains, else
+    ``fix_probability``: a fix being re-verified), with that P(yes) scripted at the answer token."""
     asked: list[float] = []
 
     def responder(messages):
         claim = messages[-1]["content"].split("CLAIM:")[-1]
-        asked.append(yes_probability[next(k for k in yes_probability if k in claim)])
+        asked.append(next((yes_probability[k] for k in yes_probability if k in claim), fix_probability))
         return "Yes" if asked[-1] >= 0.5 else "No"
 
     def logprobs(reply: str):  # called right after the responder, for the same request
@@ -214,12 +216,14 @@ def test_verdict_first_scores_every_claim_with_one_short_call_and_explains_only_
     fake = verdict_first_fake({"build a ferry": 0.9, "own budget": 0.2})
     report = get_method("dcr", llm=LLM(fake), order="verdict_first").check(SOURCE, TARGET)
     short = [p for p, kind in zip(fake.params, fake.reply_types) if kind == "text"]
-    assert len(short) == 2 and all(p.max_tokens == 2 and p.top_logprobs for p in short)
+    # two claims scored, and the flagged claim's fix re-verified by the same short reply
+    assert len(short) == 3 and all(p.max_tokens == 2 and p.top_logprobs for p in short)
     assert fake.reply_types.count("ExplainReply") == 1  # only the flagged claim
     ok, bad = report.verdicts
     assert (ok.label, ok.support_probability, ok.fix) == ("supported", pytest.approx(0.9), None)
     assert (bad.label, bad.support_probability) == ("contradicted", pytest.approx(0.2))
     assert bad.fix == EXPLANATION["fix"] and bad.decided_by == "verdict_first"
+    assert bad.fix_verified and bad.fix_probability == pytest.approx(0.9)
     (evidence,) = bad.evidence
     assert evidence.span is not None and evidence.span.of(SOURCE) == EXPLANATION["evidence"]
     (finding,) = report.findings
@@ -482,7 +486,8 @@ def test_verdict_first_with_retrieval_shares_the_prompt_prefix_across_snippets()
         "dcr", llm=LLM(fake), order="verdict_first", retrieval="always", retriever="bm25", top_k=2, window=0
     ).check(SOURCE, TARGET)
     short = [r for r, kind in zip(fake.requests, fake.reply_types) if kind == "text"]
-    assert len(short) == 3  # the supported claim stops at its first snippet, the other tries both
+    # the supported claim stops at its first snippet, the other tries both; then its fix is re-verified
+    assert len(short) == 4
     assert len({r[0]["content"] for r in short}) == 1  # one system message (one fence key) for every snippet
     instructions = short[0][-1]["content"].split("SOURCE:")[0]
     assert all(r[-1]["content"].startswith(instructions) for r in short)

@@ -11,6 +11,14 @@ yes + no. A claim whose P(supported) is below ``explain_below`` (or, where the b
 whose answer is no) is flagged, and only those get a second call that asks for the reason, the shortest source
 quote that decides it, whether the source contradicts it, and a corrected version of the claim (the fix).
 
+A fix is shown only after it is re-verified (``verify_fix``, on by default): the explanation's fix and the flagged
+text without the clause or conjunct holding the most words the source never uses
+(:func:`~halluscope.text.clauses.without_unsupported_part`, no LLM call) are each scored by the same short reply
+against the same context as the claim. The best one answered yes with P(supported) (where known) at least
+``explain_below``, differing from the claim and free of prompt markup, is the verdict's ``fix``
+(``fix_verified``, ``fix_probability``); every scored candidate stays in ``fix_candidates``, the rejected ones
+unverified, and with none passing ``fix`` is None and ``fix_rejected`` says "no verified fix".
+
 The label is the short reply's (``yes`` supported, ``no`` unsupported, contradicted when the explanation says the
 source contradicts it), read from its first word only; P(supported) is read at that word's token only. An answer
 that is neither word is read from the probabilities when the backend gave them and the yes/no tokens hold at least
@@ -35,11 +43,13 @@ from halluscope.llm.replies import Reply
 from halluscope.llm.structured import generate_reply
 from halluscope.options import StageOptions
 from halluscope.prompts import PromptTemplate
-from halluscope.records import Claim, Evidence, LLMCall, Verdict
+from halluscope.records import Claim, Evidence, FixCandidate, LLMCall, Verdict
 from halluscope.stages import Context, PromptResolver, Selection, register_stage, same_prompt
 from halluscope.stages.context import claim_id
 from halluscope.stages.snippets import max_over_snippets
 from halluscope.stages.verifiers import messages_tokens, reply_budget
+from halluscope.text.clauses import without_unsupported_part
+from halluscope.text.markup import fix_problem
 from halluscope.text.placeholders import is_placeholder
 from halluscope.text.spans import locate
 
@@ -163,6 +173,12 @@ class VerdictFirst:
         """A reply whose first word is neither yes nor no is scored only when yes and no hold at least this share
         of the probability at its first token; else the claim is unscored."""
 
+        verify_fix: bool = True
+        """Show a fix only after it is re-verified: each candidate (the explanation's fix, and the flagged text
+        without the part holding words the source never uses) is scored like a claim against the same context, one
+        short reply each; the best that reaches ``explain_below`` is shown (false: the explanation's fix as it
+        comes, unchecked)."""
+
     def __init__(
         self,
         model: LLM,
@@ -181,6 +197,7 @@ class VerdictFirst:
         self.explain_flagged = opts.explain
         self.explain_max = opts.explain_max
         self.min_label_mass = opts.min_label_mass
+        self.verify_fix = opts.verify_fix
 
     def used_prompts(self) -> list[PromptTemplate]:
         return [self.score_prompt] + ([self.explain_prompt] if self.explain_flagged else [])
@@ -265,6 +282,8 @@ class VerdictFirst:
         fix = reply.fix.strip() or None
         if fix is not None and fix.strip().lower() == verdict.claim.text.strip().lower():
             fix = None  # the claim copied back is no fix
+        if self.verify_fix:
+            fix = None  # shown only once re-verified (:meth:`verified_fix`)
         update.update(
             label=label,
             reason=reply.reason.strip() or reason,
@@ -286,7 +305,53 @@ class VerdictFirst:
         )
         if step.value is None:
             return self.settle(verdict, calls=step.calls), step.error
-        return self.settle(verdict, step.value, step.calls, source), None
+        settled = self.settle(verdict, step.value, step.calls, source)
+        if not self.verify_fix:
+            return settled, None
+        return await self.verified_fix(settled, step.value.fix, context, source), None
+
+    def fix_candidates(self, claim: Claim, proposed: str, source: str) -> tuple[list[FixCandidate], str | None]:
+        """The fixes worth re-verifying, in order (the explanation's, then the flagged text without its unsupported
+        part), and why a proposed one was set aside unscored (it held markup or repeated the flagged text)."""
+        candidates: list[FixCandidate] = []
+        rejected: str | None = None
+        removed = without_unsupported_part(claim.text, source)
+        for text, origin in ((proposed.strip(), "model"), ((removed or "").strip(), "removed")):
+            if not text or any(c.text == text for c in candidates):
+                continue
+            problem = fix_problem(text, [claim.text])
+            if problem is not None:
+                rejected = rejected or problem
+                continue
+            candidates.append(FixCandidate(text=text, origin=origin))  # type: ignore[arg-type]
+        return candidates, rejected
+
+    async def verified_fix(self, verdict: Verdict, proposed: str, context: Context, source: str) -> Verdict:
+        """``verdict`` with the best fix that passes re-verification: each candidate scored by the same short reply
+        against the same context as the claim; it passes when answered yes with P(supported) (where known) at least
+        ``explain_below``. The best passing one (highest P(supported), the explanation's first on a tie) is the
+        ``fix``; all stay in ``fix_candidates``; their calls join the verdict's."""
+        candidates, rejected = self.fix_candidates(verdict.claim, proposed, source)
+        if not candidates:
+            return verdict.model_copy(update={"fix_rejected": rejected}) if rejected else verdict
+        scored = await asyncio.gather(
+            *(self.score(Claim(text=c.text, kind=verdict.claim.kind), context, source) for c in candidates)
+        )
+        checked = [_checked(c, v, self.explain_below) for c, v in zip(candidates, scored)]
+        ranked = sorted(
+            range(len(checked)),
+            key=lambda i: (not checked[i].verified, -(checked[i].probability or 0.0), i),
+        )
+        best = checked[ranked[0]]
+        update: dict[str, Any] = {
+            "calls": list(verdict.calls) + [call for v in scored for call in v.calls],
+            "fix_candidates": [checked[i] for i in ranked],
+        }
+        if best.verified:
+            update.update(fix=best.text, fix_probability=best.probability, fix_verified=True)
+        else:
+            update["fix_rejected"] = rejected or "no verified fix: no candidate was scored supported by the source"
+        return verdict.model_copy(update=update)
 
     async def __call__(self, claims: Sequence[Claim], context: Context, source: str) -> list[Verdict]:
         """The Verifier protocol: every claim scored against one context, the flagged ones explained against it."""
@@ -384,6 +449,14 @@ def unexplained(verdict: Verdict, explaining: bool = False) -> Verdict:
     why = "past explain_max, the claims with a lower P(supported) explained first" if explaining else "explain=false"
     note = f"{verdict.reason}; scored only ({why}): {where}, no reason or fix was asked for"
     return verdict.model_copy(update={"reason": note})
+
+
+def _checked(candidate: FixCandidate, verdict: Verdict, explain_below: float) -> FixCandidate:
+    """``candidate`` with its re-verification: verified when answered yes with P(supported) (where the backend gave
+    one) at least ``explain_below``."""
+    p = verdict.support_probability
+    verified = verdict.label == "supported" and (p is None or p >= explain_below)
+    return candidate.model_copy(update={"probability": p, "verified": verified, "note": verdict.reason})
 
 
 def _about(context: Context, source: str | None) -> str | None:
