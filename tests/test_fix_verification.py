@@ -33,13 +33,27 @@ def explanation(fix: str, evidence: str = "Two thirds of the money comes from a 
     )
 
 
-def fake(p_yes: dict[str, float], fix: str, *, probabilities: bool = True, evidence: str | None = None) -> FakeModel:
+def fake(
+    p_yes: dict[str, float],
+    fix: str,
+    *,
+    probabilities: bool = True,
+    evidence: str | None = None,
+    contradicts: dict[str, float] | None = None,
+) -> FakeModel:
     """Answers each yes/no request by the text after its last ``CLAIM:`` (the first key of ``p_yes`` that text
-    equals, after stripping fence tags and whitespace; else the first key it contains), with P(yes) scripted."""
+    equals, after stripping fence tags and whitespace; else the first key it contains), with P(yes) scripted. A
+    question whether a PASSAGE contradicts the claim is answered by the first key of ``contradicts`` the passage
+    contains (else P(yes) 0.05)."""
     asked: list[float] = []
 
     def responder(messages):
-        claim = messages[-1]["content"].split("CLAIM:")[-1].split("Is the CLAIM")[0]
+        content = messages[-1]["content"]
+        if "contradict the CLAIM?" in content:
+            passage = content.split("PASSAGE:")[-1].split("CLAIM:")[0]
+            asked.append(next((v for k, v in (contradicts or {}).items() if k in passage), 0.05))
+            return "Yes" if asked[-1] >= 0.5 else "No"
+        claim = content.split("CLAIM:")[-1].split("Is the CLAIM")[0]
         inner = claim.split(">", 1)[-1].rsplit("</", 1)[0].strip()
         p = p_yes[inner] if inner in p_yes else next(v for k, v in p_yes.items() if k in claim)
         asked.append(p)
@@ -62,7 +76,15 @@ def flagged_verdict(report: Report):
 
 
 def short_calls(model: FakeModel) -> int:
-    return model.reply_types.count("text")
+    """The short replies that score a claim or a fix (not the questions whether a passage contradicts)."""
+    return sum(
+        kind == "text" and "contradict the CLAIM?" not in r[-1]["content"]
+        for r, kind in zip(model.requests, model.reply_types)
+    )
+
+
+def relation_calls(model: FakeModel) -> int:
+    return sum("contradict the CLAIM?" in r[-1]["content"] for r in model.requests)
 
 
 def test_a_fix_the_scorer_rejects_is_never_shown_and_stays_unverified_in_the_report() -> None:
@@ -79,8 +101,8 @@ def test_a_fix_the_scorer_rejects_is_never_shown_and_stays_unverified_in_the_rep
     assert [c.probability for c in verdict.fix_candidates] == pytest.approx([0.3, 0.2])
     (finding,) = report.findings
     assert finding.fix is None and len(finding.fix_candidates) == 2
-    # every verification call is a call of the report: 2 claims + 2 candidates short, 1 explanation
-    assert short_calls(model) == 4 and report.usage.calls == 5
+    # every call is a call of the report: 2 claims + 2 candidates short, the relation questions, 1 explanation
+    assert short_calls(model) == 4 and report.usage.calls == 5 + relation_calls(model)
     round_trip = Report.model_validate_json(report.model_dump_json())
     assert round_trip.findings[0].fix_candidates == finding.fix_candidates
 
@@ -167,8 +189,9 @@ def test_a_quote_not_in_the_source_is_never_shown_as_located_evidence() -> None:
     invented = "The city pays for everything out of its own pocket."
     model = fake({FLAGGED: 0.1, GOOD_FIX: 0.9, REMOVED: 0.2, "build a ferry": 0.9}, GOOD_FIX, evidence=invented)
     verdict = flagged_verdict(check(model))
-    assert all(e.span is None for e in verdict.evidence if e.text == invented)
-    assert all(e.span.of(SOURCE) == e.text for e in verdict.evidence if e.span is not None)
+    assert verdict.evidence and all(e.text != invented for e in verdict.evidence)
+    assert all(e.span is not None and e.span.of(SOURCE) == e.text for e in verdict.evidence)
+    assert not any(invented in r[-1]["content"] for r in model.requests if "contradict the CLAIM?" in r[-1]["content"])
 
 
 def test_the_part_removed_is_the_one_with_words_the_source_never_uses() -> None:
@@ -178,3 +201,57 @@ def test_the_part_removed_is_the_one_with_words_the_source_never_uses() -> None:
     )
     assert without_unsupported_part("The ferry starts in June.", SOURCE) is None  # one clause: nothing to drop
     assert without_unsupported_part("The ferry starts in May and the city will build a ferry.", SOURCE) is None
+
+
+# -- the relation, read from probabilities ---------------------------------------------------------------------
+
+GRANT = "Two thirds of the money comes from a regional transport grant."
+P_FIXED = {FLAGGED: 0.1, GOOD_FIX: 0.9, REMOVED: 0.2, "build a ferry": 0.9}
+
+
+def test_a_fact_no_passage_contradicts_is_not_mentioned_with_the_closest_passage_as_context(monkeypatch, tmp_path):
+    """The explanation says "contradicted", but no passage is likely to contradict the claim: unsupported, not
+    mentioned, the closest passage shown as related context (not as contradicting evidence)."""
+    model = fake(P_FIXED, GOOD_FIX, contradicts={})
+    report = check(model)
+    verdict = flagged_verdict(report)
+    assert (verdict.label, verdict.evidence_relation) == ("unsupported", "not_mentioned")
+    closest = verdict.evidence[0]
+    assert closest.relation == "related" and closest.text == GRANT  # the quote the source holds verbatim first
+    assert relation_calls(model) == 3  # the quote and the claim's two closest source sentences
+    (finding,) = report.findings
+    assert finding.evidence_relation == "not_mentioned"
+    from halluscope.cli.check import Texts, finding_lines
+
+    lines = "\n".join(finding_lines(1, finding, Texts(source=SOURCE, target=TARGET)))
+    assert "evidence: not mentioned in the source" in lines and "contradicts" not in lines
+    assert f'closest passage at source:1:30: "{GRANT}"' in lines
+
+
+def test_a_contradicted_fact_shows_the_passage_most_likely_to_contradict_it() -> None:
+    model = fake(P_FIXED, GOOD_FIX, contradicts={"build a ferry": 0.6, "Two thirds": 0.95, "starts in May": 0.3})
+    verdict = flagged_verdict(check(model))
+    assert (verdict.label, verdict.evidence_relation) == ("contradicted", "contradicts")
+    chosen = verdict.evidence[0]
+    assert (chosen.text, chosen.relation) == (GRANT, "contradicts") and chosen.span.of(SOURCE) == GRANT
+    # under 0.5 for every passage: not contradicted, however sure the explanation was
+    below = flagged_verdict(check(fake(P_FIXED, GOOD_FIX, contradicts={"Two thirds": 0.45})))
+    assert (below.label, below.evidence_relation) == ("unsupported", "not_mentioned")
+
+
+def test_without_probabilities_a_yes_answer_contradicts() -> None:
+    model = fake(P_FIXED, GOOD_FIX, probabilities=False, contradicts={"Two thirds": 0.9})
+    verdict = flagged_verdict(check(model))
+    assert (verdict.label, verdict.evidence[0].text) == ("contradicted", GRANT)
+
+
+def test_relation_candidates_bounds_the_questions_and_zero_keeps_the_explanations_flag() -> None:
+    one = fake(P_FIXED, GOOD_FIX)
+    check(one, relation_candidates=1)
+    assert relation_calls(one) == 2  # the quote and one source sentence
+    off = fake(P_FIXED, GOOD_FIX)
+    verdict = flagged_verdict(check(off, relation_candidates=0))
+    assert relation_calls(off) == 0 and verdict.label == "contradicted" and verdict.evidence_relation is None
+    method = get_method("dcr", llm=LLM(off), order="verdict_first", relation_candidates=0)
+    assert method.options()["relation_candidates"] == 0
+    assert "relation_candidates" not in get_method("dcr", llm=LLM(off), order="verdict_first").options()

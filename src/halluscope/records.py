@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 ClaimKind = Literal["event", "descriptive", "sentence", "atomic", "paragraph"]
 Relation = Literal["supports", "contradicts", "related"]
+EvidenceRelation = Literal["contradicts", "not_mentioned"]
 Label = Literal["supported", "unsupported", "contradicted", "unscored"]
 FindingKind = Literal["unsupported", "contradicted", "event_order", "inconsistent", "other"]
 
@@ -181,6 +182,10 @@ class Verdict(_Record):
     (``order=verdict_first`` with ``verify_fix``). False for a fix that was not checked."""
     fix_candidates: list[FixCandidate] = Field(default_factory=list)
     """Every fix that was re-verified, the shown one and the rejected ones (``verified`` false), best first."""
+    evidence_relation: EvidenceRelation | None = None
+    """How the source relates to the flagged claim, where it was decided from token probabilities
+    (``order=verdict_first``): ``contradicts`` when a source passage contradicts it (that passage is the evidence),
+    ``not_mentioned`` when none does (the closest passage is the evidence, as related context)."""
 
     @model_validator(mode="after")
     def _unscored_has_reason(self) -> Verdict:
@@ -192,9 +197,11 @@ class Verdict(_Record):
     def unscored(cls, claim: Claim, reason: str, calls: list[LLMCall] | None = None) -> Verdict:
         return cls(claim=claim, label="unscored", reason=reason, calls=list(calls or []))
 
-    def fix_fields(self) -> dict[str, Any]:
-        """The fix and its re-verification, as a finding made from this verdict carries them."""
+    def finding_fields(self) -> dict[str, Any]:
+        """The fix and its re-verification, and the evidence's relation, as a finding made from this verdict
+        carries them."""
         return {
+            "evidence_relation": self.evidence_relation,
             "fix": self.fix,
             "fix_probability": self.fix_probability,
             "fix_verified": self.fix_verified,
@@ -227,6 +234,10 @@ class Finding(_Record):
     (``order=verdict_first`` with ``verify_fix``). False for a fix that was not checked."""
     fix_candidates: list[FixCandidate] = Field(default_factory=list)
     """Every fix that was re-verified, the shown one and the rejected ones (``verified`` false), best first."""
+    evidence_relation: EvidenceRelation | None = None
+    """How the source relates to the flagged claim, where it was decided from token probabilities
+    (``order=verdict_first``): ``contradicts`` when a source passage contradicts it (that passage is the evidence),
+    ``not_mentioned`` when none does (the closest passage is the evidence, as related context)."""
 
 
 class Report(_Record):

@@ -130,9 +130,13 @@ def finding_lines(n: int, f: Finding, texts: Texts) -> list[str]:
     if confidence is not None:
         head += f" [confidence {confidence:.2f}]"
     out = [f"{n}. {head}", f"   reason: {_one_line(f.description, 600)}"]
+    not_mentioned = getattr(f, "evidence_relation", None) == "not_mentioned"
+    if not_mentioned:
+        out.append("   evidence: not mentioned in the source")
     for ev in f.evidence:
-        out.append(f'   evidence ({ev.relation}) at {texts.evidence_where(ev)}: "{_one_line(ev.text, 600)}"')
-    if not f.evidence and f.kind == "unsupported":
+        what = "closest passage" if not_mentioned and ev.relation == "related" else f"evidence ({ev.relation})"
+        out.append(f'   {what} at {texts.evidence_where(ev)}: "{_one_line(ev.text, 600)}"')
+    if not f.evidence and f.kind == "unsupported" and not not_mentioned:
         out.append("   evidence: not mentioned in the source")
     if f.fix:  # on its own line only: a finding's description never repeats it
         out.append(f"   fix: {_one_line(f.fix, 600)}{_verified(f)}")

@@ -43,13 +43,14 @@ from halluscope.llm.replies import Reply
 from halluscope.llm.structured import generate_reply
 from halluscope.options import StageOptions
 from halluscope.prompts import PromptTemplate
-from halluscope.records import Claim, Evidence, FixCandidate, LLMCall, Verdict
+from halluscope.records import Claim, Evidence, FixCandidate, LLMCall, Span, Verdict
 from halluscope.stages import Context, PromptResolver, Selection, register_stage, same_prompt
 from halluscope.stages.context import claim_id
 from halluscope.stages.snippets import max_over_snippets
 from halluscope.stages.verifiers import messages_tokens, reply_budget
 from halluscope.text.clauses import without_unsupported_part
 from halluscope.text.markup import fix_problem
+from halluscope.text.passages import closest_sentences
 from halluscope.text.placeholders import is_placeholder
 from halluscope.text.spans import locate
 
@@ -106,7 +107,23 @@ VERDICT_EXPLAIN_PROMPT = PromptTemplate(
     ),
 )
 
-VERDICT_FIRST_PROMPTS = (VERDICT_SCORE_PROMPT, VERDICT_EXPLAIN_PROMPT)
+VERDICT_CONTRADICTS_PROMPT = PromptTemplate(
+    name="verdict_first_contradicts",
+    version="1",
+    system=VERDICT_SCORE_PROMPT.system,
+    user=(
+        "Read the PASSAGE taken from a source text, then decide whether it contradicts the CLAIM after it: the "
+        "PASSAGE says something that cannot be true together with the CLAIM. A passage that agrees with the CLAIM, "
+        "or says nothing about what the CLAIM states, does not contradict it.\n\n"
+        "PASSAGE:\n$passage\n\nCLAIM:\n$claim\n\n"
+        "Does the PASSAGE contradict the CLAIM? Answer with one word: yes or no."
+    ),
+)
+
+CONTRADICTS_AT = 0.5
+"""A passage whose P(contradicts) reaches this is the contradicting evidence."""
+
+VERDICT_FIRST_PROMPTS = (VERDICT_SCORE_PROMPT, VERDICT_EXPLAIN_PROMPT, VERDICT_CONTRADICTS_PROMPT)
 
 
 def stated_answer(text: str) -> bool | None:
@@ -173,6 +190,13 @@ class VerdictFirst:
         """A reply whose first word is neither yes nor no is scored only when yes and no hold at least this share
         of the probability at its first token; else the claim is unscored."""
 
+        relation_candidates: int = Field(default=2, ge=0, le=8)
+        """The relation of a flagged claim is read from probabilities: its ``relation_candidates`` closest source
+        sentences (and the explanation's quote where the source holds it verbatim) are each asked "does this
+        passage contradict the claim?" by one short reply; contradicted when the best reaches P(contradicts) 0.5
+        (that passage is the evidence), else unsupported and not mentioned (the closest passage as related
+        context). 0: the explanation's own ``contradicted`` and quote, unchecked."""
+
         verify_fix: bool = True
         """Show a fix only after it is re-verified: each candidate (the explanation's fix, and the flagged text
         without the part holding words the source never uses) is scored like a claim against the same context, one
@@ -198,9 +222,12 @@ class VerdictFirst:
         self.explain_max = opts.explain_max
         self.min_label_mass = opts.min_label_mass
         self.verify_fix = opts.verify_fix
+        self.relation_candidates = opts.relation_candidates
+        self.contradicts_prompt = prompts(VERDICT_CONTRADICTS_PROMPT)
 
     def used_prompts(self) -> list[PromptTemplate]:
-        return [self.score_prompt] + ([self.explain_prompt] if self.explain_flagged else [])
+        relation = [self.contradicts_prompt] if self.explain_flagged and self.relation_candidates else []
+        return [self.score_prompt] + ([self.explain_prompt] if self.explain_flagged else []) + relation
 
     def reserve_tokens(self, claims: Sequence[Claim]) -> int:
         """Tokens a call needs besides the source: the larger of the short score call and (when flagged claims
@@ -282,8 +309,6 @@ class VerdictFirst:
         fix = reply.fix.strip() or None
         if fix is not None and fix.strip().lower() == verdict.claim.text.strip().lower():
             fix = None  # the claim copied back is no fix
-        if self.verify_fix:
-            fix = None  # shown only once re-verified (:meth:`verified_fix`)
         update.update(
             label=label,
             reason=reply.reason.strip() or reason,
@@ -293,8 +318,27 @@ class VerdictFirst:
         return verdict.model_copy(update=update)
 
     async def explain(self, verdict: Verdict, context: Context, source: str) -> tuple[Verdict, str | None]:
-        """The flagged verdict settled with the reason, the located source quote and the fix; or, when the
-        explanation reply is unusable, settled as scored, and why."""
+        """The flagged verdict settled with the reason, the located source quote and the fix the explanation
+        proposed (not yet re-verified: :meth:`checked` does that); or, when the explanation reply is unusable,
+        settled as scored, and why."""
+        settled, error, _ = await self._explained(verdict, context, source)
+        return settled, error
+
+    async def checked(self, verdict: Verdict, context: Context, source: str) -> tuple[Verdict, str | None]:
+        """:meth:`explain`, then the relation read from probabilities (``relation_candidates``) and the fix
+        re-verified (``verify_fix``): what the verifier reports for a flagged claim."""
+        settled, error, reply = await self._explained(verdict, context, source)
+        if reply is None:
+            return settled, error
+        if self.relation_candidates:
+            settled = await self.related(settled, verdict.evidence, reply.evidence, source)
+        if self.verify_fix:
+            settled = await self.verified_fix(settled, reply.fix, context, source)
+        return settled, None
+
+    async def _explained(
+        self, verdict: Verdict, context: Context, source: str
+    ) -> tuple[Verdict, str | None, ExplainReply | None]:
         claim = verdict.claim
         messages = self.explain_prompt.render(source=context.text, claim=claim.text, about=_about(context, source))
         step = await generate_reply(
@@ -304,11 +348,84 @@ class VerdictFirst:
             params=self.llm.params(max_tokens=reply_budget(self.llm, EXPLAIN_REPLY_TOKENS)),
         )
         if step.value is None:
-            return self.settle(verdict, calls=step.calls), step.error
-        settled = self.settle(verdict, step.value, step.calls, source)
-        if not self.verify_fix:
-            return settled, None
-        return await self.verified_fix(settled, step.value.fix, context, source), None
+            return self.settle(verdict, calls=step.calls), step.error, None
+        return self.settle(verdict, step.value, step.calls, source), None, step.value
+
+    def passages(self, claim: Claim, quote: str, source: str) -> list[Evidence]:
+        """The passages to ask about, closest first: the explanation's quote where the source holds it verbatim,
+        then the claim's ``relation_candidates`` closest source sentences (a sentence already among them skipped)."""
+        found: list[Evidence] = []
+        quote = quote.strip()
+        at = source.find(quote) if quote else -1
+        if at >= 0:
+            found.append(Evidence(text=quote, span=Span(start=at, end=at + len(quote))))
+        for sentence in closest_sentences(claim.text, source, self.relation_candidates):
+            if all(e.span != sentence.span for e in found):
+                found.append(Evidence(text=sentence.text, span=sentence.span))
+        return found
+
+    async def contradiction(self, claim: Claim, passage: str, source: str) -> tuple[float | None, list[LLMCall]]:
+        """P(the passage contradicts the claim) from one short yes/no reply (1 or 0 from the answer where the
+        backend gives no probabilities), or None when the reply answers neither or the call fails."""
+        messages = self.contradicts_prompt.render(passage=passage, claim=claim.text, about=source)
+        params = self.llm.params(
+            max_tokens=SCORE_REPLY_TOKENS, top_logprobs=VERDICT_TOP_LOGPROBS, json_mode=False, json_schema=None
+        )
+        try:
+            completion = await self.llm.generate(messages, params)
+        except Exception:  # noqa: BLE001 - one failed call leaves one passage unscored, never the claim
+            return None, []
+        call = LLMCall(
+            model=completion.model,
+            messages=[dict(m) for m in messages],
+            reply=completion.text,
+            cached=completion.cached,
+            usage=completion.usage,
+        )
+        answer = read_answer(completion.text, completion.logprobs, *YES_NO, min_mass=self.min_label_mass)
+        if answer.label is None:
+            return None, [call]
+        if answer.probability is not None:
+            return answer.probability, [call]
+        return (1.0 if answer.label else 0.0), [call]
+
+    async def related(self, verdict: Verdict, scored_with: Sequence[Evidence], quote: str, source: str) -> Verdict:
+        """``verdict`` with its relation read from probabilities: each passage (:meth:`passages`) asked whether
+        it contradicts the claim; contradicted, with the passage of highest P(contradicts) as the evidence, when it
+        reaches :data:`CONTRADICTS_AT`; else unsupported and not mentioned, the closest passage as related
+        context. A quote the source does not hold verbatim is never evidence. When no passage could be scored,
+        the explanation's own label and quote stay."""
+        passages = self.passages(verdict.claim, quote, source)
+        if not passages:
+            return verdict.model_copy(
+                update={
+                    "label": "unsupported",
+                    "evidence_relation": "not_mentioned",
+                    "evidence": list(scored_with),
+                }
+            )
+        asked = await asyncio.gather(*(self.contradiction(verdict.claim, e.text, source) for e in passages))
+        calls = list(verdict.calls) + [c for _, cs in asked for c in cs]
+        scored = [(p, i) for i, (p, _) in enumerate(asked) if p is not None]
+        if not scored:
+            return verdict.model_copy(update={"calls": calls})
+        p, best = max(scored, key=lambda item: (item[0], -item[1]))
+        if p >= CONTRADICTS_AT:
+            chosen, label, relation = (
+                passages[best].model_copy(update={"relation": "contradicts"}),
+                "contradicted",
+                "contradicts",
+            )
+        else:
+            chosen, label, relation = passages[0], "unsupported", "not_mentioned"
+        return verdict.model_copy(
+            update={
+                "label": label,
+                "evidence_relation": relation,
+                "evidence": [chosen, *scored_with],
+                "calls": calls,
+            }
+        )
 
     def fix_candidates(self, claim: Claim, proposed: str, source: str) -> tuple[list[FixCandidate], str | None]:
         """The fixes worth re-verifying, in order (the explanation's, then the flagged text without its unsupported
@@ -333,7 +450,7 @@ class VerdictFirst:
         ``fix``; all stay in ``fix_candidates``; their calls join the verdict's."""
         candidates, rejected = self.fix_candidates(verdict.claim, proposed, source)
         if not candidates:
-            return verdict.model_copy(update={"fix_rejected": rejected}) if rejected else verdict
+            return verdict.model_copy(update={"fix": None, "fix_rejected": rejected})
         scored = await asyncio.gather(
             *(self.score(Claim(text=c.text, kind=verdict.claim.kind), context, source) for c in candidates)
         )
@@ -344,6 +461,7 @@ class VerdictFirst:
         )
         best = checked[ranked[0]]
         update: dict[str, Any] = {
+            "fix": None,
             "calls": list(verdict.calls) + [call for v in scored for call in v.calls],
             "fix_candidates": [checked[i] for i in ranked],
         }
@@ -402,7 +520,7 @@ class VerdictFirst:
             return verdicts, record
         started = time.perf_counter()
         explained = await asyncio.gather(
-            *(self.explain(verdicts[i], contexts[claim_id(verdicts[i].claim)], source) for i in chosen)
+            *(self.checked(verdicts[i], contexts[claim_id(verdicts[i].claim)], source) for i in chosen)
         )
         failed: dict[str, str] = {}
         for i, (verdict, error) in zip(chosen, explained):

@@ -118,7 +118,7 @@ class FactScoreLocalizer:
                     evidence=[e for m in members for e in m.evidence],
                     claim_ids=claim_ids,
                     confidence=group_confidence(members),
-                    **(origins[kept].fix_fields() if len(set(id(m) for m in members)) == 1 else {}),
+                    **(origins[kept].finding_fields() if len(set(id(m) for m in members)) == 1 else {}),
                 )
             )
         return findings
@@ -132,5 +132,5 @@ def _fact_finding(verdict: Verdict, description: str) -> Finding:
         evidence=list(verdict.evidence),
         claim_ids=[verdict.claim.id] if verdict.claim.id else [],
         confidence=verdict_confidence(verdict),
-        **verdict.fix_fields(),
+        **verdict.finding_fields(),
     )
