@@ -19,14 +19,21 @@ against the same context as the claim. The best one answered yes with P(supporte
 (``fix_verified``, ``fix_probability``); every scored candidate stays in ``fix_candidates``, the rejected ones
 unverified, and with none passing ``fix`` is None and ``fix_rejected`` says "no verified fix".
 
-The label is the short reply's (``yes`` supported, ``no`` unsupported, contradicted when the explanation says the
-source contradicts it), read from its first word only; P(supported) is read at that word's token only. An answer
-that is neither word is read from the probabilities when the backend gave them and the yes/no tokens hold at least
-``min_label_mass`` of the probability there, and is otherwise unscored with the reply quoted; log-probabilities that
-are not probabilities (NaN, infinite, above 0) leave the claim unscored; an answer the probability contradicts keeps
-its label and records no probability (the reason gives both). With retrieval each claim is scored against its
-snippets, best first, keeping the best (the same max over snippets as reason first) and explained against its top
-snippet.
+The relation is read from probabilities too (``relation_candidates``): the claim's closest source sentences
+(:func:`~halluscope.text.passages.closest_sentences`) and the explanation's quote where the source holds it verbatim
+are each asked "does this passage contradict the claim?" by one short reply; the claim is contradicted only when the
+highest P(contradicts) reaches 0.5, that passage its evidence (``contradicts``), else it is unsupported and not
+mentioned (``evidence_relation``), the closest passage shown as related context. A quote the source does not hold
+is then never evidence.
+
+The label is the short reply's (``yes`` supported, ``no`` unsupported, contradicted when a source passage is likely
+to contradict it, see above), read from its first word only; P(supported) is read at that word's token only. An
+answer that is neither word is read from the probabilities when the backend gave them and the yes/no tokens hold at
+least ``min_label_mass`` of the probability there, and is otherwise unscored with the reply quoted;
+log-probabilities that are not probabilities (NaN, infinite, above 0) leave the claim unscored; an answer the
+probability contradicts keeps its label and records no probability (the reason gives both). With retrieval each
+claim is scored against its snippets, best first, keeping the best (the same max over snippets as reason first) and
+explained against its top snippet.
 """
 
 from __future__ import annotations
