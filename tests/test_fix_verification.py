@@ -40,6 +40,7 @@ def fake(
     probabilities: bool = True,
     evidence: str | None = None,
     contradicts: dict[str, float] | None = None,
+    relation_reply: str | None = None,
 ) -> FakeModel:
     """Answers each yes/no request by the text after its last ``CLAIM:`` (the first key of ``p_yes`` that text
     equals, after stripping fence tags and whitespace; else the first key it contains), with P(yes) scripted. A
@@ -49,6 +50,9 @@ def fake(
 
     def responder(messages):
         content = messages[-1]["content"]
+        if "contradict the CLAIM?" in content and relation_reply is not None:
+            asked.append(0.5)
+            return relation_reply
         if "contradict the CLAIM?" in content:
             passage = content.split("PASSAGE:")[-1].split("CLAIM:")[0]
             asked.append(next((v for k, v in (contradicts or {}).items() if k in passage), 0.05))
@@ -255,3 +259,10 @@ def test_relation_candidates_bounds_the_questions_and_zero_keeps_the_explanation
     method = get_method("dcr", llm=LLM(off), order="verdict_first", relation_candidates=0)
     assert method.options()["relation_candidates"] == 0
     assert "relation_candidates" not in get_method("dcr", llm=LLM(off), order="verdict_first").options()
+
+
+def test_when_no_passage_can_be_asked_the_explanations_relation_stays_and_the_reason_says_so() -> None:
+    model = fake(P_FIXED, GOOD_FIX, relation_reply="Perhaps", probabilities=False)
+    verdict = flagged_verdict(check(model))
+    assert verdict.label == "contradicted" and verdict.evidence_relation is None
+    assert "no passage's relation could be read" in verdict.reason

@@ -414,8 +414,9 @@ class VerdictFirst:
         asked = await asyncio.gather(*(self.contradiction(verdict.claim, e.text, source) for e in passages))
         calls = list(verdict.calls) + [c for _, cs in asked for c in cs]
         scored = [(p, i) for i, (p, _) in enumerate(asked) if p is not None]
-        if not scored:
-            return verdict.model_copy(update={"calls": calls})
+        if not scored:  # could not read the relation: the explanation's stays, and the reason says so
+            note = f"{verdict.reason}; no passage's relation could be read (each reply answered neither or failed)"
+            return verdict.model_copy(update={"calls": calls, "reason": note})
         p, best = max(scored, key=lambda item: (item[0], -item[1]))
         if p >= CONTRADICTS_AT:
             chosen, label, relation = (
