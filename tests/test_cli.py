@@ -92,14 +92,17 @@ def test_check_default_method_with_an_llm(runner, files, scripted_llm) -> None:
         "contradicted": True,
         "fix": "The council approved the budget on Tuesday.",
     }
-    scripted_llm("No", json.dumps(explanation))
+    # after the score and the explanation: does the quote, then the closest sentence, contradict the claim (yes,
+    # no), and the fix re-verified by the same short reply (yes)
+    scripted_llm("No", json.dumps(explanation), "Yes", "No", "Yes")
     source, target = files
     result = runner.invoke(app, ["check", "-s", str(source), "-t", str(target), "--json"])
     assert result.exit_code == 1, result.output  # 0.25 < geval's threshold 0.5: inconsistent
     report = json.loads(result.output)
-    assert report["method"] == halluscope.DEFAULT_METHOD and report["score"] == 0.0 and report["usage"]["calls"] == 2
+    assert report["method"] == halluscope.DEFAULT_METHOD and report["score"] == 0.0 and report["usage"]["calls"] == 5
     (finding,) = report["findings"]
     assert finding["target_spans"] == [{"start": 0, "end": len(TARGET)}] and finding["fix"] == explanation["fix"]
+    assert finding["fix_verified"] is True and finding["evidence_relation"] == "contradicts"
     assert finding["evidence"][0]["text"] == "on Tuesday" and finding["evidence"][0]["span"] is not None
 
 

@@ -77,7 +77,11 @@ def test_order_verdict_first_and_the_default_check_are_one_composition():
     assert a.model_dump(exclude={"elapsed_s"}) == b.model_dump(exclude={"elapsed_s"})
     assert a.details["stages"]["verifier"] == "verdict_first"  # the stage that ran, not the unused paper verifier
     assert [v.label for v in a.verdicts] == ["supported", "unsupported"]
-    assert [p.name for p in bare.used_prompts()] == ["verdict_first_score", "verdict_first_explain"]
+    assert [p.name for p in bare.used_prompts()] == [
+        "verdict_first_score",
+        "verdict_first_explain",
+        "verdict_first_contradicts",  # the relation of a flagged claim, read from probabilities
+    ]
 
 
 @pytest.mark.parametrize("name", ["dcr", "factscore", "probe", "dove"])

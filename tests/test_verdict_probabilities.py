@@ -193,14 +193,23 @@ def test_dove_uses_mean_probabilities_for_s_e_and_s_d() -> None:
 # -- verdict first --------------------------------------------------------------------------------------------
 
 
-def verdict_first_fake(yes_probability: dict[str, float], explanation: dict | str = EXPLANATION) -> FakeModel:
-    """Answers each yes/no request by the claim it ends with (a key of ``yes_probability`` it contains), with
-    that P(yes) scripted at the answer token."""
+def verdict_first_fake(
+    yes_probability: dict[str, float],
+    explanation: dict | str = EXPLANATION,
+    fix_probability: float = 0.9,
+    contradicts: float = 0.9,
+) -> FakeModel:
+    """Answers each yes/no request by the claim it ends with (a key of ``yes_probability`` it contains, else
+    ``fix_probability``: a fix being re-verified), with that P(yes) scripted at the answer token; a question whether
+    a passage contradicts the claim gets P(yes) ``contradicts``."""
     asked: list[float] = []
 
     def responder(messages):
         claim = messages[-1]["content"].split("CLAIM:")[-1]
-        asked.append(yes_probability[next(k for k in yes_probability if k in claim)])
+        if "contradict the CLAIM?" in messages[-1]["content"]:
+            asked.append(contradicts)
+        else:
+            asked.append(next((yes_probability[k] for k in yes_probability if k in claim), fix_probability))
         return "Yes" if asked[-1] >= 0.5 else "No"
 
     def logprobs(reply: str):  # called right after the responder, for the same request
@@ -214,12 +223,17 @@ def test_verdict_first_scores_every_claim_with_one_short_call_and_explains_only_
     fake = verdict_first_fake({"build a ferry": 0.9, "own budget": 0.2})
     report = get_method("dcr", llm=LLM(fake), order="verdict_first").check(SOURCE, TARGET)
     short = [p for p, kind in zip(fake.params, fake.reply_types) if kind == "text"]
-    assert len(short) == 2 and all(p.max_tokens == 2 and p.top_logprobs for p in short)
+    # two claims scored; for the flagged one, two passages asked whether they contradict it (the explanation's
+    # quote and its closest source sentence) and its fix re-verified by the same short reply
+    assert len(short) == 5 and all(p.max_tokens == 2 and p.top_logprobs for p in short)
+    asked = [r[-1]["content"] for r, kind in zip(fake.requests, fake.reply_types) if kind == "text"]
+    assert sum("contradict the CLAIM?" in q for q in asked) == 2
     assert fake.reply_types.count("ExplainReply") == 1  # only the flagged claim
     ok, bad = report.verdicts
     assert (ok.label, ok.support_probability, ok.fix) == ("supported", pytest.approx(0.9), None)
     assert (bad.label, bad.support_probability) == ("contradicted", pytest.approx(0.2))
     assert bad.fix == EXPLANATION["fix"] and bad.decided_by == "verdict_first"
+    assert bad.fix_verified and bad.fix_probability == pytest.approx(0.9)
     (evidence,) = bad.evidence
     assert evidence.span is not None and evidence.span.of(SOURCE) == EXPLANATION["evidence"]
     (finding,) = report.findings
@@ -282,7 +296,11 @@ def test_verdict_first_threshold_and_failed_explanations_are_explicit() -> None:
 def test_verdict_first_without_probabilities_uses_the_answer() -> None:
     fake = FakeModel(
         by_reply={
-            "text": lambda m: "No" if "budget" in m[-1]["content"].split("CLAIM:")[-1] else "yes.",
+            "text": lambda m: (
+                "No"
+                if "budget" in m[-1]["content"].split("CLAIM:")[-1] and "contradict the CLAIM?" not in m[-1]["content"]
+                else "yes."
+            ),
             "ExplainReply": json.dumps(EXPLANATION),
         }
     )
@@ -481,8 +499,13 @@ def test_verdict_first_with_retrieval_shares_the_prompt_prefix_across_snippets()
     report = get_method(
         "dcr", llm=LLM(fake), order="verdict_first", retrieval="always", retriever="bm25", top_k=2, window=0
     ).check(SOURCE, TARGET)
-    short = [r for r, kind in zip(fake.requests, fake.reply_types) if kind == "text"]
-    assert len(short) == 3  # the supported claim stops at its first snippet, the other tries both
+    short = [
+        r
+        for r, kind in zip(fake.requests, fake.reply_types)
+        if kind == "text" and "contradict the CLAIM?" not in r[-1]["content"]
+    ]
+    # the supported claim stops at its first snippet, the other tries both; then its fix is re-verified
+    assert len(short) == 4
     assert len({r[0]["content"] for r in short}) == 1  # one system message (one fence key) for every snippet
     instructions = short[0][-1]["content"].split("SOURCE:")[0]
     assert all(r[-1]["content"].startswith(instructions) for r in short)

@@ -217,3 +217,16 @@ class ClaimOptions(RetrievalOptions):
     """verdict_first: ask for the reason, the source quote and a fix of each flagged claim (false: score only, one short
     reply per claim; a finding then gives the answer, P(supported) and, with retrieval, the snippet it was checked
     against as its evidence)."""
+
+    relation_candidates: int = Field(default=2, ge=0, le=8)
+    """verdict_first: how a flagged claim's evidence and relation are chosen: its relation_candidates closest source
+    sentences (shared content words), and the explanation's quote where the source holds it verbatim, are each asked
+    "does this passage contradict the claim?" by one short reply; contradicted when the best reaches P(contradicts)
+    0.5 (that passage is the evidence), else unsupported and not mentioned in the source (the closest passage shown
+    as related context). 0: the explanation's own contradicted flag and quote, unchecked."""
+
+    verify_fix: bool = True
+    """verdict_first: show a fix only once it is re-verified: the explanation's fix and the flagged text without the
+    part holding words the source never uses are each scored like a claim (one short reply each, against the same
+    source context); the best one answered yes with P(supported) at least explain_below is shown, else "no verified
+    fix" (the candidates stay in the JSON report, unverified). false: the explanation's fix as it comes."""

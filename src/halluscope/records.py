@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 ClaimKind = Literal["event", "descriptive", "sentence", "atomic", "paragraph"]
 Relation = Literal["supports", "contradicts", "related"]
+EvidenceRelation = Literal["contradicts", "not_mentioned"]
 Label = Literal["supported", "unsupported", "contradicted", "unscored"]
 FindingKind = Literal["unsupported", "contradicted", "event_order", "inconsistent", "other"]
 
@@ -136,6 +137,22 @@ class Evidence(_Record):
     """With ``chunk``: the evidence's offsets inside that chunk (``span`` stays the offsets in the joined source)."""
 
 
+class FixCandidate(_Record):
+    """A suggested correction of a flagged claim and how its re-verification went (``order=verdict_first``): the
+    candidate was scored by the same short yes/no reply against the same source context as the claim itself."""
+
+    text: str
+    origin: Literal["model", "removed"] = "model"
+    """``model``: the fix the explanation proposed; ``removed``: the flagged text with the part that holds its
+    unsupported words removed (no LLM call)."""
+    probability: float | None = Field(default=None, ge=0.0, le=1.0)
+    """Its P(supported) from the re-verification reply, where the backend gave token probabilities."""
+    verified: bool = False
+    """Whether the re-verification found it supported (answered yes, P(supported) at least ``explain_below``)."""
+    note: str = ""
+    """What the re-verification said (the answer and probability, or why it could not score it)."""
+
+
 class Verdict(_Record):
     """The judgment on one claim. ``unscored`` always carries a ``reason`` saying why."""
 
@@ -158,6 +175,17 @@ class Verdict(_Record):
     fix_rejected: str | None = None
     """Why the verifier's suggested fix is not shown (``fix`` is then None): it held prompt markup, or it only
     repeated the claim (:mod:`halluscope.text.markup`)."""
+    fix_probability: float | None = Field(default=None, ge=0.0, le=1.0)
+    """The shown fix's P(supported) when it was re-verified against the source and the backend gave probabilities."""
+    fix_verified: bool = False
+    """Whether the shown ``fix`` was re-verified: scored supported against the same source context as the claim
+    (``order=verdict_first`` with ``verify_fix``). False for a fix that was not checked."""
+    fix_candidates: list[FixCandidate] = Field(default_factory=list)
+    """Every fix that was re-verified, the shown one and the rejected ones (``verified`` false), best first."""
+    evidence_relation: EvidenceRelation | None = None
+    """How the source relates to the flagged claim, where it was decided from token probabilities
+    (``order=verdict_first``): ``contradicts`` when a source passage contradicts it (that passage is the evidence),
+    ``not_mentioned`` when none does (the closest passage is the evidence, as related context)."""
 
     @model_validator(mode="after")
     def _unscored_has_reason(self) -> Verdict:
@@ -168,6 +196,17 @@ class Verdict(_Record):
     @classmethod
     def unscored(cls, claim: Claim, reason: str, calls: list[LLMCall] | None = None) -> Verdict:
         return cls(claim=claim, label="unscored", reason=reason, calls=list(calls or []))
+
+    def finding_fields(self) -> dict[str, Any]:
+        """The fix and its re-verification, and the evidence's relation, as a finding made from this verdict
+        carries them."""
+        return {
+            "evidence_relation": self.evidence_relation,
+            "fix": self.fix,
+            "fix_probability": self.fix_probability,
+            "fix_verified": self.fix_verified,
+            "fix_candidates": list(self.fix_candidates),
+        }
 
 
 class Finding(_Record):
@@ -183,10 +222,22 @@ class Finding(_Record):
     verdict's ``1 - support_probability``; PROBE without token probabilities: the share of judge votes against the
     claim's best source passage); ``None`` where it has none."""
     fix: str | None = None
-    """A suggested correction of the flagged text, where the method proposed one (not re-verified)."""
+    """A suggested correction of the flagged text, where the method proposed one; re-verified against the source
+    only where ``fix_verified`` says so."""
     fix_rejected: str | None = None
     """Why the method's suggested fix is not shown (``fix`` is then None): it held prompt markup, or it only
     repeated the flagged text (:mod:`halluscope.text.markup`)."""
+    fix_probability: float | None = Field(default=None, ge=0.0, le=1.0)
+    """The shown fix's P(supported) when it was re-verified against the source and the backend gave probabilities."""
+    fix_verified: bool = False
+    """Whether the shown ``fix`` was re-verified: scored supported against the same source context as the claim
+    (``order=verdict_first`` with ``verify_fix``). False for a fix that was not checked."""
+    fix_candidates: list[FixCandidate] = Field(default_factory=list)
+    """Every fix that was re-verified, the shown one and the rejected ones (``verified`` false), best first."""
+    evidence_relation: EvidenceRelation | None = None
+    """How the source relates to the flagged claim, where it was decided from token probabilities
+    (``order=verdict_first``): ``contradicts`` when a source passage contradicts it (that passage is the evidence),
+    ``not_mentioned`` when none does (the closest passage is the evidence, as related context)."""
 
 
 class Report(_Record):

@@ -130,13 +130,27 @@ def finding_lines(n: int, f: Finding, texts: Texts) -> list[str]:
     if confidence is not None:
         head += f" [confidence {confidence:.2f}]"
     out = [f"{n}. {head}", f"   reason: {_one_line(f.description, 600)}"]
+    not_mentioned = getattr(f, "evidence_relation", None) == "not_mentioned"
+    if not_mentioned:
+        out.append("   evidence: not mentioned in the source")
     for ev in f.evidence:
-        out.append(f'   evidence ({ev.relation}) at {texts.evidence_where(ev)}: "{_one_line(ev.text, 600)}"')
-    if not f.evidence and f.kind == "unsupported":
+        what = "closest passage" if not_mentioned and ev.relation == "related" else f"evidence ({ev.relation})"
+        out.append(f'   {what} at {texts.evidence_where(ev)}: "{_one_line(ev.text, 600)}"')
+    if not f.evidence and f.kind == "unsupported" and not not_mentioned:
         out.append("   evidence: not mentioned in the source")
     if f.fix:  # on its own line only: a finding's description never repeats it
-        out.append(f"   fix: {_one_line(f.fix, 600)}")
+        out.append(f"   fix: {_one_line(f.fix, 600)}{_verified(f)}")
+    elif getattr(f, "fix_candidates", None):
+        out.append("   fix: no verified fix")
     return out
+
+
+def _verified(f: Finding) -> str:
+    """`` (verified, P(supported) 0.93)`` after a re-verified fix, `` (verified)`` without a probability."""
+    if not getattr(f, "fix_verified", False):
+        return ""
+    p = getattr(f, "fix_probability", None)
+    return " (verified)" if p is None else f" (verified, P(supported) {p:.2f})"
 
 
 def claim_lines(report: Report, texts: Texts) -> list[str]:

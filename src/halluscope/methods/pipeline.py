@@ -265,7 +265,16 @@ class ClaimPipeline(Method):
             if own.get(kind) is None:  # recorded only when chosen: default records (and the identity of bench
                 own.pop(kind, None)  # folders measured before) stay what they were
         fields = self.Options.model_fields
-        for key in ("order", "explain_below", "explain", "explain_max", "min_label_mass", "score"):
+        for key in (
+            "order",
+            "explain_below",
+            "explain",
+            "explain_max",
+            "min_label_mass",
+            "verify_fix",
+            "relation_candidates",
+            "score",
+        ):
             if key in own and own[key] == fields[key].default:  # the default: recorded only when changed
                 own.pop(key)
         return {

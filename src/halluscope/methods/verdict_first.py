@@ -11,14 +11,29 @@ yes + no. A claim whose P(supported) is below ``explain_below`` (or, where the b
 whose answer is no) is flagged, and only those get a second call that asks for the reason, the shortest source
 quote that decides it, whether the source contradicts it, and a corrected version of the claim (the fix).
 
-The label is the short reply's (``yes`` supported, ``no`` unsupported, contradicted when the explanation says the
-source contradicts it), read from its first word only; P(supported) is read at that word's token only. An answer
-that is neither word is read from the probabilities when the backend gave them and the yes/no tokens hold at least
-``min_label_mass`` of the probability there, and is otherwise unscored with the reply quoted; log-probabilities that
-are not probabilities (NaN, infinite, above 0) leave the claim unscored; an answer the probability contradicts keeps
-its label and records no probability (the reason gives both). With retrieval each claim is scored against its
-snippets, best first, keeping the best (the same max over snippets as reason first) and explained against its top
-snippet.
+A fix is shown only after it is re-verified (``verify_fix``, on by default): the explanation's fix and the flagged
+text without the clause or conjunct holding the most words the source never uses
+(:func:`~halluscope.text.clauses.without_unsupported_part`, no LLM call) are each scored by the same short reply
+against the same context as the claim. The best one answered yes with P(supported) (where known) at least
+``explain_below``, differing from the claim and free of prompt markup, is the verdict's ``fix``
+(``fix_verified``, ``fix_probability``); every scored candidate stays in ``fix_candidates``, the rejected ones
+unverified, and with none passing ``fix`` is None and ``fix_rejected`` says "no verified fix".
+
+The relation is read from probabilities too (``relation_candidates``): the claim's closest source sentences
+(:func:`~halluscope.text.passages.closest_sentences`) and the explanation's quote where the source holds it verbatim
+are each asked "does this passage contradict the claim?" by one short reply; the claim is contradicted only when the
+highest P(contradicts) reaches 0.5, that passage its evidence (``contradicts``), else it is unsupported and not
+mentioned (``evidence_relation``), the closest passage shown as related context. A quote the source does not hold
+is then never evidence.
+
+The label is the short reply's (``yes`` supported, ``no`` unsupported, contradicted when a source passage is likely
+to contradict it, see above), read from its first word only; P(supported) is read at that word's token only. An
+answer that is neither word is read from the probabilities when the backend gave them and the yes/no tokens hold at
+least ``min_label_mass`` of the probability there, and is otherwise unscored with the reply quoted;
+log-probabilities that are not probabilities (NaN, infinite, above 0) leave the claim unscored; an answer the
+probability contradicts keeps its label and records no probability (the reason gives both). With retrieval each
+claim is scored against its snippets, best first, keeping the best (the same max over snippets as reason first) and
+explained against its top snippet.
 """
 
 from __future__ import annotations
@@ -35,11 +50,14 @@ from halluscope.llm.replies import Reply
 from halluscope.llm.structured import generate_reply
 from halluscope.options import StageOptions
 from halluscope.prompts import PromptTemplate
-from halluscope.records import Claim, Evidence, LLMCall, Verdict
+from halluscope.records import Claim, Evidence, FixCandidate, LLMCall, Span, Verdict
 from halluscope.stages import Context, PromptResolver, Selection, register_stage, same_prompt
 from halluscope.stages.context import claim_id
 from halluscope.stages.snippets import max_over_snippets
 from halluscope.stages.verifiers import messages_tokens, reply_budget
+from halluscope.text.clauses import without_unsupported_part
+from halluscope.text.markup import fix_problem
+from halluscope.text.passages import closest_sentences
 from halluscope.text.placeholders import is_placeholder
 from halluscope.text.spans import locate
 
@@ -96,7 +114,23 @@ VERDICT_EXPLAIN_PROMPT = PromptTemplate(
     ),
 )
 
-VERDICT_FIRST_PROMPTS = (VERDICT_SCORE_PROMPT, VERDICT_EXPLAIN_PROMPT)
+VERDICT_CONTRADICTS_PROMPT = PromptTemplate(
+    name="verdict_first_contradicts",
+    version="1",
+    system=VERDICT_SCORE_PROMPT.system,
+    user=(
+        "Read the PASSAGE taken from a source text, then decide whether it contradicts the CLAIM after it: the "
+        "PASSAGE says something that cannot be true together with the CLAIM. A passage that agrees with the CLAIM, "
+        "or says nothing about what the CLAIM states, does not contradict it.\n\n"
+        "PASSAGE:\n$passage\n\nCLAIM:\n$claim\n\n"
+        "Does the PASSAGE contradict the CLAIM? Answer with one word: yes or no."
+    ),
+)
+
+CONTRADICTS_AT = 0.5
+"""A passage whose P(contradicts) reaches this is the contradicting evidence."""
+
+VERDICT_FIRST_PROMPTS = (VERDICT_SCORE_PROMPT, VERDICT_EXPLAIN_PROMPT, VERDICT_CONTRADICTS_PROMPT)
 
 
 def stated_answer(text: str) -> bool | None:
@@ -163,6 +197,19 @@ class VerdictFirst:
         """A reply whose first word is neither yes nor no is scored only when yes and no hold at least this share
         of the probability at its first token; else the claim is unscored."""
 
+        relation_candidates: int = Field(default=2, ge=0, le=8)
+        """The relation of a flagged claim is read from probabilities: its ``relation_candidates`` closest source
+        sentences (and the explanation's quote where the source holds it verbatim) are each asked "does this
+        passage contradict the claim?" by one short reply; contradicted when the best reaches P(contradicts) 0.5
+        (that passage is the evidence), else unsupported and not mentioned (the closest passage as related
+        context). 0: the explanation's own ``contradicted`` and quote, unchecked."""
+
+        verify_fix: bool = True
+        """Show a fix only after it is re-verified: each candidate (the explanation's fix, and the flagged text
+        without the part holding words the source never uses) is scored like a claim against the same context, one
+        short reply each; the best that reaches ``explain_below`` is shown (false: the explanation's fix as it
+        comes, unchecked)."""
+
     def __init__(
         self,
         model: LLM,
@@ -181,9 +228,13 @@ class VerdictFirst:
         self.explain_flagged = opts.explain
         self.explain_max = opts.explain_max
         self.min_label_mass = opts.min_label_mass
+        self.verify_fix = opts.verify_fix
+        self.relation_candidates = opts.relation_candidates
+        self.contradicts_prompt = prompts(VERDICT_CONTRADICTS_PROMPT)
 
     def used_prompts(self) -> list[PromptTemplate]:
-        return [self.score_prompt] + ([self.explain_prompt] if self.explain_flagged else [])
+        relation = [self.contradicts_prompt] if self.explain_flagged and self.relation_candidates else []
+        return [self.score_prompt] + ([self.explain_prompt] if self.explain_flagged else []) + relation
 
     def reserve_tokens(self, claims: Sequence[Claim]) -> int:
         """Tokens a call needs besides the source: the larger of the short score call and (when flagged claims
@@ -274,8 +325,27 @@ class VerdictFirst:
         return verdict.model_copy(update=update)
 
     async def explain(self, verdict: Verdict, context: Context, source: str) -> tuple[Verdict, str | None]:
-        """The flagged verdict settled with the reason, the located source quote and the fix; or, when the
-        explanation reply is unusable, settled as scored, and why."""
+        """The flagged verdict settled with the reason, the located source quote and the fix the explanation
+        proposed (not yet re-verified: :meth:`checked` does that); or, when the explanation reply is unusable,
+        settled as scored, and why."""
+        settled, error, _ = await self._explained(verdict, context, source)
+        return settled, error
+
+    async def checked(self, verdict: Verdict, context: Context, source: str) -> tuple[Verdict, str | None]:
+        """:meth:`explain`, then the relation read from probabilities (``relation_candidates``) and the fix
+        re-verified (``verify_fix``): what the verifier reports for a flagged claim."""
+        settled, error, reply = await self._explained(verdict, context, source)
+        if reply is None:
+            return settled, error
+        if self.relation_candidates:
+            settled = await self.related(settled, verdict.evidence, reply.evidence, source)
+        if self.verify_fix:
+            settled = await self.verified_fix(settled, reply.fix, context, source)
+        return settled, None
+
+    async def _explained(
+        self, verdict: Verdict, context: Context, source: str
+    ) -> tuple[Verdict, str | None, ExplainReply | None]:
         claim = verdict.claim
         messages = self.explain_prompt.render(source=context.text, claim=claim.text, about=_about(context, source))
         step = await generate_reply(
@@ -285,8 +355,129 @@ class VerdictFirst:
             params=self.llm.params(max_tokens=reply_budget(self.llm, EXPLAIN_REPLY_TOKENS)),
         )
         if step.value is None:
-            return self.settle(verdict, calls=step.calls), step.error
-        return self.settle(verdict, step.value, step.calls, source), None
+            return self.settle(verdict, calls=step.calls), step.error, None
+        return self.settle(verdict, step.value, step.calls, source), None, step.value
+
+    def passages(self, claim: Claim, quote: str, source: str) -> list[Evidence]:
+        """The passages to ask about, closest first: the explanation's quote where the source holds it verbatim,
+        then the claim's ``relation_candidates`` closest source sentences (a sentence already among them skipped)."""
+        found: list[Evidence] = []
+        quote = quote.strip()
+        at = source.find(quote) if quote else -1
+        if at >= 0:
+            found.append(Evidence(text=quote, span=Span(start=at, end=at + len(quote))))
+        for sentence in closest_sentences(claim.text, source, self.relation_candidates):
+            if all(e.span != sentence.span for e in found):
+                found.append(Evidence(text=sentence.text, span=sentence.span))
+        return found
+
+    async def contradiction(self, claim: Claim, passage: str, source: str) -> tuple[float | None, list[LLMCall]]:
+        """P(the passage contradicts the claim) from one short yes/no reply (1 or 0 from the answer where the
+        backend gives no probabilities), or None when the reply answers neither or the call fails."""
+        messages = self.contradicts_prompt.render(passage=passage, claim=claim.text, about=source)
+        params = self.llm.params(
+            max_tokens=SCORE_REPLY_TOKENS, top_logprobs=VERDICT_TOP_LOGPROBS, json_mode=False, json_schema=None
+        )
+        try:
+            completion = await self.llm.generate(messages, params)
+        except Exception:  # noqa: BLE001 - one failed call leaves one passage unscored, never the claim
+            return None, []
+        call = LLMCall(
+            model=completion.model,
+            messages=[dict(m) for m in messages],
+            reply=completion.text,
+            cached=completion.cached,
+            usage=completion.usage,
+        )
+        answer = read_answer(completion.text, completion.logprobs, *YES_NO, min_mass=self.min_label_mass)
+        if answer.label is None:
+            return None, [call]
+        if answer.probability is not None:
+            return answer.probability, [call]
+        return (1.0 if answer.label else 0.0), [call]
+
+    async def related(self, verdict: Verdict, scored_with: Sequence[Evidence], quote: str, source: str) -> Verdict:
+        """``verdict`` with its relation read from probabilities: each passage (:meth:`passages`) asked whether
+        it contradicts the claim; contradicted, with the passage of highest P(contradicts) as the evidence, when it
+        reaches :data:`CONTRADICTS_AT`; else unsupported and not mentioned, the closest passage as related
+        context. A quote the source does not hold verbatim is never evidence. When no passage could be scored,
+        the explanation's own label and quote stay."""
+        passages = self.passages(verdict.claim, quote, source)
+        if not passages:
+            return verdict.model_copy(
+                update={
+                    "label": "unsupported",
+                    "evidence_relation": "not_mentioned",
+                    "evidence": list(scored_with),
+                }
+            )
+        asked = await asyncio.gather(*(self.contradiction(verdict.claim, e.text, source) for e in passages))
+        calls = list(verdict.calls) + [c for _, cs in asked for c in cs]
+        scored = [(p, i) for i, (p, _) in enumerate(asked) if p is not None]
+        if not scored:  # could not read the relation: the explanation's stays, and the reason says so
+            note = f"{verdict.reason}; no passage's relation could be read (each reply answered neither or failed)"
+            return verdict.model_copy(update={"calls": calls, "reason": note})
+        p, best = max(scored, key=lambda item: (item[0], -item[1]))
+        if p >= CONTRADICTS_AT:
+            chosen, label, relation = (
+                passages[best].model_copy(update={"relation": "contradicts"}),
+                "contradicted",
+                "contradicts",
+            )
+        else:
+            chosen, label, relation = passages[0], "unsupported", "not_mentioned"
+        return verdict.model_copy(
+            update={
+                "label": label,
+                "evidence_relation": relation,
+                "evidence": [chosen, *scored_with],
+                "calls": calls,
+            }
+        )
+
+    def fix_candidates(self, claim: Claim, proposed: str, source: str) -> tuple[list[FixCandidate], str | None]:
+        """The fixes worth re-verifying, in order (the explanation's, then the flagged text without its unsupported
+        part), and why a proposed one was set aside unscored (it held markup or repeated the flagged text)."""
+        candidates: list[FixCandidate] = []
+        rejected: str | None = None
+        removed = without_unsupported_part(claim.text, source)
+        for text, origin in ((proposed.strip(), "model"), ((removed or "").strip(), "removed")):
+            if not text or any(c.text == text for c in candidates):
+                continue
+            problem = fix_problem(text, [claim.text])
+            if problem is not None:
+                rejected = rejected or problem
+                continue
+            candidates.append(FixCandidate(text=text, origin=origin))  # type: ignore[arg-type]
+        return candidates, rejected
+
+    async def verified_fix(self, verdict: Verdict, proposed: str, context: Context, source: str) -> Verdict:
+        """``verdict`` with the best fix that passes re-verification: each candidate scored by the same short reply
+        against the same context as the claim; it passes when answered yes with P(supported) (where known) at least
+        ``explain_below``. The best passing one (highest P(supported), the explanation's first on a tie) is the
+        ``fix``; all stay in ``fix_candidates``; their calls join the verdict's."""
+        candidates, rejected = self.fix_candidates(verdict.claim, proposed, source)
+        if not candidates:
+            return verdict.model_copy(update={"fix": None, "fix_rejected": rejected})
+        scored = await asyncio.gather(
+            *(self.score(Claim(text=c.text, kind=verdict.claim.kind), context, source) for c in candidates)
+        )
+        checked = [_checked(c, v, self.explain_below) for c, v in zip(candidates, scored)]
+        ranked = sorted(
+            range(len(checked)),
+            key=lambda i: (not checked[i].verified, -(checked[i].probability or 0.0), i),
+        )
+        best = checked[ranked[0]]
+        update: dict[str, Any] = {
+            "fix": None,
+            "calls": list(verdict.calls) + [call for v in scored for call in v.calls],
+            "fix_candidates": [checked[i] for i in ranked],
+        }
+        if best.verified:
+            update.update(fix=best.text, fix_probability=best.probability, fix_verified=True)
+        else:
+            update["fix_rejected"] = rejected or "no verified fix: no candidate was scored supported by the source"
+        return verdict.model_copy(update=update)
 
     async def __call__(self, claims: Sequence[Claim], context: Context, source: str) -> list[Verdict]:
         """The Verifier protocol: every claim scored against one context, the flagged ones explained against it."""
@@ -337,7 +528,7 @@ class VerdictFirst:
             return verdicts, record
         started = time.perf_counter()
         explained = await asyncio.gather(
-            *(self.explain(verdicts[i], contexts[claim_id(verdicts[i].claim)], source) for i in chosen)
+            *(self.checked(verdicts[i], contexts[claim_id(verdicts[i].claim)], source) for i in chosen)
         )
         failed: dict[str, str] = {}
         for i, (verdict, error) in zip(chosen, explained):
@@ -384,6 +575,14 @@ def unexplained(verdict: Verdict, explaining: bool = False) -> Verdict:
     why = "past explain_max, the claims with a lower P(supported) explained first" if explaining else "explain=false"
     note = f"{verdict.reason}; scored only ({why}): {where}, no reason or fix was asked for"
     return verdict.model_copy(update={"reason": note})
+
+
+def _checked(candidate: FixCandidate, verdict: Verdict, explain_below: float) -> FixCandidate:
+    """``candidate`` with its re-verification: verified when answered yes with P(supported) (where the backend gave
+    one) at least ``explain_below``."""
+    p = verdict.support_probability
+    verified = verdict.label == "supported" and (p is None or p >= explain_below)
+    return candidate.model_copy(update={"probability": p, "verified": verified, "note": verdict.reason})
 
 
 def _about(context: Context, source: str | None) -> str | None:

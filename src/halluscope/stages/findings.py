@@ -30,5 +30,5 @@ def claim_finding(verdict: Verdict) -> Finding:
         evidence=list(verdict.evidence),
         claim_ids=[claim.id] if claim.id else [],
         confidence=confidence,
-        fix=verdict.fix,
+        **verdict.finding_fields(),
     )

@@ -103,7 +103,9 @@ def _fix(fix: str | None, flagged: list[str]) -> dict[str, Any]:
     if not fix:
         return {}
     problem = fix_problem(fix, flagged)
-    return {} if problem is None else {"fix": None, "fix_rejected": problem}
+    if problem is None:
+        return {}
+    return {"fix": None, "fix_rejected": problem, "fix_probability": None, "fix_verified": False}
 
 
 def clean_verdict(verdict: Verdict) -> Verdict:

@@ -43,5 +43,5 @@ def dcr_finding(verdict: Verdict) -> Finding:
         evidence=list(verdict.evidence),
         claim_ids=[claim.id] if claim.id else [],
         confidence=verdict_confidence(verdict),
-        fix=verdict.fix,
+        **verdict.finding_fields(),
     )

@@ -118,7 +118,7 @@ class FactScoreLocalizer:
                     evidence=[e for m in members for e in m.evidence],
                     claim_ids=claim_ids,
                     confidence=group_confidence(members),
-                    fix=origins[kept].fix if len(set(id(m) for m in members)) == 1 else None,
+                    **(origins[kept].finding_fields() if len(set(id(m) for m in members)) == 1 else {}),
                 )
             )
         return findings
@@ -132,5 +132,5 @@ def _fact_finding(verdict: Verdict, description: str) -> Finding:
         evidence=list(verdict.evidence),
         claim_ids=[verdict.claim.id] if verdict.claim.id else [],
         confidence=verdict_confidence(verdict),
-        fix=verdict.fix,
+        **verdict.finding_fields(),
     )

@@ -51,7 +51,7 @@ def probe_finding(verdict: Verdict) -> Finding:
         evidence=list(verdict.evidence),
         claim_ids=[claim.id] if claim.id else [],
         confidence=_confidence(verdict),
-        fix=verdict.fix,
+        **verdict.finding_fields(),
     )
 
 
