@@ -272,8 +272,8 @@ def _templates():
     from halluscope.generators import inject
     from halluscope.generators.perturb import insert
     from halluscope.methods import dcr, geval, improve, localize
-    from halluscope.methods.factscore import prompts as factscore  # the package loads its names lazily
     from halluscope.methods.dove import prompts as dove_prompts
+    from halluscope.methods.factscore import prompts as factscore  # the package loads its names lazily
     from halluscope.methods.probe import replies as probe_replies
     from halluscope.prompts import PromptTemplate
 
