@@ -146,7 +146,8 @@ def correlation_rows(name: str, rows: np.ndarray, y: Sequence[float] | np.ndarra
     rows = np.atleast_2d(np.asarray(rows, dtype=float))
     if len(y) < 3 or np.ptp(y) == 0:
         return np.full(len(rows), np.nan)
-    return np.clip(_ROWS[name](rows, y), -1.0, 1.0)
+    out: np.ndarray = np.clip(_ROWS[name](rows, y), -1.0, 1.0)
+    return out
 
 
 def _best(name: str, rows: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray] | None:
@@ -163,7 +164,7 @@ def _best(name: str, rows: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray
 def worst_correlation(
     name: str,
     scores: Sequence[float | None],
-    human: Sequence[float],
+    human: Sequence[float] | np.ndarray,
     interval: tuple[float, float] | None = None,
 ) -> WorstCase:
     """The minimum of correlation ``name`` over every score the unscored items (None) could have had
@@ -386,15 +387,18 @@ def _gap_points(values: np.ndarray, gap: int, count: int, lo: float, hi: float) 
     """``count`` increasing scores strictly inside gap ``gap`` (0: below every scored value; m: above)."""
     m = len(values)
     step = np.arange(1, count + 1) / (count + 1)
+    points: np.ndarray
     if m == 0:
-        return lo + (hi - lo) * step
-    if gap == 0:  # below every scored item: inside [lo, hi] when there is room, else just below
+        points = lo + (hi - lo) * step
+    elif gap == 0:  # below every scored item: inside [lo, hi] when there is room, else just below
         low_end = lo if lo < values[0] else values[0] - 1e-6 * max(1.0, hi - lo)
-        return low_end + (values[0] - low_end) * step
-    if gap == m:
+        points = low_end + (values[0] - low_end) * step
+    elif gap == m:
         high_end = hi if hi > values[-1] else values[-1] + 1e-6 * max(1.0, hi - lo)
-        return values[-1] + (high_end - values[-1]) * step
-    return values[gap - 1] + (values[gap] - values[gap - 1]) * step
+        points = values[-1] + (high_end - values[-1]) * step
+    else:
+        points = values[gap - 1] + (values[gap] - values[gap - 1]) * step
+    return points
 
 
 def _place(x: np.ndarray, u_idx: np.ndarray, gaps: list[int], values: np.ndarray, lo: float, hi: float) -> np.ndarray:
@@ -474,5 +478,5 @@ def worst_per_document(
             filled[ix] = doc_filled
         else:
             filled[ix] = tied
-    value = float(np.mean(kept)) if kept else None
-    return WorstCase(value, exact, filled, "per document: " + ("exact" if exact else "bound"))
+    mean = float(np.mean(kept)) if kept else None
+    return WorstCase(mean, exact, filled, "per document: " + ("exact" if exact else "bound"))
