@@ -14,6 +14,9 @@ from halluscope.testing import assert_grounded, describe_report
 pytest_plugins = ("pytester",)
 
 
+# Each inner run is a subprocess: an in-process run drops the modules first imported inside it when it ends (httpx's
+# httpcore among them), and the tests after it on the same worker would get new exception classes that httpx no
+# longer maps (a refused connection escaped as a raw httpcore error).
 def _plugin_args() -> list[str]:
     """``-p halluscope.pytest_plugin`` unless the installed package already registers it (pytest11)."""
     installed = any(ep.value == "halluscope.pytest_plugin" for ep in importlib.metadata.entry_points(group="pytest11"))
@@ -37,7 +40,9 @@ def test_threshold_in_the_call_wins(assert_grounded):
 
 def test_a_sample_test_file_passes_and_fails_as_it_should(pytester):
     pytester.makepyfile(test_sample=SAMPLE)
-    result = pytester.runpytest(*_plugin_args(), "--halluscope-method", "rouge", "--halluscope-threshold", "0.5")
+    result = pytester.runpytest_subprocess(
+        *_plugin_args(), "--halluscope-method", "rouge", "--halluscope-threshold", "0.5"
+    )
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(
         ["*test_made_up_answer*", "*answer is not grounded in its source: rouge score 0.000 < threshold 0.500*"]
@@ -48,7 +53,7 @@ def test_a_sample_test_file_passes_and_fails_as_it_should(pytester):
 def test_defaults_come_from_the_ini_file(pytester):
     pytester.makeini("[pytest]\nhalluscope_method = rouge\nhalluscope_threshold = 0.99\n")
     pytester.makepyfile(test_sample=SAMPLE)
-    result = pytester.runpytest(*_plugin_args())
+    result = pytester.runpytest_subprocess(*_plugin_args())
     result.assert_outcomes(passed=2, failed=1)  # the call's own threshold (0.3) still wins over the ini's
     result.stdout.fnmatch_lines(["*rouge score 0.000 < threshold 0.990*"])
 
@@ -78,7 +83,7 @@ def test_moon(assert_grounded):
     assert_grounded("The sun rose early.", "The moon rose.", method=FlagsTheMoon())
 """
     )
-    result = pytester.runpytest(*_plugin_args())
+    result = pytester.runpytest_subprocess(*_plugin_args())
     result.assert_outcomes(passed=1, failed=1)
     lines = [line.removeprefix("E").strip() for line in result.stdout.lines]
     expected = [
@@ -109,11 +114,11 @@ def test_claim_two(assert_grounded):
     with StubEndpoint() as stub:  # rates claim 1 five (score 1.0) and claim 2 two (score 0.25)
         monkeypatch.setenv("HALLUSCOPE_BASE_URL", stub.base_url)
         args = [*_plugin_args(), "--halluscope-method", "geval", "--halluscope-model", "stub"]
-        first = pytester.runpytest(*args)
+        first = pytester.runpytest_subprocess(*args)
         first.assert_outcomes(passed=1, failed=1)
         first.stdout.fnmatch_lines(["*geval score 0.250 < threshold 0.900*", "*geval (stub): score 0.250*"])
         assert len(stub.arrived) == 2
-        again = pytester.runpytest(*args)
+        again = pytester.runpytest_subprocess(*args)
         again.assert_outcomes(passed=1, failed=1)
         assert len(stub.arrived) == 2  # the second run is answered from the response cache
 

@@ -102,5 +102,6 @@ def test_the_table_snippet_runs_on_a_ragas_file(tmp_path):
 def test_the_pytest_snippet_passes_under_pytest(pytester):
     pytester.makepyfile(test_answers=blocks("python")[2])
     installed = any(ep.value == "halluscope.pytest_plugin" for ep in importlib.metadata.entry_points(group="pytest11"))
-    result = pytester.runpytest(*([] if installed else ["-p", "halluscope.pytest_plugin"]))
+    # a subprocess: an in-process run would drop the modules first imported inside it (see test_pytest_plugin)
+    result = pytester.runpytest_subprocess(*([] if installed else ["-p", "halluscope.pytest_plugin"]))
     result.assert_outcomes(passed=1)
