@@ -258,8 +258,9 @@ def test_a_project_file_cannot_name_the_cache_the_prompts_or_a_model_file(here, 
         config = Config()
     assert (config.cache_url, config.prompts_dir) == (None, None) and config.embedded_model != "./evil.gguf"
     assert config.cache_path.name == "llm_cache.sqlite" and config.cache_path.parent.name == "halluscope"
-    message = str(caught[0].message)
-    assert all(k in message for k in ("cache_path", "cache_url", "prompts_dir", "embedded_model"))
+    # the untrusted-config warnings only: another library may warn first while the config is read
+    message = " ".join(str(w.message) for w in caught if issubclass(w.category, UntrustedConfigWarning))
+    assert all(k in message for k in ("cache_path", "cache_url", "prompts_dir", "embedded_model")), message
     (here / "halluscope.toml").write_text(
         'cache_path = "poisoned.sqlite"\nprompts_dir = "prompts"\nmodel = "embedded:./evil.gguf"\n', encoding="utf-8"
     )
