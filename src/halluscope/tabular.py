@@ -243,6 +243,8 @@ async def aevaluate(
     llm: Any = None,
     threshold: float | None = None,
     concurrency: int | None = None,
+    citations: str | None = None,
+    uncited: str = "flag",
     **options: Any,
 ) -> pd.DataFrame:
     """Check every row of ``data`` (a DataFrame, or an iterable of dicts) and return a DataFrame: the input's
@@ -250,15 +252,23 @@ async def aevaluate(
     the first present of :data:`SOURCE_COLUMNS` / :data:`TARGET_COLUMNS`, so RAGAS's ``retrieved_contexts`` /
     ``response`` and DeepEval's ``retrieval_context`` / ``actual_output`` work as they are); a source cell may
     be a list of chunks. ``method`` is a method name (built with ``model``/``config``/``llm``/options) or a
-    ready Method."""
+    ready Method.
+
+    When a target carries citation markers, or ``citations`` names a marker style, each row's citations are also
+    checked against its chunks (``uncited``: ``flag``, ``check`` or ``ignore``) and the result has the
+    :data:`~halluscope.citation_columns.CITATION_COLUMNS` too (:mod:`halluscope.citation_columns`)."""
+    from halluscope.citation_columns import CITATION_COLUMNS, carries_markers, check_options
+
     pd = _pandas()
+    check_options(citations, uncited)
     index, rows, frame = _rows_of(data)
     columns = list(frame.columns) if frame is not None else list(dict.fromkeys(k for r in rows for k in r))
     source, target = resolve_columns(columns if rows else [], source, target)
     clash = [c for c in RESULT_COLUMNS if c in columns]
     if len(clash) == len(RESULT_COLUMNS):  # a results file fed back as input: its old results are replaced
-        columns = [c for c in columns if c not in RESULT_COLUMNS]
+        columns = [c for c in columns if c not in RESULT_COLUMNS and c not in CITATION_COLUMNS]
         rows = [{c: row.get(c) for c in columns} for row in rows]
+        frame = None if frame is None else frame[columns]
     elif clash:
         raise TableError(f"the input already has result column(s) {clash}; rename or drop them first")
     if threshold is not None and not _is_method(method):
@@ -269,12 +279,41 @@ async def aevaluate(
         options["threshold"] = threshold  # the method's own threshold option, where it has one: one setting
     m = _method(method, model, config, llm, options)
     items = [(i, source_cell(row.get(source)), row.get(target)) for i, row in enumerate(rows)]
-    results: dict[int, dict[str, Any]] = {}
-    async for i, report in score_pairs(m, items, concurrency or m.config.max_concurrency, threshold):
-        results[i] = result_row(report, items[i][1], items[i][2])
-    out = pd.DataFrame([results[i] for i in range(len(rows))], columns=list(RESULT_COLUMNS), index=index)
+    reports: dict[int, Report] = {}
+    concurrency = concurrency or m.config.max_concurrency
+    async for i, report in score_pairs(m, items, concurrency, threshold):
+        reports[i] = report
+    result_columns = list(RESULT_COLUMNS)
+    extra: dict[int, dict[str, Any]] = {i: {} for i in reports}
+    if citations is not None or any(carries_markers(target_, citations) for _, _, target_ in items):
+        result_columns += CITATION_COLUMNS
+        reports, extra = await _cite_rows(m, items, reports, citations, uncited, concurrency)
+    results = {i: {**result_row(reports[i], items[i][1], items[i][2]), **extra[i]} for i in reports}
+    out = pd.DataFrame([results[i] for i in range(len(rows))], columns=result_columns, index=index)
     base = frame if frame is not None else pd.DataFrame(rows, columns=columns, index=index)
     return pd.concat([base, out], axis=1)
+
+
+async def _cite_rows(
+    method: Method,
+    items: Sequence[tuple[Any, Any, Any]],
+    reports: dict[int, Report],
+    style: str | None,
+    uncited: str,
+    concurrency: int,
+) -> tuple[dict[int, Report], dict[int, dict[str, Any]]]:
+    """Each row's report with its citation check added, and its citation columns (at most ``concurrency`` rows
+    at a time)."""
+    from halluscope.citation_columns import add_citation_columns
+
+    slots = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(i: int, source: Any, target: Any) -> tuple[Report, dict[str, Any]]:
+        async with slots:
+            return await add_citation_columns(method, reports[i], source, target, style, uncited)
+
+    done = await asyncio.gather(*(one(i, source, target) for i, source, target in items))
+    return {i: r for (i, _, _), (r, _) in zip(items, done)}, {i: c for (i, _, _), (_, c) in zip(items, done)}
 
 
 def evaluate(
@@ -288,6 +327,8 @@ def evaluate(
     llm: Any = None,
     threshold: float | None = None,
     concurrency: int | None = None,
+    citations: str | None = None,
+    uncited: str = "flag",
     **options: Any,
 ) -> pd.DataFrame:
     """:func:`aevaluate` from synchronous code; also works inside a running event loop (a notebook)."""
@@ -304,6 +345,8 @@ def evaluate(
             llm=llm,
             threshold=threshold,
             concurrency=concurrency,
+            citations=citations,
+            uncited=uncited,
             **options,
         )
     )

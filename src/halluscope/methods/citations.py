@@ -465,7 +465,7 @@ async def acheck_citations(
             owned.close()
 
 
-def with_citations(
+async def awith_citations(
     report: Report,
     chunks: Sequence[str],
     answer: str,
@@ -479,13 +479,11 @@ def with_citations(
     ``citation_recall``/``citation_precision`` subscores, ``details["citations"]``, its usage and calls, and the
     label recomputed at the report's threshold. Unchanged when the answer carries no marker (and no ``style``);
     :class:`~halluscope.text.citations.CitationStyleError` for an ambiguous one."""
-    from halluscope.sync import run_sync
-
     parsed = parse_citations(answer, style)
     if parsed.style is None:
         return report
     checker, _ = build_checker(chunks, llm=llm, threshold=threshold, uncited=uncited)
-    cited = run_sync(checker.check(parsed)).report()
+    cited = (await checker.check(parsed)).report()
     merged = report.model_copy(
         update={
             "findings": list(report.findings) + list(cited.findings),
@@ -497,3 +495,19 @@ def with_citations(
         }
     )
     return merged.with_threshold(report.threshold) if report.threshold is not None else merged
+
+
+def with_citations(
+    report: Report,
+    chunks: Sequence[str],
+    answer: str,
+    *,
+    llm: Any,
+    style: str | None = None,
+    uncited: UncitedPolicy = "flag",
+    threshold: float = 0.5,
+) -> Report:
+    """:func:`awith_citations` from synchronous code."""
+    from halluscope.sync import run_sync
+
+    return run_sync(awith_citations(report, chunks, answer, llm=llm, style=style, uncited=uncited, threshold=threshold))
