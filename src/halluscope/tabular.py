@@ -278,7 +278,9 @@ async def aevaluate(
             )
         options["threshold"] = threshold  # the method's own threshold option, where it has one: one setting
     m = _method(method, model, config, llm, options)
-    items = [(i, source_cell(row.get(source)), row.get(target)) for i, row in enumerate(rows)]
+    items: list[tuple[int, Any, Any]] = [
+        (i, source_cell(row.get(source)), row.get(target)) for i, row in enumerate(rows)
+    ]
     reports: dict[int, Report] = {}
     concurrency = concurrency or m.config.max_concurrency
     async for i, report in score_pairs(m, items, concurrency, threshold):
