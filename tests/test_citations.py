@@ -285,14 +285,14 @@ def test_the_citation_bench_runs_with_the_gate_and_resumes(tmp_path: Path) -> No
 
     items = build_citation_set(ARTICLES, CitationSetConfig(seed=3, items=3, p_swap=0.6))
     results = tmp_path / "results.jsonl"
-    summary = asyncio.run(run_citation_bench(items, GateScorer(), results, stream=True))
+    summary = asyncio.run(run_citation_bench(items, GateScorer(), results, stream=True, token_interval=0))
     assert summary["answers"] == 3 and summary["errors"] == 0
     assert summary["wrong_citations"] > 0 and summary["wrong_citation_f1"] == 1.0
     assert summary["unsupported_removed"] == 1.0 and summary["supported_wrongly_removed"] == 0.0
     assert summary["citation_recall_estimated"] == summary["citation_recall_gold"]
     assert summary["release_latency_s_mean"] is not None
     lines = results.read_text().splitlines()
-    again = asyncio.run(run_citation_bench(items, GateScorer(), results))
+    again = asyncio.run(run_citation_bench(items, GateScorer(), results, stream=True, token_interval=0))
     assert results.read_text().splitlines() == lines  # nothing checked twice
     assert again["wrong_citation_f1"] == summary["wrong_citation_f1"]
 

@@ -226,6 +226,13 @@ def test_guard_stream_checks_each_sentence_as_it_completes_and_releases_in_order
     # its marker "[1]" arrived in three tokens after the full stop and still belongs to it
     assert released[0].sentence.original == "The tower was completed in 1889. [1]"
     assert all(r.latency_s >= 0 for r in released)
+    # each check's own time holds its score event; it started once the sentence was complete, after its last token
+    for r in released:
+        assert r.check_s is not None and r.check_s >= 1
+        assert r.completed_at is not None and r.last_token_at <= r.completed_at <= r.released_at
+        assert r.released_at - r.completed_at >= r.check_s
+    # the first sentence is known complete at the token after its marker: " It was" (token 7)
+    assert released[0].completed_at == log.index("token 7") + 1
 
 
 def test_guard_stream_waits_for_a_slow_check_and_keeps_the_order() -> None:

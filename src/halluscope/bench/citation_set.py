@@ -13,21 +13,28 @@ The same seed and data give the same file.
 
 **The run** (:func:`run_citation_bench`): the citation check and the guard's ``filter`` decision on every item
 with one scorer (the verdict-first scorer on a model, or the lexical gate with no model), written item by item to
-a JSONL results file; a run stopped midway resumes without repeating a finished item. The summary: wrong-citation
+a JSONL results file whose first line pins the run (scorer, model, threshold, streaming settings); a run stopped
+midway resumes without repeating a finished item, and a different run is refused instead of mixed in.
+:func:`select_items` takes the first ``limit`` items or a seeded ``sample`` of them. The summary: wrong-citation
 detection precision, recall and F1 (a wrong citation: a swapped or irrelevant citation whose sentence a chunk
 supports; detected when the check says ``wrong_citation``), how often the named chunk is the gold one, the mean
 citation recall and precision estimated against the gold means, guard outcomes (unsupported sentences removed,
-supported sentences wrongly removed), seconds and calls per answer, and, with ``stream=True``, the release latency
-per sentence of the streaming guard (the answer fed word by word).
+supported sentences wrongly removed), sentences left unscored, seconds, scorer questions and scorer calls per
+answer, and, with ``stream=True``, the streaming guard fed the answer word by word (one word every
+``token_interval`` seconds, as a model streams it): per sentence its release latency (from its last word to its
+release), the time its check took (the time to score that sentence) and the share of sentences released within
+that time plus 10 %.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import json
 import random
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -202,6 +209,50 @@ class GateScorer:
         return gate_verdict(decision, "lexical", uncertain="threshold", threshold=self.threshold)
 
 
+class ResultsError(ValueError):
+    """A results file that holds another run's results (another scorer, model, threshold or streaming setting)."""
+
+
+class CountingScorer:
+    """A scorer that counts the calls it passes on to ``scorer`` and times each (seconds, in ``seconds``)."""
+
+    def __init__(self, scorer: Any):
+        self.scorer = scorer
+        self.name = getattr(scorer, "name", None) or type(scorer).__name__
+        self.seconds: list[float] = []
+
+    @property
+    def calls(self) -> int:
+        return len(self.seconds)
+
+    async def score(self, claim: Claim, context: Any) -> Verdict:
+        started = time.perf_counter()
+        try:
+            verdict: Verdict = await self.scorer.score(claim, context)
+        finally:
+            self.seconds.append(time.perf_counter() - started)
+        return verdict
+
+
+def select_items(
+    items: Sequence[dict[str, Any]], limit: int | None = None, sample: int | None = None, seed: int = 13
+) -> list[dict[str, Any]]:
+    """The items to run: a seeded random ``sample`` of them (kept in set order), then the first ``limit``."""
+    chosen = list(items)
+    if sample is not None and sample < len(chosen):
+        keep = set(random.Random(seed).sample(range(len(chosen)), sample))
+        chosen = [item for n, item in enumerate(chosen) if n in keep]
+    return chosen[:limit] if limit is not None else chosen
+
+
+def set_digest(items: Sequence[dict[str, Any]]) -> str:
+    """The SHA-256 of the items (what a results file was computed on)."""
+    digest = hashlib.sha256()
+    for item in items:
+        digest.update(json.dumps(item, sort_keys=True).encode("utf-8"))
+    return digest.hexdigest()
+
+
 def _score_item(item: dict[str, Any], result: Any, decisions: Sequence[Any]) -> dict[str, Any]:
     rows = []
     for gold, checked, decision in zip(item["sentences"], result.sentences, decisions):
@@ -217,25 +268,54 @@ def _score_item(item: dict[str, Any], result: Any, decisions: Sequence[Any]) -> 
     return {"sentences": rows, "recall": result.recall, "precision": result.precision}
 
 
-async def check_item(item: dict[str, Any], scorer: Any, threshold: float, stream: bool) -> dict[str, Any]:
-    """One item: the check, the guard's ``filter`` decisions and (``stream``) the streaming release latencies."""
+async def paced(text: str, interval: float) -> AsyncIterator[str]:
+    """``text`` word by word (each word with the spaces after it), one every ``interval`` seconds."""
+    for n, word in enumerate(re.findall(r"\S+\s*", text)):
+        if n and interval > 0:
+            await asyncio.sleep(interval)
+        yield word
+
+
+async def stream_item(item: dict[str, Any], scorer: Any, threshold: float, interval: float) -> dict[str, Any]:
+    """The streaming guard (``filter``) on the item's answer fed word by word: per sentence the release latency
+    (its last word to its release), its check time and the wait from its completion to its release."""
+    from halluscope.methods.guard import aguard_stream
+
+    counted = CountingScorer(scorer)
+    latency, check, wait = [], [], []
+    async for r in aguard_stream(item["chunks"], paced(item["answer"], interval), scorer=counted, threshold=threshold):
+        latency.append(r.latency_s)
+        check.append(r.check_s)
+        wait.append(None if r.completed_at is None else max(0.0, r.released_at - r.completed_at))
+    return {
+        "release_latency_s": latency,
+        "sentence_check_s": check,
+        "release_wait_s": wait,
+        "stream_calls": counted.calls,
+    }
+
+
+async def check_item(
+    item: dict[str, Any], scorer: Any, threshold: float, stream: bool, token_interval: float = 0.02
+) -> dict[str, Any]:
+    """One item: the check, the guard's ``filter`` decisions and (``stream``) the streaming guard's latencies."""
     from halluscope.methods.citations import CitationChecker
-    from halluscope.methods.guard import aguard_stream, decide
+    from halluscope.methods.guard import decide
     from halluscope.text.citations import parse_citations
 
     started = time.perf_counter()
-    checker = CitationChecker(scorer, item["chunks"], threshold=threshold, uncited="check")
+    counted = CountingScorer(scorer)
+    checker = CitationChecker(counted, item["chunks"], threshold=threshold, uncited="check")
     parsed = parse_citations(item["answer"])
     if len(parsed.sentences) != len(item["sentences"]):
         return {"id": item["id"], "error": f"{len(parsed.sentences)} sentences read, {len(item['sentences'])} built"}
     result = await checker.check(parsed)
     decisions = [await decide(checker, r, "filter", parsed.style) for r in result.sentences]
     out = {"id": item["id"], **_score_item(item, result, decisions), "seconds": time.perf_counter() - started}
-    out["calls"] = checker.questions
+    out["questions"] = checker.questions
+    out["calls"] = counted.calls
     if stream:
-        words = [w + " " for w in item["answer"].split(" ")]
-        latencies = [r.latency_s async for r in aguard_stream(item["chunks"], words, scorer=scorer)]
-        out["release_latency_s"] = latencies
+        out.update(await stream_item(item, scorer, threshold, token_interval))
     return out
 
 
@@ -257,8 +337,17 @@ def summarize(results: Sequence[dict[str, Any]], items: Sequence[dict[str, Any]]
     est_precision = [r["precision"] for r in done if r["precision"] is not None]
     gold_precision = [gold[r["id"]][1] for r in done if gold[r["id"]][1] is not None]
     latencies = [x for r in done for x in r.get("release_latency_s", [])]
+    timed = [
+        timing
+        for r in done
+        for timing in zip(r.get("release_latency_s", []), r.get("sentence_check_s", []), r.get("release_wait_s", []))
+        if timing[1] is not None and timing[2] is not None
+    ]
 
     def mean(xs: list[Any]) -> float | None:
+        return sum(xs) / len(xs) if xs else None
+
+    def share(xs: list[bool]) -> float | None:
         return sum(xs) / len(xs) if xs else None
 
     return {
@@ -276,11 +365,49 @@ def summarize(results: Sequence[dict[str, Any]], items: Sequence[dict[str, Any]]
         "citation_precision_gold": mean(gold_precision),
         "unsupported_removed": mean([1.0 if row["removed"] else 0.0 for row in unsupported]),
         "supported_wrongly_removed": mean([1.0 if row["removed"] else 0.0 for row in supported]),
+        "unscored_sentences": sum(1 for row in rows if row["status"] == "unscored"),
         "seconds_per_answer": mean([r["seconds"] for r in done]),
+        "questions_per_answer": mean([r.get("questions", r["calls"]) for r in done]),
         "calls_per_answer": mean([r["calls"] for r in done]),
+        "stream_calls_per_answer": mean([r["stream_calls"] for r in done if "stream_calls" in r]),
         "release_latency_s_mean": mean(latencies),
         "release_latency_s_max": max(latencies) if latencies else None,
+        "sentence_check_s_mean": mean([chk for _, chk, _ in timed]),
+        "release_wait_s_mean": mean([wait for _, _, wait in timed]),
+        "released_within_check_plus_10pct": share([lat <= 1.1 * chk for lat, chk, _ in timed]),
+        "released_within_check_plus_10pct_after_complete": share([wait <= 1.1 * chk for _, chk, wait in timed]),
     }
+
+
+def _load_results(results_path: Path, run: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The finished rows of ``results_path`` by item id; claims a new file for ``run`` (its first line). A file of
+    another run is refused (:class:`ResultsError`); a line cut short by a crash is dropped (that item is redone)."""
+    if not results_path.exists() or not results_path.read_text(encoding="utf-8").strip():
+        results_path.write_text(json.dumps({"run": run}) + "\n", encoding="utf-8")
+        return {}
+    lines = results_path.read_text(encoding="utf-8").splitlines()
+    try:
+        old = json.loads(lines[0]).get("run")
+    except (json.JSONDecodeError, AttributeError):
+        old = None
+    if old != json.loads(json.dumps(run)):
+        differ = [k for k in run if not isinstance(old, dict) or old.get(k) != run[k]]
+        raise ResultsError(
+            f"{results_path} holds a different run (differs in: {', '.join(differ) or 'its first line'}); "
+            "delete it or choose another --results"
+        )
+    done: dict[str, dict[str, Any]] = {}
+    good = [lines[0]]
+    for line in lines[1:]:
+        try:
+            row = json.loads(line)
+            done[row["id"]] = row
+            good.append(line)
+        except (json.JSONDecodeError, KeyError, TypeError):
+            continue
+    if len(good) < len(lines):
+        results_path.write_text("".join(line + "\n" for line in good), encoding="utf-8")
+    return done
 
 
 async def run_citation_bench(
@@ -290,19 +417,25 @@ async def run_citation_bench(
     *,
     threshold: float = 0.5,
     stream: bool = False,
+    token_interval: float = 0.02,
+    run: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Check every item not yet in ``results_path`` (appending one line each), then summarize them all."""
-    done: dict[str, dict[str, Any]] = {}
-    if results_path.exists():
-        for line in results_path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                row = json.loads(line)
-                done[row["id"]] = row
+    """Check every item not yet in ``results_path`` (appending one line each), then summarize them all.
+    ``run`` names what else pins the results (the model); the scorer, threshold and streaming settings are added."""
+    name = getattr(scorer, "name", None) or type(scorer).__name__
+    pinned = {
+        "scorer": name,
+        **(run or {}),
+        "threshold": threshold,
+        "stream": stream,
+        "token_interval": token_interval if stream else None,
+    }
+    done = _load_results(results_path, pinned)
     with results_path.open("a", encoding="utf-8") as out:
         for item in items:
             if item["id"] in done:
                 continue
-            row = await check_item(item, scorer, threshold, stream)
+            row = await check_item(item, scorer, threshold, stream, token_interval)
             out.write(json.dumps(row) + "\n")
             out.flush()
             done[row["id"]] = row

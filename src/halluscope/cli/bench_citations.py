@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -32,18 +32,35 @@ def bench_citations_command(
     stream: Annotated[
         bool, typer.Option("--stream", help="Also measure the streaming guard's release latency.")
     ] = False,
+    token_interval: Annotated[
+        float,
+        typer.Option(
+            "--token-interval",
+            min=0.0,
+            help="With --stream: seconds between the words fed to the streaming guard (0.02: 50 words a second).",
+        ),
+    ] = 0.02,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="Run only the first N answers of the set (after --sample).")
+    ] = None,
+    sample: Annotated[
+        int | None, typer.Option("--sample", min=1, help="Run a seeded random sample of N answers of the set.")
+    ] = None,
     flags: ModelFlags = NO_FLAGS,
 ) -> None:
     """Build (or read) the citation set and report wrong-citation detection, citation recall/precision against the
-    gold, guard outcomes, cost and (--stream) release latency per sentence."""
+    gold, guard outcomes, cost and (--stream) release latency per sentence. The response cache is off unless
+    --cache is given: the seconds, calls and latencies measured are those of real calls."""
     from halluscope.bench.citation_set import (
         CitationSetConfig,
         GateScorer,
+        ResultsError,
         build_citation_set,
         load_citation_set,
         read_articles,
         run_citation_bench,
         save_citation_set,
+        select_items,
     )
     from halluscope.bench.datasets import resolve_data_dir
     from halluscope.sync import run_sync
@@ -62,19 +79,38 @@ def bench_citations_command(
         _, rows = load_citation_set(citation_set)
     except ValueError as exc:
         raise fail(str(exc)) from exc
+    chosen_rows = select_items(rows, limit=limit, sample=sample, seed=seed)
     owned = None
     chosen: GateScorer | VerdictFirst
+    run: dict[str, Any] = {"model": None}
     if scorer == "gate":
         chosen = GateScorer(threshold)
     else:
         from halluscope.llm import get_llm
         from halluscope.methods.verdict_first import VerdictFirst
 
-        owned = get_llm(flags.config())
+        model_config = flags.config()
+        if flags.no_cache is None:
+            model_config = model_config.with_overrides(cache=False)
+        owned = get_llm(model_config)
+        run["model"] = owned.name
         chosen = VerdictFirst(owned, VerdictFirst.Options(explain=False))
     try:
-        summary = run_sync(run_citation_bench(rows, chosen, results, threshold=threshold, stream=stream))
+        summary = run_sync(
+            run_citation_bench(
+                chosen_rows,
+                chosen,
+                results,
+                threshold=threshold,
+                stream=stream,
+                token_interval=token_interval,
+                run=run,
+            )
+        )
+    except ResultsError as exc:
+        raise fail(str(exc)) from exc
     finally:
         if owned is not None:
             owned.close()
-    typer.echo(json.dumps({"scorer": scorer, "set": str(citation_set), **summary}, indent=2))
+    shown = {"scorer": scorer, "model": run["model"], "set": str(citation_set), "items_in_set": len(rows)}
+    typer.echo(json.dumps({**shown, **summary}, indent=2))

@@ -258,13 +258,16 @@ class Released:
     ``text`` is what ships (None: the sentence was removed); ``separator`` the answer's text between the previous
     sentence and this one (spaces, line breaks), so ``"".join(r.piece for r in released)`` is the shipped answer;
     ``latency_s`` the seconds from the arrival of the sentence's last token to its release (waiting for the next
-    token to know the sentence is complete, plus its check)."""
+    token to know the sentence is complete, plus its check); ``check_s`` the seconds its check took (the time to
+    score this sentence), ``completed_at`` when the stream showed it complete (its check started then)."""
 
     sentence: GuardedSentence
     latency_s: float
     last_token_at: float
     released_at: float
     separator: str = ""
+    check_s: float | None = None
+    completed_at: float | None = None
 
     @property
     def text(self) -> str | None:
@@ -380,39 +383,42 @@ async def aguard_stream(
     )
     splitter = _Splitter(style)
     queue: asyncio.Queue[
-        tuple[asyncio.Future[tuple[GuardedSentence, list[Finding]]], float, str] | BaseException | None
+        tuple[asyncio.Future[tuple[GuardedSentence, list[Finding], float]], float, str, float] | BaseException | None
     ] = asyncio.Queue()
 
-    async def check(sentence: CitedSentence) -> tuple[GuardedSentence, list[Finding]]:
+    async def check(sentence: CitedSentence) -> tuple[GuardedSentence, list[Finding], float]:
+        started = clock()
         result = await checker.check_sentence(sentence)
         decision = await decide(checker, result, on_fail, splitter.style)
-        return decision, sentence_findings(result, checker, splitter.style)
+        return decision, sentence_findings(result, checker, splitter.style), max(0.0, clock() - started)
 
     async def produce() -> None:
         try:
             async for token in _tokens(tokens):
-                splitter.add(token, clock())
+                arrived = clock()
+                splitter.add(token, arrived)
                 for sentence, last, separator in splitter.complete(final=False):
-                    await queue.put((asyncio.ensure_future(check(sentence)), last, separator))
+                    await queue.put((asyncio.ensure_future(check(sentence)), last, separator, arrived))
+            ended = clock()
             for sentence, last, separator in splitter.complete(final=True):
-                await queue.put((asyncio.ensure_future(check(sentence)), last, separator))
+                await queue.put((asyncio.ensure_future(check(sentence)), last, separator, ended))
             await queue.put(None)
         except Exception as exc:  # noqa: BLE001 - handed to the consumer, which raises it in order
             await queue.put(exc)
 
     producer = asyncio.ensure_future(produce())
-    pending: list[asyncio.Future[tuple[GuardedSentence, list[Finding]]]] = []
+    pending: list[asyncio.Future[tuple[GuardedSentence, list[Finding], float]]] = []
     try:
         while (item := await queue.get()) is not None:
             if isinstance(item, BaseException):
                 raise item
-            task, last, separator = item
+            task, last, separator, completed = item
             pending.append(task)
-            decision, findings = await task
+            decision, findings, check_s = await task
             if on_fail == "raise" and decision.action != "kept":
                 _raise_if_failing([decision], findings, None)
             now = clock()
-            yield Released(decision, max(0.0, now - last), last, now, separator)
+            yield Released(decision, max(0.0, now - last), last, now, separator, check_s, completed)
     finally:
         producer.cancel()
         for task in pending:
