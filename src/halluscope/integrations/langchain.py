@@ -1,5 +1,6 @@
 """LangChain: a callback handler that checks every LLM answer of a run against the documents the run's
-retrievers returned (``pip install 'halluscope[langchain]'``).
+retrievers returned, and a guard step that filters or fixes a chain's answer before it ships
+(``pip install 'halluscope[langchain]'``).
 
     handler = GroundednessCallbackHandler(method="rouge", threshold=0.5)
     answer = chain.invoke(question, config={"callbacks": [handler]})
@@ -9,17 +10,27 @@ Documents and answers are matched by the run tree: an answer is checked against 
 earlier in the same top-level run (a chain invocation). An answer in a run that retrieved nothing is not
 checked (there is no source to check it against). With ``raise_on_ungrounded=True`` an answer scored below
 the threshold, or that could not be scored, raises :class:`UngroundedAnswerError` out of ``invoke``.
+
+    chain = RunnableParallel(context=retriever, question=RunnablePassthrough()).assign(answer=prompt | llm)
+    guarded = chain | HalluscopeGuard(on_fail="filter")
+    out = guarded.invoke(question)          # out["answer"]: what ships; out["guard"]: the GuardResult
+
+:class:`HalluscopeGuard` is a Runnable over the mapping a RAG chain returns: it checks the answer (a string or a
+message) against the documents (in retrieval order: ``[1]`` cites the first) with :func:`halluscope.guard`, and
+returns the mapping with the answer replaced by the text to ship and the :class:`~halluscope.methods.guard.GuardResult`
+beside it; ``on_fail="raise"`` raises :class:`~halluscope.methods.guard.GuardError` out of ``invoke``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.documents import Document
 from langchain_core.outputs import LLMResult
+from langchain_core.runnables import Runnable, RunnableConfig
 
 from halluscope.config import Config
 from halluscope.integrations import document_chunks
@@ -27,7 +38,7 @@ from halluscope.methods.named import build_method
 from halluscope.records import Report
 from halluscope.sync import run_sync
 
-__all__ = ["GroundednessCallbackHandler", "UngroundedAnswerError", "check_documents"]
+__all__ = ["GroundednessCallbackHandler", "HalluscopeGuard", "UngroundedAnswerError", "check_documents"]
 
 
 class UngroundedAnswerError(RuntimeError):
@@ -142,3 +153,74 @@ class GroundednessCallbackHandler(BaseCallbackHandler):
         self.reports.append(report)
         if self.raise_on_ungrounded and (report.score is None or report.label == "inconsistent"):
             raise UngroundedAnswerError(report)
+
+
+class HalluscopeGuard(Runnable[Mapping[str, Any], dict[str, Any]]):
+    """A chain step that guards the answer of a RAG chain's output mapping (see the module docstring).
+
+    ``documents_key``/``answer_key`` name the mapping's documents (LangChain ``Document``s or strings) and answer
+    (a string or a message), ``result_key`` where the :class:`~halluscope.methods.guard.GuardResult` goes. The
+    other options are :func:`halluscope.guard`'s: ``on_fail`` (``filter``, ``fix``, ``raise``, ``annotate``),
+    ``style``, ``uncited`` (``check``), ``threshold``, ``llm`` (a halluscope client) or ``config``."""
+
+    def __init__(
+        self,
+        on_fail: str = "filter",
+        *,
+        documents_key: str = "context",
+        answer_key: str = "answer",
+        result_key: str = "guard",
+        style: str | None = None,
+        uncited: str = "check",
+        threshold: float = 0.5,
+        llm: Any = None,
+        config: Config | None = None,
+    ):
+        from halluscope.methods.guard import POLICIES
+
+        if on_fail not in POLICIES:
+            raise ValueError(f"on_fail must be one of {', '.join(POLICIES)}, got {on_fail!r}")
+        self.on_fail = on_fail
+        self.documents_key, self.answer_key, self.result_key = documents_key, answer_key, result_key
+        self.options: dict[str, Any] = {
+            "style": style,
+            "uncited": uncited,
+            "threshold": threshold,
+            "llm": llm,
+            "config": config,
+        }
+
+    def _parts(self, value: Mapping[str, Any]) -> tuple[list[str], str]:
+        if not isinstance(value, Mapping):
+            raise TypeError(
+                f"HalluscopeGuard takes a mapping with {self.documents_key!r} and {self.answer_key!r} (a RAG "
+                f"chain's output), got {type(value).__name__}"
+            )
+        missing = [k for k in (self.documents_key, self.answer_key) if k not in value]
+        if missing:
+            raise KeyError(f"HalluscopeGuard: the chain's output has no {missing}; keys: {', '.join(map(str, value))}")
+        documents = value[self.documents_key]
+        if isinstance(documents, (str, Document)):
+            documents = [documents]
+        texts = [d.page_content if isinstance(d, Document) else str(d) for d in documents]
+        answer = value[self.answer_key]
+        content = getattr(answer, "content", answer)  # a chat model's message
+        if not isinstance(content, str):
+            raise TypeError(f"HalluscopeGuard: the answer is a {type(content).__name__}, not text")
+        return texts, content
+
+    def invoke(self, input: Mapping[str, Any], config: RunnableConfig | None = None, **kwargs: Any) -> dict[str, Any]:
+        from halluscope.methods.guard import aguard
+
+        texts, answer = self._parts(input)
+        result = run_sync(aguard(texts, answer, self.on_fail, **self.options))  # type: ignore[arg-type]
+        return {**input, self.answer_key: result.text, self.result_key: result}
+
+    async def ainvoke(
+        self, input: Mapping[str, Any], config: RunnableConfig | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        from halluscope.methods.guard import aguard
+
+        texts, answer = self._parts(input)
+        result = await aguard(texts, answer, self.on_fail, **self.options)  # type: ignore[arg-type]
+        return {**input, self.answer_key: result.text, self.result_key: result}

@@ -5,15 +5,28 @@
     evaluator = HalluscopeEvaluator(method="rouge", threshold=0.5)
     result = evaluator.evaluate_response(response=query_engine.query("..."))
     result.passing, result.score, result.feedback
+
+:class:`GuardedQueryEngine` wraps a query engine so that what it answers is guarded before it ships: the answer is
+checked against the response's source nodes (in order: ``[1]`` cites the first, as LlamaIndex's
+``CitationQueryEngine`` numbers them) with :func:`halluscope.guard`, and the response carries the text to ship and,
+in ``metadata["halluscope_guard"]``, the :class:`~halluscope.methods.guard.GuardResult`. A streaming response is
+guarded while it streams (:func:`halluscope.guard_stream`): its generator yields each sentence once checked, and
+``metadata["halluscope_released"]`` fills with what was released.
+
+    engine = GuardedQueryEngine(index.as_query_engine(), on_fail="filter")
+    response = engine.query("...")          # str(response): what ships
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Generator, Iterable, Sequence
 from typing import Any
 
+from llama_index.core.base.base_query_engine import BaseQueryEngine
+from llama_index.core.base.response.schema import AsyncStreamingResponse, Response, StreamingResponse
 from llama_index.core.evaluation import BaseEvaluator, EvaluationResult
 from llama_index.core.prompts.mixin import PromptDictType
+from llama_index.core.schema import QueryBundle
 
 from halluscope.config import Config
 from halluscope.integrations import document_chunks, join_documents
@@ -21,7 +34,7 @@ from halluscope.methods.named import build_method
 from halluscope.records import Report
 from halluscope.sync import run_sync
 
-__all__ = ["HalluscopeEvaluator", "check_response"]
+__all__ = ["GuardedQueryEngine", "HalluscopeEvaluator", "check_response"]
 
 
 def _source_texts(response: Any) -> list[str]:
@@ -117,3 +130,94 @@ class HalluscopeEvaluator(BaseEvaluator):
         **kwargs: Any,
     ) -> EvaluationResult:
         return run_sync(self.aevaluate(query=query, response=response, contexts=contexts, **kwargs))
+
+
+class GuardedQueryEngine(BaseQueryEngine):
+    """A query engine whose answers are guarded (see the module docstring). The options are
+    :func:`halluscope.guard`'s: ``on_fail`` (``filter``, ``fix``, ``raise``: a
+    :class:`~halluscope.methods.guard.GuardError` out of ``query``; ``annotate``), ``style``, ``uncited``
+    (``check``), ``threshold``, ``llm`` (a halluscope client) or ``config``."""
+
+    def __init__(
+        self,
+        query_engine: BaseQueryEngine,
+        on_fail: str = "filter",
+        *,
+        style: str | None = None,
+        uncited: str = "check",
+        threshold: float = 0.5,
+        llm: Any = None,
+        config: Config | None = None,
+        callback_manager: Any = None,
+    ):
+        from halluscope.methods.guard import POLICIES
+
+        if on_fail not in POLICIES:
+            raise ValueError(f"on_fail must be one of {', '.join(POLICIES)}, got {on_fail!r}")
+        super().__init__(callback_manager or getattr(query_engine, "callback_manager", None))
+        self.query_engine = query_engine
+        self.on_fail = on_fail
+        self.options: dict[str, Any] = {
+            "style": style,
+            "uncited": uncited,
+            "threshold": threshold,
+            "llm": llm,
+            "config": config,
+        }
+
+    def _get_prompt_modules(self) -> dict[str, Any]:
+        return {"query_engine": self.query_engine}
+
+    def _guarded(self, response: Any, result: Any) -> Response:
+        metadata = {**(response.metadata or {}), "halluscope_guard": result}
+        return Response(response=result.text, source_nodes=response.source_nodes, metadata=metadata)
+
+    def _stream(self, chunks: list[str], tokens: Iterable[str], released: list[Any]) -> Generator[str, None, None]:
+        from halluscope.methods.guard import guard_stream
+
+        for r in guard_stream(chunks, tokens, self.on_fail, **self.options):  # type: ignore[arg-type]
+            released.append(r)
+            if r.piece:
+                yield r.piece
+
+    async def _astream(self, chunks: list[str], tokens: Any, released: list[Any]) -> AsyncGenerator[str, None]:
+        from halluscope.methods.guard import aguard_stream
+
+        async for r in aguard_stream(chunks, tokens, self.on_fail, **self.options):  # type: ignore[arg-type]
+            released.append(r)
+            if r.piece:
+                yield r.piece
+
+    def _query(self, query_bundle: QueryBundle) -> Any:
+        from halluscope.methods.guard import aguard
+
+        response = self.query_engine.query(query_bundle)
+        chunks = _source_texts(response)
+        if isinstance(response, StreamingResponse):
+            released: list[Any] = []
+            gen = self._stream(chunks, response.response_gen, released)
+            metadata = {**(response.metadata or {}), "halluscope_released": released}
+            return StreamingResponse(response_gen=gen, source_nodes=response.source_nodes, metadata=metadata)
+        answer = _answer_of(response)
+        return self._guarded(response, run_sync(aguard(chunks, answer, self.on_fail, **self.options)))  # type: ignore[arg-type]
+
+    async def _aquery(self, query_bundle: QueryBundle) -> Any:
+        from halluscope.methods.guard import aguard
+
+        response = await self.query_engine.aquery(query_bundle)
+        chunks = _source_texts(response)
+        if isinstance(response, AsyncStreamingResponse):
+            released: list[Any] = []
+            gen = self._astream(chunks, response.async_response_gen(), released)
+            metadata = {**(response.metadata or {}), "halluscope_released": released}
+            return AsyncStreamingResponse(response_gen=gen, source_nodes=response.source_nodes, metadata=metadata)
+        if isinstance(response, StreamingResponse):
+            response = response.get_response()
+        answer = _answer_of(response)
+        return self._guarded(response, await aguard(chunks, answer, self.on_fail, **self.options))  # type: ignore[arg-type]
+
+
+def _answer_of(response: Any) -> str:
+    if not isinstance(response, Response):
+        raise TypeError(f"GuardedQueryEngine guards text responses, not a {type(response).__name__}")
+    return str(response.response or "")
