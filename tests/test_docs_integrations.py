@@ -21,10 +21,10 @@ NEEDS = {
 
 
 def test_doc_has_one_block_per_integration():
-    assert len(BLOCKS) == 3
+    assert len(BLOCKS) == 5
 
 
-@pytest.mark.parametrize("code", BLOCKS, ids=["otel", "langchain", "llamaindex"])
+@pytest.mark.parametrize("code", BLOCKS, ids=["otel", "langchain", "llamaindex", "langchain-guard", "llamaindex-guard"])
 def test_doc_block_runs(code, tmp_path):
     for module, package in NEEDS.items():
         if module.split(".")[0] in code and importlib.util.find_spec(module) is None:

@@ -1,7 +1,9 @@
 """Thin adapters that check an answer against the documents an LLM framework gave it (see docs/integrations.md).
 
-- :mod:`halluscope.integrations.langchain`: a callback handler (``pip install 'halluscope[langchain]'``);
-- :mod:`halluscope.integrations.llamaindex`: an evaluator (``pip install 'halluscope[llamaindex]'``).
+- :mod:`halluscope.integrations.langchain`: a callback handler and a guard step (``HalluscopeGuard``)
+  (``pip install 'halluscope[langchain]'``);
+- :mod:`halluscope.integrations.llamaindex`: an evaluator and a guarded query engine (``GuardedQueryEngine``)
+  (``pip install 'halluscope[llamaindex]'``).
 
 Each module imports its framework only when imported itself; ``import halluscope`` never does.
 """
