@@ -241,6 +241,14 @@ def test_the_readme_example_names_the_wrong_citation(tmp_path: Path, oracle_mode
     assert "fix: The council approved a new ferry line to Gull Island by 7 votes to 2 [1]." in out
     assert out.count("wrong citation") == 1
     assert "citations: 0.667 of the cited sentences are supported by what they cite (recall), 0.667" in out
+    # the command run here is the one the README and docs/citations.md show
+    command = (
+        "halluscope check --context examples/chunk1.txt --context examples/chunk2.txt "
+        "--target examples/cited_answer.txt"
+    )
+    repo = examples.parent
+    assert command in " ".join((repo / "README.md").read_text(encoding="utf-8").split())
+    assert command in (repo / "docs" / "citations.md").read_text(encoding="utf-8")
 
 
 # --- the citation benchmark -----------------------------------------------------------------------------------
