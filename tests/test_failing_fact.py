@@ -15,6 +15,7 @@ from halluscope.llm import LLM, FakeModel
 from halluscope.llm.fake import label_logprobs
 from halluscope.methods import get_method
 from halluscope.records import Report, Span
+from halluscope.text.clauses import clause_of, clause_parts, without_part_at
 from halluscope.text.passages import closest_sentences
 from halluscope.text.reasons import plain_reason, reason_problem
 
@@ -166,6 +167,21 @@ def test_without_a_usable_decomposition_the_clauses_are_the_facts() -> None:
         assert verdict.fix_candidates[0].text == SENTENCE[: SENTENCE.index(", and")] + "."
 
 
+def test_a_reworded_fact_is_located_at_the_clause_it_comes_from() -> None:
+    script = Script(P_YES, facts=["The ferry would cut the trip to about 15 minutes.", "The city pays from own funds."])
+    verdict, finding = flagged(check(script))
+    at = TARGET.index(FACT)
+    assert finding.target_spans == [Span(start=at, end=at + len(FACT))]
+    assert report_fact(verdict) == "The city pays from own funds."
+
+
+def report_fact(verdict) -> str:
+    """The one claim the relation questions ("does this PASSAGE contradict the CLAIM?") were about."""
+    asked = [c.messages[-1]["content"] for c in verdict.calls if "contradict the CLAIM?" in c.messages[-1]["content"]]
+    (claim,) = {a.split("CLAIM:")[-1].split("Does the PASSAGE")[0].split(">", 1)[-1].rsplit("</", 1)[0] for a in asked}
+    return claim.strip()
+
+
 def test_a_fact_that_cannot_be_located_keeps_the_sentence_span_but_chooses_the_evidence() -> None:
     script = Script(P_YES, facts=[TRIP, "Harbor City finances the ferry from its own budget alone."])
     verdict, finding = flagged(check(script))
@@ -247,3 +263,15 @@ def test_reason_problem(reason: str, relation: str, problem: str | None) -> None
 def test_plain_reason_forms() -> None:
     assert plain_reason("contradicts", "A.", "B") == 'The source says "A."; the target says "B".'
     assert plain_reason("not_mentioned", None, "B") == 'The source does not mention it; the target says "B".'
+
+
+def test_clauses_of_a_sentence_and_the_one_a_fact_comes_from() -> None:
+    parts = [SENTENCE[a:b] for a, b in clause_parts(SENTENCE)]
+    assert parts == [SENTENCE[: SENTENCE.index(", and")], FACT]
+    assert clause_parts("The ferry starts in May.") == [(0, 23)]
+    at = SENTENCE.index(FACT)
+    assert without_part_at(SENTENCE, at, at + len(FACT)) == parts[0] + "."
+    assert without_part_at(SENTENCE, 0, 5) == "The city will pay for the whole project from its own budget."
+    assert clause_of("The city will pay from its own budget.", SENTENCE) == (at, at + len(FACT))
+    assert clause_of("Harbor City finances the ferry alone.", SENTENCE) is None  # too few of its words in either
+    assert clause_of("The ferry starts in May.", "The ferry starts in May.") is None  # one part: nothing to narrow

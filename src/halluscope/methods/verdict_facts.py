@@ -6,7 +6,9 @@ bare ``and``/``but`` ...) is taken as one fact and is not split (no call). Any o
 stage ``fact_decomposer`` names (``factscore`` by default: one call, at most one repair request, its own prompt),
 given the sentence as its target; where that stage makes no LLM call, fails, or finds fewer than two facts, the
 sentence's clauses and conjuncts are its facts (no call). A fact is located in the sentence by
-:func:`~halluscope.text.spans.locate` (exact, normalized, then fuzzy at 85); a clause always is."""
+:func:`~halluscope.text.spans.locate` (exact, normalized, then fuzzy at 85), else as the clause it was reworded from
+(the one holding at least two thirds of its content words, :func:`~halluscope.text.clauses.clause_of`); a clause
+always is."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from halluscope.records import Claim, LLMCall, Span
-from halluscope.text.clauses import clause_parts
+from halluscope.text.clauses import clause_of, clause_parts
 from halluscope.text.spans import locate
 
 CLAUSES = "clauses"
@@ -41,14 +43,19 @@ def sentence_start(claim: Claim) -> int | None:
 
 
 def fact_span(fact: str, claim: Claim) -> Span | None:
-    """The characters of ``fact`` in the target, found inside its sentence ``claim`` (end punctuation left out), or
-    None where it cannot be located there (a paraphrase) or the sentence's place is not known."""
+    """The characters of ``fact`` in the target, found inside its sentence ``claim`` (end punctuation left out): where
+    :func:`~halluscope.text.spans.locate` finds it, else the clause it was reworded from
+    (:func:`~halluscope.text.clauses.clause_of`); None where neither is found, where that is the whole sentence, or
+    where the sentence's place in the target is not known."""
     start = sentence_start(claim)
     text = fact.strip().rstrip(".!?").strip()
-    match = locate(text, claim.text) if start is not None and text else None
-    if match is None or match.span.end - match.span.start >= len(claim.text.strip().rstrip(".!?")):
+    if start is None or not text:
+        return None
+    match = locate(text, claim.text)
+    at = (match.span.start, match.span.end) if match is not None else clause_of(text, claim.text)
+    if at is None or at[1] - at[0] >= len(claim.text.strip().rstrip(".!?")):
         return None  # the whole sentence is no narrower span
-    return Span(start=start + match.span.start, end=start + match.span.end)  # type: ignore[operator]
+    return Span(start=start + at[0], end=start + at[1])
 
 
 def _fact(text: str, claim: Claim, i: int) -> Claim:

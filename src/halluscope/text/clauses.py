@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 
+from halluscope.text.lexical import content_tokens, tokens
+
 _JOINS = re.compile(r";\s+|,\s+(?:and|but|while|whereas|which|although)\s+|\s+(?:and|but|while|whereas)\s+")
 _WORD = re.compile(r"[^\W_]+(?:[.,][0-9]+)*%?")
 _COMMON = frozenset(
@@ -97,3 +99,27 @@ def without_part_at(sentence: str, start: int, end: int) -> str | None:
     if max(overlap) == 0:
         return None
     return _dropped(body, stop, cuts, parts, overlap.index(max(overlap)))
+
+
+CLAUSE_OF_SHARE = 2 / 3
+"""A fact belongs to the clause holding at least this share of its content words (:func:`clause_of`)."""
+
+
+def _stems(text: str) -> set[str]:
+    toks = tokens(text)
+    return {t.norm for t in content_tokens(toks)} | {t.lower for t in toks if t.lower.isdigit()}
+
+
+def clause_of(fact: str, sentence: str) -> tuple[int, int] | None:
+    """The clause or conjunct of ``sentence`` (:func:`clause_parts`) that a reworded ``fact`` comes from: the one
+    holding the most of its content words (stems, and numbers), when it holds at least :data:`CLAUSE_OF_SHARE` of
+    them and no other clause holds as many; None otherwise, or when the sentence has one part."""
+    parts = clause_parts(sentence)
+    wanted = _stems(fact)
+    if len(parts) < 2 or not wanted:
+        return None
+    shared = [len(wanted & _stems(sentence[a:b])) for a, b in parts]
+    best = max(shared)
+    if best < CLAUSE_OF_SHARE * len(wanted) or shared.count(best) > 1:
+        return None
+    return parts[shared.index(best)]
