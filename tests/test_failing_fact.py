@@ -237,6 +237,18 @@ def test_a_fact_the_source_does_not_mention_gets_the_closest_passage_in_its_plai
     assert verdict.reason == f'The source does not mention it; {closest}; the target says "{FACT}".'
 
 
+def test_the_reason_prompt_is_overridden_from_prompts_dir(tmp_path: Path) -> None:
+    from halluscope.config import Config
+
+    custom = "$task Be brief. Write only that sentence.\nP: $passage\nC: $claim"
+    (tmp_path / "verdict_first_reason.txt").write_text(custom)
+    script = Script(P_YES, facts=[TRIP, FACT])
+    method = get_method("dcr", llm=LLM(script.model), config=Config(prompts_dir=tmp_path), order="verdict_first")
+    verdict, _ = flagged(method.check(SOURCE, TARGET))
+    assert verdict.reason == GOOD_REASON
+    assert "Be brief." in reason_call(verdict).messages[-1]["content"]
+
+
 def test_reason_from_evidence_false_keeps_the_explanations_reason_and_makes_no_reason_call() -> None:
     script = Script(P_YES, facts=[TRIP, FACT])
     verdict, _ = flagged(check(script, reason_from_evidence=False))
