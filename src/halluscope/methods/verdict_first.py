@@ -26,6 +26,14 @@ highest P(contradicts) reaches 0.5, that passage its evidence (``contradicts``),
 mentioned (``evidence_relation``), the closest passage shown as related context. A quote the source does not hold
 is then never evidence.
 
+The failing fact is the span (``fact_max``, :mod:`halluscope.methods.verdict_facts`): a flagged sentence of two or
+more clauses is split into atomic facts (the ``fact_decomposer`` stage, else its clauses), each scored by the same
+short reply against the same context; the one with the lowest P(supported) below ``explain_below`` is the verdict's
+``target_spans`` where it is located in the target, and what the relation's passages, the removal fix and the reason
+are chosen for. The reason is written from the chosen evidence (``reason_from_evidence``,
+:mod:`halluscope.methods.verdict_reason`): one short reply from the failing fact and the chosen passage only, shown
+when it agrees with the relation, else a plain reason quoting the passage.
+
 The label is the short reply's (``yes`` supported, ``no`` unsupported, contradicted when a source passage is likely
 to contradict it, see above), read from its first word only; P(supported) is read at that word's token only. An
 answer that is neither word is read from the probabilities when the backend gave them and the yes/no tokens hold at
@@ -270,8 +278,8 @@ class VerdictFirst:
         relation = [self.contradicts_prompt] if self.explain_flagged and self.relation_candidates else []
         if relation and self.reason_from_evidence:
             relation.append(self.reason_prompt)
-        decomposer = self.decomposer() if self.explain_flagged and self.fact_max else None
-        facts = [decomposer.prompt] if isinstance(getattr(decomposer, "prompt", None), PromptTemplate) else []
+        split = getattr(self.decomposer(), "prompt", None) if self.explain_flagged and self.fact_max else None
+        facts = [split] if isinstance(split, PromptTemplate) else []
         return [self.score_prompt] + ([self.explain_prompt] if self.explain_flagged else []) + relation + facts
 
     def decomposer(self) -> Any:
