@@ -287,3 +287,15 @@ def test_clauses_of_a_sentence_and_the_one_a_fact_comes_from() -> None:
     assert clause_of("The city will pay from its own budget.", SENTENCE) == (at, at + len(FACT))
     assert clause_of("Harbor City finances the ferry alone.", SENTENCE) is None  # too few of its words in either
     assert clause_of("The ferry starts in May.", "The ferry starts in May.") is None  # one part: nothing to narrow
+
+
+def test_the_removal_fix_drops_the_failing_facts_clause_not_the_one_with_more_unknown_words() -> None:
+    source = "The council approved the ferry 7 to 2."
+    target = "The council approved the ferry 9 to 0, and locals cheered loudly at the harbour."
+    script = Script({"9 to 0": 0.1, "cheered": 0.6}, reason="")
+    method = get_method("dcr", llm=LLM(script.model), order="verdict_first", fact_decomposer="clauses")
+    verdict, finding = flagged(method.check(source, target))
+    assert finding.target_spans[0].of(target) == "The council approved the ferry 9 to 0"
+    removed = [c.text for c in verdict.fix_candidates if c.origin == "removed"]
+    assert removed == ["Locals cheered loudly at the harbour."]  # the word count alone would drop the other clause
+    assert verdict.reason.startswith('The source does not mention it; the closest passage says "The council')
