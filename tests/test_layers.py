@@ -385,6 +385,8 @@ SHARED_METHOD_MODULES = (
     "options",
     "pipeline",
     "verdict_first",
+    "verdict_facts",
+    "verdict_reason",
 )
 METHOD_CROSSINGS = {
     ("pipeline", "gate"): "the claim pipeline applies a gate stage's decisions as verdicts (gate_verdict)",

@@ -81,6 +81,8 @@ def test_order_verdict_first_and_the_default_check_are_one_composition():
         "verdict_first_score",
         "verdict_first_explain",
         "verdict_first_contradicts",  # the relation of a flagged claim, read from probabilities
+        "verdict_first_reason",  # the reason, written from the chosen passage
+        "factscore_decompose",  # a flagged sentence split into atomic facts
     ]
 
 
@@ -146,7 +148,8 @@ def test_verdict_first_composes_with_a_no_llm_verifier_cascade_and_other_stages(
     assert report.details["context"]["mode"] == "retrieval"
     assert [v.label for v in report.verdicts] == ["supported", "unsupported"]
     (finding,) = report.findings
-    assert finding.kind == "unsupported" and "tea only" in finding.description
+    assert finding.kind == "unsupported" and '"The cafe sells tea."' in finding.description
+    assert finding.target_spans[0].of(TARGET) == "The cafe sells coffee"  # the failing fact, not the sentence
 
 
 def test_the_context_fit_budget_is_the_verdict_first_verifiers():

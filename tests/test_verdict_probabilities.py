@@ -222,10 +222,15 @@ def verdict_first_fake(
 def test_verdict_first_scores_every_claim_with_one_short_call_and_explains_only_the_flagged() -> None:
     fake = verdict_first_fake({"build a ferry": 0.9, "own budget": 0.2})
     report = get_method("dcr", llm=LLM(fake), order="verdict_first").check(SOURCE, TARGET)
-    short = [p for p, kind in zip(fake.params, fake.reply_types) if kind == "text"]
+    reason = [r for r in fake.requests if "Write only that sentence" in r[-1]["content"]]
+    short = [
+        p for p, r, kind in zip(fake.params, fake.requests, fake.reply_types) if kind == "text" and r not in reason
+    ]
     # two claims scored; for the flagged one, two passages asked whether they contradict it (the explanation's
-    # quote and its closest source sentence) and its fix re-verified by the same short reply
+    # quote and its closest source sentence) and its fix re-verified by the same short reply; then its reason
+    # written from the chosen passage (one sentence)
     assert len(short) == 5 and all(p.max_tokens == 2 and p.top_logprobs for p in short)
+    assert len(reason) == 1
     asked = [r[-1]["content"] for r, kind in zip(fake.requests, fake.reply_types) if kind == "text"]
     assert sum("contradict the CLAIM?" in q for q in asked) == 2
     assert fake.reply_types.count("ExplainReply") == 1  # only the flagged claim
@@ -502,7 +507,9 @@ def test_verdict_first_with_retrieval_shares_the_prompt_prefix_across_snippets()
     short = [
         r
         for r, kind in zip(fake.requests, fake.reply_types)
-        if kind == "text" and "contradict the CLAIM?" not in r[-1]["content"]
+        if kind == "text"
+        and "contradict the CLAIM?" not in r[-1]["content"]
+        and "Write only that sentence" not in r[-1]["content"]
     ]
     # the supported claim stops at its first snippet, the other tries both; then its fix is re-verified
     assert len(short) == 4

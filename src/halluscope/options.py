@@ -230,3 +230,21 @@ class ClaimOptions(RetrievalOptions):
     part holding words the source never uses are each scored like a claim (one short reply each, against the same
     source context); the best one answered yes with P(supported) at least explain_below is shown, else "no verified
     fix" (the candidates stay in the JSON report, unverified). false: the explanation's fix as it comes."""
+
+    fact_max: int = Field(default=3, ge=0, le=8)
+    """verdict_first: find the failing fact of a flagged sentence: a sentence with at least two clauses or conjuncts is
+    split into atomic facts (fact_decomposer), at most fact_max of them scored by one short reply each; the lowest
+    P(supported) below explain_below is the finding's span (where located in the target) and what the evidence and
+    the reason are chosen for. Extra calls per such sentence: the decomposition (one, plus one repair request when its
+    reply is unusable) and at most fact_max short replies; a one-clause sentence costs none. 0: the sentence is the
+    span."""
+
+    fact_decomposer: str = "factscore"
+    """verdict_first: the decomposer stage that splits a flagged sentence into atomic facts (factscore: one call);
+    clauses, a stage that calls no LLM, or a decomposition that fails or finds fewer than two facts: the sentence's
+    clauses and conjuncts (no call)."""
+
+    reason_from_evidence: bool = True
+    """verdict_first: write the reason from the chosen evidence: one short reply from the failing fact and the chosen
+    passage only, naming what the source says instead; a reply that disagrees with the relation, is empty or holds
+    markup gives way to a plain reason quoting the passage. false: the explanation's own reason."""

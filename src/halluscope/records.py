@@ -144,7 +144,7 @@ class FixCandidate(_Record):
     text: str
     origin: Literal["model", "removed"] = "model"
     """``model``: the fix the explanation proposed; ``removed``: the flagged text with the part that holds its
-    unsupported words removed (no LLM call)."""
+    unsupported words removed, or the clause its failing fact lies in (no LLM call)."""
     probability: float | None = Field(default=None, ge=0.0, le=1.0)
     """Its P(supported) from the re-verification reply, where the backend gave token probabilities."""
     verified: bool = False

@@ -87,7 +87,8 @@ class PipelineDetails(MethodDetails):
     and ``why`` when the label score was used or probabilities were missing."""
     verdict_first: dict[str, Any] | None = None
     """With ``order=verdict_first``: the claims scored, the ones flagged and explained, the explanations that
-    failed."""
+    failed, the facts of each flagged sentence split to find its failing one (``facts``) and why a generated reason
+    gave way to the plain one (``reason_replaced``)."""
     context: dict[str, Any] | None = None
     """The context selection: ``mode`` (full/retrieval), ``why``, the retrieval settings and, in retrieval
     mode, the snippets per claim and the label on each snippet tried."""

@@ -273,6 +273,9 @@ class ClaimPipeline(Method):
             "min_label_mass",
             "verify_fix",
             "relation_candidates",
+            "fact_max",
+            "fact_decomposer",
+            "reason_from_evidence",
             "score",
         ):
             if key in own and own[key] == fields[key].default:  # the default: recorded only when changed

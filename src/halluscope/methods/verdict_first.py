@@ -26,6 +26,14 @@ highest P(contradicts) reaches 0.5, that passage its evidence (``contradicts``),
 mentioned (``evidence_relation``), the closest passage shown as related context. A quote the source does not hold
 is then never evidence.
 
+The failing fact is the span (``fact_max``, :mod:`halluscope.methods.verdict_facts`): a flagged sentence of two or
+more clauses is split into atomic facts (the ``fact_decomposer`` stage, else its clauses), each scored by the same
+short reply against the same context; the one with the lowest P(supported) below ``explain_below`` is the verdict's
+``target_spans`` where it is located in the target, and what the relation's passages, the removal fix and the reason
+are chosen for. The reason is written from the chosen evidence (``reason_from_evidence``,
+:mod:`halluscope.methods.verdict_reason`): one short reply from the failing fact and the chosen passage only, shown
+when it agrees with the relation, else a plain reason quoting the passage.
+
 The label is the short reply's (``yes`` supported, ``no`` unsupported, contradicted when a source passage is likely
 to contradict it, see above), read from its first word only; P(supported) is read at that word's token only. An
 answer that is neither word is read from the probabilities when the backend gave them and the yes/no tokens hold at
@@ -48,14 +56,16 @@ from pydantic import Field
 from halluscope.llm.label_probs import MIN_LABEL_MASS, VERDICT_TOP_LOGPROBS, YES_NO, read_answer, stated_first
 from halluscope.llm.replies import Reply
 from halluscope.llm.structured import generate_reply
+from halluscope.methods.verdict_facts import CLAUSES, SplitFacts, split_facts, splittable
+from halluscope.methods.verdict_reason import VERDICT_REASON_PROMPT, evidence_reason
 from halluscope.options import StageOptions
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Evidence, FixCandidate, LLMCall, Span, Verdict
-from halluscope.stages import Context, PromptResolver, Selection, register_stage, same_prompt
+from halluscope.stages import Context, PromptResolver, Selection, build_stage, register_stage, same_prompt, stage_spec
 from halluscope.stages.context import claim_id
 from halluscope.stages.snippets import max_over_snippets
 from halluscope.stages.verifiers import messages_tokens, reply_budget
-from halluscope.text.clauses import without_unsupported_part
+from halluscope.text.clauses import without_part_at, without_unsupported_part
 from halluscope.text.markup import fix_problem
 from halluscope.text.passages import closest_sentences
 from halluscope.text.placeholders import is_placeholder
@@ -130,7 +140,12 @@ VERDICT_CONTRADICTS_PROMPT = PromptTemplate(
 CONTRADICTS_AT = 0.5
 """A passage whose P(contradicts) reaches this is the contradicting evidence."""
 
-VERDICT_FIRST_PROMPTS = (VERDICT_SCORE_PROMPT, VERDICT_EXPLAIN_PROMPT, VERDICT_CONTRADICTS_PROMPT)
+VERDICT_FIRST_PROMPTS = (
+    VERDICT_SCORE_PROMPT,
+    VERDICT_EXPLAIN_PROMPT,
+    VERDICT_CONTRADICTS_PROMPT,
+    VERDICT_REASON_PROMPT,
+)
 
 
 def stated_answer(text: str) -> bool | None:
@@ -210,6 +225,25 @@ class VerdictFirst:
         short reply each; the best that reaches ``explain_below`` is shown (false: the explanation's fix as it
         comes, unchecked)."""
 
+        fact_max: int = Field(default=3, ge=0, le=8)
+        """Find the failing fact of a flagged sentence: a sentence with at least two clauses or conjuncts is split
+        into atomic facts (``fact_decomposer``) and at most ``fact_max`` of them are scored by one short reply each;
+        the one with the lowest P(supported) below ``explain_below`` is the finding's span (where it is located in
+        the target) and what the evidence and the reason are chosen for. Extra calls per such flagged sentence: the
+        decomposition (one, and one repair request when its reply is unusable) and ``fact_max`` short replies at
+        most; a sentence of one clause costs none. 0: the whole sentence is the span, no extra call."""
+
+        fact_decomposer: str = "factscore"
+        """The decomposer stage that splits a flagged sentence into atomic facts (``factscore``: one call with its own
+        prompt); ``clauses``, a stage that calls no LLM, or a decomposition that fails or finds fewer than two facts:
+        the sentence's clauses and conjuncts are its facts (no call)."""
+
+        reason_from_evidence: bool = True
+        """Write the reason from the chosen evidence: once the passage and its relation are read from probabilities,
+        one short reply from the failing fact and that passage only names what the source says instead; a reply that
+        disagrees with the relation, is empty or holds markup gives way to a plain reason quoting the passage. false:
+        the explanation's own reason."""
+
     def __init__(
         self,
         model: LLM,
@@ -231,10 +265,33 @@ class VerdictFirst:
         self.verify_fix = opts.verify_fix
         self.relation_candidates = opts.relation_candidates
         self.contradicts_prompt = prompts(VERDICT_CONTRADICTS_PROMPT)
+        self.reason_prompt = prompts(VERDICT_REASON_PROMPT)
+        self.reason_from_evidence = opts.reason_from_evidence
+        self.fact_max = opts.fact_max
+        self.fact_decomposer = opts.fact_decomposer
+        if self.fact_decomposer != CLAUSES:
+            stage_spec("decomposer", self.fact_decomposer)  # a bad name fails here, not at the first flagged claim
+        self._prompts = prompts
+        self._decomposer: Any = None
 
     def used_prompts(self) -> list[PromptTemplate]:
         relation = [self.contradicts_prompt] if self.explain_flagged and self.relation_candidates else []
-        return [self.score_prompt] + ([self.explain_prompt] if self.explain_flagged else []) + relation
+        if relation and self.reason_from_evidence:
+            relation.append(self.reason_prompt)
+        split = getattr(self.decomposer(), "prompt", None) if self.explain_flagged and self.fact_max else None
+        facts = [split] if isinstance(split, PromptTemplate) else []
+        return [self.score_prompt] + ([self.explain_prompt] if self.explain_flagged else []) + relation + facts
+
+    def decomposer(self) -> Any:
+        """The stage that splits a flagged sentence into facts (built once), or None for the clause cut: with
+        ``fact_decomposer=clauses`` or a decomposer that calls no LLM."""
+        if self.fact_decomposer == CLAUSES or not getattr(
+            stage_spec("decomposer", self.fact_decomposer).factory, "uses_llm", True
+        ):
+            return None
+        if self._decomposer is None:
+            self._decomposer = build_stage("decomposer", self.fact_decomposer, self.llm, None, prompts=self._prompts)
+        return self._decomposer
 
     def reserve_tokens(self, claims: Sequence[Claim]) -> int:
         """Tokens a call needs besides the source: the larger of the short score call and (when flagged claims
@@ -332,16 +389,71 @@ class VerdictFirst:
         return settled, error
 
     async def checked(self, verdict: Verdict, context: Context, source: str) -> tuple[Verdict, str | None]:
-        """:meth:`explain`, then the relation read from probabilities (``relation_candidates``) and the fix
-        re-verified (``verify_fix``): what the verifier reports for a flagged claim."""
-        settled, error, reply = await self._explained(verdict, context, source)
+        """:meth:`explain`, with the failing fact found (``fact_max``), then the relation read from probabilities
+        (``relation_candidates``), the fix re-verified (``verify_fix``) and the reason written from the chosen
+        evidence (``reason_from_evidence``): what the verifier reports for a flagged claim."""
+        settled, error, _ = await self.checked_with_notes(verdict, context, source)
+        return settled, error
+
+    async def checked_with_notes(
+        self, verdict: Verdict, context: Context, source: str
+    ) -> tuple[Verdict, str | None, dict[str, Any]]:
+        """:meth:`checked`, and what ``details["verdict_first"]`` records about it: the facts scored and the failing
+        one (``facts``), and why a generated reason gave way to the plain one (``reason_replaced``)."""
+        (settled, error, reply), split = await asyncio.gather(
+            self._explained(verdict, context, source), self.scored_facts(verdict, context, source)
+        )
+        notes: dict[str, Any] = {}
+        failing: Verdict | None = None
+        if split is not None:
+            facts, scored = split
+            failing = self.failing(scored)
+            update: dict[str, Any] = {
+                "calls": list(settled.calls) + list(facts.calls) + [c for v in scored for c in v.calls]
+            }
+            if failing is not None and failing.claim.target_spans:
+                update["target_spans"] = list(failing.claim.target_spans)
+            settled = settled.model_copy(update=update)
+            notes["facts"] = _facts_note(facts, scored, failing)
         if reply is None:
-            return settled, error
+            return settled, error, notes
+        about = failing.claim if failing is not None else verdict.claim
         if self.relation_candidates:
-            settled = await self.related(settled, verdict.evidence, reply.evidence, source)
+            settled = await self.related(settled, verdict.evidence, reply.evidence, source, about)
         if self.verify_fix:
-            settled = await self.verified_fix(settled, reply.fix, context, source)
-        return settled, None
+            settled = await self.verified_fix(settled, reply.fix, context, source, failing)
+        if self.reason_from_evidence and settled.evidence_relation is not None:
+            settled, replaced = await self.written_reason(settled, about.text)
+            if replaced is not None:
+                notes["reason_replaced"] = replaced
+        return settled, None, notes
+
+    async def scored_facts(
+        self, verdict: Verdict, context: Context, source: str
+    ) -> tuple[SplitFacts, list[Verdict]] | None:
+        """The flagged sentence's facts (:func:`~halluscope.methods.verdict_facts.split_facts`), at most
+        ``fact_max`` of them scored by the same short reply against the same context; None for a claim that is not
+        split (``fact_max`` 0, not a sentence, or one clause: no call)."""
+        if not self.fact_max or not splittable(verdict.claim):
+            return None
+        facts = await split_facts(verdict.claim, self.decomposer(), self.fact_decomposer)
+        chosen = facts.facts[: self.fact_max]
+        return facts, list(await asyncio.gather(*(self.score(f, context, source) for f in chosen)))
+
+    def failing(self, scored: Sequence[Verdict]) -> Verdict | None:
+        """The failing fact: of the facts this verifier flags (:meth:`flagged`), the one with the lowest
+        P(supported) (one answered no without a probability counts as 0), the first on a tie; None when none is."""
+        flagged = [(v.support_probability or 0.0, i) for i, v in enumerate(scored) if self.flagged(v)]
+        return scored[min(flagged)[1]] if flagged else None
+
+    async def written_reason(self, verdict: Verdict, about: str) -> tuple[Verdict, str | None]:
+        """``verdict`` with its reason written from its chosen evidence (:mod:`halluscope.methods.verdict_reason`)
+        for ``about`` (the failing fact, else the claim), the call added; and why the generated reason gave way to
+        the plain one (None when it is shown)."""
+        relation = verdict.evidence_relation or "not_mentioned"
+        passage = verdict.evidence[0].text if verdict.evidence else None
+        reason, calls, replaced = await evidence_reason(self.llm, self.reason_prompt, about, passage, relation)
+        return verdict.model_copy(update={"reason": reason, "calls": list(verdict.calls) + calls}), replaced
 
     async def _explained(
         self, verdict: Verdict, context: Context, source: str
@@ -396,13 +508,16 @@ class VerdictFirst:
             return answer.probability, [call]
         return (1.0 if answer.label else 0.0), [call]
 
-    async def related(self, verdict: Verdict, scored_with: Sequence[Evidence], quote: str, source: str) -> Verdict:
+    async def related(
+        self, verdict: Verdict, scored_with: Sequence[Evidence], quote: str, source: str, about: Claim | None = None
+    ) -> Verdict:
         """``verdict`` with its relation read from probabilities: each passage (:meth:`passages`) asked whether
-        it contradicts the claim; contradicted, with the passage of highest P(contradicts) as the evidence, when it
-        reaches :data:`CONTRADICTS_AT`; else unsupported and not mentioned, the closest passage as related
-        context. A quote the source does not hold verbatim is never evidence. When no passage could be scored,
-        the explanation's own label and quote stay."""
-        passages = self.passages(verdict.claim, quote, source)
+        it contradicts ``about`` (the failing fact; the claim by default); contradicted, with the passage of highest
+        P(contradicts) as the evidence, when it reaches :data:`CONTRADICTS_AT`; else unsupported and not mentioned,
+        the closest passage as related context. A quote the source does not hold verbatim is never evidence. When no
+        passage could be scored, the explanation's own label and quote stay."""
+        about = about or verdict.claim
+        passages = self.passages(about, quote, source)
         if not passages:
             return verdict.model_copy(
                 update={
@@ -411,7 +526,7 @@ class VerdictFirst:
                     "evidence": list(scored_with),
                 }
             )
-        asked = await asyncio.gather(*(self.contradiction(verdict.claim, e.text, source) for e in passages))
+        asked = await asyncio.gather(*(self.contradiction(about, e.text, source) for e in passages))
         calls = list(verdict.calls) + [c for _, cs in asked for c in cs]
         scored = [(p, i) for i, (p, _) in enumerate(asked) if p is not None]
         if not scored:  # could not read the relation: the explanation's stays, and the reason says so
@@ -435,12 +550,16 @@ class VerdictFirst:
             }
         )
 
-    def fix_candidates(self, claim: Claim, proposed: str, source: str) -> tuple[list[FixCandidate], str | None]:
+    def fix_candidates(
+        self, claim: Claim, proposed: str, source: str, failing: Verdict | None = None
+    ) -> tuple[list[FixCandidate], str | None]:
         """The fixes worth re-verifying, in order (the explanation's, then the flagged text without its unsupported
-        part), and why a proposed one was set aside unscored (it held markup or repeated the flagged text)."""
+        part: the clause the failing fact lies in where it was located, else the one holding the most words the
+        source never uses), and why a proposed one was set aside unscored (it held markup or repeated the flagged
+        text)."""
         candidates: list[FixCandidate] = []
         rejected: str | None = None
-        removed = without_unsupported_part(claim.text, source)
+        removed = _without_failing(claim, failing) or without_unsupported_part(claim.text, source)
         for text, origin in ((proposed.strip(), "model"), ((removed or "").strip(), "removed")):
             if not text or any(c.text == text for c in candidates):
                 continue
@@ -451,12 +570,14 @@ class VerdictFirst:
             candidates.append(FixCandidate(text=text, origin=origin))  # type: ignore[arg-type]
         return candidates, rejected
 
-    async def verified_fix(self, verdict: Verdict, proposed: str, context: Context, source: str) -> Verdict:
+    async def verified_fix(
+        self, verdict: Verdict, proposed: str, context: Context, source: str, failing: Verdict | None = None
+    ) -> Verdict:
         """``verdict`` with the best fix that passes re-verification: each candidate scored by the same short reply
         against the same context as the claim; it passes when answered yes with P(supported) (where known) at least
         ``explain_below``. The best passing one (highest P(supported), the explanation's first on a tie) is the
         ``fix``; all stay in ``fix_candidates``; their calls join the verdict's."""
-        candidates, rejected = self.fix_candidates(verdict.claim, proposed, source)
+        candidates, rejected = self.fix_candidates(verdict.claim, proposed, source, failing)
         if not candidates:
             return verdict.model_copy(update={"fix": None, "fix_rejected": rejected})
         scored = await asyncio.gather(
@@ -528,13 +649,16 @@ class VerdictFirst:
             return verdicts, record
         started = time.perf_counter()
         explained = await asyncio.gather(
-            *(self.checked(verdicts[i], contexts[claim_id(verdicts[i].claim)], source) for i in chosen)
+            *(self.checked_with_notes(verdicts[i], contexts[claim_id(verdicts[i].claim)], source) for i in chosen)
         )
         failed: dict[str, str] = {}
-        for i, (verdict, error) in zip(chosen, explained):
+        notes: dict[str, dict[str, Any]] = {"facts": {}, "reason_replaced": {}}
+        for i, (verdict, error, noted) in zip(chosen, explained):
             verdicts[i] = verdict
             if error is not None:
                 failed[claim_id(verdict.claim)] = error
+            for key, value in noted.items():
+                notes[key][claim_id(verdict.claim)] = value
         verdicts = [v if v.decided_by else v.model_copy(update={"decided_by": "verdict_first"}) for v in verdicts]
         record = {
             "scored": len(verdicts),
@@ -546,6 +670,7 @@ class VerdictFirst:
                 else {}
             ),
             "explanation_failed": failed,
+            **{key: value for key, value in notes.items() if value},
             "seconds": {"score": round(scored_s, 3), "explain": round(time.perf_counter() - started, 3)},
         }
         return verdicts, record
@@ -583,6 +708,34 @@ def _checked(candidate: FixCandidate, verdict: Verdict, explain_below: float) ->
     p = verdict.support_probability
     verified = verdict.label == "supported" and (p is None or p >= explain_below)
     return candidate.model_copy(update={"probability": p, "verified": verified, "note": verdict.reason})
+
+
+def _without_failing(claim: Claim, failing: Verdict | None) -> str | None:
+    """The sentence ``claim`` without the clause its failing fact was located in (None when it was not)."""
+    if failing is None or not failing.claim.target_spans or len(claim.target_spans) != 1:
+        return None
+    start = claim.target_spans[0].start
+    span = failing.claim.target_spans[0]
+    return without_part_at(claim.text, span.start - start, span.end - start)
+
+
+def _facts_note(facts: SplitFacts, scored: Sequence[Verdict], failing: Verdict | None) -> dict[str, Any]:
+    """What ``details["verdict_first"]["facts"]`` records for one flagged sentence: how it was split, each fact
+    scored (its P(supported), label and characters in the target) and the failing one."""
+    return {
+        "split_by": facts.split_by,
+        **({"note": facts.note} if facts.note else {}),
+        "facts": [
+            {
+                "text": v.claim.text,
+                "label": v.label,
+                "p_supported": v.support_probability,
+                "span": [v.claim.target_spans[0].start, v.claim.target_spans[0].end] if v.claim.target_spans else None,
+            }
+            for v in scored
+        ],
+        "failing": failing.claim.text if failing is not None else None,
+    }
 
 
 def _about(context: Context, source: str | None) -> str | None:

@@ -34,12 +34,14 @@ class DcrLocalizer(RunStage):
 
 
 def dcr_finding(verdict: Verdict) -> Finding:
-    """The verdict's reason as the finding's description; a suggested fix is its ``fix``, not repeated there."""
+    """The verdict's reason as the finding's description; a suggested fix is its ``fix``, not repeated there. Its
+    span is the verdict's offending characters where it has them (verdict first: the failing fact), else the
+    unit's."""
     claim = verdict.claim
     return Finding(
         description=verdict.reason,
         kind="inconsistent",
-        target_spans=list(claim.target_spans),
+        target_spans=list(verdict.target_spans or claim.target_spans),
         evidence=list(verdict.evidence),
         claim_ids=[claim.id] if claim.id else [],
         confidence=verdict_confidence(verdict),

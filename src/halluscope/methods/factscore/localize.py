@@ -128,7 +128,7 @@ def _fact_finding(verdict: Verdict, description: str) -> Finding:
     return Finding(
         description=description,
         kind=verdict.label,  # type: ignore[arg-type]
-        target_spans=list(verdict.claim.target_spans),
+        target_spans=list(verdict.target_spans or verdict.claim.target_spans),
         evidence=list(verdict.evidence),
         claim_ids=[verdict.claim.id] if verdict.claim.id else [],
         confidence=verdict_confidence(verdict),
