@@ -334,7 +334,8 @@ class Runner:
         """Drain: start no new item, give the running ones ``grace_s`` to finish (a reply in transit is not
         lost), cancel the rest, and hand every job worked on here back to the store (its cancelled items
         claimable at once: the SQLite job goes back to ``queued``, a Redis item to any replica)."""
-        assert self._draining is not None and self._wake is not None and self._stopped is not None
+        if self._draining is None or self._wake is None or self._stopped is None:
+            return  # never started
         self._draining.set()
         self._wake.set()
         tasks = [t for ts in self._tasks.values() for t in ts]
