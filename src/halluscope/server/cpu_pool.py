@@ -100,7 +100,7 @@ def _own_tqdm_lock() -> None:
     shared with every process forked after it was made: a worker killed (SIGKILL, a check past its time limit)
     while writing a progress bar would leave it held, and every other worker's next bar would wait for ever."""
     try:
-        from tqdm import tqdm
+        from tqdm import tqdm  # type: ignore[import-untyped, unused-ignore]  # no stubs without types-tqdm
     except ImportError:
         return
     tqdm.set_lock(threading.RLock())
