@@ -95,9 +95,21 @@ _config: Config | None = None
 _methods: collections.OrderedDict[tuple[str, str], Method] = collections.OrderedDict()
 
 
+def _own_tqdm_lock() -> None:
+    """Give tqdm (if installed) a lock of this process only. Its default lock holds a multiprocessing semaphore,
+    shared with every process forked after it was made: a worker killed (SIGKILL, a check past its time limit)
+    while writing a progress bar would leave it held, and every other worker's next bar would wait for ever."""
+    try:
+        from tqdm import tqdm  # type: ignore[import-untyped, unused-ignore]  # no stubs without types-tqdm
+    except ImportError:
+        return
+    tqdm.set_lock(threading.RLock())
+
+
 def _init_worker(config: Config, server_alive: Any) -> None:
     global _config
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the server, which stops the workers
+    _own_tqdm_lock()
     _config = config
     # the server holds the other end of ``server_alive`` and never writes to it: end of file = the server is gone
     # (killed with SIGKILL, it could not stop its workers; they would otherwise wait for work forever)

@@ -12,8 +12,10 @@ ended the server), is recorded unscored with the reason instead of being run, so
 One server process per database: :class:`JobStore` holds an exclusive lock on ``<db>.lock``.
 
 Several replicas share their jobs through Redis instead (``--jobs-url``): :mod:`.redis_store` keeps them on
-Redis Streams consumer groups and :mod:`.queue_runner` claims, renews and takes over their items; both
-backends implement the interfaces of :mod:`.base`, which is all the routes use.
+Redis Streams consumer groups, its items claimed on a lease that another replica takes over when it expires.
+Both backends implement the interfaces of :mod:`.base`: ``JobStoreAPI``, which is all the routes use, and
+``ItemQueue``, the storage operations of the one job loop (:class:`~.runner.Runner`: claim, run, record,
+dead-letter, cancel, drain, resume), which is written once for both.
 """
 
 from halluscope.server.jobs.runner import CheckFailed, ItemRunner, JobRunner

@@ -39,7 +39,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from halluscope.llm.cache import REDIS_SCHEMES, _redact
 from halluscope.records import Example, Report, Usage
-from halluscope.server.jobs.base import JobStoreUnavailable
+from halluscope.server.jobs.base import HeldItem, JobStoreUnavailable
 from halluscope.server.jobs.store import ACTIVE, _job, _read_example
 
 GROUP = "workers"
@@ -650,6 +650,67 @@ class RedisJobStore:
         for key in self._client.scan_iter(match=self.prefix.replace("*", r"\*") + "*", count=1000):
             n += self._client.delete(key)
         return n
+
+
+class RedisQueue:
+    """The items of a :class:`RedisJobStore` as one replica's job loop claims them (a
+    :class:`~halluscope.server.jobs.base.ItemQueue`): on a lease of ``lease_s`` as consumer ``consumer``.
+
+    An item is claimed with its stream entry; a replica killed mid-item leaves it claimed until the lease runs
+    out, then any replica takes it over (a new start: :attr:`Lease.attempt`). Nothing is left to resume at a
+    start: the leases do it."""
+
+    too_often = (
+        "item {index} was handed out {times} times without a result (each run ended its replica or lost its "
+        "lease; the limit is {limit})"
+    )
+
+    def __init__(self, store: RedisJobStore, consumer: str, lease_s: float):
+        self.store = store
+        self.consumer = consumer
+        self.lease_s = lease_s
+
+    def resume(self) -> int:
+        return 0
+
+    def active_ids(self) -> builtins.list[str]:
+        return self.store.active_ids()
+
+    def get(self, job_id: str) -> dict[str, Any] | None:
+        return self.store.get(job_id)
+
+    def claim(self, job_id: str, count: int) -> builtins.list[HeldItem]:
+        return builtins.list(self.store.claim(job_id, self.consumer, count, self.lease_s))
+
+    def renew(self, job_id: str, items: builtins.list[HeldItem]) -> builtins.list[int]:
+        by_entry = {_lease(item).entry_id: item.index for item in items}
+        return [by_entry[e] for e in self.store.renew(job_id, self.consumer, builtins.list(by_entry)) if e in by_entry]
+
+    def complete(
+        self,
+        job_id: str,
+        item: HeldItem,
+        *,
+        report: Report | None = None,
+        report_json: str | None = None,
+        status: int = 200,
+        error: str | None = None,
+    ) -> int:
+        return self.store.complete(
+            job_id, _lease(item), report=report, report_json=report_json, status=status, error=error
+        )
+
+    def release(self, job_id: str, items: builtins.list[HeldItem]) -> int:
+        return self.store.release(job_id, self.consumer, [_lease(i).entry_id for i in items], self.lease_s)
+
+    def finish(self, job_id: str, status: str, error: str | None = None) -> bool:
+        return self.store.finish(job_id, status, error)
+
+
+def _lease(item: HeldItem) -> Lease:
+    if not isinstance(item, Lease):
+        raise TypeError(f"not an item claimed from Redis: {item!r}")
+    return item
 
 
 def _result_row(index: int, raw: str) -> dict[str, Any]:

@@ -11,10 +11,12 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from halluscope.records import Example, Report, Usage
+from halluscope.server.jobs.base import DUPLICATE, GONE, JOB_DONE, WRITTEN, HeldItem
 from halluscope.sqlite_file import connect_wal
 
 ID_LENGTH = 32
@@ -134,10 +136,11 @@ class JobStore:
         with self._lock:
             return self._conn.execute("SELECT COUNT(*) FROM jobs WHERE status IN ('queued', 'running')").fetchone()[0]
 
-    def queued(self, limit: int) -> list[str]:
+    def active_ids(self) -> list[str]:
+        """Queued or running jobs, oldest first."""
         with self._lock:
             rows = self._conn.execute(
-                "SELECT id FROM jobs WHERE status = 'queued' ORDER BY created LIMIT ?", (limit,)
+                "SELECT id FROM jobs WHERE status IN ('queued', 'running') ORDER BY created"
             ).fetchall()
         return [r[0] for r in rows]
 
@@ -156,15 +159,27 @@ class JobStore:
             ).fetchone()
         return row[0] if row is not None else 0
 
-    def finish(self, job_id: str, status: str, error: str | None = None) -> None:
+    def finish(self, job_id: str, status: str, error: str | None = None) -> bool:
+        """End a queued or running job (``failed`` with its reason); False when it was not active."""
         with self._lock:
-            self._conn.execute(
-                "UPDATE jobs SET status = ?, finished = ?, error = ? WHERE id = ?", (status, time.time(), error, job_id)
+            return (
+                self._conn.execute(
+                    "UPDATE jobs SET status = ?, finished = ?, error = ? "
+                    "WHERE id = ? AND status IN ('queued', 'running')",
+                    (status, time.time(), error, job_id),
+                ).rowcount
+                > 0
             )
 
-    def set_queued(self, job_id: str) -> None:
+    def set_queued(self, job_id: str) -> bool:
+        """A running job back to the queue (a stop); False when it was not running."""
         with self._lock:
-            self._conn.execute("UPDATE jobs SET status = 'queued' WHERE id = ? AND status = 'running'", (job_id,))
+            return (
+                self._conn.execute(
+                    "UPDATE jobs SET status = 'queued' WHERE id = ? AND status = 'running'", (job_id,)
+                ).rowcount
+                > 0
+            )
 
     def delete(self, job_id: str) -> bool:
         with self._lock:
@@ -198,7 +213,7 @@ class JobStore:
 
     def start_item(self, job_id: str, index: int) -> int:
         """Count one start of the item; returns how many times it was started, this one included (an item that
-        keeps ending its server is then recorded unscored instead of run again: :class:`JobRunner`)."""
+        keeps ending its server is then recorded unscored instead of run again)."""
         with self._lock:
             row = self._conn.execute(
                 "UPDATE items SET tries = tries + 1 WHERE job_id = ? AND idx = ? RETURNING tries", (job_id, index)
@@ -216,9 +231,10 @@ class JobStore:
         report_json: str | None = None,
         status: int = 200,
         error: str | None = None,
-    ) -> bool:
-        """Record one finished item and update the job's counts in one transaction. False when the job is
-        gone (deleted meanwhile) or the item already had a result."""
+    ) -> int:
+        """Record one finished item and update the job's counts in one transaction; the job's last result also
+        sets it ``done``. Returns :data:`~halluscope.server.jobs.base.GONE` (the job was deleted meanwhile),
+        ``DUPLICATE`` (the item already had a result), ``WRITTEN`` or ``JOB_DONE``."""
         usage = report.usage if report is not None else Usage()
         scored = report is not None and report.score is not None
         with self._lock:
@@ -259,14 +275,21 @@ class JobStore:
                             job_id,
                         ),
                     )
+                    ended = self._conn.execute(
+                        "UPDATE jobs SET status = 'done', finished = ?, error = NULL WHERE id = ? AND done >= total "
+                        "AND status IN ('queued', 'running')",
+                        (time.time(), job_id),
+                    ).rowcount
                 self._conn.execute("COMMIT")
             except sqlite3.IntegrityError:  # the job was deleted while the item ran
                 self._conn.execute("ROLLBACK")
-                return False
+                return GONE
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
-        return bool(inserted)
+        if not inserted:
+            return DUPLICATE
+        return JOB_DONE if ended else WRITTEN
 
     def results(self, job_id: str, after: int = -1, page: int = 200) -> list[sqlite3.Row]:
         with self._lock:
@@ -309,6 +332,117 @@ class JobStore:
             ).fetchone()
         example = _read_example(row[0])
         return (example if isinstance(example, Example) else None), result
+
+
+@dataclass(frozen=True)
+class Started:
+    """An item of a SQLite job as the loop starts it (a :class:`~halluscope.server.jobs.base.HeldItem`)."""
+
+    index: int
+    example: Example | None
+    unreadable: str | None
+    attempt: int
+    takeover: bool = False
+
+
+@dataclass
+class _Run:
+    """A job this server is running: its attempt, the last index handed out, the indexes still running."""
+
+    attempt: int
+    after: int = -1
+    held: set[int] = field(default_factory=set)
+
+
+class SqliteQueue:
+    """The items of a :class:`JobStore` as the job loop claims them (a :class:`~halluscope.server.jobs.base.ItemQueue`).
+
+    One server per database, so a claim needs no lease: each running job is paged through in index order from
+    a cursor kept here; its first claim sets it ``running`` and counts the attempt, each item's start is
+    counted in the database (``tries``, survives a ``kill -9``). On stop the job goes back to ``queued``; on
+    start every job left ``running`` does, and runs its items without a result."""
+
+    lease_s: float | None = None
+    too_often = (
+        "item {index} was started {times} times without a result (each run ended the server or was stopped; "
+        "the limit is {limit})"
+    )
+
+    def __init__(self, store: JobStore, page: int = 64):
+        self.store = store
+        self.page = page
+        self._runs: dict[str, _Run] = {}
+        self._lock = threading.Lock()
+
+    def resume(self) -> int:
+        with self._lock:
+            self._runs.clear()
+        return self.store.requeue_interrupted()
+
+    def active_ids(self) -> list[str]:
+        ids = self.store.active_ids()
+        with self._lock:
+            for gone in set(self._runs) - set(ids):  # finished or deleted
+                del self._runs[gone]
+        return ids
+
+    def get(self, job_id: str) -> dict[str, Any] | None:
+        return self.store.get(job_id)
+
+    def claim(self, job_id: str, count: int) -> list[HeldItem]:
+        with self._lock:
+            run = self._runs.get(job_id)
+            if run is None:
+                attempt = self.store.mark_running(job_id)
+                if not attempt:  # not queued any more (deleted, finished)
+                    return []
+                run = self._runs[job_id] = _Run(attempt)
+            page = self.store.unfinished(job_id, run.after, min(count, self.page))
+            if not page:
+                if not run.held:  # nothing to hand out, nothing running (a job without items): it is done
+                    self.store.finish(job_id, "done")
+                return []
+            items: list[HeldItem] = []
+            for index, example in page:
+                if isinstance(example, Example):
+                    items.append(Started(index, example, None, self.store.start_item(job_id, index)))
+                else:  # its stored data cannot be read: recorded unscored, not started
+                    items.append(Started(index, None, example, 0))
+                run.held.add(index)
+            run.after = page[-1][0]
+            return items
+
+    def renew(self, job_id: str, items: list[HeldItem]) -> list[int]:
+        return []  # claims do not expire
+
+    def complete(
+        self,
+        job_id: str,
+        item: HeldItem,
+        *,
+        report: Report | None = None,
+        report_json: str | None = None,
+        status: int = 200,
+        error: str | None = None,
+    ) -> int:
+        with self._lock:
+            run = self._runs.get(job_id)
+            if run is not None:
+                run.held.discard(item.index)
+        item_id = item.example.id if item.example is not None else None
+        attempt = run.attempt if run is not None else 0
+        return self.store.add_result(
+            job_id, item.index, item_id, attempt, report=report, report_json=report_json, status=status, error=error
+        )
+
+    def release(self, job_id: str, items: list[HeldItem]) -> int:
+        with self._lock:
+            self._runs.pop(job_id, None)
+        self.store.set_queued(job_id)
+        return len(items)
+
+    def finish(self, job_id: str, status: str, error: str | None = None) -> bool:
+        return self.store.finish(job_id, status, error)
 
 
 def _read_example(raw: str) -> Example | str:
