@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -365,3 +366,28 @@ def test_bench_explain_score_refuses_a_missing_set(tmp_path: Path) -> None:
         app, ["bench-explain", "score", "--set", str(tmp_path / "nope.jsonl"), "--reports", str(tmp_path / "r")]
     )
     assert result.exit_code == 2 and "build it first" in result.output
+
+
+def test_explain_reports_writes_whole_reports_of_any_version_and_resumes(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    targets, reports = tmp_path / "targets.jsonl", tmp_path / "reports.jsonl"
+    write_targets(targets, [ITEM, ITEM2])
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(repo / "benchmarks" / "explain_reports.py"), "--targets", str(targets),
+             "--output", str(reports), "--method", "gate"],
+            capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(repo / "src")},
+        )  # fmt: skip
+
+    done = run()
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = reports.read_text().splitlines()
+    assert [json.loads(line)["id"] for line in lines] == [ITEM["id"], ITEM2["id"]]
+    assert json.loads(lines[0])["report"]["method"] == "gate"
+    assert run().returncode == 0 and reports.read_text().splitlines() == lines  # nothing checked twice
+    summary, _ = score_reports([ITEM, ITEM2], {json.loads(x)["id"]: json.loads(x) for x in lines}, n_bootstrap=0)
+    assert summary["coverage"]["scored"] == 2 and summary["metrics"]["span_hit"]["value"] == 1.0
