@@ -391,3 +391,19 @@ def test_explain_reports_writes_whole_reports_of_any_version_and_resumes(tmp_pat
     assert run().returncode == 0 and reports.read_text().splitlines() == lines  # nothing checked twice
     summary, _ = score_reports([ITEM, ITEM2], {json.loads(x)["id"]: json.loads(x) for x in lines}, n_bootstrap=0)
     assert summary["coverage"]["scored"] == 2 and summary["metrics"]["span_hit"]["value"] == 1.0
+
+
+def test_halluscope_bench_on_the_targets_file_runs_the_explanation_suite(tmp_path: Path, data_dir: Path) -> None:
+    set_path, targets = tmp_path / "set.jsonl", tmp_path / "targets.jsonl"
+    _invoke("bench-explain", "build", "--set", str(set_path), "--targets", str(targets), "--items", "3",
+            "--data-dir", str(data_dir))  # fmt: skip
+    _invoke("bench", "--dataset", str(targets), "--method", "gate", "--output", str(tmp_path / "bench"),
+            "--no-progress", "--bootstrap", "0")  # fmt: skip
+    suite = json.loads((tmp_path / "bench" / "results.json").read_text())["metrics"]["explanations"]
+    _invoke("bench-explain", "run", "--set", str(set_path), "--output", str(tmp_path / "run"), "--method", "gate",
+            "--bootstrap", "0", "--no-progress")  # fmt: skip
+    [run] = json.loads((tmp_path / "run" / "explain.json").read_text())["runs"]
+    assert suite["items"] == 3 and suite["coverage"] == run["coverage"]
+    for key in ("span_hit", "span_precision", "evidence_hit_at_1", "relation_accuracy"):
+        assert suite["metrics"][key]["value"] == run["metrics"][key]["value"], key
+    assert suite["metrics"]["span_hit"]["value"] > 0

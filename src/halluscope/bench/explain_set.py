@@ -16,8 +16,9 @@ gold (``contradicts`` / ``not_mentioned``) and the gold source sentence (None fo
 **Built once, resumable**: the set is a JSONL file whose first line holds the build settings; items are appended
 one by one. Building again with the same settings keeps every item already written and appends the rest (a larger
 ``items`` extends the set with the same first items); other settings are refused. The targets file
-(:func:`write_targets`) holds ``id``, ``source``, ``target`` and ``gold_spans`` per item: input for ``halluscope
-check --input`` (and ``halluscope bench --dataset``) in any version.
+(:func:`write_targets`) holds ``id``, ``source``, ``target``, ``gold_spans`` and the gold (``meta``) per item: input
+for ``halluscope check --input`` in any version, and for ``halluscope bench --dataset`` (its ``explanations`` suite,
+:mod:`halluscope.bench.suite_explain`).
 """
 
 from __future__ import annotations
@@ -152,9 +153,20 @@ def build_explain_set(path: Path, config: ExplainSetConfig, data_dir: Path) -> l
     return existing
 
 
+GOLD_KEYS = ("generator", "span", "injected", "original", "relation", "source_span", "source_sentence")
+"""The gold a targets file carries in each Example's ``meta["explain"]`` (for ``halluscope bench``'s suite)."""
+
+
 def write_targets(path: Path, items: Sequence[dict[str, Any]]) -> None:
-    """The targets file: one generic-format Example per item (``id``, ``source``, ``target``, ``gold_spans``)."""
+    """The targets file: one generic-format Example per item (``id``, ``source``, ``target``, ``gold_spans``, and
+    the gold in ``meta["explain"]``); no ``label`` column, so ``check --input`` takes it as it is."""
     with path.open("w", encoding="utf-8") as out:
         for item in items:
-            row = {"id": item["id"], "source": item["source"], "target": item["target"], "gold_spans": [item["span"]]}
+            row = {
+                "id": item["id"],
+                "source": item["source"],
+                "target": item["target"],
+                "gold_spans": [item["span"]],
+                "meta": {"explain": {k: item[k] for k in GOLD_KEYS}},
+            }
             out.write(json.dumps(row) + "\n")
