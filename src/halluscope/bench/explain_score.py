@@ -35,6 +35,7 @@ on them. Every rate carries a percentile bootstrap CI over items (:func:`hallusc
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -114,8 +115,10 @@ def _number(value: Any) -> float | None:
 
 def report_view(row: dict[str, Any]) -> ReportView:
     """A reports-file line (module docstring) as the scorer reads it."""
-    report = row.get("report") if isinstance(row.get("report"), dict) else row
-    usage = report.get("usage") if isinstance(report.get("usage"), dict) else report
+    inner = row.get("report")
+    report: dict[str, Any] = inner if isinstance(inner, dict) else row
+    given = report.get("usage")
+    usage: dict[str, Any] = given if isinstance(given, dict) else report
     findings = [_finding(f) for f in report.get("findings") or [] if isinstance(f, dict)]
     return ReportView(
         scored=_number(report.get("score")) is not None,
@@ -285,6 +288,11 @@ def _share(outcomes: Sequence[dict[str, Any]], part: str, whole: str, n_bootstra
     return ci
 
 
+def _field(key: str, outcome: dict[str, Any]) -> float | None:
+    value = outcome.get(key)
+    return float(value) if isinstance(value, (int, float)) else None
+
+
 def summarize(
     items: Sequence[dict[str, Any]], outcomes: Sequence[dict[str, Any]], n_bootstrap: int = 1000, seed: int = 0
 ) -> dict[str, Any]:
@@ -316,7 +324,7 @@ def summarize(
         "items_with_markup_leak": sum(bool(o.get("markup")) for o in outcomes),
     }
     for key in ("calls", "prompt_tokens", "completion_tokens", "seconds"):
-        metrics[f"{key}_per_item"] = _rate(per_item, lambda o, k=key: o.get(k), n_bootstrap, seed)
+        metrics[f"{key}_per_item"] = _rate(per_item, functools.partial(_field, key), n_bootstrap, seed)
     relations = {r: sum(1 for i in items if i["relation"] == r) for r in RELATIONS}
     generators: dict[str, dict[str, Any]] = {}
     for o in outcomes:

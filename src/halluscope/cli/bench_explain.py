@@ -97,13 +97,13 @@ def score_command(
     """Score reports against the set: `check --input TARGETS --output FILE` result rows, or {"id", "report"} lines
     with whole reports, from any halluscope version (matched by id)."""
     items = _items(explain_set)
-    runs = []
+    runs: list[tuple[str, Path]] = []
     for given in reports:
-        label, sep, path = given.partition("=")
-        runs.append((label, Path(path)) if sep and not Path(given).exists() else ("", Path(given)))
-    for _, path in runs:
-        if not path.is_file():
-            raise fail(f"reports file not found: {path}")
+        label, sep, named = given.partition("=")
+        runs.append((label, Path(named)) if sep and not Path(given).exists() else ("", Path(given)))
+    for _, found in runs:
+        if not found.is_file():
+            raise fail(f"reports file not found: {found}")
     _score_and_write(items, runs, output, bootstrap)
 
 

@@ -34,6 +34,7 @@ says something the source does not.
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from collections.abc import Callable, Sequence
@@ -187,6 +188,14 @@ def _other_number(original: str, value: float, taken: Sequence[float], rng: rand
     return None
 
 
+def _states_number(value: float, sentence: str) -> bool:
+    return any(same_number(value, x) for n in numbers(sentence) for x in n.values)
+
+
+def _holds_text(text: str, sentence: str) -> bool:
+    return text in sentence
+
+
 def swap_number(source: str, target: str, rng: random.Random) -> Injection | None:
     """``swap.number`` (module docstring)."""
     source_values = [v for n in numbers(source) for v in n.values]
@@ -199,9 +208,7 @@ def swap_number(source: str, target: str, rng: random.Random) -> Injection | Non
         if not any(same_number(value, v) for v in source_values):
             continue
         sentence = _sentence_at(target, mention.span.start)
-        gold = gold_sentence(
-            source, sentence, lambda s, v=value: any(same_number(v, x) for n in numbers(s) for x in n.values)
-        )
+        gold = gold_sentence(source, sentence, functools.partial(_states_number, value))
         if gold is not None:
             candidates.append((mention, gold))
     rng.shuffle(candidates)
@@ -226,7 +233,7 @@ def swap_date(source: str, target: str, rng: random.Random) -> Injection | None:
         low = token.lower
         if low not in MONTHS and low not in WEEKDAYS:
             continue  # abbreviations ("Sept.") are left alone
-        gold = gold_sentence(source, _sentence_at(target, token.span.start), lambda s, w=low: _word_in(w, s))
+        gold = gold_sentence(source, _sentence_at(target, token.span.start), functools.partial(_word_in, low))
         if gold is not None:
             candidates.append((token, gold))
     rng.shuffle(candidates)
@@ -280,7 +287,7 @@ def swap_name(source: str, target: str, rng: random.Random) -> Injection | None:
         name = phrase.of(target)
         if name not in source_names:
             continue
-        gold = gold_sentence(source, _sentence_at(target, phrase.start), lambda s, n=name: n in s)
+        gold = gold_sentence(source, _sentence_at(target, phrase.start), functools.partial(_holds_text, name))
         if gold is not None:
             candidates.append((phrase, name, gold))
     rng.shuffle(candidates)
