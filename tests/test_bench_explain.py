@@ -407,3 +407,37 @@ def test_halluscope_bench_on_the_targets_file_runs_the_explanation_suite(tmp_pat
     for key in ("span_hit", "span_precision", "evidence_hit_at_1", "relation_accuracy"):
         assert suite["metrics"][key]["value"] == run["metrics"][key]["value"], key
     assert suite["metrics"]["span_hit"]["value"] > 0
+
+
+def test_a_check_input_row_of_this_version_carries_the_relation_and_the_verified_fix() -> None:
+    from halluscope.records import Evidence, Finding, Report
+    from halluscope.tabular import result_row
+
+    report = Report(
+        method="dcr",
+        model="fake",
+        score=0.3,
+        findings=[
+            Finding(
+                description="The source says 40 million.",
+                kind="contradicted",
+                target_spans=[Span(start=25, end=27)],
+                evidence=[Evidence(text=SOURCE[43:107], span=Span(start=43, end=107), relation="contradicts")],
+                evidence_relation="contradicts",
+                fix="The new bridge will cost 40 million euros, Elena Ruiz said.",
+                fix_verified=True,
+                fix_probability=0.9,
+            )
+        ],
+    )
+    row = {"id": ITEM["id"], **result_row(report, SOURCE, SWAPPED)}
+    assert row["findings"][0]["evidence_relation"] == "contradicts" and row["findings"][0]["fix_probability"] == 0.9
+    summary, _ = score_reports([ITEM], {ITEM["id"]: json.loads(json.dumps(row))}, n_bootstrap=0)
+    m = summary["metrics"]
+    assert [m[k]["value"] for k in ("span_hit", "evidence_hit_at_1", "relation_accuracy", "fixes_verified")] == [
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+    ]
+    assert summary["not_reported"] == {"evidence_relation": 0, "fix_verified": 0, "evidence_offsets": 0, "usage": 0}
