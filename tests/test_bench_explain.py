@@ -226,6 +226,8 @@ def test_a_report_that_hits_the_span_scores_one_and_one_that_misses_scores_zero(
     assert m["fixes_verified"]["value"] == 1.0 and m["fixes_restoring_gold"]["value"] == 1.0
     assert m["markup_leaks"] == 0 and m["calls_per_item"]["value"] == 4.0 and m["seconds_per_item"]["value"] == 1.5
     assert hit["method"] == "dcr" and hit["coverage"]["share"] == 1.0
+    as_text = {**_row(ITEM["id"], []), "findings": json.dumps([GOOD])}  # a row read back from CSV
+    assert score_reports([ITEM], {ITEM["id"]: as_text}, n_bootstrap=0)[0]["metrics"] == m
     miss, _ = score_reports([ITEM], {ITEM["id"]: _row(ITEM["id"], [_finding(44, 59)])}, n_bootstrap=0)
     m = miss["metrics"]
     assert m["span_hit"]["value"] == 0.0 and m["evidence_hit_at_1"]["value"] == 0.0

@@ -119,7 +119,13 @@ def report_view(row: dict[str, Any]) -> ReportView:
     report: dict[str, Any] = inner if isinstance(inner, dict) else row
     given = report.get("usage")
     usage: dict[str, Any] = given if isinstance(given, dict) else report
-    findings = [_finding(f) for f in report.get("findings") or [] if isinstance(f, dict)]
+    raw = report.get("findings") or []
+    if isinstance(raw, str):  # a result row converted from CSV or parquet holds its findings as JSON text
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            raw = []
+    findings = [_finding(f) for f in raw if isinstance(f, dict)] if isinstance(raw, list) else []
     return ReportView(
         scored=_number(report.get("score")) is not None,
         findings=findings,
