@@ -249,6 +249,7 @@ def test_a_sentence_wide_finding_has_the_span_share_as_precision_and_a_wrong_pas
     assert m["span_hit"]["value"] == 1.0 and m["span_precision"]["value"] == pytest.approx(2 / len(SWAPPED))
     assert m["evidence_hit_at_1"]["value"] == 0.0 and m["relation_accuracy"]["value"] == 0.0
     assert m["fixes_verified"]["value"] == 0.0 and m["fixes_restoring_gold"]["value"] == 0.0
+    assert m["relation_accuracy_given_hit"]["value"] == 0.0 and m["evidence_hit_at_1_given_hit"]["value"] == 0.0
     assert outcome["relation"] == "not_mentioned" and outcome["fix_restores"] is False
 
 
@@ -309,6 +310,7 @@ def test_missing_and_unscored_reports_count_as_misses_beside_the_scored_only_val
     span = summary["metrics"]["span_hit"]
     assert span["value"] == pytest.approx(1 / 3) and span["scored_only"] == 1.0
     assert span["low"] is not None and span["low"] <= span["value"] <= span["high"]
+    assert summary["metrics"]["relation_accuracy_given_hit"]["value"] == 1.0  # the one item with a hit
     evidence = summary["metrics"]["evidence_hit_at_1"]
     assert evidence["n"] == 2 and evidence["value"] == 0.5  # the invented item has no gold sentence
     assert summary["relations"] == {"contradicts": 2, "not_mentioned": 1}

@@ -26,6 +26,9 @@ halluscope can be scored. A line of the reports file is matched to an item by it
   section header or a format placeholder;
 - calls, prompt and completion tokens and seconds as the report gives them.
 
+The JSON also gives relation accuracy and evidence hit@1 over the items with a span hit alone (``_given_hit``), to
+tell a wrong explanation from a missed finding.
+
 **Unscored and missing reports** (the bench's rule, :data:`halluscope.bench.worst_case.HEADLINE_RULE`): an item
 whose report is missing or unscored counts as a miss for every per-item rate; each rate is also given over the
 scored items alone, beside the coverage. **Fields an older report lacks** (no ``evidence_relation``, no
@@ -323,6 +326,18 @@ def summarize(
         ),
         "relation_accuracy": _rate(
             outcomes, lambda o: 1.0 if o.get("relation") == by_id[o["id"]]["relation"] else 0.0, n_bootstrap, seed
+        ),
+        "relation_accuracy_given_hit": _rate(
+            outcomes,
+            lambda o: (1.0 if o.get("relation") == by_id[o["id"]]["relation"] else 0.0) if o.get("span_hit") else None,
+            n_bootstrap,
+            seed,
+        ),
+        "evidence_hit_at_1_given_hit": _rate(
+            outcomes,
+            among("evidence_hit", lambda o: gold_sentence[o["id"]] and bool(o.get("span_hit"))),
+            n_bootstrap,
+            seed,
         ),
         "fixes_verified": _share(outcomes, "fixes_verified", "fixes_shown", n_bootstrap, seed),
         "fixes_restoring_gold": _rate(with_fix, flag("fix_restores"), n_bootstrap, seed),
