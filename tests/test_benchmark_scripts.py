@@ -2,9 +2,9 @@
 mode (a few items, the scripted fake model or a stub endpoint on 127.0.0.1, a local Ray instance or a
 redis-server on a loopback port where it needs one) and its output is checked, so a maintained tool cannot rot
 unnoticed. The other scripts have their own tests: ``compare_bench_runs.py`` (test_compare_bench_runs),
-``cost.py`` (test_cost_bench), ``lazy_llama_server.py`` (test_lazy_grammar), ``quality_table.py``
-(test_quality_table), ``repeat_tests.sh`` (test_repeat_tests); ``test_every_script_is_run_by_a_test`` keeps this
-list complete."""
+``cost.py`` (test_cost_bench), ``explain_reports.py`` (test_bench_explain), ``lazy_llama_server.py``
+(test_lazy_grammar), ``quality_table.py`` (test_quality_table), ``repeat_tests.sh`` (test_repeat_tests);
+``test_every_script_is_run_by_a_test`` keeps this list complete."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ BENCH = REPO / "benchmarks"
 ELSEWHERE = {
     "compare_bench_runs.py": "test_compare_bench_runs.py",
     "cost.py": "test_cost_bench.py",
+    "explain_reports.py": "test_bench_explain.py",
     "lazy_llama_server.py": "test_lazy_grammar.py",
     "quality_table.py": "test_quality_table.py",
     "repeat_tests.sh": "test_repeat_tests.py",

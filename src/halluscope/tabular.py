@@ -3,9 +3,10 @@
 
 One result row per pair: the pair's own columns, then :data:`RESULT_COLUMNS` - ``score``, ``label``,
 ``unscored_reason``, ``findings`` (each with its kind, description, target ``spans`` and source ``evidence``,
-offsets and text), ``n_findings``, the method and model, and the usage (``calls``, ``prompt_tokens``,
-``completion_tokens``, ``cache_hits``, ``cost_usd``, ``elapsed_s``). A pair that cannot be checked (e.g. an
-empty source) gets an unscored row with the reason, never a dropped row. In CSV and parquet files
+offsets and text, ``evidence_relation``, and ``fix``, ``fix_verified``, ``fix_probability``), ``n_findings``, the
+method and model, and the usage (``calls``, ``prompt_tokens``, ``completion_tokens``, ``cache_hits``,
+``cost_usd``, ``elapsed_s``). A pair that cannot be checked (e.g. an empty source) gets an unscored row with the
+reason, never a dropped row. In CSV and parquet files
 ``findings`` is JSON text (one cell); in JSONL and DataFrames it is a list of dicts. A CSV writes every list cell
 (a source given as chunks) as JSON, the form its input reads, so a results file can be checked again as input
 (its old result columns are then replaced).
@@ -127,7 +128,8 @@ def _evidence_dict(e: Any) -> dict[str, Any]:
 
 def findings_of(report: Report, source: Any, target: str) -> list[dict[str, Any]]:
     """The report's findings as plain dicts: spans and evidence with offsets and the text they cover (and, for a
-    source given as chunks, each evidence's ``chunk`` with its ``chunk_start``/``chunk_end`` inside it)."""
+    source given as chunks, each evidence's ``chunk`` with its ``chunk_start``/``chunk_end`` inside it), the
+    evidence's relation to the flagged text, and the shown fix with its re-verification."""
     out = []
     for f in report.findings:
         out.append(
@@ -136,6 +138,10 @@ def findings_of(report: Report, source: Any, target: str) -> list[dict[str, Any]
                 "description": f.description,
                 "spans": [{"start": s.start, "end": s.end, "text": s.of(target)} for s in f.target_spans],
                 "evidence": [_evidence_dict(e) for e in f.evidence],
+                "evidence_relation": f.evidence_relation,
+                "fix": f.fix,
+                "fix_verified": f.fix_verified,
+                "fix_probability": f.fix_probability,
             }
         )
     return out

@@ -79,6 +79,7 @@ SUITE_MODULES: list[str] = [
     "halluscope.bench.suite_stress",
     "halluscope.bench.suite_improve",
     "halluscope.bench.suite_probe",
+    "halluscope.bench.suite_explain",
 ]
 
 

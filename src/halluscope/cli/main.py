@@ -8,6 +8,9 @@ import typer
 
 from halluscope.cli.bench import bench_command
 from halluscope.cli.bench_citations import bench_citations_command
+from halluscope.cli.bench_explain import build_command as bench_explain_build
+from halluscope.cli.bench_explain import run_command as bench_explain_run
+from halluscope.cli.bench_explain import score_command as bench_explain_score
 from halluscope.cli.bench_sweep import bench_sweep_command
 from halluscope.cli.check import check_command
 from halluscope.cli.fit_combiner import fit_combiner_command
@@ -49,6 +52,11 @@ generate_app = typer.Typer(
     help="Build benchmarks and stress tests (montage lies, perturbations, injections).", no_args_is_help=True
 )
 app.add_typer(generate_app, name="generate")
+bench_explain_app = typer.Typer(
+    help="The explanation benchmark: build the seeded set once, score reports of any version, or run a method.",
+    no_args_is_help=True,
+)
+app.add_typer(bench_explain_app, name="bench-explain")
 
 
 def _print_version(value: bool) -> None:
@@ -212,6 +220,9 @@ app.command("bench-citations")(verbosity_options(bench_citations_command))
 app.command("reproduce")(verbosity_options(reproduce_command))
 app.command("train-verifier")(verbosity_options(train_verifier_command))
 app.command("fit-combiner")(verbosity_options(fit_combiner_command))
+bench_explain_app.command("build")(verbosity_options(bench_explain_build))
+bench_explain_app.command("score")(verbosity_options(bench_explain_score))
+bench_explain_app.command("run")(verbosity_options(bench_explain_run))
 generate_app.command("montage")(verbosity_options(montage_command))
 generate_app.command("perturb")(verbosity_options(perturb_command))
 generate_app.command("inject")(verbosity_options(inject_command))
