@@ -253,6 +253,7 @@ def test_a_papers_option_for_a_stage_is_translated_when_the_options_are_parsed()
     assert DcrOptions.parse("dcr", {"level": "paragraph"}).decomposer == "paragraph"
     assert DcrOptions.parse("dcr", {"level": "sentence"}).decomposer == "sentences"
     assert "level" not in DcrOptions.model_fields  # no code after parsing sees the alias
+    assert {"level", "decomposer"} <= DcrOptions.option_names()  # what reproduce -o accepts for a dcr row
     assert get_method("dcr", llm=fake(), level="paragraph").options()["decomposer"] == "paragraph"
     assert ImproveOptions.parse("improve", {"level": "paragraph"}).level == "paragraph"  # improve's own option
     assert get_method("improve", llm=fake(), level="paragraph").evaluator.chosen["decomposer"][0] == "paragraph"

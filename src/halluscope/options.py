@@ -67,6 +67,11 @@ class MethodOptions(BaseModel):
             ) from None
 
     @classmethod
+    def option_names(cls) -> set[str]:
+        """The option names :meth:`parse` takes: the fields and the stage aliases."""
+        return {*cls.model_fields, *cls.stage_aliases}
+
+    @classmethod
     def translate(cls, method: str, values: Mapping[str, Any]) -> dict[str, Any]:
         """``values`` with each stage alias replaced by the option of its kind's name; a retired spelling, a value
         the alias does not know, or an alias beside its kind's option naming another stage is an
