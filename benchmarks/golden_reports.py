@@ -128,11 +128,10 @@ def fake_model(with_logprobs: bool):
 
 
 def build(method: str | None, options: dict[str, Any], llm: Any) -> Any:
-    from halluscope.config import Config, resolve_method
-    from halluscope.methods import get_method
+    from halluscope.config import Config
+    from halluscope.methods.named import build_method
 
-    name, opts = resolve_method(method, options)
-    return get_method(name, llm=llm, config=Config(), **opts)
+    return build_method(method, config=Config(), llm=llm, options=options)
 
 
 def methods_section(data: Path, only: set[str] | None = None) -> dict[str, Any]:

@@ -418,21 +418,17 @@ def test_dcr_options_are_typed():
     for bad in ({"level": "word"}, {"amc": "maybe"}, {"retrieval": True}, {"top_k": 0}):
         with pytest.raises(OptionsError):
             DCR(llm=fake_llm(), **bad)
-    with pytest.raises(OptionsError, match="Valid options: .*level"):  # RAI is the `improve` method
+    with pytest.raises(OptionsError, match="Valid options: .*amc"):  # RAI is the `improve` method
         DCR(llm=fake_llm(), improve=1)
     opts = DCR(llm=fake_llm(), retrieval="always", top_k=3, window=1).options()
-    assert (opts["retrieval"], opts["top_k"], opts["window"], opts["level"], opts["amc"]) == (
-        "always",
-        3,
-        1,
-        "sentence",
-        "llm",
-    )
+    assert (opts["retrieval"], opts["top_k"], opts["window"], opts["amc"]) == ("always", 3, 1, "llm")
+    assert "level" not in opts and "decomposer" not in opts  # the paper's level is the decomposer, recorded when given
+    assert DCR(llm=fake_llm(), level="paragraph").options()["decomposer"] == "paragraph"
     assert (opts["amc_weights"], opts["batch_size"]) == ("paper", 1)
     for bad in ({"amc_weights": "app_i"}, {"batch_size": 0}):
         with pytest.raises(OptionsError):
             DCR(llm=fake_llm(), **bad)
-    assert all(DCR.Options.model_fields[name].description for name in ("level", "amc", "amc_weights", "batch_size"))
+    assert all(DCR.Options.model_fields[name].description for name in ("amc", "amc_weights", "batch_size"))
     version = DCR(llm=fake_llm()).prompt_version
     assert "dcr_dce_sentence@" in version and "dcr_amc@" in version and "rai_" not in version
     assert "dcr_amc@" not in DCR(llm=fake_llm(), amc="rule").prompt_version
@@ -553,8 +549,8 @@ def test_dcr_switches_to_retrieval_on_context_overflow():
 
 def test_dcr_paragraph_level_refuses_long_sources_explicitly():
     llm = LLM(FakeModel(by_reply=EXCERPT_SCRIPT, context_window=50))
-    report = get_method("dcr", llm=llm, level="paragraph", retriever="bm25").check(SOURCE * 20, TARGET)
-    assert report.score is None and "level=sentence" in report.unscored_reason
+    report = get_method("dcr", llm=llm, decomposer="paragraph", retriever="bm25").check(SOURCE * 20, TARGET)
+    assert report.score is None and "decomposer=sentences" in report.unscored_reason
     assert report.usage.calls == 0
 
 
@@ -677,7 +673,7 @@ def _mixed_script(rng: random.Random, garbage: list[str]) -> dict:
 
 
 @pytest.mark.parametrize(
-    "options", [{}, {"amc": "rule"}, {"level": "paragraph"}, {"retrieval": "always", "retriever": "bm25"}]
+    "options", [{}, {"amc": "rule"}, {"decomposer": "paragraph"}, {"retrieval": "always", "retriever": "bm25"}]
 )
 def test_dcr_garbled_replies_some_judged_some_not_nothing_escapes(options):
     rng = random.Random(str(options))

@@ -243,7 +243,7 @@ def test_fuzzy_dedup_merges_descriptions_pinned_to_the_same_words():
 
 
 def test_factscore_describe_with_fuzzy_dedup():
-    report = get_method("factscore", llm=fake(), dedup="fuzzy").check(SOURCE, TARGET)
+    report = get_method("factscore", llm=fake(), deduplicator="fuzzy").check(SOURCE, TARGET)
     assert report.score == pytest.approx(1 / 3)
     assert [v.label for v in report.verdicts] == ["unsupported", "supported", "unsupported"]
     assert report.subscores == {"claims": 3.0, "judged": 3.0, "supported": 1.0}
@@ -263,7 +263,7 @@ def test_factscore_describe_with_fuzzy_dedup():
 
 def test_factscore_llm_dedup_is_the_default_and_keeps_the_selected_wordings():
     # the paper (FINAL paper, App. C.2) de-duplicates with the LLM: that is the default
-    assert FactScore.Options().dedup == "llm"
+    assert FactScore(llm=fake()).chosen["deduplicator"][0] == "llm"
     report = FactScore(llm=fake()).check(SOURCE, TARGET)
     assert report.details["descriptions_before_dedup"] == 3
     assert len(report.findings) == 2
@@ -271,14 +271,14 @@ def test_factscore_llm_dedup_is_the_default_and_keeps_the_selected_wordings():
     dedup_prompt = report.calls[-1].messages[-1]["content"]
     assert "DESCRIPTIONS:" in dedup_prompt and "1. " in dedup_prompt and "3. " in dedup_prompt
     assert "factscore_dedup@" in FactScore(llm=fake()).prompt_version
-    assert "factscore_dedup@" not in FactScore(llm=fake(), dedup="fuzzy").prompt_version
+    assert "factscore_dedup@" not in FactScore(llm=fake(), deduplicator="fuzzy").prompt_version
     # the kept wordings are descriptions 1 and 3, as the model chose (by number, never reworded)
     kept = sorted(f.description for f in report.findings)
     assert kept == sorted([report.verdicts[0].reason.split("\n")[0], report.verdicts[2].reason.split("\n")[-1]])
 
 
 def test_factscore_llm_dedup_failure_falls_back_explicitly():
-    report = FactScore(llm=fake(by_reply=JUDGE | {"KeepReply": "no idea"}), dedup="llm").check(SOURCE, TARGET)
+    report = FactScore(llm=fake(by_reply=JUDGE | {"KeepReply": "no idea"}), deduplicator="llm").check(SOURCE, TARGET)
     assert "used fuzzy" in report.details["dedup_error"]
     assert len(report.findings) == 2
 
@@ -337,9 +337,9 @@ def test_unsupported_fact_without_description_gets_one():
     def verify(messages):
         return json.dumps({"supported": "month" in fenced(messages, "fact"), "inconsistencies": []})
 
-    report = FactScore(llm=fake(by_reply={"FactsReply": FACTS, "FactJudgmentReply": verify}), dedup="none").check(
-        SOURCE, TARGET
-    )
+    report = FactScore(
+        llm=fake(by_reply={"FactsReply": FACTS, "FactJudgmentReply": verify}), deduplicator="none"
+    ).check(SOURCE, TARGET)
     assert [f.description for f in report.findings][0] == "Not supported by the source: Amazon was investigated."
 
 
@@ -448,7 +448,8 @@ def test_cli_retrieval_options(monkeypatch, tmp_path):
 
 def test_options_validation():
     for bad in (
-        {"dedup": "magic"},
+        {"deduplicator": "magic"},
+        {"dedup": "llm"},
         {"retriever": "tfidf"},
         {"retrieval": True},
         {"dedup_threshold": 101},
@@ -459,7 +460,7 @@ def test_options_validation():
     with pytest.raises(ValueError, match="no verifier stage named"):
         FactScore(llm=fake(), verifier="nope").check(SOURCE, TARGET)
     docs = {row["name"]: row["doc"] for row in FactScore.Options.option_rows()}
-    assert {"describe", "dedup", "dedup_threshold", "retrieval", "top_k", "window", "verifier"} <= set(docs)
+    assert {"describe", "deduplicator", "dedup_threshold", "retrieval", "top_k", "window", "verifier"} <= set(docs)
     assert all(docs.values())
 
 
@@ -565,7 +566,7 @@ def test_the_factscore_verifier_serves_another_claim_method():
 # ---------------------------------------------------------------------------------------------- fuzzing
 
 
-@pytest.mark.parametrize("options", [{}, {"describe": False}, {"dedup": "fuzzy"}])
+@pytest.mark.parametrize("options", [{}, {"describe": False}, {"deduplicator": "fuzzy"}])
 def test_garbled_replies_some_scored_some_not_and_no_finding_without_a_verdict(options):
     rng = random.Random(19)
     pool = garbled_replies(400, seed=19) + PLACEHOLDER_FACTS + PROSE_VERDICTS

@@ -245,6 +245,7 @@ def test_improve_options_are_rounds_plus_dcr_options():
 
     assert set(Improve.Options.model_fields) == set(DCR.Options.model_fields) | {
         "rounds",
+        "level",  # RAI's level, which also chooses DCR's decomposer (DCR's own level is an alias of it)
         "evaluator",
         "evaluator_options",
     }

@@ -37,8 +37,8 @@ def test_a_method_instance_is_used_as_it_is_and_takes_no_settings():
 
 def test_the_entry_points_share_the_one_lookup():
     """No module but methods/named.py turns a missing name into the default method itself, except where the
-    resolved name is shown or cached rather than only built (``halluscope methods``, the service's method cache)
-    and ``halluscope check`` (cli/check.py: to call build_method too)."""
+    resolved name is shown or cached rather than only built (``halluscope methods``, the service's method cache);
+    ``halluscope check`` calls build_method."""
     callers = sorted(
         {
             str(path.relative_to(SRC))
@@ -47,4 +47,4 @@ def test_the_entry_points_share_the_one_lookup():
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "resolve_method"
         }
     )
-    assert callers == ["cli/check.py", "cli/main.py", "methods/named.py", "server/service.py"]
+    assert callers == ["cli/main.py", "methods/named.py", "server/service.py"]

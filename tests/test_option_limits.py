@@ -57,7 +57,7 @@ def test_out_of_range_method_options_are_refused_with_the_allowed_range(method, 
 def test_limits_leave_the_papers_settings_valid() -> None:
     get_method("probe", samples=4, judges=["a", "b", "c", "d"], consensus=0.75, batch_size=8)
     get_method("dcr", top_k=3, window=1, batch_size=16)
-    get_method("factscore", dedup="fuzzy", dedup_threshold=85.0)
+    get_method("factscore", deduplicator="fuzzy", dedup_threshold=85.0)
 
 
 @pytest.mark.parametrize(

@@ -784,19 +784,22 @@ def test_options_and_validation():
         {"retrieval": "sometimes"},
         {"max_evidence": 0},
         {"narrow": "always"},
-        {"evidence": "psychic"},
         {"retrieval": True},
     ):
         with pytest.raises(OptionsError, match="Valid options"):
             make_probe(**bad)
     assert make_probe(judges="gpt-a, gpt-b").options()["judges"] == ["gpt-a", "gpt-b"]
     assert re.search(r"probe_decompose@2#\w+,probe_find_evidence@2#\w+,probe_evaluate@2#\w+", probe.prompt_version)
-    assert "probe_find_evidence" not in make_probe(evidence="retrieval").prompt_version
+    assert "probe_find_evidence" not in make_probe(evidence_finder="top_sentences").prompt_version
+    with pytest.raises(
+        OptionsError, match="evidence=retrieval is no longer an option of probe: write evidence_finder="
+    ):
+        make_probe(evidence="retrieval")
 
 
 def test_retrieval_evidence_finder_makes_no_finder_calls():
     model = FakeModel(by_reply=responder(default_pass))
-    probe = Probe(llm=LLM(model, cache=None), evidence="retrieval", retriever="bm25", max_evidence=2)
+    probe = Probe(llm=LLM(model, cache=None), evidence_finder="top_sentences", retriever="bm25", max_evidence=2)
     report = probe.check(SOURCE, TARGET)
     assert "EvidenceReply" not in model.reply_types
     finder = report.details["verifier"]["evidence_finder"]
@@ -809,7 +812,7 @@ def test_retrieval_evidence_finder_makes_no_finder_calls():
     assert labels(report)["c1"] == "supported" and labels(report)["c3"] == "unsupported"
     snippets = Probe(
         llm=LLM(FakeModel(by_reply=responder(default_pass)), cache=None),
-        evidence="retrieval",
+        evidence_finder="top_sentences",
         retriever="bm25",
         retrieval="always",
         top_k=1,

@@ -85,14 +85,14 @@ def test_each_claim_method_composes_its_own_aggregator_and_localizer_from_its_fl
         assert (method.aggregator.name, method.localizer.name) == (aggregator, localizer)
     dcr = get_method("dcr", llm=fake(), amc_weights="auto")
     assert dcr.aggregator.options.amc_weights == "auto"  # the method's flat option reaches its own aggregator
-    factscore = get_method("factscore", llm=fake(), dedup="fuzzy", dedup_threshold=70.0)
+    factscore = get_method("factscore", llm=fake(), deduplicator="fuzzy", dedup_threshold=70.0)
     assert factscore.localizer.deduplicator().name == "fuzzy"
-    assert factscore.localizer.deduplicator().threshold == 70.0
+    assert factscore.localizer.deduplicator().threshold == 70.0  # the method's flat option reaches its deduplicators
 
 
 def test_a_swapped_localizer_takes_only_its_namespaced_options():
-    probe = get_method("probe", llm=fake(), localizer="factscore", **{"localizer.dedup": "none"})
-    assert probe.localizer.name == "factscore" and probe.localizer.options.dedup == "none"
+    probe = get_method("probe", llm=fake(), localizer="factscore", **{"localizer.deduplicator": "none"})
+    assert probe.localizer.name == "factscore" and probe.localizer.deduplicator().name == "none"
     assert probe.localizer.options.describe is True  # the stage's default, not read from probe
     dcr = get_method("dcr", llm=fake(), aggregator="supported_fraction", amc_weights="auto")
     assert dcr.aggregator.name == "supported_fraction"  # amc_weights stays dcr's, not the swapped stage's
@@ -135,7 +135,9 @@ def test_a_bad_namespaced_option_names_the_stage_and_lists_its_options():
         get_method("factscore", llm=fake(), verifier="dove", **{"verifier.batch_size": 0})
     with pytest.raises(OptionsError, match="verifier.OPTION or .*gate.OPTION or sorter.OPTION"):
         get_method("dove", llm=fake(), **{"retrieval.top_k": 2})
-    with pytest.raises(OptionsError, match="decomposer stage 'dove'"):  # dove's decomposer is chosen: llm = dove
+    with pytest.raises(OptionsError, match="decomposer stage 'dove'"):
+        get_method("dove", llm=fake(), decomposer="dove", **{"decomposer.kind": "x"})
+    with pytest.raises(OptionsError, match="no decomposer is chosen"):  # as on every claim method
         get_method("dove", llm=fake(), **{"decomposer.kind": "x"})
 
 
@@ -226,6 +228,39 @@ def test_cli_check_refuses_a_bad_namespaced_option(tmp_path):
     assert "verifier stage 'probe'" in result.output and "judges" in result.output
 
 
+@pytest.mark.parametrize(
+    ("method", "option", "instead"),
+    [
+        ("probe", "evidence=retrieval", "evidence_finder=probe (was evidence=llm) or evidence_finder=top_sentences"),
+        ("factscore", "dedup=fuzzy", "deduplicator=NAME"),
+        ("dove", "decomposer=llm", "decomposer=dove"),
+    ],
+)
+def test_cli_check_refuses_an_older_spelling_naming_the_new_one(tmp_path, method, option, instead):
+    source, target = tmp_path / "s.txt", tmp_path / "t.txt"
+    source.write_text(SOURCE)
+    target.write_text(TARGET)
+    result = CliRunner().invoke(app, ["check", "-s", str(source), "-t", str(target), "--method", method, "-o", option])
+    assert result.exit_code == 2
+    output = " ".join(result.output.split())
+    assert f"{option} is no longer an option of {method}" in output and instead in output
+
+
+def test_a_papers_option_for_a_stage_is_translated_when_the_options_are_parsed():
+    from halluscope.methods.dcr import DcrOptions
+    from halluscope.methods.improve import ImproveOptions
+
+    assert DcrOptions.parse("dcr", {"level": "paragraph"}).decomposer == "paragraph"
+    assert DcrOptions.parse("dcr", {"level": "sentence"}).decomposer == "sentences"
+    assert "level" not in DcrOptions.model_fields  # no code after parsing sees the alias
+    assert {"level", "decomposer"} <= DcrOptions.option_names()  # what reproduce -o accepts for a dcr row
+    assert get_method("dcr", llm=fake(), level="paragraph").options()["decomposer"] == "paragraph"
+    assert ImproveOptions.parse("improve", {"level": "paragraph"}).level == "paragraph"  # improve's own option
+    assert get_method("improve", llm=fake(), level="paragraph").evaluator.chosen["decomposer"][0] == "paragraph"
+    listed = CliRunner().invoke(app, ["methods", "dcr"])
+    assert "Alias: level=sentence|paragraph is decomposer=sentences|paragraph" in listed.output
+
+
 def test_cli_stages_lists_each_stages_options():
     result = CliRunner().invoke(app, ["stages", "verifier", "probe"])
     assert result.exit_code == 0
@@ -279,40 +314,49 @@ def test_the_decomposer_is_chosen_by_name_on_every_claim_method():
     )
     with pytest.raises(OptionsError, match="level=paragraph and decomposer=sentences"):
         get_method("dcr", llm=fake(), level="paragraph", decomposer="sentences")
+    with pytest.raises(OptionsError, match="level: one of sentence, paragraph"):
+        get_method("dcr", llm=fake(), level="word")
     with pytest.raises(OptionsError, match="no decomposer stage named 'nope'"):
         get_method("probe", llm=fake(), decomposer="nope")
     dove = get_method("dove", llm=fake(), decomposer="sentences", **{"decomposer.claim_kind": "sentence"})
     assert dove.make_decomposer().kind == "sentence"  # dove's event default gives way to the namespaced option
     assert get_method("dove", llm=fake(), decomposer="sentences").make_decomposer().kind == "event"
-    assert get_method("dove", llm=fake(), decomposer="llm").make_decomposer().name == "dove"  # the older spelling
+    assert get_method("dove", llm=fake()).make_decomposer().name == "dove"
+    with pytest.raises(OptionsError, match="decomposer=llm is no longer an option of dove: write decomposer=dove"):
+        get_method("dove", llm=fake(), decomposer="llm")
 
 
-def test_the_deduplicator_is_chosen_by_name_and_dedup_stays_its_alias():
+def test_the_deduplicator_is_chosen_by_name_and_dedup_is_refused():
     method = get_method("factscore", llm=fake(), deduplicator="fuzzy", **{"deduplicator.dedup_threshold": 70.0})
     dedup = method.localizer.deduplicator()
     assert (dedup.name, dedup.threshold) == ("fuzzy", 70.0)
-    assert method.localizer.options.dedup == "fuzzy" and not method.localizer.needs_llm(method.localizer.options)
+    assert method.localizer.options.deduplicator == "fuzzy"
+    assert not method.localizer.needs_llm(method.localizer.options)
     assert "factscore_dedup@" not in method.prompt_version
-    assert get_method("factscore", llm=fake(), dedup="fuzzy").localizer.deduplicator().name == "fuzzy"
-    assert get_method("factscore", llm=fake(), dedup="fuzzy", deduplicator="fuzzy").chosen["deduplicator"][0] == "fuzzy"
-    with pytest.raises(OptionsError, match="dedup=llm and deduplicator=fuzzy"):
-        get_method("factscore", llm=fake(), dedup="llm", deduplicator="fuzzy")
+    assert get_method("factscore", llm=fake()).chosen["deduplicator"][0] == "llm"
+    with pytest.raises(OptionsError, match="dedup=fuzzy is no longer an option of factscore: write deduplicator="):
+        get_method("factscore", llm=fake(), dedup="fuzzy")
+    with pytest.raises(OptionsError, match="dedup=none is no longer an option of localizer stage 'factscore'"):
+        get_method("probe", llm=fake(), localizer="factscore", **{"localizer.dedup": "none"})
     with pytest.raises(OptionsError, match="no deduplicator stage named 'magic'"):
         get_method("factscore", llm=fake(), deduplicator="magic")
     with pytest.raises(OptionsError, match="deduplicator stage 'none'"):
         get_method("factscore", llm=fake(), deduplicator="none", **{"deduplicator.dedup_threshold": 70.0})
 
 
-def test_the_evidence_finder_is_chosen_by_name_and_evidence_stays_its_alias():
+def test_the_evidence_finder_is_chosen_by_name_and_evidence_is_refused():
     method = get_method("probe", llm=fake(), evidence_finder="top_sentences", **{"evidence_finder.max_evidence": 2})
     assert (method.verifier.finder.name, method.verifier.finder.max_evidence) == ("top_sentences", 2)
-    assert get_method("probe", llm=fake(), evidence="retrieval").verifier.finder.name == "top_sentences"
+    flat = get_method("probe", llm=fake(), evidence_finder="top_sentences", max_evidence=4)
+    assert flat.verifier.finder.max_evidence == 4  # the method's flat option reaches its two finders
     assert get_method("probe", llm=fake()).verifier.finder.name == "probe"
-    namespaced = get_method("probe", llm=fake(), verifier="probe", **{"verifier.evidence": "retrieval"})
-    assert namespaced.verifier.finder.name == "top_sentences"  # the verifier's own option, as before
+    namespaced = get_method("probe", llm=fake(), verifier="probe", **{"verifier.evidence_finder": "top_sentences"})
+    assert namespaced.verifier.finder.name == "top_sentences"  # the verifier's own option
     assert "probe_find_evidence" not in method.prompt_version
-    with pytest.raises(OptionsError, match="evidence=llm and evidence_finder=top_sentences"):
-        get_method("probe", llm=fake(), evidence="llm", evidence_finder="top_sentences")
+    with pytest.raises(OptionsError, match="evidence=retrieval is no longer an option of probe: write evidence_finder"):
+        get_method("probe", llm=fake(), evidence="retrieval")
+    with pytest.raises(OptionsError, match="evidence=llm is no longer an option of verifier stage 'probe'"):
+        get_method("dove", llm=fake(), verifier="probe", **{"verifier.evidence": "llm"})
     with pytest.raises(OptionsError, match="only probe's own verifier finds evidence"):
         get_method("probe", llm=fake(), verifier="factscore", evidence_finder="top_sentences")
 

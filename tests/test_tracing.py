@@ -52,7 +52,9 @@ def fake_llm(**kwargs) -> LLM:
 
 
 def test_one_span_per_stage_and_llm_call_with_token_counts(spans):
-    report = get_method("factscore", llm=fake_llm(), config=Config(otel=True), dedup="fuzzy").check(SOURCE, TARGET)
+    report = get_method("factscore", llm=fake_llm(), config=Config(otel=True), deduplicator="fuzzy").check(
+        SOURCE, TARGET
+    )
     finished = spans.get_finished_spans()
     by_name: dict[str, list] = {}
     for span in finished:
@@ -99,7 +101,7 @@ def test_cache_hits_are_spans_without_tokens(spans, tmp_path):
     config = Config(otel=True)
     for _ in range(2):
         llm = LLM(FakeModel(by_reply=JUDGE, name="fake-judge"), cache=cache)
-        get_method("factscore", llm=llm, config=config, dedup="fuzzy").check(SOURCE, TARGET)
+        get_method("factscore", llm=llm, config=config, deduplicator="fuzzy").check(SOURCE, TARGET)
     llm_spans = [s for s in spans.get_finished_spans() if s.name == "chat fake-judge"]
     assert len(llm_spans) == 8
     hits = [s for s in llm_spans if s.attributes["halluscope.cache_hit"]]
@@ -122,7 +124,7 @@ def test_cached_prompt_tokens_reported_when_usage_has_them(spans):
 
 
 def test_no_spans_when_off(spans):
-    get_method("factscore", llm=fake_llm(), config=Config(), dedup="fuzzy").check(SOURCE, TARGET)
+    get_method("factscore", llm=fake_llm(), config=Config(), deduplicator="fuzzy").check(SOURCE, TARGET)
     assert spans.get_finished_spans() == ()
 
 

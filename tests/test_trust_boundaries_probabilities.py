@@ -230,7 +230,9 @@ def test_json_verdicts_drop_a_refused_or_contradicting_probability_and_say_so() 
         return FakeModel(by_reply={"FactsReply": json.dumps(facts), "FactJudgmentReply": judgment}, logprobs=logprobs)
 
     contradicting = label_logprobs({"true": 0.9, "false": 0.1})
-    (verdict,) = get_method("factscore", llm=LLM(fake(contradicting)), dedup="none").check(SOURCE, TARGET).verdicts
+    (verdict,) = (
+        get_method("factscore", llm=LLM(fake(contradicting)), deduplicator="none").check(SOURCE, TARGET).verdicts
+    )
     assert verdict.label == "unsupported" and verdict.support_probability is None
     assert "0.900" in verdict.reason and "contradicts the stated label" in verdict.reason
 
@@ -240,11 +242,13 @@ def test_json_verdicts_drop_a_refused_or_contradicting_probability_and_say_so() 
             for x in label_logprobs({"true": 0.2, "false": 0.8})(reply)
         ]
 
-    (verdict,) = get_method("factscore", llm=LLM(fake(nan_at_label)), dedup="none").check(SOURCE, TARGET).verdicts
+    (verdict,) = (
+        get_method("factscore", llm=LLM(fake(nan_at_label)), deduplicator="none").check(SOURCE, TARGET).verdicts
+    )
     assert verdict.label == "unsupported" and verdict.support_probability is None
     assert "refused" in verdict.reason and "not finite" in verdict.reason
     agreeing = label_logprobs({"true": 0.2, "false": 0.8})
-    (verdict,) = get_method("factscore", llm=LLM(fake(agreeing)), dedup="none").check(SOURCE, TARGET).verdicts
+    (verdict,) = get_method("factscore", llm=LLM(fake(agreeing)), deduplicator="none").check(SOURCE, TARGET).verdicts
     assert verdict.support_probability == pytest.approx(0.2)
 
 
@@ -266,7 +270,7 @@ def test_batched_json_verdicts_drop_a_contradicting_probability_and_say_so() -> 
         # the first entry agrees (true at 0.95), the second says false with P(true) = 0.7
         logprobs=label_logprobs([{"true": 0.95, "false": 0.05}, {"false": 0.3, "true": 0.7}]),
     )
-    report = get_method("factscore", llm=LLM(fake), dedup="none", batch_size=2).check(SOURCE, SOURCE)
+    report = get_method("factscore", llm=LLM(fake), deduplicator="none", batch_size=2).check(SOURCE, SOURCE)
     ok, bad = report.verdicts
     assert ok.support_probability == pytest.approx(0.95)
     assert bad.label == "unsupported" and bad.support_probability is None

@@ -121,7 +121,7 @@ def factscore_fake(probabilities) -> FakeModel:
 
 def test_factscore_verdicts_carry_probabilities_and_the_score_uses_them() -> None:
     fake = factscore_fake(per_answer('"supported": true', {"true": 0.9, "false": 0.1}, {"false": 0.7, "true": 0.3}))
-    report = get_method("factscore", llm=LLM(fake), dedup="none").check(SOURCE, TARGET)
+    report = get_method("factscore", llm=LLM(fake), deduplicator="none").check(SOURCE, TARGET)
     assert [v.support_probability for v in report.verdicts] == pytest.approx([0.9, 0.3])
     assert all(p.top_logprobs for p in fake.params if p.json_schema and "supported" in p.json_schema)
     assert report.score == pytest.approx(0.6)  # mean P(supported), not the 1 of 2 labels
@@ -134,15 +134,18 @@ def test_factscore_verdicts_carry_probabilities_and_the_score_uses_them() -> Non
 
 def test_label_score_stays_available_and_is_used_without_logprobs() -> None:
     labelled = get_method(
-        "factscore", llm=LLM(factscore_fake(label_logprobs({"true": 0.9, "false": 0.1}))), dedup="none", score="label"
+        "factscore",
+        llm=LLM(factscore_fake(label_logprobs({"true": 0.9, "false": 0.1}))),
+        deduplicator="none",
+        score="label",
     ).check(SOURCE, TARGET)
     assert labelled.score == 0.5 and labelled.details["score"]["kind"] == "label"
-    plain = get_method("factscore", llm=LLM(factscore_fake(None)), dedup="none").check(SOURCE, TARGET)
+    plain = get_method("factscore", llm=LLM(factscore_fake(None)), deduplicator="none").check(SOURCE, TARGET)
     assert plain.score == 0.5 and all(v.support_probability is None for v in plain.verdicts)
     assert plain.details["score"]["kind"] == "label"
     assert "no token log-probabilities" in plain.details["score"]["why"]  # said once, in the report
     assert all(f.confidence is None for f in plain.findings)
-    asked = get_method("factscore", llm=LLM(factscore_fake(None)), dedup="none", score="probability")
+    asked = get_method("factscore", llm=LLM(factscore_fake(None)), deduplicator="none", score="probability")
     report = asked.check(SOURCE, TARGET)
     assert report.score is None and "score=probability" in report.unscored_reason
 
@@ -488,7 +491,7 @@ def test_batched_verdicts_get_their_entrys_probability() -> None:
         by_reply={"FactsReply": json.dumps(facts), "FactJudgmentBatchReply": json.dumps(batch)},
         logprobs=label_logprobs([{"false": 0.8, "true": 0.2}, {"true": 0.95, "false": 0.05}]),
     )
-    report = get_method("factscore", llm=LLM(fake), dedup="none", batch_size=2).check(SOURCE, TARGET)
+    report = get_method("factscore", llm=LLM(fake), deduplicator="none", batch_size=2).check(SOURCE, TARGET)
     assert fake.reply_types == ["FactsReply", "FactJudgmentBatchReply"]
     assert [v.support_probability for v in report.verdicts] == pytest.approx([0.95, 0.2])
     # entries that cannot be told apart in the text (no ids) get no probability: nothing is guessed

@@ -2,19 +2,35 @@
 
 ``halluscope methods NAME`` prints the model's fields (type, default, one line of doc each); an unknown or
 mistyped option raises :class:`OptionsError` naming the valid ones (CLI exit 2, HTTP 400).
+
+A stage is chosen only by the option of its kind's name (``decomposer=NAME``, ...). A paper's own name for such a
+choice (DCR's ``level=sentence|paragraph``) is a :class:`StageAlias` of the options model, translated into the kind's
+option when the options are parsed (:meth:`MethodOptions.parse`), so no code after parsing sees it; an older
+spelling that is not a paper's (``retired_spellings``) is refused with the spelling to write instead.
 """
 
 from __future__ import annotations
 
 import typing
-from collections.abc import Sequence
-from typing import Any, Literal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
 
 class OptionsError(ValueError):
     """Bad method options; the message lists what is valid."""
+
+
+@dataclass(frozen=True)
+class StageAlias:
+    """A paper's own option for what is now a stage choice: its values, each the stage of ``kind`` it names."""
+
+    kind: str
+    """The stage kind whose option the alias sets (``decomposer``)."""
+    stages: Mapping[str, str]
+    """The alias's value -> the stage name (``paragraph`` -> ``paragraph``)."""
 
 
 class MethodOptions(BaseModel):
@@ -24,8 +40,15 @@ class MethodOptions(BaseModel):
         extra="forbid", frozen=True, use_attribute_docstrings=True, validate_default=True, allow_inf_nan=False
     )  # NaN and inf are never an option
 
+    stage_aliases: ClassVar[Mapping[str, StageAlias]] = {}
+    """option -> the stage choice it stands for: translated into the kind's option by :meth:`parse`."""
+
+    retired_spellings: ClassVar[Mapping[str, str]] = {}
+    """``option`` or ``option=value`` -> what to write instead: an older spelling :meth:`parse` refuses."""
+
     @classmethod
     def parse(cls, method: str, values: dict[str, Any]) -> MethodOptions:
+        values = cls.translate(method, values)
         unknown = sorted(set(values) - set(cls.model_fields))
         if unknown:
             raise OptionsError(
@@ -42,6 +65,42 @@ class MethodOptions(BaseModel):
             raise OptionsError(
                 f"bad option(s) for {method}: {problems}. Valid options: {', '.join(cls.model_fields) or 'none'}"
             ) from None
+
+    @classmethod
+    def option_names(cls) -> set[str]:
+        """The option names :meth:`parse` takes: the fields and the stage aliases."""
+        return {*cls.model_fields, *cls.stage_aliases}
+
+    @classmethod
+    def translate(cls, method: str, values: Mapping[str, Any]) -> dict[str, Any]:
+        """``values`` with each stage alias replaced by the option of its kind's name; a retired spelling, a value
+        the alias does not know, or an alias beside its kind's option naming another stage is an
+        :class:`OptionsError`."""
+        for key, value in values.items():
+            instead = cls.retired_spellings.get(key)
+            if instead is None and isinstance(value, str):
+                instead = cls.retired_spellings.get(f"{key}={value}")
+            if instead is not None:
+                raise OptionsError(f"{key}={value} is no longer an option of {method}: write {instead}")
+        out = dict(values)
+        for option, alias in cls.stage_aliases.items():
+            if option not in out:
+                continue
+            value = out.pop(option)
+            stage = alias.stages.get(str(value))
+            if stage is None:
+                raise OptionsError(
+                    f"bad option(s) for {method}: {option}: one of {', '.join(alias.stages)} (the same as "
+                    + ", ".join(f"{alias.kind}={name}" for name in alias.stages.values())
+                    + f"), got {value!r}"
+                )
+            given = out.get(alias.kind)
+            if given is not None and given != stage:
+                raise OptionsError(
+                    f"{method}: {option}={value} and {alias.kind}={given} name different {alias.kind} stages; give one"
+                )
+            out[alias.kind] = stage
+        return out
 
     @classmethod
     def option_rows(cls) -> list[dict[str, str]]:
@@ -65,11 +124,13 @@ class StageOptions(MethodOptions):
     (unknown keys refused, ranges checked, one line of doc per field). A stage with no options keeps it empty."""
 
 
-def options_view(name: str, source: type[BaseModel], fields: Sequence[str], doc: str) -> Any:
+def options_view(
+    name: str, source: type[BaseModel], fields: Sequence[str], doc: str, retired: Mapping[str, str] | None = None
+) -> Any:
     """A stage options model (a :class:`StageOptions` subclass) holding ``fields`` of ``source`` (a method's flat
     options), each with the same type, default, bounds, doc and validators: one declaration serves the method's
-    flat option and its stage's. Typed ``Any`` for the type checker, which cannot see the fields of a model built
-    at run time."""
+    flat option and its stage's; ``retired``: its ``retired_spellings``. Typed ``Any`` for the type checker, which
+    cannot see the fields of a model built at run time."""
     infos = source.model_fields
     validators = {}
     for key, decorator in source.__pydantic_decorators__.field_validators.items():
@@ -85,6 +146,8 @@ def options_view(name: str, source: type[BaseModel], fields: Sequence[str], doc:
         **{f: (infos[f].annotation, infos[f]) for f in fields},
     )
     model.__module__ = source.__module__
+    if retired:
+        model.retired_spellings = dict(retired)
     return model
 
 

@@ -200,7 +200,12 @@ def probe_judge_options(
             "source": "The ferry costs 3 million.",
             "target": "The ferry costs 3 million.",
             "method": "probe",
-            "options": {"judges": [f"judge-{i}"], "evidence": "retrieval", "retrieval": "always", "retriever": "bm25"},
+            "options": {
+                "judges": [f"judge-{i}"],
+                "evidence_finder": "top_sentences",
+                "retrieval": "always",
+                "retriever": "bm25",
+            },
         }
         for i in range(n)
     ]

@@ -396,9 +396,9 @@ def check_command(  # noqa: C901 - the check command's flags, each validated whe
 
     Exit status: 0 consistent, 1 inconsistent (a finding, or a score under the threshold), 2 bad usage,
     3 could not score. With --input: 1 if any row is inconsistent, else 3 if any row is unscored, else 0."""
-    from halluscope.config import resolve_method
     from halluscope.llm import LLMError
-    from halluscope.methods import InputError, get_method
+    from halluscope.methods import InputError
+    from halluscope.methods.named import build_method
 
     if json_out:
         if output_format not in (None, "json"):
@@ -452,8 +452,7 @@ def check_command(  # noqa: C901 - the check command's flags, each validated whe
             )
         options["threshold"] = threshold
     try:
-        name, options = resolve_method(method or config.method, options)
-        m = get_method(name, config=config, **options)
+        m = build_method(method, config=config, options=options)
     except (KeyError, TypeError, ValueError) as exc:
         raise fail(str(exc.args[0] if isinstance(exc, KeyError) else exc)) from exc
     if m.uses_llm:

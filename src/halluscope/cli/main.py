@@ -151,6 +151,11 @@ def methods_command(name: str | None = typer.Argument(None, help="Show this meth
             typer.echo(f"      {row['doc']}")
     if rows:
         typer.echo("\nSet with -o NAME=VALUE (CLI), or as keyword arguments in Python.")
+    for option, alias in cls.Options.stage_aliases.items():
+        typer.echo(
+            f"Alias: {option}={'|'.join(alias.stages)} is {alias.kind}={'|'.join(alias.stages.values())} "
+            "(the paper's name, translated when the options are parsed)."
+        )
     details = cls.Details
     keys = details.keys_doc()
     if keys or details.model_config.get("extra") != "allow":

@@ -41,7 +41,7 @@ from halluscope.llm import LLM
 from halluscope.llm.structured import generate_reply
 from halluscope.methods import method_class, register_method
 from halluscope.methods.base import Method
-from halluscope.methods.dcr import DCR, DCR_PROMPTS, DcrDetails, DcrOptions
+from halluscope.methods.dcr import DCR, DCR_PROMPTS, DcrDetails, DcrOptions, Level
 from halluscope.methods.details import MethodDetails
 from halluscope.methods.pipeline import support_p
 from halluscope.methods.rai import (
@@ -214,6 +214,13 @@ class ImproveOptions(DcrOptions):
     the evaluation, as listed here; with another evaluator the options other than ``rounds``, ``level``,
     ``evaluator`` and ``evaluator_options`` are that evaluator's (they end up in ``evaluator_options``)."""
 
+    stage_aliases = {}  # level is improve's own option here (below), not an alias of DCR's decomposer
+
+    level: Level = "sentence"
+    """sentence: the flagged sentences are rewritten, each judged with its own reason (the paper's DCE); paragraph: the
+    whole text at once (needs the whole source). With evaluator=dcr it also chooses DCR's decomposer, as DCR's own
+    level does (sentences or paragraph)."""
+
     rounds: int = Field(default=2, ge=1, le=10)
     """Most rewrite rounds; each rewrite is re-evaluated by the same evaluator (the paper converges within about 2)."""
 
@@ -322,6 +329,7 @@ class Improve(Method):
         if self._evaluator is None:
             if self.opts.evaluator == DEFAULT_EVALUATOR:
                 options = {k: v for k, v in self.opts.model_dump().items() if k in DcrOptions.model_fields}
+                options["level"] = self.opts.level  # DCR's paper option: its decomposer, translated when parsed
             else:
                 options = dict(self.opts.evaluator_options)
             cls = method_class(self.opts.evaluator)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import halluscope.methods as registry
 from halluscope.config import Config, resolve_method
-from halluscope.methods import get_method
 from halluscope.methods.base import Method
 
 
@@ -32,4 +32,4 @@ def build_method(
     if model is not None:
         config = config.with_overrides(model=model)
     name, resolved = resolve_method(method or config.method, dict(options or {}))
-    return get_method(name, llm=llm, config=config, **resolved)
+    return registry.get_method(name, llm=llm, config=config, **resolved)  # looked up when called (a test's seam)

@@ -131,12 +131,6 @@ class ClaimPipeline(Method):
     default_localizer: ClassVar[str] = "claims"
     extra_kinds: ClassVar[tuple[str, ...]] = ()
     """The method's own stage kinds beyond the shared ones (from :data:`METHOD_KINDS`)."""
-    legacy_options: ClassVar[dict[str, tuple[str, dict[str, str]]]] = {}
-    """kind -> (an older option that names the method's own stage of that kind, its values' stage names), e.g.
-    FActScore's ``dedup``: the option keeps working and chooses the default; given with the kind's option, the
-    two must agree."""
-    stage_aliases: ClassVar[dict[str, dict[str, str]]] = {}
-    """kind -> {value of the kind's option: stage name}: an older spelling (DoveScore's ``decomposer=llm``)."""
     probability_threshold: ClassVar[float | None] = 0.5
     """P(supported) = 0.5 is where a claim turns from supported to flagged (``explain_below``'s default), so a
     probability score under 0.5 means the claims lean unsupported on average; ``score=label`` keeps the paper's
@@ -194,26 +188,14 @@ class ClaimPipeline(Method):
         verifier the method's own (``-o verifier=NAME`` still replaces it, as it replaces the paper's)."""
         if kind == "verifier" and getattr(self.opts, "order", None) == "verdict_first":
             return "verdict_first"
-        legacy = self.legacy_options.get(kind)
-        if legacy is not None:
-            option, names = legacy
-            value = getattr(self.opts, option)
-            return str(names.get(value, value))
         return getattr(self, f"default_{kind}", None)
 
     def chosen_name(self, kind: str) -> str | None:
-        """The stage of ``kind`` this instance builds: the one its option names, else the method's own."""
+        """The stage of ``kind`` this instance builds: the one its option names, else the method's own. (A paper's
+        own name for the choice, DCR's ``level``, was translated into the kind's option when the options were
+        parsed: :class:`~halluscope.options.StageAlias`.)"""
         given = getattr(self.opts, kind, None) if kind in self.Options.model_fields else None
-        if not given:
-            return self.default_stage(kind)
-        name = self.stage_aliases.get(kind, {}).get(given, given)
-        legacy = self.legacy_options.get(kind)
-        if legacy is not None and legacy[0] in self.opts.model_fields_set and self.default_stage(kind) != name:
-            raise OptionsError(
-                f"{self.name}: {legacy[0]}={getattr(self.opts, legacy[0])} and {kind}={given} name "
-                f"different {kind} stages; give one"
-            )
-        return str(name)
+        return str(given) if given else self.default_stage(kind)
 
     def own_stage_options(self, kind: str, name: str) -> dict[str, Any]:
         """The options the method gives its own stage of ``kind``: its values of the options the stage declares."""
@@ -249,7 +231,7 @@ class ClaimPipeline(Method):
             try:
                 fields = stage_spec(kind, chosen).options_model.model_fields
             except OptionsError:
-                continue  # an alias (dove's decomposer=llm) or a bad name: refused where it is resolved
+                continue  # a bad name: refused where it is resolved
             misplaced = [k for k in options if k not in self.Options.model_fields and k in fields]
             if misplaced:
                 raise OptionsError(

@@ -116,7 +116,7 @@ FINAL = Protocol(
         Row("zero_shot", "E2E Zero-Shot", _FINAL_METRICS, "localize", {"style": "zero_shot"}),
         Row("few_shot", "E2E Few-Shot", _FINAL_METRICS, "localize", {"style": "few_shot"}),
         Row("cot", "E2E CoT", _FINAL_METRICS, "localize", {"style": "cot"}),
-        Row("factscore", "Pipeline FactScore", _FINAL_METRICS, "factscore", {"describe": True, "dedup": "llm"}),
+        Row("factscore", "Pipeline FactScore", _FINAL_METRICS, "factscore", {"describe": True, "deduplicator": "llm"}),
         Row("self_cot", "2-Step Self + CoT", _FINAL_METRICS, "localize", {"style": "cot", "filter": "self"}),
         Row(
             "self_cot_hint",

@@ -67,7 +67,7 @@ async def run_row(
         row = replace(row, options={**row.options, row.checkpoint.option: row.checkpoint.stage(location)})
     try:
         cls = method_class(row.method)  # type: ignore[arg-type]
-        extra = {k: v for k, v in options.items() if k in cls.Options.model_fields and k not in row.options}
+        extra = {k: v for k, v in options.items() if k in cls.Options.option_names() and k not in row.options}
         # the papers' protocol: each verdict's reasoning before its label, the score from the labels
         pinned = {k: v for k, v in PAPER_ORDER.items() if k in cls.Options.model_fields and k not in row.options}
         record["options"] = {**extra, **pinned, **row.options}
@@ -172,7 +172,7 @@ async def run_reproduce(
     if options:
         from halluscope.methods import method_class
 
-        accepted = {k for r in rows for k in method_class(r.method).Options.model_fields}  # type: ignore[arg-type]
+        accepted = {k for r in rows for k in method_class(r.method).Options.option_names()}  # type: ignore[arg-type]
         unused = sorted(set(options) - accepted)
         if unused:
             raise ReproduceError(

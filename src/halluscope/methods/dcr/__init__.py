@@ -1,7 +1,7 @@
 """``dcr``: Divide-Conquer-Reasoning consistency evaluation (DCR paper, §3.1-3.2, App. G and I) on the claim
 pipeline.
 
-    target --decomposer "sentences" (level=sentence) | "paragraph" (level=paragraph)--> units
+    target --decomposer "sentences" | "paragraph" (the paper's level=sentence|paragraph)--> units
            --RetrievalSelector--> whole source | K snippets per sentence
            --verifier "dcr" (DCE + AMC)--> one verdict per unit, marked +1/-1
            --DCR.aggregate--> Z = (sum z + alpha) / (k + beta), score (Z + 1) / 2

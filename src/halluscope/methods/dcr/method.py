@@ -23,7 +23,7 @@ from halluscope.methods.dcr.scoring import LABEL_MARKS, AmcWeights
 from halluscope.methods.dcr.verifier import DceNotes, DcrVerifier
 from halluscope.methods.details import MethodDetails
 from halluscope.methods.pipeline import ClaimPipeline, support_p
-from halluscope.options import MAX_BATCH_SIZE, ClaimOptions
+from halluscope.options import MAX_BATCH_SIZE, ClaimOptions, StageAlias
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Verdict
 from halluscope.stages import Aggregate, Context, Selection
@@ -33,11 +33,12 @@ Level = Literal["sentence", "paragraph"]
 
 
 class DcrOptions(ClaimOptions):
-    """DCR's own settings on top of the shared retrieval protocol and swappable verifier."""
+    """DCR's own settings on top of the shared retrieval protocol and swappable verifier. The paper's
+    ``level=sentence`` (each target sentence judged with its own reason, DCE) and ``level=paragraph`` (the whole
+    target at once; needs the whole source) are the decomposer stages ``sentences`` and ``paragraph``: ``level`` is
+    translated into ``decomposer`` when the options are parsed."""
 
-    level: Level = "sentence"
-    """sentence: each target sentence judged with its own reason (the paper's DCE); paragraph: the whole target at once
-    (needs the whole source)."""
+    stage_aliases = {"level": StageAlias("decomposer", {"sentence": "sentences", "paragraph": "paragraph"})}
 
     amc: AmcMode = "llm"
     """How reasons become +1/-1: llm (a call that reads only the reasons, the paper's AMC) or rule (the verdict words
@@ -69,11 +70,11 @@ class DCR(ClaimPipeline):
     default_verifier = "dcr"
     default_aggregator = "dcr"
     default_localizer = "dcr"
-    legacy_options = {"decomposer": ("level", {"sentence": "sentences", "paragraph": "paragraph"})}
+    default_decomposer = "sentences"
 
     @property
     def paragraph_level(self) -> bool:
-        """Whether the whole target is judged at once (``level=paragraph``, or ``decomposer=paragraph``)."""
+        """Whether the whole target is judged at once (``decomposer=paragraph``, the paper's ``level=paragraph``)."""
         return self.chosen["decomposer"][0] == "paragraph"
 
     def used_prompts(self) -> list[PromptTemplate]:
@@ -111,7 +112,7 @@ class DCR(ClaimPipeline):
         if self.paragraph_level and selection.mode == "retrieval":
             why = (
                 f"paragraph-level DCR needs the whole source in one prompt, but {selection.why}; use "
-                "level=sentence, which works on long sources through retrieval"
+                "decomposer=sentences (level=sentence), which works on long sources through retrieval"
             )
             return [Verdict.unscored(c, why) for c in claims], {}
         return await super().verify(claims, selection, source)

@@ -36,10 +36,12 @@ if TYPE_CHECKING:
 
 
 class DoveOptions(ClaimOptions):
-    decomposer: str = "llm"
-    """llm (the paper's, the decomposer stage dove): event and descriptive facts, pronouns resolved; sentences: every
-    target sentence is an event fact (no call); or any registered decomposer (`halluscope stages decomposer`), whose
-    claims of kind descriptive are descriptive facts and every other claim an event fact."""
+    retired_spellings = {"decomposer=llm": "decomposer=dove (DoveScore's own decomposer, the default)"}
+
+    decomposer: str | None = None
+    """dove (the default, the paper's): event and descriptive facts, pronouns resolved; sentences: every target
+    sentence is an event fact (no call); or any registered decomposer (`halluscope stages decomposer`), whose claims
+    of kind descriptive are descriptive facts and every other claim an event fact."""
 
     batch_size: int = Field(default=1, ge=1, le=MAX_BATCH_SIZE)
     """Facts per fact-checker call when the whole source is sent (1 = the paper's one call per fact)."""
@@ -79,7 +81,6 @@ class Dove(ClaimPipeline):
     default_decomposer = "dove"
     default_sorter = "llm"
     extra_kinds = ("sorter",)
-    stage_aliases = {"decomposer": {"llm": "dove"}}
 
     def __init__(self, llm: LLM | None = None, config: Config | None = None, **options: Any):
         super().__init__(llm, config, **options)

@@ -27,14 +27,15 @@ What is FActScore's own (the rest is the pipeline's):
   judged fact gives an unscored Report.
 * **Describe + de-duplicate** (``describe=True``): the same error often shows up in several facts, so the
   descriptions of all unsupported facts are de-duplicated into one list of Findings.
-  ``dedup="llm"`` (default, the paper's approach): the model picks, by number, which description to keep from
+  ``deduplicator="llm"`` (default, the paper's approach): the model picks, by number, which description to keep from
   each group of duplicates (selecting by number guarantees it cannot reword them); if its reply is unusable
-  the fuzzy de-duplication is used and ``details["dedup_error"]`` says why. ``dedup="fuzzy"`` (no LLM call):
+  the fuzzy de-duplication is used and ``details["dedup_error"]`` says why. ``deduplicator="fuzzy"`` (no LLM call):
   descriptions whose word-order-insensitive similarity is >= ``dedup_threshold`` or that quote the same
   target words are merged (conservative: near-identical wordings only); more than 2,000 descriptions are not
-  compared pairwise (only identical wordings and spans merge; ``details["dedup_note"]`` says so). ``dedup="none"`` keeps
-  every description. A fact judged unsupported without any description gets one saying so. A Finding's spans are
-  the target words its description quotes, else the sentences of the facts it came from.
+  compared pairwise (only identical wordings and spans merge; ``details["dedup_note"]`` says so).
+  ``deduplicator="none"`` keeps every description. A fact judged unsupported without any description gets one
+  saying so. A Finding's spans are the target words its description quotes, else the sentences of the facts it
+  came from.
 
 With another verifier (``-o verifier=probe``) its verdicts are used as they are; each unsupported fact then
 contributes one description (the fact and the verifier's reason), de-duplicated the same way.

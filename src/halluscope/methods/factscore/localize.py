@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from halluscope.llm.base import CallBudgetExceeded, LLMError
-from halluscope.methods.factscore.options import FactScoreOptions
+from halluscope.methods.factscore.options import DEFAULT_DEDUPLICATOR, RETIRED_DEDUP, FactScoreOptions
 from halluscope.methods.factscore.verifier import FactScoreVerifier
 from halluscope.methods.verdict_first import VerdictFirst
 from halluscope.options import StageOptions, options_view
@@ -22,6 +22,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from halluscope.stages.protocols import PipelineRun
 
 
+def _deduplicator(options: Any) -> str:
+    """The deduplicator the localizer's options name, else FActScore's own."""
+    return str(options.deduplicator or DEFAULT_DEDUPLICATOR)
+
+
 @register_stage("factscore", "localizer")
 class FactScoreLocalizer:
     """One finding per distinct inconsistency: the descriptions of every unsupported fact, de-duplicated
@@ -32,8 +37,9 @@ class FactScoreLocalizer:
     Options: ClassVar[type[StageOptions]] = options_view(
         "FactScoreLocalizerOptions",
         FactScoreOptions,
-        ["describe", "dedup", "dedup_threshold"],
-        "FActScore's findings: described inconsistencies de-duplicated across facts (dedup names the deduplicator).",
+        ["describe", "deduplicator", "dedup_threshold"],
+        "FActScore's findings: described inconsistencies de-duplicated across facts (by the deduplicator named).",
+        retired=RETIRED_DEDUP,
     )
 
     def __init__(
@@ -46,7 +52,7 @@ class FactScoreLocalizer:
         deduplicator: Callable[[], Deduplicator] | None = None,
     ):
         """``deduplicator``: builds the de-duplication stage (the factscore method's chosen one, with its options);
-        without it the stage ``dedup`` names is built here."""
+        without it the stage its ``deduplicator`` option names is built here."""
         self.llm = model
         self.options: Any = options or self.Options()
         self.prompts = prompts
@@ -57,18 +63,19 @@ class FactScoreLocalizer:
     def needs_llm(cls, options: Any) -> bool:
         """The model is called only to de-duplicate descriptions, with a deduplicator that calls one."""
         return bool(options.describe) and bool(
-            getattr(stage_spec("deduplicator", options.dedup).factory, "uses_llm", True)
+            getattr(stage_spec("deduplicator", _deduplicator(options)).factory, "uses_llm", True)
         )
 
     def deduplicator(self) -> Deduplicator:
         """A fresh ``deduplicator`` stage (its ``note`` is about one call), with this localizer's threshold."""
         if self.make_deduplicator is not None:
             return self.make_deduplicator()
-        spec = stage_spec("deduplicator", self.options.dedup)
+        name = _deduplicator(self.options)
+        spec = stage_spec("deduplicator", name)
         fields = spec.options_model.model_fields
         options = {"dedup_threshold": self.options.dedup_threshold} if "dedup_threshold" in fields else {}
         model = self.llm if getattr(spec.factory, "uses_llm", True) else None
-        return build_stage("deduplicator", self.options.dedup, model, options, prompts=self.prompts)  # type: ignore[no-any-return]
+        return build_stage("deduplicator", name, model, options, prompts=self.prompts)  # type: ignore[no-any-return]
 
     async def __call__(self, run: PipelineRun) -> list[Finding]:
         flagged = [v for v in run.verdicts if v.label in ("unsupported", "contradicted")]

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 from halluscope.methods import register_method
 from halluscope.methods.details import MethodDetails
 from halluscope.methods.factscore.details import FactScoreDetails
+from halluscope.methods.factscore.options import DEFAULT_DEDUPLICATOR
 from halluscope.methods.factscore.options import FactScoreOptions as FactScoreOptions  # importable here as before
 from halluscope.methods.factscore.prompts import (
     FACTSCORE_DECOMPOSE_PROMPT,
@@ -44,8 +45,8 @@ class FactScore(ClaimPipeline):
     default_verifier = "factscore"
     default_localizer = "factscore"
     default_decomposer = "factscore"
+    default_deduplicator = DEFAULT_DEDUPLICATOR
     extra_kinds = ("deduplicator",)
-    legacy_options = {"deduplicator": ("dedup", {})}
 
     @property
     def dedups(self) -> bool:
@@ -54,11 +55,18 @@ class FactScore(ClaimPipeline):
         return name == "factscore" and bool(getattr(options, "describe", False))
 
     def own_stage_options(self, kind: str, name: str) -> dict[str, Any]:
-        """FActScore's localizer names the chosen deduplicator (``dedup``, or ``deduplicator``)."""
+        """FActScore's localizer names the chosen deduplicator."""
         own = super().own_stage_options(kind, name)
         if kind == "localizer":
-            own["dedup"] = self.chosen_name("deduplicator")
+            own["deduplicator"] = self.chosen_name("deduplicator")
         return own
+
+    def method_stage_options(self, kind: str, name: str) -> dict[str, Any]:
+        """FActScore's three deduplicators (``llm``, ``fuzzy``, ``none``) get the method's ``dedup_threshold`` when
+        they declare it, whichever ``deduplicator`` chose them."""
+        if kind == "deduplicator" and name in (DEFAULT_DEDUPLICATOR, "fuzzy", "none"):
+            return {"dedup_threshold": self.opts.dedup_threshold}
+        return {}
 
     def stage_collaborators(self, kind: str) -> dict[str, Any]:
         """FActScore's localizer gets the chosen deduplicator (with its namespaced options), a fresh one per check."""

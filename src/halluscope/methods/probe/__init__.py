@@ -7,8 +7,8 @@ and scored on its own (see :mod:`halluscope.bench.suite_probe`):
    with the target segment it came from, mapped to a character span of the target.
 2. **evidence finding** (evidence finder ``probe``, :mod:`.evidence`): the model quotes the passages of the
    context (the whole source, or a retrieved snippet) that bear on a claim; every quote is located in the
-   source with exact offsets, invented quotes are rejected and recorded. ``evidence=retrieval`` uses the
-   retriever's top sentences instead (finder ``top_sentences``, no LLM call).
+   source with exact offsets, invented quotes are rejected and recorded. ``evidence_finder=top_sentences`` uses
+   the retriever's top sentences instead (finder ``top_sentences``, no LLM call).
 3. **evidence evaluation** (:mod:`.judge`): does each passage ALONE support the claim? PASS/FAIL per judge;
    a passage is accepted when the PASS votes reach ``consensus`` of ALL the votes, an unusable vote counting
    against (the paper: at least 3 of 4 models, 0.75); with fewer than half of the votes usable it is undecided

@@ -20,7 +20,7 @@ from halluscope.methods import register_method
 from halluscope.methods.details import MethodDetails
 from halluscope.methods.pipeline import ClaimPipeline
 from halluscope.methods.probe.details import ProbeDetails
-from halluscope.methods.probe.options import ProbeOptions
+from halluscope.methods.probe.options import DEFAULT_EVIDENCE_FINDER, ProbeOptions
 from halluscope.methods.probe.replies import (
     DECOMPOSE_PROMPT,
     EVALUATE_BATCH_PROMPT,
@@ -30,9 +30,10 @@ from halluscope.methods.probe.replies import (
 )
 from halluscope.methods.probe.trace import ProbeTrace
 from halluscope.methods.probe.verifier import ProbeVerifier
-from halluscope.options import OptionsError
+from halluscope.options import OptionsError, own_options
 from halluscope.prompts import PromptTemplate
 from halluscope.records import Claim, Report
+from halluscope.stages import stage_spec
 from halluscope.stages.trace import RunTrace
 
 
@@ -56,8 +57,8 @@ class Probe(ClaimPipeline):
     default_aggregator = "probe"
     default_localizer = "probe"
     default_decomposer = "probe"
+    default_evidence_finder = DEFAULT_EVIDENCE_FINDER
     extra_kinds = ("evidence_finder",)
-    legacy_options = {"evidence_finder": ("evidence", {"llm": "probe", "retrieval": "top_sentences"})}
     opts: ProbeOptions
 
     def __init__(self, llm: LLM | None = None, config: Config | None = None, **options: Any):
@@ -74,11 +75,19 @@ class Probe(ClaimPipeline):
             )
 
     # -- stages -------------------------------------------------------------------------------------------
+    def method_stage_options(self, kind: str, name: str) -> dict[str, Any]:
+        """PROBE's two evidence finders (``probe``, ``top_sentences``) get the method's options they declare
+        (``max_evidence``, ``retriever``), whichever ``evidence_finder`` chose them."""
+        if kind == "evidence_finder" and name in (DEFAULT_EVIDENCE_FINDER, "top_sentences"):
+            return own_options(stage_spec(kind, name).options_model, self.opts)
+        return {}
+
     def stage_collaborators(self, kind: str) -> dict[str, Any]:
-        """PROBE's verifier gets the chosen evidence finder (``evidence``, or ``evidence_finder``), unless only its
-        own namespaced ``verifier.evidence`` names one."""
+        """PROBE's verifier gets the chosen evidence finder (``evidence_finder``), unless only its own namespaced
+        ``verifier.evidence_finder`` names one."""
         if kind != "verifier" or (
-            "evidence" in self.stage_given.get("verifier", {}) and "evidence_finder" not in self.opts.model_fields_set
+            "evidence_finder" in self.stage_given.get("verifier", {})
+            and "evidence_finder" not in self.opts.model_fields_set
         ):
             return {}
         return {"evidence_finder": self._build_own("evidence_finder")}

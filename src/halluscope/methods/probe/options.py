@@ -10,10 +10,17 @@ from halluscope.options import MAX_BATCH_SIZE, ClaimOptions, options_view
 
 MAX_JUDGES = 8
 MAX_SAMPLES = 20
+DEFAULT_EVIDENCE_FINDER = "probe"
+"""PROBE's own evidence finder (the paper's step 2), used when ``evidence_finder`` names none."""
+RETIRED_EVIDENCE = {
+    "evidence": "evidence_finder=probe (was evidence=llm) or evidence_finder=top_sentences (was evidence=retrieval)"
+}
 
 
 class ProbeOptions(ClaimOptions):
     """PROBE's own settings on top of the shared retrieval protocol and swappable verifier."""
+
+    retired_spellings = RETIRED_EVIDENCE
 
     judges: list[Annotated[str, StringConstraints(min_length=1, max_length=200)]] | None = Field(
         default=None, max_length=MAX_JUDGES
@@ -37,18 +44,15 @@ class ProbeOptions(ClaimOptions):
     context_sentences: int = Field(default=2, ge=0, le=20)
     """Source sentences shown on each side of a passage as surrounding context when it is judged."""
 
-    evidence: Literal["llm", "retrieval"] = "llm"
-    """llm: the model quotes the source, quotes verified (the paper); retrieval: the top source sentences, no LLM."""
-
     batch_size: int = Field(default=1, ge=1, le=MAX_BATCH_SIZE)
     """With the whole source: claims per evidence-finding call, and claims per evaluation call among those that quoted
     the same passage; each claim still judged on its own (1 = the paper's calls per claim and per passage; with
     retrieval each claim keeps its own calls)."""
 
     evidence_finder: str | None = None
-    """The evidence finder stage by its kind's name (`halluscope stages evidence_finder`; the same choice as evidence,
-    which it replaces when given: probe = llm, top_sentences = retrieval); its options as evidence_finder.OPTION. Used
-    by probe's own verifier."""
+    """The evidence finder stage (`halluscope stages evidence_finder`): probe (the default, the paper's: the model
+    quotes the source, quotes verified) or top_sentences (the top source sentences, no LLM), or any registered one; its
+    options as evidence_finder.OPTION. Used by probe's own verifier."""
 
     on_decompose_error: Literal["sentences", "unscored"] = "sentences"
     """On an unusable decomposition reply: check the target's sentences as claims, or return an unscored report."""
@@ -74,11 +78,12 @@ ProbeVerifierOptions = options_view(
         "consensus",
         "max_evidence",
         "context_sentences",
-        "evidence",
+        "evidence_finder",
         "retriever",
         "batch_size",
     ],
-    "PROBE's evidence finding and evaluation (steps 2-3); retriever: that of evidence=retrieval.",
+    "PROBE's evidence finding and evaluation (steps 2-3); retriever: that of evidence_finder=top_sentences.",
+    retired=RETIRED_EVIDENCE,
 )
 ProbeDecomposerOptions = options_view(
     "ProbeDecomposerOptions", ProbeOptions, ["on_decompose_error"], "PROBE's decomposition (step 1)."

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from halluscope.methods.batching import BatchCall, BatchStep, gather_or_cancel, judge_in_batches
 from halluscope.methods.probe.evidence import ProbeEvidenceFinder, QuoteSearch, SourceSentences, context_around
 from halluscope.methods.probe.judge import EvidenceEvaluator, EvidenceJudgment, Judge
-from halluscope.methods.probe.options import ProbeVerifierOptions
+from halluscope.methods.probe.options import DEFAULT_EVIDENCE_FINDER, ProbeVerifierOptions
 from halluscope.methods.probe.replies import (
     EVALUATE_BATCH_PROMPT,
     EVALUATE_PROMPT,
@@ -156,11 +156,11 @@ class ProbeVerifier(LLMVerifier):
     ):
         """``named_llm``: a client for a judge model named in ``judges`` (at the main model's endpoint); needed
         only when ``judges`` names models. ``evidence_finder``: the evidence finder stage to use (the probe
-        method's chosen one); without it the one ``evidence`` names is built here."""
+        method's chosen one); without it the one the ``evidence_finder`` option names is built here."""
         super().__init__(model, options, prompts=prompts)
         self.opts = self.options
         if evidence_finder is None:
-            finder = "top_sentences" if self.opts.evidence == "retrieval" else "probe"
+            finder = self.opts.evidence_finder or DEFAULT_EVIDENCE_FINDER
             spec = stage_spec("evidence_finder", finder)
             evidence_finder = build_stage(
                 "evidence_finder",
