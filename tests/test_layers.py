@@ -79,6 +79,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "halluscope.integrations.*",
             "halluscope.verifier_training",
             "halluscope.tabular",
+            "halluscope.citation_columns",
             "halluscope.testing",
             "halluscope.pytest_plugin",
         ),

@@ -120,16 +120,14 @@ def run_command(
     """Check the set's targets with a method in-process (resumable, as `check --input` does: the reports go to
     OUTPUT/reports.jsonl) and score them."""
     from halluscope.bench.explain_set import write_targets
-    from halluscope.config import resolve_method
-    from halluscope.methods import get_method
+    from halluscope.methods.named import build_method
     from halluscope.sync import run_sync
     from halluscope.tabular import TableError, check_file
 
     items = _items(explain_set)
     config = flags.config()
-    name, options = resolve_method(method or config.method, parse_options(option))
     try:
-        chosen = get_method(name, config=config, **options)
+        chosen = build_method(method, config=config, options=parse_options(option))
     except (KeyError, TypeError, ValueError) as exc:
         raise fail(str(exc).strip("'\"")) from exc
     output.mkdir(parents=True, exist_ok=True)
