@@ -63,7 +63,7 @@ from halluscope.tracing import stage_span
 SHARED_KINDS = ("decomposer", "context_selector", "verifier", "aggregator", "localizer")
 """The stage kinds every claim method builds one of, each chosen by the option of its kind's name."""
 SWAPPABLE = (*SHARED_KINDS, "gate")  # the stage kinds every claim method lets the user choose
-SHARED_OPTION_STAGES = ("verdict_first",)
+SHARED_OPTION_STAGES = ("verdict_first", "fused")
 """Stages whose options every claim method declares as its own (``explain_below``, ``explain``, ``explain_max``):
 they get the method's values however they are chosen (``order=verdict_first`` or ``verifier=verdict_first``)."""
 METHOD_KINDS = ("sorter", "evidence_finder", "deduplicator")
