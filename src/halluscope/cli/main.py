@@ -8,9 +8,11 @@ import typer
 
 from halluscope.cli.bench import bench_command
 from halluscope.cli.bench_citations import bench_citations_command
+from halluscope.cli.bench_fused import bench_fused_command
 from halluscope.cli.bench_sweep import bench_sweep_command
 from halluscope.cli.check import check_command
 from halluscope.cli.fit_combiner import fit_combiner_command
+from halluscope.cli.fit_verifier import fit_verifier_command
 from halluscope.cli.generate_inject import inject_command
 from halluscope.cli.generate_montage import montage_command
 from halluscope.cli.generate_perturb import perturb_command
@@ -212,6 +214,8 @@ app.command("bench-citations")(verbosity_options(bench_citations_command))
 app.command("reproduce")(verbosity_options(reproduce_command))
 app.command("train-verifier")(verbosity_options(train_verifier_command))
 app.command("fit-combiner")(verbosity_options(fit_combiner_command))
+app.command("fit-verifier")(verbosity_options(fit_verifier_command))
+app.command("bench-fused")(verbosity_options(bench_fused_command))
 generate_app.command("montage")(verbosity_options(montage_command))
 generate_app.command("perturb")(verbosity_options(perturb_command))
 generate_app.command("inject")(verbosity_options(inject_command))
