@@ -165,7 +165,7 @@ class ClaimPipeline(Method):
             if name is None:  # a subclass that builds this stage itself (its own make_decomposer)
                 continue
             fields = stage_spec(kind, name).options_model.model_fields  # fails early on a bad name
-            shared = name == self.default_stage(kind) or name in SHARED_OPTION_STAGES
+            shared = name == self.default_stage(kind) or name.partition(":")[0] in SHARED_OPTION_STAGES
             own = self.own_stage_options(kind, name) if shared else {}
             own.update({k: v for k, v in self.method_stage_options(kind, name).items() if k in fields})
             self.chosen[kind] = (
