@@ -30,6 +30,7 @@ def features(judge_p: float | None, **values: float) -> ClaimFeatures:
     base.update(embedding_missing=1.0, log_length=2.0)
     base.update(values)
     base.update(judge_logit=logit(judge_p) if judge_p is not None else 0.0, judge_missing=float(judge_p is None))
+    base.update(judge_prob=judge_p if judge_p is not None else 0.5)
     return ClaimFeatures(claim_id="c", judge_p=judge_p, **base)
 
 
@@ -217,3 +218,14 @@ def test_item_scores_are_the_mean_fused_probability():
     (score,) = item_scores(model, items[:1])
     assert score == pytest.approx(float(np.mean(model.predict(items[0].features))))
     assert isinstance(model, FusedModel)
+
+
+def test_the_label_rules_weigh_the_claims_of_an_inconsistent_item_as_documented():
+    owner, labels, p = np.array([0, 0, 1, 1]), np.array([1, 0]), np.array([0.9, 0.8, 0.9, 0.2])
+    pos, neg = F.claim_weights("lowest", p, owner, labels)
+    assert pos.tolist() == [1, 1, 0, 0] and neg.tolist() == [0, 0, 0, 1]
+    pos, neg = F.claim_weights("item", p, owner, labels)
+    assert pos.tolist() == [0.5, 0.5, 0, 0] and neg.tolist() == [0, 0, 0.5, 0.5]
+    pos, neg = F.claim_weights("noisy_or", p, owner, labels)
+    assert neg[:2].tolist() == [0, 0] and neg[2:] == pytest.approx([0.1 / 0.82, 0.8 / 0.82])
+    assert (pos + neg).tolist() == pytest.approx([1, 1, 1, 1])

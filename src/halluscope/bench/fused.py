@@ -207,6 +207,18 @@ def _claims(items: Sequence[ItemClaims], names: Sequence[str]) -> tuple[np.ndarr
     return np.array(rows, dtype=float).reshape(len(rows), len(names)), np.array(owner, dtype=int), np.array(judge)
 
 
+LABEL_RULES: dict[str, str] = {
+    "noisy_or": "consistent item: every claim supported (weight 1); inconsistent item: at least one claim unsupported, "
+    "claim i as unsupported with weight r_i = (1 - p_i) / (1 - prod_j p_j) and as supported with weight 1 - r_i "
+    "(noisy-OR EM, p from the judge first, then from the model)",
+    "lowest": "consistent item: every claim supported (weight 1); inconsistent item: its claim with the lowest judge "
+    "P(supported) unsupported (weight 1), its other claims left out",
+    "item": "every claim takes its item's label, weight 1 / (claims of the item): the claim's P is fitted as the "
+    "chance that its item is consistent, as the mean over claims aggregates it",
+}
+"""How item labels become claim labels (docs/verifiers.md)."""
+
+
 def responsibilities(p: np.ndarray, owner: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """Per claim, P(the claim is unsupported | its item's label) under noisy-OR: 0 in a consistent item; in an
     inconsistent one (1 - p_i) / (1 - prod_j p_j)."""
@@ -219,12 +231,32 @@ def responsibilities(p: np.ndarray, owner: np.ndarray, labels: np.ndarray) -> np
     return r
 
 
-def _expanded(Z: np.ndarray, owner: np.ndarray, labels: np.ndarray, r: np.ndarray) -> tuple[Any, Any, Any]:
-    """The weighted training rows: each claim as label 1 with weight 1 - r and, where r > 0, label 0 with weight r."""
-    neg = r > 1e-9
-    X = np.vstack([Z, Z[neg]])
-    y = np.concatenate([np.ones(len(Z)), np.zeros(int(neg.sum()))])
-    w = np.concatenate([1 - r, r[neg]])
+def claim_weights(rule: str, p: np.ndarray, owner: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(weight as supported, weight as unsupported) of each claim under ``rule`` (:data:`LABEL_RULES`), ``p`` the
+    current P(supported) of each claim (the judge's in the first round)."""
+    inconsistent = labels[owner] == 0
+    if rule == "noisy_or":
+        r = responsibilities(p, owner, labels)
+        return 1 - r, r
+    if rule == "lowest":
+        neg = np.zeros(len(p))
+        for i in np.unique(owner[inconsistent]):
+            mine = np.flatnonzero(owner == i)
+            neg[mine[np.argmin(p[mine])]] = 1.0
+        return np.where(inconsistent, 0.0, 1.0), neg
+    if rule == "item":
+        share = 1.0 / np.bincount(owner)[owner]
+        return np.where(inconsistent, 0.0, share), np.where(inconsistent, share, 0.0)
+    raise FusedFitError(f"unknown label rule {rule!r}; rules: {', '.join(LABEL_RULES)}")
+
+
+def _expanded(Z: np.ndarray, weights: tuple[np.ndarray, np.ndarray]) -> tuple[Any, Any, Any]:
+    """The weighted training rows: each claim as label 1 with its supported weight and as label 0 with its
+    unsupported weight (rows of weight 0 left out)."""
+    pos, neg = weights
+    X = np.vstack([Z, Z])
+    y = np.concatenate([np.ones(len(Z)), np.zeros(len(Z))])
+    w = np.concatenate([pos, neg])
     keep = w > 1e-9
     return X[keep], y[keep], w[keep]
 
@@ -238,7 +270,7 @@ class _Linear:
     hi: np.ndarray
     coef: np.ndarray
     intercept: float
-    r: np.ndarray  # the last round's claim responsibilities on the training claims
+    weights: tuple[np.ndarray, np.ndarray]  # the last round's claim weights (supported, unsupported)
     dropped: dict[str, str] = field(default_factory=dict)
 
     def logits(self, X: np.ndarray) -> np.ndarray:
@@ -246,7 +278,9 @@ class _Linear:
         return np.asarray(z @ self.coef + self.intercept, dtype=float)
 
 
-def _fit_linear(items: Sequence[ItemClaims], names: Sequence[str], l2: float, em_rounds: int) -> _Linear:
+def _fit_linear(
+    items: Sequence[ItemClaims], names: Sequence[str], l2: float, em_rounds: int, rule: str = "noisy_or"
+) -> _Linear:
     require("sklearn", "bench", "fitting the fused verifier")
     from sklearn.linear_model import LogisticRegression
 
@@ -262,14 +296,13 @@ def _fit_linear(items: Sequence[ItemClaims], names: Sequence[str], l2: float, em
     X = X_all[:, kept]
     mean, scale = X.mean(axis=0), X.std(axis=0)
     Z = (X - mean) / scale
-    r = responsibilities(judge, owner, labels)
+    weights = claim_weights(rule, judge, owner, labels)
     est = LogisticRegression(C=1.0 / l2, max_iter=2000)
-    p = judge
-    for _ in range(max(1, em_rounds)):
-        Xw, yw, ww = _expanded(Z, owner, labels, r)
+    for _ in range(max(1, em_rounds) if rule == "noisy_or" else 1):  # only noisy-OR's weights follow the model
+        Xw, yw, ww = _expanded(Z, weights)
         est.fit(Xw, yw, sample_weight=ww)
-        p = est.predict_proba(Z)[:, 1]
-        r = responsibilities(p, owner, labels)
+        if rule == "noisy_or":
+            weights = claim_weights(rule, est.predict_proba(Z)[:, 1], owner, labels)
     return _Linear(
         names=tuple(names[j] for j in kept),
         mean=mean,
@@ -278,7 +311,7 @@ def _fit_linear(items: Sequence[ItemClaims], names: Sequence[str], l2: float, em
         hi=X.max(axis=0),
         coef=np.ravel(est.coef_),
         intercept=float(np.ravel([est.intercept_])[0]),
-        r=r,
+        weights=weights,
         dropped=dropped,
     )
 
@@ -301,11 +334,11 @@ def item_folds(items: Sequence[ItemClaims], k: int, seed: int) -> list[tuple[np.
     return [(tr, te) for tr, te in splitter.split(np.zeros((len(items), 1)), labels, groups)]
 
 
-def _platt(logits: np.ndarray, owner: np.ndarray, labels: np.ndarray, r: np.ndarray) -> tuple[float, float]:
+def _platt(logits: np.ndarray, weights: tuple[np.ndarray, np.ndarray]) -> tuple[float, float]:
     """Platt's (a, b) on out-of-fold logits with the claims' weighted labels; (1, 0) when it cannot be fitted."""
     from sklearn.linear_model import LogisticRegression
 
-    Xw, yw, ww = _expanded(logits.reshape(-1, 1), owner, labels, r)
+    Xw, yw, ww = _expanded(logits.reshape(-1, 1), weights)
     if len(set(yw.tolist())) < 2:
         return 1.0, 0.0
     est = LogisticRegression(C=1e4, max_iter=2000).fit(Xw, yw, sample_weight=ww)
@@ -318,6 +351,7 @@ def fit_model(
     *,
     l2: float = 1.0,
     em_rounds: int = 5,
+    label_rule: str = "noisy_or",
     calibrate: bool = True,
     folds: int = 5,
     seed: int = 0,
@@ -325,7 +359,7 @@ def fit_model(
 ) -> FusedModel:
     """The fused verifier fitted on ``items`` (see the module docstring), calibrated out of fold when ``calibrate``
     and the items allow at least two folds."""
-    fit = _fit_linear(items, names, l2, em_rounds)
+    fit = _fit_linear(items, names, l2, em_rounds, label_rule)
     a, b = 1.0, 0.0
     calibration = "none"
     if calibrate:
@@ -337,11 +371,11 @@ def fit_model(
             X, owner, _ = _claims(items, fit.names)
             oof = np.zeros(len(X))
             for train, test in splits:
-                inner = _fit_linear([items[i] for i in train], fit.names, l2, em_rounds)
+                inner = _fit_linear([items[i] for i in train], fit.names, l2, em_rounds, label_rule)
                 mine = np.isin(owner, test)
                 Xi, _, _ = _claims(items, inner.names)
                 oof[mine] = inner.logits(Xi[mine])
-            a, b = _platt(oof, owner, np.array([it.label for it in items]), fit.r)
+            a, b = _platt(oof, fit.weights)
             calibration = f"platt on out-of-fold logits ({len(splits)} folds grouped by item)"
     summary = {
         **(training or {}),
@@ -349,11 +383,10 @@ def fit_model(
         "claims": sum(len(it.features) for it in items),
         "consistent_items": sum(it.label for it in items),
         "l2": l2,
-        "em_rounds": em_rounds,
+        "em_rounds": em_rounds if label_rule == "noisy_or" else None,
         "calibration": calibration,
         "dropped_features": fit.dropped,
-        "label_rule": "consistent item: every claim supported; inconsistent item: at least one claim unsupported, "
-        "claim i unsupported with weight (1 - p_i) / (1 - prod p_j) (noisy-OR EM; docs/verifiers.md)",
+        "label_rule": {"name": label_rule, "rule": LABEL_RULES.get(label_rule, "")},
     }
     return FusedModel(
         features=fit.names,
@@ -418,6 +451,7 @@ def check_fit(
     folds: int = 5,
     l2: float = 1.0,
     em_rounds: int = 5,
+    label_rule: str = "noisy_or",
     seed: int = 0,
     n_bootstrap: int = 1000,
 ) -> FitCheck:
@@ -425,7 +459,9 @@ def check_fit(
     splits = item_folds(items, folds, seed)
     fused: list[float | None] = [None] * len(items)
     for train, test in splits:
-        model = fit_model([items[i] for i in train], names, l2=l2, em_rounds=em_rounds, folds=folds, seed=seed)
+        model = fit_model(
+            [items[i] for i in train], names, l2=l2, em_rounds=em_rounds, label_rule=label_rule, folds=folds, seed=seed
+        )
         for i, s in zip(test, item_scores(model, [items[i] for i in test])):
             fused[i] = s
     judge = [it.judge_score() for it in items]
@@ -551,6 +587,7 @@ def lodo_table(
     *,
     l2: float = 1.0,
     em_rounds: int = 5,
+    label_rule: str = "noisy_or",
     n_bootstrap: int = 1000,
     seed: int = 0,
     baselines: dict[str, dict[str, float | None]] | None = None,
@@ -570,7 +607,7 @@ def lodo_table(
         train = [it for it in items if it.fold != held]
         test = [it for it in items if it.fold == held]
         for column, names in FEATURE_SETS.items():
-            model = fit_model(train, names, l2=l2, em_rounds=em_rounds, seed=seed)
+            model = fit_model(train, names, l2=l2, em_rounds=em_rounds, label_rule=label_rule, seed=seed)
             if column == "fused":
                 weights[held] = model.weights()
             for it, s in zip(test, item_scores(model, test)):
@@ -582,7 +619,14 @@ def lodo_table(
         results.append(_fold_result(held, test, per, n_bootstrap, seed))
     pooled_scores = {c: [scores[it.item_id][c] for it in items] for c in COLUMNS}
     pooled = _fold_result("pooled", items, pooled_scores, n_bootstrap, seed)
-    settings = {"l2": l2, "em_rounds": em_rounds, "bootstrap": n_bootstrap, "seed": seed, "folds": folds}
+    settings = {
+        "l2": l2,
+        "em_rounds": em_rounds,
+        "label_rule": label_rule,
+        "bootstrap": n_bootstrap,
+        "seed": seed,
+        "folds": folds,
+    }
     return LodoTable(results, pooled, weights, settings)
 
 

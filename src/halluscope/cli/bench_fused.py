@@ -16,6 +16,7 @@ from halluscope.cli.fit_verifier import (
     EmbeddingsOpt,
     EmRoundsOpt,
     L2Opt,
+    LabelRuleOpt,
     RunsOpt,
     SampleOpt,
     WorkDirOpt,
@@ -30,6 +31,7 @@ def bench_fused_command(
     flags: ModelFlags = NO_FLAGS,
     l2: L2Opt = 1.0,
     em_rounds: EmRoundsOpt = 5,
+    label_rule: LabelRuleOpt = "noisy_or",
     embeddings: EmbeddingsOpt = False,
     consistent_at: ConsistentAtOpt = 1.0,
     sample: SampleOpt = None,
@@ -45,14 +47,16 @@ def bench_fused_command(
     ROUGE, the gate and the current default (item AUC with 95% CIs, paired differences, Brier and ECE)."""
     from halluscope._optional import MissingExtraError, require
     from halluscope.bench.datasets import DatasetError
-    from halluscope.bench.fused import FusedFitError, lodo_json, lodo_markdown, lodo_table
+    from halluscope.bench.fused import LABEL_RULES, FusedFitError, lodo_json, lodo_markdown, lodo_table
 
     check_output_file(markdown, "--markdown")
+    if label_rule not in LABEL_RULES:
+        raise fail(f"--label-rule must be one of {', '.join(LABEL_RULES)}, got {label_rule!r}")
     check_output_file(json_out, "--json")
     try:
         require("sklearn", "bench", "fitting the fused verifier")
         items = judged_items(runs, dataset, flags, data_dir, consistent_at, embeddings, sample, seed, work_dir)
-        table = lodo_table(items, l2=l2, em_rounds=em_rounds, n_bootstrap=bootstrap, seed=seed)
+        table = lodo_table(items, l2=l2, em_rounds=em_rounds, label_rule=label_rule, n_bootstrap=bootstrap, seed=seed)
     except (FusedFitError, DatasetError, MissingExtraError) as exc:
         raise fail(str(exc)) from exc
     text = lodo_markdown(table)

@@ -59,6 +59,17 @@ EmbeddingsOpt = Annotated[
         help="Add the embedding similarity feature (needs the embeddings extra at fit and at check time).",
     ),
 ]
+LabelRuleOpt = Annotated[
+    str,
+    typer.Option(
+        "--label-rule",
+        help=(
+            "How item labels become claim labels: noisy_or (an inconsistent item holds at least one unsupported "
+            "claim; EM), lowest (its lowest-judge claim is the unsupported one, the others left out) or item (every "
+            "claim takes its item's label, weight 1/claims). docs/verifiers.md."
+        ),
+    ),
+]
 SampleOpt = Annotated[
     int | None, typer.Option("--sample", min=1, help="With --dataset: the bench's seeded sample, N per stratum.")
 ]
@@ -135,6 +146,7 @@ def fit_verifier_command(
     folds: Annotated[int, typer.Option("--folds", min=2, max=50, help="k of the out-of-fold check.")] = 5,
     l2: L2Opt = 1.0,
     em_rounds: EmRoundsOpt = 5,
+    label_rule: LabelRuleOpt = "noisy_or",
     embeddings: EmbeddingsOpt = False,
     consistent_at: ConsistentAtOpt = 1.0,
     sample: SampleOpt = None,
@@ -149,15 +161,26 @@ def fit_verifier_command(
     from halluscope._optional import MissingExtraError, require
     from halluscope.bench import metrics as M
     from halluscope.bench.datasets import DatasetError
-    from halluscope.bench.fused import FusedFitError, check_fit, fit_model
+    from halluscope.bench.fused import LABEL_RULES, FusedFitError, check_fit, fit_model
     from halluscope.methods.fused.features import EMBEDDING_FEATURES, FEATURE_NAMES
 
     check_output_file(output, "--output")
+    if label_rule not in LABEL_RULES:
+        raise fail(f"--label-rule must be one of {', '.join(LABEL_RULES)}, got {label_rule!r}")
     names = FEATURE_NAMES if embeddings else tuple(n for n in FEATURE_NAMES if n not in EMBEDDING_FEATURES)
     try:
         require("sklearn", "bench", "fitting the fused verifier")
         items = judged_items(runs, dataset, flags, data_dir, consistent_at, embeddings, sample, seed, work_dir)
-        check = check_fit(items, names, folds=folds, l2=l2, em_rounds=em_rounds, seed=seed, n_bootstrap=bootstrap)
+        check = check_fit(
+            items,
+            names,
+            folds=folds,
+            l2=l2,
+            em_rounds=em_rounds,
+            label_rule=label_rule,
+            seed=seed,
+            n_bootstrap=bootstrap,
+        )
     except (FusedFitError, DatasetError, MissingExtraError) as exc:
         raise fail(str(exc)) from exc
     typer.echo(
@@ -180,7 +203,16 @@ def fit_verifier_command(
         },
     }
     try:
-        model = fit_model(items, names, l2=l2, em_rounds=em_rounds, folds=folds, seed=seed, training=training)
+        model = fit_model(
+            items,
+            names,
+            l2=l2,
+            em_rounds=em_rounds,
+            label_rule=label_rule,
+            folds=folds,
+            seed=seed,
+            training=training,
+        )
     except FusedFitError as exc:
         raise fail(str(exc)) from exc
     model.save(output)

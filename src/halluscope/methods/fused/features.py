@@ -1,8 +1,8 @@
 """One typed record of features per claim, computed once from what the stages already produce.
 
-* the judge: the verdict-first verifier's P(supported) as a logit (``judge_logit``; ``judge_missing`` = 1 when the
-  claim was not scored or carries no probability, the logit then 0; a label without a probability counts as
-  P = 0.999 or 0.001);
+* the judge: the verdict-first verifier's P(supported) as it is (``judge_prob``) and as a logit (``judge_logit``, P
+  clipped to [0.001, 0.999]: the two together let the model bend the judge's scale); ``judge_missing`` = 1 when the
+  claim was not scored (P then 0.5, the logit 0); a label without a probability counts as P = 1 or 0;
 * the no-LLM gate's findings on the claim (:class:`~halluscope.methods.gate.LexicalGate`, its own signals): the
   counts of numbers, dates and names the source never mentions (the claim's novel entities and numbers, by kind),
   negation flip and whole-for-part clash (0/1), its support score, the 3-gram coverage of its best window and the
@@ -29,7 +29,7 @@ from halluscope.methods.gate import LexicalGate, _bm25_index
 from halluscope.records import Claim, Verdict
 from halluscope.text.lexical import tokens
 
-JUDGE_FEATURES = ("judge_logit", "judge_missing")
+JUDGE_FEATURES = ("judge_prob", "judge_logit", "judge_missing")
 LEXICAL_FEATURES = (
     "missing_numbers",
     "missing_dates",
@@ -59,6 +59,7 @@ class ClaimFeatures:
 
     claim_id: str
     judge_p: float | None
+    judge_prob: float
     judge_logit: float
     judge_missing: float
     missing_numbers: float
@@ -155,6 +156,7 @@ def claim_features_sync(
             ClaimFeatures(
                 claim_id=claim.id or f"c{i + 1}",
                 judge_p=p,
+                judge_prob=p if p is not None else 0.5,
                 judge_logit=logit(p) if p is not None else 0.0,
                 judge_missing=0.0 if p is not None else 1.0,
                 missing_numbers=float(len(signals["missing_numbers"])),
