@@ -153,6 +153,12 @@ def fit_verifier_command(
     work_dir: WorkDirOpt = Path("runs"),
     bootstrap: Annotated[int, typer.Option("--bootstrap", min=0, max=100_000, help="Bootstrap resamples.")] = 1000,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the folds, the bootstrap and --sample.")] = 0,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Write the file even when it does not beat the judge out of fold (training.accepted=false)."
+        ),
+    ] = False,
     data_dir: DataDirOpt = None,
 ) -> None:
     """Fit the fused verifier (the verdict-first judge's P(supported) with the claim's lexical support) on labelled
@@ -189,12 +195,14 @@ def fit_verifier_command(
     )
     typer.echo(f"out-of-fold item AUC: fused {_f(check.fused_auc)}, judge alone {_f(check.judge_auc)}")
     typer.echo(f"fused - judge: {M.format_ci(check.diff)}")
-    if check.refusal is not None:
+    if check.refusal is not None and not force:
         typer.secho(f"refused: {check.refusal}; no file written", err=True, fg=typer.colors.RED)
         raise typer.Exit(1)
     datasets = sorted({it.fold for it in items})
     training = {
         "data": datasets,
+        "accepted": check.refusal is None,
+        **({"refusal": check.refusal} if check.refusal else {}),
         "out_of_fold": {
             "folds": check.folds,
             "item_auc_fused": check.fused_auc,
