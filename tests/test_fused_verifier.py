@@ -124,9 +124,10 @@ def test_fused_composes_with_every_claim_method():
         assert all(v.decided_by == "fused" for v in report.verdicts)
 
 
-def _bench_folder(tmp_path, judge: dict[str, list[float]], examples: list[Example]):
+def _bench_folder(tmp_path, judge: dict[str, list[float]], examples: list[Example], name: str = "pairs"):
     """A verdict-first bench output folder whose claims carry the given judge probabilities."""
-    data = tmp_path / "pairs.jsonl"
+    tmp_path.mkdir(exist_ok=True)
+    data = tmp_path / f"{name}.jsonl"
     data.write_text("".join(e.model_dump_json() + "\n" for e in examples))
     run = tmp_path / "run"
     run.mkdir()
@@ -229,3 +230,18 @@ def test_the_label_rules_weigh_the_claims_of_an_inconsistent_item_as_documented(
     pos, neg = F.claim_weights("noisy_or", p, owner, labels)
     assert neg[:2].tolist() == [0, 0] and neg[2:] == pytest.approx([0.1 / 0.82, 0.8 / 0.82])
     assert (pos + neg).tolist() == pytest.approx([1, 1, 1, 1])
+
+
+def test_bench_fused_prints_the_leave_one_dataset_out_table(tmp_path):
+    runs = []
+    for name in ("alpha", "beta"):
+        examples = [e.model_copy(update={"id": f"{name}{e.id}"}) for e in _pairs(16)]
+        rng = random.Random(name)
+        judge = {e.id: [rng.uniform(0.3, 0.9), rng.uniform(0.2, 0.9)] for e in examples}
+        runs += ["--runs", str(_bench_folder(tmp_path / name, judge, examples, name))]
+    out = tmp_path / "lodo.json"
+    result = CliRunner().invoke(app, ["bench-fused", *runs, "--bootstrap", "20", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "| alpha | 16 (8) |" in result.output and "| beta | 16 (8) |" in result.output  # one fold per dataset
+    table = json.loads(out.read_text())
+    assert table["pooled"]["n"] == 32 and set(table["pooled"]["auc"]) == set(F.COLUMNS)
