@@ -20,6 +20,8 @@ MODEL_COMMANDS = [
     ["bench-sweep"],
     ["reproduce"],
     ["fit-combiner"],
+    ["fit-verifier"],
+    ["bench-fused"],
     ["serve"],
     ["generate", "inject"],
     ["generate", "montage"],

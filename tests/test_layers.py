@@ -395,6 +395,8 @@ METHOD_CROSSINGS = {
     ("improve", "dcr"): "RAI (improve) is DCR's reason-assisted improver: DCR's prompts, options and details",
     ("improve", "rai"): "RAI's rewrite step (replies, prompts, splicing), re-exported by improve",
     ("guard", "citations"): "the RAG guard acts on the citation check's verdicts of each sentence",
+    ("fused", "gate"): "the fused verifier's claim features are the lexical gate's findings on each claim",
+    ("fused", "rouge"): "the fused verifier's claim features include ROUGE precision against the best window",
 }
 
 

@@ -11,9 +11,11 @@ from halluscope.cli.bench_citations import bench_citations_command
 from halluscope.cli.bench_explain import build_command as bench_explain_build
 from halluscope.cli.bench_explain import run_command as bench_explain_run
 from halluscope.cli.bench_explain import score_command as bench_explain_score
+from halluscope.cli.bench_fused import bench_fused_command
 from halluscope.cli.bench_sweep import bench_sweep_command
 from halluscope.cli.check import check_command
 from halluscope.cli.fit_combiner import fit_combiner_command
+from halluscope.cli.fit_verifier import fit_verifier_command
 from halluscope.cli.generate_inject import inject_command
 from halluscope.cli.generate_montage import montage_command
 from halluscope.cli.generate_perturb import perturb_command
@@ -228,6 +230,8 @@ app.command("fit-combiner")(verbosity_options(fit_combiner_command))
 bench_explain_app.command("build")(verbosity_options(bench_explain_build))
 bench_explain_app.command("score")(verbosity_options(bench_explain_score))
 bench_explain_app.command("run")(verbosity_options(bench_explain_run))
+app.command("fit-verifier")(verbosity_options(fit_verifier_command))
+app.command("bench-fused")(verbosity_options(bench_fused_command))
 generate_app.command("montage")(verbosity_options(montage_command))
 generate_app.command("perturb")(verbosity_options(perturb_command))
 generate_app.command("inject")(verbosity_options(inject_command))

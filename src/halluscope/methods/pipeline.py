@@ -63,7 +63,7 @@ from halluscope.tracing import stage_span
 SHARED_KINDS = ("decomposer", "context_selector", "verifier", "aggregator", "localizer")
 """The stage kinds every claim method builds one of, each chosen by the option of its kind's name."""
 SWAPPABLE = (*SHARED_KINDS, "gate")  # the stage kinds every claim method lets the user choose
-SHARED_OPTION_STAGES = ("verdict_first",)
+SHARED_OPTION_STAGES = ("verdict_first", "fused")
 """Stages whose options every claim method declares as its own (``explain_below``, ``explain``, ``explain_max``):
 they get the method's values however they are chosen (``order=verdict_first`` or ``verifier=verdict_first``)."""
 METHOD_KINDS = ("sorter", "evidence_finder", "deduplicator")
@@ -159,7 +159,7 @@ class ClaimPipeline(Method):
             if name is None:  # a subclass that builds this stage itself (its own make_decomposer)
                 continue
             fields = stage_spec(kind, name).options_model.model_fields  # fails early on a bad name
-            shared = name == self.default_stage(kind) or name in SHARED_OPTION_STAGES
+            shared = name == self.default_stage(kind) or name.partition(":")[0] in SHARED_OPTION_STAGES
             own = self.own_stage_options(kind, name) if shared else {}
             own.update({k: v for k, v in self.method_stage_options(kind, name).items() if k in fields})
             self.chosen[kind] = (
